@@ -1,0 +1,129 @@
+//! Line splitting and the small text heuristics the rest of the crate builds on.
+//!
+//! Every line keeps its own terminator. That single choice is what lets the crate handle CRLF
+//! files and files without a final newline without special cases: `"a\r\n"`, `"a\n"` and `"a"`
+//! are three different lines, exactly as git's diff machinery sees them, and joining lines back
+//! together reproduces the input byte for byte.
+
+/// How far into a file git looks for a NUL byte before calling it binary (`FIRST_FEW_BYTES` in
+/// git's `xdiff-interface.c`); matching it means we call the same files binary that git does.
+const BINARY_SNIFF_LEN: usize = 8000;
+
+/// Split text into lines; each line keeps its terminator (`"\n"`, or `"\r\n"` as part of it).
+///
+/// The last line may lack a terminator. `""` gives no lines. Concatenating the result gives the
+/// input back. Only `"\n"` ends a line: a lone `"\r"` is ordinary content, as it is for git.
+pub fn split_lines(text: &str) -> Vec<&str> {
+    text.split_inclusive('\n').collect()
+}
+
+/// `true` when `bytes` is valid UTF-8 and has no NUL byte in its first 8000 bytes (git's
+/// heuristic, plus UTF-8 because every text API of this crate works on `&str`).
+pub fn is_text(bytes: &[u8]) -> bool {
+    let sniff = &bytes[..bytes.len().min(BINARY_SNIFF_LEN)];
+    !sniff.contains(&0) && std::str::from_utf8(bytes).is_ok()
+}
+
+/// The file's dominant line ending: `"\r\n"` when more than half of the terminated lines use it,
+/// else `"\n"` (so a file with no terminated line at all counts as LF).
+pub fn line_ending(text: &str) -> &'static str {
+    let mut terminated = 0usize;
+    let mut crlf = 0usize;
+    for line in split_lines(text) {
+        if line.ends_with('\n') {
+            terminated += 1;
+            if line.ends_with("\r\n") {
+                crlf += 1;
+            }
+        }
+    }
+    if crlf * 2 > terminated {
+        "\r\n"
+    } else {
+        "\n"
+    }
+}
+
+/// The line without its terminator (`"\n"` or `"\r\n"`), and the terminator itself.
+pub(crate) fn split_terminator(line: &str) -> (&str, &str) {
+    if let Some(body) = line.strip_suffix("\r\n") {
+        (body, "\r\n")
+    } else if let Some(body) = line.strip_suffix('\n') {
+        (body, "\n")
+    } else {
+        (line, "")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_empty_is_no_lines() {
+        assert!(split_lines("").is_empty());
+    }
+
+    #[test]
+    fn split_keeps_terminators_and_round_trips() {
+        let cases: &[(&str, &[&str])] = &[
+            ("a\n", &["a\n"]),
+            ("a", &["a"]),
+            ("a\nb", &["a\n", "b"]),
+            ("a\r\nb\r\n", &["a\r\n", "b\r\n"]),
+            ("a\r\nb\nc", &["a\r\n", "b\n", "c"]),
+            ("\n\n", &["\n", "\n"]),
+            ("a\rb\n", &["a\rb\n"]),
+            ("a\r", &["a\r"]),
+        ];
+        for (text, want) in cases {
+            let got = split_lines(text);
+            assert_eq!(&got, want, "splitting {text:?}");
+            assert_eq!(got.concat(), *text);
+        }
+    }
+
+    #[test]
+    fn is_text_accepts_utf8_without_nul() {
+        assert!(is_text(b""));
+        assert!(is_text(b"hello\r\nworld"));
+        assert!(is_text("h\u{e9}llo \u{1f600}\n".as_bytes()));
+    }
+
+    #[test]
+    fn is_text_rejects_nul_and_invalid_utf8() {
+        assert!(!is_text(b"abc\0def"));
+        assert!(!is_text(&[0xff, 0xfe, b'a']));
+    }
+
+    #[test]
+    fn is_text_only_sniffs_the_first_8000_bytes_for_nul() {
+        let mut late_nul = vec![b'a'; BINARY_SNIFF_LEN];
+        late_nul.push(0);
+        assert!(is_text(&late_nul));
+        let mut edge_nul = vec![b'a'; BINARY_SNIFF_LEN - 1];
+        edge_nul.push(0);
+        assert!(!is_text(&edge_nul));
+    }
+
+    #[test]
+    fn line_ending_picks_the_majority() {
+        assert_eq!(line_ending(""), "\n");
+        assert_eq!(line_ending("no terminator"), "\n");
+        assert_eq!(line_ending("a\nb\n"), "\n");
+        assert_eq!(line_ending("a\r\nb\r\n"), "\r\n");
+        assert_eq!(line_ending("a\r\nb\r\nc\n"), "\r\n");
+        // Exactly half is not "more than half".
+        assert_eq!(line_ending("a\r\nb\n"), "\n");
+        // The unterminated last line does not vote.
+        assert_eq!(line_ending("a\r\nb"), "\r\n");
+    }
+
+    #[test]
+    fn split_terminator_cases() {
+        assert_eq!(split_terminator("a\r\n"), ("a", "\r\n"));
+        assert_eq!(split_terminator("a\n"), ("a", "\n"));
+        assert_eq!(split_terminator("a"), ("a", ""));
+        assert_eq!(split_terminator("a\r"), ("a\r", ""));
+    }
+}
