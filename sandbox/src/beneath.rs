@@ -1,0 +1,576 @@
+//! File access confined beneath one directory, never through a symlink.
+//!
+//! Both sides of hunkwise need this: the hub reads the sandbox clone (whose owner is the agent, so
+//! every file in it is hostile data) and writes the user's checkout (where a symlink planted by a
+//! tool could redirect a write outside the repository). Every operation walks the relative path one
+//! component at a time with `openat(O_NOFOLLOW)` from a directory descriptor opened once, so a
+//! directory swapped for a symlink between a check and a use cannot redirect us (no TOCTOU on the
+//! path string), and it works the same on Linux and macOS.
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, OFlag};
+use nix::sys::stat::{Mode, SFlag};
+use nix::unistd::UnlinkatFlags;
+
+/// Why a relative path was refused before touching the file system.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PathError {
+    #[error("empty path")]
+    Empty,
+    #[error("path {0:?} is absolute; paths are relative to the repository root")]
+    Absolute(String),
+    #[error("path {0:?} contains an empty, '.' or '..' component")]
+    Traversal(String),
+    #[error("path {0:?} points into .git, which hunkwise never writes")]
+    GitDir(String),
+    #[error("path {0:?} contains a NUL byte")]
+    Nul(String),
+}
+
+/// Validate a repository-relative path ("src/main.rs") and split it into components.
+///
+/// `.git` is refused in any letter case because case-insensitive file systems (macOS) resolve
+/// `.GIT` to the repository's own metadata.
+pub fn components(path: &str) -> Result<Vec<&str>, PathError> {
+    if path.is_empty() {
+        return Err(PathError::Empty);
+    }
+    if path.contains('\0') {
+        return Err(PathError::Nul(path.to_string()));
+    }
+    if path.starts_with('/') {
+        return Err(PathError::Absolute(path.to_string()));
+    }
+    let parts: Vec<&str> = path.split('/').collect();
+    for part in &parts {
+        if part.is_empty() || *part == "." || *part == ".." {
+            return Err(PathError::Traversal(path.to_string()));
+        }
+        let trimmed = part.trim_end_matches(['.', ' ']);
+        if trimmed.eq_ignore_ascii_case(".git") {
+            return Err(PathError::GitDir(path.to_string()));
+        }
+    }
+    Ok(parts)
+}
+
+/// Errors of confined file access; each names the path and what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum FsError {
+    #[error(transparent)]
+    Path(#[from] PathError),
+    #[error("{path}: a path component is a symlink or not a directory; hunkwise never follows symlinks")]
+    Symlink { path: String },
+    #[error("{path}: not a regular file ({what}); only regular files are read or written")]
+    NotRegular { path: String, what: &'static str },
+    #[error("{path}: file is larger than the {cap} byte cap")]
+    TooLarge { path: String, cap: u64 },
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl FsError {
+    fn io(path: &str, errno: Errno) -> Self {
+        FsError::Io {
+            path: path.to_string(),
+            source: std::io::Error::from(errno),
+        }
+    }
+}
+
+/// What is at a path, without following a symlink there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kind {
+    File { executable: bool, size: u64 },
+    Symlink,
+    Dir,
+    /// FIFOs, sockets, devices: never read, never written.
+    Other(&'static str),
+}
+
+fn kind_of(st: &nix::sys::stat::FileStat) -> Kind {
+    let fmt = SFlag::from_bits_truncate(st.st_mode as _) & SFlag::S_IFMT;
+    if fmt == SFlag::S_IFREG {
+        Kind::File {
+            executable: st.st_mode as u32 & 0o100 != 0,
+            size: st.st_size as u64,
+        }
+    } else if fmt == SFlag::S_IFLNK {
+        Kind::Symlink
+    } else if fmt == SFlag::S_IFDIR {
+        Kind::Dir
+    } else if fmt == SFlag::S_IFIFO {
+        Kind::Other("fifo")
+    } else if fmt == SFlag::S_IFSOCK {
+        Kind::Other("socket")
+    } else {
+        Kind::Other("device")
+    }
+}
+
+/// A directory that every operation stays beneath.
+#[derive(Debug)]
+pub struct Beneath {
+    root: OwnedFd,
+    root_path: PathBuf,
+}
+
+const DIR_FLAGS: OFlag = OFlag::O_DIRECTORY
+    .union(OFlag::O_NOFOLLOW)
+    .union(OFlag::O_CLOEXEC)
+    .union(OFlag::O_RDONLY);
+
+impl Beneath {
+    /// Open `root` itself. The root may be reached through symlinks (a user's home often is);
+    /// nothing below it is.
+    pub fn open(root: &Path) -> Result<Self, FsError> {
+        let fd = nix::fcntl::open(
+            root,
+            OFlag::O_DIRECTORY | OFlag::O_CLOEXEC | OFlag::O_RDONLY,
+            Mode::empty(),
+        )
+        .map_err(|e| FsError::io(&root.display().to_string(), e))?;
+        Ok(Self {
+            root: fd,
+            root_path: root.to_path_buf(),
+        })
+    }
+
+    pub fn root_path(&self) -> &Path {
+        &self.root_path
+    }
+
+    /// Open the directory holding the last component of `parts`, optionally creating missing
+    /// directories. Returns None when a directory is missing and `create` is false.
+    fn parent_dir(
+        &self,
+        path: &str,
+        parts: &[&str],
+        create: bool,
+    ) -> Result<Option<OwnedFd>, FsError> {
+        let mut dir = self
+            .root
+            .try_clone()
+            .map_err(|e| FsError::Io {
+                path: path.to_string(),
+                source: e,
+            })?;
+        for part in &parts[..parts.len().saturating_sub(1)] {
+            let next = match nix::fcntl::openat(dir.as_fd(), *part, DIR_FLAGS, Mode::empty()) {
+                Ok(fd) => fd,
+                Err(Errno::ENOENT) if create => {
+                    match nix::sys::stat::mkdirat(dir.as_fd(), *part, Mode::from_bits_truncate(0o755)) {
+                        Ok(()) | Err(Errno::EEXIST) => {}
+                        Err(e) => return Err(FsError::io(path, e)),
+                    }
+                    nix::fcntl::openat(dir.as_fd(), *part, DIR_FLAGS, Mode::empty())
+                        .map_err(|e| map_dir_err(path, e))?
+                }
+                Err(Errno::ENOENT) => return Ok(None),
+                Err(e) => return Err(map_dir_err(path, e)),
+            };
+            dir = next;
+        }
+        Ok(Some(dir))
+    }
+
+    /// What is at `path` (None when nothing is).
+    pub fn kind(&self, path: &str) -> Result<Option<Kind>, FsError> {
+        let parts = components(path)?;
+        let Some(dir) = self.parent_dir(path, &parts, false)? else {
+            return Ok(None);
+        };
+        let name = parts[parts.len() - 1];
+        match nix::sys::stat::fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) => Ok(Some(kind_of(&st))),
+            Err(Errno::ENOENT) | Err(Errno::ENOTDIR) => Ok(None),
+            Err(e) => Err(FsError::io(path, e)),
+        }
+    }
+
+    /// Read a regular file. None when it does not exist; an error when it is a symlink, a FIFO
+    /// or device, or larger than `cap`.
+    pub fn read(&self, path: &str, cap: u64) -> Result<Option<(Vec<u8>, bool)>, FsError> {
+        let parts = components(path)?;
+        let Some(dir) = self.parent_dir(path, &parts, false)? else {
+            return Ok(None);
+        };
+        let name = parts[parts.len() - 1];
+        // O_NONBLOCK so that opening a FIFO the agent planted cannot hang the hub.
+        let fd = match nix::fcntl::openat(
+            dir.as_fd(),
+            name,
+            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT) => return Ok(None),
+            Err(Errno::ELOOP) | Err(Errno::EMLINK) => {
+                return Err(FsError::Symlink {
+                    path: path.to_string(),
+                })
+            }
+            Err(e) => return Err(FsError::io(path, e)),
+        };
+        let st = nix::sys::stat::fstat(fd.as_fd()).map_err(|e| FsError::io(path, e))?;
+        let (executable, size) = match kind_of(&st) {
+            Kind::File { executable, size } => (executable, size),
+            Kind::Symlink => {
+                return Err(FsError::Symlink {
+                    path: path.to_string(),
+                })
+            }
+            Kind::Dir => {
+                return Err(FsError::NotRegular {
+                    path: path.to_string(),
+                    what: "directory",
+                })
+            }
+            Kind::Other(what) => {
+                return Err(FsError::NotRegular {
+                    path: path.to_string(),
+                    what,
+                })
+            }
+        };
+        if size > cap {
+            return Err(FsError::TooLarge {
+                path: path.to_string(),
+                cap,
+            });
+        }
+        let mut file = std::fs::File::from(fd);
+        let mut buf = Vec::with_capacity(size as usize);
+        // The file may grow after fstat; never read more than the cap.
+        (&mut file)
+            .take(cap.saturating_add(1))
+            .read_to_end(&mut buf)
+            .map_err(|e| FsError::Io {
+                path: path.to_string(),
+                source: e,
+            })?;
+        if buf.len() as u64 > cap {
+            return Err(FsError::TooLarge {
+                path: path.to_string(),
+                cap,
+            });
+        }
+        Ok(Some((buf, executable)))
+    }
+
+    /// Read a symlink's target (data only: it is never followed).
+    pub fn read_link(&self, path: &str) -> Result<Option<Vec<u8>>, FsError> {
+        let parts = components(path)?;
+        let Some(dir) = self.parent_dir(path, &parts, false)? else {
+            return Ok(None);
+        };
+        match nix::fcntl::readlinkat(dir.as_fd(), parts[parts.len() - 1]) {
+            Ok(target) => Ok(Some(OsString::into_vec(target))),
+            Err(Errno::ENOENT) => Ok(None),
+            Err(e) => Err(FsError::io(path, e)),
+        }
+    }
+
+    /// Replace (or create) a regular file atomically: temp file in the same directory, write,
+    /// fchmod, fsync, rename over the target, fsync the directory. A reader sees the old bytes or
+    /// the new bytes, never a mix, and a crash leaves at most a stray temp file.
+    pub fn write_atomic(&self, path: &str, bytes: &[u8], executable: bool) -> Result<(), FsError> {
+        let parts = components(path)?;
+        let dir = self
+            .parent_dir(path, &parts, true)?
+            .ok_or_else(|| FsError::io(path, Errno::ENOENT))?;
+        let name = parts[parts.len() - 1];
+        match nix::sys::stat::fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) => match kind_of(&st) {
+                Kind::File { .. } => {}
+                Kind::Symlink => {
+                    return Err(FsError::Symlink {
+                        path: path.to_string(),
+                    })
+                }
+                Kind::Dir => {
+                    return Err(FsError::NotRegular {
+                        path: path.to_string(),
+                        what: "directory",
+                    })
+                }
+                Kind::Other(what) => {
+                    return Err(FsError::NotRegular {
+                        path: path.to_string(),
+                        what,
+                    })
+                }
+            },
+            Err(Errno::ENOENT) => {}
+            Err(e) => return Err(FsError::io(path, e)),
+        }
+        let tmp = format!(".{name}.hunkwise-{}.tmp", random_suffix());
+        let fd = nix::fcntl::openat(
+            dir.as_fd(),
+            tmp.as_str(),
+            OFlag::O_WRONLY
+                | OFlag::O_CREAT
+                | OFlag::O_EXCL
+                | OFlag::O_NOFOLLOW
+                | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o600),
+        )
+        .map_err(|e| FsError::io(path, e))?;
+        let result = (|| -> Result<(), FsError> {
+            let mut file = std::fs::File::from(fd);
+            file.write_all(bytes).map_err(|e| FsError::Io {
+                path: path.to_string(),
+                source: e,
+            })?;
+            let mode = if executable { 0o755 } else { 0o644 };
+            nix::sys::stat::fchmod(file.as_fd(), Mode::from_bits_truncate(mode))
+                .map_err(|e| FsError::io(path, e))?;
+            file.sync_all().map_err(|e| FsError::Io {
+                path: path.to_string(),
+                source: e,
+            })?;
+            nix::fcntl::renameat(dir.as_fd(), tmp.as_str(), dir.as_fd(), name)
+                .map_err(|e| FsError::io(path, e))?;
+            nix::unistd::fsync(dir.as_fd()).map_err(|e| FsError::io(path, e))
+        })();
+        if result.is_err() {
+            let _ = nix::unistd::unlinkat(dir.as_fd(), tmp.as_str(), UnlinkatFlags::NoRemoveDir);
+        }
+        result
+    }
+
+    /// Remove a regular file, then any directories it leaves empty (as `git apply` does).
+    pub fn remove_file(&self, path: &str) -> Result<(), FsError> {
+        let parts = components(path)?;
+        let Some(dir) = self.parent_dir(path, &parts, false)? else {
+            return Err(FsError::io(path, Errno::ENOENT));
+        };
+        let name = parts[parts.len() - 1];
+        let st = nix::sys::stat::fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW)
+            .map_err(|e| FsError::io(path, e))?;
+        match kind_of(&st) {
+            Kind::File { .. } => {}
+            Kind::Symlink => {
+                return Err(FsError::Symlink {
+                    path: path.to_string(),
+                })
+            }
+            Kind::Dir => {
+                return Err(FsError::NotRegular {
+                    path: path.to_string(),
+                    what: "directory",
+                })
+            }
+            Kind::Other(what) => {
+                return Err(FsError::NotRegular {
+                    path: path.to_string(),
+                    what,
+                })
+            }
+        }
+        nix::unistd::unlinkat(dir.as_fd(), name, UnlinkatFlags::NoRemoveDir)
+            .map_err(|e| FsError::io(path, e))?;
+        nix::unistd::fsync(dir.as_fd()).map_err(|e| FsError::io(path, e))?;
+        // Prune now-empty parents, deepest first; stop at the first that is not empty.
+        for depth in (1..parts.len()).rev() {
+            let Some(parent) = self.parent_dir(path, &parts[..depth], false)? else {
+                break;
+            };
+            match nix::unistd::unlinkat(parent.as_fd(), parts[depth - 1], UnlinkatFlags::RemoveDir) {
+                Ok(()) => {
+                    let _ = nix::unistd::fsync(parent.as_fd());
+                }
+                Err(_) => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// Remove a file or a symlink (the link itself; it is not followed). Directories are left.
+    pub fn remove_entry(&self, path: &str) -> Result<(), FsError> {
+        match self.kind(path)? {
+            Some(Kind::Symlink) | Some(Kind::Other(_)) => {
+                let parts = components(path)?;
+                let dir = self
+                    .parent_dir(path, &parts, false)?
+                    .ok_or_else(|| FsError::io(path, Errno::ENOENT))?;
+                nix::unistd::unlinkat(dir.as_fd(), parts[parts.len() - 1], UnlinkatFlags::NoRemoveDir)
+                    .map_err(|e| FsError::io(path, e))
+            }
+            Some(Kind::File { .. }) => self.remove_file(path),
+            Some(Kind::Dir) => Err(FsError::NotRegular {
+                path: path.to_string(),
+                what: "directory",
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Create a symlink (replacing a file or symlink already there). The target is stored as
+    /// given; it is data, never resolved by hunkwise.
+    pub fn symlink(&self, path: &str, target: &[u8]) -> Result<(), FsError> {
+        let parts = components(path)?;
+        let dir = self
+            .parent_dir(path, &parts, true)?
+            .ok_or_else(|| FsError::io(path, Errno::ENOENT))?;
+        if self.kind(path)?.is_some() {
+            self.remove_entry(path)?;
+        }
+        let target = std::ffi::OsStr::from_bytes(target);
+        nix::unistd::symlinkat(target, dir.as_fd(), parts[parts.len() - 1])
+            .map_err(|e| FsError::io(path, e))
+    }
+
+    /// Set or clear the executable bits of a regular file.
+    pub fn set_executable(&self, path: &str, executable: bool) -> Result<(), FsError> {
+        let parts = components(path)?;
+        let dir = self
+            .parent_dir(path, &parts, false)?
+            .ok_or_else(|| FsError::io(path, Errno::ENOENT))?;
+        let fd = nix::fcntl::openat(
+            dir.as_fd(),
+            parts[parts.len() - 1],
+            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK,
+            Mode::empty(),
+        )
+        .map_err(|e| match e {
+            Errno::ELOOP => FsError::Symlink {
+                path: path.to_string(),
+            },
+            e => FsError::io(path, e),
+        })?;
+        let st = nix::sys::stat::fstat(fd.as_fd()).map_err(|e| FsError::io(path, e))?;
+        if !matches!(kind_of(&st), Kind::File { .. }) {
+            return Err(FsError::NotRegular {
+                path: path.to_string(),
+                what: "not a file",
+            });
+        }
+        let mode = st.st_mode as u32 & 0o7777;
+        let mode = if executable {
+            mode | ((mode & 0o444) >> 2)
+        } else {
+            mode & !0o111
+        };
+        nix::sys::stat::fchmod(fd.as_fd(), Mode::from_bits_truncate(mode as _))
+            .map_err(|e| FsError::io(path, e))?;
+        nix::unistd::fsync(fd.as_fd()).map_err(|e| FsError::io(path, e))
+    }
+}
+
+fn map_dir_err(path: &str, e: Errno) -> FsError {
+    match e {
+        Errno::ELOOP | Errno::ENOTDIR | Errno::EMLINK => FsError::Symlink {
+            path: path.to_string(),
+        },
+        e => FsError::io(path, e),
+    }
+}
+
+fn random_suffix() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "{}-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed),
+        nanos
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    #[test]
+    fn components_refuse_hostile_paths() {
+        assert!(components("src/a.rs").is_ok());
+        assert_eq!(components(""), Err(PathError::Empty));
+        assert!(matches!(components("/etc/passwd"), Err(PathError::Absolute(_))));
+        assert!(matches!(components("a/../../x"), Err(PathError::Traversal(_))));
+        assert!(matches!(components("a//b"), Err(PathError::Traversal(_))));
+        assert!(matches!(components("./a"), Err(PathError::Traversal(_))));
+        assert!(matches!(components(".git/config"), Err(PathError::GitDir(_))));
+        assert!(matches!(components("sub/.GIT/hooks/x"), Err(PathError::GitDir(_))));
+        assert!(matches!(components(".git./x"), Err(PathError::GitDir(_))));
+        assert!(matches!(components("a\0b"), Err(PathError::Nul(_))));
+        // Positive control: names that merely contain ".git" are fine.
+        assert!(components(".gitignore").is_ok());
+        assert!(components("x.git/y").is_ok());
+    }
+
+    #[test]
+    fn write_read_remove_roundtrip() {
+        let tmp = tempfile::tempdir().unwrap();
+        let b = Beneath::open(tmp.path()).unwrap();
+        b.write_atomic("a/b/c.txt", b"hello\n", false).unwrap();
+        assert_eq!(
+            b.read("a/b/c.txt", 100).unwrap(),
+            Some((b"hello\n".to_vec(), false))
+        );
+        b.write_atomic("a/b/c.txt", b"bye\n", true).unwrap();
+        assert_eq!(
+            b.read("a/b/c.txt", 100).unwrap(),
+            Some((b"bye\n".to_vec(), true))
+        );
+        assert!(matches!(b.read("a/b/c.txt", 2), Err(FsError::TooLarge { .. })));
+        b.remove_file("a/b/c.txt").unwrap();
+        assert!(!tmp.path().join("a").exists(), "empty parents are pruned");
+        assert_eq!(b.read("a/b/c.txt", 100).unwrap(), None);
+    }
+
+    #[test]
+    fn never_writes_or_reads_through_symlinks() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), b"secret").unwrap();
+        symlink(outside.path(), tmp.path().join("link")).unwrap();
+        symlink(outside.path().join("secret"), tmp.path().join("file-link")).unwrap();
+        let b = Beneath::open(tmp.path()).unwrap();
+        // Positive control: the same names work as plain files and directories.
+        b.write_atomic("dir/secret", b"x", false).unwrap();
+        assert!(b.read("dir/secret", 10).unwrap().is_some());
+
+        assert!(matches!(b.read("link/secret", 10), Err(FsError::Symlink { .. })));
+        assert!(matches!(b.read("file-link", 10), Err(FsError::Symlink { .. })));
+        assert!(matches!(
+            b.write_atomic("link/secret", b"pwned", false),
+            Err(FsError::Symlink { .. })
+        ));
+        assert!(matches!(
+            b.write_atomic("file-link", b"pwned", false),
+            Err(FsError::Symlink { .. })
+        ));
+        assert!(matches!(b.remove_file("file-link"), Err(FsError::Symlink { .. })));
+        assert_eq!(std::fs::read(outside.path().join("secret")).unwrap(), b"secret");
+        assert_eq!(b.kind("file-link").unwrap(), Some(Kind::Symlink));
+        assert_eq!(
+            b.read_link("file-link").unwrap().unwrap(),
+            outside.path().join("secret").as_os_str().as_encoded_bytes()
+        );
+    }
+
+    #[test]
+    fn fifos_are_not_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        nix::unistd::mkfifo(&tmp.path().join("pipe"), Mode::from_bits_truncate(0o644)).unwrap();
+        let b = Beneath::open(tmp.path()).unwrap();
+        assert!(matches!(b.read("pipe", 10), Err(FsError::NotRegular { .. })));
+        assert_eq!(b.kind("pipe").unwrap(), Some(Kind::Other("fifo")));
+    }
+}

@@ -1,0 +1,16 @@
+//! The agent side of hunkwise.
+//!
+//! - [`beneath`]: file access confined beneath a directory, never through a symlink — used to
+//!   read the sandbox as data and to write the user's checkout.
+//! - [`store`]: the checkpoint store, a bare git repository only the hub writes (gix, in-process).
+//! - [`snapshot`]: a checkout or a sandbox captured into the store as a tree.
+//! - [`workspace`]: the [`Sandbox`](workspace::Sandbox) interface and its same-user implementation.
+//! - [`agent`]: command templates and agent processes (process groups, timeouts, cancellation).
+
+pub mod agent;
+pub mod beneath;
+pub mod snapshot;
+pub mod store;
+pub mod workspace;
+
+pub use gix::hash::ObjectId;

@@ -1,0 +1,328 @@
+//! The checkpoint store: a bare git repository in the hub's state directory, written only by the
+//! hub, in-process with gix (no git process, so nothing a repository configured can run).
+//!
+//! Trees are handled as flat maps `path -> Entry` because every consumer (snapshot, diff,
+//! materialize) thinks in paths; the nesting into git trees happens only at the store boundary.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use gix::hash::ObjectId;
+use gix::objs::tree::EntryKind;
+
+/// How a path is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    File,
+    Executable,
+    Symlink,
+}
+
+impl Mode {
+    fn kind(self) -> EntryKind {
+        match self {
+            Mode::File => EntryKind::Blob,
+            Mode::Executable => EntryKind::BlobExecutable,
+            Mode::Symlink => EntryKind::Link,
+        }
+    }
+
+    /// Git's octal notation, for diff headers ("100644").
+    pub fn octal(self) -> &'static str {
+        match self {
+            Mode::File => "100644",
+            Mode::Executable => "100755",
+            Mode::Symlink => "120000",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    pub mode: Mode,
+    pub oid: ObjectId,
+}
+
+/// A whole tree as `repository-relative path -> entry`, sorted by path.
+pub type FlatTree = BTreeMap<String, Entry>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("checkpoint store at {path}: {message}")]
+    Git { path: PathBuf, message: String },
+    #[error("checkpoint store at {path}: object {oid} is not a {expected}")]
+    WrongKind {
+        path: PathBuf,
+        oid: ObjectId,
+        expected: &'static str,
+    },
+}
+
+/// The hub's private object store.
+pub struct Store {
+    repo: gix::ThreadSafeRepository,
+    path: PathBuf,
+}
+
+const IDENTITY_NAME: &str = "hunkwise";
+const IDENTITY_EMAIL: &str = "hunkwise@localhost";
+
+impl Store {
+    /// Open the store at `path`, creating a bare repository there on first use.
+    pub fn open_or_init(path: &Path) -> Result<Self, StoreError> {
+        let err = |e: &dyn std::fmt::Display| StoreError::Git {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        };
+        let repo = if path.join("HEAD").exists() {
+            gix::open_opts(path, isolated_open_options()).map_err(|e| err(&e))?
+        } else {
+            std::fs::create_dir_all(path).map_err(|e| err(&e))?;
+            gix::init_bare(path).map_err(|e| err(&e))?;
+            gix::open_opts(path, isolated_open_options()).map_err(|e| err(&e))?
+        };
+        Ok(Self {
+            repo: repo.into_sync(),
+            path: path.to_path_buf(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn err(&self, e: impl std::fmt::Display) -> StoreError {
+        StoreError::Git {
+            path: self.path.clone(),
+            message: e.to_string(),
+        }
+    }
+
+    fn local(&self) -> gix::Repository {
+        self.repo.to_thread_local()
+    }
+
+    pub fn write_blob(&self, bytes: &[u8]) -> Result<ObjectId, StoreError> {
+        let repo = self.local();
+        let id = repo.write_blob(bytes).map_err(|e| self.err(e))?;
+        Ok(id.detach())
+    }
+
+    pub fn read_blob(&self, oid: ObjectId) -> Result<Vec<u8>, StoreError> {
+        let repo = self.local();
+        let obj = repo.find_object(oid).map_err(|e| self.err(e))?;
+        if obj.kind != gix::objs::Kind::Blob {
+            return Err(StoreError::WrongKind {
+                path: self.path.clone(),
+                oid,
+                expected: "blob",
+            });
+        }
+        Ok(obj.detach().data)
+    }
+
+    /// Write a flat tree as nested git trees; returns the root tree id.
+    pub fn write_tree(&self, tree: &FlatTree) -> Result<ObjectId, StoreError> {
+        let repo = self.local();
+        let mut editor = repo
+            .edit_tree(ObjectId::empty_tree(repo.object_hash()))
+            .map_err(|e| self.err(e))?;
+        for (path, entry) in tree {
+            editor
+                .upsert(path.as_str(), entry.mode.kind(), entry.oid)
+                .map_err(|e| self.err(format!("{path}: {e}")))?;
+        }
+        let id = editor.write().map_err(|e| self.err(e))?;
+        Ok(id.detach())
+    }
+
+    /// Read a tree (by tree or commit id) back into a flat map. Submodule entries are skipped:
+    /// hunkwise does not review them.
+    pub fn read_tree(&self, id: ObjectId) -> Result<FlatTree, StoreError> {
+        let repo = self.local();
+        let tree_id = self.tree_of(&repo, id)?;
+        let mut out = FlatTree::new();
+        self.walk(&repo, tree_id, String::new(), &mut out)?;
+        Ok(out)
+    }
+
+    fn tree_of(&self, repo: &gix::Repository, id: ObjectId) -> Result<ObjectId, StoreError> {
+        let obj = repo.find_object(id).map_err(|e| self.err(e))?;
+        match obj.kind {
+            gix::objs::Kind::Tree => Ok(id),
+            gix::objs::Kind::Commit => {
+                let commit = obj.into_commit();
+                Ok(commit.tree_id().map_err(|e| self.err(e))?.detach())
+            }
+            _ => Err(StoreError::WrongKind {
+                path: self.path.clone(),
+                oid: id,
+                expected: "tree or commit",
+            }),
+        }
+    }
+
+    fn walk(
+        &self,
+        repo: &gix::Repository,
+        tree_id: ObjectId,
+        prefix: String,
+        out: &mut FlatTree,
+    ) -> Result<(), StoreError> {
+        let tree = repo.find_tree(tree_id).map_err(|e| self.err(e))?;
+        let decoded = tree.decode().map_err(|e| self.err(e))?;
+        for entry in &decoded.entries {
+            let name = String::from_utf8_lossy(entry.filename);
+            let path = if prefix.is_empty() {
+                name.into_owned()
+            } else {
+                format!("{prefix}/{name}")
+            };
+            let oid = entry.oid.to_owned();
+            match EntryKind::from(entry.mode) {
+                EntryKind::Tree => self.walk(repo, oid, path, out)?,
+                EntryKind::Blob => {
+                    out.insert(path, Entry { mode: Mode::File, oid });
+                }
+                EntryKind::BlobExecutable => {
+                    out.insert(
+                        path,
+                        Entry {
+                            mode: Mode::Executable,
+                            oid,
+                        },
+                    );
+                }
+                EntryKind::Link => {
+                    out.insert(
+                        path,
+                        Entry {
+                            mode: Mode::Symlink,
+                            oid,
+                        },
+                    );
+                }
+                EntryKind::Commit => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Record a commit. Author and committer are hunkwise itself at the current time.
+    pub fn commit(
+        &self,
+        tree: ObjectId,
+        parents: &[ObjectId],
+        message: &str,
+    ) -> Result<ObjectId, StoreError> {
+        let repo = self.local();
+        let seconds = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        let sig = gix::actor::Signature {
+            name: IDENTITY_NAME.into(),
+            email: IDENTITY_EMAIL.into(),
+            time: gix::date::Time::new(seconds, 0),
+        };
+        let commit = gix::objs::Commit {
+            tree,
+            parents: parents.iter().copied().collect(),
+            author: sig.clone(),
+            committer: sig,
+            encoding: None,
+            message: message.into(),
+            extra_headers: Vec::new(),
+        };
+        let id = repo.write_object(&commit).map_err(|e| self.err(e))?;
+        Ok(id.detach())
+    }
+
+    /// The tree of a commit.
+    pub fn commit_tree(&self, commit: ObjectId) -> Result<ObjectId, StoreError> {
+        let repo = self.local();
+        self.tree_of(&repo, commit)
+    }
+
+    /// Point `name` (a full ref name such as `refs/hunkwise/runs/<id>/base`) at `oid`, so the
+    /// object stays reachable and `git log` in the store shows it.
+    pub fn set_ref(&self, name: &str, oid: ObjectId) -> Result<(), StoreError> {
+        let repo = self.local();
+        repo.reference(
+            name,
+            oid,
+            gix::refs::transaction::PreviousValue::Any,
+            "hunkwise",
+        )
+        .map_err(|e| self.err(format!("{name}: {e}")))?;
+        Ok(())
+    }
+
+    pub fn has_object(&self, oid: ObjectId) -> bool {
+        self.local().has_object(oid)
+    }
+}
+
+/// Open options that read no global or system git configuration and run nothing: the store's
+/// behaviour must not depend on whoever's ~/.gitconfig happens to be around.
+pub(crate) fn isolated_open_options() -> gix::open::Options {
+    gix::open::Options::isolated()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flat_tree_roundtrip_and_commit() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store.git")).unwrap();
+        let a = store.write_blob(b"a\n").unwrap();
+        let b = store.write_blob(b"#!/bin/sh\n").unwrap();
+        let mut tree = FlatTree::new();
+        tree.insert("a.txt".into(), Entry { mode: Mode::File, oid: a });
+        tree.insert(
+            "bin/run".into(),
+            Entry {
+                mode: Mode::Executable,
+                oid: b,
+            },
+        );
+        tree.insert(
+            "bin/link".into(),
+            Entry {
+                mode: Mode::Symlink,
+                oid: a,
+            },
+        );
+        tree.insert("a/b/c/d.txt".into(), Entry { mode: Mode::File, oid: b });
+        let tree_id = store.write_tree(&tree).unwrap();
+        let commit = store.commit(tree_id, &[], "base").unwrap();
+        store.set_ref("refs/hunkwise/runs/x/base", commit).unwrap();
+        assert_eq!(store.read_tree(commit).unwrap(), tree);
+        assert_eq!(store.read_tree(tree_id).unwrap(), tree);
+        assert_eq!(store.read_blob(a).unwrap(), b"a\n");
+        assert_eq!(store.commit_tree(commit).unwrap(), tree_id);
+
+        // Compare with git itself: the store is a valid repository with the same tree.
+        let out = std::process::Command::new("git")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .arg("--git-dir")
+            .arg(store.path())
+            .args(["ls-tree", "-r", "--format=%(objectmode) %(path)", "refs/hunkwise/runs/x/base"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            String::from_utf8(out.stdout).unwrap(),
+            "100644 a.txt\n100644 a/b/c/d.txt\n100644 bin/link\n100755 bin/run\n"
+                .replace("100644 bin/link", "120000 bin/link")
+        );
+        // Reopening finds the same objects.
+        drop(store);
+        let store = Store::open_or_init(&tmp.path().join("store.git")).unwrap();
+        assert!(store.has_object(commit));
+    }
+}

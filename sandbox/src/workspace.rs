@@ -1,0 +1,183 @@
+//! The sandbox clone: the directory an agent works in.
+//!
+//! Every agent-facing operation goes through [`Sandbox`], so the isolation mode can change (the
+//! same OS user today, a dedicated sandbox user next) without the hub noticing.
+
+use std::path::{Path, PathBuf};
+
+use crate::beneath::{Beneath, FsError};
+use crate::snapshot::{snapshot_sandbox, walk_not_ignored, Snapshot, SnapshotError};
+use crate::store::{FlatTree, Mode, Store, StoreError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("preparing sandbox {dir}: {source}")]
+    Fs {
+        dir: PathBuf,
+        #[source]
+        source: FsError,
+    },
+    #[error("preparing sandbox {dir}: {source}")]
+    Io {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
+}
+
+/// Where and as whom an agent runs.
+pub trait Sandbox: Send + Sync + std::fmt::Debug {
+    /// The directory the agent sees as its repository root.
+    fn workdir(&self) -> &Path;
+    /// Make the sandbox hold exactly `base` (every file that is not ignored), keeping ignored
+    /// files such as build caches so the agent's builds stay incremental.
+    fn prepare(&self, store: &Store, base: &FlatTree) -> Result<(), SandboxError>;
+    /// Read the sandbox as data into the store.
+    fn snapshot(&self, store: &Store, base: &FlatTree, cap: u64) -> Result<Snapshot, SandboxError>;
+    /// A command that runs `argv` inside the sandbox with exactly `env` as its environment.
+    fn command(&self, argv: &[String], env: &[(String, String)]) -> tokio::process::Command;
+    /// A short name for logs and status lines ("same-user", "user:hunkwise-agent").
+    fn isolation(&self) -> &'static str;
+}
+
+/// Isolation `none`: the agent runs as the hub's own user in a separate directory. Good for
+/// development; it keeps the agent out of the checkout only by convention.
+#[derive(Debug)]
+pub struct LocalSandbox {
+    dir: PathBuf,
+}
+
+impl LocalSandbox {
+    pub fn new(dir: PathBuf) -> Self {
+        Self { dir }
+    }
+
+    fn fs_err(&self, source: FsError) -> SandboxError {
+        SandboxError::Fs {
+            dir: self.dir.clone(),
+            source,
+        }
+    }
+
+    fn sync_to(&self, store: &Store, base: &FlatTree) -> Result<(), SandboxError> {
+        std::fs::create_dir_all(&self.dir).map_err(|source| SandboxError::Io {
+            dir: self.dir.clone(),
+            source,
+        })?;
+        let root = Beneath::open(&self.dir).map_err(|e| self.fs_err(e))?;
+        // What is there now (not ignored), so leftovers of an earlier run disappear.
+        let current = walk_not_ignored(&self.dir, false);
+        for path in current.iter().filter(|p| !base.contains_key(*p)) {
+            root.remove_entry(path).map_err(|e| self.fs_err(e))?;
+        }
+        for (path, entry) in base {
+            let bytes = store.read_blob(entry.oid)?;
+            match entry.mode {
+                Mode::Symlink => root.symlink(path, &bytes).map_err(|e| self.fs_err(e))?,
+                Mode::File | Mode::Executable => {
+                    let exec = entry.mode == Mode::Executable;
+                    let same = matches!(
+                        root.read(path, u64::MAX),
+                        Ok(Some((ref cur, cur_exec))) if *cur == bytes && cur_exec == exec
+                    );
+                    if !same {
+                        if matches!(root.kind(path), Ok(Some(crate::beneath::Kind::Symlink))) {
+                            root.remove_entry(path).map_err(|e| self.fs_err(e))?;
+                        }
+                        root.write_atomic(path, &bytes, exec)
+                            .map_err(|e| self.fs_err(e))?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Sandbox for LocalSandbox {
+    fn workdir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn prepare(&self, store: &Store, base: &FlatTree) -> Result<(), SandboxError> {
+        match self.sync_to(store, base) {
+            Ok(()) => Ok(()),
+            Err(first) => {
+                // The agent may have left shapes an in-place sync cannot fix (a directory where
+                // the base has a file): start from an empty directory instead.
+                tracing::warn!(error = %first, dir = %self.dir.display(), "resetting sandbox from scratch");
+                if self.dir.exists() {
+                    std::fs::remove_dir_all(&self.dir).map_err(|source| SandboxError::Io {
+                        dir: self.dir.clone(),
+                        source,
+                    })?;
+                }
+                self.sync_to(store, base)
+            }
+        }
+    }
+
+    fn snapshot(&self, store: &Store, base: &FlatTree, cap: u64) -> Result<Snapshot, SandboxError> {
+        Ok(snapshot_sandbox(&self.dir, base, store, cap)?)
+    }
+
+    fn command(&self, argv: &[String], env: &[(String, String)]) -> tokio::process::Command {
+        let mut cmd = tokio::process::Command::new(&argv[0]);
+        cmd.args(&argv[1..])
+            .current_dir(&self.dir)
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (k, v)));
+        cmd
+    }
+
+    fn isolation(&self) -> &'static str {
+        "none (same user)"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Entry;
+
+    #[test]
+    fn prepare_brings_sandbox_to_exactly_the_base() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let mut base = FlatTree::new();
+        let a = store.write_blob(b"a\n").unwrap();
+        base.insert("a.txt".into(), Entry { mode: Mode::File, oid: a });
+        base.insert(
+            ".gitignore".into(),
+            Entry {
+                mode: Mode::File,
+                oid: store.write_blob(b"target/\n").unwrap(),
+            },
+        );
+        base.insert(
+            "bin/x".into(),
+            Entry {
+                mode: Mode::Executable,
+                oid: a,
+            },
+        );
+        let sb = LocalSandbox::new(tmp.path().join("sb"));
+        sb.prepare(&store, &base).unwrap();
+        // An agent run leaves things behind.
+        std::fs::write(sb.workdir().join("a.txt"), "changed\n").unwrap();
+        std::fs::write(sb.workdir().join("stray.txt"), "x\n").unwrap();
+        std::fs::create_dir(sb.workdir().join("target")).unwrap();
+        std::fs::write(sb.workdir().join("target/cache"), "keep\n").unwrap();
+        std::fs::remove_file(sb.workdir().join("bin/x")).unwrap();
+        sb.prepare(&store, &base).unwrap();
+        assert_eq!(std::fs::read(sb.workdir().join("a.txt")).unwrap(), b"a\n");
+        assert!(!sb.workdir().join("stray.txt").exists());
+        assert!(sb.workdir().join("target/cache").exists(), "ignored caches survive");
+        let snap = sb.snapshot(&store, &base, u64::MAX).unwrap();
+        assert_eq!(snap.tree, base);
+    }
+}
