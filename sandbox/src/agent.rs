@@ -139,8 +139,14 @@ pub async fn run(
     let stderr = child.stderr.take();
     let (tx, mut rx) = tokio::sync::mpsc::channel::<(Stream, String)>(256);
     for (stream, pipe) in [
-        (Stream::Stdout, stdout.map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Send + Unpin>)),
-        (Stream::Stderr, stderr.map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Send + Unpin>)),
+        (
+            Stream::Stdout,
+            stdout.map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
+        ),
+        (
+            Stream::Stderr,
+            stderr.map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
+        ),
     ] {
         if let Some(pipe) = pipe {
             let tx = tx.clone();
@@ -208,7 +214,11 @@ pub async fn run(
     // Drain what the readers still hold (bounded: the pipes close once the group is dead).
     let drain = async {
         while let Some((stream, line)) = rx.recv().await {
-            let tail = if stream == Stream::Stderr { &mut stderr_tail } else { &mut stdout_tail };
+            let tail = if stream == Stream::Stderr {
+                &mut stderr_tail
+            } else {
+                &mut stdout_tail
+            };
             tail.push_back(line.clone());
             if tail.len() > TAIL_LINES {
                 tail.pop_front();
@@ -255,7 +265,9 @@ async fn kill_group(pgid: Option<nix::unistd::Pid>) {
 /// API keys, `SSH_AUTH_SOCK`, `GIT_*` — is dropped; `extra` names are passed on only when the
 /// user configured them.
 pub fn scrubbed_env(extra: &[String]) -> Vec<(String, String)> {
-    const ALLOW: &[&str] = &["PATH", "HOME", "LANG", "LANGUAGE", "TERM", "TZ", "USER", "LOGNAME", "TMPDIR"];
+    const ALLOW: &[&str] = &[
+        "PATH", "HOME", "LANG", "LANGUAGE", "TERM", "TZ", "USER", "LOGNAME", "TMPDIR",
+    ];
     std::env::vars()
         .filter(|(k, _)| {
             ALLOW.contains(&k.as_str()) || k.starts_with("LC_") || extra.iter().any(|e| e == k)
@@ -269,8 +281,20 @@ mod tests {
 
     #[test]
     fn prompt_is_one_argument() {
-        let argv = build_argv("aider --yes-always --message {prompt}", "fix it; rm -rf / \"x\"").unwrap();
-        assert_eq!(argv, vec!["aider", "--yes-always", "--message", "fix it; rm -rf / \"x\""]);
+        let argv = build_argv(
+            "aider --yes-always --message {prompt}",
+            "fix it; rm -rf / \"x\"",
+        )
+        .unwrap();
+        assert_eq!(
+            argv,
+            vec![
+                "aider",
+                "--yes-always",
+                "--message",
+                "fix it; rm -rf / \"x\""
+            ]
+        );
         let argv = build_argv("tool --msg={prompt}", "a b").unwrap();
         assert_eq!(argv, vec!["tool", "--msg=a b"]);
     }
@@ -290,8 +314,14 @@ mod tests {
 
     #[test]
     fn bad_templates_are_clear_errors() {
-        assert!(matches!(build_argv("  ", "p"), Err(TemplateError::Empty(_))));
-        assert!(matches!(build_argv("sh -c 'unterminated", "p"), Err(TemplateError::Syntax { .. })));
+        assert!(matches!(
+            build_argv("  ", "p"),
+            Err(TemplateError::Empty(_))
+        ));
+        assert!(matches!(
+            build_argv("sh -c 'unterminated", "p"),
+            Err(TemplateError::Syntax { .. })
+        ));
     }
 
     #[test]
@@ -300,7 +330,9 @@ mod tests {
         std::env::set_var("GIT_HUNKWISE_PROBE", "1");
         let env = scrubbed_env(&[]);
         assert!(env.iter().any(|(k, _)| k == "PATH"), "positive control");
-        assert!(!env.iter().any(|(k, _)| k == "HUNKWISE_PROBE_API_KEY" || k.starts_with("GIT_")));
+        assert!(!env
+            .iter()
+            .any(|(k, _)| k == "HUNKWISE_PROBE_API_KEY" || k.starts_with("GIT_")));
         let env = scrubbed_env(&["HUNKWISE_PROBE_API_KEY".to_string()]);
         assert!(env.iter().any(|(k, _)| k == "HUNKWISE_PROBE_API_KEY"));
     }
@@ -310,16 +342,28 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let sb = crate::workspace::LocalSandbox::new(tmp.path().to_path_buf());
         let pidfile = tmp.path().join("bg.pid");
-        let script = format!("sleep 30 & echo $! > {}; echo started; wait", pidfile.display());
+        let script = format!(
+            "sleep 30 & echo $! > {}; echo started; wait",
+            pidfile.display()
+        );
         let argv = vec!["sh".to_string(), "-c".to_string(), script];
         let mut lines = Vec::new();
-        let out = run(&sb, &argv, &scrubbed_env(&[]), Duration::from_millis(500), CancellationToken::new(), |_, l| {
-            lines.push(l.to_string())
-        })
+        let out = run(
+            &sb,
+            &argv,
+            &scrubbed_env(&[]),
+            Duration::from_millis(500),
+            CancellationToken::new(),
+            |_, l| lines.push(l.to_string()),
+        )
         .await;
         assert_eq!(out.exit, Exit::TimedOut);
         assert_eq!(lines, vec!["started"]);
-        let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+        let pid: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
         // The background sleep was in the group, so it is gone (reaped by init or a zombie).
         let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
             && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -333,11 +377,27 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let sb = crate::workspace::LocalSandbox::new(tmp.path().to_path_buf());
         let argv = vec!["sh".into(), "-c".into(), "echo oops >&2; exit 3".into()];
-        let out = run(&sb, &argv, &[], Duration::from_secs(10), CancellationToken::new(), |_, _| {}).await;
+        let out = run(
+            &sb,
+            &argv,
+            &[],
+            Duration::from_secs(10),
+            CancellationToken::new(),
+            |_, _| {},
+        )
+        .await;
         assert_eq!(out.exit, Exit::Code(3));
         assert_eq!(out.stderr_tail, "oops");
         let argv = vec!["/nonexistent/agent".into()];
-        let out = run(&sb, &argv, &[], Duration::from_secs(10), CancellationToken::new(), |_, _| {}).await;
+        let out = run(
+            &sb,
+            &argv,
+            &[],
+            Duration::from_secs(10),
+            CancellationToken::new(),
+            |_, _| {},
+        )
+        .await;
         assert!(matches!(out.exit, Exit::SpawnFailed(_)));
     }
 }

@@ -65,7 +65,9 @@ pub fn components(path: &str) -> Result<Vec<&str>, PathError> {
 pub enum FsError {
     #[error(transparent)]
     Path(#[from] PathError),
-    #[error("{path}: a path component is a symlink or not a directory; hunkwise never follows symlinks")]
+    #[error(
+        "{path}: a path component is a symlink or not a directory; hunkwise never follows symlinks"
+    )]
     Symlink { path: String },
     #[error("{path}: not a regular file ({what}); only regular files are read or written")]
     NotRegular { path: String, what: &'static str },
@@ -91,18 +93,27 @@ impl FsError {
 /// What is at a path, without following a symlink there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Kind {
-    File { executable: bool, size: u64 },
+    File {
+        executable: bool,
+        size: u64,
+    },
     Symlink,
     Dir,
     /// FIFOs, sockets, devices: never read, never written.
     Other(&'static str),
 }
 
+/// `st_mode` is u32 on Linux and u16 on macOS.
+#[allow(clippy::unnecessary_cast)]
+fn mode_bits(st: &nix::sys::stat::FileStat) -> u32 {
+    st.st_mode as u32
+}
+
 fn kind_of(st: &nix::sys::stat::FileStat) -> Kind {
     let fmt = SFlag::from_bits_truncate(st.st_mode as _) & SFlag::S_IFMT;
     if fmt == SFlag::S_IFREG {
         Kind::File {
-            executable: st.st_mode as u32 & 0o100 != 0,
+            executable: mode_bits(st) & 0o100 != 0,
             size: st.st_size as u64,
         }
     } else if fmt == SFlag::S_IFLNK {
@@ -158,18 +169,19 @@ impl Beneath {
         parts: &[&str],
         create: bool,
     ) -> Result<Option<OwnedFd>, FsError> {
-        let mut dir = self
-            .root
-            .try_clone()
-            .map_err(|e| FsError::Io {
-                path: path.to_string(),
-                source: e,
-            })?;
+        let mut dir = self.root.try_clone().map_err(|e| FsError::Io {
+            path: path.to_string(),
+            source: e,
+        })?;
         for part in &parts[..parts.len().saturating_sub(1)] {
             let next = match nix::fcntl::openat(dir.as_fd(), *part, DIR_FLAGS, Mode::empty()) {
                 Ok(fd) => fd,
                 Err(Errno::ENOENT) if create => {
-                    match nix::sys::stat::mkdirat(dir.as_fd(), *part, Mode::from_bits_truncate(0o755)) {
+                    match nix::sys::stat::mkdirat(
+                        dir.as_fd(),
+                        *part,
+                        Mode::from_bits_truncate(0o755),
+                    ) {
                         Ok(()) | Err(Errno::EEXIST) => {}
                         Err(e) => return Err(FsError::io(path, e)),
                     }
@@ -318,11 +330,7 @@ impl Beneath {
         let fd = nix::fcntl::openat(
             dir.as_fd(),
             tmp.as_str(),
-            OFlag::O_WRONLY
-                | OFlag::O_CREAT
-                | OFlag::O_EXCL
-                | OFlag::O_NOFOLLOW
-                | OFlag::O_CLOEXEC,
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
             Mode::from_bits_truncate(0o600),
         )
         .map_err(|e| FsError::io(path, e))?;
@@ -386,7 +394,8 @@ impl Beneath {
             let Some(parent) = self.parent_dir(path, &parts[..depth], false)? else {
                 break;
             };
-            match nix::unistd::unlinkat(parent.as_fd(), parts[depth - 1], UnlinkatFlags::RemoveDir) {
+            match nix::unistd::unlinkat(parent.as_fd(), parts[depth - 1], UnlinkatFlags::RemoveDir)
+            {
                 Ok(()) => {
                     let _ = nix::unistd::fsync(parent.as_fd());
                 }
@@ -404,8 +413,12 @@ impl Beneath {
                 let dir = self
                     .parent_dir(path, &parts, false)?
                     .ok_or_else(|| FsError::io(path, Errno::ENOENT))?;
-                nix::unistd::unlinkat(dir.as_fd(), parts[parts.len() - 1], UnlinkatFlags::NoRemoveDir)
-                    .map_err(|e| FsError::io(path, e))
+                nix::unistd::unlinkat(
+                    dir.as_fd(),
+                    parts[parts.len() - 1],
+                    UnlinkatFlags::NoRemoveDir,
+                )
+                .map_err(|e| FsError::io(path, e))
             }
             Some(Kind::File { .. }) => self.remove_file(path),
             Some(Kind::Dir) => Err(FsError::NotRegular {
@@ -456,7 +469,7 @@ impl Beneath {
                 what: "not a file",
             });
         }
-        let mode = st.st_mode as u32 & 0o7777;
+        let mode = mode_bits(&st) & 0o7777;
         let mode = if executable {
             mode | ((mode & 0o444) >> 2)
         } else {
@@ -501,12 +514,24 @@ mod tests {
     fn components_refuse_hostile_paths() {
         assert!(components("src/a.rs").is_ok());
         assert_eq!(components(""), Err(PathError::Empty));
-        assert!(matches!(components("/etc/passwd"), Err(PathError::Absolute(_))));
-        assert!(matches!(components("a/../../x"), Err(PathError::Traversal(_))));
+        assert!(matches!(
+            components("/etc/passwd"),
+            Err(PathError::Absolute(_))
+        ));
+        assert!(matches!(
+            components("a/../../x"),
+            Err(PathError::Traversal(_))
+        ));
         assert!(matches!(components("a//b"), Err(PathError::Traversal(_))));
         assert!(matches!(components("./a"), Err(PathError::Traversal(_))));
-        assert!(matches!(components(".git/config"), Err(PathError::GitDir(_))));
-        assert!(matches!(components("sub/.GIT/hooks/x"), Err(PathError::GitDir(_))));
+        assert!(matches!(
+            components(".git/config"),
+            Err(PathError::GitDir(_))
+        ));
+        assert!(matches!(
+            components("sub/.GIT/hooks/x"),
+            Err(PathError::GitDir(_))
+        ));
         assert!(matches!(components(".git./x"), Err(PathError::GitDir(_))));
         assert!(matches!(components("a\0b"), Err(PathError::Nul(_))));
         // Positive control: names that merely contain ".git" are fine.
@@ -528,7 +553,10 @@ mod tests {
             b.read("a/b/c.txt", 100).unwrap(),
             Some((b"bye\n".to_vec(), true))
         );
-        assert!(matches!(b.read("a/b/c.txt", 2), Err(FsError::TooLarge { .. })));
+        assert!(matches!(
+            b.read("a/b/c.txt", 2),
+            Err(FsError::TooLarge { .. })
+        ));
         b.remove_file("a/b/c.txt").unwrap();
         assert!(!tmp.path().join("a").exists(), "empty parents are pruned");
         assert_eq!(b.read("a/b/c.txt", 100).unwrap(), None);
@@ -546,8 +574,14 @@ mod tests {
         b.write_atomic("dir/secret", b"x", false).unwrap();
         assert!(b.read("dir/secret", 10).unwrap().is_some());
 
-        assert!(matches!(b.read("link/secret", 10), Err(FsError::Symlink { .. })));
-        assert!(matches!(b.read("file-link", 10), Err(FsError::Symlink { .. })));
+        assert!(matches!(
+            b.read("link/secret", 10),
+            Err(FsError::Symlink { .. })
+        ));
+        assert!(matches!(
+            b.read("file-link", 10),
+            Err(FsError::Symlink { .. })
+        ));
         assert!(matches!(
             b.write_atomic("link/secret", b"pwned", false),
             Err(FsError::Symlink { .. })
@@ -556,8 +590,14 @@ mod tests {
             b.write_atomic("file-link", b"pwned", false),
             Err(FsError::Symlink { .. })
         ));
-        assert!(matches!(b.remove_file("file-link"), Err(FsError::Symlink { .. })));
-        assert_eq!(std::fs::read(outside.path().join("secret")).unwrap(), b"secret");
+        assert!(matches!(
+            b.remove_file("file-link"),
+            Err(FsError::Symlink { .. })
+        ));
+        assert_eq!(
+            std::fs::read(outside.path().join("secret")).unwrap(),
+            b"secret"
+        );
         assert_eq!(b.kind("file-link").unwrap(), Some(Kind::Symlink));
         assert_eq!(
             b.read_link("file-link").unwrap().unwrap(),
@@ -570,7 +610,10 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         nix::unistd::mkfifo(&tmp.path().join("pipe"), Mode::from_bits_truncate(0o644)).unwrap();
         let b = Beneath::open(tmp.path()).unwrap();
-        assert!(matches!(b.read("pipe", 10), Err(FsError::NotRegular { .. })));
+        assert!(matches!(
+            b.read("pipe", 10),
+            Err(FsError::NotRegular { .. })
+        ));
         assert_eq!(b.kind("pipe").unwrap(), Some(Kind::Other("fifo")));
     }
 }

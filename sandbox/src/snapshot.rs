@@ -33,7 +33,9 @@ pub struct Snapshot {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
-    #[error("{path} is not inside a git repository (run hunkwise in a git repository or pass --repo)")]
+    #[error(
+        "{path} is not inside a git repository (run hunkwise in a git repository or pass --repo)"
+    )]
     NotARepo { path: String },
     #[error("reading the git index of {path}: {message}")]
     Index { path: String, message: String },
@@ -133,7 +135,11 @@ fn capture(
 }
 
 /// Snapshot the user's checkout as the user sees it (see module docs).
-pub fn snapshot_checkout(repo_root: &Path, store: &Store, cap: u64) -> Result<Snapshot, SnapshotError> {
+pub fn snapshot_checkout(
+    repo_root: &Path,
+    store: &Store,
+    cap: u64,
+) -> Result<Snapshot, SnapshotError> {
     let repo = gix::open_opts(repo_root, gix::open::Options::isolated()).map_err(|_| {
         SnapshotError::NotARepo {
             path: repo_root.display().to_string(),
@@ -160,7 +166,12 @@ pub fn snapshot_checkout(repo_root: &Path, store: &Store, cap: u64) -> Result<Sn
 
 /// Snapshot a sandbox directory: `base` paths (tracked by construction) plus untracked files not
 /// ignored by the tree's own .gitignore files.
-pub fn snapshot_sandbox(dir: &Path, base: &FlatTree, store: &Store, cap: u64) -> Result<Snapshot, SnapshotError> {
+pub fn snapshot_sandbox(
+    dir: &Path,
+    base: &FlatTree,
+    store: &Store,
+    cap: u64,
+) -> Result<Snapshot, SnapshotError> {
     let mut candidates = walk_not_ignored(dir, false);
     candidates.extend(base.keys().cloned());
     let root = Beneath::open(dir)?;
@@ -209,7 +220,18 @@ mod tests {
         git(&repo, &["add", "."]);
         git(&repo, &["add", "-f", "forced.txt"]);
         std::fs::write(repo.join(".gitignore"), "ignored.txt\nbuild/\nforced.txt\n").unwrap();
-        git(&repo, &["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"]);
+        git(
+            &repo,
+            &[
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "commit",
+                "-qm",
+                "init",
+            ],
+        );
         std::fs::write(repo.join("tracked.txt"), "edited, uncommitted\n").unwrap();
         std::fs::remove_file(repo.join("deleted.txt")).unwrap();
         std::fs::write(repo.join("untracked.txt"), "new\n").unwrap();
@@ -217,16 +239,35 @@ mod tests {
         std::fs::create_dir(repo.join("build")).unwrap();
         std::fs::write(repo.join("build/out"), "artifact\n").unwrap();
         symlink("tracked.txt", repo.join("link")).unwrap();
-        nix::unistd::mkfifo(&repo.join("fifo"), nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+        nix::unistd::mkfifo(
+            &repo.join("fifo"),
+            nix::sys::stat::Mode::from_bits_truncate(0o644),
+        )
+        .unwrap();
 
         let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
         let snap = snapshot_checkout(&repo, &store, DEFAULT_FILE_CAP).unwrap();
         let paths: Vec<&str> = snap.tree.keys().map(|s| s.as_str()).collect();
-        assert_eq!(paths, vec![".gitignore", "forced.txt", "link", "tracked.txt", "untracked.txt"]);
+        assert_eq!(
+            paths,
+            vec![
+                ".gitignore",
+                "forced.txt",
+                "link",
+                "tracked.txt",
+                "untracked.txt"
+            ]
+        );
         let tracked = &snap.tree["tracked.txt"];
-        assert_eq!(store.read_blob(tracked.oid).unwrap(), b"edited, uncommitted\n");
+        assert_eq!(
+            store.read_blob(tracked.oid).unwrap(),
+            b"edited, uncommitted\n"
+        );
         assert_eq!(snap.tree["link"].mode, Mode::Symlink);
-        assert_eq!(store.read_blob(snap.tree["link"].oid).unwrap(), b"tracked.txt");
+        assert_eq!(
+            store.read_blob(snap.tree["link"].oid).unwrap(),
+            b"tracked.txt"
+        );
         assert_eq!(snap.skipped.len(), 1, "{:?}", snap.skipped);
         assert_eq!(snap.skipped[0].path, "fifo");
     }

@@ -183,7 +183,13 @@ impl Store {
             match EntryKind::from(entry.mode) {
                 EntryKind::Tree => self.walk(repo, oid, path, out)?,
                 EntryKind::Blob => {
-                    out.insert(path, Entry { mode: Mode::File, oid });
+                    out.insert(
+                        path,
+                        Entry {
+                            mode: Mode::File,
+                            oid,
+                        },
+                    );
                 }
                 EntryKind::BlobExecutable => {
                     out.insert(
@@ -281,7 +287,13 @@ mod tests {
         let a = store.write_blob(b"a\n").unwrap();
         let b = store.write_blob(b"#!/bin/sh\n").unwrap();
         let mut tree = FlatTree::new();
-        tree.insert("a.txt".into(), Entry { mode: Mode::File, oid: a });
+        tree.insert(
+            "a.txt".into(),
+            Entry {
+                mode: Mode::File,
+                oid: a,
+            },
+        );
         tree.insert(
             "bin/run".into(),
             Entry {
@@ -296,7 +308,13 @@ mod tests {
                 oid: a,
             },
         );
-        tree.insert("a/b/c/d.txt".into(), Entry { mode: Mode::File, oid: b });
+        tree.insert(
+            "a/b/c/d.txt".into(),
+            Entry {
+                mode: Mode::File,
+                oid: b,
+            },
+        );
         let tree_id = store.write_tree(&tree).unwrap();
         let commit = store.commit(tree_id, &[], "base").unwrap();
         store.set_ref("refs/hunkwise/runs/x/base", commit).unwrap();
@@ -311,10 +329,19 @@ mod tests {
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .arg("--git-dir")
             .arg(store.path())
-            .args(["ls-tree", "-r", "--format=%(objectmode) %(path)", "refs/hunkwise/runs/x/base"])
+            .args([
+                "ls-tree",
+                "-r",
+                "--format=%(objectmode) %(path)",
+                "refs/hunkwise/runs/x/base",
+            ])
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         assert_eq!(
             String::from_utf8(out.stdout).unwrap(),
             "100644 a.txt\n100644 a/b/c/d.txt\n100644 bin/link\n100755 bin/run\n"

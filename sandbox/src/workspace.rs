@@ -150,7 +150,13 @@ mod tests {
         let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
         let mut base = FlatTree::new();
         let a = store.write_blob(b"a\n").unwrap();
-        base.insert("a.txt".into(), Entry { mode: Mode::File, oid: a });
+        base.insert(
+            "a.txt".into(),
+            Entry {
+                mode: Mode::File,
+                oid: a,
+            },
+        );
         base.insert(
             ".gitignore".into(),
             Entry {
@@ -176,7 +182,10 @@ mod tests {
         sb.prepare(&store, &base).unwrap();
         assert_eq!(std::fs::read(sb.workdir().join("a.txt")).unwrap(), b"a\n");
         assert!(!sb.workdir().join("stray.txt").exists());
-        assert!(sb.workdir().join("target/cache").exists(), "ignored caches survive");
+        assert!(
+            sb.workdir().join("target/cache").exists(),
+            "ignored caches survive"
+        );
         let snap = sb.snapshot(&store, &base, u64::MAX).unwrap();
         assert_eq!(snap.tree, base);
     }

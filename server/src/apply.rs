@@ -1,0 +1,482 @@
+//! Turning a decision on a hunk into verified file operations on the user's checkout.
+//!
+//! Planning is pure (current file state in, operations or a conflict out); executing the plan is
+//! the only I/O, and it goes through [`Beneath`], so every write is atomic, confined to the
+//! repository, outside `.git`, and never through a symlink. Each operation carries fingerprints
+//! of the file before and after, which is what crash recovery compares against.
+
+use hunkwise_patch::{apply_hunk, Hunk};
+use hunkwise_sandbox::beneath::{Beneath, FsError, Kind};
+use hunkwise_sandbox::store::{Mode, Store, StoreError};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::protocol::HunkKind;
+use crate::review::{oid, HunkRec, Side};
+
+/// Files larger than this in the checkout are not patched.
+pub const CHECKOUT_FILE_CAP: u64 = 256 * 1024 * 1024;
+
+/// What is at a path in the checkout right now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cur {
+    Absent,
+    File { bytes: Vec<u8>, exec: bool },
+    Link(Vec<u8>),
+    Other(String),
+}
+
+pub fn read_cur(root: &Beneath, path: &str) -> Result<Cur, FsError> {
+    match root.kind(path)? {
+        None => Ok(Cur::Absent),
+        Some(Kind::Symlink) => Ok(root.read_link(path)?.map(Cur::Link).unwrap_or(Cur::Absent)),
+        Some(Kind::Dir) => Ok(Cur::Other("a directory".into())),
+        Some(Kind::Other(what)) => Ok(Cur::Other(format!("a {what}"))),
+        Some(Kind::File { .. }) => Ok(match root.read(path, CHECKOUT_FILE_CAP)? {
+            Some((bytes, exec)) => Cur::File { bytes, exec },
+            None => Cur::Absent,
+        }),
+    }
+}
+
+/// A content fingerprint: enough to tell "before", "after" and "something else" apart.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Fp {
+    Absent,
+    File { sha256: String, exec: bool },
+    Link { sha256: String },
+    Other,
+}
+
+fn sha(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+impl Fp {
+    pub fn of(cur: &Cur) -> Fp {
+        match cur {
+            Cur::Absent => Fp::Absent,
+            Cur::File { bytes, exec } => Fp::File {
+                sha256: sha(bytes),
+                exec: *exec,
+            },
+            Cur::Link(t) => Fp::Link { sha256: sha(t) },
+            Cur::Other(_) => Fp::Other,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Op {
+    /// Write the blob `oid` (already in the store, so a crash can redo it).
+    Write {
+        oid: String,
+        exec: bool,
+    },
+    Symlink {
+        oid: String,
+    },
+    Remove,
+    SetExec {
+        exec: bool,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileOp {
+    pub path: String,
+    pub op: Op,
+    pub pre: Fp,
+    pub post: Fp,
+}
+
+/// Why a plan could not be made or carried out. `Conflict` is said in words the user can act on.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("{0}")]
+    Conflict(String),
+    #[error(transparent)]
+    Fs(#[from] FsError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+fn conflict<T>(msg: impl Into<String>) -> Result<T, PlanError> {
+    Err(PlanError::Conflict(msg.into()))
+}
+
+/// The plan for one decision.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    pub ops: Vec<FileOp>,
+    /// The hunk that ends up applied (for forward plans of line hunks).
+    pub applied: Option<Hunk>,
+}
+
+fn text_of<'a>(path: &str, cur: &'a Cur) -> Result<&'a str, PlanError> {
+    match cur {
+        Cur::File { bytes, .. } => std::str::from_utf8(bytes)
+            .or_else(|_| conflict(format!("{path} is no longer a UTF-8 text file"))),
+        Cur::Absent => conflict(format!("{path} no longer exists in your checkout")),
+        Cur::Link(_) => conflict(format!(
+            "{path} is now a symlink; hunkwise never writes through symlinks"
+        )),
+        Cur::Other(what) => conflict(format!("{path} is now {what}")),
+    }
+}
+
+struct Ctx<'a> {
+    root: &'a Beneath,
+    store: &'a Store,
+}
+
+impl Ctx<'_> {
+    fn cur(&self, path: &str) -> Result<Cur, PlanError> {
+        Ok(read_cur(self.root, path)?)
+    }
+
+    fn write(&self, path: &str, pre: &Cur, bytes: &[u8], exec: bool) -> Result<FileOp, PlanError> {
+        let oid = self.store.write_blob(bytes)?;
+        Ok(FileOp {
+            path: path.to_string(),
+            op: Op::Write {
+                oid: oid.to_string(),
+                exec,
+            },
+            pre: Fp::of(pre),
+            post: Fp::File {
+                sha256: sha(bytes),
+                exec,
+            },
+        })
+    }
+
+    fn remove(&self, path: &str, pre: &Cur) -> FileOp {
+        FileOp {
+            path: path.to_string(),
+            op: Op::Remove,
+            pre: Fp::of(pre),
+            post: Fp::Absent,
+        }
+    }
+
+    fn side_bytes(&self, side: &Side) -> Result<Vec<u8>, PlanError> {
+        let id = oid(&side.oid)
+            .ok_or_else(|| PlanError::Conflict(format!("corrupt object id {}", side.oid)))?;
+        Ok(self.store.read_blob(id)?)
+    }
+
+    /// Does the checkout hold exactly `side` at `path`?
+    fn matches(&self, cur: &Cur, side: Option<&Side>) -> Result<bool, PlanError> {
+        Ok(match (cur, side) {
+            (Cur::Absent, None) => true,
+            (Cur::File { bytes, exec }, Some(s)) if s.mode != Mode::Symlink => {
+                *exec == (s.mode == Mode::Executable) && *bytes == self.side_bytes(s)?
+            }
+            (Cur::Link(t), Some(s)) if s.mode == Mode::Symlink => *t == self.side_bytes(s)?,
+            _ => false,
+        })
+    }
+
+    /// Operations that put `side` at `path`, replacing `cur`.
+    fn put(&self, path: &str, cur: &Cur, side: Option<&Side>) -> Result<FileOp, PlanError> {
+        match side {
+            None => Ok(self.remove(path, cur)),
+            Some(s) if s.mode == Mode::Symlink => {
+                let target = self.side_bytes(s)?;
+                Ok(FileOp {
+                    path: path.to_string(),
+                    op: Op::Symlink { oid: s.oid.clone() },
+                    pre: Fp::of(cur),
+                    post: Fp::Link {
+                        sha256: sha(&target),
+                    },
+                })
+            }
+            Some(s) => {
+                let bytes = self.side_bytes(s)?;
+                self.write(path, cur, &bytes, s.mode == Mode::Executable)
+            }
+        }
+    }
+
+    /// Whole-entry change `from` -> `to` at `path`, verified against the checkout.
+    fn swap(
+        &self,
+        path: &str,
+        from: Option<&Side>,
+        to: Option<&Side>,
+        what: &str,
+    ) -> Result<FileOp, PlanError> {
+        let cur = self.cur(path)?;
+        if !self.matches(&cur, from)? {
+            return conflict(format!(
+                "{path} changed since the {what}; it no longer matches what the hunk expects"
+            ));
+        }
+        self.put(path, &cur, to)
+    }
+}
+
+/// Plan applying `hunk` (the agent's, or the user's modified version) for `rec`.
+/// `offset` is the line shift from this suggestion's already-applied hunks above it.
+pub fn plan_forward(
+    root: &Beneath,
+    store: &Store,
+    rec: &HunkRec,
+    hunk: Option<&Hunk>,
+    offset: isize,
+) -> Result<Plan, PlanError> {
+    let cx = Ctx { root, store };
+    let path = rec.file.as_str();
+    match rec.kind {
+        HunkKind::Modify => {
+            let Some(h) = hunk else {
+                return conflict("hunk has no diff");
+            };
+            let cur = cx.cur(path)?;
+            let text = text_of(path, &cur)?;
+            let h = adapt_endings(h, text);
+            let applied = apply_hunk(text, &h, offset)
+                .or_else(|e| conflict(format!("{path}: {e} (your copy changed since the run)")))?;
+            let exec = matches!(cur, Cur::File { exec: true, .. });
+            let op = cx.write(path, &cur, applied.text.as_bytes(), exec)?;
+            Ok(Plan {
+                ops: vec![op],
+                applied: Some(h),
+            })
+        }
+        HunkKind::Create => {
+            let cur = cx.cur(path)?;
+            if cur != Cur::Absent {
+                return conflict(format!("{path} already exists in your checkout"));
+            }
+            let content = match hunk {
+                Some(h) => {
+                    apply_hunk("", h, 0)
+                        .or_else(|e| conflict(format!("{path}: {e}")))?
+                        .text
+                }
+                None => String::new(),
+            };
+            let exec = rec
+                .new
+                .as_ref()
+                .map(|s| s.mode == Mode::Executable)
+                .unwrap_or(false);
+            let op = cx.write(path, &cur, content.as_bytes(), exec)?;
+            Ok(Plan {
+                ops: vec![op],
+                applied: hunk.cloned(),
+            })
+        }
+        HunkKind::Delete => {
+            let cur = cx.cur(path)?;
+            let text = text_of(path, &cur)?;
+            let Some(h) = hunk else {
+                return conflict("hunk has no diff");
+            };
+            let h = adapt_endings(h, text);
+            let result = apply_hunk(text, &h, 0)
+                .or_else(|e| conflict(format!("{path}: {e} (your copy changed since the run)")))?;
+            let op = if result.text.is_empty() && Some(&h) == rec.patch.as_ref() {
+                cx.remove(path, &cur)
+            } else {
+                let exec = matches!(cur, Cur::File { exec: true, .. });
+                cx.write(path, &cur, result.text.as_bytes(), exec)?
+            };
+            Ok(Plan {
+                ops: vec![op],
+                applied: Some(h),
+            })
+        }
+        HunkKind::Binary | HunkKind::Symlink => {
+            if hunk.is_some() && hunk != rec.patch.as_ref() {
+                return conflict(
+                    "binary files and symlinks can only be accepted or rejected whole",
+                );
+            }
+            let op = cx.swap(path, rec.old.as_ref(), rec.new.as_ref(), "run")?;
+            Ok(Plan {
+                ops: vec![op],
+                applied: rec.patch.clone(),
+            })
+        }
+        HunkKind::Rename => {
+            let from = rec.old_path.as_deref().unwrap_or_default();
+            let write = cx.swap(path, None, rec.new.as_ref(), "run")?;
+            let remove = cx.swap(from, rec.old.as_ref(), None, "run")?;
+            Ok(Plan {
+                ops: vec![write, remove],
+                applied: None,
+            })
+        }
+        HunkKind::Mode => mode_plan(&cx, rec, false),
+    }
+}
+
+fn mode_plan(cx: &Ctx, rec: &HunkRec, reverse: bool) -> Result<Plan, PlanError> {
+    let path = rec.file.as_str();
+    let exec_of = |s: &Option<Side>| {
+        s.as_ref()
+            .map(|s| s.mode == Mode::Executable)
+            .unwrap_or(false)
+    };
+    let (from, to) = if reverse {
+        (exec_of(&rec.new), exec_of(&rec.old))
+    } else {
+        (exec_of(&rec.old), exec_of(&rec.new))
+    };
+    let cur = cx.cur(path)?;
+    match &cur {
+        Cur::File { bytes, exec } if *exec == from => Ok(Plan {
+            ops: vec![FileOp {
+                path: path.to_string(),
+                op: Op::SetExec { exec: to },
+                pre: Fp::of(&cur),
+                post: Fp::File {
+                    sha256: sha(bytes),
+                    exec: to,
+                },
+            }],
+            applied: None,
+        }),
+        Cur::File { .. } => conflict(format!("{path}: its executable bit changed since the run")),
+        _ => conflict(format!("{path} is no longer a regular file")),
+    }
+}
+
+/// Plan undoing an applied hunk (reverse-apply what was applied).
+pub fn plan_reverse(
+    root: &Beneath,
+    store: &Store,
+    rec: &HunkRec,
+    offset: isize,
+) -> Result<Plan, PlanError> {
+    let cx = Ctx { root, store };
+    let path = rec.file.as_str();
+    match rec.kind {
+        HunkKind::Modify | HunkKind::Delete | HunkKind::Create => {
+            let applied = rec.applied.as_ref().or(rec.patch.as_ref());
+            let cur = cx.cur(path)?;
+            if rec.kind == HunkKind::Create && rec.state == crate::protocol::HunkState::Accepted {
+                // Undoing a created file removes it, if it is still what was created.
+                let expect = match applied {
+                    Some(h) => apply_hunk("", h, 0).map(|a| a.text).unwrap_or_default(),
+                    None => String::new(),
+                };
+                return match &cur {
+                    Cur::File { bytes, .. } if *bytes == expect.as_bytes() => Ok(Plan {
+                        ops: vec![cx.remove(path, &cur)],
+                        applied: None,
+                    }),
+                    _ => conflict(format!(
+                        "{path} changed since it was created; not removing it"
+                    )),
+                };
+            }
+            let text = match (&cur, rec.kind) {
+                // Undoing a delete: the file comes back from nothing.
+                (Cur::Absent, HunkKind::Delete) => "",
+                _ => text_of(path, &cur)?,
+            };
+            let Some(applied) = applied else {
+                return conflict("hunk has no diff");
+            };
+            let mut rev = applied.reversed();
+            rev.old_start = if applied.old_len == 0 {
+                applied.old_start + 1
+            } else {
+                applied.old_start
+            };
+            let result = apply_hunk(text, &rev, offset)
+                .or_else(|e| conflict(format!("{path}: {e} (the applied lines changed since)")))?;
+            let exec = match (&cur, &rec.old) {
+                (Cur::File { exec, .. }, _) => *exec,
+                (_, Some(s)) => s.mode == Mode::Executable,
+                _ => false,
+            };
+            let op = if result.text.is_empty() && rec.kind == HunkKind::Create {
+                cx.remove(path, &cur)
+            } else {
+                cx.write(path, &cur, result.text.as_bytes(), exec)?
+            };
+            Ok(Plan {
+                ops: vec![op],
+                applied: None,
+            })
+        }
+        HunkKind::Binary | HunkKind::Symlink => {
+            let op = cx.swap(path, rec.new.as_ref(), rec.old.as_ref(), "hunk was applied")?;
+            Ok(Plan {
+                ops: vec![op],
+                applied: None,
+            })
+        }
+        HunkKind::Rename => {
+            let from = rec.old_path.as_deref().unwrap_or_default();
+            let restore = cx.swap(from, None, rec.old.as_ref(), "hunk was applied")?;
+            let remove = cx.swap(path, rec.new.as_ref(), None, "hunk was applied")?;
+            Ok(Plan {
+                ops: vec![restore, remove],
+                applied: None,
+            })
+        }
+        HunkKind::Mode => mode_plan(&cx, rec, true),
+    }
+}
+
+/// A user's hand-edited diff usually has LF endings even when the file is CRLF: adopt the file's
+/// endings when the hunk has no CR at all, so context compares exactly.
+fn adapt_endings(h: &Hunk, text: &str) -> Hunk {
+    let ending = hunkwise_patch::line_ending(text);
+    let has_cr = h.lines.iter().any(|l| l.text().contains('\r'));
+    if ending == "\r\n" && !has_cr {
+        h.with_line_ending(ending)
+    } else {
+        h.clone()
+    }
+}
+
+/// Carry out planned operations, in order.
+pub fn execute(root: &Beneath, store: &Store, ops: &[FileOp]) -> Result<(), PlanError> {
+    for op in ops {
+        execute_one(root, store, op)?;
+    }
+    Ok(())
+}
+
+fn execute_one(root: &Beneath, store: &Store, op: &FileOp) -> Result<(), PlanError> {
+    let blob = |s: &str| -> Result<Vec<u8>, PlanError> {
+        let id = oid(s).ok_or_else(|| PlanError::Conflict(format!("corrupt object id {s}")))?;
+        Ok(store.read_blob(id)?)
+    };
+    match &op.op {
+        Op::Write { oid, exec } => root.write_atomic(&op.path, &blob(oid)?, *exec)?,
+        Op::Symlink { oid } => root.symlink(&op.path, &blob(oid)?)?,
+        Op::Remove => root.remove_entry(&op.path)?,
+        Op::SetExec { exec } => root.set_executable(&op.path, *exec)?,
+    }
+    Ok(())
+}
+
+/// Where each operation of a journaled plan stands now: used after a crash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpState {
+    Before,
+    Done,
+    Neither,
+}
+
+pub fn op_state(root: &Beneath, op: &FileOp) -> Result<OpState, FsError> {
+    let fp = Fp::of(&read_cur(root, &op.path)?);
+    Ok(if fp == op.post {
+        OpState::Done
+    } else if fp == op.pre {
+        OpState::Before
+    } else {
+        OpState::Neither
+    })
+}

@@ -1,0 +1,678 @@
+//! The `hunkwise` command line: `serve`, the reviewer's client commands, and the agent's
+//! `publish` / `status`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{self, ServeConfig};
+
+#[derive(Parser)]
+#[command(
+    name = "hunkwise",
+    version,
+    about = "Review an AI agent's changes hunk by hunk before they touch your checkout"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Start the hub for a repository (defaults: the repository around the current directory,
+    /// 127.0.0.1:4097).
+    Serve(ServeArgs),
+    /// Start an agent run and follow it until its suggestion is ready.
+    Run {
+        prompt: String,
+        /// Agent command template for this run (`{prompt}` is replaced by the prompt).
+        #[arg(long)]
+        agent: Option<String>,
+        /// Seconds before the agent is killed.
+        #[arg(long)]
+        timeout: Option<u64>,
+        /// Print the run id and return without waiting.
+        #[arg(long)]
+        no_wait: bool,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// List suggestions (open ones; --all for every one).
+    List {
+        #[arg(long)]
+        all: bool,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Show a suggestion with its hunks (an id prefix is enough).
+    Show {
+        id: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Accept hunks (all pending ones when none are named) and apply them to the checkout.
+    Accept {
+        id: String,
+        /// Hunk ids, `<file>:<index>`, or 0-based positions.
+        hunks: Vec<String>,
+        #[arg(long)]
+        comment: Option<String>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Reject hunks (all pending ones when none are named); rejecting an applied hunk undoes it.
+    Reject {
+        id: String,
+        hunks: Vec<String>,
+        #[arg(long)]
+        comment: Option<String>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Reverse-apply accepted hunks and make them pending again.
+    Undo {
+        id: String,
+        #[arg(required = true)]
+        hunks: Vec<String>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Close a suggestion: pending hunks count as rejected.
+    Complete {
+        id: String,
+        action: Completion,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// (Agent side) publish the sandbox's changes as a suggestion for review.
+    Publish {
+        #[arg(short = 'm', long = "message")]
+        message: String,
+        /// Only files matching these globs.
+        #[arg(long = "files", num_args = 1..)]
+        files: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// (Agent side) send a one-line status to the reviewer.
+    Status {
+        message: String,
+        /// A short word: working, testing, ...
+        #[arg(long, default_value = "working")]
+        state: String,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Completion {
+    Finalize,
+    Discard,
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// The repository to serve (default: the git repository containing the current directory).
+    #[arg(long)]
+    repo: Option<PathBuf>,
+    /// Address to bind (env HUNKWISE_HOST or SUGGESTION_MANAGER_HOST; default 127.0.0.1).
+    #[arg(long)]
+    host: Option<String>,
+    /// Port (env HUNKWISE_PORT or SUGGESTION_MANAGER_PORT; default 4097; 0 picks a free one).
+    #[arg(long)]
+    port: Option<u16>,
+    /// Where the token, journal, feedback log and checkpoints live.
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+    /// Default agent command template, e.g. 'claude -p {prompt}'.
+    #[arg(long)]
+    agent: Option<String>,
+    /// Seconds before an agent run is killed (default 1800).
+    #[arg(long)]
+    agent_timeout: Option<u64>,
+    /// Pass this environment variable through to agents (repeatable).
+    #[arg(long = "agent-env")]
+    agent_env: Vec<String>,
+    /// Allow requests carrying this Origin header (repeatable).
+    #[arg(long = "allow-origin")]
+    allow_origin: Vec<String>,
+    /// Config file (default $XDG_CONFIG_HOME/hunkwise/config.toml, or $HUNKWISE_CONFIG).
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+#[derive(Args, Clone)]
+struct ClientArgs {
+    /// The repository whose hub to talk to (default: around the current directory).
+    #[arg(long)]
+    repo: Option<PathBuf>,
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+    /// Hub URL (default: from the hub's state dir, else http://127.0.0.1:4097).
+    #[arg(long, env = "HUNKWISE_HUB_URL")]
+    url: Option<String>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HUNKWISE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("hunkwise: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(dispatch(cli.cmd)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("hunkwise: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn repo_root(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    let start = match explicit {
+        Some(p) => p,
+        None => std::env::current_dir()?,
+    };
+    let root = hunkwise_sandbox::snapshot::discover_repo_root(&start)?;
+    Ok(root.canonicalize().unwrap_or(root))
+}
+
+async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
+    match cmd {
+        Cmd::Serve(args) => serve(args).await,
+        Cmd::Publish {
+            message,
+            files,
+            json,
+        } => {
+            let agent = Client::for_agent()?;
+            let v = agent
+                .post(
+                    "/agent/publish",
+                    json!({"description": message, "files": files}),
+                )
+                .await?;
+            if json {
+                println!("{v}");
+            } else {
+                println!(
+                    "published suggestion {} ({} hunks in {})",
+                    v["suggestion_id"].as_str().unwrap_or("?"),
+                    v["hunk_count"],
+                    v["files"].as_array().map(|f| f.len()).unwrap_or(0)
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Status { message, state } => {
+            let agent = Client::for_agent()?;
+            agent
+                .post(
+                    "/agent/status",
+                    json!({"message": message, "status": state}),
+                )
+                .await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Run {
+            prompt,
+            agent,
+            timeout,
+            no_wait,
+            client,
+        } => run(client, prompt, agent, timeout, no_wait).await,
+        Cmd::List { all, client } => {
+            let c = Client::new(&client)?;
+            let v = c
+                .get(&format!(
+                    "/suggestions{}",
+                    if all { "?all=true" } else { "" }
+                ))
+                .await?;
+            if client.json {
+                println!("{v}");
+                return Ok(ExitCode::SUCCESS);
+            }
+            let list = v["suggestions"].as_array().cloned().unwrap_or_default();
+            if list.is_empty() {
+                println!("no suggestions");
+            }
+            for s in list {
+                println!(
+                    "{}  {:<8} {}/{}  {}  ({})",
+                    short(&s["id"]),
+                    s["closed"].as_str().or(s["status"].as_str()).unwrap_or(""),
+                    s["reviewed_count"],
+                    s["hunk_count"],
+                    s["description"].as_str().unwrap_or(""),
+                    s["files"]
+                        .as_array()
+                        .map(|f| f
+                            .iter()
+                            .filter_map(Value::as_str)
+                            .collect::<Vec<_>>()
+                            .join(", "))
+                        .unwrap_or_default()
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Show { id, client } => {
+            let c = Client::new(&client)?;
+            let v = c.get(&format!("/suggestions/{id}")).await?;
+            if client.json {
+                println!("{v}");
+            } else {
+                print_suggestion(&v);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Accept {
+            id,
+            hunks,
+            comment,
+            client,
+        } => decide(client, id, hunks, "accept", comment).await,
+        Cmd::Reject {
+            id,
+            hunks,
+            comment,
+            client,
+        } => decide(client, id, hunks, "reject", comment).await,
+        Cmd::Undo { id, hunks, client } => decide(client, id, hunks, "undo", None).await,
+        Cmd::Complete { id, action, client } => {
+            let c = Client::new(&client)?;
+            let action = match action {
+                Completion::Finalize => "finalize",
+                Completion::Discard => "discard",
+            };
+            let v = c
+                .post("/complete", json!({"suggestion_id": id, "action": action}))
+                .await?;
+            if client.json {
+                println!("{v}");
+            } else {
+                println!(
+                    "{action}d {}: {}/{} hunks applied{}",
+                    short(&v["suggestion_id"]),
+                    v["applied_hunks"],
+                    v["hunk_count"],
+                    v["reviewed_commit"]
+                        .as_str()
+                        .map(|c| format!(", checkpoint {}", &c[..12.min(c.len())]))
+                        .unwrap_or_default()
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let file = config::load_file(args.config.as_deref())?;
+    let repo = repo_root(args.repo)?;
+    let host = config::resolve_host(args.host, &file);
+    let port = config::resolve_port(args.port, &file)?;
+    let state_dir = match args.state_dir {
+        Some(d) => d,
+        None => config::default_state_dir(&repo)?,
+    };
+    let mut agent_env = file.agent_env.clone();
+    agent_env.extend(args.agent_env);
+    let mut allowed_origins = file.allowed_origins.clone();
+    allowed_origins.extend(args.allow_origin);
+    let cfg = ServeConfig {
+        repo,
+        host: host.clone(),
+        port,
+        state_dir,
+        agent: args.agent.or(file.agent.clone()),
+        agent_timeout: Duration::from_secs(
+            args.agent_timeout
+                .or(file.agent_timeout_secs)
+                .unwrap_or(config::DEFAULT_AGENT_TIMEOUT_SECS),
+        ),
+        agent_env,
+        allowed_origins,
+    };
+    let addr = if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .with_context(|| format!("binding {addr} (is another hub running? try --port)"))?;
+    let actual = listener.local_addr()?;
+    if !actual.ip().is_loopback() {
+        tracing::warn!(%actual, "listening beyond loopback: anyone who can reach this address and has the token can change your checkout");
+    }
+    eprintln!(
+        "hunkwise: serving {} on http://{actual} (state: {})",
+        cfg.repo.display(),
+        cfg.state_dir.display()
+    );
+    if cfg.agent.is_none() {
+        eprintln!("hunkwise: no default agent; runs need \"agent\" or start with --agent 'claude -p {{prompt}}'");
+    }
+    let shutdown = CancellationToken::new();
+    let s = shutdown.clone();
+    tokio::spawn(async move {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(t) => t,
+                Err(_) => return,
+            };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        s.cancel();
+    });
+    crate::server::run(listener, cfg, shutdown).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn short(v: &Value) -> String {
+    v.as_str()
+        .map(|s| s.chars().take(8).collect())
+        .unwrap_or_default()
+}
+
+fn print_suggestion(v: &Value) {
+    println!(
+        "suggestion {}  {}  {}/{} reviewed{}",
+        v["id"].as_str().unwrap_or(""),
+        v["status"].as_str().unwrap_or(""),
+        v["reviewed_count"],
+        v["hunk_count"],
+        v["closed"]
+            .as_str()
+            .map(|c| format!(" ({c})"))
+            .unwrap_or_default()
+    );
+    println!("  {}", v["description"].as_str().unwrap_or(""));
+    for (i, h) in v["hunks"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+    {
+        println!(
+            "\n[{i}] {:<9} {:<7} {}",
+            h["state"].as_str().unwrap_or(""),
+            h["kind"].as_str().unwrap_or(""),
+            h["id"].as_str().unwrap_or("")
+        );
+        if let Some(c) = h["conflict"].as_str() {
+            println!("    conflict: {c}");
+        }
+        print!("{}", h["diff"].as_str().unwrap_or(""));
+    }
+}
+
+async fn decide(
+    client: ClientArgs,
+    id: String,
+    hunks: Vec<String>,
+    action: &str,
+    comment: Option<String>,
+) -> anyhow::Result<ExitCode> {
+    let c = Client::new(&client)?;
+    let mut failed = false;
+    if hunks.is_empty() {
+        let v = c
+            .post(
+                "/feedback/all",
+                json!({"suggestion_id": id, "action": action, "comment": comment}),
+            )
+            .await?;
+        if client.json {
+            println!("{v}");
+        } else {
+            for d in v["decided"].as_array().cloned().unwrap_or_default() {
+                println!(
+                    "{:<9} {}",
+                    d["state"].as_str().unwrap_or(""),
+                    d["hunk_id"].as_str().unwrap_or("")
+                );
+            }
+            for f in v["failed"].as_array().cloned().unwrap_or_default() {
+                println!(
+                    "FAILED    {}: {}",
+                    f["hunk_id"].as_str().unwrap_or(""),
+                    f["error"].as_str().unwrap_or("")
+                );
+            }
+            println!("{} hunks remaining", v["remaining_hunks"]);
+        }
+        failed = v["failed"].as_array().is_some_and(|f| !f.is_empty());
+    } else {
+        for h in hunks {
+            let body =
+                json!({"suggestion_id": id, "hunk_id": h, "action": action, "comment": comment});
+            match c.post("/feedback", body).await {
+                Ok(v) if client.json => println!("{v}"),
+                Ok(v) => println!(
+                    "{:<9} {}",
+                    v["hunk"]["state"].as_str().unwrap_or(""),
+                    v["hunk"]["id"].as_str().unwrap_or("")
+                ),
+                Err(e) => {
+                    failed = true;
+                    eprintln!("{h}: {e}");
+                }
+            }
+        }
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+async fn run(
+    client: ClientArgs,
+    prompt: String,
+    agent: Option<String>,
+    timeout: Option<u64>,
+    no_wait: bool,
+) -> anyhow::Result<ExitCode> {
+    let c = Client::new(&client)?;
+    // Subscribe first, so no event of the run can slip by between starting it and listening.
+    let mut ws = if no_wait {
+        None
+    } else {
+        Some(c.websocket().await?)
+    };
+    let v = c
+        .post(
+            "/runs",
+            json!({"prompt": prompt, "agent": agent, "timeout_secs": timeout}),
+        )
+        .await?;
+    let run_id = v["run_id"].as_str().unwrap_or("").to_string();
+    if no_wait {
+        println!("{}", if client.json { v.to_string() } else { run_id });
+        return Ok(ExitCode::SUCCESS);
+    }
+    if !client.json {
+        eprintln!("run {run_id} queued");
+    }
+    let Some(ws) = ws.as_mut() else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    while let Some(msg) = ws.next().await {
+        let msg = msg.context("reading hub events")?;
+        let Ok(text) = msg.to_text() else { continue };
+        let Ok(ev) = serde_json::from_str::<Value>(text) else {
+            continue;
+        };
+        if ev["run_id"].as_str() != Some(&run_id) {
+            continue;
+        }
+        if client.json {
+            println!("{ev}");
+        }
+        match (ev["type"].as_str(), ev["status"].as_str()) {
+            (Some("suggestion.error"), _) => {
+                if !client.json {
+                    eprintln!("error: {}", ev["message"].as_str().unwrap_or(""));
+                }
+                return Ok(ExitCode::FAILURE);
+            }
+            (Some("suggestion.status"), Some(status)) => {
+                if !client.json {
+                    eprintln!("[{status}] {}", ev["message"].as_str().unwrap_or(""));
+                }
+                match status {
+                    "no_changes" => return Ok(ExitCode::SUCCESS),
+                    "ready" => {
+                        let run = c.get(&format!("/runs/{run_id}")).await?;
+                        let finished = run["status"].as_str() != Some("working");
+                        if let Some(sid) = ev["suggestion_id"].as_str() {
+                            let s = c.get(&format!("/suggestions/{sid}")).await?;
+                            if !client.json {
+                                print_suggestion(&s);
+                            }
+                        }
+                        if finished {
+                            return Ok(ExitCode::SUCCESS);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+    }
+    bail!("the hub closed the connection before run {run_id} finished")
+}
+
+/// The reviewer's client: token from the hub's state dir.
+struct Client {
+    http: reqwest::Client,
+    url: String,
+    token: String,
+}
+
+impl Client {
+    fn new(args: &ClientArgs) -> anyhow::Result<Self> {
+        let state_dir = match &args.state_dir {
+            Some(d) => d.clone(),
+            None => config::default_state_dir(&repo_root(args.repo.clone())?)?,
+        };
+        let token_path = state_dir.join("token");
+        let token = std::fs::read_to_string(&token_path)
+            .with_context(|| {
+                format!(
+                    "reading the hub token {} (is `hunkwise serve` running for this repository?)",
+                    token_path.display()
+                )
+            })?
+            .trim()
+            .to_string();
+        let url = match &args.url {
+            Some(u) => u.clone(),
+            None => std::fs::read_to_string(state_dir.join("hub.json"))
+                .ok()
+                .and_then(|s| serde_json::from_str::<Value>(&s).ok())
+                .and_then(|v| v["url"].as_str().map(str::to_string))
+                .unwrap_or_else(|| format!("http://127.0.0.1:{}", config::DEFAULT_PORT)),
+        };
+        Ok(Self {
+            http: reqwest::Client::new(),
+            url: url.trim_end_matches('/').to_string(),
+            token,
+        })
+    }
+
+    async fn get(&self, path: &str) -> anyhow::Result<Value> {
+        let resp = self
+            .http
+            .get(format!("{}{path}", self.url))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .with_context(|| format!("connecting to the hub at {}", self.url))?;
+        answer(resp).await
+    }
+
+    async fn post(&self, path: &str, body: Value) -> anyhow::Result<Value> {
+        let resp = self
+            .http
+            .post(format!("{}{path}", self.url))
+            .bearer_auth(&self.token)
+            .json(&body)
+            .send()
+            .await
+            .with_context(|| format!("connecting to the hub at {}", self.url))?;
+        answer(resp).await
+    }
+
+    async fn websocket(
+        &self,
+    ) -> anyhow::Result<
+        tokio_tungstenite::WebSocketStream<
+            tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+        >,
+    > {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        let ws_url = format!("{}/ws", self.url.replacen("http", "ws", 1));
+        let mut req = ws_url.as_str().into_client_request()?;
+        req.headers_mut()
+            .insert("Authorization", format!("Bearer {}", self.token).parse()?);
+        let (ws, _) = tokio_tungstenite::connect_async(req)
+            .await
+            .with_context(|| format!("connecting to {ws_url}"))?;
+        Ok(ws)
+    }
+}
+
+async fn answer(resp: reqwest::Response) -> anyhow::Result<Value> {
+    let status = resp.status();
+    let v: Value = resp.json().await.context("reading the hub's answer")?;
+    if !status.is_success() {
+        return Err(anyhow!(
+            "{}",
+            v["error"].as_str().unwrap_or("request failed")
+        ));
+    }
+    Ok(v)
+}
+
+impl Client {
+    /// The agent's client: URL and token from the environment the hub gave the agent.
+    fn for_agent() -> anyhow::Result<Self> {
+        let url = std::env::var("HUNKWISE_URL").ok();
+        let token = std::env::var("HUNKWISE_AGENT_TOKEN").ok();
+        match (url, token) {
+            (Some(url), Some(token)) => Ok(Self {
+                http: reqwest::Client::new(),
+                url: url.trim_end_matches('/').to_string(),
+                token,
+            }),
+            _ => bail!("this command is for an agent inside a hunkwise run: HUNKWISE_URL and HUNKWISE_AGENT_TOKEN are set by the hub"),
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! The feedback log: one JSON line per decision, fsynced before the client hears back.
+//!
+//! This is the record the evals read to tell which agent or model to trust, so it is
+//! self-contained (each line carries the hunk's diff, the prompt and the agent) and append-only.
+//! The format is documented in `protocol.md` ("Feedback log").
+
+use std::collections::HashSet;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FeedbackRecord {
+    /// RFC 3339 UTC time of the decision.
+    pub ts: String,
+    /// The `seq` of the event that announced the decision.
+    pub seq: u64,
+    /// Unique per decision; one decision can log several hunks (accept all, finalize).
+    pub decision_id: String,
+    pub suggestion_id: String,
+    pub run_id: String,
+    pub hunk_id: String,
+    pub file: String,
+    /// What the user asked: accept, reject, modify, undo.
+    pub action: String,
+    /// What happened: applied, modified, rejected, undone, conflict.
+    pub outcome: String,
+    /// Set when the decision came from `complete` or a bulk action rather than a single hunk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+    pub kind: String,
+    /// The agent's hunk, as reviewed.
+    pub diff: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modified_diff: Option<String>,
+    /// Why an accept did not apply (outcome "conflict").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub base_commit: String,
+    pub run_commit: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+}
+
+pub struct FeedbackLog {
+    file: File,
+    path: PathBuf,
+}
+
+impl FeedbackLog {
+    pub fn open(path: &Path) -> std::io::Result<Self> {
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(path)?;
+        Ok(Self {
+            file,
+            path: path.to_path_buf(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Append records and fsync; a record is on disk when this returns.
+    pub fn append(&mut self, records: &[FeedbackRecord]) -> std::io::Result<()> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let mut buf = Vec::new();
+        for r in records {
+            serde_json::to_writer(&mut buf, r)?;
+            buf.push(b'\n');
+        }
+        self.file.write_all(&buf)?;
+        self.file.sync_data()
+    }
+
+    /// Decision ids already logged (used once, after a crash, to avoid logging twice).
+    pub fn decision_ids(path: &Path) -> std::io::Result<HashSet<String>> {
+        let mut out = HashSet::new();
+        let file = match File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+            Err(e) => return Err(e),
+        };
+        for line in BufReader::new(file).lines() {
+            let line = line?;
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) {
+                if let Some(id) = v.get("decision_id").and_then(|v| v.as_str()) {
+                    out.insert(id.to_string());
+                }
+            }
+        }
+        Ok(out)
+    }
+}

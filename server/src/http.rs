@@ -1,0 +1,295 @@
+//! REST endpoints (the seed's fallback API, plus runs and the agent's endpoints) and the guard in
+//! front of all of them.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+
+use crate::auth::{bearer, check_host, check_origin, constant_time_eq};
+use crate::error::AppError;
+use crate::hub::Hub;
+use crate::protocol::{
+    AgentStatusCmd, CompleteCmd, FeedbackAllCmd, FeedbackCmd, PublishCmd, RunCmd, SERVICE,
+};
+
+/// Largest request body (and WebSocket message) accepted: room for a modified diff of a big file.
+pub const MAX_BODY: usize = 8 * 1024 * 1024;
+
+/// Which token a request carried.
+#[derive(Clone, Debug)]
+pub enum Caller {
+    Reviewer,
+    Agent { run_id: String },
+}
+
+pub fn router(hub: Arc<Hub>) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .route("/suggestions", get(list_suggestions))
+        .route("/suggestions/{id}", get(get_suggestion))
+        .route("/feedback", post(feedback))
+        .route("/feedback/all", post(feedback_all))
+        .route("/complete", post(complete))
+        .route("/runs", post(start_run).get(list_runs))
+        .route("/runs/{id}", get(get_run))
+        .route("/runs/{id}/cancel", post(cancel_run))
+        .route("/events", get(events))
+        .route("/ws", get(crate::ws::upgrade))
+        .route("/agent/publish", post(agent_publish))
+        .route("/agent/status", post(agent_status))
+        .fallback(|| async { AppError::NotFound("no such endpoint; see protocol.md".into()) })
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(middleware::from_fn_with_state(hub.clone(), guard))
+        .with_state(hub)
+}
+
+/// Host and Origin checks for everything; the reviewer token for everything but `/health`; the
+/// agent token for `/agent/*` (and nothing else).
+async fn guard(State(hub): State<Arc<Hub>>, mut req: Request, next: Next) -> Response {
+    let headers = req.headers();
+    if let Err(e) = check_host(headers, &hub.cfg.host, hub.cfg.port)
+        .and_then(|_| check_origin(headers, &hub.cfg.allowed_origins))
+    {
+        return e.into_response();
+    }
+    let path = req.uri().path();
+    if path == "/health" {
+        return next.run(req).await;
+    }
+    let Some(token) = bearer(headers) else {
+        return AppError::Unauthorized(
+            "missing Authorization: Bearer <token> (the token is in the hub's state dir)".into(),
+        )
+        .into_response();
+    };
+    let caller = if constant_time_eq(token.as_bytes(), hub.reviewer_token.as_bytes()) {
+        Caller::Reviewer
+    } else if let Some(run_id) = hub.runs.run_for_token(token) {
+        Caller::Agent { run_id }
+    } else {
+        return AppError::Unauthorized("invalid token".into()).into_response();
+    };
+    let agent_route = path.starts_with("/agent/");
+    match (&caller, agent_route) {
+        (Caller::Reviewer, false) | (Caller::Agent { .. }, true) => {}
+        (Caller::Agent { .. }, false) => {
+            return AppError::Forbidden(
+                "the agent token may only publish and report status for its own run".into(),
+            )
+            .into_response()
+        }
+        (Caller::Reviewer, true) => {
+            return AppError::Forbidden(
+                "/agent/* is for the agent of a running run (its HUNKWISE_AGENT_TOKEN)".into(),
+            )
+            .into_response()
+        }
+    }
+    req.extensions_mut().insert(caller);
+    next.run(req).await
+}
+
+/// Parse a JSON body with errors that say what is wrong.
+pub fn parse_json<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, AppError> {
+    let body = body.map_err(|e| {
+        if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+            AppError::TooLarge(format!("request body is larger than {MAX_BODY} bytes"))
+        } else {
+            AppError::BadRequest(e.body_text())
+        }
+    })?;
+    serde_json::from_slice(&body)
+        .map_err(|e| AppError::BadRequest(format!("invalid JSON body: {e}")))
+}
+
+async fn health(State(hub): State<Arc<Hub>>) -> Json<Value> {
+    Json(json!({
+        "healthy": true,
+        "service": SERVICE,
+        "wsClients": hub.ws_clients.load(Ordering::Relaxed),
+        "version": env!("CARGO_PKG_VERSION"),
+    }))
+}
+
+#[derive(serde::Deserialize)]
+struct ListQuery {
+    #[serde(default)]
+    all: bool,
+}
+
+async fn list_suggestions(
+    State(hub): State<Arc<Hub>>,
+    q: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, AppError> {
+    let Query(q) = q.map_err(|e| AppError::BadRequest(e.body_text()))?;
+    Ok(Json(json!({ "suggestions": hub.list(q.all)? })))
+}
+
+async fn get_suggestion(
+    State(hub): State<Arc<Hub>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, AppError> {
+    Ok(Json(
+        serde_json::to_value(hub.get(&id)?).map_err(|e| AppError::Internal(e.to_string()))?,
+    ))
+}
+
+fn ok(mut data: Value) -> Json<Value> {
+    if let Value::Object(m) = &mut data {
+        m.insert("success".into(), Value::Bool(true));
+    }
+    Json(data)
+}
+
+async fn feedback(
+    State(hub): State<Arc<Hub>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, AppError> {
+    let cmd: FeedbackCmd = parse_json(body)?;
+    let res = hub
+        .blocking(move |hub| {
+            hub.decide(
+                &cmd.suggestion_id,
+                &cmd.hunk_id,
+                cmd.action,
+                cmd.modified_diff.as_deref(),
+                cmd.comment.as_deref(),
+            )
+        })
+        .await?;
+    Ok(ok(
+        serde_json::to_value(res).map_err(|e| AppError::Internal(e.to_string()))?
+    ))
+}
+
+async fn feedback_all(
+    State(hub): State<Arc<Hub>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, AppError> {
+    let cmd: FeedbackAllCmd = parse_json(body)?;
+    let res = hub
+        .blocking(move |hub| {
+            hub.decide_all(
+                &cmd.suggestion_id,
+                cmd.action,
+                cmd.file.as_deref(),
+                cmd.comment.as_deref(),
+            )
+        })
+        .await?;
+    Ok(ok(res))
+}
+
+async fn complete(
+    State(hub): State<Arc<Hub>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, AppError> {
+    let cmd: CompleteCmd = parse_json(body)?;
+    let res = hub
+        .blocking(move |hub| hub.complete(&cmd.suggestion_id, cmd.action))
+        .await?;
+    Ok(ok(res))
+}
+
+async fn start_run(
+    State(hub): State<Arc<Hub>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, AppError> {
+    let cmd: RunCmd = parse_json(body)?;
+    let view = hub.start_run(&cmd.prompt, cmd.agent.as_deref(), cmd.timeout_secs)?;
+    Ok(ok(
+        serde_json::to_value(view).map_err(|e| AppError::Internal(e.to_string()))?
+    ))
+}
+
+async fn list_runs(State(hub): State<Arc<Hub>>) -> Result<Json<Value>, AppError> {
+    Ok(Json(json!({ "runs": hub.list_runs()? })))
+}
+
+async fn get_run(
+    State(hub): State<Arc<Hub>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, AppError> {
+    Ok(Json(
+        serde_json::to_value(hub.run_view(&id)?).map_err(|e| AppError::Internal(e.to_string()))?,
+    ))
+}
+
+async fn cancel_run(
+    State(hub): State<Arc<Hub>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, AppError> {
+    let view = hub.cancel_run(&id)?;
+    Ok(ok(json!({ "run_id": view.run_id, "cancelling": true })))
+}
+
+#[derive(serde::Deserialize)]
+struct EventsQuery {
+    #[serde(default)]
+    since: u64,
+}
+
+async fn events(
+    State(hub): State<Arc<Hub>>,
+    q: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, AppError> {
+    let Query(q) = q.map_err(|e| AppError::BadRequest(e.body_text()))?;
+    Ok(Json(replay_data(&hub, q.since)))
+}
+
+/// `{"seq", "epoch", "complete", "events": [...]}` for a replay request.
+pub fn replay_data(hub: &Hub, since: u64) -> Value {
+    let (events, complete) = hub.bus.since(since);
+    let events: Vec<Value> = events
+        .iter()
+        .filter_map(|e| serde_json::from_str(&e.json).ok())
+        .collect();
+    json!({
+        "seq": hub.bus.current(),
+        "epoch": hub.epoch,
+        "complete": complete,
+        "events": events,
+    })
+}
+
+fn agent_run(caller: Option<axum::Extension<Caller>>) -> Result<String, AppError> {
+    match caller.map(|c| c.0) {
+        Some(Caller::Agent { run_id }) => Ok(run_id),
+        _ => Err(AppError::Forbidden("agent token required".into())),
+    }
+}
+
+async fn agent_publish(
+    State(hub): State<Arc<Hub>>,
+    caller: Option<axum::Extension<Caller>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, AppError> {
+    let run_id = agent_run(caller)?;
+    let cmd: PublishCmd = parse_json(body)?;
+    let view = hub.publish(&run_id, &cmd.description, &cmd.files).await?;
+    Ok(ok(json!({
+        "suggestion_id": view.id,
+        "hunk_count": view.hunk_count,
+        "files": view.files,
+    })))
+}
+
+async fn agent_status(
+    State(hub): State<Arc<Hub>>,
+    caller: Option<axum::Extension<Caller>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, AppError> {
+    let run_id = agent_run(caller)?;
+    let cmd: AgentStatusCmd = parse_json(body)?;
+    hub.agent_status(&run_id, &cmd.message, cmd.status.as_deref())?;
+    Ok(ok(json!({ "sent": true })))
+}

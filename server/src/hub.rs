@@ -1,0 +1,805 @@
+//! The hub's state and every decision on it.
+//!
+//! One lock (`state`) serializes decisions, so two clients accepting hunks of the same file can
+//! never interleave their writes. Decisions do blocking file I/O and fsyncs, so callers run them
+//! on the blocking pool ([`Hub::blocking`]).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use hunkwise_patch::{apply_hunk, parse_file_header, parse_hunks, Hunk};
+use hunkwise_sandbox::beneath::Beneath;
+use hunkwise_sandbox::store::{Entry, FlatTree, Mode, Store};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::apply::{self, execute, op_state, plan_forward, plan_reverse, OpState, PlanError};
+use crate::config::ServeConfig;
+use crate::error::AppError;
+use crate::events::Bus;
+use crate::feedback::{FeedbackLog, FeedbackRecord};
+use crate::journal::{Journal, Prepared, Record};
+use crate::protocol::{
+    AppliedAction, BulkAction, CompleteAction, ErrorCode, Event, FeedbackAction, HunkKind,
+    HunkState, SuggestionSummary, SuggestionView,
+};
+use crate::review::{oid, HunkRec, Suggestion};
+use crate::runs::{RunRec, Runs};
+
+pub struct State {
+    pub suggestions: BTreeMap<String, Suggestion>,
+    /// Creation order, for listing.
+    pub order: Vec<String>,
+    pub runs: BTreeMap<String, RunRec>,
+}
+
+pub struct Hub {
+    pub cfg: ServeConfig,
+    pub store: Store,
+    pub bus: Bus,
+    pub journal: Arc<Mutex<Journal>>,
+    pub feedback: Mutex<FeedbackLog>,
+    pub state: Mutex<State>,
+    pub reviewer_token: String,
+    pub epoch: String,
+    pub ws_clients: AtomicUsize,
+    pub runs: Runs,
+    pub tasks: TaskTracker,
+    pub shutdown: CancellationToken,
+}
+
+pub fn now() -> String {
+    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
+}
+
+/// The outcome of one decision, as answered to the client.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DecisionResult {
+    pub applied: bool,
+    pub remaining_hunks: usize,
+    pub hunk: crate::protocol::HunkView,
+}
+
+impl Hub {
+    pub fn lock(&self) -> Result<MutexGuard<'_, State>, AppError> {
+        self.state
+            .lock()
+            .map_err(|_| AppError::Internal("state lock poisoned".into()))
+    }
+
+    pub fn journal_append(&self, rec: &Record) -> Result<(), AppError> {
+        self.journal
+            .lock()
+            .map_err(|_| AppError::Internal("journal lock poisoned".into()))?
+            .append(rec)
+            .map_err(|e| AppError::Internal(e.to_string()))
+    }
+
+    /// Run blocking work (file I/O, fsync, gix) off the async workers.
+    pub async fn blocking<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&Hub) -> Result<T, AppError> + Send + 'static,
+    ) -> Result<T, AppError> {
+        let hub = self.clone();
+        tokio::task::spawn_blocking(move || f(&hub))
+            .await
+            .map_err(|e| AppError::Internal(format!("worker failed: {e}")))?
+    }
+
+    pub fn checkout(&self) -> Result<Beneath, AppError> {
+        Beneath::open(&self.cfg.repo).map_err(|e| AppError::Internal(e.to_string()))
+    }
+
+    pub fn list(&self, all: bool) -> Result<Vec<SuggestionSummary>, AppError> {
+        let st = self.lock()?;
+        Ok(st
+            .order
+            .iter()
+            .filter_map(|id| st.suggestions.get(id))
+            .filter(|s| all || s.closed.is_none())
+            .map(|s| SuggestionSummary::from(&s.view()))
+            .collect())
+    }
+
+    /// Find a suggestion by id or unique id prefix (the CLI's short ids).
+    pub fn resolve_id(st: &State, id: &str) -> Result<String, AppError> {
+        if st.suggestions.contains_key(id) {
+            return Ok(id.to_string());
+        }
+        let matches: Vec<&String> = st
+            .suggestions
+            .keys()
+            .filter(|k| k.starts_with(id))
+            .collect();
+        match matches.as_slice() {
+            [one] if !id.is_empty() => Ok((*one).clone()),
+            [] | [_] => Err(AppError::NotFound(format!(
+                "no suggestion {id:?}; `hunkwise list` shows them"
+            ))),
+            _ => Err(AppError::BadRequest(format!(
+                "{id:?} matches {} suggestions; give more of the id",
+                matches.len()
+            ))),
+        }
+    }
+
+    pub fn get(&self, id: &str) -> Result<SuggestionView, AppError> {
+        let st = self.lock()?;
+        let id = Self::resolve_id(&st, id)?;
+        Ok(st.suggestions[&id].view())
+    }
+
+    /// Add a new suggestion (durably) and announce it.
+    pub fn add_suggestion(&self, s: Suggestion) -> Result<SuggestionView, AppError> {
+        let mut st = self.lock()?;
+        self.journal_append(&Record::Suggestion(Box::new(s.clone())))?;
+        let view = s.view();
+        st.order.push(s.id.clone());
+        st.suggestions.insert(s.id.clone(), s);
+        drop(st);
+        self.bus.emit(Event::Ready {
+            seq: 0,
+            suggestion: Box::new(view.clone()),
+        });
+        Ok(view)
+    }
+
+    /// Line shift at `rec`'s position from this suggestion's other applied hunks in the file.
+    fn offset_for(s: &Suggestion, rec: &HunkRec) -> isize {
+        let Some(me) = rec.patch.as_ref() else {
+            return 0;
+        };
+        s.hunks
+            .iter()
+            .filter(|h| h.id != rec.id && h.file == rec.file && h.state.applied())
+            .filter_map(|h| {
+                let applied = h.applied.as_ref().or(h.patch.as_ref())?;
+                let base = h.patch.as_ref()?;
+                (base.old_start < me.old_start).then(|| applied.delta())
+            })
+            .sum()
+    }
+
+    fn feedback_record(
+        s: &Suggestion,
+        rec: &HunkRec,
+        decision: &str,
+        action: &str,
+        outcome: &str,
+    ) -> FeedbackRecord {
+        FeedbackRecord {
+            ts: now(),
+            seq: 0,
+            decision_id: decision.to_string(),
+            suggestion_id: s.id.clone(),
+            run_id: s.run_id.clone(),
+            hunk_id: rec.id.clone(),
+            file: rec.file.clone(),
+            action: action.to_string(),
+            outcome: outcome.to_string(),
+            via: None,
+            comment: None,
+            kind: serde_json::to_value(rec.kind)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default(),
+            diff: rec.diff_text(),
+            modified_diff: None,
+            error: None,
+            base_commit: s.base_commit.clone(),
+            run_commit: s.run_commit.clone(),
+            agent: s.agent.clone(),
+            prompt: s.prompt.clone(),
+        }
+    }
+
+    /// Durably commit a decision: journal `prepare`, change files, announce, log feedback,
+    /// journal `commit`. Returns once everything is on disk.
+    fn commit_decision(
+        &self,
+        st: &mut State,
+        after: Suggestion,
+        ops: Vec<apply::FileOp>,
+        mut feedback: Vec<FeedbackRecord>,
+        events: Vec<Event>,
+    ) -> Result<(), AppError> {
+        let decision = feedback
+            .first()
+            .map(|f| f.decision_id.clone())
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        let prepared = Prepared {
+            decision: decision.clone(),
+            ops: ops.clone(),
+            after: after.clone(),
+            feedback: feedback.clone(),
+        };
+        self.journal_append(&Record::Prepare(Box::new(prepared)))?;
+        if !ops.is_empty() {
+            let root = self.checkout()?;
+            if let Err(e) = execute(&root, &self.store, &ops) {
+                // Nothing half-done stays: the ops that ran are rolled back by redoing the plan's
+                // inverse is not possible in general, so report loudly and abort the record.
+                let _ = self.journal_append(&Record::Abort {
+                    decision: decision.clone(),
+                });
+                return Err(AppError::Internal(format!(
+                    "writing your checkout failed: {e}"
+                )));
+            }
+        }
+        // Each feedback line carries the seq of the event announcing it (events are built in
+        // the same order as the feedback lines; any extra events come after).
+        let seqs: Vec<u64> = events.into_iter().map(|ev| self.bus.emit(ev)).collect();
+        for (i, f) in feedback.iter_mut().enumerate() {
+            f.seq = seqs.get(i).or(seqs.last()).copied().unwrap_or(0);
+        }
+        self.feedback
+            .lock()
+            .map_err(|_| AppError::Internal("feedback lock poisoned".into()))?
+            .append(&feedback)
+            .map_err(|e| AppError::Internal(format!("writing the feedback log: {e}")))?;
+        self.journal_append(&Record::Commit { decision })?;
+        st.suggestions.insert(after.id.clone(), after);
+        Ok(())
+    }
+
+    fn status_event(s: &Suggestion) -> Event {
+        let reviewed = s.reviewed_count();
+        let total = s.hunks.len();
+        let applied = s.hunks.iter().filter(|h| h.state.applied()).count();
+        Event::Status {
+            seq: 0,
+            suggestion_id: Some(s.id.clone()),
+            run_id: Some(s.run_id.clone()),
+            status: if reviewed == total {
+                "applied"
+            } else {
+                "partial"
+            }
+            .into(),
+            message: format!("{reviewed}/{total} hunks reviewed ({applied} applied)"),
+        }
+    }
+
+    /// Accept, reject, modify or undo one hunk.
+    pub fn decide(
+        &self,
+        suggestion_id: &str,
+        hunk_id: &str,
+        action: FeedbackAction,
+        modified_diff: Option<&str>,
+        comment: Option<&str>,
+    ) -> Result<DecisionResult, AppError> {
+        let mut st = self.lock()?;
+        let sid = Self::resolve_id(&st, suggestion_id)?;
+        let s = &st.suggestions[&sid];
+        if let Some(how) = &s.closed {
+            return Err(AppError::Conflict {
+                code: "closed",
+                message: format!("suggestion {sid} was already completed ({how})"),
+            });
+        }
+        let idx = s
+            .hunks
+            .iter()
+            .position(|h| h.id == hunk_id)
+            .or_else(|| {
+                // Shorthands within the suggestion: "<file>:<index>" or the 0-based position.
+                s.hunks
+                    .iter()
+                    .position(|h| hunk_id == format!("{}:{}", h.file, h.index))
+                    .or_else(|| hunk_id.parse::<usize>().ok().filter(|i| *i < s.hunks.len()))
+            })
+            .ok_or_else(|| {
+                AppError::NotFound(format!("suggestion {sid} has no hunk {hunk_id:?}"))
+            })?;
+        let rec = s.hunks[idx].clone();
+        let decision = uuid::Uuid::new_v4().to_string();
+        let mut after = s.clone();
+        let action_word = match action {
+            FeedbackAction::Accept => "accept",
+            FeedbackAction::Reject => "reject",
+            FeedbackAction::Modify => "modify",
+            FeedbackAction::Undo => "undo",
+        };
+
+        // Validate the user's diff before anything else: bad input changes nothing.
+        let modified: Option<Hunk> = match action {
+            FeedbackAction::Modify => {
+                let text = modified_diff
+                    .filter(|d| !d.trim().is_empty())
+                    .ok_or_else(|| {
+                        AppError::BadRequest(
+                            "action \"modify\" needs modifiedDiff (modified_diff over HTTP)".into(),
+                        )
+                    })?;
+                Some(parse_modified(text, &rec)?)
+            }
+            _ => {
+                if modified_diff.is_some() {
+                    return Err(AppError::BadRequest(format!(
+                        "modifiedDiff is only allowed with action \"modify\", not {action_word:?}"
+                    )));
+                }
+                None
+            }
+        };
+
+        let (new_state, plan, applied_action) = match action {
+            FeedbackAction::Accept | FeedbackAction::Modify => {
+                if rec.state.reviewed() {
+                    return Err(AppError::Conflict {
+                        code: "already_decided",
+                        message: format!(
+                            "hunk {} is already {:?}; undo it first to decide again",
+                            rec.id, rec.state
+                        )
+                        .to_lowercase(),
+                    });
+                }
+                let hunk = modified.as_ref().or(rec.patch.as_ref());
+                let offset = Self::offset_for(s, &rec);
+                let root = self.checkout()?;
+                match plan_forward(&root, &self.store, &rec, hunk, offset) {
+                    Ok(plan) => {
+                        let state = if modified.is_some() {
+                            HunkState::Modified
+                        } else {
+                            HunkState::Accepted
+                        };
+                        let act = if modified.is_some() {
+                            AppliedAction::Modified
+                        } else {
+                            AppliedAction::Accepted
+                        };
+                        (state, plan, act)
+                    }
+                    Err(PlanError::Conflict(msg)) => {
+                        return self.record_conflict(
+                            &mut st,
+                            &sid,
+                            idx,
+                            &decision,
+                            action_word,
+                            comment,
+                            modified_diff,
+                            msg,
+                        );
+                    }
+                    Err(e) => return Err(AppError::Internal(e.to_string())),
+                }
+            }
+            FeedbackAction::Reject | FeedbackAction::Undo => {
+                let target = if action == FeedbackAction::Reject {
+                    HunkState::Rejected
+                } else {
+                    HunkState::Pending
+                };
+                if rec.state == target || (action == FeedbackAction::Undo && !rec.state.reviewed())
+                {
+                    return Err(AppError::Conflict {
+                        code: "already_decided",
+                        message: format!(
+                            "hunk {} is {:?}; nothing to {action_word}",
+                            rec.id, rec.state
+                        )
+                        .to_lowercase(),
+                    });
+                }
+                if rec.state.applied() {
+                    let offset = Self::offset_for(s, &rec);
+                    let root = self.checkout()?;
+                    match plan_reverse(&root, &self.store, &rec, offset) {
+                        Ok(plan) => (
+                            target,
+                            plan,
+                            if target == HunkState::Rejected {
+                                AppliedAction::Rejected
+                            } else {
+                                AppliedAction::Undone
+                            },
+                        ),
+                        Err(PlanError::Conflict(msg)) => {
+                            return Err(AppError::Conflict {
+                                code: "conflict",
+                                message: format!("cannot undo hunk {}: {msg}", rec.id),
+                            })
+                        }
+                        Err(e) => return Err(AppError::Internal(e.to_string())),
+                    }
+                } else {
+                    let act = if target == HunkState::Rejected {
+                        AppliedAction::Rejected
+                    } else {
+                        AppliedAction::Undone
+                    };
+                    (target, apply::Plan::default(), act)
+                }
+            }
+        };
+
+        {
+            let h = &mut after.hunks[idx];
+            h.state = new_state;
+            h.conflict = None;
+            if comment.is_some() {
+                h.comment = comment.map(str::to_string);
+            }
+            h.applied = if new_state.applied() {
+                plan.applied.clone()
+            } else {
+                None
+            };
+        }
+        let outcome = match applied_action {
+            AppliedAction::Accepted => "applied",
+            AppliedAction::Modified => "modified",
+            AppliedAction::Rejected => "rejected",
+            AppliedAction::Undone => "undone",
+        };
+        let mut fb = Self::feedback_record(&after, &rec, &decision, action_word, outcome);
+        fb.comment = comment.map(str::to_string);
+        fb.modified_diff = modified.as_ref().map(|h| h.to_unified());
+        let events = vec![
+            Event::HunkApplied {
+                seq: 0,
+                suggestion_id: sid.clone(),
+                hunk_id: rec.id.clone(),
+                action: applied_action,
+                file: rec.file.clone(),
+                state: new_state,
+                reviewed_count: after.reviewed_count(),
+                hunk_count: after.hunks.len(),
+            },
+            Self::status_event(&after),
+        ];
+        let hunk = after.hunks[idx].view();
+        let remaining = after.hunks.len() - after.reviewed_count();
+        let applied = !plan.ops.is_empty();
+        self.commit_decision(&mut st, after, plan.ops, vec![fb], events)?;
+        Ok(DecisionResult {
+            applied,
+            remaining_hunks: remaining,
+            hunk,
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn record_conflict(
+        &self,
+        st: &mut State,
+        sid: &str,
+        idx: usize,
+        decision: &str,
+        action_word: &str,
+        comment: Option<&str>,
+        modified_diff: Option<&str>,
+        msg: String,
+    ) -> Result<DecisionResult, AppError> {
+        let mut after = st.suggestions[sid].clone();
+        let rec = after.hunks[idx].clone();
+        after.hunks[idx].state = HunkState::Conflict;
+        after.hunks[idx].conflict = Some(msg.clone());
+        let mut fb = Self::feedback_record(&after, &rec, decision, action_word, "conflict");
+        fb.comment = comment.map(str::to_string);
+        fb.modified_diff = modified_diff.map(str::to_string);
+        fb.error = Some(msg.clone());
+        let events = vec![Event::Error {
+            seq: 0,
+            code: ErrorCode::ApplyFailed,
+            message: msg.clone(),
+            suggestion_id: Some(sid.to_string()),
+            hunk_id: Some(rec.id.clone()),
+            run_id: Some(after.run_id.clone()),
+        }];
+        self.commit_decision(st, after, Vec::new(), vec![fb], events)?;
+        Err(AppError::Conflict {
+            code: "conflict",
+            message: msg,
+        })
+    }
+
+    /// Accept or reject every pending (or conflicting) hunk, optionally of one file.
+    pub fn decide_all(
+        &self,
+        suggestion_id: &str,
+        action: BulkAction,
+        file: Option<&str>,
+        comment: Option<&str>,
+    ) -> Result<serde_json::Value, AppError> {
+        let (sid, ids) = {
+            let st = self.lock()?;
+            let sid = Self::resolve_id(&st, suggestion_id)?;
+            let s = &st.suggestions[&sid];
+            if let Some(f) = file {
+                if !s.hunks.iter().any(|h| h.file == f) {
+                    return Err(AppError::NotFound(format!(
+                        "suggestion {sid} has no hunks in {f}"
+                    )));
+                }
+            }
+            let ids: Vec<String> = s
+                .hunks
+                .iter()
+                .filter(|h| !h.state.reviewed() && file.is_none_or(|f| h.file == f))
+                .map(|h| h.id.clone())
+                .collect();
+            (sid, ids)
+        };
+        let fa = match action {
+            BulkAction::Accept => FeedbackAction::Accept,
+            BulkAction::Reject => FeedbackAction::Reject,
+        };
+        let mut done = Vec::new();
+        let mut failed = Vec::new();
+        for id in ids {
+            match self.decide(&sid, &id, fa, None, comment) {
+                Ok(r) => done.push(serde_json::json!({"hunk_id": id, "state": r.hunk.state})),
+                Err(e) => failed.push(serde_json::json!({"hunk_id": id, "error": e.to_string()})),
+            }
+        }
+        let remaining = {
+            let st = self.lock()?;
+            let s = &st.suggestions[&sid];
+            s.hunks.len() - s.reviewed_count()
+        };
+        Ok(serde_json::json!({
+            "suggestion_id": sid,
+            "decided": done,
+            "failed": failed,
+            "remaining_hunks": remaining,
+        }))
+    }
+
+    /// Close a suggestion: pending hunks are rejected; `finalize` records the reviewed result as
+    /// a checkpoint commit.
+    pub fn complete(
+        &self,
+        suggestion_id: &str,
+        action: CompleteAction,
+    ) -> Result<serde_json::Value, AppError> {
+        let mut st = self.lock()?;
+        let sid = Self::resolve_id(&st, suggestion_id)?;
+        let s = &st.suggestions[&sid];
+        if let Some(how) = &s.closed {
+            return Err(AppError::Conflict {
+                code: "closed",
+                message: format!("suggestion {sid} was already completed ({how})"),
+            });
+        }
+        let decision = uuid::Uuid::new_v4().to_string();
+        let via = match action {
+            CompleteAction::Finalize => "finalize",
+            CompleteAction::Discard => "discard",
+        };
+        let mut after = s.clone();
+        let mut feedback = Vec::new();
+        let mut events = Vec::new();
+        for i in 0..after.hunks.len() {
+            if after.hunks[i].state.reviewed() {
+                continue;
+            }
+            after.hunks[i].state = HunkState::Rejected;
+            let rec = after.hunks[i].clone();
+            let mut fb = Self::feedback_record(&after, &rec, &decision, "reject", "rejected");
+            fb.via = Some(via.into());
+            feedback.push(fb);
+            events.push(Event::HunkApplied {
+                seq: 0,
+                suggestion_id: sid.clone(),
+                hunk_id: rec.id.clone(),
+                action: AppliedAction::Rejected,
+                file: rec.file.clone(),
+                state: HunkState::Rejected,
+                reviewed_count: after.reviewed_count(),
+                hunk_count: after.hunks.len(),
+            });
+        }
+        after.closed = Some(via.into());
+        if action == CompleteAction::Finalize {
+            match self.reviewed_commit(&after) {
+                Ok(c) => {
+                    after.reviewed_commit = Some(c.clone());
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, suggestion = %sid, "recording the reviewed checkpoint")
+                }
+            }
+        }
+        events.push(Event::Completed {
+            seq: 0,
+            suggestion_id: sid.clone(),
+            action,
+            reviewed_commit: after.reviewed_commit.clone(),
+        });
+        let reviewed_commit = after.reviewed_commit.clone();
+        let applied = after.hunks.iter().filter(|h| h.state.applied()).count();
+        let total = after.hunks.len();
+        self.commit_decision(&mut st, after, Vec::new(), feedback, events)?;
+        Ok(serde_json::json!({
+            "suggestion_id": sid,
+            "action": via,
+            "applied_hunks": applied,
+            "hunk_count": total,
+            "reviewed_commit": reviewed_commit,
+        }))
+    }
+
+    /// The base tree with exactly the applied hunks applied, committed on top of the run.
+    fn reviewed_commit(&self, s: &Suggestion) -> Result<String, AppError> {
+        let ierr = |e: &dyn std::fmt::Display| AppError::Internal(e.to_string());
+        let base_id = oid(&s.base_commit).ok_or_else(|| ierr(&"bad base commit id"))?;
+        let run_id = oid(&s.run_commit).ok_or_else(|| ierr(&"bad run commit id"))?;
+        let mut tree: FlatTree = self.store.read_tree(base_id).map_err(|e| ierr(&e))?;
+        let mut by_file: BTreeMap<&str, Vec<&HunkRec>> = BTreeMap::new();
+        for h in s.hunks.iter().filter(|h| h.state.applied()) {
+            by_file.entry(h.file.as_str()).or_default().push(h);
+        }
+        for (file, hunks) in by_file {
+            for h in &hunks {
+                match h.kind {
+                    HunkKind::Rename => {
+                        if let Some(from) = &h.old_path {
+                            tree.remove(from);
+                        }
+                        put_side(&mut tree, file, h.new.as_ref());
+                    }
+                    HunkKind::Binary | HunkKind::Symlink => {
+                        put_side(&mut tree, file, h.new.as_ref())
+                    }
+                    HunkKind::Mode => {
+                        if let (Some(e), Some(n)) = (tree.get_mut(file), h.new.as_ref()) {
+                            e.mode = n.mode;
+                        }
+                    }
+                    HunkKind::Modify | HunkKind::Create | HunkKind::Delete => {}
+                }
+            }
+            let mut line_hunks: Vec<&Hunk> = hunks
+                .iter()
+                .filter(|h| {
+                    matches!(
+                        h.kind,
+                        HunkKind::Modify | HunkKind::Create | HunkKind::Delete
+                    )
+                })
+                .filter_map(|h| h.applied.as_ref().or(h.patch.as_ref()))
+                .collect();
+            if line_hunks.is_empty() {
+                continue;
+            }
+            line_hunks.sort_by_key(|h| h.old_start);
+            let entry = tree.get(file).copied();
+            let mut text = match entry {
+                Some(e) => String::from_utf8(self.store.read_blob(e.oid).map_err(|e| ierr(&e))?)
+                    .map_err(|e| ierr(&e))?,
+                None => String::new(),
+            };
+            let mut offset = 0isize;
+            for h in line_hunks {
+                let applied = apply_hunk(&text, h, offset).map_err(|e| ierr(&e))?;
+                offset += h.delta();
+                text = applied.text;
+            }
+            let deleted = hunks
+                .iter()
+                .any(|h| h.kind == HunkKind::Delete && h.state == HunkState::Accepted);
+            if deleted && text.is_empty() {
+                tree.remove(file);
+            } else {
+                let oid = self
+                    .store
+                    .write_blob(text.as_bytes())
+                    .map_err(|e| ierr(&e))?;
+                let mode = entry
+                    .map(|e| e.mode)
+                    .or_else(|| hunks.iter().find_map(|h| h.new.as_ref().map(|s| s.mode)))
+                    .unwrap_or(Mode::File);
+                tree.insert(file.to_string(), Entry { mode, oid });
+            }
+        }
+        let tree_id = self.store.write_tree(&tree).map_err(|e| ierr(&e))?;
+        let commit = self
+            .store
+            .commit(
+                tree_id,
+                &[run_id],
+                &format!("reviewed: {}\n\nsuggestion {}\n", s.description, s.id),
+            )
+            .map_err(|e| ierr(&e))?;
+        self.store
+            .set_ref(
+                &format!("refs/hunkwise/suggestions/{}/reviewed", s.id),
+                commit,
+            )
+            .map_err(|e| ierr(&e))?;
+        Ok(commit.to_string())
+    }
+}
+
+fn put_side(tree: &mut FlatTree, path: &str, side: Option<&crate::review::Side>) {
+    match side.and_then(|s| oid(&s.oid).map(|o| (s.mode, o))) {
+        Some((mode, oid)) => {
+            tree.insert(path.to_string(), Entry { mode, oid });
+        }
+        None => {
+            tree.remove(path);
+        }
+    }
+}
+
+/// Parse the user's edited diff for one hunk: a single hunk, optionally with file headers that
+/// must name the hunk's own file.
+fn parse_modified(text: &str, rec: &HunkRec) -> Result<Hunk, AppError> {
+    if !matches!(
+        rec.kind,
+        HunkKind::Modify | HunkKind::Create | HunkKind::Delete
+    ) {
+        return Err(AppError::BadRequest(
+            format!(
+                "hunk {} is a {:?} change; it can be accepted or rejected, not modified",
+                rec.id, rec.kind
+            )
+            .to_lowercase(),
+        ));
+    }
+    let (old, new) = parse_file_header(text);
+    for p in [old, new].into_iter().flatten() {
+        if p != rec.file {
+            return Err(AppError::BadRequest(format!(
+                "modifiedDiff names file {p:?} but hunk {} is in {:?}",
+                rec.id, rec.file
+            )));
+        }
+    }
+    let mut hunks =
+        parse_hunks(text).map_err(|e| AppError::BadRequest(format!("modifiedDiff: {e}")))?;
+    if hunks.len() != 1 {
+        return Err(AppError::BadRequest(format!(
+            "modifiedDiff must hold exactly one hunk, found {}",
+            hunks.len()
+        )));
+    }
+    Ok(hunks.remove(0))
+}
+
+/// Finish or drop decisions that were prepared but not committed when the hub died.
+pub fn recover(
+    root: &Beneath,
+    store: &Store,
+    pending: Vec<Prepared>,
+    feedback_path: &std::path::Path,
+    journal: &mut Vec<Record>,
+    suggestions: &mut BTreeMap<String, Suggestion>,
+) -> Result<Vec<FeedbackRecord>, String> {
+    let logged = FeedbackLog::decision_ids(feedback_path).map_err(|e| e.to_string())?;
+    let mut to_log = Vec::new();
+    for p in pending {
+        let states: Result<Vec<OpState>, _> = p.ops.iter().map(|op| op_state(root, op)).collect();
+        let states = states.map_err(|e| e.to_string())?;
+        if states.contains(&OpState::Neither) {
+            tracing::warn!(decision = %p.decision, "a file changed since an unfinished decision; leaving it undone");
+            continue;
+        }
+        let all_before = !states.is_empty() && states.iter().all(|s| *s == OpState::Before);
+        if all_before {
+            // Nothing was written and the client never heard back: drop it.
+            tracing::info!(decision = %p.decision, "dropping an unfinished decision (no file was written)");
+            continue;
+        }
+        // Some or all writes happened: finish the rest, so the decision holds in full.
+        for (op, st) in p.ops.iter().zip(&states) {
+            if *st == OpState::Before {
+                execute(root, store, std::slice::from_ref(op)).map_err(|e| e.to_string())?;
+            }
+        }
+        if !logged.contains(&p.decision) {
+            to_log.extend(p.feedback.iter().cloned());
+        }
+        tracing::info!(decision = %p.decision, "finished an interrupted decision");
+        suggestions.insert(p.after.id.clone(), p.after.clone());
+        journal.push(Record::Suggestion(Box::new(p.after)));
+    }
+    Ok(to_log)
+}

@@ -1,0 +1,20 @@
+//! The hunkwise hub: review an AI agent's changes hunk by hunk before they touch your checkout.
+//!
+//! The binary is a thin shell over [`cli::main`]; [`server::run`] serves the hub on a listener
+//! until a shutdown token fires, which is how the tests run it too.
+
+pub mod apply;
+pub mod auth;
+pub mod cli;
+pub mod config;
+pub mod error;
+pub mod events;
+pub mod feedback;
+pub mod http;
+pub mod hub;
+pub mod journal;
+pub mod protocol;
+pub mod review;
+pub mod runs;
+pub mod server;
+pub mod ws;

@@ -1,0 +1,445 @@
+//! The wire protocol: every event, command and response hunkwise speaks.
+//!
+//! The specification is [`protocol.md`](https://docs.rs/hunkwise) — the same text is this
+//! module's documentation, kept beside the types it describes so the two change together.
+#![doc = include_str!("protocol.md")]
+
+use serde::{Deserialize, Serialize};
+
+pub const PROTOCOL_VERSION: u32 = 1;
+pub const SERVICE: &str = "hunkwise";
+
+// ---------------------------------------------------------------------------------------------
+// Views: what clients see of suggestions and hunks.
+
+/// What a hunk changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HunkKind {
+    /// Lines of an existing text file.
+    Modify,
+    /// A new file (one hunk holding all of it).
+    Create,
+    /// A deleted file (one hunk holding all of it).
+    Delete,
+    /// A file moved with identical content.
+    Rename,
+    /// A binary or non-UTF-8 file: whole-file accept or reject, no text diff.
+    Binary,
+    /// The executable bit changed.
+    Mode,
+    /// A symlink created, changed or removed (its target is the content).
+    Symlink,
+}
+
+/// Review state of one hunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HunkState {
+    Pending,
+    Accepted,
+    Modified,
+    Rejected,
+    /// The last accept/modify could not apply (the file moved on); it can be retried.
+    Conflict,
+}
+
+impl HunkState {
+    pub fn reviewed(self) -> bool {
+        matches!(
+            self,
+            HunkState::Accepted | HunkState::Modified | HunkState::Rejected
+        )
+    }
+    pub fn applied(self) -> bool {
+        matches!(self, HunkState::Accepted | HunkState::Modified)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HunkHeader {
+    pub old_start: usize,
+    pub old_lines: usize,
+    pub new_start: usize,
+    pub new_lines: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HunkView {
+    /// `<suggestion-id>:<path>:<index>`, index 0-based per file.
+    pub id: String,
+    pub file: String,
+    /// Unified diff of this hunk ("@@ -a,b +c,d @@" and body); for binary, mode and rename
+    /// hunks a one-line git-style description instead.
+    pub diff: String,
+    pub kind: HunkKind,
+    pub index: usize,
+    pub state: HunkState,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub old_path: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub header: Option<HunkHeader>,
+    /// The diff that was applied when the user modified the hunk.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub applied_diff: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+    /// Why the last accept failed, while `state` is `conflict`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conflict: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SuggestionStatus {
+    Pending,
+    Partial,
+    Complete,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SuggestionView {
+    pub id: String,
+    /// The jj change id of the run in a jj repository; the run commit id otherwise.
+    pub jj_change_id: String,
+    pub description: String,
+    pub files: Vec<String>,
+    pub hunks: Vec<HunkView>,
+    pub hunk_count: usize,
+    pub reviewed_count: usize,
+    pub status: SuggestionStatus,
+    /// Set once the suggestion was completed with `finalize` or `discard`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub closed: Option<String>,
+    pub run_id: String,
+    pub base_commit: String,
+    pub run_commit: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reviewed_commit: Option<String>,
+    pub created_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SuggestionSummary {
+    pub id: String,
+    pub jj_change_id: String,
+    pub description: String,
+    pub files: Vec<String>,
+    pub hunk_count: usize,
+    pub reviewed_count: usize,
+    pub status: SuggestionStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub closed: Option<String>,
+    pub run_id: String,
+    pub created_at: String,
+}
+
+impl From<&SuggestionView> for SuggestionSummary {
+    fn from(s: &SuggestionView) -> Self {
+        Self {
+            id: s.id.clone(),
+            jj_change_id: s.jj_change_id.clone(),
+            description: s.description.clone(),
+            files: s.files.clone(),
+            hunk_count: s.hunk_count,
+            reviewed_count: s.reviewed_count,
+            status: s.status,
+            closed: s.closed.clone(),
+            run_id: s.run_id.clone(),
+            created_at: s.created_at.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    Queued,
+    Working,
+    /// The agent finished and its suggestion is ready for review.
+    Ready,
+    /// The agent finished without changing anything.
+    NoChanges,
+    Failed,
+    Cancelled,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunView {
+    pub run_id: String,
+    pub status: RunState,
+    pub prompt: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    pub suggestion_ids: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base_commit: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub created_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_message: Option<String>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Events (server -> client). Every event carries `seq`.
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    ExperimentFailed,
+    SyncFailed,
+    JjError,
+    ApplyFailed,
+    Unknown,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AppliedAction {
+    Accepted,
+    Modified,
+    Rejected,
+    /// An applied hunk was reverse-applied and is pending again.
+    Undone,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum Event {
+    #[serde(rename = "suggestion.ready")]
+    Ready {
+        seq: u64,
+        suggestion: Box<SuggestionView>,
+    },
+    #[serde(rename = "suggestion.status")]
+    Status {
+        seq: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        suggestion_id: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        run_id: Option<String>,
+        status: String,
+        message: String,
+    },
+    #[serde(rename = "suggestion.error")]
+    Error {
+        seq: u64,
+        code: ErrorCode,
+        message: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        suggestion_id: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        hunk_id: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        run_id: Option<String>,
+    },
+    #[serde(rename = "suggestion.hunk_applied")]
+    HunkApplied {
+        seq: u64,
+        suggestion_id: String,
+        hunk_id: String,
+        action: AppliedAction,
+        file: String,
+        state: HunkState,
+        reviewed_count: usize,
+        hunk_count: usize,
+    },
+    #[serde(rename = "suggestion.completed")]
+    Completed {
+        seq: u64,
+        suggestion_id: String,
+        action: CompleteAction,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reviewed_commit: Option<String>,
+    },
+}
+
+impl Event {
+    pub fn set_seq(&mut self, value: u64) {
+        match self {
+            Event::Ready { seq, .. }
+            | Event::Status { seq, .. }
+            | Event::Error { seq, .. }
+            | Event::HunkApplied { seq, .. }
+            | Event::Completed { seq, .. } => *seq = value,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hello {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub service: String,
+    pub version: String,
+    pub protocol: u32,
+    /// The seq of the newest event so far; events after it are pushed on this connection.
+    pub seq: u64,
+    /// Changes on every hub start: a client that sees a new epoch resyncs with `list`/`get`.
+    pub epoch: String,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Commands (client -> server), shared by WebSocket (camelCase) and REST (snake_case): every field
+// accepts both spellings.
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FeedbackAction {
+    Accept,
+    Reject,
+    Modify,
+    /// Reverse-apply an accepted or modified hunk and make it pending again.
+    Undo,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CompleteAction {
+    Finalize,
+    Discard,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeedbackCmd {
+    #[serde(alias = "suggestionId")]
+    pub suggestion_id: String,
+    #[serde(alias = "hunkId")]
+    pub hunk_id: String,
+    pub action: FeedbackAction,
+    #[serde(default, alias = "modifiedDiff")]
+    pub modified_diff: Option<String>,
+    #[serde(default)]
+    pub comment: Option<String>,
+    #[serde(default, rename = "type")]
+    pub _type: Option<String>,
+    #[serde(default)]
+    pub id: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BulkAction {
+    Accept,
+    Reject,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeedbackAllCmd {
+    #[serde(alias = "suggestionId")]
+    pub suggestion_id: String,
+    pub action: BulkAction,
+    /// Only the pending hunks of this file.
+    #[serde(default)]
+    pub file: Option<String>,
+    #[serde(default)]
+    pub comment: Option<String>,
+    #[serde(default, rename = "type")]
+    pub _type: Option<String>,
+    #[serde(default)]
+    pub id: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompleteCmd {
+    #[serde(alias = "suggestionId")]
+    pub suggestion_id: String,
+    pub action: CompleteAction,
+    #[serde(default, rename = "type")]
+    pub _type: Option<String>,
+    #[serde(default)]
+    pub id: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunCmd {
+    pub prompt: String,
+    #[serde(default)]
+    pub agent: Option<String>,
+    #[serde(default, alias = "timeoutSecs")]
+    pub timeout_secs: Option<u64>,
+    #[serde(default, rename = "type")]
+    pub _type: Option<String>,
+    #[serde(default)]
+    pub id: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PublishCmd {
+    pub description: String,
+    /// Only files matching one of these globs ("src/**/*.rs").
+    #[serde(default)]
+    pub files: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentStatusCmd {
+    pub message: String,
+    /// "working" (default), "testing", or any short word.
+    #[serde(default)]
+    pub status: Option<String>,
+}
+
+/// `{"type": "response", ...}`: the answer to one command, echoing its `id`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Response {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<serde_json::Value>,
+    pub success: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Machine-readable error code (see the spec).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+}
+
+impl Response {
+    pub fn ok(id: Option<serde_json::Value>, data: serde_json::Value) -> Self {
+        Self {
+            kind: "response".into(),
+            id,
+            success: true,
+            data: Some(data),
+            error: None,
+            code: None,
+        }
+    }
+    pub fn err(id: Option<serde_json::Value>, code: &str, error: String) -> Self {
+        Self {
+            kind: "response".into(),
+            id,
+            success: false,
+            data: None,
+            error: Some(error),
+            code: Some(code.into()),
+        }
+    }
+}
+
+/// The WebSocket command types, for error messages.
+pub const COMMAND_TYPES: &[&str] = &[
+    "feedback",
+    "feedback_all",
+    "complete",
+    "list",
+    "get",
+    "run",
+    "cancel",
+    "replay",
+    "ping",
+];

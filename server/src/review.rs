@@ -1,0 +1,324 @@
+//! Suggestions and hunks: built from a base tree and a run tree, and the records the hub keeps
+//! (and journals) about them.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use hunkwise_patch::{diff_hunks, is_text, Hunk};
+use hunkwise_sandbox::store::{Entry, FlatTree, Mode, Store, StoreError};
+use hunkwise_sandbox::ObjectId;
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::{
+    HunkHeader, HunkKind, HunkState, HunkView, SuggestionStatus, SuggestionView,
+};
+
+/// Lines of context around each hunk, as `git diff` uses by default.
+pub const CONTEXT: usize = 3;
+
+/// A file's state on one side of a hunk; `None` = absent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Side {
+    pub mode: Mode,
+    pub oid: String,
+}
+
+impl Side {
+    fn of(entry: Option<&Entry>) -> Option<Side> {
+        entry.map(|e| Side {
+            mode: e.mode,
+            oid: e.oid.to_string(),
+        })
+    }
+}
+
+/// One reviewable change, as the hub stores it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HunkRec {
+    pub id: String,
+    pub file: String,
+    pub index: usize,
+    pub kind: HunkKind,
+    pub state: HunkState,
+    /// For line hunks (modify / create / delete of text files, symlink targets).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patch: Option<Hunk>,
+    /// Whole-file sides (binary, rename, mode, and the file-level checks of create/delete).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old: Option<Side>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new: Option<Side>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old_path: Option<String>,
+    /// What was actually applied (the user's version for `modify`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied: Option<Hunk>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conflict: Option<String>,
+}
+
+impl HunkRec {
+    pub fn diff_text(&self) -> String {
+        match self.kind {
+            HunkKind::Modify | HunkKind::Create | HunkKind::Delete | HunkKind::Symlink => self
+                .patch
+                .as_ref()
+                .map(|p| p.to_unified())
+                .unwrap_or_default(),
+            HunkKind::Binary => format!("Binary files a/{0} and b/{0} differ\n", self.file),
+            HunkKind::Rename => format!(
+                "rename from {}\nrename to {}\n",
+                self.old_path.as_deref().unwrap_or(""),
+                self.file
+            ),
+            HunkKind::Mode => format!(
+                "old mode {}\nnew mode {}\n",
+                self.old.as_ref().map(|s| s.mode.octal()).unwrap_or(""),
+                self.new.as_ref().map(|s| s.mode.octal()).unwrap_or("")
+            ),
+        }
+    }
+
+    pub fn view(&self) -> HunkView {
+        HunkView {
+            id: self.id.clone(),
+            file: self.file.clone(),
+            diff: self.diff_text(),
+            kind: self.kind,
+            index: self.index,
+            state: self.state,
+            old_path: self.old_path.clone(),
+            header: self.patch.as_ref().map(|p| HunkHeader {
+                old_start: p.old_start,
+                old_lines: p.old_len,
+                new_start: p.new_start,
+                new_lines: p.new_len,
+            }),
+            applied_diff: match (self.state, &self.applied) {
+                (HunkState::Modified, Some(a)) => Some(a.to_unified()),
+                _ => None,
+            },
+            comment: self.comment.clone(),
+            conflict: self.conflict.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Suggestion {
+    pub id: String,
+    pub run_id: String,
+    pub description: String,
+    pub base_commit: String,
+    pub run_commit: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change_id: Option<String>,
+    pub created_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    pub hunks: Vec<HunkRec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closed: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reviewed_commit: Option<String>,
+}
+
+impl Suggestion {
+    pub fn files(&self) -> Vec<String> {
+        let mut seen = BTreeSet::new();
+        let mut out = Vec::new();
+        for h in &self.hunks {
+            if seen.insert(h.file.clone()) {
+                out.push(h.file.clone());
+            }
+        }
+        out
+    }
+
+    pub fn reviewed_count(&self) -> usize {
+        self.hunks.iter().filter(|h| h.state.reviewed()).count()
+    }
+
+    pub fn status(&self) -> SuggestionStatus {
+        let reviewed = self.reviewed_count();
+        if reviewed == self.hunks.len() || self.closed.is_some() {
+            SuggestionStatus::Complete
+        } else if reviewed == 0 {
+            SuggestionStatus::Pending
+        } else {
+            SuggestionStatus::Partial
+        }
+    }
+
+    pub fn hunk(&self, id: &str) -> Option<&HunkRec> {
+        self.hunks.iter().find(|h| h.id == id)
+    }
+
+    pub fn view(&self) -> SuggestionView {
+        SuggestionView {
+            id: self.id.clone(),
+            jj_change_id: self
+                .change_id
+                .clone()
+                .unwrap_or_else(|| self.run_commit.clone()),
+            description: self.description.clone(),
+            files: self.files(),
+            hunks: self.hunks.iter().map(HunkRec::view).collect(),
+            hunk_count: self.hunks.len(),
+            reviewed_count: self.reviewed_count(),
+            status: self.status(),
+            closed: self.closed.clone(),
+            run_id: self.run_id.clone(),
+            base_commit: self.base_commit.clone(),
+            run_commit: self.run_commit.clone(),
+            reviewed_commit: self.reviewed_commit.clone(),
+            created_at: self.created_at.clone(),
+            agent: self.agent.clone(),
+            prompt: self.prompt.clone(),
+        }
+    }
+}
+
+/// Text of a blob when it is reviewable line by line.
+fn text_of(store: &Store, entry: &Entry) -> Result<Option<String>, StoreError> {
+    let bytes = store.read_blob(entry.oid)?;
+    if is_text(&bytes) {
+        Ok(String::from_utf8(bytes).ok())
+    } else {
+        Ok(None)
+    }
+}
+
+/// Diff two trees into hunk records (ids filled in with `suggestion_id`), in path order.
+/// `only` restricts the result to paths it accepts (the agent's `--files` globs).
+pub fn build_hunks(
+    store: &Store,
+    suggestion_id: &str,
+    base: &FlatTree,
+    run: &FlatTree,
+    only: &dyn Fn(&str) -> bool,
+) -> Result<Vec<HunkRec>, StoreError> {
+    let mut changed: BTreeMap<&str, (Option<&Entry>, Option<&Entry>)> = BTreeMap::new();
+    for (path, e) in base {
+        if run.get(path) != Some(e) {
+            changed.insert(path, (Some(e), run.get(path)));
+        }
+    }
+    for (path, e) in run {
+        if !base.contains_key(path) {
+            changed.insert(path, (None, Some(e)));
+        }
+    }
+    changed.retain(|p, _| only(p));
+
+    // Exact renames: a deleted and an added path with the same blob and mode.
+    let mut renames: BTreeMap<String, String> = BTreeMap::new();
+    {
+        let deleted: Vec<(&str, &Entry)> = changed
+            .iter()
+            .filter_map(|(p, (o, n))| match (o, n) {
+                (Some(o), None) => Some((*p, *o)),
+                _ => None,
+            })
+            .collect();
+        let mut used = BTreeSet::new();
+        for (p, (o, n)) in &changed {
+            if let (None, Some(n)) = (o, n) {
+                if let Some((from, _)) = deleted
+                    .iter()
+                    .find(|(dp, de)| de.oid == n.oid && de.mode == n.mode && !used.contains(dp))
+                {
+                    used.insert(*from);
+                    renames.insert(p.to_string(), from.to_string());
+                }
+            }
+        }
+    }
+    let renamed_from: BTreeSet<String> = renames.values().cloned().collect();
+
+    let mut out = Vec::new();
+    for (path, (old, new)) in &changed {
+        if renamed_from.contains(*path) {
+            continue;
+        }
+        let mut recs: Vec<HunkRec> = Vec::new();
+        let mk = |kind: HunkKind, patch: Option<Hunk>| HunkRec {
+            id: String::new(),
+            file: path.to_string(),
+            index: 0,
+            kind,
+            state: HunkState::Pending,
+            patch,
+            old: Side::of(*old),
+            new: Side::of(*new),
+            old_path: None,
+            applied: None,
+            comment: None,
+            conflict: None,
+        };
+        if let Some(from) = renames.get(*path) {
+            let mut rec = mk(HunkKind::Rename, None);
+            rec.old_path = Some(from.clone());
+            rec.old = Side::of(base.get(from));
+            recs.push(rec);
+        } else {
+            let is_link = |e: &Option<&Entry>| e.map(|e| e.mode == Mode::Symlink).unwrap_or(false);
+            if is_link(old) || is_link(new) {
+                // A symlink's target is shown as a one-line text; file <-> symlink swaps are
+                // whole-entry changes handled by the same record.
+                let old_t = old.map(|e| store.read_blob(e.oid)).transpose()?;
+                let new_t = new.map(|e| store.read_blob(e.oid)).transpose()?;
+                let show = |b: Option<Vec<u8>>| {
+                    b.map(|b| String::from_utf8_lossy(&b).into_owned())
+                        .unwrap_or_default()
+                };
+                let (o, n) = (show(old_t), show(new_t));
+                let patch = diff_hunks(&o, &n, CONTEXT).into_iter().next();
+                recs.push(mk(HunkKind::Symlink, patch));
+            } else {
+                let old_text = old.map(|e| text_of(store, e)).transpose()?;
+                let new_text = new.map(|e| text_of(store, e)).transpose()?;
+                let binary = matches!(old_text, Some(None)) || matches!(new_text, Some(None));
+                if binary {
+                    recs.push(mk(HunkKind::Binary, None));
+                } else {
+                    let o = old_text.flatten().unwrap_or_default();
+                    let n = new_text.flatten().unwrap_or_default();
+                    match (old, new) {
+                        (None, Some(_)) => {
+                            let patch = diff_hunks("", &n, CONTEXT).into_iter().next();
+                            recs.push(mk(HunkKind::Create, patch));
+                        }
+                        (Some(_), None) => {
+                            let patch = diff_hunks(&o, "", CONTEXT).into_iter().next();
+                            recs.push(mk(HunkKind::Delete, patch));
+                        }
+                        (Some(oe), Some(ne)) => {
+                            if oe.mode != ne.mode {
+                                recs.push(mk(HunkKind::Mode, None));
+                            }
+                            for h in diff_hunks(&o, &n, CONTEXT) {
+                                recs.push(mk(HunkKind::Modify, Some(h)));
+                            }
+                        }
+                        (None, None) => {}
+                    }
+                }
+            }
+        }
+        for (i, mut rec) in recs.into_iter().enumerate() {
+            rec.index = i;
+            rec.id = format!("{suggestion_id}:{path}:{i}");
+            out.push(rec);
+        }
+    }
+    Ok(out)
+}
+
+/// Parse an oid stored as text in a record.
+pub fn oid(s: &str) -> Option<ObjectId> {
+    ObjectId::from_hex(s.as_bytes()).ok()
+}

@@ -1,0 +1,658 @@
+//! Agent runs: snapshot the checkout as a base commit, bring a sandbox to it, run the agent,
+//! record what it left as the run commit, and publish the difference as a suggestion.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hunkwise_sandbox::agent::{self, build_argv, scrubbed_env, Exit};
+use hunkwise_sandbox::snapshot::{snapshot_checkout, DEFAULT_FILE_CAP};
+use hunkwise_sandbox::store::FlatTree;
+use hunkwise_sandbox::workspace::{LocalSandbox, Sandbox};
+use hunkwise_sandbox::ObjectId;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::AppError;
+use crate::hub::{now, Hub};
+use crate::journal::Record;
+use crate::protocol::{ErrorCode, Event, RunState, RunView, SuggestionView};
+use crate::review::{build_hunks, Suggestion};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunRec {
+    pub run_id: String,
+    pub status: RunState,
+    pub prompt: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    #[serde(default)]
+    pub suggestion_ids: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_commit: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub created_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_message: Option<String>,
+}
+
+impl RunRec {
+    pub fn view(&self) -> RunView {
+        RunView {
+            run_id: self.run_id.clone(),
+            status: self.status,
+            prompt: self.prompt.clone(),
+            agent: self.agent.clone(),
+            suggestion_ids: self.suggestion_ids.clone(),
+            base_commit: self.base_commit.clone(),
+            error: self.error.clone(),
+            created_at: self.created_at.clone(),
+            last_message: self.last_message.clone(),
+        }
+    }
+
+    pub fn finished(&self) -> bool {
+        !matches!(self.status, RunState::Queued | RunState::Working)
+    }
+}
+
+/// What a run in progress needs for `publish`.
+struct Active {
+    base_commit: ObjectId,
+    base_tree: FlatTree,
+    sandbox: Arc<dyn Sandbox>,
+}
+
+/// Live run bookkeeping (not persisted: a run does not survive a hub restart).
+pub struct Runs {
+    sandbox_root: PathBuf,
+    slots: Mutex<Vec<bool>>,
+    cancels: Mutex<HashMap<String, CancellationToken>>,
+    agent_tokens: Mutex<HashMap<String, String>>,
+    active: Mutex<HashMap<String, Arc<Active>>>,
+}
+
+fn poisoned() -> AppError {
+    AppError::Internal("run bookkeeping lock poisoned".into())
+}
+
+impl Runs {
+    pub fn new(sandbox_root: PathBuf) -> Self {
+        Self {
+            sandbox_root,
+            slots: Mutex::new(Vec::new()),
+            cancels: Mutex::new(HashMap::new()),
+            agent_tokens: Mutex::new(HashMap::new()),
+            active: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A sandbox directory no other run is using; reused across runs so build caches survive.
+    fn acquire_slot(&self) -> Result<usize, AppError> {
+        let mut slots = self.slots.lock().map_err(|_| poisoned())?;
+        if let Some(i) = slots.iter().position(|busy| !busy) {
+            slots[i] = true;
+            return Ok(i);
+        }
+        slots.push(true);
+        Ok(slots.len() - 1)
+    }
+
+    fn release_slot(&self, i: usize) {
+        if let Ok(mut slots) = self.slots.lock() {
+            if let Some(s) = slots.get_mut(i) {
+                *s = false;
+            }
+        }
+    }
+
+    /// The run an agent token belongs to.
+    pub fn run_for_token(&self, token: &str) -> Option<String> {
+        let tokens = self.agent_tokens.lock().ok()?;
+        tokens
+            .iter()
+            .find(|(t, _)| crate::auth::constant_time_eq(t.as_bytes(), token.as_bytes()))
+            .map(|(_, r)| r.clone())
+    }
+}
+
+impl Hub {
+    pub fn update_run(
+        &self,
+        run_id: &str,
+        f: impl FnOnce(&mut RunRec),
+    ) -> Result<RunRec, AppError> {
+        let mut st = self.lock()?;
+        let run = st
+            .runs
+            .get_mut(run_id)
+            .ok_or_else(|| AppError::NotFound(format!("no run {run_id:?}")))?;
+        f(run);
+        let rec = run.clone();
+        self.journal_append(&Record::Run(rec.clone()))?;
+        Ok(rec)
+    }
+
+    pub fn run_view(&self, run_id: &str) -> Result<RunView, AppError> {
+        let st = self.lock()?;
+        st.runs
+            .get(run_id)
+            .map(RunRec::view)
+            .ok_or_else(|| AppError::NotFound(format!("no run {run_id:?}")))
+    }
+
+    pub fn list_runs(&self) -> Result<Vec<RunView>, AppError> {
+        let st = self.lock()?;
+        let mut runs: Vec<RunView> = st.runs.values().map(RunRec::view).collect();
+        runs.sort_by(|a, b| a.created_at.cmp(&b.created_at));
+        Ok(runs)
+    }
+
+    fn run_status(&self, run_id: &str, status: &str, message: String) {
+        self.bus.emit(Event::Status {
+            seq: 0,
+            suggestion_id: None,
+            run_id: Some(run_id.to_string()),
+            status: status.to_string(),
+            message,
+        });
+    }
+
+    /// Queue a run of `agent` (or the configured default) on `prompt`.
+    pub fn start_run(
+        self: &Arc<Self>,
+        prompt: &str,
+        agent: Option<&str>,
+        timeout_secs: Option<u64>,
+    ) -> Result<RunView, AppError> {
+        if prompt.trim().is_empty() {
+            return Err(AppError::BadRequest("prompt is empty".into()));
+        }
+        let template = agent
+            .map(str::to_string)
+            .or_else(|| self.cfg.agent.clone())
+            .ok_or_else(|| {
+                AppError::BadRequest(
+                    "no agent configured: pass \"agent\" (e.g. \"claude -p {prompt}\") or start the hub with --agent"
+                        .into(),
+                )
+            })?;
+        // Refuse a broken template now rather than as a failed run later.
+        build_argv(&template, prompt).map_err(|e| AppError::BadRequest(e.to_string()))?;
+        let timeout = Duration::from_secs(
+            timeout_secs
+                .unwrap_or(self.cfg.agent_timeout.as_secs())
+                .max(1),
+        );
+        let run = RunRec {
+            run_id: uuid::Uuid::new_v4().to_string(),
+            status: RunState::Queued,
+            prompt: prompt.to_string(),
+            agent: Some(template.clone()),
+            suggestion_ids: Vec::new(),
+            base_commit: None,
+            error: None,
+            created_at: now(),
+            last_message: None,
+        };
+        {
+            let mut st = self.lock()?;
+            self.journal_append(&Record::Run(run.clone()))?;
+            st.runs.insert(run.run_id.clone(), run.clone());
+        }
+        let cancel = self.shutdown.child_token();
+        self.runs
+            .cancels
+            .lock()
+            .map_err(|_| poisoned())?
+            .insert(run.run_id.clone(), cancel.clone());
+        self.run_status(
+            &run.run_id,
+            "queued",
+            format!("Run queued: {}", first_line(prompt)),
+        );
+        let hub = self.clone();
+        let run_id = run.run_id.clone();
+        let prompt = prompt.to_string();
+        self.tasks.spawn(async move {
+            let result = hub
+                .run_task(&run_id, &template, &prompt, timeout, cancel)
+                .await;
+            if let Err(e) = result {
+                let msg = e.to_string();
+                let _ = hub.update_run(&run_id, |r| {
+                    r.status = RunState::Failed;
+                    r.error = Some(msg.clone());
+                });
+                hub.bus.emit(Event::Error {
+                    seq: 0,
+                    code: ErrorCode::ExperimentFailed,
+                    message: msg,
+                    suggestion_id: None,
+                    hunk_id: None,
+                    run_id: Some(run_id.clone()),
+                });
+            }
+            if let Ok(mut c) = hub.runs.cancels.lock() {
+                c.remove(&run_id);
+            }
+        });
+        Ok(run.view())
+    }
+
+    pub fn cancel_run(&self, run_id: &str) -> Result<RunView, AppError> {
+        let view = self.run_view(run_id)?;
+        if view.status != RunState::Queued && view.status != RunState::Working {
+            return Err(AppError::Conflict {
+                code: "finished",
+                message: format!("run {run_id} already finished ({:?})", view.status)
+                    .to_lowercase(),
+            });
+        }
+        if let Some(token) = self
+            .runs
+            .cancels
+            .lock()
+            .map_err(|_| poisoned())?
+            .get(run_id)
+        {
+            token.cancel();
+        }
+        Ok(view)
+    }
+
+    async fn run_task(
+        self: &Arc<Self>,
+        run_id: &str,
+        template: &str,
+        prompt: &str,
+        timeout: Duration,
+        cancel: CancellationToken,
+    ) -> Result<(), AppError> {
+        self.update_run(run_id, |r| r.status = RunState::Working)?;
+        self.run_status(run_id, "working", "Snapshotting your checkout".into());
+        let rid = run_id.to_string();
+        let (base_commit, base_tree, skipped) = self
+            .blocking(move |hub| {
+                let snap = snapshot_checkout(&hub.cfg.repo, &hub.store, DEFAULT_FILE_CAP)
+                    .map_err(|e| AppError::Internal(format!("snapshotting the checkout: {e}")))?;
+                let ierr =
+                    |e: hunkwise_sandbox::store::StoreError| AppError::Internal(e.to_string());
+                let tree = hub.store.write_tree(&snap.tree).map_err(ierr)?;
+                let commit = hub
+                    .store
+                    .commit(tree, &[], &format!("base of run {rid}\n"))
+                    .map_err(ierr)?;
+                hub.store
+                    .set_ref(&format!("refs/hunkwise/runs/{rid}/base"), commit)
+                    .map_err(ierr)?;
+                Ok((commit, snap.tree, snap.skipped))
+            })
+            .await?;
+        if !skipped.is_empty() {
+            let names: Vec<String> = skipped
+                .iter()
+                .take(5)
+                .map(|s| format!("{} ({})", s.path, s.reason))
+                .collect();
+            self.run_status(
+                run_id,
+                "working",
+                format!("Left out of the snapshot: {}", names.join(", ")),
+            );
+        }
+        self.update_run(run_id, |r| r.base_commit = Some(base_commit.to_string()))?;
+
+        let slot = self.runs.acquire_slot()?;
+        let sandbox: Arc<dyn Sandbox> = Arc::new(LocalSandbox::new(
+            self.runs.sandbox_root.join(slot.to_string()),
+        ));
+        let result = self
+            .run_in_sandbox(
+                run_id,
+                template,
+                prompt,
+                timeout,
+                cancel,
+                base_commit,
+                base_tree,
+                sandbox,
+            )
+            .await;
+        self.runs.release_slot(slot);
+        if let Ok(mut a) = self.runs.active.lock() {
+            a.remove(run_id);
+        }
+        result
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn run_in_sandbox(
+        self: &Arc<Self>,
+        run_id: &str,
+        template: &str,
+        prompt: &str,
+        timeout: Duration,
+        cancel: CancellationToken,
+        base_commit: ObjectId,
+        base_tree: FlatTree,
+        sandbox: Arc<dyn Sandbox>,
+    ) -> Result<(), AppError> {
+        self.run_status(run_id, "working", "Preparing the sandbox".into());
+        {
+            let sb = sandbox.clone();
+            let tree = base_tree.clone();
+            self.blocking(move |hub| {
+                sb.prepare(&hub.store, &tree)
+                    .map_err(|e| AppError::Internal(e.to_string()))
+            })
+            .await?;
+        }
+        self.runs.active.lock().map_err(|_| poisoned())?.insert(
+            run_id.to_string(),
+            Arc::new(Active {
+                base_commit,
+                base_tree,
+                sandbox: sandbox.clone(),
+            }),
+        );
+        let agent_token = crate::auth::random_token();
+        self.runs
+            .agent_tokens
+            .lock()
+            .map_err(|_| poisoned())?
+            .insert(agent_token.clone(), run_id.to_string());
+
+        let argv = build_argv(template, prompt).map_err(|e| AppError::BadRequest(e.to_string()))?;
+        let mut env = scrubbed_env(&self.cfg.agent_env);
+        env.push(("HUNKWISE_PROMPT".into(), prompt.to_string()));
+        env.push(("HUNKWISE_RUN_ID".into(), run_id.to_string()));
+        env.push(("HUNKWISE_URL".into(), self.url()));
+        env.push(("HUNKWISE_AGENT_TOKEN".into(), agent_token.clone()));
+        self.run_status(
+            run_id,
+            "working",
+            format!(
+                "Agent started ({}, isolation: {})",
+                argv[0],
+                sandbox.isolation()
+            ),
+        );
+        let log_path = self
+            .cfg
+            .state_dir
+            .join("runs")
+            .join(format!("{run_id}.log"));
+        let mut log = std::fs::create_dir_all(log_path.parent().unwrap_or(&self.cfg.state_dir))
+            .and_then(|_| std::fs::File::create(&log_path))
+            .ok();
+        let mut last_emit: Option<Instant> = None;
+        let hub = self.clone();
+        let rid = run_id.to_string();
+        let outcome = agent::run(
+            sandbox.as_ref(),
+            &argv,
+            &env,
+            timeout,
+            cancel,
+            |stream, line| {
+                use std::io::Write;
+                if let Some(f) = log.as_mut() {
+                    let tag = if stream == agent::Stream::Stderr {
+                        "err"
+                    } else {
+                        "out"
+                    };
+                    let _ = writeln!(f, "{tag} {line}");
+                }
+                let line = line.trim();
+                if line.is_empty() {
+                    return;
+                }
+                // Status lines are for humans: at most ten a second.
+                if last_emit.is_none_or(|t| t.elapsed() >= Duration::from_millis(100)) {
+                    last_emit = Some(Instant::now());
+                    hub.run_status(&rid, "working", line.chars().take(200).collect());
+                }
+            },
+        )
+        .await;
+        if let Ok(mut t) = self.runs.agent_tokens.lock() {
+            t.remove(&agent_token);
+        }
+
+        match &outcome.exit {
+            Exit::Code(0) => {}
+            exit => {
+                let state = if *exit == Exit::Cancelled {
+                    RunState::Cancelled
+                } else {
+                    RunState::Failed
+                };
+                let tail: Vec<&str> = outcome
+                    .stderr_tail
+                    .lines()
+                    .rev()
+                    .take(20)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect();
+                let mut message = format!("agent {exit}");
+                if !tail.is_empty() {
+                    message.push_str(": ");
+                    message.push_str(&tail.join("\n"));
+                }
+                let msg = message.clone();
+                self.update_run(run_id, |r| {
+                    r.status = state;
+                    r.error = Some(msg);
+                })?;
+                self.bus.emit(Event::Error {
+                    seq: 0,
+                    code: ErrorCode::ExperimentFailed,
+                    message,
+                    suggestion_id: None,
+                    hunk_id: None,
+                    run_id: Some(run_id.to_string()),
+                });
+                return Ok(());
+            }
+        }
+
+        let already = self.run_view(run_id)?.suggestion_ids.len();
+        if already > 0 {
+            self.update_run(run_id, |r| r.status = RunState::Ready)?;
+            self.run_status(
+                run_id,
+                "ready",
+                format!("Agent finished; it published {already} suggestion(s)"),
+            );
+            return Ok(());
+        }
+        match self.publish(run_id, &first_line(prompt), &[]).await {
+            Ok(_) => {}
+            Err(AppError::NoChanges(msg)) => {
+                self.update_run(run_id, |r| r.status = RunState::NoChanges)?;
+                self.run_status(run_id, "no_changes", msg);
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(())
+    }
+
+    pub fn url(&self) -> String {
+        let host = if self.cfg.host.contains(':') {
+            format!("[{}]", self.cfg.host)
+        } else {
+            self.cfg.host.clone()
+        };
+        format!("http://{host}:{}", self.cfg.port)
+    }
+
+    /// Turn the sandbox's current state into a suggestion (the agent's `publish`, or the hub's
+    /// when the agent exits).
+    pub async fn publish(
+        self: &Arc<Self>,
+        run_id: &str,
+        description: &str,
+        globs: &[String],
+    ) -> Result<SuggestionView, AppError> {
+        if description.trim().is_empty() {
+            return Err(AppError::BadRequest("description is empty".into()));
+        }
+        let active = self
+            .runs
+            .active
+            .lock()
+            .map_err(|_| poisoned())?
+            .get(run_id)
+            .cloned()
+            .ok_or_else(|| AppError::Conflict {
+                code: "not_running",
+                message: format!("run {run_id} is not running; only a running agent can publish"),
+            })?;
+        let filter = if globs.is_empty() {
+            None
+        } else {
+            let mut b = globset::GlobSetBuilder::new();
+            for g in globs {
+                b.add(
+                    globset::Glob::new(g)
+                        .map_err(|e| AppError::BadRequest(format!("--files {g:?}: {e}")))?,
+                );
+            }
+            Some(b.build().map_err(|e| AppError::BadRequest(e.to_string()))?)
+        };
+        let rid = run_id.to_string();
+        let desc = description.to_string();
+        let (prompt, agent) = {
+            let st = self.lock()?;
+            let r = st.runs.get(run_id);
+            (r.map(|r| r.prompt.clone()), r.and_then(|r| r.agent.clone()))
+        };
+        let suggestion = self
+            .blocking(move |hub| {
+                let ierr = |e: &dyn std::fmt::Display| AppError::Internal(e.to_string());
+                let snap = active
+                    .sandbox
+                    .snapshot(&hub.store, &active.base_tree, DEFAULT_FILE_CAP)
+                    .map_err(|e| ierr(&e))?;
+                if snap.tree == active.base_tree {
+                    return Err(AppError::NoChanges("The agent made no changes".into()));
+                }
+                let sid = uuid::Uuid::new_v4().to_string();
+                let only = |p: &str| filter.as_ref().is_none_or(|f| f.is_match(p));
+                let hunks = build_hunks(&hub.store, &sid, &active.base_tree, &snap.tree, &only)
+                    .map_err(|e| ierr(&e))?;
+                if hunks.is_empty() {
+                    return Err(AppError::NoChanges(
+                        "No changes match the given files".into(),
+                    ));
+                }
+                let tree = hub.store.write_tree(&snap.tree).map_err(|e| ierr(&e))?;
+                let commit = hub
+                    .store
+                    .commit(
+                        tree,
+                        &[active.base_commit],
+                        &format!("suggestion: {desc}\n\nrun {rid}\n"),
+                    )
+                    .map_err(|e| ierr(&e))?;
+                hub.store
+                    .set_ref(&format!("refs/hunkwise/runs/{rid}/head"), commit)
+                    .and_then(|_| {
+                        hub.store
+                            .set_ref(&format!("refs/hunkwise/suggestions/{sid}/run"), commit)
+                    })
+                    .map_err(|e| ierr(&e))?;
+                Ok(Suggestion {
+                    id: sid,
+                    run_id: rid,
+                    description: desc,
+                    base_commit: active.base_commit.to_string(),
+                    run_commit: commit.to_string(),
+                    change_id: None,
+                    created_at: now(),
+                    agent,
+                    prompt,
+                    hunks,
+                    closed: None,
+                    reviewed_commit: None,
+                })
+            })
+            .await?;
+        let sid = suggestion.id.clone();
+        let files = suggestion.files().len();
+        let hunks = suggestion.hunks.len();
+        let view = self.add_suggestion(suggestion)?;
+        self.update_run(run_id, |r| r.suggestion_ids.push(sid.clone()))?;
+        self.bus.emit(Event::Status {
+            seq: 0,
+            suggestion_id: Some(sid),
+            run_id: Some(run_id.to_string()),
+            status: "ready".into(),
+            message: format!(
+                "Suggestion ready: {} ({hunks} hunk{} in {files} file{})",
+                view.description,
+                if hunks == 1 { "" } else { "s" },
+                if files == 1 { "" } else { "s" }
+            ),
+        });
+        if self.run_view(run_id)?.status == RunState::Working && !self.is_agent_running(run_id) {
+            self.update_run(run_id, |r| r.status = RunState::Ready)?;
+        }
+        Ok(view)
+    }
+
+    fn is_agent_running(&self, run_id: &str) -> bool {
+        self.runs
+            .agent_tokens
+            .lock()
+            .map(|t| t.values().any(|r| r == run_id))
+            .unwrap_or(false)
+    }
+
+    /// A status line from the agent (`hunkwise status`).
+    pub fn agent_status(
+        &self,
+        run_id: &str,
+        message: &str,
+        status: Option<&str>,
+    ) -> Result<(), AppError> {
+        let message: String = message.trim().chars().take(500).collect();
+        if message.is_empty() {
+            return Err(AppError::BadRequest("status message is empty".into()));
+        }
+        let status = status.unwrap_or("working");
+        if status.is_empty()
+            || status.len() > 32
+            || !status
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            return Err(AppError::BadRequest(format!(
+                "status {status:?} must be one short word"
+            )));
+        }
+        let m = message.clone();
+        self.update_run(run_id, |r| r.last_message = Some(m))?;
+        self.run_status(run_id, status, message);
+        Ok(())
+    }
+}
+
+fn first_line(s: &str) -> String {
+    let line = s
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
+    let mut out: String = line.chars().take(100).collect();
+    if line.chars().count() > 100 {
+        out.push('…');
+    }
+    out
+}

@@ -1,0 +1,227 @@
+//! Starting the hub: state dir, lock, token, journal replay and crash recovery, then serving until
+//! the shutdown token fires.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use hunkwise_sandbox::beneath::Beneath;
+use hunkwise_sandbox::store::Store;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::ServeConfig;
+use crate::events::Bus;
+use crate::feedback::FeedbackLog;
+use crate::hub::{recover, Hub, State};
+use crate::journal::{Journal, Prepared, Record};
+use crate::protocol::RunState;
+use crate::runs::Runs;
+
+/// Create the state dir (0700) or check an existing one is private.
+fn prepare_state_dir(dir: &Path) -> anyhow::Result<()> {
+    if !dir.exists() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .with_context(|| format!("creating state dir {}", dir.display()))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    let meta =
+        std::fs::symlink_metadata(dir).with_context(|| format!("state dir {}", dir.display()))?;
+    if !meta.is_dir() {
+        bail!("state dir {} is not a directory", dir.display());
+    }
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        bail!(
+            "state dir {} is accessible to other users (mode {mode:o}); it holds the hub's token: run `chmod 700 {}`",
+            dir.display(),
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// Hold an exclusive lock on `<state>/lock` for the hub's lifetime: two hubs on one journal
+/// would corrupt it.
+fn lock_state_dir(dir: &Path) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>> {
+    let path = dir.join("lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|(_, e)| {
+        let hub = std::fs::read_to_string(dir.join("hub.json")).unwrap_or_default();
+        anyhow::anyhow!(
+            "another hunkwise hub is already serving this repository ({e}; {}): stop it first or pass a different --state-dir",
+            hub.trim()
+        )
+    })
+}
+
+pub struct Started {
+    pub hub: Arc<Hub>,
+    _lock: nix::fcntl::Flock<std::fs::File>,
+}
+
+/// Open everything and rebuild state; does not serve yet.
+pub fn open_hub(
+    mut cfg: ServeConfig,
+    port: u16,
+    shutdown: CancellationToken,
+) -> anyhow::Result<Started> {
+    cfg.port = port;
+    prepare_state_dir(&cfg.state_dir)?;
+    let lock = lock_state_dir(&cfg.state_dir)?;
+    let token = crate::auth::load_or_create_token(&cfg.state_dir.join("token"))
+        .context("the reviewer token")?;
+    let store = Store::open_or_init(&cfg.state_dir.join("checkpoints.git"))?;
+    let journal_path = cfg.state_dir.join("state.jsonl");
+    let feedback_path = cfg.state_dir.join("feedback.jsonl");
+
+    let records = Journal::read(&journal_path)?;
+    let mut suggestions = BTreeMap::new();
+    let mut order = Vec::new();
+    let mut runs = BTreeMap::new();
+    let mut pending: Vec<Prepared> = Vec::new();
+    let mut seq_upto = 0u64;
+    for rec in records {
+        match rec {
+            Record::Run(r) => {
+                runs.insert(r.run_id.clone(), r);
+            }
+            Record::Suggestion(s) => {
+                if !suggestions.contains_key(&s.id) {
+                    order.push(s.id.clone());
+                }
+                suggestions.insert(s.id.clone(), *s);
+            }
+            Record::Prepare(p) => pending.push(*p),
+            Record::Commit { decision } => {
+                if let Some(i) = pending.iter().position(|p| p.decision == decision) {
+                    let p = pending.remove(i);
+                    suggestions.insert(p.after.id.clone(), p.after);
+                }
+            }
+            Record::Abort { decision } => pending.retain(|p| p.decision != decision),
+            Record::Seq { upto } => seq_upto = seq_upto.max(upto),
+        }
+    }
+    let mut recovered_records = Vec::new();
+    let mut feedback_lines = Vec::new();
+    if !pending.is_empty() {
+        let root = Beneath::open(&cfg.repo)?;
+        feedback_lines = recover(
+            &root,
+            &store,
+            pending,
+            &feedback_path,
+            &mut recovered_records,
+            &mut suggestions,
+        )
+        .map_err(|e| anyhow::anyhow!("recovering unfinished decisions: {e}"))?;
+    }
+    let mut feedback = FeedbackLog::open(&feedback_path)
+        .with_context(|| format!("opening {}", feedback_path.display()))?;
+    feedback.append(&feedback_lines)?;
+    for run in runs.values_mut() {
+        if matches!(run.status, RunState::Queued | RunState::Working) {
+            run.status = RunState::Failed;
+            run.error = Some("the hub stopped while this run was in progress".into());
+        }
+    }
+    // Compact: one record per run and suggestion, then the sequence high-water mark.
+    let mut compact: Vec<Record> = runs.values().cloned().map(Record::Run).collect();
+    compact.extend(
+        order
+            .iter()
+            .filter_map(|id| suggestions.get(id))
+            .cloned()
+            .map(|s| Record::Suggestion(Box::new(s))),
+    );
+    compact.push(Record::Seq { upto: seq_upto });
+    let journal = Arc::new(Mutex::new(Journal::rewrite(&journal_path, &compact)?));
+
+    let sandbox_root = cfg.state_dir.join("sandboxes");
+    let hub = Arc::new(Hub {
+        store,
+        bus: Bus::new(journal.clone(), seq_upto),
+        journal,
+        feedback: Mutex::new(feedback),
+        state: Mutex::new(State {
+            suggestions,
+            order,
+            runs,
+        }),
+        reviewer_token: token,
+        epoch: uuid::Uuid::new_v4().to_string(),
+        ws_clients: AtomicUsize::new(0),
+        runs: Runs::new(sandbox_root),
+        tasks: TaskTracker::new(),
+        shutdown,
+        cfg,
+    });
+    Ok(Started { hub, _lock: lock })
+}
+
+/// Serve on `listener` until `shutdown` fires, then stop runs and return.
+pub async fn run(
+    listener: TcpListener,
+    cfg: ServeConfig,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let port = listener.local_addr()?.port();
+    let started = open_hub(cfg, port, shutdown.clone())?;
+    let hub = started.hub.clone();
+    let hub_json = hub.cfg.state_dir.join("hub.json");
+    let info = serde_json::json!({
+        "url": hub.url(),
+        "pid": std::process::id(),
+        "version": env!("CARGO_PKG_VERSION"),
+        "repo": hub.cfg.repo,
+    });
+    write_private(&hub_json, info.to_string().as_bytes())?;
+    tracing::info!(url = %hub.url(), repo = %hub.cfg.repo.display(), state = %hub.cfg.state_dir.display(), "hunkwise hub listening");
+    let app = crate::http::router(hub.clone());
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown({
+            let s = shutdown.clone();
+            async move { s.cancelled().await }
+        })
+        .await;
+    // Runs hold child tokens of `shutdown`, so their agents are being killed now.
+    hub.tasks.close();
+    if tokio::time::timeout(Duration::from_secs(10), hub.tasks.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!("runs did not stop within 10s");
+    }
+    let _ = std::fs::remove_file(&hub_json);
+    drop(started);
+    served.context("serving")
+}
+
+pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
