@@ -1,1 +1,406 @@
+//! Test harness: the real `hunkwise` binary against temporary git repositories, driven with
+//! real WebSocket clients and curl.
+//!
+//! Git runs hermetically (`GIT_CONFIG_GLOBAL=/dev/null`, no system config, fixed dates) so the
+//! machine's own configuration cannot change a result.
 
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::Value;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
+
+/// The `hunkwise` binary next to this test executable (`target/<profile>/hunkwise`).
+pub fn hunkwise_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("HUNKWISE_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    // target/<profile>/deps/<test> -> target/<profile>/hunkwise
+    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let bin = dir.join("hunkwise");
+    assert!(
+        bin.exists(),
+        "{} is missing: build it with `cargo build -p hunkwise` (scripts/test does)",
+        bin.display()
+    );
+    bin
+}
+
+/// Environment for every git and hunkwise process in tests.
+pub fn hermetic_env(cmd: &mut Command, home: &Path) {
+    cmd.env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_NAME", "Test")
+        .env("GIT_AUTHOR_EMAIL", "test@example.com")
+        .env("GIT_COMMITTER_NAME", "Test")
+        .env("GIT_COMMITTER_EMAIL", "test@example.com")
+        .env("GIT_AUTHOR_DATE", "2026-01-01T00:00:00Z")
+        .env("GIT_COMMITTER_DATE", "2026-01-01T00:00:00Z")
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("XDG_STATE_HOME", home.join(".local/state"))
+        .env_remove("HUNKWISE_URL")
+        .env_remove("HUNKWISE_AGENT_TOKEN")
+        .env_remove("HUNKWISE_CONFIG");
+}
+
+/// A temporary directory holding a git repository (`repo/`), a home, and a state dir.
+pub struct Workspace {
+    pub dir: tempfile::TempDir,
+}
+
+impl Workspace {
+    /// A repository with the given files committed.
+    pub fn new(files: &[(&str, &[u8])]) -> Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let ws = Self { dir };
+        std::fs::create_dir_all(ws.repo())?;
+        std::fs::create_dir_all(ws.home())?;
+        ws.git(&["init", "-q", "-b", "main"])?;
+        for (path, bytes) in files {
+            ws.write(path, bytes)?;
+        }
+        ws.git(&["add", "-A"])?;
+        ws.git(&["commit", "-q", "--allow-empty", "-m", "initial"])?;
+        Ok(ws)
+    }
+
+    pub fn repo(&self) -> PathBuf {
+        self.dir.path().join("repo")
+    }
+    pub fn home(&self) -> PathBuf {
+        self.dir.path().join("home")
+    }
+    pub fn state(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn write(&self, path: &str, bytes: &[u8]) -> Result<()> {
+        let p = self.repo().join(path);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&p, bytes).with_context(|| p.display().to_string())
+    }
+
+    pub fn read(&self, path: &str) -> Result<Vec<u8>> {
+        let p = self.repo().join(path);
+        std::fs::read(&p).with_context(|| p.display().to_string())
+    }
+
+    pub fn read_string(&self, path: &str) -> Result<String> {
+        Ok(String::from_utf8(self.read(path)?)?)
+    }
+
+    pub fn exists(&self, path: &str) -> bool {
+        self.repo().join(path).symlink_metadata().is_ok()
+    }
+
+    pub fn git(&self, args: &[&str]) -> Result<String> {
+        let mut cmd = Command::new("git");
+        hermetic_env(&mut cmd, &self.home());
+        let out = cmd.current_dir(self.repo()).args(args).output()?;
+        if !out.status.success() {
+            bail!("git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Write an executable agent script and return its path.
+    pub fn agent_script(&self, name: &str, body: &str) -> Result<PathBuf> {
+        use std::os::unix::fs::PermissionsExt;
+        let p = self.path(name);
+        std::fs::write(&p, format!("#!/bin/sh\nset -e\n{body}\n"))?;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755))?;
+        Ok(p)
+    }
+
+    /// Start a hub on a free port for this workspace.
+    pub fn serve(&self, extra: &[&str]) -> Result<Hub> {
+        Hub::start(self, extra)
+    }
+}
+
+/// A running `hunkwise serve` process.
+pub struct Hub {
+    pub child: Child,
+    pub url: String,
+    pub port: u16,
+    pub token: String,
+    pub state: PathBuf,
+    pub log: PathBuf,
+}
+
+impl Hub {
+    pub fn start(ws: &Workspace, extra: &[&str]) -> Result<Self> {
+        let state = ws.state();
+        let log = ws.path(&format!("hub-{}.log", std::process::id()));
+        // A restarted hub must not read the previous one's address.
+        let _ = std::fs::remove_file(state.join("hub.json"));
+        let mut cmd = Command::new(hunkwise_bin());
+        hermetic_env(&mut cmd, &ws.home());
+        let logf = std::fs::OpenOptions::new().create(true).append(true).open(&log)?;
+        cmd.current_dir(ws.repo())
+            .args(["serve", "--port", "0", "--state-dir"])
+            .arg(&state)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(logf.try_clone()?)
+            .stderr(logf);
+        let mut child = cmd.spawn().context("starting hunkwise serve")?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let url = loop {
+            if let Ok(s) = std::fs::read_to_string(state.join("hub.json")) {
+                if let Ok(v) = serde_json::from_str::<Value>(&s) {
+                    if let Some(u) = v["url"].as_str() {
+                        break u.to_string();
+                    }
+                }
+            }
+            if let Some(status) = child.try_wait()? {
+                bail!(
+                    "hunkwise serve exited ({status}): {}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                bail!("hunkwise serve did not start: {}", std::fs::read_to_string(&log).unwrap_or_default());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let port = url.rsplit(':').next().and_then(|p| p.parse().ok()).ok_or_else(|| anyhow!("bad url {url}"))?;
+        let token = std::fs::read_to_string(state.join("token"))?.trim().to_string();
+        Ok(Self {
+            child,
+            url,
+            port,
+            token,
+            state,
+            log,
+        })
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// kill -9: no cleanup, no flush.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM and wait for a clean exit.
+    pub fn stop(&mut self) -> Result<()> {
+        let pid = self.child.id() as i32;
+        Command::new("kill").arg("-TERM").arg(pid.to_string()).status()?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if self.child.try_wait()?.is_some() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.kill9();
+        bail!("hub did not stop on SIGTERM")
+    }
+
+    pub fn curl(&self) -> curl::Curl {
+        curl::Curl {
+            base: self.url.clone(),
+            token: Some(self.token.clone()),
+        }
+    }
+
+    pub async fn ws(&self) -> Result<Ws> {
+        Ws::connect(&self.url, Some(&self.token), &[]).await
+    }
+}
+
+impl Drop for Hub {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Minimal HTTP through curl: the same tool the README tells users to use.
+pub mod curl {
+    use super::*;
+
+    pub struct Curl {
+        pub base: String,
+        pub token: Option<String>,
+    }
+
+    /// Status code and parsed JSON body.
+    pub struct Reply {
+        pub status: u16,
+        pub body: Value,
+    }
+
+    impl Curl {
+        pub fn request(&self, method: &str, path: &str, body: Option<&Value>, headers: &[(&str, &str)]) -> Result<Reply> {
+            let mut cmd = Command::new("curl");
+            cmd.args(["-sS", "-o", "-", "-w", "\n%{http_code}", "-X", method]);
+            if let Some(t) = &self.token {
+                cmd.arg("-H").arg(format!("Authorization: Bearer {t}"));
+            }
+            for (k, v) in headers {
+                cmd.arg("-H").arg(format!("{k}: {v}"));
+            }
+            if let Some(b) = body {
+                cmd.args(["-H", "Content-Type: application/json", "--data-binary", "@-"]);
+                cmd.stdin(Stdio::piped());
+                let mut child = cmd.arg(format!("{}{path}", self.base)).stdout(Stdio::piped()).spawn()?;
+                use std::io::Write;
+                child.stdin.take().ok_or_else(|| anyhow!("stdin"))?.write_all(b.to_string().as_bytes())?;
+                let out = child.wait_with_output()?;
+                return parse(&out.stdout);
+            }
+            let out = cmd.arg(format!("{}{path}", self.base)).output()?;
+            parse(&out.stdout)
+        }
+
+        pub fn get(&self, path: &str) -> Result<Reply> {
+            self.request("GET", path, None, &[])
+        }
+
+        pub fn post(&self, path: &str, body: &Value) -> Result<Reply> {
+            self.request("POST", path, Some(body), &[])
+        }
+    }
+
+    fn parse(out: &[u8]) -> Result<Reply> {
+        let text = String::from_utf8_lossy(out);
+        let (body, code) = text.rsplit_once('\n').ok_or_else(|| anyhow!("no status in curl output: {text}"))?;
+        let status: u16 = code.trim().parse().with_context(|| format!("curl output: {text}"))?;
+        let body = if body.trim().is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(body).unwrap_or(Value::String(body.to_string()))
+        };
+        Ok(Reply { status, body })
+    }
+}
+
+type WsStream = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// A real WebSocket client (tokio-tungstenite) that keeps every event it has seen.
+pub struct Ws {
+    pub stream: WsStream,
+    /// Every JSON message received so far, in order.
+    pub seen: Vec<Value>,
+    next_id: u64,
+}
+
+impl Ws {
+    pub async fn connect(base: &str, token: Option<&str>, headers: &[(&str, &str)]) -> Result<Self> {
+        let url = format!("{}/ws", base.replacen("http", "ws", 1));
+        let mut req = url.as_str().into_client_request()?;
+        if let Some(t) = token {
+            req.headers_mut().insert("Authorization", format!("Bearer {t}").parse()?);
+        }
+        for (k, v) in headers {
+            req.headers_mut().insert(
+                tokio_tungstenite::tungstenite::http::HeaderName::from_bytes(k.as_bytes())?,
+                v.parse()?,
+            );
+        }
+        let (stream, _) = tokio_tungstenite::connect_async(req).await?;
+        let mut ws = Self {
+            stream,
+            seen: Vec::new(),
+            next_id: 0,
+        };
+        let hello = ws.next_matching(|v| v["type"] == "hello", Duration::from_secs(10)).await?;
+        anyhow::ensure!(hello["service"] == "hunkwise", "unexpected hello {hello}");
+        Ok(ws)
+    }
+
+    pub async fn send_raw(&mut self, msg: Message) -> Result<()> {
+        self.stream.send(msg).await?;
+        Ok(())
+    }
+
+    /// Receive until a message satisfies `pred` (earlier ones are kept in `seen`).
+    pub async fn next_matching(&mut self, pred: impl Fn(&Value) -> bool, timeout: Duration) -> Result<Value> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let msg = tokio::time::timeout_at(deadline, self.stream.next())
+                .await
+                .map_err(|_| anyhow!("timed out waiting; seen: {:#?}", self.seen.iter().rev().take(10).collect::<Vec<_>>()))?
+                .ok_or_else(|| anyhow!("connection closed"))??;
+            let text = match msg {
+                Message::Text(t) => t.to_string(),
+                Message::Close(f) => bail!("connection closed: {f:?}"),
+                _ => continue,
+            };
+            let v: Value = serde_json::from_str(&text)?;
+            self.seen.push(v.clone());
+            if pred(&v) {
+                return Ok(v);
+            }
+        }
+    }
+
+    /// Send a command (an `id` is added) and wait for its response.
+    pub async fn call(&mut self, mut cmd: Value) -> Result<Value> {
+        self.next_id += 1;
+        let id = format!("t{}", self.next_id);
+        cmd["id"] = Value::String(id.clone());
+        self.stream.send(Message::Text(cmd.to_string().into())).await?;
+        self.next_matching(
+            |v| v["type"] == "response" && v["id"] == Value::String(id.clone()),
+            Duration::from_secs(60),
+        )
+        .await
+    }
+
+    /// Wait for an event of `ty` matching `pred`, looking at already-seen messages first.
+    pub async fn event(&mut self, ty: &str, pred: impl Fn(&Value) -> bool, timeout: Duration) -> Result<Value> {
+        if let Some(v) = self.seen.iter().find(|v| v["type"] == ty && pred(v)) {
+            return Ok(v.clone());
+        }
+        self.next_matching(|v| v["type"] == ty && pred(v), timeout).await
+    }
+}
+
+/// Run an agent through the hub and return the suggestion it produced.
+pub async fn run_agent(hub: &Hub, ws: &mut Ws, agent: &Path, prompt: &str) -> Result<Value> {
+    let resp = ws
+        .call(serde_json::json!({"type": "run", "prompt": prompt, "agent": format!("{} {{prompt}}", agent.display())}))
+        .await?;
+    anyhow::ensure!(resp["success"] == true, "run failed: {resp}");
+    let run_id = resp["data"]["run_id"].as_str().unwrap_or_default().to_string();
+    let ready = ws
+        .event(
+            "suggestion.ready",
+            |v| v["suggestion"]["run_id"] == Value::String(run_id.clone()),
+            Duration::from_secs(60),
+        )
+        .await
+        .with_context(|| hub.log_text())?;
+    Ok(ready["suggestion"].clone())
+}
+
+/// Poll `f` until it returns true (tests never sleep fixed times).
+pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if f() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    bail!("timed out waiting for {what}")
+}
