@@ -88,6 +88,30 @@ impl Store {
         })
     }
 
+    /// A fresh non-bare repository whose work tree is `dir` (a sandbox's own `.git`).
+    pub fn init_worktree(dir: &Path) -> Result<Self, StoreError> {
+        let err = |e: &dyn std::fmt::Display| StoreError::Git {
+            path: dir.to_path_buf(),
+            message: e.to_string(),
+        };
+        gix::init(dir).map_err(|e| err(&e))?;
+        let repo = gix::open_opts(dir, isolated_open_options()).map_err(|e| err(&e))?;
+        Ok(Self {
+            repo: repo.into_sync(),
+            path: dir.join(".git"),
+        })
+    }
+
+    /// Write the index of a non-bare repository so that it matches `tree` (stat data is left
+    /// empty; git refreshes it on the next `git status`).
+    pub fn write_index(&self, tree: ObjectId) -> Result<(), StoreError> {
+        let repo = self.local();
+        let mut index = repo.index_from_tree(&tree).map_err(|e| self.err(e))?;
+        index
+            .write(gix::index::write::Options::default())
+            .map_err(|e| self.err(e))
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -273,7 +297,13 @@ impl Store {
 /// Open options that read no global or system git configuration and run nothing: the store's
 /// behaviour must not depend on whoever's ~/.gitconfig happens to be around.
 pub(crate) fn isolated_open_options() -> gix::open::Options {
-    gix::open::Options::isolated()
+    // Reflogs would need a committer identity from some config; hunkwise's refs are its own
+    // bookkeeping, so it writes none.
+    gix::open::Options::isolated().config_overrides([
+        "core.logAllRefUpdates=false",
+        "committer.name=hunkwise",
+        "committer.email=hunkwise@localhost",
+    ])
 }
 
 #[cfg(test)]

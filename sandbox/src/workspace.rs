@@ -98,13 +98,42 @@ impl LocalSandbox {
     }
 }
 
+/// Give the sandbox a fresh `.git` whose HEAD is the base and whose index matches it, so agents
+/// that expect a repository (aider, `git diff` in a tool loop) find one with a clean status.
+///
+/// It is recreated from nothing on every run: the previous agent may have planted hooks, filters
+/// or an fsmonitor in it, and the hub never opens a repository the agent could have configured.
+pub fn reset_git(dir: &Path, store: &Store, base: &FlatTree) -> Result<(), SandboxError> {
+    let git_dir = dir.join(".git");
+    let io = |source| SandboxError::Io {
+        dir: dir.to_path_buf(),
+        source,
+    };
+    match std::fs::symlink_metadata(&git_dir) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(&git_dir).map_err(io)?,
+        Ok(_) => std::fs::remove_file(&git_dir).map_err(io)?,
+        Err(_) => {}
+    }
+    let repo = Store::init_worktree(dir)?;
+    for entry in base.values() {
+        repo.write_blob(&store.read_blob(entry.oid)?)?;
+    }
+    let tree = repo.write_tree(base)?;
+    let commit = repo.commit(tree, &[], "hunkwise: your checkout as of this run\n")?;
+    repo.set_ref("refs/heads/main", commit)?;
+    std::fs::write(git_dir.join("HEAD"), "ref: refs/heads/main\n").map_err(io)?;
+    repo.write_index(tree)?;
+    Ok(())
+}
+
 impl Sandbox for LocalSandbox {
     fn workdir(&self) -> &Path {
         &self.dir
     }
 
     fn prepare(&self, store: &Store, base: &FlatTree) -> Result<(), SandboxError> {
-        match self.sync_to(store, base) {
+        let synced = self.sync_to(store, base);
+        let synced = match synced {
             Ok(()) => Ok(()),
             Err(first) => {
                 // The agent may have left shapes an in-place sync cannot fix (a directory where
@@ -118,7 +147,9 @@ impl Sandbox for LocalSandbox {
                 }
                 self.sync_to(store, base)
             }
-        }
+        };
+        synced?;
+        reset_git(&self.dir, store, base)
     }
 
     fn snapshot(&self, store: &Store, base: &FlatTree, cap: u64) -> Result<Snapshot, SandboxError> {
@@ -188,5 +219,29 @@ mod tests {
         );
         let snap = sb.snapshot(&store, &base, u64::MAX).unwrap();
         assert_eq!(snap.tree, base);
+        // The agent finds a repository whose HEAD is the base and whose status is clean.
+        let out = std::process::Command::new("git")
+            .current_dir(sb.workdir())
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .args(["status", "--porcelain"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+        let out = std::process::Command::new("git")
+            .current_dir(sb.workdir())
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .args(["log", "--format=%s"])
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "hunkwise: your checkout as of this run\n"
+        );
     }
 }
