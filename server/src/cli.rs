@@ -91,6 +91,11 @@ enum Cmd {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Print the reviewer token of this repository's hub (for curl: `-H "Authorization: Bearer $(hunkwise token)"`).
+    Token {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// (Agent side) publish the sandbox's changes as a suggestion for review.
     Publish {
         #[arg(short = 'm', long = "message")]
@@ -128,7 +133,7 @@ struct ServeArgs {
     #[arg(long)]
     port: Option<u16>,
     /// Where the token, journal, feedback log and checkpoints live.
-    #[arg(long)]
+    #[arg(long, env = "HUNKWISE_STATE_DIR")]
     state_dir: Option<PathBuf>,
     /// Default agent command template, e.g. 'claude -p {prompt}'.
     #[arg(long)]
@@ -152,7 +157,8 @@ struct ClientArgs {
     /// The repository whose hub to talk to (default: around the current directory).
     #[arg(long)]
     repo: Option<PathBuf>,
-    #[arg(long)]
+    /// The hub's state dir (default: derived from the repository).
+    #[arg(long, env = "HUNKWISE_STATE_DIR")]
     state_dir: Option<PathBuf>,
     /// Hub URL (default: from the hub's state dir, else http://127.0.0.1:4097).
     #[arg(long, env = "HUNKWISE_HUB_URL")]
@@ -230,6 +236,10 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
                     json!({"message": message, "status": state}),
                 )
                 .await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Token { client } => {
+            println!("{}", Client::new(&client)?.token);
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Run {

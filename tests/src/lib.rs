@@ -46,7 +46,8 @@ pub fn hermetic_env(cmd: &mut Command, home: &Path) {
         .env("XDG_STATE_HOME", home.join(".local/state"))
         .env_remove("HUNKWISE_URL")
         .env_remove("HUNKWISE_AGENT_TOKEN")
-        .env_remove("HUNKWISE_CONFIG");
+        .env_remove("HUNKWISE_CONFIG")
+        .env_remove("HUNKWISE_STATE_DIR");
 }
 
 /// A temporary directory holding a git repository (`repo/`), a home, and a state dir.
@@ -147,7 +148,10 @@ impl Hub {
         let _ = std::fs::remove_file(state.join("hub.json"));
         let mut cmd = Command::new(hunkwise_bin());
         hermetic_env(&mut cmd, &ws.home());
-        let logf = std::fs::OpenOptions::new().create(true).append(true).open(&log)?;
+        let logf = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)?;
         cmd.current_dir(ws.repo())
             .args(["serve", "--port", "0", "--state-dir"])
             .arg(&state)
@@ -173,12 +177,21 @@ impl Hub {
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
-                bail!("hunkwise serve did not start: {}", std::fs::read_to_string(&log).unwrap_or_default());
+                bail!(
+                    "hunkwise serve did not start: {}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         };
-        let port = url.rsplit(':').next().and_then(|p| p.parse().ok()).ok_or_else(|| anyhow!("bad url {url}"))?;
-        let token = std::fs::read_to_string(state.join("token"))?.trim().to_string();
+        let port = url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .ok_or_else(|| anyhow!("bad url {url}"))?;
+        let token = std::fs::read_to_string(state.join("token"))?
+            .trim()
+            .to_string();
         Ok(Self {
             child,
             url,
@@ -202,7 +215,10 @@ impl Hub {
     /// SIGTERM and wait for a clean exit.
     pub fn stop(&mut self) -> Result<()> {
         let pid = self.child.id() as i32;
-        Command::new("kill").arg("-TERM").arg(pid.to_string()).status()?;
+        Command::new("kill")
+            .arg("-TERM")
+            .arg(pid.to_string())
+            .status()?;
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
             if self.child.try_wait()?.is_some() {
@@ -249,7 +265,13 @@ pub mod curl {
     }
 
     impl Curl {
-        pub fn request(&self, method: &str, path: &str, body: Option<&Value>, headers: &[(&str, &str)]) -> Result<Reply> {
+        pub fn request(
+            &self,
+            method: &str,
+            path: &str,
+            body: Option<&Value>,
+            headers: &[(&str, &str)],
+        ) -> Result<Reply> {
             let mut cmd = Command::new("curl");
             cmd.args(["-sS", "-o", "-", "-w", "\n%{http_code}", "-X", method]);
             if let Some(t) = &self.token {
@@ -259,11 +281,23 @@ pub mod curl {
                 cmd.arg("-H").arg(format!("{k}: {v}"));
             }
             if let Some(b) = body {
-                cmd.args(["-H", "Content-Type: application/json", "--data-binary", "@-"]);
+                cmd.args([
+                    "-H",
+                    "Content-Type: application/json",
+                    "--data-binary",
+                    "@-",
+                ]);
                 cmd.stdin(Stdio::piped());
-                let mut child = cmd.arg(format!("{}{path}", self.base)).stdout(Stdio::piped()).spawn()?;
+                let mut child = cmd
+                    .arg(format!("{}{path}", self.base))
+                    .stdout(Stdio::piped())
+                    .spawn()?;
                 use std::io::Write;
-                child.stdin.take().ok_or_else(|| anyhow!("stdin"))?.write_all(b.to_string().as_bytes())?;
+                child
+                    .stdin
+                    .take()
+                    .ok_or_else(|| anyhow!("stdin"))?
+                    .write_all(b.to_string().as_bytes())?;
                 let out = child.wait_with_output()?;
                 return parse(&out.stdout);
             }
@@ -282,8 +316,13 @@ pub mod curl {
 
     fn parse(out: &[u8]) -> Result<Reply> {
         let text = String::from_utf8_lossy(out);
-        let (body, code) = text.rsplit_once('\n').ok_or_else(|| anyhow!("no status in curl output: {text}"))?;
-        let status: u16 = code.trim().parse().with_context(|| format!("curl output: {text}"))?;
+        let (body, code) = text
+            .rsplit_once('\n')
+            .ok_or_else(|| anyhow!("no status in curl output: {text}"))?;
+        let status: u16 = code
+            .trim()
+            .parse()
+            .with_context(|| format!("curl output: {text}"))?;
         let body = if body.trim().is_empty() {
             Value::Null
         } else {
@@ -293,7 +332,8 @@ pub mod curl {
     }
 }
 
-type WsStream = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+type WsStream =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 /// A real WebSocket client (tokio-tungstenite) that keeps every event it has seen.
 pub struct Ws {
@@ -304,11 +344,16 @@ pub struct Ws {
 }
 
 impl Ws {
-    pub async fn connect(base: &str, token: Option<&str>, headers: &[(&str, &str)]) -> Result<Self> {
+    pub async fn connect(
+        base: &str,
+        token: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> Result<Self> {
         let url = format!("{}/ws", base.replacen("http", "ws", 1));
         let mut req = url.as_str().into_client_request()?;
         if let Some(t) = token {
-            req.headers_mut().insert("Authorization", format!("Bearer {t}").parse()?);
+            req.headers_mut()
+                .insert("Authorization", format!("Bearer {t}").parse()?);
         }
         for (k, v) in headers {
             req.headers_mut().insert(
@@ -322,7 +367,9 @@ impl Ws {
             seen: Vec::new(),
             next_id: 0,
         };
-        let hello = ws.next_matching(|v| v["type"] == "hello", Duration::from_secs(10)).await?;
+        let hello = ws
+            .next_matching(|v| v["type"] == "hello", Duration::from_secs(10))
+            .await?;
         anyhow::ensure!(hello["service"] == "hunkwise", "unexpected hello {hello}");
         Ok(ws)
     }
@@ -333,12 +380,21 @@ impl Ws {
     }
 
     /// Receive until a message satisfies `pred` (earlier ones are kept in `seen`).
-    pub async fn next_matching(&mut self, pred: impl Fn(&Value) -> bool, timeout: Duration) -> Result<Value> {
+    pub async fn next_matching(
+        &mut self,
+        pred: impl Fn(&Value) -> bool,
+        timeout: Duration,
+    ) -> Result<Value> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let msg = tokio::time::timeout_at(deadline, self.stream.next())
                 .await
-                .map_err(|_| anyhow!("timed out waiting; seen: {:#?}", self.seen.iter().rev().take(10).collect::<Vec<_>>()))?
+                .map_err(|_| {
+                    anyhow!(
+                        "timed out waiting; seen: {:#?}",
+                        self.seen.iter().rev().take(10).collect::<Vec<_>>()
+                    )
+                })?
                 .ok_or_else(|| anyhow!("connection closed"))??;
             let text = match msg {
                 Message::Text(t) => t.to_string(),
@@ -358,7 +414,9 @@ impl Ws {
         self.next_id += 1;
         let id = format!("t{}", self.next_id);
         cmd["id"] = Value::String(id.clone());
-        self.stream.send(Message::Text(cmd.to_string().into())).await?;
+        self.stream
+            .send(Message::Text(cmd.to_string().into()))
+            .await?;
         self.next_matching(
             |v| v["type"] == "response" && v["id"] == Value::String(id.clone()),
             Duration::from_secs(60),
@@ -367,11 +425,17 @@ impl Ws {
     }
 
     /// Wait for an event of `ty` matching `pred`, looking at already-seen messages first.
-    pub async fn event(&mut self, ty: &str, pred: impl Fn(&Value) -> bool, timeout: Duration) -> Result<Value> {
+    pub async fn event(
+        &mut self,
+        ty: &str,
+        pred: impl Fn(&Value) -> bool,
+        timeout: Duration,
+    ) -> Result<Value> {
         if let Some(v) = self.seen.iter().find(|v| v["type"] == ty && pred(v)) {
             return Ok(v.clone());
         }
-        self.next_matching(|v| v["type"] == ty && pred(v), timeout).await
+        self.next_matching(|v| v["type"] == ty && pred(v), timeout)
+            .await
     }
 }
 
@@ -381,7 +445,10 @@ pub async fn run_agent(hub: &Hub, ws: &mut Ws, agent: &Path, prompt: &str) -> Re
         .call(serde_json::json!({"type": "run", "prompt": prompt, "agent": format!("{} {{prompt}}", agent.display())}))
         .await?;
     anyhow::ensure!(resp["success"] == true, "run failed: {resp}");
-    let run_id = resp["data"]["run_id"].as_str().unwrap_or_default().to_string();
+    let run_id = resp["data"]["run_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     let ready = ws
         .event(
             "suggestion.ready",
