@@ -1,0 +1,55 @@
+//! `hunkwise-evals [--json] FEEDBACK.jsonl...`: score agents from hunkwise feedback logs.
+
+use std::io::BufReader;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let mut json = false;
+    let mut files = Vec::new();
+    for arg in std::env::args().skip(1) {
+        match arg.as_str() {
+            "--json" => json = true,
+            "-h" | "--help" => {
+                println!("usage: hunkwise-evals [--json] FEEDBACK.jsonl...\n\nScores each agent by what happened to its hunks (final outcome per hunk).\nThe log is <state-dir>/feedback.jsonl of a hunkwise hub.");
+                return ExitCode::SUCCESS;
+            }
+            _ => files.push(arg),
+        }
+    }
+    if files.is_empty() {
+        eprintln!(
+            "hunkwise-evals: name at least one feedback.jsonl (it is in the hub's state dir)"
+        );
+        return ExitCode::FAILURE;
+    }
+    let mut readers = Vec::new();
+    for f in &files {
+        match std::fs::File::open(f) {
+            Ok(file) => readers.push(BufReader::new(file)),
+            Err(e) => {
+                eprintln!("hunkwise-evals: {f}: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    match hunkwise_evals::score(readers) {
+        Ok(report) if json => match serde_json::to_string_pretty(&report) {
+            Ok(s) => {
+                println!("{s}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("hunkwise-evals: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Ok(report) => {
+            print!("{}", hunkwise_evals::render(&report));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("hunkwise-evals: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
