@@ -302,9 +302,12 @@ impl Beneath {
             .parent_dir(path, &parts, true)?
             .ok_or_else(|| FsError::io(path, Errno::ENOENT))?;
         let name = parts[parts.len() - 1];
+        // A file being replaced keeps its permission bits (a 0600 secret stays 0600); only the
+        // executable bits follow `executable`. New files get 0644 / 0755 like git's checkout.
+        let mut existing_mode = None;
         match nix::sys::stat::fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
             Ok(st) => match kind_of(&st) {
-                Kind::File { .. } => {}
+                Kind::File { .. } => existing_mode = Some(mode_bits(&st) & 0o7777),
                 Kind::Symlink => {
                     return Err(FsError::Symlink {
                         path: path.to_string(),
@@ -340,7 +343,11 @@ impl Beneath {
                 path: path.to_string(),
                 source: e,
             })?;
-            let mode = if executable { 0o755 } else { 0o644 };
+            let mode = match existing_mode {
+                Some(m) => with_exec(m, executable),
+                None if executable => 0o755,
+                None => 0o644,
+            };
             nix::sys::stat::fchmod(file.as_fd(), Mode::from_bits_truncate(mode))
                 .map_err(|e| FsError::io(path, e))?;
             file.sync_all().map_err(|e| FsError::Io {
@@ -469,15 +476,19 @@ impl Beneath {
                 what: "not a file",
             });
         }
-        let mode = mode_bits(&st) & 0o7777;
-        let mode = if executable {
-            mode | ((mode & 0o444) >> 2)
-        } else {
-            mode & !0o111
-        };
+        let mode = with_exec(mode_bits(&st) & 0o7777, executable);
         nix::sys::stat::fchmod(fd.as_fd(), Mode::from_bits_truncate(mode as _))
             .map_err(|e| FsError::io(path, e))?;
         nix::unistd::fsync(fd.as_fd()).map_err(|e| FsError::io(path, e))
+    }
+}
+
+/// Set executable bits where the file is readable (git's 0644 <-> 0755), or clear them all.
+fn with_exec(mode: u32, executable: bool) -> u32 {
+    if executable {
+        mode | ((mode & 0o444) >> 2)
+    } else {
+        mode & !0o111
     }
 }
 
