@@ -480,3 +480,53 @@ pub fn op_state(root: &Beneath, op: &FileOp) -> Result<OpState, FsError> {
         OpState::Neither
     })
 }
+
+/// Plan putting `side` (a checkpoint's base: a file, a symlink, or absence) at `path`, whatever
+/// is there now. None when the checkout already holds exactly that. Used by hard rollback,
+/// which by definition discards later edits.
+pub fn plan_restore(
+    root: &Beneath,
+    store: &Store,
+    path: &str,
+    side: Option<&Side>,
+) -> Result<Option<FileOp>, PlanError> {
+    let cx = Ctx { root, store };
+    let cur = cx.cur(path)?;
+    if let Cur::Other(what) = &cur {
+        return conflict(format!("{path} is now {what}; not replacing it"));
+    }
+    if cx.matches(&cur, side)? {
+        return Ok(None);
+    }
+    Ok(Some(cx.put(path, &cur, side)?))
+}
+
+/// Plan reverse-applying several applied line hunks of one text file together, as one write.
+///
+/// `hunks` are (what was applied, the agent hunk's base position, offset of this suggestion's
+/// other applied hunks above it). They are undone bottom-up, so undoing one never moves the
+/// ones above it.
+pub fn plan_reverse_lines(
+    root: &Beneath,
+    store: &Store,
+    path: &str,
+    mut hunks: Vec<(Hunk, usize, isize)>,
+) -> Result<FileOp, PlanError> {
+    let cx = Ctx { root, store };
+    let cur = cx.cur(path)?;
+    let mut text = text_of(path, &cur)?.to_string();
+    hunks.sort_by_key(|(_, base_start, _)| std::cmp::Reverse(*base_start));
+    for (applied, _, offset) in &hunks {
+        let mut rev = applied.reversed();
+        rev.old_start = if applied.old_len == 0 {
+            applied.old_start + 1
+        } else {
+            applied.old_start
+        };
+        text = apply_hunk(&text, &rev, *offset)
+            .or_else(|e| conflict(format!("{path}: {e} (newer edits overlap this hunk)")))?
+            .text;
+    }
+    let exec = matches!(cur, Cur::File { exec: true, .. });
+    cx.write(path, &cur, text.as_bytes(), exec)
+}

@@ -18,7 +18,8 @@ use crate::auth::{bearer, check_host, check_origin, constant_time_eq};
 use crate::error::AppError;
 use crate::hub::Hub;
 use crate::protocol::{
-    AgentStatusCmd, CompleteCmd, FeedbackAllCmd, FeedbackCmd, PublishCmd, RunCmd, SERVICE,
+    AgentStatusCmd, CompleteCmd, FeedbackAllCmd, FeedbackCmd, PublishCmd, RollbackCmd, RunCmd,
+    SERVICE,
 };
 
 /// Largest request body (and WebSocket message) accepted: room for a modified diff of a big file.
@@ -42,6 +43,9 @@ pub fn router(hub: Arc<Hub>) -> Router {
         .route("/runs", post(start_run).get(list_runs))
         .route("/runs/{id}", get(get_run))
         .route("/runs/{id}/cancel", post(cancel_run))
+        .route("/checkpoints/{id}", get(get_checkpoint))
+        .route("/checkpoints/{id}/diff3", get(get_diff3))
+        .route("/checkpoints/{id}/rollback", post(rollback))
         .route("/events", get(events))
         .route("/ws", get(crate::ws::upgrade))
         .route("/agent/publish", post(agent_publish))
@@ -230,6 +234,47 @@ async fn cancel_run(
 ) -> Result<Json<Value>, AppError> {
     let view = hub.cancel_run(&id)?;
     Ok(ok(json!({ "run_id": view.run_id, "cancelling": true })))
+}
+
+async fn get_checkpoint(
+    State(hub): State<Arc<Hub>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, AppError> {
+    let view = hub.blocking(move |hub| hub.checkpoint(&id)).await?;
+    Ok(Json(
+        serde_json::to_value(view).map_err(|e| AppError::Internal(e.to_string()))?,
+    ))
+}
+
+#[derive(serde::Deserialize)]
+struct Diff3Query {
+    file_path: String,
+}
+
+async fn get_diff3(
+    State(hub): State<Arc<Hub>>,
+    Path(id): Path<String>,
+    q: Result<Query<Diff3Query>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, AppError> {
+    let Query(q) = q.map_err(|e| {
+        AppError::BadRequest(format!("{} (diff3 needs ?file_path=...)", e.body_text()))
+    })?;
+    Ok(Json(
+        hub.blocking(move |hub| hub.diff3(&id, &q.file_path))
+            .await?,
+    ))
+}
+
+async fn rollback(
+    State(hub): State<Arc<Hub>>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, AppError> {
+    let cmd: RollbackCmd = parse_json(body)?;
+    let res = hub
+        .blocking(move |hub| hub.rollback(&id, cmd.mode, &cmd.hunk_ids, cmd.confirm))
+        .await?;
+    Ok(ok(res))
 }
 
 #[derive(serde::Deserialize)]

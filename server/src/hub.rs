@@ -142,11 +142,18 @@ impl Hub {
             seq: 0,
             suggestion: Box::new(view.clone()),
         });
+        self.bus.emit(Event::CheckpointCreated {
+            seq: 0,
+            checkpoint_id: view.id.clone(),
+            suggestion_id: view.id.clone(),
+            run_id: view.run_id.clone(),
+            affected_files: view.files.clone(),
+        });
         Ok(view)
     }
 
     /// Line shift at `rec`'s position from this suggestion's other applied hunks in the file.
-    fn offset_for(s: &Suggestion, rec: &HunkRec) -> isize {
+    pub(crate) fn offset_for(s: &Suggestion, rec: &HunkRec) -> isize {
         let Some(me) = rec.patch.as_ref() else {
             return 0;
         };
@@ -161,7 +168,7 @@ impl Hub {
             .sum()
     }
 
-    fn feedback_record(
+    pub(crate) fn feedback_record(
         s: &Suggestion,
         rec: &HunkRec,
         decision: &str,
@@ -196,10 +203,11 @@ impl Hub {
 
     /// Durably commit a decision: journal `prepare`, change files, announce, log feedback,
     /// journal `commit`. Returns once everything is on disk.
-    fn commit_decision(
+    pub(crate) fn commit_decision(
         &self,
         st: &mut State,
         after: Suggestion,
+        also: Vec<Suggestion>,
         ops: Vec<apply::FileOp>,
         mut feedback: Vec<FeedbackRecord>,
         events: Vec<Event>,
@@ -212,6 +220,7 @@ impl Hub {
             decision: decision.clone(),
             ops: ops.clone(),
             after: after.clone(),
+            also: also.clone(),
             feedback: feedback.clone(),
         };
         self.journal_append(&Record::Prepare(Box::new(prepared)))?;
@@ -240,6 +249,9 @@ impl Hub {
             .append(&feedback)
             .map_err(|e| AppError::Internal(format!("writing the feedback log: {e}")))?;
         self.journal_append(&Record::Commit { decision })?;
+        for s in also {
+            st.suggestions.insert(s.id.clone(), s);
+        }
         st.suggestions.insert(after.id.clone(), after);
         Ok(())
     }
@@ -457,7 +469,7 @@ impl Hub {
         let hunk = after.hunks[idx].view();
         let remaining = after.hunks.len() - after.reviewed_count();
         let applied = !plan.ops.is_empty();
-        self.commit_decision(&mut st, after, plan.ops, vec![fb], events)?;
+        self.commit_decision(&mut st, after, Vec::new(), plan.ops, vec![fb], events)?;
         Ok(DecisionResult {
             applied,
             remaining_hunks: remaining,
@@ -493,7 +505,7 @@ impl Hub {
             hunk_id: Some(rec.id.clone()),
             run_id: Some(after.run_id.clone()),
         }];
-        self.commit_decision(st, after, Vec::new(), vec![fb], events)?;
+        self.commit_decision(st, after, Vec::new(), Vec::new(), vec![fb], events)?;
         Err(AppError::Conflict {
             code: "conflict",
             message: msg,
@@ -616,7 +628,7 @@ impl Hub {
         let reviewed_commit = after.reviewed_commit.clone();
         let applied = after.hunks.iter().filter(|h| h.state.applied()).count();
         let total = after.hunks.len();
-        self.commit_decision(&mut st, after, Vec::new(), feedback, events)?;
+        self.commit_decision(&mut st, after, Vec::new(), Vec::new(), feedback, events)?;
         Ok(serde_json::json!({
             "suggestion_id": sid,
             "action": via,
@@ -798,8 +810,10 @@ pub fn recover(
             to_log.extend(p.feedback.iter().cloned());
         }
         tracing::info!(decision = %p.decision, "finished an interrupted decision");
-        suggestions.insert(p.after.id.clone(), p.after.clone());
-        journal.push(Record::Suggestion(Box::new(p.after)));
+        for s in p.also.iter().chain(std::iter::once(&p.after)) {
+            suggestions.insert(s.id.clone(), s.clone());
+            journal.push(Record::Suggestion(Box::new(s.clone())));
+        }
     }
     Ok(to_log)
 }

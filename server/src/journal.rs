@@ -42,6 +42,9 @@ pub struct Prepared {
     pub ops: Vec<FileOp>,
     /// The suggestion as it is once the decision is committed.
     pub after: Suggestion,
+    /// Other suggestions the decision changes too (a hard rollback reaches later ones).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<Suggestion>,
     pub feedback: Vec<FeedbackRecord>,
 }
 

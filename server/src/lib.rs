@@ -5,6 +5,7 @@
 
 pub mod apply;
 pub mod auth;
+pub mod checkpoints;
 pub mod cli;
 pub mod config;
 pub mod error;

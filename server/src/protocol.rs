@@ -249,6 +249,36 @@ pub enum Event {
         reviewed_count: usize,
         hunk_count: usize,
     },
+    #[serde(rename = "checkpoint.created")]
+    CheckpointCreated {
+        seq: u64,
+        checkpoint_id: String,
+        suggestion_id: String,
+        run_id: String,
+        affected_files: Vec<String>,
+    },
+    #[serde(rename = "checkpoint.rollback.started")]
+    RollbackStarted {
+        seq: u64,
+        checkpoint_id: String,
+        mode: RollbackMode,
+        hunk_ids: Vec<String>,
+    },
+    #[serde(rename = "checkpoint.rollback.completed")]
+    RollbackCompleted {
+        seq: u64,
+        checkpoint_id: String,
+        mode: RollbackMode,
+        files: Vec<String>,
+        hunk_ids: Vec<String>,
+    },
+    #[serde(rename = "checkpoint.rollback.failed")]
+    RollbackFailed {
+        seq: u64,
+        checkpoint_id: String,
+        mode: RollbackMode,
+        message: String,
+    },
     #[serde(rename = "suggestion.completed")]
     Completed {
         seq: u64,
@@ -266,7 +296,11 @@ impl Event {
             | Event::Status { seq, .. }
             | Event::Error { seq, .. }
             | Event::HunkApplied { seq, .. }
-            | Event::Completed { seq, .. } => *seq = value,
+            | Event::Completed { seq, .. }
+            | Event::CheckpointCreated { seq, .. }
+            | Event::RollbackStarted { seq, .. }
+            | Event::RollbackCompleted { seq, .. }
+            | Event::RollbackFailed { seq, .. } => *seq = value,
         }
     }
 }
@@ -389,6 +423,25 @@ pub struct AgentStatusCmd {
     /// "working" (default), "testing", or any short word.
     #[serde(default)]
     pub status: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RollbackMode {
+    /// Every affected file back to the checkpoint base; later edits to them are lost.
+    HardAll,
+    /// Reverse-apply only the listed hunks; refuse, touching nothing, where newer edits overlap.
+    ScopedSelected,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RollbackCmd {
+    pub mode: RollbackMode,
+    #[serde(default, alias = "hunkIds")]
+    pub hunk_ids: Vec<String>,
+    #[serde(default)]
+    pub confirm: bool,
 }
 
 /// `{"type": "response", ...}`: the answer to one command, echoing its `id`.

@@ -110,6 +110,9 @@ pub fn open_hub(
             Record::Commit { decision } => {
                 if let Some(i) = pending.iter().position(|p| p.decision == decision) {
                     let p = pending.remove(i);
+                    for s in p.also {
+                        suggestions.insert(s.id.clone(), s);
+                    }
                     suggestions.insert(p.after.id.clone(), p.after);
                 }
             }

@@ -5,10 +5,15 @@ use std::process::Command;
 
 #[test]
 fn help_lists_every_command() {
-    let out = Command::new(env!("CARGO_BIN_EXE_hunkwise")).arg("--help").output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_hunkwise"))
+        .arg("--help")
+        .output()
+        .unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    for cmd in ["serve", "run", "list", "show", "accept", "reject", "undo", "complete", "publish", "status"] {
+    for cmd in [
+        "serve", "run", "list", "show", "accept", "reject", "undo", "complete", "publish", "status",
+    ] {
         assert!(text.contains(cmd), "--help lacks {cmd}:\n{text}");
     }
 }

@@ -9,12 +9,20 @@ use serde_json::json;
 #[tokio::test]
 async fn run_accept_lands_in_checkout() {
     let ws = Workspace::new(&[("hello.txt", b"hello\n")]).unwrap();
-    let agent = ws.agent_script("agent.sh", "echo 'hello, world' > hello.txt").unwrap();
+    let agent = ws
+        .agent_script("agent.sh", "echo 'hello, world' > hello.txt")
+        .unwrap();
     let hub = ws.serve(&[]).unwrap();
     let mut client = hub.ws().await.unwrap();
-    let s = hunkwise_tests::run_agent(&hub, &mut client, &agent, "greet").await.unwrap();
+    let s = hunkwise_tests::run_agent(&hub, &mut client, &agent, "greet")
+        .await
+        .unwrap();
     assert_eq!(s["hunk_count"], 1);
-    assert_eq!(ws.read_string("hello.txt").unwrap(), "hello\n", "nothing lands before a decision");
+    assert_eq!(
+        ws.read_string("hello.txt").unwrap(),
+        "hello\n",
+        "nothing lands before a decision"
+    );
     let hunk = s["hunks"][0]["id"].as_str().unwrap().to_string();
     let r = client
         .call(json!({"type": "feedback", "suggestionId": s["id"], "hunkId": hunk, "action": "accept"}))
@@ -23,7 +31,11 @@ async fn run_accept_lands_in_checkout() {
     assert_eq!(r["success"], true, "{r}");
     assert_eq!(ws.read_string("hello.txt").unwrap(), "hello, world\n");
     let ev = client
-        .event("suggestion.hunk_applied", |v| v["hunk_id"] == hunk.as_str(), Duration::from_secs(5))
+        .event(
+            "suggestion.hunk_applied",
+            |v| v["hunk_id"] == hunk.as_str(),
+            Duration::from_secs(5),
+        )
         .await
         .unwrap();
     assert_eq!(ev["action"], "accepted");

@@ -1,0 +1,439 @@
+//! Checkpoints and rollback (design notes, seed 000 §27).
+//!
+//! Every suggestion is a checkpoint: its base commit is the state of the affected files before
+//! the agent ran, kept in the hub's store so it can be inspected and restored long after the
+//! review. The checkpoint id is the suggestion id.
+//!
+//! - *hard* rollback puts every affected file back to the base, discarding later edits (so it
+//!   needs `confirm`); applied hunks of this and later suggestions on those files become rejected.
+//! - *scoped* rollback reverse-applies only the chosen hunks with exact context; where newer edits
+//!   overlap, it refuses and touches nothing.
+//!
+//! Both are decisions like any other: journaled before the files change, logged to the feedback
+//! log, announced with `checkpoint.rollback.*` events.
+
+use std::collections::BTreeMap;
+
+use hunkwise_patch::Hunk;
+use hunkwise_sandbox::store::{FlatTree, Mode};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::apply::{
+    self, plan_restore, plan_reverse, plan_reverse_lines, read_cur, Cur, PlanError,
+};
+use crate::error::AppError;
+use crate::hub::{Hub, State};
+use crate::protocol::{AppliedAction, Event, HunkKind, HunkState, RollbackMode};
+use crate::review::{oid, HunkRec, Side, Suggestion};
+
+#[derive(Debug, Serialize)]
+pub struct AffectedFile {
+    pub file_path: String,
+    /// `sha256:<hex>` of the file at the checkpoint; null when it did not exist.
+    pub base_hash: Option<String>,
+    /// `sha256:<hex>` of the file in your checkout now; null when absent.
+    pub current_hash: Option<String>,
+    pub changed_since_base: bool,
+    pub hunk_ids: Vec<String>,
+    /// The hunks of this checkpoint that are applied now (what a scoped rollback can undo).
+    pub applied_hunk_ids: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CheckpointView {
+    pub checkpoint_id: String,
+    pub suggestion_id: String,
+    pub run_id: String,
+    pub description: String,
+    pub created_at: String,
+    pub base_commit: String,
+    pub run_commit: String,
+    pub affected_files: Vec<AffectedFile>,
+}
+
+fn sha_tag(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+fn ierr(e: impl std::fmt::Display) -> AppError {
+    AppError::Internal(e.to_string())
+}
+
+/// Every path a suggestion touches, with the hunks touching it (a rename touches two).
+fn affected(s: &Suggestion) -> BTreeMap<String, Vec<&HunkRec>> {
+    let mut out: BTreeMap<String, Vec<&HunkRec>> = BTreeMap::new();
+    for h in &s.hunks {
+        out.entry(h.file.clone()).or_default().push(h);
+        if let Some(from) = &h.old_path {
+            out.entry(from.clone()).or_default().push(h);
+        }
+    }
+    out
+}
+
+fn side_of(tree: &FlatTree, path: &str) -> Option<Side> {
+    tree.get(path).map(|e| Side {
+        mode: e.mode,
+        oid: e.oid.to_string(),
+    })
+}
+
+impl Hub {
+    fn base_tree(&self, s: &Suggestion) -> Result<FlatTree, AppError> {
+        let id = oid(&s.base_commit).ok_or_else(|| ierr("corrupt base commit id"))?;
+        self.store.read_tree(id).map_err(ierr)
+    }
+
+    pub fn checkpoint(&self, id: &str) -> Result<CheckpointView, AppError> {
+        let st = self.lock()?;
+        let sid = Self::resolve_id(&st, id)?;
+        let s = st.suggestions[&sid].clone();
+        drop(st);
+        let base = self.base_tree(&s)?;
+        let root = self.checkout()?;
+        let mut files = Vec::new();
+        for (path, hunks) in affected(&s) {
+            let base_hash = match base.get(&path) {
+                Some(e) => Some(sha_tag(&self.store.read_blob(e.oid).map_err(ierr)?)),
+                None => None,
+            };
+            let current_hash = match read_cur(&root, &path).map_err(ierr)? {
+                Cur::File { bytes, .. } => Some(sha_tag(&bytes)),
+                Cur::Link(t) => Some(sha_tag(&t)),
+                Cur::Absent | Cur::Other(_) => None,
+            };
+            files.push(AffectedFile {
+                changed_since_base: base_hash != current_hash,
+                file_path: path,
+                base_hash,
+                current_hash,
+                hunk_ids: hunks.iter().map(|h| h.id.clone()).collect(),
+                applied_hunk_ids: hunks
+                    .iter()
+                    .filter(|h| h.state.applied())
+                    .map(|h| h.id.clone())
+                    .collect(),
+            });
+        }
+        Ok(CheckpointView {
+            checkpoint_id: s.id.clone(),
+            suggestion_id: s.id.clone(),
+            run_id: s.run_id.clone(),
+            description: s.description.clone(),
+            created_at: s.created_at.clone(),
+            base_commit: s.base_commit.clone(),
+            run_commit: s.run_commit.clone(),
+            affected_files: files,
+        })
+    }
+
+    /// The three versions of one file: your checkout now, the checkpoint base, the agent's.
+    pub fn diff3(&self, id: &str, file_path: &str) -> Result<serde_json::Value, AppError> {
+        let st = self.lock()?;
+        let sid = Self::resolve_id(&st, id)?;
+        let s = st.suggestions[&sid].clone();
+        drop(st);
+        if !affected(&s).contains_key(file_path) {
+            return Err(AppError::NotFound(format!(
+                "checkpoint {sid} does not affect {file_path:?}; GET /checkpoints/{sid} lists its files"
+            )));
+        }
+        let base = self.base_tree(&s)?;
+        let run = self
+            .store
+            .read_tree(oid(&s.run_commit).ok_or_else(|| ierr("corrupt run commit id"))?)
+            .map_err(ierr)?;
+        let mut binary = false;
+        let mut text = |bytes: Option<Vec<u8>>| -> Option<String> {
+            let b = bytes?;
+            if hunkwise_patch::is_text(&b) {
+                String::from_utf8(b).ok()
+            } else {
+                binary = true;
+                None
+            }
+        };
+        let blob = |t: &FlatTree| -> Result<Option<Vec<u8>>, AppError> {
+            t.get(file_path)
+                .filter(|e| e.mode != Mode::Symlink)
+                .map(|e| self.store.read_blob(e.oid).map_err(ierr))
+                .transpose()
+        };
+        let base_text = text(blob(&base)?);
+        let proposed = text(blob(&run)?);
+        let current = match read_cur(&self.checkout()?, file_path).map_err(ierr)? {
+            Cur::File { bytes, .. } => text(Some(bytes)),
+            _ => None,
+        };
+        Ok(serde_json::json!({
+            "checkpoint_id": sid,
+            "file_path": file_path,
+            "current": current,
+            "checkpoint_base": base_text,
+            "agent_proposed": proposed,
+            "binary": binary,
+        }))
+    }
+
+    pub fn rollback(
+        &self,
+        id: &str,
+        mode: RollbackMode,
+        hunk_ids: &[String],
+        confirm: bool,
+    ) -> Result<serde_json::Value, AppError> {
+        let mut st = self.lock()?;
+        let sid = Self::resolve_id(&st, id)?;
+        let s = st.suggestions[&sid].clone();
+        match mode {
+            RollbackMode::HardAll if !confirm => {
+                return Err(AppError::BadRequest(format!(
+                    "hard rollback puts {} file(s) back to the checkpoint and discards every later edit to them; send \"confirm\": true",
+                    affected(&s).len()
+                )))
+            }
+            RollbackMode::HardAll if !hunk_ids.is_empty() => {
+                return Err(AppError::BadRequest(
+                    "hard_all rolls back every affected file; use scoped_selected to choose hunks".into(),
+                ))
+            }
+            RollbackMode::ScopedSelected if hunk_ids.is_empty() => {
+                return Err(AppError::BadRequest("scoped_selected needs hunk_ids".into()))
+            }
+            _ => {}
+        }
+        if mode == RollbackMode::ScopedSelected {
+            for h in hunk_ids {
+                match s.hunk(h) {
+                    None => {
+                        return Err(AppError::NotFound(format!(
+                            "checkpoint {sid} has no hunk {h:?}"
+                        )))
+                    }
+                    Some(rec) if !rec.state.applied() => {
+                        return Err(AppError::BadRequest(
+                            format!(
+                            "hunk {h} is {:?}, not applied; only applied hunks can be rolled back",
+                            rec.state
+                        )
+                            .to_lowercase(),
+                        ))
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        self.bus.emit(Event::RollbackStarted {
+            seq: 0,
+            checkpoint_id: sid.clone(),
+            mode,
+            hunk_ids: hunk_ids.to_vec(),
+        });
+        let planned = match mode {
+            RollbackMode::HardAll => self.plan_hard(&st, &s),
+            RollbackMode::ScopedSelected => self.plan_scoped(&s, hunk_ids),
+        };
+        let (ops, after, also, rolled) = match planned {
+            Ok(p) => p,
+            Err(e) => {
+                let message = match &e {
+                    PlanError::Conflict(m) => m.clone(),
+                    other => other.to_string(),
+                };
+                self.bus.emit(Event::RollbackFailed {
+                    seq: 0,
+                    checkpoint_id: sid.clone(),
+                    mode,
+                    message: message.clone(),
+                });
+                return Err(match e {
+                    PlanError::Conflict(_) => AppError::Conflict {
+                        code: "conflict",
+                        message: format!("rollback refused, nothing was changed: {message}"),
+                    },
+                    other => ierr(other),
+                });
+            }
+        };
+        let decision = uuid::Uuid::new_v4().to_string();
+        let via = match mode {
+            RollbackMode::HardAll => "hard_all",
+            RollbackMode::ScopedSelected => "scoped_selected",
+        };
+        let mut feedback = Vec::new();
+        let mut events = Vec::new();
+        for (sugg, rec) in &rolled {
+            let mut fb = Self::feedback_record(sugg, rec, &decision, "rollback", "rejected");
+            fb.via = Some(via.into());
+            feedback.push(fb);
+            events.push(Event::HunkApplied {
+                seq: 0,
+                suggestion_id: sugg.id.clone(),
+                hunk_id: rec.id.clone(),
+                action: AppliedAction::Rejected,
+                file: rec.file.clone(),
+                state: HunkState::Rejected,
+                reviewed_count: sugg.reviewed_count(),
+                hunk_count: sugg.hunks.len(),
+            });
+        }
+        let files: Vec<String> = ops.iter().map(|o| o.path.clone()).collect();
+        let rolled_ids: Vec<String> = rolled.iter().map(|(_, r)| r.id.clone()).collect();
+        events.push(Event::RollbackCompleted {
+            seq: 0,
+            checkpoint_id: sid.clone(),
+            mode,
+            files: files.clone(),
+            hunk_ids: rolled_ids.clone(),
+        });
+        if let Err(e) = self.commit_decision(&mut st, after, also, ops, feedback, Vec::new()) {
+            self.bus.emit(Event::RollbackFailed {
+                seq: 0,
+                checkpoint_id: sid.clone(),
+                mode,
+                message: e.to_string(),
+            });
+            return Err(e);
+        }
+        drop(st);
+        for ev in events {
+            self.bus.emit(ev);
+        }
+        Ok(serde_json::json!({
+            "checkpoint_id": sid,
+            "mode": mode,
+            "files": files,
+            "hunk_ids": rolled_ids,
+        }))
+    }
+
+    /// Every affected file back to base; applied hunks of this and later suggestions on them
+    /// become rejected.
+    #[allow(clippy::type_complexity)]
+    fn plan_hard(
+        &self,
+        st: &State,
+        s: &Suggestion,
+    ) -> Result<
+        (
+            Vec<apply::FileOp>,
+            Suggestion,
+            Vec<Suggestion>,
+            Vec<(Suggestion, HunkRec)>,
+        ),
+        PlanError,
+    > {
+        let base = self
+            .base_tree(s)
+            .map_err(|e| PlanError::Conflict(e.to_string()))?;
+        let root = self
+            .checkout()
+            .map_err(|e| PlanError::Conflict(e.to_string()))?;
+        let paths: Vec<String> = affected(s).into_keys().collect();
+        let mut ops = Vec::new();
+        for path in &paths {
+            if let Some(op) = plan_restore(&root, &self.store, path, side_of(&base, path).as_ref())?
+            {
+                ops.push(op);
+            }
+        }
+        let touches = |h: &HunkRec| {
+            paths.contains(&h.file) || h.old_path.as_ref().is_some_and(|p| paths.contains(p))
+        };
+        let mut rolled = Vec::new();
+        let mut after = s.clone();
+        for h in after.hunks.iter_mut().filter(|h| h.state.applied()) {
+            h.state = HunkState::Rejected;
+            h.applied = None;
+            rolled.push(h.clone());
+        }
+        let mut all: Vec<(Suggestion, HunkRec)> =
+            rolled.into_iter().map(|h| (after.clone(), h)).collect();
+        let mut also = Vec::new();
+        let pos = st
+            .order
+            .iter()
+            .position(|id| *id == s.id)
+            .unwrap_or(usize::MAX);
+        for later_id in st.order.iter().skip(pos.saturating_add(1)) {
+            let Some(later) = st.suggestions.get(later_id) else {
+                continue;
+            };
+            let hit: Vec<usize> = later
+                .hunks
+                .iter()
+                .enumerate()
+                .filter(|(_, h)| h.state.applied() && touches(h))
+                .map(|(i, _)| i)
+                .collect();
+            if hit.is_empty() {
+                continue;
+            }
+            let mut l = later.clone();
+            for &i in &hit {
+                l.hunks[i].state = HunkState::Rejected;
+                l.hunks[i].applied = None;
+            }
+            for &i in &hit {
+                all.push((l.clone(), l.hunks[i].clone()));
+            }
+            also.push(l);
+        }
+        Ok((ops, after, also, all))
+    }
+
+    /// Reverse-apply the chosen hunks, all or nothing.
+    #[allow(clippy::type_complexity)]
+    fn plan_scoped(
+        &self,
+        s: &Suggestion,
+        hunk_ids: &[String],
+    ) -> Result<
+        (
+            Vec<apply::FileOp>,
+            Suggestion,
+            Vec<Suggestion>,
+            Vec<(Suggestion, HunkRec)>,
+        ),
+        PlanError,
+    > {
+        let root = self
+            .checkout()
+            .map_err(|e| PlanError::Conflict(e.to_string()))?;
+        let chosen: Vec<&HunkRec> = s
+            .hunks
+            .iter()
+            .filter(|h| hunk_ids.contains(&h.id))
+            .collect();
+        let mut lines: BTreeMap<&str, Vec<(Hunk, usize, isize)>> = BTreeMap::new();
+        let mut ops = Vec::new();
+        for rec in &chosen {
+            let offset = Self::offset_for(s, rec);
+            if rec.kind == HunkKind::Modify {
+                let applied = rec.applied.clone().or_else(|| rec.patch.clone());
+                let base_start = rec.patch.as_ref().map(|p| p.old_start).unwrap_or(0);
+                if let Some(a) = applied {
+                    lines
+                        .entry(rec.file.as_str())
+                        .or_default()
+                        .push((a, base_start, offset));
+                }
+            } else {
+                ops.extend(plan_reverse(&root, &self.store, rec, offset)?.ops);
+            }
+        }
+        for (path, hunks) in lines {
+            ops.push(plan_reverse_lines(&root, &self.store, path, hunks)?);
+        }
+        let mut after = s.clone();
+        let mut rolled = Vec::new();
+        for h in after.hunks.iter_mut().filter(|h| hunk_ids.contains(&h.id)) {
+            h.state = HunkState::Rejected;
+            h.applied = None;
+            rolled.push(h.clone());
+        }
+        let rolled = rolled.into_iter().map(|h| (after.clone(), h)).collect();
+        Ok((ops, after, Vec::new(), rolled))
+    }
+}

@@ -1,0 +1,233 @@
+//! Checkpoints and rollback (seed 000 §27) against the real hub: inspect a checkpoint, its
+//! three-way view, scoped rollback (with a positive case and a conflicting newer edit) and hard
+//! rollback.
+
+use std::time::Duration;
+
+use hunkwise_tests::{run_agent, Workspace};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+fn numbered(n: usize) -> String {
+    (1..=n).map(|i| format!("line {i}\n")).collect()
+}
+
+fn sha_tag(s: &str) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(s.as_bytes())))
+}
+
+#[tokio::test]
+async fn scoped_and_hard_rollback() {
+    let original = numbered(30);
+    let ws = Workspace::new(&[("a.txt", original.as_bytes())]).unwrap();
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            "sed -i 's/^line 3$/LINE THREE/; s/^line 25$/LINE TWENTY-FIVE/' a.txt\necho fresh > new.txt",
+        )
+        .unwrap();
+    let hub = ws.serve(&[]).unwrap();
+    let mut client = hub.ws().await.unwrap();
+    let s = run_agent(&hub, &mut client, &agent, "shout").await.unwrap();
+    let sid = s["id"].as_str().unwrap().to_string();
+    let created = client
+        .event(
+            "checkpoint.created",
+            |v| v["checkpoint_id"] == sid.as_str(),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    assert_eq!(created["affected_files"], json!(["a.txt", "new.txt"]));
+    let agent_text = original
+        .replace("line 3\n", "LINE THREE\n")
+        .replace("line 25\n", "LINE TWENTY-FIVE\n");
+
+    let r = client
+        .call(json!({"type": "feedback_all", "suggestionId": sid, "action": "accept"}))
+        .await
+        .unwrap();
+    assert_eq!(r["success"], true, "{r}");
+    assert_eq!(ws.read_string("a.txt").unwrap(), agent_text);
+
+    let curl = hub.curl();
+    let cp = curl.get(&format!("/checkpoints/{sid}")).unwrap();
+    assert_eq!(cp.status, 200, "{}", cp.body);
+    let files = cp.body["affected_files"].as_array().unwrap();
+    assert_eq!(files.len(), 2);
+    assert_eq!(files[0]["file_path"], "a.txt");
+    assert_eq!(files[0]["base_hash"], sha_tag(&original));
+    assert_eq!(files[0]["current_hash"], sha_tag(&agent_text));
+    assert_eq!(files[0]["applied_hunk_ids"].as_array().unwrap().len(), 2);
+    assert_eq!(files[1]["file_path"], "new.txt");
+    assert_eq!(files[1]["base_hash"], Value::Null);
+
+    let d3 = curl
+        .get(&format!("/checkpoints/{sid}/diff3?file_path=a.txt"))
+        .unwrap();
+    assert_eq!(d3.status, 200, "{}", d3.body);
+    assert_eq!(d3.body["checkpoint_base"], original.as_str());
+    assert_eq!(d3.body["agent_proposed"], agent_text.as_str());
+    assert_eq!(d3.body["current"], agent_text.as_str());
+    let missing = curl
+        .get(&format!("/checkpoints/{sid}/diff3?file_path=nope.txt"))
+        .unwrap();
+    assert_eq!(missing.status, 404);
+
+    // Scoped rollback of the first hunk keeps the second hunk and an unrelated newer edit.
+    let with_user_edit = agent_text.replace("line 12\n", "line 12 (mine)\n");
+    ws.write("a.txt", with_user_edit.as_bytes()).unwrap();
+    let first = format!("{sid}:a.txt:0");
+    let second = format!("{sid}:a.txt:1");
+    let r = curl
+        .post(
+            &format!("/checkpoints/{sid}/rollback"),
+            &json!({"mode": "scoped_selected", "hunk_ids": [first]}),
+        )
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        ws.read_string("a.txt").unwrap(),
+        with_user_edit.replace("LINE THREE\n", "line 3\n")
+    );
+    client
+        .event(
+            "checkpoint.rollback.completed",
+            |v| v["checkpoint_id"] == sid.as_str(),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    let got = curl.get(&format!("/suggestions/{sid}")).unwrap().body;
+    assert_eq!(got["hunks"][0]["state"], "rejected");
+    assert_eq!(got["hunks"][1]["state"], "accepted");
+
+    // A newer edit overlapping the second hunk: refused, nothing touched.
+    let overlapping = ws
+        .read_string("a.txt")
+        .unwrap()
+        .replace("line 24\n", "line 24 (mine)\n");
+    ws.write("a.txt", overlapping.as_bytes()).unwrap();
+    let r = curl
+        .post(
+            &format!("/checkpoints/{sid}/rollback"),
+            &json!({"mode": "scoped_selected", "hunk_ids": [second]}),
+        )
+        .unwrap();
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert_eq!(r.body["code"], "conflict");
+    assert_eq!(
+        ws.read_string("a.txt").unwrap(),
+        overlapping,
+        "a refused rollback changes nothing"
+    );
+    client
+        .event(
+            "checkpoint.rollback.failed",
+            |v| v["checkpoint_id"] == sid.as_str(),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    // Rolling back a hunk that is not applied is a clear error.
+    let r = curl
+        .post(
+            &format!("/checkpoints/{sid}/rollback"),
+            &json!({"mode": "scoped_selected", "hunk_ids": [first]}),
+        )
+        .unwrap();
+    assert_eq!(r.status, 400, "{}", r.body);
+
+    // Hard rollback needs confirmation, then restores every affected file to the base.
+    let r = curl
+        .post(
+            &format!("/checkpoints/{sid}/rollback"),
+            &json!({"mode": "hard_all"}),
+        )
+        .unwrap();
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(
+        r.body["error"].as_str().unwrap().contains("confirm"),
+        "{}",
+        r.body
+    );
+    assert!(
+        ws.exists("new.txt"),
+        "an unconfirmed hard rollback changes nothing"
+    );
+    let r = curl
+        .post(
+            &format!("/checkpoints/{sid}/rollback"),
+            &json!({"mode": "hard_all", "confirm": true}),
+        )
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(ws.read_string("a.txt").unwrap(), original);
+    assert!(!ws.exists("new.txt"));
+    let got = curl.get(&format!("/suggestions/{sid}")).unwrap().body;
+    for h in got["hunks"].as_array().unwrap() {
+        assert_eq!(h["state"], "rejected", "{h}");
+    }
+    let log = std::fs::read_to_string(hub.state.join("feedback.jsonl")).unwrap();
+    let rollbacks: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v["action"] == "rollback")
+        .collect();
+    assert_eq!(rollbacks.len(), 3, "one scoped + two hard: {log}");
+    assert_eq!(rollbacks[0]["via"], "scoped_selected");
+    assert_eq!(rollbacks[1]["via"], "hard_all");
+}
+
+#[tokio::test]
+async fn hard_rollback_reaches_later_suggestions_on_the_same_file() {
+    let original = numbered(20);
+    let ws = Workspace::new(&[("a.txt", original.as_bytes())]).unwrap();
+    let first = ws
+        .agent_script("first.sh", "sed -i 's/^line 2$/TWO/' a.txt")
+        .unwrap();
+    let second = ws
+        .agent_script("second.sh", "sed -i 's/^line 18$/EIGHTEEN/' a.txt")
+        .unwrap();
+    let hub = ws.serve(&[]).unwrap();
+    let mut client = hub.ws().await.unwrap();
+    let s1 = run_agent(&hub, &mut client, &first, "one").await.unwrap();
+    let s1id = s1["id"].as_str().unwrap().to_string();
+    let r = client
+        .call(json!({"type": "feedback_all", "suggestionId": s1id, "action": "accept"}))
+        .await
+        .unwrap();
+    assert_eq!(r["success"], true);
+    let s2 = run_agent(&hub, &mut client, &second, "two").await.unwrap();
+    let s2id = s2["id"].as_str().unwrap().to_string();
+    let r = client
+        .call(json!({"type": "feedback_all", "suggestionId": s2id, "action": "accept"}))
+        .await
+        .unwrap();
+    assert_eq!(r["success"], true);
+    assert_eq!(
+        ws.read_string("a.txt").unwrap(),
+        original
+            .replace("line 2\n", "TWO\n")
+            .replace("line 18\n", "EIGHTEEN\n")
+    );
+
+    let r = hub
+        .curl()
+        .post(
+            &format!("/checkpoints/{s1id}/rollback"),
+            &json!({"mode": "hard_all", "confirm": true}),
+        )
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(ws.read_string("a.txt").unwrap(), original);
+    let later = hub
+        .curl()
+        .get(&format!("/suggestions/{s2id}"))
+        .unwrap()
+        .body;
+    assert_eq!(
+        later["hunks"][0]["state"], "rejected",
+        "the later edit to the file was rolled back too"
+    );
+}
