@@ -289,6 +289,59 @@ impl Store {
         Ok(())
     }
 
+    /// Open an existing repository (the user's own) to mirror commits into it.
+    pub fn open_existing(path: &Path) -> Result<Self, StoreError> {
+        let repo = gix::open_opts(path, isolated_open_options()).map_err(|e| StoreError::Git {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        Ok(Self {
+            repo: repo.into_sync(),
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Copy `commit` with its tree, blobs and ancestors into `dest`, skipping what `dest`
+    /// already has (most blobs of a checkout snapshot are already in the user's repository).
+    pub fn copy_commit_into(&self, dest: &Store, commit: ObjectId) -> Result<(), StoreError> {
+        let src = self.local();
+        let dst = dest.local();
+        let mut stack = vec![commit];
+        while let Some(id) = stack.pop() {
+            if dst.has_object(id) {
+                continue;
+            }
+            let obj = src.find_object(id).map_err(|e| self.err(e))?;
+            let kind = obj.kind;
+            let data = obj.detach().data;
+            match kind {
+                gix::objs::Kind::Commit => {
+                    let c = gix::objs::CommitRef::from_bytes(&data, src.object_hash())
+                        .map_err(|e| self.err(e))?;
+                    stack.push(c.tree());
+                    stack.extend(c.parents());
+                }
+                gix::objs::Kind::Tree => {
+                    let t = gix::objs::TreeRef::from_bytes(&data, src.object_hash())
+                        .map_err(|e| self.err(e))?;
+                    for e in &t.entries {
+                        if !matches!(EntryKind::from(e.mode), EntryKind::Commit) {
+                            stack.push(e.oid.to_owned());
+                        }
+                    }
+                }
+                _ => {}
+            }
+            use gix::objs::Write;
+            let written = dst
+                .objects
+                .write_buf(kind, &data)
+                .map_err(|e| dest.err(e))?;
+            debug_assert_eq!(written, id);
+        }
+        Ok(())
+    }
+
     pub fn has_object(&self, oid: ObjectId) -> bool {
         self.local().has_object(oid)
     }
@@ -377,6 +430,25 @@ mod tests {
             "100644 a.txt\n100644 a/b/c/d.txt\n100644 bin/link\n100755 bin/run\n"
                 .replace("100644 bin/link", "120000 bin/link")
         );
+        // Mirroring into another repository copies the commit with everything it needs.
+        let other = Store::open_or_init(&tmp.path().join("other.git")).unwrap();
+        let child = store.commit(tree_id, &[commit], "child").unwrap();
+        store.copy_commit_into(&other, child).unwrap();
+        other.set_ref("refs/hunkwise/runs/x/head", child).unwrap();
+        let out = std::process::Command::new("git")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .arg("--git-dir")
+            .arg(other.path())
+            .args(["fsck", "--strict", "--no-dangling"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(other.read_tree(child).unwrap(), tree);
         // Reopening finds the same objects.
         drop(store);
         let store = Store::open_or_init(&tmp.path().join("store.git")).unwrap();

@@ -80,6 +80,23 @@ fn side_of(tree: &FlatTree, path: &str) -> Option<Side> {
 }
 
 impl Hub {
+    /// With `--mirror-refs`, copy a run commit into the user's repository under `name`. Only
+    /// objects and a ref under `refs/hunkwise/` are written there — never the index, HEAD or a
+    /// branch — and a failure is reported, not fatal: the hub's own store has the commit.
+    pub fn mirror_ref(&self, name: &str, commit: hunkwise_sandbox::ObjectId) {
+        if !self.cfg.mirror_refs {
+            return;
+        }
+        let result =
+            hunkwise_sandbox::store::Store::open_existing(&self.cfg.repo).and_then(|user| {
+                self.store.copy_commit_into(&user, commit)?;
+                user.set_ref(name, commit)
+            });
+        if let Err(e) = result {
+            tracing::warn!(error = %e, refname = name, "mirroring a run ref into the repository");
+        }
+    }
+
     fn base_tree(&self, s: &Suggestion) -> Result<FlatTree, AppError> {
         let id = oid(&s.base_commit).ok_or_else(|| ierr("corrupt base commit id"))?;
         self.store.read_tree(id).map_err(ierr)

@@ -147,6 +147,9 @@ struct ServeArgs {
     /// Allow requests carrying this Origin header (repeatable).
     #[arg(long = "allow-origin")]
     allow_origin: Vec<String>,
+    /// Also write each run's commits into your repository as refs/hunkwise/runs/<id>/{base,head}.
+    #[arg(long)]
+    mirror_refs: bool,
     /// Config file (default $XDG_CONFIG_HOME/hunkwise/config.toml, or $HUNKWISE_CONFIG).
     #[arg(long)]
     config: Option<PathBuf>,
@@ -362,6 +365,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         ),
         agent_env,
         allowed_origins,
+        mirror_refs: args.mirror_refs || file.mirror_refs,
     };
     let addr = if host.contains(':') {
         format!("[{host}]:{port}")

@@ -28,6 +28,10 @@ pub struct FileConfig {
     /// Origins allowed to talk to the hub (browser extensions, web UIs). Empty: none.
     #[serde(default)]
     pub allowed_origins: Vec<String>,
+    /// Mirror each run's base and head commits into the repository as
+    /// `refs/hunkwise/runs/<id>/{base,head}` (for `git diff` or `:Gitsigns change_base`).
+    #[serde(default)]
+    pub mirror_refs: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -141,6 +145,7 @@ pub struct ServeConfig {
     pub agent_timeout: Duration,
     pub agent_env: Vec<String>,
     pub allowed_origins: Vec<String>,
+    pub mirror_refs: bool,
 }
 
 #[cfg(test)]

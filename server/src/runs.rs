@@ -288,6 +288,7 @@ impl Hub {
                 hub.store
                     .set_ref(&format!("refs/hunkwise/runs/{rid}/base"), commit)
                     .map_err(ierr)?;
+                hub.mirror_ref(&format!("refs/hunkwise/runs/{rid}/base"), commit);
                 Ok((commit, snap.tree, snap.skipped))
             })
             .await?;
@@ -568,6 +569,7 @@ impl Hub {
                             .set_ref(&format!("refs/hunkwise/suggestions/{sid}/run"), commit)
                     })
                     .map_err(|e| ierr(&e))?;
+                hub.mirror_ref(&format!("refs/hunkwise/runs/{rid}/head"), commit);
                 Ok(Suggestion {
                     id: sid,
                     run_id: rid,

@@ -231,3 +231,46 @@ async fn hard_rollback_reaches_later_suggestions_on_the_same_file() {
         "the later edit to the file was rolled back too"
     );
 }
+
+#[tokio::test]
+async fn mirrored_run_refs_show_a_run_in_the_users_repository() {
+    for mirror in [false, true] {
+        let ws = Workspace::new(&[("a.txt", b"one\ntwo\n")]).unwrap();
+        ws.write("wip.txt", b"uncommitted work\n").unwrap();
+        let status_before = ws.git(&["status", "--porcelain"]).unwrap();
+        let agent = ws.agent_script("agent.sh", "echo three >> a.txt").unwrap();
+        let flags: &[&str] = if mirror { &["--mirror-refs"] } else { &[] };
+        let hub = ws.serve(flags).unwrap();
+        let mut client = hub.ws().await.unwrap();
+        let s = run_agent(&hub, &mut client, &agent, "count").await.unwrap();
+        let run = s["run_id"].as_str().unwrap();
+        let refs = ws.git(&["for-each-ref", "refs/hunkwise/"]).unwrap();
+        if !mirror {
+            assert_eq!(refs, "", "refs are mirrored only when asked");
+            continue;
+        }
+        assert!(
+            refs.contains(&format!("refs/hunkwise/runs/{run}/base")),
+            "{refs}"
+        );
+        let diff = ws
+            .git(&[
+                "diff",
+                &format!("refs/hunkwise/runs/{run}/base"),
+                &format!("refs/hunkwise/runs/{run}/head"),
+            ])
+            .unwrap();
+        assert!(diff.contains("+three"), "{diff}");
+        // The base includes uncommitted work, as the user saw it when the run started.
+        let wip = ws
+            .git(&["show", &format!("refs/hunkwise/runs/{run}/base:wip.txt")])
+            .unwrap();
+        assert_eq!(wip, "uncommitted work\n");
+        assert_eq!(
+            ws.git(&["status", "--porcelain"]).unwrap(),
+            status_before,
+            "index and HEAD untouched"
+        );
+        ws.git(&["fsck", "--no-dangling"]).unwrap();
+    }
+}
