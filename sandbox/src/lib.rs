@@ -6,9 +6,11 @@
 //! - [`snapshot`]: a checkout or a sandbox captured into the store as a tree.
 //! - [`workspace`]: the [`Sandbox`](workspace::Sandbox) interface and its same-user implementation.
 //! - [`agent`]: command templates and agent processes (process groups, timeouts, cancellation).
+//! - [`jj`]: each run as its own jj change when the repository uses jj.
 
 pub mod agent;
 pub mod beneath;
+pub mod jj;
 pub mod snapshot;
 pub mod store;
 pub mod workspace;

@@ -57,7 +57,8 @@ pub(crate) fn walk_not_ignored(root: &Path, user_excludes: bool) -> BTreeSet<Str
         .git_global(user_excludes)
         .git_exclude(user_excludes)
         .ignore(false)
-        .filter_entry(|e| e.file_name() != ".git")
+        // VCS metadata is never content: .git, and jj's .jj.
+        .filter_entry(|e| e.file_name() != ".git" && e.file_name() != ".jj")
         .build();
     for entry in walker.flatten() {
         let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
@@ -140,12 +141,21 @@ pub fn snapshot_checkout(
     store: &Store,
     cap: u64,
 ) -> Result<Snapshot, SnapshotError> {
-    let repo = gix::open_opts(repo_root, gix::open::Options::isolated()).map_err(|_| {
-        SnapshotError::NotARepo {
-            path: repo_root.display().to_string(),
-        }
-    })?;
     let mut candidates = walk_not_ignored(repo_root, true);
+    let repo = match gix::open_opts(repo_root, gix::open::Options::isolated()) {
+        Ok(repo) => repo,
+        // A jj repository without a colocated .git: jj tracks every file that is not ignored,
+        // which is exactly the walk.
+        Err(_) if repo_root.join(".jj").is_dir() => {
+            let root = Beneath::open(repo_root)?;
+            return capture(&root, candidates, store, cap);
+        }
+        Err(_) => {
+            return Err(SnapshotError::NotARepo {
+                path: repo_root.display().to_string(),
+            })
+        }
+    };
     let index = repo.index_or_empty().map_err(|e| SnapshotError::Index {
         path: repo_root.display().to_string(),
         message: e.to_string(),
@@ -178,8 +188,18 @@ pub fn snapshot_sandbox(
     capture(&root, candidates, store, cap)
 }
 
-/// Find the repository root containing `start` (the directory holding `.git`).
+/// Find the repository root containing `start`: the nearest directory holding `.jj` (a jj
+/// repository, colocated or not) or else the git work tree around it.
 pub fn discover_repo_root(start: &Path) -> Result<std::path::PathBuf, SnapshotError> {
+    let abs = start.canonicalize().unwrap_or_else(|_| start.to_path_buf());
+    for dir in abs.ancestors() {
+        if dir.join(".jj").is_dir() {
+            return Ok(dir.to_path_buf());
+        }
+        if dir.join(".git").exists() {
+            break;
+        }
+    }
     let repo = gix::discover(start).map_err(|_| SnapshotError::NotARepo {
         path: start.display().to_string(),
     })?;

@@ -109,10 +109,13 @@ pub fn reset_git(dir: &Path, store: &Store, base: &FlatTree) -> Result<(), Sandb
         dir: dir.to_path_buf(),
         source,
     };
-    match std::fs::symlink_metadata(&git_dir) {
-        Ok(m) if m.is_dir() => std::fs::remove_dir_all(&git_dir).map_err(io)?,
-        Ok(_) => std::fs::remove_file(&git_dir).map_err(io)?,
-        Err(_) => {}
+    // A previous run's jj metadata goes too: jj is re-initialised on top of the fresh .git.
+    for meta in [&git_dir, &dir.join(".jj")] {
+        match std::fs::symlink_metadata(meta) {
+            Ok(m) if m.is_dir() => std::fs::remove_dir_all(meta).map_err(io)?,
+            Ok(_) => std::fs::remove_file(meta).map_err(io)?,
+            Err(_) => {}
+        }
     }
     let repo = Store::init_worktree(dir)?;
     for entry in base.values() {

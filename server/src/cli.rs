@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, ServeConfig};
+use hunkwise_sandbox::jj::Vcs;
 
 #[derive(Parser)]
 #[command(
@@ -116,6 +117,12 @@ enum Cmd {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
+enum VcsArg {
+    Git,
+    Jj,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
 enum Completion {
     Finalize,
     Discard,
@@ -147,6 +154,10 @@ struct ServeArgs {
     /// Allow requests carrying this Origin header (repeatable).
     #[arg(long = "allow-origin")]
     allow_origin: Vec<String>,
+    /// Version control in the sandbox: each run as a jj change, or plain git (default: jj when
+    /// the repository has a .jj directory).
+    #[arg(long, value_enum)]
+    vcs: Option<VcsArg>,
     /// Also write each run's commits into your repository as refs/hunkwise/runs/<id>/{base,head}.
     #[arg(long)]
     mirror_refs: bool,
@@ -342,6 +353,7 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
 async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let file = config::load_file(args.config.as_deref())?;
     let repo = repo_root(args.repo)?;
+    let detected_vcs = Vcs::detect(&repo);
     let host = config::resolve_host(args.host, &file);
     let port = config::resolve_port(args.port, &file)?;
     let state_dir = match args.state_dir {
@@ -366,6 +378,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         agent_env,
         allowed_origins,
         mirror_refs: args.mirror_refs || file.mirror_refs,
+        vcs: match args.vcs {
+            Some(VcsArg::Git) => Vcs::Git,
+            Some(VcsArg::Jj) => Vcs::Jj,
+            None => file.vcs.unwrap_or(detected_vcs),
+        },
     };
     let addr = if host.contains(':') {
         format!("[{host}]:{port}")

@@ -32,6 +32,8 @@ pub struct FileConfig {
     /// `refs/hunkwise/runs/<id>/{base,head}` (for `git diff` or `:Gitsigns change_base`).
     #[serde(default)]
     pub mirror_refs: bool,
+    /// "git" or "jj" (default: jj when the repository has a .jj directory).
+    pub vcs: Option<hunkwise_sandbox::jj::Vcs>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -146,6 +148,7 @@ pub struct ServeConfig {
     pub agent_env: Vec<String>,
     pub allowed_origins: Vec<String>,
     pub mirror_refs: bool,
+    pub vcs: hunkwise_sandbox::jj::Vcs,
 }
 
 #[cfg(test)]

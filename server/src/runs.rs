@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hunkwise_sandbox::agent::{self, build_argv, scrubbed_env, Exit};
+use hunkwise_sandbox::jj::{self, Vcs};
 use hunkwise_sandbox::snapshot::{snapshot_checkout, DEFAULT_FILE_CAP};
 use hunkwise_sandbox::store::FlatTree;
 use hunkwise_sandbox::workspace::{LocalSandbox, Sandbox};
@@ -63,6 +64,8 @@ struct Active {
     base_commit: ObjectId,
     base_tree: FlatTree,
     sandbox: Arc<dyn Sandbox>,
+    /// The run's jj change, when the sandbox uses jj.
+    change_id: Option<String>,
 }
 
 /// Live run bookkeeping (not persisted: a run does not survive a hub restart).
@@ -351,12 +354,42 @@ impl Hub {
             })
             .await?;
         }
+        let change_id = if self.cfg.vcs == Vcs::Jj {
+            match jj::start_change(
+                sandbox.as_ref(),
+                &scrubbed_env(&self.cfg.agent_env),
+                &first_line(prompt),
+            )
+            .await
+            {
+                Ok(id) => Some(id),
+                Err(e) => {
+                    let msg = e.to_string();
+                    self.update_run(run_id, |r| {
+                        r.status = RunState::Failed;
+                        r.error = Some(msg.clone());
+                    })?;
+                    self.bus.emit(Event::Error {
+                        seq: 0,
+                        code: ErrorCode::JjError,
+                        message: msg,
+                        suggestion_id: None,
+                        hunk_id: None,
+                        run_id: Some(run_id.to_string()),
+                    });
+                    return Ok(());
+                }
+            }
+        } else {
+            None
+        };
         self.runs.active.lock().map_err(|_| poisoned())?.insert(
             run_id.to_string(),
             Arc::new(Active {
                 base_commit,
                 base_tree,
                 sandbox: sandbox.clone(),
+                change_id,
             }),
         );
         let agent_token = crate::auth::random_token();
@@ -534,6 +567,8 @@ impl Hub {
             let r = st.runs.get(run_id);
             (r.map(|r| r.prompt.clone()), r.and_then(|r| r.agent.clone()))
         };
+        let jj_change = active.change_id.clone();
+        let jj_sandbox = active.sandbox.clone();
         let suggestion = self
             .blocking(move |hub| {
                 let ierr = |e: &dyn std::fmt::Display| AppError::Internal(e.to_string());
@@ -576,7 +611,7 @@ impl Hub {
                     description: desc,
                     base_commit: active.base_commit.to_string(),
                     run_commit: commit.to_string(),
-                    change_id: None,
+                    change_id: active.change_id.clone(),
                     created_at: now(),
                     agent,
                     prompt,
@@ -586,6 +621,19 @@ impl Hub {
                 })
             })
             .await?;
+        if let Some(change) = &jj_change {
+            // Best effort: the change keeps its provisional description if this fails.
+            if let Err(e) = jj::describe(
+                jj_sandbox.as_ref(),
+                &scrubbed_env(&self.cfg.agent_env),
+                change,
+                description,
+            )
+            .await
+            {
+                tracing::warn!(error = %e, "describing the run's jj change");
+            }
+        }
         let sid = suggestion.id.clone();
         let files = suggestion.files().len();
         let hunks = suggestion.hunks.len();

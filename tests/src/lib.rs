@@ -142,17 +142,33 @@ pub struct Hub {
 
 impl Hub {
     pub fn start(ws: &Workspace, extra: &[&str]) -> Result<Self> {
-        let state = ws.state();
         let log = ws.path(&format!("hub-{}.log", std::process::id()));
+        Self::start_in(&ws.repo(), &ws.home(), &ws.state(), &log, extra, &[])
+    }
+
+    /// Start a hub serving `repo` with `home` as HOME, extra flags and environment.
+    pub fn start_in(
+        repo: &Path,
+        home: &Path,
+        state: &Path,
+        log: &Path,
+        extra: &[&str],
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> Result<Self> {
+        let state = state.to_path_buf();
+        let log = log.to_path_buf();
         // A restarted hub must not read the previous one's address.
         let _ = std::fs::remove_file(state.join("hub.json"));
         let mut cmd = Command::new(hunkwise_bin());
-        hermetic_env(&mut cmd, &ws.home());
+        hermetic_env(&mut cmd, home);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
         let logf = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&log)?;
-        cmd.current_dir(ws.repo())
+        cmd.current_dir(repo)
             .args(["serve", "--port", "0", "--state-dir"])
             .arg(&state)
             .args(extra)
