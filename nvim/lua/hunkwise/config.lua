@@ -1,0 +1,253 @@
+--- Options, their defaults, and where the hub of the current repository is found.
+local M = {}
+
+---@class hunkwise.Config
+M.defaults = {
+  server = {
+    -- Used when the hub's state dir has no hub.json (the hub writes its real address there).
+    host = '127.0.0.1',
+    port = 4097,
+    -- Overrides both hub.json and host/port, e.g. "http://127.0.0.1:4097".
+    url = nil, ---@type string?
+    -- Default: $XDG_STATE_HOME/hunkwise/<repo>-<sha256(repo)[1..12]>, as the hub computes it.
+    state_dir = nil, ---@type string?
+    -- Default: <state_dir>/token.
+    token_file = nil, ---@type string?
+    auto_connect = true,
+    reconnect = { min_delay = 250, max_delay = 30000 },
+    ping_interval = 30000,
+    request_timeout = 30000,
+  },
+  ui = {
+    style = 'floating', ---@type 'floating'|'inline'
+    position = 'right', ---@type 'right'|'left'|'center'
+    width = 0.4,
+    height = 0.6,
+    border = 'rounded',
+  },
+  keymaps = {
+    open_review = '<leader>sr',
+    -- In the review window:
+    accept = 'a',
+    reject = 'r',
+    modify = 'm',
+    next_hunk = 'n',
+    prev_hunk = 'p',
+    accept_all = 'A',
+    reject_all = 'X',
+    complete = '<CR>',
+    close = '<Esc>',
+    discard = 'd',
+    undo = 'u',
+    -- With ui.style = "inline" the review happens in your own buffers, where single letters
+    -- are taken, so these (the design's <leader>s… set) are mapped there instead.
+    inline = {
+      accept = '<leader>sa',
+      reject = '<leader>sx',
+      modify = '<leader>sm',
+      next_hunk = '<leader>sn',
+      prev_hunk = '<leader>sp',
+      accept_all = '<leader>sA',
+      reject_all = '<leader>sX',
+      complete = '<leader>sc',
+      close = '<leader>sq',
+      discard = '<leader>sd',
+      undo = '<leader>su',
+    },
+  },
+  notifications = {
+    on_ready = true,
+    on_error = true,
+    on_status = false,
+  },
+}
+
+local current = vim.deepcopy(M.defaults)
+
+-- Expected type of every option; a table value means a nested table of options.
+local schema = {
+  server = {
+    host = 'string',
+    port = 'number',
+    url = 'string?',
+    state_dir = 'string?',
+    token_file = 'string?',
+    auto_connect = 'boolean',
+    reconnect = { min_delay = 'number', max_delay = 'number' },
+    ping_interval = 'number',
+    request_timeout = 'number',
+  },
+  ui = { style = 'string', position = 'string', width = 'number', height = 'number', border = 'any' },
+  keymaps = {
+    open_review = 'key',
+    accept = 'key',
+    reject = 'key',
+    modify = 'key',
+    next_hunk = 'key',
+    prev_hunk = 'key',
+    accept_all = 'key',
+    reject_all = 'key',
+    complete = 'key',
+    close = 'key',
+    discard = 'key',
+    undo = 'key',
+    inline = {
+      accept = 'key',
+      reject = 'key',
+      modify = 'key',
+      next_hunk = 'key',
+      prev_hunk = 'key',
+      accept_all = 'key',
+      reject_all = 'key',
+      complete = 'key',
+      close = 'key',
+      discard = 'key',
+      undo = 'key',
+    },
+  },
+  notifications = { on_ready = 'boolean', on_error = 'boolean', on_status = 'boolean' },
+}
+
+local function check(spec, value, path, errs)
+  if type(spec) == 'table' then
+    if type(value) ~= 'table' then
+      errs[#errs + 1] = ('%s: expected a table, got %s'):format(path, type(value))
+      return
+    end
+    for k, v in pairs(value) do
+      local p = path == '' and k or (path .. '.' .. k)
+      if spec[k] == nil then
+        errs[#errs + 1] = ('%s: unknown option'):format(p)
+      else
+        check(spec[k], v, p, errs)
+      end
+    end
+  elseif spec == 'key' then
+    -- false disables a mapping.
+    if value ~= false and type(value) ~= 'string' then
+      errs[#errs + 1] = ('%s: expected a key (string) or false, got %s'):format(path, type(value))
+    end
+  elseif spec ~= 'any' then
+    local want, optional = spec:gsub('%?$', '')
+    if not (type(value) == want or (optional > 0 and value == nil)) then
+      errs[#errs + 1] = ('%s: expected %s, got %s'):format(path, want, type(value))
+    end
+  end
+end
+
+--- Validate `opts` and merge them over the defaults.
+---@param opts table?
+---@return hunkwise.Config? config
+---@return string[] errors
+function M.resolve(opts)
+  opts = opts or {}
+  local errs = {}
+  check(schema, opts, '', errs)
+  if #errs > 0 then
+    return nil, errs
+  end
+  local cfg = vim.tbl_deep_extend('force', vim.deepcopy(M.defaults), opts)
+  if cfg.ui.style ~= 'floating' and cfg.ui.style ~= 'inline' then
+    errs[#errs + 1] = ('ui.style: %q is not one of "floating", "inline"'):format(cfg.ui.style)
+  end
+  if not vim.tbl_contains({ 'right', 'left', 'center' }, cfg.ui.position) then
+    errs[#errs + 1] = ('ui.position: %q is not one of "right", "left", "center"'):format(cfg.ui.position)
+  end
+  if #errs > 0 then
+    return nil, errs
+  end
+  return cfg, errs
+end
+
+---@param cfg hunkwise.Config
+function M.set(cfg)
+  current = cfg
+end
+
+---@return hunkwise.Config
+function M.get()
+  return current
+end
+
+--- The git repository around `dir`.
+---@param dir string
+---@return string?
+function M.repo_root(dir)
+  local root = vim.fs.root(dir, '.git')
+  return root and (vim.uv.fs_realpath(root) or root)
+end
+
+--- The state dir the hub uses by default for `root`: a readable name plus a hash of the
+--- canonical path, so two checkouts with the same name never share a hub.
+---@param root string
+---@param env? {XDG_STATE_HOME?: string, HOME?: string}
+---@return string
+function M.default_state_dir(root, env)
+  env = env or { XDG_STATE_HOME = vim.env.XDG_STATE_HOME, HOME = vim.env.HOME }
+  local real = vim.uv.fs_realpath(root) or root
+  local base = env.XDG_STATE_HOME
+  if not base or base == '' then
+    base = (env.HOME or vim.uv.os_homedir() or '') .. '/.local/state'
+  end
+  local name = vim.fs.basename(real)
+  if name == '' then
+    name = 'root'
+  end
+  return ('%s/hunkwise/%s-%s'):format(base, name, vim.fn.sha256(real):sub(1, 12))
+end
+
+local function read_file(path)
+  local f = io.open(path, 'rb')
+  if not f then
+    return nil
+  end
+  local s = f:read('*a')
+  f:close()
+  return s
+end
+
+---@class hunkwise.Endpoint
+---@field url string base URL, "http://127.0.0.1:4097"
+---@field token string
+---@field state_dir string?
+---@field token_file string
+---@field repo string? the checkout the hub writes to
+
+--- Find the hub for the repository around the current directory. Read afresh on every
+--- connection attempt: a restarted hub may have a new port.
+---@param cfg hunkwise.Config
+---@param cwd? string
+---@return hunkwise.Endpoint? endpoint
+---@return string? err
+function M.endpoint(cfg, cwd)
+  local s = cfg.server
+  local root = M.repo_root(cwd or vim.fn.getcwd())
+  local state_dir = s.state_dir and vim.fs.normalize(s.state_dir)
+  if not state_dir and root then
+    state_dir = M.default_state_dir(root)
+  end
+  local token_file = s.token_file and vim.fs.normalize(s.token_file) or (state_dir and state_dir .. '/token')
+  if not token_file then
+    return nil, 'not in a git repository, and no server.state_dir or server.token_file is set'
+  end
+  local token = read_file(token_file)
+  token = token and vim.trim(token)
+  if not token or token == '' then
+    return nil, ('no hub token at %s (is `hunkwise serve` running for this repository?)'):format(token_file)
+  end
+  local info
+  if state_dir then
+    local ok, decoded = pcall(vim.json.decode, read_file(state_dir .. '/hub.json') or '')
+    info = ok and type(decoded) == 'table' and decoded or nil
+  end
+  local url = s.url or (info and info.url) or ('http://%s:%d'):format(s.host, s.port)
+  return {
+    url = url:gsub('/+$', ''),
+    token = token,
+    state_dir = state_dir,
+    token_file = token_file,
+    repo = info and type(info.repo) == 'string' and info.repo or root,
+  }
+end
+
+return M

@@ -1,0 +1,510 @@
+--- The review session: which suggestion and hunk are current, the decisions on them, and the
+--- view (floating or inline) that shows them.
+local buffers = require('hunkwise.buffers')
+local config = require('hunkwise.config')
+local diff = require('hunkwise.diff')
+local hub = require('hunkwise.hub')
+local nav = require('hunkwise.nav')
+local notify = require('hunkwise.notify')
+
+local M = {}
+
+---@class hunkwise.Session
+---@field sid string
+---@field hunk_id string?
+---@field view hunkwise.FloatView|hunkwise.InlineView
+---@field style string
+---@field history string[] hunk ids decided in this session, oldest first
+---@field busy boolean a request is on its way
+---@field queue {[1]: function, [2]: table}[] actions typed while busy
+---@field edit_buf integer? the open modify buffer
+---@field drafts table<string, string[]> edited versions not accepted yet, by hunk id
+
+---@type hunkwise.Session?
+M.session = nil
+
+local function warn(msg)
+  notify.send('hunkwise: ' .. msg, vim.log.levels.WARN)
+end
+
+local unpack = unpack or table.unpack ---@diagnostic disable-line: deprecated
+
+--- Run queued actions until one of them starts a request.
+---@param sess hunkwise.Session
+local function drain(sess)
+  while M.session == sess and not sess.busy and #sess.queue > 0 do
+    local nxt = table.remove(sess.queue, 1)
+    nxt[1](unpack(nxt[2], 1, nxt[2].n))
+  end
+end
+
+--- Keys typed while a request is on its way run after its answer, in order, against the
+--- state the hub answered with (type-ahead), instead of acting on a stale hunk or being lost.
+---@generic F: function
+---@param fn F
+---@return F
+local function serial(fn)
+  return function(...)
+    local sess = M.session
+    if sess and sess.busy then
+      table.insert(sess.queue, { fn, { n = select('#', ...), ... } })
+      return
+    end
+    return fn(...)
+  end
+end
+
+---@param sess hunkwise.Session
+local function release(sess)
+  sess.busy = false
+  drain(sess)
+end
+
+--- The session's suggestion, current hunk index and hunk.
+---@return hunkwise.Suggestion? s
+---@return integer? index
+---@return hunkwise.Hunk? hunk
+function M.current()
+  local sess = M.session
+  local s = sess and hub.store:get(sess.sid)
+  if not s then
+    return nil
+  end
+  local i = nav.index_of(s.hunks, sess.hunk_id) or (#s.hunks > 0 and 1 or nil)
+  return s, i, i and s.hunks[i] or nil
+end
+
+local function actions_for(style)
+  local km = config.get().keymaps
+  local keys = style == 'inline' and km.inline or km
+  return {
+    { keys.accept, M.accept_hunk, 'accept', 'accept' },
+    { keys.reject, M.reject_hunk, 'reject', 'reject' },
+    { keys.modify, M.modify_hunk, 'modify', 'modify' },
+    { keys.next_hunk, function() M.nav_hunk('next') end, 'next', 'next_hunk' },
+    { keys.prev_hunk, function() M.nav_hunk('prev') end, 'prev', 'prev_hunk' },
+    { keys.accept_all, M.accept_all, 'accept all', 'accept_all' },
+    { keys.reject_all, M.reject_all, 'reject all', 'reject_all' },
+    { keys.complete, M.complete, 'complete', 'complete' },
+    { keys.close, M.close, 'close', 'close' },
+    { keys.discard, M.discard, 'discard', 'discard' },
+    { keys.undo, M.undo, 'undo', 'undo' },
+  }
+end
+
+--- Redraw the view for the current hunk (opening it if needed).
+function M.render()
+  local s, i, h = M.current()
+  local sess = M.session
+  if not sess or not s or not i or not h then
+    return
+  end
+  sess.hunk_id = h.id
+  local root = hub.root()
+  sess.view:show({
+    suggestion = s,
+    index = i,
+    hunk = h,
+    path = root .. '/' .. h.file,
+    root = root,
+    done = nav.counts(s.hunks).open == 0,
+    maps = actions_for(sess.style),
+  })
+end
+
+--- Pick a suggestion to review: the given id (or prefix), the session's, else the newest one
+--- with hunks left to decide.
+---@param id string?
+---@return hunkwise.Suggestion?
+local function pick(id)
+  if id and id ~= '' then
+    return hub.store:find(id)
+  end
+  if M.session and hub.store:get(M.session.sid) then
+    return hub.store:get(M.session.sid)
+  end
+  local list = hub.store:list()
+  for i = #list, 1, -1 do
+    if nav.counts(list[i].hunks).open > 0 then
+      return list[i]
+    end
+  end
+  return list[#list]
+end
+
+--- Open the review of a suggestion (see `pick`) and show its current hunk.
+---@param id string?
+function M.open(id)
+  local s = pick(id)
+  if not s then
+    if id and id ~= '' then
+      return warn(('no open suggestion %q'):format(id))
+    end
+    return notify.send(
+      hub.synced() and 'hunkwise: no suggestions to review' or 'hunkwise: not connected to the hub (:Hunkwise connect)'
+    )
+  end
+  local style = config.get().ui.style
+  if M.session and (M.session.sid ~= s.id or M.session.style ~= style) then
+    M.session.view:close()
+    M.session = nil
+  end
+  if not M.session then
+    local view = style == 'inline' and require('hunkwise.ui.inline').new(config.get())
+      or require('hunkwise.ui.float').new(config.get())
+    require('hunkwise.highlights').define()
+    local first = nav.step(s.hunks, nil, 1, { open_only = true }) or 1
+    M.session = {
+      sid = s.id,
+      hunk_id = s.hunks[first] and s.hunks[first].id,
+      view = view,
+      style = style,
+      history = {},
+      busy = false,
+      queue = {},
+      drafts = {},
+    }
+  end
+  M.render()
+  M.session.view:focus()
+end
+
+--- Close the review view; the session is kept so reopening resumes at the same hunk.
+function M.close()
+  local sess = M.session
+  if sess then
+    sess.view:close()
+    if not hub.store:get(sess.sid) then
+      M.session = nil
+    end
+  end
+end
+
+--- Show the current hunk (the gitsigns-style name for "open the review here").
+function M.preview_hunk()
+  M.open()
+end
+
+---@param dir 'next'|'prev'|1|-1
+M.nav_hunk = serial(function(dir)
+  local s, i = M.current()
+  if not s then
+    return M.open()
+  end
+  local step = (dir == 'prev' or dir == -1) and -1 or 1
+  local j = nav.step(s.hunks, i, step)
+  if j then
+    M.session.hunk_id = s.hunks[j].id
+    M.render()
+  end
+end)
+
+--- Refuse to write into a file whose buffer has unsaved changes: the hub would write the
+--- file under the buffer, and the next :w would silently undo the hunk (or lose the edits).
+---@param h hunkwise.Hunk
+---@return boolean blocked
+local function blocked_by_unsaved(h)
+  for _, file in ipairs({ h.file, h.old_path }) do
+    if buffers.dirty(hub.abs(file)) then
+      warn(('%s has unsaved changes; save or discard them first (the hunk stays %s)'):format(file, h.state))
+      return true
+    end
+  end
+  return false
+end
+
+--- Send one decision and follow up: merge the answer, remember it, move on.
+---@param s hunkwise.Suggestion
+---@param h hunkwise.Hunk
+---@param fields table action, modifiedDiff, comment
+---@param opts? {advance?: boolean, done?: fun(ok: boolean)}
+local function decide(s, h, fields, opts)
+  opts = opts or {}
+  local sess = assert(M.session)
+  if sess.busy then
+    table.insert(sess.queue, { decide, { n = 4, s, h, fields, opts } })
+    return
+  end
+  sess.busy = true
+  local cmd = vim.tbl_extend('force', { type = 'feedback', suggestionId = s.id, hunkId = h.id }, fields)
+  local function answered(resp)
+    if resp.success then
+      if resp.data and resp.data.hunk then
+        hub.settle(hub.store:update_hunk(s.id, resp.data.hunk))
+      end
+      if fields.action ~= 'undo' then
+        table.insert(sess.history, h.id)
+      end
+      local cur = hub.store:get(s.id)
+      if M.session == sess and cur then
+        if opts.advance ~= false then
+          local j = nav.after_decision(cur.hunks, nav.index_of(cur.hunks, h.id) or 1)
+          sess.hunk_id = cur.hunks[j].id
+        end
+        M.render()
+      end
+    elseif resp.code == 'conflict' then
+      -- The hub also broadcasts it as suggestion.error, which is notified unless turned off.
+      if not config.get().notifications.on_error then
+        warn(('%s: the hunk does not apply to the file as it is now: %s'):format(h.file, resp.error or ''))
+      end
+      if M.session == sess then
+        M.render()
+      end
+    else
+      warn(('%s failed: %s'):format(fields.action, resp.error or 'unknown error'))
+    end
+    if opts.done then
+      opts.done(resp.success == true)
+    end
+  end
+  hub.request(cmd, function(resp)
+    -- Whatever happens while handling the answer, later keys must not stay queued forever.
+    local ok, err = pcall(answered, resp)
+    release(sess)
+    if not ok then
+      error(err, 0)
+    end
+  end)
+end
+
+---@param verb string
+---@return hunkwise.Suggestion? s
+---@return hunkwise.Hunk? h
+local function open_hunk(verb)
+  local s, _, h = M.current()
+  if not s or not h then
+    warn('no review open (:Hunkwise review)')
+    return nil
+  end
+  if not nav.is_open(h.state) then
+    local undo = config.get().keymaps.undo
+    local hint = undo and (' (' .. undo .. ' undoes it)') or ''
+    warn(('cannot %s: the hunk is already %s%s'):format(verb, h.state, hint))
+    return nil
+  end
+  return s, h
+end
+
+M.accept_hunk = serial(function()
+  local s, h = open_hunk('accept')
+  if s and h and not blocked_by_unsaved(h) then
+    decide(s, h, { action = 'accept' })
+  end
+end)
+
+M.reject_hunk = serial(function()
+  local s, h = open_hunk('reject')
+  if s and h then
+    decide(s, h, { action = 'reject' })
+  end
+end)
+
+--- Edit the hunk's new side in a scratch buffer; writing it sends `modify`.
+M.modify_hunk = serial(function()
+  local s, h = open_hunk('modify')
+  if not s or not h then
+    return
+  end
+  if not nav.is_modifiable(h.kind) then
+    return warn(('a %s change can be accepted or rejected, not modified'):format(h.kind))
+  end
+  local parsed, err = diff.parse(h.diff or '')
+  if not parsed then
+    return warn('cannot read the hunk: ' .. tostring(err))
+  end
+  local sess = assert(M.session)
+  if sess.edit_buf and vim.api.nvim_buf_is_valid(sess.edit_buf) then
+    local win = vim.fn.bufwinid(sess.edit_buf)
+    if win ~= -1 then
+      return vim.api.nvim_set_current_win(win)
+    end
+  end
+  local new_side = diff.side_text(parsed, 'new')
+  local buf = require('hunkwise.ui.edit').open({
+    name = 'hunkwise://modify/' .. h.id,
+    file = h.file,
+    -- A version the hub refused (or that was closed with :wq before the answer) comes back.
+    lines = sess.drafts[h.id] or new_side,
+    title = ('modify %s (hunk %d)'):format(h.file, (h.index or 0) + 1),
+    ui = config.get().ui,
+    on_write = function(lines, sent)
+      sess.drafts[h.id] = lines
+      local function done(ok)
+        if ok then
+          sess.drafts[h.id] = nil
+        end
+        sent(ok)
+      end
+      if #new_side == 0 and #lines == 1 and lines[1] == '' then
+        lines = {} -- an empty buffer still has one line
+      end
+      local what, modified = diff.classify_edit(parsed, lines)
+      if what == 'noop' then
+        warn('this version changes nothing; reject the hunk instead')
+        return done(false)
+      end
+      if blocked_by_unsaved(h) then
+        return done(false)
+      end
+      if what == 'accept' then
+        return decide(s, h, { action = 'accept' }, { done = done })
+      end
+      decide(s, h, { action = 'modify', modifiedDiff = diff.format(assert(modified)) }, { done = done })
+    end,
+    on_close = function()
+      sess.edit_buf = nil
+      if M.session == sess then
+        sess.view:focus()
+      end
+    end,
+  })
+  sess.edit_buf = buf
+end)
+
+--- Undo the current hunk's decision, or the last one made in this review.
+M.undo = serial(function()
+  local s, i = M.current()
+  if not s then
+    return warn('no review open (:Hunkwise review)')
+  end
+  local j = nav.undo_target(s.hunks, i, M.session.history)
+  if not j then
+    return warn('nothing to undo')
+  end
+  local h = s.hunks[j]
+  M.session.hunk_id = h.id
+  if nav.is_applied(h.state) and blocked_by_unsaved(h) then
+    return M.render()
+  end
+  decide(s, h, { action = 'undo' }, { advance = false })
+end)
+
+---@param action 'accept'|'reject'
+local function decide_all(action)
+  local s = M.current()
+  if not s then
+    return warn('no review open (:Hunkwise review)')
+  end
+  local open = vim.tbl_filter(function(h)
+    return nav.is_open(h.state)
+  end, s.hunks)
+  if #open == 0 then
+    return notify.send('hunkwise: no hunks left to decide')
+  end
+  -- Rejecting a pending hunk never writes, so only accepting has to avoid unsaved buffers.
+  local files, skipped = {}, {}
+  for _, file in ipairs(nav.files(open)) do
+    if action == 'accept' and buffers.dirty(hub.abs(file)) then
+      skipped[#skipped + 1] = file
+    else
+      files[#files + 1] = file
+    end
+  end
+  if #skipped > 0 then
+    warn(('not accepting hunks in %s: unsaved changes; they stay pending'):format(table.concat(skipped, ', ')))
+  end
+  local calls = #skipped == 0 and { false } or files
+  if #calls == 0 then
+    return
+  end
+  local failed = {}
+  local left = #calls
+  local sess = assert(M.session)
+  sess.busy = true
+  for _, file in ipairs(calls) do
+    hub.request({ type = 'feedback_all', suggestionId = s.id, action = action, file = file or nil }, function(resp)
+      if not resp.success then
+        failed[#failed + 1] = resp.error or 'failed'
+      else
+        for _, f in ipairs(resp.data and resp.data.failed or {}) do
+          failed[#failed + 1] = ('%s: %s'):format(f.hunk_id, f.error)
+        end
+        for _, d in ipairs(resp.data and resp.data.decided or {}) do
+          table.insert(sess.history, d.hunk_id)
+        end
+      end
+      left = left - 1
+      if left == 0 then
+        if #failed > 0 then
+          warn(('%s all: %s'):format(action, table.concat(failed, '; ')))
+        end
+        if M.session == sess then
+          M.render()
+        end
+        release(sess)
+      end
+    end)
+  end
+end
+
+M.accept_all = serial(function()
+  decide_all('accept')
+end)
+
+M.reject_all = serial(function()
+  decide_all('reject')
+end)
+
+---@param action 'finalize'|'discard'
+local function finish(action)
+  local s = M.current()
+  if not s then
+    return warn('no review open (:Hunkwise review)')
+  end
+  local sess = assert(M.session)
+  sess.busy = true
+  hub.request({ type = 'complete', suggestionId = s.id, action = action }, function(resp)
+    if resp.success then
+      local d = resp.data or {}
+      notify.send(('hunkwise: %s %q: %d of %d hunks applied'):format(
+        action == 'finalize' and 'completed' or 'discarded',
+        s.description or s.id,
+        d.applied_hunks or 0,
+        d.hunk_count or #s.hunks
+      ))
+      -- Ends the session, so keys typed meanwhile are dropped rather than run on nothing.
+      hub.settle(hub.store:apply({ type = 'suggestion.completed', suggestion_id = s.id }))
+    else
+      warn(('%s failed: %s'):format(action == 'finalize' and 'complete' or 'discard', resp.error or ''))
+    end
+    release(sess)
+  end)
+end
+
+--- Finish the review: what is still pending counts as rejected.
+M.complete = serial(function()
+  finish('finalize')
+end)
+
+--- Abandon the suggestion: pending hunks are rejected, applied ones stay.
+M.discard = serial(function()
+  finish('discard')
+end)
+
+-- Keep the view in step with the hub, whoever made the change.
+hub.subscribe(function(change)
+  local sess = M.session
+  if not sess then
+    return
+  end
+  if not hub.store:get(sess.sid) then
+    sess.view:close()
+    if sess.edit_buf and vim.api.nvim_buf_is_valid(sess.edit_buf) then
+      vim.api.nvim_buf_delete(sess.edit_buf, { force = true })
+    end
+    M.session = nil
+    return
+  end
+  if change.kind == 'status' or (change.suggestion_id and change.suggestion_id ~= sess.sid) then
+    return
+  end
+  -- The inline view lives in the user's windows: redraw it only while the user is in it,
+  -- rather than pulling them back to it.
+  local here = sess.style ~= 'inline' or vim.api.nvim_get_current_win() == sess.view.win
+  if sess.view:is_open() and here then
+    M.render()
+  end
+end)
+
+return M

@@ -1,0 +1,239 @@
+--- What the plugin knows about the hub's open suggestions, kept current from events and
+--- snapshots. Pure data: callers decide what to redraw, reload or announce from the returned
+--- change descriptions.
+local nav = require('hunkwise.nav')
+
+---@class hunkwise.Hunk
+---@field id string
+---@field file string
+---@field diff string
+---@field kind string
+---@field index integer
+---@field state 'pending'|'accepted'|'modified'|'rejected'|'conflict'
+---@field header? {old_start: integer, old_lines: integer, new_start: integer, new_lines: integer}
+---@field applied_diff? string
+---@field old_path? string
+---@field conflict? string
+---@field comment? string
+
+---@class hunkwise.Suggestion
+---@field id string
+---@field description string
+---@field files string[]
+---@field hunks hunkwise.Hunk[]
+---@field hunk_count integer
+---@field reviewed_count integer
+---@field status string
+---@field closed? string
+---@field created_at? string
+---@field run_id? string
+
+---@class hunkwise.Change
+---@field kind 'ready'|'hunk'|'completed'|'status'|'error'|'ignored'
+---@field suggestion_id? string
+---@field file? string
+---@field file_changed? boolean the decision wrote to the user's file
+---@field new? boolean first time this suggestion is seen
+
+---@class hunkwise.Store
+---@field suggestions table<string, hunkwise.Suggestion>
+---@field last_status? {message: string, status: string, suggestion_id?: string, run_id?: string}
+local Store = {}
+Store.__index = Store
+
+local M = {}
+
+---@return hunkwise.Store
+function M.new()
+  return setmetatable({ suggestions = {} }, Store)
+end
+
+---@param s hunkwise.Suggestion
+local function recount(s)
+  local c = nav.counts(s.hunks)
+  s.hunk_count = c.total
+  s.reviewed_count = (c.accepted or 0) + (c.modified or 0) + (c.rejected or 0)
+  if s.closed then
+    s.status = 'complete'
+  elseif s.reviewed_count == 0 then
+    s.status = 'pending'
+  elseif s.reviewed_count == s.hunk_count then
+    s.status = 'complete'
+  else
+    s.status = 'partial'
+  end
+end
+
+---@param id string
+---@return hunkwise.Suggestion?
+function Store:get(id)
+  return self.suggestions[id]
+end
+
+--- Find a suggestion by id or unique id prefix.
+---@param prefix string
+---@return hunkwise.Suggestion?
+function Store:find(prefix)
+  if self.suggestions[prefix] then
+    return self.suggestions[prefix]
+  end
+  local found
+  for id, s in pairs(self.suggestions) do
+    if vim.startswith(id, prefix) then
+      if found then
+        return nil
+      end
+      found = s
+    end
+  end
+  return found
+end
+
+--- Open suggestions, oldest first.
+---@return hunkwise.Suggestion[]
+function Store:list()
+  local out = {}
+  for _, s in pairs(self.suggestions) do
+    out[#out + 1] = s
+  end
+  table.sort(out, function(a, b)
+    if (a.created_at or '') ~= (b.created_at or '') then
+      return (a.created_at or '') < (b.created_at or '')
+    end
+    return a.id < b.id
+  end)
+  return out
+end
+
+---@return {suggestions: integer, hunks: integer}
+function Store:pending()
+  local n, hunks = 0, 0
+  for _, s in pairs(self.suggestions) do
+    local open = nav.counts(s.hunks).open
+    if open > 0 then
+      n = n + 1
+      hunks = hunks + open
+    end
+  end
+  return { suggestions = n, hunks = hunks }
+end
+
+--- Add or replace a whole suggestion (a `get` answer or a `suggestion.ready`).
+---@param s hunkwise.Suggestion
+---@return boolean new
+function Store:put(s)
+  local new = self.suggestions[s.id] == nil
+  if s.closed then
+    self.suggestions[s.id] = nil
+    return false
+  end
+  s.hunks = s.hunks or {}
+  recount(s)
+  self.suggestions[s.id] = s
+  return new
+end
+
+--- Replace everything with a full resync's result.
+---@param list hunkwise.Suggestion[]
+---@return string[] new_ids suggestions not known before
+function Store:replace(list)
+  local before = self.suggestions
+  self.suggestions = {}
+  local new_ids = {}
+  for _, s in ipairs(list) do
+    self:put(s)
+    if self.suggestions[s.id] and not before[s.id] then
+      new_ids[#new_ids + 1] = s.id
+    end
+  end
+  return new_ids
+end
+
+--- Merge one hunk as the hub reports it (a feedback response's `hunk`).
+---@param sid string
+---@param view hunkwise.Hunk
+---@return hunkwise.Change
+function Store:update_hunk(sid, view)
+  local s = self.suggestions[sid]
+  local i = s and nav.index_of(s.hunks, view.id)
+  if not s or not i then
+    return { kind = 'ignored' }
+  end
+  local before = s.hunks[i].state
+  s.hunks[i] = vim.tbl_extend('force', s.hunks[i], view)
+  if view.state ~= 'conflict' then
+    s.hunks[i].conflict = view.conflict
+  end
+  recount(s)
+  return {
+    kind = 'hunk',
+    suggestion_id = sid,
+    file = s.hunks[i].file,
+    file_changed = nav.is_applied(before) ~= nav.is_applied(view.state),
+  }
+end
+
+--- Apply one hub event.
+---@param ev table
+---@return hunkwise.Change
+function Store:apply(ev)
+  local t = ev.type
+  if t == 'suggestion.ready' then
+    local s = ev.suggestion
+    -- A suggestion already known is at least as new as its ready event (replays, resyncs).
+    if self.suggestions[s.id] then
+      return { kind = 'ready', suggestion_id = s.id, new = false }
+    end
+    return { kind = 'ready', suggestion_id = s.id, new = self:put(s) }
+  elseif t == 'suggestion.hunk_applied' then
+    local s = self.suggestions[ev.suggestion_id]
+    local i = s and nav.index_of(s.hunks, ev.hunk_id)
+    if not s or not i then
+      return { kind = 'ignored' }
+    end
+    local h = s.hunks[i]
+    local before = h.state
+    h.state = ev.state
+    h.conflict = nil
+    if not nav.is_applied(ev.state) then
+      h.applied_diff = nil
+    end
+    recount(s)
+    return {
+      kind = 'hunk',
+      suggestion_id = s.id,
+      file = h.file,
+      file_changed = nav.is_applied(before) ~= nav.is_applied(ev.state),
+    }
+  elseif t == 'suggestion.completed' then
+    local s = self.suggestions[ev.suggestion_id]
+    local st = self.last_status
+    -- A finished review's progress line ("5/5 hunks reviewed") is no news any more.
+    if s and st and (st.suggestion_id == s.id or (st.run_id and st.run_id == s.run_id)) then
+      self.last_status = nil
+    end
+    local known = s ~= nil
+    self.suggestions[ev.suggestion_id] = nil
+    return { kind = known and 'completed' or 'ignored', suggestion_id = ev.suggestion_id }
+  elseif t == 'suggestion.status' then
+    self.last_status = {
+      message = ev.message or '',
+      status = ev.status or '',
+      suggestion_id = ev.suggestion_id,
+      run_id = ev.run_id,
+    }
+    return { kind = 'status', suggestion_id = ev.suggestion_id }
+  elseif t == 'suggestion.error' then
+    local s = ev.suggestion_id and self.suggestions[ev.suggestion_id]
+    local i = s and ev.hunk_id and nav.index_of(s.hunks, ev.hunk_id)
+    if s and i and ev.code == 'apply_failed' then
+      s.hunks[i].state = 'conflict'
+      s.hunks[i].conflict = ev.message
+      recount(s)
+    end
+    return { kind = 'error', suggestion_id = ev.suggestion_id, file = s and i and s.hunks[i].file or nil }
+  end
+  return { kind = 'ignored' }
+end
+
+return M

@@ -1,0 +1,118 @@
+--- The floating review window: one hunk at a time, highlighted as its file type, with the
+--- review keys mapped in it.
+local common = require('hunkwise.ui.common')
+
+---@class hunkwise.ViewCtx
+---@field suggestion hunkwise.Suggestion
+---@field index integer
+---@field hunk hunkwise.Hunk
+---@field path string absolute path of the hunk's file
+---@field root string the checkout the hub writes to
+---@field done boolean no hunk is left to decide
+---@field maps {[1]: string|false, [2]: fun(), [3]: string}[]
+
+---@class hunkwise.FloatView
+---@field cfg hunkwise.Config
+---@field buf integer?
+---@field win integer?
+---@field rendered hunkwise.Rendered?
+local Float = {}
+Float.__index = Float
+
+local M = {}
+
+---@param cfg hunkwise.Config
+---@return hunkwise.FloatView
+function M.new(cfg)
+  return setmetatable({ cfg = cfg }, Float)
+end
+
+function Float:is_open()
+  return self.win ~= nil and vim.api.nvim_win_is_valid(self.win)
+end
+
+function Float:focus()
+  if self:is_open() then
+    vim.api.nvim_set_current_win(self.win)
+  end
+end
+
+function Float:close()
+  if self:is_open() then
+    vim.api.nvim_win_close(self.win, true)
+  end
+  self.win, self.buf = nil, nil
+end
+
+local function truncate(s, n)
+  if vim.fn.strdisplaywidth(s) <= n then
+    return s
+  end
+  return vim.fn.strcharpart(s, 0, math.max(1, n - 1)) .. '…'
+end
+
+--- Key hints for the footer, from whatever the user mapped.
+local function hints(maps, done)
+  local names = done and { complete = true, close = true, undo = true, prev_hunk = true }
+    or { accept = true, reject = true, modify = true, next_hunk = true, prev_hunk = true }
+  local out = {}
+  for _, m in ipairs(maps) do
+    if m[1] and names[m[4] or ''] then
+      out[#out + 1] = m[1] .. ' ' .. m[3]
+    end
+  end
+  return table.concat(out, '  ')
+end
+
+---@param ctx hunkwise.ViewCtx
+function Float:show(ctx)
+  local h, s = ctx.hunk, ctx.suggestion
+  local r = common.render(h)
+  self.rendered = r
+  if not (self.buf and vim.api.nvim_buf_is_valid(self.buf)) then
+    self.buf = common.scratch('hunkwise://review')
+    vim.bo[self.buf].filetype = 'hunkwise'
+    common.map(self.buf, ctx.maps)
+  end
+  local buf = self.buf
+  vim.bo[buf].modifiable = true
+  vim.api.nvim_buf_set_lines(buf, 0, -1, false, r.lines)
+  vim.bo[buf].modifiable = false
+  vim.bo[buf].modified = false
+  common.highlight_as(buf, h.file)
+  common.decorate(buf, r)
+  if h.state == 'conflict' and h.conflict then
+    vim.api.nvim_buf_set_extmark(buf, common.ns, #r.lines - 1, 0, {
+      virt_lines = { { { 'conflict: ' .. h.conflict, 'HunkwiseConflict' } } },
+    })
+  end
+
+  local conf = common.geometry(self.cfg.ui, #r.lines + ((h.state == 'conflict') and 1 or 0))
+  local width = conf.width
+  local status = h.state
+  if ctx.done then
+    status = status .. ' · all reviewed'
+  end
+  local where = h.old_path and (h.old_path .. ' → ' .. h.file) or h.file
+  conf.title = ' ' .. truncate(s.description ~= '' and s.description or 'suggestion', width - 4) .. ' '
+  conf.title_pos = 'center'
+  local footer = (' %d/%d %s [%s]  %s '):format(ctx.index, #s.hunks, where, status, hints(ctx.maps, ctx.done))
+  conf.footer = truncate(footer, width - 2)
+  conf.footer_pos = 'left'
+  if self:is_open() then
+    vim.api.nvim_win_set_config(self.win, conf)
+  else
+    conf.style = 'minimal'
+    conf.border = self.cfg.ui.border
+    conf.zindex = 50
+    self.win = vim.api.nvim_open_win(buf, true, conf)
+    local wo = vim.wo[self.win]
+    wo.signcolumn = 'yes:1'
+    wo.wrap = false
+    wo.cursorline = true
+    wo.foldenable = false
+  end
+  pcall(vim.api.nvim_win_set_cursor, self.win, { r.first_change + 1, 0 })
+end
+
+return M

@@ -1,0 +1,49 @@
+-- Registers :Hunkwise and the <Plug> mappings only. Nothing connects, maps user keys or
+-- defines highlights until require('hunkwise').setup() is called.
+if vim.g.loaded_hunkwise then
+  return
+end
+vim.g.loaded_hunkwise = true
+
+vim.api.nvim_create_user_command('Hunkwise', function(opts)
+  require('hunkwise.commands').dispatch(opts)
+end, {
+  nargs = '*',
+  range = true,
+  desc = 'hunkwise: review AI suggestions hunk by hunk',
+  complete = function(arglead, cmdline)
+    return require('hunkwise.commands').complete(arglead, cmdline)
+  end,
+})
+
+local function plug(name, fn, modes)
+  vim.keymap.set(modes or 'n', '<Plug>(hunkwise-' .. name .. ')', fn, { silent = true, desc = 'hunkwise: ' .. name })
+end
+
+local function call(method, ...)
+  local args = { ... }
+  return function()
+    require('hunkwise')[method](unpack(args))
+  end
+end
+
+plug('review', call('review'))
+plug('list', call('list'))
+plug('connect', call('connect'))
+plug('disconnect', call('disconnect'))
+plug('status', call('status'))
+plug('accept', call('accept_hunk'))
+plug('reject', call('reject_hunk'))
+plug('modify', call('modify_hunk'))
+plug('preview', call('preview_hunk'))
+plug('next', call('nav_hunk', 'next'))
+plug('prev', call('nav_hunk', 'prev'))
+plug('accept-all', call('accept_all'))
+plug('reject-all', call('reject_all'))
+plug('complete', call('complete'))
+plug('discard', call('discard'))
+plug('undo', call('undo'))
+plug('close', call('close'))
+plug('run', call('run'))
+-- In visual mode the selection goes along as context.
+plug('run', ':Hunkwise run<CR>', 'x')

@@ -1,0 +1,148 @@
+local store_mod = require('hunkwise.store')
+local notify = require('hunkwise.notify')
+local prompt = require('hunkwise.prompt')
+local config = require('hunkwise.config')
+
+local function suggestion()
+  return {
+    id = 'abc-123',
+    description = 'Add input validation',
+    files = { 'a.rs', 'b.rs', 'c.rs' },
+    created_at = '2026-01-01T00:00:00Z',
+    hunks = {
+      { id = 'abc-123:a.rs:0', file = 'a.rs', state = 'pending', kind = 'modify', diff = '' },
+      { id = 'abc-123:a.rs:1', file = 'a.rs', state = 'pending', kind = 'modify', diff = '' },
+      { id = 'abc-123:b.rs:0', file = 'b.rs', state = 'pending', kind = 'modify', diff = '' },
+      { id = 'abc-123:c.rs:0', file = 'c.rs', state = 'pending', kind = 'create', diff = '' },
+      { id = 'abc-123:c.rs:1', file = 'c.rs', state = 'pending', kind = 'modify', diff = '' },
+    },
+  }
+end
+
+test('ready notification text follows the design', function()
+  eq('Suggestion ready: Add input validation (5 hunks in 3 files)', notify.ready_text(suggestion()))
+  eq('Suggestion ready: x (1 hunk in 1 file)', notify.ready_text({ description = 'x', hunks = { { file = 'f' } } }))
+end)
+
+test('ready, decisions, completion', function()
+  local st = store_mod.new()
+  local c = st:apply({ type = 'suggestion.ready', seq = 1, suggestion = suggestion() })
+  eq({ kind = 'ready', suggestion_id = 'abc-123', new = true }, c)
+  eq(false, st:apply({ type = 'suggestion.ready', seq = 1, suggestion = suggestion() }).new, 'replayed ready')
+  eq({ suggestions = 1, hunks = 5 }, st:pending())
+
+  local function decided(hunk, state)
+    return st:apply({
+      type = 'suggestion.hunk_applied',
+      suggestion_id = 'abc-123',
+      hunk_id = 'abc-123:' .. hunk,
+      state = state,
+      action = state == 'pending' and 'undone' or state,
+    })
+  end
+  c = decided('a.rs:0', 'accepted')
+  eq(true, c.file_changed)
+  eq('a.rs', c.file)
+  eq('partial', st:get('abc-123').status)
+  c = decided('b.rs:0', 'rejected')
+  eq(false, c.file_changed, 'rejecting a pending hunk writes nothing')
+  c = decided('a.rs:0', 'pending')
+  eq(true, c.file_changed, 'undoing an accepted hunk writes')
+  eq({ suggestions = 1, hunks = 4 }, st:pending())
+
+  st:apply({
+    type = 'suggestion.error',
+    code = 'apply_failed',
+    suggestion_id = 'abc-123',
+    hunk_id = 'abc-123:c.rs:1',
+    message = 'no context',
+  })
+  eq('conflict', st:get('abc-123').hunks[5].state)
+  eq({ suggestions = 1, hunks = 4 }, st:pending(), 'a conflict is still open')
+
+  eq('completed', st:apply({ type = 'suggestion.completed', suggestion_id = 'abc-123', action = 'finalize' }).kind)
+  eq(nil, st:get('abc-123'))
+  eq('ignored', st:apply({ type = 'suggestion.completed', suggestion_id = 'abc-123' }).kind)
+end)
+
+test('status lines and unknown events', function()
+  local st = store_mod.new()
+  st:apply({ type = 'suggestion.status', status = 'working', message = 'Running tests...' })
+  eq('Running tests...', st.last_status.message)
+  eq('ignored', st:apply({ type = 'something.new' }).kind)
+end)
+
+test('replace reports suggestions not seen before; prefixes find ids', function()
+  local st = store_mod.new()
+  eq({ 'abc-123' }, st:replace({ suggestion() }))
+  eq({}, st:replace({ suggestion() }))
+  eq('abc-123', st:find('abc').id)
+  local other = suggestion()
+  other.id = 'abd-9'
+  st:put(other)
+  eq(nil, st:find('ab'), 'ambiguous prefix')
+  eq({ 'abc-123', 'abd-9' }, vim.tbl_map(function(s)
+    return s.id
+  end, st:list()))
+end)
+
+test('update_hunk merges a feedback answer', function()
+  local st = store_mod.new()
+  st:put(suggestion())
+  local c = st:update_hunk('abc-123', { id = 'abc-123:c.rs:0', state = 'modified', applied_diff = '@@ -0,0 +1 @@\n+x\n' })
+  eq(true, c.file_changed)
+  eq('modified', st:get('abc-123').hunks[4].state)
+  eq('create', st:get('abc-123').hunks[4].kind, 'fields not in the answer are kept')
+end)
+
+test('prompt context: selection as a fenced block', function()
+  eq('fix it', prompt.with_context('fix it', nil))
+  local sel = { path = 'src/a.lua', first = 3, last = 4, filetype = 'lua', lines = { 'local x = 1', 'return x' } }
+  local p = prompt.with_context('fix it', sel)
+  eq('fix it\n\nSelected code from src/a.lua (lines 3-4):\n```lua\nlocal x = 1\nreturn x\n```', p)
+  local fenced = prompt.with_context('p', { path = 'a.md', first = 1, last = 1, filetype = '', lines = { '```code```' } })
+  truthy(fenced:find('\n````\n', 1, true) or fenced:sub(-4) == '````', fenced)
+  eq('src/a.lua', prompt.relative('/repo/src/a.lua', '/repo'))
+  eq('/elsewhere/a', prompt.relative('/elsewhere/a', '/repo'))
+end)
+
+test('config: defaults, validation, and the hub state dir formula', function()
+  local cfg = assert(config.resolve({ ui = { style = 'inline' } }))
+  eq('inline', cfg.ui.style)
+  eq('<leader>sr', cfg.keymaps.open_review)
+  local bad, errs = config.resolve({ ui = { style = 'telescope' }, server = { prot = 1 } })
+  eq(nil, bad)
+  truthy(#errs >= 1)
+  local _, errs2 = config.resolve({ keymaps = { accept = 1 } })
+  truthy(errs2[1]:find('keymaps.accept'), errs2[1])
+  eq(true, (config.resolve({ keymaps = { accept = false } })) ~= nil, 'false disables a key')
+
+  local dir = vim.fn.tempname()
+  vim.fn.mkdir(dir .. '/my repo', 'p')
+  local real = vim.uv.fs_realpath(dir .. '/my repo')
+  local want = ('/state/hunkwise/my repo-%s'):format(vim.fn.sha256(real):sub(1, 12))
+  eq(want, config.default_state_dir(dir .. '/my repo', { XDG_STATE_HOME = '/state' }))
+  eq(
+    ('/home/u/.local/state/hunkwise/my repo-%s'):format(vim.fn.sha256(real):sub(1, 12)),
+    config.default_state_dir(dir .. '/my repo', { HOME = '/home/u' })
+  )
+  vim.fn.delete(dir, 'rf')
+end)
+
+test('config: endpoint reads token and hub.json, falls back to host/port', function()
+  local dir = vim.fn.tempname()
+  vim.fn.mkdir(dir, 'p')
+  local cfg = assert(config.resolve({ server = { state_dir = dir, port = 5000 } }))
+  local ep, err = config.endpoint(cfg)
+  eq(nil, ep)
+  truthy(err:find('no hub token'))
+  vim.fn.writefile({ 'secret' }, dir .. '/token')
+  ep = assert(config.endpoint(cfg))
+  eq('http://127.0.0.1:5000', ep.url)
+  eq('secret', ep.token)
+  vim.fn.writefile({ vim.json.encode({ url = 'http://127.0.0.1:6001', repo = '/r' }) }, dir .. '/hub.json')
+  ep = assert(config.endpoint(cfg))
+  eq('http://127.0.0.1:6001', ep.url)
+  eq('/r', ep.repo)
+  vim.fn.delete(dir, 'rf')
+end)

@@ -1,0 +1,374 @@
+//! The Neovim plugin (`nvim/`) against the real hub: a headless Neovim runs a Lua scenario
+//! (`nvim/tests/e2e/*.lua`) while this side starts, stops and drives hubs and checks the files
+//! on disk. The plugin's pure-Lua unit tests run from here too, so `cargo test` covers them.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use hunkwise_tests::{hermetic_env, wait_until, Hub, Workspace};
+use serde_json::{json, Value};
+
+/// `nvim/` in this checkout.
+fn plugin_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../nvim")
+        .canonicalize()
+        .expect("nvim/ plugin directory")
+}
+
+/// The `nvim` binary; a missing one fails the test (never a silent skip).
+fn nvim() -> PathBuf {
+    let ok = Command::new("nvim")
+        .args([
+            "--headless",
+            "-u",
+            "NONE",
+            "-c",
+            "if has('nvim-0.10') | qa! | else | cq | endif",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    assert!(
+        ok,
+        "Neovim >= 0.10 (`nvim`) is required for these tests and was not found on PATH: \
+         run scripts/install-test-deps (scripts/test does)"
+    );
+    PathBuf::from("nvim")
+}
+
+fn report(what: &str, out: &Output) -> String {
+    format!(
+        "{what}: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Wait for a child with a deadline; kill it when the deadline passes.
+fn wait_output(mut child: Child, timeout: Duration) -> Output {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if child.try_wait().expect("try_wait").is_some() {
+            return child.wait_with_output().expect("nvim output");
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("nvim output");
+            panic!("{}", report("nvim timed out", &out));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A headless Neovim running `nvim/tests/e2e/<scenario>.lua` in the workspace's repository,
+/// with the plugin on 'runtimepath' and no user config.
+struct Scenario {
+    child: Option<Child>,
+    out: PathBuf,
+}
+
+impl Scenario {
+    fn start(ws: &Workspace, scenario: &str, state_dir: Option<&Path>) -> Self {
+        let plugin = plugin_dir();
+        let out = ws.path("nvim-out");
+        std::fs::create_dir_all(&out).unwrap();
+        let mut cmd = Command::new(nvim());
+        hermetic_env(&mut cmd, &ws.home());
+        cmd.current_dir(ws.repo())
+            .env("HUNKWISE_TEST_OUT", &out)
+            .env_remove("HUNKWISE_TEST_STATE")
+            .env("XDG_DATA_HOME", ws.home().join(".local/share"))
+            .env("XDG_CACHE_HOME", ws.home().join(".cache"))
+            .args(["--headless", "-u", "NONE", "-i", "NONE", "--cmd"])
+            .arg(format!("set rtp^={}", plugin.display()))
+            .arg("-l")
+            .arg(plugin.join(format!("tests/e2e/{scenario}.lua")))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(dir) = state_dir {
+            cmd.env("HUNKWISE_TEST_STATE", dir);
+        }
+        let child = cmd.spawn().expect("starting nvim");
+        Self {
+            child: Some(child),
+            out,
+        }
+    }
+
+    /// Wait for the Lua side to write marker `name`; fail early if Neovim exits first.
+    fn wait_mark(&mut self, name: &str) -> String {
+        let path = self.out.join(name);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(s) = std::fs::read_to_string(&path) {
+                return s;
+            }
+            let child = self.child.as_mut().unwrap();
+            if child.try_wait().unwrap().is_some() {
+                let out = self.child.take().unwrap().wait_with_output().unwrap();
+                panic!(
+                    "{}",
+                    report(&format!("nvim exited before marker {name}"), &out)
+                );
+            }
+            if Instant::now() > deadline {
+                let mut child = self.child.take().unwrap();
+                let _ = child.kill();
+                let out = child.wait_with_output().unwrap();
+                panic!("{}", report(&format!("no marker {name}"), &out));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn mark(&self, name: &str, content: &str) {
+        std::fs::write(self.out.join(name), content).unwrap();
+    }
+
+    /// Wait for the scenario to finish and require success.
+    fn finish(mut self, hubs: &[&Hub]) -> Output {
+        let out = wait_output(self.child.take().unwrap(), Duration::from_secs(60));
+        if !out.status.success() {
+            let logs: Vec<String> = hubs.iter().map(|h| h.log_text()).collect();
+            panic!(
+                "{}\n--- hub log ---\n{}",
+                report("nvim scenario failed", &out),
+                logs.join("\n")
+            );
+        }
+        // An error in a scheduled callback is printed, not raised into the scenario.
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !stderr.contains("Error") && !stderr.contains("E5108"),
+            "{}",
+            report("nvim printed an error", &out)
+        );
+        println!("{}", String::from_utf8_lossy(&out.stdout));
+        out
+    }
+}
+
+impl Drop for Scenario {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// The hub's default state dir for `repo` (`$XDG_STATE_HOME/hunkwise/<name>-<sha256[..12]>`),
+/// computed here with coreutils' sha256sum so the plugin's derivation is checked against an
+/// independent one.
+fn default_state_dir(home: &Path, repo: &Path) -> PathBuf {
+    let real = repo.canonicalize().unwrap();
+    let mut child = Command::new("sha256sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("sha256sum");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(real.as_os_str().as_encoded_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let hex = String::from_utf8(out.stdout).unwrap();
+    let name = real.file_name().unwrap().to_string_lossy().into_owned();
+    home.join(".local/state/hunkwise")
+        .join(format!("{name}-{}", &hex[..12]))
+}
+
+#[test]
+fn lua_unit_tests() {
+    let plugin = plugin_dir();
+    let out = Command::new(nvim())
+        .args(["--headless", "-u", "NONE", "-i", "NONE", "-l"])
+        .arg(plugin.join("tests/unit/run.lua"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("running nvim");
+    assert!(
+        out.status.success(),
+        "{}",
+        report("Lua unit tests failed", &out)
+    );
+    println!("{}", String::from_utf8_lossy(&out.stdout));
+}
+
+fn numbered(n: usize) -> String {
+    (1..=n).map(|i| format!("line {i}\n")).collect()
+}
+
+/// Connect, get notified, navigate, accept, undo, reject, be refused under unsaved changes,
+/// modify (a CRLF file), accept the rest and complete — all through the review keymaps.
+#[test]
+fn floating_review_through_keymaps() {
+    let a = numbered(30);
+    let ws = Workspace::new(&[
+        ("a.txt", a.as_bytes()),
+        ("b.txt", b"bravo\n"),
+        ("c.txt", b"one\r\ntwo\r\nthree\r\n"),
+    ])
+    .unwrap();
+    let prompt_file = ws.path("prompt.txt");
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            &format!(
+                "printf '%s' \"$HUNKWISE_PROMPT\" > '{}'\n\
+                 sed -i -e 's/^line 2$/LINE 2/' -e 's/^line 25$/LINE 25/' a.txt\n\
+                 echo BRAVO > b.txt\n\
+                 printf 'one\\r\\nTWO\\r\\nthree\\r\\n' > c.txt\n\
+                 echo 'new file' > new.txt",
+                prompt_file.display()
+            ),
+        )
+        .unwrap();
+    let template = format!("{} {{prompt}}", agent.display());
+    let hub = ws.serve(&["--agent", &template]).unwrap();
+    let state = ws.state();
+    let scenario = Scenario::start(&ws, "review_float", Some(&state));
+    scenario.finish(&[&hub]);
+
+    let a_now = ws.read_string("a.txt").unwrap();
+    let lines: Vec<&str> = a_now.lines().collect();
+    assert_eq!(lines[1], "LINE 2", "accepted hunk applied");
+    assert_eq!(lines[24], "line 25", "rejected hunk not applied");
+    assert_eq!(ws.read_string("b.txt").unwrap(), "BRAVO\n");
+    assert_eq!(
+        ws.read_string("c.txt").unwrap(),
+        "one\r\nTwo (edited)\r\nand a new line\r\nthree\r\n"
+    );
+    assert_eq!(ws.read_string("new.txt").unwrap(), "new file\n");
+
+    // The visual selection went to the agent with the prompt.
+    let prompt = std::fs::read_to_string(&prompt_file).unwrap();
+    assert!(prompt.starts_with("make it louder\n"), "{prompt}");
+    assert!(
+        prompt.contains("Selected code from a.txt (lines 1-3):\n```"),
+        "{prompt}"
+    );
+    assert!(prompt.contains("\nline 1\nline 2\nline 3\n```"), "{prompt}");
+
+    // The hub logged the user's own version for the modified hunk.
+    let log = std::fs::read_to_string(state.join("feedback.jsonl")).unwrap();
+    let modify: Value = log
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|v| v["action"] == "modify")
+        .expect("a modify decision in the feedback log");
+    assert_eq!(modify["outcome"], "modified");
+    assert!(
+        modify["modified_diff"]
+            .as_str()
+            .unwrap()
+            .contains("+Two (edited)"),
+        "{modify}"
+    );
+}
+
+/// Restart the hub while Neovim stays up: the plugin finds the new port in the default state
+/// dir, sees the new epoch and resyncs (a decision and a suggestion made while it was away);
+/// then a dropped connection to the same hub catches up by replay.
+#[tokio::test]
+async fn reconnect_and_resync_after_hub_restart() {
+    let ws = Workspace::new(&[("x.txt", b"x\n"), ("y.txt", b"y\n")]).unwrap();
+    let agent1 = ws.agent_script("agent1.sh", "echo X > x.txt").unwrap();
+    let agent2 = ws.agent_script("agent2.sh", "echo Y > y.txt").unwrap();
+    let mut hub1 = ws.serve(&[]).unwrap();
+    let mut client = hub1.ws().await.unwrap();
+    let s1 = hunkwise_tests::run_agent(&hub1, &mut client, &agent1, "first change")
+        .await
+        .unwrap();
+    drop(client);
+
+    // The plugin is given no state dir: it must derive the hub's default one. The hub runs with
+    // --state-dir, so put the default path there as a symlink to it.
+    let default_dir = default_state_dir(&ws.home(), &ws.repo());
+    std::fs::create_dir_all(default_dir.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(ws.state(), &default_dir).unwrap();
+
+    let mut scenario = Scenario::start(&ws, "reconnect", None);
+    let seen = scenario.wait_mark("synced-1");
+    assert_eq!(seen.trim(), s1["id"].as_str().unwrap());
+
+    // Hide the hub from the plugin while it is down, so that everything below happens while
+    // the plugin is away and has to be found by resync, not by live events.
+    std::fs::remove_file(&default_dir).unwrap();
+    hub1.stop().unwrap();
+    scenario.wait_mark("offline-1");
+
+    // Keep the old port taken so the new hub gets another one: the plugin must read it from
+    // hub.json rather than retry the address it knew.
+    let old_port = std::net::TcpListener::bind(("127.0.0.1", hub1.port)).ok();
+    let hub2 = ws.serve(&[]).unwrap();
+    if old_port.is_some() {
+        assert_ne!(hub2.port, hub1.port, "the restarted hub is on a new port");
+    }
+    drop(old_port);
+    let mut client = hub2.ws().await.unwrap();
+    let hunk = s1["hunks"][0]["id"].as_str().unwrap().to_string();
+    let r = client
+        .call(json!({"type": "feedback", "suggestionId": s1["id"], "hunkId": hunk, "action": "accept"}))
+        .await
+        .unwrap();
+    assert_eq!(r["success"], true, "{r}");
+    let s2 = hunkwise_tests::run_agent(&hub2, &mut client, &agent2, "second change")
+        .await
+        .unwrap();
+    std::os::unix::fs::symlink(ws.state(), &default_dir).unwrap();
+    scenario.mark("restarted", s2["id"].as_str().unwrap());
+
+    // The plugin now drops its connection to the same hub and stays away until told.
+    scenario.wait_mark("offline-2");
+    let hunk2 = s2["hunks"][0]["id"].as_str().unwrap().to_string();
+    let r = client
+        .call(json!({"type": "feedback", "suggestionId": s2["id"], "hunkId": hunk2, "action": "reject"}))
+        .await
+        .unwrap();
+    assert_eq!(r["success"], true, "{r}");
+    scenario.mark("rejected", "");
+
+    scenario.finish(&[&hub1, &hub2]);
+    assert_eq!(ws.read_string("x.txt").unwrap(), "X\n");
+    assert_eq!(ws.read_string("y.txt").unwrap(), "y\n");
+    wait_until("hub2 still healthy", Duration::from_secs(5), || {
+        hub2.curl()
+            .get("/health")
+            .map(|r| r.status == 200)
+            .unwrap_or(false)
+    })
+    .unwrap();
+}
+
+/// `ui.style = "inline"`: the hunk overlaid in the real buffer and a quickfix list of all
+/// hunks; the inline keymaps decide. Also `:checkhealth hunkwise` and command completion.
+#[test]
+fn inline_review_health_and_commands() {
+    let ws = Workspace::new(&[("doc.md", numbered(20).as_bytes())]).unwrap();
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            "sed -i -e 's/^line 3$/line three/' -e 's/^line 18$/line eighteen/' doc.md",
+        )
+        .unwrap();
+    let template = format!("{} {{prompt}}", agent.display());
+    let hub = ws.serve(&["--agent", &template]).unwrap();
+    let state = ws.state();
+    let scenario = Scenario::start(&ws, "inline", Some(&state));
+    scenario.finish(&[&hub]);
+    let doc = ws.read_string("doc.md").unwrap();
+    assert!(doc.contains("line three\n"), "{doc}");
+    assert!(
+        doc.contains("line 17, edited by the user\nline 18\n") && !doc.contains("eighteen"),
+        "{doc}"
+    );
+}
