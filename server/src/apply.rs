@@ -134,7 +134,12 @@ struct Ctx<'a> {
 
 impl Ctx<'_> {
     fn cur(&self, path: &str) -> Result<Cur, PlanError> {
-        Ok(read_cur(self.root, path)?)
+        match read_cur(self.root, path) {
+            // A directory on the way is now a symlink (or a file): the hunk does not apply to
+            // the checkout as it is now, which is a conflict the user can fix, not a hub error.
+            Err(e @ FsError::Symlink { .. }) => conflict(e.to_string()),
+            other => Ok(other?),
+        }
     }
 
     fn write(&self, path: &str, pre: &Cur, bytes: &[u8], exec: bool) -> Result<FileOp, PlanError> {
@@ -385,12 +390,7 @@ pub fn plan_reverse(
             let Some(applied) = applied else {
                 return conflict("hunk has no diff");
             };
-            let mut rev = applied.reversed();
-            rev.old_start = if applied.old_len == 0 {
-                applied.old_start + 1
-            } else {
-                applied.old_start
-            };
+            let rev = reversal(applied);
             let result = apply_hunk(text, &rev, offset)
                 .or_else(|e| conflict(format!("{path}: {e} (the applied lines changed since)")))?;
             let exec = match (&cur, &rec.old) {
@@ -426,6 +426,25 @@ pub fn plan_reverse(
         }
         HunkKind::Mode => mode_plan(&cx, rec, true),
     }
+}
+
+/// The hunk that undoes `applied`, positioned in the base's line numbers (the offset of this
+/// suggestion's other applied hunks is added by the caller, as for forward applies).
+///
+/// Its old lines are `applied`'s new lines, which start where `applied`'s old lines started —
+/// or, for a pure insertion (no old lines), right after the line the insertion followed. When
+/// `applied` only removed lines (a deleted file, a context-free removal), the reversal is a pure
+/// insertion, whose header names the line it follows: the one before the removed lines.
+fn reversal(applied: &Hunk) -> Hunk {
+    let mut rev = applied.reversed();
+    rev.old_start = if applied.old_len == 0 {
+        applied.old_start + 1
+    } else if applied.new_len == 0 {
+        applied.old_start.saturating_sub(1)
+    } else {
+        applied.old_start
+    };
+    rev
 }
 
 /// A user's hand-edited diff usually has LF endings even when the file is CRLF: adopt the file's
@@ -517,12 +536,7 @@ pub fn plan_reverse_lines(
     let mut text = text_of(path, &cur)?.to_string();
     hunks.sort_by_key(|(_, base_start, _)| std::cmp::Reverse(*base_start));
     for (applied, _, offset) in &hunks {
-        let mut rev = applied.reversed();
-        rev.old_start = if applied.old_len == 0 {
-            applied.old_start + 1
-        } else {
-            applied.old_start
-        };
+        let rev = reversal(applied);
         text = apply_hunk(&text, &rev, *offset)
             .or_else(|e| conflict(format!("{path}: {e} (newer edits overlap this hunk)")))?
             .text;

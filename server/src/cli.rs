@@ -324,9 +324,9 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
         Cmd::Undo { id, hunks, client } => decide(client, id, hunks, "undo", None).await,
         Cmd::Complete { id, action, client } => {
             let c = Client::new(&client)?;
-            let action = match action {
-                Completion::Finalize => "finalize",
-                Completion::Discard => "discard",
+            let (action, done) = match action {
+                Completion::Finalize => ("finalize", "finalized"),
+                Completion::Discard => ("discard", "discarded"),
             };
             let v = c
                 .post("/complete", json!({"suggestion_id": id, "action": action}))
@@ -335,7 +335,7 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 println!("{v}");
             } else {
                 println!(
-                    "{action}d {}: {}/{} hunks applied{}",
+                    "{done} {}: {}/{} hunks applied{}",
                     short(&v["suggestion_id"]),
                     v["applied_hunks"],
                     v["hunk_count"],

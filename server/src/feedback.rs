@@ -85,8 +85,9 @@ impl FeedbackLog {
         self.file.sync_data()
     }
 
-    /// Decision ids already logged (used once, after a crash, to avoid logging twice).
-    pub fn decision_ids(path: &Path) -> std::io::Result<HashSet<String>> {
+    /// (decision id, hunk id) of every line already logged (used once, after a crash, to avoid
+    /// logging a line twice).
+    pub fn logged_lines(path: &Path) -> std::io::Result<HashSet<(String, String)>> {
         let mut out = HashSet::new();
         let file = match File::open(path) {
             Ok(f) => f,
@@ -96,8 +97,9 @@ impl FeedbackLog {
         for line in BufReader::new(file).lines() {
             let line = line?;
             if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) {
-                if let Some(id) = v.get("decision_id").and_then(|v| v.as_str()) {
-                    out.insert(id.to_string());
+                let field = |k: &str| v.get(k).and_then(|v| v.as_str()).map(str::to_string);
+                if let (Some(d), Some(h)) = (field("decision_id"), field("hunk_id")) {
+                    out.insert((d, h));
                 }
             }
         }

@@ -283,6 +283,20 @@ impl Hub {
         modified_diff: Option<&str>,
         comment: Option<&str>,
     ) -> Result<DecisionResult, AppError> {
+        self.decide_as(suggestion_id, hunk_id, action, modified_diff, comment, None)
+    }
+
+    /// [`Hub::decide`] as one hunk of a bulk action: its feedback line carries the bulk action's
+    /// `decision` id, shared by all the hunks it decided (protocol.md, "Feedback log").
+    fn decide_as(
+        &self,
+        suggestion_id: &str,
+        hunk_id: &str,
+        action: FeedbackAction,
+        modified_diff: Option<&str>,
+        comment: Option<&str>,
+        decision: Option<&str>,
+    ) -> Result<DecisionResult, AppError> {
         let mut st = self.lock()?;
         let sid = Self::resolve_id(&st, suggestion_id)?;
         let s = &st.suggestions[&sid];
@@ -307,7 +321,9 @@ impl Hub {
                 AppError::NotFound(format!("suggestion {sid} has no hunk {hunk_id:?}"))
             })?;
         let rec = s.hunks[idx].clone();
-        let decision = uuid::Uuid::new_v4().to_string();
+        let decision = decision
+            .map(str::to_string)
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let mut after = s.clone();
         let action_word = match action {
             FeedbackAction::Accept => "accept",
@@ -524,6 +540,12 @@ impl Hub {
             let st = self.lock()?;
             let sid = Self::resolve_id(&st, suggestion_id)?;
             let s = &st.suggestions[&sid];
+            if let Some(how) = &s.closed {
+                return Err(AppError::Conflict {
+                    code: "closed",
+                    message: format!("suggestion {sid} was already completed ({how})"),
+                });
+            }
             if let Some(f) = file {
                 if !s.hunks.iter().any(|h| h.file == f) {
                     return Err(AppError::NotFound(format!(
@@ -545,8 +567,9 @@ impl Hub {
         };
         let mut done = Vec::new();
         let mut failed = Vec::new();
+        let decision = uuid::Uuid::new_v4().to_string();
         for id in ids {
-            match self.decide(&sid, &id, fa, None, comment) {
+            match self.decide_as(&sid, &id, fa, None, comment, Some(&decision)) {
                 Ok(r) => done.push(serde_json::json!({"hunk_id": id, "state": r.hunk.state})),
                 Err(e) => failed.push(serde_json::json!({"hunk_id": id, "error": e.to_string()})),
             }
@@ -785,7 +808,7 @@ pub fn recover(
     journal: &mut Vec<Record>,
     suggestions: &mut BTreeMap<String, Suggestion>,
 ) -> Result<Vec<FeedbackRecord>, String> {
-    let logged = FeedbackLog::decision_ids(feedback_path).map_err(|e| e.to_string())?;
+    let logged = FeedbackLog::logged_lines(feedback_path).map_err(|e| e.to_string())?;
     let mut to_log = Vec::new();
     for p in pending {
         let states: Result<Vec<OpState>, _> = p.ops.iter().map(|op| op_state(root, op)).collect();
@@ -806,9 +829,13 @@ pub fn recover(
                 execute(root, store, std::slice::from_ref(op)).map_err(|e| e.to_string())?;
             }
         }
-        if !logged.contains(&p.decision) {
-            to_log.extend(p.feedback.iter().cloned());
-        }
+        // Per line: the hunks of a bulk action share a decision id but are journaled one by one.
+        to_log.extend(
+            p.feedback
+                .iter()
+                .filter(|f| !logged.contains(&(f.decision_id.clone(), f.hunk_id.clone())))
+                .cloned(),
+        );
         tracing::info!(decision = %p.decision, "finished an interrupted decision");
         for s in p.also.iter().chain(std::iter::once(&p.after)) {
             suggestions.insert(s.id.clone(), s.clone());

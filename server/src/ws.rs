@@ -124,6 +124,27 @@ fn from_value<T: serde::de::DeserializeOwned>(v: Value, ty: &str) -> Result<T, A
         .map_err(|e| AppError::BadRequest(format!("invalid {ty:?} command: {e}")))
 }
 
+/// Commands without a typed body still refuse fields they do not have, like the typed ones
+/// (`deny_unknown_fields`): a misspelled field must not be silently ignored.
+fn only_fields(value: &Value, ty: &str, allowed: &[&str]) -> Result<(), AppError> {
+    let Some(obj) = value.as_object() else {
+        return Ok(());
+    };
+    match obj
+        .keys()
+        .find(|k| *k != "type" && *k != "id" && !allowed.contains(&k.as_str()))
+    {
+        None => Ok(()),
+        Some(k) if allowed.is_empty() => Err(AppError::BadRequest(format!(
+            "invalid {ty:?} command: unknown field `{k}`, it takes no fields"
+        ))),
+        Some(k) => Err(AppError::BadRequest(format!(
+            "invalid {ty:?} command: unknown field `{k}`, expected one of {}",
+            allowed.join(", ")
+        ))),
+    }
+}
+
 fn to_data<T: serde::Serialize>(v: T) -> Result<Value, AppError> {
     serde_json::to_value(v).map_err(|e| AppError::Internal(e.to_string()))
 }
@@ -197,10 +218,20 @@ async fn run_command(hub: &Arc<Hub>, ty: &str, value: Value) -> Result<Value, Ap
                 .await
         }
         "list" => {
-            let all = value.get("all").and_then(Value::as_bool).unwrap_or(false);
+            only_fields(&value, ty, &["all"])?;
+            let all = match value.get("all") {
+                None | Some(Value::Null) => false,
+                Some(Value::Bool(b)) => *b,
+                Some(other) => {
+                    return Err(AppError::BadRequest(format!(
+                        "\"all\" must be true or false, not {other}"
+                    )))
+                }
+            };
             Ok(json!({ "suggestions": hub.list(all)? }))
         }
         "get" => {
+            only_fields(&value, ty, &["suggestionId", "suggestion_id"])?;
             let id = value
                 .get("suggestionId")
                 .or_else(|| value.get("suggestion_id"))
@@ -213,6 +244,7 @@ async fn run_command(hub: &Arc<Hub>, ty: &str, value: Value) -> Result<Value, Ap
             to_data(hub.start_run(&cmd.prompt, cmd.agent.as_deref(), cmd.timeout_secs)?)
         }
         "cancel" => {
+            only_fields(&value, ty, &["runId", "run_id"])?;
             let id = value
                 .get("runId")
                 .or_else(|| value.get("run_id"))
@@ -221,13 +253,17 @@ async fn run_command(hub: &Arc<Hub>, ty: &str, value: Value) -> Result<Value, Ap
             to_data(hub.cancel_run(id)?)
         }
         "replay" => {
+            only_fields(&value, ty, &["since"])?;
             let since = value
                 .get("since")
                 .and_then(Value::as_u64)
                 .ok_or_else(|| AppError::BadRequest("\"replay\" needs a numeric since".into()))?;
             Ok(replay_data(hub, since))
         }
-        "ping" => Ok(json!({ "pong": true, "seq": hub.bus.current() })),
+        "ping" => {
+            only_fields(&value, ty, &[])?;
+            Ok(json!({ "pong": true, "seq": hub.bus.current() }))
+        }
         other => Err(AppError::BadRequest(format!(
             "unknown message type {other:?}; expected one of {}",
             COMMAND_TYPES.join(", ")
