@@ -487,3 +487,262 @@ pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) ->
     }
     bail!("timed out waiting for {what}")
 }
+
+// ---------------------------------------------------------------------------------------------
+// Helpers for the end-to-end suites (review, file kinds, conflicts, durability, protocol,
+// security, runs, CLI).
+
+impl Workspace {
+    /// Start a hub with extra flags and extra environment variables (on top of the hermetic
+    /// environment).
+    pub fn serve_env(&self, extra: &[&str], env: &[(&str, &str)]) -> Result<Hub> {
+        let log = self.path(&format!("hub-{}.log", std::process::id()));
+        let env: Vec<(&str, &std::ffi::OsStr)> = env
+            .iter()
+            .map(|(k, v)| (*k, std::ffi::OsStr::new(*v)))
+            .collect();
+        Hub::start_in(&self.repo(), &self.home(), &self.state(), &log, extra, &env)
+    }
+
+    /// `git --git-dir <state>/checkpoints.git <args>`: stdout as bytes.
+    pub fn checkpoint_git(&self, args: &[&str]) -> Result<Vec<u8>> {
+        let mut cmd = Command::new("git");
+        hermetic_env(&mut cmd, &self.home());
+        let out = cmd
+            .arg("--git-dir")
+            .arg(self.state().join("checkpoints.git"))
+            .args(args)
+            .output()?;
+        if !out.status.success() {
+            bail!(
+                "git --git-dir checkpoints.git {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(out.stdout)
+    }
+
+    /// Every line of `<state>/feedback.jsonl`, parsed (an absent log is empty).
+    pub fn feedback_log(&self) -> Result<Vec<Value>> {
+        let p = self.state().join("feedback.jsonl");
+        let text = match std::fs::read_to_string(&p) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e.into()),
+        };
+        text.lines()
+            .map(|l| serde_json::from_str(l).with_context(|| format!("feedback line {l:?}")))
+            .collect()
+    }
+
+    /// Run the `hunkwise` CLI as a user would: in the repository, with the hermetic environment.
+    pub fn cli(&self, args: &[&str]) -> Result<std::process::Output> {
+        let mut cmd = Command::new(hunkwise_bin());
+        hermetic_env(&mut cmd, &self.home());
+        Ok(cmd
+            .current_dir(self.repo())
+            .env("HUNKWISE_LOG", "warn")
+            .args(args)
+            .stdin(Stdio::null())
+            .output()?)
+    }
+}
+
+impl curl::Curl {
+    /// Status and response headers (names lower-cased) of a request; the body is discarded.
+    pub fn headers(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> Result<(u16, Vec<(String, String)>)> {
+        let mut cmd = Command::new("curl");
+        cmd.args(["-sS", "-o", "/dev/null", "-D", "-", "-X", method]);
+        if let Some(t) = &self.token {
+            cmd.arg("-H").arg(format!("Authorization: Bearer {t}"));
+        }
+        for (k, v) in headers {
+            cmd.arg("-H").arg(format!("{k}: {v}"));
+        }
+        let out = cmd.arg(format!("{}{path}", self.base)).output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut lines = text.lines();
+        let status_line = lines
+            .next()
+            .ok_or_else(|| anyhow!("no response from curl: {text}"))?;
+        let status: u16 = status_line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| anyhow!("bad status line {status_line:?}"))?;
+        let headers = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+            .collect();
+        Ok((status, headers))
+    }
+}
+
+impl Ws {
+    /// The `hello` this connection started with.
+    pub fn hello(&self) -> Value {
+        self.seen
+            .iter()
+            .find(|v| v["type"] == "hello")
+            .cloned()
+            .unwrap_or(Value::Null)
+    }
+
+    /// The highest `seq` of any message seen on this connection (hello included).
+    pub fn max_seq(&self) -> u64 {
+        self.seen
+            .iter()
+            .filter_map(|v| v["seq"].as_u64())
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// `feedback` for one hunk; returns the whole response.
+    pub async fn decide(&mut self, suggestion: &str, hunk: &str, action: &str) -> Result<Value> {
+        self.call(serde_json::json!({
+            "type": "feedback", "suggestionId": suggestion, "hunkId": hunk, "action": action,
+        }))
+        .await
+    }
+
+    /// Start a run with an explicit agent template; returns the run id.
+    pub async fn start_run(
+        &mut self,
+        prompt: &str,
+        template: &str,
+        timeout_secs: Option<u64>,
+    ) -> Result<String> {
+        let mut cmd = serde_json::json!({"type": "run", "prompt": prompt, "agent": template});
+        if let Some(t) = timeout_secs {
+            cmd["timeoutSecs"] = t.into();
+        }
+        let resp = self.call(cmd).await?;
+        anyhow::ensure!(resp["success"] == true, "run failed: {resp}");
+        Ok(resp["data"]["run_id"]
+            .as_str()
+            .ok_or_else(|| anyhow!("no run_id in {resp}"))?
+            .to_string())
+    }
+}
+
+/// Poll `f` without blocking the async runtime (WebSocket reads keep going meanwhile).
+pub async fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if f() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    bail!("timed out waiting for {what}")
+}
+
+/// Wait until a run is no longer queued or working (polling `GET /runs/:id`); returns the run.
+pub async fn wait_run_finished(hub: &Hub, run_id: &str, timeout: Duration) -> Result<Value> {
+    let curl = hub.curl();
+    let mut last = Value::Null;
+    let finished = wait_for("the run to finish", timeout, || {
+        match curl.get(&format!("/runs/{run_id}")) {
+            Ok(r) if r.status == 200 => {
+                last = r.body;
+                !matches!(last["status"].as_str(), Some("queued" | "working"))
+            }
+            _ => false,
+        }
+    })
+    .await;
+    finished.with_context(|| format!("last seen: {last}\n{}", hub.log_text()))?;
+    Ok(last)
+}
+
+/// Whether a process is running (a zombie or a missing /proc entry counts as gone).
+pub fn pid_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
+            .unwrap_or(true),
+        Err(_) => false,
+    }
+}
+
+/// `line 1\n` … `line n\n`.
+pub fn numbered(n: usize) -> String {
+    (1..=n).map(|i| format!("line {i}\n")).collect()
+}
+
+/// Mode bits of a path in the repository (not following symlinks).
+pub fn mode_of(path: &Path) -> Result<u32> {
+    use std::os::unix::fs::PermissionsExt;
+    Ok(std::fs::symlink_metadata(path)
+        .with_context(|| path.display().to_string())?
+        .permissions()
+        .mode()
+        & 0o7777)
+}
+
+/// The hunk of suggestion `s` in `file` with per-file `index` (panics with the hunk list if
+/// there is none).
+pub fn find_hunk<'a>(s: &'a Value, file: &str, index: usize) -> &'a Value {
+    s["hunks"]
+        .as_array()
+        .and_then(|hs| {
+            hs.iter()
+                .find(|h| h["file"] == file && h["index"].as_u64() == Some(index as u64))
+        })
+        .unwrap_or_else(|| panic!("no hunk {file}:{index} in {:#}", s["hunks"]))
+}
+
+/// The id of that hunk.
+pub fn hunk_id(s: &Value, file: &str, index: usize) -> String {
+    find_hunk(s, file, index)["id"]
+        .as_str()
+        .expect("hunk id")
+        .to_string()
+}
+
+/// What is at one path of a directory tree, for byte-for-byte comparisons.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Node {
+    Dir,
+    /// Contents and permission bits.
+    File(Vec<u8>, u32),
+    Symlink(PathBuf),
+}
+
+/// Every entry under `root` except `.git`, by relative path (symlinks are not followed).
+pub fn tree_of(root: &Path) -> Result<std::collections::BTreeMap<String, Node>> {
+    fn walk(
+        root: &Path,
+        dir: &Path,
+        out: &mut std::collections::BTreeMap<String, Node>,
+    ) -> Result<()> {
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let path = entry.path();
+            let rel = path.strip_prefix(root)?.to_string_lossy().into_owned();
+            if rel == ".git" {
+                continue;
+            }
+            let ft = entry.file_type()?;
+            if ft.is_symlink() {
+                out.insert(rel, Node::Symlink(std::fs::read_link(&path)?));
+            } else if ft.is_dir() {
+                out.insert(rel, Node::Dir);
+                walk(root, &path, out)?;
+            } else {
+                out.insert(rel, Node::File(std::fs::read(&path)?, mode_of(&path)?));
+            }
+        }
+        Ok(())
+    }
+    let mut out = std::collections::BTreeMap::new();
+    walk(root, root, &mut out)?;
+    Ok(out)
+}

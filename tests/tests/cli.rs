@@ -1,0 +1,234 @@
+//! The `hunkwise` command line as a user runs it against a running hub: `run` (waits and prints
+//! the suggestion), `list`, `show`, `accept`, `reject`, `undo`, `complete`, `token`, and their
+//! `--json` forms.
+
+use hunkwise_tests::{numbered, Workspace};
+use serde_json::Value;
+
+struct Out {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+}
+
+fn cli(ws: &Workspace, args: &[&str]) -> Out {
+    let state = ws.state();
+    let mut full: Vec<&str> = args.to_vec();
+    full.push("--state-dir");
+    full.push(state.to_str().unwrap());
+    let out = ws.cli(&full).unwrap();
+    Out {
+        ok: out.status.success(),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+fn ok(ws: &Workspace, args: &[&str]) -> Out {
+    let o = cli(ws, args);
+    assert!(
+        o.ok,
+        "hunkwise {args:?} failed\nstdout: {}\nstderr: {}",
+        o.stdout, o.stderr
+    );
+    o
+}
+
+fn json(ws: &Workspace, args: &[&str]) -> Value {
+    let mut a = args.to_vec();
+    a.push("--json");
+    let o = ok(ws, &a);
+    serde_json::from_str(o.stdout.trim())
+        .unwrap_or_else(|e| panic!("hunkwise {a:?} printed no JSON ({e}): {}", o.stdout))
+}
+
+#[test]
+fn a_review_from_the_command_line() {
+    let text = numbered(30);
+    let ws = Workspace::new(&[("a.txt", text.as_bytes())]).unwrap();
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            "sed -i 's/^line 3$/LINE 3/; s/^line 25$/LINE 25/' a.txt",
+        )
+        .unwrap();
+    let template = format!("{} {{prompt}}", agent.display());
+    let hub = ws.serve(&[]).unwrap();
+
+    // `run` waits for the suggestion and prints it.
+    let o = ok(&ws, &["run", "Shout two lines", "--agent", &template]);
+    let first = o.stdout.lines().next().unwrap_or_default();
+    let sid = first
+        .strip_prefix("suggestion ")
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no suggestion in: {}", o.stdout))
+        .to_string();
+    assert_eq!(sid.len(), 36, "{first}");
+    assert!(o.stdout.contains("Shout two lines"), "{}", o.stdout);
+    assert!(o.stdout.contains("-line 3\n+LINE 3\n"), "{}", o.stdout);
+    assert!(o.stdout.contains("-line 25\n+LINE 25\n"), "{}", o.stdout);
+    assert!(o.stderr.contains("queued"), "{}", o.stderr);
+    let short = &sid[..8];
+    assert_eq!(
+        ws.read_string("a.txt").unwrap(),
+        text,
+        "run applies nothing"
+    );
+
+    // list
+    let o = ok(&ws, &["list"]);
+    let line = o.stdout.lines().find(|l| l.starts_with(short)).unwrap();
+    assert!(line.contains("pending") && line.contains("0/2"), "{line}");
+    assert!(
+        line.contains("Shout two lines") && line.contains("a.txt"),
+        "{line}"
+    );
+    let v = json(&ws, &["list"]);
+    assert_eq!(v["suggestions"][0]["id"], sid.as_str());
+    assert_eq!(v["suggestions"][0]["hunk_count"], 2);
+
+    // show (a prefix of the id is enough)
+    let o = ok(&ws, &["show", short]);
+    assert!(
+        o.stdout.contains(&format!("suggestion {sid}")),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout
+            .contains(&format!("[0] pending   modify  {sid}:a.txt:0")),
+        "{}",
+        o.stdout
+    );
+    let v = json(&ws, &["show", short]);
+    assert_eq!(
+        v,
+        hub.curl().get(&format!("/suggestions/{sid}")).unwrap().body
+    );
+
+    // accept one hunk by position, reject the other by `<file>:<index>`
+    let o = ok(&ws, &["accept", short, "0"]);
+    assert!(
+        o.stdout.contains(&format!("accepted  {sid}:a.txt:0")),
+        "{}",
+        o.stdout
+    );
+    let after_first = text.replace("line 3\n", "LINE 3\n");
+    assert_eq!(ws.read_string("a.txt").unwrap(), after_first);
+    let again = cli(&ws, &["accept", short, "0"]);
+    assert!(!again.ok, "accepting twice must fail");
+    assert!(again.stderr.contains("already"), "{}", again.stderr);
+    assert_eq!(ws.read_string("a.txt").unwrap(), after_first);
+    let v = json(&ws, &["reject", short, "a.txt:1", "--comment", "too loud"]);
+    assert_eq!(v["hunk"]["state"], "rejected");
+    assert_eq!(v["hunk"]["comment"], "too loud");
+    assert_eq!(ws.read_string("a.txt").unwrap(), after_first);
+    let log = ws.feedback_log().unwrap();
+    assert_eq!(log.len(), 2);
+    assert_eq!(log[1]["comment"], "too loud");
+
+    // undo, then accept everything still pending (no hunk named)
+    let o = ok(&ws, &["undo", short, "1"]);
+    assert!(o.stdout.contains("pending"), "{}", o.stdout);
+    let o = ok(&ws, &["accept", short]);
+    assert!(
+        o.stdout.contains(&format!("accepted  {sid}:a.txt:1")),
+        "{}",
+        o.stdout
+    );
+    assert!(o.stdout.contains("0 hunks remaining"), "{}", o.stdout);
+    let both = after_first.replace("line 25\n", "LINE 25\n");
+    assert_eq!(ws.read_string("a.txt").unwrap(), both);
+
+    // complete finalize
+    let o = ok(&ws, &["complete", short, "finalize"]);
+    assert!(
+        o.stdout.starts_with(&format!(
+            "finalized {short}: 2/2 hunks applied, checkpoint "
+        )),
+        "{}",
+        o.stdout
+    );
+    let got = hub.curl().get(&format!("/suggestions/{sid}")).unwrap().body;
+    let reviewed = got["reviewed_commit"].as_str().unwrap();
+    assert!(o.stdout.contains(&reviewed[..12]), "{}", o.stdout);
+    let again = cli(&ws, &["complete", short, "discard"]);
+    assert!(!again.ok);
+    assert!(
+        again.stderr.contains("already completed"),
+        "{}",
+        again.stderr
+    );
+    let o = ok(&ws, &["list"]);
+    assert_eq!(o.stdout.trim(), "no suggestions");
+    let v = json(&ws, &["list", "--all"]);
+    assert_eq!(v["suggestions"][0]["closed"], "finalize");
+
+    // `run --json` prints the run's events, one JSON object per line; `complete ... discard`.
+    let o = ok(
+        &ws,
+        &[
+            "run",
+            "Again",
+            "--agent",
+            "sh -c 'echo more >> a.txt'",
+            "--json",
+        ],
+    );
+    let events: Vec<Value> = o
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let ready = events
+        .iter()
+        .find(|e| e["type"] == "suggestion.status" && e["status"] == "ready")
+        .unwrap_or_else(|| panic!("{events:#?}"));
+    let sid2 = ready["suggestion_id"].as_str().unwrap().to_string();
+    assert!(events.iter().all(|e| e["run_id"] == ready["run_id"]));
+    let v = json(&ws, &["complete", &sid2, "discard"]);
+    assert_eq!(v["action"], "discard");
+    assert_eq!(v["applied_hunks"], 0);
+    assert_eq!(ws.read_string("a.txt").unwrap(), both);
+}
+
+#[test]
+fn complete_discard_says_discarded_and_token_prints_the_token() {
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    let agent = ws.agent_script("agent.sh", "echo b > a.txt").unwrap();
+    let template = format!("{} {{prompt}}", agent.display());
+    let hub = ws.serve(&[]).unwrap();
+    let o = ok(&ws, &["token"]);
+    assert_eq!(o.stdout.trim(), hub.token);
+    let v: Value = json(&ws, &["run", "b", "--agent", &template, "--no-wait"]);
+    let run_id = v["run_id"].as_str().unwrap().to_string();
+    let run = hunkwise_tests::wait_until(
+        "the run to finish",
+        std::time::Duration::from_secs(30),
+        || {
+            let r = hub.curl().get(&format!("/runs/{run_id}")).unwrap().body;
+            r["status"] == "ready"
+        },
+    );
+    run.unwrap();
+    let r = hub.curl().get(&format!("/runs/{run_id}")).unwrap().body;
+    let sid = r["suggestion_ids"][0].as_str().unwrap().to_string();
+    let o = ok(&ws, &["complete", &sid[..8], "discard"]);
+    assert_eq!(
+        o.stdout.trim(),
+        format!("discarded {}: 0/1 hunks applied", &sid[..8])
+    );
+    assert_eq!(ws.read("a.txt").unwrap(), b"a\n");
+    // A client pointed at a state dir without a hub says so.
+    let other = ws.path("no-hub-here");
+    std::fs::create_dir(&other).unwrap();
+    let out = ws
+        .cli(&["list", "--state-dir", other.to_str().unwrap()])
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("token"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -1,0 +1,312 @@
+//! Durability: the hub restarted mid-review (SIGTERM and kill -9) comes back with every
+//! suggestion and hunk state, never applies a hunk twice, logs each decision exactly once, and
+//! hands out event sequence numbers above anything a client saw before; a run in progress does
+//! not outlive the hub.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use hunkwise_tests::{
+    hunk_id, numbered, pid_alive, run_agent, wait_run_finished, wait_until, Hub, Workspace, Ws,
+};
+use serde_json::{json, Value};
+
+const SECS5: Duration = Duration::from_secs(5);
+
+fn ok(r: &Value) -> &Value {
+    assert_eq!(r["success"], true, "expected success: {r}");
+    &r["data"]
+}
+
+/// Wait until this client has seen the event announcing the newest feedback line.
+async fn settle(c: &mut Ws, ws: &Workspace) {
+    let seq = ws.feedback_log().unwrap().last().unwrap()["seq"].clone();
+    c.event("suggestion.hunk_applied", |v| v["seq"] == seq, SECS5)
+        .await
+        .unwrap();
+}
+
+fn get(hub: &Hub, sid: &str) -> Value {
+    let r = hub.curl().get(&format!("/suggestions/{sid}")).unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.body
+}
+
+/// One line per decision: unique decision ids, increasing seqs.
+fn assert_log_sane(ws: &Workspace, expected_lines: usize) -> Vec<Value> {
+    let log = ws.feedback_log().unwrap();
+    assert_eq!(log.len(), expected_lines, "{log:#?}");
+    let ids: HashSet<&str> = log
+        .iter()
+        .map(|l| l["decision_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), log.len(), "a decision logged twice: {log:#?}");
+    let seqs: Vec<u64> = log.iter().map(|l| l["seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    log
+}
+
+#[tokio::test]
+async fn sigterm_restart_mid_review_restores_everything() {
+    let a = numbered(40);
+    let ws = Workspace::new(&[("a.txt", a.as_bytes()), ("z.txt", b"zed\n")]).unwrap();
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            "sed -i 's/^line 3$/LINE 3/; s/^line 20$/LINE 20/; s/^line 37$/LINE 37/' a.txt\n\
+             echo created > b.txt",
+        )
+        .unwrap();
+    let small = ws.agent_script("small.sh", "echo ZED > z.txt").unwrap();
+    let mut hub = ws.serve(&[]).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let s = run_agent(&hub, &mut c, &agent, "three edits")
+        .await
+        .unwrap();
+    let sid = s["id"].as_str().unwrap().to_string();
+    let s2 = run_agent(&hub, &mut c, &small, "one edit").await.unwrap();
+    let sid2 = s2["id"].as_str().unwrap().to_string();
+
+    ok(&c
+        .decide(&sid, &hunk_id(&s, "a.txt", 0), "accept")
+        .await
+        .unwrap());
+    ok(&c
+        .decide(&sid, &hunk_id(&s, "a.txt", 1), "reject")
+        .await
+        .unwrap());
+    ok(&c
+        .decide(&sid, &hunk_id(&s, "b.txt", 0), "accept")
+        .await
+        .unwrap());
+    ok(&c
+        .decide(&sid2, &hunk_id(&s2, "z.txt", 0), "accept")
+        .await
+        .unwrap());
+    let r = c
+        .call(json!({"type": "complete", "suggestionId": sid2, "action": "finalize"}))
+        .await
+        .unwrap();
+    let reviewed = ok(&r)["reviewed_commit"].as_str().unwrap().to_string();
+    settle(&mut c, &ws).await;
+    c.event(
+        "suggestion.completed",
+        |v| v["suggestion_id"] == sid2.as_str(),
+        SECS5,
+    )
+    .await
+    .unwrap();
+    let seen_before = c.max_seq();
+    let epoch_before = c.hello()["epoch"].as_str().unwrap().to_string();
+    let before = get(&hub, &sid);
+    let before2 = get(&hub, &sid2);
+    let runs_before = hub.curl().get("/runs").unwrap().body;
+    let a_expected = a.replace("line 3\n", "LINE 3\n");
+    assert_eq!(ws.read_string("a.txt").unwrap(), a_expected);
+    assert_eq!(assert_log_sane(&ws, 4).len(), 4);
+
+    hub.stop().unwrap();
+    drop(c);
+    let hub = ws.serve(&[]).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let hello = c.hello();
+    assert_ne!(hello["epoch"], epoch_before.as_str(), "a new epoch");
+    assert!(
+        hello["seq"].as_u64().unwrap() >= seen_before,
+        "hello.seq {} went below {seen_before}",
+        hello["seq"]
+    );
+
+    // Events from before the restart cannot be replayed, and replay says so.
+    let r = c
+        .call(json!({"type": "replay", "since": seen_before}))
+        .await
+        .unwrap();
+    assert_eq!(ok(&r)["complete"], false, "{r}");
+    assert_eq!(r["data"]["epoch"], hello["epoch"]);
+
+    // Every suggestion and hunk state is back, exactly.
+    assert_eq!(get(&hub, &sid), before);
+    assert_eq!(get(&hub, &sid2), before2);
+    assert_eq!(before2["reviewed_commit"], reviewed.as_str());
+    assert_eq!(hub.curl().get("/runs").unwrap().body, runs_before);
+    let all = hub.curl().get("/suggestions?all=true").unwrap().body;
+    assert_eq!(all["suggestions"].as_array().unwrap().len(), 2);
+    let open = hub.curl().get("/suggestions").unwrap().body;
+    assert_eq!(open["suggestions"].as_array().unwrap().len(), 1);
+
+    // Decided stays decided; the file shows the change once.
+    let r = c
+        .decide(&sid, &hunk_id(&s, "a.txt", 0), "accept")
+        .await
+        .unwrap();
+    assert_eq!(r["code"], "already_decided", "{r}");
+    let r = c
+        .decide(&sid2, &hunk_id(&s2, "z.txt", 0), "undo")
+        .await
+        .unwrap();
+    assert_eq!(r["code"], "closed", "{r}");
+    assert_eq!(ws.read_string("a.txt").unwrap(), a_expected);
+    assert_eq!(ws.read("b.txt").unwrap(), b"created\n");
+    assert_eq!(ws.read("z.txt").unwrap(), b"ZED\n");
+
+    // The review goes on; new events are numbered above everything seen before.
+    ok(&c
+        .decide(&sid, &hunk_id(&s, "a.txt", 2), "accept")
+        .await
+        .unwrap());
+    settle(&mut c, &ws).await;
+    let ev = c
+        .event(
+            "suggestion.hunk_applied",
+            |v| v["hunk_id"] == hunk_id(&s, "a.txt", 2).as_str(),
+            SECS5,
+        )
+        .await
+        .unwrap();
+    assert!(ev["seq"].as_u64().unwrap() > seen_before);
+    assert!(ev["seq"].as_u64().unwrap() > hello["seq"].as_u64().unwrap());
+    assert_eq!(
+        ws.read_string("a.txt").unwrap(),
+        a_expected.replace("line 37\n", "LINE 37\n")
+    );
+    let log = assert_log_sane(&ws, 5);
+    assert!(log[4]["seq"].as_u64().unwrap() > seen_before);
+}
+
+#[tokio::test]
+async fn kill9_right_after_an_acknowledged_decision_keeps_it() {
+    let a = numbered(40);
+    let ws = Workspace::new(&[("a.txt", a.as_bytes())]).unwrap();
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            "sed -i 's/^line 3$/LINE 3/; s/^line 20$/LINE 20/; s/^line 37$/LINE 37/' a.txt",
+        )
+        .unwrap();
+    let mut hub = ws.serve(&[]).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let s = run_agent(&hub, &mut c, &agent, "three edits")
+        .await
+        .unwrap();
+    let sid = s["id"].as_str().unwrap().to_string();
+    let mut expected = a.clone();
+    let mut highest_seen = 0;
+    let mut epochs = HashSet::new();
+
+    // Three rounds: decide (WebSocket, REST, WebSocket), kill -9 at once, restart, check.
+    let steps = [
+        (0, "accept", "line 3\n", "LINE 3\n"),
+        (1, "accept", "line 20\n", "LINE 20\n"),
+        (0, "reject", "LINE 3\n", "line 3\n"),
+    ];
+    for (round, (index, action, from, to)) in steps.into_iter().enumerate() {
+        let hid = hunk_id(&s, "a.txt", index);
+        if round == 1 {
+            let r = hub
+                .curl()
+                .post(
+                    "/feedback",
+                    &json!({"suggestion_id": sid, "hunk_id": hid, "action": action}),
+                )
+                .unwrap();
+            assert_eq!(r.status, 200, "{}", r.body);
+        } else {
+            ok(&c.decide(&sid, &hid, action).await.unwrap());
+        }
+        hub.kill9();
+        expected = expected.replace(from, to);
+        highest_seen = highest_seen.max(c.max_seq());
+        epochs.insert(c.hello()["epoch"].as_str().unwrap().to_string());
+
+        hub = ws.serve(&[]).unwrap();
+        c = hub.ws().await.unwrap();
+        let hello = c.hello();
+        assert!(
+            epochs.insert(hello["epoch"].as_str().unwrap().to_string()),
+            "epoch reused"
+        );
+        assert!(hello["seq"].as_u64().unwrap() >= highest_seen);
+        let got = get(&hub, &sid);
+        let state = if action == "accept" {
+            "accepted"
+        } else {
+            "rejected"
+        };
+        assert_eq!(
+            got["hunks"][index]["state"], state,
+            "round {round}: {got:#}"
+        );
+        assert_eq!(ws.read_string("a.txt").unwrap(), expected, "round {round}");
+        let r = c.decide(&sid, &hid, action).await.unwrap();
+        assert_eq!(r["code"], "already_decided", "round {round}: {r}");
+        assert_eq!(ws.read_string("a.txt").unwrap(), expected);
+        assert_log_sane(&ws, round + 1);
+        // Without a fresh event the next seq is still above everything seen: ping tells.
+        let r = c.call(json!({"type": "ping"})).await.unwrap();
+        assert!(ok(&r)["seq"].as_u64().unwrap() >= highest_seen);
+    }
+    ok(&c
+        .decide(&sid, &hunk_id(&s, "a.txt", 2), "accept")
+        .await
+        .unwrap());
+    settle(&mut c, &ws).await;
+    assert!(c.max_seq() > highest_seen);
+    assert_eq!(
+        ws.read_string("a.txt").unwrap(),
+        a.replace("line 20\n", "LINE 20\n")
+            .replace("line 37\n", "LINE 37\n")
+    );
+    assert_log_sane(&ws, 4);
+}
+
+#[tokio::test]
+async fn a_run_in_progress_does_not_outlive_the_hub() {
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    let pids = ws.path("pids");
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            &format!(
+                "sleep 300 &\necho $! > {p}.tmp\necho $$ >> {p}.tmp\nmv {p}.tmp {p}\nwait",
+                p = pids.display()
+            ),
+        )
+        .unwrap();
+    let mut hub = ws.serve(&[]).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let run_id = c
+        .start_run("sleep", &format!("{} {{prompt}}", agent.display()), None)
+        .await
+        .unwrap();
+    wait_until("the agent to start", Duration::from_secs(20), || {
+        pids.exists()
+    })
+    .unwrap();
+    let pids: Vec<u32> = std::fs::read_to_string(&pids)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert_eq!(pids.len(), 2);
+    assert!(pids.iter().all(|p| pid_alive(*p)), "positive control");
+
+    hub.stop().unwrap();
+    for p in &pids {
+        wait_until(&format!("agent process {p} to go"), SECS5, || {
+            !pid_alive(*p)
+        })
+        .unwrap();
+    }
+    let hub = ws.serve(&[]).unwrap();
+    let run = wait_run_finished(&hub, &run_id, SECS5).await.unwrap();
+    assert!(
+        matches!(run["status"].as_str(), Some("failed" | "cancelled")),
+        "{run}"
+    );
+    assert!(
+        run["error"].as_str().is_some_and(|e| !e.is_empty()),
+        "{run}"
+    );
+    assert_eq!(ws.read("a.txt").unwrap(), b"a\n");
+}

@@ -1,0 +1,295 @@
+//! Every kind of file change, accepted into the checkout and rejected back out of it, checked
+//! byte for byte (contents, permission bits, symlinks, and which directories exist): CRLF
+//! files, a missing final newline, binary and non-UTF-8 files, the executable bit, an exact
+//! rename, a file in a new subdirectory, the deletion of a directory's only file, a symlink.
+
+use std::path::PathBuf;
+
+use hunkwise_tests::{find_hunk, hunk_id, mode_of, run_agent, tree_of, Node, Workspace};
+use serde_json::{json, Value};
+
+const PNG_OLD: &[u8] = b"\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR\x00\x01\x02";
+const PNG_NEW: &[u8] = b"\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR\x00\x03\x04\xff";
+
+fn ok(r: &Value) -> &Value {
+    assert_eq!(r["success"], true, "expected success: {r}");
+    &r["data"]
+}
+
+/// Make every file of the checkout 0644, whatever the umask, so modes compare exactly.
+fn normalize_modes(ws: &Workspace) {
+    use std::os::unix::fs::PermissionsExt;
+    for (path, node) in tree_of(&ws.repo()).unwrap() {
+        if let Node::File(..) = node {
+            let p = ws.repo().join(path);
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+    }
+}
+
+/// `git diff` of one file between two checkpoint commits, with git's function-name suffix
+/// removed from hunk headers and the file headers dropped: what a hunk's `diff` must equal.
+fn git_hunks(ws: &Workspace, from: &str, to: &str, path: &str) -> String {
+    let out = ws.checkpoint_git(&["diff", from, to, "--", path]).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let mut body = String::new();
+    let mut in_hunks = false;
+    for line in text.split_inclusive('\n') {
+        if let Some(rest) = line.strip_prefix("@@ ") {
+            in_hunks = true;
+            let end = rest.find(" @@").unwrap();
+            body.push_str(&format!("@@ {} @@\n", &rest[..end]));
+        } else if in_hunks {
+            body.push_str(line);
+        }
+    }
+    body
+}
+
+#[tokio::test]
+async fn every_file_kind_accepted_then_rejected_back_to_the_original() {
+    let ws = Workspace::new(&[
+        ("crlf.txt", b"one\r\ntwo\r\nthree\r\n"),
+        ("nonl.txt", b"a\nb\nc"),
+        ("img.bin", PNG_OLD),
+        ("latin1.txt", b"caf\xe9\n"),
+        ("run.sh", b"#!/bin/sh\necho hi\n"),
+        ("old/name.txt", b"same content\n"),
+        ("lonely/only.txt", b"alone\n"),
+        ("keep.txt", b"untouched\n"),
+    ])
+    .unwrap();
+    normalize_modes(&ws);
+    assert_eq!(mode_of(&ws.repo().join("run.sh")).unwrap(), 0o644);
+    std::fs::write(ws.path("img.new"), PNG_NEW).unwrap();
+    std::fs::write(ws.path("latin1.new"), b"caf\xe9s\n").unwrap();
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            &format!(
+                "printf 'one\\r\\nTWO\\r\\nthree\\r\\n' > crlf.txt\n\
+                 printf 'a\\nb\\nC' > nonl.txt\n\
+                 cp {img} img.bin\n\
+                 cp {latin} latin1.txt\n\
+                 chmod +x run.sh\n\
+                 mkdir -p moved && mv old/name.txt moved/name.txt\n\
+                 rm lonely/only.txt\n\
+                 mkdir -p deep/er && printf 'deep\\n' > deep/er/new.txt\n\
+                 ln -s keep.txt link",
+                img = ws.path("img.new").display(),
+                latin = ws.path("latin1.new").display(),
+            ),
+        )
+        .unwrap();
+    let original = tree_of(&ws.repo()).unwrap();
+    let hub = ws.serve(&[]).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let s = run_agent(&hub, &mut c, &agent, "all kinds").await.unwrap();
+    let sid = s["id"].as_str().unwrap().to_string();
+    let kinds: Vec<(String, String)> = s["hunks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            (
+                h["file"].as_str().unwrap().to_string(),
+                h["kind"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let expect_kinds: Vec<(String, String)> = [
+        ("crlf.txt", "modify"),
+        ("deep/er/new.txt", "create"),
+        ("img.bin", "binary"),
+        ("latin1.txt", "binary"),
+        ("link", "symlink"),
+        ("lonely/only.txt", "delete"),
+        ("moved/name.txt", "rename"),
+        ("nonl.txt", "modify"),
+        ("run.sh", "mode"),
+    ]
+    .iter()
+    .map(|(f, k)| (f.to_string(), k.to_string()))
+    .collect();
+    assert_eq!(kinds, expect_kinds, "{:#}", s["hunks"]);
+
+    // The diffs say what git says.
+    let crlf = find_hunk(&s, "crlf.txt", 0);
+    assert_eq!(
+        crlf["diff"],
+        "@@ -1,3 +1,3 @@\n one\r\n-two\r\n+TWO\r\n three\r\n"
+    );
+    let nonl = find_hunk(&s, "nonl.txt", 0);
+    assert_eq!(
+        nonl["diff"],
+        "@@ -1,3 +1,3 @@\n a\n b\n-c\n\\ No newline at end of file\n+C\n\\ No newline at end of file\n"
+    );
+    let (base, run) = (
+        s["base_commit"].as_str().unwrap(),
+        s["run_commit"].as_str().unwrap(),
+    );
+    for f in ["crlf.txt", "nonl.txt"] {
+        assert_eq!(
+            find_hunk(&s, f, 0)["diff"].as_str().unwrap(),
+            git_hunks(&ws, base, run, f),
+            "{f}"
+        );
+    }
+    assert_eq!(
+        find_hunk(&s, "img.bin", 0)["diff"],
+        "Binary files a/img.bin and b/img.bin differ\n"
+    );
+    assert_eq!(
+        find_hunk(&s, "run.sh", 0)["diff"],
+        "old mode 100644\nnew mode 100755\n"
+    );
+    let rename = find_hunk(&s, "moved/name.txt", 0);
+    assert_eq!(rename["old_path"], "old/name.txt");
+    assert_eq!(
+        rename["diff"],
+        "rename from old/name.txt\nrename to moved/name.txt\n"
+    );
+    assert_eq!(
+        find_hunk(&s, "lonely/only.txt", 0)["diff"],
+        "@@ -1 +0,0 @@\n-alone\n"
+    );
+    assert_eq!(
+        find_hunk(&s, "deep/er/new.txt", 0)["diff"],
+        "@@ -0,0 +1 @@\n+deep\n"
+    );
+    assert_eq!(tree_of(&ws.repo()).unwrap(), original, "no decision yet");
+
+    // Whole-file kinds cannot be modified; the refusal changes nothing.
+    for f in ["img.bin", "run.sh", "moved/name.txt"] {
+        let r = c
+            .call(
+                json!({"type": "feedback", "suggestionId": sid, "hunkId": hunk_id(&s, f, 0),
+                         "action": "modify", "modifiedDiff": "@@ -1 +1 @@\n-x\n+y\n"}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(r["success"], false, "{f}: {r}");
+        assert_eq!(r["code"], "bad_request", "{r}");
+    }
+    assert_eq!(tree_of(&ws.repo()).unwrap(), original);
+
+    // Accept every hunk, one at a time.
+    for (f, _) in &expect_kinds {
+        let r = c.decide(&sid, &hunk_id(&s, f, 0), "accept").await.unwrap();
+        assert_eq!(ok(&r)["applied"], true, "{f}: {r}");
+    }
+    let mut expected = original.clone();
+    let file = |bytes: &[u8], mode: u32| Node::File(bytes.to_vec(), mode);
+    expected.insert("crlf.txt".into(), file(b"one\r\nTWO\r\nthree\r\n", 0o644));
+    expected.insert("nonl.txt".into(), file(b"a\nb\nC", 0o644));
+    expected.insert("img.bin".into(), file(PNG_NEW, 0o644));
+    expected.insert("latin1.txt".into(), file(b"caf\xe9s\n", 0o644));
+    expected.insert("run.sh".into(), file(b"#!/bin/sh\necho hi\n", 0o755));
+    expected.remove("old/name.txt");
+    expected.remove("old");
+    expected.insert("moved".into(), Node::Dir);
+    expected.insert("moved/name.txt".into(), file(b"same content\n", 0o644));
+    expected.remove("lonely/only.txt");
+    expected.remove("lonely");
+    expected.insert("deep".into(), Node::Dir);
+    expected.insert("deep/er".into(), Node::Dir);
+    expected.insert("deep/er/new.txt".into(), file(b"deep\n", 0o644));
+    expected.insert("link".into(), Node::Symlink(PathBuf::from("keep.txt")));
+    assert_eq!(tree_of(&ws.repo()).unwrap(), expected);
+
+    // Reject every one again (reject after accept): the checkout is back to the original,
+    // byte for byte, with modes, and the directories the suggestion created are gone again.
+    for (f, _) in expect_kinds.iter().rev() {
+        let r = c.decide(&sid, &hunk_id(&s, f, 0), "reject").await.unwrap();
+        let d = ok(&r);
+        assert_eq!(d["applied"], true, "{f}: {r}");
+        assert_eq!(d["hunk"]["state"], "rejected");
+    }
+    assert_eq!(tree_of(&ws.repo()).unwrap(), original);
+}
+
+#[tokio::test]
+async fn crlf_modify_with_an_lf_diff_and_mode_plus_content_on_one_file() {
+    let ws = Workspace::new(&[
+        ("crlf.txt", b"one\r\ntwo\r\nthree\r\n"),
+        ("tool.sh", b"#!/bin/sh\necho one\necho two\n"),
+    ])
+    .unwrap();
+    normalize_modes(&ws);
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            "printf 'one\\r\\nTWO\\r\\nthree\\r\\n' > crlf.txt\n\
+             printf '#!/bin/sh\\necho one\\necho TWO\\n' > tool.sh\n\
+             chmod +x tool.sh",
+        )
+        .unwrap();
+    let hub = ws.serve(&[]).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let s = run_agent(&hub, &mut c, &agent, "crlf and mode")
+        .await
+        .unwrap();
+    let sid = s["id"].as_str().unwrap().to_string();
+    assert_eq!(find_hunk(&s, "tool.sh", 0)["kind"], "mode");
+    assert_eq!(find_hunk(&s, "tool.sh", 1)["kind"], "modify");
+
+    // The user's edit of a CRLF hunk, typed with LF endings, keeps the file CRLF.
+    let mine = "@@ -1,3 +1,3 @@\n one\n-two\n+Two (mine)\n three\n";
+    let r = c
+        .call(
+            json!({"type": "feedback", "suggestionId": sid, "hunkId": hunk_id(&s, "crlf.txt", 0),
+                     "action": "modify", "modifiedDiff": mine}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ok(&r)["hunk"]["state"], "modified");
+    assert_eq!(
+        ws.read("crlf.txt").unwrap(),
+        b"one\r\nTwo (mine)\r\nthree\r\n"
+    );
+
+    // Content and executable bit of one file are separate decisions.
+    let tool = ws.repo().join("tool.sh");
+    ok(&c
+        .decide(&sid, &hunk_id(&s, "tool.sh", 1), "accept")
+        .await
+        .unwrap());
+    assert_eq!(
+        ws.read("tool.sh").unwrap(),
+        b"#!/bin/sh\necho one\necho TWO\n"
+    );
+    assert_eq!(
+        mode_of(&tool).unwrap(),
+        0o644,
+        "content accepted, mode not yet"
+    );
+    ok(&c
+        .decide(&sid, &hunk_id(&s, "tool.sh", 0), "accept")
+        .await
+        .unwrap());
+    assert_eq!(mode_of(&tool).unwrap(), 0o755);
+    assert_eq!(
+        ws.read("tool.sh").unwrap(),
+        b"#!/bin/sh\necho one\necho TWO\n"
+    );
+    ok(&c
+        .decide(&sid, &hunk_id(&s, "tool.sh", 0), "reject")
+        .await
+        .unwrap());
+    assert_eq!(mode_of(&tool).unwrap(), 0o644);
+    assert_eq!(
+        ws.read("tool.sh").unwrap(),
+        b"#!/bin/sh\necho one\necho TWO\n",
+        "rejecting the mode keeps the content"
+    );
+    // Undoing the content change while the file is not executable keeps it 0644.
+    ok(&c
+        .decide(&sid, &hunk_id(&s, "tool.sh", 1), "undo")
+        .await
+        .unwrap());
+    assert_eq!(
+        ws.read("tool.sh").unwrap(),
+        b"#!/bin/sh\necho one\necho two\n"
+    );
+    assert_eq!(mode_of(&tool).unwrap(), 0o644);
+}

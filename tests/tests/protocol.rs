@@ -1,0 +1,315 @@
+//! The WebSocket protocol: bad input of every kind gets a `success:false` response and the
+//! connection stays usable; ids are echoed; `list`, `get` and `replay` (and `GET /events`);
+//! several clients all receive every event; `/health` counts WebSocket clients.
+
+use std::time::Duration;
+
+use hunkwise_tests::{run_agent, wait_for, wait_run_finished, Workspace, Ws};
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
+
+const SECS5: Duration = Duration::from_secs(5);
+
+/// The connection still answers: a `ping` gets its pong.
+async fn still_alive(c: &mut Ws) {
+    let r = c.call(json!({"type": "ping"})).await.unwrap();
+    assert_eq!(r["success"], true, "{r}");
+    assert_eq!(r["data"]["pong"], true, "{r}");
+}
+
+/// Send a raw frame and return the next response.
+async fn raw(c: &mut Ws, msg: Message) -> Value {
+    c.send_raw(msg).await.unwrap();
+    c.next_matching(|v| v["type"] == "response", Duration::from_secs(30))
+        .await
+        .unwrap()
+}
+
+fn refused(r: &Value, code: &str) {
+    assert_eq!(r["success"], false, "{r}");
+    assert_eq!(r["code"], code, "{r}");
+    assert!(
+        r["error"].as_str().is_some_and(|e| !e.is_empty()),
+        "a human-readable error: {r}"
+    );
+}
+
+#[tokio::test]
+async fn bad_messages_get_errors_and_the_connection_stays_usable() {
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    let hub = ws.serve(&[]).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    still_alive(&mut c).await;
+
+    // Malformed JSON.
+    let r = raw(&mut c, Message::Text("{not json".into())).await;
+    refused(&r, "bad_request");
+    assert!(r.get("id").is_none(), "{r}");
+    still_alive(&mut c).await;
+
+    // Missing type (the id is still echoed).
+    let r = raw(
+        &mut c,
+        Message::Text(r#"{"id":"m1","suggestionId":"x"}"#.into()),
+    )
+    .await;
+    refused(&r, "bad_request");
+    assert_eq!(r["id"], "m1");
+    assert!(r["error"].as_str().unwrap().contains("type"), "{r}");
+    still_alive(&mut c).await;
+
+    // Unknown type: the error names every valid one.
+    let r = c.call(json!({"type": "frobnicate"})).await.unwrap();
+    refused(&r, "bad_request");
+    let err = r["error"].as_str().unwrap();
+    for t in [
+        "feedback",
+        "feedback_all",
+        "complete",
+        "list",
+        "get",
+        "run",
+        "cancel",
+        "replay",
+        "ping",
+    ] {
+        assert!(
+            err.contains(&format!("{t},")) || err.ends_with(t),
+            "{t} in {err}"
+        );
+    }
+    still_alive(&mut c).await;
+
+    // Unknown fields, on commands with and without a body.
+    for cmd in [
+        json!({"type": "feedback", "suggestionId": "x", "hunkId": "y", "action": "accept", "bogus": 1}),
+        json!({"type": "complete", "suggestionId": "x", "action": "finalize", "bogus": 1}),
+        json!({"type": "list", "bogus": true}),
+        json!({"type": "get", "suggestionId": "x", "bogus": true}),
+        json!({"type": "replay", "since": 0, "bogus": true}),
+        json!({"type": "ping", "bogus": true}),
+    ] {
+        let r = c.call(cmd.clone()).await.unwrap();
+        refused(&r, "bad_request");
+        assert!(r["error"].as_str().unwrap().contains("bogus"), "{cmd}: {r}");
+        still_alive(&mut c).await;
+    }
+
+    // Bad values.
+    for cmd in [
+        json!({"type": "feedback", "suggestionId": "x", "hunkId": "y", "action": "explode"}),
+        json!({"type": "replay", "since": "yesterday"}),
+        json!({"type": "get"}),
+        json!({"type": "run", "prompt": ""}),
+        json!({"type": "list", "all": "yes"}),
+    ] {
+        let r = c.call(cmd.clone()).await.unwrap();
+        refused(&r, "bad_request");
+        still_alive(&mut c).await;
+    }
+
+    // A binary frame.
+    let r = raw(&mut c, Message::Binary(vec![1u8, 2, 3].into())).await;
+    refused(&r, "bad_request");
+    still_alive(&mut c).await;
+
+    // A 9 MiB message: too large, and the connection stays usable.
+    let pad = "x".repeat(9 * 1024 * 1024);
+    let big = json!({"type": "ping", "id": "big", "pad": pad}).to_string();
+    let r = raw(&mut c, Message::Text(big.into())).await;
+    refused(&r, "too_large");
+    still_alive(&mut c).await;
+    // Just under the limit is fine (positive control for the size check).
+    let r = raw(
+        &mut c,
+        Message::Text(
+            json!({"type": "list", "id": "big-ok", "all": true})
+                .to_string()
+                .into(),
+        ),
+    )
+    .await;
+    assert_eq!(r["success"], true, "{r}");
+
+    // Ids are echoed as given, whatever their JSON type.
+    for id in [json!(42), json!("text-id"), json!({"n": 1})] {
+        let r = raw(
+            &mut c,
+            Message::Text(json!({"type": "ping", "id": id}).to_string().into()),
+        )
+        .await;
+        assert_eq!(r["id"], id, "{r}");
+        assert_eq!(r["success"], true);
+    }
+
+    // The REST side refuses a 9 MiB body with 413.
+    let r = hub
+        .curl()
+        .post(
+            "/feedback",
+            &json!({"suggestion_id": "x", "hunk_id": "y", "action": "accept", "comment": "x".repeat(9 * 1024 * 1024)}),
+        )
+        .unwrap();
+    assert_eq!(r.status, 413, "{}", r.body);
+    assert_eq!(r.body["code"], "too_large");
+    still_alive(&mut c).await;
+}
+
+#[tokio::test]
+async fn list_get_replay_and_every_client_sees_every_event() {
+    let ws = Workspace::new(&[("a.txt", b"one\ntwo\nthree\n")]).unwrap();
+    let agent = ws
+        .agent_script("agent.sh", "printf 'one\\nTWO\\nthree\\n' > a.txt")
+        .unwrap();
+    let hub = ws.serve(&[]).unwrap();
+    let curl = hub.curl();
+    let health = |curl: &hunkwise_tests::curl::Curl| {
+        let anon = hunkwise_tests::curl::Curl {
+            base: curl.base.clone(),
+            token: None,
+        };
+        let r = anon.get("/health").unwrap();
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body["healthy"], true);
+        assert_eq!(r.body["service"], "hunkwise");
+        r.body["wsClients"].as_u64().unwrap()
+    };
+    assert_eq!(health(&curl), 0);
+    let mut c1 = hub.ws().await.unwrap();
+    let mut c2 = hub.ws().await.unwrap();
+    assert_eq!(health(&curl), 2);
+    assert_eq!(c1.hello()["epoch"], c2.hello()["epoch"]);
+    assert_eq!(c1.hello()["protocol"], 1);
+
+    let s = run_agent(&hub, &mut c1, &agent, "shout two").await.unwrap();
+    let sid = s["id"].as_str().unwrap().to_string();
+    // The run is over (no more run events), so the events below are all about the decision.
+    wait_run_finished(&hub, s["run_id"].as_str().unwrap(), SECS5)
+        .await
+        .unwrap();
+    let ready = c2
+        .event(
+            "suggestion.ready",
+            |v| v["suggestion"]["id"] == sid.as_str(),
+            SECS5,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        ready["suggestion"], s,
+        "both clients got the same suggestion"
+    );
+    let since = ready["seq"].as_u64().unwrap();
+
+    // c1 decides; c2 hears about it with the same seq.
+    let hid = s["hunks"][0]["id"].as_str().unwrap().to_string();
+    let r = c1.decide(&sid, &hid, "accept").await.unwrap();
+    assert_eq!(r["success"], true, "{r}");
+    let e1 = c1
+        .event(
+            "suggestion.hunk_applied",
+            |v| v["hunk_id"] == hid.as_str(),
+            SECS5,
+        )
+        .await
+        .unwrap();
+    let e2 = c2
+        .event(
+            "suggestion.hunk_applied",
+            |v| v["hunk_id"] == hid.as_str(),
+            SECS5,
+        )
+        .await
+        .unwrap();
+    assert_eq!(e1, e2);
+    assert_eq!(e2["state"], "accepted");
+    assert_eq!(e2["reviewed_count"], 1);
+    assert_eq!(e2["hunk_count"], 1);
+    let status = c2
+        .event(
+            "suggestion.status",
+            |v| v["suggestion_id"] == sid.as_str() && v["status"] == "applied",
+            SECS5,
+        )
+        .await
+        .unwrap();
+    assert_eq!(status["message"], "1/1 hunks reviewed (1 applied)");
+
+    // replay since the ready event: exactly the events after it, in order.
+    let r = c2
+        .call(json!({"type": "replay", "since": since}))
+        .await
+        .unwrap();
+    assert_eq!(r["success"], true, "{r}");
+    let d = &r["data"];
+    assert_eq!(d["complete"], true);
+    assert_eq!(d["epoch"], c2.hello()["epoch"]);
+    let replayed = d["events"].as_array().unwrap().clone();
+    let live: Vec<Value> = c2
+        .seen
+        .iter()
+        .filter(|v| v["seq"].as_u64().is_some_and(|s| s > since) && v["type"] != "hello")
+        .cloned()
+        .collect();
+    assert!(!replayed.is_empty());
+    assert_eq!(replayed, live);
+    let seqs: Vec<u64> = replayed
+        .iter()
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect();
+    assert!(
+        seqs.windows(2).all(|w| w[0] < w[1]) && seqs[0] > since,
+        "{seqs:?}"
+    );
+    assert_eq!(d["seq"], *seqs.last().unwrap());
+    // The same over REST.
+    let rest = curl.get(&format!("/events?since={since}")).unwrap();
+    assert_eq!(rest.status, 200);
+    assert_eq!(rest.body["events"], json!(replayed));
+    // Nothing after the newest.
+    let r = c1
+        .call(json!({"type": "replay", "since": d["seq"]}))
+        .await
+        .unwrap();
+    assert_eq!(r["data"]["events"], json!([]));
+    assert_eq!(r["data"]["complete"], true);
+
+    // list and get (by id, by unique prefix; unknown ids are not_found).
+    let r = c2.call(json!({"type": "list"})).await.unwrap();
+    let list = r["data"]["suggestions"].as_array().unwrap();
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0]["id"], sid.as_str());
+    assert_eq!(list[0]["reviewed_count"], 1);
+    assert_eq!(list[0]["status"], "complete");
+    let full = c2
+        .call(json!({"type": "get", "suggestionId": sid}))
+        .await
+        .unwrap();
+    assert_eq!(full["data"]["hunks"][0]["state"], "accepted");
+    let by_prefix = c2
+        .call(json!({"type": "get", "suggestion_id": &sid[..8]}))
+        .await
+        .unwrap();
+    assert_eq!(by_prefix["data"], full["data"]);
+    assert_eq!(
+        curl.get(&format!("/suggestions/{sid}")).unwrap().body,
+        full["data"]
+    );
+    let r = c2
+        .call(json!({"type": "get", "suggestionId": "does-not-exist"}))
+        .await
+        .unwrap();
+    refused(&r, "not_found");
+    let r = curl.get("/suggestions/does-not-exist").unwrap();
+    assert_eq!(r.status, 404);
+
+    // Clients leaving are counted down.
+    drop(c1);
+    wait_for("wsClients to drop to 1", SECS5, || health(&curl) == 1)
+        .await
+        .unwrap();
+    c2.stream.close(None).await.unwrap();
+    wait_for("wsClients to drop to 0", SECS5, || health(&curl) == 0)
+        .await
+        .unwrap();
+}

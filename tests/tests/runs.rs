@@ -1,0 +1,456 @@
+//! Agent runs: failures with the stderr tail, no changes, timeout and cancel killing the whole
+//! process group, the prompt as exactly one argument, the agent-driven flow (`hunkwise status` /
+//! `hunkwise publish` from inside the run), and what of the user's checkout the sandbox holds.
+
+use std::time::{Duration, Instant};
+
+use hunkwise_tests::{
+    hunkwise_bin, pid_alive, run_agent, wait_for, wait_run_finished, Workspace, Ws,
+};
+use serde_json::{json, Value};
+
+const SECS: Duration = Duration::from_secs(30);
+const SECS5: Duration = Duration::from_secs(5);
+
+fn template(agent: &std::path::Path) -> String {
+    format!("{} {{prompt}}", agent.display())
+}
+
+async fn run_error(c: &mut Ws, run_id: &str) -> Value {
+    c.event("suggestion.error", |v| v["run_id"] == run_id, SECS)
+        .await
+        .unwrap()
+}
+
+fn all_suggestions(hub: &hunkwise_tests::Hub) -> Vec<Value> {
+    hub.curl().get("/suggestions?all=true").unwrap().body["suggestions"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+#[tokio::test]
+async fn a_failing_agent_is_reported_with_its_stderr_tail() {
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            "echo 'on stdout'\necho 'first problem' >&2\necho changed > a.txt\necho 'boom: the detail' >&2\nexit 3",
+        )
+        .unwrap();
+    let hub = ws.serve(&[]).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let run = c.start_run("fail", &template(&agent), None).await.unwrap();
+    let ev = run_error(&mut c, &run).await;
+    assert_eq!(ev["code"], "experiment_failed");
+    let msg = ev["message"].as_str().unwrap();
+    assert!(msg.contains("exited with status 3"), "{msg}");
+    assert!(
+        msg.ends_with("first problem\nboom: the detail"),
+        "the message ends with the stderr tail: {msg:?}"
+    );
+    assert!(!msg.contains("on stdout"), "{msg}");
+    let r = wait_run_finished(&hub, &run, SECS).await.unwrap();
+    assert_eq!(r["status"], "failed");
+    assert_eq!(r["error"], msg);
+    assert_eq!(r["suggestion_ids"], json!([]));
+    assert!(
+        all_suggestions(&hub).is_empty(),
+        "a failed run publishes nothing"
+    );
+    assert_eq!(ws.read("a.txt").unwrap(), b"a\n");
+
+    // An agent that cannot even start.
+    let run = c
+        .start_run("nope", "/nonexistent/agent {prompt}", None)
+        .await
+        .unwrap();
+    let ev = run_error(&mut c, &run).await;
+    assert_eq!(ev["code"], "experiment_failed");
+    assert!(
+        ev["message"]
+            .as_str()
+            .unwrap()
+            .contains("could not be started"),
+        "{ev}"
+    );
+    // A template that cannot be split is refused up front.
+    let r = c
+        .call(json!({"type": "run", "prompt": "p", "agent": "sh -c 'unterminated"}))
+        .await
+        .unwrap();
+    assert_eq!(r["code"], "bad_request", "{r}");
+}
+
+#[tokio::test]
+async fn an_agent_that_changes_nothing_leaves_no_suggestion() {
+    let ws = Workspace::new(&[("a.txt", b"a\n"), (".gitignore", b"build/\n")]).unwrap();
+    // It reads, rewrites a file with the same bytes, and writes only ignored files.
+    let idle = ws
+        .agent_script(
+            "idle.sh",
+            "cat a.txt > /dev/null\nprintf 'a\\n' > a.txt\nmkdir -p build && echo obj > build/x.o",
+        )
+        .unwrap();
+    let busy = ws.agent_script("busy.sh", "echo b > a.txt").unwrap();
+    let hub = ws.serve(&[]).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let run = c.start_run("idle", &template(&idle), None).await.unwrap();
+    let ev = c
+        .event(
+            "suggestion.status",
+            |v| v["run_id"] == run.as_str() && v["status"] == "no_changes",
+            SECS,
+        )
+        .await
+        .unwrap();
+    assert!(ev.get("suggestion_id").is_none(), "{ev}");
+    let r = wait_run_finished(&hub, &run, SECS).await.unwrap();
+    assert_eq!(r["status"], "no_changes");
+    assert_eq!(r["suggestion_ids"], json!([]));
+    assert!(all_suggestions(&hub).is_empty());
+    // Positive control: a run that does change something gives a suggestion.
+    let s = run_agent(&hub, &mut c, &busy, "busy").await.unwrap();
+    assert_eq!(s["files"], json!(["a.txt"]));
+    assert_eq!(all_suggestions(&hub).len(), 1);
+}
+
+/// An agent that starts a background child, records both pids, and sleeps.
+fn sleeper(ws: &Workspace, pids: &std::path::Path) -> std::path::PathBuf {
+    ws.agent_script(
+        "sleeper.sh",
+        &format!(
+            "sleep 300 &\necho $! > {p}.tmp\necho $$ >> {p}.tmp\nmv {p}.tmp {p}\nsleep 300",
+            p = pids.display()
+        ),
+    )
+    .unwrap()
+}
+
+async fn wait_pids(pids: &std::path::Path) -> Vec<u32> {
+    wait_for("the agent to start", SECS, || pids.exists())
+        .await
+        .unwrap();
+    let pids: Vec<u32> = std::fs::read_to_string(pids)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert_eq!(pids.len(), 2);
+    assert!(pids.iter().all(|p| pid_alive(*p)), "positive control");
+    pids
+}
+
+async fn assert_gone(pids: &[u32]) {
+    for p in pids {
+        wait_for(&format!("process {p} to be gone"), SECS5, || !pid_alive(*p))
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_timeout_kills_the_agent_and_everything_it_started() {
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    let pids = ws.path("pids");
+    let agent = sleeper(&ws, &pids);
+    let hub = ws.serve(&[]).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let started = Instant::now();
+    let run = c
+        .start_run("sleep", &template(&agent), Some(1))
+        .await
+        .unwrap();
+    let pids = wait_pids(&pids).await;
+    let ev = run_error(&mut c, &run).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(ev["code"], "experiment_failed");
+    assert!(
+        ev["message"].as_str().unwrap().contains("timed out"),
+        "{ev}"
+    );
+    assert_gone(&pids).await;
+    let r = wait_run_finished(&hub, &run, SECS).await.unwrap();
+    assert_eq!(r["status"], "failed");
+}
+
+#[tokio::test]
+async fn cancel_kills_the_agent_and_everything_it_started() {
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    let pids_path = ws.path("pids");
+    let agent = sleeper(&ws, &pids_path);
+    let hub = ws.serve(&[]).unwrap();
+    let mut c = hub.ws().await.unwrap();
+
+    // Over WebSocket.
+    let run = c.start_run("sleep", &template(&agent), None).await.unwrap();
+    let pids = wait_pids(&pids_path).await;
+    let r = c
+        .call(json!({"type": "cancel", "runId": run}))
+        .await
+        .unwrap();
+    assert_eq!(r["success"], true, "{r}");
+    assert_eq!(r["data"]["run_id"], run.as_str());
+    let ev = run_error(&mut c, &run).await;
+    assert_eq!(ev["code"], "experiment_failed");
+    assert!(
+        ev["message"].as_str().unwrap().contains("cancelled"),
+        "{ev}"
+    );
+    assert_gone(&pids).await;
+    let r = wait_run_finished(&hub, &run, SECS).await.unwrap();
+    assert_eq!(r["status"], "cancelled");
+    // A finished run cannot be cancelled again; an unknown one is not found.
+    let r = c
+        .call(json!({"type": "cancel", "runId": run}))
+        .await
+        .unwrap();
+    assert_eq!(r["code"], "finished", "{r}");
+    let r = c
+        .call(json!({"type": "cancel", "runId": "no-such-run"}))
+        .await
+        .unwrap();
+    assert_eq!(r["code"], "not_found", "{r}");
+
+    // Over REST.
+    std::fs::remove_file(&pids_path).unwrap();
+    let run = c.start_run("sleep", &template(&agent), None).await.unwrap();
+    let pids = wait_pids(&pids_path).await;
+    let r = hub
+        .curl()
+        .post(&format!("/runs/{run}/cancel"), &json!({}))
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["cancelling"], true);
+    assert_gone(&pids).await;
+    let r = wait_run_finished(&hub, &run, SECS).await.unwrap();
+    assert_eq!(r["status"], "cancelled");
+    assert!(all_suggestions(&hub).is_empty());
+}
+
+#[tokio::test]
+async fn the_prompt_is_exactly_one_argument_and_in_the_environment() {
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    let pwned = ws.path("pwned");
+    let prompt = format!(
+        "it's a \"quoted\" prompt; $(touch {p}) `touch {p}` $HOME ${{PATH}} *\nsecond line\n\ttabbed 'single' \\ back",
+        p = pwned.display()
+    );
+    let out = |name: &str| ws.path(name);
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            &format!(
+                "printf '%s' \"$#\" > {argc}\nprintf '%s' \"$1\" > {arg1}\nprintf '%s' \"$HUNKWISE_PROMPT\" > {env}",
+                argc = out("argc").display(),
+                arg1 = out("arg1").display(),
+                env = out("envprompt").display(),
+            ),
+        )
+        .unwrap();
+    let hub = ws.serve(&[]).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let run = c.start_run(&prompt, &template(&agent), None).await.unwrap();
+    let r = wait_run_finished(&hub, &run, SECS).await.unwrap();
+    assert_eq!(r["status"], "no_changes", "{r}");
+    assert_eq!(r["prompt"], prompt.as_str());
+    assert_eq!(std::fs::read_to_string(out("argc")).unwrap(), "1");
+    assert_eq!(std::fs::read_to_string(out("arg1")).unwrap(), prompt);
+    assert_eq!(std::fs::read_to_string(out("envprompt")).unwrap(), prompt);
+
+    // A template that is itself a shell script gets the prompt quoted inside it.
+    let sh = format!(
+        "sh -c 'printf %s {{prompt}} > {}'",
+        out("shprompt").display()
+    );
+    let run = c.start_run(&prompt, &sh, None).await.unwrap();
+    let r = wait_run_finished(&hub, &run, SECS).await.unwrap();
+    assert_eq!(r["status"], "no_changes", "{r}");
+    assert_eq!(std::fs::read_to_string(out("shprompt")).unwrap(), prompt);
+    assert!(!pwned.exists(), "the prompt was executed");
+}
+
+#[tokio::test]
+async fn the_agent_reports_status_and_publishes_its_own_suggestion() {
+    let ws = Workspace::new(&[("src/a.txt", b"a\n"), ("other.txt", b"other\n")]).unwrap();
+    let bin = hunkwise_bin();
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            &format!(
+                "echo changed > src/a.txt\n\
+                 echo changed too > other.txt\n\
+                 {bin} status 'Running tests'\n\
+                 {bin} status --state testing 'Still testing'\n\
+                 {bin} publish -m 'Tidy src' --files 'src/*'\n\
+                 echo after publishing > src/late.txt",
+                bin = bin.display()
+            ),
+        )
+        .unwrap();
+    let hub = ws.serve(&[]).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let run = c.start_run("tidy", &template(&agent), None).await.unwrap();
+    let st = c
+        .event(
+            "suggestion.status",
+            |v| v["run_id"] == run.as_str() && v["message"] == "Running tests",
+            SECS,
+        )
+        .await
+        .unwrap();
+    assert_eq!(st["status"], "working");
+    let st = c
+        .event(
+            "suggestion.status",
+            |v| v["run_id"] == run.as_str() && v["message"] == "Still testing",
+            SECS,
+        )
+        .await
+        .unwrap();
+    assert_eq!(st["status"], "testing");
+    let ready = c
+        .event(
+            "suggestion.ready",
+            |v| v["suggestion"]["run_id"] == run.as_str(),
+            SECS,
+        )
+        .await
+        .unwrap();
+    let s = &ready["suggestion"];
+    assert_eq!(s["description"], "Tidy src");
+    assert_eq!(
+        s["files"],
+        json!(["src/a.txt"]),
+        "only files matching --files"
+    );
+    assert_eq!(s["hunk_count"], 1);
+
+    // When the agent exits, the hub does not publish a second suggestion.
+    let r = wait_run_finished(&hub, &run, SECS).await.unwrap();
+    assert_eq!(r["status"], "ready", "{r}");
+    assert_eq!(r["suggestion_ids"], json!([s["id"]]));
+    let done = c
+        .event(
+            "suggestion.status",
+            |v| {
+                v["run_id"] == run.as_str()
+                    && v["status"] == "ready"
+                    && v.get("suggestion_id").is_none()
+            },
+            SECS,
+        )
+        .await
+        .unwrap();
+    assert!(
+        done["message"]
+            .as_str()
+            .unwrap()
+            .contains("published 1 suggestion"),
+        "{done}"
+    );
+    let all = all_suggestions(&hub);
+    assert_eq!(all.len(), 1, "{all:#?}");
+    assert!(!c
+        .seen
+        .iter()
+        .any(|v| v["type"] == "suggestion.ready" && v["suggestion"]["id"] != s["id"]));
+    // The published snapshot is the sandbox at that moment.
+    let commit = s["run_commit"].as_str().unwrap();
+    let names = ws
+        .checkpoint_git(&["ls-tree", "-r", "--name-only", commit])
+        .unwrap();
+    assert_eq!(
+        String::from_utf8(names).unwrap(),
+        "other.txt\nsrc/a.txt\n",
+        "src/late.txt came after the publish"
+    );
+    // `publish` outside a run is an error a person can read.
+    let out = ws.cli(&["publish", "-m", "x"]).unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("HUNKWISE_AGENT_TOKEN"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn the_sandbox_holds_the_checkout_as_the_user_sees_it() {
+    let ws = Workspace::new(&[
+        ("tracked.txt", b"committed\n"),
+        ("gone.txt", b"deleted by the user\n"),
+        (".gitignore", b"build/\n*.log\n"),
+    ])
+    .unwrap();
+    ws.write("tracked.txt", b"uncommitted edit\n").unwrap();
+    ws.write("untracked.txt", b"untracked\n").unwrap();
+    ws.write("staged.txt", b"staged\n").unwrap();
+    ws.git(&["add", "staged.txt"]).unwrap();
+    ws.write("build/out.o", b"ignored object\n").unwrap();
+    ws.write("debug.log", b"ignored log\n").unwrap();
+    std::fs::remove_file(ws.repo().join("gone.txt")).unwrap();
+    let seen = ws.path("seen");
+    let kept = ws.path("kept");
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            &format!(
+                "case \"$1\" in\n\
+                 first)\n\
+                   ls -A | grep -vx .git > {seen}\n\
+                   cat tracked.txt untracked.txt staged.txt >> {seen}\n\
+                   test -e build/out.o && echo 'user build/out.o' >> {seen} || true\n\
+                   test -e debug.log && echo 'user debug.log' >> {seen} || true\n\
+                   mkdir -p build && echo cache > build/cache.o ;;\n\
+                 second)\n\
+                   cat build/cache.o > {kept} ;;\n\
+                 esac",
+                seen = seen.display(),
+                kept = kept.display()
+            ),
+        )
+        .unwrap();
+    let hub = ws.serve(&[]).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let run = c.start_run("first", &template(&agent), None).await.unwrap();
+    let r = wait_run_finished(&hub, &run, SECS).await.unwrap();
+    assert_eq!(
+        r["status"], "no_changes",
+        "ignored files are not changes: {r}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&seen).unwrap(),
+        ".gitignore\nstaged.txt\ntracked.txt\nuntracked.txt\n\
+         uncommitted edit\nuntracked\nstaged\n"
+    );
+    let base = r["base_commit"].as_str().unwrap();
+    let names = ws
+        .checkpoint_git(&["ls-tree", "-r", "--name-only", base])
+        .unwrap();
+    assert_eq!(
+        String::from_utf8(names).unwrap(),
+        ".gitignore\nstaged.txt\ntracked.txt\nuntracked.txt\n"
+    );
+    assert_eq!(
+        ws.checkpoint_git(&["show", &format!("{base}:tracked.txt")])
+            .unwrap(),
+        b"uncommitted edit\n"
+    );
+    // The sandbox's own ignored files (build caches) survive into the next run.
+    let run = c
+        .start_run("second", &template(&agent), None)
+        .await
+        .unwrap();
+    let r = wait_run_finished(&hub, &run, SECS).await.unwrap();
+    assert_eq!(r["status"], "no_changes", "{r}");
+    assert_eq!(std::fs::read_to_string(&kept).unwrap(), "cache\n");
+    // And nothing of this touched the user's checkout.
+    assert_eq!(ws.read("build/out.o").unwrap(), b"ignored object\n");
+    assert!(!ws.exists("build/cache.o"));
+    assert!(!ws.exists("gone.txt"));
+}
