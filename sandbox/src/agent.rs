@@ -1,5 +1,6 @@
-//! Agent processes: a command template turned into argv, run in the sandbox in its own process
-//! group, with a timeout and cancellation that kill the whole group.
+//! Agent processes: a command template turned into argv, run in the sandbox with a timeout and
+//! cancellation that kill the agent's whole process tree — by signalling its process group
+//! (same user), or through the sandbox helper's lifeline (separate user, see [`crate::helper`]).
 
 use std::collections::VecDeque;
 use std::process::Stdio;
@@ -8,7 +9,12 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
 
-use crate::workspace::Sandbox;
+use crate::workspace::{AgentCommand, Sandbox, Stop};
+
+/// How long a supervisor gets, after being told to stop, to kill the agent's tree and exit
+/// before the hub kills the supervisor itself (its lifeline is closed by then, so it still
+/// cleans up).
+const SUPERVISOR_GRACE: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum TemplateError {
@@ -108,22 +114,34 @@ pub async fn run(
     cancel: CancellationToken,
     mut on_line: impl FnMut(Stream, &str) + Send,
 ) -> Outcome {
-    let mut cmd = sandbox.command(argv, env);
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
+    let AgentCommand {
+        command: mut cmd,
+        stop,
+    } = sandbox.agent_command(argv, env, timeout);
+    cmd.stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        // Its own process group, so a timeout or cancel reaches every grandchild too.
-        .process_group(0);
-    #[cfg(target_os = "linux")]
-    // SAFETY: pre_exec runs in the forked child before exec; prctl is async-signal-safe.
-    unsafe {
-        cmd.pre_exec(|| {
-            // If the hub dies (even kill -9), the agent's group leader is told to go too.
-            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-                .map_err(std::io::Error::from)
-        });
-    }
+        .kill_on_drop(true);
+    let lifeline_request = match stop {
+        Stop::ProcessGroup => {
+            cmd.stdin(Stdio::null())
+                // Its own process group, so a timeout or cancel reaches every grandchild too.
+                .process_group(0);
+            #[cfg(target_os = "linux")]
+            // SAFETY: pre_exec runs in the forked child before exec; prctl is async-signal-safe.
+            unsafe {
+                cmd.pre_exec(|| {
+                    // If the hub dies (even kill -9), the agent's group leader is told to go too.
+                    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                        .map_err(std::io::Error::from)
+                });
+            }
+            None
+        }
+        Stop::Lifeline { request } => {
+            cmd.stdin(Stdio::piped());
+            Some(request)
+        }
+    };
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
@@ -134,7 +152,25 @@ pub async fn run(
             }
         }
     };
-    let pgid = child.id().map(|id| nix::unistd::Pid::from_raw(id as i32));
+    // The lifeline: the request goes down the supervisor's stdin, which then stays open until
+    // `close_lifeline` is dropped (or this process dies, which closes it too).
+    let mut close_lifeline: Option<tokio::sync::oneshot::Sender<()>> = None;
+    if let (Some(request), Some(mut stdin)) = (lifeline_request, child.stdin.take()) {
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        close_lifeline = Some(tx);
+        tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            // A supervisor that died before reading its request shows up as its exit status.
+            if stdin.write_all(&request).await.is_ok() {
+                let _ = stdin.flush().await;
+                let _ = rx.await;
+            }
+            drop(stdin);
+        });
+    }
+    let supervised = close_lifeline.is_some();
+    let pid = child.id().map(|id| nix::unistd::Pid::from_raw(id as i32));
+    let pgid = if supervised { None } else { pid };
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
     let (tx, mut rx) = tokio::sync::mpsc::channel::<(Stream, String)>(256);
@@ -183,6 +219,10 @@ pub async fn run(
     tokio::pin!(deadline);
     let mut forced: Option<Exit> = None;
     let mut lines_open = true;
+    // When a stopped supervisor has not exited by then, it is killed outright.
+    let hard_kill = tokio::time::sleep(Duration::from_secs(365 * 24 * 3600));
+    tokio::pin!(hard_kill);
+    let mut hard_kill_armed = false;
     let status = loop {
         tokio::select! {
             line = rx.recv(), if lines_open => match line {
@@ -199,14 +239,33 @@ pub async fn run(
             status = child.wait() => break status,
             _ = &mut deadline, if forced.is_none() => {
                 forced = Some(Exit::TimedOut);
-                kill_group(pgid).await;
+                if supervised {
+                    stop_supervisor(pid, &mut close_lifeline);
+                    hard_kill.as_mut().reset(tokio::time::Instant::now() + SUPERVISOR_GRACE);
+                    hard_kill_armed = true;
+                } else {
+                    kill_group(pgid).await;
+                }
             }
             _ = cancel.cancelled(), if forced.is_none() => {
                 forced = Some(Exit::Cancelled);
-                kill_group(pgid).await;
+                if supervised {
+                    stop_supervisor(pid, &mut close_lifeline);
+                    hard_kill.as_mut().reset(tokio::time::Instant::now() + SUPERVISOR_GRACE);
+                    hard_kill_armed = true;
+                } else {
+                    kill_group(pgid).await;
+                }
+            }
+            _ = &mut hard_kill, if hard_kill_armed => {
+                hard_kill_armed = false;
+                tracing::warn!("the sandbox supervisor did not stop in time; killing it");
+                let _ = child.start_kill();
             }
         }
     };
+    // The supervisor has exited, having killed the agent's tree; close the lifeline.
+    drop(close_lifeline);
     // The leader is gone; make sure nothing it spawned outlives the run.
     if let Some(pgid) = pgid {
         let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
@@ -242,6 +301,18 @@ pub async fn run(
         exit,
         stderr_tail: Vec::from(stderr_tail).join("\n"),
         stdout_tail: Vec::from(stdout_tail).join("\n"),
+    }
+}
+
+/// Ask a supervisor to stop the agent: close its lifeline and SIGTERM it (sudo relays the
+/// signal). It SIGTERMs the agent's tree, then SIGKILLs what is left, and exits.
+fn stop_supervisor(
+    pid: Option<nix::unistd::Pid>,
+    close_lifeline: &mut Option<tokio::sync::oneshot::Sender<()>>,
+) {
+    close_lifeline.take();
+    if let Some(pid) = pid {
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
     }
 }
 

@@ -7,12 +7,18 @@
 //! - [`workspace`]: the [`Sandbox`](workspace::Sandbox) interface and its same-user implementation.
 //! - [`agent`]: command templates and agent processes (process groups, timeouts, cancellation).
 //! - [`jj`]: each run as its own jj change when the repository uses jj.
+//! - [`user`]: isolation by a separate OS user — the hub's side ([`user::UserSandbox`]).
+//! - [`helper`]: `hunkwise sandbox-helper`, which runs as that user and does everything that
+//!   touches its sandbox; [`wire`] is the byte stream between the two.
 
 pub mod agent;
 pub mod beneath;
+pub mod helper;
 pub mod jj;
 pub mod snapshot;
 pub mod store;
+pub mod user;
+pub mod wire;
 pub mod workspace;
 
 pub use gix::hash::ObjectId;

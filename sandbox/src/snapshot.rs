@@ -76,6 +76,111 @@ pub(crate) fn walk_not_ignored(root: &Path, user_excludes: bool) -> BTreeSet<Str
     out
 }
 
+/// One candidate path, read as data (see [`capture_each`]).
+#[derive(Debug)]
+pub enum Captured {
+    File {
+        path: String,
+        bytes: Vec<u8>,
+        executable: bool,
+    },
+    Symlink {
+        path: String,
+        target: Vec<u8>,
+    },
+    Skipped(Skipped),
+}
+
+/// Read each candidate path as data and hand it to `sink`: regular files (up to `cap` bytes)
+/// and symlink targets; FIFOs, sockets, devices and oversized files become [`Captured::Skipped`].
+/// Paths that vanished or turned into directories are left out.
+///
+/// The sandbox helper streams these to the hub; the hub's own snapshots store them directly.
+pub fn capture_each<E>(
+    root: &Beneath,
+    candidates: BTreeSet<String>,
+    cap: u64,
+    mut sink: impl FnMut(Captured) -> Result<(), E>,
+) -> Result<(), E> {
+    for path in candidates {
+        let skip = |reason: String| {
+            Captured::Skipped(Skipped {
+                path: path.clone(),
+                reason,
+            })
+        };
+        if crate::beneath::components(&path).is_err() {
+            sink(skip("path hunkwise cannot represent".into()))?;
+            continue;
+        }
+        let item = match root.kind(&path) {
+            Ok(None) | Ok(Some(Kind::Dir)) => None,
+            Ok(Some(Kind::Other(what))) => Some(skip(format!("{what} skipped"))),
+            Ok(Some(Kind::Symlink)) => match root.read_link(&path) {
+                Ok(Some(target)) => Some(Captured::Symlink {
+                    path: path.clone(),
+                    target,
+                }),
+                Ok(None) => None,
+                Err(e) => Some(skip(e.to_string())),
+            },
+            Ok(Some(Kind::File { size, .. })) if size > cap => {
+                Some(skip(format!("larger than {cap} bytes")))
+            }
+            Ok(Some(Kind::File { .. })) => match root.read(&path, cap) {
+                Ok(Some((bytes, executable))) => Some(Captured::File {
+                    path: path.clone(),
+                    bytes,
+                    executable,
+                }),
+                // Vanished or changed kind between the walk and the read: report, don't guess.
+                Ok(None) => None,
+                Err(e) => Some(skip(e.to_string())),
+            },
+            Err(e) => Some(skip(e.to_string())),
+        };
+        if let Some(item) = item {
+            sink(item)?;
+        }
+    }
+    Ok(())
+}
+
+/// Store one captured item into `snap`.
+pub fn store_captured(
+    store: &Store,
+    snap: &mut Snapshot,
+    item: Captured,
+) -> Result<(), StoreError> {
+    match item {
+        Captured::File {
+            path,
+            bytes,
+            executable,
+        } => {
+            let oid = store.write_blob(&bytes)?;
+            let mode = if executable {
+                Mode::Executable
+            } else {
+                Mode::File
+            };
+            snap.tree.insert(path, Entry { mode, oid });
+        }
+        Captured::Symlink { path, target } => {
+            let oid = store.write_blob(&target)?;
+            snap.tree.insert(
+                path,
+                Entry {
+                    mode: Mode::Symlink,
+                    oid,
+                },
+            );
+        }
+        Captured::Skipped(s) => snap.skipped.push(s),
+    }
+    Ok(())
+}
+
 /// Read each candidate path as data and store it.
 fn capture(
     root: &Beneath,
@@ -84,55 +189,21 @@ fn capture(
     cap: u64,
 ) -> Result<Snapshot, SnapshotError> {
     let mut snap = Snapshot::default();
-    for path in candidates {
-        let skip = |snap: &mut Snapshot, reason: String| {
-            snap.skipped.push(Skipped {
-                path: path.clone(),
-                reason,
-            })
-        };
-        if crate::beneath::components(&path).is_err() {
-            skip(&mut snap, "path hunkwise cannot represent".into());
-            continue;
-        }
-        match root.kind(&path) {
-            Ok(None) | Ok(Some(Kind::Dir)) => {}
-            Ok(Some(Kind::Other(what))) => skip(&mut snap, format!("{what} skipped")),
-            Ok(Some(Kind::Symlink)) => match root.read_link(&path) {
-                Ok(Some(target)) => {
-                    let oid = store.write_blob(&target)?;
-                    snap.tree.insert(
-                        path,
-                        Entry {
-                            mode: Mode::Symlink,
-                            oid,
-                        },
-                    );
-                }
-                Ok(None) => {}
-                Err(e) => skip(&mut snap, e.to_string()),
-            },
-            Ok(Some(Kind::File { size, .. })) if size > cap => {
-                skip(&mut snap, format!("larger than {cap} bytes"))
-            }
-            Ok(Some(Kind::File { .. })) => match root.read(&path, cap) {
-                Ok(Some((bytes, executable))) => {
-                    let oid = store.write_blob(&bytes)?;
-                    let mode = if executable {
-                        Mode::Executable
-                    } else {
-                        Mode::File
-                    };
-                    snap.tree.insert(path, Entry { mode, oid });
-                }
-                // Vanished or changed kind between the walk and the read: report, don't guess.
-                Ok(None) => {}
-                Err(e) => skip(&mut snap, e.to_string()),
-            },
-            Err(e) => skip(&mut snap, e.to_string()),
-        }
-    }
+    capture_each(root, candidates, cap, |item| {
+        store_captured(store, &mut snap, item)
+    })?;
     Ok(snap)
+}
+
+/// The paths a sandbox snapshot looks at: `base` paths (tracked by construction) plus untracked
+/// files not ignored by the tree's own .gitignore files.
+pub fn sandbox_candidates<'a>(
+    dir: &Path,
+    base_paths: impl IntoIterator<Item = &'a String>,
+) -> BTreeSet<String> {
+    let mut candidates = walk_not_ignored(dir, false);
+    candidates.extend(base_paths.into_iter().cloned());
+    candidates
 }
 
 /// Snapshot the user's checkout as the user sees it (see module docs).
@@ -182,8 +253,7 @@ pub fn snapshot_sandbox(
     store: &Store,
     cap: u64,
 ) -> Result<Snapshot, SnapshotError> {
-    let mut candidates = walk_not_ignored(dir, false);
-    candidates.extend(base.keys().cloned());
+    let candidates = sandbox_candidates(dir, base.keys());
     let root = Beneath::open(dir)?;
     capture(&root, candidates, store, cap)
 }

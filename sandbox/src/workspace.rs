@@ -1,9 +1,11 @@
 //! The sandbox clone: the directory an agent works in.
 //!
 //! Every agent-facing operation goes through [`Sandbox`], so the isolation mode can change (the
-//! same OS user today, a dedicated sandbox user next) without the hub noticing.
+//! hub's own user with [`LocalSandbox`], a dedicated sandbox user with
+//! [`UserSandbox`](crate::user::UserSandbox)) without the hub noticing.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::beneath::{Beneath, FsError};
 use crate::snapshot::{snapshot_sandbox, walk_not_ignored, Snapshot, SnapshotError};
@@ -27,6 +29,25 @@ pub enum SandboxError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Snapshot(#[from] SnapshotError),
+    #[error(transparent)]
+    Helper(#[from] crate::user::HelperError),
+}
+
+/// How an agent process is started and, above all, stopped.
+pub struct AgentCommand {
+    pub command: tokio::process::Command,
+    pub stop: Stop,
+}
+
+/// How the hub ends an agent's whole process tree.
+#[derive(Debug)]
+pub enum Stop {
+    /// The command leads a new process group that the hub signals itself (same user only).
+    ProcessGroup,
+    /// The command is a supervisor that the hub cannot signal past: `request` is written to
+    /// its stdin, which then stays open as a lifeline. Closing it (cancel, timeout, or the hub
+    /// dying, even by kill -9) or SIGTERM makes the supervisor kill the agent's whole tree.
+    Lifeline { request: Vec<u8> },
 }
 
 /// Where and as whom an agent runs.
@@ -38,10 +59,26 @@ pub trait Sandbox: Send + Sync + std::fmt::Debug {
     fn prepare(&self, store: &Store, base: &FlatTree) -> Result<(), SandboxError>;
     /// Read the sandbox as data into the store.
     fn snapshot(&self, store: &Store, base: &FlatTree, cap: u64) -> Result<Snapshot, SandboxError>;
-    /// A command that runs `argv` inside the sandbox with exactly `env` as its environment.
+    /// A plain command that runs `argv` inside the sandbox, as the sandbox's user, with exactly
+    /// `env` as its environment (short helper commands such as jj; the caller owns stdout and
+    /// stderr, and under user isolation stdin is taken by the helper's request).
     fn command(&self, argv: &[String], env: &[(String, String)]) -> tokio::process::Command;
-    /// A short name for logs and status lines ("same-user", "user:hunkwise-agent").
-    fn isolation(&self) -> &'static str;
+    /// How to run the agent `argv` inside the sandbox with exactly `env`, for at most `timeout`
+    /// (the hub enforces the timeout too; a supervisor enforces it even if the hub hangs), and
+    /// how to kill its whole process tree.
+    fn agent_command(
+        &self,
+        argv: &[String],
+        env: &[(String, String)],
+        _timeout: Duration,
+    ) -> AgentCommand {
+        AgentCommand {
+            command: self.command(argv, env),
+            stop: Stop::ProcessGroup,
+        }
+    }
+    /// A short description for logs and status lines.
+    fn isolation(&self) -> String;
 }
 
 /// Isolation `none`: the agent runs as the hub's own user in a separate directory. Good for
@@ -56,46 +93,48 @@ impl LocalSandbox {
         Self { dir }
     }
 
-    fn fs_err(&self, source: FsError) -> SandboxError {
-        SandboxError::Fs {
-            dir: self.dir.clone(),
-            source,
-        }
-    }
-
     fn sync_to(&self, store: &Store, base: &FlatTree) -> Result<(), SandboxError> {
         std::fs::create_dir_all(&self.dir).map_err(|source| SandboxError::Io {
             dir: self.dir.clone(),
             source,
         })?;
-        let root = Beneath::open(&self.dir).map_err(|e| self.fs_err(e))?;
-        // What is there now (not ignored), so leftovers of an earlier run disappear.
-        let current = walk_not_ignored(&self.dir, false);
-        for path in current.iter().filter(|p| !base.contains_key(*p)) {
-            root.remove_entry(path).map_err(|e| self.fs_err(e))?;
-        }
-        for (path, entry) in base {
-            let bytes = store.read_blob(entry.oid)?;
-            match entry.mode {
-                Mode::Symlink => root.symlink(path, &bytes).map_err(|e| self.fs_err(e))?,
-                Mode::File | Mode::Executable => {
-                    let exec = entry.mode == Mode::Executable;
-                    let same = matches!(
-                        root.read(path, u64::MAX),
-                        Ok(Some((ref cur, cur_exec))) if *cur == bytes && cur_exec == exec
-                    );
-                    if !same {
-                        if matches!(root.kind(path), Ok(Some(crate::beneath::Kind::Symlink))) {
-                            root.remove_entry(path).map_err(|e| self.fs_err(e))?;
-                        }
-                        root.write_atomic(path, &bytes, exec)
-                            .map_err(|e| self.fs_err(e))?;
+        sync_dir(&self.dir, store, base)
+    }
+}
+
+/// Bring the existing directory `dir` to exactly `base` (blobs read from `store`), leaving
+/// ignored files alone. Nothing is followed: every write goes through [`Beneath`].
+pub fn sync_dir(dir: &Path, store: &Store, base: &FlatTree) -> Result<(), SandboxError> {
+    let fs_err = |source| SandboxError::Fs {
+        dir: dir.to_path_buf(),
+        source,
+    };
+    let root = Beneath::open(dir).map_err(fs_err)?;
+    // What is there now (not ignored), so leftovers of an earlier run disappear.
+    let current = walk_not_ignored(dir, false);
+    for path in current.iter().filter(|p| !base.contains_key(*p)) {
+        root.remove_entry(path).map_err(fs_err)?;
+    }
+    for (path, entry) in base {
+        let bytes = store.read_blob(entry.oid)?;
+        match entry.mode {
+            Mode::Symlink => root.symlink(path, &bytes).map_err(fs_err)?,
+            Mode::File | Mode::Executable => {
+                let exec = entry.mode == Mode::Executable;
+                let same = matches!(
+                    root.read(path, u64::MAX),
+                    Ok(Some((ref cur, cur_exec))) if *cur == bytes && cur_exec == exec
+                );
+                if !same {
+                    if matches!(root.kind(path), Ok(Some(crate::beneath::Kind::Symlink))) {
+                        root.remove_entry(path).map_err(fs_err)?;
                     }
+                    root.write_atomic(path, &bytes, exec).map_err(fs_err)?;
                 }
             }
         }
-        Ok(())
     }
+    Ok(())
 }
 
 /// Give the sandbox a fresh `.git` whose HEAD is the base and whose index matches it, so agents
@@ -104,6 +143,16 @@ impl LocalSandbox {
 /// It is recreated from nothing on every run: the previous agent may have planted hooks, filters
 /// or an fsmonitor in it, and the hub never opens a repository the agent could have configured.
 pub fn reset_git(dir: &Path, store: &Store, base: &FlatTree) -> Result<(), SandboxError> {
+    let repo = fresh_git(dir)?;
+    for entry in base.values() {
+        repo.write_blob(&store.read_blob(entry.oid)?)?;
+    }
+    commit_base(dir, &repo, base)
+}
+
+/// Replace whatever `.git` (and `.jj`) the sandbox has — directory, file or symlink, never
+/// followed — with a new, empty repository.
+pub fn fresh_git(dir: &Path) -> Result<Store, SandboxError> {
     let git_dir = dir.join(".git");
     let io = |source| SandboxError::Io {
         dir: dir.to_path_buf(),
@@ -117,10 +166,17 @@ pub fn reset_git(dir: &Path, store: &Store, base: &FlatTree) -> Result<(), Sandb
             Err(_) => {}
         }
     }
-    let repo = Store::init_worktree(dir)?;
-    for entry in base.values() {
-        repo.write_blob(&store.read_blob(entry.oid)?)?;
-    }
+    Ok(Store::init_worktree(dir)?)
+}
+
+/// Commit `base` (whose blobs are already in `repo`) as `main`, point HEAD at it and write the
+/// index, so that `git status` in the sandbox is clean.
+pub fn commit_base(dir: &Path, repo: &Store, base: &FlatTree) -> Result<(), SandboxError> {
+    let git_dir = dir.join(".git");
+    let io = |source| SandboxError::Io {
+        dir: dir.to_path_buf(),
+        source,
+    };
     let tree = repo.write_tree(base)?;
     let commit = repo.commit(tree, &[], "hunkwise: your checkout as of this run\n")?;
     repo.set_ref("refs/heads/main", commit)?;
@@ -168,8 +224,8 @@ impl Sandbox for LocalSandbox {
         cmd
     }
 
-    fn isolation(&self) -> &'static str {
-        "none (same user)"
+    fn isolation(&self) -> String {
+        "none (same user)".into()
     }
 }
 

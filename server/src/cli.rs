@@ -30,6 +30,12 @@ enum Cmd {
     /// Start the hub for a repository (defaults: the repository around the current directory,
     /// 127.0.0.1:4097).
     Serve(ServeArgs),
+    /// Create or check the sandbox user agents run as (and the sudoers rule a non-root hub
+    /// needs): `hunkwise setup --check` says what is missing.
+    Setup(crate::isolation::SetupArgs),
+    /// (Internal) the sandbox helper, run as the sandbox user by the hub.
+    #[command(hide = true)]
+    SandboxHelper { op: String },
     /// Start an agent run and follow it until its suggestion is ready.
     Run {
         prompt: String,
@@ -164,6 +170,17 @@ struct ServeArgs {
     /// Config file (default $XDG_CONFIG_HOME/hunkwise/config.toml, or $HUNKWISE_CONFIG).
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Who agents run as: `user` (the sandbox user; the default once `hunkwise setup` ran) or
+    /// `none` (as you, development only).
+    #[arg(long, value_enum)]
+    isolation: Option<crate::isolation::IsolationMode>,
+    /// The sandbox user (default hunkwise-agent).
+    #[arg(long)]
+    sandbox_user: Option<String>,
+    /// `none`: agents get a network namespace of their own, with no network (Linux, needs
+    /// --isolation user).
+    #[arg(long, value_enum)]
+    agent_network: Option<crate::isolation::AgentNetwork>,
 }
 
 #[derive(Args, Clone)]
@@ -184,6 +201,10 @@ struct ClientArgs {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Cmd::SandboxHelper { op } = &cli.cmd {
+        // Before any thread exists: the helper forks without exec (a PID namespace's init).
+        return hunkwise_sandbox::helper::main(op);
+    }
     let filter = tracing_subscriber::EnvFilter::try_from_env("HUNKWISE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()
@@ -218,6 +239,8 @@ fn repo_root(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
 async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
     match cmd {
         Cmd::Serve(args) => serve(args).await,
+        Cmd::Setup(args) => crate::isolation::setup(args),
+        Cmd::SandboxHelper { op } => Ok(hunkwise_sandbox::helper::main(&op)),
         Cmd::Publish {
             message,
             files,
@@ -364,6 +387,17 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     agent_env.extend(args.agent_env);
     let mut allowed_origins = file.allowed_origins.clone();
     allowed_origins.extend(args.allow_origin);
+    let isolation = crate::isolation::resolve(
+        args.isolation.or(file.isolation),
+        args.sandbox_user
+            .as_deref()
+            .or(file.sandbox_user.as_deref())
+            .unwrap_or(hunkwise_sandbox::user::DEFAULT_USER),
+        args.agent_network
+            .or(file.agent_network)
+            .unwrap_or(crate::isolation::AgentNetwork::Host),
+        &agent_env,
+    )?;
     let cfg = ServeConfig {
         repo,
         host: host.clone(),
@@ -383,6 +417,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             Some(VcsArg::Jj) => Vcs::Jj,
             None => file.vcs.unwrap_or(detected_vcs),
         },
+        isolation,
     };
     let addr = if host.contains(':') {
         format!("[{host}]:{port}")

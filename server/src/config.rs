@@ -34,6 +34,12 @@ pub struct FileConfig {
     pub mirror_refs: bool,
     /// "git" or "jj" (default: jj when the repository has a .jj directory).
     pub vcs: Option<hunkwise_sandbox::jj::Vcs>,
+    /// "user" or "none" (default: "user" when the sandbox user exists).
+    pub isolation: Option<crate::isolation::IsolationMode>,
+    /// The sandbox user agents run as (default `hunkwise-agent`).
+    pub sandbox_user: Option<String>,
+    /// "host" (default) or "none": a network namespace of its own for the agent (Linux).
+    pub agent_network: Option<crate::isolation::AgentNetwork>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -149,6 +155,8 @@ pub struct ServeConfig {
     pub allowed_origins: Vec<String>,
     pub mirror_refs: bool,
     pub vcs: hunkwise_sandbox::jj::Vcs,
+    /// Who agents run as (see [`crate::isolation`]).
+    pub isolation: crate::isolation::Isolation,
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ pub mod events;
 pub mod feedback;
 pub mod http;
 pub mod hub;
+pub mod isolation;
 pub mod journal;
 pub mod protocol;
 pub mod review;

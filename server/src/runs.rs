@@ -310,9 +310,15 @@ impl Hub {
         self.update_run(run_id, |r| r.base_commit = Some(base_commit.to_string()))?;
 
         let slot = self.runs.acquire_slot()?;
-        let sandbox: Arc<dyn Sandbox> = Arc::new(LocalSandbox::new(
-            self.runs.sandbox_root.join(slot.to_string()),
-        ));
+        let sandbox: Arc<dyn Sandbox> = match &self.cfg.isolation {
+            crate::isolation::Isolation::None => Arc::new(LocalSandbox::new(
+                self.runs.sandbox_root.join(slot.to_string()),
+            )),
+            // In the sandbox user's home, reached only through the sandbox helper.
+            crate::isolation::Isolation::User(iso) => {
+                Arc::new(iso.sandbox(&crate::isolation::sandbox_key(&self.cfg.state_dir), slot))
+            }
+        };
         let result = self
             .run_in_sandbox(
                 run_id,

@@ -82,6 +82,8 @@ pub fn open_hub(
 ) -> anyhow::Result<Started> {
     cfg.port = port;
     prepare_state_dir(&cfg.state_dir)?;
+    // Before anything secret is read or created: nothing of it may be open to the sandbox user.
+    crate::isolation::startup_checks(&cfg)?;
     let lock = lock_state_dir(&cfg.state_dir)?;
     let token = crate::auth::load_or_create_token(&cfg.state_dir.join("token"))
         .context("the reviewer token")?;

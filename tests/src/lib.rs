@@ -746,3 +746,283 @@ pub fn tree_of(root: &Path) -> Result<std::collections::BTreeMap<String, Node>> 
     walk(root, root, &mut out)?;
     Ok(out)
 }
+
+/// Helpers for the OS-user isolation tests (`tests/tests/isolation.rs`): real users created
+/// with useradd, a hub started as one of them, and a look at every process a user has.
+pub mod isolation {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+
+    /// useradd and userdel lock /etc/passwd; tests running in parallel take turns.
+    static USERS: Mutex<()> = Mutex::new(());
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+    /// True when the isolation tests can run (root). Otherwise they say so loudly and fail in
+    /// CI (`CI=true`), where a pass that tested nothing would be a lie, or skip elsewhere.
+    pub fn require_root(test: &str) -> bool {
+        if nix::unistd::geteuid().is_root() {
+            return true;
+        }
+        let msg = format!(
+            "{test}: the OS-user isolation tests need root (to create users and run sudo); they did NOT run"
+        );
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("{msg} — CI runs as root, so this is a broken CI environment");
+        }
+        eprintln!("SKIPPED: {msg}");
+        false
+    }
+
+    fn run(cmd: &mut Command) -> Result<String> {
+        let out = cmd.output().with_context(|| format!("{cmd:?}"))?;
+        if !out.status.success() {
+            bail!(
+                "{cmd:?} failed ({}): {}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr),
+                String::from_utf8_lossy(&out.stdout)
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// A local user made for one test, removed (with its home and its processes) on drop.
+    pub struct TestUser {
+        pub name: String,
+        pub uid: u32,
+        pub gid: u32,
+    }
+
+    impl TestUser {
+        /// `useradd` with the given extra arguments; `tag` keeps names unique per test.
+        pub fn create(prefix: &str, args: &[&str]) -> Result<Self> {
+            let name = format!(
+                "{prefix}{}x{}",
+                std::process::id(),
+                COUNTER.fetch_add(1, Ordering::SeqCst)
+            );
+            {
+                let _g = USERS.lock().unwrap_or_else(|e| e.into_inner());
+                run(Command::new("useradd").args(args).arg(&name))?;
+            }
+            Self::lookup(&name)
+        }
+
+        /// A user that already exists (made by `hunkwise setup`), adopted for clean-up.
+        pub fn lookup(name: &str) -> Result<Self> {
+            let u = nix::unistd::User::from_name(name)?
+                .ok_or_else(|| anyhow!("user {name} does not exist"))?;
+            Ok(Self {
+                name: name.to_string(),
+                uid: u.uid.as_raw(),
+                gid: u.gid.as_raw(),
+            })
+        }
+
+        pub fn home(&self) -> PathBuf {
+            nix::unistd::User::from_name(&self.name)
+                .ok()
+                .flatten()
+                .map(|u| u.dir)
+                .unwrap_or_default()
+        }
+
+        /// Run a shell command as this user (for positive controls) and return its status and
+        /// output.
+        pub fn sh(&self, script: &str) -> Result<std::process::Output> {
+            Ok(Command::new("setpriv")
+                .args(["--reuid", &self.uid.to_string(), "--regid"])
+                .arg(self.gid.to_string())
+                .args(["--init-groups", "--", "sh", "-c", script])
+                .env("HOME", self.home())
+                .current_dir("/")
+                .stdin(Stdio::null())
+                .output()?)
+        }
+    }
+
+    impl Drop for TestUser {
+        fn drop(&mut self) {
+            for (pid, _) in processes_of(self.uid) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            let _g = USERS.lock().unwrap_or_else(|e| e.into_inner());
+            for _ in 0..20 {
+                let ok = Command::new("userdel")
+                    .args(["-r", &self.name])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status()
+                    .map(|s| s.success() || s.code() == Some(12))
+                    .unwrap_or(false);
+                if ok {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = std::fs::remove_file(format!("/etc/sudoers.d/hunkwise-{}", self.name));
+        }
+    }
+
+    /// Every process whose real uid is `uid`: (pid, command line).
+    pub fn processes_of(uid: u32) -> Vec<(i32, String)> {
+        let mut out = Vec::new();
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return out;
+        };
+        for entry in dir.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
+                continue;
+            };
+            let real = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|l| l.split_whitespace().next())
+                .and_then(|u| u.parse::<u32>().ok());
+            let zombie = status
+                .lines()
+                .any(|l| l.starts_with("State:") && l.contains('Z'));
+            if real == Some(uid) && !zombie {
+                let cmd = std::fs::read(entry.path().join("cmdline"))
+                    .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+                    .unwrap_or_default();
+                out.push((pid, cmd.trim().to_string()));
+            }
+        }
+        out
+    }
+
+    /// Give `path` and everything below it to `user` (chown -R).
+    pub fn chown_tree(path: &Path, user: &TestUser) -> Result<()> {
+        run(Command::new("chown")
+            .arg("-R")
+            .arg(format!("{}:{}", user.uid, user.gid))
+            .arg(path))?;
+        Ok(())
+    }
+
+    /// How to start the hub for [`start_hub`].
+    pub struct HubAs<'a> {
+        /// Run the hub as this user (None: as root, which drops privileges itself).
+        pub user: Option<&'a TestUser>,
+        /// Give the hub a controlling terminal (a pty, through `script`), so an agent that kept
+        /// it could inject keystrokes into it.
+        pub tty: bool,
+        pub extra: &'a [&'a str],
+        /// Extra environment (secrets that must not reach the agent).
+        pub env: &'a [(&'a str, &'a str)],
+    }
+
+    /// Start `hunkwise serve` for `ws` as described; `log` collects its output.
+    pub fn start_hub(ws: &Workspace, how: &HubAs<'_>) -> Result<Hub> {
+        let state = ws.state();
+        let log = ws.path("hub-isolation.log");
+        let _ = std::fs::remove_file(state.join("hub.json"));
+        let mut argv: Vec<String> = Vec::new();
+        if let Some(u) = how.user {
+            argv.extend(
+                [
+                    "setpriv",
+                    "--reuid",
+                    &u.uid.to_string(),
+                    "--regid",
+                    &u.gid.to_string(),
+                    "--init-groups",
+                    "--",
+                ]
+                .map(String::from),
+            );
+        }
+        argv.push(hunkwise_bin().display().to_string());
+        argv.extend(["serve", "--port", "0", "--state-dir"].map(String::from));
+        argv.push(state.display().to_string());
+        argv.extend(how.extra.iter().map(|s| s.to_string()));
+        let mut cmd = if how.tty {
+            let line = argv
+                .iter()
+                .map(|a| format!("'{}'", a.replace('\'', "'\\''")))
+                .collect::<Vec<_>>()
+                .join(" ");
+            let mut c = Command::new("script");
+            c.args(["-qefc", &format!("exec {line}"), "/dev/null"]);
+            c
+        } else {
+            let mut c = Command::new(&argv[0]);
+            c.args(&argv[1..]);
+            c
+        };
+        hermetic_env(&mut cmd, &ws.home());
+        for (k, v) in how.env {
+            cmd.env(k, v);
+        }
+        let logf = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)?;
+        cmd.current_dir(ws.repo())
+            .stdin(Stdio::null())
+            .stdout(logf.try_clone()?)
+            .stderr(logf);
+        let mut child = cmd.spawn().context("starting hunkwise serve")?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let url = loop {
+            if let Ok(s) = std::fs::read_to_string(state.join("hub.json")) {
+                if let Ok(v) = serde_json::from_str::<Value>(&s) {
+                    if let Some(u) = v["url"].as_str() {
+                        break u.to_string();
+                    }
+                }
+            }
+            if let Some(status) = child.try_wait()? {
+                bail!(
+                    "hunkwise serve exited ({status}): {}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                bail!(
+                    "hunkwise serve did not start: {}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let port = url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .ok_or_else(|| anyhow!("bad url {url}"))?;
+        let token = std::fs::read_to_string(state.join("token"))?
+            .trim()
+            .to_string();
+        Ok(Hub {
+            child,
+            url,
+            port,
+            token,
+            state,
+            log,
+        })
+    }
+
+    /// The pid of the `hunkwise serve` process itself (not a wrapper), from its hub.json.
+    pub fn hub_pid(hub: &Hub) -> Result<i32> {
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(hub.state.join("hub.json"))?)?;
+        v["pid"]
+            .as_i64()
+            .map(|p| p as i32)
+            .ok_or_else(|| anyhow!("no pid in hub.json: {v}"))
+    }
+}

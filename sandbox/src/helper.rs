@@ -1,0 +1,949 @@
+//! `hunkwise sandbox-helper <op>`: the only code that touches a sandbox directory under
+//! `--isolation user`, always running *as the sandbox user* (see [`crate::user`] for how the hub
+//! starts it). It refuses to run as root.
+//!
+//! - `probe`: prove it starts as the sandbox user and that user's home is private.
+//! - `prepare`: receive the run's base as frames on stdin and make the sandbox hold exactly that,
+//!   with a fresh `.git` (like [`LocalSandbox`](crate::workspace::LocalSandbox) does).
+//! - `snapshot`: read the sandbox as data (no symlink followed, FIFOs and devices skipped, files
+//!   over the cap skipped) and stream it to stdout; the hub re-checks every byte.
+//! - `exec`: run the agent and own its whole process tree. The agent gets a new session (no
+//!   controlling terminal), `NO_NEW_PRIVS`, only fds 0–2, exactly the environment it was handed,
+//!   RLIMIT_NPROC and no core dumps. On Linux it runs in a fresh PID namespace whose init is a
+//!   fork of this helper, so when the agent exits, is cancelled or times out, every process it
+//!   started dies with that namespace; where no PID namespace can be had, the helper is a child
+//!   subreaper and kills every descendant it can find. The tree is killed when the agent exits,
+//!   on SIGTERM, at the deadline, and when stdin — the lifeline from the hub — reaches EOF,
+//!   which is how even `kill -9` of the hub ends the run.
+//!
+//! Everything arrives on stdin; nothing secret is ever in argv.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use nix::libc;
+use nix::sys::signal::{kill, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+use serde::{Deserialize, Serialize};
+
+use crate::beneath::{components, Beneath};
+use crate::snapshot::{capture_each, sandbox_candidates, Captured};
+use crate::store::{Entry, FlatTree, Mode};
+use crate::wire::{self, Frame, WireError};
+use crate::workspace::{commit_base, fresh_git, sync_dir, SandboxError};
+
+/// What the hub asks of the helper (the header on its stdin).
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+pub struct Request {
+    /// Which repository's sandboxes (a plain name chosen by the hub).
+    pub key: String,
+    pub slot: u64,
+    /// `snapshot`: files larger than this are reported as skipped.
+    #[serde(default)]
+    pub cap: u64,
+    /// `snapshot`: the base's paths (read even when ignored, since they are tracked).
+    #[serde(default)]
+    pub base_paths: Vec<String>,
+    /// `exec`: the agent's argv and its whole environment.
+    #[serde(default)]
+    pub argv: Vec<String>,
+    #[serde(default)]
+    pub env: Vec<(String, String)>,
+    /// `exec`: the run's timeout; the helper enforces it (plus a grace) even if the hub hangs.
+    #[serde(default)]
+    pub timeout_ms: u64,
+    /// `exec`: the agent gets a network namespace of its own (only loopback, down).
+    #[serde(default)]
+    pub network_none: bool,
+    /// `exec`: a root hub already entered fresh PID (and network) namespaces for us.
+    #[serde(default)]
+    pub namespaces_ready: bool,
+    /// `exec`: RLIMIT_NPROC for the agent.
+    #[serde(default)]
+    pub nproc: u64,
+    /// `exec`: do not put the agent in a PID namespace (the fallback machines without user
+    /// namespaces get; `HUNKWISE_SANDBOX_PIDNS=off` in the hub's environment forces it).
+    #[serde(default)]
+    pub no_pid_namespace: bool,
+    /// `exec`: stdin stays open as the hub's lifeline, and its EOF stops the agent. Without it
+    /// (short commands), stdin is ignored after the request.
+    #[serde(default)]
+    pub lifeline: bool,
+}
+
+/// Errors inside the helper; printed on its stderr, which the hub shows to the user.
+#[derive(Debug, thiserror::Error)]
+pub enum HelperFailure {
+    #[error("refusing to run as root: the sandbox helper only ever runs as the sandbox user")]
+    Root,
+    #[error("unknown operation {0:?} (expected probe, prepare, snapshot or exec)")]
+    UnknownOp(String),
+    #[error("cannot find this user's home directory: {0}")]
+    NoHome(String),
+    #[error("home {path}: {problem}; run `sudo hunkwise setup` to fix it")]
+    Home { path: PathBuf, problem: String },
+    #[error("sandbox key {0:?} is not a plain name")]
+    BadKey(String),
+    #[error("sandbox directory {path}: {problem}")]
+    Dir { path: PathBuf, problem: String },
+    #[error("reading the request: {0}")]
+    Wire(#[from] WireError),
+    #[error("the base sent by the hub has an unacceptable path {path:?}: {why}")]
+    BadPath { path: String, why: String },
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
+    #[error("writing the snapshot: {0}")]
+    Output(#[source] std::io::Error),
+    #[error("the agent's command line is empty")]
+    EmptyArgv,
+    #[error("environment variable name {0:?} is not valid")]
+    BadEnv(String),
+    #[error("--agent-network none needs a network namespace, and none could be made ({0}): run the hub as root, or allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces)")]
+    NoNetns(String),
+    #[error(
+        "--agent-network none was asked for, but this process still sees network interfaces: {0}"
+    )]
+    NetworkVisible(String),
+    #[error("{what}: {source}")]
+    Sys {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn sys(what: &'static str) -> impl FnOnce(std::io::Error) -> HelperFailure {
+    move |source| HelperFailure::Sys { what, source }
+}
+
+/// Exit status when the helper itself failed before or instead of running an agent.
+const HELPER_FAILED: u8 = 125;
+/// Exit status when the agent could not be started.
+const SPAWN_FAILED: i32 = 127;
+/// After the run's timeout, how long the helper waits for the hub to stop it before doing so
+/// on its own.
+const DEADLINE_GRACE: Duration = Duration::from_secs(30);
+/// Between SIGTERM and SIGKILL of the agent's tree.
+const TERM_GRACE: Duration = Duration::from_secs(2);
+
+/// Entry point of `hunkwise sandbox-helper <op>`. Must be called before any thread is started:
+/// `exec` forks without exec'ing (the PID namespace's init).
+pub fn main(op: &str) -> ExitCode {
+    match run(op) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("hunkwise sandbox-helper {op}: {e}");
+            ExitCode::from(HELPER_FAILED)
+        }
+    }
+}
+
+fn run(op: &str) -> Result<ExitCode, HelperFailure> {
+    if nix::unistd::getuid().is_root() || nix::unistd::geteuid().is_root() {
+        return Err(HelperFailure::Root);
+    }
+    // What the helper and the agent create is theirs alone.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
+    let home = my_home()?;
+    match op {
+        "probe" => {
+            check_my_home(&home)?;
+            println!(
+                "ok uid={} home={} pidns={}",
+                nix::unistd::getuid(),
+                home.display(),
+                if can_make_pid_namespace() {
+                    "yes"
+                } else {
+                    "no"
+                }
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        "prepare" => {
+            check_my_home(&home)?;
+            let mut input = std::io::BufReader::new(std::io::stdin().lock());
+            let req: Request = wire::read_header(&mut input)?;
+            prepare(&req, &home, &mut input)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        "snapshot" => {
+            check_my_home(&home)?;
+            let req: Request = wire::read_header(&mut std::io::stdin().lock())?;
+            let stdout = std::io::stdout();
+            let mut out = std::io::BufWriter::new(stdout.lock());
+            snapshot(&req, &home, &mut out)?;
+            out.flush().map_err(HelperFailure::Output)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        "exec" => {
+            check_my_home(&home)?;
+            let req: Request = wire::read_header(&mut std::io::stdin().lock())?;
+            exec(&req, &home)
+        }
+        other => Err(HelperFailure::UnknownOp(other.to_string())),
+    }
+}
+
+fn my_home() -> Result<PathBuf, HelperFailure> {
+    // From the password database, not $HOME: the environment is the caller's.
+    match nix::unistd::User::from_uid(nix::unistd::getuid()) {
+        Ok(Some(u)) => Ok(u.dir),
+        Ok(None) => Err(HelperFailure::NoHome(format!(
+            "uid {} has no passwd entry",
+            nix::unistd::getuid()
+        ))),
+        Err(e) => Err(HelperFailure::NoHome(e.to_string())),
+    }
+}
+
+fn check_my_home(home: &Path) -> Result<(), HelperFailure> {
+    let problem = |problem: String| HelperFailure::Home {
+        path: home.to_path_buf(),
+        problem,
+    };
+    let meta = std::fs::symlink_metadata(home).map_err(|e| problem(e.to_string()))?;
+    if !meta.is_dir() || meta.uid() != nix::unistd::getuid().as_raw() {
+        return Err(problem(
+            "must be a directory owned by the sandbox user".into(),
+        ));
+    }
+    if meta.mode() & 0o077 != 0 {
+        return Err(problem(format!(
+            "has mode {:o}, must be 700",
+            meta.mode() & 0o7777
+        )));
+    }
+    Ok(())
+}
+
+/// `<home>/sandboxes/<key>/<slot>`, each level a real directory (not a symlink) of ours.
+fn sandbox_dir(home: &Path, req: &Request, create: bool) -> Result<PathBuf, HelperFailure> {
+    let key = &req.key;
+    let plain = !key.is_empty()
+        && key.len() <= 128
+        && !key.starts_with('.')
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+    if !plain {
+        return Err(HelperFailure::BadKey(key.clone()));
+    }
+    let mut dir = home.to_path_buf();
+    let me = nix::unistd::getuid().as_raw();
+    for part in ["sandboxes", key.as_str(), &req.slot.to_string()] {
+        dir.push(part);
+        if create {
+            match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => {
+                    return Err(HelperFailure::Dir {
+                        path: dir,
+                        problem: e.to_string(),
+                    })
+                }
+            }
+        }
+        let meta = std::fs::symlink_metadata(&dir).map_err(|e| HelperFailure::Dir {
+            path: dir.clone(),
+            problem: e.to_string(),
+        })?;
+        if !meta.is_dir() || meta.uid() != me {
+            return Err(HelperFailure::Dir {
+                path: dir,
+                problem: "is not a directory of the sandbox user (a symlink?)".into(),
+            });
+        }
+    }
+    Ok(dir)
+}
+
+fn prepare(req: &Request, home: &Path, input: &mut impl Read) -> Result<(), HelperFailure> {
+    let dir = sandbox_dir(home, req, true)?;
+    // A new .git first, so the base's blobs can be written straight into it as they arrive.
+    let repo = fresh_git(&dir)?;
+    let mut base = FlatTree::new();
+    loop {
+        let (path, mode, bytes) = match wire::read_frame(input, u64::MAX)? {
+            Frame::File {
+                path,
+                bytes,
+                executable,
+            } => (
+                path,
+                if executable {
+                    Mode::Executable
+                } else {
+                    Mode::File
+                },
+                bytes,
+            ),
+            Frame::Symlink { path, target } => (path, Mode::Symlink, target),
+            Frame::Skipped { path, .. } => {
+                return Err(HelperFailure::BadPath {
+                    path,
+                    why: "a base has no skipped files".into(),
+                })
+            }
+            Frame::End => break,
+        };
+        if let Err(e) = components(&path) {
+            return Err(HelperFailure::BadPath {
+                path,
+                why: e.to_string(),
+            });
+        }
+        let oid = repo.write_blob(&bytes).map_err(SandboxError::from)?;
+        base.insert(path, Entry { mode, oid });
+    }
+    if let Err(first) = sync_dir(&dir, &repo, &base) {
+        // The agent may have left shapes an in-place sync cannot fix (a directory where the
+        // base has a file): empty the directory, keeping only the new .git, and sync again.
+        eprintln!(
+            "hunkwise sandbox-helper: resetting {} from scratch ({first})",
+            dir.display()
+        );
+        clear_except_git(&dir)?;
+        sync_dir(&dir, &repo, &base)?;
+    }
+    commit_base(&dir, &repo, &base)?;
+    Ok(())
+}
+
+fn clear_except_git(dir: &Path) -> Result<(), HelperFailure> {
+    let err = |e: std::io::Error| HelperFailure::Dir {
+        path: dir.to_path_buf(),
+        problem: e.to_string(),
+    };
+    for entry in std::fs::read_dir(dir).map_err(err)? {
+        let entry = entry.map_err(err)?;
+        if entry.file_name() == ".git" {
+            continue;
+        }
+        let path = entry.path();
+        // file_type does not follow symlinks; remove_dir_all does not follow them inside.
+        if entry.file_type().map_err(err)?.is_dir() {
+            std::fs::remove_dir_all(&path).map_err(err)?;
+        } else {
+            std::fs::remove_file(&path).map_err(err)?;
+        }
+    }
+    Ok(())
+}
+
+fn snapshot(req: &Request, home: &Path, out: &mut impl Write) -> Result<(), HelperFailure> {
+    let dir = sandbox_dir(home, req, false)?;
+    let candidates: BTreeSet<String> = sandbox_candidates(&dir, req.base_paths.iter());
+    let root = Beneath::open(&dir).map_err(|e| HelperFailure::Dir {
+        path: dir.clone(),
+        problem: e.to_string(),
+    })?;
+    capture_each(&root, candidates, req.cap, |item| {
+        let frame = match item {
+            Captured::File {
+                path,
+                bytes,
+                executable,
+            } => Frame::File {
+                path,
+                bytes,
+                executable,
+            },
+            Captured::Symlink { path, target } => Frame::Symlink { path, target },
+            Captured::Skipped(s) => Frame::Skipped {
+                path: s.path,
+                reason: s.reason,
+            },
+        };
+        wire::write_frame(out, &frame).map_err(HelperFailure::Output)
+    })?;
+    wire::write_frame(out, &Frame::End).map_err(HelperFailure::Output)
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+fn catch_stop_signals() -> Result<(), HelperFailure> {
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet};
+    let action = SigAction::new(
+        SigHandler::Handler(on_stop_signal),
+        SaFlags::empty(),
+        SigSet::empty(),
+    );
+    for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe { sigaction(sig, &action) }
+            .map_err(|e| sys("installing a signal handler")(e.into()))?;
+    }
+    Ok(())
+}
+
+fn exec(req: &Request, home: &Path) -> Result<ExitCode, HelperFailure> {
+    let dir = sandbox_dir(home, req, false)?;
+    if req.argv.is_empty() {
+        return Err(HelperFailure::EmptyArgv);
+    }
+    for (k, _) in &req.env {
+        if k.is_empty() || k.contains('=') || k.contains('\0') {
+            return Err(HelperFailure::BadEnv(k.clone()));
+        }
+    }
+    // No core dumps from the helper either: they could hold the agent token.
+    nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0)
+        .map_err(|e| sys("setting RLIMIT_CORE")(e.into()))?;
+    catch_stop_signals()?;
+    set_no_new_privs()?;
+    #[cfg(target_os = "linux")]
+    {
+        // Orphans of the agent's tree are re-parented to us, not to init, so we can find them.
+        // SAFETY: prctl with integer arguments.
+        if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+            return Err(sys("becoming a child subreaper")(
+                std::io::Error::last_os_error(),
+            ));
+        }
+    }
+    let pid_ns = enter_namespaces(req)?;
+    if req.network_none {
+        check_no_network()?;
+    }
+    let deadline = (req.timeout_ms > 0)
+        .then(|| Instant::now() + Duration::from_millis(req.timeout_ms) + DEADLINE_GRACE);
+
+    let child = if pid_ns {
+        spawn_init(req, &dir)?
+    } else {
+        match spawn_agent(req, &dir) {
+            Ok(pid) => pid,
+            Err(e) => {
+                eprintln!("hunkwise: cannot start the agent {:?}: {e}", req.argv[0]);
+                return Ok(ExitCode::from(SPAWN_FAILED as u8));
+            }
+        }
+    };
+    let status = supervise(child, pid_ns, deadline, req.lifeline);
+    // Whatever the agent left running dies now, whether it exited or was stopped.
+    kill_tree(Signal::SIGKILL);
+    exit_like(status)
+}
+
+fn set_no_new_privs() -> Result<(), HelperFailure> {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: prctl with integer arguments.
+        if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+            return Err(sys("setting NO_NEW_PRIVS")(std::io::Error::last_os_error()));
+        }
+    }
+    Ok(())
+}
+
+/// Whether the helper's next child starts a fresh PID namespace. A root hub has already
+/// unshared PID (and network) namespaces; through sudo, an unprivileged user namespace can own
+/// new ones. Without either, the tree is tracked through the subreaper instead.
+#[cfg(target_os = "linux")]
+fn enter_namespaces(req: &Request) -> Result<bool, HelperFailure> {
+    let pending = pid_ns_pending();
+    if req.namespaces_ready && (pending || !req.network_none) {
+        return Ok(pending);
+    }
+    if req.no_pid_namespace && !req.network_none {
+        return Ok(false);
+    }
+    let uid = nix::unistd::getuid().as_raw();
+    let gid = nix::unistd::getgid().as_raw();
+    let mut flags = libc::CLONE_NEWUSER;
+    if !req.no_pid_namespace {
+        flags |= libc::CLONE_NEWPID;
+    }
+    if req.network_none {
+        flags |= libc::CLONE_NEWNET;
+    }
+    // SAFETY: unshare with integer flags; the helper is single-threaded, as a user namespace
+    // requires.
+    if unsafe { libc::unshare(flags) } != 0 {
+        let e = std::io::Error::last_os_error();
+        if req.network_none {
+            return Err(HelperFailure::NoNetns(e.to_string()));
+        }
+        eprintln!(
+            "hunkwise: no PID namespace for the agent ({e}); tracking its process tree instead"
+        );
+        return Ok(false);
+    }
+    // Map only ourselves, so files keep their owners; setgroups must be denied first.
+    let write = |file: &str, text: String| {
+        std::fs::write(format!("/proc/self/{file}"), text)
+            .map_err(sys("writing the user namespace map"))
+    };
+    write("setgroups", "deny".into())?;
+    write("uid_map", format!("{uid} {uid} 1\n"))?;
+    write("gid_map", format!("{gid} {gid} 1\n"))?;
+    Ok(!req.no_pid_namespace)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn enter_namespaces(req: &Request) -> Result<bool, HelperFailure> {
+    if req.network_none {
+        return Err(HelperFailure::NoNetns(
+            "network namespaces exist only on Linux".into(),
+        ));
+    }
+    Ok(false)
+}
+
+/// Whether an unprivileged user + PID namespace can be made here (tried in a throwaway child).
+fn can_make_pid_namespace() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: the helper is single-threaded; the child only unshares and exits.
+        match unsafe { nix::unistd::fork() } {
+            Ok(nix::unistd::ForkResult::Child) => {
+                let ok = unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWPID) } == 0;
+                // SAFETY: exit without running the parent's atexit handlers twice.
+                unsafe { libc::_exit(if ok { 0 } else { 1 }) }
+            }
+            Ok(nix::unistd::ForkResult::Parent { child }) => {
+                matches!(waitpid(child, None), Ok(WaitStatus::Exited(_, 0)))
+            }
+            Err(_) => false,
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        false
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn pid_ns_pending() -> bool {
+    let a = std::fs::read_link("/proc/self/ns/pid");
+    let b = std::fs::read_link("/proc/self/ns/pid_for_children");
+    match (a, b) {
+        (Ok(a), Ok(b)) => a != b,
+        // A fresh PID namespace reads as missing until its first process (our init) exists.
+        (Ok(_), Err(e)) => e.kind() == std::io::ErrorKind::NotFound,
+        _ => false,
+    }
+}
+
+/// In a fresh network namespace only `lo` exists; anything else means the request was not met.
+fn check_no_network() -> Result<(), HelperFailure> {
+    #[cfg(target_os = "linux")]
+    {
+        let text = std::fs::read_to_string("/proc/self/net/dev")
+            .map_err(sys("reading /proc/self/net/dev"))?;
+        let others: Vec<&str> = text
+            .lines()
+            .skip(2)
+            .filter_map(|l| l.split(':').next())
+            .map(str::trim)
+            .filter(|name| *name != "lo")
+            .collect();
+        if !others.is_empty() {
+            return Err(HelperFailure::NetworkVisible(others.join(", ")));
+        }
+    }
+    Ok(())
+}
+
+/// Fork the PID namespace's init: it starts the agent, reaps everything re-parented to it,
+/// forwards SIGTERM to the whole namespace, and exits with the agent's status as soon as the
+/// agent exits — at which point the kernel kills every other process in the namespace.
+fn spawn_init(req: &Request, dir: &Path) -> Result<Pid, HelperFailure> {
+    // The init watches this pipe: EOF means the helper is gone (however it died).
+    let (guard_rd, guard_wr) = nix::unistd::pipe().map_err(|e| sys("creating a pipe")(e.into()))?;
+    // SAFETY: the helper is single-threaded (it runs before any runtime is started), so the
+    // child may keep running Rust code after fork.
+    match unsafe { nix::unistd::fork() }.map_err(|e| sys("forking")(e.into()))? {
+        nix::unistd::ForkResult::Parent { child } => {
+            drop(guard_rd);
+            // Leak the write end on purpose: it must stay open exactly as long as we live.
+            std::mem::forget(guard_wr);
+            Ok(child)
+        }
+        nix::unistd::ForkResult::Child => {
+            drop(guard_wr);
+            let code = init_main(req, dir, guard_rd);
+            std::process::exit(code)
+        }
+    }
+}
+
+fn init_main(req: &Request, dir: &Path, guard: std::os::fd::OwnedFd) -> i32 {
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl with integer arguments. If the helper dies, so does this init, and with it
+    // the whole namespace.
+    unsafe {
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
+    }
+    let agent = match spawn_agent(req, dir) {
+        Ok(pid) => pid,
+        Err(e) => {
+            eprintln!("hunkwise: cannot start the agent {:?}: {e}", req.argv[0]);
+            return SPAWN_FAILED;
+        }
+    };
+    let mut forwarded = false;
+    loop {
+        loop {
+            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(pid, code)) if pid == agent => return code,
+                Ok(WaitStatus::Signaled(pid, sig, _)) if pid == agent => return 128 + sig as i32,
+                Ok(WaitStatus::StillAlive) | Err(_) => break,
+                Ok(_) => continue,
+            }
+        }
+        if STOP.load(Ordering::SeqCst) && !forwarded {
+            forwarded = true;
+            // From the namespace's init, -1 means every other process in the namespace.
+            let _ = kill(Pid::from_raw(-1), Signal::SIGTERM);
+        }
+        if wait_readable(guard.as_raw_fd(), 50) == Readable::Closed {
+            return 128 + libc::SIGKILL;
+        }
+    }
+}
+
+/// Start the agent itself: new session, limits, only fds 0–2, exactly the given environment.
+fn spawn_agent(req: &Request, dir: &Path) -> std::io::Result<Pid> {
+    let mut cmd = std::process::Command::new(&req.argv[0]);
+    cmd.args(&req.argv[1..])
+        .env_clear()
+        .envs(req.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(dir)
+        .stdin(Stdio::null());
+    let nproc = if req.nproc == 0 {
+        crate::user::AGENT_NPROC
+    } else {
+        req.nproc
+    };
+    // SAFETY: the closure runs in the forked child before exec and makes only system calls.
+    unsafe {
+        cmd.pre_exec(move || agent_pre_exec(nproc));
+    }
+    let child = cmd.spawn()?;
+    Ok(Pid::from_raw(child.id() as i32))
+}
+
+fn agent_pre_exec(nproc: u64) -> std::io::Result<()> {
+    let last = std::io::Error::last_os_error;
+    // SAFETY: plain system calls with integer arguments and stack-allocated structs.
+    unsafe {
+        // A new session: no controlling terminal, so TIOCSTI and /dev/tty have nothing to reach.
+        if libc::setsid() < 0 {
+            return Err(last());
+        }
+        let core = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::setrlimit(libc::RLIMIT_CORE, &core) != 0 {
+            return Err(last());
+        }
+        let mut cur = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_NPROC, &mut cur) != 0 {
+            return Err(last());
+        }
+        let n = (nproc as libc::rlim_t).min(cur.rlim_max);
+        let lim = libc::rlimit {
+            rlim_cur: n,
+            rlim_max: n,
+        };
+        if libc::setrlimit(libc::RLIMIT_NPROC, &lim) != 0 {
+            return Err(last());
+        }
+        close_fds_from_3_on_exec()
+    }
+}
+
+/// Mark every descriptor above 2 close-on-exec (not closed now: std's exec-error pipe must
+/// stay usable until the exec).
+unsafe fn close_fds_from_3_on_exec() -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+        if libc::syscall(
+            libc::SYS_close_range,
+            3 as libc::c_uint,
+            libc::c_uint::MAX,
+            CLOSE_RANGE_CLOEXEC,
+        ) == 0
+        {
+            return Ok(());
+        }
+    }
+    // Older kernels and macOS: every possible descriptor, one by one.
+    let max = match libc::sysconf(libc::_SC_OPEN_MAX) {
+        n if n > 0 => n.min(1 << 20) as libc::c_int,
+        _ => 65536,
+    };
+    for fd in 3..max {
+        let flags = libc::fcntl(fd, libc::F_GETFD);
+        if flags >= 0 {
+            libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+        }
+    }
+    Ok(())
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Readable {
+    No,
+    Yes,
+    Closed,
+}
+
+/// Wait up to `ms` for `fd` to become readable; report EOF or a hang-up as `Closed` (data is
+/// read and discarded: the lifeline carries none after the request).
+fn wait_readable(fd: libc::c_int, ms: libc::c_int) -> Readable {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd on the stack.
+    let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+    if n <= 0 {
+        return Readable::No;
+    }
+    if pfd.revents & libc::POLLNVAL != 0 {
+        return Readable::Closed;
+    }
+    let mut buf = [0u8; 512];
+    // SAFETY: reading into a stack buffer of the given length.
+    let got = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    if got <= 0 {
+        Readable::Closed
+    } else {
+        Readable::Yes
+    }
+}
+
+/// Wait for `child` (the agent, or the namespace's init), reaping every other process that is
+/// re-parented to us, and stop the tree when told to: SIGTERM, lifeline EOF, or the deadline.
+fn supervise(child: Pid, pid_ns: bool, deadline: Option<Instant>, lifeline: bool) -> WaitStatus {
+    let mut stopping_since: Option<Instant> = None;
+    let mut killed = false;
+    let mut lifeline_open = lifeline;
+    loop {
+        loop {
+            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                Ok(status @ (WaitStatus::Exited(pid, _) | WaitStatus::Signaled(pid, _, _)))
+                    if pid == child =>
+                {
+                    return status
+                }
+                Ok(WaitStatus::StillAlive) => break,
+                Ok(_) => continue,
+                // No children at all: the child is gone and was reaped by someone else.
+                Err(_) => return WaitStatus::Exited(child, HELPER_FAILED as i32),
+            }
+        }
+        if lifeline_open {
+            if wait_readable(libc::STDIN_FILENO, 100) == Readable::Closed {
+                lifeline_open = false;
+            }
+        } else {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let stop = STOP.load(Ordering::SeqCst)
+            || (lifeline && !lifeline_open)
+            || deadline.is_some_and(|d| Instant::now() >= d);
+        if stop && stopping_since.is_none() {
+            stopping_since = Some(Instant::now());
+            let _ = kill(child, Signal::SIGTERM);
+            if !pid_ns {
+                kill_tree_once(Signal::SIGTERM);
+            }
+        }
+        if let Some(since) = stopping_since {
+            if !killed && since.elapsed() >= TERM_GRACE {
+                killed = true;
+                // Killing the namespace's init kills the namespace.
+                let _ = kill(child, Signal::SIGKILL);
+                kill_tree(Signal::SIGKILL);
+            }
+        }
+    }
+}
+
+/// Signal every descendant until none is left alive (a fork racing the sweep is caught by the
+/// next pass; RLIMIT_NPROC bounds how long that can go on).
+fn kill_tree(sig: Signal) {
+    for _ in 0..200 {
+        if kill_tree_once(sig) == 0 {
+            return;
+        }
+        reap_all();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Signal every live descendant once; returns how many there were.
+fn kill_tree_once(sig: Signal) -> usize {
+    let me = nix::unistd::getpid().as_raw();
+    let procs = process_table();
+    let mut children: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
+    for (&pid, &(ppid, _)) in &procs {
+        children.entry(ppid).or_default().push(pid);
+    }
+    let mut stack = vec![me];
+    let mut live = 0;
+    while let Some(p) = stack.pop() {
+        for &c in children.get(&p).map(Vec::as_slice).unwrap_or(&[]) {
+            stack.push(c);
+            if procs.get(&c).is_some_and(|&(_, zombie)| !zombie) {
+                live += 1;
+                let _ = kill(Pid::from_raw(c), sig);
+            }
+        }
+    }
+    live
+}
+
+fn reap_all() {
+    while let Ok(status) = waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+        if status == WaitStatus::StillAlive {
+            break;
+        }
+    }
+}
+
+/// pid -> (parent pid, is a zombie), for every process we can see.
+#[cfg(target_os = "linux")]
+fn process_table() -> BTreeMap<i32, (i32, bool)> {
+    let mut out = BTreeMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if let Some((ppid, zombie)) = std::fs::read_to_string(entry.path().join("stat"))
+            .ok()
+            .and_then(|s| parse_stat(&s))
+        {
+            out.insert(pid, (ppid, zombie));
+        }
+    }
+    out
+}
+
+/// `pid (comm) S ppid ...`; comm may itself contain ") ", so split at the last one.
+#[cfg(any(target_os = "linux", test))]
+fn parse_stat(stat: &str) -> Option<(i32, bool)> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    Some((ppid, state == "Z"))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn process_table() -> BTreeMap<i32, (i32, bool)> {
+    // No /proc: ask ps (macOS ships it in /bin).
+    let mut out = BTreeMap::new();
+    let Ok(o) = std::process::Command::new("/bin/ps")
+        .args(["-axo", "pid=,ppid=,stat="])
+        .env_clear()
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+    else {
+        return out;
+    };
+    for line in String::from_utf8_lossy(&o.stdout).lines() {
+        let mut f = line.split_whitespace();
+        if let (Some(pid), Some(ppid), Some(stat)) = (f.next(), f.next(), f.next()) {
+            if let (Ok(pid), Ok(ppid)) = (pid.parse(), ppid.parse()) {
+                out.insert(pid, (ppid, stat.starts_with('Z')));
+            }
+        }
+    }
+    out
+}
+
+/// Exit the way the agent did: its exit code, or the signal that killed it (re-raised, so the
+/// hub — through sudo, which does the same — sees a death by that signal).
+fn exit_like(status: WaitStatus) -> Result<ExitCode, HelperFailure> {
+    match status {
+        WaitStatus::Exited(_, code) => std::process::exit(code),
+        WaitStatus::Signaled(_, sig, _) => {
+            use nix::sys::signal::{signal, SigHandler};
+            // SAFETY: restoring the default disposition of a signal.
+            unsafe {
+                let _ = signal(sig, SigHandler::SigDfl);
+            }
+            let _ = nix::sys::signal::raise(sig);
+            std::process::exit(128 + sig as i32)
+        }
+        _ => Ok(ExitCode::from(HELPER_FAILED)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_lines_with_hostile_names_parse() {
+        assert_eq!(parse_stat("12 (sh) S 7 12 12 0"), Some((7, false)));
+        assert_eq!(parse_stat("13 (a) Z (b) Z 9 1 1"), Some((9, true)));
+        assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn keys_must_be_plain_names() {
+        let tmp = tempfile::tempdir().unwrap();
+        let req = |key: &str| Request {
+            key: key.into(),
+            slot: 0,
+            ..Request::default()
+        };
+        for bad in ["", "..", ".hidden", "a/b", "a b", "x\0"] {
+            assert!(
+                matches!(
+                    sandbox_dir(tmp.path(), &req(bad), true),
+                    Err(HelperFailure::BadKey(_))
+                ),
+                "{bad:?}"
+            );
+        }
+        let dir = sandbox_dir(tmp.path(), &req("repo-0123abcd"), true).unwrap();
+        assert!(dir.ends_with("sandboxes/repo-0123abcd/0"));
+        // A symlink planted where a sandbox level should be is refused, not followed.
+        let other = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(other.path(), tmp.path().join("sandboxes/evil")).unwrap();
+        assert!(matches!(
+            sandbox_dir(tmp.path(), &req("evil"), true),
+            Err(HelperFailure::Dir { .. })
+        ));
+    }
+}

@@ -1,0 +1,1022 @@
+//! Isolation `user`: the agent runs as a dedicated sandbox user (default `hunkwise-agent`).
+//!
+//! The hub never touches the sandbox directory itself. Every operation on it — bringing it to
+//! the run's base, reading it back, running the agent — is done by `hunkwise sandbox-helper`
+//! ([`crate::helper`]) running *as the sandbox user*, started in one of two ways:
+//!
+//! - the hub runs as root ([`Launch::Direct`]): it forks the helper and drops privileges itself
+//!   in the child before exec (supplementary groups, then gid, then uid, then verifies that none
+//!   of it can be undone);
+//! - otherwise ([`Launch::Sudo`]): `sudo -n -u <sandbox user> -- <this binary> sandbox-helper
+//!   <op>`, allowed by exactly one sudoers rule ([`sudoers_rule`]).
+//!
+//! Everything the helper needs travels on its stdin (never argv: the agent token must not show
+//! in `ps`), and everything it reports back is read as hostile data ([`crate::wire`]).
+
+use std::io::Write;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use nix::libc;
+
+use crate::helper::Request;
+use crate::snapshot::{Skipped, Snapshot};
+use crate::store::{Entry, FlatTree, Mode, Store};
+use crate::wire::{self, Frame, WireError};
+use crate::workspace::{AgentCommand, Sandbox, SandboxError, Stop};
+
+/// The sandbox user `hunkwise setup` creates unless told otherwise.
+pub const DEFAULT_USER: &str = "hunkwise-agent";
+/// Processes the sandbox user may have at once (RLIMIT_NPROC): enough for compilers and test
+/// runners, not for a fork bomb to take the machine down.
+pub const AGENT_NPROC: u64 = 4096;
+/// A prepare or snapshot that takes longer than this is stuck (an agent stopping the helper,
+/// say): the hub kills it and reports an error instead of hanging.
+const HELPER_DEADLINE: Duration = Duration::from_secs(15 * 60);
+
+#[derive(Debug, thiserror::Error)]
+pub enum UserError {
+    #[error("the sandbox user {name:?} does not exist: create it with `sudo hunkwise setup --user {name}`, or serve with --isolation none (no isolation)")]
+    Missing { name: String },
+    #[error("looking up user {name:?}: {source}")]
+    Lookup {
+        name: String,
+        #[source]
+        source: nix::Error,
+    },
+    #[error("the sandbox user {name:?} has uid 0; it must be an unprivileged user of its own (see `hunkwise setup`)")]
+    Root { name: String },
+    #[error("the hub runs as the sandbox user {name:?} itself; run the hub as your own user (the agent must not be able to read the hub's token)")]
+    SameAsHub { name: String },
+    #[error(
+        "the sandbox user's home {path}: {problem}; `sudo hunkwise setup --user {name}` fixes it"
+    )]
+    Home {
+        name: String,
+        path: PathBuf,
+        problem: String,
+    },
+    #[error("the hunkwise binary {path} could be replaced by the sandbox user {name:?} ({why}); the hub would then run the agent's code as you: install hunkwise where only you and root can write (e.g. `cargo install --locked --path server --root /usr/local`)")]
+    ExeWritable {
+        path: PathBuf,
+        name: String,
+        why: String,
+    },
+    #[error("the path of the hunkwise binary ({path}) has characters a sudoers rule cannot hold safely (allowed: letters, digits and / . _ + -): install it somewhere plainer, e.g. `cargo install --locked --path server --root /usr/local`")]
+    ExePath { path: PathBuf },
+    #[error("finding the hunkwise binary: {0}")]
+    Exe(#[source] std::io::Error),
+    #[error("sudo is not installed, and the hub is not root: install sudo (e.g. `apt-get install sudo`), then run `hunkwise setup --install`")]
+    NoSudo,
+    #[error("the sandbox helper does not start as {name:?}: {detail}\n`hunkwise setup --check` says what is missing; the hub needs this sudoers rule (`hunkwise setup --install` writes it):\n    {rule}")]
+    Probe {
+        name: String,
+        detail: String,
+        rule: String,
+    },
+    #[error("{name:?} is not a plain user name (letters, digits, . _ + -)")]
+    BadName { name: String },
+    #[error("inspecting {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Errors of one helper invocation; each says what the helper was doing and what it said.
+#[derive(Debug, thiserror::Error)]
+pub enum HelperError {
+    #[error("starting the sandbox helper ({cmd}): {source}")]
+    Spawn {
+        cmd: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the sandbox helper's {op} failed ({status}): {stderr}")]
+    Failed {
+        op: &'static str,
+        status: String,
+        stderr: String,
+    },
+    #[error("the sandbox helper's {op} took longer than {secs}s and was killed")]
+    Stuck { op: &'static str, secs: u64 },
+    #[error("the sandbox helper's {op}: {source} (helper said: {stderr})")]
+    Stream {
+        op: &'static str,
+        #[source]
+        source: WireError,
+        stderr: String,
+    },
+    #[error("the sandbox helper's snapshot sent an unacceptable path {path:?}: {why}")]
+    BadPath { path: String, why: String },
+    #[error(
+        "the sandbox helper's {op}: writing to the checkpoint store: {0}",
+        op = "snapshot"
+    )]
+    Store(#[from] crate::store::StoreError),
+    #[error("the sandbox helper's {op}: {message}")]
+    Protocol { op: &'static str, message: String },
+}
+
+/// An account on this machine, as far as file permissions are concerned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxUser {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+    /// Every group the user is in (primary included): group permission bits apply to these.
+    pub groups: Vec<u32>,
+    pub home: PathBuf,
+}
+
+impl SandboxUser {
+    /// Look a user up by name (None when there is no such user).
+    pub fn lookup(name: &str) -> Result<Option<Self>, UserError> {
+        let user = nix::unistd::User::from_name(name).map_err(|source| UserError::Lookup {
+            name: name.to_string(),
+            source,
+        })?;
+        Ok(user.map(|u| Self::from_passwd(&u)))
+    }
+
+    /// The user this process runs as.
+    pub fn current() -> Result<Self, UserError> {
+        let uid = nix::unistd::getuid();
+        match nix::unistd::User::from_uid(uid) {
+            Ok(Some(u)) => Ok(Self::from_passwd(&u)),
+            Ok(None) => Ok(Self {
+                name: uid.to_string(),
+                uid: uid.as_raw(),
+                gid: nix::unistd::getgid().as_raw(),
+                groups: vec![nix::unistd::getgid().as_raw()],
+                home: PathBuf::from("/"),
+            }),
+            Err(source) => Err(UserError::Lookup {
+                name: uid.to_string(),
+                source,
+            }),
+        }
+    }
+
+    fn from_passwd(u: &nix::unistd::User) -> Self {
+        Self {
+            name: u.name.clone(),
+            uid: u.uid.as_raw(),
+            gid: u.gid.as_raw(),
+            groups: group_list(&u.name, u.gid.as_raw()),
+            home: u.dir.clone(),
+        }
+    }
+
+    /// What this user could do to `path`: read it, or write it — directly, or by replacing it
+    /// through a directory on the way that it can write (a sticky directory only lets it replace
+    /// its own entries). A path it cannot reach (some directory on the way is not searchable for
+    /// it) is neither. POSIX ACLs are not consulted.
+    pub fn access(&self, path: &Path) -> Result<Access, UserError> {
+        let io = |source| UserError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let path = path.canonicalize().map_err(io)?;
+        let mut access = Access::default();
+        let mut prefix = PathBuf::new();
+        let components: Vec<_> = path.components().collect();
+        for (i, comp) in components.iter().enumerate() {
+            prefix.push(comp);
+            let meta = std::fs::metadata(&prefix).map_err(io)?;
+            let last = i + 1 == components.len();
+            if last {
+                access.read = self.may(&meta, 0o4);
+                access.write |= self.may(&meta, 0o2);
+                break;
+            }
+            if !self.may(&meta, 0o1) {
+                return Ok(Access::default());
+            }
+            if self.may(&meta, 0o2) {
+                let child =
+                    std::fs::symlink_metadata(prefix.join(components[i + 1])).map_err(io)?;
+                let sticky = meta.mode() & 0o1000 != 0;
+                if !sticky || meta.uid() == self.uid || child.uid() == self.uid {
+                    access.write = true;
+                    access.via = Some(prefix.clone());
+                }
+            }
+        }
+        Ok(access)
+    }
+
+    /// Whether the permission `bit` (4 read, 2 write, 1 search) applies to this user.
+    fn may(&self, meta: &std::fs::Metadata, bit: u32) -> bool {
+        if self.uid == 0 {
+            return true;
+        }
+        let mode = meta.mode();
+        if meta.uid() == self.uid {
+            mode & (bit << 6) != 0
+        } else if self.groups.contains(&meta.gid()) {
+            mode & (bit << 3) != 0
+        } else {
+            mode & bit != 0
+        }
+    }
+}
+
+/// See [`SandboxUser::access`].
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Access {
+    pub read: bool,
+    pub write: bool,
+    /// A directory on the way that the user can write (so it can replace what is below).
+    pub via: Option<PathBuf>,
+}
+
+#[cfg(not(target_vendor = "apple"))]
+fn group_list(name: &str, gid: u32) -> Vec<u32> {
+    let Ok(cname) = std::ffi::CString::new(name) else {
+        return vec![gid];
+    };
+    match nix::unistd::getgrouplist(&cname, nix::unistd::Gid::from_raw(gid)) {
+        Ok(groups) => groups.into_iter().map(|g| g.as_raw()).collect(),
+        Err(_) => vec![gid],
+    }
+}
+
+#[cfg(target_vendor = "apple")]
+fn group_list(_name: &str, gid: u32) -> Vec<u32> {
+    // nix has no getgrouplist on macOS; the primary group is what `hunkwise setup` creates.
+    vec![gid]
+}
+
+/// How the hub starts the helper as the sandbox user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Launch {
+    /// The hub is root: it drops privileges itself in the forked child.
+    Direct,
+    /// Through `sudo -n -u <user>` and the one sudoers rule.
+    Sudo { sudo: PathBuf },
+}
+
+/// A verified sandbox user and how to reach it: everything `--isolation user` needs.
+#[derive(Debug, Clone)]
+pub struct UserIsolation {
+    pub user: SandboxUser,
+    pub launch: Launch,
+    /// This binary (the helper is `<helper_exe> sandbox-helper`).
+    pub helper_exe: PathBuf,
+    /// `--agent-network none`: the agent gets a fresh network namespace (Linux).
+    pub network_none: bool,
+}
+
+/// The absolute path of this binary, as the sudoers rule names it.
+pub fn current_exe() -> Result<PathBuf, UserError> {
+    let exe = std::env::current_exe().map_err(UserError::Exe)?;
+    exe.canonicalize().map_err(UserError::Exe)
+}
+
+/// Find sudo (the hub's PATH is not trusted for this: the usual places first).
+pub fn find_sudo() -> Option<PathBuf> {
+    [
+        "/usr/bin/sudo",
+        "/bin/sudo",
+        "/usr/local/bin/sudo",
+        "/run/wrappers/bin/sudo",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .find(|p| p.exists())
+}
+
+/// The one sudoers rule a non-root hub needs: `hub_user` may run exactly this binary's sandbox
+/// helper as `sandbox_user`, nothing else.
+pub fn sudoers_rule(hub_user: &str, sandbox_user: &str, exe: &Path) -> Result<String, UserError> {
+    let plain = |s: &str| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "/._+-".contains(c))
+    };
+    let exe_str = exe.to_str().unwrap_or("");
+    if !plain(exe_str) || !exe.is_absolute() {
+        return Err(UserError::ExePath {
+            path: exe.to_path_buf(),
+        });
+    }
+    for name in [hub_user, sandbox_user] {
+        if !plain(name) || name.contains('/') {
+            return Err(UserError::BadName {
+                name: name.to_string(),
+            });
+        }
+    }
+    Ok(format!(
+        "{hub_user} ALL=({sandbox_user}) NOPASSWD: {exe_str} sandbox-helper *"
+    ))
+}
+
+impl UserIsolation {
+    /// Resolve `name` and check that it is fit to run agents: it exists, is not root nor the
+    /// hub's own user, has a private home, cannot replace this binary, and the helper actually
+    /// starts as it (which proves the sudoers rule, when one is needed).
+    pub fn establish(name: &str, network_none: bool) -> Result<Self, UserError> {
+        let user = SandboxUser::lookup(name)?.ok_or_else(|| UserError::Missing {
+            name: name.to_string(),
+        })?;
+        if user.uid == 0 {
+            return Err(UserError::Root {
+                name: name.to_string(),
+            });
+        }
+        let me = nix::unistd::getuid().as_raw();
+        if user.uid == me {
+            return Err(UserError::SameAsHub {
+                name: name.to_string(),
+            });
+        }
+        check_home(&user)?;
+        let helper_exe = current_exe()?;
+        check_exe(&user, &helper_exe)?;
+        let launch = if me == 0 {
+            Launch::Direct
+        } else {
+            Launch::Sudo {
+                sudo: find_sudo().ok_or(UserError::NoSudo)?,
+            }
+        };
+        let iso = Self {
+            user,
+            launch,
+            helper_exe,
+            network_none,
+        };
+        iso.probe()?;
+        Ok(iso)
+    }
+
+    /// Start `sandbox-helper probe` and check it answers as the sandbox user.
+    pub fn probe(&self) -> Result<String, UserError> {
+        self.probe_as(None)
+    }
+
+    /// Like [`probe`](Self::probe), but started as `hub` (root only: `hunkwise setup --check`
+    /// run as root proves the sudoers rule works for the user the hub will run as).
+    pub fn probe_as(&self, hub: Option<&SandboxUser>) -> Result<String, UserError> {
+        let fail = |detail: String| {
+            let hub = match hub {
+                Some(h) => h.name.clone(),
+                None => SandboxUser::current()
+                    .map(|u| u.name)
+                    .unwrap_or_else(|_| "YOU".into()),
+            };
+            UserError::Probe {
+                name: self.user.name.clone(),
+                detail,
+                rule: sudoers_rule(&hub, &self.user.name, &self.helper_exe)
+                    .unwrap_or_else(|e| e.to_string()),
+            }
+        };
+        let mut cmd = self.helper_command("probe", false);
+        if let Some(hub) = hub {
+            cmd.uid(hub.uid).gid(hub.gid);
+        }
+        let out = cmd
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| fail(format!("{}: {e}", self.describe("probe"))))?;
+        let stdout = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let expected = format!("ok uid={}", self.user.uid);
+        if !out.status.success() || !stdout.starts_with(&expected) {
+            return Err(fail(format!(
+                "{} exited with {}: {}{}",
+                self.describe("probe"),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim(),
+                if stdout.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (stdout: {stdout})")
+                }
+            )));
+        }
+        Ok(stdout)
+    }
+
+    /// A sandbox slot: `<home>/sandboxes/<key>/<slot>`, owned by the sandbox user.
+    pub fn sandbox(&self, key: &str, slot: usize) -> UserSandbox {
+        UserSandbox {
+            iso: self.clone(),
+            key: key.to_string(),
+            slot,
+            workdir: self
+                .user
+                .home
+                .join("sandboxes")
+                .join(key)
+                .join(slot.to_string()),
+        }
+    }
+
+    fn describe(&self, op: &str) -> String {
+        match &self.launch {
+            Launch::Direct => format!(
+                "{} sandbox-helper {op} (as uid {})",
+                self.helper_exe.display(),
+                self.user.uid
+            ),
+            Launch::Sudo { sudo } => format!(
+                "{} -n -u {} -- {} sandbox-helper {op}",
+                sudo.display(),
+                self.user.name,
+                self.helper_exe.display()
+            ),
+        }
+    }
+
+    /// The helper for `op`, with no environment and `/` as its working directory. For `exec`
+    /// as root, the child also enters fresh PID (and, with `--agent-network none`, network)
+    /// namespaces before dropping privileges.
+    fn helper_command(&self, op: &str, exec: bool) -> std::process::Command {
+        let mut cmd = match &self.launch {
+            Launch::Direct => {
+                let mut cmd = std::process::Command::new(&self.helper_exe);
+                cmd.args(["sandbox-helper", op]);
+                let (uid, gid) = (self.user.uid, self.user.gid);
+                let ns = if exec {
+                    namespace_flags(self.network_none, !pid_namespace_disabled())
+                } else {
+                    0
+                };
+                // SAFETY: the closure runs in the forked child before exec and makes only
+                // async-signal-safe system calls (no allocation, no locks).
+                unsafe {
+                    cmd.pre_exec(move || drop_privileges(uid, gid, ns));
+                }
+                cmd
+            }
+            Launch::Sudo { sudo } => {
+                let mut cmd = std::process::Command::new(sudo);
+                cmd.args(["-n", "-u", &self.user.name, "--"])
+                    .arg(&self.helper_exe)
+                    .args(["sandbox-helper", op]);
+                // SAFETY: setsid is async-signal-safe. Without a controlling terminal sudo
+                // never allocates a pty nor prompts, and the helper inherits none.
+                unsafe {
+                    cmd.pre_exec(|| {
+                        if libc::setsid() < 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        Ok(())
+                    });
+                }
+                cmd
+            }
+        };
+        cmd.env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .current_dir("/");
+        cmd
+    }
+
+    /// Run a blocking helper operation: `feed` writes its stdin (from a thread of its own, so
+    /// a helper that talks while it listens cannot deadlock us), `read` consumes its stdout.
+    /// The helper is killed if the whole exchange takes longer than [`HELPER_DEADLINE`].
+    fn run_helper<T: Send>(
+        &self,
+        op: &'static str,
+        feed: impl FnOnce(&mut dyn Write) -> std::io::Result<()> + Send,
+        read: impl FnOnce(&mut dyn std::io::Read) -> Result<T, HelperError>,
+    ) -> Result<T, HelperError> {
+        let mut cmd = self.helper_command(op, false);
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().map_err(|source| HelperError::Spawn {
+            cmd: self.describe(op),
+            source,
+        })?;
+        let pid = child.id() as i32;
+        let (mut stdin, mut stdout, mut stderr) =
+            match (child.stdin.take(), child.stdout.take(), child.stderr.take()) {
+                (Some(a), Some(b), Some(c)) => (a, b, c),
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(HelperError::Protocol {
+                        op,
+                        message: "no pipes to the helper".into(),
+                    });
+                }
+            };
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let (result, stderr_text, stuck) = std::thread::scope(|s| {
+            let writer = s.spawn(move || {
+                let r = feed(&mut stdin);
+                drop(stdin);
+                r
+            });
+            let errors = s.spawn(move || {
+                use std::io::Read;
+                let mut buf = Vec::new();
+                let _ = (&mut stderr).take(64 * 1024).read_to_end(&mut buf);
+                // Keep draining so the helper never blocks on a full stderr pipe.
+                let _ = std::io::copy(&mut stderr, &mut std::io::sink());
+                String::from_utf8_lossy(&buf).trim().to_string()
+            });
+            let watchdog = s.spawn(move || {
+                match done_rx.recv_timeout(HELPER_DEADLINE) {
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                        // Not reaped yet (the main thread waits for us first), so the pid is
+                        // still the helper's. SIGCONT wakes one an agent stopped; sudo relays
+                        // both; SIGKILL ends sudo itself.
+                        use nix::sys::signal::{kill, Signal};
+                        let p = nix::unistd::Pid::from_raw(pid);
+                        let _ = kill(p, Signal::SIGTERM);
+                        let _ = kill(p, Signal::SIGCONT);
+                        std::thread::sleep(Duration::from_secs(2));
+                        let _ = kill(p, Signal::SIGKILL);
+                        true
+                    }
+                    _ => false,
+                }
+            });
+            let result = read(&mut stdout);
+            // Drain whatever is left so the helper can finish writing and exit.
+            let _ = std::io::copy(&mut stdout, &mut std::io::sink());
+            let write_result = writer.join();
+            let _ = done_tx.send(());
+            let stuck = watchdog.join().unwrap_or(false);
+            let stderr_text = errors.join().unwrap_or_default();
+            let result = match (result, write_result) {
+                (Ok(v), Ok(Ok(()))) => Ok(v),
+                (Err(e), _) => Err(e),
+                (Ok(_), Ok(Err(e))) => Err(HelperError::Stream {
+                    op,
+                    source: WireError::Io(e),
+                    stderr: String::new(),
+                }),
+                (Ok(_), Err(_)) => Err(HelperError::Protocol {
+                    op,
+                    message: "the writer thread panicked".into(),
+                }),
+            };
+            (result, stderr_text, stuck)
+        });
+        let status = child.wait().map_err(|source| HelperError::Spawn {
+            cmd: self.describe(op),
+            source,
+        })?;
+        if stuck {
+            return Err(HelperError::Stuck {
+                op,
+                secs: HELPER_DEADLINE.as_secs(),
+            });
+        }
+        if !status.success() {
+            return Err(HelperError::Failed {
+                op,
+                status: status.to_string(),
+                stderr: stderr_text,
+            });
+        }
+        result.map_err(|e| match e {
+            HelperError::Stream { op, source, .. } => HelperError::Stream {
+                op,
+                source,
+                stderr: stderr_text.clone(),
+            },
+            e => e,
+        })
+    }
+}
+
+/// Namespaces a root hub puts the helper's children in (the helper's first child becomes
+/// PID 1 of a PID namespace, so every process the agent starts dies with it).
+fn namespace_flags(network_none: bool, pid: bool) -> libc::c_int {
+    #[cfg(target_os = "linux")]
+    {
+        (if pid { libc::CLONE_NEWPID } else { 0 })
+            | if network_none { libc::CLONE_NEWNET } else { 0 }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (network_none, pid);
+        0
+    }
+}
+
+/// `HUNKWISE_SANDBOX_PIDNS=off`: run agents without a PID namespace, as machines without
+/// (unprivileged) user namespaces must — so that fallback can be exercised anywhere.
+fn pid_namespace_disabled() -> bool {
+    std::env::var_os("HUNKWISE_SANDBOX_PIDNS").is_some_and(|v| v == "off")
+}
+
+/// In the forked child of a root hub: a new session (no controlling terminal), optional fresh
+/// namespaces (which need root, so before the drop), then supplementary groups, gid and uid —
+/// in that order, since each step needs the privilege the next one gives up — and a check that
+/// all of it took and cannot be undone. Only `EPERM`/`last_os_error` are built on failure:
+/// nothing here may allocate.
+fn drop_privileges(uid: u32, gid: u32, ns: libc::c_int) -> std::io::Result<()> {
+    let last = std::io::Error::last_os_error;
+    // SAFETY: plain system calls on integers; no memory is shared with the parent.
+    unsafe {
+        if libc::setsid() < 0 {
+            return Err(last());
+        }
+        // Without CAP_SYS_ADMIN (some containers) a PID namespace may be refused: the helper
+        // then tracks the tree itself. A network namespace that was asked for is not optional.
+        #[cfg(target_os = "linux")]
+        if ns != 0 && libc::unshare(ns) != 0 && ns & libc::CLONE_NEWNET != 0 {
+            return Err(last());
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = ns;
+        if libc::setgroups(0, std::ptr::null()) != 0 {
+            return Err(last());
+        }
+        if libc::setgid(gid) != 0 {
+            return Err(last());
+        }
+        if libc::setuid(uid) != 0 {
+            return Err(last());
+        }
+        let denied = std::io::Error::from_raw_os_error(libc::EPERM);
+        if libc::getuid() != uid
+            || libc::geteuid() != uid
+            || libc::getgid() != gid
+            || libc::getegid() != gid
+            || libc::getgroups(0, std::ptr::null_mut()) != 0
+        {
+            return Err(denied);
+        }
+        if libc::setuid(0) == 0 || libc::setgid(0) == 0 {
+            return Err(denied);
+        }
+        // No parent-death signal: when the hub dies the helper must live on for a moment, see
+        // its lifeline close, and kill the agent's tree.
+    }
+    Ok(())
+}
+
+/// The sandbox user's home must exist, be a directory it owns, and be closed to everyone else
+/// (the sandboxes of every repository live in it).
+pub fn check_home(user: &SandboxUser) -> Result<(), UserError> {
+    let problem = |problem: String| UserError::Home {
+        name: user.name.clone(),
+        path: user.home.clone(),
+        problem,
+    };
+    let meta = std::fs::symlink_metadata(&user.home)
+        .map_err(|e| problem(format!("cannot be inspected ({e})")))?;
+    if !meta.is_dir() {
+        return Err(problem("is not a directory".into()));
+    }
+    if meta.uid() != user.uid {
+        return Err(problem(format!(
+            "is owned by uid {}, not by {}",
+            meta.uid(),
+            user.name
+        )));
+    }
+    if meta.mode() & 0o077 != 0 {
+        return Err(problem(format!(
+            "has mode {:o}; it must be 700 so other users cannot see the sandboxes",
+            meta.mode() & 0o7777
+        )));
+    }
+    Ok(())
+}
+
+/// The sandbox user must not be able to replace the binary the hub (and the helper) run.
+pub fn check_exe(user: &SandboxUser, exe: &Path) -> Result<(), UserError> {
+    let access = user.access(exe)?;
+    if access.write {
+        let why = match access.via {
+            Some(dir) => format!("it can write the directory {}", dir.display()),
+            None => "it can write the file".into(),
+        };
+        return Err(UserError::ExeWritable {
+            path: exe.to_path_buf(),
+            name: user.name.clone(),
+            why,
+        });
+    }
+    Ok(())
+}
+
+/// One sandbox slot of one repository, operated through the helper.
+#[derive(Debug)]
+pub struct UserSandbox {
+    iso: UserIsolation,
+    key: String,
+    slot: usize,
+    workdir: PathBuf,
+}
+
+impl UserSandbox {
+    fn request(&self) -> Request {
+        Request {
+            key: self.key.clone(),
+            slot: self.slot as u64,
+            ..Request::default()
+        }
+    }
+
+    /// The `exec` request, framed: argv and the whole environment travel on stdin, never argv.
+    fn exec_request(
+        &self,
+        argv: &[String],
+        env: &[(String, String)],
+        timeout: Duration,
+        lifeline: bool,
+    ) -> Vec<u8> {
+        let user = &self.iso.user;
+        // The agent is the sandbox user: its own home and name, no TMPDIR of the hub's.
+        let mut env: Vec<(String, String)> = env
+            .iter()
+            .filter(|(k, _)| !matches!(k.as_str(), "HOME" | "USER" | "LOGNAME" | "TMPDIR"))
+            .cloned()
+            .collect();
+        env.push(("HOME".into(), user.home.display().to_string()));
+        env.push(("USER".into(), user.name.clone()));
+        env.push(("LOGNAME".into(), user.name.clone()));
+        let mut request = self.request();
+        request.argv = argv.to_vec();
+        request.env = env;
+        request.timeout_ms = timeout.as_millis().min(u64::MAX as u128) as u64;
+        request.network_none = self.iso.network_none;
+        // A root hub already put the helper in fresh namespaces; through sudo, the helper
+        // makes its own (user + PID, and network when asked).
+        request.namespaces_ready = self.iso.launch == Launch::Direct && cfg!(target_os = "linux");
+        request.nproc = AGENT_NPROC;
+        request.lifeline = lifeline;
+        request.no_pid_namespace = pid_namespace_disabled();
+        let mut bytes = Vec::new();
+        // Serializing strings and integers into a Vec cannot fail.
+        let _ = wire::write_header(&mut bytes, &request);
+        bytes
+    }
+}
+
+/// Largest request [`stdin_from_bytes`] takes: it must fit in a pipe's buffer (64 KiB on Linux,
+/// 16 KiB guaranteed on macOS), or the child would block on its own write forever.
+const PIPE_REQUEST_MAX: usize = if cfg!(target_os = "linux") {
+    60 * 1024
+} else {
+    16 * 1024
+};
+
+/// In a forked child: make fd 0 a pipe that holds `bytes` and then EOF. Requests over
+/// [`PIPE_REQUEST_MAX`] fail with E2BIG ("argument list too long"), which is what they are.
+fn stdin_from_bytes(bytes: &[u8]) -> std::io::Result<()> {
+    if bytes.len() > PIPE_REQUEST_MAX {
+        return Err(std::io::Error::from_raw_os_error(libc::E2BIG));
+    }
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: system calls on descriptors this function creates; `bytes` outlives the calls.
+    unsafe {
+        if libc::pipe(fds.as_mut_ptr()) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut off = 0;
+        while off < bytes.len() {
+            let n = libc::write(fds[1], bytes[off..].as_ptr().cast(), bytes.len() - off);
+            if n <= 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            off += n as usize;
+        }
+        libc::close(fds[1]);
+        if libc::dup2(fds[0], 0) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        libc::close(fds[0]);
+    }
+    Ok(())
+}
+
+/// Make a helper-sent reason printable and short: it is agent-controlled text.
+fn sanitize(s: &str, max: usize) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .take(max)
+        .collect()
+}
+
+impl Sandbox for UserSandbox {
+    fn workdir(&self) -> &Path {
+        &self.workdir
+    }
+
+    fn prepare(&self, store: &Store, base: &FlatTree) -> Result<(), SandboxError> {
+        let request = self.request();
+        self.iso.run_helper(
+            "prepare",
+            |w| {
+                let mut w = std::io::BufWriter::new(w);
+                wire::write_header(&mut w, &request)?;
+                for (path, entry) in base {
+                    let bytes = store.read_blob(entry.oid).map_err(std::io::Error::other)?;
+                    let frame = match entry.mode {
+                        Mode::Symlink => Frame::Symlink {
+                            path: path.clone(),
+                            target: bytes,
+                        },
+                        Mode::File | Mode::Executable => Frame::File {
+                            path: path.clone(),
+                            bytes,
+                            executable: entry.mode == Mode::Executable,
+                        },
+                    };
+                    wire::write_frame(&mut w, &frame)?;
+                }
+                wire::write_frame(&mut w, &Frame::End)?;
+                w.flush()
+            },
+            |r| {
+                // The helper prints nothing on success; drain whatever it says.
+                let _ = std::io::copy(r, &mut std::io::sink());
+                Ok(())
+            },
+        )?;
+        Ok(())
+    }
+
+    fn snapshot(&self, store: &Store, base: &FlatTree, cap: u64) -> Result<Snapshot, SandboxError> {
+        let mut request = self.request();
+        request.cap = cap;
+        request.base_paths = base.keys().cloned().collect();
+        let snap = self.iso.run_helper(
+            "snapshot",
+            |w| {
+                let mut w = std::io::BufWriter::new(w);
+                wire::write_header(&mut w, &request)?;
+                w.flush()
+            },
+            |r| {
+                let mut r = std::io::BufReader::new(r);
+                let mut snap = Snapshot::default();
+                let stream = |source| HelperError::Stream {
+                    op: "snapshot",
+                    source,
+                    stderr: String::new(),
+                };
+                loop {
+                    let frame = wire::read_frame(&mut r, cap).map_err(stream)?;
+                    // Everything below is the agent's word: check it as such.
+                    let path = match &frame {
+                        Frame::File { path, .. } | Frame::Symlink { path, .. } => path.clone(),
+                        Frame::Skipped { path, reason } => {
+                            snap.skipped.push(Skipped {
+                                path: sanitize(path, 300),
+                                reason: sanitize(reason, 300),
+                            });
+                            continue;
+                        }
+                        Frame::End => break,
+                    };
+                    if let Err(e) = crate::beneath::components(&path) {
+                        return Err(HelperError::BadPath {
+                            path: sanitize(&path, 300),
+                            why: e.to_string(),
+                        });
+                    }
+                    if snap.tree.contains_key(&path) {
+                        return Err(HelperError::BadPath {
+                            path: sanitize(&path, 300),
+                            why: "sent twice".into(),
+                        });
+                    }
+                    let (mode, bytes) = match frame {
+                        Frame::File {
+                            bytes, executable, ..
+                        } => (
+                            if executable {
+                                Mode::Executable
+                            } else {
+                                Mode::File
+                            },
+                            bytes,
+                        ),
+                        Frame::Symlink { target, .. } => (Mode::Symlink, target),
+                        Frame::Skipped { .. } | Frame::End => continue,
+                    };
+                    let oid = store.write_blob(&bytes)?;
+                    snap.tree.insert(path, Entry { mode, oid });
+                }
+                Ok(snap)
+            },
+        )?;
+        Ok(snap)
+    }
+
+    fn command(&self, argv: &[String], env: &[(String, String)]) -> tokio::process::Command {
+        // A short command (jj, say) whose caller does not keep a lifeline open: the request is
+        // put on the helper's stdin by the child itself, just before exec, and stdin then reads
+        // EOF. The helper still kills the command's whole tree when it exits, on SIGTERM, and
+        // at the deadline.
+        let request = self.exec_request(argv, env, Duration::from_secs(30 * 60), false);
+        let mut cmd = self.iso.helper_command("exec", true);
+        // SAFETY: pipe, write, dup2 and close are async-signal-safe; `request` was allocated
+        // before the fork and is only read here.
+        unsafe {
+            cmd.pre_exec(move || stdin_from_bytes(&request));
+        }
+        tokio::process::Command::from(cmd)
+    }
+
+    fn agent_command(
+        &self,
+        argv: &[String],
+        env: &[(String, String)],
+        timeout: Duration,
+    ) -> AgentCommand {
+        AgentCommand {
+            command: tokio::process::Command::from(self.iso.helper_command("exec", true)),
+            stop: Stop::Lifeline {
+                request: self.exec_request(argv, env, timeout, true),
+            },
+        }
+    }
+
+    fn isolation(&self) -> String {
+        let how = match self.iso.launch {
+            Launch::Direct => "the root hub drops privileges",
+            Launch::Sudo { .. } => "via sudo",
+        };
+        let net = if self.iso.network_none {
+            ", no network"
+        } else {
+            ""
+        };
+        format!("user {} ({how}{net})", self.iso.user.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn access_follows_modes_and_directories() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let me = SandboxUser::current().unwrap();
+        // Someone who is neither the owner nor in the group: only "other" bits apply.
+        let stranger = SandboxUser {
+            name: "stranger".into(),
+            uid: 4_000_000,
+            gid: 4_000_000,
+            groups: vec![4_000_000],
+            home: "/nonexistent".into(),
+        };
+        let dir = tmp.path().join("d");
+        std::fs::create_dir(&dir).unwrap();
+        let file = dir.join("f");
+        std::fs::write(&file, "x").unwrap();
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let a = stranger.access(&file).unwrap();
+        assert!(a.read && !a.write, "{a:?}");
+        // The owner (positive control) can write.
+        assert!(me.access(&file).unwrap().write);
+        // A closed directory on the way hides the file entirely.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        assert_eq!(stranger.access(&file).unwrap(), Access::default());
+        // A world-writable directory on the way lets others replace the file...
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let a = stranger.access(&file).unwrap();
+        assert!(a.write && a.via.as_deref() == Some(dir.as_path()), "{a:?}");
+        // ...unless it is sticky (like /tmp) and the file is not theirs.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        assert!(!stranger.access(&file).unwrap().write);
+    }
+
+    #[test]
+    fn sudoers_rule_is_one_exact_line() {
+        let rule = sudoers_rule(
+            "alice",
+            "hunkwise-agent",
+            Path::new("/usr/local/bin/hunkwise"),
+        )
+        .unwrap();
+        assert_eq!(
+            rule,
+            "alice ALL=(hunkwise-agent) NOPASSWD: /usr/local/bin/hunkwise sandbox-helper *"
+        );
+        // Characters with a meaning in sudoers are refused, not escaped.
+        assert!(sudoers_rule("alice", "a", Path::new("/opt/my bin/hunkwise")).is_err());
+        assert!(sudoers_rule("alice", "a", Path::new("/x/hunk,wise")).is_err());
+        assert!(sudoers_rule("alice", "a", Path::new("relative/hunkwise")).is_err());
+        assert!(sudoers_rule("al ice", "a", Path::new("/x/hunkwise")).is_err());
+    }
+
+    #[test]
+    fn sanitize_strips_control_characters() {
+        assert_eq!(sanitize("a\x1b[2Jb\nc", 100), "a?[2Jb?c");
+        assert_eq!(sanitize("abcdef", 3), "abc");
+    }
+}

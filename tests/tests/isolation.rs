@@ -1,0 +1,793 @@
+//! `--isolation user`: the agent runs as a separate OS user and provably cannot escape.
+//!
+//! These tests create real users (an owner who runs the hub, and the sandbox user through
+//! `hunkwise setup`), so they need root — as CI has. Without root they fail loudly in CI
+//! (`CI=true`) and skip with a printed reason elsewhere; they never pass vacuously. Every
+//! negative check has a positive control: the same attempt by the owner succeeds, or the probe
+//! shows it could reach the thing it was then denied.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use hunkwise_tests::isolation::{
+    chown_tree, hub_pid, processes_of, require_root, start_hub, HubAs, TestUser,
+};
+use hunkwise_tests::{hunkwise_bin, wait_until, Hub, Workspace};
+use serde_json::{json, Value};
+
+const SECRETS: &[(&str, &str)] = &[
+    ("ANTHROPIC_API_KEY", "sk-ant-probe-secret-1"),
+    ("OPENAI_API_KEY", "sk-probe-secret-2"),
+    ("SSH_AUTH_SOCK", "/tmp/probe-secret-ssh-agent.sock"),
+    ("AWS_SECRET_ACCESS_KEY", "probe-secret-aws-3"),
+    ("HUNKWISE_PROBE_SECRET", "probe-secret-4"),
+];
+
+/// An owner (running the hub, unless the hub is root), a sandbox user made by `hunkwise setup`,
+/// and a repository that belongs to the owner.
+struct Setup {
+    ws: Workspace,
+    /// Scripts and markers every user can read (root-owned, 0755).
+    shared: tempfile::TempDir,
+    // Users are removed when the test ends (declared after the directories: dropped last).
+    agent: TestUser,
+    owner: Option<TestUser>,
+}
+
+impl Setup {
+    /// `root_hub`: the hub runs as root and drops privileges itself (no sudo involved).
+    fn new(root_hub: bool) -> Result<Self> {
+        let ws = Workspace::new(&[("hello.txt", b"hello\n"), ("src/lib.rs", b"fn x() {}\n")])?;
+        let owner = if root_hub {
+            None
+        } else {
+            let home = ws.home();
+            let owner = TestUser::create(
+                "hwo",
+                &[
+                    "-M",
+                    "-d",
+                    home.to_str().unwrap_or("/nonexistent"),
+                    "-s",
+                    "/bin/sh",
+                ],
+            )?;
+            chown_tree(ws.dir.path(), &owner)?;
+            Some(owner)
+        };
+        std::fs::set_permissions(ws.dir.path(), std::fs::Permissions::from_mode(0o700))?;
+        std::fs::set_permissions(ws.home(), std::fs::Permissions::from_mode(0o700))?;
+        // A key in the owner's ~/.ssh, as a real user would have.
+        let ssh = ws.home().join(".ssh");
+        std::fs::create_dir_all(&ssh)?;
+        std::fs::write(
+            ssh.join("id_ed25519"),
+            "-----BEGIN OPENSSH PRIVATE KEY----- probe\n",
+        )?;
+        std::fs::set_permissions(&ssh, std::fs::Permissions::from_mode(0o700))?;
+        std::fs::set_permissions(
+            ssh.join("id_ed25519"),
+            std::fs::Permissions::from_mode(0o600),
+        )?;
+        if let Some(o) = &owner {
+            chown_tree(&ssh, o)?;
+        }
+        let name = format!(
+            "hwa{}x{}",
+            std::process::id(),
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+        );
+        let hub_user = owner
+            .as_ref()
+            .map(|o| o.name.clone())
+            .unwrap_or("root".into());
+        let out = Command::new(hunkwise_bin())
+            .args([
+                "setup",
+                "--user",
+                &name,
+                "--hub-user",
+                &hub_user,
+                "--install",
+                "--yes",
+            ])
+            .output()?;
+        let agent = TestUser::lookup(&name)
+            .with_context(|| String::from_utf8_lossy(&out.stderr).into_owned())?;
+        anyhow::ensure!(
+            out.status.success(),
+            "hunkwise setup failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let shared = tempfile::tempdir()?;
+        std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o755))?;
+        Ok(Self {
+            ws,
+            shared,
+            agent,
+            owner,
+        })
+    }
+
+    /// A script every user can run, in the shared directory.
+    fn script(&self, name: &str, body: &str) -> Result<PathBuf> {
+        let p = self.shared.path().join(name);
+        std::fs::write(&p, format!("#!/bin/sh\n{body}\n"))?;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755))?;
+        Ok(p)
+    }
+
+    fn hub(&self, tty: bool, extra: &[&str]) -> Result<Hub> {
+        self.hub_env(tty, extra, &[])
+    }
+
+    fn hub_env(&self, tty: bool, extra: &[&str], env: &[(&str, &str)]) -> Result<Hub> {
+        let mut args = vec!["--isolation", "user", "--sandbox-user", &self.agent.name];
+        args.extend_from_slice(extra);
+        let mut all_env = SECRETS.to_vec();
+        all_env.extend_from_slice(env);
+        start_hub(
+            &self.ws,
+            &HubAs {
+                user: self.owner.as_ref(),
+                tty,
+                extra: &args,
+                env: &all_env,
+            },
+        )
+    }
+
+    /// Run a shell command as the hub's user (the owner, or root).
+    fn as_owner(&self, script: &str) -> Result<std::process::Output> {
+        match &self.owner {
+            Some(o) => o.sh(script),
+            None => Ok(Command::new("sh").args(["-c", script]).output()?),
+        }
+    }
+
+    /// The sandbox directory of slot 0 (in the sandbox user's home).
+    fn sandbox_dir(&self) -> Result<PathBuf> {
+        let root = self.agent.home().join("sandboxes");
+        for entry in std::fs::read_dir(&root).with_context(|| root.display().to_string())? {
+            let dir = entry?.path().join("0");
+            if dir.is_dir() {
+                return Ok(dir);
+            }
+        }
+        bail!("no sandbox under {}", root.display())
+    }
+}
+
+static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Start a run of `agent` and wait until it is finished; returns the run.
+fn run_to_end(hub: &Hub, agent: &Path, timeout_secs: Option<u64>) -> Result<Value> {
+    let id = start_run(hub, agent, timeout_secs)?;
+    wait_run(hub, &id, Duration::from_secs(90))
+}
+
+fn start_run(hub: &Hub, agent: &Path, timeout_secs: Option<u64>) -> Result<String> {
+    let mut body = json!({"prompt": "probe", "agent": agent.display().to_string()});
+    if let Some(t) = timeout_secs {
+        body["timeout_secs"] = json!(t);
+    }
+    let r = hub.curl().post("/runs", &body)?;
+    anyhow::ensure!(r.status == 200, "POST /runs: {} {}", r.status, r.body);
+    r.body["run_id"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| anyhow!("no run_id in {}", r.body))
+}
+
+fn wait_run(hub: &Hub, id: &str, timeout: Duration) -> Result<Value> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let r = hub.curl().get(&format!("/runs/{id}"))?;
+        let status = r.body["status"].as_str().unwrap_or("");
+        if !matches!(status, "queued" | "working" | "") {
+            return Ok(r.body);
+        }
+        if Instant::now() > deadline {
+            bail!("run {id} did not finish: {}\n{}", r.body, hub.log_text());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The agent's output as recorded by the hub (`runs/<id>.log`, lines `out ...` / `err ...`).
+fn run_log(hub: &Hub, id: &str) -> Result<String> {
+    let p = hub.state.join("runs").join(format!("{id}.log"));
+    std::fs::read_to_string(&p).with_context(|| p.display().to_string())
+}
+
+/// `RESULT <name> <value...>` lines of the probe.
+fn results(log: &str) -> BTreeMap<String, String> {
+    log.lines()
+        .filter_map(|l| l.strip_prefix("out RESULT "))
+        .filter_map(|l| l.split_once(' '))
+        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+        .collect()
+}
+
+fn wait_no_process_of(user: &TestUser, within: Duration) -> Result<()> {
+    wait_until("no process of the sandbox user", within, || {
+        processes_of(user.uid).is_empty()
+    })
+    .map_err(|e| anyhow!("{e}: {:?}", processes_of(user.uid)))
+}
+
+/// The probe agent: tries every escape the issue lists and prints `RESULT name value` lines.
+/// `kill_parent`: also try to kill the supervising process (in a PID namespace that is the
+/// namespace's init, which ignores it; without one it is the helper itself — see README).
+fn probe_script(s: &Setup, hub: &Hub, kill_parent: bool) -> Result<PathBuf> {
+    let repo = s.ws.repo();
+    let state = &hub.state;
+    let ssh = s.ws.home().join(".ssh/id_ed25519");
+    let body = format!(
+        r#"
+r() {{ echo "RESULT $1 $2"; }}
+try() {{ name=$1; shift; if "$@" >/dev/null 2>&1; then r "$name" ALLOWED; else r "$name" denied; fi; }}
+r id "$(id -u)"
+try write_checkout sh -c 'echo pwned >> {repo}/hello.txt'
+try create_in_checkout sh -c 'echo pwned > {repo}/pwned.txt'
+try read_token cat {state}/token
+try read_feedback cat {state}/feedback.jsonl
+try read_journal cat {state}/state.jsonl
+try list_state ls {state}
+try read_ssh cat {ssh}
+r reviewer_api_with_agent_token "$(curl -s -o /dev/null -w '%{{http_code}}' -H "Authorization: Bearer $HUNKWISE_AGENT_TOKEN" "$HUNKWISE_URL/suggestions")"
+r reviewer_api_no_token "$(curl -s -o /dev/null -w '%{{http_code}}' "$HUNKWISE_URL/suggestions")"
+r runs_api_with_agent_token "$(curl -s -o /dev/null -w '%{{http_code}}' -H "Authorization: Bearer $HUNKWISE_AGENT_TOKEN" -H 'Content-Type: application/json' -d '{{"prompt":"x"}}' "$HUNKWISE_URL/runs")"
+r agent_status "$(curl -s -o /dev/null -w '%{{http_code}}' -H "Authorization: Bearer $HUNKWISE_AGENT_TOKEN" -H 'Content-Type: application/json' -d '{{"message":"probe says hi"}}' "$HUNKWISE_URL/agent/status")"
+env | sed 's/^/ENV /'
+r fds "$(ls /proc/self/fd | tr '\n' ' ')"
+r tty_nr "$(cut -d' ' -f7 /proc/$$/stat)"
+try devtty perl -e 'open(my $t, "+<", "/dev/tty") or die "$!\n"'
+for fd in 0 1 2; do
+  try tiocsti_$fd perl -e 'open(my $h, "+<&=", '$fd') or open($h, ">&=", '$fd') or die "$!\n"; my $c = "x"; ioctl($h, 0x5412, $c) or die "$!\n"'
+done
+# The agent token must not be in any process's argv (ps shows argv to everyone).
+t=$(mktemp); printf %s "$HUNKWISE_AGENT_TOKEN" > "$t"
+r token_in_argv "$(cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' '\n' | grep -c -F -f "$t")"
+rm -f "$t"
+r helper_in_argv "$(cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' '\n' | grep -c -F sandbox-helper)"
+# Leave processes behind: plain, in a new session ignoring SIGTERM, double-forked.
+sleep 300 &
+bg=$!
+setsid sh -c 'trap "" TERM HUP; sleep 301' &
+(sh -c 'sleep 302 &' &)
+kill -0 $bg && r background_alive yes
+{kill_parent}
+echo probe > probe.txt
+"#,
+        kill_parent = if kill_parent {
+            "kill -9 $PPID 2>/dev/null; r kill_parent $?"
+        } else {
+            ""
+        },
+        repo = repo.display(),
+        state = state.display(),
+        ssh = ssh.display(),
+    );
+    s.script("probe.sh", &body)
+}
+
+/// Everything the probe must have been denied, and the controls that show it was not denied
+/// for lack of trying.
+fn check_probe(s: &Setup, hub: &Hub, pid_namespace: bool) -> Result<()> {
+    let probe = probe_script(s, hub, pid_namespace)?;
+    let run = run_to_end(hub, &probe, None)?;
+    let id = run["run_id"].as_str().unwrap_or_default();
+    let log = run_log(hub, id)?;
+    let res = results(&log);
+    let get = |k: &str| res.get(k).map(String::as_str).unwrap_or("<missing>");
+    let ctx = || format!("probe log:\n{log}\nhub log:\n{}", hub.log_text());
+
+    assert_eq!(run["status"], "ready", "{}", ctx());
+    assert_eq!(get("id"), s.agent.uid.to_string(), "{}", ctx());
+    for k in [
+        "write_checkout",
+        "create_in_checkout",
+        "read_token",
+        "read_feedback",
+        "read_journal",
+        "list_state",
+        "read_ssh",
+        "devtty",
+        "tiocsti_0",
+        "tiocsti_1",
+        "tiocsti_2",
+    ] {
+        assert_eq!(get(k), "denied", "{k}: {}", ctx());
+    }
+    // Positive controls: the owner can do each of those things.
+    let repo = s.ws.repo();
+    let state = &hub.state;
+    for (what, cmd) in [
+        (
+            "write the checkout",
+            format!("test -w {}/hello.txt", repo.display()),
+        ),
+        ("read the token", format!("cat {}/token", state.display())),
+        (
+            "read the feedback log",
+            format!("cat {}/feedback.jsonl", state.display()),
+        ),
+        (
+            "read ~/.ssh",
+            format!("cat {}/.ssh/id_ed25519", s.ws.home().display()),
+        ),
+    ] {
+        let out = s.as_owner(&cmd)?;
+        assert!(
+            out.status.success(),
+            "control: the owner must be able to {what}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(s.ws.read_string("hello.txt")?, "hello\n");
+    assert!(!s.ws.exists("pwned.txt"));
+
+    // The API: the agent token publishes and reports status (control), nothing more.
+    assert_eq!(get("agent_status"), "200", "{}", ctx());
+    assert_eq!(get("reviewer_api_with_agent_token"), "403", "{}", ctx());
+    assert_eq!(get("runs_api_with_agent_token"), "403", "{}", ctx());
+    assert_eq!(get("reviewer_api_no_token"), "401", "{}", ctx());
+
+    // Environment: an allowlist. The hub had the secrets (it was started with them).
+    let env: Vec<&str> = log
+        .lines()
+        .filter_map(|l| l.strip_prefix("out ENV "))
+        .collect();
+    assert!(
+        env.iter().any(|l| l.starts_with("HUNKWISE_AGENT_TOKEN=")),
+        "{}",
+        ctx()
+    );
+    assert!(env.iter().any(|l| l.starts_with("PATH=")), "{}", ctx());
+    assert!(
+        env.contains(&format!("HOME={}", s.agent.home().display()).as_str()),
+        "the agent's HOME is its own: {env:?}"
+    );
+    for (name, value) in SECRETS {
+        assert!(
+            !log.contains(value) && !env.iter().any(|l| l.starts_with(&format!("{name}="))),
+            "{name} leaked: {}",
+            ctx()
+        );
+    }
+    assert!(
+        !env.iter().any(|l| l.starts_with("GIT_")),
+        "GIT_* leaked: {env:?}"
+    );
+    assert!(!log.contains(&hub.token), "the reviewer token leaked");
+    let hub_env = std::fs::read(format!("/proc/{}/environ", hub_pid(hub)?))?;
+    assert!(
+        String::from_utf8_lossy(&hub_env).contains("HUNKWISE_PROBE_SECRET=probe-secret-4"),
+        "control: the hub itself has the secrets"
+    );
+
+    // Only fds 0-2 (3 is ls's own directory handle); the hub had plenty to leak.
+    assert_eq!(get("fds"), "0 1 2 3", "{}", ctx());
+    let hub_fds = std::fs::read_dir(format!("/proc/{}/fd", hub_pid(hub)?))?.count();
+    assert!(
+        hub_fds > 4,
+        "control: the hub has descriptors of its own ({hub_fds})"
+    );
+
+    // No controlling terminal, although the hub has one (it runs on a pty).
+    assert_eq!(get("tty_nr"), "0", "{}", ctx());
+    let hub_stat = std::fs::read_to_string(format!("/proc/{}/stat", hub_pid(hub)?))?;
+    let hub_tty = hub_stat
+        .rsplit_once(')')
+        .and_then(|(_, r)| r.split_whitespace().nth(4))
+        .unwrap_or("0");
+    assert_ne!(hub_tty, "0", "control: the hub has a controlling terminal");
+    // Control: on this kernel a process with a terminal can inject keystrokes.
+    let out = s.as_owner(
+        r#"script -qec "perl -e 'open(my \$t, \"+<\", \"/dev/tty\") or die \"open: \$!\n\"; my \$c = \"x\"; ioctl(\$t, 0x5412, \$c) or die \"TIOCSTI: \$!\n\"; print \"injected\n\"'" /dev/null </dev/null"#,
+    )?;
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("injected"),
+        "control: TIOCSTI works with a controlling terminal: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // No secret in argv; control: the helper is visible there, so the scan works.
+    assert_eq!(get("token_in_argv"), "0", "{}", ctx());
+    assert_ne!(get("helper_in_argv"), "0", "{}", ctx());
+
+    // Nothing of the sandbox user outlives the run (control: it was running).
+    assert_eq!(get("background_alive"), "yes", "{}", ctx());
+    wait_no_process_of(&s.agent, Duration::from_secs(5))?;
+    // And the run still produced its suggestion, read back through the helper.
+    assert_eq!(
+        run["suggestion_ids"].as_array().map(Vec::len),
+        Some(1),
+        "{}",
+        ctx()
+    );
+    Ok(())
+}
+
+#[test]
+fn probe_agent_cannot_escape_the_sandbox_user() {
+    if !require_root("probe_agent_cannot_escape_the_sandbox_user") {
+        return;
+    }
+    let s = Setup::new(false).unwrap();
+    let hub = s.hub(true, &[]).unwrap();
+    check_probe(&s, &hub, true).unwrap();
+}
+
+#[test]
+fn probe_agent_cannot_escape_when_the_hub_is_root() {
+    if !require_root("probe_agent_cannot_escape_when_the_hub_is_root") {
+        return;
+    }
+    let s = Setup::new(true).unwrap();
+    let hub = s.hub(true, &[]).unwrap();
+    assert!(
+        hub.log_text().contains("isolation") || hub.log_text().contains("serving"),
+        "{}",
+        hub.log_text()
+    );
+    check_probe(&s, &hub, true).unwrap();
+}
+
+/// Machines without unprivileged user namespaces get no PID namespace: the helper, a child
+/// subreaper, must still find and kill the whole tree (forced here with
+/// `HUNKWISE_SANDBOX_PIDNS=off`).
+#[test]
+fn without_a_pid_namespace_the_tree_still_dies() {
+    if !require_root("without_a_pid_namespace_the_tree_still_dies") {
+        return;
+    }
+    let s = Setup::new(false).unwrap();
+    let env = [("HUNKWISE_SANDBOX_PIDNS", "off")];
+    let mut hub = s.hub_env(true, &[], &env).unwrap();
+    check_probe(&s, &hub, false).unwrap();
+    let agent = lingering_agent(&s).unwrap();
+    let id = start_run(&hub, &agent, None).unwrap();
+    wait_lingering(&s).unwrap();
+    // Control: really no PID namespace this time (the agent's parent is the helper).
+    let helpers = processes_of(s.agent.uid)
+        .into_iter()
+        .filter(|(_, c)| c.contains("sandbox-helper exec"))
+        .count();
+    assert_eq!(helpers, 1, "{:?}", processes_of(s.agent.uid));
+    hub.curl()
+        .post(&format!("/runs/{id}/cancel"), &json!({}))
+        .unwrap();
+    wait_no_process_of(&s.agent, Duration::from_secs(6)).unwrap();
+    start_run(&hub, &agent, None).unwrap();
+    wait_lingering(&s).unwrap();
+    let pid = hub_pid(&hub).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    hub.kill9();
+    wait_no_process_of(&s.agent, Duration::from_secs(6)).unwrap();
+}
+
+/// An agent that leaves processes everywhere (new session ignoring SIGTERM, double fork) and
+/// never exits.
+fn lingering_agent(s: &Setup) -> Result<PathBuf> {
+    s.script(
+        "linger.sh",
+        "sleep 300 &\nsetsid sh -c 'trap \"\" TERM HUP; sleep 301' &\n(sh -c 'sleep 302 &' &)\necho started\nexec sleep 303",
+    )
+}
+
+fn wait_lingering(s: &Setup) -> Result<()> {
+    wait_until("the agent's processes", Duration::from_secs(30), || {
+        processes_of(s.agent.uid)
+            .iter()
+            .filter(|(_, cmd)| cmd.starts_with("sleep 30"))
+            .count()
+            >= 4
+    })
+}
+
+#[test]
+fn no_sandbox_process_survives_cancel_timeout_or_hub_kill9() {
+    if !require_root("no_sandbox_process_survives_cancel_timeout_or_hub_kill9") {
+        return;
+    }
+    let s = Setup::new(false).unwrap();
+    let agent = lingering_agent(&s).unwrap();
+    let mut hub = s.hub(false, &[]).unwrap();
+
+    // Cancel.
+    let id = start_run(&hub, &agent, None).unwrap();
+    wait_lingering(&s).unwrap();
+    let r = hub
+        .curl()
+        .post(&format!("/runs/{id}/cancel"), &json!({}))
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    wait_no_process_of(&s.agent, Duration::from_secs(6)).unwrap();
+    let run = wait_run(&hub, &id, Duration::from_secs(20)).unwrap();
+    assert_eq!(run["status"], "cancelled", "{run}");
+
+    // Timeout.
+    let id = start_run(&hub, &agent, Some(3)).unwrap();
+    wait_lingering(&s).unwrap();
+    let run = wait_run(&hub, &id, Duration::from_secs(30)).unwrap();
+    assert_eq!(run["status"], "failed", "{run}");
+    assert!(
+        run["error"].as_str().unwrap_or("").contains("timed out"),
+        "{run}"
+    );
+    wait_no_process_of(&s.agent, Duration::from_secs(5)).unwrap();
+
+    // kill -9 of the hub: the helper's lifeline closes and it takes the tree down.
+    start_run(&hub, &agent, None).unwrap();
+    wait_lingering(&s).unwrap();
+    let pid = hub_pid(&hub).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    hub.kill9();
+    wait_no_process_of(&s.agent, Duration::from_secs(6)).unwrap();
+}
+
+/// The agent configures its clone's git to run a marker command on every occasion git offers;
+/// a whole review (run, publish, accept, finalize) must run none of it. The control runs git in
+/// the clone afterwards and sees the markers fire.
+fn git_config_never_runs(
+    s_sandbox_dir: impl Fn() -> Result<PathBuf>,
+    hub: &Hub,
+    shared: &Path,
+    run_git_as: impl Fn(&str) -> Result<std::process::Output>,
+) -> Result<()> {
+    let marks = shared.join("marks");
+    std::fs::create_dir_all(&marks)?;
+    std::fs::set_permissions(&marks, std::fs::Permissions::from_mode(0o777))?;
+    let marker = shared.join("mark.sh");
+    std::fs::write(
+        &marker,
+        format!(
+            "#!/bin/sh\nid -un > {}/fired-\"$1\"-$$\ncat >/dev/null 2>&1 </dev/null\n",
+            marks.display()
+        ),
+    )?;
+    std::fs::set_permissions(&marker, std::fs::Permissions::from_mode(0o755))?;
+    let m = marker.display().to_string();
+    let agent = shared.join("hooks-agent.sh");
+    std::fs::write(
+        &agent,
+        format!(
+            r#"#!/bin/sh
+set -e
+M={m}
+git config core.fsmonitor "$M fsmonitor"
+git config diff.external "$M diff-external"
+git config filter.evil.clean "$M filter-clean"
+git config filter.evil.smudge "$M filter-smudge"
+git config filter.evil.process "$M filter-process"
+git config filter.evil.required true
+git config diff.evil.textconv "$M textconv"
+git config diff.evil.command "$M diff-command"
+git config core.pager "$M pager"
+git config core.sshCommand "$M ssh"
+git config credential.helper "$M credential"
+git config gpg.program "$M gpg"
+git config commit.gpgSign true
+for h in pre-commit post-commit post-checkout post-index-change reference-transaction pre-auto-gc post-merge post-rewrite fsmonitor-watchman; do
+  printf '#!/bin/sh\n%s %s\n' "$M" "$h" > .git/hooks/$h
+  chmod +x .git/hooks/$h
+done
+printf '* filter=evil diff=evil\n' > .gitattributes
+echo "changed by the agent" >> hello.txt
+"#
+        ),
+    )?;
+    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755))?;
+
+    let run = run_to_end(hub, &agent, None)?;
+    anyhow::ensure!(run["status"] == "ready", "{run}\n{}", hub.log_text());
+    let sid = run["suggestion_ids"][0]
+        .as_str()
+        .ok_or_else(|| anyhow!("no suggestion: {run}"))?
+        .to_string();
+    let r = hub.curl().post(
+        "/feedback/all",
+        &json!({"suggestion_id": sid, "action": "accept"}),
+    )?;
+    anyhow::ensure!(r.status == 200, "accept all: {}", r.body);
+    let r = hub.curl().post(
+        "/complete",
+        &json!({"suggestion_id": sid, "action": "finalize"}),
+    )?;
+    anyhow::ensure!(r.status == 200, "finalize: {}", r.body);
+    let fired: Vec<_> = std::fs::read_dir(&marks)?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        fired.is_empty(),
+        "the sandbox's git configuration ran: {fired:?}"
+    );
+
+    // Control: the same configuration does fire when git itself runs in the clone.
+    let dir = s_sandbox_dir()?;
+    let out = run_git_as(&format!(
+        "cd {} && git status >/dev/null 2>&1; git diff HEAD >/dev/null 2>&1; git -c core.pager=cat log -1 >/dev/null 2>&1; true",
+        dir.display()
+    ))?;
+    let fired = std::fs::read_dir(&marks)?.flatten().count();
+    assert!(
+        fired > 0,
+        "control: git in the sandbox clone runs its configuration ({})",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+#[test]
+fn sandbox_git_config_never_runs_under_user_isolation() {
+    if !require_root("sandbox_git_config_never_runs_under_user_isolation") {
+        return;
+    }
+    let s = Setup::new(false).unwrap();
+    let hub = s.hub(false, &[]).unwrap();
+    git_config_never_runs(
+        || s.sandbox_dir(),
+        &hub,
+        s.shared.path(),
+        |cmd| s.agent.sh(cmd),
+    )
+    .unwrap();
+    // The accepted hunks did land, so the review really happened.
+    assert!(s
+        .ws
+        .read_string("hello.txt")
+        .unwrap()
+        .contains("changed by the agent"));
+}
+
+/// The same without isolation (no root needed): the hub never runs git in the sandbox either.
+#[test]
+fn sandbox_git_config_never_runs_without_isolation() {
+    let ws = Workspace::new(&[("hello.txt", b"hello\n")]).unwrap();
+    let shared = tempfile::tempdir().unwrap();
+    let hub = ws.serve(&["--isolation", "none"]).unwrap();
+    let state = ws.state();
+    git_config_never_runs(
+        || Ok(state.join("sandboxes/0")),
+        &hub,
+        shared.path(),
+        |cmd| {
+            let mut c = Command::new("sh");
+            hunkwise_tests::hermetic_env(&mut c, &ws.home());
+            Ok(c.args(["-c", cmd]).output()?)
+        },
+    )
+    .unwrap();
+    assert!(ws
+        .read_string("hello.txt")
+        .unwrap()
+        .contains("changed by the agent"));
+}
+
+#[test]
+fn agent_network_none_has_no_network() {
+    if !require_root("agent_network_none_has_no_network") {
+        return;
+    }
+    let s = Setup::new(false).unwrap();
+    let hub = s.hub(false, &["--agent-network", "none"]).unwrap();
+    let agent = s
+        .script(
+            "net.sh",
+            "echo \"RESULT ifaces $(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\\n' ' ')\"\n\
+             echo \"RESULT health $(curl -s -m 3 -o /dev/null -w '%{http_code}' \"$HUNKWISE_URL/health\")\"\n\
+             echo offline > offline.txt",
+        )
+        .unwrap();
+    let run = run_to_end(&hub, &agent, None).unwrap();
+    let id = run["run_id"].as_str().unwrap_or_default();
+    let log = run_log(&hub, id).unwrap();
+    let res = results(&log);
+    assert_eq!(run["status"], "ready", "{run}\n{log}\n{}", hub.log_text());
+    assert_eq!(res.get("ifaces").map(String::as_str), Some("lo"), "{log}");
+    assert_eq!(res.get("health").map(String::as_str), Some("000"), "{log}");
+    // Control: the sandbox user can reach the hub when not in the agent's namespace.
+    let out = s
+        .agent
+        .sh(&format!(
+            "curl -s -m 3 -o /dev/null -w '%{{http_code}}' {}/health",
+            hub.url
+        ))
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "200");
+}
+
+#[test]
+fn startup_refuses_state_or_checkout_the_sandbox_user_can_reach() {
+    if !require_root("startup_refuses_state_or_checkout_the_sandbox_user_can_reach") {
+        return;
+    }
+    let s = Setup::new(false).unwrap();
+    // Control: it starts as set up.
+    let mut hub = s.hub(false, &[]).unwrap();
+    hub.stop().unwrap();
+    drop(hub);
+
+    // A state dir the sandbox user owns (reachable: the directory above is searchable).
+    std::fs::set_permissions(s.ws.dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    let state = s.ws.state();
+    chown_tree(&state, &s.agent).unwrap();
+    let err = s
+        .hub(false, &[])
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        err.contains("could") && err.contains(&s.agent.name),
+        "a state dir of the sandbox user must be refused: {err}"
+    );
+    chown_tree(&state, s.owner.as_ref().unwrap()).unwrap();
+
+    // A checkout anyone can write.
+    std::fs::set_permissions(s.ws.repo(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let err = s
+        .hub(false, &[])
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        err.contains("could write your checkout"),
+        "a checkout the sandbox user can write must be refused: {err}"
+    );
+    // Readable (not writable) is started, with a warning.
+    std::fs::set_permissions(s.ws.repo(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let hub = s.hub(false, &[]).unwrap();
+    assert!(
+        hub.log_text()
+            .contains("your checkout is readable by other users"),
+        "{}",
+        hub.log_text()
+    );
+}
+
+#[test]
+fn setup_check_reports_what_is_missing() {
+    let out = Command::new(hunkwise_bin())
+        .args(["setup", "--check", "--user", "hwnosuchuser"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("does not exist") && text.contains("hunkwise setup"),
+        "{text}"
+    );
+    // Without that user, serving defaults to no isolation and says so loudly.
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    let hub = ws.serve(&["--sandbox-user", "hwnosuchuser"]).unwrap();
+    assert!(hub.log_text().contains("WARNING"), "{}", hub.log_text());
+    drop(hub);
+    // And asking for it explicitly is an error that names the fix.
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    let err = ws
+        .serve(&["--isolation", "user", "--sandbox-user", "hwnosuchuser"])
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        err.contains("does not exist: create it with `sudo hunkwise setup"),
+        "{err}"
+    );
+}
