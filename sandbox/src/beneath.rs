@@ -348,7 +348,7 @@ impl Beneath {
                 None if executable => 0o755,
                 None => 0o644,
             };
-            nix::sys::stat::fchmod(file.as_fd(), Mode::from_bits_truncate(mode))
+            nix::sys::stat::fchmod(file.as_fd(), Mode::from_bits_truncate(mode as _))
                 .map_err(|e| FsError::io(path, e))?;
             file.sync_all().map_err(|e| FsError::Io {
                 path: path.to_string(),
