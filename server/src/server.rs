@@ -49,6 +49,22 @@ fn prepare_state_dir(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A 0700 state dir of another user passes the mode check but would fail later, obscurely.
+fn check_state_dir_owner(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta =
+        std::fs::symlink_metadata(dir).with_context(|| format!("state dir {}", dir.display()))?;
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != me {
+        bail!(
+            "state dir {} belongs to uid {}, not to you (uid {me}); use your own --state-dir",
+            dir.display(),
+            meta.uid()
+        );
+    }
+    Ok(())
+}
+
 /// Hold an exclusive lock on `<state>/lock` for the hub's lifetime: two hubs on one journal
 /// would corrupt it.
 fn lock_state_dir(dir: &Path) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>> {
@@ -84,6 +100,7 @@ pub fn open_hub(
     prepare_state_dir(&cfg.state_dir)?;
     // Before anything secret is read or created: nothing of it may be open to the sandbox user.
     crate::isolation::startup_checks(&cfg)?;
+    check_state_dir_owner(&cfg.state_dir)?;
     let lock = lock_state_dir(&cfg.state_dir)?;
     let token = crate::auth::load_or_create_token(&cfg.state_dir.join("token"))
         .context("the reviewer token")?;

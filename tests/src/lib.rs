@@ -142,7 +142,10 @@ pub struct Hub {
 
 impl Hub {
     pub fn start(ws: &Workspace, extra: &[&str]) -> Result<Self> {
-        let log = ws.path(&format!("hub-{}.log", std::process::id()));
+        // One log per hub start, so a check of a restarted hub never reads the previous one's.
+        static STARTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let log = ws.path(&format!("hub-{}-{n}.log", std::process::id()));
         Self::start_in(&ws.repo(), &ws.home(), &ws.state(), &log, extra, &[])
     }
 

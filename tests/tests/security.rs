@@ -461,3 +461,28 @@ async fn a_modified_diff_naming_another_file_is_refused() {
     assert_eq!(ws.read("a.txt").unwrap(), b"line 1\npwned\nline 3\n");
     assert_eq!(std::fs::read(&git_config).unwrap(), config_before);
 }
+
+#[test]
+fn a_state_dir_of_another_user_is_refused() {
+    if !nix::unistd::geteuid().is_root() {
+        assert!(
+            std::env::var("CI").is_err(),
+            "CI runs as root; this test needs it to chown"
+        );
+        eprintln!("SKIPPED a_state_dir_of_another_user_is_refused: needs root to chown");
+        return;
+    }
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    // Control: a state dir of our own starts.
+    let mut hub = ws.serve(&[]).unwrap();
+    hub.stop().unwrap();
+    drop(hub);
+    let nobody = nix::unistd::Uid::from_raw(65534);
+    nix::unistd::chown(&ws.state(), Some(nobody), None).unwrap();
+    let err = ws
+        .serve(&[])
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.contains("belongs to uid 65534"), "{err}");
+}
