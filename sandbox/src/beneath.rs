@@ -109,6 +109,24 @@ fn mode_bits(st: &nix::sys::stat::FileStat) -> u32 {
     st.st_mode as u32
 }
 
+/// A regular file's (executable, size), or the error that names what is there instead.
+fn regular(path: &str, kind: Kind) -> Result<(bool, u64), FsError> {
+    match kind {
+        Kind::File { executable, size } => Ok((executable, size)),
+        Kind::Symlink => Err(FsError::Symlink {
+            path: path.to_string(),
+        }),
+        Kind::Dir => Err(FsError::NotRegular {
+            path: path.to_string(),
+            what: "directory",
+        }),
+        Kind::Other(what) => Err(FsError::NotRegular {
+            path: path.to_string(),
+            what,
+        }),
+    }
+}
+
 fn kind_of(st: &nix::sys::stat::FileStat) -> Kind {
     let fmt = SFlag::from_bits_truncate(st.st_mode as _) & SFlag::S_IFMT;
     if fmt == SFlag::S_IFREG {
@@ -235,26 +253,7 @@ impl Beneath {
             Err(e) => return Err(FsError::io(path, e)),
         };
         let st = nix::sys::stat::fstat(fd.as_fd()).map_err(|e| FsError::io(path, e))?;
-        let (executable, size) = match kind_of(&st) {
-            Kind::File { executable, size } => (executable, size),
-            Kind::Symlink => {
-                return Err(FsError::Symlink {
-                    path: path.to_string(),
-                })
-            }
-            Kind::Dir => {
-                return Err(FsError::NotRegular {
-                    path: path.to_string(),
-                    what: "directory",
-                })
-            }
-            Kind::Other(what) => {
-                return Err(FsError::NotRegular {
-                    path: path.to_string(),
-                    what,
-                })
-            }
-        };
+        let (executable, size) = regular(path, kind_of(&st))?;
         if size > cap {
             return Err(FsError::TooLarge {
                 path: path.to_string(),
@@ -306,26 +305,10 @@ impl Beneath {
         // executable bits follow `executable`. New files get 0644 / 0755 like git's checkout.
         let mut existing_mode = None;
         match nix::sys::stat::fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
-            Ok(st) => match kind_of(&st) {
-                Kind::File { .. } => existing_mode = Some(mode_bits(&st) & 0o7777),
-                Kind::Symlink => {
-                    return Err(FsError::Symlink {
-                        path: path.to_string(),
-                    })
-                }
-                Kind::Dir => {
-                    return Err(FsError::NotRegular {
-                        path: path.to_string(),
-                        what: "directory",
-                    })
-                }
-                Kind::Other(what) => {
-                    return Err(FsError::NotRegular {
-                        path: path.to_string(),
-                        what,
-                    })
-                }
-            },
+            Ok(st) => {
+                regular(path, kind_of(&st))?;
+                existing_mode = Some(mode_bits(&st) & 0o7777);
+            }
             Err(Errno::ENOENT) => {}
             Err(e) => return Err(FsError::io(path, e)),
         }
@@ -373,26 +356,7 @@ impl Beneath {
         let name = parts[parts.len() - 1];
         let st = nix::sys::stat::fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW)
             .map_err(|e| FsError::io(path, e))?;
-        match kind_of(&st) {
-            Kind::File { .. } => {}
-            Kind::Symlink => {
-                return Err(FsError::Symlink {
-                    path: path.to_string(),
-                })
-            }
-            Kind::Dir => {
-                return Err(FsError::NotRegular {
-                    path: path.to_string(),
-                    what: "directory",
-                })
-            }
-            Kind::Other(what) => {
-                return Err(FsError::NotRegular {
-                    path: path.to_string(),
-                    what,
-                })
-            }
-        }
+        regular(path, kind_of(&st))?;
         nix::unistd::unlinkat(dir.as_fd(), name, UnlinkatFlags::NoRemoveDir)
             .map_err(|e| FsError::io(path, e))?;
         nix::unistd::fsync(dir.as_fd()).map_err(|e| FsError::io(path, e))?;

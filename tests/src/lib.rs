@@ -178,7 +178,12 @@ impl Hub {
             .stdin(Stdio::null())
             .stdout(logf.try_clone()?)
             .stderr(logf);
-        let mut child = cmd.spawn().context("starting hunkwise serve")?;
+        let child = cmd.spawn().context("starting hunkwise serve")?;
+        Self::wait_ready(child, state, log)
+    }
+
+    /// Wait for a just-spawned hub to publish its address in `<state>/hub.json`.
+    pub fn wait_ready(mut child: Child, state: PathBuf, log: PathBuf) -> Result<Self> {
         let deadline = Instant::now() + Duration::from_secs(30);
         let url = loop {
             if let Ok(s) = std::fs::read_to_string(state.join("hub.json")) {
@@ -977,47 +982,8 @@ pub mod isolation {
             .stdin(Stdio::null())
             .stdout(logf.try_clone()?)
             .stderr(logf);
-        let mut child = cmd.spawn().context("starting hunkwise serve")?;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let url = loop {
-            if let Ok(s) = std::fs::read_to_string(state.join("hub.json")) {
-                if let Ok(v) = serde_json::from_str::<Value>(&s) {
-                    if let Some(u) = v["url"].as_str() {
-                        break u.to_string();
-                    }
-                }
-            }
-            if let Some(status) = child.try_wait()? {
-                bail!(
-                    "hunkwise serve exited ({status}): {}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                );
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                bail!(
-                    "hunkwise serve did not start: {}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let port = url
-            .rsplit(':')
-            .next()
-            .and_then(|p| p.parse().ok())
-            .ok_or_else(|| anyhow!("bad url {url}"))?;
-        let token = std::fs::read_to_string(state.join("token"))?
-            .trim()
-            .to_string();
-        Ok(Hub {
-            child,
-            url,
-            port,
-            token,
-            state,
-            log,
-        })
+        let child = cmd.spawn().context("starting hunkwise serve")?;
+        Hub::wait_ready(child, state, log)
     }
 
     /// The pid of the `hunkwise serve` process itself (not a wrapper), from its hub.json.
