@@ -23,12 +23,12 @@
 //! use hunkwise_patch::{apply_all, apply_hunk, diff_hunks, parse_hunks};
 //!
 //! let old = "fn a() {}\nfn b() {}\nfn c() {}\n";
-//! let new = "fn a() {}\nfn b() { todo!() }\nfn c() {}\n";
+//! let new = "fn a() {}\nfn b() { 2 }\nfn c() {}\n";
 //! let hunks = diff_hunks(old, new, 3);
 //! let text = hunks[0].to_unified();
 //! assert_eq!(
 //!     text,
-//!     "@@ -1,3 +1,3 @@\n fn a() {}\n-fn b() {}\n+fn b() { todo!() }\n fn c() {}\n"
+//!     "@@ -1,3 +1,3 @@\n fn a() {}\n-fn b() {}\n+fn b() { 2 }\n fn c() {}\n"
 //! );
 //! assert_eq!(parse_hunks(&text)?, hunks);
 //! assert_eq!(apply_all(old, &hunks)?, new);
