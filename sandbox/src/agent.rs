@@ -102,6 +102,26 @@ pub struct Outcome {
 }
 
 const TAIL_LINES: usize = 40;
+
+/// The last [`TAIL_LINES`] lines of each output stream.
+#[derive(Default)]
+struct Tails {
+    stdout: VecDeque<String>,
+    stderr: VecDeque<String>,
+}
+
+impl Tails {
+    fn record(&mut self, stream: Stream, line: &str) {
+        let tail = match stream {
+            Stream::Stderr => &mut self.stderr,
+            Stream::Stdout => &mut self.stdout,
+        };
+        tail.push_back(line.to_string());
+        if tail.len() > TAIL_LINES {
+            tail.pop_front();
+        }
+    }
+}
 /// A single line longer than this is cut: agents print minified JSON and progress bars.
 const MAX_LINE: usize = 4096;
 
@@ -213,8 +233,7 @@ pub async fn run(
     }
     drop(tx);
 
-    let mut stderr_tail = VecDeque::new();
-    let mut stdout_tail = VecDeque::new();
+    let mut tails = Tails::default();
     let deadline = tokio::time::sleep(timeout);
     tokio::pin!(deadline);
     let mut forced: Option<Exit> = None;
@@ -224,43 +243,38 @@ pub async fn run(
     tokio::pin!(hard_kill);
     let mut hard_kill_armed = false;
     let status = loop {
-        tokio::select! {
-            line = rx.recv(), if lines_open => match line {
-                Some((stream, line)) => {
-                    let tail = if stream == Stream::Stderr { &mut stderr_tail } else { &mut stdout_tail };
-                    tail.push_back(line.clone());
-                    if tail.len() > TAIL_LINES {
-                        tail.pop_front();
+        // Each branch says whether the run must be stopped now, and why.
+        let stop = tokio::select! {
+            line = rx.recv(), if lines_open => {
+                match line {
+                    Some((stream, line)) => {
+                        tails.record(stream, &line);
+                        on_line(stream, &line);
                     }
-                    on_line(stream, &line);
+                    None => lines_open = false,
                 }
-                None => lines_open = false,
-            },
+                None
+            }
             status = child.wait() => break status,
-            _ = &mut deadline, if forced.is_none() => {
-                forced = Some(Exit::TimedOut);
-                if supervised {
-                    stop_supervisor(pid, &mut close_lifeline);
-                    hard_kill.as_mut().reset(tokio::time::Instant::now() + SUPERVISOR_GRACE);
-                    hard_kill_armed = true;
-                } else {
-                    kill_group(pgid).await;
-                }
-            }
-            _ = cancel.cancelled(), if forced.is_none() => {
-                forced = Some(Exit::Cancelled);
-                if supervised {
-                    stop_supervisor(pid, &mut close_lifeline);
-                    hard_kill.as_mut().reset(tokio::time::Instant::now() + SUPERVISOR_GRACE);
-                    hard_kill_armed = true;
-                } else {
-                    kill_group(pgid).await;
-                }
-            }
+            _ = &mut deadline, if forced.is_none() => Some(Exit::TimedOut),
+            _ = cancel.cancelled(), if forced.is_none() => Some(Exit::Cancelled),
             _ = &mut hard_kill, if hard_kill_armed => {
                 hard_kill_armed = false;
                 tracing::warn!("the sandbox supervisor did not stop in time; killing it");
                 let _ = child.start_kill();
+                None
+            }
+        };
+        if let Some(why) = stop {
+            forced = Some(why);
+            if supervised {
+                stop_supervisor(pid, &mut close_lifeline);
+                hard_kill
+                    .as_mut()
+                    .reset(tokio::time::Instant::now() + SUPERVISOR_GRACE);
+                hard_kill_armed = true;
+            } else {
+                kill_group(pgid).await;
             }
         }
     };
@@ -273,15 +287,7 @@ pub async fn run(
     // Drain what the readers still hold (bounded: the pipes close once the group is dead).
     let drain = async {
         while let Some((stream, line)) = rx.recv().await {
-            let tail = if stream == Stream::Stderr {
-                &mut stderr_tail
-            } else {
-                &mut stdout_tail
-            };
-            tail.push_back(line.clone());
-            if tail.len() > TAIL_LINES {
-                tail.pop_front();
-            }
+            tails.record(stream, &line);
             on_line(stream, &line);
         }
     };
@@ -299,8 +305,8 @@ pub async fn run(
     });
     Outcome {
         exit,
-        stderr_tail: Vec::from(stderr_tail).join("\n"),
-        stdout_tail: Vec::from(stdout_tail).join("\n"),
+        stderr_tail: Vec::from(tails.stderr).join("\n"),
+        stdout_tail: Vec::from(tails.stdout).join("\n"),
     }
 }
 
