@@ -19,7 +19,7 @@ use crate::error::AppError;
 use crate::hub::Hub;
 use crate::protocol::{
     AgentStatusCmd, CompleteCmd, FeedbackAllCmd, FeedbackCmd, PublishCmd, RollbackCmd, RunCmd,
-    SERVICE,
+    SuggestionSummary, SERVICE,
 };
 
 /// Largest request body (and WebSocket message) accepted: room for a modified diff of a big file.
@@ -50,6 +50,9 @@ pub fn router(hub: Arc<Hub>) -> Router {
         .route("/ws", get(crate::ws::upgrade))
         .route("/agent/publish", post(agent_publish))
         .route("/agent/status", post(agent_status))
+        .route("/agent/suggestions", get(agent_suggestions))
+        .route("/agent/suggestions/{id}", get(agent_suggestion))
+        .route("/agent/feedback", get(agent_feedback))
         .fallback(|| async { AppError::NotFound("no such endpoint; see protocol.md".into()) })
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(middleware::from_fn_with_state(hub.clone(), guard))
@@ -87,7 +90,7 @@ async fn guard(State(hub): State<Arc<Hub>>, mut req: Request, next: Next) -> Res
         (Caller::Reviewer, false) | (Caller::Agent { .. }, true) => {}
         (Caller::Agent { .. }, false) => {
             return AppError::Forbidden(
-                "the agent token may only publish and report status for its own run".into(),
+                "the agent token may only use /agent/* (its own run and session)".into(),
             )
             .into_response()
         }
@@ -320,7 +323,9 @@ async fn agent_publish(
 ) -> Result<Json<Value>, AppError> {
     let run_id = agent_run(caller)?;
     let cmd: PublishCmd = parse_json(body)?;
-    let view = hub.publish(&run_id, &cmd.description, &cmd.files).await?;
+    let view = hub
+        .publish(&run_id, &cmd.description, &cmd.files, &cmd.hunk_descriptions)
+        .await?;
     Ok(ok(json!({
         "suggestion_id": view.id,
         "hunk_count": view.hunk_count,
@@ -337,4 +342,70 @@ async fn agent_status(
     let cmd: AgentStatusCmd = parse_json(body)?;
     hub.agent_status(&run_id, &cmd.message, cmd.status.as_deref())?;
     Ok(ok(json!({ "sent": true })))
+}
+
+async fn agent_suggestions(
+    State(hub): State<Arc<Hub>>,
+    caller: Option<axum::Extension<Caller>>,
+) -> Result<Json<Value>, AppError> {
+    let run_id = agent_run(caller)?;
+    let list: Vec<SuggestionSummary> = hub
+        .agent_suggestions(&run_id)?
+        .iter()
+        .map(SuggestionSummary::from)
+        .collect();
+    Ok(ok(json!({ "suggestions": list })))
+}
+
+/// One of the agent's suggestions, found by id or unique prefix among those it may see.
+fn agent_pick(
+    hub: &Hub,
+    run_id: &str,
+    id: &str,
+) -> Result<crate::protocol::SuggestionView, AppError> {
+    let mut found: Vec<_> = hub
+        .agent_suggestions(run_id)?
+        .into_iter()
+        .filter(|s| !id.is_empty() && s.id.starts_with(id))
+        .collect();
+    match found.len() {
+        1 => Ok(found.remove(0)),
+        0 => Err(AppError::NotFound(format!(
+            "no suggestion {id:?} of this run or its session"
+        ))),
+        n => Err(AppError::BadRequest(format!(
+            "{id:?} matches {n} suggestions; give more of the id"
+        ))),
+    }
+}
+
+async fn agent_suggestion(
+    State(hub): State<Arc<Hub>>,
+    caller: Option<axum::Extension<Caller>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, AppError> {
+    let run_id = agent_run(caller)?;
+    let view = agent_pick(&hub, &run_id, &id)?;
+    Ok(ok(json!({ "suggestion": view })))
+}
+
+#[derive(serde::Deserialize)]
+struct FeedbackQuery {
+    #[serde(default)]
+    suggestion_id: Option<String>,
+}
+
+async fn agent_feedback(
+    State(hub): State<Arc<Hub>>,
+    caller: Option<axum::Extension<Caller>>,
+    q: Result<Query<FeedbackQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, AppError> {
+    let run_id = agent_run(caller)?;
+    let Query(q) = q.map_err(|e| AppError::BadRequest(e.body_text()))?;
+    let views = match q.suggestion_id {
+        Some(id) => vec![agent_pick(&hub, &run_id, &id)?],
+        None => hub.agent_suggestions(&run_id)?,
+    };
+    let decisions: Vec<crate::runs::Decisions> = views.iter().map(Into::into).collect();
+    Ok(ok(json!({ "feedback": decisions })))
 }

@@ -87,6 +87,9 @@ pub struct HunkView {
     /// Why the last accept failed, while `state` is `conflict`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub conflict: Option<String>,
+    /// The agent's word on why it made this change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -414,6 +417,20 @@ pub struct PublishCmd {
     /// Only files matching one of these globs ("src/**/*.rs").
     #[serde(default)]
     pub files: Vec<String>,
+    /// Why each change was made, shown beside its hunks.
+    #[serde(default, alias = "hunkDescriptions")]
+    pub hunk_descriptions: Vec<HunkNote>,
+}
+
+/// A description for the hunks of `file`: the one whose new side contains `line` (1-based), or
+/// every hunk of the file when `line` is absent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HunkNote {
+    pub file: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<usize>,
+    pub description: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]

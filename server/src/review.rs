@@ -56,6 +56,10 @@ pub struct HunkRec {
     pub comment: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conflict: Option<String>,
+    /// Why the agent made this change (`hunk_descriptions` at publish, or the built-in
+    /// agent's edit rationale).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
 }
 
 impl HunkRec {
@@ -101,6 +105,7 @@ impl HunkRec {
             },
             comment: self.comment.clone(),
             conflict: self.conflict.clone(),
+            description: self.description.clone(),
         }
     }
 }
@@ -258,6 +263,7 @@ pub fn build_hunks(
             applied: None,
             comment: None,
             conflict: None,
+            description: None,
         };
         if let Some(from) = renames.get(*path) {
             let mut rec = mk(HunkKind::Rename, None);
@@ -318,7 +324,120 @@ pub fn build_hunks(
     Ok(out)
 }
 
+/// Longest hunk description kept (it is the agent's text, shown to the user).
+pub const MAX_NOTE: usize = 2000;
+
+/// Give hunks the agent's descriptions. A note with a line goes to the hunk of its file whose
+/// new side contains that line (or, for a deletion, starts at it); one without goes to every
+/// hunk of the file. Several notes on one hunk are joined, in order, without repeats. Notes
+/// naming no hunk are returned so the caller can say so.
+pub fn attach_notes(hunks: &mut [HunkRec], notes: &[crate::protocol::HunkNote]) -> Vec<String> {
+    let mut unmatched = Vec::new();
+    for note in notes {
+        let text: String = note.description.trim().chars().take(MAX_NOTE).collect();
+        if text.is_empty() {
+            continue;
+        }
+        let mut hit = false;
+        for h in hunks.iter_mut().filter(|h| h.file == note.file) {
+            let covers = match (note.line, &h.patch) {
+                (None, _) => true,
+                (Some(line), Some(p)) => {
+                    let end = p.new_start + p.new_len.max(1);
+                    line >= p.new_start.max(1) && line < end
+                }
+                (Some(_), None) => true,
+            };
+            if !covers {
+                continue;
+            }
+            hit = true;
+            match &mut h.description {
+                Some(d) if d.split("\n").any(|l| l == text) => {}
+                Some(d) => {
+                    d.push('\n');
+                    d.push_str(&text);
+                }
+                None => h.description = Some(text.clone()),
+            }
+        }
+        if !hit {
+            unmatched.push(match note.line {
+                Some(l) => format!("{}:{l}", note.file),
+                None => note.file.clone(),
+            });
+        }
+    }
+    unmatched
+}
+
 /// Parse an oid stored as text in a record.
 pub fn oid(s: &str) -> Option<ObjectId> {
     ObjectId::from_hex(s.as_bytes()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::HunkNote;
+
+    fn rec(file: &str, patch: Option<Hunk>) -> HunkRec {
+        HunkRec {
+            id: String::new(),
+            file: file.into(),
+            index: 0,
+            kind: HunkKind::Modify,
+            state: HunkState::Pending,
+            patch,
+            old: None,
+            new: None,
+            old_path: None,
+            applied: None,
+            comment: None,
+            conflict: None,
+            description: None,
+        }
+    }
+
+    fn note(file: &str, line: Option<usize>, d: &str) -> HunkNote {
+        HunkNote {
+            file: file.into(),
+            line,
+            description: d.into(),
+        }
+    }
+
+    #[test]
+    fn notes_land_on_the_hunk_that_holds_their_line() {
+        let old: String = (1..=40).map(|i| format!("line {i}\n")).collect();
+        let new = old
+            .replace("line 5\n", "five\n")
+            .replace("line 30\n", "thirty\n");
+        let patches = diff_hunks(&old, &new, CONTEXT);
+        assert_eq!(patches.len(), 2, "positive control: two separate hunks");
+        let mut hunks: Vec<HunkRec> = patches
+            .into_iter()
+            .map(|p| rec("a.txt", Some(p)))
+            .chain([rec("b.bin", None)])
+            .collect();
+        let unmatched = attach_notes(
+            &mut hunks,
+            &[
+                note("a.txt", Some(30), "spell out thirty"),
+                note("a.txt", Some(30), "spell out thirty"),
+                note("a.txt", None, "words, not numbers"),
+                note("b.bin", Some(3), "binary: whole file"),
+                note("a.txt", Some(18), "nowhere"),
+                note("c.txt", None, "no such file"),
+                note("a.txt", None, "   "),
+            ],
+        );
+        assert_eq!(hunks[0].description.as_deref(), Some("words, not numbers"));
+        assert_eq!(
+            hunks[1].description.as_deref(),
+            Some("spell out thirty\nwords, not numbers")
+        );
+        assert_eq!(hunks[2].description.as_deref(), Some("binary: whole file"));
+        assert_eq!(unmatched, vec!["a.txt:18".to_string(), "c.txt".to_string()]);
+    }
 }

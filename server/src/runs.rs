@@ -18,8 +18,8 @@ use tokio_util::sync::CancellationToken;
 use crate::error::AppError;
 use crate::hub::{now, Hub};
 use crate::journal::Record;
-use crate::protocol::{ErrorCode, Event, RunState, RunView, SuggestionView};
-use crate::review::{build_hunks, Suggestion};
+use crate::protocol::{ErrorCode, Event, HunkNote, RunState, RunView, SuggestionView};
+use crate::review::{attach_notes, build_hunks, Suggestion};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunRec {
@@ -37,6 +37,9 @@ pub struct RunRec {
     pub created_at: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_message: Option<String>,
+    /// The session the run belongs to (its chat history and pinned context).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
 }
 
 impl RunRec {
@@ -199,6 +202,7 @@ impl Hub {
             error: None,
             created_at: now(),
             last_message: None,
+            session_id: None,
         };
         {
             let mut st = self.lock()?;
@@ -512,7 +516,7 @@ impl Hub {
             );
             return Ok(());
         }
-        match self.publish(run_id, &first_line(prompt), &[]).await {
+        match self.publish(run_id, &first_line(prompt), &[], &[]).await {
             Ok(_) => {}
             Err(AppError::NoChanges(msg)) => {
                 self.update_run(run_id, |r| r.status = RunState::NoChanges)?;
@@ -539,6 +543,7 @@ impl Hub {
         run_id: &str,
         description: &str,
         globs: &[String],
+        notes: &[HunkNote],
     ) -> Result<SuggestionView, AppError> {
         if description.trim().is_empty() {
             return Err(AppError::BadRequest("description is empty".into()));
@@ -568,6 +573,7 @@ impl Hub {
         };
         let rid = run_id.to_string();
         let desc = description.to_string();
+        let notes = notes.to_vec();
         let (prompt, agent) = {
             let st = self.lock()?;
             let r = st.runs.get(run_id);
@@ -587,8 +593,13 @@ impl Hub {
                 }
                 let sid = uuid::Uuid::new_v4().to_string();
                 let only = |p: &str| filter.as_ref().is_none_or(|f| f.is_match(p));
-                let hunks = build_hunks(&hub.store, &sid, &active.base_tree, &snap.tree, &only)
-                    .map_err(|e| ierr(&e))?;
+                let mut hunks =
+                    build_hunks(&hub.store, &sid, &active.base_tree, &snap.tree, &only)
+                        .map_err(|e| ierr(&e))?;
+                let unmatched = attach_notes(&mut hunks, &notes);
+                if !unmatched.is_empty() {
+                    tracing::info!(?unmatched, "hunk descriptions that match no hunk");
+                }
                 if hunks.is_empty() {
                     return Err(AppError::NoChanges(
                         "No changes match the given files".into(),
@@ -711,4 +722,79 @@ fn first_line(s: &str) -> String {
         out.push('…');
     }
     out
+}
+
+/// What an agent is told about the user's decisions on one suggestion: every hunk with its
+/// state, the user's comment, and — when the user modified it — the diff they applied instead.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Decisions {
+    pub suggestion_id: String,
+    pub description: String,
+    pub status: crate::protocol::SuggestionStatus,
+    pub hunks: Vec<HunkDecision>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct HunkDecision {
+    pub hunk_id: String,
+    pub file: String,
+    pub state: crate::protocol::HunkState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+    /// What the user applied instead of the agent's hunk (state `modified`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_diff: Option<String>,
+    /// The agent's hunk, so a reader can tell what was turned down or changed.
+    pub diff: String,
+}
+
+impl From<&SuggestionView> for Decisions {
+    fn from(s: &SuggestionView) -> Self {
+        Decisions {
+            suggestion_id: s.id.clone(),
+            description: s.description.clone(),
+            status: s.status,
+            hunks: s
+                .hunks
+                .iter()
+                .map(|h| HunkDecision {
+                    hunk_id: h.id.clone(),
+                    file: h.file.clone(),
+                    state: h.state,
+                    comment: h.comment.clone(),
+                    applied_diff: h.applied_diff.clone(),
+                    diff: h.diff.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+impl Hub {
+    /// The suggestions the agent of `run_id` may see: its run's own, and those of the other runs
+    /// of its session.
+    pub fn agent_suggestions(&self, run_id: &str) -> Result<Vec<SuggestionView>, AppError> {
+        let st = self.lock()?;
+        let run = st
+            .runs
+            .get(run_id)
+            .ok_or_else(|| AppError::NotFound(format!("no run {run_id:?}")))?;
+        let runs: Vec<&RunRec> = match &run.session_id {
+            Some(sess) => st
+                .runs
+                .values()
+                .filter(|r| r.session_id.as_deref() == Some(sess))
+                .collect(),
+            None => vec![run],
+        };
+        let ids: std::collections::HashSet<&String> =
+            runs.iter().flat_map(|r| r.suggestion_ids.iter()).collect();
+        Ok(st
+            .order
+            .iter()
+            .filter(|id| ids.contains(id))
+            .filter_map(|id| st.suggestions.get(id))
+            .map(|s| s.view())
+            .collect())
+    }
 }
