@@ -7,6 +7,8 @@
 //!   with a fresh `.git` (like [`LocalSandbox`](crate::workspace::LocalSandbox) does).
 //! - `snapshot`: read the sandbox as data (no symlink followed, FIFOs and devices skipped, files
 //!   over the cap skipped) and stream it to stdout; the hub re-checks every byte.
+//! - `tool`: run one of the built-in agent's file tools ([`crate::tools`]) in the sandbox and
+//!   answer with its JSON result.
 //! - `exec`: run the agent and own its whole process tree. The agent gets a new session (no
 //!   controlling terminal), `NO_NEW_PRIVS`, only fds 0–2, exactly the environment it was handed,
 //!   RLIMIT_NPROC and no core dumps. On Linux it runs in a fresh PID namespace whose init is a
@@ -84,7 +86,7 @@ pub struct Request {
 pub enum HelperFailure {
     #[error("refusing to run as root: the sandbox helper only ever runs as the sandbox user")]
     Root,
-    #[error("unknown operation {0:?} (expected probe, prepare, snapshot or exec)")]
+    #[error("unknown operation {0:?} (expected probe, prepare, snapshot, tool or exec)")]
     UnknownOp(String),
     #[error("cannot find this user's home directory: {0}")]
     NoHome(String),
@@ -181,6 +183,19 @@ fn run(op: &str) -> Result<ExitCode, HelperFailure> {
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
             snapshot(&req, &home, &mut out)?;
+            out.flush().map_err(HelperFailure::Output)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        "tool" => {
+            check_my_home(&home)?;
+            let mut input = std::io::stdin().lock();
+            let req: Request = wire::read_header(&mut input)?;
+            let tool: crate::tools::ToolRequest = wire::read_header(&mut input)?;
+            let dir = sandbox_dir(&home, &req, false)?;
+            let reply = crate::tools::execute(&dir, &tool.tool, &tool.limits);
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            wire::write_header(&mut out, &reply).map_err(HelperFailure::Output)?;
             out.flush().map_err(HelperFailure::Output)?;
             Ok(ExitCode::SUCCESS)
         }

@@ -6,6 +6,7 @@
 //! - [`snapshot`]: a checkout or a sandbox captured into the store as a tree.
 //! - [`workspace`]: the [`Sandbox`](workspace::Sandbox) interface and its same-user implementation.
 //! - [`agent`]: command templates and agent processes (process groups, timeouts, cancellation).
+//! - [`tools`]: the built-in agent's file tools, run inside the sandbox as the sandbox user.
 //! - [`jj`]: each run as its own jj change when the repository uses jj.
 //! - [`user`]: isolation by a separate OS user — the hub's side ([`user::UserSandbox`]).
 //! - [`helper`]: `hunkwise sandbox-helper`, which runs as that user and does everything that
@@ -17,6 +18,7 @@ pub mod helper;
 pub mod jj;
 pub mod snapshot;
 pub mod store;
+pub mod tools;
 pub mod user;
 pub mod wire;
 pub mod workspace;

@@ -13,6 +13,7 @@
 //! Everything the helper needs travels on its stdin (never argv: the agent token must not show
 //! in `ps`), and everything it reports back is read as hostile data ([`crate::wire`]).
 
+use crate::tools::{ToolReply, ToolRequest};
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
@@ -910,6 +911,30 @@ impl Sandbox for UserSandbox {
             },
         )?;
         Ok(snap)
+    }
+
+    fn tool(&self, tool: &ToolRequest) -> Result<ToolReply, SandboxError> {
+        let request = self.request();
+        let reply = self.iso.run_helper(
+            "tool",
+            |w| {
+                let mut w = std::io::BufWriter::new(w);
+                wire::write_header(&mut w, &request)?;
+                wire::write_header(&mut w, tool)?;
+                w.flush()
+            },
+            |r| {
+                // The sandbox user's answer: data for the model, never acted on by the hub.
+                wire::read_header::<ToolReply>(&mut std::io::BufReader::new(r)).map_err(|source| {
+                    HelperError::Stream {
+                        op: "tool",
+                        source,
+                        stderr: String::new(),
+                    }
+                })
+            },
+        )?;
+        Ok(reply)
     }
 
     fn command(&self, argv: &[String], env: &[(String, String)]) -> tokio::process::Command {

@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::beneath::{Beneath, FsError};
 use crate::snapshot::{snapshot_sandbox, walk_not_ignored, Snapshot, SnapshotError};
 use crate::store::{FlatTree, Mode, Store, StoreError};
+use crate::tools::{ToolReply, ToolRequest};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
@@ -77,6 +78,8 @@ pub trait Sandbox: Send + Sync + std::fmt::Debug {
             stop: Stop::ProcessGroup,
         }
     }
+    /// Run one of the built-in agent's file tools in the sandbox, as the sandbox's user.
+    fn tool(&self, request: &ToolRequest) -> Result<ToolReply, SandboxError>;
     /// A short description for logs and status lines.
     fn isolation(&self) -> String;
 }
@@ -222,6 +225,14 @@ impl Sandbox for LocalSandbox {
             .env_clear()
             .envs(env.iter().map(|(k, v)| (k, v)));
         cmd
+    }
+
+    fn tool(&self, request: &ToolRequest) -> Result<ToolReply, SandboxError> {
+        Ok(crate::tools::execute(
+            &self.dir,
+            &request.tool,
+            &request.limits,
+        ))
     }
 
     fn isolation(&self) -> String {

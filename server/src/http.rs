@@ -324,7 +324,12 @@ async fn agent_publish(
     let run_id = agent_run(caller)?;
     let cmd: PublishCmd = parse_json(body)?;
     let view = hub
-        .publish(&run_id, &cmd.description, &cmd.files, &cmd.hunk_descriptions)
+        .publish(
+            &run_id,
+            &cmd.description,
+            &cmd.files,
+            &cmd.hunk_descriptions,
+        )
         .await?;
     Ok(ok(json!({
         "suggestion_id": view.id,

@@ -593,9 +593,8 @@ impl Hub {
                 }
                 let sid = uuid::Uuid::new_v4().to_string();
                 let only = |p: &str| filter.as_ref().is_none_or(|f| f.is_match(p));
-                let mut hunks =
-                    build_hunks(&hub.store, &sid, &active.base_tree, &snap.tree, &only)
-                        .map_err(|e| ierr(&e))?;
+                let mut hunks = build_hunks(&hub.store, &sid, &active.base_tree, &snap.tree, &only)
+                    .map_err(|e| ierr(&e))?;
                 let unmatched = attach_notes(&mut hunks, &notes);
                 if !unmatched.is_empty() {
                     tracing::info!(?unmatched, "hunk descriptions that match no hunk");
