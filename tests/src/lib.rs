@@ -757,6 +757,7 @@ pub fn tree_of(root: &Path) -> Result<std::collections::BTreeMap<String, Node>> 
 
 /// Helpers for the OS-user isolation tests (`tests/tests/isolation.rs`): real users created
 /// with useradd, a hub started as one of them, and a look at every process a user has.
+pub mod fake_llm;
 pub mod isolation {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
