@@ -181,6 +181,22 @@ struct ServeArgs {
     /// --isolation user).
     #[arg(long, value_enum)]
     agent_network: Option<crate::isolation::AgentNetwork>,
+    /// The built-in agent's model server: any OpenAI-compatible base URL, e.g.
+    /// http://127.0.0.1:11434/v1 (Ollama) or http://127.0.0.1:8080/v1 (llama.cpp).
+    #[arg(long, env = "HUNKWISE_PROVIDER_URL")]
+    provider_url: Option<String>,
+    /// The built-in agent's default model (a run may name another).
+    #[arg(long, env = "HUNKWISE_MODEL")]
+    model: Option<String>,
+    /// Environment variable holding the provider's API key (default HUNKWISE_API_KEY).
+    #[arg(long)]
+    api_key_env: Option<String>,
+    /// File (mode 600) holding the provider's API key.
+    #[arg(long)]
+    api_key_file: Option<PathBuf>,
+    /// Most tool calls one built-in agent run may make (default 12).
+    #[arg(long)]
+    max_tool_calls: Option<usize>,
 }
 
 #[derive(Args, Clone)]
@@ -385,6 +401,21 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     };
     let mut agent_env = file.agent_env.clone();
     agent_env.extend(args.agent_env);
+    let provider = config::resolve_provider(
+        config::ProviderFlags {
+            base_url: args.provider_url,
+            model: args.model,
+            api_key_env: args.api_key_env,
+            api_key_file: args.api_key_file,
+        },
+        &file.provider,
+    )?;
+    if let Some(crate::provider::KeySource::Env(var)) = provider.as_ref().map(|p| &p.key_source) {
+        if agent_env.iter().any(|e| e == var) {
+            bail!("--agent-env {var}: that variable holds the model provider's API key, which never reaches an agent");
+        }
+    }
+    let limits = file.limits.resolve(args.max_tool_calls);
     let mut allowed_origins = file.allowed_origins.clone();
     allowed_origins.extend(args.allow_origin);
     let isolation = crate::isolation::resolve(
@@ -418,6 +449,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             None => file.vcs.unwrap_or(detected_vcs),
         },
         isolation,
+        provider,
+        limits,
     };
     let addr = if host.contains(':') {
         format!("[{host}]:{port}")
@@ -436,8 +469,19 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         cfg.repo.display(),
         cfg.state_dir.display()
     );
-    if cfg.agent.is_none() {
-        eprintln!("hunkwise: no default agent; runs need \"agent\" or start with --agent 'claude -p {{prompt}}'");
+    if let Some(p) = &cfg.provider {
+        eprintln!(
+            "hunkwise: built-in agent: {} at {} ({})",
+            if p.model.is_empty() {
+                "(model per run)"
+            } else {
+                &p.model
+            },
+            p.base_url,
+            p.key_source
+        );
+    } else if cfg.agent.is_none() {
+        eprintln!("hunkwise: no default agent; runs need \"agent\", or start with --agent 'claude -p {{prompt}}' or --provider-url for the built-in agent");
     }
     let shutdown = CancellationToken::new();
     let s = shutdown.clone();

@@ -40,6 +40,151 @@ pub struct FileConfig {
     pub sandbox_user: Option<String>,
     /// "host" (default) or "none": a network namespace of its own for the agent (Linux).
     pub agent_network: Option<crate::isolation::AgentNetwork>,
+    /// The built-in agent's model server.
+    #[serde(default)]
+    pub provider: ProviderFile,
+    /// The built-in agent's limits.
+    #[serde(default)]
+    pub limits: LimitsFile,
+}
+
+/// `[provider]`: any OpenAI-compatible chat-completions server.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderFile {
+    /// e.g. "http://127.0.0.1:11434/v1" (Ollama) or "https://api.openai.com/v1".
+    pub base_url: Option<String>,
+    pub model: Option<String>,
+    /// Name of the environment variable holding the API key (default HUNKWISE_API_KEY).
+    pub api_key_env: Option<String>,
+    /// A file (mode 600) whose first line is the API key; wins over the variable.
+    pub api_key_file: Option<PathBuf>,
+    pub stream: Option<bool>,
+    pub max_retries: Option<u32>,
+    pub retry_base_ms: Option<u64>,
+    pub request_timeout_secs: Option<u64>,
+    pub temperature: Option<f64>,
+    pub max_tokens: Option<u32>,
+}
+
+/// `[limits]` (seed 000 §1 defaults).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsFile {
+    pub max_tool_calls: Option<usize>,
+    pub max_schema_retries: Option<u32>,
+    pub command_timeout_secs: Option<u64>,
+    pub max_command_output_bytes: Option<usize>,
+    pub max_search_results_default: Option<usize>,
+    pub max_search_results_cap: Option<usize>,
+    pub max_search_snippet_lines: Option<usize>,
+    pub max_read_bytes: Option<u64>,
+    pub max_read_lines: Option<usize>,
+    pub max_list_files: Option<usize>,
+}
+
+impl LimitsFile {
+    pub fn resolve(&self, max_tool_calls: Option<usize>) -> crate::agent_loop::LoopLimits {
+        let d = crate::agent_loop::LoopLimits::default();
+        let t = &d.tools;
+        crate::agent_loop::LoopLimits {
+            max_tool_calls: max_tool_calls
+                .or(self.max_tool_calls)
+                .unwrap_or(d.max_tool_calls),
+            max_schema_retries: self.max_schema_retries.unwrap_or(d.max_schema_retries),
+            command_timeout: self
+                .command_timeout_secs
+                .map(Duration::from_secs)
+                .unwrap_or(d.command_timeout),
+            max_command_output: self
+                .max_command_output_bytes
+                .unwrap_or(d.max_command_output),
+            tools: hunkwise_sandbox::tools::ToolLimits {
+                max_search_results_default: self
+                    .max_search_results_default
+                    .unwrap_or(t.max_search_results_default),
+                max_search_results_cap: self
+                    .max_search_results_cap
+                    .unwrap_or(t.max_search_results_cap),
+                max_search_snippet_lines: self
+                    .max_search_snippet_lines
+                    .unwrap_or(t.max_search_snippet_lines),
+                max_read_bytes: self.max_read_bytes.unwrap_or(t.max_read_bytes),
+                max_read_lines: self.max_read_lines.unwrap_or(t.max_read_lines),
+                max_list_files: self.max_list_files.unwrap_or(t.max_list_files),
+                max_file_bytes: t.max_file_bytes,
+            },
+        }
+    }
+}
+
+/// The provider flags of `serve` (they win over the file).
+#[derive(Debug, Default, Clone)]
+pub struct ProviderFlags {
+    pub base_url: Option<String>,
+    pub model: Option<String>,
+    pub api_key_env: Option<String>,
+    pub api_key_file: Option<PathBuf>,
+}
+
+pub const DEFAULT_API_KEY_ENV: &str = "HUNKWISE_API_KEY";
+
+/// The built-in agent's provider, when a base URL is configured anywhere.
+pub fn resolve_provider(
+    flags: ProviderFlags,
+    file: &ProviderFile,
+) -> Result<Option<crate::provider::ProviderConfig>, ConfigError> {
+    use crate::provider::{read_key_file, KeySource, ProviderConfig, Secret};
+    let Some(base_url) = flags
+        .base_url
+        .or_else(|| env_first(&["HUNKWISE_PROVIDER_URL"]).map(|(_, v)| v))
+        .or_else(|| file.base_url.clone())
+    else {
+        return Ok(None);
+    };
+    if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
+        return Err(ConfigError::Provider(format!(
+            "base URL {base_url:?} must start with http:// or https://"
+        )));
+    }
+    let model = flags
+        .model
+        .or_else(|| env_first(&["HUNKWISE_MODEL"]).map(|(_, v)| v))
+        .or_else(|| file.model.clone())
+        .unwrap_or_default();
+    let key_file = flags.api_key_file.or_else(|| file.api_key_file.clone());
+    let key_env = flags
+        .api_key_env
+        .or_else(|| file.api_key_env.clone())
+        .unwrap_or_else(|| DEFAULT_API_KEY_ENV.to_string());
+    let (api_key, key_source) = match key_file {
+        Some(path) => (
+            Some(read_key_file(&path).map_err(|e| ConfigError::Provider(e.to_string()))?),
+            KeySource::File(path),
+        ),
+        None => match std::env::var(&key_env)
+            .ok()
+            .filter(|k| !k.trim().is_empty())
+        {
+            Some(k) => (
+                Some(Secret::new(k.trim().to_string())),
+                KeySource::Env(key_env),
+            ),
+            None => (None, KeySource::None),
+        },
+    };
+    Ok(Some(ProviderConfig {
+        base_url: base_url.trim_end_matches('/').to_string(),
+        model,
+        api_key,
+        key_source,
+        stream: file.stream.unwrap_or(true),
+        max_retries: file.max_retries.unwrap_or(3),
+        retry_base: Duration::from_millis(file.retry_base_ms.unwrap_or(500)),
+        request_timeout: Duration::from_secs(file.request_timeout_secs.unwrap_or(300).max(1)),
+        temperature: file.temperature,
+        max_tokens: file.max_tokens,
+    }))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +195,8 @@ pub enum ConfigError {
     BadPort { var: String, value: String },
     #[error("no home directory: set HOME or XDG_STATE_HOME, or pass --state-dir")]
     NoHome,
+    #[error("[provider]: {0}")]
+    Provider(String),
 }
 
 fn home() -> Option<PathBuf> {
@@ -157,6 +304,9 @@ pub struct ServeConfig {
     pub vcs: hunkwise_sandbox::jj::Vcs,
     /// Who agents run as (see [`crate::isolation`]).
     pub isolation: crate::isolation::Isolation,
+    /// The built-in agent's model server, if one is configured.
+    pub provider: Option<crate::provider::ProviderConfig>,
+    pub limits: crate::agent_loop::LoopLimits,
 }
 
 #[cfg(test)]

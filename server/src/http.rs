@@ -212,7 +212,7 @@ async fn start_run(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, AppError> {
     let cmd: RunCmd = parse_json(body)?;
-    let view = hub.start_run(&cmd.prompt, cmd.agent.as_deref(), cmd.timeout_secs)?;
+    let view = hub.start_run(&cmd)?;
     Ok(ok(
         serde_json::to_value(view).map_err(|e| AppError::Internal(e.to_string()))?
     ))

@@ -32,6 +32,7 @@ pub struct State {
     /// Creation order, for listing.
     pub order: Vec<String>,
     pub runs: BTreeMap<String, RunRec>,
+    pub sessions: crate::sessions::Sessions,
 }
 
 pub struct Hub {

@@ -21,7 +21,7 @@ use crate::runs::RunRec;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
 pub enum Record {
-    Run(RunRec),
+    Run(Box<RunRec>),
     Suggestion(Box<Suggestion>),
     Prepare(Box<Prepared>),
     Commit {
@@ -30,6 +30,10 @@ pub enum Record {
     Abort {
         decision: String,
     },
+    /// A session as it is now (the newest record of a session wins).
+    Session(Box<crate::sessions::SessionRec>),
+    /// One more line of a session's history.
+    History(Box<crate::sessions::Entry>),
     /// Event sequence numbers up to this one may have been handed out.
     Seq {
         upto: u64,

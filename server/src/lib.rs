@@ -3,6 +3,7 @@
 //! The binary is a thin shell over [`cli::main`]; [`server::run`] serves the hub on a listener
 //! until a shutdown token fires, which is how the tests run it too.
 
+pub mod agent_loop;
 pub mod apply;
 pub mod auth;
 pub mod checkpoints;
@@ -16,7 +17,9 @@ pub mod hub;
 pub mod isolation;
 pub mod journal;
 pub mod protocol;
+pub mod provider;
 pub mod review;
 pub mod runs;
 pub mod server;
+pub mod sessions;
 pub mod ws;

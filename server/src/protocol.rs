@@ -163,6 +163,8 @@ impl From<&SuggestionView> for SuggestionSummary {
 pub enum RunState {
     Queued,
     Working,
+    /// The built-in agent asked the user a question (`clarify_user`) and waits for the answer.
+    WaitingForUser,
     /// The agent finished and its suggestion is ready for review.
     Ready,
     /// The agent finished without changing anything.
@@ -186,6 +188,41 @@ pub struct RunView {
     pub created_at: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// Built-in agent: the model asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Built-in agent: why the loop ended — `finished`, `answered` (the model stopped without
+    /// calling finish), `budget_exhausted`, `schema_retries_exhausted`, `provider_error`,
+    /// `timeout`, `cancelled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<String>,
+    /// Built-in agent: what the run cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<RunUsage>,
+    /// Built-in agent: the question it waits on (status `waiting_for_user`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question: Option<Question>,
+}
+
+/// Token and call counts of a built-in agent run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunUsage {
+    pub model_calls: u64,
+    pub tool_calls: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// Time spent waiting for the model.
+    pub model_ms: u64,
+    pub retries: u64,
+    pub schema_failures: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Question {
+    pub question_id: String,
+    pub question: String,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -282,6 +319,44 @@ pub enum Event {
         mode: RollbackMode,
         message: String,
     },
+    /// The built-in agent asked for a tool (seed 000 §9).
+    #[serde(rename = "tool.call.requested")]
+    ToolRequested {
+        seq: u64,
+        run_id: String,
+        tool_call_id: String,
+        name: String,
+        /// One line: the tool and its main argument.
+        summary: String,
+    },
+    #[serde(rename = "tool.call.completed")]
+    ToolCompleted {
+        seq: u64,
+        run_id: String,
+        tool_call_id: String,
+        name: String,
+        ok: bool,
+        /// One line: what came of it (counts, the error).
+        summary: String,
+        duration_ms: u64,
+    },
+    /// The built-in agent asks the user; answer with `clarify`.
+    #[serde(rename = "clarification.requested")]
+    ClarificationRequested {
+        seq: u64,
+        run_id: String,
+        question_id: String,
+        question: String,
+    },
+    #[serde(rename = "clarification.received")]
+    ClarificationReceived {
+        seq: u64,
+        run_id: String,
+        question_id: String,
+        /// `no_user_answer` when the user skipped.
+        answer: String,
+        skipped: bool,
+    },
     #[serde(rename = "suggestion.completed")]
     Completed {
         seq: u64,
@@ -303,7 +378,11 @@ impl Event {
             | Event::CheckpointCreated { seq, .. }
             | Event::RollbackStarted { seq, .. }
             | Event::RollbackCompleted { seq, .. }
-            | Event::RollbackFailed { seq, .. } => *seq = value,
+            | Event::RollbackFailed { seq, .. }
+            | Event::ToolRequested { seq, .. }
+            | Event::ToolCompleted { seq, .. }
+            | Event::ClarificationRequested { seq, .. }
+            | Event::ClarificationReceived { seq, .. } => *seq = value,
         }
     }
 }
@@ -400,8 +479,14 @@ pub struct CompleteCmd {
 #[serde(deny_unknown_fields)]
 pub struct RunCmd {
     pub prompt: String,
+    /// A command template, or `builtin` for the built-in agent.
     #[serde(default)]
     pub agent: Option<String>,
+    /// The built-in agent's model for this run (implies `agent: "builtin"`).
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default, alias = "sessionId")]
+    pub session_id: Option<String>,
     #[serde(default, alias = "timeoutSecs")]
     pub timeout_secs: Option<u64>,
     #[serde(default, rename = "type")]
@@ -501,6 +586,30 @@ impl Response {
     }
 }
 
+/// The answer to a built-in agent's question.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClarifyCmd {
+    /// WebSocket only (REST has it in the path).
+    #[serde(default, alias = "runId")]
+    pub run_id: Option<String>,
+    /// Optional: when given it must be the pending question's.
+    #[serde(default, alias = "questionId")]
+    pub question_id: Option<String>,
+    #[serde(default)]
+    pub answer: Option<String>,
+    /// Skip the question: the agent is told `no_user_answer`.
+    #[serde(default)]
+    pub skip: bool,
+    #[serde(default, rename = "type")]
+    pub _type: Option<String>,
+    #[serde(default)]
+    pub id: Option<serde_json::Value>,
+}
+
+/// The answer the agent gets when the user skips a question (seed 000 §21).
+pub const NO_USER_ANSWER: &str = "no_user_answer";
+
 /// The WebSocket command types, for error messages.
 pub const COMMAND_TYPES: &[&str] = &[
     "feedback",
@@ -510,6 +619,7 @@ pub const COMMAND_TYPES: &[&str] = &[
     "get",
     "run",
     "cancel",
+    "clarify",
     "replay",
     "ping",
 ];

@@ -18,7 +18,9 @@ use tokio_util::sync::CancellationToken;
 use crate::error::AppError;
 use crate::hub::{now, Hub};
 use crate::journal::Record;
-use crate::protocol::{ErrorCode, Event, HunkNote, RunState, RunView, SuggestionView};
+use crate::protocol::{
+    ErrorCode, Event, HunkNote, Question, RunCmd, RunState, RunUsage, RunView, SuggestionView,
+};
 use crate::review::{attach_notes, build_hunks, Suggestion};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -40,6 +42,14 @@ pub struct RunRec {
     /// The session the run belongs to (its chat history and pinned context).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<RunUsage>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question: Option<Question>,
 }
 
 impl RunRec {
@@ -54,11 +64,19 @@ impl RunRec {
             error: self.error.clone(),
             created_at: self.created_at.clone(),
             last_message: self.last_message.clone(),
+            session_id: self.session_id.clone(),
+            model: self.model.clone(),
+            stop_reason: self.stop_reason.clone(),
+            usage: self.usage.clone(),
+            question: self.question.clone(),
         }
     }
 
     pub fn finished(&self) -> bool {
-        !matches!(self.status, RunState::Queued | RunState::Working)
+        !matches!(
+            self.status,
+            RunState::Queued | RunState::Working | RunState::WaitingForUser
+        )
     }
 }
 
@@ -78,6 +96,8 @@ pub struct Runs {
     cancels: Mutex<HashMap<String, CancellationToken>>,
     agent_tokens: Mutex<HashMap<String, String>>,
     active: Mutex<HashMap<String, Arc<Active>>>,
+    /// The question each waiting built-in agent run asked, and where its answer goes.
+    questions: Mutex<HashMap<String, (String, tokio::sync::oneshot::Sender<String>)>>,
 }
 
 fn poisoned() -> AppError {
@@ -92,6 +112,63 @@ impl Runs {
             cancels: Mutex::new(HashMap::new()),
             agent_tokens: Mutex::new(HashMap::new()),
             active: Mutex::new(HashMap::new()),
+            questions: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Register `run_id`'s question (one at a time, seed 000 §21); the answer arrives on the
+    /// returned channel.
+    pub fn ask(
+        &self,
+        run_id: &str,
+        question_id: &str,
+    ) -> Result<tokio::sync::oneshot::Receiver<String>, AppError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let mut q = self.questions.lock().map_err(|_| poisoned())?;
+        if q.contains_key(run_id) {
+            return Err(AppError::Conflict {
+                code: "question_pending",
+                message: "one question at a time: the last one is not answered yet".into(),
+            });
+        }
+        q.insert(run_id.to_string(), (question_id.to_string(), tx));
+        Ok(rx)
+    }
+
+    /// Deliver an answer; returns the question's id.
+    pub fn reply(
+        &self,
+        run_id: &str,
+        question_id: Option<&str>,
+        answer: String,
+    ) -> Result<String, AppError> {
+        let mut q = self.questions.lock().map_err(|_| poisoned())?;
+        let Some((qid, _)) = q.get(run_id) else {
+            return Err(AppError::Conflict {
+                code: "no_question",
+                message: format!("run {run_id} is not waiting for an answer"),
+            });
+        };
+        if question_id.is_some_and(|given| given != qid) {
+            return Err(AppError::Conflict {
+                code: "stale_question",
+                message: format!(
+                    "question {qid} is the one pending, not {}",
+                    question_id.unwrap_or("")
+                ),
+            });
+        }
+        let Some((qid, tx)) = q.remove(run_id) else {
+            return Err(AppError::Internal("question vanished".into()));
+        };
+        // The run may have been cancelled meanwhile; then nobody listens, which is fine.
+        let _ = tx.send(answer);
+        Ok(qid)
+    }
+
+    pub fn forget_question(&self, run_id: &str) {
+        if let Ok(mut q) = self.questions.lock() {
+            q.remove(run_id);
         }
     }
 
@@ -137,7 +214,7 @@ impl Hub {
             .ok_or_else(|| AppError::NotFound(format!("no run {run_id:?}")))?;
         f(run);
         let rec = run.clone();
-        self.journal_append(&Record::Run(rec.clone()))?;
+        self.journal_append(&Record::Run(Box::new(rec.clone())))?;
         Ok(rec)
     }
 
@@ -166,49 +243,97 @@ impl Hub {
         });
     }
 
-    /// Queue a run of `agent` (or the configured default) on `prompt`.
-    pub fn start_run(
-        self: &Arc<Self>,
-        prompt: &str,
-        agent: Option<&str>,
-        timeout_secs: Option<u64>,
-    ) -> Result<RunView, AppError> {
+    /// Which agent a run gets: the request's, the session's model, the hub's default.
+    fn resolve_driver(
+        &self,
+        cmd: &RunCmd,
+        session_model: Option<&str>,
+    ) -> Result<Driver, AppError> {
+        let builtin = |model: Option<&str>| -> Result<Driver, AppError> {
+            let Some(p) = &self.cfg.provider else {
+                return Err(AppError::BadRequest(
+                    "the built-in agent needs a model server: start the hub with --provider-url (e.g. http://127.0.0.1:11434/v1 for Ollama) or [provider] base_url".into(),
+                ));
+            };
+            let model = model
+                .or(session_model)
+                .map(str::to_string)
+                .unwrap_or_else(|| p.model.clone());
+            if model.trim().is_empty() {
+                return Err(AppError::BadRequest(
+                    "no model: pass \"model\" with the run, or start the hub with --model".into(),
+                ));
+            }
+            Ok(Driver::Builtin { model })
+        };
+        match (cmd.agent.as_deref(), cmd.model.as_deref()) {
+            (Some(BUILTIN), m) | (None, m @ Some(_)) => builtin(m),
+            (Some(_), Some(_)) => Err(AppError::BadRequest(
+                "\"model\" is for the built-in agent; an agent command chooses its own".into(),
+            )),
+            (Some(t), None) => Ok(Driver::Command(t.to_string())),
+            (None, None) => match self.cfg.agent.as_deref() {
+                _ if session_model.is_some() => builtin(None),
+                Some(BUILTIN) => builtin(None),
+                Some(t) => Ok(Driver::Command(t.to_string())),
+                None if self.cfg.provider.is_some() => builtin(None),
+                None => Err(AppError::BadRequest(
+                    "no agent configured: pass \"agent\" (e.g. \"claude -p {prompt}\"), or start the hub with --agent, or with --provider-url for the built-in agent".into(),
+                )),
+            },
+        }
+    }
+
+    /// Queue a run of an agent on a prompt, in a session (a new one unless named).
+    pub fn start_run(self: &Arc<Self>, cmd: &RunCmd) -> Result<RunView, AppError> {
+        let prompt = cmd.prompt.as_str();
         if prompt.trim().is_empty() {
             return Err(AppError::BadRequest("prompt is empty".into()));
         }
-        let template = agent
-            .map(str::to_string)
-            .or_else(|| self.cfg.agent.clone())
-            .ok_or_else(|| {
-                AppError::BadRequest(
-                    "no agent configured: pass \"agent\" (e.g. \"claude -p {prompt}\") or start the hub with --agent"
-                        .into(),
-                )
-            })?;
-        // Refuse a broken template now rather than as a failed run later.
-        build_argv(&template, prompt).map_err(|e| AppError::BadRequest(e.to_string()))?;
+        let session_model = match &cmd.session_id {
+            Some(id) => self.session_view(id)?.session.model,
+            None => None,
+        };
+        let driver = self.resolve_driver(cmd, session_model.as_deref())?;
+        if let Driver::Command(template) = &driver {
+            // Refuse a broken template now rather than as a failed run later.
+            build_argv(template, prompt).map_err(|e| AppError::BadRequest(e.to_string()))?;
+        }
         let timeout = Duration::from_secs(
-            timeout_secs
+            cmd.timeout_secs
                 .unwrap_or(self.cfg.agent_timeout.as_secs())
                 .max(1),
         );
+        let run_id = uuid::Uuid::new_v4().to_string();
+        let session = self.session_for_run(cmd.session_id.as_deref(), prompt, &run_id)?;
         let run = RunRec {
-            run_id: uuid::Uuid::new_v4().to_string(),
+            run_id,
             status: RunState::Queued,
             prompt: prompt.to_string(),
-            agent: Some(template.clone()),
+            agent: Some(match &driver {
+                Driver::Command(t) => t.clone(),
+                Driver::Builtin { model } => format!("{BUILTIN}:{model}"),
+            }),
             suggestion_ids: Vec::new(),
             base_commit: None,
             error: None,
             created_at: now(),
             last_message: None,
-            session_id: None,
+            session_id: Some(session.id),
+            model: match &driver {
+                Driver::Builtin { model } => Some(model.clone()),
+                Driver::Command(_) => None,
+            },
+            stop_reason: None,
+            usage: None,
+            question: None,
         };
         {
             let mut st = self.lock()?;
-            self.journal_append(&Record::Run(run.clone()))?;
+            self.journal_append(&Record::Run(Box::new(run.clone())))?;
             st.runs.insert(run.run_id.clone(), run.clone());
         }
+        self.history(&run.run_id, crate::sessions::Entry::message("user", prompt));
         let cancel = self.shutdown.child_token();
         self.runs
             .cancels
@@ -225,7 +350,7 @@ impl Hub {
         let prompt = prompt.to_string();
         self.tasks.spawn(async move {
             let result = hub
-                .run_task(&run_id, &template, &prompt, timeout, cancel)
+                .run_task(&run_id, &driver, &prompt, timeout, cancel)
                 .await;
             if let Err(e) = result {
                 let msg = e.to_string();
@@ -245,13 +370,23 @@ impl Hub {
             if let Ok(mut c) = hub.runs.cancels.lock() {
                 c.remove(&run_id);
             }
+            hub.runs.forget_question(&run_id);
+            if let Ok(v) = hub.run_view(&run_id) {
+                hub.history(
+                    &run_id,
+                    crate::sessions::Entry::message("system", &outcome_line(&v)),
+                );
+            }
         });
         Ok(run.view())
     }
 
     pub fn cancel_run(&self, run_id: &str) -> Result<RunView, AppError> {
         let view = self.run_view(run_id)?;
-        if view.status != RunState::Queued && view.status != RunState::Working {
+        if !matches!(
+            view.status,
+            RunState::Queued | RunState::Working | RunState::WaitingForUser
+        ) {
             return Err(AppError::Conflict {
                 code: "finished",
                 message: format!("run {run_id} already finished ({:?})", view.status)
@@ -273,7 +408,7 @@ impl Hub {
     async fn run_task(
         self: &Arc<Self>,
         run_id: &str,
-        template: &str,
+        driver: &Driver,
         prompt: &str,
         timeout: Duration,
         cancel: CancellationToken,
@@ -326,7 +461,7 @@ impl Hub {
         let result = self
             .run_in_sandbox(
                 run_id,
-                template,
+                driver,
                 prompt,
                 timeout,
                 cancel,
@@ -346,7 +481,7 @@ impl Hub {
     async fn run_in_sandbox(
         self: &Arc<Self>,
         run_id: &str,
-        template: &str,
+        driver: &Driver,
         prompt: &str,
         timeout: Duration,
         cancel: CancellationToken,
@@ -402,6 +537,14 @@ impl Hub {
                 change_id,
             }),
         );
+        let template = match driver {
+            Driver::Command(t) => t.as_str(),
+            Driver::Builtin { model } => {
+                return self
+                    .drive_builtin(run_id, model, prompt, timeout, cancel, sandbox)
+                    .await;
+            }
+        };
         let agent_token = crate::auth::random_token();
         self.runs
             .agent_tokens
@@ -707,6 +850,157 @@ impl Hub {
         self.update_run(run_id, |r| r.last_message = Some(m))?;
         self.run_status(run_id, status, message);
         Ok(())
+    }
+}
+
+pub const BUILTIN: &str = "builtin";
+
+/// What drives a run: an agent command in the sandbox, or the hub's own tool loop.
+#[derive(Debug, Clone)]
+enum Driver {
+    Command(String),
+    Builtin { model: String },
+}
+
+/// How a run ended, in one line for its session's history.
+fn outcome_line(v: &RunView) -> String {
+    let mut s = format!(
+        "Run ended: {}",
+        serde_json::to_value(v.status)
+            .ok()
+            .and_then(|x| x.as_str().map(str::to_string))
+            .unwrap_or_default()
+    );
+    if let Some(r) = &v.stop_reason {
+        s.push_str(&format!(" ({r})"));
+    }
+    if !v.suggestion_ids.is_empty() {
+        s.push_str(&format!("; suggestion {}", v.suggestion_ids.join(", ")));
+    }
+    if let Some(e) = &v.error {
+        s.push_str(&format!("; error: {e}"));
+    }
+    s
+}
+
+impl Hub {
+    /// The built-in agent's run: the tool loop, then whatever it changed becomes a suggestion
+    /// (also when a limit, a timeout or a provider failure ended it early).
+    async fn drive_builtin(
+        self: &Arc<Self>,
+        run_id: &str,
+        model: &str,
+        prompt: &str,
+        timeout: Duration,
+        cancel: CancellationToken,
+        sandbox: Arc<dyn Sandbox>,
+    ) -> Result<(), AppError> {
+        let Some(pcfg) = self.cfg.provider.clone() else {
+            return Err(AppError::BadRequest(
+                "the built-in agent has no model server configured".into(),
+            ));
+        };
+        let provider: Arc<dyn crate::provider::Provider> = Arc::new(
+            crate::provider::OpenAiCompatible::new(pcfg)
+                .map_err(|e| AppError::Internal(e.to_string()))?,
+        );
+        let rid = run_id.to_string();
+        let context = self.blocking(move |hub| hub.session_context(&rid)).await?;
+        self.run_status(
+            run_id,
+            "working",
+            format!(
+                "Built-in agent started ({model}, isolation: {})",
+                sandbox.isolation()
+            ),
+        );
+        let end = self
+            .run_builtin(crate::agent_loop::BuiltinRun {
+                run_id: run_id.to_string(),
+                model: model.to_string(),
+                prompt: prompt.to_string(),
+                context,
+                sandbox,
+                provider,
+                limits: self.cfg.limits.clone(),
+                cancel,
+                deadline: Instant::now() + timeout,
+            })
+            .await;
+        let stop = end.stop;
+        let err = end.error.clone();
+        self.update_run(run_id, |r| {
+            r.stop_reason = Some(stop.as_str().to_string());
+            if err.is_some() {
+                r.error = err.clone();
+            }
+        })?;
+        use crate::agent_loop::Stop;
+        if stop == Stop::Cancelled {
+            self.update_run(run_id, |r| r.status = RunState::Cancelled)?;
+            self.bus.emit(Event::Error {
+                seq: 0,
+                code: ErrorCode::ExperimentFailed,
+                message: "the built-in agent was cancelled".into(),
+                suggestion_id: None,
+                hunk_id: None,
+                run_id: Some(run_id.to_string()),
+            });
+            return Ok(());
+        }
+        let why = match stop {
+            Stop::BudgetExhausted => Some(format!(
+                "Tool budget exhausted ({} calls)",
+                self.cfg.limits.max_tool_calls
+            )),
+            Stop::SchemaRetriesExhausted => Some(format!(
+                "Too many invalid tool calls ({} allowed)",
+                self.cfg.limits.max_schema_retries
+            )),
+            Stop::Timeout => Some(format!("Timed out after {}s", timeout.as_secs())),
+            Stop::ProviderError => Some(format!(
+                "The model provider failed: {}",
+                end.error.as_deref().unwrap_or("")
+            )),
+            _ => None,
+        };
+        if let Some(why) = &why {
+            self.run_status(
+                run_id,
+                "working",
+                format!("{why}; publishing the edits made so far"),
+            );
+        }
+        let description = end
+            .description
+            .clone()
+            .unwrap_or_else(|| first_line(prompt));
+        match self.publish(run_id, &description, &[], &end.notes).await {
+            Ok(_) => Ok(()),
+            Err(AppError::NoChanges(msg)) => {
+                if stop == Stop::ProviderError {
+                    let message = end.error.unwrap_or_default();
+                    self.update_run(run_id, |r| r.status = RunState::Failed)?;
+                    self.bus.emit(Event::Error {
+                        seq: 0,
+                        code: ErrorCode::ExperimentFailed,
+                        message,
+                        suggestion_id: None,
+                        hunk_id: None,
+                        run_id: Some(run_id.to_string()),
+                    });
+                } else {
+                    self.update_run(run_id, |r| r.status = RunState::NoChanges)?;
+                    let msg = match why {
+                        Some(w) => format!("{w}; {msg}"),
+                        None => msg,
+                    };
+                    self.run_status(run_id, "no_changes", msg);
+                }
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 

@@ -114,10 +114,11 @@ pub fn open_hub(
     let mut runs = BTreeMap::new();
     let mut pending: Vec<Prepared> = Vec::new();
     let mut seq_upto = 0u64;
+    let mut sessions = crate::sessions::Sessions::default();
     for rec in records {
         match rec {
             Record::Run(r) => {
-                runs.insert(r.run_id.clone(), r);
+                runs.insert(r.run_id.clone(), *r);
             }
             Record::Suggestion(s) => {
                 if !suggestions.contains_key(&s.id) {
@@ -137,6 +138,7 @@ pub fn open_hub(
             }
             Record::Abort { decision } => pending.retain(|p| p.decision != decision),
             Record::Seq { upto } => seq_upto = seq_upto.max(upto),
+            rec @ (Record::Session(_) | Record::History(_)) => sessions.replay(rec),
         }
     }
     let mut recovered_records = Vec::new();
@@ -157,13 +159,18 @@ pub fn open_hub(
         .with_context(|| format!("opening {}", feedback_path.display()))?;
     feedback.append(&feedback_lines)?;
     for run in runs.values_mut() {
-        if matches!(run.status, RunState::Queued | RunState::Working) {
+        if !run.finished() {
             run.status = RunState::Failed;
+            run.question = None;
             run.error = Some("the hub stopped while this run was in progress".into());
         }
     }
     // Compact: one record per run and suggestion, then the sequence high-water mark.
-    let mut compact: Vec<Record> = runs.values().cloned().map(Record::Run).collect();
+    let mut compact: Vec<Record> = runs
+        .values()
+        .cloned()
+        .map(|r| Record::Run(Box::new(r)))
+        .collect();
     compact.extend(
         order
             .iter()
@@ -171,6 +178,7 @@ pub fn open_hub(
             .cloned()
             .map(|s| Record::Suggestion(Box::new(s))),
     );
+    compact.extend(sessions.records());
     compact.push(Record::Seq { upto: seq_upto });
     let journal = Arc::new(Mutex::new(Journal::rewrite(&journal_path, &compact)?));
 
@@ -184,6 +192,7 @@ pub fn open_hub(
             suggestions,
             order,
             runs,
+            sessions,
         }),
         reviewer_token: token,
         epoch: uuid::Uuid::new_v4().to_string(),

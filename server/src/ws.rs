@@ -241,7 +241,7 @@ async fn run_command(hub: &Arc<Hub>, ty: &str, value: Value) -> Result<Value, Ap
         }
         "run" => {
             let cmd: RunCmd = from_value(value, ty)?;
-            to_data(hub.start_run(&cmd.prompt, cmd.agent.as_deref(), cmd.timeout_secs)?)
+            to_data(hub.start_run(&cmd)?)
         }
         "cancel" => {
             only_fields(&value, ty, &["runId", "run_id"])?;

@@ -1,0 +1,1161 @@
+//! The built-in agent: a tool loop that runs in the hub, so the API key stays here, while every
+//! tool that touches files or runs a program executes in the sandbox as the sandbox user.
+//!
+//! The pure part — tool schemas, argument validation, summaries, note bookkeeping — is
+//! separate from [`Hub::run_builtin`], the driver that talks to the provider and the sandbox.
+//! Limits follow seed 000 §1 and §21: at most `max_tool_calls` tool calls per run, at most
+//! `max_schema_retries` invalid calls (each fed back to the model with the reason). Running out
+//! of either ends the loop, and whatever edits exist still become a suggestion.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hunkwise_sandbox::agent::{self, scrubbed_env, Exit, Stream};
+use hunkwise_sandbox::tools::{
+    validate_edit, FileTool, ProposedEdit, ToolLimits, ToolReply, ToolRequest,
+};
+use hunkwise_sandbox::workspace::Sandbox;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::AppError;
+use crate::hub::Hub;
+use crate::protocol::{Event, HunkNote, Question, RunState, RunUsage, NO_USER_ANSWER};
+use crate::provider::{Message, Provider, StepRequest, StopReason, ToolCall, ToolSpec};
+use crate::sessions::Entry;
+
+/// Limits of one built-in agent run (all configurable under `[limits]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoopLimits {
+    pub max_tool_calls: usize,
+    pub max_schema_retries: u32,
+    pub command_timeout: Duration,
+    /// Bytes of a command's output the model sees (head and tail kept).
+    pub max_command_output: usize,
+    pub tools: ToolLimits,
+}
+
+impl Default for LoopLimits {
+    fn default() -> Self {
+        Self {
+            max_tool_calls: 12,
+            max_schema_retries: 5,
+            command_timeout: Duration::from_secs(120),
+            max_command_output: 16 * 1024,
+            tools: ToolLimits::default(),
+        }
+    }
+}
+
+/// Why the loop ended (the run's `stop_reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    Finished,
+    Answered,
+    BudgetExhausted,
+    SchemaRetriesExhausted,
+    ProviderError,
+    Timeout,
+    Cancelled,
+}
+
+impl Stop {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stop::Finished => "finished",
+            Stop::Answered => "answered",
+            Stop::BudgetExhausted => "budget_exhausted",
+            Stop::SchemaRetriesExhausted => "schema_retries_exhausted",
+            Stop::ProviderError => "provider_error",
+            Stop::Timeout => "timeout",
+            Stop::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// A validated tool call.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    File(FileTool),
+    RunCommand {
+        command: String,
+        timeout_secs: Option<u64>,
+    },
+    Clarify {
+        question: String,
+    },
+    SuggestionStatus {
+        suggestion_id: Option<String>,
+    },
+    Finish {
+        description: String,
+        hunk_descriptions: Vec<HunkNote>,
+    },
+}
+
+fn schema(props: Value, required: &[&str]) -> Value {
+    json!({"type": "object", "properties": props, "required": required, "additionalProperties": false})
+}
+
+/// The tools offered to the model, with their JSON Schemas.
+pub fn tool_specs() -> Vec<ToolSpec> {
+    let path = json!({"type": "string", "description": "Path relative to the repository root, e.g. src/main.rs"});
+    vec![
+        ToolSpec {
+            name: "list_files",
+            description: "List the project's files (.gitignore respected).",
+            parameters: schema(
+                json!({"prefix": {"type": "string", "description": "Only under this directory"},
+                       "glob": {"type": "string", "description": "Only paths matching this glob, e.g. **/*.rs"}}),
+                &[],
+            ),
+        },
+        ToolSpec {
+            name: "read_file",
+            description: "Read a text file (or a line range of it). Returns its lines and file_hash, which edit_file needs as expected_hash.",
+            parameters: schema(
+                json!({"file_path": path, "start_line": {"type": "integer", "minimum": 1},
+                       "end_line": {"type": "integer", "minimum": 1},
+                       "max_bytes": {"type": "integer", "minimum": 1}}),
+                &["file_path"],
+            ),
+        },
+        ToolSpec {
+            name: "search_project",
+            description: "Search the project's text files for a literal string (case-insensitive unless it has capitals). Returns snippets with line ranges.",
+            parameters: schema(
+                json!({"query": {"type": "string"}, "glob": {"type": "string"},
+                       "limit": {"type": "integer", "minimum": 1}}),
+                &["query"],
+            ),
+        },
+        ToolSpec {
+            name: "edit_file",
+            description: "Edit a line range of a file. operation: replace (lines start_line..=end_line become new_text), insert (new_text goes before start_line; one past the last line appends), delete (removes start_line..=end_line; no new_text). expected_hash is the file_hash from your last read_file or edit_file of this file; line numbers refer to that version.",
+            parameters: schema(
+                json!({"file_path": path,
+                       "operation": {"type": "string", "enum": ["replace", "insert", "delete"]},
+                       "start_line": {"type": "integer", "minimum": 1},
+                       "end_line": {"type": "integer", "minimum": 1},
+                       "new_text": {"type": "string"},
+                       "expected_hash": {"type": "string", "description": "sha256:<hex> as returned by read_file"},
+                       "rationale": {"type": "string", "description": "Why: shown to the user beside the change"},
+                       "edit_id": {"type": "string"}}),
+                &["file_path", "operation", "start_line", "expected_hash"],
+            ),
+        },
+        ToolSpec {
+            name: "write_file",
+            description: "Create a file, or replace a whole file (pass expected_hash when it exists).",
+            parameters: schema(
+                json!({"file_path": path, "content": {"type": "string"},
+                       "expected_hash": {"type": "string"}}),
+                &["file_path", "content"],
+            ),
+        },
+        ToolSpec {
+            name: "move_file",
+            description: "Move or rename a file.",
+            parameters: schema(
+                json!({"from_path": path, "to_path": path}),
+                &["from_path", "to_path"],
+            ),
+        },
+        ToolSpec {
+            name: "delete_file",
+            description: "Delete a file.",
+            parameters: schema(json!({"file_path": path}), &["file_path"]),
+        },
+        ToolSpec {
+            name: "run_command",
+            description: "Run a shell command in the repository root (tests, builds, linters). Output is capped; there is a timeout.",
+            parameters: schema(
+                json!({"command": {"type": "string"}, "timeout_secs": {"type": "integer", "minimum": 1}}),
+                &["command"],
+            ),
+        },
+        ToolSpec {
+            name: "clarify_user",
+            description: "Ask the user one question and wait for the answer. The answer is no_user_answer if they skip it.",
+            parameters: schema(json!({"question": {"type": "string"}}), &["question"]),
+        },
+        ToolSpec {
+            name: "suggestion_status",
+            description: "The user's decisions on this session's earlier suggestions: which hunks were accepted, rejected or modified, with comments.",
+            parameters: schema(json!({"suggestion_id": {"type": "string"}}), &[]),
+        },
+        ToolSpec {
+            name: "finish",
+            description: "End the run: your changes are published to the user for review, hunk by hunk.",
+            parameters: schema(
+                json!({"description": {"type": "string", "description": "One line: what the change does"},
+                       "hunk_descriptions": {"type": "array", "items": {"type": "object",
+                           "properties": {"file": {"type": "string"}, "line": {"type": "integer"}, "description": {"type": "string"}},
+                           "required": ["file", "description"], "additionalProperties": false}}}),
+                &["description"],
+            ),
+        },
+    ]
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListArgs {
+    prefix: Option<String>,
+    glob: Option<String>,
+}
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReadArgs {
+    file_path: String,
+    start_line: Option<usize>,
+    end_line: Option<usize>,
+    max_bytes: Option<u64>,
+}
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SearchArgs {
+    query: String,
+    glob: Option<String>,
+    limit: Option<usize>,
+}
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WriteArgs {
+    file_path: String,
+    content: String,
+    expected_hash: Option<String>,
+}
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MoveArgs {
+    from_path: String,
+    to_path: String,
+}
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PathArgs {
+    file_path: String,
+}
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CommandArgs {
+    command: String,
+    timeout_secs: Option<u64>,
+}
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClarifyArgs {
+    question: String,
+}
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StatusArgs {
+    suggestion_id: Option<String>,
+}
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FinishArgs {
+    description: String,
+    #[serde(default)]
+    hunk_descriptions: Vec<HunkNote>,
+}
+
+fn args<T: serde::de::DeserializeOwned>(name: &str, v: Value) -> Result<T, String> {
+    serde_json::from_value(v).map_err(|e| format!("invalid arguments for {name}: {e}"))
+}
+
+fn non_empty(what: &str, s: &str) -> Result<(), String> {
+    if s.trim().is_empty() {
+        Err(format!("{what} is empty"))
+    } else {
+        Ok(())
+    }
+}
+
+/// Validate a tool call against its schema. The error text goes back to the model (and counts
+/// against `max_schema_retries`).
+pub fn parse_call(call: &ToolCall) -> Result<Action, String> {
+    let raw = call.arguments.trim();
+    let v: Value = if raw.is_empty() {
+        json!({})
+    } else {
+        serde_json::from_str(raw).map_err(|e| {
+            format!(
+                "the arguments of {} are not valid JSON ({e}); send one JSON object",
+                call.name
+            )
+        })?
+    };
+    if !v.is_object() {
+        return Err(format!(
+            "the arguments of {} must be a JSON object",
+            call.name
+        ));
+    }
+    let name = call.name.as_str();
+    Ok(match name {
+        "list_files" => {
+            let a: ListArgs = args(name, v)?;
+            Action::File(FileTool::ListFiles {
+                prefix: a.prefix,
+                glob: a.glob,
+            })
+        }
+        "read_file" => {
+            let a: ReadArgs = args(name, v)?;
+            non_empty("file_path", &a.file_path)?;
+            Action::File(FileTool::ReadFile {
+                file_path: a.file_path,
+                start_line: a.start_line,
+                end_line: a.end_line,
+                max_bytes: a.max_bytes,
+            })
+        }
+        "search_project" => {
+            let a: SearchArgs = args(name, v)?;
+            non_empty("query", &a.query)?;
+            Action::File(FileTool::SearchProject {
+                query: a.query,
+                glob: a.glob,
+                limit: a.limit,
+            })
+        }
+        "edit_file" => {
+            let e: ProposedEdit = args(name, v)?;
+            non_empty("file_path", &e.file_path)?;
+            validate_edit(&e).map_err(|err| format!("invalid edit: {err}"))?;
+            Action::File(FileTool::EditFile(e))
+        }
+        "write_file" => {
+            let a: WriteArgs = args(name, v)?;
+            non_empty("file_path", &a.file_path)?;
+            Action::File(FileTool::WriteFile {
+                file_path: a.file_path,
+                content: a.content,
+                expected_hash: a.expected_hash,
+            })
+        }
+        "move_file" => {
+            let a: MoveArgs = args(name, v)?;
+            Action::File(FileTool::MoveFile {
+                from_path: a.from_path,
+                to_path: a.to_path,
+            })
+        }
+        "delete_file" => {
+            let a: PathArgs = args(name, v)?;
+            Action::File(FileTool::DeleteFile {
+                file_path: a.file_path,
+            })
+        }
+        "run_command" => {
+            let a: CommandArgs = args(name, v)?;
+            non_empty("command", &a.command)?;
+            Action::RunCommand {
+                command: a.command,
+                timeout_secs: a.timeout_secs,
+            }
+        }
+        "clarify_user" => {
+            let a: ClarifyArgs = args(name, v)?;
+            non_empty("question", &a.question)?;
+            Action::Clarify {
+                question: a.question,
+            }
+        }
+        "suggestion_status" => {
+            let a: StatusArgs = args(name, v)?;
+            Action::SuggestionStatus {
+                suggestion_id: a.suggestion_id,
+            }
+        }
+        "finish" => {
+            let a: FinishArgs = args(name, v)?;
+            non_empty("description", &a.description)?;
+            Action::Finish {
+                description: a.description,
+                hunk_descriptions: a.hunk_descriptions,
+            }
+        }
+        other => {
+            let names: Vec<&str> = tool_specs().iter().map(|t| t.name).collect();
+            return Err(format!(
+                "there is no tool {other:?}; the tools are {}",
+                names.join(", ")
+            ));
+        }
+    })
+}
+
+/// One printable line, at most `max` characters (agent text goes to status lines).
+pub fn one_line(s: &str, max: usize) -> String {
+    let flat: String = s
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let flat = flat.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() > max {
+        let mut out: String = flat.chars().take(max.saturating_sub(1)).collect();
+        out.push('…');
+        out
+    } else {
+        flat
+    }
+}
+
+/// What a call is about, for `tool.call.requested` and status lines.
+pub fn summarize_request(name: &str, action: Option<&Action>) -> String {
+    let detail = match action {
+        Some(Action::File(t)) => match t {
+            FileTool::ListFiles { prefix, glob } => {
+                format!(
+                    "{}{}",
+                    prefix.as_deref().unwrap_or("."),
+                    glob.as_deref().map(|g| format!(" {g}")).unwrap_or_default()
+                )
+            }
+            FileTool::ReadFile {
+                file_path,
+                start_line,
+                end_line,
+                ..
+            } => match (start_line, end_line) {
+                (None, None) => file_path.clone(),
+                (s, e) => format!(
+                    "{file_path}:{}-{}",
+                    s.unwrap_or(1),
+                    e.map(|e| e.to_string()).unwrap_or_default()
+                ),
+            },
+            FileTool::SearchProject { query, .. } => format!("{query:?}"),
+            FileTool::EditFile(e) => format!(
+                "{} {:?} {}{}",
+                e.file_path,
+                e.operation,
+                e.start_line,
+                e.end_line.map(|l| format!("-{l}")).unwrap_or_default()
+            )
+            .to_lowercase(),
+            FileTool::WriteFile { file_path, .. } | FileTool::DeleteFile { file_path } => {
+                file_path.clone()
+            }
+            FileTool::MoveFile { from_path, to_path } => format!("{from_path} -> {to_path}"),
+        },
+        Some(Action::RunCommand { command, .. }) => command.clone(),
+        Some(Action::Clarify { question }) => question.clone(),
+        Some(Action::SuggestionStatus { suggestion_id }) => {
+            suggestion_id.clone().unwrap_or_default()
+        }
+        Some(Action::Finish { description, .. }) => description.clone(),
+        None => String::new(),
+    };
+    one_line(&format!("{name} {detail}"), 160)
+}
+
+/// What came of a call, for `tool.call.completed`.
+pub fn summarize_result(result: &Value) -> String {
+    let count = |k: &str| result[k].as_array().map(|a| a.len());
+    let s = if let Some(n) = count("files") {
+        format!("{n} file(s)")
+    } else if let Some(n) = count("results") {
+        format!("{n} result(s)")
+    } else if let (Some(s), Some(e)) = (result["start_line"].as_u64(), result["end_line"].as_u64())
+    {
+        format!("lines {s}-{e} of {}", result["total_lines"])
+    } else if let Some(n) = result["changed_line_count"].as_u64() {
+        format!("{n} line(s) now at {}", result["changed_start_line"])
+    } else if let Some(code) = result["exit_code"].as_i64() {
+        format!("exit {code}")
+    } else if let Some(a) = result["answer"].as_str() {
+        format!("answer: {a}")
+    } else {
+        "ok".to_string()
+    };
+    one_line(&s, 160)
+}
+
+/// Hunk descriptions gathered from edit rationales, kept pointing at the right lines while
+/// later edits move them.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Notes(pub Vec<HunkNote>);
+
+impl Notes {
+    /// Record a successful file tool call.
+    pub fn track(&mut self, tool: &FileTool, result: &Value) {
+        match tool {
+            FileTool::EditFile(e) => {
+                let path = result["file_path"]
+                    .as_str()
+                    .unwrap_or(&e.file_path)
+                    .to_string();
+                let old_len = match e.operation {
+                    hunkwise_sandbox::tools::Operation::Insert => 0,
+                    _ => e.end_line.unwrap_or(e.start_line) + 1 - e.start_line,
+                };
+                let new_len = result["changed_line_count"].as_u64().unwrap_or(0) as usize;
+                let old_end = e.start_line + old_len;
+                for n in self.0.iter_mut().filter(|n| n.file == path) {
+                    if let Some(line) = n.line.as_mut() {
+                        if *line >= old_end {
+                            *line = (*line + new_len).saturating_sub(old_len).max(1);
+                        } else if *line >= e.start_line {
+                            *line = e.start_line;
+                        }
+                    }
+                }
+                if let Some(r) = e.rationale.as_deref().filter(|r| !r.trim().is_empty()) {
+                    self.0.push(HunkNote {
+                        file: path,
+                        line: Some(e.start_line),
+                        description: r.trim().to_string(),
+                    });
+                }
+            }
+            FileTool::WriteFile { file_path, .. } => {
+                // A whole-file write moves every line: keep the words, drop the positions.
+                for n in self.0.iter_mut().filter(|n| &n.file == file_path) {
+                    n.line = None;
+                }
+            }
+            FileTool::MoveFile { from_path, to_path } => {
+                for n in self.0.iter_mut().filter(|n| &n.file == from_path) {
+                    n.file = to_path.clone();
+                }
+            }
+            FileTool::DeleteFile { file_path } => self.0.retain(|n| &n.file != file_path),
+            _ => {}
+        }
+    }
+}
+
+fn system_prompt(limits: &LoopLimits) -> String {
+    format!(
+        "You are a coding agent working in a sandbox copy of the user's repository. Nothing you \
+         do reaches the user's files directly: when you call finish, your changes are shown to \
+         the user hunk by hunk, and they accept, modify or reject each one.\n\
+         - Paths are relative to the repository root. Line numbers start at 1.\n\
+         - Read a file before you edit it. edit_file needs the file_hash of the version you \
+         read as expected_hash; after an edit, use the file_hash it returns (and its new line \
+         numbers) for the next edit of that file.\n\
+         - Make focused edits, each with a short rationale; they are shown beside the hunks.\n\
+         - You may run tests or builds with run_command.\n\
+         - If the request is ambiguous, ask one question with clarify_user.\n\
+         - You have at most {} tool calls in this run. When the work is done, call finish with \
+         a one-line description of the change.",
+        limits.max_tool_calls
+    )
+}
+
+/// Keep the head and tail of a long output, marking the cut.
+pub fn cap_output(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let half = max / 2;
+    let mut head_end = half;
+    while !s.is_char_boundary(head_end) {
+        head_end -= 1;
+    }
+    let mut tail_start = s.len() - half;
+    while !s.is_char_boundary(tail_start) {
+        tail_start += 1;
+    }
+    format!(
+        "{}\n[… {} bytes cut …]\n{}",
+        &s[..head_end],
+        tail_start - head_end,
+        &s[tail_start..]
+    )
+}
+
+/// What the driver needs to run the loop.
+pub struct BuiltinRun {
+    pub run_id: String,
+    pub model: String,
+    pub prompt: String,
+    /// Session context: pinned rows, earlier chat, decisions on earlier suggestions.
+    pub context: Vec<Message>,
+    pub sandbox: Arc<dyn Sandbox>,
+    pub provider: Arc<dyn Provider>,
+    pub limits: LoopLimits,
+    pub cancel: CancellationToken,
+    pub deadline: Instant,
+}
+
+/// How the loop ended.
+#[derive(Debug)]
+pub struct LoopEnd {
+    pub stop: Stop,
+    pub description: Option<String>,
+    pub notes: Vec<HunkNote>,
+    pub error: Option<String>,
+    pub edits: usize,
+}
+
+impl Hub {
+    fn tool_event_status(&self, run_id: &str, message: String) {
+        self.bus.emit(Event::Status {
+            seq: 0,
+            suggestion_id: None,
+            run_id: Some(run_id.to_string()),
+            status: "working".into(),
+            message,
+        });
+    }
+
+    fn add_usage(&self, run_id: &str, f: impl FnOnce(&mut RunUsage)) {
+        let _ = self.update_run(run_id, |r| f(r.usage.get_or_insert_with(RunUsage::default)));
+    }
+
+    /// Drive the built-in agent until it finishes or a limit ends it.
+    pub async fn run_builtin(self: &Arc<Self>, run: BuiltinRun) -> LoopEnd {
+        let specs = tool_specs();
+        let mut messages = vec![Message::System {
+            content: system_prompt(&run.limits),
+        }];
+        messages.extend(run.context.iter().cloned());
+        messages.push(Message::User {
+            content: run.prompt.clone(),
+        });
+        let mut end = LoopEnd {
+            stop: Stop::Answered,
+            description: None,
+            notes: Vec::new(),
+            error: None,
+            edits: 0,
+        };
+        let mut notes = Notes::default();
+        let mut used = 0usize;
+        let mut schema_failures = 0u32;
+        'steps: loop {
+            let remaining = run.deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                end.stop = Stop::Timeout;
+                break;
+            }
+            let step = tokio::select! {
+                r = run.provider.run_step(
+                    StepRequest { model: &run.model, messages: &messages, tools: &specs },
+                    &run.cancel,
+                ) => r,
+                _ = tokio::time::sleep(remaining) => {
+                    end.stop = Stop::Timeout;
+                    break;
+                }
+            };
+            let step = match step {
+                Ok(s) => s,
+                Err(crate::provider::ProviderError::Cancelled) => {
+                    end.stop = Stop::Cancelled;
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(run = %run.run_id, error = %e, "model call failed");
+                    end.stop = Stop::ProviderError;
+                    end.error = Some(e.to_string());
+                    break;
+                }
+            };
+            let usage = step.usage.clone().unwrap_or_default();
+            self.add_usage(&run.run_id, |u| {
+                u.model_calls += 1;
+                u.prompt_tokens += usage.prompt_tokens;
+                u.completion_tokens += usage.completion_tokens;
+                u.model_ms += step.latency_ms;
+                u.retries += u64::from(step.attempts.saturating_sub(1));
+            });
+            tracing::info!(
+                run = %run.run_id, model = %step.model, latency_ms = step.latency_ms,
+                prompt_tokens = usage.prompt_tokens, completion_tokens = usage.completion_tokens,
+                tool_calls = step.tool_calls.len(), streamed = step.streamed, "model step"
+            );
+            if let Some(text) = &step.assistant_message {
+                self.history(
+                    &run.run_id,
+                    Entry::message("assistant", text).with_model(&step.model, &usage),
+                );
+                self.tool_event_status(&run.run_id, one_line(text, 200));
+            }
+            messages.push(Message::Assistant {
+                content: step.assistant_message.clone(),
+                tool_calls: step.tool_calls.clone(),
+            });
+            if step.tool_calls.is_empty() {
+                end.stop = Stop::Answered;
+                end.description = step
+                    .assistant_message
+                    .as_deref()
+                    .map(|t| one_line(t.lines().next().unwrap_or(""), 100))
+                    .filter(|d| !d.is_empty());
+                if step.stop_reason == StopReason::Length {
+                    end.error = Some("the model's answer was cut at max_tokens".into());
+                }
+                break;
+            }
+            // Every call gets an answer (the API requires one per tool_call_id), even those
+            // after the loop has decided to stop.
+            let mut stop_after: Option<Stop> = None;
+            for call in &step.tool_calls {
+                if let Some(stop) = stop_after {
+                    messages.push(tool_message(
+                        call,
+                        &json!({"ok": false, "error": format!("not run: the run is ending ({})", stop.as_str())}),
+                    ));
+                    continue;
+                }
+                if run.cancel.is_cancelled() {
+                    end.stop = Stop::Cancelled;
+                    break 'steps;
+                }
+                let parsed = parse_call(call);
+                let summary = summarize_request(&call.name, parsed.as_ref().ok());
+                let action = match parsed {
+                    Ok(a) => a,
+                    Err(why) => {
+                        schema_failures += 1;
+                        self.add_usage(&run.run_id, |u| u.schema_failures += 1);
+                        let left = run
+                            .limits
+                            .max_schema_retries
+                            .saturating_sub(schema_failures);
+                        let msg =
+                            format!("{why} (invalid call {schema_failures}; {left} more allowed)");
+                        self.emit_tool(&run.run_id, call, &summary, false, &one_line(&msg, 200), 0);
+                        self.history(&run.run_id, Entry::tool(&call.name, &summary, false, &msg));
+                        messages.push(tool_message(call, &json!({"ok": false, "error": msg})));
+                        if schema_failures > run.limits.max_schema_retries {
+                            stop_after = Some(Stop::SchemaRetriesExhausted);
+                        }
+                        continue;
+                    }
+                };
+                if let Action::Finish {
+                    description,
+                    hunk_descriptions,
+                } = &action
+                {
+                    end.description = Some(one_line(description, 200));
+                    notes.0.extend(hunk_descriptions.iter().cloned());
+                    self.emit_tool(&run.run_id, call, &summary, true, "publishing", 0);
+                    messages.push(tool_message(
+                        call,
+                        &json!({"ok": true, "result": {"published": true}}),
+                    ));
+                    stop_after = Some(Stop::Finished);
+                    continue;
+                }
+                if used >= run.limits.max_tool_calls {
+                    let msg = format!(
+                        "tool budget exhausted ({} calls); the run ends and your edits so far are published",
+                        run.limits.max_tool_calls
+                    );
+                    self.emit_tool(&run.run_id, call, &summary, false, &msg, 0);
+                    messages.push(tool_message(call, &json!({"ok": false, "error": msg})));
+                    stop_after = Some(Stop::BudgetExhausted);
+                    continue;
+                }
+                used += 1;
+                self.add_usage(&run.run_id, |u| u.tool_calls += 1);
+                self.bus.emit(Event::ToolRequested {
+                    seq: 0,
+                    run_id: run.run_id.clone(),
+                    tool_call_id: call.tool_call_id.clone(),
+                    name: call.name.clone(),
+                    summary: summary.clone(),
+                });
+                tracing::info!(run = %run.run_id, tool = %call.name, %summary, "tool call");
+                let started = Instant::now();
+                let outcome = self.execute(&run, &action).await;
+                let ms = started.elapsed().as_millis() as u64;
+                let (ok, payload, result_summary) = match outcome {
+                    Ok(result) => {
+                        if let Action::File(t) = &action {
+                            notes.track(t, &result);
+                            if t.writes() {
+                                end.edits += 1;
+                            }
+                        }
+                        let s = summarize_result(&result);
+                        (
+                            true,
+                            json!({"ok": true, "result": result, "calls_left": run.limits.max_tool_calls - used}),
+                            s,
+                        )
+                    }
+                    Err(ToolFailure::Cancelled) => {
+                        end.stop = Stop::Cancelled;
+                        break 'steps;
+                    }
+                    Err(ToolFailure::Message(e)) => {
+                        let s = one_line(&e, 200);
+                        (
+                            false,
+                            json!({"ok": false, "error": e, "calls_left": run.limits.max_tool_calls - used}),
+                            s,
+                        )
+                    }
+                };
+                tracing::info!(run = %run.run_id, tool = %call.name, ok, ms, result = %result_summary, "tool done");
+                self.emit_tool(&run.run_id, call, &summary, ok, &result_summary, ms);
+                self.history(
+                    &run.run_id,
+                    Entry::tool(&call.name, &summary, ok, &result_summary),
+                );
+                messages.push(tool_message(call, &payload));
+            }
+            if let Some(stop) = stop_after {
+                end.stop = stop;
+                break;
+            }
+        }
+        end.notes = notes.0;
+        end
+    }
+
+    fn emit_tool(
+        &self,
+        run_id: &str,
+        call: &ToolCall,
+        summary: &str,
+        ok: bool,
+        result: &str,
+        ms: u64,
+    ) {
+        self.bus.emit(Event::ToolCompleted {
+            seq: 0,
+            run_id: run_id.to_string(),
+            tool_call_id: call.tool_call_id.clone(),
+            name: call.name.clone(),
+            ok,
+            summary: result.to_string(),
+            duration_ms: ms,
+        });
+        let mark = if ok { "✓" } else { "✗" };
+        self.tool_event_status(
+            run_id,
+            one_line(&format!("{mark} {summary}: {result}"), 200),
+        );
+    }
+
+    async fn execute(
+        self: &Arc<Self>,
+        run: &BuiltinRun,
+        action: &Action,
+    ) -> Result<Value, ToolFailure> {
+        match action {
+            Action::File(tool) => {
+                let sandbox = run.sandbox.clone();
+                let request = ToolRequest {
+                    tool: tool.clone(),
+                    limits: run.limits.tools.clone(),
+                };
+                let reply = tokio::task::spawn_blocking(move || sandbox.tool(&request))
+                    .await
+                    .map_err(|e| ToolFailure::Message(format!("the tool worker failed: {e}")))?;
+                match reply {
+                    Ok(ToolReply::Ok { result }) => Ok(result),
+                    Ok(ToolReply::Error { message }) => Err(ToolFailure::Message(message)),
+                    Err(e) => {
+                        tracing::warn!(run = %run.run_id, error = %e, "sandbox tool failed");
+                        Err(ToolFailure::Message(format!(
+                            "the sandbox could not run the tool: {e}"
+                        )))
+                    }
+                }
+            }
+            Action::RunCommand {
+                command,
+                timeout_secs,
+            } => {
+                let limit = run.limits.command_timeout;
+                let timeout = timeout_secs
+                    .map(Duration::from_secs)
+                    .unwrap_or(limit)
+                    .min(limit)
+                    .min(run.deadline.saturating_duration_since(Instant::now()))
+                    .max(Duration::from_secs(1));
+                let argv = vec!["/bin/sh".to_string(), "-c".to_string(), command.clone()];
+                let env = scrubbed_env(&self.cfg.agent_env);
+                let mut out = String::new();
+                let cap = run.limits.max_command_output * 4;
+                let outcome = agent::run(
+                    run.sandbox.as_ref(),
+                    &argv,
+                    &env,
+                    timeout,
+                    run.cancel.child_token(),
+                    |stream, line| {
+                        // Keep a bounded buffer; cap_output trims it to the model's share.
+                        if out.len() < cap {
+                            if stream == Stream::Stderr {
+                                out.push_str("[stderr] ");
+                            }
+                            out.push_str(line);
+                            out.push('\n');
+                        }
+                    },
+                )
+                .await;
+                if run.cancel.is_cancelled() {
+                    return Err(ToolFailure::Cancelled);
+                }
+                let output = cap_output(&out, run.limits.max_command_output);
+                match outcome.exit {
+                    Exit::Code(code) => Ok(json!({"exit_code": code, "output": output})),
+                    Exit::TimedOut => Err(ToolFailure::Message(format!(
+                        "the command timed out after {}s and was killed; output so far:\n{output}",
+                        timeout.as_secs()
+                    ))),
+                    other => Err(ToolFailure::Message(format!(
+                        "the command {other}; output:\n{output}"
+                    ))),
+                }
+            }
+            Action::Clarify { question } => self.clarify(&run.run_id, question, &run.cancel).await,
+            Action::SuggestionStatus { suggestion_id } => {
+                let views = self
+                    .agent_suggestions(&run.run_id)
+                    .map_err(|e| ToolFailure::Message(e.to_string()))?;
+                let decisions: Vec<crate::runs::Decisions> = views
+                    .iter()
+                    .filter(|s| {
+                        suggestion_id
+                            .as_deref()
+                            .is_none_or(|id| s.id.starts_with(id))
+                    })
+                    .map(Into::into)
+                    .collect();
+                Ok(json!({ "suggestions": decisions }))
+            }
+            Action::Finish { .. } => Ok(json!({})),
+        }
+    }
+
+    /// Ask the user and wait (no timeout, seed 000 §21) for the answer, a skip, or cancel.
+    async fn clarify(
+        self: &Arc<Self>,
+        run_id: &str,
+        question: &str,
+        cancel: &CancellationToken,
+    ) -> Result<Value, ToolFailure> {
+        let question_id = format!("q_{}", uuid::Uuid::new_v4().simple());
+        let question: String = question.trim().chars().take(2000).collect();
+        let rx = self
+            .runs
+            .ask(run_id, &question_id)
+            .map_err(|e| ToolFailure::Message(e.to_string()))?;
+        let q = Question {
+            question_id: question_id.clone(),
+            question: question.clone(),
+        };
+        let _ = self.update_run(run_id, |r| {
+            r.status = RunState::WaitingForUser;
+            r.question = Some(q);
+        });
+        self.history(
+            run_id,
+            Entry::message("assistant", &format!("Question: {question}")),
+        );
+        self.bus.emit(Event::ClarificationRequested {
+            seq: 0,
+            run_id: run_id.to_string(),
+            question_id: question_id.clone(),
+            question: question.clone(),
+        });
+        self.bus.emit(Event::Status {
+            seq: 0,
+            suggestion_id: None,
+            run_id: Some(run_id.to_string()),
+            status: "waiting_for_user".into(),
+            message: one_line(&format!("Question: {question}"), 300),
+        });
+        let answer = tokio::select! {
+            a = rx => a.ok(),
+            _ = cancel.cancelled() => None,
+        };
+        self.runs.forget_question(run_id);
+        let _ = self.update_run(run_id, |r| {
+            if r.status == RunState::WaitingForUser {
+                r.status = RunState::Working;
+            }
+            r.question = None;
+        });
+        match answer {
+            Some(answer) => Ok(json!({ "answer": answer })),
+            None => Err(ToolFailure::Cancelled),
+        }
+    }
+
+    /// The user's answer (or skip) to the question a run waits on.
+    pub fn answer(
+        &self,
+        run_id: &str,
+        question_id: Option<&str>,
+        answer: Option<&str>,
+        skip: bool,
+    ) -> Result<Value, AppError> {
+        let text = match (answer.map(str::trim), skip) {
+            (_, true) => NO_USER_ANSWER.to_string(),
+            (Some(a), false) if !a.is_empty() => a.chars().take(8000).collect(),
+            _ => {
+                return Err(AppError::BadRequest(
+                    "give \"answer\", or \"skip\": true to let the agent go on without one".into(),
+                ))
+            }
+        };
+        let qid = self.runs.reply(run_id, question_id, text.clone())?;
+        self.bus.emit(Event::ClarificationReceived {
+            seq: 0,
+            run_id: run_id.to_string(),
+            question_id: qid.clone(),
+            answer: text.clone(),
+            skipped: skip,
+        });
+        self.history(run_id, Entry::message("user", &text));
+        Ok(json!({ "run_id": run_id, "question_id": qid, "answer": text }))
+    }
+}
+
+enum ToolFailure {
+    Message(String),
+    Cancelled,
+}
+
+fn tool_message(call: &ToolCall, payload: &Value) -> Message {
+    Message::Tool {
+        tool_call_id: call.tool_call_id.clone(),
+        name: call.name.clone(),
+        content: payload.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(name: &str, args: &str) -> ToolCall {
+        ToolCall {
+            tool_call_id: "c".into(),
+            name: name.into(),
+            arguments: args.into(),
+        }
+    }
+
+    #[test]
+    fn calls_are_validated_against_their_schemas() {
+        let hash = format!("sha256:{}", "a".repeat(64));
+        let good = format!(
+            r#"{{"file_path":"a.rs","operation":"replace","start_line":1,"end_line":2,"new_text":"x","expected_hash":"{hash}"}}"#
+        );
+        assert!(matches!(
+            parse_call(&call("edit_file", &good)),
+            Ok(Action::File(FileTool::EditFile(_)))
+        ));
+        let cases = [
+            ("edit_file", "{\"file_path\": \"a.rs\"", "not valid JSON"),
+            ("edit_file", "[1]", "JSON object"),
+            (
+                "edit_file",
+                r#"{"file_path":"a.rs","operation":"rewrite","start_line":1,"expected_hash":"x"}"#,
+                "unknown variant",
+            ),
+            (
+                "edit_file",
+                &good.replace("\"end_line\":2,", ""),
+                "needs end_line",
+            ),
+            ("edit_file", &good.replace(&hash, "abc"), "sha256"),
+            (
+                "edit_file",
+                &good.replace("}", ",\"extra\":1}"),
+                "unknown field",
+            ),
+            ("read_file", r#"{"file_path": 7}"#, "invalid type"),
+            ("read_file", r#"{"file_path": " "}"#, "empty"),
+            ("rm_rf", "{}", "no tool \"rm_rf\""),
+            ("finish", "{}", "missing field `description`"),
+        ];
+        for (name, a, want) in cases {
+            let err = parse_call(&call(name, a)).unwrap_err();
+            assert!(err.contains(want), "{name} {a}: {err}");
+        }
+        // Empty arguments are an empty object (servers send "" for no-argument calls).
+        assert!(matches!(
+            parse_call(&call("list_files", "")),
+            Ok(Action::File(FileTool::ListFiles { .. }))
+        ));
+        // Every offered tool parses.
+        for spec in tool_specs() {
+            let err = parse_call(&call(spec.name, "{}"));
+            assert!(
+                err.as_ref().err().is_none_or(|e| !e.contains("no tool")),
+                "{}",
+                spec.name
+            );
+        }
+    }
+
+    #[test]
+    fn notes_follow_later_edits() {
+        use hunkwise_sandbox::tools::Operation;
+        let edit = |start, end: Option<usize>, op, text: &str, why: Option<&str>| {
+            FileTool::EditFile(ProposedEdit {
+                file_path: "a.rs".into(),
+                operation: op,
+                start_line: start,
+                end_line: end,
+                new_text: text.into(),
+                expected_hash: String::new(),
+                rationale: why.map(str::to_string),
+                edit_id: None,
+            })
+        };
+        let mut n = Notes::default();
+        n.track(
+            &edit(20, Some(20), Operation::Replace, "x", Some("late")),
+            &json!({"changed_line_count": 1}),
+        );
+        // Three lines inserted above it push it down by three.
+        n.track(
+            &edit(5, None, Operation::Insert, "a\nb\nc", Some("early")),
+            &json!({"changed_line_count": 3}),
+        );
+        // Two lines deleted above it pull it up by two.
+        n.track(
+            &edit(1, Some(2), Operation::Delete, "", None),
+            &json!({"changed_line_count": 0}),
+        );
+        let lines: Vec<(Option<usize>, &str)> =
+            n.0.iter()
+                .map(|x| (x.line, x.description.as_str()))
+                .collect();
+        assert_eq!(lines, vec![(Some(21), "late"), (Some(3), "early")]);
+        n.track(
+            &FileTool::MoveFile {
+                from_path: "a.rs".into(),
+                to_path: "b.rs".into(),
+            },
+            &json!({}),
+        );
+        assert!(n.0.iter().all(|x| x.file == "b.rs"));
+        n.track(
+            &FileTool::DeleteFile {
+                file_path: "b.rs".into(),
+            },
+            &json!({}),
+        );
+        assert!(n.0.is_empty());
+    }
+
+    #[test]
+    fn long_output_keeps_head_and_tail() {
+        let s: String = (0..1000).map(|i| format!("{i}\n")).collect();
+        let c = cap_output(&s, 100);
+        assert!(c.starts_with("0\n1\n") && c.ends_with("998\n999\n") && c.contains("bytes cut"));
+        assert!(c.len() < 200);
+        assert_eq!(cap_output("short", 100), "short");
+        assert_eq!(one_line("a\n\tb  c\x1b", 100), "a b c");
+    }
+}

@@ -1,0 +1,890 @@
+//! Model providers (seed 000 §11–§15): one interface, and an adapter for every server that speaks
+//! OpenAI's chat-completions API — OpenAI itself, OpenRouter, vLLM, LM Studio, Ollama and
+//! llama.cpp's server.
+//!
+//! Everything provider-specific stays in the adapter: the loop in [`crate::agent_loop`] sees only
+//! the canonical [`Message`], [`ToolCall`] and [`StepResult`]. The API key lives in a [`Secret`]
+//! that never prints, is sent only in the `Authorization` header, and never reaches a sandbox.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use futures_util::future::BoxFuture;
+use futures_util::StreamExt;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+/// An API key. `Debug` and `Display` never show it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(s: String) -> Self {
+        Secret(s)
+    }
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// Where the key came from, for error messages (never the key itself).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySource {
+    None,
+    Env(String),
+    File(PathBuf),
+}
+
+impl std::fmt::Display for KeySource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KeySource::None => f.write_str(
+                "no API key is configured (set HUNKWISE_API_KEY or [provider] api_key_file)",
+            ),
+            KeySource::Env(v) => write!(f, "the key comes from ${v}"),
+            KeySource::File(p) => write!(f, "the key comes from {}", p.display()),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ProviderConfig {
+    /// e.g. `http://127.0.0.1:11434/v1` (Ollama), `http://127.0.0.1:8080/v1` (llama.cpp).
+    pub base_url: String,
+    /// The default model; a run may name another.
+    pub model: String,
+    pub api_key: Option<Secret>,
+    pub key_source: KeySource,
+    /// Ask for a streamed response (servers that ignore it answer in one piece, which is read
+    /// just as well).
+    pub stream: bool,
+    /// Retries of transient failures (connection errors, timeouts, 408/429/5xx).
+    pub max_retries: u32,
+    /// First back-off; doubled on each retry (a `Retry-After` header wins, up to a minute).
+    pub retry_base: Duration,
+    /// For one model call, from sending the request to the last byte of the answer.
+    pub request_timeout: Duration,
+    pub temperature: Option<f64>,
+    pub max_tokens: Option<u32>,
+}
+
+/// Read the key from a file (first line, trimmed), refusing files others can read: a key file
+/// the sandbox user could read would hand the key to the agent.
+pub fn read_key_file(path: &Path) -> Result<Secret, ProviderError> {
+    use std::os::unix::fs::MetadataExt;
+    let bad = |message: String| ProviderError::KeyFile {
+        path: path.to_path_buf(),
+        message,
+    };
+    let meta = std::fs::metadata(path).map_err(|e| bad(e.to_string()))?;
+    if meta.mode() & 0o077 != 0 {
+        return Err(bad(format!(
+            "has mode {:o}; it must be readable by you alone (chmod 600)",
+            meta.mode() & 0o777
+        )));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    let key = text.lines().next().unwrap_or("").trim().to_string();
+    if key.is_empty() {
+        return Err(bad("is empty".into()));
+    }
+    Ok(Secret(key))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Canonical shapes (seed 000 §14).
+
+/// A tool call as the model asked for it. `arguments` is the raw JSON text: the loop parses and
+/// validates it, so a malformed one can be fed back to the model instead of failing the run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub tool_call_id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum Message {
+    System {
+        content: String,
+    },
+    User {
+        content: String,
+    },
+    Assistant {
+        content: Option<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ToolCall>,
+    },
+    Tool {
+        tool_call_id: String,
+        name: String,
+        content: String,
+    },
+}
+
+/// A tool the model may call: name, description, JSON Schema of its arguments.
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolSpec {
+    pub name: &'static str,
+    pub description: &'static str,
+    pub parameters: Value,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The model asked for tools.
+    NeedsTools,
+    /// The model answered and stopped.
+    Done,
+    /// The answer was cut at max_tokens.
+    Length,
+    /// Anything else the server said (content filter, …).
+    Other,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub total_tokens: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepResult {
+    pub assistant_message: Option<String>,
+    pub tool_calls: Vec<ToolCall>,
+    pub stop_reason: StopReason,
+    pub usage: Option<Usage>,
+    pub latency_ms: u64,
+    /// The model that answered, as the server named it.
+    pub model: String,
+    /// Requests it took (1 without retries).
+    pub attempts: u32,
+    pub streamed: bool,
+}
+
+pub struct StepRequest<'a> {
+    pub model: &'a str,
+    pub messages: &'a [Message],
+    pub tools: &'a [ToolSpec],
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderError {
+    #[error("the model provider refused the API key (HTTP {status}): {message}; {source_hint}")]
+    Auth {
+        status: u16,
+        message: String,
+        source_hint: String,
+    },
+    #[error("the model provider has no model {model:?} (HTTP {status}): {message}; pick another with \"model\" on the run or [provider] model (for Ollama: `ollama pull {model}`)")]
+    ModelNotFound {
+        model: String,
+        status: u16,
+        message: String,
+    },
+    #[error("the conversation no longer fits the model's context window: {message}; lower [limits] max_read_bytes / max_read_lines, or use a model with a larger context")]
+    ContextOverflow { message: String },
+    #[error("the model provider answered HTTP {status}: {message}")]
+    Http { status: u16, message: String },
+    #[error("the model provider at {url} did not answer within {secs}s (after {attempts} attempt(s)); raise [provider] request_timeout_secs if the model is slow")]
+    Timeout {
+        url: String,
+        secs: u64,
+        attempts: u32,
+    },
+    #[error("cannot reach the model provider at {url} after {attempts} attempt(s): {message}; is the server running?")]
+    Unreachable {
+        url: String,
+        attempts: u32,
+        message: String,
+    },
+    #[error(
+        "the model provider still fails after {attempts} attempt(s): HTTP {status}: {message}"
+    )]
+    GaveUp {
+        attempts: u32,
+        status: u16,
+        message: String,
+    },
+    #[error("the model provider's answer is not a chat completion: {0}")]
+    Malformed(String),
+    #[error("API key file {path}: {message}")]
+    KeyFile { path: PathBuf, message: String },
+    #[error("the run was cancelled while waiting for the model")]
+    Cancelled,
+}
+
+/// A model behind some API.
+pub trait Provider: Send + Sync {
+    fn provider_name(&self) -> &str;
+    fn supports_native_tools(&self) -> bool;
+    fn default_model(&self) -> &str;
+    /// One model call: the conversation so far in, the model's next message out.
+    fn run_step<'a>(
+        &'a self,
+        request: StepRequest<'a>,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<StepResult, ProviderError>>;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The OpenAI-compatible adapter.
+
+pub struct OpenAiCompatible {
+    cfg: ProviderConfig,
+    http: reqwest::Client,
+}
+
+impl OpenAiCompatible {
+    pub fn new(cfg: ProviderConfig) -> Result<Self, ProviderError> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| ProviderError::Malformed(format!("building the HTTP client: {e}")))?;
+        Ok(Self { cfg, http })
+    }
+
+    fn url(&self) -> String {
+        format!(
+            "{}/chat/completions",
+            self.cfg.base_url.trim_end_matches('/')
+        )
+    }
+
+    fn body(&self, req: &StepRequest<'_>) -> Value {
+        let messages: Vec<Value> = req.messages.iter().map(wire_message).collect();
+        let mut body = json!({
+            "model": req.model,
+            "messages": messages,
+        });
+        if !req.tools.is_empty() {
+            body["tools"] = Value::Array(
+                req.tools
+                    .iter()
+                    .map(|t| {
+                        json!({"type": "function", "function": {
+                            "name": t.name, "description": t.description, "parameters": t.parameters,
+                        }})
+                    })
+                    .collect(),
+            );
+            body["tool_choice"] = json!("auto");
+        }
+        if self.cfg.stream {
+            body["stream"] = json!(true);
+            body["stream_options"] = json!({"include_usage": true});
+        }
+        if let Some(t) = self.cfg.temperature {
+            body["temperature"] = json!(t);
+        }
+        if let Some(m) = self.cfg.max_tokens {
+            body["max_tokens"] = json!(m);
+        }
+        body
+    }
+
+    async fn attempt(&self, body: &Value, model: &str) -> Result<(StepResult, bool), Attempt> {
+        let mut rb = self
+            .http
+            .post(self.url())
+            .timeout(self.cfg.request_timeout)
+            .json(body);
+        if let Some(key) = &self.cfg.api_key {
+            rb = rb.bearer_auth(key.expose());
+        }
+        let resp = rb.send().await.map_err(Attempt::from_reqwest)?;
+        let status = resp.status().as_u16();
+        if !resp.status().is_success() {
+            let retry_after = resp
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(|s| Duration::from_secs(s.min(60)));
+            let text = resp.text().await.unwrap_or_default();
+            return Err(Attempt::Status {
+                status,
+                message: error_message(&text),
+                raw: text,
+                retry_after,
+            });
+        }
+        let sse = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        let result = if sse {
+            read_stream(resp).await?
+        } else {
+            let text = resp.text().await.map_err(Attempt::from_reqwest)?;
+            parse_completion(&text).map_err(Attempt::Fatal)?
+        };
+        let mut result = result;
+        if result.model.is_empty() {
+            result.model = model.to_string();
+        }
+        Ok((result, sse))
+    }
+}
+
+/// How one attempt failed, before deciding whether to retry.
+enum Attempt {
+    Status {
+        status: u16,
+        message: String,
+        raw: String,
+        retry_after: Option<Duration>,
+    },
+    Timeout,
+    Connect(String),
+    Fatal(ProviderError),
+}
+
+impl Attempt {
+    fn from_reqwest(e: reqwest::Error) -> Attempt {
+        if e.is_timeout() {
+            Attempt::Timeout
+        } else if e.is_connect() || e.is_request() || e.is_body() {
+            // Strip the source chain to one line; reqwest errors never carry headers.
+            Attempt::Connect(error_chain(&e))
+        } else {
+            Attempt::Fatal(ProviderError::Malformed(error_chain(&e)))
+        }
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(inner) = src {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        src = inner.source();
+    }
+    s
+}
+
+impl Provider for OpenAiCompatible {
+    fn provider_name(&self) -> &str {
+        "openai-compatible"
+    }
+
+    fn supports_native_tools(&self) -> bool {
+        true
+    }
+
+    fn default_model(&self) -> &str {
+        &self.cfg.model
+    }
+
+    fn run_step<'a>(
+        &'a self,
+        request: StepRequest<'a>,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<StepResult, ProviderError>> {
+        Box::pin(async move {
+            let body = self.body(&request);
+            let started = Instant::now();
+            let mut attempts = 0u32;
+            loop {
+                attempts += 1;
+                let outcome = tokio::select! {
+                    _ = cancel.cancelled() => return Err(ProviderError::Cancelled),
+                    r = self.attempt(&body, request.model) => r,
+                };
+                let (wait, last) = match outcome {
+                    Ok((mut result, streamed)) => {
+                        result.latency_ms = started.elapsed().as_millis() as u64;
+                        result.attempts = attempts;
+                        result.streamed = streamed;
+                        return Ok(result);
+                    }
+                    Err(Attempt::Fatal(e)) => return Err(e),
+                    Err(Attempt::Status {
+                        status,
+                        message,
+                        raw,
+                        retry_after,
+                    }) => {
+                        if let Some(e) = classify(status, &message, &raw, request.model, &self.cfg)
+                        {
+                            return Err(e);
+                        }
+                        let retryable = matches!(status, 408 | 409 | 425 | 429 | 500..=599);
+                        let e = ProviderError::GaveUp {
+                            attempts,
+                            status,
+                            message,
+                        };
+                        if !retryable {
+                            return Err(match e {
+                                ProviderError::GaveUp {
+                                    status, message, ..
+                                } => ProviderError::Http { status, message },
+                                e => e,
+                            });
+                        }
+                        (retry_after, e)
+                    }
+                    Err(Attempt::Timeout) => (
+                        None,
+                        ProviderError::Timeout {
+                            url: self.url(),
+                            secs: self.cfg.request_timeout.as_secs(),
+                            attempts,
+                        },
+                    ),
+                    Err(Attempt::Connect(message)) => (
+                        None,
+                        ProviderError::Unreachable {
+                            url: self.url(),
+                            attempts,
+                            message,
+                        },
+                    ),
+                };
+                if attempts > self.cfg.max_retries {
+                    return Err(last);
+                }
+                let backoff = wait.unwrap_or_else(|| {
+                    self.cfg
+                        .retry_base
+                        .saturating_mul(1u32 << (attempts - 1).min(10))
+                        .min(Duration::from_secs(60))
+                });
+                tracing::warn!(attempt = attempts, error = %last, ?backoff, "model call failed; retrying");
+                tokio::select! {
+                    _ = cancel.cancelled() => return Err(ProviderError::Cancelled),
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+            }
+        })
+    }
+}
+
+/// Errors that retrying cannot fix, recognised across servers' wordings.
+fn classify(
+    status: u16,
+    message: &str,
+    raw: &str,
+    model: &str,
+    cfg: &ProviderConfig,
+) -> Option<ProviderError> {
+    let lower = raw.to_lowercase();
+    if status == 401 || status == 403 {
+        return Some(ProviderError::Auth {
+            status,
+            message: message.to_string(),
+            source_hint: cfg.key_source.to_string(),
+        });
+    }
+    let overflow = [
+        "context_length_exceeded",
+        "maximum context length",
+        "context length",
+        "context window",
+        "exceed_context_size",
+        "exceeds the available context",
+        "too many tokens",
+        "prompt is too long",
+    ];
+    if (status == 400 || status == 413) && overflow.iter().any(|p| lower.contains(p)) {
+        return Some(ProviderError::ContextOverflow {
+            message: message.to_string(),
+        });
+    }
+    let missing_model = lower.contains("model_not_found")
+        || (lower.contains("model")
+            && (lower.contains("not found")
+                || lower.contains("does not exist")
+                || lower.contains("not exist")));
+    if (status == 404 || status == 400) && missing_model {
+        return Some(ProviderError::ModelNotFound {
+            model: model.to_string(),
+            status,
+            message: message.to_string(),
+        });
+    }
+    None
+}
+
+/// The human part of an error body: OpenAI's `{"error":{"message"}}`, Ollama's `{"error":"…"}`,
+/// or the raw text, shortened.
+fn error_message(text: &str) -> String {
+    let from_json = serde_json::from_str::<Value>(text).ok().and_then(|v| {
+        v["error"]["message"]
+            .as_str()
+            .or_else(|| v["error"].as_str())
+            .or_else(|| v["message"].as_str())
+            .map(str::to_string)
+    });
+    let msg = from_json.unwrap_or_else(|| text.trim().to_string());
+    let msg = if msg.is_empty() {
+        "(empty body)".to_string()
+    } else {
+        msg
+    };
+    shorten(&msg, 500)
+}
+
+fn shorten(s: &str, max: usize) -> String {
+    let mut out: String = s
+        .chars()
+        .map(|c| if c.is_control() && c != '\n' { ' ' } else { c })
+        .take(max)
+        .collect();
+    if s.chars().count() > max {
+        out.push('…');
+    }
+    out
+}
+
+fn wire_message(m: &Message) -> Value {
+    match m {
+        Message::System { content } => json!({"role": "system", "content": content}),
+        Message::User { content } => json!({"role": "user", "content": content}),
+        Message::Assistant {
+            content,
+            tool_calls,
+        } => {
+            let mut v = json!({"role": "assistant", "content": content});
+            if !tool_calls.is_empty() {
+                v["tool_calls"] = Value::Array(
+                    tool_calls
+                        .iter()
+                        .map(|c| {
+                            json!({"id": c.tool_call_id, "type": "function",
+                                "function": {"name": c.name, "arguments": c.arguments}})
+                        })
+                        .collect(),
+                );
+            }
+            v
+        }
+        Message::Tool {
+            tool_call_id,
+            name,
+            content,
+        } => {
+            json!({"role": "tool", "tool_call_id": tool_call_id, "name": name, "content": content})
+        }
+    }
+}
+
+fn stop_reason(finish: Option<&str>, has_calls: bool) -> StopReason {
+    match finish {
+        _ if has_calls => StopReason::NeedsTools,
+        Some("tool_calls") | Some("function_call") => StopReason::NeedsTools,
+        Some("stop") | None => StopReason::Done,
+        Some("length") => StopReason::Length,
+        Some(_) => StopReason::Other,
+    }
+}
+
+fn usage_of(v: &Value) -> Option<Usage> {
+    let u = v.get("usage").filter(|u| u.is_object())?;
+    let p = u["prompt_tokens"].as_u64().unwrap_or(0);
+    let c = u["completion_tokens"].as_u64().unwrap_or(0);
+    Some(Usage {
+        prompt_tokens: p,
+        completion_tokens: c,
+        total_tokens: u["total_tokens"].as_u64().unwrap_or(p + c),
+    })
+}
+
+/// A whole (non-streamed) chat completion.
+pub fn parse_completion(text: &str) -> Result<StepResult, ProviderError> {
+    let v: Value = serde_json::from_str(text)
+        .map_err(|e| ProviderError::Malformed(format!("{e}: {}", shorten(text, 200))))?;
+    let choice = v["choices"]
+        .get(0)
+        .ok_or_else(|| ProviderError::Malformed(format!("no choices in {}", shorten(text, 200))))?;
+    let msg = &choice["message"];
+    let mut calls = Vec::new();
+    if let Some(arr) = msg["tool_calls"].as_array() {
+        for (i, c) in arr.iter().enumerate() {
+            let name = c["function"]["name"].as_str().unwrap_or("").to_string();
+            // Some servers send arguments as an object instead of a JSON string.
+            let arguments = match &c["function"]["arguments"] {
+                Value::String(s) => s.clone(),
+                Value::Null => String::new(),
+                other => other.to_string(),
+            };
+            calls.push(ToolCall {
+                tool_call_id: c["id"]
+                    .as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| format!("call_{i}")),
+                name,
+                arguments,
+            });
+        }
+    }
+    let content = msg["content"].as_str().map(str::to_string);
+    Ok(StepResult {
+        stop_reason: stop_reason(choice["finish_reason"].as_str(), !calls.is_empty()),
+        assistant_message: content.filter(|c| !c.is_empty()),
+        tool_calls: calls,
+        usage: usage_of(&v),
+        latency_ms: 0,
+        model: v["model"].as_str().unwrap_or("").to_string(),
+        attempts: 1,
+        streamed: false,
+    })
+}
+
+/// Assembles a streamed completion from its chunks.
+#[derive(Default)]
+pub struct StreamAssembler {
+    content: String,
+    calls: Vec<ToolCall>,
+    finish: Option<String>,
+    usage: Option<Usage>,
+    model: String,
+    done: bool,
+}
+
+impl StreamAssembler {
+    /// Feed one SSE `data:` payload.
+    pub fn feed(&mut self, data: &str) -> Result<(), ProviderError> {
+        let data = data.trim();
+        if data == "[DONE]" {
+            self.done = true;
+            return Ok(());
+        }
+        if data.is_empty() {
+            return Ok(());
+        }
+        let v: Value = serde_json::from_str(data).map_err(|e| {
+            ProviderError::Malformed(format!("stream chunk: {e}: {}", shorten(data, 200)))
+        })?;
+        if let Some(err) = v.get("error") {
+            return Err(ProviderError::Http {
+                status: 200,
+                message: error_message(&json!({ "error": err }).to_string()),
+            });
+        }
+        if let Some(m) = v["model"].as_str() {
+            self.model = m.to_string();
+        }
+        if let Some(u) = usage_of(&v) {
+            self.usage = Some(u);
+        }
+        let Some(choice) = v["choices"].get(0) else {
+            return Ok(());
+        };
+        let delta = &choice["delta"];
+        if let Some(c) = delta["content"].as_str() {
+            self.content.push_str(c);
+        }
+        if let Some(arr) = delta["tool_calls"].as_array() {
+            for (n, c) in arr.iter().enumerate() {
+                let index = c["index"].as_u64().map(|i| i as usize).unwrap_or(n);
+                while self.calls.len() <= index {
+                    self.calls.push(ToolCall {
+                        tool_call_id: String::new(),
+                        name: String::new(),
+                        arguments: String::new(),
+                    });
+                }
+                let call = &mut self.calls[index];
+                if let Some(id) = c["id"].as_str() {
+                    call.tool_call_id = id.to_string();
+                }
+                if let Some(name) = c["function"]["name"].as_str() {
+                    call.name.push_str(name);
+                }
+                match &c["function"]["arguments"] {
+                    Value::String(s) => call.arguments.push_str(s),
+                    Value::Null => {}
+                    other => call.arguments.push_str(&other.to_string()),
+                }
+            }
+        }
+        if let Some(f) = choice["finish_reason"].as_str() {
+            self.finish = Some(f.to_string());
+        }
+        Ok(())
+    }
+
+    pub fn finish(self) -> Result<StepResult, ProviderError> {
+        if !self.done && self.finish.is_none() {
+            return Err(ProviderError::Malformed(
+                "the stream ended before the model finished (no finish_reason, no [DONE])".into(),
+            ));
+        }
+        let calls: Vec<ToolCall> = self
+            .calls
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut c)| {
+                if c.tool_call_id.is_empty() {
+                    c.tool_call_id = format!("call_{i}");
+                }
+                c
+            })
+            .collect();
+        Ok(StepResult {
+            stop_reason: stop_reason(self.finish.as_deref(), !calls.is_empty()),
+            assistant_message: Some(self.content).filter(|c| !c.is_empty()),
+            tool_calls: calls,
+            usage: self.usage,
+            latency_ms: 0,
+            model: self.model,
+            attempts: 1,
+            streamed: true,
+        })
+    }
+}
+
+/// Largest streamed answer read (a runaway server must not fill the hub's memory).
+const MAX_STREAM_BYTES: usize = 32 * 1024 * 1024;
+
+async fn read_stream(resp: reqwest::Response) -> Result<StepResult, Attempt> {
+    let mut asm = StreamAssembler::default();
+    let mut buf: Vec<u8> = Vec::new();
+    let mut total = 0usize;
+    let mut body = resp.bytes_stream();
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(Attempt::from_reqwest)?;
+        total += chunk.len();
+        if total > MAX_STREAM_BYTES {
+            return Err(Attempt::Fatal(ProviderError::Malformed(format!(
+                "the streamed answer is larger than {MAX_STREAM_BYTES} bytes"
+            ))));
+        }
+        buf.extend_from_slice(&chunk);
+        while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=pos).collect();
+            let line = String::from_utf8_lossy(&line);
+            let line = line.trim_end_matches(['\n', '\r']);
+            if let Some(data) = line.strip_prefix("data:") {
+                asm.feed(data).map_err(Attempt::Fatal)?;
+            }
+        }
+    }
+    let rest = String::from_utf8_lossy(&buf);
+    if let Some(data) = rest.trim().strip_prefix("data:") {
+        asm.feed(data).map_err(Attempt::Fatal)?;
+    }
+    asm.finish().map_err(Attempt::Fatal)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_never_print() {
+        let s = Secret::new("sk-very-secret".into());
+        assert_eq!(format!("{s:?}"), "Secret(***)");
+        let cfg = ProviderConfig {
+            base_url: "http://x".into(),
+            model: "m".into(),
+            api_key: Some(s),
+            key_source: KeySource::Env("HUNKWISE_API_KEY".into()),
+            stream: true,
+            max_retries: 0,
+            retry_base: Duration::from_millis(1),
+            request_timeout: Duration::from_secs(1),
+            temperature: None,
+            max_tokens: None,
+        };
+        let dbg = format!("{cfg:?}");
+        assert!(
+            !dbg.contains("sk-very-secret") && dbg.contains("***"),
+            "{dbg}"
+        );
+    }
+
+    #[test]
+    fn parallel_tool_calls_reassemble_from_stream_pieces() {
+        let mut a = StreamAssembler::default();
+        for chunk in [
+            r#"{"model":"m1","choices":[{"index":0,"delta":{"role":"assistant","content":"Look"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c0","type":"function","function":{"name":"read_file","arguments":""}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"file_path\":"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"a.rs\"}"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"c1","type":"function","function":{"name":"list_files","arguments":"{}"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}}"#,
+            "[DONE]",
+        ] {
+            a.feed(chunk).unwrap();
+        }
+        let r = a.finish().unwrap();
+        assert_eq!(r.stop_reason, StopReason::NeedsTools);
+        assert_eq!(r.assistant_message.as_deref(), Some("Look"));
+        assert_eq!(r.tool_calls.len(), 2);
+        assert_eq!(r.tool_calls[0].arguments, r#"{"file_path":"a.rs"}"#);
+        assert_eq!(r.tool_calls[1].name, "list_files");
+        assert_eq!(r.usage.unwrap().total_tokens, 15);
+        assert_eq!(r.model, "m1");
+        // A stream cut before it finished is an error, not an empty answer.
+        let mut cut = StreamAssembler::default();
+        cut.feed(r#"{"choices":[{"index":0,"delta":{"content":"par"}}]}"#)
+            .unwrap();
+        assert!(cut.finish().is_err());
+    }
+
+    #[test]
+    fn errors_are_classified_across_server_wordings() {
+        let cfg = ProviderConfig {
+            base_url: "http://x".into(),
+            model: "m".into(),
+            api_key: None,
+            key_source: KeySource::None,
+            stream: false,
+            max_retries: 0,
+            retry_base: Duration::from_millis(1),
+            request_timeout: Duration::from_secs(1),
+            temperature: None,
+            max_tokens: None,
+        };
+        let openai_ctx = r#"{"error":{"message":"This model's maximum context length is 8192 tokens","type":"invalid_request_error","code":"context_length_exceeded"}}"#;
+        let llama_ctx = r#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error"}}"#;
+        let ollama_model = r#"{"error":{"message":"model \"qwen9\" not found, try pulling it first","type":"api_error"}}"#;
+        let c = |status, raw: &str| classify(status, &error_message(raw), raw, "qwen9", &cfg);
+        assert!(matches!(
+            c(400, openai_ctx),
+            Some(ProviderError::ContextOverflow { .. })
+        ));
+        assert!(matches!(
+            c(400, llama_ctx),
+            Some(ProviderError::ContextOverflow { .. })
+        ));
+        assert!(matches!(
+            c(404, ollama_model),
+            Some(ProviderError::ModelNotFound { .. })
+        ));
+        assert!(matches!(c(401, "{}"), Some(ProviderError::Auth { .. })));
+        // Positive control: a plain 500 is not classified (it is retried).
+        assert!(c(500, r#"{"error":{"message":"boom"}}"#).is_none());
+        assert_eq!(error_message(r#"{"error":"plain"}"#), "plain");
+    }
+
+    #[test]
+    fn key_files_must_be_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("key");
+        std::fs::write(&p, "sk-1\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = read_key_file(&p).unwrap_err().to_string();
+        assert!(e.contains("chmod 600") && !e.contains("sk-1"), "{e}");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(read_key_file(&p).unwrap().expose(), "sk-1");
+    }
+}
