@@ -43,6 +43,16 @@ pub fn router(hub: Arc<Hub>) -> Router {
         .route("/runs", post(start_run).get(list_runs))
         .route("/runs/{id}", get(get_run))
         .route("/runs/{id}/cancel", post(cancel_run))
+        .route("/runs/{id}/clarify", post(clarify_run))
+        .route("/sessions", post(create_session).get(list_sessions))
+        .route("/sessions/{id}", get(get_session).delete(archive_session))
+        .route("/sessions/{id}/history", get(session_history))
+        .route("/sessions/{id}/context", post(pin_context))
+        .route(
+            "/sessions/{id}/context/{ctx}",
+            axum::routing::delete(unpin_context),
+        )
+        .route("/sessions/{id}/runs", post(session_run))
         .route("/checkpoints/{id}", get(get_checkpoint))
         .route("/checkpoints/{id}/diff3", get(get_diff3))
         .route("/checkpoints/{id}/rollback", post(rollback))
@@ -413,4 +423,118 @@ async fn agent_feedback(
     };
     let decisions: Vec<crate::runs::Decisions> = views.iter().map(Into::into).collect();
     Ok(ok(json!({ "feedback": decisions })))
+}
+
+async fn clarify_run(
+    State(hub): State<Arc<Hub>>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, AppError> {
+    let cmd: crate::protocol::ClarifyCmd = parse_json(body)?;
+    if cmd.run_id.as_deref().is_some_and(|r| r != id) {
+        return Err(AppError::BadRequest(
+            "run_id in the body differs from the path".into(),
+        ));
+    }
+    Ok(ok(hub.answer(
+        &id,
+        cmd.question_id.as_deref(),
+        cmd.answer.as_deref(),
+        cmd.skip,
+    )?))
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> Result<Value, AppError> {
+    serde_json::to_value(v).map_err(|e| AppError::Internal(e.to_string()))
+}
+
+async fn create_session(
+    State(hub): State<Arc<Hub>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, AppError> {
+    // An empty body is an empty request: `curl -X POST .../sessions` works.
+    let req: crate::sessions::NewSession = match &body {
+        Ok(b) if b.iter().all(u8::is_ascii_whitespace) => Default::default(),
+        _ => parse_json(body)?,
+    };
+    Ok(ok(to_json(&hub.create_session(req)?)?))
+}
+
+async fn list_sessions(State(hub): State<Arc<Hub>>) -> Result<Json<Value>, AppError> {
+    Ok(Json(json!({ "sessions": hub.list_sessions()? })))
+}
+
+async fn get_session(
+    State(hub): State<Arc<Hub>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, AppError> {
+    Ok(Json(to_json(&hub.session_view(&id)?)?))
+}
+
+async fn archive_session(
+    State(hub): State<Arc<Hub>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, AppError> {
+    let s = hub.update_session(&id, |s| {
+        s.status = crate::sessions::SessionStatus::Archived;
+        Ok(())
+    })?;
+    Ok(ok(to_json(&s)?))
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HistoryQuery {
+    #[serde(default)]
+    kind: crate::sessions::HistoryFilter,
+    #[serde(default)]
+    cursor: usize,
+    #[serde(default = "default_limit")]
+    limit: usize,
+}
+
+fn default_limit() -> usize {
+    50
+}
+
+async fn session_history(
+    State(hub): State<Arc<Hub>>,
+    Path(id): Path<String>,
+    q: Result<Query<HistoryQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, AppError> {
+    let Query(q) = q.map_err(|e| AppError::BadRequest(e.body_text()))?;
+    Ok(Json(to_json(
+        &hub.session_history(&id, q.kind, q.cursor, q.limit)?,
+    )?))
+}
+
+async fn pin_context(
+    State(hub): State<Arc<Hub>>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, AppError> {
+    let row: crate::sessions::ContextRow = parse_json(body)?;
+    Ok(ok(to_json(&hub.pin_context(&id, row)?)?))
+}
+
+async fn unpin_context(
+    State(hub): State<Arc<Hub>>,
+    Path((id, ctx)): Path<(String, String)>,
+) -> Result<Json<Value>, AppError> {
+    Ok(ok(to_json(&hub.unpin_context(&id, &ctx)?)?))
+}
+
+async fn session_run(
+    State(hub): State<Arc<Hub>>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, AppError> {
+    let mut cmd: RunCmd = parse_json(body)?;
+    if cmd.session_id.as_deref().is_some_and(|s| s != id) {
+        return Err(AppError::BadRequest(
+            "session_id in the body differs from the path".into(),
+        ));
+    }
+    cmd.session_id = Some(id);
+    Ok(ok(to_json(&hub.start_run(&cmd)?)?))
 }

@@ -243,6 +243,19 @@ async fn run_command(hub: &Arc<Hub>, ty: &str, value: Value) -> Result<Value, Ap
             let cmd: RunCmd = from_value(value, ty)?;
             to_data(hub.start_run(&cmd)?)
         }
+        "clarify" => {
+            let cmd: crate::protocol::ClarifyCmd = from_value(value, ty)?;
+            let run = cmd
+                .run_id
+                .as_deref()
+                .ok_or_else(|| AppError::BadRequest("\"clarify\" needs runId".into()))?;
+            hub.answer(
+                run,
+                cmd.question_id.as_deref(),
+                cmd.answer.as_deref(),
+                cmd.skip,
+            )
+        }
         "cancel" => {
             only_fields(&value, ty, &["runId", "run_id"])?;
             let id = value
