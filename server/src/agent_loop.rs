@@ -548,26 +548,55 @@ fn system_prompt(limits: &LoopLimits) -> String {
     )
 }
 
-/// Keep the head and tail of a long output, marking the cut.
-pub fn cap_output(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
+/// A command's output as it streams by, in bounded memory: the first `max / 2` bytes and the
+/// last lines up to `max / 2` bytes (where test failures and the final status usually are).
+#[derive(Debug)]
+pub struct OutputCap {
+    max: usize,
+    head: String,
+    tail: std::collections::VecDeque<String>,
+    tail_bytes: usize,
+    cut: usize,
+}
+
+impl OutputCap {
+    pub fn new(max: usize) -> Self {
+        Self {
+            max: max.max(2),
+            head: String::new(),
+            tail: std::collections::VecDeque::new(),
+            tail_bytes: 0,
+            cut: 0,
+        }
     }
-    let half = max / 2;
-    let mut head_end = half;
-    while !s.is_char_boundary(head_end) {
-        head_end -= 1;
+
+    pub fn push(&mut self, line: &str) {
+        let line = format!("{line}\n");
+        if self.tail.is_empty() && self.head.len() + line.len() <= self.max / 2 {
+            self.head.push_str(&line);
+            return;
+        }
+        self.tail_bytes += line.len();
+        self.tail.push_back(line);
+        while self.tail_bytes > self.max / 2 {
+            match self.tail.pop_front() {
+                Some(old) => {
+                    self.tail_bytes -= old.len();
+                    self.cut += old.len();
+                }
+                None => break,
+            }
+        }
     }
-    let mut tail_start = s.len() - half;
-    while !s.is_char_boundary(tail_start) {
-        tail_start += 1;
+
+    pub fn finish(self) -> String {
+        let tail: String = self.tail.into_iter().collect();
+        if self.cut == 0 {
+            format!("{}{tail}", self.head)
+        } else {
+            format!("{}[… {} bytes cut …]\n{tail}", self.head, self.cut)
+        }
     }
-    format!(
-        "{}\n[… {} bytes cut …]\n{}",
-        &s[..head_end],
-        tail_start - head_end,
-        &s[tail_start..]
-    )
 }
 
 /// What the driver needs to run the loop.
@@ -878,8 +907,7 @@ impl Hub {
                     .max(Duration::from_secs(1));
                 let argv = vec!["/bin/sh".to_string(), "-c".to_string(), command.clone()];
                 let env = scrubbed_env(&self.cfg.agent_env);
-                let mut out = String::new();
-                let cap = run.limits.max_command_output * 4;
+                let mut out = OutputCap::new(run.limits.max_command_output);
                 let outcome = agent::run(
                     run.sandbox.as_ref(),
                     &argv,
@@ -887,13 +915,10 @@ impl Hub {
                     timeout,
                     run.cancel.child_token(),
                     |stream, line| {
-                        // Keep a bounded buffer; cap_output trims it to the model's share.
-                        if out.len() < cap {
-                            if stream == Stream::Stderr {
-                                out.push_str("[stderr] ");
-                            }
-                            out.push_str(line);
-                            out.push('\n');
+                        if stream == Stream::Stderr {
+                            out.push(&format!("[stderr] {line}"));
+                        } else {
+                            out.push(line);
                         }
                     },
                 )
@@ -901,7 +926,7 @@ impl Hub {
                 if run.cancel.is_cancelled() {
                     return Err(ToolFailure::Cancelled);
                 }
-                let output = cap_output(&out, run.limits.max_command_output);
+                let output = out.finish();
                 match outcome.exit {
                     Exit::Code(code) => Ok(json!({"exit_code": code, "output": output})),
                     Exit::TimedOut => Err(ToolFailure::Message(format!(
@@ -1151,11 +1176,19 @@ mod tests {
 
     #[test]
     fn long_output_keeps_head_and_tail() {
-        let s: String = (0..1000).map(|i| format!("{i}\n")).collect();
-        let c = cap_output(&s, 100);
-        assert!(c.starts_with("0\n1\n") && c.ends_with("998\n999\n") && c.contains("bytes cut"));
-        assert!(c.len() < 200);
-        assert_eq!(cap_output("short", 100), "short");
+        let mut cap = OutputCap::new(100);
+        for i in 0..1000 {
+            cap.push(&i.to_string());
+        }
+        let c = cap.finish();
+        assert!(
+            c.starts_with("0\n1\n") && c.ends_with("998\n999\n") && c.contains("bytes cut"),
+            "{c}"
+        );
+        assert!(c.len() < 150, "{}", c.len());
+        let mut small = OutputCap::new(100);
+        small.push("only");
+        assert_eq!(small.finish(), "only\n");
         assert_eq!(one_line("a\n\tb  c\x1b", 100), "a b c");
     }
 }

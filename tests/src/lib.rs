@@ -336,6 +336,10 @@ pub mod curl {
         pub fn post(&self, path: &str, body: &Value) -> Result<Reply> {
             self.request("POST", path, Some(body), &[])
         }
+
+        pub fn delete(&self, path: &str) -> Result<Reply> {
+            self.request("DELETE", path, None, &[])
+        }
     }
 
     fn parse(out: &[u8]) -> Result<Reply> {
@@ -658,7 +662,10 @@ pub async fn wait_run_finished(hub: &Hub, run_id: &str, timeout: Duration) -> Re
         match curl.get(&format!("/runs/{run_id}")) {
             Ok(r) if r.status == 200 => {
                 last = r.body;
-                !matches!(last["status"].as_str(), Some("queued" | "working"))
+                !matches!(
+                    last["status"].as_str(),
+                    Some("queued" | "working" | "waiting_for_user")
+                )
             }
             _ => false,
         }
