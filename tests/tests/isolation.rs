@@ -7,7 +7,7 @@
 //! shows it could reach the thing it was then denied.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -790,4 +790,95 @@ fn setup_check_reports_what_is_missing() {
         err.contains("does not exist: create it with `sudo hunkwise setup"),
         "{err}"
     );
+}
+
+/// The built-in agent's tools run as the sandbox user: files it writes are that user's, its
+/// commands run under that uid, and neither can read the hub's environment or the API key file
+/// (the owner can: positive controls).
+#[tokio::test]
+async fn builtin_agent_tools_run_as_the_sandbox_user_and_never_see_the_key() {
+    use hunkwise_tests::fake_llm::{FakeLlm, Recorded, Reply};
+    if !require_root("builtin_agent_tools_run_as_the_sandbox_user_and_never_see_the_key") {
+        return;
+    }
+    const KEY: &str = "sk-isolation-key-55aa";
+    let s = Setup::new(false).unwrap();
+    let key_file = s.ws.home().join("provider.key");
+    std::fs::write(&key_file, format!("{KEY}\n")).unwrap();
+    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    if let Some(o) = &s.owner {
+        chown_tree(&key_file, o).unwrap();
+    }
+    let hub_pid_cell = std::sync::Arc::new(std::sync::Mutex::new(0i32));
+    let cell = hub_pid_cell.clone();
+    let key_path = key_file.display().to_string();
+    let probe_key = key_path.clone();
+    let fake = FakeLlm::with(move |req: &Recorded| {
+        let pid = *cell.lock().unwrap();
+        let key_path = &probe_key;
+        match req.tool_results().len() {
+            0 => Reply::tool(
+                "run_command",
+                json!({"command": format!(
+                    "echo uid=$(id -u); cat /proc/{pid}/environ >/dev/null 2>&1 && echo hub-env-readable; \
+                     cat {key_path} >/dev/null 2>&1 && echo key-readable; echo end"
+                )}),
+            ),
+            1 => Reply::tool("write_file", json!({"file_path": "made.txt", "content": "by the model\n"})),
+            _ => Reply::tool("finish", json!({"description": "probe"})),
+        }
+    })
+    .await;
+    let url = fake.base_url();
+    let hub = s
+        .hub(
+            true,
+            &[
+                "--provider-url",
+                &url,
+                "--model",
+                "m",
+                "--api-key-file",
+                &key_path,
+            ],
+        )
+        .unwrap();
+    *hub_pid_cell.lock().unwrap() = hub_pid(&hub).unwrap();
+    let r = hub
+        .curl()
+        .post("/runs", &json!({"prompt": "probe"}))
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let run = wait_run(
+        &hub,
+        r.body["run_id"].as_str().unwrap(),
+        Duration::from_secs(90),
+    )
+    .unwrap();
+    assert_eq!(run["status"], "ready", "{run}\n{}", hub.log_text());
+    let reqs = fake.requests();
+    let out = &reqs[1].tool_results()[0].1;
+    assert!(out.contains(&format!("uid={}", s.agent.uid)), "{out}");
+    assert!(out.contains("end"), "the command ran to its end: {out}");
+    assert!(!out.contains("hub-env-readable"), "{out}");
+    assert!(!out.contains("key-readable"), "{out}");
+    // Positive controls: the hub's user reads both, and the key did reach the provider.
+    let owner = s
+        .as_owner(&format!(
+            "cat /proc/{}/environ >/dev/null && cat {key_path} >/dev/null && echo both",
+            hub_pid(&hub).unwrap()
+        ))
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&owner.stdout).trim(), "both");
+    assert_eq!(
+        reqs[0].authorization().as_deref(),
+        Some(&*format!("Bearer {KEY}"))
+    );
+    let made = s.sandbox_dir().unwrap().join("made.txt");
+    assert_eq!(
+        std::fs::metadata(&made).unwrap().uid(),
+        s.agent.uid,
+        "written by the sandbox user"
+    );
+    assert!(!hub.log_text().contains(KEY));
 }
