@@ -45,9 +45,25 @@ enum Cmd {
         /// Seconds before the agent is killed.
         #[arg(long)]
         timeout: Option<u64>,
+        /// The built-in agent's model for this run (needs a hub started with --provider-url).
+        #[arg(long)]
+        model: Option<String>,
+        /// Run in this session (id or prefix), so the agent sees its history and decisions.
+        #[arg(long)]
+        session: Option<String>,
         /// Print the run id and return without waiting.
         #[arg(long)]
         no_wait: bool,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Answer the built-in agent's question (or --skip it).
+    Answer {
+        run: String,
+        #[arg(required_unless_present = "skip")]
+        answer: Option<String>,
+        #[arg(long)]
+        skip: bool,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -299,9 +315,33 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
             prompt,
             agent,
             timeout,
+            model,
+            session,
             no_wait,
             client,
-        } => run(client, prompt, agent, timeout, no_wait).await,
+        } => {
+            let body = json!({"prompt": prompt, "agent": agent, "timeout_secs": timeout,
+                "model": model, "session_id": session});
+            run(client, body, no_wait).await
+        }
+        Cmd::Answer {
+            run,
+            answer,
+            skip,
+            client,
+        } => {
+            let c = Client::new(&client)?;
+            let v = c
+                .post(
+                    &format!("/runs/{run}/clarify"),
+                    json!({"answer": answer, "skip": skip}),
+                )
+                .await?;
+            if client.json {
+                println!("{v}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::List { all, client } => {
             let c = Client::new(&client)?;
             let v = c
@@ -601,13 +641,7 @@ async fn decide(
     })
 }
 
-async fn run(
-    client: ClientArgs,
-    prompt: String,
-    agent: Option<String>,
-    timeout: Option<u64>,
-    no_wait: bool,
-) -> anyhow::Result<ExitCode> {
+async fn run(client: ClientArgs, body: Value, no_wait: bool) -> anyhow::Result<ExitCode> {
     let c = Client::new(&client)?;
     // Subscribe first, so no event of the run can slip by between starting it and listening.
     let mut ws = if no_wait {
@@ -615,12 +649,7 @@ async fn run(
     } else {
         Some(c.websocket().await?)
     };
-    let v = c
-        .post(
-            "/runs",
-            json!({"prompt": prompt, "agent": agent, "timeout_secs": timeout}),
-        )
-        .await?;
+    let v = c.post("/runs", body).await?;
     let run_id = v["run_id"].as_str().unwrap_or("").to_string();
     if no_wait {
         println!("{}", if client.json { v.to_string() } else { run_id });
@@ -645,6 +674,29 @@ async fn run(
             println!("{ev}");
         }
         match (ev["type"].as_str(), ev["status"].as_str()) {
+            (Some("clarification.requested"), _) if !client.json => {
+                // Asked on the terminal; the answer may also come from another client.
+                let question = ev["question"].as_str().unwrap_or("").to_string();
+                eprintln!("\nThe agent asks: {question}\nYour answer (empty line: skip; or `hunkwise answer {run_id} …` later):");
+                let line = tokio::task::spawn_blocking(|| {
+                    let mut s = String::new();
+                    std::io::stdin().read_line(&mut s).map(|n| (n, s))
+                })
+                .await?;
+                if let Ok((n, text)) = line {
+                    if n > 0 {
+                        let text = text.trim();
+                        let body = if text.is_empty() {
+                            json!({"question_id": ev["question_id"], "skip": true})
+                        } else {
+                            json!({"question_id": ev["question_id"], "answer": text})
+                        };
+                        if let Err(e) = c.post(&format!("/runs/{run_id}/clarify"), body).await {
+                            eprintln!("(not sent: {e})");
+                        }
+                    }
+                }
+            }
             (Some("suggestion.error"), _) => {
                 if !client.json {
                     eprintln!("error: {}", ev["message"].as_str().unwrap_or(""));
@@ -659,7 +711,8 @@ async fn run(
                     "no_changes" => return Ok(ExitCode::SUCCESS),
                     "ready" => {
                         let run = c.get(&format!("/runs/{run_id}")).await?;
-                        let finished = run["status"].as_str() != Some("working");
+                        let finished =
+                            !matches!(run["status"].as_str(), Some("working" | "waiting_for_user"));
                         if let Some(sid) = ev["suggestion_id"].as_str() {
                             let s = c.get(&format!("/suggestions/{sid}")).await?;
                             if !client.json {

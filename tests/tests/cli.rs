@@ -232,3 +232,58 @@ fn complete_discard_says_discarded_and_token_prints_the_token() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `hunkwise run --model` drives the built-in agent; its question is asked on the terminal and
+/// the typed answer reaches the model.
+#[tokio::test]
+async fn run_with_the_built_in_agent_answers_questions_on_the_terminal() {
+    use hunkwise_tests::fake_llm::{FakeLlm, Reply};
+    use serde_json::json;
+    use std::io::Write;
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    let fake = FakeLlm::scripted(vec![
+        Reply::tool("clarify_user", json!({"question": "Which greeting?"})),
+        Reply::tool(
+            "write_file",
+            json!({"file_path": "hello.txt", "content": "hello\n"}),
+        ),
+        Reply::tool("finish", json!({"description": "Add a greeting"})),
+    ])
+    .await;
+    let _hub = ws.serve(&["--provider-url", &fake.base_url()]).unwrap();
+    let mut cmd = std::process::Command::new(hunkwise_tests::hunkwise_bin());
+    hunkwise_tests::hermetic_env(&mut cmd, &ws.home());
+    let mut child = cmd
+        .current_dir(ws.repo())
+        .env("HUNKWISE_LOG", "warn")
+        .args(["run", "greet", "--model", "m1", "--state-dir"])
+        .arg(ws.state())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"hello there\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("The agent asks: Which greeting?"),
+        "{stderr}"
+    );
+    assert!(
+        stdout.contains("Add a greeting") && stdout.contains("+hello"),
+        "{stdout}"
+    );
+    let answered = fake.requests()[1].tool_results();
+    assert!(answered[0].1.contains("hello there"), "{answered:?}");
+    assert_eq!(fake.requests()[0].model().as_deref(), Some("m1"));
+}
