@@ -1,16 +1,17 @@
 //! The `hunkwise` command line: `serve`, the reviewer's client commands, and the agent's
-//! `publish` / `status`.
+//! `publish` / `status` / `mcp`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
+use crate::client::HubClient;
 use crate::config::{self, ServeConfig};
 use hunkwise_sandbox::jj::Vcs;
 
@@ -136,6 +137,9 @@ enum Cmd {
         #[arg(long, default_value = "working")]
         state: String,
     },
+    /// (Agent side) MCP server over stdio: publish_suggestion, suggestion_status,
+    /// list_suggestions, get_feedback
+    Mcp,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -278,7 +282,7 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
             files,
             json,
         } => {
-            let agent = Client::for_agent()?;
+            let agent = HubClient::for_agent()?;
             let v = agent
                 .post(
                     "/agent/publish",
@@ -298,7 +302,7 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Status { message, state } => {
-            let agent = Client::for_agent()?;
+            let agent = HubClient::for_agent()?;
             agent
                 .post(
                     "/agent/status",
@@ -307,8 +311,12 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 .await?;
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Mcp => {
+            crate::mcp::run_stdio().await?;
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Token { client } => {
-            println!("{}", Client::new(&client)?.token);
+            println!("{}", reviewer_client(&client)?.token());
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Run {
@@ -330,7 +338,7 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
             skip,
             client,
         } => {
-            let c = Client::new(&client)?;
+            let c = reviewer_client(&client)?;
             let v = c
                 .post(
                     &format!("/runs/{run}/clarify"),
@@ -343,7 +351,7 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::List { all, client } => {
-            let c = Client::new(&client)?;
+            let c = reviewer_client(&client)?;
             let v = c
                 .get(&format!(
                     "/suggestions{}",
@@ -379,7 +387,7 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Show { id, client } => {
-            let c = Client::new(&client)?;
+            let c = reviewer_client(&client)?;
             let v = c.get(&format!("/suggestions/{id}")).await?;
             if client.json {
                 println!("{v}");
@@ -402,7 +410,7 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
         } => decide(client, id, hunks, "reject", comment).await,
         Cmd::Undo { id, hunks, client } => decide(client, id, hunks, "undo", None).await,
         Cmd::Complete { id, action, client } => {
-            let c = Client::new(&client)?;
+            let c = reviewer_client(&client)?;
             let (action, done) = match action {
                 Completion::Finalize => ("finalize", "finalized"),
                 Completion::Discard => ("discard", "discarded"),
@@ -587,7 +595,7 @@ async fn decide(
     action: &str,
     comment: Option<String>,
 ) -> anyhow::Result<ExitCode> {
-    let c = Client::new(&client)?;
+    let c = reviewer_client(&client)?;
     let mut failed = false;
     if hunks.is_empty() {
         let v = c
@@ -642,7 +650,7 @@ async fn decide(
 }
 
 async fn run(client: ClientArgs, body: Value, no_wait: bool) -> anyhow::Result<ExitCode> {
-    let c = Client::new(&client)?;
+    let c = reviewer_client(&client)?;
     // Subscribe first, so no event of the run can slip by between starting it and listening.
     let mut ws = if no_wait {
         None
@@ -732,110 +740,29 @@ async fn run(client: ClientArgs, body: Value, no_wait: bool) -> anyhow::Result<E
     bail!("the hub closed the connection before run {run_id} finished")
 }
 
-/// The reviewer's client: token from the hub's state dir.
-struct Client {
-    http: reqwest::Client,
-    url: String,
-    token: String,
-}
-
-impl Client {
-    fn new(args: &ClientArgs) -> anyhow::Result<Self> {
-        let state_dir = match &args.state_dir {
-            Some(d) => d.clone(),
-            None => config::default_state_dir(&repo_root(args.repo.clone())?)?,
-        };
-        let token_path = state_dir.join("token");
-        let token = std::fs::read_to_string(&token_path)
-            .with_context(|| {
-                format!(
-                    "reading the hub token {} (is `hunkwise serve` running for this repository?)",
-                    token_path.display()
-                )
-            })?
-            .trim()
-            .to_string();
-        let url = match &args.url {
-            Some(u) => u.clone(),
-            None => std::fs::read_to_string(state_dir.join("hub.json"))
-                .ok()
-                .and_then(|s| serde_json::from_str::<Value>(&s).ok())
-                .and_then(|v| v["url"].as_str().map(str::to_string))
-                .unwrap_or_else(|| format!("http://127.0.0.1:{}", config::DEFAULT_PORT)),
-        };
-        Ok(Self {
-            http: reqwest::Client::new(),
-            url: url.trim_end_matches('/').to_string(),
-            token,
-        })
-    }
-
-    async fn get(&self, path: &str) -> anyhow::Result<Value> {
-        let resp = self
-            .http
-            .get(format!("{}{path}", self.url))
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .with_context(|| format!("connecting to the hub at {}", self.url))?;
-        answer(resp).await
-    }
-
-    async fn post(&self, path: &str, body: Value) -> anyhow::Result<Value> {
-        let resp = self
-            .http
-            .post(format!("{}{path}", self.url))
-            .bearer_auth(&self.token)
-            .json(&body)
-            .send()
-            .await
-            .with_context(|| format!("connecting to the hub at {}", self.url))?;
-        answer(resp).await
-    }
-
-    async fn websocket(
-        &self,
-    ) -> anyhow::Result<
-        tokio_tungstenite::WebSocketStream<
-            tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
-        >,
-    > {
-        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-        let ws_url = format!("{}/ws", self.url.replacen("http", "ws", 1));
-        let mut req = ws_url.as_str().into_client_request()?;
-        req.headers_mut()
-            .insert("Authorization", format!("Bearer {}", self.token).parse()?);
-        let (ws, _) = tokio_tungstenite::connect_async(req)
-            .await
-            .with_context(|| format!("connecting to {ws_url}"))?;
-        Ok(ws)
-    }
-}
-
-async fn answer(resp: reqwest::Response) -> anyhow::Result<Value> {
-    let status = resp.status();
-    let v: Value = resp.json().await.context("reading the hub's answer")?;
-    if !status.is_success() {
-        return Err(anyhow!(
-            "{}",
-            v["error"].as_str().unwrap_or("request failed")
-        ));
-    }
-    Ok(v)
-}
-
-impl Client {
-    /// The agent's client: URL and token from the environment the hub gave the agent.
-    fn for_agent() -> anyhow::Result<Self> {
-        let url = std::env::var("HUNKWISE_URL").ok();
-        let token = std::env::var("HUNKWISE_AGENT_TOKEN").ok();
-        match (url, token) {
-            (Some(url), Some(token)) => Ok(Self {
-                http: reqwest::Client::new(),
-                url: url.trim_end_matches('/').to_string(),
-                token,
-            }),
-            _ => bail!("this command is for an agent inside a hunkwise run: HUNKWISE_URL and HUNKWISE_AGENT_TOKEN are set by the hub"),
-        }
-    }
+/// The reviewer's client: token from the hub's state dir, URL from the hub's `hub.json`.
+fn reviewer_client(args: &ClientArgs) -> anyhow::Result<HubClient> {
+    let state_dir = match &args.state_dir {
+        Some(d) => d.clone(),
+        None => config::default_state_dir(&repo_root(args.repo.clone())?)?,
+    };
+    let token_path = state_dir.join("token");
+    let token = std::fs::read_to_string(&token_path)
+        .with_context(|| {
+            format!(
+                "reading the hub token {} (is `hunkwise serve` running for this repository?)",
+                token_path.display()
+            )
+        })?
+        .trim()
+        .to_string();
+    let url = match &args.url {
+        Some(u) => u.clone(),
+        None => std::fs::read_to_string(state_dir.join("hub.json"))
+            .ok()
+            .and_then(|s| serde_json::from_str::<Value>(&s).ok())
+            .and_then(|v| v["url"].as_str().map(str::to_string))
+            .unwrap_or_else(|| format!("http://127.0.0.1:{}", config::DEFAULT_PORT)),
+    };
+    Ok(HubClient::new(&url, token)?)
 }
