@@ -856,3 +856,73 @@ async fn cancel_stops_the_loop_and_run_command_is_bounded() {
         "{results:?}"
     );
 }
+
+#[tokio::test]
+async fn concurrent_sessions_keep_their_sandboxes_and_histories_apart() {
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    // Each run writes a file named after its prompt, after a pause that makes the two overlap.
+    let fake = FakeLlm::with(|req: &Recorded| {
+        let prompt = req
+            .messages()
+            .iter()
+            .rev()
+            .find(|m| m["role"] == "user")
+            .and_then(|m| m["content"].as_str().map(str::to_string))
+            .unwrap_or_default();
+        let who = if prompt.contains("red") {
+            "red"
+        } else {
+            "blue"
+        };
+        match req.tool_results().len() {
+            0 => Reply::Delay(
+                Duration::from_millis(300),
+                Box::new(Reply::tool(
+                    "write_file",
+                    json!({"file_path": format!("{who}.txt"), "content": format!("{who}\n")}),
+                )),
+            ),
+            _ => Reply::tool("finish", json!({"description": who})),
+        }
+    })
+    .await;
+    let hub = serve(&ws, &fake, &[]);
+    let red = start(&hub, json!({"prompt": "paint it red"}));
+    let blue = start(&hub, json!({"prompt": "paint it blue"}));
+    let (r, b) = (
+        wait_run_finished(&hub, &red, SECS).await.unwrap(),
+        wait_run_finished(&hub, &blue, SECS).await.unwrap(),
+    );
+    assert_ne!(
+        r["session_id"], b["session_id"],
+        "each run started its own session"
+    );
+    for (run, who) in [(&r, "red"), (&b, "blue")] {
+        assert_eq!(run["status"], "ready", "{run}");
+        let s = hub
+            .curl()
+            .get(&format!(
+                "/suggestions/{}",
+                run["suggestion_ids"][0].as_str().unwrap()
+            ))
+            .unwrap()
+            .body;
+        assert_eq!(
+            s["files"],
+            json!([format!("{who}.txt")]),
+            "only its own sandbox's change: {s}"
+        );
+        let h = hub
+            .curl()
+            .get(&format!(
+                "/sessions/{}/history?kind=messages",
+                run["session_id"].as_str().unwrap()
+            ))
+            .unwrap()
+            .body;
+        let text = h["entries"].to_string();
+        assert!(text.contains(&format!("paint it {who}")), "{text}");
+        let other = if who == "red" { "blue" } else { "red" };
+        assert!(!text.contains(&format!("paint it {other}")), "{text}");
+    }
+}
