@@ -178,8 +178,9 @@ pub struct RunView {
     pub run_id: String,
     pub status: RunState,
     pub prompt: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
+    #[serde(default)]
     pub suggestion_ids: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub base_commit: Option<String>,

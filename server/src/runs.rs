@@ -18,60 +18,13 @@ use tokio_util::sync::CancellationToken;
 use crate::error::AppError;
 use crate::hub::{now, Hub};
 use crate::journal::Record;
-use crate::protocol::{
-    ErrorCode, Event, HunkNote, Question, RunCmd, RunState, RunUsage, RunView, SuggestionView,
-};
+use crate::protocol::{ErrorCode, Event, HunkNote, RunCmd, RunState, RunView, SuggestionView};
 use crate::review::{attach_notes, build_hunks, Suggestion};
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RunRec {
-    pub run_id: String,
-    pub status: RunState,
-    pub prompt: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent: Option<String>,
-    #[serde(default)]
-    pub suggestion_ids: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub base_commit: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    pub created_at: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_message: Option<String>,
-    /// The session the run belongs to (its chat history and pinned context).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stop_reason: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub usage: Option<RunUsage>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub question: Option<Question>,
-}
+/// A run as the hub keeps (and journals) it: exactly what clients see.
+pub type RunRec = RunView;
 
-impl RunRec {
-    pub fn view(&self) -> RunView {
-        RunView {
-            run_id: self.run_id.clone(),
-            status: self.status,
-            prompt: self.prompt.clone(),
-            agent: self.agent.clone(),
-            suggestion_ids: self.suggestion_ids.clone(),
-            base_commit: self.base_commit.clone(),
-            error: self.error.clone(),
-            created_at: self.created_at.clone(),
-            last_message: self.last_message.clone(),
-            session_id: self.session_id.clone(),
-            model: self.model.clone(),
-            stop_reason: self.stop_reason.clone(),
-            usage: self.usage.clone(),
-            question: self.question.clone(),
-        }
-    }
-
+impl RunView {
     pub fn finished(&self) -> bool {
         !matches!(
             self.status,
@@ -222,15 +175,27 @@ impl Hub {
         let st = self.lock()?;
         st.runs
             .get(run_id)
-            .map(RunRec::view)
+            .cloned()
             .ok_or_else(|| AppError::NotFound(format!("no run {run_id:?}")))
     }
 
     pub fn list_runs(&self) -> Result<Vec<RunView>, AppError> {
         let st = self.lock()?;
-        let mut runs: Vec<RunView> = st.runs.values().map(RunRec::view).collect();
+        let mut runs: Vec<RunView> = st.runs.values().cloned().collect();
         runs.sort_by(|a, b| a.created_at.cmp(&b.created_at));
         Ok(runs)
+    }
+
+    /// `suggestion.error` for a run that failed (or was cancelled).
+    fn run_error(&self, run_id: &str, code: ErrorCode, message: String) {
+        self.bus.emit(Event::Error {
+            seq: 0,
+            code,
+            message,
+            suggestion_id: None,
+            hunk_id: None,
+            run_id: Some(run_id.to_string()),
+        });
     }
 
     fn run_status(&self, run_id: &str, status: &str, message: String) {
@@ -358,14 +323,7 @@ impl Hub {
                     r.status = RunState::Failed;
                     r.error = Some(msg.clone());
                 });
-                hub.bus.emit(Event::Error {
-                    seq: 0,
-                    code: ErrorCode::ExperimentFailed,
-                    message: msg,
-                    suggestion_id: None,
-                    hunk_id: None,
-                    run_id: Some(run_id.clone()),
-                });
+                hub.run_error(&run_id, ErrorCode::ExperimentFailed, msg);
             }
             if let Ok(mut c) = hub.runs.cancels.lock() {
                 c.remove(&run_id);
@@ -378,7 +336,7 @@ impl Hub {
                 );
             }
         });
-        Ok(run.view())
+        Ok(run.clone())
     }
 
     pub fn cancel_run(&self, run_id: &str) -> Result<RunView, AppError> {
@@ -514,14 +472,7 @@ impl Hub {
                         r.status = RunState::Failed;
                         r.error = Some(msg.clone());
                     })?;
-                    self.bus.emit(Event::Error {
-                        seq: 0,
-                        code: ErrorCode::JjError,
-                        message: msg,
-                        suggestion_id: None,
-                        hunk_id: None,
-                        run_id: Some(run_id.to_string()),
-                    });
+                    self.run_error(run_id, ErrorCode::JjError, msg);
                     return Ok(());
                 }
             }
@@ -637,14 +588,7 @@ impl Hub {
                     r.status = state;
                     r.error = Some(msg);
                 })?;
-                self.bus.emit(Event::Error {
-                    seq: 0,
-                    code: ErrorCode::ExperimentFailed,
-                    message,
-                    suggestion_id: None,
-                    hunk_id: None,
-                    run_id: Some(run_id.to_string()),
-                });
+                self.run_error(run_id, ErrorCode::ExperimentFailed, message);
                 return Ok(());
             }
         }
@@ -938,14 +882,11 @@ impl Hub {
         use crate::agent_loop::Stop;
         if stop == Stop::Cancelled {
             self.update_run(run_id, |r| r.status = RunState::Cancelled)?;
-            self.bus.emit(Event::Error {
-                seq: 0,
-                code: ErrorCode::ExperimentFailed,
-                message: "the built-in agent was cancelled".into(),
-                suggestion_id: None,
-                hunk_id: None,
-                run_id: Some(run_id.to_string()),
-            });
+            self.run_error(
+                run_id,
+                ErrorCode::ExperimentFailed,
+                "the built-in agent was cancelled".into(),
+            );
             return Ok(());
         }
         let why = match stop {
@@ -981,14 +922,7 @@ impl Hub {
                 if stop == Stop::ProviderError {
                     let message = end.error.unwrap_or_default();
                     self.update_run(run_id, |r| r.status = RunState::Failed)?;
-                    self.bus.emit(Event::Error {
-                        seq: 0,
-                        code: ErrorCode::ExperimentFailed,
-                        message,
-                        suggestion_id: None,
-                        hunk_id: None,
-                        run_id: Some(run_id.to_string()),
-                    });
+                    self.run_error(run_id, ErrorCode::ExperimentFailed, message);
                 } else {
                     self.update_run(run_id, |r| r.status = RunState::NoChanges)?;
                     let msg = match why {

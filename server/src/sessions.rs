@@ -367,7 +367,7 @@ impl Hub {
             .run_ids
             .iter()
             .filter_map(|r| st.runs.get(r))
-            .map(|r| r.view())
+            .cloned()
             .collect();
         Ok(SessionView {
             session_id: s.id.clone(),
