@@ -4,6 +4,11 @@
 //! A hunk's *final* outcome counts (an accept that was later undone and rejected is a
 //! rejection), so a user changing their mind does not inflate an agent's score. Conflicts are
 //! counted separately: they say more about how stale the run was than about the agent.
+//!
+//! Given the hub's journal too (`state.jsonl`), each agent also gets the run metrics of seed 000
+//! §16: task success rate (runs with at least one hunk kept), tool calls per successful run,
+//! p50/p95 time waiting for the model, tokens, clarification rate and how runs ended. The
+//! built-in agent records itself as `builtin:<model>`, so models are compared directly.
 
 use std::collections::BTreeMap;
 use std::io::BufRead;
@@ -36,6 +41,65 @@ pub struct AgentScore {
     pub kept_ratio: f64,
     /// accepted / hunks: kept exactly as proposed.
     pub exact_ratio: f64,
+    /// From the hub's journal, when one was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runs: Option<RunStats>,
+}
+
+/// How an agent's runs went (seed 000 §16).
+#[derive(Debug, Default, Clone, PartialEq, Serialize)]
+pub struct RunStats {
+    pub runs: usize,
+    /// Runs with at least one hunk accepted or modified.
+    pub succeeded: usize,
+    pub success_rate: f64,
+    pub failed: usize,
+    pub no_changes: usize,
+    /// Mean tool calls of the successful runs (built-in agent).
+    pub tool_calls_per_success: Option<f64>,
+    /// Time waiting for the model per run, in ms (built-in agent).
+    pub model_ms_p50: Option<u64>,
+    pub model_ms_p95: Option<u64>,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// Share of runs that asked the user a question.
+    pub clarification_rate: f64,
+    /// How the built-in agent's runs ended (`finished`, `budget_exhausted`, …).
+    pub stop_reasons: BTreeMap<String, usize>,
+}
+
+/// The fields of a journaled run this report needs.
+#[derive(Debug, Deserialize)]
+struct RunLine {
+    run_id: String,
+    #[serde(default)]
+    agent: Option<String>,
+    status: String,
+    #[serde(default)]
+    stop_reason: Option<String>,
+    #[serde(default)]
+    usage: Option<UsageLine>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct UsageLine {
+    #[serde(default)]
+    tool_calls: u64,
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+    #[serde(default)]
+    model_ms: u64,
+}
+
+/// The nearest-rank percentile of sorted values.
+fn percentile(sorted: &[u64], p: f64) -> Option<u64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    Some(sorted[rank.clamp(1, sorted.len()) - 1])
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -52,13 +116,44 @@ pub fn score(readers: impl IntoIterator<Item = impl BufRead>) -> std::io::Result
     let mut conflicts: BTreeMap<String, usize> = BTreeMap::new();
     let mut undos: BTreeMap<String, usize> = BTreeMap::new();
     let mut skipped = 0;
+    // From journals: the newest record of each run, and the runs that asked a question.
+    let mut runs: BTreeMap<String, RunLine> = BTreeMap::new();
+    let mut asked: std::collections::BTreeSet<String> = Default::default();
+    // Hunks kept per run, from the feedback lines.
+    let mut run_of_suggestion: BTreeMap<String, String> = BTreeMap::new();
     for reader in readers {
         for line in reader.lines() {
             let line = line?;
             if line.trim().is_empty() {
                 continue;
             }
-            let Ok(rec) = serde_json::from_str::<Line>(&line) else {
+            let Ok(value) = serde_json::from_str::<serde_json::Value>(&line) else {
+                skipped += 1;
+                continue;
+            };
+            if let Some(kind) = value.get("t").and_then(|t| t.as_str()) {
+                // A journal record.
+                match kind {
+                    "run" => match serde_json::from_value::<RunLine>(value) {
+                        Ok(r) => {
+                            runs.insert(r.run_id.clone(), r);
+                        }
+                        Err(_) => skipped += 1,
+                    },
+                    "history" if value["tool"] == "clarify_user" => {
+                        if let Some(r) = value["run_id"].as_str() {
+                            asked.insert(r.to_string());
+                        }
+                    }
+                    _ => {}
+                }
+                continue;
+            }
+            if let (Some(s), Some(r)) = (value["suggestion_id"].as_str(), value["run_id"].as_str())
+            {
+                run_of_suggestion.insert(s.to_string(), r.to_string());
+            }
+            let Ok(rec) = serde_json::from_value::<Line>(value) else {
                 skipped += 1;
                 continue;
             };
@@ -78,6 +173,14 @@ pub fn score(readers: impl IntoIterator<Item = impl BufRead>) -> std::io::Result
     }
     let mut by_agent: BTreeMap<String, (AgentScore, std::collections::BTreeSet<String>)> =
         BTreeMap::new();
+    let mut kept_runs: std::collections::BTreeSet<String> = Default::default();
+    for (_, suggestion, outcome) in last.values() {
+        if outcome != "rejected" {
+            if let Some(r) = run_of_suggestion.get(suggestion) {
+                kept_runs.insert(r.clone());
+            }
+        }
+    }
     for (agent, suggestion, outcome) in last.into_values() {
         let (s, sugg) = by_agent.entry(agent.clone()).or_default();
         s.agent = agent;
@@ -98,6 +201,16 @@ pub fn score(readers: impl IntoIterator<Item = impl BufRead>) -> std::io::Result
         let (s, _) = by_agent.entry(agent.clone()).or_default();
         s.agent = agent.clone();
         s.undos = *n;
+    }
+    let mut per_agent_runs: BTreeMap<String, Vec<&RunLine>> = BTreeMap::new();
+    for r in runs.values() {
+        let agent = r.agent.clone().unwrap_or_else(|| "(unknown)".into());
+        per_agent_runs.entry(agent).or_default().push(r);
+    }
+    for (agent, list) in per_agent_runs {
+        let (s, _) = by_agent.entry(agent.clone()).or_default();
+        s.agent = agent;
+        s.runs = Some(run_stats(&list, &kept_runs, &asked));
     }
     let mut agents: Vec<AgentScore> = by_agent
         .into_values()
@@ -121,6 +234,54 @@ pub fn score(readers: impl IntoIterator<Item = impl BufRead>) -> std::io::Result
     })
 }
 
+fn run_stats(
+    list: &[&RunLine],
+    kept: &std::collections::BTreeSet<String>,
+    asked: &std::collections::BTreeSet<String>,
+) -> RunStats {
+    let mut st = RunStats {
+        runs: list.len(),
+        ..RunStats::default()
+    };
+    let mut success_calls = Vec::new();
+    let mut model_ms = Vec::new();
+    for r in list {
+        let ok = kept.contains(&r.run_id);
+        if ok {
+            st.succeeded += 1;
+        }
+        match r.status.as_str() {
+            "failed" | "cancelled" => st.failed += 1,
+            "no_changes" => st.no_changes += 1,
+            _ => {}
+        }
+        if let Some(reason) = &r.stop_reason {
+            *st.stop_reasons.entry(reason.clone()).or_default() += 1;
+        }
+        if let Some(u) = &r.usage {
+            st.prompt_tokens += u.prompt_tokens;
+            st.completion_tokens += u.completion_tokens;
+            model_ms.push(u.model_ms);
+            if ok {
+                success_calls.push(u.tool_calls);
+            }
+        }
+    }
+    if st.runs > 0 {
+        st.success_rate = st.succeeded as f64 / st.runs as f64;
+        st.clarification_rate =
+            list.iter().filter(|r| asked.contains(&r.run_id)).count() as f64 / st.runs as f64;
+    }
+    if !success_calls.is_empty() {
+        st.tool_calls_per_success =
+            Some(success_calls.iter().sum::<u64>() as f64 / success_calls.len() as f64);
+    }
+    model_ms.sort_unstable();
+    st.model_ms_p50 = percentile(&model_ms, 50.0);
+    st.model_ms_p95 = percentile(&model_ms, 95.0);
+    st
+}
+
 /// A plain-text table, best agent first.
 pub fn render(report: &Report) -> String {
     let mut out = format!(
@@ -140,6 +301,35 @@ pub fn render(report: &Report) -> String {
             a.rejected,
             a.conflicts
         ));
+    }
+    let with_runs: Vec<(&AgentScore, &RunStats)> = report
+        .agents
+        .iter()
+        .filter_map(|a| a.runs.as_ref().map(|r| (a, r)))
+        .collect();
+    if !with_runs.is_empty() {
+        out.push_str(&format!(
+            "\n{:<40} {:>5} {:>6} {:>6} {:>7} {:>8} {:>8} {:>9} {:>6}\n",
+            "agent", "runs", "ok%", "failed", "calls/ok", "p50 ms", "p95 ms", "tokens", "ask%"
+        ));
+        let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_else(|| "-".into());
+        for (a, r) in with_runs {
+            let name: String = a.agent.chars().take(40).collect();
+            out.push_str(&format!(
+                "{:<40} {:>5} {:>6.1} {:>6} {:>7} {:>8} {:>8} {:>9} {:>6.1}\n",
+                name,
+                r.runs,
+                r.success_rate * 100.0,
+                r.failed,
+                r.tool_calls_per_success
+                    .map(|c| format!("{c:.1}"))
+                    .unwrap_or_else(|| "-".into()),
+                opt(r.model_ms_p50),
+                opt(r.model_ms_p95),
+                r.prompt_tokens + r.completion_tokens,
+                r.clarification_rate * 100.0
+            ));
+        }
     }
     if report.skipped_lines > 0 {
         out.push_str(&format!(
@@ -203,5 +393,50 @@ mod tests {
         assert_eq!(b.kept_ratio, 0.0);
         let table = render(&r);
         assert!(table.lines().nth(1).unwrap().starts_with("a "), "{table}");
+    }
+
+    #[test]
+    fn journal_runs_give_success_latency_and_clarification_rates() {
+        let run = |id: &str, status: &str, stop: &str, calls: u64, ms: u64| {
+            serde_json::json!({"t": "run", "run_id": id, "agent": "builtin:m", "status": status,
+                "prompt": "p", "created_at": "x", "stop_reason": stop,
+                "usage": {"model_calls": 2, "tool_calls": calls, "prompt_tokens": 100,
+                          "completion_tokens": 10, "model_ms": ms, "retries": 0, "schema_failures": 0}})
+            .to_string()
+        };
+        let fb = |run: &str, sugg: &str, outcome: &str| {
+            serde_json::json!({"agent": "builtin:m", "run_id": run, "suggestion_id": sugg,
+                "hunk_id": format!("{sugg}:f:0"), "outcome": outcome})
+            .to_string()
+        };
+        let journal = [
+            run("r1", "working", "", 0, 0),
+            run("r1", "ready", "finished", 4, 100),
+            run("r2", "ready", "budget_exhausted", 12, 300),
+            run("r3", "failed", "provider_error", 0, 50),
+            serde_json::json!({"t": "history", "run_id": "r2", "kind": "tool", "tool": "clarify_user", "content": "", "ts": ""}).to_string(),
+            serde_json::json!({"t": "seq", "upto": 9}).to_string(),
+        ]
+        .join("\n");
+        let feedback = [fb("r1", "s1", "applied"), fb("r2", "s2", "rejected")].join("\n");
+        let r = score([journal.as_bytes(), feedback.as_bytes()]).unwrap();
+        assert_eq!(r.skipped_lines, 0);
+        let a = &r.agents[0];
+        let st = a.runs.as_ref().unwrap();
+        assert_eq!((st.runs, st.succeeded, st.failed), (3, 1, 1));
+        assert!((st.success_rate - 1.0 / 3.0).abs() < 1e-9);
+        assert_eq!(
+            st.tool_calls_per_success,
+            Some(4.0),
+            "only the run whose hunk was kept"
+        );
+        assert_eq!((st.model_ms_p50, st.model_ms_p95), (Some(100), Some(300)));
+        assert_eq!(st.prompt_tokens, 300);
+        assert!((st.clarification_rate - 1.0 / 3.0).abs() < 1e-9);
+        assert_eq!(st.stop_reasons.get("budget_exhausted"), Some(&1));
+        assert!(render(&r).contains("calls/ok"), "{}", render(&r));
+        // Positive control: without the journal there are no run metrics.
+        let r = score([feedback.as_bytes()]).unwrap();
+        assert!(r.agents[0].runs.is_none());
     }
 }

@@ -1,4 +1,4 @@
-//! `hunkwise-evals [--json] FEEDBACK.jsonl...`: score agents from hunkwise feedback logs.
+//! `hunkwise-evals [--json] FILE...`: score agents from hunkwise feedback logs (and journals).
 
 use std::io::BufReader;
 use std::process::ExitCode;
@@ -10,7 +10,7 @@ fn main() -> ExitCode {
         match arg.as_str() {
             "--json" => json = true,
             "-h" | "--help" => {
-                println!("usage: hunkwise-evals [--json] FEEDBACK.jsonl...\n\nScores each agent by what happened to its hunks (final outcome per hunk).\nThe log is <state-dir>/feedback.jsonl of a hunkwise hub.");
+                println!("usage: hunkwise-evals [--json] FILE...\n\nScores each agent by what happened to its hunks (final outcome per hunk), from\n<state-dir>/feedback.jsonl of a hunkwise hub. Given the hub's journal\n(<state-dir>/state.jsonl) too, it adds run metrics: success rate, tool calls per\nsuccessful run, p50/p95 model time, tokens, clarification rate, how runs ended.");
                 return ExitCode::SUCCESS;
             }
             _ => files.push(arg),

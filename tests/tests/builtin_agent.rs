@@ -152,6 +152,27 @@ async fn the_model_edits_the_sandbox_and_the_user_reviews_it() {
         ws.read_string("src/lib.rs").unwrap(),
         LIB.replace("    a + b", "    a.wrapping_add(b)")
     );
+
+    // The evals read the journal and the feedback log and score the model.
+    let evals = hunkwise_tests::hunkwise_bin().with_file_name("hunkwise-evals");
+    let out = std::process::Command::new(&evals)
+        .arg("--json")
+        .arg(hub.state.join("state.jsonl"))
+        .arg(hub.state.join("feedback.jsonl"))
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e} (scripts/test builds it)", evals.display()));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let a = &report["agents"][0];
+    assert_eq!(a["agent"], "builtin:other-model", "{report}");
+    assert_eq!(a["accepted"], 1);
+    assert_eq!(a["runs"]["succeeded"], 1, "{report}");
+    assert_eq!(a["runs"]["tool_calls_per_success"], 3.0);
+    assert_eq!(a["runs"]["stop_reasons"]["finished"], 1);
 }
 
 #[tokio::test]
