@@ -1030,6 +1030,8 @@ impl Hub {
                 ))
             }
         };
+        // An unknown run is a 404, not "not waiting".
+        self.run_view(run_id)?;
         let qid = self.runs.reply(run_id, question_id, text.clone())?;
         self.bus.emit(Event::ClarificationReceived {
             seq: 0,

@@ -483,6 +483,19 @@ async fn clarifications_wait_for_the_user_and_skip_sends_no_user_answer() {
         .post(&format!("/runs/{run}/clarify"), &json!({"answer": "late"}))
         .unwrap();
     assert_eq!(late.status, 409);
+    let unknown = hub
+        .curl()
+        .post("/runs/nope/clarify", &json!({"answer": "x"}))
+        .unwrap();
+    assert_eq!(unknown.status, 404);
+    let extra = hub
+        .curl()
+        .post(
+            &format!("/runs/{run}/clarify"),
+            &json!({"answer": "x", "extra": 1}),
+        )
+        .unwrap();
+    assert_eq!(extra.status, 400);
 }
 
 #[tokio::test]
