@@ -45,5 +45,7 @@ plug('discard', call('discard'))
 plug('undo', call('undo'))
 plug('close', call('close'))
 plug('run', call('run'))
+plug('answer', call('answer'))
+plug('skip', call('skip'))
 -- In visual mode the selection goes along as context.
 plug('run', ':Hunkwise run<CR>', 'x')

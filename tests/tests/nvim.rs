@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use hunkwise_tests::fake_llm::{FakeLlm, Recorded, Reply};
 use hunkwise_tests::{hermetic_env, wait_until, Hub, Workspace};
 use serde_json::{json, Value};
 
@@ -371,4 +372,84 @@ fn inline_review_health_and_commands() {
         doc.contains("line 17, edited by the user\nline 18\n") && !doc.contains("eighteen"),
         "{doc}"
     );
+}
+
+/// The hub's built-in agent (against the fake model) asks two questions. The first is answered
+/// "tabs" in the prompt the plugin opens; the second, asked while the plugin is away, is found
+/// by the resync, left open by a cancelled prompt and skipped with `:Hunkwise skip`. The model
+/// gets both outcomes as the clarify_user results, and the run goes on to its end.
+#[tokio::test]
+async fn clarify_questions_of_the_builtin_agent() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    // The second question waits until the plugin is away.
+    let away = Arc::new(AtomicBool::new(false));
+    let gate = Arc::clone(&away);
+    let fake = FakeLlm::with(move |req: &Recorded| match req.tool_results().len() {
+        0 => Reply::tool("clarify_user", json!({"question": "Tabs or spaces?"})),
+        1 => {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !gate.load(Ordering::SeqCst) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Reply::tool("clarify_user", json!({"question": "Which license?"}))
+        }
+        _ => Reply::tool("finish", json!({"description": "nothing to change"})),
+    })
+    .await;
+    let url = fake.base_url();
+    let hub = ws
+        .serve(&["--provider-url", &url, "--model", "test-model"])
+        .unwrap();
+    let mut scenario = Scenario::start(&ws, "clarify", Some(&ws.state()));
+    scenario.wait_mark("synced");
+
+    let r = hub
+        .curl()
+        .post(
+            "/runs",
+            &json!({"prompt": "tidy up the indentation", "model": "test-model"}),
+        )
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let run_id = r.body["run_id"].as_str().expect("run_id").to_string();
+    let run = |hub: &Hub| hub.curl().get(&format!("/runs/{run_id}")).unwrap().body;
+
+    // The plugin answered the first question and went away; the run goes on to the model (the
+    // hub marks it working once the agent has taken the answer).
+    scenario.wait_mark("offline");
+    wait_until("the run working again", Duration::from_secs(10), || {
+        let v = run(&hub);
+        v["status"] == "working" && v.get("question").is_none()
+    })
+    .unwrap();
+    away.store(true, Ordering::SeqCst);
+    wait_until("the second question", Duration::from_secs(30), || {
+        let v = run(&hub);
+        v["status"] == "waiting_for_user" && v["question"]["question"] == "Which license?"
+    })
+    .unwrap();
+    scenario.mark("asked-2", "");
+    scenario.finish(&[&hub]);
+
+    let requests = fake.wait_requests(3, Duration::from_secs(30)).await;
+    assert_eq!(requests.len(), 3, "model calls: {requests:?}");
+    let answers: Vec<Value> = requests[2]
+        .tool_results()
+        .iter()
+        .map(|(_, content)| serde_json::from_str::<Value>(content).unwrap())
+        .collect();
+    assert_eq!(answers.len(), 2, "{answers:?}");
+    assert_eq!(answers[0]["ok"], true, "{answers:?}");
+    assert_eq!(answers[0]["result"]["answer"], "tabs", "{answers:?}");
+    assert_eq!(
+        answers[1]["result"]["answer"], "no_user_answer",
+        "{answers:?}"
+    );
+    wait_until("the run ended", Duration::from_secs(30), || {
+        run(&hub)["status"] == "no_changes"
+    })
+    .unwrap();
 }

@@ -78,6 +78,12 @@ M.subcommands = {
   status = function()
     api().status()
   end,
+  answer = function(args)
+    api().answer(args ~= '' and args or nil)
+  end,
+  skip = function()
+    api().skip()
+  end,
 }
 
 ---@param opts table

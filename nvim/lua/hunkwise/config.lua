@@ -60,6 +60,10 @@ M.defaults = {
     on_error = true,
     on_status = false,
   },
+  clarify = {
+    -- Ask for the answer (vim.ui.input) as soon as the agent asks a question; off: only notify.
+    prompt = true,
+  },
 }
 
 local current = vim.deepcopy(M.defaults)
@@ -106,6 +110,7 @@ local schema = {
     },
   },
   notifications = { on_ready = 'boolean', on_error = 'boolean', on_status = 'boolean' },
+  clarify = { prompt = 'boolean' },
 }
 
 local function check(spec, value, path, errs)

@@ -73,14 +73,50 @@ end
 local function on_event(ev)
   local cfg = config.get()
   local change = M.store:apply(ev)
+  -- A waiting run's "Question: ..." line is announced with the question itself.
+  local asking = ev.status == 'waiting_for_user' and change.run_id and M.store.questions[change.run_id]
   if ev.type == 'suggestion.ready' and change.new and cfg.notifications.on_ready then
     notify.send(notify.ready_text(ev.suggestion))
   elseif ev.type == 'suggestion.error' and cfg.notifications.on_error then
     notify.send(notify.error_text(ev), vim.log.levels.ERROR)
-  elseif ev.type == 'suggestion.status' and cfg.notifications.on_status then
+  elseif ev.type == 'suggestion.status' and cfg.notifications.on_status and not asking then
     notify.send('hunkwise: ' .. (ev.message or ev.status or ''))
   end
   M.settle(change)
+  if change.kind == 'question' and change.new then
+    require('hunkwise.clarify').announce(M.store.questions[change.run_id])
+  end
+end
+
+--- After a resync: the questions runs wait on, from the run list (events do not say which
+--- questions were asked or answered while away). A failed fetch keeps what is known.
+local function resync_questions()
+  local client = M.client
+  local ep = client and client.endpoint
+  if not ep then
+    return
+  end
+  local since = M.store.known
+  require('hunkwise.http').request('GET', ep.url .. '/runs', {
+    headers = { Authorization = 'Bearer ' .. ep.token },
+    timeout = config.get().server.request_timeout,
+  }, function(err, reply)
+    if M.client ~= client then
+      return
+    end
+    local ok, body = false, nil
+    if not err and reply and reply.status == 200 then
+      ok, body = pcall(vim.json.decode, reply.body, { luanil = { object = true, array = true } })
+    end
+    if not ok or type(body) ~= 'table' or type(body.runs) ~= 'table' then
+      return -- an older hub without /runs, or a hiccup: the next resync tries again
+    end
+    local new = M.store:replace_questions(body.runs, since)
+    changed({ kind = 'question' })
+    for _, q in ipairs(new) do
+      require('hunkwise.clarify').announce(q)
+    end
+  end)
 end
 
 --- After a resync: announce suggestions that appeared while away and reload files whose
@@ -117,6 +153,7 @@ local function on_snapshot(list)
     reload(file)
   end
   changed({ kind = 'ready' })
+  resync_questions()
 end
 
 local function on_state(state, info)
@@ -197,7 +234,7 @@ function M.request(cmd, cb)
   M.client:request(cmd, cb)
 end
 
---- Statusline text: pending hunks and the agent's last status line.
+--- Statusline text: pending hunks, waiting questions and the agent's last status line.
 ---@return string
 function M.statusline()
   local parts = {}
@@ -207,6 +244,11 @@ function M.statusline()
       or ('%d pending'):format(p.hunks)
   end
   local st = M.store.last_status
+  local questions = #M.store:pending_questions()
+  -- The status line of a waiting run already reads "Question: ...".
+  if questions > 1 or (questions == 1 and not (st and st.status == 'waiting_for_user')) then
+    parts[#parts + 1] = questions > 1 and ('%d questions waiting'):format(questions) or 'question waiting'
+  end
   if st and st.message ~= '' then
     local msg = st.message
     if vim.fn.strchars(msg) > 40 then

@@ -101,6 +101,40 @@ function M.run(prompt, selection)
   end)
 end
 
+--- The question to answer: the oldest one waiting, when several runs ask.
+---@return hunkwise.Question?
+local function waiting_question()
+  local q = hub().store:pending_questions()[1]
+  if not q then
+    require('hunkwise.notify').send('hunkwise: no question is waiting for an answer')
+  end
+  return q
+end
+
+--- Answer the agent's question (the oldest waiting); without `text`, ask for it.
+---@param text? string
+function M.answer(text)
+  local clarify = require('hunkwise.clarify')
+  local q = waiting_question()
+  if not q then
+    return
+  end
+  local answer = clarify.answer_of(text)
+  if answer then
+    clarify.send(q, answer)
+  else
+    clarify.ask(q)
+  end
+end
+
+--- Skip the agent's question (the oldest waiting): it goes on without an answer.
+function M.skip()
+  local q = waiting_question()
+  if q then
+    require('hunkwise.clarify').send(q, nil)
+  end
+end
+
 --- Show the connection and the pending work.
 function M.status()
   local h = hub()
@@ -118,6 +152,13 @@ function M.status()
   local st = h.store.last_status
   if st then
     lines[#lines + 1] = ('agent: [%s] %s'):format(st.status, st.message)
+  end
+  local tool = h.store.last_tool
+  if tool then
+    lines[#lines + 1] = ('last tool call: %s %s: %s'):format(tool.ok and '✓' or '✗', tool.name, tool.summary)
+  end
+  for _, q in ipairs(h.store:pending_questions()) do
+    lines[#lines + 1] = ('question (run %s): %s'):format(q.run_id:sub(1, 8), q.question)
   end
   require('hunkwise.notify').send(table.concat(lines, '\n'))
 end

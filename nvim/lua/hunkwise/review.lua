@@ -482,6 +482,9 @@ M.discard = serial(function()
   finish('discard')
 end)
 
+-- Changes that leave every suggestion as it was.
+local agent_news = { status = true, tool = true, question = true, answered = true }
+
 -- Keep the view in step with the hub, whoever made the change.
 hub.subscribe(function(change)
   local sess = M.session
@@ -496,7 +499,7 @@ hub.subscribe(function(change)
     M.session = nil
     return
   end
-  if change.kind == 'status' or (change.suggestion_id and change.suggestion_id ~= sess.sid) then
+  if agent_news[change.kind] or (change.suggestion_id and change.suggestion_id ~= sess.sid) then
     return
   end
   -- The inline view lives in the user's windows: redraw it only while the user is in it,

@@ -28,16 +28,29 @@ local nav = require('hunkwise.nav')
 ---@field created_at? string
 ---@field run_id? string
 
+--- A question the built-in agent asked (`clarify_user`) and waits on.
+---@class hunkwise.Question
+---@field run_id string
+---@field question_id string
+---@field question string
+---@field order integer when it became known here (for oldest first)
+
 ---@class hunkwise.Change
----@field kind 'ready'|'hunk'|'completed'|'status'|'error'|'ignored'
+---@field kind 'ready'|'hunk'|'completed'|'status'|'error'|'tool'|'question'|'answered'|'ignored'
 ---@field suggestion_id? string
+---@field run_id? string
+---@field question_id? string
 ---@field file? string
 ---@field file_changed? boolean the decision wrote to the user's file
----@field new? boolean first time this suggestion is seen
+---@field new? boolean first time this suggestion (or question) is seen
 
 ---@class hunkwise.Store
 ---@field suggestions table<string, hunkwise.Suggestion>
+---@field questions table<string, hunkwise.Question> by run id: a run waits on one at a time
+---@field answered table<string, true> ids of questions answered or skipped
+---@field known integer questions seen so far (the last one's `order`)
 ---@field last_status? {message: string, status: string, suggestion_id?: string, run_id?: string}
+---@field last_tool? {run_id: string, name: string, ok: boolean, summary: string, duration_ms?: integer}
 local Store = {}
 Store.__index = Store
 
@@ -45,7 +58,7 @@ local M = {}
 
 ---@return hunkwise.Store
 function M.new()
-  return setmetatable({ suggestions = {} }, Store)
+  return setmetatable({ suggestions = {}, questions = {}, answered = {}, known = 0 }, Store)
 end
 
 ---@param s hunkwise.Suggestion
@@ -149,6 +162,85 @@ function Store:replace(list)
   return new_ids
 end
 
+--- Questions waiting for an answer, oldest first.
+---@return hunkwise.Question[]
+function Store:pending_questions()
+  local out = vim.tbl_values(self.questions)
+  table.sort(out, function(a, b)
+    return a.order < b.order
+  end)
+  return out
+end
+
+--- Is `q` still the question its run waits on?
+---@param q hunkwise.Question
+---@return boolean
+function Store:is_pending(q)
+  local now = self.questions[q.run_id]
+  return now ~= nil and now.question_id == q.question_id
+end
+
+---@param run_id string
+---@param question_id string
+---@param question string
+---@return boolean new
+function Store:ask(run_id, question_id, question)
+  local known = self.questions[run_id]
+  if self.answered[question_id] or (known and known.question_id == question_id) then
+    return false
+  end
+  self.known = self.known + 1
+  self.questions[run_id] = { run_id = run_id, question_id = question_id, question = question, order = self.known }
+  return true
+end
+
+--- The question of `run_id` is settled: answered or skipped (with its id), or gone with its run.
+---@param run_id string
+---@param question_id? string
+function Store:drop_question(run_id, question_id)
+  if question_id then
+    self.answered[question_id] = true
+  end
+  local q = self.questions[run_id]
+  if q and (question_id == nil or q.question_id == question_id) then
+    self.questions[run_id] = nil
+  end
+  local st = self.last_status
+  -- "Question: ..." is no news once answered.
+  if st and st.status == 'waiting_for_user' and st.run_id == run_id then
+    self.last_status = nil
+  end
+end
+
+--- Replace the questions with the hub's run list (`GET /runs`) after a resync. Questions that
+--- became known after `since` (a `known` value taken before asking) are newer than the list and
+--- stay; answered ones are not brought back by a list older than the answer.
+---@param runs {run_id: string, status: string, question?: {question_id: string, question: string}}[]
+---@param since integer
+---@return hunkwise.Question[] new questions not known before, oldest first
+function Store:replace_questions(runs, since)
+  local before = self.questions
+  self.questions = {}
+  for run_id, q in pairs(before) do
+    if q.order > since then
+      self.questions[run_id] = q
+    end
+  end
+  local new = {}
+  for _, r in ipairs(runs) do
+    local q = r.question
+    if r.status == 'waiting_for_user' and type(q) == 'table' and q.question_id then
+      local old = before[r.run_id]
+      if old and old.question_id == q.question_id then
+        self.questions[r.run_id] = self.questions[r.run_id] or old
+      elseif self:ask(r.run_id, q.question_id, q.question or '') then
+        new[#new + 1] = self.questions[r.run_id]
+      end
+    end
+  end
+  return new
+end
+
 --- Merge one hunk as the hub reports it (a feedback response's `hunk`).
 ---@param sid string
 ---@param view hunkwise.Hunk
@@ -216,14 +308,38 @@ function Store:apply(ev)
     self.suggestions[ev.suggestion_id] = nil
     return { kind = known and 'completed' or 'ignored', suggestion_id = ev.suggestion_id }
   elseif t == 'suggestion.status' then
+    local q = ev.run_id and self.questions[ev.run_id]
+    -- A run that reports anything but waiting has moved on (cancelled, failed) without an answer.
+    if q and ev.status ~= 'waiting_for_user' then
+      self.questions[ev.run_id] = nil
+    end
     self.last_status = {
       message = ev.message or '',
       status = ev.status or '',
       suggestion_id = ev.suggestion_id,
       run_id = ev.run_id,
     }
-    return { kind = 'status', suggestion_id = ev.suggestion_id }
+    return { kind = 'status', suggestion_id = ev.suggestion_id, run_id = ev.run_id }
+  elseif t == 'clarification.requested' then
+    local new = self:ask(ev.run_id, ev.question_id, ev.question or '')
+    return { kind = 'question', run_id = ev.run_id, question_id = ev.question_id, new = new }
+  elseif t == 'clarification.received' then
+    self:drop_question(ev.run_id, ev.question_id)
+    return { kind = 'answered', run_id = ev.run_id, question_id = ev.question_id }
+  elseif t == 'tool.call.completed' then
+    self.last_tool = {
+      run_id = ev.run_id,
+      name = ev.name or '',
+      ok = ev.ok == true,
+      summary = ev.summary or '',
+      duration_ms = ev.duration_ms,
+    }
+    return { kind = 'tool', run_id = ev.run_id }
   elseif t == 'suggestion.error' then
+    if ev.run_id and not ev.suggestion_id then
+      -- The run failed: nobody waits for an answer any more.
+      self.questions[ev.run_id] = nil
+    end
     local s = ev.suggestion_id and self.suggestions[ev.suggestion_id]
     local i = s and ev.hunk_id and nav.index_of(s.hunks, ev.hunk_id)
     if s and i and ev.code == 'apply_failed' then

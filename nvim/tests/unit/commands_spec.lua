@@ -6,9 +6,18 @@ vim.cmd.source(vim.fn.fnameescape(root .. '/plugin/hunkwise.lua'))
 local hub = require('hunkwise.hub')
 local sent = {}
 local real_request = hub.request
+-- The hub's answer to a command; tests replace it.
+local function default_reply(cmd)
+  if cmd.type == 'clarify' then
+    local answer = cmd.skip and 'no_user_answer' or cmd.answer
+    return { success = true, data = { run_id = cmd.runId, question_id = cmd.questionId, answer = answer } }
+  end
+  return { success = true, data = { run_id = 'run-1234567890' } }
+end
+local reply = default_reply
 hub.request = function(cmd, cb)
   sent[#sent + 1] = cmd
-  cb({ success = true, data = { run_id = 'run-1234567890' } })
+  cb(reply(cmd))
 end
 local real_notify = vim.notify
 vim.notify = function() end
@@ -61,5 +70,163 @@ test('unknown subcommands are reported; completion lists them all', function()
   eq({ 'reject', 'reject_all', 'review', 'run' }, vim.fn.getcompletion('Hunkwise r', 'cmdline'))
 end)
 
+-- The built-in agent's questions: :Hunkwise answer / skip and the prompt.
+local msgs = {}
+vim.notify = function(m)
+  msgs[#msgs + 1] = m
+end
+local real_input = vim.ui.input
+local inputs = {} ---@type string[] prompts shown
+local typed ---@type string? what the user "types" into the next prompt (nil: cancels)
+vim.ui.input = function(opts, on_confirm)
+  inputs[#inputs + 1] = opts.prompt
+  on_confirm(typed)
+end
+
+local function ask(run, qid, question)
+  hub.store:apply({ type = 'clarification.requested', run_id = run, question_id = qid, question = question })
+end
+
+local function reset()
+  sent, msgs, inputs, typed, reply = {}, {}, {}, nil, default_reply
+  hub.store = require('hunkwise.store').new()
+end
+
+local function question_ids()
+  return vim.tbl_map(function(q)
+    return q.question_id
+  end, hub.store:pending_questions())
+end
+
+test(':Hunkwise answer {text} answers the waiting question', function()
+  reset()
+  ask('run-1', 'q_1', 'Tabs or spaces?')
+  vim.cmd('Hunkwise answer  tabs, always ')
+  eq({ { type = 'clarify', runId = 'run-1', questionId = 'q_1', answer = 'tabs, always' } }, sent)
+  eq({}, inputs, 'no prompt when the answer is given')
+  eq({}, question_ids(), 'answered')
+  eq('hunkwise: answer sent', msgs[#msgs])
+end)
+
+test(':Hunkwise answer without text prompts with the question', function()
+  reset()
+  ask('run-1', 'q_1', 'Tabs or spaces?')
+  typed = 'spaces'
+  vim.cmd('Hunkwise answer')
+  eq({ 'Tabs or spaces? ' }, inputs)
+  eq({ { type = 'clarify', runId = 'run-1', questionId = 'q_1', answer = 'spaces' } }, sent)
+end)
+
+test('a cancelled or empty prompt leaves the question waiting and says how to answer', function()
+  for _, input in ipairs({ vim.NIL, '', '   ' }) do
+    reset()
+    ask('run-1', 'q_1', 'Tabs or spaces?')
+    typed = input ~= vim.NIL and input or nil
+    vim.cmd('Hunkwise answer')
+    eq(1, #inputs)
+    eq({}, sent, 'nothing sent for ' .. vim.inspect(typed))
+    eq({ 'q_1' }, question_ids(), 'still waiting')
+    truthy(msgs[#msgs]:find(':Hunkwise answer {text}, or :Hunkwise skip', 1, true), msgs[#msgs])
+  end
+end)
+
+test(':Hunkwise skip skips the oldest waiting question', function()
+  reset()
+  ask('run-1', 'q_1', 'First?')
+  ask('run-2', 'q_2', 'Second?')
+  vim.cmd('Hunkwise skip')
+  eq({ { type = 'clarify', runId = 'run-1', questionId = 'q_1', skip = true } }, sent)
+  eq({ 'q_2' }, question_ids())
+  truthy(msgs[#msgs]:find('skipped'), msgs[#msgs])
+end)
+
+test('answer and skip with no question waiting send nothing', function()
+  reset()
+  vim.cmd('Hunkwise answer tabs')
+  vim.cmd('Hunkwise skip')
+  eq({}, sent)
+  eq({}, inputs)
+  eq('hunkwise: no question is waiting for an answer', msgs[1])
+end)
+
+test('a failed answer keeps the question; one the hub no longer has is dropped', function()
+  reset()
+  ask('run-1', 'q_1', 'Tabs?')
+  reply = function()
+    return { success = false, error = 'connection lost', code = 'disconnected' }
+  end
+  vim.cmd('Hunkwise answer tabs')
+  eq({ 'q_1' }, question_ids())
+  truthy(msgs[#msgs]:find('not sent %(connection lost%); the question stays open'), msgs[#msgs])
+  reply = function()
+    return { success = false, error = 'run run-1 is not waiting for an answer', code = 'no_question' }
+  end
+  vim.cmd('Hunkwise answer tabs')
+  eq({}, question_ids())
+  truthy(msgs[#msgs]:find('no longer waiting'), msgs[#msgs])
+end)
+
+test('a new question is announced, and prompted for with clarify.prompt', function()
+  local config = require('hunkwise.config')
+  local clarify = require('hunkwise.clarify')
+  for _, prompt in ipairs({ true, false }) do
+    reset()
+    config.set(assert(config.resolve({ clarify = { prompt = prompt } })))
+    ask('run-1234567890', 'q_1', 'Tabs or spaces?')
+    typed = 'tabs'
+    clarify.announce(hub.store:pending_questions()[1])
+    eq('hunkwise: the agent asks (run run-1234): Tabs or spaces?', vim.split(msgs[1], '\n')[1])
+    -- The prompt comes from vim.schedule: once a callback scheduled after it ran, it did too.
+    local flushed = false
+    vim.schedule(function()
+      flushed = true
+    end)
+    vim.wait(1000, function()
+      return flushed
+    end)
+    if prompt then
+      eq({ 'Tabs or spaces? ' }, inputs)
+      eq('tabs', sent[1] and sent[1].answer)
+    else
+      eq({}, inputs, 'no prompt with clarify.prompt = false')
+      eq({ 'q_1' }, question_ids())
+    end
+  end
+  config.set(assert(config.resolve({})))
+end)
+
+test('one automatic prompt at a time; :Hunkwise answer always prompts', function()
+  local clarify = require('hunkwise.clarify')
+  reset()
+  local open = {} ---@type fun(input: string?)[] prompts not answered yet
+  vim.ui.input = function(opts, on_confirm)
+    inputs[#inputs + 1] = opts.prompt
+    open[#open + 1] = on_confirm
+  end
+  ask('run-1', 'q_1', 'First?')
+  ask('run-2', 'q_2', 'Second?')
+  local q1, q2 = unpack(hub.store:pending_questions())
+  clarify.ask(q1, { auto = true })
+  clarify.ask(q2, { auto = true })
+  eq({ 'First? ' }, inputs, 'the second question is only announced while the first prompt is open')
+  vim.cmd('Hunkwise answer')
+  eq({ 'First? ', 'First? ' }, inputs, 'asked for, a prompt opens regardless')
+  open[1]('one')
+  eq({ { type = 'clarify', runId = 'run-1', questionId = 'q_1', answer = 'one' } }, sent)
+  open[2]('late')
+  eq(1, #sent, 'nothing sent for a question answered meanwhile')
+  truthy(msgs[#msgs]:find('answered meanwhile'), msgs[#msgs])
+  vim.ui.input = function(opts, on_confirm)
+    inputs[#inputs + 1] = opts.prompt
+    on_confirm(typed)
+  end
+end)
+
+test('completion knows answer and skip', function()
+  eq({ 'answer' }, vim.fn.getcompletion('Hunkwise an', 'cmdline'))
+  eq({ 'skip' }, vim.fn.getcompletion('Hunkwise sk', 'cmdline'))
+end)
+
+vim.ui.input = real_input
 hub.request = real_request
 vim.notify = real_notify

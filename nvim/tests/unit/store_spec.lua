@@ -146,3 +146,127 @@ test('config: endpoint reads token and hub.json, falls back to host/port', funct
   eq('/r', ep.repo)
   vim.fn.delete(dir, 'rf')
 end)
+
+local function asked(run, qid, question)
+  return { type = 'clarification.requested', run_id = run, question_id = qid, question = question }
+end
+
+local function waiting(run, question)
+  return { type = 'suggestion.status', run_id = run, status = 'waiting_for_user', message = 'Question: ' .. question }
+end
+
+test('questions: asked, replayed, answered', function()
+  local st = store_mod.new()
+  eq({ kind = 'question', run_id = 'run-1', question_id = 'q_1', new = true }, st:apply(asked('run-1', 'q_1', 'Tabs?')))
+  st:apply(waiting('run-1', 'Tabs?'))
+  eq(1, #st:pending_questions(), 'the waiting status line keeps the question')
+  eq(false, st:apply(asked('run-1', 'q_1', 'Tabs?')).new, 'the same question again is not new')
+  local q = st:pending_questions()[1]
+  eq({ 'run-1', 'q_1', 'Tabs?' }, { q.run_id, q.question_id, q.question })
+  truthy(st:is_pending(q))
+
+  local c = st:apply({
+    type = 'clarification.received',
+    run_id = 'run-1',
+    question_id = 'q_1',
+    answer = 'tabs',
+    skipped = false,
+  })
+  eq({ kind = 'answered', run_id = 'run-1', question_id = 'q_1' }, c)
+  eq({}, st:pending_questions())
+  eq(false, st:is_pending(q))
+  eq(nil, st.last_status, '"Question: ..." is no news once answered')
+  eq(false, st:apply(asked('run-1', 'q_1', 'Tabs?')).new, 'an answered question never comes back')
+
+  -- The run's next question replaces nothing but itself; other runs ask independently.
+  truthy(st:apply(asked('run-1', 'q_2', 'License?')).new)
+  truthy(st:apply(asked('run-2', 'q_3', 'Name?')).new)
+  eq({ 'q_2', 'q_3' }, vim.tbl_map(function(x)
+    return x.question_id
+  end, st:pending_questions()), 'oldest first')
+  st:apply({ type = 'clarification.received', run_id = 'run-1', question_id = 'q_2', answer = 'no_user_answer', skipped = true })
+  eq({ 'q_3' }, vim.tbl_map(function(x)
+    return x.question_id
+  end, st:pending_questions()))
+end)
+
+test('questions: a run that moves on without an answer drops its question', function()
+  local st = store_mod.new()
+  st:apply(asked('run-1', 'q_1', 'Tabs?'))
+  st:apply(asked('run-2', 'q_2', 'Spaces?'))
+  st:apply(waiting('run-1', 'Tabs?'))
+  eq(2, #st:pending_questions())
+  -- The built-in agent reports a cancelled run as an error of the run.
+  st:apply({ type = 'suggestion.error', code = 'experiment_failed', run_id = 'run-1', message = 'cancelled' })
+  eq({ 'run-2' }, vim.tbl_map(function(x)
+    return x.run_id
+  end, st:pending_questions()))
+  st:apply({ type = 'suggestion.status', run_id = 'run-2', status = 'no_changes', message = 'nothing to do' })
+  eq({}, st:pending_questions())
+  st:apply({ type = 'suggestion.status', run_id = 'run-3', status = 'working', message = 'x' })
+  eq({}, st:pending_questions(), 'status lines of other runs change nothing')
+end)
+
+test('questions: drop_question after an answer the hub confirmed', function()
+  local st = store_mod.new()
+  st:apply(asked('run-1', 'q_1', 'Tabs?'))
+  st:drop_question('run-1', 'q_2')
+  eq(1, #st:pending_questions(), 'another question id leaves it')
+  st:drop_question('run-1', 'q_1')
+  eq({}, st:pending_questions())
+  eq(false, st:ask('run-1', 'q_1', 'Tabs?'), 'the confirmed one is not asked again')
+  st:apply(asked('run-1', 'q_3', 'Again?'))
+  st:drop_question('run-1')
+  eq({}, st:pending_questions(), 'without an id: whatever the run waits on')
+end)
+
+test('questions: replace_questions from the run list after a resync', function()
+  local st = store_mod.new()
+  st:apply(asked('run-old', 'q_old', 'Gone?'))
+  st:apply(asked('run-1', 'q_1', 'Tabs?'))
+  st:apply({ type = 'clarification.received', run_id = 'run-9', question_id = 'q_9', answer = 'x', skipped = false })
+  local since = st.known
+  -- Arrives live after the list was asked for: newer than the list, so it stays.
+  st:apply(asked('run-live', 'q_live', 'Live?'))
+  local runs = {
+    { run_id = 'run-1', status = 'waiting_for_user', question = { question_id = 'q_1', question = 'Tabs?' } },
+    { run_id = 'run-2', status = 'waiting_for_user', question = { question_id = 'q_2', question = 'Missed?' } },
+    { run_id = 'run-9', status = 'waiting_for_user', question = { question_id = 'q_9', question = 'Answered?' } },
+    { run_id = 'run-3', status = 'working' },
+    { run_id = 'run-4', status = 'waiting_for_user' },
+  }
+  local new = st:replace_questions(runs, since)
+  eq({ 'q_2' }, vim.tbl_map(function(x)
+    return x.question_id
+  end, new), 'only the question missed while away is new')
+  eq({ 'q_1', 'q_live', 'q_2' }, vim.tbl_map(function(x)
+    return x.question_id
+  end, st:pending_questions()), 'known ones keep their place; the one no run waits on is gone')
+  eq({}, st:replace_questions(runs, st.known), 'the same list again brings nothing new')
+  st:replace_questions({}, st.known)
+  eq({}, st:pending_questions(), 'a hub whose runs wait on nothing')
+end)
+
+test('tool calls: the last one is kept', function()
+  local st = store_mod.new()
+  local c = st:apply({
+    type = 'tool.call.completed',
+    run_id = 'run-1',
+    tool_call_id = 'call_1',
+    name = 'read_file',
+    ok = true,
+    summary = 'lines 1-20 of 20',
+    duration_ms = 3,
+  })
+  eq({ kind = 'tool', run_id = 'run-1' }, c)
+  eq({ run_id = 'run-1', name = 'read_file', ok = true, summary = 'lines 1-20 of 20', duration_ms = 3 }, st.last_tool)
+  eq('ignored', st:apply({ type = 'tool.call.requested', run_id = 'run-1', name = 'x', summary = 'y' }).kind)
+end)
+
+test('config: clarify.prompt', function()
+  eq(true, assert(config.resolve({})).clarify.prompt)
+  eq(false, assert(config.resolve({ clarify = { prompt = false } })).clarify.prompt)
+  local bad, errs = config.resolve({ clarify = { prompt = 'yes' } })
+  eq(nil, bad)
+  truthy(errs[1]:find('clarify.prompt'), errs[1])
+end)
