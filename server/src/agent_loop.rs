@@ -1033,6 +1033,13 @@ impl Hub {
         // An unknown run is a 404, not "not waiting".
         self.run_view(run_id)?;
         let qid = self.runs.reply(run_id, question_id, text.clone())?;
+        // Working again from the moment the answer is accepted, not when the loop wakes up.
+        let _ = self.update_run(run_id, |r| {
+            if r.status == RunState::WaitingForUser {
+                r.status = RunState::Working;
+            }
+            r.question = None;
+        });
         self.bus.emit(Event::ClarificationReceived {
             seq: 0,
             run_id: run_id.to_string(),

@@ -452,6 +452,9 @@ async fn clarifications_wait_for_the_user_and_skip_sends_no_user_answer() {
         )
         .unwrap();
     assert_eq!(ok.status, 200, "{}", ok.body);
+    // From the moment the answer is accepted, the run no longer waits on that question.
+    let now = hub.curl().get(&format!("/runs/{run}")).unwrap().body;
+    assert_ne!(now["question"]["question_id"], q["question_id"], "{now}");
     let got = c
         .event("clarification.received", |v| v["run_id"] == run, SECS)
         .await
