@@ -147,6 +147,11 @@ pub fn resolve_provider(
             "base URL {base_url:?} must start with http:// or https://"
         )));
     }
+    if base_url.starts_with("https://") && !cfg!(feature = "tls") {
+        return Err(ConfigError::Provider(format!(
+            "{base_url} needs TLS, and this hunkwise was built without the `tls` feature"
+        )));
+    }
     let model = flags
         .model
         .or_else(|| env_first(&["HUNKWISE_MODEL"]).map(|(_, v)| v))
