@@ -877,10 +877,10 @@ mod tests {
         let numbered: String = (1..=30).map(|i| format!("line {i}\n")).collect();
         let tmp = sandbox(&[
             (".gitignore", "target/\n"),
-            ("src/a.rs", "fn main() {\n    todo!()\n}\n"),
+            ("src/a.rs", "fn main() {\n    // fixme\n}\n"),
             ("src/b.rs", &numbered),
-            ("target/out.rs", "todo!()\n"),
-            ("docs/x.md", "TODO: write\n"),
+            ("target/out.rs", "// fixme\n"),
+            ("docs/x.md", "FIXME: write\n"),
         ]);
         let limits = ToolLimits {
             max_read_lines: 10,
@@ -916,7 +916,7 @@ mod tests {
         assert!(read["content"].as_str().unwrap().starts_with("line 5\n"));
 
         let found = ok(run(FileTool::SearchProject {
-            query: "todo".into(),
+            query: "fixme".into(),
             glob: None,
             limit: None,
         }));
@@ -934,7 +934,7 @@ mod tests {
         assert_eq!(found["results"][1]["start_line"], 1);
         assert_eq!(found["results"][1]["end_line"], 3);
         let exact = ok(run(FileTool::SearchProject {
-            query: "TODO".into(),
+            query: "FIXME".into(),
             glob: None,
             limit: None,
         }));
