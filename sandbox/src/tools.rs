@@ -78,7 +78,7 @@ pub struct ProposedEdit {
 
 /// A file tool call, validated.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "tool", rename_all = "snake_case")]
+#[serde(tag = "tool", rename_all = "snake_case", deny_unknown_fields)]
 pub enum FileTool {
     ListFiles {
         prefix: Option<String>,

@@ -11,9 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hunkwise_sandbox::agent::{self, scrubbed_env, Exit, Stream};
-use hunkwise_sandbox::tools::{
-    validate_edit, FileTool, ProposedEdit, ToolLimits, ToolReply, ToolRequest,
-};
+use hunkwise_sandbox::tools::{validate_edit, FileTool, ToolLimits, ToolReply, ToolRequest};
 use hunkwise_sandbox::workspace::Sandbox;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -201,45 +199,6 @@ pub fn tool_specs() -> Vec<ToolSpec> {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ListArgs {
-    prefix: Option<String>,
-    glob: Option<String>,
-}
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ReadArgs {
-    file_path: String,
-    start_line: Option<usize>,
-    end_line: Option<usize>,
-    max_bytes: Option<u64>,
-}
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SearchArgs {
-    query: String,
-    glob: Option<String>,
-    limit: Option<usize>,
-}
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct WriteArgs {
-    file_path: String,
-    content: String,
-    expected_hash: Option<String>,
-}
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct MoveArgs {
-    from_path: String,
-    to_path: String,
-}
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PathArgs {
-    file_path: String,
-}
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct CommandArgs {
     command: String,
     timeout_secs: Option<u64>,
@@ -296,59 +255,24 @@ pub fn parse_call(call: &ToolCall) -> Result<Action, String> {
     }
     let name = call.name.as_str();
     Ok(match name {
-        "list_files" => {
-            let a: ListArgs = args(name, v)?;
-            Action::File(FileTool::ListFiles {
-                prefix: a.prefix,
-                glob: a.glob,
-            })
-        }
-        "read_file" => {
-            let a: ReadArgs = args(name, v)?;
-            non_empty("file_path", &a.file_path)?;
-            Action::File(FileTool::ReadFile {
-                file_path: a.file_path,
-                start_line: a.start_line,
-                end_line: a.end_line,
-                max_bytes: a.max_bytes,
-            })
-        }
-        "search_project" => {
-            let a: SearchArgs = args(name, v)?;
-            non_empty("query", &a.query)?;
-            Action::File(FileTool::SearchProject {
-                query: a.query,
-                glob: a.glob,
-                limit: a.limit,
-            })
-        }
-        "edit_file" => {
-            let e: ProposedEdit = args(name, v)?;
-            non_empty("file_path", &e.file_path)?;
-            validate_edit(&e).map_err(|err| format!("invalid edit: {err}"))?;
-            Action::File(FileTool::EditFile(e))
-        }
-        "write_file" => {
-            let a: WriteArgs = args(name, v)?;
-            non_empty("file_path", &a.file_path)?;
-            Action::File(FileTool::WriteFile {
-                file_path: a.file_path,
-                content: a.content,
-                expected_hash: a.expected_hash,
-            })
-        }
-        "move_file" => {
-            let a: MoveArgs = args(name, v)?;
-            Action::File(FileTool::MoveFile {
-                from_path: a.from_path,
-                to_path: a.to_path,
-            })
-        }
-        "delete_file" => {
-            let a: PathArgs = args(name, v)?;
-            Action::File(FileTool::DeleteFile {
-                file_path: a.file_path,
-            })
+        "list_files" | "read_file" | "search_project" | "edit_file" | "write_file"
+        | "move_file" | "delete_file" => {
+            // The tool's name is its tag: the arguments must be exactly that variant's fields.
+            let mut tagged = v;
+            tagged["tool"] = json!(name);
+            let tool: FileTool = args(name, tagged)?;
+            match &tool {
+                FileTool::ReadFile { file_path, .. } | FileTool::WriteFile { file_path, .. } => {
+                    non_empty("file_path", file_path)?
+                }
+                FileTool::SearchProject { query, .. } => non_empty("query", query)?,
+                FileTool::EditFile(e) => {
+                    non_empty("file_path", &e.file_path)?;
+                    validate_edit(e).map_err(|err| format!("invalid edit: {err}"))?;
+                }
+                _ => {}
+            }
+            Action::File(tool)
         }
         "run_command" => {
             let a: CommandArgs = args(name, v)?;
@@ -1107,6 +1031,11 @@ mod tests {
                 "unknown field",
             ),
             ("read_file", r#"{"file_path": 7}"#, "invalid type"),
+            (
+                "list_files",
+                r#"{"prefix": "a", "bogus": 1}"#,
+                "unknown field",
+            ),
             ("read_file", r#"{"file_path": " "}"#, "empty"),
             ("rm_rf", "{}", "no tool \"rm_rf\""),
             ("finish", "{}", "missing field `description`"),
@@ -1135,7 +1064,7 @@ mod tests {
     fn notes_follow_later_edits() {
         use hunkwise_sandbox::tools::Operation;
         let edit = |start, end: Option<usize>, op, text: &str, why: Option<&str>| {
-            FileTool::EditFile(ProposedEdit {
+            FileTool::EditFile(hunkwise_sandbox::tools::ProposedEdit {
                 file_path: "a.rs".into(),
                 operation: op,
                 start_line: start,

@@ -39,6 +39,14 @@ fn tool_results(req: &Recorded) -> Vec<Value> {
         .collect()
 }
 
+/// The first suggestion a finished run published.
+fn first_suggestion(hub: &Hub, run: &Value) -> Value {
+    let id = run["suggestion_ids"][0]
+        .as_str()
+        .unwrap_or_else(|| panic!("no suggestion: {run}"));
+    hub.curl().get(&format!("/suggestions/{id}")).unwrap().body
+}
+
 fn config(ws: &Workspace, toml: &str) -> String {
     let p = ws.path("hunkwise.toml");
     std::fs::write(&p, toml).unwrap();
@@ -281,20 +289,11 @@ async fn malformed_and_invalid_calls_are_fed_back_and_stale_hashes_refused() {
     assert_eq!(results[5]["ok"], true, "{results:?}");
     assert_eq!(r["usage"]["schema_failures"], 3);
     assert!(!ws.path("outside.txt").exists() && !ws.dir.path().join("outside.txt").exists());
-    let s = hub
-        .curl()
-        .get(&format!(
-            "/suggestions/{}",
-            r["suggestion_ids"][0].as_str().unwrap()
-        ))
-        .unwrap();
+    let s = first_suggestion(&hub, &r);
     assert!(
-        s.body["hunks"][0]["diff"]
-            .as_str()
-            .unwrap()
-            .contains("+ONE"),
+        s["hunks"][0]["diff"].as_str().unwrap().contains("+ONE"),
         "{}",
-        s.body
+        s
     );
 }
 
@@ -326,16 +325,10 @@ async fn exhausted_schema_retries_end_the_run_but_keep_the_edits() {
         7,
         "five retries after the first invalid call, then stop"
     );
-    let s = hub
-        .curl()
-        .get(&format!(
-            "/suggestions/{}",
-            r["suggestion_ids"][0].as_str().unwrap()
-        ))
-        .unwrap();
-    assert_eq!(s.body["files"], json!(["new.txt"]));
+    let s = first_suggestion(&hub, &r);
+    assert_eq!(s["files"], json!(["new.txt"]));
     assert_eq!(
-        s.body["description"], "do things",
+        s["description"], "do things",
         "no finish: the prompt describes it"
     );
 }
@@ -390,17 +383,11 @@ async fn the_tool_budget_ends_the_run_with_a_clear_status() {
         3,
         "the refused call was never answered to the model"
     );
-    let s = hub
-        .curl()
-        .get(&format!(
-            "/suggestions/{}",
-            r["suggestion_ids"][0].as_str().unwrap()
-        ))
-        .unwrap();
+    let s = first_suggestion(&hub, &r);
     assert!(
-        s.body["hunks"][0]["diff"].as_str().unwrap().contains("+b"),
+        s["hunks"][0]["diff"].as_str().unwrap().contains("+b"),
         "{}",
-        s.body
+        s
     );
     assert_eq!(ws.read_string("a.txt").unwrap(), "a\n");
 }
@@ -532,15 +519,9 @@ async fn transient_failures_are_retried_and_non_streaming_servers_work() {
         "the model stopped without calling finish"
     );
     assert!(fake.requests().iter().all(|q| !q.stream()));
-    let s = hub
-        .curl()
-        .get(&format!(
-            "/suggestions/{}",
-            r["suggestion_ids"][0].as_str().unwrap()
-        ))
-        .unwrap();
+    let s = first_suggestion(&hub, &r);
     assert_eq!(
-        s.body["description"], "Added b.txt.",
+        s["description"], "Added b.txt.",
         "the answer's first line describes it"
     );
 }
@@ -726,13 +707,7 @@ async fn sessions_carry_history_context_and_the_users_decisions_into_the_next_ru
     );
     let v1 = wait_run_finished(&hub, &r1, SECS).await.unwrap();
     assert_eq!(v1["session_id"], json!(sid));
-    let sug = curl
-        .get(&format!(
-            "/suggestions/{}",
-            v1["suggestion_ids"][0].as_str().unwrap()
-        ))
-        .unwrap()
-        .body;
+    let sug = first_suggestion(&hub, &v1);
     assert_eq!(sug["hunks"][0]["description"], "shout");
     let d = curl
         .post("/feedback", &json!({"suggestion_id": sug["id"], "hunk_id": hunk_id(&sug, "a.txt", 0), "action": "reject", "comment": "keep it lower case"}))
@@ -936,14 +911,7 @@ async fn concurrent_sessions_keep_their_sandboxes_and_histories_apart() {
     );
     for (run, who) in [(&r, "red"), (&b, "blue")] {
         assert_eq!(run["status"], "ready", "{run}");
-        let s = hub
-            .curl()
-            .get(&format!(
-                "/suggestions/{}",
-                run["suggestion_ids"][0].as_str().unwrap()
-            ))
-            .unwrap()
-            .body;
+        let s = first_suggestion(&hub, run);
         assert_eq!(
             s["files"],
             json!([format!("{who}.txt")]),
