@@ -1,17 +1,17 @@
 #!/usr/bin/env python3
 """A real MCP client -- the official Python SDK (`mcp`, pinned in scripts/install-test-deps) --
-driving `hunkwise mcp` over stdio, for tests/tests/mcp.rs. It prints nothing on stdout; results
+driving `hunkgate mcp` over stdio, for tests/tests/mcp.rs. It prints nothing on stdout; results
 go to the JSON files named on the command line.
 
-    mcp_client.py probe HUNKWISE_BIN OUT.json
+    mcp_client.py probe HUNKGATE_BIN OUT.json
         initialize, tools/list and one list_suggestions call.
 
-    mcp_client.py agent HUNKWISE_BIN OUT_DIR
-        What an agent in a hunkwise run does: read the feedback, publish, look at the suggestion
+    mcp_client.py agent HUNKGATE_BIN OUT_DIR
+        What an agent in a hunkgate run does: read the feedback, publish, look at the suggestion
         every way there is, make a few bad calls; write OUT_DIR/published.json. Then poll
         get_feedback until the reviewer has decided a hunk and write OUT_DIR/final.json.
 
-`hunkwise mcp` gets this process's whole environment (HUNKWISE_URL and HUNKWISE_AGENT_TOKEN when
+`hunkgate mcp` gets this process's whole environment (HUNKGATE_URL and HUNKGATE_AGENT_TOKEN when
 it runs inside an agent run).
 """
 

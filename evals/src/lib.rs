@@ -1,4 +1,4 @@
-//! Which agent should you trust? Read hunkwise feedback logs and score every agent by what
+//! Which agent should you trust? Read hunkgate feedback logs and score every agent by what
 //! happened to its hunks.
 //!
 //! A hunk's *final* outcome counts (an accept that was later undone and rejected is a

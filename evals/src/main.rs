@@ -1,4 +1,4 @@
-//! `hunkwise-evals [--json] FILE...`: score agents from hunkwise feedback logs (and journals).
+//! `hunkgate-evals [--json] FILE...`: score agents from hunkgate feedback logs (and journals).
 
 use std::io::BufReader;
 use std::process::ExitCode;
@@ -10,7 +10,7 @@ fn main() -> ExitCode {
         match arg.as_str() {
             "--json" => json = true,
             "-h" | "--help" => {
-                println!("usage: hunkwise-evals [--json] FILE...\n\nScores each agent by what happened to its hunks (final outcome per hunk), from\n<state-dir>/feedback.jsonl of a hunkwise hub. Given the hub's journal\n(<state-dir>/state.jsonl) too, it adds run metrics: success rate, tool calls per\nsuccessful run, p50/p95 model time, tokens, clarification rate, how runs ended.");
+                println!("usage: hunkgate-evals [--json] FILE...\n\nScores each agent by what happened to its hunks (final outcome per hunk), from\n<state-dir>/feedback.jsonl of a hunkgate hub. Given the hub's journal\n(<state-dir>/state.jsonl) too, it adds run metrics: success rate, tool calls per\nsuccessful run, p50/p95 model time, tokens, clarification rate, how runs ended.");
                 return ExitCode::SUCCESS;
             }
             _ => files.push(arg),
@@ -18,7 +18,7 @@ fn main() -> ExitCode {
     }
     if files.is_empty() {
         eprintln!(
-            "hunkwise-evals: name at least one feedback.jsonl (it is in the hub's state dir)"
+            "hunkgate-evals: name at least one feedback.jsonl (it is in the hub's state dir)"
         );
         return ExitCode::FAILURE;
     }
@@ -27,28 +27,28 @@ fn main() -> ExitCode {
         match std::fs::File::open(f) {
             Ok(file) => readers.push(BufReader::new(file)),
             Err(e) => {
-                eprintln!("hunkwise-evals: {f}: {e}");
+                eprintln!("hunkgate-evals: {f}: {e}");
                 return ExitCode::FAILURE;
             }
         }
     }
-    match hunkwise_evals::score(readers) {
+    match hunkgate_evals::score(readers) {
         Ok(report) if json => match serde_json::to_string_pretty(&report) {
             Ok(s) => {
                 println!("{s}");
                 ExitCode::SUCCESS
             }
             Err(e) => {
-                eprintln!("hunkwise-evals: {e}");
+                eprintln!("hunkgate-evals: {e}");
                 ExitCode::FAILURE
             }
         },
         Ok(report) => {
-            print!("{}", hunkwise_evals::render(&report));
+            print!("{}", hunkgate_evals::render(&report));
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("hunkwise-evals: {e}");
+            eprintln!("hunkgate-evals: {e}");
             ExitCode::FAILURE
         }
     }

@@ -1,7 +1,7 @@
-//! Pure hunk math for hunkwise: line diffs grouped into unified hunks, strict parsing of
+//! Pure hunk math for hunkgate: line diffs grouped into unified hunks, strict parsing of
 //! unified diffs, and exact-context application of hunks.
 //!
-//! hunkwise lets a user accept an agent's change hunk by hunk and applies the accepted hunks to
+//! hunkgate lets a user accept an agent's change hunk by hunk and applies the accepted hunks to
 //! the user's own checkout, which may have moved on since the agent started. This crate is the
 //! part of that which must never surprise anyone, so it follows a few rules:
 //!
@@ -20,7 +20,7 @@
 //!   deterministic implementation.
 //!
 //! ```
-//! use hunkwise_patch::{apply_all, apply_hunk, diff_hunks, parse_hunks};
+//! use hunkgate_patch::{apply_all, apply_hunk, diff_hunks, parse_hunks};
 //!
 //! let old = "fn a() {}\nfn b() {}\nfn c() {}\n";
 //! let new = "fn a() {}\nfn b() { 2 }\nfn c() {}\n";

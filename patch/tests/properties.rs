@@ -4,7 +4,7 @@
 mod common;
 
 use common::{apply_in_order, case, pick, subset_and_order};
-use hunkwise_patch::{
+use hunkgate_patch::{
     apply_all, diff_hunks, line_ending, parse_hunks, split_lines, Hunk, ParseError,
 };
 use proptest::prelude::*;

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use common::{apply_in_order, case, pick, subset_and_order};
-use hunkwise_patch::{apply_all, diff_hunks, parse_hunks, Hunk};
+use hunkgate_patch::{apply_all, diff_hunks, parse_hunks, Hunk};
 use proptest::prelude::*;
 
 const FILE_HEADER: &str = "diff --git a/f b/f\n--- a/f\n+++ b/f\n";
@@ -114,7 +114,7 @@ impl Repo {
 /// `git apply` starts looking for a hunk at its NEW start in the partly patched file, which is
 /// only right when every hunk above it is applied too. A client picking a subset must therefore
 /// renumber before handing the patch to git (and for a context-free hunk git does not even
-/// check the place). hunkwise itself locates hunks by old start plus offset, so it needs none of
+/// check the place). hunkgate itself locates hunks by old start plus offset, so it needs none of
 /// this; renumbering only makes git's answer the meaningful one to compare against.
 fn renumbered(hunks: &[&Hunk]) -> Vec<Hunk> {
     let mut offset: isize = 0;

@@ -32,7 +32,7 @@ const SHELLS: &[&str] = &["sh", "bash", "zsh", "dash", "ksh", "fish"];
 /// run through a shell unless it names one itself. `{prompt}` is replaced inside each word, so the
 /// prompt is always exactly one argument, whatever it contains. When the template does ask for a
 /// shell (`sh -c '... {prompt} ...'`), the prompt is substituted shell-quoted inside the script,
-/// so quotes and `$(...)` in a prompt stay text. The prompt is also in `HUNKWISE_PROMPT`.
+/// so quotes and `$(...)` in a prompt stay text. The prompt is also in `HUNKGATE_PROMPT`.
 pub fn build_argv(template: &str, prompt: &str) -> Result<Vec<String>, TemplateError> {
     let words = shell_words::split(template).map_err(|e| TemplateError::Syntax {
         template: template.to_string(),
@@ -403,15 +403,15 @@ mod tests {
 
     #[test]
     fn env_is_an_allowlist() {
-        std::env::set_var("HUNKWISE_PROBE_API_KEY", "sk-secret");
-        std::env::set_var("GIT_HUNKWISE_PROBE", "1");
+        std::env::set_var("HUNKGATE_PROBE_API_KEY", "sk-secret");
+        std::env::set_var("GIT_HUNKGATE_PROBE", "1");
         let env = scrubbed_env(&[]);
         assert!(env.iter().any(|(k, _)| k == "PATH"), "positive control");
         assert!(!env
             .iter()
-            .any(|(k, _)| k == "HUNKWISE_PROBE_API_KEY" || k.starts_with("GIT_")));
-        let env = scrubbed_env(&["HUNKWISE_PROBE_API_KEY".to_string()]);
-        assert!(env.iter().any(|(k, _)| k == "HUNKWISE_PROBE_API_KEY"));
+            .any(|(k, _)| k == "HUNKGATE_PROBE_API_KEY" || k.starts_with("GIT_")));
+        let env = scrubbed_env(&["HUNKGATE_PROBE_API_KEY".to_string()]);
+        assert!(env.iter().any(|(k, _)| k == "HUNKGATE_PROBE_API_KEY"));
     }
 
     #[tokio::test]

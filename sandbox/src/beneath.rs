@@ -1,6 +1,6 @@
 //! File access confined beneath one directory, never through a symlink.
 //!
-//! Both sides of hunkwise need this: the hub reads the sandbox clone (whose owner is the agent, so
+//! Both sides of hunkgate need this: the hub reads the sandbox clone (whose owner is the agent, so
 //! every file in it is hostile data) and writes the user's checkout (where a symlink planted by a
 //! tool could redirect a write outside the repository). Every operation walks the relative path one
 //! component at a time with `openat(O_NOFOLLOW)` from a directory descriptor opened once, so a
@@ -27,7 +27,7 @@ pub enum PathError {
     Absolute(String),
     #[error("path {0:?} contains an empty, '.' or '..' component")]
     Traversal(String),
-    #[error("path {0:?} points into .git, which hunkwise never writes")]
+    #[error("path {0:?} points into .git, which hunkgate never writes")]
     GitDir(String),
     #[error("path {0:?} contains a NUL byte")]
     Nul(String),
@@ -66,7 +66,7 @@ pub enum FsError {
     #[error(transparent)]
     Path(#[from] PathError),
     #[error(
-        "{path}: a path component is a symlink or not a directory; hunkwise never follows symlinks"
+        "{path}: a path component is a symlink or not a directory; hunkgate never follows symlinks"
     )]
     Symlink { path: String },
     #[error("{path}: not a regular file ({what}); only regular files are read or written")]
@@ -312,7 +312,7 @@ impl Beneath {
             Err(Errno::ENOENT) => {}
             Err(e) => return Err(FsError::io(path, e)),
         }
-        let tmp = format!(".{name}.hunkwise-{}.tmp", random_suffix());
+        let tmp = format!(".{name}.hunkgate-{}.tmp", random_suffix());
         let fd = nix::fcntl::openat(
             dir.as_fd(),
             tmp.as_str(),
@@ -401,7 +401,7 @@ impl Beneath {
     }
 
     /// Create a symlink (replacing a file or symlink already there). The target is stored as
-    /// given; it is data, never resolved by hunkwise.
+    /// given; it is data, never resolved by hunkgate.
     pub fn symlink(&self, path: &str, target: &[u8]) -> Result<(), FsError> {
         let parts = components(path)?;
         let dir = self

@@ -1,4 +1,4 @@
-//! `hunkwise sandbox-helper <op>`: the only code that touches a sandbox directory under
+//! `hunkgate sandbox-helper <op>`: the only code that touches a sandbox directory under
 //! `--isolation user`, always running *as the sandbox user* (see [`crate::user`] for how the hub
 //! starts it). It refuses to run as root.
 //!
@@ -72,7 +72,7 @@ pub struct Request {
     #[serde(default)]
     pub nproc: u64,
     /// `exec`: do not put the agent in a PID namespace (the fallback machines without user
-    /// namespaces get; `HUNKWISE_SANDBOX_PIDNS=off` in the hub's environment forces it).
+    /// namespaces get; `HUNKGATE_SANDBOX_PIDNS=off` in the hub's environment forces it).
     #[serde(default)]
     pub no_pid_namespace: bool,
     /// `exec`: stdin stays open as the hub's lifeline, and its EOF stops the agent. Without it
@@ -90,7 +90,7 @@ pub enum HelperFailure {
     UnknownOp(String),
     #[error("cannot find this user's home directory: {0}")]
     NoHome(String),
-    #[error("home {path}: {problem}; run `sudo hunkwise setup` to fix it")]
+    #[error("home {path}: {problem}; run `sudo hunkgate setup` to fix it")]
     Home { path: PathBuf, problem: String },
     #[error("sandbox key {0:?} is not a plain name")]
     BadKey(String),
@@ -136,13 +136,13 @@ const DEADLINE_GRACE: Duration = Duration::from_secs(30);
 /// Between SIGTERM and SIGKILL of the agent's tree.
 const TERM_GRACE: Duration = Duration::from_secs(2);
 
-/// Entry point of `hunkwise sandbox-helper <op>`. Must be called before any thread is started:
+/// Entry point of `hunkgate sandbox-helper <op>`. Must be called before any thread is started:
 /// `exec` forks without exec'ing (the PID namespace's init).
 pub fn main(op: &str) -> ExitCode {
     match run(op) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("hunkwise sandbox-helper {op}: {e}");
+            eprintln!("hunkgate sandbox-helper {op}: {e}");
             ExitCode::from(HELPER_FAILED)
         }
     }
@@ -324,7 +324,7 @@ fn prepare(req: &Request, home: &Path, input: &mut impl Read) -> Result<(), Help
         // The agent may have left shapes an in-place sync cannot fix (a directory where the
         // base has a file): empty the directory, keeping only the new .git, and sync again.
         eprintln!(
-            "hunkwise sandbox-helper: resetting {} from scratch ({first})",
+            "hunkgate sandbox-helper: resetting {} from scratch ({first})",
             dir.display()
         );
         clear_except_git(&dir)?;
@@ -443,7 +443,7 @@ fn exec(req: &Request, home: &Path) -> Result<ExitCode, HelperFailure> {
         match spawn_agent(req, &dir) {
             Ok(pid) => pid,
             Err(e) => {
-                eprintln!("hunkwise: cannot start the agent {:?}: {e}", req.argv[0]);
+                eprintln!("hunkgate: cannot start the agent {:?}: {e}", req.argv[0]);
                 return Ok(ExitCode::from(SPAWN_FAILED as u8));
             }
         }
@@ -494,7 +494,7 @@ fn enter_namespaces(req: &Request) -> Result<bool, HelperFailure> {
             return Err(HelperFailure::NoNetns(e.to_string()));
         }
         eprintln!(
-            "hunkwise: no PID namespace for the agent ({e}); tracking its process tree instead"
+            "hunkgate: no PID namespace for the agent ({e}); tracking its process tree instead"
         );
         return Ok(false);
     }
@@ -613,7 +613,7 @@ fn init_main(req: &Request, dir: &Path, guard: std::os::fd::OwnedFd) -> i32 {
     let agent = match spawn_agent(req, dir) {
         Ok(pid) => pid,
         Err(e) => {
-            eprintln!("hunkwise: cannot start the agent {:?}: {e}", req.argv[0]);
+            eprintln!("hunkgate: cannot start the agent {:?}: {e}", req.argv[0]);
             return SPAWN_FAILED;
         }
     };

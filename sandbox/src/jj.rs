@@ -56,9 +56,9 @@ async fn jj(
         "--no-pager".into(),
         "--color=never".into(),
         "--config".into(),
-        "user.name=hunkwise".into(),
+        "user.name=hunkgate".into(),
         "--config".into(),
-        "user.email=hunkwise@localhost".into(),
+        "user.email=hunkgate@localhost".into(),
     ];
     argv.extend(args.iter().map(|a| a.to_string()));
     let shown = args.join(" ");

@@ -1,4 +1,4 @@
-//! The agent side of hunkwise.
+//! The agent side of hunkgate.
 //!
 //! - [`beneath`]: file access confined beneath a directory, never through a symlink — used to
 //!   read the sandbox as data and to write the user's checkout.
@@ -9,7 +9,7 @@
 //! - [`tools`]: the built-in agent's file tools, run inside the sandbox as the sandbox user.
 //! - [`jj`]: each run as its own jj change when the repository uses jj.
 //! - [`user`]: isolation by a separate OS user — the hub's side ([`user::UserSandbox`]).
-//! - [`helper`]: `hunkwise sandbox-helper`, which runs as that user and does everything that
+//! - [`helper`]: `hunkgate sandbox-helper`, which runs as that user and does everything that
 //!   touches its sandbox; [`wire`] is the byte stream between the two.
 
 pub mod agent;

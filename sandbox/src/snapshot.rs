@@ -34,7 +34,7 @@ pub struct Snapshot {
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
     #[error(
-        "{path} is not inside a git repository (run hunkwise in a git repository or pass --repo)"
+        "{path} is not inside a git repository (run hunkgate in a git repository or pass --repo)"
     )]
     NotARepo { path: String },
     #[error("reading the git index of {path}: {message}")]
@@ -110,7 +110,7 @@ pub fn capture_each<E>(
             })
         };
         if crate::beneath::components(&path).is_err() {
-            sink(skip("path hunkwise cannot represent".into()))?;
+            sink(skip("path hunkgate cannot represent".into()))?;
             continue;
         }
         let item = match root.kind(&path) {

@@ -65,8 +65,8 @@ pub struct Store {
     path: PathBuf,
 }
 
-const IDENTITY_NAME: &str = "hunkwise";
-const IDENTITY_EMAIL: &str = "hunkwise@localhost";
+const IDENTITY_NAME: &str = "hunkgate";
+const IDENTITY_EMAIL: &str = "hunkgate@localhost";
 
 impl Store {
     /// Open the store at `path`, creating a bare repository there on first use.
@@ -162,7 +162,7 @@ impl Store {
     }
 
     /// Read a tree (by tree or commit id) back into a flat map. Submodule entries are skipped:
-    /// hunkwise does not review them.
+    /// hunkgate does not review them.
     pub fn read_tree(&self, id: ObjectId) -> Result<FlatTree, StoreError> {
         let repo = self.local();
         let tree_id = self.tree_of(&repo, id)?;
@@ -239,7 +239,7 @@ impl Store {
         Ok(())
     }
 
-    /// Record a commit. Author and committer are hunkwise itself at the current time.
+    /// Record a commit. Author and committer are hunkgate itself at the current time.
     pub fn commit(
         &self,
         tree: ObjectId,
@@ -275,7 +275,7 @@ impl Store {
         self.tree_of(&repo, commit)
     }
 
-    /// Point `name` (a full ref name such as `refs/hunkwise/runs/<id>/base`) at `oid`, so the
+    /// Point `name` (a full ref name such as `refs/hunkgate/runs/<id>/base`) at `oid`, so the
     /// object stays reachable and `git log` in the store shows it.
     pub fn set_ref(&self, name: &str, oid: ObjectId) -> Result<(), StoreError> {
         let repo = self.local();
@@ -283,7 +283,7 @@ impl Store {
             name,
             oid,
             gix::refs::transaction::PreviousValue::Any,
-            "hunkwise",
+            "hunkgate",
         )
         .map_err(|e| self.err(format!("{name}: {e}")))?;
         Ok(())
@@ -350,12 +350,12 @@ impl Store {
 /// Open options that read no global or system git configuration and run nothing: the store's
 /// behaviour must not depend on whoever's ~/.gitconfig happens to be around.
 pub(crate) fn isolated_open_options() -> gix::open::Options {
-    // Reflogs would need a committer identity from some config; hunkwise's refs are its own
+    // Reflogs would need a committer identity from some config; hunkgate's refs are its own
     // bookkeeping, so it writes none.
     gix::open::Options::isolated().config_overrides([
         "core.logAllRefUpdates=false",
-        "committer.name=hunkwise",
-        "committer.email=hunkwise@localhost",
+        "committer.name=hunkgate",
+        "committer.email=hunkgate@localhost",
     ])
 }
 
@@ -400,7 +400,7 @@ mod tests {
         );
         let tree_id = store.write_tree(&tree).unwrap();
         let commit = store.commit(tree_id, &[], "base").unwrap();
-        store.set_ref("refs/hunkwise/runs/x/base", commit).unwrap();
+        store.set_ref("refs/hunkgate/runs/x/base", commit).unwrap();
         assert_eq!(store.read_tree(commit).unwrap(), tree);
         assert_eq!(store.read_tree(tree_id).unwrap(), tree);
         assert_eq!(store.read_blob(a).unwrap(), b"a\n");
@@ -416,7 +416,7 @@ mod tests {
                 "ls-tree",
                 "-r",
                 "--format=%(objectmode) %(path)",
-                "refs/hunkwise/runs/x/base",
+                "refs/hunkgate/runs/x/base",
             ])
             .output()
             .unwrap();
@@ -434,7 +434,7 @@ mod tests {
         let other = Store::open_or_init(&tmp.path().join("other.git")).unwrap();
         let child = store.commit(tree_id, &[commit], "child").unwrap();
         store.copy_commit_into(&other, child).unwrap();
-        other.set_ref("refs/hunkwise/runs/x/head", child).unwrap();
+        other.set_ref("refs/hunkgate/runs/x/head", child).unwrap();
         let out = std::process::Command::new("git")
             .env("GIT_CONFIG_GLOBAL", "/dev/null")
             .env("GIT_CONFIG_NOSYSTEM", "1")

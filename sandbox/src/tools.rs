@@ -2,7 +2,7 @@
 //!
 //! The hub validates what the model asked for into a [`FileTool`] and hands it to
 //! [`Sandbox::tool`](crate::workspace::Sandbox::tool); under `--isolation user` it travels to
-//! `hunkwise sandbox-helper tool`, so the files are only ever touched by the sandbox user. Every
+//! `hunkgate sandbox-helper tool`, so the files are only ever touched by the sandbox user. Every
 //! path is confined to the sandbox with [`Beneath`] (no `..`, no symlink followed, never `.git`).
 //!
 //! The edit arithmetic ([`apply_edit`]) is pure; [`execute`] is the thin I/O shell around it.
@@ -271,7 +271,7 @@ pub fn apply_edit(text: &str, edit: &ProposedEdit) -> Result<Applied, EditError>
             (start - 1, end)
         }
     };
-    let eol = if hunkwise_patch::line_ending(text) == "\r\n" {
+    let eol = if hunkgate_patch::line_ending(text) == "\r\n" {
         "\r\n"
     } else {
         "\n"
@@ -406,7 +406,7 @@ fn read_text(fs: &Beneath, path: &str, cap: u64) -> Result<(String, bool), ToolE
     let (bytes, exec) = fs
         .read(path, cap)?
         .ok_or_else(|| ToolError::NotFound(path.to_string()))?;
-    if !hunkwise_patch::is_text(&bytes) {
+    if !hunkgate_patch::is_text(&bytes) {
         return Err(ToolError::Unsupported {
             path: path.to_string(),
             why: "is binary or not UTF-8; the tools read and edit text only",
@@ -665,7 +665,7 @@ fn search(
         let Ok(Some((bytes, _))) = fs.read(&path, limits.max_file_bytes) else {
             continue;
         };
-        if !hunkwise_patch::is_text(&bytes) {
+        if !hunkgate_patch::is_text(&bytes) {
             continue;
         }
         let Ok(text) = String::from_utf8(bytes) else {

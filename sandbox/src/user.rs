@@ -1,7 +1,7 @@
-//! Isolation `user`: the agent runs as a dedicated sandbox user (default `hunkwise-agent`).
+//! Isolation `user`: the agent runs as a dedicated sandbox user (default `hunkgate-agent`).
 //!
 //! The hub never touches the sandbox directory itself. Every operation on it — bringing it to
-//! the run's base, reading it back, running the agent — is done by `hunkwise sandbox-helper`
+//! the run's base, reading it back, running the agent — is done by `hunkgate sandbox-helper`
 //! ([`crate::helper`]) running *as the sandbox user*, started in one of two ways:
 //!
 //! - the hub runs as root ([`Launch::Direct`]): it forks the helper and drops privileges itself
@@ -29,8 +29,8 @@ use crate::store::{Entry, FlatTree, Mode, Store};
 use crate::wire::{self, Frame, WireError};
 use crate::workspace::{AgentCommand, Sandbox, SandboxError, Stop};
 
-/// The sandbox user `hunkwise setup` creates unless told otherwise.
-pub const DEFAULT_USER: &str = "hunkwise-agent";
+/// The sandbox user `hunkgate setup` creates unless told otherwise.
+pub const DEFAULT_USER: &str = "hunkgate-agent";
 /// Processes the sandbox user may have at once (RLIMIT_NPROC): enough for compilers and test
 /// runners, not for a fork bomb to take the machine down.
 pub const AGENT_NPROC: u64 = 4096;
@@ -40,7 +40,7 @@ const HELPER_DEADLINE: Duration = Duration::from_secs(15 * 60);
 
 #[derive(Debug, thiserror::Error)]
 pub enum UserError {
-    #[error("the sandbox user {name:?} does not exist: create it with `sudo hunkwise setup --user {name}`, or serve with --isolation none (no isolation)")]
+    #[error("the sandbox user {name:?} does not exist: create it with `sudo hunkgate setup --user {name}`, or serve with --isolation none (no isolation)")]
     Missing { name: String },
     #[error("looking up user {name:?}: {source}")]
     Lookup {
@@ -48,31 +48,31 @@ pub enum UserError {
         #[source]
         source: nix::Error,
     },
-    #[error("the sandbox user {name:?} has uid 0; it must be an unprivileged user of its own (see `hunkwise setup`)")]
+    #[error("the sandbox user {name:?} has uid 0; it must be an unprivileged user of its own (see `hunkgate setup`)")]
     Root { name: String },
     #[error("the hub runs as the sandbox user {name:?} itself; run the hub as your own user (the agent must not be able to read the hub's token)")]
     SameAsHub { name: String },
     #[error(
-        "the sandbox user's home {path}: {problem}; `sudo hunkwise setup --user {name}` fixes it"
+        "the sandbox user's home {path}: {problem}; `sudo hunkgate setup --user {name}` fixes it"
     )]
     Home {
         name: String,
         path: PathBuf,
         problem: String,
     },
-    #[error("the hunkwise binary {path} could be replaced by the sandbox user {name:?} ({why}); the hub would then run the agent's code as you: install hunkwise where only you and root can write (e.g. `cargo install --locked --path server --root /usr/local`)")]
+    #[error("the hunkgate binary {path} could be replaced by the sandbox user {name:?} ({why}); the hub would then run the agent's code as you: install hunkgate where only you and root can write (e.g. `cargo install --locked --path server --root /usr/local`)")]
     ExeWritable {
         path: PathBuf,
         name: String,
         why: String,
     },
-    #[error("the path of the hunkwise binary ({path}) has characters a sudoers rule cannot hold safely (allowed: letters, digits and / . _ + -): install it somewhere plainer, e.g. `cargo install --locked --path server --root /usr/local`")]
+    #[error("the path of the hunkgate binary ({path}) has characters a sudoers rule cannot hold safely (allowed: letters, digits and / . _ + -): install it somewhere plainer, e.g. `cargo install --locked --path server --root /usr/local`")]
     ExePath { path: PathBuf },
-    #[error("finding the hunkwise binary: {0}")]
+    #[error("finding the hunkgate binary: {0}")]
     Exe(#[source] std::io::Error),
-    #[error("sudo is not installed, and the hub is not root: install sudo (e.g. `apt-get install sudo`), then run `hunkwise setup --install`")]
+    #[error("sudo is not installed, and the hub is not root: install sudo (e.g. `apt-get install sudo`), then run `hunkgate setup --install`")]
     NoSudo,
-    #[error("the sandbox helper does not start as {name:?}: {detail}\n`hunkwise setup --check` says what is missing; the hub needs this sudoers rule (`hunkwise setup --install` writes it):\n    {rule}")]
+    #[error("the sandbox helper does not start as {name:?}: {detail}\n`hunkgate setup --check` says what is missing; the hub needs this sudoers rule (`hunkgate setup --install` writes it):\n    {rule}")]
     Probe {
         name: String,
         detail: String,
@@ -249,7 +249,7 @@ fn group_list(name: &str, gid: u32) -> Vec<u32> {
 
 #[cfg(target_vendor = "apple")]
 fn group_list(_name: &str, gid: u32) -> Vec<u32> {
-    // nix has no getgrouplist on macOS; the primary group is what `hunkwise setup` creates.
+    // nix has no getgrouplist on macOS; the primary group is what `hunkgate setup` creates.
     vec![gid]
 }
 
@@ -362,7 +362,7 @@ impl UserIsolation {
         self.probe_as(None)
     }
 
-    /// Like [`probe`](Self::probe), but started as `hub` (root only: `hunkwise setup --check`
+    /// Like [`probe`](Self::probe), but started as `hub` (root only: `hunkgate setup --check`
     /// run as root proves the sudoers rule works for the user the hub will run as).
     pub fn probe_as(&self, hub: Option<&SandboxUser>) -> Result<String, UserError> {
         let fail = |detail: String| {
@@ -608,10 +608,10 @@ fn namespace_flags(network_none: bool, pid: bool) -> libc::c_int {
     }
 }
 
-/// `HUNKWISE_SANDBOX_PIDNS=off`: run agents without a PID namespace, as machines without
+/// `HUNKGATE_SANDBOX_PIDNS=off`: run agents without a PID namespace, as machines without
 /// (unprivileged) user namespaces must — so that fallback can be exercised anywhere.
 fn pid_namespace_disabled() -> bool {
-    std::env::var_os("HUNKWISE_SANDBOX_PIDNS").is_some_and(|v| v == "off")
+    std::env::var_os("HUNKGATE_SANDBOX_PIDNS").is_some_and(|v| v == "off")
 }
 
 /// In the forked child of a root hub: a new session (no controlling terminal), optional fresh
@@ -1024,19 +1024,19 @@ mod tests {
     fn sudoers_rule_is_one_exact_line() {
         let rule = sudoers_rule(
             "alice",
-            "hunkwise-agent",
-            Path::new("/usr/local/bin/hunkwise"),
+            "hunkgate-agent",
+            Path::new("/usr/local/bin/hunkgate"),
         )
         .unwrap();
         assert_eq!(
             rule,
-            "alice ALL=(hunkwise-agent) NOPASSWD: /usr/local/bin/hunkwise sandbox-helper *"
+            "alice ALL=(hunkgate-agent) NOPASSWD: /usr/local/bin/hunkgate sandbox-helper *"
         );
         // Characters with a meaning in sudoers are refused, not escaped.
-        assert!(sudoers_rule("alice", "a", Path::new("/opt/my bin/hunkwise")).is_err());
+        assert!(sudoers_rule("alice", "a", Path::new("/opt/my bin/hunkgate")).is_err());
         assert!(sudoers_rule("alice", "a", Path::new("/x/hunk,wise")).is_err());
-        assert!(sudoers_rule("alice", "a", Path::new("relative/hunkwise")).is_err());
-        assert!(sudoers_rule("al ice", "a", Path::new("/x/hunkwise")).is_err());
+        assert!(sudoers_rule("alice", "a", Path::new("relative/hunkgate")).is_err());
+        assert!(sudoers_rule("al ice", "a", Path::new("/x/hunkgate")).is_err());
     }
 
     #[test]

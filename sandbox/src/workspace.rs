@@ -181,7 +181,7 @@ pub fn commit_base(dir: &Path, repo: &Store, base: &FlatTree) -> Result<(), Sand
         source,
     };
     let tree = repo.write_tree(base)?;
-    let commit = repo.commit(tree, &[], "hunkwise: your checkout as of this run\n")?;
+    let commit = repo.commit(tree, &[], "hunkgate: your checkout as of this run\n")?;
     repo.set_ref("refs/heads/main", commit)?;
     std::fs::write(git_dir.join("HEAD"), "ref: refs/heads/main\n").map_err(io)?;
     repo.write_index(tree)?;
@@ -311,7 +311,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             String::from_utf8_lossy(&out.stdout),
-            "hunkwise: your checkout as of this run\n"
+            "hunkgate: your checkout as of this run\n"
         );
     }
 }

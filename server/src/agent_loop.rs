@@ -10,9 +10,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hunkwise_sandbox::agent::{self, scrubbed_env, Exit, Stream};
-use hunkwise_sandbox::tools::{validate_edit, FileTool, ToolLimits, ToolReply, ToolRequest};
-use hunkwise_sandbox::workspace::Sandbox;
+use hunkgate_sandbox::agent::{self, scrubbed_env, Exit, Stream};
+use hunkgate_sandbox::tools::{validate_edit, FileTool, ToolLimits, ToolReply, ToolRequest};
+use hunkgate_sandbox::workspace::Sandbox;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
@@ -415,7 +415,7 @@ impl Notes {
                     .unwrap_or(&e.file_path)
                     .to_string();
                 let old_len = match e.operation {
-                    hunkwise_sandbox::tools::Operation::Insert => 0,
+                    hunkgate_sandbox::tools::Operation::Insert => 0,
                     _ => e.end_line.unwrap_or(e.start_line) + 1 - e.start_line,
                 };
                 let new_len = result["changed_line_count"].as_u64().unwrap_or(0) as usize;
@@ -1062,9 +1062,9 @@ mod tests {
 
     #[test]
     fn notes_follow_later_edits() {
-        use hunkwise_sandbox::tools::Operation;
+        use hunkgate_sandbox::tools::Operation;
         let edit = |start, end: Option<usize>, op, text: &str, why: Option<&str>| {
-            FileTool::EditFile(hunkwise_sandbox::tools::ProposedEdit {
+            FileTool::EditFile(hunkgate_sandbox::tools::ProposedEdit {
                 file_path: "a.rs".into(),
                 operation: op,
                 start_line: start,

@@ -5,9 +5,9 @@
 //! repository, outside `.git`, and never through a symlink. Each operation carries fingerprints
 //! of the file before and after, which is what crash recovery compares against.
 
-use hunkwise_patch::{apply_hunk, Hunk};
-use hunkwise_sandbox::beneath::{Beneath, FsError, Kind};
-use hunkwise_sandbox::store::{Mode, Store, StoreError};
+use hunkgate_patch::{apply_hunk, Hunk};
+use hunkgate_sandbox::beneath::{Beneath, FsError, Kind};
+use hunkgate_sandbox::store::{Mode, Store, StoreError};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -121,7 +121,7 @@ fn text_of<'a>(path: &str, cur: &'a Cur) -> Result<&'a str, PlanError> {
             .or_else(|_| conflict(format!("{path} is no longer a UTF-8 text file"))),
         Cur::Absent => conflict(format!("{path} no longer exists in your checkout")),
         Cur::Link(_) => conflict(format!(
-            "{path} is now a symlink; hunkwise never writes through symlinks"
+            "{path} is now a symlink; hunkgate never writes through symlinks"
         )),
         Cur::Other(what) => conflict(format!("{path} is now {what}")),
     }
@@ -450,7 +450,7 @@ fn reversal(applied: &Hunk) -> Hunk {
 /// A user's hand-edited diff usually has LF endings even when the file is CRLF: adopt the file's
 /// endings when the hunk has no CR at all, so context compares exactly.
 fn adapt_endings(h: &Hunk, text: &str) -> Hunk {
-    let ending = hunkwise_patch::line_ending(text);
+    let ending = hunkgate_patch::line_ending(text);
     let has_cr = h.lines.iter().any(|l| l.text().contains('\r'));
     if ending == "\r\n" && !has_cr {
         h.with_line_ending(ending)

@@ -14,8 +14,8 @@
 
 use std::collections::BTreeMap;
 
-use hunkwise_patch::Hunk;
-use hunkwise_sandbox::store::{FlatTree, Mode};
+use hunkgate_patch::Hunk;
+use hunkgate_sandbox::store::{FlatTree, Mode};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -81,14 +81,14 @@ fn side_of(tree: &FlatTree, path: &str) -> Option<Side> {
 
 impl Hub {
     /// With `--mirror-refs`, copy a run commit into the user's repository under `name`. Only
-    /// objects and a ref under `refs/hunkwise/` are written there — never the index, HEAD or a
+    /// objects and a ref under `refs/hunkgate/` are written there — never the index, HEAD or a
     /// branch — and a failure is reported, not fatal: the hub's own store has the commit.
-    pub fn mirror_ref(&self, name: &str, commit: hunkwise_sandbox::ObjectId) {
+    pub fn mirror_ref(&self, name: &str, commit: hunkgate_sandbox::ObjectId) {
         if !self.cfg.mirror_refs {
             return;
         }
         let result =
-            hunkwise_sandbox::store::Store::open_existing(&self.cfg.repo).and_then(|user| {
+            hunkgate_sandbox::store::Store::open_existing(&self.cfg.repo).and_then(|user| {
                 self.store.copy_commit_into(&user, commit)?;
                 user.set_ref(name, commit)
             });
@@ -164,7 +164,7 @@ impl Hub {
         let mut binary = false;
         let mut text = |bytes: Option<Vec<u8>>| -> Option<String> {
             let b = bytes?;
-            if hunkwise_patch::is_text(&b) {
+            if hunkgate_patch::is_text(&b) {
                 String::from_utf8(b).ok()
             } else {
                 binary = true;

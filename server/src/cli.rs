@@ -1,4 +1,4 @@
-//! The `hunkwise` command line: `serve`, the reviewer's client commands, and the agent's
+//! The `hunkgate` command line: `serve`, the reviewer's client commands, and the agent's
 //! `publish` / `status` / `mcp`.
 
 use std::path::PathBuf;
@@ -13,11 +13,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::client::HubClient;
 use crate::config::{self, ServeConfig};
-use hunkwise_sandbox::jj::Vcs;
+use hunkgate_sandbox::jj::Vcs;
 
 #[derive(Parser)]
 #[command(
-    name = "hunkwise",
+    name = "hunkgate",
     version,
     about = "Review an AI agent's changes hunk by hunk before they touch your checkout"
 )]
@@ -32,7 +32,7 @@ enum Cmd {
     /// 127.0.0.1:4097).
     Serve(ServeArgs),
     /// Create or check the sandbox user agents run as (and the sudoers rule a non-root hub
-    /// needs): `hunkwise setup --check` says what is missing.
+    /// needs): `hunkgate setup --check` says what is missing.
     Setup(crate::isolation::SetupArgs),
     /// (Internal) the sandbox helper, run as the sandbox user by the hub.
     #[command(hide = true)]
@@ -115,7 +115,7 @@ enum Cmd {
         #[command(flatten)]
         client: ClientArgs,
     },
-    /// Print the reviewer token of this repository's hub (for curl: `-H "Authorization: Bearer $(hunkwise token)"`).
+    /// Print the reviewer token of this repository's hub (for curl: `-H "Authorization: Bearer $(hunkgate token)"`).
     Token {
         #[command(flatten)]
         client: ClientArgs,
@@ -159,14 +159,14 @@ struct ServeArgs {
     /// The repository to serve (default: the git repository containing the current directory).
     #[arg(long)]
     repo: Option<PathBuf>,
-    /// Address to bind (env HUNKWISE_HOST or SUGGESTION_MANAGER_HOST; default 127.0.0.1).
+    /// Address to bind (env HUNKGATE_HOST or SUGGESTION_MANAGER_HOST; default 127.0.0.1).
     #[arg(long)]
     host: Option<String>,
-    /// Port (env HUNKWISE_PORT or SUGGESTION_MANAGER_PORT; default 4097; 0 picks a free one).
+    /// Port (env HUNKGATE_PORT or SUGGESTION_MANAGER_PORT; default 4097; 0 picks a free one).
     #[arg(long)]
     port: Option<u16>,
     /// Where the token, journal, feedback log and checkpoints live.
-    #[arg(long, env = "HUNKWISE_STATE_DIR")]
+    #[arg(long, env = "HUNKGATE_STATE_DIR")]
     state_dir: Option<PathBuf>,
     /// Default agent command template, e.g. 'claude -p {prompt}'.
     #[arg(long)]
@@ -184,17 +184,17 @@ struct ServeArgs {
     /// the repository has a .jj directory).
     #[arg(long, value_enum)]
     vcs: Option<VcsArg>,
-    /// Also write each run's commits into your repository as refs/hunkwise/runs/<id>/{base,head}.
+    /// Also write each run's commits into your repository as refs/hunkgate/runs/<id>/{base,head}.
     #[arg(long)]
     mirror_refs: bool,
-    /// Config file (default $XDG_CONFIG_HOME/hunkwise/config.toml, or $HUNKWISE_CONFIG).
+    /// Config file (default $XDG_CONFIG_HOME/hunkgate/config.toml, or $HUNKGATE_CONFIG).
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Who agents run as: `user` (the sandbox user; the default once `hunkwise setup` ran) or
+    /// Who agents run as: `user` (the sandbox user; the default once `hunkgate setup` ran) or
     /// `none` (as you, development only).
     #[arg(long, value_enum)]
     isolation: Option<crate::isolation::IsolationMode>,
-    /// The sandbox user (default hunkwise-agent).
+    /// The sandbox user (default hunkgate-agent).
     #[arg(long)]
     sandbox_user: Option<String>,
     /// `none`: agents get a network namespace of their own, with no network (Linux, needs
@@ -203,12 +203,12 @@ struct ServeArgs {
     agent_network: Option<crate::isolation::AgentNetwork>,
     /// The built-in agent's model server: any OpenAI-compatible base URL, e.g.
     /// http://127.0.0.1:11434/v1 (Ollama) or http://127.0.0.1:8080/v1 (llama.cpp).
-    #[arg(long, env = "HUNKWISE_PROVIDER_URL")]
+    #[arg(long, env = "HUNKGATE_PROVIDER_URL")]
     provider_url: Option<String>,
     /// The built-in agent's default model (a run may name another).
-    #[arg(long, env = "HUNKWISE_MODEL")]
+    #[arg(long, env = "HUNKGATE_MODEL")]
     model: Option<String>,
-    /// Environment variable holding the provider's API key (default HUNKWISE_API_KEY).
+    /// Environment variable holding the provider's API key (default HUNKGATE_API_KEY).
     #[arg(long)]
     api_key_env: Option<String>,
     /// File (mode 600) holding the provider's API key.
@@ -225,10 +225,10 @@ struct ClientArgs {
     #[arg(long)]
     repo: Option<PathBuf>,
     /// The hub's state dir (default: derived from the repository).
-    #[arg(long, env = "HUNKWISE_STATE_DIR")]
+    #[arg(long, env = "HUNKGATE_STATE_DIR")]
     state_dir: Option<PathBuf>,
     /// Hub URL (default: from the hub's state dir, else http://127.0.0.1:4097).
-    #[arg(long, env = "HUNKWISE_HUB_URL")]
+    #[arg(long, env = "HUNKGATE_HUB_URL")]
     url: Option<String>,
     /// Print JSON instead of text.
     #[arg(long)]
@@ -239,9 +239,9 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Cmd::SandboxHelper { op } = &cli.cmd {
         // Before any thread exists: the helper forks without exec (a PID namespace's init).
-        return hunkwise_sandbox::helper::main(op);
+        return hunkgate_sandbox::helper::main(op);
     }
-    let filter = tracing_subscriber::EnvFilter::try_from_env("HUNKWISE_LOG")
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HUNKGATE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -250,14 +250,14 @@ pub fn main() -> ExitCode {
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("hunkwise: cannot start the async runtime: {e}");
+            eprintln!("hunkgate: cannot start the async runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
     match rt.block_on(dispatch(cli.cmd)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("hunkwise: {e:#}");
+            eprintln!("hunkgate: {e:#}");
             ExitCode::FAILURE
         }
     }
@@ -268,7 +268,7 @@ fn repo_root(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
         Some(p) => p,
         None => std::env::current_dir()?,
     };
-    let root = hunkwise_sandbox::snapshot::discover_repo_root(&start)?;
+    let root = hunkgate_sandbox::snapshot::discover_repo_root(&start)?;
     Ok(root.canonicalize().unwrap_or(root))
 }
 
@@ -276,7 +276,7 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
     match cmd {
         Cmd::Serve(args) => serve(args).await,
         Cmd::Setup(args) => crate::isolation::setup(args),
-        Cmd::SandboxHelper { op } => Ok(hunkwise_sandbox::helper::main(&op)),
+        Cmd::SandboxHelper { op } => Ok(hunkgate_sandbox::helper::main(&op)),
         Cmd::Publish {
             message,
             files,
@@ -471,7 +471,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         args.sandbox_user
             .as_deref()
             .or(file.sandbox_user.as_deref())
-            .unwrap_or(hunkwise_sandbox::user::DEFAULT_USER),
+            .unwrap_or(hunkgate_sandbox::user::DEFAULT_USER),
         args.agent_network
             .or(file.agent_network)
             .unwrap_or(crate::isolation::AgentNetwork::Host),
@@ -513,13 +513,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         tracing::warn!(%actual, "listening beyond loopback: anyone who can reach this address and has the token can change your checkout");
     }
     eprintln!(
-        "hunkwise: serving {} on http://{actual} (state: {})",
+        "hunkgate: serving {} on http://{actual} (state: {})",
         cfg.repo.display(),
         cfg.state_dir.display()
     );
     if let Some(p) = &cfg.provider {
         eprintln!(
-            "hunkwise: built-in agent: {} at {} ({})",
+            "hunkgate: built-in agent: {} at {} ({})",
             if p.model.is_empty() {
                 "(model per run)"
             } else {
@@ -529,7 +529,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             p.key_source
         );
     } else if cfg.agent.is_none() {
-        eprintln!("hunkwise: no default agent; runs need \"agent\", or start with --agent 'claude -p {{prompt}}' or --provider-url for the built-in agent");
+        eprintln!("hunkgate: no default agent; runs need \"agent\", or start with --agent 'claude -p {{prompt}}' or --provider-url for the built-in agent");
     }
     let shutdown = CancellationToken::new();
     let s = shutdown.clone();
@@ -685,7 +685,7 @@ async fn run(client: ClientArgs, body: Value, no_wait: bool) -> anyhow::Result<E
             (Some("clarification.requested"), _) if !client.json => {
                 // Asked on the terminal; the answer may also come from another client.
                 let question = ev["question"].as_str().unwrap_or("").to_string();
-                eprintln!("\nThe agent asks: {question}\nYour answer (empty line: skip; or `hunkwise answer {run_id} …` later):");
+                eprintln!("\nThe agent asks: {question}\nYour answer (empty line: skip; or `hunkgate answer {run_id} …` later):");
                 let line = tokio::task::spawn_blocking(|| {
                     let mut s = String::new();
                     std::io::stdin().read_line(&mut s).map(|n| (n, s))
@@ -750,7 +750,7 @@ fn reviewer_client(args: &ClientArgs) -> anyhow::Result<HubClient> {
     let token = std::fs::read_to_string(&token_path)
         .with_context(|| {
             format!(
-                "reading the hub token {} (is `hunkwise serve` running for this repository?)",
+                "reading the hub token {} (is `hunkgate serve` running for this repository?)",
                 token_path.display()
             )
         })?

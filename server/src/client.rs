@@ -1,14 +1,14 @@
 //! The hub's HTTP client, shared by the reviewer's CLI commands, the agent's `publish` / `status`
-//! and `hunkwise mcp`: one place that knows how to reach the hub and what its errors look like.
+//! and `hunkgate mcp`: one place that knows how to reach the hub and what its errors look like.
 
 use std::time::Duration;
 
 use serde_json::Value;
 
 /// Set by the hub in every agent's environment: where the hub is.
-pub const URL_VAR: &str = "HUNKWISE_URL";
+pub const URL_VAR: &str = "HUNKGATE_URL";
 /// Set by the hub in every agent's environment: the run's agent token (only `/agent/*`).
-pub const TOKEN_VAR: &str = "HUNKWISE_AGENT_TOKEN";
+pub const TOKEN_VAR: &str = "HUNKGATE_AGENT_TOKEN";
 
 /// The hub is local; a connection that takes longer than this is not going to happen. There is no
 /// overall timeout: publishing snapshots the sandbox, which may legitimately take a while.
@@ -23,7 +23,7 @@ pub type WsStream =
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// Outside an agent run: the hub sets both variables for the agent, nobody else does.
-    #[error("{} not set: this is for an agent inside a hunkwise run, where the hub sets {URL_VAR} and {TOKEN_VAR}", missing_list(.missing))]
+    #[error("{} not set: this is for an agent inside a hunkgate run, where the hub sets {URL_VAR} and {TOKEN_VAR}", missing_list(.missing))]
     MissingEnv { missing: Vec<&'static str> },
     #[error("invalid hub URL {url:?}: {reason}")]
     BadUrl { url: String, reason: String },
@@ -49,7 +49,7 @@ pub enum ClientError {
         #[source]
         source: reqwest::Error,
     },
-    /// A 2xx answer that is not JSON: not a hunkwise hub, or a broken one.
+    /// A 2xx answer that is not JSON: not a hunkgate hub, or a broken one.
     #[error("the hub's answer (HTTP {status}) is not JSON: {detail}")]
     BadAnswer { status: u16, detail: String },
     /// The hub said no: `message` is its `error`, `code` its machine-readable `code`.
@@ -263,7 +263,7 @@ mod tests {
             missing: vec![TOKEN_VAR],
         };
         assert!(
-            e.to_string().starts_with("HUNKWISE_AGENT_TOKEN is not set"),
+            e.to_string().starts_with("HUNKGATE_AGENT_TOKEN is not set"),
             "{e}"
         );
         let e = ClientError::MissingEnv {
@@ -271,7 +271,7 @@ mod tests {
         };
         assert!(
             e.to_string()
-                .starts_with("HUNKWISE_URL and HUNKWISE_AGENT_TOKEN are not set"),
+                .starts_with("HUNKGATE_URL and HUNKGATE_AGENT_TOKEN are not set"),
             "{e}"
         );
     }

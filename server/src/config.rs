@@ -1,7 +1,7 @@
 //! Configuration: flags > environment > config file > built-in defaults.
 //!
-//! Defaults work with no flags at all: `hunkwise serve` inside any git repository binds
-//! 127.0.0.1:4097 and keeps its state under `$XDG_STATE_HOME/hunkwise/<repo>-<hash>/`.
+//! Defaults work with no flags at all: `hunkgate serve` inside any git repository binds
+//! 127.0.0.1:4097 and keeps its state under `$XDG_STATE_HOME/hunkgate/<repo>-<hash>/`.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -13,7 +13,7 @@ pub const DEFAULT_HOST: &str = "127.0.0.1";
 pub const DEFAULT_PORT: u16 = 4097;
 pub const DEFAULT_AGENT_TIMEOUT_SECS: u64 = 30 * 60;
 
-/// The optional TOML file (`$XDG_CONFIG_HOME/hunkwise/config.toml`, or `--config`).
+/// The optional TOML file (`$XDG_CONFIG_HOME/hunkgate/config.toml`, or `--config`).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
@@ -29,14 +29,14 @@ pub struct FileConfig {
     #[serde(default)]
     pub allowed_origins: Vec<String>,
     /// Mirror each run's base and head commits into the repository as
-    /// `refs/hunkwise/runs/<id>/{base,head}` (for `git diff` or `:Gitsigns change_base`).
+    /// `refs/hunkgate/runs/<id>/{base,head}` (for `git diff` or `:Gitsigns change_base`).
     #[serde(default)]
     pub mirror_refs: bool,
     /// "git" or "jj" (default: jj when the repository has a .jj directory).
-    pub vcs: Option<hunkwise_sandbox::jj::Vcs>,
+    pub vcs: Option<hunkgate_sandbox::jj::Vcs>,
     /// "user" or "none" (default: "user" when the sandbox user exists).
     pub isolation: Option<crate::isolation::IsolationMode>,
-    /// The sandbox user agents run as (default `hunkwise-agent`).
+    /// The sandbox user agents run as (default `hunkgate-agent`).
     pub sandbox_user: Option<String>,
     /// "host" (default) or "none": a network namespace of its own for the agent (Linux).
     pub agent_network: Option<crate::isolation::AgentNetwork>,
@@ -55,7 +55,7 @@ pub struct ProviderFile {
     /// e.g. "http://127.0.0.1:11434/v1" (Ollama) or "https://api.openai.com/v1".
     pub base_url: Option<String>,
     pub model: Option<String>,
-    /// Name of the environment variable holding the API key (default HUNKWISE_API_KEY).
+    /// Name of the environment variable holding the API key (default HUNKGATE_API_KEY).
     pub api_key_env: Option<String>,
     /// A file (mode 600) whose first line is the API key; wins over the variable.
     pub api_key_file: Option<PathBuf>,
@@ -99,7 +99,7 @@ impl LimitsFile {
             max_command_output: self
                 .max_command_output_bytes
                 .unwrap_or(d.max_command_output),
-            tools: hunkwise_sandbox::tools::ToolLimits {
+            tools: hunkgate_sandbox::tools::ToolLimits {
                 max_search_results_default: self
                     .max_search_results_default
                     .unwrap_or(t.max_search_results_default),
@@ -127,7 +127,7 @@ pub struct ProviderFlags {
     pub api_key_file: Option<PathBuf>,
 }
 
-pub const DEFAULT_API_KEY_ENV: &str = "HUNKWISE_API_KEY";
+pub const DEFAULT_API_KEY_ENV: &str = "HUNKGATE_API_KEY";
 
 /// The built-in agent's provider, when a base URL is configured anywhere.
 pub fn resolve_provider(
@@ -137,7 +137,7 @@ pub fn resolve_provider(
     use crate::provider::{read_key_file, KeySource, ProviderConfig, Secret};
     let Some(base_url) = flags
         .base_url
-        .or_else(|| env_first(&["HUNKWISE_PROVIDER_URL"]).map(|(_, v)| v))
+        .or_else(|| env_first(&["HUNKGATE_PROVIDER_URL"]).map(|(_, v)| v))
         .or_else(|| file.base_url.clone())
     else {
         return Ok(None);
@@ -149,12 +149,12 @@ pub fn resolve_provider(
     }
     if base_url.starts_with("https://") && !cfg!(feature = "tls") {
         return Err(ConfigError::Provider(format!(
-            "{base_url} needs TLS, and this hunkwise was built without the `tls` feature"
+            "{base_url} needs TLS, and this hunkgate was built without the `tls` feature"
         )));
     }
     let model = flags
         .model
-        .or_else(|| env_first(&["HUNKWISE_MODEL"]).map(|(_, v)| v))
+        .or_else(|| env_first(&["HUNKGATE_MODEL"]).map(|(_, v)| v))
         .or_else(|| file.model.clone())
         .unwrap_or_default();
     let key_file = flags.api_key_file.or_else(|| file.api_key_file.clone());
@@ -219,14 +219,14 @@ fn xdg(var: &str, fallback: &str) -> Option<PathBuf> {
 }
 
 pub fn default_config_path() -> Option<PathBuf> {
-    xdg("XDG_CONFIG_HOME", ".config").map(|d| d.join("hunkwise").join("config.toml"))
+    xdg("XDG_CONFIG_HOME", ".config").map(|d| d.join("hunkgate").join("config.toml"))
 }
 
 /// Load the config file: an explicit path must exist; the default path may be absent.
 pub fn load_file(explicit: Option<&Path>) -> Result<FileConfig, ConfigError> {
     let (path, required) = match explicit {
         Some(p) => (p.to_path_buf(), true),
-        None => match std::env::var_os("HUNKWISE_CONFIG") {
+        None => match std::env::var_os("HUNKGATE_CONFIG") {
             Some(p) => (PathBuf::from(p), true),
             None => match default_config_path() {
                 Some(p) => (p, false),
@@ -263,7 +263,7 @@ fn env_first(names: &[&str]) -> Option<(String, String)> {
 }
 
 pub fn resolve_host(flag: Option<String>, file: &FileConfig) -> String {
-    flag.or_else(|| env_first(&["HUNKWISE_HOST", "SUGGESTION_MANAGER_HOST"]).map(|(_, v)| v))
+    flag.or_else(|| env_first(&["HUNKGATE_HOST", "SUGGESTION_MANAGER_HOST"]).map(|(_, v)| v))
         .or_else(|| file.host.clone())
         .unwrap_or_else(|| DEFAULT_HOST.to_string())
 }
@@ -272,7 +272,7 @@ pub fn resolve_port(flag: Option<u16>, file: &FileConfig) -> Result<u16, ConfigE
     if let Some(p) = flag {
         return Ok(p);
     }
-    if let Some((var, value)) = env_first(&["HUNKWISE_PORT", "SUGGESTION_MANAGER_PORT"]) {
+    if let Some((var, value)) = env_first(&["HUNKGATE_PORT", "SUGGESTION_MANAGER_PORT"]) {
         return value
             .parse()
             .map_err(|_| ConfigError::BadPort { var, value });
@@ -280,7 +280,7 @@ pub fn resolve_port(flag: Option<u16>, file: &FileConfig) -> Result<u16, ConfigE
     Ok(file.port.unwrap_or(DEFAULT_PORT))
 }
 
-/// `$XDG_STATE_HOME/hunkwise/<repo-name>-<short hash of the repo path>/`.
+/// `$XDG_STATE_HOME/hunkgate/<repo-name>-<short hash of the repo path>/`.
 pub fn default_state_dir(repo: &Path) -> Result<PathBuf, ConfigError> {
     let base = xdg("XDG_STATE_HOME", ".local/state").ok_or(ConfigError::NoHome)?;
     let canonical = repo.canonicalize().unwrap_or_else(|_| repo.to_path_buf());
@@ -290,7 +290,7 @@ pub fn default_state_dir(repo: &Path) -> Result<PathBuf, ConfigError> {
         .unwrap_or_else(|| "root".into());
     let hash = hex::encode(Sha256::digest(canonical.as_os_str().as_encoded_bytes()));
     Ok(base
-        .join("hunkwise")
+        .join("hunkgate")
         .join(format!("{name}-{}", &hash[..12])))
 }
 
@@ -306,7 +306,7 @@ pub struct ServeConfig {
     pub agent_env: Vec<String>,
     pub allowed_origins: Vec<String>,
     pub mirror_refs: bool,
-    pub vcs: hunkwise_sandbox::jj::Vcs,
+    pub vcs: hunkgate_sandbox::jj::Vcs,
     /// Who agents run as (see [`crate::isolation`]).
     pub isolation: crate::isolation::Isolation,
     /// The built-in agent's model server, if one is configured.

@@ -106,7 +106,7 @@ async fn guard(State(hub): State<Arc<Hub>>, mut req: Request, next: Next) -> Res
         }
         (Caller::Reviewer, true) => {
             return AppError::Forbidden(
-                "/agent/* is for the agent of a running run (its HUNKWISE_AGENT_TOKEN)".into(),
+                "/agent/* is for the agent of a running run (its HUNKGATE_AGENT_TOKEN)".into(),
             )
             .into_response()
         }

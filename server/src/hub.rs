@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use hunkwise_patch::{apply_hunk, parse_file_header, parse_hunks, Hunk};
-use hunkwise_sandbox::beneath::Beneath;
-use hunkwise_sandbox::store::{Entry, FlatTree, Mode, Store};
+use hunkgate_patch::{apply_hunk, parse_file_header, parse_hunks, Hunk};
+use hunkgate_sandbox::beneath::Beneath;
+use hunkgate_sandbox::store::{Entry, FlatTree, Mode, Store};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -116,7 +116,7 @@ impl Hub {
         match matches.as_slice() {
             [one] if !id.is_empty() => Ok((*one).clone()),
             [] | [_] => Err(AppError::NotFound(format!(
-                "no suggestion {id:?}; `hunkwise list` shows them"
+                "no suggestion {id:?}; `hunkgate list` shows them"
             ))),
             _ => Err(AppError::BadRequest(format!(
                 "{id:?} matches {} suggestions; give more of the id",
@@ -746,7 +746,7 @@ impl Hub {
             .map_err(|e| ierr(&e))?;
         self.store
             .set_ref(
-                &format!("refs/hunkwise/suggestions/{}/reviewed", s.id),
+                &format!("refs/hunkgate/suggestions/{}/reviewed", s.id),
                 commit,
             )
             .map_err(|e| ierr(&e))?;

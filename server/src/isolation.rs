@@ -1,8 +1,8 @@
 //! Who the agent runs as: choosing the isolation mode at `serve`, the startup checks that go
-//! with it, and `hunkwise setup`, which creates and checks the sandbox user.
+//! with it, and `hunkgate setup`, which creates and checks the sandbox user.
 //!
 //! The mechanics (the helper, privilege drop, sudo, namespaces) live in
-//! [`hunkwise_sandbox::user`] and [`hunkwise_sandbox::helper`].
+//! [`hunkgate_sandbox::user`] and [`hunkgate_sandbox::helper`].
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
-use hunkwise_sandbox::user::{
+use hunkgate_sandbox::user::{
     check_exe, check_home, current_exe, find_sudo, sudoers_rule, Launch, SandboxUser,
     UserIsolation, DEFAULT_USER,
 };
@@ -22,7 +22,7 @@ use crate::config::ServeConfig;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum IsolationMode {
-    /// The agent runs as the sandbox user (the default once `hunkwise setup` was run).
+    /// The agent runs as the sandbox user (the default once `hunkgate setup` was run).
     User,
     /// The agent runs as you: development only.
     None,
@@ -35,7 +35,7 @@ pub enum AgentNetwork {
     /// The machine's network, like any process of the sandbox user.
     Host,
     /// A network namespace of its own (Linux): no network at all, not even the hub's loopback
-    /// address, so such an agent cannot call `hunkwise publish` or `status` either.
+    /// address, so such an agent cannot call `hunkgate publish` or `status` either.
     None,
 }
 
@@ -66,12 +66,12 @@ pub fn resolve(
     };
     if !use_user {
         if network_none {
-            bail!("--agent-network none needs --isolation user (run `sudo hunkwise setup` first)");
+            bail!("--agent-network none needs --isolation user (run `sudo hunkgate setup` first)");
         }
         let why = if mode.is_some() {
             "--isolation none".to_string()
         } else {
-            format!("the sandbox user {user:?} does not exist (`sudo hunkwise setup` creates it)")
+            format!("the sandbox user {user:?} does not exist (`sudo hunkgate setup` creates it)")
         };
         for line in [
             format!("WARNING: {why}: agents run as YOU, not as a sandbox user."),
@@ -79,7 +79,7 @@ pub fn resolve(
                 .into(),
             "WARNING: and write your checkout directly. Use this for development only.".into(),
         ] {
-            eprintln!("hunkwise: {line}");
+            eprintln!("hunkgate: {line}");
         }
         return Ok(Isolation::None);
     }
@@ -92,7 +92,7 @@ pub fn resolve(
         );
     }
     let iso = UserIsolation::establish(user, network_none).with_context(|| {
-        format!("--isolation user (sandbox user {user:?}); `hunkwise setup --check --user {user}` says what is missing, `--isolation none` runs without isolation")
+        format!("--isolation user (sandbox user {user:?}); `hunkgate setup --check --user {user}` says what is missing, `--isolation none` runs without isolation")
     })?;
     Ok(Isolation::User(iso))
 }
@@ -192,7 +192,7 @@ pub fn startup_checks(cfg: &ServeConfig) -> anyhow::Result<()> {
     if repo_access.read {
         tracing::warn!(
             checkout = %cfg.repo.display(),
-            "your checkout is readable by other users, the sandbox user {} included (it only needs the copy hunkwise gives it): `chmod -R o-rwx {}`",
+            "your checkout is readable by other users, the sandbox user {} included (it only needs the copy hunkgate gives it): `chmod -R o-rwx {}`",
             user.name,
             cfg.repo.display()
         );
@@ -217,7 +217,7 @@ pub fn startup_checks(cfg: &ServeConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `hunkwise setup`.
+/// `hunkgate setup`.
 #[derive(clap::Args, Debug)]
 pub struct SetupArgs {
     /// The sandbox user to create or check.
@@ -303,9 +303,9 @@ fn print_report(user: &str, findings: &[Finding]) {
         );
     }
     if findings.iter().all(|f| f.ok) {
-        println!("hunkwise is set up: `hunkwise serve` runs agents as {user}.");
+        println!("hunkgate is set up: `hunkgate serve` runs agents as {user}.");
     } else {
-        println!("hunkwise is not set up for --isolation user yet: `hunkwise setup --install` does what is missing.");
+        println!("hunkgate is not set up for --isolation user yet: `hunkgate setup --install` does what is missing.");
     }
 }
 
@@ -317,7 +317,7 @@ fn check(name: &str, hub: &SandboxUser, exe: &Path) -> Vec<Finding> {
         Ok(Some(u)) => u,
         Ok(None) => {
             out.push(missing(format!(
-                "the sandbox user {name} does not exist: `sudo hunkwise setup --user {name}` creates it"
+                "the sandbox user {name} does not exist: `sudo hunkgate setup --user {name}` creates it"
             )));
             return out;
         }
@@ -356,7 +356,7 @@ fn check(name: &str, hub: &SandboxUser, exe: &Path) -> Vec<Finding> {
     }
     match check_exe(&user, exe) {
         Ok(()) => out.push(ok(format!(
-            "it cannot replace the hunkwise binary {}",
+            "it cannot replace the hunkgate binary {}",
             exe.display()
         ))),
         Err(e) => out.push(missing(e.to_string())),
@@ -438,11 +438,11 @@ fn confirm(yes: bool, question: &str) -> anyhow::Result<bool> {
     Ok(matches!(line.trim(), "y" | "Y" | "yes"))
 }
 
-/// Not root: say what root has to do, and with `--install` do it through `sudo hunkwise setup`.
+/// Not root: say what root has to do, and with `--install` do it through `sudo hunkgate setup`.
 fn setup_through_sudo(args: &SetupArgs, hub: &SandboxUser, exe: &Path) -> anyhow::Result<()> {
     let rule = sudoers_rule(&hub.name, &args.user, exe)?;
     println!(
-        "As root, hunkwise needs to create or fix the sandbox user {} and install this sudoers rule in {} (it lets {} run exactly the hunkwise sandbox helper as {}, nothing else):\n\n    {rule}\n",
+        "As root, hunkgate needs to create or fix the sandbox user {} and install this sudoers rule in {} (it lets {} run exactly the hunkgate sandbox helper as {}, nothing else):\n\n    {rule}\n",
         args.user,
         sudoers_path(&args.user).display(),
         hub.name,
@@ -465,7 +465,7 @@ fn setup_through_sudo(args: &SetupArgs, hub: &SandboxUser, exe: &Path) -> anyhow
     let shown = format!("sudo {}", cmd_args.join(" "));
     if !args.install {
         println!(
-            "`hunkwise setup --install` runs `{shown}` for you after asking; or run it yourself."
+            "`hunkgate setup --install` runs `{shown}` for you after asking; or run it yourself."
         );
         return Ok(());
     }
@@ -486,7 +486,7 @@ fn setup_through_sudo(args: &SetupArgs, hub: &SandboxUser, exe: &Path) -> anyhow
 
 fn sudoers_path(user: &str) -> PathBuf {
     // sudo skips files in sudoers.d whose names contain a '.' or end in '~'.
-    PathBuf::from("/etc/sudoers.d").join(format!("hunkwise-{}", user.replace('.', "_")))
+    PathBuf::from("/etc/sudoers.d").join(format!("hunkgate-{}", user.replace('.', "_")))
 }
 
 fn setup_as_root(args: &SetupArgs, hub: &SandboxUser, exe: &Path) -> anyhow::Result<()> {
@@ -528,7 +528,7 @@ fn setup_as_root(args: &SetupArgs, hub: &SandboxUser, exe: &Path) -> anyhow::Res
             println!("wrote {}", path.display());
         } else {
             println!(
-                "The hub (as {}) needs this sudoers rule; `hunkwise setup --install` writes it to {}:\n\n    {rule}\n",
+                "The hub (as {}) needs this sudoers rule; `hunkgate setup --install` writes it to {}:\n\n    {rule}\n",
                 hub.name,
                 path.display()
             );
@@ -587,7 +587,7 @@ fn create_user(name: &str, home: Option<&Path>) -> anyhow::Result<()> {
             ])
             .arg("--home-dir")
             .arg(&home)
-            .args(["--comment", "hunkwise sandbox", name]))
+            .args(["--comment", "hunkgate sandbox", name]))
     } else if let (Some(addgroup), Some(adduser)) = (which("addgroup"), which("adduser")) {
         // BusyBox (Alpine).
         run(std::process::Command::new(addgroup).args(["-S", name]))?;
@@ -596,7 +596,7 @@ fn create_user(name: &str, home: Option<&Path>) -> anyhow::Result<()> {
             .arg(&home)
             .arg(name))
     } else {
-        bail!("neither useradd nor adduser found: create a system user {name} with no login shell and home {} yourself, then run `hunkwise setup --check`", home.display())
+        bail!("neither useradd nor adduser found: create a system user {name} with no login shell and home {} yourself, then run `hunkgate setup --check`", home.display())
     }
 }
 
@@ -621,7 +621,7 @@ fn create_user(name: &str, home: Option<&Path>) -> anyhow::Result<()> {
         "-o",
         "create",
         "-r",
-        "hunkwise sandbox",
+        "hunkgate sandbox",
         "-i",
         &id.to_string(),
         name,
@@ -631,7 +631,7 @@ fn create_user(name: &str, home: Option<&Path>) -> anyhow::Result<()> {
     let id_s = id.to_string();
     for (key, value) in [
         ("UserShell", "/usr/bin/false"),
-        ("RealName", "hunkwise sandbox"),
+        ("RealName", "hunkgate sandbox"),
         ("UniqueID", id_s.as_str()),
         ("PrimaryGroupID", id_s.as_str()),
         ("NFSHomeDirectory", home_s.as_str()),
@@ -683,7 +683,7 @@ fn install_sudoers(path: &Path, hub: &str, sandbox: &str, rule: &str) -> anyhow:
             .unwrap_or_default()
     ));
     let text = format!(
-        "# Written by `hunkwise setup`: {hub} may run exactly the hunkwise sandbox helper as {sandbox}, nothing else.\n{rule}\n"
+        "# Written by `hunkgate setup`: {hub} may run exactly the hunkgate sandbox helper as {sandbox}, nothing else.\n{rule}\n"
     );
     {
         let mut f = std::fs::OpenOptions::new()
@@ -729,8 +729,8 @@ mod tests {
     #[test]
     fn sudoers_files_have_names_sudo_reads() {
         assert_eq!(
-            sudoers_path("hunkwise.agent"),
-            PathBuf::from("/etc/sudoers.d/hunkwise-hunkwise_agent")
+            sudoers_path("hunkgate.agent"),
+            PathBuf::from("/etc/sudoers.d/hunkgate-hunkgate_agent")
         );
     }
 }

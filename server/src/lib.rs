@@ -1,4 +1,4 @@
-//! The hunkwise hub: review an AI agent's changes hunk by hunk before they touch your checkout.
+//! The hunkgate hub: review an AI agent's changes hunk by hunk before they touch your checkout.
 //!
 //! The binary is a thin shell over [`cli::main`]; [`server::run`] serves the hub on a listener
 //! until a shutdown token fires, which is how the tests run it too.

@@ -1,3 +1,3 @@
 fn main() -> std::process::ExitCode {
-    hunkwise::cli::main()
+    hunkgate::cli::main()
 }

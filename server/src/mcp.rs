@@ -1,8 +1,8 @@
-//! `hunkwise mcp`: a Model Context Protocol server over stdio, for agents that bring their own
-//! loop (Claude Code, opencode, Codex, …) and talk to tools rather than run `hunkwise publish`.
+//! `hunkgate mcp`: a Model Context Protocol server over stdio, for agents that bring their own
+//! loop (Claude Code, opencode, Codex, …) and talk to tools rather than run `hunkgate publish`.
 //!
 //! The surface is four tools over the agent API (`/agent/*`, with the run's
-//! `HUNKWISE_AGENT_TOKEN`), so the protocol is done by hand: newline-delimited JSON-RPC 2.0 on
+//! `HUNKGATE_AGENT_TOKEN`), so the protocol is done by hand: newline-delimited JSON-RPC 2.0 on
 //! stdin/stdout, nothing else ever written to stdout (logs go to stderr).
 //!
 //! [`Server::dispatch`] turns one message into a reply without any I/O; only `tools/call` needs
@@ -37,7 +37,7 @@ pub const INVALID_PARAMS: i64 = -32602;
 pub const INTERNAL_ERROR: i64 = -32603;
 
 const INSTRUCTIONS: &str =
-    "hunkwise shows your changes to a reviewer, who accepts or rejects them \
+    "hunkgate shows your changes to a reviewer, who accepts or rejects them \
 hunk by hunk before they reach the user's checkout. Before you start, call get_feedback: rejected \
 hunks and the reviewer's comments on earlier suggestions of this session say what to avoid. When \
 your change is ready, call publish_suggestion with a description (and hunk_descriptions saying why \
@@ -55,7 +55,7 @@ pub enum McpError {
     Panicked(&'static str),
 }
 
-/// `hunkwise mcp`: serve stdin/stdout until stdin closes.
+/// `hunkgate mcp`: serve stdin/stdout until stdin closes.
 pub async fn run_stdio() -> Result<(), McpError> {
     let server = Arc::new(Server::new(HubClient::for_agent()));
     serve(
@@ -66,7 +66,7 @@ pub async fn run_stdio() -> Result<(), McpError> {
     .await
 }
 
-/// The tools and the hub they call. Without `HUNKWISE_URL`/`HUNKWISE_AGENT_TOKEN` it still
+/// The tools and the hub they call. Without `HUNKGATE_URL`/`HUNKGATE_AGENT_TOKEN` it still
 /// initializes and lists its tools (clients list them at startup, wherever they run); only a call
 /// fails, saying why.
 pub struct Server {
@@ -263,7 +263,7 @@ fn initialize_result(params: Option<&Value>) -> Value {
     json!({
         "protocolVersion": version,
         "capabilities": {"tools": {}},
-        "serverInfo": {"name": "hunkwise", "version": env!("CARGO_PKG_VERSION")},
+        "serverInfo": {"name": "hunkgate", "version": env!("CARGO_PKG_VERSION")},
         "instructions": INSTRUCTIONS,
     })
 }
@@ -398,14 +398,14 @@ fn tool_error(message: &str) -> Value {
 fn explain(e: &ClientError) -> String {
     match e {
         ClientError::MissingEnv { missing } => format!(
-            "{} not set: `hunkwise mcp` must run inside a hunkwise agent run, where the hub sets {URL_VAR} and {TOKEN_VAR} (an MCP client that filters its servers' environment must pass both on)",
+            "{} not set: `hunkgate mcp` must run inside a hunkgate agent run, where the hub sets {URL_VAR} and {TOKEN_VAR} (an MCP client that filters its servers' environment must pass both on)",
             missing_list(missing)
         ),
         ClientError::BadUrl { .. } => format!(
             "{e}: {URL_VAR} should be the hub's address as the hub set it, e.g. http://127.0.0.1:4097"
         ),
         ClientError::Unreachable { .. } => format!(
-            "{}: is the hub (`hunkwise serve`) still running, and does {URL_VAR} point at it?",
+            "{}: is the hub (`hunkgate serve`) still running, and does {URL_VAR} point at it?",
             chain(e)
         ),
         ClientError::Hub {
@@ -928,7 +928,7 @@ fn reap(
         let _ = out.send(error_response(
             id,
             INTERNAL_ERROR,
-            "internal error in hunkwise mcp (see its stderr)",
+            "internal error in hunkgate mcp (see its stderr)",
         ));
     }
 }
@@ -973,7 +973,7 @@ mod tests {
         let res = &r["result"];
         assert_eq!(res["protocolVersion"], "2025-06-18", "our latest");
         assert_eq!(res["capabilities"], json!({"tools": {}}));
-        assert_eq!(res["serverInfo"]["name"], "hunkwise");
+        assert_eq!(res["serverInfo"]["name"], "hunkgate");
         assert_eq!(res["serverInfo"]["version"], env!("CARGO_PKG_VERSION"));
         let instr = res["instructions"].as_str().unwrap();
         assert!(
@@ -1159,7 +1159,7 @@ mod tests {
         assert_eq!(r["isError"], true);
         let text = r["content"][0]["text"].as_str().unwrap();
         assert!(
-            text.starts_with("HUNKWISE_AGENT_TOKEN is not set: `hunkwise mcp` must run inside a hunkwise agent run"),
+            text.starts_with("HUNKGATE_AGENT_TOKEN is not set: `hunkgate mcp` must run inside a hunkgate agent run"),
             "{text}"
         );
     }
@@ -1184,7 +1184,7 @@ mod tests {
             text.contains("cannot reach the hub at http://127.0.0.1:"),
             "{text}"
         );
-        assert!(text.contains("HUNKWISE_URL"), "{text}");
+        assert!(text.contains("HUNKGATE_URL"), "{text}");
     }
 
     #[test]
@@ -1196,7 +1196,7 @@ mod tests {
         };
         let t = explain(&e);
         assert!(
-            t.contains("HUNKWISE_AGENT_TOKEN") && t.contains("invalid token"),
+            t.contains("HUNKGATE_AGENT_TOKEN") && t.contains("invalid token"),
             "{t}"
         );
         let e = ClientError::Hub {

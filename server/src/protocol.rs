@@ -1,13 +1,13 @@
-//! The wire protocol: every event, command and response hunkwise speaks.
+//! The wire protocol: every event, command and response hunkgate speaks.
 //!
-//! The specification is [`protocol.md`](https://docs.rs/hunkwise) — the same text is this
+//! The specification is [`protocol.md`](https://docs.rs/hunkgate) — the same text is this
 //! module's documentation, kept beside the types it describes so the two change together.
 #![doc = include_str!("protocol.md")]
 
 use serde::{Deserialize, Serialize};
 
 pub const PROTOCOL_VERSION: u32 = 1;
-pub const SERVICE: &str = "hunkwise";
+pub const SERVICE: &str = "hunkgate";
 
 // ---------------------------------------------------------------------------------------------
 // Views: what clients see of suggestions and hunks.

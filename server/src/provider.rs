@@ -46,7 +46,7 @@ impl std::fmt::Display for KeySource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             KeySource::None => f.write_str(
-                "no API key is configured (set HUNKWISE_API_KEY or [provider] api_key_file)",
+                "no API key is configured (set HUNKGATE_API_KEY or [provider] api_key_file)",
             ),
             KeySource::Env(v) => write!(f, "the key comes from ${v}"),
             KeySource::File(p) => write!(f, "the key comes from {}", p.display()),
@@ -794,7 +794,7 @@ mod tests {
             base_url: "http://x".into(),
             model: "m".into(),
             api_key: Some(s),
-            key_source: KeySource::Env("HUNKWISE_API_KEY".into()),
+            key_source: KeySource::Env("HUNKGATE_API_KEY".into()),
             stream: true,
             max_retries: 0,
             retry_base: Duration::from_millis(1),

@@ -3,9 +3,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use hunkwise_patch::{diff_hunks, is_text, Hunk};
-use hunkwise_sandbox::store::{Entry, FlatTree, Mode, Store, StoreError};
-use hunkwise_sandbox::ObjectId;
+use hunkgate_patch::{diff_hunks, is_text, Hunk};
+use hunkgate_sandbox::store::{Entry, FlatTree, Mode, Store, StoreError};
+use hunkgate_sandbox::ObjectId;
 use serde::{Deserialize, Serialize};
 
 use crate::protocol::{

@@ -6,12 +6,12 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hunkwise_sandbox::agent::{self, build_argv, scrubbed_env, Exit};
-use hunkwise_sandbox::jj::{self, Vcs};
-use hunkwise_sandbox::snapshot::{snapshot_checkout, DEFAULT_FILE_CAP};
-use hunkwise_sandbox::store::FlatTree;
-use hunkwise_sandbox::workspace::{LocalSandbox, Sandbox};
-use hunkwise_sandbox::ObjectId;
+use hunkgate_sandbox::agent::{self, build_argv, scrubbed_env, Exit};
+use hunkgate_sandbox::jj::{self, Vcs};
+use hunkgate_sandbox::snapshot::{snapshot_checkout, DEFAULT_FILE_CAP};
+use hunkgate_sandbox::store::FlatTree;
+use hunkgate_sandbox::workspace::{LocalSandbox, Sandbox};
+use hunkgate_sandbox::ObjectId;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
@@ -379,16 +379,16 @@ impl Hub {
                 let snap = snapshot_checkout(&hub.cfg.repo, &hub.store, DEFAULT_FILE_CAP)
                     .map_err(|e| AppError::Internal(format!("snapshotting the checkout: {e}")))?;
                 let ierr =
-                    |e: hunkwise_sandbox::store::StoreError| AppError::Internal(e.to_string());
+                    |e: hunkgate_sandbox::store::StoreError| AppError::Internal(e.to_string());
                 let tree = hub.store.write_tree(&snap.tree).map_err(ierr)?;
                 let commit = hub
                     .store
                     .commit(tree, &[], &format!("base of run {rid}\n"))
                     .map_err(ierr)?;
                 hub.store
-                    .set_ref(&format!("refs/hunkwise/runs/{rid}/base"), commit)
+                    .set_ref(&format!("refs/hunkgate/runs/{rid}/base"), commit)
                     .map_err(ierr)?;
-                hub.mirror_ref(&format!("refs/hunkwise/runs/{rid}/base"), commit);
+                hub.mirror_ref(&format!("refs/hunkgate/runs/{rid}/base"), commit);
                 Ok((commit, snap.tree, snap.skipped))
             })
             .await?;
@@ -505,10 +505,10 @@ impl Hub {
 
         let argv = build_argv(template, prompt).map_err(|e| AppError::BadRequest(e.to_string()))?;
         let mut env = scrubbed_env(&self.cfg.agent_env);
-        env.push(("HUNKWISE_PROMPT".into(), prompt.to_string()));
-        env.push(("HUNKWISE_RUN_ID".into(), run_id.to_string()));
-        env.push(("HUNKWISE_URL".into(), self.url()));
-        env.push(("HUNKWISE_AGENT_TOKEN".into(), agent_token.clone()));
+        env.push(("HUNKGATE_PROMPT".into(), prompt.to_string()));
+        env.push(("HUNKGATE_RUN_ID".into(), run_id.to_string()));
+        env.push(("HUNKGATE_URL".into(), self.url()));
+        env.push(("HUNKGATE_AGENT_TOKEN".into(), agent_token.clone()));
         self.run_status(
             run_id,
             "working",
@@ -701,13 +701,13 @@ impl Hub {
                     )
                     .map_err(|e| ierr(&e))?;
                 hub.store
-                    .set_ref(&format!("refs/hunkwise/runs/{rid}/head"), commit)
+                    .set_ref(&format!("refs/hunkgate/runs/{rid}/head"), commit)
                     .and_then(|_| {
                         hub.store
-                            .set_ref(&format!("refs/hunkwise/suggestions/{sid}/run"), commit)
+                            .set_ref(&format!("refs/hunkgate/suggestions/{sid}/run"), commit)
                     })
                     .map_err(|e| ierr(&e))?;
-                hub.mirror_ref(&format!("refs/hunkwise/runs/{rid}/head"), commit);
+                hub.mirror_ref(&format!("refs/hunkgate/runs/{rid}/head"), commit);
                 Ok(Suggestion {
                     id: sid,
                     run_id: rid,
@@ -768,7 +768,7 @@ impl Hub {
             .unwrap_or(false)
     }
 
-    /// A status line from the agent (`hunkwise status`).
+    /// A status line from the agent (`hunkgate status`).
     pub fn agent_status(
         &self,
         run_id: &str,

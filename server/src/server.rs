@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use hunkwise_sandbox::beneath::Beneath;
-use hunkwise_sandbox::store::Store;
+use hunkgate_sandbox::beneath::Beneath;
+use hunkgate_sandbox::store::Store;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -79,7 +79,7 @@ fn lock_state_dir(dir: &Path) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>
     nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|(_, e)| {
         let hub = std::fs::read_to_string(dir.join("hub.json")).unwrap_or_default();
         anyhow::anyhow!(
-            "another hunkwise hub is already serving this repository ({e}; {}): stop it first or pass a different --state-dir",
+            "another hunkgate hub is already serving this repository ({e}; {}): stop it first or pass a different --state-dir",
             hub.trim()
         )
     })
@@ -222,7 +222,7 @@ pub async fn run(
         "repo": hub.cfg.repo,
     });
     write_private(&hub_json, info.to_string().as_bytes())?;
-    tracing::info!(url = %hub.url(), repo = %hub.cfg.repo.display(), state = %hub.cfg.state_dir.display(), "hunkwise hub listening");
+    tracing::info!(url = %hub.url(), repo = %hub.cfg.repo.display(), state = %hub.cfg.state_dir.display(), "hunkgate hub listening");
     let app = crate::http::router(hub.clone());
     let served = axum::serve(listener, app)
         .with_graceful_shutdown({

@@ -61,7 +61,7 @@ impl ContextRow {
     fn validate(&self) -> Result<(), AppError> {
         let bad = |m: &str| Err(AppError::BadRequest(format!("context row: {m}")));
         if let Some(p) = &self.file_path {
-            if let Err(e) = hunkwise_sandbox::beneath::components(p) {
+            if let Err(e) = hunkgate_sandbox::beneath::components(p) {
                 return bad(&e.to_string());
             }
         }
@@ -588,7 +588,7 @@ impl Hub {
     }
 }
 
-fn render_row(row: &ContextRow, checkout: Option<&hunkwise_sandbox::beneath::Beneath>) -> String {
+fn render_row(row: &ContextRow, checkout: Option<&hunkgate_sandbox::beneath::Beneath>) -> String {
     let range = match (row.start_line, row.end_line) {
         (Some(s), Some(e)) => format!(" (lines {s}-{e})"),
         (Some(s), None) => format!(" (from line {s})"),

@@ -1,11 +1,11 @@
 //! The binary's command line, run as a process. (Its presence also makes `cargo test` build the
-//! `hunkwise` binary that the end-to-end tests in `tests/` drive.)
+//! `hunkgate` binary that the end-to-end tests in `tests/` drive.)
 
 use std::process::Command;
 
 #[test]
 fn help_lists_every_command() {
-    let out = Command::new(env!("CARGO_BIN_EXE_hunkwise"))
+    let out = Command::new(env!("CARGO_BIN_EXE_hunkgate"))
         .arg("--help")
         .output()
         .unwrap();
@@ -20,21 +20,21 @@ fn help_lists_every_command() {
 
 #[test]
 fn agent_commands_explain_themselves_outside_a_run() {
-    let out = Command::new(env!("CARGO_BIN_EXE_hunkwise"))
+    let out = Command::new(env!("CARGO_BIN_EXE_hunkgate"))
         .args(["publish", "-m", "x"])
-        .env_remove("HUNKWISE_URL")
-        .env_remove("HUNKWISE_AGENT_TOKEN")
+        .env_remove("HUNKGATE_URL")
+        .env_remove("HUNKGATE_AGENT_TOKEN")
         .output()
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8(out.stderr).unwrap();
-    assert!(err.contains("HUNKWISE_AGENT_TOKEN"), "{err}");
+    assert!(err.contains("HUNKGATE_AGENT_TOKEN"), "{err}");
 }
 
 #[test]
 fn serve_outside_a_repository_says_so() {
     let tmp = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_hunkwise"))
+    let out = Command::new(env!("CARGO_BIN_EXE_hunkgate"))
         .current_dir(tmp.path())
         .env("GIT_CEILING_DIRECTORIES", tmp.path().parent().unwrap())
         .args(["serve", "--port", "0"])

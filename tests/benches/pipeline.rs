@@ -1,6 +1,6 @@
 //! How fast are the steps of a run, next to git doing the same step?
 //!
-//! - snapshot: hash and store every file of a checkout (hunkwise `snapshot_checkout` + tree) vs
+//! - snapshot: hash and store every file of a checkout (hunkgate `snapshot_checkout` + tree) vs
 //!   `git add -A` into a scratch index + `git write-tree`;
 //! - diff: hunks of a large edited file (`diff_hunks`) vs `git diff --no-index`;
 //! - apply: apply every hunk (`apply_all`) vs `git apply`.
@@ -12,9 +12,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use hunkwise_patch::{apply_all, diff_hunks};
-use hunkwise_sandbox::snapshot::{snapshot_checkout, DEFAULT_FILE_CAP};
-use hunkwise_sandbox::store::Store;
+use hunkgate_patch::{apply_all, diff_hunks};
+use hunkgate_sandbox::snapshot::{snapshot_checkout, DEFAULT_FILE_CAP};
+use hunkgate_sandbox::store::Store;
 
 fn git(dir: &Path, args: &[&str], env: &[(&str, &Path)]) {
     let mut cmd = Command::new("git");
@@ -59,7 +59,7 @@ fn peak_rss_mib() -> f64 {
 
 fn report(step: &str, ours: Duration, theirs: Duration) {
     println!(
-        "{step:<44} hunkwise {:>9.2} ms   git {:>9.2} ms   ratio {:>5.2}x",
+        "{step:<44} hunkgate {:>9.2} ms   git {:>9.2} ms   ratio {:>5.2}x",
         ours.as_secs_f64() * 1e3,
         theirs.as_secs_f64() * 1e3,
         ours.as_secs_f64() / theirs.as_secs_f64()

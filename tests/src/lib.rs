@@ -1,4 +1,4 @@
-//! Test harness: the real `hunkwise` binary against temporary git repositories, driven with
+//! Test harness: the real `hunkgate` binary against temporary git repositories, driven with
 //! real WebSocket clients and curl.
 //!
 //! Git runs hermetically (`GIT_CONFIG_GLOBAL=/dev/null`, no system config, fixed dates) so the
@@ -14,24 +14,24 @@ use serde_json::Value;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
 
-/// The `hunkwise` binary next to this test executable (`target/<profile>/hunkwise`).
-pub fn hunkwise_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("HUNKWISE_BIN") {
+/// The `hunkgate` binary next to this test executable (`target/<profile>/hunkgate`).
+pub fn hunkgate_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("HUNKGATE_BIN") {
         return PathBuf::from(p);
     }
     let exe = std::env::current_exe().expect("current_exe");
-    // target/<profile>/deps/<test> -> target/<profile>/hunkwise
+    // target/<profile>/deps/<test> -> target/<profile>/hunkgate
     let dir = exe.parent().and_then(Path::parent).expect("target dir");
-    let bin = dir.join("hunkwise");
+    let bin = dir.join("hunkgate");
     assert!(
         bin.exists(),
-        "{} is missing: build it with `cargo build -p hunkwise` (scripts/test does)",
+        "{} is missing: build it with `cargo build -p hunkgate` (scripts/test does)",
         bin.display()
     );
     bin
 }
 
-/// Environment for every git and hunkwise process in tests.
+/// Environment for every git and hunkgate process in tests.
 pub fn hermetic_env(cmd: &mut Command, home: &Path) {
     cmd.env("GIT_CONFIG_GLOBAL", "/dev/null")
         .env("GIT_CONFIG_NOSYSTEM", "1")
@@ -44,10 +44,10 @@ pub fn hermetic_env(cmd: &mut Command, home: &Path) {
         .env("HOME", home)
         .env("XDG_CONFIG_HOME", home.join(".config"))
         .env("XDG_STATE_HOME", home.join(".local/state"))
-        .env_remove("HUNKWISE_URL")
-        .env_remove("HUNKWISE_AGENT_TOKEN")
-        .env_remove("HUNKWISE_CONFIG")
-        .env_remove("HUNKWISE_STATE_DIR");
+        .env_remove("HUNKGATE_URL")
+        .env_remove("HUNKGATE_AGENT_TOKEN")
+        .env_remove("HUNKGATE_CONFIG")
+        .env_remove("HUNKGATE_STATE_DIR");
 }
 
 /// A temporary directory holding a git repository (`repo/`), a home, and a state dir.
@@ -130,7 +130,7 @@ impl Workspace {
     }
 }
 
-/// A running `hunkwise serve` process.
+/// A running `hunkgate serve` process.
 pub struct Hub {
     pub child: Child,
     pub url: String,
@@ -162,7 +162,7 @@ impl Hub {
         let log = log.to_path_buf();
         // A restarted hub must not read the previous one's address.
         let _ = std::fs::remove_file(state.join("hub.json"));
-        let mut cmd = Command::new(hunkwise_bin());
+        let mut cmd = Command::new(hunkgate_bin());
         hermetic_env(&mut cmd, home);
         for (k, v) in env {
             cmd.env(k, v);
@@ -178,7 +178,7 @@ impl Hub {
             .stdin(Stdio::null())
             .stdout(logf.try_clone()?)
             .stderr(logf);
-        let child = cmd.spawn().context("starting hunkwise serve")?;
+        let child = cmd.spawn().context("starting hunkgate serve")?;
         Self::wait_ready(child, state, log)
     }
 
@@ -195,14 +195,14 @@ impl Hub {
             }
             if let Some(status) = child.try_wait()? {
                 bail!(
-                    "hunkwise serve exited ({status}): {}",
+                    "hunkgate serve exited ({status}): {}",
                     std::fs::read_to_string(&log).unwrap_or_default()
                 );
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
                 bail!(
-                    "hunkwise serve did not start: {}",
+                    "hunkgate serve did not start: {}",
                     std::fs::read_to_string(&log).unwrap_or_default()
                 );
             }
@@ -398,7 +398,7 @@ impl Ws {
         let hello = ws
             .next_matching(|v| v["type"] == "hello", Duration::from_secs(10))
             .await?;
-        anyhow::ensure!(hello["service"] == "hunkwise", "unexpected hello {hello}");
+        anyhow::ensure!(hello["service"] == "hunkgate", "unexpected hello {hello}");
         Ok(ws)
     }
 
@@ -547,13 +547,13 @@ impl Workspace {
             .collect()
     }
 
-    /// Run the `hunkwise` CLI as a user would: in the repository, with the hermetic environment.
+    /// Run the `hunkgate` CLI as a user would: in the repository, with the hermetic environment.
     pub fn cli(&self, args: &[&str]) -> Result<std::process::Output> {
-        let mut cmd = Command::new(hunkwise_bin());
+        let mut cmd = Command::new(hunkgate_bin());
         hermetic_env(&mut cmd, &self.home());
         Ok(cmd
             .current_dir(self.repo())
-            .env("HUNKWISE_LOG", "warn")
+            .env("HUNKGATE_LOG", "warn")
             .args(args)
             .stdin(Stdio::null())
             .output()?)
@@ -825,7 +825,7 @@ pub mod isolation {
             Self::lookup(&name)
         }
 
-        /// A user that already exists (made by `hunkwise setup`), adopted for clean-up.
+        /// A user that already exists (made by `hunkgate setup`), adopted for clean-up.
         pub fn lookup(name: &str) -> Result<Self> {
             let u = nix::unistd::User::from_name(name)?
                 .ok_or_else(|| anyhow!("user {name} does not exist"))?;
@@ -880,7 +880,7 @@ pub mod isolation {
                 }
                 std::thread::sleep(Duration::from_millis(100));
             }
-            let _ = std::fs::remove_file(format!("/etc/sudoers.d/hunkwise-{}", self.name));
+            let _ = std::fs::remove_file(format!("/etc/sudoers.d/hunkgate-{}", self.name));
         }
     }
 
@@ -940,7 +940,7 @@ pub mod isolation {
         pub env: &'a [(&'a str, &'a str)],
     }
 
-    /// Start `hunkwise serve` for `ws` as described; `log` collects its output.
+    /// Start `hunkgate serve` for `ws` as described; `log` collects its output.
     pub fn start_hub(ws: &Workspace, how: &HubAs<'_>) -> Result<Hub> {
         let state = ws.state();
         let log = ws.path("hub-isolation.log");
@@ -960,7 +960,7 @@ pub mod isolation {
                 .map(String::from),
             );
         }
-        argv.push(hunkwise_bin().display().to_string());
+        argv.push(hunkgate_bin().display().to_string());
         argv.extend(["serve", "--port", "0", "--state-dir"].map(String::from));
         argv.push(state.display().to_string());
         argv.extend(how.extra.iter().map(|s| s.to_string()));
@@ -990,11 +990,11 @@ pub mod isolation {
             .stdin(Stdio::null())
             .stdout(logf.try_clone()?)
             .stderr(logf);
-        let child = cmd.spawn().context("starting hunkwise serve")?;
+        let child = cmd.spawn().context("starting hunkgate serve")?;
         Hub::wait_ready(child, state, log)
     }
 
-    /// The pid of the `hunkwise serve` process itself (not a wrapper), from its hub.json.
+    /// The pid of the `hunkgate serve` process itself (not a wrapper), from its hub.json.
     pub fn hub_pid(hub: &Hub) -> Result<i32> {
         let v: Value = serde_json::from_str(&std::fs::read_to_string(hub.state.join("hub.json"))?)?;
         v["pid"]

@@ -6,9 +6,9 @@
 
 use std::time::Duration;
 
-use hunkwise_sandbox::tools::file_hash;
-use hunkwise_tests::fake_llm::{Call, FakeLlm, Recorded, Reply};
-use hunkwise_tests::{hunk_id, wait_for, wait_run_finished, Hub, Workspace, Ws};
+use hunkgate_sandbox::tools::file_hash;
+use hunkgate_tests::fake_llm::{Call, FakeLlm, Recorded, Reply};
+use hunkgate_tests::{hunk_id, wait_for, wait_run_finished, Hub, Workspace, Ws};
 use serde_json::{json, Value};
 
 const SECS: Duration = Duration::from_secs(60);
@@ -48,7 +48,7 @@ fn first_suggestion(hub: &Hub, run: &Value) -> Value {
 }
 
 fn config(ws: &Workspace, toml: &str) -> String {
-    let p = ws.path("hunkwise.toml");
+    let p = ws.path("hunkgate.toml");
     std::fs::write(&p, toml).unwrap();
     p.display().to_string()
 }
@@ -162,7 +162,7 @@ async fn the_model_edits_the_sandbox_and_the_user_reviews_it() {
     );
 
     // The evals read the journal and the feedback log and score the model.
-    let evals = hunkwise_tests::hunkwise_bin().with_file_name("hunkwise-evals");
+    let evals = hunkgate_tests::hunkgate_bin().with_file_name("hunkgate-evals");
     let out = std::process::Command::new(&evals)
         .arg("--json")
         .arg(hub.state.join("state.jsonl"))
@@ -551,7 +551,7 @@ async fn provider_failures_end_the_run_with_errors_that_name_the_fix() {
         &ws,
         &fake,
         &["--config", &cfg],
-        &[("HUNKWISE_API_KEY", "sk-e2e-key")],
+        &[("HUNKGATE_API_KEY", "sk-e2e-key")],
     );
     let mut c = hub.ws().await.unwrap();
     let expect = |run: String, want: &'static [&'static str]| {
@@ -583,7 +583,7 @@ async fn provider_failures_end_the_run_with_errors_that_name_the_fix() {
     expect(r1, &["HTTP 500", "still down"]).await;
     expect(
         start(&hub, json!({"prompt": "p"})),
-        &["refused the API key", "HUNKWISE_API_KEY"],
+        &["refused the API key", "HUNKGATE_API_KEY"],
     )
     .await;
     expect(
@@ -603,7 +603,7 @@ async fn provider_failures_end_the_run_with_errors_that_name_the_fix() {
 
 #[tokio::test]
 async fn the_api_key_reaches_the_provider_and_nothing_else() {
-    const KEY: &str = "sk-hunkwise-e2e-0123456789";
+    const KEY: &str = "sk-hunkgate-e2e-0123456789";
     let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
     let fake = FakeLlm::scripted(vec![
         Reply::tool(
@@ -627,7 +627,7 @@ async fn the_api_key_reaches_the_provider_and_nothing_else() {
         &ws,
         &fake,
         &[],
-        &[("HUNKWISE_API_KEY", KEY), ("HUNKWISE_LOG", "debug")],
+        &[("HUNKGATE_API_KEY", KEY), ("HUNKGATE_LOG", "debug")],
     );
     let run = start(&hub, json!({"prompt": "inspect"}));
     let r = wait_run_finished(&hub, &run, SECS).await.unwrap();
@@ -657,11 +657,11 @@ async fn the_api_key_reaches_the_provider_and_nothing_else() {
             "--provider-url",
             &fake.base_url(),
             "--agent-env",
-            "HUNKWISE_API_KEY",
+            "HUNKGATE_API_KEY",
             "--port",
             "0",
         ],
-        &[("HUNKWISE_API_KEY", KEY)],
+        &[("HUNKGATE_API_KEY", KEY)],
     );
     assert!(refused.is_err());
 }
@@ -818,7 +818,7 @@ async fn cancel_stops_the_loop_and_run_command_is_bounded() {
     let fake = FakeLlm::scripted(vec![
         Reply::tool(
             "run_command",
-            json!({"command": "yes hunkwise | head -c 200000; echo done"}),
+            json!({"command": "yes hunkgate | head -c 200000; echo done"}),
         ),
         Reply::tool(
             "run_command",

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use hunkwise_tests::{run_agent, Workspace};
+use hunkgate_tests::{run_agent, Workspace};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -244,26 +244,26 @@ async fn mirrored_run_refs_show_a_run_in_the_users_repository() {
         let mut client = hub.ws().await.unwrap();
         let s = run_agent(&hub, &mut client, &agent, "count").await.unwrap();
         let run = s["run_id"].as_str().unwrap();
-        let refs = ws.git(&["for-each-ref", "refs/hunkwise/"]).unwrap();
+        let refs = ws.git(&["for-each-ref", "refs/hunkgate/"]).unwrap();
         if !mirror {
             assert_eq!(refs, "", "refs are mirrored only when asked");
             continue;
         }
         assert!(
-            refs.contains(&format!("refs/hunkwise/runs/{run}/base")),
+            refs.contains(&format!("refs/hunkgate/runs/{run}/base")),
             "{refs}"
         );
         let diff = ws
             .git(&[
                 "diff",
-                &format!("refs/hunkwise/runs/{run}/base"),
-                &format!("refs/hunkwise/runs/{run}/head"),
+                &format!("refs/hunkgate/runs/{run}/base"),
+                &format!("refs/hunkgate/runs/{run}/head"),
             ])
             .unwrap();
         assert!(diff.contains("+three"), "{diff}");
         // The base includes uncommitted work, as the user saw it when the run started.
         let wip = ws
-            .git(&["show", &format!("refs/hunkwise/runs/{run}/base:wip.txt")])
+            .git(&["show", &format!("refs/hunkgate/runs/{run}/base:wip.txt")])
             .unwrap();
         assert_eq!(wip, "uncommitted work\n");
         assert_eq!(

@@ -1,8 +1,8 @@
-//! The `hunkwise` command line as a user runs it against a running hub: `run` (waits and prints
+//! The `hunkgate` command line as a user runs it against a running hub: `run` (waits and prints
 //! the suggestion), `list`, `show`, `accept`, `reject`, `undo`, `complete`, `token`, and their
 //! `--json` forms.
 
-use hunkwise_tests::{numbered, Workspace};
+use hunkgate_tests::{numbered, Workspace};
 use serde_json::Value;
 
 struct Out {
@@ -28,7 +28,7 @@ fn ok(ws: &Workspace, args: &[&str]) -> Out {
     let o = cli(ws, args);
     assert!(
         o.ok,
-        "hunkwise {args:?} failed\nstdout: {}\nstderr: {}",
+        "hunkgate {args:?} failed\nstdout: {}\nstderr: {}",
         o.stdout, o.stderr
     );
     o
@@ -39,7 +39,7 @@ fn json(ws: &Workspace, args: &[&str]) -> Value {
     a.push("--json");
     let o = ok(ws, &a);
     serde_json::from_str(o.stdout.trim())
-        .unwrap_or_else(|e| panic!("hunkwise {a:?} printed no JSON ({e}): {}", o.stdout))
+        .unwrap_or_else(|e| panic!("hunkgate {a:?} printed no JSON ({e}): {}", o.stdout))
 }
 
 #[test]
@@ -202,7 +202,7 @@ fn complete_discard_says_discarded_and_token_prints_the_token() {
     assert_eq!(o.stdout.trim(), hub.token);
     let v: Value = json(&ws, &["run", "b", "--agent", &template, "--no-wait"]);
     let run_id = v["run_id"].as_str().unwrap().to_string();
-    let run = hunkwise_tests::wait_until(
+    let run = hunkgate_tests::wait_until(
         "the run to finish",
         std::time::Duration::from_secs(30),
         || {
@@ -233,11 +233,11 @@ fn complete_discard_says_discarded_and_token_prints_the_token() {
     );
 }
 
-/// `hunkwise run --model` drives the built-in agent; its question is asked on the terminal and
+/// `hunkgate run --model` drives the built-in agent; its question is asked on the terminal and
 /// the typed answer reaches the model.
 #[tokio::test]
 async fn run_with_the_built_in_agent_answers_questions_on_the_terminal() {
-    use hunkwise_tests::fake_llm::{FakeLlm, Reply};
+    use hunkgate_tests::fake_llm::{FakeLlm, Reply};
     use serde_json::json;
     use std::io::Write;
     let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
@@ -251,11 +251,11 @@ async fn run_with_the_built_in_agent_answers_questions_on_the_terminal() {
     ])
     .await;
     let _hub = ws.serve(&["--provider-url", &fake.base_url()]).unwrap();
-    let mut cmd = std::process::Command::new(hunkwise_tests::hunkwise_bin());
-    hunkwise_tests::hermetic_env(&mut cmd, &ws.home());
+    let mut cmd = std::process::Command::new(hunkgate_tests::hunkgate_bin());
+    hunkgate_tests::hermetic_env(&mut cmd, &ws.home());
     let mut child = cmd
         .current_dir(ws.repo())
-        .env("HUNKWISE_LOG", "warn")
+        .env("HUNKGATE_LOG", "warn")
         .args(["run", "greet", "--model", "m1", "--state-dir"])
         .arg(ws.state())
         .stdin(std::process::Stdio::piped())

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use hunkwise_tests::{find_hunk, hunk_id, numbered, run_agent, Workspace};
+use hunkgate_tests::{find_hunk, hunk_id, numbered, run_agent, Workspace};
 use serde_json::Value;
 
 const SECS5: Duration = Duration::from_secs(5);

@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use hunkwise_tests::{
+use hunkgate_tests::{
     hunk_id, numbered, pid_alive, run_agent, wait_run_finished, wait_until, Hub, Workspace, Ws,
 };
 use serde_json::{json, Value};

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use hunkwise_tests::fake_llm::{Call, FakeLlm, Recorded, Reply};
+use hunkgate_tests::fake_llm::{Call, FakeLlm, Recorded, Reply};
 use serde_json::{json, Value};
 
 fn request(stream: bool) -> Value {

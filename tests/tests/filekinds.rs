@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use hunkwise_tests::{find_hunk, hunk_id, mode_of, run_agent, tree_of, Node, Workspace};
+use hunkgate_tests::{find_hunk, hunk_id, mode_of, run_agent, tree_of, Node, Workspace};
 use serde_json::{json, Value};
 
 const PNG_OLD: &[u8] = b"\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR\x00\x01\x02";

@@ -1,7 +1,7 @@
 //! `--isolation user`: the agent runs as a separate OS user and provably cannot escape.
 //!
 //! These tests create real users (an owner who runs the hub, and the sandbox user through
-//! `hunkwise setup`), so they need root — as CI has. Without root they fail loudly in CI
+//! `hunkgate setup`), so they need root — as CI has. Without root they fail loudly in CI
 //! (`CI=true`) and skip with a printed reason elsewhere; they never pass vacuously. Every
 //! negative check has a positive control: the same attempt by the owner succeeds, or the probe
 //! shows it could reach the thing it was then denied.
@@ -13,10 +13,10 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use hunkwise_tests::isolation::{
+use hunkgate_tests::isolation::{
     chown_tree, hub_pid, processes_of, require_root, start_hub, HubAs, TestUser,
 };
-use hunkwise_tests::{hunkwise_bin, wait_until, Hub, Workspace};
+use hunkgate_tests::{hunkgate_bin, wait_until, Hub, Workspace};
 use serde_json::{json, Value};
 
 const SECRETS: &[(&str, &str)] = &[
@@ -24,10 +24,10 @@ const SECRETS: &[(&str, &str)] = &[
     ("OPENAI_API_KEY", "sk-probe-secret-2"),
     ("SSH_AUTH_SOCK", "/tmp/probe-secret-ssh-agent.sock"),
     ("AWS_SECRET_ACCESS_KEY", "probe-secret-aws-3"),
-    ("HUNKWISE_PROBE_SECRET", "probe-secret-4"),
+    ("HUNKGATE_PROBE_SECRET", "probe-secret-4"),
 ];
 
-/// An owner (running the hub, unless the hub is root), a sandbox user made by `hunkwise setup`,
+/// An owner (running the hub, unless the hub is root), a sandbox user made by `hunkgate setup`,
 /// and a repository that belongs to the owner.
 struct Setup {
     ws: Workspace,
@@ -85,7 +85,7 @@ impl Setup {
             .as_ref()
             .map(|o| o.name.clone())
             .unwrap_or("root".into());
-        let out = Command::new(hunkwise_bin())
+        let out = Command::new(hunkgate_bin())
             .args([
                 "setup",
                 "--user",
@@ -100,7 +100,7 @@ impl Setup {
             .with_context(|| String::from_utf8_lossy(&out.stderr).into_owned())?;
         anyhow::ensure!(
             out.status.success(),
-            "hunkwise setup failed: {}{}",
+            "hunkgate setup failed: {}{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
@@ -240,10 +240,10 @@ try read_feedback cat {state}/feedback.jsonl
 try read_journal cat {state}/state.jsonl
 try list_state ls {state}
 try read_ssh cat {ssh}
-r reviewer_api_with_agent_token "$(curl -s -o /dev/null -w '%{{http_code}}' -H "Authorization: Bearer $HUNKWISE_AGENT_TOKEN" "$HUNKWISE_URL/suggestions")"
-r reviewer_api_no_token "$(curl -s -o /dev/null -w '%{{http_code}}' "$HUNKWISE_URL/suggestions")"
-r runs_api_with_agent_token "$(curl -s -o /dev/null -w '%{{http_code}}' -H "Authorization: Bearer $HUNKWISE_AGENT_TOKEN" -H 'Content-Type: application/json' -d '{{"prompt":"x"}}' "$HUNKWISE_URL/runs")"
-r agent_status "$(curl -s -o /dev/null -w '%{{http_code}}' -H "Authorization: Bearer $HUNKWISE_AGENT_TOKEN" -H 'Content-Type: application/json' -d '{{"message":"probe says hi"}}' "$HUNKWISE_URL/agent/status")"
+r reviewer_api_with_agent_token "$(curl -s -o /dev/null -w '%{{http_code}}' -H "Authorization: Bearer $HUNKGATE_AGENT_TOKEN" "$HUNKGATE_URL/suggestions")"
+r reviewer_api_no_token "$(curl -s -o /dev/null -w '%{{http_code}}' "$HUNKGATE_URL/suggestions")"
+r runs_api_with_agent_token "$(curl -s -o /dev/null -w '%{{http_code}}' -H "Authorization: Bearer $HUNKGATE_AGENT_TOKEN" -H 'Content-Type: application/json' -d '{{"prompt":"x"}}' "$HUNKGATE_URL/runs")"
+r agent_status "$(curl -s -o /dev/null -w '%{{http_code}}' -H "Authorization: Bearer $HUNKGATE_AGENT_TOKEN" -H 'Content-Type: application/json' -d '{{"message":"probe says hi"}}' "$HUNKGATE_URL/agent/status")"
 env | sed 's/^/ENV /'
 r fds "$(ls /proc/self/fd | tr '\n' ' ')"
 r tty_nr "$(cut -d' ' -f7 /proc/$$/stat)"
@@ -252,7 +252,7 @@ for fd in 0 1 2; do
   try tiocsti_$fd perl -e 'open(my $h, "+<&=", '$fd') or open($h, ">&=", '$fd') or die "$!\n"; my $c = "x"; ioctl($h, 0x5412, $c) or die "$!\n"'
 done
 # The agent token must not be in any process's argv (ps shows argv to everyone).
-t=$(mktemp); printf %s "$HUNKWISE_AGENT_TOKEN" > "$t"
+t=$(mktemp); printf %s "$HUNKGATE_AGENT_TOKEN" > "$t"
 r token_in_argv "$(cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' '\n' | grep -c -F -f "$t")"
 rm -f "$t"
 r helper_in_argv "$(cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' '\n' | grep -c -F sandbox-helper)"
@@ -345,7 +345,7 @@ fn check_probe(s: &Setup, hub: &Hub, pid_namespace: bool) -> Result<()> {
         .filter_map(|l| l.strip_prefix("out ENV "))
         .collect();
     assert!(
-        env.iter().any(|l| l.starts_with("HUNKWISE_AGENT_TOKEN=")),
+        env.iter().any(|l| l.starts_with("HUNKGATE_AGENT_TOKEN=")),
         "{}",
         ctx()
     );
@@ -368,7 +368,7 @@ fn check_probe(s: &Setup, hub: &Hub, pid_namespace: bool) -> Result<()> {
     assert!(!log.contains(&hub.token), "the reviewer token leaked");
     let hub_env = std::fs::read(format!("/proc/{}/environ", hub_pid(hub)?))?;
     assert!(
-        String::from_utf8_lossy(&hub_env).contains("HUNKWISE_PROBE_SECRET=probe-secret-4"),
+        String::from_utf8_lossy(&hub_env).contains("HUNKGATE_PROBE_SECRET=probe-secret-4"),
         "control: the hub itself has the secrets"
     );
 
@@ -443,14 +443,14 @@ fn probe_agent_cannot_escape_when_the_hub_is_root() {
 
 /// Machines without unprivileged user namespaces get no PID namespace: the helper, a child
 /// subreaper, must still find and kill the whole tree (forced here with
-/// `HUNKWISE_SANDBOX_PIDNS=off`).
+/// `HUNKGATE_SANDBOX_PIDNS=off`).
 #[test]
 fn without_a_pid_namespace_the_tree_still_dies() {
     if !require_root("without_a_pid_namespace_the_tree_still_dies") {
         return;
     }
     let s = Setup::new(false).unwrap();
-    let env = [("HUNKWISE_SANDBOX_PIDNS", "off")];
+    let env = [("HUNKGATE_SANDBOX_PIDNS", "off")];
     let mut hub = s.hub_env(true, &[], &env).unwrap();
     check_probe(&s, &hub, false).unwrap();
     let agent = lingering_agent(&s).unwrap();
@@ -670,7 +670,7 @@ fn sandbox_git_config_never_runs_without_isolation() {
         shared.path(),
         |cmd| {
             let mut c = Command::new("sh");
-            hunkwise_tests::hermetic_env(&mut c, &ws.home());
+            hunkgate_tests::hermetic_env(&mut c, &ws.home());
             Ok(c.args(["-c", cmd]).output()?)
         },
     )
@@ -692,7 +692,7 @@ fn agent_network_none_has_no_network() {
         .script(
             "net.sh",
             "echo \"RESULT ifaces $(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\\n' ' ')\"\n\
-             echo \"RESULT health $(curl -s -m 3 -o /dev/null -w '%{http_code}' \"$HUNKWISE_URL/health\")\"\n\
+             echo \"RESULT health $(curl -s -m 3 -o /dev/null -w '%{http_code}' \"$HUNKGATE_URL/health\")\"\n\
              echo offline > offline.txt",
         )
         .unwrap();
@@ -764,14 +764,14 @@ fn startup_refuses_state_or_checkout_the_sandbox_user_can_reach() {
 
 #[test]
 fn setup_check_reports_what_is_missing() {
-    let out = Command::new(hunkwise_bin())
+    let out = Command::new(hunkgate_bin())
         .args(["setup", "--check", "--user", "hwnosuchuser"])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(
-        text.contains("does not exist") && text.contains("hunkwise setup"),
+        text.contains("does not exist") && text.contains("hunkgate setup"),
         "{text}"
     );
     // Without that user, serving defaults to no isolation and says so loudly.
@@ -787,7 +787,7 @@ fn setup_check_reports_what_is_missing() {
         .map(|e| e.to_string())
         .unwrap_or_default();
     assert!(
-        err.contains("does not exist: create it with `sudo hunkwise setup"),
+        err.contains("does not exist: create it with `sudo hunkgate setup"),
         "{err}"
     );
 }
@@ -797,7 +797,7 @@ fn setup_check_reports_what_is_missing() {
 /// (the owner can: positive controls).
 #[tokio::test]
 async fn builtin_agent_tools_run_as_the_sandbox_user_and_never_see_the_key() {
-    use hunkwise_tests::fake_llm::{FakeLlm, Recorded, Reply};
+    use hunkgate_tests::fake_llm::{FakeLlm, Recorded, Reply};
     if !require_root("builtin_agent_tools_run_as_the_sandbox_user_and_never_see_the_key") {
         return;
     }

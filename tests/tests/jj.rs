@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use hunkwise_tests::{hermetic_env, run_agent, Workspace};
+use hunkgate_tests::{hermetic_env, run_agent, Workspace};
 use serde_json::json;
 
 fn jj(home: &Path, dir: &Path, args: &[&str]) -> String {
@@ -49,7 +49,7 @@ async fn each_run_is_a_jj_change() {
         .unwrap();
     let state = tmp.state();
     let jj_config = home.join("jj.toml");
-    let hub = hunkwise_tests::Hub::start_in(
+    let hub = hunkgate_tests::Hub::start_in(
         &repo,
         &home,
         &state,

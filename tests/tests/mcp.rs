@@ -1,6 +1,6 @@
-//! `hunkwise mcp`, driven by a real MCP client — the official Python SDK, in
+//! `hunkgate mcp`, driven by a real MCP client — the official Python SDK, in
 //! `tests/mcp_client.py` — from inside a real agent run: the agent script starts the client, the
-//! client starts `hunkwise mcp`, which reaches the hub with the run's agent token. Plus the raw
+//! client starts `hunkgate mcp`, which reaches the hub with the run's agent token. Plus the raw
 //! protocol (bad JSON, unknown methods, a huge line) from Rust, with piped stdio.
 
 use std::io::{BufRead, BufReader, Write};
@@ -9,12 +9,12 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use hunkwise_tests::{hunkwise_bin, numbered, wait_run_finished, wait_until, Hub, Workspace, Ws};
+use hunkgate_tests::{hunkgate_bin, numbered, wait_run_finished, wait_until, Hub, Workspace, Ws};
 use serde_json::{json, Value};
 
 const LONG: Duration = Duration::from_secs(120);
 
-/// The Python that has the MCP SDK: `HUNKWISE_TEST_PYTHON`, else the venv
+/// The Python that has the MCP SDK: `HUNKGATE_TEST_PYTHON`, else the venv
 /// `scripts/install-test-deps` makes in the target dir. Checked once per test binary.
 fn python() -> PathBuf {
     static PY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
@@ -22,7 +22,7 @@ fn python() -> PathBuf {
 }
 
 fn find_python() -> PathBuf {
-    let py = match std::env::var_os("HUNKWISE_TEST_PYTHON") {
+    let py = match std::env::var_os("HUNKGATE_TEST_PYTHON") {
         Some(p) => PathBuf::from(p),
         None => {
             // target/<profile>/deps/<test> -> target/py-mcp
@@ -44,7 +44,7 @@ fn find_python() -> PathBuf {
     assert!(
         works,
         "{} cannot import the MCP Python SDK: run scripts/install-test-deps (it makes that venv \
-         with the pinned `mcp`), or point HUNKWISE_TEST_PYTHON at a python that has it",
+         with the pinned `mcp`), or point HUNKGATE_TEST_PYTHON at a python that has it",
         py.display()
     );
     py
@@ -102,7 +102,7 @@ fn probe(ws: &Workspace, name: &str, env: &[(&str, &str)]) -> Value {
         .env("HOME", ws.home())
         .arg(client_script())
         .arg("probe")
-        .arg(hunkwise_bin())
+        .arg(hunkgate_bin())
         .arg(&out)
         .stdin(Stdio::null());
     for (k, v) in env {
@@ -133,7 +133,7 @@ async fn an_agent_publishes_and_reads_the_review_through_a_real_mcp_client() {
     let ws = Workspace::new(&[("notes.txt", numbered(10).as_bytes())]).unwrap();
     let out = ws.path("mcp-out");
     std::fs::create_dir(&out).unwrap();
-    let (py, client, bin) = (python(), client_script(), hunkwise_bin());
+    let (py, client, bin) = (python(), client_script(), hunkgate_bin());
     let agent = ws
         .agent_script(
             "agent.sh",
@@ -161,7 +161,7 @@ async fn an_agent_publishes_and_reads_the_review_through_a_real_mcp_client() {
     // The handshake: the SDK asks for its newest revision and accepts ours.
     let init = &r["initialize"];
     assert_eq!(init["protocolVersion"], "2025-06-18", "{init:#}");
-    assert_eq!(init["serverInfo"]["name"], "hunkwise");
+    assert_eq!(init["serverInfo"]["name"], "hunkgate");
     assert_eq!(init["serverInfo"]["version"], env!("CARGO_PKG_VERSION"));
     assert!(init["capabilities"]["tools"].is_object(), "{init:#}");
     let instructions = init["instructions"].as_str().unwrap();
@@ -334,11 +334,11 @@ async fn without_a_live_agent_token_tools_are_listed_but_calls_say_what_is_wrong
         .agent_script(
             "agent.sh",
             &format!(
-                "printf '%s' \"$HUNKWISE_AGENT_TOKEN\" > {token}\n{py} {client} probe {bin} {live}",
+                "printf '%s' \"$HUNKGATE_AGENT_TOKEN\" > {token}\n{py} {client} probe {bin} {live}",
                 token = q(&token_file),
                 py = q(&python()),
                 client = q(&client_script()),
-                bin = q(&hunkwise_bin()),
+                bin = q(&hunkgate_bin()),
                 live = q(&live),
             ),
         )
@@ -368,51 +368,51 @@ async fn without_a_live_agent_token_tools_are_listed_but_calls_say_what_is_wrong
             "no-env",
             vec![],
             vec![
-                "HUNKWISE_URL and HUNKWISE_AGENT_TOKEN are not set",
-                "`hunkwise mcp` must run inside a hunkwise agent run",
+                "HUNKGATE_URL and HUNKGATE_AGENT_TOKEN are not set",
+                "`hunkgate mcp` must run inside a hunkgate agent run",
             ],
         ),
         (
             "no-token",
-            vec![("HUNKWISE_URL", hub.url.as_str())],
-            vec!["HUNKWISE_AGENT_TOKEN is not set"],
+            vec![("HUNKGATE_URL", hub.url.as_str())],
+            vec!["HUNKGATE_AGENT_TOKEN is not set"],
         ),
         (
             "invalid-token",
             vec![
-                ("HUNKWISE_URL", hub.url.as_str()),
-                ("HUNKWISE_AGENT_TOKEN", "not-a-token"),
+                ("HUNKGATE_URL", hub.url.as_str()),
+                ("HUNKGATE_AGENT_TOKEN", "not-a-token"),
             ],
-            vec!["the hub refused HUNKWISE_AGENT_TOKEN (401 unauthorized: invalid token)"],
+            vec!["the hub refused HUNKGATE_AGENT_TOKEN (401 unauthorized: invalid token)"],
         ),
         (
             "finished-run-token",
             vec![
-                ("HUNKWISE_URL", hub.url.as_str()),
-                ("HUNKWISE_AGENT_TOKEN", finished_token.as_str()),
+                ("HUNKGATE_URL", hub.url.as_str()),
+                ("HUNKGATE_AGENT_TOKEN", finished_token.as_str()),
             ],
             vec!["401", "this run may have finished"],
         ),
         (
             "reviewer-token",
             vec![
-                ("HUNKWISE_URL", hub.url.as_str()),
-                ("HUNKWISE_AGENT_TOKEN", hub.token.as_str()),
+                ("HUNKGATE_URL", hub.url.as_str()),
+                ("HUNKGATE_AGENT_TOKEN", hub.token.as_str()),
             ],
             vec!["403 forbidden", "not the reviewer token"],
         ),
         (
             "hub-gone",
             vec![
-                ("HUNKWISE_URL", dead_url.as_str()),
-                ("HUNKWISE_AGENT_TOKEN", "t"),
+                ("HUNKGATE_URL", dead_url.as_str()),
+                ("HUNKGATE_AGENT_TOKEN", "t"),
             ],
-            vec!["cannot reach the hub at http://127.0.0.1:", "HUNKWISE_URL"],
+            vec!["cannot reach the hub at http://127.0.0.1:", "HUNKGATE_URL"],
         ),
     ];
     for (name, env, says) in cases {
         let v = probe(&ws, name, &env);
-        assert_eq!(v["initialize"]["serverInfo"]["name"], "hunkwise", "{name}");
+        assert_eq!(v["initialize"]["serverInfo"]["name"], "hunkgate", "{name}");
         assert_eq!(
             v["tools"],
             json!([
@@ -427,7 +427,7 @@ async fn without_a_live_agent_token_tools_are_listed_but_calls_say_what_is_wrong
     }
 }
 
-/// `hunkwise mcp` with piped stdio, and the lines it answers.
+/// `hunkgate mcp` with piped stdio, and the lines it answers.
 struct Raw {
     child: std::process::Child,
     stdin: Option<std::process::ChildStdin>,
@@ -436,7 +436,7 @@ struct Raw {
 
 impl Raw {
     fn start() -> Self {
-        let mut child = Command::new(hunkwise_bin())
+        let mut child = Command::new(hunkgate_bin())
             .arg("mcp")
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -475,7 +475,7 @@ impl Raw {
         let line = self
             .lines
             .recv_timeout(LONG)
-            .expect("no answer from hunkwise mcp");
+            .expect("no answer from hunkgate mcp");
         serde_json::from_str(&line)
             .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line}"))
     }
@@ -495,7 +495,7 @@ impl Drop for Raw {
 
 #[test]
 fn protocol_errors_are_answered_and_the_server_keeps_going() {
-    let help = Command::new(hunkwise_bin()).arg("--help").output().unwrap();
+    let help = Command::new(hunkgate_bin()).arg("--help").output().unwrap();
     assert!(
         String::from_utf8_lossy(&help.stdout).contains(
             "(Agent side) MCP server over stdio: publish_suggestion, suggestion_status, list_suggestions, get_feedback"
@@ -546,7 +546,7 @@ fn protocol_errors_are_answered_and_the_server_keeps_going() {
     assert!(r["result"]["content"][0]["text"]
         .as_str()
         .unwrap()
-        .contains("HUNKWISE_URL and HUNKWISE_AGENT_TOKEN are not set"));
+        .contains("HUNKGATE_URL and HUNKGATE_AGENT_TOKEN are not set"));
 
     let pong = s.ask(r#"{"jsonrpc":"2.0","id":"after","method":"ping"}"#);
     assert_eq!(pong, json!({"jsonrpc": "2.0", "id": "after", "result": {}}));
@@ -554,7 +554,7 @@ fn protocol_errors_are_answered_and_the_server_keeps_going() {
     // End of input: exit 0.
     drop(s.stdin.take());
     let mut status = None;
-    wait_until("hunkwise mcp to exit at EOF", LONG, || {
+    wait_until("hunkgate mcp to exit at EOF", LONG, || {
         status = s.child.try_wait().unwrap();
         status.is_some()
     })

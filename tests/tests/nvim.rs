@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use hunkwise_tests::fake_llm::{FakeLlm, Recorded, Reply};
-use hunkwise_tests::{hermetic_env, wait_until, Hub, Workspace};
+use hunkgate_tests::fake_llm::{FakeLlm, Recorded, Reply};
+use hunkgate_tests::{hermetic_env, wait_until, Hub, Workspace};
 use serde_json::{json, Value};
 
 /// `nvim/` in this checkout.
@@ -80,8 +80,8 @@ impl Scenario {
         let mut cmd = Command::new(nvim());
         hermetic_env(&mut cmd, &ws.home());
         cmd.current_dir(ws.repo())
-            .env("HUNKWISE_TEST_OUT", &out)
-            .env_remove("HUNKWISE_TEST_STATE")
+            .env("HUNKGATE_TEST_OUT", &out)
+            .env_remove("HUNKGATE_TEST_STATE")
             .env("XDG_DATA_HOME", ws.home().join(".local/share"))
             .env("XDG_CACHE_HOME", ws.home().join(".cache"))
             .args(["--headless", "-u", "NONE", "-i", "NONE", "--cmd"])
@@ -92,7 +92,7 @@ impl Scenario {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         if let Some(dir) = state_dir {
-            cmd.env("HUNKWISE_TEST_STATE", dir);
+            cmd.env("HUNKGATE_TEST_STATE", dir);
         }
         let child = cmd.spawn().expect("starting nvim");
         Self {
@@ -163,7 +163,7 @@ impl Drop for Scenario {
     }
 }
 
-/// The hub's default state dir for `repo` (`$XDG_STATE_HOME/hunkwise/<name>-<sha256[..12]>`),
+/// The hub's default state dir for `repo` (`$XDG_STATE_HOME/hunkgate/<name>-<sha256[..12]>`),
 /// computed here with coreutils' sha256sum so the plugin's derivation is checked against an
 /// independent one.
 fn default_state_dir(home: &Path, repo: &Path) -> PathBuf {
@@ -183,7 +183,7 @@ fn default_state_dir(home: &Path, repo: &Path) -> PathBuf {
     let out = child.wait_with_output().unwrap();
     let hex = String::from_utf8(out.stdout).unwrap();
     let name = real.file_name().unwrap().to_string_lossy().into_owned();
-    home.join(".local/state/hunkwise")
+    home.join(".local/state/hunkgate")
         .join(format!("{name}-{}", &hex[..12]))
 }
 
@@ -224,7 +224,7 @@ fn floating_review_through_keymaps() {
         .agent_script(
             "agent.sh",
             &format!(
-                "printf '%s' \"$HUNKWISE_PROMPT\" > '{}'\n\
+                "printf '%s' \"$HUNKGATE_PROMPT\" > '{}'\n\
                  sed -i -e 's/^line 2$/LINE 2/' -e 's/^line 25$/LINE 25/' a.txt\n\
                  echo BRAVO > b.txt\n\
                  printf 'one\\r\\nTWO\\r\\nthree\\r\\n' > c.txt\n\
@@ -286,7 +286,7 @@ async fn reconnect_and_resync_after_hub_restart() {
     let agent2 = ws.agent_script("agent2.sh", "echo Y > y.txt").unwrap();
     let mut hub1 = ws.serve(&[]).unwrap();
     let mut client = hub1.ws().await.unwrap();
-    let s1 = hunkwise_tests::run_agent(&hub1, &mut client, &agent1, "first change")
+    let s1 = hunkgate_tests::run_agent(&hub1, &mut client, &agent1, "first change")
         .await
         .unwrap();
     drop(client);
@@ -322,7 +322,7 @@ async fn reconnect_and_resync_after_hub_restart() {
         .await
         .unwrap();
     assert_eq!(r["success"], true, "{r}");
-    let s2 = hunkwise_tests::run_agent(&hub2, &mut client, &agent2, "second change")
+    let s2 = hunkgate_tests::run_agent(&hub2, &mut client, &agent2, "second change")
         .await
         .unwrap();
     std::os::unix::fs::symlink(ws.state(), &default_dir).unwrap();
@@ -351,7 +351,7 @@ async fn reconnect_and_resync_after_hub_restart() {
 }
 
 /// `ui.style = "inline"`: the hunk overlaid in the real buffer and a quickfix list of all
-/// hunks; the inline keymaps decide. Also `:checkhealth hunkwise` and command completion.
+/// hunks; the inline keymaps decide. Also `:checkhealth hunkgate` and command completion.
 #[test]
 fn inline_review_health_and_commands() {
     let ws = Workspace::new(&[("doc.md", numbered(20).as_bytes())]).unwrap();
@@ -376,7 +376,7 @@ fn inline_review_health_and_commands() {
 
 /// The hub's built-in agent (against the fake model) asks two questions. The first is answered
 /// "tabs" in the prompt the plugin opens; the second, asked while the plugin is away, is found
-/// by the resync, left open by a cancelled prompt and skipped with `:Hunkwise skip`. The model
+/// by the resync, left open by a cancelled prompt and skipped with `:Hunkgate skip`. The model
 /// gets both outcomes as the clarify_user results, and the run goes on to its end.
 #[tokio::test]
 async fn clarify_questions_of_the_builtin_agent() {

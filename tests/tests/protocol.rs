@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use hunkwise_tests::{run_agent, wait_for, wait_run_finished, Workspace, Ws};
+use hunkgate_tests::{run_agent, wait_for, wait_run_finished, Workspace, Ws};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -163,15 +163,15 @@ async fn list_get_replay_and_every_client_sees_every_event() {
         .unwrap();
     let hub = ws.serve(&[]).unwrap();
     let curl = hub.curl();
-    let health = |curl: &hunkwise_tests::curl::Curl| {
-        let anon = hunkwise_tests::curl::Curl {
+    let health = |curl: &hunkgate_tests::curl::Curl| {
+        let anon = hunkgate_tests::curl::Curl {
             base: curl.base.clone(),
             token: None,
         };
         let r = anon.get("/health").unwrap();
         assert_eq!(r.status, 200);
         assert_eq!(r.body["healthy"], true);
-        assert_eq!(r.body["service"], "hunkwise");
+        assert_eq!(r.body["service"], "hunkgate");
         r.body["wsClients"].as_u64().unwrap()
     };
     assert_eq!(health(&curl), 0);

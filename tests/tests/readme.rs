@@ -3,7 +3,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use hunkwise_tests::{hermetic_env, hunkwise_bin, wait_until, Workspace};
+use hunkgate_tests::{hermetic_env, hunkgate_bin, wait_until, Workspace};
 use serde_json::Value;
 
 fn readme_curl_block() -> Vec<String> {
@@ -37,7 +37,7 @@ fn readme_curl_lines_work() {
     let agent_flag = format!("{} {{prompt}}", agent.display());
     let hub = ws.serve(&["--agent", &agent_flag]).unwrap();
     let prelude = prelude.replace("http://127.0.0.1:4097", &hub.url);
-    let bin_dir = hunkwise_bin().parent().unwrap().to_path_buf();
+    let bin_dir = hunkgate_bin().parent().unwrap().to_path_buf();
     let path = format!(
         "{}:{}",
         bin_dir.display(),
@@ -50,7 +50,7 @@ fn readme_curl_lines_work() {
         let out = cmd
             .current_dir(ws.repo())
             .env("PATH", &path)
-            .env("HUNKWISE_STATE_DIR", &hub.state)
+            .env("HUNKGATE_STATE_DIR", &hub.state)
             .env("ID", id)
             .env("HUNK", hunk)
             .arg("-c")
@@ -74,7 +74,7 @@ fn readme_curl_lines_work() {
     let mut it = lines[1..].iter();
     let health = json(run(it.next().unwrap(), "", ""));
     assert_eq!(health["healthy"], true);
-    assert_eq!(health["service"], "hunkwise");
+    assert_eq!(health["service"], "hunkgate");
     let started = json(run(it.next().unwrap(), "", ""));
     assert_eq!(started["status"], "queued", "{started}");
 

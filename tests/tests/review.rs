@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use hunkwise_tests::{find_hunk, hunk_id, numbered, run_agent, Workspace};
+use hunkgate_tests::{find_hunk, hunk_id, numbered, run_agent, Workspace};
 use serde_json::{json, Value};
 
 const SECS5: Duration = Duration::from_secs(5);
@@ -443,7 +443,7 @@ async fn complete_finalize_records_the_reviewed_commit_and_discard_keeps_applied
     let r = ws
         .checkpoint_git(&[
             "rev-parse",
-            &format!("refs/hunkwise/suggestions/{sid}/reviewed"),
+            &format!("refs/hunkgate/suggestions/{sid}/reviewed"),
         ])
         .unwrap();
     assert_eq!(String::from_utf8(r).unwrap().trim(), reviewed);

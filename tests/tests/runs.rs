@@ -1,11 +1,11 @@
 //! Agent runs: failures with the stderr tail, no changes, timeout and cancel killing the whole
-//! process group, the prompt as exactly one argument, the agent-driven flow (`hunkwise status` /
-//! `hunkwise publish` from inside the run), and what of the user's checkout the sandbox holds.
+//! process group, the prompt as exactly one argument, the agent-driven flow (`hunkgate status` /
+//! `hunkgate publish` from inside the run), and what of the user's checkout the sandbox holds.
 
 use std::time::{Duration, Instant};
 
-use hunkwise_tests::{
-    hunkwise_bin, pid_alive, run_agent, wait_for, wait_run_finished, Workspace, Ws,
+use hunkgate_tests::{
+    hunkgate_bin, pid_alive, run_agent, wait_for, wait_run_finished, Workspace, Ws,
 };
 use serde_json::{json, Value};
 
@@ -22,7 +22,7 @@ async fn run_error(c: &mut Ws, run_id: &str) -> Value {
         .unwrap()
 }
 
-fn all_suggestions(hub: &hunkwise_tests::Hub) -> Vec<Value> {
+fn all_suggestions(hub: &hunkgate_tests::Hub) -> Vec<Value> {
     hub.curl().get("/suggestions?all=true").unwrap().body["suggestions"]
         .as_array()
         .unwrap()
@@ -245,7 +245,7 @@ async fn the_prompt_is_exactly_one_argument_and_in_the_environment() {
         .agent_script(
             "agent.sh",
             &format!(
-                "printf '%s' \"$#\" > {argc}\nprintf '%s' \"$1\" > {arg1}\nprintf '%s' \"$HUNKWISE_PROMPT\" > {env}",
+                "printf '%s' \"$#\" > {argc}\nprintf '%s' \"$1\" > {arg1}\nprintf '%s' \"$HUNKGATE_PROMPT\" > {env}",
                 argc = out("argc").display(),
                 arg1 = out("arg1").display(),
                 env = out("envprompt").display(),
@@ -277,7 +277,7 @@ async fn the_prompt_is_exactly_one_argument_and_in_the_environment() {
 #[tokio::test]
 async fn the_agent_reports_status_and_publishes_its_own_suggestion() {
     let ws = Workspace::new(&[("src/a.txt", b"a\n"), ("other.txt", b"other\n")]).unwrap();
-    let bin = hunkwise_bin();
+    let bin = hunkgate_bin();
     let agent = ws
         .agent_script(
             "agent.sh",
@@ -373,7 +373,7 @@ async fn the_agent_reports_status_and_publishes_its_own_suggestion() {
     let out = ws.cli(&["publish", "-m", "x"]).unwrap();
     assert!(!out.status.success());
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("HUNKWISE_AGENT_TOKEN"),
+        String::from_utf8_lossy(&out.stderr).contains("HUNKGATE_AGENT_TOKEN"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );

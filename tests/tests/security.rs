@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use hunkwise_tests::curl::Curl;
-use hunkwise_tests::{hunk_id, mode_of, run_agent, wait_run_finished, Hub, Workspace, Ws};
+use hunkgate_tests::curl::Curl;
+use hunkgate_tests::{hunk_id, mode_of, run_agent, wait_run_finished, Hub, Workspace, Ws};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite;
 
@@ -219,15 +219,15 @@ async fn the_agent_token_only_reaches_the_agent_endpoints_of_its_run() {
             "agent.sh",
             &format!(
                 r#"out={out}
-code() {{ curl -s -o /dev/null -w '%{{http_code}}' -H "Authorization: Bearer $HUNKWISE_AGENT_TOKEN" "$@"; }}
+code() {{ curl -s -o /dev/null -w '%{{http_code}}' -H "Authorization: Bearer $HUNKGATE_AGENT_TOKEN" "$@"; }}
 json='Content-Type: application/json'
-echo "suggestions $(code "$HUNKWISE_URL/suggestions")" >> $out
-echo "feedback $(code -X POST -H "$json" --data '{{"suggestion_id":"x","hunk_id":"y","action":"accept"}}' "$HUNKWISE_URL/feedback")" >> $out
-echo "runs $(code -X POST -H "$json" --data '{{"prompt":"again","agent":"true"}}' "$HUNKWISE_URL/runs")" >> $out
-echo "events $(code "$HUNKWISE_URL/events?since=0")" >> $out
-echo "ws $(code -H 'Connection: Upgrade' -H 'Upgrade: websocket' -H 'Sec-WebSocket-Version: 13' -H 'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==' "$HUNKWISE_URL/ws")" >> $out
-echo "status $(code -X POST -H "$json" --data '{{"message":"hello from the agent"}}' "$HUNKWISE_URL/agent/status")" >> $out
-printf '%s' "$HUNKWISE_AGENT_TOKEN" > {token}
+echo "suggestions $(code "$HUNKGATE_URL/suggestions")" >> $out
+echo "feedback $(code -X POST -H "$json" --data '{{"suggestion_id":"x","hunk_id":"y","action":"accept"}}' "$HUNKGATE_URL/feedback")" >> $out
+echo "runs $(code -X POST -H "$json" --data '{{"prompt":"again","agent":"true"}}' "$HUNKGATE_URL/runs")" >> $out
+echo "events $(code "$HUNKGATE_URL/events?since=0")" >> $out
+echo "ws $(code -H 'Connection: Upgrade' -H 'Upgrade: websocket' -H 'Sec-WebSocket-Version: 13' -H 'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==' "$HUNKGATE_URL/ws")" >> $out
+echo "status $(code -X POST -H "$json" --data '{{"message":"hello from the agent"}}' "$HUNKGATE_URL/agent/status")" >> $out
+printf '%s' "$HUNKGATE_AGENT_TOKEN" > {token}
 echo changed > a.txt"#,
                 out = results.display(),
                 token = token_file.display(),
@@ -302,7 +302,7 @@ async fn the_agent_environment_is_scrubbed_unless_a_variable_is_passed_on() {
         )
         .unwrap();
     let template = format!("{} {{prompt}}", agent.display());
-    let secret = [("HUNKWISE_TEST_SECRET", "s3cret-value-123")];
+    let secret = [("HUNKGATE_TEST_SECRET", "s3cret-value-123")];
 
     let mut hub = ws.serve_env(&[], &secret).unwrap();
     let mut c = hub.ws().await.unwrap();
@@ -313,7 +313,7 @@ async fn the_agent_environment_is_scrubbed_unless_a_variable_is_passed_on() {
     let raw = std::fs::read_to_string(ws.path("env-one.txt")).unwrap();
     let names: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
     assert!(!raw.contains("s3cret-value-123"), "{raw}");
-    assert!(!names.contains(&"HUNKWISE_TEST_SECRET"));
+    assert!(!names.contains(&"HUNKGATE_TEST_SECRET"));
     assert!(
         !names.iter().any(|n| n.starts_with("GIT_")),
         "the hub's GIT_* variables stay with the hub: {names:?}"
@@ -323,9 +323,9 @@ async fn the_agent_environment_is_scrubbed_unless_a_variable_is_passed_on() {
         "the reviewer token never reaches the agent"
     );
     for (k, v) in [
-        ("HUNKWISE_PROMPT", "one"),
-        ("HUNKWISE_RUN_ID", run.as_str()),
-        ("HUNKWISE_URL", hub.url.as_str()),
+        ("HUNKGATE_PROMPT", "one"),
+        ("HUNKGATE_RUN_ID", run.as_str()),
+        ("HUNKGATE_URL", hub.url.as_str()),
     ] {
         assert!(
             env.contains(&(k.to_string(), v.to_string())),
@@ -336,20 +336,20 @@ async fn the_agent_environment_is_scrubbed_unless_a_variable_is_passed_on() {
         names.contains(&"PATH") && names.contains(&"HOME"),
         "{names:?}"
     );
-    assert!(names.contains(&"HUNKWISE_AGENT_TOKEN"));
+    assert!(names.contains(&"HUNKGATE_AGENT_TOKEN"));
 
     // Passed on by name, it arrives.
     hub.stop().unwrap();
     drop(c);
     let hub = ws
-        .serve_env(&["--agent-env", "HUNKWISE_TEST_SECRET"], &secret)
+        .serve_env(&["--agent-env", "HUNKGATE_TEST_SECRET"], &secret)
         .unwrap();
     let mut c = hub.ws().await.unwrap();
     let run = c.start_run("two", &template, None).await.unwrap();
     wait_run_finished(&hub, &run, SECS).await.unwrap();
     let env = env_of(&ws.path("env-two.txt"));
     assert!(
-        env.contains(&("HUNKWISE_TEST_SECRET".into(), "s3cret-value-123".into())),
+        env.contains(&("HUNKGATE_TEST_SECRET".into(), "s3cret-value-123".into())),
         "{env:?}"
     );
     assert!(!env.iter().any(|(k, _)| k.starts_with("GIT_")));

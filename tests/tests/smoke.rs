@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use hunkwise_tests::Workspace;
+use hunkgate_tests::Workspace;
 use serde_json::json;
 
 #[tokio::test]
@@ -14,7 +14,7 @@ async fn run_accept_lands_in_checkout() {
         .unwrap();
     let hub = ws.serve(&[]).unwrap();
     let mut client = hub.ws().await.unwrap();
-    let s = hunkwise_tests::run_agent(&hub, &mut client, &agent, "greet")
+    let s = hunkgate_tests::run_agent(&hub, &mut client, &agent, "greet")
         .await
         .unwrap();
     assert_eq!(s["hunk_count"], 1);

@@ -1,15 +1,15 @@
 -- The hub's built-in agent asks questions (clarify_user, against tests/src/fake_llm.rs). The
 -- first is asked live: announced, prompted for (vim.ui.input, stubbed since this runs
 -- headless) and answered "tabs". The second is asked while the plugin is away, found again by
--- the resync's run list, left open by a cancelled prompt, and skipped with :Hunkwise skip.
+-- the resync's run list, left open by a cancelled prompt, and skipped with :Hunkgate skip.
 local here = vim.fs.dirname(debug.getinfo(1, 'S').source:sub(2))
 local t = dofile(here .. '/helpers.lua')
 
 t.load_plugin()
-require('hunkwise').setup({
+require('hunkgate').setup({
   server = { state_dir = t.state, reconnect = { min_delay = 50, max_delay = 200 } },
 })
-local hub = require('hunkwise.hub')
+local hub = require('hunkgate.hub')
 
 -- What the user types into each prompt, in order; nil cancels.
 local prompts, typed = {}, { 'tabs', nil }
@@ -32,10 +32,10 @@ t.wait('the first question prompted for', function()
 end)
 t.eq('Tabs or spaces? ', prompts[1], 'the prompt is the question')
 t.wait('the question announced', function()
-  return t.note('^hunkwise: the agent asks %(run [^)]+%): Tabs or spaces%?\nAnswer with :Hunkwise answer')
+  return t.note('^hunkgate: the agent asks %(run [^)]+%): Tabs or spaces%?\nAnswer with :Hunkgate answer')
 end)
 t.wait('the answer sent', function()
-  return t.note('^hunkwise: answer sent$')
+  return t.note('^hunkgate: answer sent$')
 end)
 t.wait('no question waiting', function()
   return #waiting() == 0
@@ -63,16 +63,16 @@ t.wait('the second question found by the resync and prompted for', function()
 end)
 t.eq('Which license? ', prompts[2])
 t.wait('told how to answer later', function()
-  return t.note('^hunkwise: the question stays open: :Hunkwise answer {text}, or :Hunkwise skip')
+  return t.note('^hunkgate: the question stays open: :Hunkgate answer {text}, or :Hunkgate skip')
 end)
 t.eq(1, #waiting(), 'a cancelled prompt skips nothing')
 t.eq('Which license?', waiting()[1].question)
 t.wait('the statusline says a question waits', function()
-  return require('hunkwise').statusline():find('question waiting', 1, true)
+  return require('hunkgate').statusline():find('question waiting', 1, true)
 end)
 
-vim.cmd('Hunkwise skip')
+vim.cmd('Hunkgate skip')
 t.wait('the question skipped', function()
-  return #waiting() == 0 and t.note('^hunkwise: question skipped')
+  return #waiting() == 0 and t.note('^hunkgate: question skipped')
 end)
 t.log('done')

@@ -1,12 +1,12 @@
 -- Shared by the end-to-end scenarios, which run in a headless Neovim started by
 -- tests/tests/nvim.rs against a real hub. Everything waits on conditions (vim.wait), never on
 -- fixed sleeps. Environment:
---   HUNKWISE_TEST_OUT    a directory for markers shared with the Rust side
---   HUNKWISE_TEST_STATE  the hub's --state-dir (unset: the plugin must find the default one)
+--   HUNKGATE_TEST_OUT    a directory for markers shared with the Rust side
+--   HUNKGATE_TEST_STATE  the hub's --state-dir (unset: the plugin must find the default one)
 local M = {}
 
-M.out = assert(vim.env.HUNKWISE_TEST_OUT, 'HUNKWISE_TEST_OUT is not set')
-M.state = vim.env.HUNKWISE_TEST_STATE
+M.out = assert(vim.env.HUNKGATE_TEST_OUT, 'HUNKGATE_TEST_OUT is not set')
+M.state = vim.env.HUNKGATE_TEST_STATE
 M.notes = {} ---@type {msg: string, level: integer}[]
 
 function M.log(...)
@@ -25,7 +25,7 @@ vim.notify = function(msg, level)
 end
 
 local function describe_state()
-  local ok, hub = pcall(require, 'hunkwise.hub')
+  local ok, hub = pcall(require, 'hunkgate.hub')
   local lines = { 'notifications:' }
   for _, n in ipairs(M.notes) do
     lines[#lines + 1] = '  ' .. n.msg
@@ -110,13 +110,13 @@ end
 
 --- Load the plugin as lazy.nvim would (-u NONE skips plugin/ scripts).
 function M.load_plugin()
-  vim.cmd.runtime('plugin/hunkwise.lua')
-  assert(vim.fn.exists(':Hunkwise') == 2, ':Hunkwise is not defined')
+  vim.cmd.runtime('plugin/hunkgate.lua')
+  assert(vim.fn.exists(':Hunkgate') == 2, ':Hunkgate is not defined')
 end
 
----@return hunkwise.Suggestion
+---@return hunkgate.Suggestion
 function M.only_suggestion()
-  local list = require('hunkwise.hub').store:list()
+  local list = require('hunkgate.hub').store:list()
   assert(#list == 1, ('expected one suggestion, have %d'):format(#list))
   return list[1]
 end
@@ -124,7 +124,7 @@ end
 ---@param sid string
 ---@param hid string
 function M.hunk_state(sid, hid)
-  local s = require('hunkwise.hub').store:get(sid)
+  local s = require('hunkgate.hub').store:get(sid)
   for _, h in ipairs(s and s.hunks or {}) do
     if h.id == hid then
       return h.state
@@ -133,9 +133,9 @@ function M.hunk_state(sid, hid)
 end
 
 --- The review's current hunk.
----@return hunkwise.Hunk?
+---@return hunkgate.Hunk?
 function M.current()
-  local _, _, h = require('hunkwise.review').current()
+  local _, _, h = require('hunkgate.review').current()
   return h
 end
 

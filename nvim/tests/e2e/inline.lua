@@ -1,44 +1,44 @@
--- Inline review (extmarks in the real buffer + quickfix list), :Hunkwise commands and their
--- completion, and :checkhealth hunkwise against a live hub.
+-- Inline review (extmarks in the real buffer + quickfix list), :Hunkgate commands and their
+-- completion, and :checkhealth hunkgate against a live hub.
 local here = vim.fs.dirname(debug.getinfo(1, 'S').source:sub(2))
 local t = dofile(here .. '/helpers.lua')
 local root = vim.uv.fs_realpath(vim.fn.getcwd())
 
 t.load_plugin()
-require('hunkwise').setup({
+require('hunkgate').setup({
   server = { state_dir = t.state, reconnect = { min_delay = 50, max_delay = 500 } },
   ui = { style = 'inline' },
 })
-local hub = require('hunkwise.hub')
-local inline_ns = require('hunkwise.ui.inline').ns
+local hub = require('hunkgate.hub')
+local inline_ns = require('hunkgate.ui.inline').ns
 
 vim.cmd('edit doc.md')
 local buf = vim.api.nvim_get_current_buf()
 local win = vim.api.nvim_get_current_win()
 t.wait('synced', hub.synced)
 
-local subs = vim.fn.getcompletion('Hunkwise ', 'cmdline')
+local subs = vim.fn.getcompletion('Hunkgate ', 'cmdline')
 local all = { 'connect', 'disconnect', 'review', 'list', 'run', 'accept', 'reject', 'modify' }
 vim.list_extend(all, { 'accept_all', 'reject_all', 'complete', 'discard', 'undo', 'status' })
 for _, want in ipairs(all) do
   t.eq(true, vim.tbl_contains(subs, want), 'completion offers ' .. want)
 end
-t.eq({ 'accept', 'accept_all' }, vim.fn.getcompletion('Hunkwise acc', 'cmdline'), 'completion by prefix')
+t.eq({ 'accept', 'accept_all' }, vim.fn.getcompletion('Hunkgate acc', 'cmdline'), 'completion by prefix')
 
-vim.cmd('Hunkwise run tidy the doc')
+vim.cmd('Hunkgate run tidy the doc')
 t.wait('ready', function()
   return t.note('^Suggestion ready: tidy the doc %(2 hunks in 1 file%)')
 end, 30000)
 local s = t.only_suggestion()
-t.eq({ s.id }, vim.fn.getcompletion('Hunkwise review ' .. s.id:sub(1, 4), 'cmdline'), 'review completes ids')
+t.eq({ s.id }, vim.fn.getcompletion('Hunkgate review ' .. s.id:sub(1, 4), 'cmdline'), 'review completes ids')
 
--- :Hunkwise list offers the open suggestions; picking one opens its review.
+-- :Hunkgate list offers the open suggestions; picking one opens its review.
 local offered
 vim.ui.select = function(items, opts, on_choice)
   offered = vim.tbl_map(opts.format_item, items)
   on_choice(items[1])
 end
-vim.cmd('Hunkwise list')
+vim.cmd('Hunkgate list')
 t.eq({ s.id:sub(1, 8) .. '  tidy the doc (0/2 reviewed)' }, offered, 'list entries')
 t.eq(win, vim.api.nvim_get_current_win(), 'review stays in the editing window')
 t.eq(buf, vim.api.nvim_get_current_buf(), 'on doc.md')
@@ -47,7 +47,7 @@ local function marks()
 end
 local deleted, added = {}, {}
 for _, m in ipairs(marks()) do
-  if m[4].line_hl_group == 'HunkwiseDelete' then
+  if m[4].line_hl_group == 'HunkgateDelete' then
     deleted[#deleted + 1] = m[2]
   end
   for _, vl in ipairs(m[4].virt_lines or {}) do
@@ -58,7 +58,7 @@ t.eq({ 2 }, deleted, 'line 3 marked as removed (row 2)')
 t.eq({ '+ line three' }, added, 'the new line shown as a virtual line')
 t.eq(3, vim.api.nvim_win_get_cursor(0)[1], 'cursor on the hunk')
 local qf = vim.fn.getqflist({ title = 0, items = 0 })
-t.eq('hunkwise: tidy the doc', qf.title, 'quickfix title')
+t.eq('hunkgate: tidy the doc', qf.title, 'quickfix title')
 t.eq(2, #qf.items, 'one quickfix entry per hunk')
 t.eq(win, vim.api.nvim_get_current_win(), 'quickfix opened without taking focus')
 
@@ -68,7 +68,7 @@ t.wait('first hunk accepted and the buffer reloaded', function()
 end)
 t.wait('overlay moved to the second hunk', function()
   for _, m in ipairs(marks()) do
-    if m[4].line_hl_group == 'HunkwiseDelete' and m[2] == 17 then
+    if m[4].line_hl_group == 'HunkgateDelete' and m[2] == 17 then
       return true
     end
   end
@@ -78,7 +78,7 @@ vim.api.nvim_buf_set_lines(buf, 16, 17, false, { 'line 17, edited by the user' }
 vim.cmd('silent write')
 t.feed('<leader>sa')
 t.wait('conflict reported', function()
-  return t.note('^hunkwise: apply_failed: doc%.md') and hub.store:get(s.id).hunks[2].state == 'conflict'
+  return t.note('^hunkgate: apply_failed: doc%.md') and hub.store:get(s.id).hunks[2].state == 'conflict'
 end)
 t.wait('conflict shown in the overlay', function()
   for _, m in ipairs(marks()) do
@@ -96,21 +96,21 @@ t.wait('second hunk rejected', function()
 end)
 t.eq('line 18', t.buf_lines(buf)[18], 'rejected hunk not written')
 
-vim.cmd('Hunkwise status')
+vim.cmd('Hunkgate status')
 t.wait('status shows the connection', function()
-  return t.note('^hunkwise: synced to http://127%.0%.0%.1:%d+')
+  return t.note('^hunkgate: synced to http://127%.0%.0%.1:%d+')
 end)
 
-vim.cmd('Hunkwise complete')
+vim.cmd('Hunkgate complete')
 t.wait('completed', function()
-  return t.note('^hunkwise: completed "tidy the doc": 1 of 2 hunks applied') and #hub.store:list() == 0
+  return t.note('^hunkgate: completed "tidy the doc": 1 of 2 hunks applied') and #hub.store:list() == 0
 end)
 t.eq({}, vim.api.nvim_buf_get_keymap(buf, 'n'), 'inline keymaps removed from the buffer')
 t.eq(0, #marks(), 'overlay cleared')
 
-vim.cmd('checkhealth hunkwise')
+vim.cmd('checkhealth hunkgate')
 local report = table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\n')
-for _, want in ipairs({ 'Neovim', 'token: ', 'hub hunkwise', 'the hub accepts the token' }) do
+for _, want in ipairs({ 'Neovim', 'token: ', 'hub hunkgate', 'the hub accepts the token' }) do
   if not report:find(want, 1, true) then
     error(('checkhealth lacks %q:\n%s'):format(want, report))
   end

@@ -7,8 +7,8 @@ local root = vim.uv.fs_realpath(vim.fn.getcwd())
 
 t.load_plugin()
 -- No state_dir: the plugin finds the hub's default state dir for this repository.
-require('hunkwise').setup({ server = { reconnect = { min_delay = 50, max_delay = 200 } } })
-local hub = require('hunkwise.hub')
+require('hunkgate').setup({ server = { reconnect = { min_delay = 50, max_delay = 200 } } })
+local hub = require('hunkgate.hub')
 
 vim.cmd('edit y.txt')
 vim.cmd('edit x.txt')
@@ -27,7 +27,7 @@ t.wait('noticed the hub went away', function()
   return hub.state == 'disconnected'
 end)
 t.wait('statusline says offline', function()
-  return require('hunkwise').statusline():find('offline', 1, true)
+  return require('hunkgate').statusline():find('offline', 1, true)
 end)
 t.mark('offline-1')
 

@@ -6,10 +6,10 @@ local t = dofile(here .. '/helpers.lua')
 local root = vim.uv.fs_realpath(vim.fn.getcwd())
 
 t.load_plugin()
-require('hunkwise').setup({
+require('hunkgate').setup({
   server = { state_dir = t.state, reconnect = { min_delay = 50, max_delay = 500 } },
 })
-local hub = require('hunkwise.hub')
+local hub = require('hunkgate.hub')
 
 -- Buffers for the files the agent will change, so reloads can be seen.
 vim.cmd('edit b.txt')
@@ -20,17 +20,17 @@ t.eq('dos', vim.bo[cbuf].fileformat, 'c.txt is a CRLF file')
 
 t.wait('connected and synced', hub.synced)
 
--- :'<,'>Hunkwise run from a linewise selection of lines 1-3.
-t.feed('ggVjj:Hunkwise run make it louder<CR>')
+-- :'<,'>Hunkgate run from a linewise selection of lines 1-3.
+t.feed('ggVjj:Hunkgate run make it louder<CR>')
 t.wait('run started', function()
-  return t.note('^hunkwise: run %S+ started')
+  return t.note('^hunkgate: run %S+ started')
 end)
 t.wait('ready notification', function()
   return t.note('^Suggestion ready:')
 end, 30000)
 local s = t.only_suggestion()
 t.eq('Suggestion ready: make it louder (5 hunks in 4 files)', t.note('^Suggestion ready:'), 'notification text')
-t.eq('hunkwise: 5 pending', require('hunkwise').statusline():match('^hunkwise: %d+ pending'), 'statusline')
+t.eq('hunkgate: 5 pending', require('hunkgate').statusline():match('^hunkgate: %d+ pending'), 'statusline')
 
 local ids = vim.tbl_map(function(h)
   return h.file .. ':' .. h.index
@@ -42,7 +42,7 @@ end
 
 -- <leader>sr opens the float on the first hunk.
 t.feed('<leader>sr')
-local sess = require('hunkwise.review').session
+local sess = require('hunkgate.review').session
 t.wait('review window', function()
   return sess and sess.view:is_open()
 end)
@@ -51,12 +51,12 @@ t.eq(view.win, vim.api.nvim_get_current_win(), 'the review window has focus')
 t.eq(hid('a.txt:0'), t.current().id, 'first hunk')
 local lines = t.buf_lines(view.buf)
 t.eq(true, vim.tbl_contains(lines, 'LINE 2') and vim.tbl_contains(lines, 'line 2'), 'both sides shown: ' .. vim.inspect(lines))
-local marks = vim.api.nvim_buf_get_extmarks(view.buf, require('hunkwise.ui.common').ns, 0, -1, { details = true })
+local marks = vim.api.nvim_buf_get_extmarks(view.buf, require('hunkgate.ui.common').ns, 0, -1, { details = true })
 local groups = {}
 for _, m in ipairs(marks) do
   groups[m[4].line_hl_group or ''] = true
 end
-t.eq(true, groups.HunkwiseAdd and groups.HunkwiseDelete, 'added and removed lines highlighted')
+t.eq(true, groups.HunkgateAdd and groups.HunkgateDelete, 'added and removed lines highlighted')
 local title = vim.api.nvim_win_get_config(view.win).title
 t.eq('make it louder', vim.trim(type(title) == 'table' and title[1][1] or title), 'float title')
 
@@ -79,7 +79,7 @@ end)
 t.eq('LINE 2', vim.split(t.read(root .. '/a.txt'), '\n')[2], 'a.txt on disk')
 t.wait_current(hid('a.txt:1'))
 t.wait('statusline counts the decision', function()
-  return require('hunkwise').statusline():find('4 pending', 1, true)
+  return require('hunkgate').statusline():find('4 pending', 1, true)
 end)
 
 -- u undoes the last decision (the current hunk is pending) and goes back to it.
@@ -161,10 +161,10 @@ t.eq('new file\n', t.read(root .. '/new.txt'), 'new.txt on disk')
 -- <CR> completes; the review closes and the suggestion is gone.
 t.feed('<CR>')
 t.wait('completed', function()
-  return t.note('^hunkwise: completed') and #hub.store:list() == 0
+  return t.note('^hunkgate: completed') and #hub.store:list() == 0
 end)
 t.wait('review closed', function()
   return not view:is_open()
 end)
-t.eq('', require('hunkwise').statusline(), 'nothing pending')
+t.eq('', require('hunkgate').statusline(), 'nothing pending')
 t.log('done')

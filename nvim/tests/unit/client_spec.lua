@@ -1,5 +1,5 @@
 -- The protocol client against a scripted transport and a manual clock.
-local client_mod = require('hunkwise.client')
+local client_mod = require('hunkgate.client')
 
 local function harness(opts)
   opts = opts or {}
@@ -100,7 +100,7 @@ local function synced(h, epoch, seq)
   h.client:connect()
   local c = h.conns[#h.conns]
   c.open()
-  c.recv({ type = 'hello', service = 'hunkwise', protocol = 1, seq = seq, epoch = epoch })
+  c.recv({ type = 'hello', service = 'hunkgate', protocol = 1, seq = seq, epoch = epoch })
   eq('list', c.last().type)
   c.reply({ suggestions = { { id = 's1' } } })
   eq({ type = 'get', suggestionId = 's1' }, { type = c.last().type, suggestionId = c.last().suggestionId })

@@ -1,4 +1,4 @@
-local diff = require('hunkwise.diff')
+local diff = require('hunkgate.diff')
 
 local function hunk(text)
   return assert(diff.parse(text))

@@ -1,4 +1,4 @@
-local nav = require('hunkwise.nav')
+local nav = require('hunkgate.nav')
 
 local function hunks(states)
   local out = {}

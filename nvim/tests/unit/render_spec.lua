@@ -1,4 +1,4 @@
-local common = require('hunkwise.ui.common')
+local common = require('hunkgate.ui.common')
 
 test('render: code without the +/- column, marks for changed lines', function()
   local r = common.render({ kind = 'modify', diff = '@@ -1,3 +1,3 @@\n a\r\n-b\r\n+B\r\n c\r\n' })

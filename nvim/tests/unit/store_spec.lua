@@ -1,7 +1,7 @@
-local store_mod = require('hunkwise.store')
-local notify = require('hunkwise.notify')
-local prompt = require('hunkwise.prompt')
-local config = require('hunkwise.config')
+local store_mod = require('hunkgate.store')
+local notify = require('hunkgate.notify')
+local prompt = require('hunkgate.prompt')
+local config = require('hunkgate.config')
 
 local function suggestion()
   return {
@@ -120,10 +120,10 @@ test('config: defaults, validation, and the hub state dir formula', function()
   local dir = vim.fn.tempname()
   vim.fn.mkdir(dir .. '/my repo', 'p')
   local real = vim.uv.fs_realpath(dir .. '/my repo')
-  local want = ('/state/hunkwise/my repo-%s'):format(vim.fn.sha256(real):sub(1, 12))
+  local want = ('/state/hunkgate/my repo-%s'):format(vim.fn.sha256(real):sub(1, 12))
   eq(want, config.default_state_dir(dir .. '/my repo', { XDG_STATE_HOME = '/state' }))
   eq(
-    ('/home/u/.local/state/hunkwise/my repo-%s'):format(vim.fn.sha256(real):sub(1, 12)),
+    ('/home/u/.local/state/hunkgate/my repo-%s'):format(vim.fn.sha256(real):sub(1, 12)),
     config.default_state_dir(dir .. '/my repo', { HOME = '/home/u' })
   )
   vim.fn.delete(dir, 'rf')

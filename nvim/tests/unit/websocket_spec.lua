@@ -1,4 +1,4 @@
-local ws = require('hunkwise.websocket')
+local ws = require('hunkgate.websocket')
 
 local function hex(s)
   return (s:gsub('.', function(c)

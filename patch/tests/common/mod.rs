@@ -170,9 +170,9 @@ pub fn pick(n: usize, mask: &[bool], keys: &[u32]) -> (Vec<usize>, Vec<usize>) {
 /// applied hunks that sit above it.
 pub fn apply_in_order(
     old: &str,
-    hunks: &[hunkwise_patch::Hunk],
+    hunks: &[hunkgate_patch::Hunk],
     order: &[usize],
-) -> Result<String, hunkwise_patch::ApplyError> {
+) -> Result<String, hunkgate_patch::ApplyError> {
     let mut text = old.to_owned();
     let mut applied: Vec<usize> = Vec::new();
     for &i in order {
@@ -181,7 +181,7 @@ pub fn apply_in_order(
             .filter(|&&j| hunks[j].old_start < hunks[i].old_start)
             .map(|&j| hunks[j].delta())
             .sum();
-        text = hunkwise_patch::apply_hunk(&text, &hunks[i], offset)?.text;
+        text = hunkgate_patch::apply_hunk(&text, &hunks[i], offset)?.text;
         applied.push(i);
     }
     Ok(text)

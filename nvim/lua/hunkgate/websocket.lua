@@ -136,13 +136,13 @@ function M.close_payload(code, reason)
   return string.char(rshift(code, 8), band(code, 255)) .. (reason or ''):sub(1, 123)
 end
 
----@class hunkwise.WsEvent
+---@class hunkgate.WsEvent
 ---@field kind 'text'|'binary'|'ping'|'pong'|'close'
 ---@field data string
 ---@field code? integer close code (1005 when the frame had none)
 ---@field reason? string
 
----@class hunkwise.WsDecoder
+---@class hunkgate.WsDecoder
 ---@field private buf string
 ---@field private pos integer
 ---@field private pending string[]
@@ -158,7 +158,7 @@ Decoder.__index = Decoder
 --- Incremental frame parser: feed it bytes as they arrive, get whole messages and control
 --- frames back. Fragments are reassembled; control frames may arrive between them.
 ---@param opts? {max_message?: integer}
----@return hunkwise.WsDecoder
+---@return hunkgate.WsDecoder
 function M.decoder(opts)
   opts = opts or {}
   return setmetatable({
@@ -176,7 +176,7 @@ end
 
 --- Error codes are WebSocket close codes: 1002 protocol error, 1009 message too big.
 ---@param data string?
----@return hunkwise.WsEvent[]? events
+---@return hunkgate.WsEvent[]? events
 ---@return string? err
 ---@return integer? close_code
 function Decoder:feed(data)
@@ -276,7 +276,7 @@ function Decoder:feed(data)
   end
 end
 
----@class hunkwise.Url
+---@class hunkgate.Url
 ---@field scheme string
 ---@field host string
 ---@field port integer
@@ -284,7 +284,7 @@ end
 
 --- Split an http(s)/ws(s) URL; only plain ws/http are supported (the hub is local).
 ---@param url string
----@return hunkwise.Url? parsed
+---@return hunkgate.Url? parsed
 ---@return string? err
 function M.parse_url(url)
   local scheme, rest = url:match('^(%a+)://(.+)$')
@@ -310,14 +310,14 @@ function M.parse_url(url)
 end
 
 --- The Host header value for `u` (the hub checks it against its own address).
----@param u hunkwise.Url
+---@param u hunkgate.Url
 function M.host_header(u)
   local host = u.host:find(':', 1, true) and ('[' .. u.host .. ']') or u.host
   return ('%s:%d'):format(host, u.port)
 end
 
 --- The opening handshake request. Never sends Origin: the hub refuses browsers' requests by it.
----@param u hunkwise.Url
+---@param u hunkgate.Url
 ---@param key string
 ---@param headers? table<string, string>
 ---@return string
@@ -338,14 +338,14 @@ function M.handshake_request(u, key, headers)
   return table.concat(lines, '\r\n') .. '\r\n\r\n'
 end
 
----@class hunkwise.HttpHead
+---@class hunkgate.HttpHead
 ---@field status integer
 ---@field headers table<string, string> lower-cased names
 ---@field rest string bytes after the header block
 
 --- Parse an HTTP response head; nil while the blank line has not arrived yet.
 ---@param buf string
----@return hunkwise.HttpHead? head
+---@return hunkgate.HttpHead? head
 ---@return string? err
 function M.parse_response_head(buf)
   local stop = buf:find('\r\n\r\n', 1, true)
@@ -366,7 +366,7 @@ function M.parse_response_head(buf)
 end
 
 --- Check a 101 answer against RFC 6455 §4.1.
----@param head hunkwise.HttpHead
+---@param head hunkgate.HttpHead
 ---@param key string
 ---@return boolean ok
 ---@return string? err
@@ -418,11 +418,11 @@ function M.tcp_connect(host, port, cb)
   end)
 end
 
----@class hunkwise.Transport
+---@class hunkgate.Transport
 ---@field send fun(text: string): boolean, string?
 ---@field close fun(code?: integer, reason?: string)
 
----@class hunkwise.WsHandlers
+---@class hunkgate.WsHandlers
 ---@field on_open? fun()
 ---@field on_message? fun(text: string)
 ---@field on_close? fun(info: {code: integer, reason: string, err?: string, status?: integer, body?: string})
@@ -430,8 +430,8 @@ end
 --- Open a WebSocket. See the module comment for the interface.
 ---@param url string ws:// or http:// URL of the endpoint
 ---@param opts? {headers?: table<string,string>, timeout?: integer, ping_interval?: integer, max_message?: integer}
----@param handlers hunkwise.WsHandlers
----@return hunkwise.Transport
+---@param handlers hunkgate.WsHandlers
+---@return hunkgate.Transport
 function M.connect(url, opts, handlers)
   opts = opts or {}
   local uv = vim.uv
@@ -555,7 +555,7 @@ function M.connect(url, opts, handlers)
           return finish({ code = 1006, err = 'no answer to keepalive ping' })
         end
         heard = false
-        write(M.encode(M.OP.PING, 'hunkwise'))
+        write(M.encode(M.OP.PING, 'hunkgate'))
       end)
       emit('on_open')
       chunk = head.rest

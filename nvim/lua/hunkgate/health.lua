@@ -1,19 +1,19 @@
---- :checkhealth hunkwise
+--- :checkhealth hunkgate
 local M = {}
 
 function M.check()
   local health = vim.health
-  local config = require('hunkwise.config')
+  local config = require('hunkgate.config')
   local cfg = config.get()
 
-  health.start('hunkwise: Neovim')
+  health.start('hunkgate: Neovim')
   if vim.fn.has('nvim-0.10') == 1 then
     health.ok(('Neovim %s'):format(tostring(vim.version())))
   else
     health.error('Neovim 0.10 or newer is required', { 'Upgrade Neovim' })
   end
 
-  health.start('hunkwise: hub')
+  health.start('hunkgate: hub')
   local root = config.repo_root(vim.fn.getcwd())
   if root then
     health.info('repository: ' .. root)
@@ -25,7 +25,7 @@ function M.check()
   local ep, err = config.endpoint(cfg)
   if not ep then
     health.error(err or 'cannot find the hub', {
-      'Start the hub in this repository: hunkwise serve',
+      'Start the hub in this repository: hunkgate serve',
       'Or point server.state_dir / server.token_file at its state dir',
     })
     return
@@ -38,12 +38,12 @@ function M.check()
     health.ok('token: ' .. ep.token_file)
   end
 
-  local http = require('hunkwise.http')
+  local http = require('hunkgate.http')
   local herr, reply = http.request_sync('GET', ep.url .. '/health')
   if herr or not reply then
     health.error(
       ('hub not reachable at %s: %s'):format(ep.url, herr or 'no reply'),
-      { 'Is `hunkwise serve` running?' }
+      { 'Is `hunkgate serve` running?' }
     )
     return
   end
@@ -68,11 +68,11 @@ function M.check()
     })
   end
 
-  local hub = package.loaded['hunkwise.hub']
+  local hub = package.loaded['hunkgate.hub']
   if hub and hub.client then
     health.info(('connection: %s'):format(hub.state))
   else
-    health.info('not connected (setup() with server.auto_connect, or :Hunkwise connect)')
+    health.info('not connected (setup() with server.auto_connect, or :Hunkgate connect)')
   end
 end
 

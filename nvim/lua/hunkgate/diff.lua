@@ -2,17 +2,17 @@
 --- hunk's old lines in a buffer. No I/O and no editor state, so it is unit-tested directly.
 local M = {}
 
----@class hunkwise.DiffLine
+---@class hunkgate.DiffLine
 ---@field kind ' '|'-'|'+'
 ---@field text string line content without its terminator (and without a CRLF file's "\r")
 ---@field eol boolean false when the line is the last of its side and has no newline
 
----@class hunkwise.ParsedHunk
+---@class hunkgate.ParsedHunk
 ---@field old_start integer
 ---@field old_len integer
 ---@field new_start integer
 ---@field new_len integer
----@field lines hunkwise.DiffLine[]
+---@field lines hunkgate.DiffLine[]
 ---@field crlf boolean some line carried a "\r" before its newline
 
 ---@return integer? old_start, integer? old_len, integer? new_start, integer? new_len
@@ -27,7 +27,7 @@ end
 
 --- Parse the text of one hunk as the hub sends it (header first, body lines after).
 ---@param text string
----@return hunkwise.ParsedHunk? hunk
+---@return hunkgate.ParsedHunk? hunk
 ---@return string? err
 function M.parse(text)
   local rows = vim.split(text, '\n', { plain = true })
@@ -43,7 +43,7 @@ function M.parse(text)
   if not os then
     return nil, 'no "@@" hunk header'
   end
-  ---@type hunkwise.ParsedHunk
+  ---@type hunkgate.ParsedHunk
   local hunk = { old_start = os, old_len = ol, new_start = ns, new_len = nl, lines = {}, crlf = false }
   local old_n, new_n = 0, 0
   for i = first, #rows do
@@ -80,9 +80,9 @@ function M.parse(text)
   return hunk
 end
 
----@param hunk hunkwise.ParsedHunk
+---@param hunk hunkgate.ParsedHunk
 ---@param side 'old'|'new'
----@return hunkwise.DiffLine[]
+---@return hunkgate.DiffLine[]
 function M.side(hunk, side)
   local skip = side == 'old' and '+' or '-'
   local out = {}
@@ -94,7 +94,7 @@ function M.side(hunk, side)
   return out
 end
 
----@param hunk hunkwise.ParsedHunk
+---@param hunk hunkgate.ParsedHunk
 ---@param side 'old'|'new'
 ---@return string[]
 function M.side_text(hunk, side)
@@ -108,7 +108,7 @@ local function same(a, b)
 end
 
 --- The unified text of a hunk: header, body, "\ No newline" markers.
----@param hunk hunkwise.ParsedHunk
+---@param hunk hunkgate.ParsedHunk
 ---@return string
 function M.format(hunk)
   local out = {
@@ -129,9 +129,9 @@ end
 --- file exactly), so the result covers the same old range. Lines the edit kept at either end
 --- become context; everything between is one remove block followed by one add block. That is
 --- not a minimal diff, but it is exact, and the hub only needs exactness.
----@param hunk hunkwise.ParsedHunk
+---@param hunk hunkgate.ParsedHunk
 ---@param edited string[] the new side as the user left it (no line terminators)
----@return hunkwise.ParsedHunk
+---@return hunkgate.ParsedHunk
 function M.build_modified(hunk, edited)
   local old = M.side(hunk, 'old')
   local orig_new = M.side(hunk, 'new')
@@ -191,7 +191,7 @@ function M.build_modified(hunk, edited)
   }
 end
 
----@param hunk hunkwise.ParsedHunk
+---@param hunk hunkgate.ParsedHunk
 ---@return boolean
 function M.has_changes(hunk)
   for _, l in ipairs(hunk.lines) do
@@ -218,10 +218,10 @@ end
 
 --- What an edit of the new side amounts to: the agent's hunk unchanged, no change at all, or a
 --- modified hunk.
----@param hunk hunkwise.ParsedHunk
+---@param hunk hunkgate.ParsedHunk
 ---@param edited string[]
 ---@return 'accept'|'noop'|'modify' what
----@return hunkwise.ParsedHunk? modified
+---@return hunkgate.ParsedHunk? modified
 function M.classify_edit(hunk, edited)
   if equal_lists(edited, M.side_text(hunk, 'new')) then
     return 'accept'

@@ -1,11 +1,11 @@
 --- The scratch buffer where a hunk's new side is edited before accepting it. Writing it
 --- (`:w`) is the accept: an 'acwrite' buffer hands the write to us, so the usual
 --- "unsaved changes" protection applies to the edit too.
-local common = require('hunkwise.ui.common')
+local common = require('hunkgate.ui.common')
 
 local M = {}
 
----@class hunkwise.EditOpts
+---@class hunkgate.EditOpts
 ---@field name string buffer name
 ---@field file string the hunk's file (for highlighting)
 ---@field lines string[] the new side to start from
@@ -15,7 +15,7 @@ local M = {}
 ---@field on_close? fun() after the window closes
 
 --- Open the edit float and focus it.
----@param opts hunkwise.EditOpts
+---@param opts hunkgate.EditOpts
 ---@return integer buf
 ---@return integer win
 function M.open(opts)

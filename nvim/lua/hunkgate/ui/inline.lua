@@ -1,13 +1,13 @@
 --- Inline review: the current hunk overlaid on the real buffer with extmarks (removed lines
 --- highlighted in place, added lines as virtual lines), and every hunk in a quickfix list.
-local common = require('hunkwise.ui.common')
-local diff = require('hunkwise.diff')
-local nav = require('hunkwise.nav')
+local common = require('hunkgate.ui.common')
+local diff = require('hunkgate.diff')
+local nav = require('hunkgate.nav')
 
-local ns = vim.api.nvim_create_namespace('hunkwise_inline')
+local ns = vim.api.nvim_create_namespace('hunkgate_inline')
 
----@class hunkwise.InlineView
----@field cfg hunkwise.Config
+---@class hunkgate.InlineView
+---@field cfg hunkgate.Config
 ---@field win integer? the window the review uses
 ---@field buf integer? the buffer currently decorated and mapped
 ---@field maps table?
@@ -17,8 +17,8 @@ Inline.__index = Inline
 
 local M = { ns = ns }
 
----@param cfg hunkwise.Config
----@return hunkwise.InlineView
+---@param cfg hunkgate.Config
+---@return hunkgate.InlineView
 function M.new(cfg)
   return setmetatable({ cfg = cfg }, Inline)
 end
@@ -67,8 +67,8 @@ end
 
 --- Shift of the applied hunks above `h` in the same file, so its old lines are looked for
 --- where they are now.
----@param s hunkwise.Suggestion
----@param h hunkwise.Hunk
+---@param s hunkgate.Suggestion
+---@param h hunkgate.Hunk
 local function shift_for(s, h)
   local applied = {}
   for _, o in ipairs(s.hunks) do
@@ -96,7 +96,7 @@ local function first_change_text(h)
   return ''
 end
 
----@param ctx hunkwise.ViewCtx
+---@param ctx hunkgate.ViewCtx
 function Inline:_quickfix(ctx)
   local s = ctx.suggestion
   local items = {}
@@ -106,10 +106,10 @@ function Inline:_quickfix(ctx)
       filename = ctx.root .. '/' .. h.file,
       lnum = math.max(1, hd.new_start or hd.old_start or 1),
       text = ('[%s] %s'):format(h.state, first_change_text(h)),
-      user_data = { hunkwise = h.id },
+      user_data = { hunkgate = h.id },
     }
   end
-  local what = { title = 'hunkwise: ' .. (s.description or ''), items = items, idx = ctx.index }
+  local what = { title = 'hunkgate: ' .. (s.description or ''), items = items, idx = ctx.index }
   local existing = self.qf_id and vim.fn.getqflist({ id = self.qf_id }).id or 0
   if existing ~= 0 then
     what.id = self.qf_id
@@ -123,7 +123,7 @@ function Inline:_quickfix(ctx)
   end
 end
 
----@param ctx hunkwise.ViewCtx
+---@param ctx hunkgate.ViewCtx
 function Inline:show(ctx)
   local h = ctx.hunk
   self.win = target_window(self.win)
@@ -132,7 +132,7 @@ function Inline:show(ctx)
   if vim.fs.normalize(vim.api.nvim_buf_get_name(0)) ~= vim.fs.normalize(path) then
     local ok, err = pcall(vim.cmd.edit, vim.fn.fnameescape(path))
     if not ok then
-      vim.notify('hunkwise: ' .. tostring(err), vim.log.levels.WARN)
+      vim.notify('hunkgate: ' .. tostring(err), vim.log.levels.WARN)
       return
     end
   end
@@ -147,8 +147,8 @@ function Inline:show(ctx)
   self:_quickfix(ctx)
 
   local p = nav.is_modifiable(h.kind) and diff.parse(h.diff or '') or nil
-  local text = (' hunkwise %d/%d [%s] '):format(ctx.index, #ctx.suggestion.hunks, h.state)
-  local label = { { text, 'HunkwiseDescription' } }
+  local text = (' hunkgate %d/%d [%s] '):format(ctx.index, #ctx.suggestion.hunks, h.state)
+  local label = { { text, 'HunkgateDescription' } }
   if not p then
     vim.api.nvim_buf_set_extmark(buf, ns, 0, 0, { virt_lines_above = true, virt_lines = { label } })
     return
@@ -169,7 +169,7 @@ function Inline:show(ctx)
   if applied then
     for i = 0, #side - 1 do
       if row + i < #lines then
-        vim.api.nvim_buf_set_extmark(buf, ns, row + i, 0, { sign_text = '✓', sign_hl_group = 'HunkwiseAddSign' })
+        vim.api.nvim_buf_set_extmark(buf, ns, row + i, 0, { sign_text = '✓', sign_hl_group = 'HunkgateAddSign' })
       end
     end
     first_row = row
@@ -189,15 +189,15 @@ function Inline:show(ctx)
     for _, l in ipairs(p.lines) do
       if l.kind == '+' then
         first_row = first_row or math.max(0, row - 1)
-        adds[#adds + 1] = { { '+ ' .. l.text .. string.rep(' ', 200), 'HunkwiseAdd' } }
+        adds[#adds + 1] = { { '+ ' .. l.text .. string.rep(' ', 200), 'HunkgateAdd' } }
       else
         flush()
         if l.kind == '-' and row < #lines then
           first_row = first_row or row
           vim.api.nvim_buf_set_extmark(buf, ns, row, 0, {
-            line_hl_group = 'HunkwiseDelete',
+            line_hl_group = 'HunkgateDelete',
             sign_text = '-',
-            sign_hl_group = 'HunkwiseDeleteSign',
+            sign_hl_group = 'HunkgateDeleteSign',
           })
         end
         row = row + 1
@@ -209,7 +209,7 @@ function Inline:show(ctx)
   vim.api.nvim_buf_set_extmark(buf, ns, first_row, 0, { virt_text = label, virt_text_pos = 'eol' })
   if h.state == 'conflict' and h.conflict then
     vim.api.nvim_buf_set_extmark(buf, ns, first_row, 0, {
-      virt_lines = { { { 'conflict: ' .. h.conflict, 'HunkwiseConflict' } } },
+      virt_lines = { { { 'conflict: ' .. h.conflict, 'HunkgateConflict' } } },
       virt_lines_above = true,
     })
   end

@@ -1,10 +1,10 @@
 --- A one-shot HTTP/1.1 request over vim.uv, enough for `:checkhealth` to ask the hub's
 --- `/health` and check the token without the WebSocket. Keeps the plugin free of curl.
-local websocket = require('hunkwise.websocket')
+local websocket = require('hunkgate.websocket')
 
 local M = {}
 
----@class hunkwise.HttpReply
+---@class hunkgate.HttpReply
 ---@field status integer
 ---@field headers table<string, string>
 ---@field body string
@@ -13,7 +13,7 @@ local M = {}
 ---@param method string
 ---@param url string
 ---@param opts? {headers?: table<string, string>, timeout?: integer}
----@param cb fun(err: string?, reply: hunkwise.HttpReply?)
+---@param cb fun(err: string?, reply: hunkgate.HttpReply?)
 function M.request(method, url, opts, cb)
   opts = opts or {}
   local done = false
@@ -88,7 +88,7 @@ end
 ---@param url string
 ---@param opts? {headers?: table<string, string>, timeout?: integer}
 ---@return string? err
----@return hunkwise.HttpReply? reply
+---@return hunkgate.HttpReply? reply
 function M.request_sync(method, url, opts)
   local result
   M.request(method, url, opts, function(err, reply)

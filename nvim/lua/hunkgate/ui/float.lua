@@ -1,28 +1,28 @@
 --- The floating review window: one hunk at a time, highlighted as its file type, with the
 --- review keys mapped in it.
-local common = require('hunkwise.ui.common')
+local common = require('hunkgate.ui.common')
 
----@class hunkwise.ViewCtx
----@field suggestion hunkwise.Suggestion
+---@class hunkgate.ViewCtx
+---@field suggestion hunkgate.Suggestion
 ---@field index integer
----@field hunk hunkwise.Hunk
+---@field hunk hunkgate.Hunk
 ---@field path string absolute path of the hunk's file
 ---@field root string the checkout the hub writes to
 ---@field done boolean no hunk is left to decide
 ---@field maps {[1]: string|false, [2]: fun(), [3]: string}[]
 
----@class hunkwise.FloatView
----@field cfg hunkwise.Config
+---@class hunkgate.FloatView
+---@field cfg hunkgate.Config
 ---@field buf integer?
 ---@field win integer?
----@field rendered hunkwise.Rendered?
+---@field rendered hunkgate.Rendered?
 local Float = {}
 Float.__index = Float
 
 local M = {}
 
----@param cfg hunkwise.Config
----@return hunkwise.FloatView
+---@param cfg hunkgate.Config
+---@return hunkgate.FloatView
 function M.new(cfg)
   return setmetatable({ cfg = cfg }, Float)
 end
@@ -64,14 +64,14 @@ local function hints(maps, done)
   return table.concat(out, '  ')
 end
 
----@param ctx hunkwise.ViewCtx
+---@param ctx hunkgate.ViewCtx
 function Float:show(ctx)
   local h, s = ctx.hunk, ctx.suggestion
   local r = common.render(h)
   self.rendered = r
   if not (self.buf and vim.api.nvim_buf_is_valid(self.buf)) then
-    self.buf = common.scratch('hunkwise://review')
-    vim.bo[self.buf].filetype = 'hunkwise'
+    self.buf = common.scratch('hunkgate://review')
+    vim.bo[self.buf].filetype = 'hunkgate'
     common.map(self.buf, ctx.maps)
   end
   local buf = self.buf
@@ -83,7 +83,7 @@ function Float:show(ctx)
   common.decorate(buf, r)
   if h.state == 'conflict' and h.conflict then
     vim.api.nvim_buf_set_extmark(buf, common.ns, #r.lines - 1, 0, {
-      virt_lines = { { { 'conflict: ' .. h.conflict, 'HunkwiseConflict' } } },
+      virt_lines = { { { 'conflict: ' .. h.conflict, 'HunkgateConflict' } } },
     })
   end
 

@@ -1,9 +1,9 @@
 --- What the plugin knows about the hub's open suggestions, kept current from events and
 --- snapshots. Pure data: callers decide what to redraw, reload or announce from the returned
 --- change descriptions.
-local nav = require('hunkwise.nav')
+local nav = require('hunkgate.nav')
 
----@class hunkwise.Hunk
+---@class hunkgate.Hunk
 ---@field id string
 ---@field file string
 ---@field diff string
@@ -16,11 +16,11 @@ local nav = require('hunkwise.nav')
 ---@field conflict? string
 ---@field comment? string
 
----@class hunkwise.Suggestion
+---@class hunkgate.Suggestion
 ---@field id string
 ---@field description string
 ---@field files string[]
----@field hunks hunkwise.Hunk[]
+---@field hunks hunkgate.Hunk[]
 ---@field hunk_count integer
 ---@field reviewed_count integer
 ---@field status string
@@ -29,13 +29,13 @@ local nav = require('hunkwise.nav')
 ---@field run_id? string
 
 --- A question the built-in agent asked (`clarify_user`) and waits on.
----@class hunkwise.Question
+---@class hunkgate.Question
 ---@field run_id string
 ---@field question_id string
 ---@field question string
 ---@field order integer when it became known here (for oldest first)
 
----@class hunkwise.Change
+---@class hunkgate.Change
 ---@field kind 'ready'|'hunk'|'completed'|'status'|'error'|'tool'|'question'|'answered'|'ignored'
 ---@field suggestion_id? string
 ---@field run_id? string
@@ -44,9 +44,9 @@ local nav = require('hunkwise.nav')
 ---@field file_changed? boolean the decision wrote to the user's file
 ---@field new? boolean first time this suggestion (or question) is seen
 
----@class hunkwise.Store
----@field suggestions table<string, hunkwise.Suggestion>
----@field questions table<string, hunkwise.Question> by run id: a run waits on one at a time
+---@class hunkgate.Store
+---@field suggestions table<string, hunkgate.Suggestion>
+---@field questions table<string, hunkgate.Question> by run id: a run waits on one at a time
 ---@field answered table<string, true> ids of questions answered or skipped
 ---@field known integer questions seen so far (the last one's `order`)
 ---@field last_status? {message: string, status: string, suggestion_id?: string, run_id?: string}
@@ -56,12 +56,12 @@ Store.__index = Store
 
 local M = {}
 
----@return hunkwise.Store
+---@return hunkgate.Store
 function M.new()
   return setmetatable({ suggestions = {}, questions = {}, answered = {}, known = 0 }, Store)
 end
 
----@param s hunkwise.Suggestion
+---@param s hunkgate.Suggestion
 local function recount(s)
   local c = nav.counts(s.hunks)
   s.hunk_count = c.total
@@ -78,14 +78,14 @@ local function recount(s)
 end
 
 ---@param id string
----@return hunkwise.Suggestion?
+---@return hunkgate.Suggestion?
 function Store:get(id)
   return self.suggestions[id]
 end
 
 --- Find a suggestion by id or unique id prefix.
 ---@param prefix string
----@return hunkwise.Suggestion?
+---@return hunkgate.Suggestion?
 function Store:find(prefix)
   if self.suggestions[prefix] then
     return self.suggestions[prefix]
@@ -103,7 +103,7 @@ function Store:find(prefix)
 end
 
 --- Open suggestions, oldest first.
----@return hunkwise.Suggestion[]
+---@return hunkgate.Suggestion[]
 function Store:list()
   local out = {}
   for _, s in pairs(self.suggestions) do
@@ -132,7 +132,7 @@ function Store:pending()
 end
 
 --- Add or replace a whole suggestion (a `get` answer or a `suggestion.ready`).
----@param s hunkwise.Suggestion
+---@param s hunkgate.Suggestion
 ---@return boolean new
 function Store:put(s)
   local new = self.suggestions[s.id] == nil
@@ -147,7 +147,7 @@ function Store:put(s)
 end
 
 --- Replace everything with a full resync's result.
----@param list hunkwise.Suggestion[]
+---@param list hunkgate.Suggestion[]
 ---@return string[] new_ids suggestions not known before
 function Store:replace(list)
   local before = self.suggestions
@@ -163,7 +163,7 @@ function Store:replace(list)
 end
 
 --- Questions waiting for an answer, oldest first.
----@return hunkwise.Question[]
+---@return hunkgate.Question[]
 function Store:pending_questions()
   local out = vim.tbl_values(self.questions)
   table.sort(out, function(a, b)
@@ -173,7 +173,7 @@ function Store:pending_questions()
 end
 
 --- Is `q` still the question its run waits on?
----@param q hunkwise.Question
+---@param q hunkgate.Question
 ---@return boolean
 function Store:is_pending(q)
   local now = self.questions[q.run_id]
@@ -217,7 +217,7 @@ end
 --- stay; answered ones are not brought back by a list older than the answer.
 ---@param runs {run_id: string, status: string, question?: {question_id: string, question: string}}[]
 ---@param since integer
----@return hunkwise.Question[] new questions not known before, oldest first
+---@return hunkgate.Question[] new questions not known before, oldest first
 function Store:replace_questions(runs, since)
   local before = self.questions
   self.questions = {}
@@ -243,8 +243,8 @@ end
 
 --- Merge one hunk as the hub reports it (a feedback response's `hunk`).
 ---@param sid string
----@param view hunkwise.Hunk
----@return hunkwise.Change
+---@param view hunkgate.Hunk
+---@return hunkgate.Change
 function Store:update_hunk(sid, view)
   local s = self.suggestions[sid]
   local i = s and nav.index_of(s.hunks, view.id)
@@ -267,7 +267,7 @@ end
 
 --- Apply one hub event.
 ---@param ev table
----@return hunkwise.Change
+---@return hunkgate.Change
 function Store:apply(ev)
   local t = ev.type
   if t == 'suggestion.ready' then

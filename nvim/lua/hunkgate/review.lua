@@ -1,18 +1,18 @@
 --- The review session: which suggestion and hunk are current, the decisions on them, and the
 --- view (floating or inline) that shows them.
-local buffers = require('hunkwise.buffers')
-local config = require('hunkwise.config')
-local diff = require('hunkwise.diff')
-local hub = require('hunkwise.hub')
-local nav = require('hunkwise.nav')
-local notify = require('hunkwise.notify')
+local buffers = require('hunkgate.buffers')
+local config = require('hunkgate.config')
+local diff = require('hunkgate.diff')
+local hub = require('hunkgate.hub')
+local nav = require('hunkgate.nav')
+local notify = require('hunkgate.notify')
 
 local M = {}
 
----@class hunkwise.Session
+---@class hunkgate.Session
 ---@field sid string
 ---@field hunk_id string?
----@field view hunkwise.FloatView|hunkwise.InlineView
+---@field view hunkgate.FloatView|hunkgate.InlineView
 ---@field style string
 ---@field history string[] hunk ids decided in this session, oldest first
 ---@field busy boolean a request is on its way
@@ -20,17 +20,17 @@ local M = {}
 ---@field edit_buf integer? the open modify buffer
 ---@field drafts table<string, string[]> edited versions not accepted yet, by hunk id
 
----@type hunkwise.Session?
+---@type hunkgate.Session?
 M.session = nil
 
 local function warn(msg)
-  notify.send('hunkwise: ' .. msg, vim.log.levels.WARN)
+  notify.send('hunkgate: ' .. msg, vim.log.levels.WARN)
 end
 
 local unpack = unpack or table.unpack ---@diagnostic disable-line: deprecated
 
 --- Run queued actions until one of them starts a request.
----@param sess hunkwise.Session
+---@param sess hunkgate.Session
 local function drain(sess)
   while M.session == sess and not sess.busy and #sess.queue > 0 do
     local nxt = table.remove(sess.queue, 1)
@@ -54,16 +54,16 @@ local function serial(fn)
   end
 end
 
----@param sess hunkwise.Session
+---@param sess hunkgate.Session
 local function release(sess)
   sess.busy = false
   drain(sess)
 end
 
 --- The session's suggestion, current hunk index and hunk.
----@return hunkwise.Suggestion? s
+---@return hunkgate.Suggestion? s
 ---@return integer? index
----@return hunkwise.Hunk? hunk
+---@return hunkgate.Hunk? hunk
 function M.current()
   local sess = M.session
   local s = sess and hub.store:get(sess.sid)
@@ -115,7 +115,7 @@ end
 --- Pick a suggestion to review: the given id (or prefix), the session's, else the newest one
 --- with hunks left to decide.
 ---@param id string?
----@return hunkwise.Suggestion?
+---@return hunkgate.Suggestion?
 local function pick(id)
   if id and id ~= '' then
     return hub.store:find(id)
@@ -141,7 +141,7 @@ function M.open(id)
       return warn(('no open suggestion %q'):format(id))
     end
     return notify.send(
-      hub.synced() and 'hunkwise: no suggestions to review' or 'hunkwise: not connected to the hub (:Hunkwise connect)'
+      hub.synced() and 'hunkgate: no suggestions to review' or 'hunkgate: not connected to the hub (:Hunkgate connect)'
     )
   end
   local style = config.get().ui.style
@@ -150,9 +150,9 @@ function M.open(id)
     M.session = nil
   end
   if not M.session then
-    local view = style == 'inline' and require('hunkwise.ui.inline').new(config.get())
-      or require('hunkwise.ui.float').new(config.get())
-    require('hunkwise.highlights').define()
+    local view = style == 'inline' and require('hunkgate.ui.inline').new(config.get())
+      or require('hunkgate.ui.float').new(config.get())
+    require('hunkgate.highlights').define()
     local first = nav.step(s.hunks, nil, 1, { open_only = true }) or 1
     M.session = {
       sid = s.id,
@@ -201,7 +201,7 @@ end)
 
 --- Refuse to write into a file whose buffer has unsaved changes: the hub would write the
 --- file under the buffer, and the next :w would silently undo the hunk (or lose the edits).
----@param h hunkwise.Hunk
+---@param h hunkgate.Hunk
 ---@return boolean blocked
 local function blocked_by_unsaved(h)
   for _, file in ipairs({ h.file, h.old_path }) do
@@ -214,8 +214,8 @@ local function blocked_by_unsaved(h)
 end
 
 --- Send one decision and follow up: merge the answer, remember it, move on.
----@param s hunkwise.Suggestion
----@param h hunkwise.Hunk
+---@param s hunkgate.Suggestion
+---@param h hunkgate.Hunk
 ---@param fields table action, modifiedDiff, comment
 ---@param opts? {advance?: boolean, done?: fun(ok: boolean)}
 local function decide(s, h, fields, opts)
@@ -269,12 +269,12 @@ local function decide(s, h, fields, opts)
 end
 
 ---@param verb string
----@return hunkwise.Suggestion? s
----@return hunkwise.Hunk? h
+---@return hunkgate.Suggestion? s
+---@return hunkgate.Hunk? h
 local function open_hunk(verb)
   local s, _, h = M.current()
   if not s or not h then
-    warn('no review open (:Hunkwise review)')
+    warn('no review open (:Hunkgate review)')
     return nil
   end
   if not nav.is_open(h.state) then
@@ -321,8 +321,8 @@ M.modify_hunk = serial(function()
     end
   end
   local new_side = diff.side_text(parsed, 'new')
-  local buf = require('hunkwise.ui.edit').open({
-    name = 'hunkwise://modify/' .. h.id,
+  local buf = require('hunkgate.ui.edit').open({
+    name = 'hunkgate://modify/' .. h.id,
     file = h.file,
     -- A version the hub refused (or that was closed with :wq before the answer) comes back.
     lines = sess.drafts[h.id] or new_side,
@@ -366,7 +366,7 @@ end)
 M.undo = serial(function()
   local s, i = M.current()
   if not s then
-    return warn('no review open (:Hunkwise review)')
+    return warn('no review open (:Hunkgate review)')
   end
   local j = nav.undo_target(s.hunks, i, M.session.history)
   if not j then
@@ -384,13 +384,13 @@ end)
 local function decide_all(action)
   local s = M.current()
   if not s then
-    return warn('no review open (:Hunkwise review)')
+    return warn('no review open (:Hunkgate review)')
   end
   local open = vim.tbl_filter(function(h)
     return nav.is_open(h.state)
   end, s.hunks)
   if #open == 0 then
-    return notify.send('hunkwise: no hunks left to decide')
+    return notify.send('hunkgate: no hunks left to decide')
   end
   -- Rejecting a pending hunk never writes, so only accepting has to avoid unsaved buffers.
   local files, skipped = {}, {}
@@ -450,14 +450,14 @@ end)
 local function finish(action)
   local s = M.current()
   if not s then
-    return warn('no review open (:Hunkwise review)')
+    return warn('no review open (:Hunkgate review)')
   end
   local sess = assert(M.session)
   sess.busy = true
   hub.request({ type = 'complete', suggestionId = s.id, action = action }, function(resp)
     if resp.success then
       local d = resp.data or {}
-      notify.send(('hunkwise: %s %q: %d of %d hunks applied'):format(
+      notify.send(('hunkgate: %s %q: %d of %d hunks applied'):format(
         action == 'finalize' and 'completed' or 'discarded',
         s.description or s.id,
         d.applied_hunks or 0,

@@ -1,33 +1,33 @@
---- hunkwise: review an AI agent's changes hunk by hunk, from Neovim.
+--- hunkgate: review an AI agent's changes hunk by hunk, from Neovim.
 ---
 --- `setup()` is the only function with side effects on load-time state (options, highlight
 --- links, the open-review mapping, the connection); everything else acts when called.
 local M = {}
 
 local function hub()
-  return require('hunkwise.hub')
+  return require('hunkgate.hub')
 end
 
 local function review()
-  return require('hunkwise.review')
+  return require('hunkgate.review')
 end
 
 local mapped_open ---@type string?
 
 --- Configure the plugin and connect to the hub of the current repository.
----@param opts? table see `:help hunkwise-config`
+---@param opts? table see `:help hunkgate-config`
 function M.setup(opts)
-  local config = require('hunkwise.config')
+  local config = require('hunkgate.config')
   local cfg, errs = config.resolve(opts)
   if not cfg then
-    vim.notify('hunkwise: invalid options:\n' .. table.concat(errs, '\n'), vim.log.levels.ERROR)
+    vim.notify('hunkgate: invalid options:\n' .. table.concat(errs, '\n'), vim.log.levels.ERROR)
     return
   end
   config.set(cfg)
 
-  local hl = require('hunkwise.highlights')
+  local hl = require('hunkgate.highlights')
   hl.define()
-  local group = vim.api.nvim_create_augroup('hunkwise', { clear = true })
+  local group = vim.api.nvim_create_augroup('hunkgate', { clear = true })
   -- :colorscheme clears highlights, links included.
   vim.api.nvim_create_autocmd('ColorScheme', { group = group, callback = hl.define })
 
@@ -36,7 +36,7 @@ function M.setup(opts)
     mapped_open = nil
   end
   if cfg.keymaps.open_review then
-    vim.keymap.set('n', cfg.keymaps.open_review, M.review, { desc = 'hunkwise: open review' })
+    vim.keymap.set('n', cfg.keymaps.open_review, M.review, { desc = 'hunkgate: open review' })
     mapped_open = cfg.keymaps.open_review
   end
 
@@ -64,10 +64,10 @@ end
 function M.list()
   local list = hub().store:list()
   if #list == 0 then
-    return require('hunkwise.notify').send('hunkwise: no open suggestions')
+    return require('hunkgate.notify').send('hunkgate: no open suggestions')
   end
   vim.ui.select(list, {
-    prompt = 'hunkwise suggestions',
+    prompt = 'hunkgate suggestions',
     format_item = function(s)
       return ('%s  %s (%d/%d reviewed)'):format(s.id:sub(1, 8), s.description, s.reviewed_count, s.hunk_count)
     end,
@@ -80,33 +80,33 @@ end
 
 --- Start an agent run.
 ---@param prompt string
----@param selection? hunkwise.Selection code to attach as context
+---@param selection? hunkgate.Selection code to attach as context
 function M.run(prompt, selection)
-  local notify = require('hunkwise.notify')
+  local notify = require('hunkgate.notify')
   if not prompt or vim.trim(prompt) == '' then
-    return vim.ui.input({ prompt = 'hunkwise run: ' }, function(input)
+    return vim.ui.input({ prompt = 'hunkgate run: ' }, function(input)
       if input and vim.trim(input) ~= '' then
         M.run(input, selection)
       end
     end)
   end
-  local text = require('hunkwise.prompt').with_context(prompt, selection)
+  local text = require('hunkgate.prompt').with_context(prompt, selection)
   hub().request({ type = 'run', prompt = text }, function(resp)
     if resp.success then
       local id = resp.data and resp.data.run_id or '?'
-      notify.send(('hunkwise: run %s started'):format(id:sub(1, 8)))
+      notify.send(('hunkgate: run %s started'):format(id:sub(1, 8)))
     else
-      notify.send('hunkwise: run failed: ' .. (resp.error or ''), vim.log.levels.ERROR)
+      notify.send('hunkgate: run failed: ' .. (resp.error or ''), vim.log.levels.ERROR)
     end
   end)
 end
 
 --- The question to answer: the oldest one waiting, when several runs ask.
----@return hunkwise.Question?
+---@return hunkgate.Question?
 local function waiting_question()
   local q = hub().store:pending_questions()[1]
   if not q then
-    require('hunkwise.notify').send('hunkwise: no question is waiting for an answer')
+    require('hunkgate.notify').send('hunkgate: no question is waiting for an answer')
   end
   return q
 end
@@ -114,7 +114,7 @@ end
 --- Answer the agent's question (the oldest waiting); without `text`, ask for it.
 ---@param text? string
 function M.answer(text)
-  local clarify = require('hunkwise.clarify')
+  local clarify = require('hunkgate.clarify')
   local q = waiting_question()
   if not q then
     return
@@ -131,7 +131,7 @@ end
 function M.skip()
   local q = waiting_question()
   if q then
-    require('hunkwise.clarify').send(q, nil)
+    require('hunkgate.clarify').send(q, nil)
   end
 end
 
@@ -140,7 +140,7 @@ function M.status()
   local h = hub()
   local c = h.client
   local lines = {
-    ('hunkwise: %s%s'):format(h.state, c and c.endpoint and (' to ' .. c.endpoint.url) or ''),
+    ('hunkgate: %s%s'):format(h.state, c and c.endpoint and (' to ' .. c.endpoint.url) or ''),
   }
   if c and c.last_error and h.state ~= 'synced' then
     lines[#lines + 1] = 'last error: ' .. c.last_error
@@ -160,7 +160,7 @@ function M.status()
   for _, q in ipairs(h.store:pending_questions()) do
     lines[#lines + 1] = ('question (run %s): %s'):format(q.run_id:sub(1, 8), q.question)
   end
-  require('hunkwise.notify').send(table.concat(lines, '\n'))
+  require('hunkgate.notify').send(table.concat(lines, '\n'))
 end
 
 --- Statusline component: pending hunks and the agent's last status line ("" when idle).

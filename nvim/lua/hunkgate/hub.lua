@@ -1,20 +1,20 @@
 --- The plugin's one connection to the hub and what it has learnt from it: turns events into
 --- store updates, notifications, buffer reloads and statusline refreshes.
-local buffers = require('hunkwise.buffers')
-local config = require('hunkwise.config')
-local nav = require('hunkwise.nav')
-local notify = require('hunkwise.notify')
-local store_mod = require('hunkwise.store')
+local buffers = require('hunkgate.buffers')
+local config = require('hunkgate.config')
+local nav = require('hunkgate.nav')
+local notify = require('hunkgate.notify')
+local store_mod = require('hunkgate.store')
 
 local M = {}
 
 M.store = store_mod.new()
----@type hunkwise.Client?
+---@type hunkgate.Client?
 M.client = nil
 M.state = 'disconnected' ---@type string
-M.listeners = {} ---@type fun(change: hunkwise.Change)[]
+M.listeners = {} ---@type fun(change: hunkgate.Change)[]
 
--- Set by a user's explicit :Hunkwise connect so that its outcome is reported once; automatic
+-- Set by a user's explicit :Hunkgate connect so that its outcome is reported once; automatic
 -- reconnects stay quiet (the statusline shows them).
 local report_next = false
 local last_refusal ---@type string?
@@ -32,7 +32,7 @@ function M.abs(file)
   return M.root() .. '/' .. file
 end
 
----@param fn fun(change: hunkwise.Change)
+---@param fn fun(change: hunkgate.Change)
 function M.subscribe(fn)
   table.insert(M.listeners, fn)
 end
@@ -41,7 +41,7 @@ local function changed(change)
   for _, fn in ipairs(M.listeners) do
     fn(change)
   end
-  vim.api.nvim_exec_autocmds('User', { pattern = 'HunkwiseUpdate', modeline = false, data = change })
+  vim.api.nvim_exec_autocmds('User', { pattern = 'HunkgateUpdate', modeline = false, data = change })
   vim.cmd('redrawstatus')
 end
 
@@ -51,14 +51,14 @@ local function reload(file)
   local _, skipped = buffers.reload(path)
   if #skipped > 0 then
     notify.send(
-      ('hunkwise: %s changed on disk, but its buffer has unsaved changes and was not reloaded'):format(file),
+      ('hunkgate: %s changed on disk, but its buffer has unsaved changes and was not reloaded'):format(file),
       vim.log.levels.WARN
     )
   end
 end
 
 --- Apply a store change's consequences (reloads) and tell the listeners.
----@param change hunkwise.Change
+---@param change hunkgate.Change
 function M.settle(change)
   if change.kind == 'ignored' then
     return
@@ -80,11 +80,11 @@ local function on_event(ev)
   elseif ev.type == 'suggestion.error' and cfg.notifications.on_error then
     notify.send(notify.error_text(ev), vim.log.levels.ERROR)
   elseif ev.type == 'suggestion.status' and cfg.notifications.on_status and not asking then
-    notify.send('hunkwise: ' .. (ev.message or ev.status or ''))
+    notify.send('hunkgate: ' .. (ev.message or ev.status or ''))
   end
   M.settle(change)
   if change.kind == 'question' and change.new then
-    require('hunkwise.clarify').announce(M.store.questions[change.run_id])
+    require('hunkgate.clarify').announce(M.store.questions[change.run_id])
   end
 end
 
@@ -97,7 +97,7 @@ local function resync_questions()
     return
   end
   local since = M.store.known
-  require('hunkwise.http').request('GET', ep.url .. '/runs', {
+  require('hunkgate.http').request('GET', ep.url .. '/runs', {
     headers = { Authorization = 'Bearer ' .. ep.token },
     timeout = config.get().server.request_timeout,
   }, function(err, reply)
@@ -114,14 +114,14 @@ local function resync_questions()
     local new = M.store:replace_questions(body.runs, since)
     changed({ kind = 'question' })
     for _, q in ipairs(new) do
-      require('hunkwise.clarify').announce(q)
+      require('hunkgate.clarify').announce(q)
     end
   end)
 end
 
 --- After a resync: announce suggestions that appeared while away and reload files whose
 --- hunks were decided meanwhile (by another client, or before a hub restart).
----@param list hunkwise.Suggestion[]
+---@param list hunkgate.Suggestion[]
 local function on_snapshot(list)
   local cfg = config.get()
   local before = {}
@@ -163,7 +163,7 @@ local function on_state(state, info)
     if report_next then
       report_next = false
       local ep = M.client and M.client.endpoint
-      notify.send('hunkwise: connected to ' .. (ep and ep.url or 'the hub'))
+      notify.send('hunkgate: connected to ' .. (ep and ep.url or 'the hub'))
     end
   elseif state == 'disconnected' and info.err then
     -- A refused token is worth one message even unasked; a hub that is not running is not.
@@ -171,7 +171,7 @@ local function on_state(state, info)
     if report_next or (refused and last_refusal ~= info.err) then
       report_next = false
       last_refusal = refused and info.err or last_refusal
-      notify.send('hunkwise: ' .. info.err, vim.log.levels.WARN)
+      notify.send('hunkgate: ' .. info.err, vim.log.levels.WARN)
     end
   end
   changed({ kind = 'status' })
@@ -194,7 +194,7 @@ function M.connect(opts)
       end
     end
   end
-  client = require('hunkwise.client').new({
+  client = require('hunkgate.client').new({
     resolve = function()
       return config.endpoint(config.get())
     end,
@@ -229,7 +229,7 @@ end
 ---@param cb fun(resp: table)
 function M.request(cmd, cb)
   if not M.client then
-    return cb({ success = false, error = 'not connected (:Hunkwise connect)', code = 'disconnected' })
+    return cb({ success = false, error = 'not connected (:Hunkgate connect)', code = 'disconnected' })
   end
   M.client:request(cmd, cb)
 end
@@ -262,7 +262,7 @@ function M.statusline()
   if #parts == 0 then
     return ''
   end
-  return 'hunkwise: ' .. table.concat(parts, ' · ')
+  return 'hunkgate: ' .. table.concat(parts, ' · ')
 end
 
 return M

@@ -1,10 +1,10 @@
---- `:Hunkwise {subcommand}` and its completion.
+--- `:Hunkgate {subcommand}` and its completion.
 local M = {}
 
---- The code a :Hunkwise run was given a range for: the visual selection when the range came
+--- The code a :Hunkgate run was given a range for: the visual selection when the range came
 --- from one (charwise selections keep their columns), otherwise whole lines.
 ---@param opts table nvim_create_user_command callback opts
----@return hunkwise.Selection?
+---@return hunkgate.Selection?
 local function selection(opts)
   if opts.range == 0 then
     return nil
@@ -18,9 +18,9 @@ local function selection(opts)
   else
     lines = vim.api.nvim_buf_get_lines(buf, opts.line1 - 1, opts.line2, false)
   end
-  local root = require('hunkwise.hub').root()
+  local root = require('hunkgate.hub').root()
   local name = vim.api.nvim_buf_get_name(buf)
-  local path = name == '' and '[No Name]' or require('hunkwise.prompt').relative(vim.uv.fs_realpath(name) or name, root)
+  local path = name == '' and '[No Name]' or require('hunkgate.prompt').relative(vim.uv.fs_realpath(name) or name, root)
   return {
     path = path,
     first = opts.line1,
@@ -31,7 +31,7 @@ local function selection(opts)
 end
 
 local function api()
-  return require('hunkwise')
+  return require('hunkgate')
 end
 
 ---@type table<string, fun(args: string, opts: table)>
@@ -92,7 +92,7 @@ function M.dispatch(opts)
   local fn = M.subcommands[sub]
   if not fn then
     vim.notify(
-      ('hunkwise: unknown subcommand %q; expected one of %s'):format(sub, table.concat(M.names(), ', ')),
+      ('hunkgate: unknown subcommand %q; expected one of %s'):format(sub, table.concat(M.names(), ', ')),
       vim.log.levels.ERROR
     )
     return
@@ -116,7 +116,7 @@ function M.complete(arglead, cmdline)
   end
   if words[1] == 'review' and #words == 2 then
     local out = {}
-    for _, s in ipairs(require('hunkwise.hub').store:list()) do
+    for _, s in ipairs(require('hunkgate.hub').store:list()) do
       if vim.startswith(s.id, arglead) then
         out[#out + 1] = s.id
       end

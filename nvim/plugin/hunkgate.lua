@@ -1,29 +1,29 @@
--- Registers :Hunkwise and the <Plug> mappings only. Nothing connects, maps user keys or
--- defines highlights until require('hunkwise').setup() is called.
-if vim.g.loaded_hunkwise then
+-- Registers :Hunkgate and the <Plug> mappings only. Nothing connects, maps user keys or
+-- defines highlights until require('hunkgate').setup() is called.
+if vim.g.loaded_hunkgate then
   return
 end
-vim.g.loaded_hunkwise = true
+vim.g.loaded_hunkgate = true
 
-vim.api.nvim_create_user_command('Hunkwise', function(opts)
-  require('hunkwise.commands').dispatch(opts)
+vim.api.nvim_create_user_command('Hunkgate', function(opts)
+  require('hunkgate.commands').dispatch(opts)
 end, {
   nargs = '*',
   range = true,
-  desc = 'hunkwise: review AI suggestions hunk by hunk',
+  desc = 'hunkgate: review AI suggestions hunk by hunk',
   complete = function(arglead, cmdline)
-    return require('hunkwise.commands').complete(arglead, cmdline)
+    return require('hunkgate.commands').complete(arglead, cmdline)
   end,
 })
 
 local function plug(name, fn, modes)
-  vim.keymap.set(modes or 'n', '<Plug>(hunkwise-' .. name .. ')', fn, { silent = true, desc = 'hunkwise: ' .. name })
+  vim.keymap.set(modes or 'n', '<Plug>(hunkgate-' .. name .. ')', fn, { silent = true, desc = 'hunkgate: ' .. name })
 end
 
 local function call(method, ...)
   local args = { ... }
   return function()
-    require('hunkwise')[method](unpack(args))
+    require('hunkgate')[method](unpack(args))
   end
 end
 
@@ -48,4 +48,4 @@ plug('run', call('run'))
 plug('answer', call('answer'))
 plug('skip', call('skip'))
 -- In visual mode the selection goes along as context.
-plug('run', ':Hunkwise run<CR>', 'x')
+plug('run', ':Hunkgate run<CR>', 'x')

@@ -1,7 +1,7 @@
 --- Run prompts: the user's words plus the code they selected (pure).
 local M = {}
 
----@class hunkwise.Selection
+---@class hunkgate.Selection
 ---@field path string relative to the repository when inside it
 ---@field first integer 1-based first line
 ---@field last integer 1-based last line
@@ -10,7 +10,7 @@ local M = {}
 
 --- Attach a selection to a prompt as a fenced block the agent can quote back.
 ---@param prompt string
----@param sel hunkwise.Selection?
+---@param sel hunkgate.Selection?
 ---@return string
 function M.with_context(prompt, sel)
   if not sel or #sel.lines == 0 then

@@ -1,7 +1,7 @@
 --- Options, their defaults, and where the hub of the current repository is found.
 local M = {}
 
----@class hunkwise.Config
+---@class hunkgate.Config
 M.defaults = {
   server = {
     -- Used when the hub's state dir has no hub.json (the hub writes its real address there).
@@ -9,7 +9,7 @@ M.defaults = {
     port = 4097,
     -- Overrides both hub.json and host/port, e.g. "http://127.0.0.1:4097".
     url = nil, ---@type string?
-    -- Default: $XDG_STATE_HOME/hunkwise/<repo>-<sha256(repo)[1..12]>, as the hub computes it.
+    -- Default: $XDG_STATE_HOME/hunkgate/<repo>-<sha256(repo)[1..12]>, as the hub computes it.
     state_dir = nil, ---@type string?
     -- Default: <state_dir>/token.
     token_file = nil, ---@type string?
@@ -142,7 +142,7 @@ end
 
 --- Validate `opts` and merge them over the defaults.
 ---@param opts table?
----@return hunkwise.Config? config
+---@return hunkgate.Config? config
 ---@return string[] errors
 function M.resolve(opts)
   opts = opts or {}
@@ -164,12 +164,12 @@ function M.resolve(opts)
   return cfg, errs
 end
 
----@param cfg hunkwise.Config
+---@param cfg hunkgate.Config
 function M.set(cfg)
   current = cfg
 end
 
----@return hunkwise.Config
+---@return hunkgate.Config
 function M.get()
   return current
 end
@@ -198,7 +198,7 @@ function M.default_state_dir(root, env)
   if name == '' then
     name = 'root'
   end
-  return ('%s/hunkwise/%s-%s'):format(base, name, vim.fn.sha256(real):sub(1, 12))
+  return ('%s/hunkgate/%s-%s'):format(base, name, vim.fn.sha256(real):sub(1, 12))
 end
 
 local function read_file(path)
@@ -211,7 +211,7 @@ local function read_file(path)
   return s
 end
 
----@class hunkwise.Endpoint
+---@class hunkgate.Endpoint
 ---@field url string base URL, "http://127.0.0.1:4097"
 ---@field token string
 ---@field state_dir string?
@@ -220,9 +220,9 @@ end
 
 --- Find the hub for the repository around the current directory. Read afresh on every
 --- connection attempt: a restarted hub may have a new port.
----@param cfg hunkwise.Config
+---@param cfg hunkgate.Config
 ---@param cwd? string
----@return hunkwise.Endpoint? endpoint
+---@return hunkgate.Endpoint? endpoint
 ---@return string? err
 function M.endpoint(cfg, cwd)
   local s = cfg.server
@@ -238,7 +238,7 @@ function M.endpoint(cfg, cwd)
   local token = read_file(token_file)
   token = token and vim.trim(token)
   if not token or token == '' then
-    return nil, ('no hub token at %s (is `hunkwise serve` running for this repository?)'):format(token_file)
+    return nil, ('no hub token at %s (is `hunkgate serve` running for this repository?)'):format(token_file)
   end
   local info
   if state_dir then

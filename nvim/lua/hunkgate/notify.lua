@@ -12,7 +12,7 @@ function M.ready_text(s)
   local hunks = s.hunk_count or (s.hunks and #s.hunks) or 0
   local files = s.files and #s.files or 0
   if files == 0 and s.hunks then
-    files = #require('hunkwise.nav').files(s.hunks)
+    files = #require('hunkgate.nav').files(s.hunks)
   end
   return ('Suggestion ready: %s (%s in %s)'):format(s.description or '', plural(hunks, 'hunk'), plural(files, 'file'))
 end
@@ -20,7 +20,7 @@ end
 ---@param ev {code?: string, message?: string}
 ---@return string
 function M.error_text(ev)
-  return ('hunkwise: %s: %s'):format(ev.code or 'error', ev.message or '')
+  return ('hunkgate: %s: %s'):format(ev.code or 'error', ev.message or '')
 end
 
 M.plural = plural
@@ -28,7 +28,7 @@ M.plural = plural
 ---@param msg string
 ---@param level? integer vim.log.levels
 function M.send(msg, level)
-  vim.notify(msg, level or vim.log.levels.INFO, { title = 'hunkwise' })
+  vim.notify(msg, level or vim.log.levels.INFO, { title = 'hunkgate' })
 end
 
 return M

@@ -7,9 +7,9 @@
 --- events that arrive meanwhile are held back and delivered after, so order is kept.
 local M = {}
 
----@class hunkwise.ClientOpts
----@field resolve fun(): (hunkwise.Endpoint?, string?) where to connect, asked before each attempt
----@field transport? {connect: fun(url: string, opts: table, handlers: hunkwise.WsHandlers): hunkwise.Transport}
+---@class hunkgate.ClientOpts
+---@field resolve fun(): (hunkgate.Endpoint?, string?) where to connect, asked before each attempt
+---@field transport? {connect: fun(url: string, opts: table, handlers: hunkgate.WsHandlers): hunkgate.Transport}
 ---@field defer? fun(ms: integer, fn: fun()): fun() run `fn` later on the main loop; returns a cancel function
 ---@field min_delay? integer first reconnect delay (ms)
 ---@field max_delay? integer reconnect delay cap (ms)
@@ -19,12 +19,12 @@ local M = {}
 ---@field on_snapshot? fun(suggestions: table[]) the full state after a resync
 ---@field on_state? fun(state: string, info: table) 'connecting'|'connected'|'synced'|'disconnected'
 
----@class hunkwise.Client
+---@class hunkgate.Client
 ---@field state 'disconnected'|'connecting'|'connected'
 ---@field synced boolean caught up with the hub since the last hello
 ---@field seq integer? newest event seq applied
 ---@field epoch string? the hub instance that seq belongs to
----@field endpoint hunkwise.Endpoint?
+---@field endpoint hunkgate.Endpoint?
 ---@field last_error string?
 ---@field hello table?
 local Client = {}
@@ -40,12 +40,12 @@ local function default_defer(ms, fn)
   end
 end
 
----@param opts hunkwise.ClientOpts
----@return hunkwise.Client
+---@param opts hunkgate.ClientOpts
+---@return hunkgate.Client
 function M.new(opts)
   return setmetatable({
     opts = opts,
-    transport = opts.transport or require('hunkwise.websocket'),
+    transport = opts.transport or require('hunkgate.websocket'),
     defer = opts.defer or default_defer,
     state = 'disconnected',
     synced = false,
@@ -180,7 +180,7 @@ end
 function Client:request(cmd, cb)
   cb = cb or function() end
   if self.state ~= 'connected' or not self.conn then
-    return cb({ success = false, error = 'not connected to the hunkwise hub', code = 'disconnected' })
+    return cb({ success = false, error = 'not connected to the hunkgate hub', code = 'disconnected' })
   end
   self.next_id = self.next_id + 1
   local id = 'nvim-' .. self.next_id

@@ -1,21 +1,21 @@
 --- Pieces shared by the review views.
-local diff = require('hunkwise.diff')
-local nav = require('hunkwise.nav')
+local diff = require('hunkgate.diff')
+local nav = require('hunkgate.nav')
 
 local M = {}
 
-M.ns = vim.api.nvim_create_namespace('hunkwise')
+M.ns = vim.api.nvim_create_namespace('hunkgate')
 
----@class hunkwise.Rendered
+---@class hunkgate.Rendered
 ---@field lines string[]
 ---@field marks {row: integer, kind: 'add'|'delete'|'noeol'}[] 0-based rows
 ---@field first_change integer 0-based row of the first added or removed line
----@field parsed hunkwise.ParsedHunk?
+---@field parsed hunkgate.ParsedHunk?
 
 --- A hunk as display lines: code without the +/- column (signs and line highlights show the
 --- change instead), so the file type's highlighting sees real code.
----@param hunk hunkwise.Hunk
----@return hunkwise.Rendered
+---@param hunk hunkgate.Hunk
+---@return hunkgate.Rendered
 function M.render(hunk)
   local parsed = nav.is_modifiable(hunk.kind) and diff.parse(hunk.diff or '') or nil
   if not parsed then
@@ -43,7 +43,7 @@ end
 
 --- Put a rendering's signs and highlights on `buf`.
 ---@param buf integer
----@param r hunkwise.Rendered
+---@param r hunkgate.Rendered
 ---@param ns? integer
 function M.decorate(buf, r, ns)
   ns = ns or M.ns
@@ -51,19 +51,19 @@ function M.decorate(buf, r, ns)
   for _, m in ipairs(r.marks) do
     if m.kind == 'add' then
       vim.api.nvim_buf_set_extmark(buf, ns, m.row, 0, {
-        line_hl_group = 'HunkwiseAdd',
+        line_hl_group = 'HunkgateAdd',
         sign_text = '+',
-        sign_hl_group = 'HunkwiseAddSign',
+        sign_hl_group = 'HunkgateAddSign',
       })
     elseif m.kind == 'delete' then
       vim.api.nvim_buf_set_extmark(buf, ns, m.row, 0, {
-        line_hl_group = 'HunkwiseDelete',
+        line_hl_group = 'HunkgateDelete',
         sign_text = '-',
-        sign_hl_group = 'HunkwiseDeleteSign',
+        sign_hl_group = 'HunkgateDeleteSign',
       })
     else
       vim.api.nvim_buf_set_extmark(buf, ns, m.row, 0, {
-        virt_text = { { ' no newline at end of file', 'HunkwiseNoNewline' } },
+        virt_text = { { ' no newline at end of file', 'HunkgateNoNewline' } },
       })
     end
   end
@@ -75,10 +75,10 @@ end
 ---@param path string
 function M.highlight_as(buf, path)
   local ft = vim.filetype.match({ filename = path }) or ''
-  if vim.b[buf].hunkwise_ft == ft then
+  if vim.b[buf].hunkgate_ft == ft then
     return
   end
-  vim.b[buf].hunkwise_ft = ft
+  vim.b[buf].hunkgate_ft = ft
   pcall(vim.treesitter.stop, buf)
   local lang = ft ~= '' and vim.treesitter.language.get_lang(ft) or nil
   if lang and pcall(vim.treesitter.start, buf, lang) then
@@ -126,7 +126,7 @@ end
 function M.map(buf, maps)
   for _, m in ipairs(maps) do
     if m[1] then
-      vim.keymap.set('n', m[1], m[2], { buffer = buf, nowait = true, silent = true, desc = 'hunkwise: ' .. m[3] })
+      vim.keymap.set('n', m[1], m[2], { buffer = buf, nowait = true, silent = true, desc = 'hunkgate: ' .. m[3] })
     end
   end
 end

@@ -2,15 +2,15 @@
 local M = {}
 
 M.links = {
-  HunkwiseAdd = 'DiffAdd',
-  HunkwiseDelete = 'DiffDelete',
-  HunkwiseChange = 'DiffChange',
-  HunkwiseText = 'DiffText',
-  HunkwiseAddSign = 'DiffAdd',
-  HunkwiseDeleteSign = 'DiffDelete',
-  HunkwiseConflict = 'DiffText',
-  HunkwiseNoNewline = 'NonText',
-  HunkwiseDescription = 'Comment',
+  HunkgateAdd = 'DiffAdd',
+  HunkgateDelete = 'DiffDelete',
+  HunkgateChange = 'DiffChange',
+  HunkgateText = 'DiffText',
+  HunkgateAddSign = 'DiffAdd',
+  HunkgateDeleteSign = 'DiffDelete',
+  HunkgateConflict = 'DiffText',
+  HunkgateNoNewline = 'NonText',
+  HunkgateDescription = 'Comment',
 }
 
 --- Define the links unless the user (or a colorscheme) already styled a group.
