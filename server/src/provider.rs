@@ -197,6 +197,9 @@ pub enum ProviderError {
     ContextOverflow { message: String },
     #[error("the model provider answered HTTP {status}: {message}")]
     Http { status: u16, message: String },
+    /// The server read the request and refused it as invalid: sending it again cannot help.
+    #[error("the model provider rejected the request as invalid (HTTP {status}): {message}; this server does not accept what hunkgate sent — please report it with the server's name and version")]
+    Rejected { status: u16, message: String },
     #[error("the model provider at {url} did not answer within {secs}s (after {attempts} attempt(s)); raise [provider] request_timeout_secs if the model is slow")]
     Timeout {
         url: String,
@@ -244,6 +247,10 @@ pub trait Provider: Send + Sync {
 pub struct OpenAiCompatible {
     cfg: ProviderConfig,
     http: reqwest::Client,
+    /// Set once the server refused to stream an answer that may call tools (llama-cpp-python:
+    /// "Automatic streaming tool choice is not supported"); from then on such requests are sent
+    /// unstreamed, for the life of this provider.
+    no_streamed_tools: std::sync::atomic::AtomicBool,
 }
 
 impl OpenAiCompatible {
@@ -252,7 +259,21 @@ impl OpenAiCompatible {
             .connect_timeout(Duration::from_secs(10))
             .build()
             .map_err(|e| ProviderError::Malformed(format!("building the HTTP client: {e}")))?;
-        Ok(Self { cfg, http })
+        Ok(Self {
+            cfg,
+            http,
+            no_streamed_tools: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    /// Whether this request is sent streamed: as configured, unless it offers tools and the
+    /// server has refused to stream those.
+    fn streams(&self, req: &StepRequest<'_>) -> bool {
+        self.cfg.stream
+            && (req.tools.is_empty()
+                || !self
+                    .no_streamed_tools
+                    .load(std::sync::atomic::Ordering::Relaxed))
     }
 
     fn url(&self) -> String {
@@ -262,7 +283,7 @@ impl OpenAiCompatible {
         )
     }
 
-    fn body(&self, req: &StepRequest<'_>) -> Value {
+    fn body(&self, req: &StepRequest<'_>, stream: bool) -> Value {
         let messages: Vec<Value> = req.messages.iter().map(wire_message).collect();
         let mut body = json!({
             "model": req.model,
@@ -281,7 +302,7 @@ impl OpenAiCompatible {
             );
             body["tool_choice"] = json!("auto");
         }
-        if self.cfg.stream {
+        if stream {
             body["stream"] = json!(true);
             body["stream_options"] = json!({"include_usage": true});
         }
@@ -350,9 +371,21 @@ enum Attempt {
     Timeout,
     Connect(String),
     Fatal(ProviderError),
+    /// The server would not stream this answer: it closed the stream before any of it, or said
+    /// so in an error.
+    StreamRefused(String),
 }
 
 impl Attempt {
+    fn refuses_streaming(&self) -> bool {
+        match self {
+            Attempt::StreamRefused(_) => true,
+            Attempt::Status { message, .. } => says_no_streaming(message),
+            Attempt::Fatal(ProviderError::Http { message, .. }) => says_no_streaming(message),
+            _ => false,
+        }
+    }
+
     fn from_reqwest(e: reqwest::Error) -> Attempt {
         if e.is_timeout() {
             Attempt::Timeout
@@ -376,6 +409,22 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
+/// Whether a server's error text says it cannot stream (llama-cpp-python: "Automatic streaming
+/// tool choice is not supported"; others word it "streaming is not supported with tools").
+fn says_no_streaming(message: &str) -> bool {
+    let m = message.to_lowercase();
+    m.contains("stream")
+        && [
+            "not supported",
+            "unsupported",
+            "not support",
+            "cannot",
+            "can't",
+        ]
+        .iter()
+        .any(|p| m.contains(p))
+}
+
 impl Provider for OpenAiCompatible {
     fn provider_name(&self) -> &str {
         "openai-compatible"
@@ -395,7 +444,8 @@ impl Provider for OpenAiCompatible {
         cancel: &'a CancellationToken,
     ) -> BoxFuture<'a, Result<StepResult, ProviderError>> {
         Box::pin(async move {
-            let body = self.body(&request);
+            let mut stream = self.streams(&request);
+            let mut body = self.body(&request, stream);
             let started = Instant::now();
             let mut attempts = 0u32;
             loop {
@@ -404,6 +454,22 @@ impl Provider for OpenAiCompatible {
                     _ = cancel.cancelled() => return Err(ProviderError::Cancelled),
                     r = self.attempt(&body, request.model) => r,
                 };
+                if let Err(refusal) = &outcome {
+                    if stream && !request.tools.is_empty() && refusal.refuses_streaming() {
+                        // Not a failure of the model: ask again, unstreamed, at once.
+                        self.no_streamed_tools
+                            .store(true, std::sync::atomic::Ordering::Relaxed);
+                        tracing::warn!(
+                            url = %self.url(),
+                            "the model provider does not stream answers that may call tools; \
+                             sending those unstreamed from now on"
+                        );
+                        stream = false;
+                        body = self.body(&request, false);
+                        attempts -= 1;
+                        continue;
+                    }
+                }
                 let (wait, last) = match outcome {
                     Ok((mut result, streamed)) => {
                         result.latency_ms = started.elapsed().as_millis() as u64;
@@ -412,6 +478,9 @@ impl Provider for OpenAiCompatible {
                         return Ok(result);
                     }
                     Err(Attempt::Fatal(e)) => return Err(e),
+                    Err(Attempt::StreamRefused(message)) => {
+                        return Err(ProviderError::Malformed(message))
+                    }
                     Err(Attempt::Status {
                         status,
                         message,
@@ -517,6 +586,21 @@ fn classify(
             message: message.to_string(),
         });
     }
+    // A request the server read and found invalid. Some servers (llama-cpp-python) answer a
+    // validation error with a 500, which would otherwise be retried as a transient failure.
+    let invalid = [
+        "validation error",
+        "input should be",
+        "field required",
+        "invalid_request_error",
+        "invalid request",
+    ];
+    if matches!(status, 400 | 422) || (status >= 500 && invalid.iter().any(|p| lower.contains(p))) {
+        return Some(ProviderError::Rejected {
+            status,
+            message: message.to_string(),
+        });
+    }
     None
 }
 
@@ -559,7 +643,9 @@ fn wire_message(m: &Message) -> Value {
             content,
             tool_calls,
         } => {
-            let mut v = json!({"role": "assistant", "content": content});
+            // Never `null`: servers that validate the OpenAI schema strictly (llama-cpp-python)
+            // refuse a null content even beside tool calls, and "" means the same to all.
+            let mut v = json!({"role": "assistant", "content": content.as_deref().unwrap_or("")});
             if !tool_calls.is_empty() {
                 v["tool_calls"] = Value::Array(
                     tool_calls
@@ -604,6 +690,22 @@ fn usage_of(v: &Value) -> Option<Usage> {
     })
 }
 
+/// A tool call's arguments as JSON text; some servers send an object instead of a string.
+fn arguments_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// A tool name as the model meant it: llama-cpp-python's legacy `function_call` names carry
+/// a trailing colon (`"read_file:"`).
+fn tool_name(raw: &str) -> String {
+    let name = raw.trim().trim_end_matches(':').trim_end();
+    if name.is_empty() { raw } else { name }.to_string()
+}
+
 /// A whole (non-streamed) chat completion.
 pub fn parse_completion(text: &str) -> Result<StepResult, ProviderError> {
     let v: Value = serde_json::from_str(text)
@@ -616,19 +718,25 @@ pub fn parse_completion(text: &str) -> Result<StepResult, ProviderError> {
     if let Some(arr) = msg["tool_calls"].as_array() {
         for (i, c) in arr.iter().enumerate() {
             let name = c["function"]["name"].as_str().unwrap_or("").to_string();
-            // Some servers send arguments as an object instead of a JSON string.
-            let arguments = match &c["function"]["arguments"] {
-                Value::String(s) => s.clone(),
-                Value::Null => String::new(),
-                other => other.to_string(),
-            };
+            let arguments = arguments_text(&c["function"]["arguments"]);
             calls.push(ToolCall {
                 tool_call_id: c["id"]
                     .as_str()
                     .map(str::to_string)
                     .unwrap_or_else(|| format!("call_{i}")),
-                name,
+                name: tool_name(&name),
                 arguments,
+            });
+        }
+    }
+    // The legacy single `function_call`, read only when there are no `tool_calls` (servers that
+    // send both, like llama-cpp-python, describe the same call twice).
+    if calls.is_empty() {
+        if let Some(f) = msg.get("function_call").filter(|f| f.is_object()) {
+            calls.push(ToolCall {
+                tool_call_id: "call_0".into(),
+                name: tool_name(f["name"].as_str().unwrap_or("")),
+                arguments: arguments_text(&f["arguments"]),
             });
         }
     }
@@ -650,6 +758,8 @@ pub fn parse_completion(text: &str) -> Result<StepResult, ProviderError> {
 pub struct StreamAssembler {
     content: String,
     calls: Vec<ToolCall>,
+    /// A legacy `function_call` delta's name and arguments, used only if no `tool_calls` came.
+    legacy: Option<(String, String)>,
     finish: Option<String>,
     usage: Option<Usage>,
     model: String,
@@ -657,6 +767,16 @@ pub struct StreamAssembler {
 }
 
 impl StreamAssembler {
+    /// Nothing of an answer arrived and the stream did not finish: what a server sends when it
+    /// gives up on streaming before it starts.
+    pub fn is_unstarted(&self) -> bool {
+        !self.done
+            && self.finish.is_none()
+            && self.content.is_empty()
+            && self.calls.is_empty()
+            && self.legacy.is_none()
+    }
+
     /// Feed one SSE `data:` payload.
     pub fn feed(&mut self, data: &str) -> Result<(), ProviderError> {
         let data = data.trim();
@@ -713,6 +833,13 @@ impl StreamAssembler {
                 }
             }
         }
+        if let Some(f) = delta.get("function_call").filter(|f| f.is_object()) {
+            let (name, args) = self.legacy.get_or_insert_default();
+            if let Some(n) = f["name"].as_str() {
+                name.push_str(n);
+            }
+            args.push_str(&arguments_text(&f["arguments"]));
+        }
         if let Some(f) = choice["finish_reason"].as_str() {
             self.finish = Some(f.to_string());
         }
@@ -725,14 +852,24 @@ impl StreamAssembler {
                 "the stream ended before the model finished (no finish_reason, no [DONE])".into(),
             ));
         }
-        let calls: Vec<ToolCall> = self
-            .calls
+        let mut calls = self.calls;
+        if calls.is_empty() {
+            if let Some((name, arguments)) = self.legacy {
+                calls.push(ToolCall {
+                    tool_call_id: String::new(),
+                    name,
+                    arguments,
+                });
+            }
+        }
+        let calls: Vec<ToolCall> = calls
             .into_iter()
             .enumerate()
             .map(|(i, mut c)| {
                 if c.tool_call_id.is_empty() {
                     c.tool_call_id = format!("call_{i}");
                 }
+                c.name = tool_name(&c.name);
                 c
             })
             .collect();
@@ -779,6 +916,11 @@ async fn read_stream(resp: reqwest::Response) -> Result<StepResult, Attempt> {
     if let Some(data) = rest.trim().strip_prefix("data:") {
         asm.feed(data).map_err(Attempt::Fatal)?;
     }
+    if asm.is_unstarted() {
+        return Err(Attempt::StreamRefused(
+            "the model provider closed the stream before sending any of the answer".into(),
+        ));
+    }
     asm.finish().map_err(Attempt::Fatal)
 }
 
@@ -786,21 +928,29 @@ async fn read_stream(resp: reqwest::Response) -> Result<StepResult, Attempt> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn secrets_never_print() {
-        let s = Secret::new("sk-very-secret".into());
-        assert_eq!(format!("{s:?}"), "Secret(***)");
-        let cfg = ProviderConfig {
+    fn test_config() -> ProviderConfig {
+        ProviderConfig {
             base_url: "http://x".into(),
             model: "m".into(),
-            api_key: Some(s),
-            key_source: KeySource::Env("HUNKGATE_API_KEY".into()),
+            api_key: None,
+            key_source: KeySource::None,
             stream: true,
             max_retries: 0,
             retry_base: Duration::from_millis(1),
             request_timeout: Duration::from_secs(1),
             temperature: None,
             max_tokens: None,
+        }
+    }
+
+    #[test]
+    fn secrets_never_print() {
+        let s = Secret::new("sk-very-secret".into());
+        assert_eq!(format!("{s:?}"), "Secret(***)");
+        let cfg = ProviderConfig {
+            api_key: Some(s),
+            key_source: KeySource::Env("HUNKGATE_API_KEY".into()),
+            ..test_config()
         };
         let dbg = format!("{cfg:?}");
         assert!(
@@ -841,18 +991,7 @@ mod tests {
 
     #[test]
     fn errors_are_classified_across_server_wordings() {
-        let cfg = ProviderConfig {
-            base_url: "http://x".into(),
-            model: "m".into(),
-            api_key: None,
-            key_source: KeySource::None,
-            stream: false,
-            max_retries: 0,
-            retry_base: Duration::from_millis(1),
-            request_timeout: Duration::from_secs(1),
-            temperature: None,
-            max_tokens: None,
-        };
+        let cfg = test_config();
         let openai_ctx = r#"{"error":{"message":"This model's maximum context length is 8192 tokens","type":"invalid_request_error","code":"context_length_exceeded"}}"#;
         let llama_ctx = r#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error"}}"#;
         let ollama_model = r#"{"error":{"message":"model \"qwen9\" not found, try pulling it first","type":"api_error"}}"#;
@@ -873,6 +1012,71 @@ mod tests {
         // Positive control: a plain 500 is not classified (it is retried).
         assert!(c(500, r#"{"error":{"message":"boom"}}"#).is_none());
         assert_eq!(error_message(r#"{"error":"plain"}"#), "plain");
+    }
+
+    #[test]
+    fn legacy_function_call_is_read_once_and_its_name_cleaned() {
+        // llama-cpp-python (chatml-function-calling) sends the same call twice.
+        let both = r#"{"model":"local","choices":[{"finish_reason":"tool_calls","message":{"role":"assistant","content":null,
+            "function_call":{"name":"read_file:","arguments":"{\"file_path\":\"a\"}"},
+            "tool_calls":[{"id":"call__0_read_file_cmpl-9","type":"function","function":{"name":"read_file","arguments":"{\"file_path\":\"a\"}"}}]}}]}"#;
+        let r = parse_completion(both).unwrap();
+        assert_eq!(r.tool_calls.len(), 1);
+        assert_eq!(r.tool_calls[0].tool_call_id, "call__0_read_file_cmpl-9");
+        assert_eq!(r.tool_calls[0].name, "read_file");
+        assert_eq!(r.assistant_message, None);
+        // Only the legacy field: it becomes the call.
+        let legacy = r#"{"choices":[{"finish_reason":"function_call","message":{"role":"assistant",
+            "function_call":{"name":"list_files:","arguments":{}}}}]}"#;
+        let r = parse_completion(legacy).unwrap();
+        assert_eq!(r.stop_reason, StopReason::NeedsTools);
+        assert_eq!(r.tool_calls[0].name, "list_files");
+        assert_eq!(r.tool_calls[0].arguments, "{}");
+        // Streamed legacy deltas too.
+        let mut a = StreamAssembler::default();
+        a.feed(r#"{"choices":[{"delta":{"function_call":{"name":"finish:","arguments":"{\"summary\""}}}]}"#).unwrap();
+        a.feed(r#"{"choices":[{"delta":{"function_call":{"arguments":":\"ok\"}"}},"finish_reason":"function_call"}]}"#).unwrap();
+        let r = a.finish().unwrap();
+        assert_eq!(r.tool_calls[0].name, "finish");
+        assert_eq!(r.tool_calls[0].arguments, r#"{"summary":"ok"}"#);
+    }
+
+    #[test]
+    fn assistant_content_is_never_null_on_the_wire() {
+        let m = Message::Assistant {
+            content: None,
+            tool_calls: vec![ToolCall {
+                tool_call_id: "c".into(),
+                name: "list_files".into(),
+                arguments: "{}".into(),
+            }],
+        };
+        assert_eq!(wire_message(&m)["content"], "");
+    }
+
+    #[test]
+    fn refusals_to_stream_and_invalid_requests_are_told_apart() {
+        assert!(says_no_streaming(
+            "Automatic streaming tool choice is not supported"
+        ));
+        assert!(!says_no_streaming("model is overloaded"));
+        let mut unstarted = StreamAssembler::default();
+        assert!(unstarted.is_unstarted());
+        unstarted
+            .feed(r#"{"choices":[{"delta":{"content":"a"}}]}"#)
+            .unwrap();
+        assert!(!unstarted.is_unstarted(), "a cut answer is not a refusal");
+        let cfg = test_config();
+        let pydantic = r#"{"error":{"message":"1 validation error for ChatCompletionRequestAssistantMessage
+content
+  Input should be a valid string","type":"internal_server_error"}}"#;
+        let c = |status, raw: &str| classify(status, &error_message(raw), raw, "m", &cfg);
+        assert!(matches!(
+            c(500, pydantic),
+            Some(ProviderError::Rejected { status: 500, .. })
+        ));
+        assert!(matches!(c(422, "{}"), Some(ProviderError::Rejected { .. })));
+        assert!(c(503, r#"{"error":{"message":"loading model"}}"#).is_none());
     }
 
     #[test]

@@ -51,6 +51,10 @@ pub struct Runs {
     active: Mutex<HashMap<String, Arc<Active>>>,
     /// The question each waiting built-in agent run asked, and where its answer goes.
     questions: Mutex<HashMap<String, (String, tokio::sync::oneshot::Sender<String>)>>,
+    /// The built-in agent's model provider, made on first use and shared by every run: one
+    /// connection pool, and what it learned about the server (e.g. that it will not stream
+    /// tool calls) holds for the hub's life.
+    provider: std::sync::OnceLock<Arc<dyn crate::provider::Provider>>,
 }
 
 fn poisoned() -> AppError {
@@ -66,7 +70,21 @@ impl Runs {
             agent_tokens: Mutex::new(HashMap::new()),
             active: Mutex::new(HashMap::new()),
             questions: Mutex::new(HashMap::new()),
+            provider: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The shared provider for `cfg` (the hub's one provider configuration).
+    fn provider(
+        &self,
+        cfg: &crate::provider::ProviderConfig,
+    ) -> Result<Arc<dyn crate::provider::Provider>, crate::provider::ProviderError> {
+        if let Some(p) = self.provider.get() {
+            return Ok(Arc::clone(p));
+        }
+        let made: Arc<dyn crate::provider::Provider> =
+            Arc::new(crate::provider::OpenAiCompatible::new(cfg.clone())?);
+        Ok(Arc::clone(self.provider.get_or_init(|| made)))
     }
 
     /// Register `run_id`'s question (one at a time, seed 000 §21); the answer arrives on the
@@ -839,15 +857,15 @@ impl Hub {
         cancel: CancellationToken,
         sandbox: Arc<dyn Sandbox>,
     ) -> Result<(), AppError> {
-        let Some(pcfg) = self.cfg.provider.clone() else {
+        let Some(pcfg) = &self.cfg.provider else {
             return Err(AppError::BadRequest(
                 "the built-in agent has no model server configured".into(),
             ));
         };
-        let provider: Arc<dyn crate::provider::Provider> = Arc::new(
-            crate::provider::OpenAiCompatible::new(pcfg)
-                .map_err(|e| AppError::Internal(e.to_string()))?,
-        );
+        let provider = self
+            .runs
+            .provider(pcfg)
+            .map_err(|e| AppError::Internal(e.to_string()))?;
         let rid = run_id.to_string();
         let context = self.blocking(move |hub| hub.session_context(&rid)).await?;
         self.run_status(

@@ -92,6 +92,9 @@ pub enum Reply {
     /// This exact string as a 200 `application/json` body, even for streaming requests (for
     /// malformed-response tests).
     Raw(String),
+    /// A 200 `text/event-stream` that ends at once, with no event: what llama-cpp-python's
+    /// server sends when it refuses to stream an answer that may call tools.
+    ClosedStream,
 }
 
 /// One tool call in a [`Reply::Tools`].
@@ -437,6 +440,13 @@ async fn respond(req: &Recorded, mut reply: Reply, id: String) -> Response {
             return response;
         }
         Reply::Raw(body) => return json_response(200, body),
+        Reply::ClosedStream => {
+            return Response::builder()
+                .status(StatusCode::OK)
+                .header(header::CONTENT_TYPE, "text/event-stream")
+                .body(Body::empty())
+                .expect("fake LLM: empty stream response")
+        }
         Reply::Delay(..) | Reply::WithUsage { .. } => {
             unreachable!("unwrapped by the loop above")
         }

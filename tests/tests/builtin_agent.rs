@@ -931,3 +931,98 @@ async fn concurrent_sessions_keep_their_sandboxes_and_histories_apart() {
         assert!(!text.contains(&format!("paint it {other}")), "{text}");
     }
 }
+
+/// What llama-cpp-python's server does (seen against the real one; `real_models.rs` drives it):
+/// it closes the stream at once when asked to stream an answer that may call tools, refuses an
+/// assistant message whose `content` is `null` with an HTTP 500, and answers tool calls twice —
+/// as `tool_calls` and as a legacy `function_call` whose name ends in a colon.
+fn llama_cpp_python_like(req: &Recorded) -> Reply {
+    let has_tools = req.body["tools"].as_array().is_some_and(|t| !t.is_empty());
+    if req.stream() && has_tools {
+        return Reply::ClosedStream;
+    }
+    let messages = req.messages();
+    if messages
+        .iter()
+        .any(|m| m["role"] == "assistant" && m["content"].is_null())
+    {
+        return Reply::error(
+            500,
+            "1 validation error for ChatCompletionRequestAssistantMessage\ncontent\n  Input should be a valid string",
+            None,
+        );
+    }
+    if messages.last().is_some_and(|m| m["role"] == "tool") {
+        return Reply::text("Wrote b.txt.");
+    }
+    let args = json!({"file_path": "b.txt", "content": "b\n"}).to_string();
+    Reply::Raw(
+        json!({
+            "id": "cmpl-1", "object": "chat.completion", "model": "local",
+            "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                "role": "assistant", "content": null,
+                "function_call": {"name": "write_file:", "arguments": args},
+                "tool_calls": [{"id": "call__0_write_file_cmpl-1", "type": "function",
+                    "function": {"name": "write_file", "arguments": args}}]
+            }}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+        })
+        .to_string(),
+    )
+}
+
+#[tokio::test]
+async fn a_server_that_will_not_stream_tool_calls_is_asked_again_unstreamed_and_remembered() {
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    let fake = FakeLlm::with(llama_cpp_python_like).await;
+    let hub = serve(&ws, &fake, &[]);
+    let run = start(&hub, json!({"prompt": "add b"}));
+    let r = wait_run_finished(&hub, &run, SECS).await.unwrap();
+    assert_eq!(r["status"], "ready", "{r}");
+    let s = first_suggestion(&hub, &r);
+    assert_eq!(s["files"], json!(["b.txt"]), "{s}");
+    let asked: Vec<bool> = fake.requests().iter().map(|q| q.stream()).collect();
+    // Positive control: the first request was streamed (the default), the server closed it,
+    // and the same call went again unstreamed; the tool call was executed once, not twice.
+    assert_eq!(asked, [true, false, false], "{asked:?}");
+    let last = fake.requests().pop().unwrap();
+    let assistant = last
+        .messages()
+        .into_iter()
+        .find(|m| m["role"] == "assistant")
+        .unwrap();
+    assert_eq!(assistant["content"], "", "never null: {assistant}");
+    assert_eq!(assistant["tool_calls"][0]["function"]["name"], "write_file");
+    assert_eq!(
+        tool_results(&last).len(),
+        1,
+        "one call, not the legacy twin"
+    );
+    // Remembered for the provider: the next run does not try streaming again.
+    let before = fake.requests().len();
+    let run = start(&hub, json!({"prompt": "add b again"}));
+    wait_run_finished(&hub, &run, SECS).await.unwrap();
+    assert!(fake.requests()[before..].iter().all(|q| !q.stream()));
+}
+
+#[tokio::test]
+async fn a_request_the_server_rejects_as_invalid_is_not_retried() {
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    let fake = FakeLlm::with(|_| {
+        Reply::error(
+            500,
+            "1 validation error for ChatCompletionRequestAssistantMessage\ncontent\n  Input should be a valid string",
+            None,
+        )
+    })
+    .await;
+    let cfg = config(&ws, "[provider]\nretry_base_ms = 10\nmax_retries = 3\n");
+    let hub = serve(&ws, &fake, &["--config", &cfg]);
+    let run = start(&hub, json!({"prompt": "p"}));
+    let r = wait_run_finished(&hub, &run, SECS).await.unwrap();
+    assert_eq!(r["status"], "failed", "{r}");
+    let e = r["error"].as_str().unwrap();
+    assert!(e.contains("rejected the request as invalid"), "{e}");
+    assert_eq!(fake.requests().len(), 1, "a validation error is final");
+    // Positive control: a plain 500 is still retried (transient_failures_… above).
+}
