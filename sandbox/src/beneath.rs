@@ -73,6 +73,9 @@ pub enum FsError {
     NotRegular { path: String, what: &'static str },
     #[error("{path}: file is larger than the {cap} byte cap")]
     TooLarge { path: String, cap: u64 },
+    /// The file changed between the moment its new content was planned and the write.
+    #[error("{path} changed while hunkgate was writing it; your version was kept and nothing was written")]
+    Changed { path: String },
     #[error("{path}: {source}")]
     Io {
         path: String,
@@ -296,6 +299,20 @@ impl Beneath {
     /// fchmod, fsync, rename over the target, fsync the directory. A reader sees the old bytes or
     /// the new bytes, never a mix, and a crash leaves at most a stray temp file.
     pub fn write_atomic(&self, path: &str, bytes: &[u8], executable: bool) -> Result<(), FsError> {
+        self.write_atomic_checked(path, bytes, executable, || Ok(true))
+    }
+
+    /// [`Beneath::write_atomic`], but `still_expected` is asked right before the rename (after
+    /// the new content is written and fsynced, so the window is as small as it can be) whether
+    /// the file is still what the new content was made from. `false` writes nothing and answers
+    /// [`FsError::Changed`]: a user's edit made meanwhile is never renamed over.
+    pub fn write_atomic_checked(
+        &self,
+        path: &str,
+        bytes: &[u8],
+        executable: bool,
+        still_expected: impl FnOnce() -> Result<bool, FsError>,
+    ) -> Result<(), FsError> {
         let parts = components(path)?;
         let dir = self
             .parent_dir(path, &parts, true)?
@@ -312,7 +329,8 @@ impl Beneath {
             Err(Errno::ENOENT) => {}
             Err(e) => return Err(FsError::io(path, e)),
         }
-        let tmp = format!(".{name}.hunkgate-{}.tmp", random_suffix());
+        // Short and independent of the name: `.{name}.tmp` would not fit a 250-byte name.
+        let tmp = temp_name();
         let fd = nix::fcntl::openat(
             dir.as_fd(),
             tmp.as_str(),
@@ -337,6 +355,12 @@ impl Beneath {
                 path: path.to_string(),
                 source: e,
             })?;
+            drop(file);
+            if !still_expected()? {
+                return Err(FsError::Changed {
+                    path: path.to_string(),
+                });
+            }
             nix::fcntl::renameat(dir.as_fd(), tmp.as_str(), dir.as_fd(), name)
                 .map_err(|e| FsError::io(path, e))?;
             nix::unistd::fsync(dir.as_fd()).map_err(|e| FsError::io(path, e))
@@ -465,6 +489,12 @@ fn map_dir_err(path: &str, e: Errno) -> FsError {
     }
 }
 
+/// A temporary file name for an atomic write: `.hg-<random>.tmp`, at most 40 bytes whatever the
+/// target's name, hidden, and unique per process and call.
+pub fn temp_name() -> String {
+    format!(".hg-{}.tmp", random_suffix())
+}
+
 fn random_suffix() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -578,6 +608,33 @@ mod tests {
             b.read_link("file-link").unwrap().unwrap(),
             outside.path().join("secret").as_os_str().as_encoded_bytes()
         );
+    }
+
+    #[test]
+    fn long_names_fit_and_a_changed_file_is_not_renamed_over() {
+        let tmp = tempfile::tempdir().unwrap();
+        let b = Beneath::open(tmp.path()).unwrap();
+        // 250 bytes: a temporary name built from it would pass the 255-byte limit.
+        let long = format!("dir/{}", "l".repeat(250));
+        b.write_atomic(&long, b"one\n", false).unwrap();
+        b.write_atomic(&long, b"two\n", false).unwrap();
+        assert_eq!(b.read(&long, 100).unwrap().unwrap().0, b"two\n");
+        let real = tmp.path().join(&long);
+        let r = b.write_atomic_checked(&long, b"three\n", false, || {
+            std::fs::write(&real, b"user\n").unwrap();
+            Ok(false)
+        });
+        assert!(matches!(r, Err(FsError::Changed { .. })), "{r:?}");
+        assert_eq!(std::fs::read(&real).unwrap(), b"user\n");
+        let names: Vec<_> = std::fs::read_dir(tmp.path().join("dir"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 1, "no stray temporary file: {names:?}");
+        // Positive control: a check that passes writes.
+        b.write_atomic_checked(&long, b"four\n", false, || Ok(true))
+            .unwrap();
+        assert_eq!(std::fs::read(&real).unwrap(), b"four\n");
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! repository, outside `.git`, and never through a symlink. Each operation carries fingerprints
 //! of the file before and after, which is what crash recovery compares against.
 
-use hunkgate_patch::{apply_hunk, Hunk};
+use hunkgate_patch::{apply_hunk, split_lines, Hunk};
 use hunkgate_sandbox::beneath::{Beneath, FsError, Kind};
 use hunkgate_sandbox::store::{Mode, Store, StoreError};
 use serde::{Deserialize, Serialize};
@@ -90,6 +90,10 @@ pub struct FileOp {
     pub op: Op,
     pub pre: Fp,
     pub post: Fp,
+    /// The blob holding what `pre` fingerprints (a file's bytes, a symlink's target), so the
+    /// operation can be taken back when the decision cannot be committed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pre_oid: Option<String>,
 }
 
 /// Why a plan could not be made or carried out. `Conflict` is said in words the user can act on.
@@ -142,6 +146,16 @@ impl Ctx<'_> {
         }
     }
 
+    /// Keep what is at the path now in the store, so the operation can be taken back.
+    fn pre_oid(&self, pre: &Cur) -> Result<Option<String>, PlanError> {
+        Ok(match pre {
+            Cur::File { bytes, .. } | Cur::Link(bytes) => {
+                Some(self.store.write_blob(bytes)?.to_string())
+            }
+            Cur::Absent | Cur::Other(_) => None,
+        })
+    }
+
     fn write(&self, path: &str, pre: &Cur, bytes: &[u8], exec: bool) -> Result<FileOp, PlanError> {
         let oid = self.store.write_blob(bytes)?;
         Ok(FileOp {
@@ -155,16 +169,18 @@ impl Ctx<'_> {
                 sha256: sha(bytes),
                 exec,
             },
+            pre_oid: self.pre_oid(pre)?,
         })
     }
 
-    fn remove(&self, path: &str, pre: &Cur) -> FileOp {
-        FileOp {
+    fn remove(&self, path: &str, pre: &Cur) -> Result<FileOp, PlanError> {
+        Ok(FileOp {
             path: path.to_string(),
             op: Op::Remove,
             pre: Fp::of(pre),
             post: Fp::Absent,
-        }
+            pre_oid: self.pre_oid(pre)?,
+        })
     }
 
     fn side_bytes(&self, side: &Side) -> Result<Vec<u8>, PlanError> {
@@ -188,7 +204,7 @@ impl Ctx<'_> {
     /// Operations that put `side` at `path`, replacing `cur`.
     fn put(&self, path: &str, cur: &Cur, side: Option<&Side>) -> Result<FileOp, PlanError> {
         match side {
-            None => Ok(self.remove(path, cur)),
+            None => self.remove(path, cur),
             Some(s) if s.mode == Mode::Symlink => {
                 let target = self.side_bytes(s)?;
                 Ok(FileOp {
@@ -198,6 +214,7 @@ impl Ctx<'_> {
                     post: Fp::Link {
                         sha256: sha(&target),
                     },
+                    pre_oid: self.pre_oid(cur)?,
                 })
             }
             Some(s) => {
@@ -225,7 +242,7 @@ impl Ctx<'_> {
     }
 }
 
-/// Plan applying `hunk` (the agent's, or the user's modified version) for `rec`.
+/// Plan applying `hunk` (the agent's, or the user's modified version: `user_typed`) for `rec`.
 /// `offset` is the line shift from this suggestion's already-applied hunks above it.
 pub fn plan_forward(
     root: &Beneath,
@@ -233,6 +250,7 @@ pub fn plan_forward(
     rec: &HunkRec,
     hunk: Option<&Hunk>,
     offset: isize,
+    user_typed: bool,
 ) -> Result<Plan, PlanError> {
     let cx = Ctx { root, store };
     let path = rec.file.as_str();
@@ -243,7 +261,7 @@ pub fn plan_forward(
             };
             let cur = cx.cur(path)?;
             let text = text_of(path, &cur)?;
-            let h = adapt_endings(h, text);
+            let h = adapt_endings(path, h, text, offset, user_typed)?;
             let applied = apply_hunk(text, &h, offset)
                 .or_else(|e| conflict(format!("{path}: {e} (your copy changed since the run)")))?;
             let exec = matches!(cur, Cur::File { exec: true, .. });
@@ -283,11 +301,11 @@ pub fn plan_forward(
             let Some(h) = hunk else {
                 return conflict("hunk has no diff");
             };
-            let h = adapt_endings(h, text);
+            let h = adapt_endings(path, h, text, 0, user_typed)?;
             let result = apply_hunk(text, &h, 0)
                 .or_else(|e| conflict(format!("{path}: {e} (your copy changed since the run)")))?;
             let op = if result.text.is_empty() && Some(&h) == rec.patch.as_ref() {
-                cx.remove(path, &cur)
+                cx.remove(path, &cur)?
             } else {
                 let exec = matches!(cur, Cur::File { exec: true, .. });
                 cx.write(path, &cur, result.text.as_bytes(), exec)?
@@ -345,6 +363,7 @@ fn mode_plan(cx: &Ctx, rec: &HunkRec, reverse: bool) -> Result<Plan, PlanError> 
                     sha256: sha(bytes),
                     exec: to,
                 },
+                pre_oid: None,
             }],
             applied: None,
         }),
@@ -374,7 +393,7 @@ pub fn plan_reverse(
                 };
                 return match &cur {
                     Cur::File { bytes, .. } if *bytes == expect.as_bytes() => Ok(Plan {
-                        ops: vec![cx.remove(path, &cur)],
+                        ops: vec![cx.remove(path, &cur)?],
                         applied: None,
                     }),
                     _ => conflict(format!(
@@ -399,7 +418,7 @@ pub fn plan_reverse(
                 _ => false,
             };
             let op = if result.text.is_empty() && rec.kind == HunkKind::Create {
-                cx.remove(path, &cur)
+                cx.remove(path, &cur)?
             } else {
                 cx.write(path, &cur, result.text.as_bytes(), exec)?
             };
@@ -447,24 +466,132 @@ fn reversal(applied: &Hunk) -> Hunk {
     rev
 }
 
-/// A user's hand-edited diff usually has LF endings even when the file is CRLF: adopt the file's
-/// endings when the hunk has no CR at all, so context compares exactly.
-fn adapt_endings(h: &Hunk, text: &str) -> Hunk {
-    let ending = hunkgate_patch::line_ending(text);
+/// A user's hand-typed diff (`modify`) usually has LF endings even where the file has CRLF.
+///
+/// When such a hunk has no CR at all, find where it applies comparing lines without their CR
+/// (the usual rule: at the expected place, else at the single place it occurs). If the lines
+/// there all end in CRLF, adopt CRLF, so context then compares exactly at that very place; if
+/// they all end in LF, the hunk is used as typed. Lines that mix both are not guessed at: that is
+/// a conflict. The agent's own hunks are exact and never adapted: converting one would let it
+/// match a CRLF copy of its lines somewhere else in a file that mixes endings.
+fn adapt_endings(
+    path: &str,
+    h: &Hunk,
+    text: &str,
+    offset: isize,
+    user_typed: bool,
+) -> Result<Hunk, PlanError> {
     let has_cr = h.lines.iter().any(|l| l.text().contains('\r'));
-    if ending == "\r\n" && !has_cr {
-        h.with_line_ending(ending)
+    if !user_typed || has_cr || !text.contains("\r\n") {
+        return Ok(h.clone());
+    }
+    let lf_text = text.replace("\r\n", "\n");
+    let at = apply_hunk(&lf_text, h, offset)
+        .or_else(|e| conflict(format!("{path}: {e} (your copy changed since the run)")))?
+        .at;
+    let lines = split_lines(text);
+    let old = h.old_lines().len();
+    // The lines the hunk replaces; for a pure insertion, its neighbours.
+    let region = if old > 0 {
+        &lines[at..(at + old).min(lines.len())]
     } else {
-        h.clone()
+        &lines[at.saturating_sub(1)..(at + 1).min(lines.len())]
+    };
+    let ends: Vec<bool> = region
+        .iter()
+        .filter(|l| l.ends_with('\n'))
+        .map(|l| l.ends_with("\r\n"))
+        .collect();
+    if ends.is_empty() || ends.iter().all(|crlf| !crlf) {
+        Ok(h.clone())
+    } else if ends.iter().all(|crlf| *crlf) {
+        Ok(h.with_line_ending("\r\n"))
+    } else {
+        conflict(format!(
+            "{path}: the lines your diff changes mix CRLF and LF endings; send it with the file's exact line endings"
+        ))
     }
 }
 
-/// Carry out planned operations, in order.
-pub fn execute(root: &Beneath, store: &Store, ops: &[FileOp]) -> Result<(), PlanError> {
-    for op in ops {
-        execute_one(root, store, op)?;
+/// Carry out planned operations in order, all or nothing: each is checked against the file as
+/// it is at that moment (a write right before its rename), and when one fails the ones already
+/// done are taken back, last first.
+pub fn execute(root: &Beneath, store: &Store, ops: &[FileOp]) -> Result<(), ExecError> {
+    for (i, op) in ops.iter().enumerate() {
+        if let Err(error) = execute_one(root, store, op) {
+            return match undo(root, store, &ops[..i]) {
+                Ok(()) => Err(ExecError::Undone(Box::new(error))),
+                Err(undo) => Err(ExecError::Stuck {
+                    error: Box::new(error),
+                    undo: Box::new(undo),
+                }),
+            };
+        }
     }
     Ok(())
+}
+
+/// Why [`execute`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    /// Nothing of the plan stayed in the checkout.
+    #[error("{0}")]
+    Undone(Box<PlanError>),
+    /// Some operations are done and could not be taken back.
+    #[error("{error}; taking back what was already written failed too: {undo}")]
+    Stuck {
+        error: Box<PlanError>,
+        undo: Box<PlanError>,
+    },
+}
+
+/// Take back operations that were carried out, last first (each checked like any operation:
+/// a file changed since is never overwritten).
+pub fn undo(root: &Beneath, store: &Store, done: &[FileOp]) -> Result<(), PlanError> {
+    for op in done.iter().rev() {
+        let back = inverse(op).ok_or_else(|| {
+            PlanError::Conflict(format!("{}: what was there before is not known", op.path))
+        })?;
+        execute_one(root, store, &back)?;
+    }
+    Ok(())
+}
+
+/// The operation that takes `op` back: from its `post` state to its `pre` state.
+pub fn inverse(op: &FileOp) -> Option<FileOp> {
+    let back = match (&op.op, &op.pre) {
+        (Op::SetExec { .. }, Fp::File { exec, .. }) => Op::SetExec { exec: *exec },
+        (_, Fp::Absent) => Op::Remove,
+        (_, Fp::File { exec, .. }) => Op::Write {
+            oid: op.pre_oid.clone()?,
+            exec: *exec,
+        },
+        (_, Fp::Link { .. }) => Op::Symlink {
+            oid: op.pre_oid.clone()?,
+        },
+        (_, Fp::Other) => return None,
+    };
+    Some(FileOp {
+        path: op.path.clone(),
+        op: back,
+        pre: op.post.clone(),
+        post: op.pre.clone(),
+        pre_oid: None,
+    })
+}
+
+fn changed(path: &str) -> PlanError {
+    PlanError::Conflict(format!(
+        "{path} changed since the hunk was checked against it; your version was kept and nothing was written"
+    ))
+}
+
+/// The fingerprint of what is at `op.path` now.
+fn fp_now(root: &Beneath, path: &str) -> Result<Fp, PlanError> {
+    match read_cur(root, path) {
+        Err(e @ FsError::Symlink { .. }) => conflict(e.to_string()),
+        other => Ok(Fp::of(&other?)),
+    }
 }
 
 fn execute_one(root: &Beneath, store: &Store, op: &FileOp) -> Result<(), PlanError> {
@@ -472,13 +599,42 @@ fn execute_one(root: &Beneath, store: &Store, op: &FileOp) -> Result<(), PlanErr
         let id = oid(s).ok_or_else(|| PlanError::Conflict(format!("corrupt object id {s}")))?;
         Ok(store.read_blob(id)?)
     };
-    match &op.op {
-        Op::Write { oid, exec } => root.write_atomic(&op.path, &blob(oid)?, *exec)?,
-        Op::Symlink { oid } => root.symlink(&op.path, &blob(oid)?)?,
-        Op::Remove => root.remove_entry(&op.path)?,
-        Op::SetExec { exec } => root.set_executable(&op.path, *exec)?,
+    let path = op.path.as_str();
+    let check = || -> Result<(), PlanError> {
+        if fp_now(root, path)? == op.pre {
+            Ok(())
+        } else {
+            Err(changed(path))
+        }
+    };
+    let result = match &op.op {
+        Op::Write { oid, exec } => {
+            let bytes = blob(oid)?;
+            // The last look at the file is right before the rename, after the new content is
+            // written and fsynced: a user's save made since the plan is never renamed over.
+            root.write_atomic_checked(path, &bytes, *exec, || {
+                Ok(Fp::of(&read_cur(root, path)?) == op.pre)
+            })
+        }
+        Op::Symlink { oid } => {
+            check()?;
+            root.symlink(path, &blob(oid)?)
+        }
+        Op::Remove => {
+            check()?;
+            root.remove_entry(path)
+        }
+        Op::SetExec { exec } => {
+            check()?;
+            root.set_executable(path, *exec)
+        }
+    };
+    match result {
+        Ok(()) => Ok(()),
+        Err(FsError::Changed { .. }) => Err(changed(path)),
+        Err(e @ FsError::Symlink { .. }) => conflict(e.to_string()),
+        Err(e) => Err(e.into()),
     }
-    Ok(())
 }
 
 /// Where each operation of a journaled plan stands now: used after a crash.

@@ -5,8 +5,7 @@
 //! cross-site requests by refusing any `Origin` not explicitly allowed. The bearer token keeps
 //! other local users and the agent (which has only its own, narrower token) out.
 
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use axum::http::{header, HeaderMap};
@@ -53,17 +52,7 @@ pub fn load_or_create_token(path: &Path) -> std::io::Result<String> {
         Err(e) => return Err(e),
     }
     let token = random_token();
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(token.as_bytes())?;
-    f.write_all(b"\n")?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)?;
+    crate::journal::write_file_atomic(path, format!("{token}\n").as_bytes(), 0o600)?;
     Ok(token)
 }
 

@@ -38,6 +38,9 @@ pub struct AffectedFile {
     pub hunk_ids: Vec<String>,
     /// The hunks of this checkpoint that are applied now (what a scoped rollback can undo).
     pub applied_hunk_ids: Vec<String>,
+    /// Why the file in your checkout cannot be read (a directory on its path became a symlink,
+    /// it is a directory or a FIFO now, …); null when it can. `current_hash` is then null.
+    pub unreadable: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -70,6 +73,21 @@ fn affected(s: &Suggestion) -> BTreeMap<String, Vec<&HunkRec>> {
         }
     }
     out
+}
+
+/// The hash of what is at `path` in the checkout now (None when absent), or why it cannot be
+/// read: a path that cannot be read is reported on, never an internal error.
+fn current(
+    root: &hunkgate_sandbox::beneath::Beneath,
+    path: &str,
+) -> (Option<String>, Option<String>) {
+    match read_cur(root, path) {
+        Ok(Cur::File { bytes, .. }) => (Some(sha_tag(&bytes)), None),
+        Ok(Cur::Link(t)) => (Some(sha_tag(&t)), None),
+        Ok(Cur::Absent) => (None, None),
+        Ok(Cur::Other(what)) => (None, Some(format!("{path} is {what} in your checkout"))),
+        Err(e) => (None, Some(e.to_string())),
+    }
 }
 
 fn side_of(tree: &FlatTree, path: &str) -> Option<Side> {
@@ -115,13 +133,10 @@ impl Hub {
                 Some(e) => Some(sha_tag(&self.store.read_blob(e.oid).map_err(ierr)?)),
                 None => None,
             };
-            let current_hash = match read_cur(&root, &path).map_err(ierr)? {
-                Cur::File { bytes, .. } => Some(sha_tag(&bytes)),
-                Cur::Link(t) => Some(sha_tag(&t)),
-                Cur::Absent | Cur::Other(_) => None,
-            };
+            let (current_hash, unreadable) = current(&root, &path);
             files.push(AffectedFile {
-                changed_since_base: base_hash != current_hash,
+                changed_since_base: unreadable.is_some() || base_hash != current_hash,
+                unreadable,
                 file_path: path,
                 base_hash,
                 current_hash,
@@ -179,9 +194,18 @@ impl Hub {
         };
         let base_text = text(blob(&base)?);
         let proposed = text(blob(&run)?);
-        let current = match read_cur(&self.checkout()?, file_path).map_err(ierr)? {
-            Cur::File { bytes, .. } => text(Some(bytes)),
-            _ => None,
+        let mut unreadable = None;
+        let current = match read_cur(&self.checkout()?, file_path) {
+            Ok(Cur::File { bytes, .. }) => text(Some(bytes)),
+            Ok(Cur::Other(what)) => {
+                unreadable = Some(format!("{file_path} is {what} in your checkout"));
+                None
+            }
+            Ok(Cur::Absent | Cur::Link(_)) => None,
+            Err(e) => {
+                unreadable = Some(e.to_string());
+                None
+            }
         };
         Ok(serde_json::json!({
             "checkpoint_id": sid,
@@ -190,6 +214,7 @@ impl Hub {
             "checkpoint_base": base_text,
             "agent_proposed": proposed,
             "binary": binary,
+            "unreadable": unreadable,
         }))
     }
 
@@ -280,7 +305,9 @@ impl Hub {
         };
         let mut feedback = Vec::new();
         let mut events = Vec::new();
-        for (sugg, rec) in &rolled {
+        for &(k, i) in &rolled {
+            let sugg = if k == 0 { &after } else { &also[k - 1] };
+            let rec = &sugg.hunks[i];
             let mut fb = Self::feedback_record(sugg, rec, &decision, "rollback", "rejected");
             fb.via = Some(via.into());
             feedback.push(fb);
@@ -296,7 +323,13 @@ impl Hub {
             });
         }
         let files: Vec<String> = ops.iter().map(|o| o.path.clone()).collect();
-        let rolled_ids: Vec<String> = rolled.iter().map(|(_, r)| r.id.clone()).collect();
+        let rolled_ids: Vec<String> = rolled
+            .iter()
+            .map(|&(k, i)| {
+                let sugg = if k == 0 { &after } else { &also[k - 1] };
+                sugg.hunks[i].id.clone()
+            })
+            .collect();
         events.push(Event::RollbackCompleted {
             seq: 0,
             checkpoint_id: sid.clone(),
@@ -304,19 +337,23 @@ impl Hub {
             files: files.clone(),
             hunk_ids: rolled_ids.clone(),
         });
-        if let Err(e) = self.commit_decision(&mut st, after, also, ops, feedback, Vec::new()) {
+        // The events go with the decision, so each feedback line carries its event's seq.
+        if let Err(e) = self.commit_decision(&mut st, after, also, ops, feedback, events) {
             self.bus.emit(Event::RollbackFailed {
                 seq: 0,
                 checkpoint_id: sid.clone(),
                 mode,
                 message: e.to_string(),
             });
-            return Err(e);
+            return Err(match e {
+                AppError::Conflict { code, message } => AppError::Conflict {
+                    code,
+                    message: format!("rollback refused, nothing was changed: {message}"),
+                },
+                other => other,
+            });
         }
         drop(st);
-        for ev in events {
-            self.bus.emit(ev);
-        }
         Ok(serde_json::json!({
             "checkpoint_id": sid,
             "mode": mode,
@@ -337,7 +374,7 @@ impl Hub {
             Vec<apply::FileOp>,
             Suggestion,
             Vec<Suggestion>,
-            Vec<(Suggestion, HunkRec)>,
+            Vec<(usize, usize)>,
         ),
         PlanError,
     > {
@@ -358,15 +395,17 @@ impl Hub {
         let touches = |h: &HunkRec| {
             paths.contains(&h.file) || h.old_path.as_ref().is_some_and(|p| paths.contains(p))
         };
-        let mut rolled = Vec::new();
+        // Rolled-back hunks as (0 for `after`, k for `also[k - 1]`; hunk index): the feedback
+        // lines and events are made from those, with no copy of a suggestion per hunk.
+        let mut all: Vec<(usize, usize)> = Vec::new();
         let mut after = s.clone();
-        for h in after.hunks.iter_mut().filter(|h| h.state.applied()) {
-            h.state = HunkState::Rejected;
-            h.applied = None;
-            rolled.push(h.clone());
+        for (i, h) in after.hunks.iter_mut().enumerate() {
+            if h.state.applied() {
+                h.state = HunkState::Rejected;
+                h.applied = None;
+                all.push((0, i));
+            }
         }
-        let mut all: Vec<(Suggestion, HunkRec)> =
-            rolled.into_iter().map(|h| (after.clone(), h)).collect();
         let mut also = Vec::new();
         let pos = st
             .order
@@ -391,9 +430,7 @@ impl Hub {
             for &i in &hit {
                 l.hunks[i].state = HunkState::Rejected;
                 l.hunks[i].applied = None;
-            }
-            for &i in &hit {
-                all.push((l.clone(), l.hunks[i].clone()));
+                all.push((also.len() + 1, i));
             }
             also.push(l);
         }
@@ -411,7 +448,7 @@ impl Hub {
             Vec<apply::FileOp>,
             Suggestion,
             Vec<Suggestion>,
-            Vec<(Suggestion, HunkRec)>,
+            Vec<(usize, usize)>,
         ),
         PlanError,
     > {
@@ -445,12 +482,13 @@ impl Hub {
         }
         let mut after = s.clone();
         let mut rolled = Vec::new();
-        for h in after.hunks.iter_mut().filter(|h| hunk_ids.contains(&h.id)) {
-            h.state = HunkState::Rejected;
-            h.applied = None;
-            rolled.push(h.clone());
+        for (i, h) in after.hunks.iter_mut().enumerate() {
+            if hunk_ids.contains(&h.id) {
+                h.state = HunkState::Rejected;
+                h.applied = None;
+                rolled.push((0, i));
+            }
         }
-        let rolled = rolled.into_iter().map(|h| (after.clone(), h)).collect();
         Ok((ops, after, Vec::new(), rolled))
     }
 }

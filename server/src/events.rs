@@ -58,25 +58,63 @@ impl Bus {
     }
 
     /// Assign the next seq and broadcast. Returns the seq.
-    pub fn emit(&self, mut event: Event) -> u64 {
+    pub fn emit(&self, event: Event) -> u64 {
         let Ok(mut inner) = self.inner.lock() else {
             return 0;
         };
-        let seq = inner.seq + 1;
-        if seq > inner.reserved_upto {
-            let upto = seq + SEQ_BLOCK;
-            // A failed reservation is logged, not fatal: events still flow, and at worst a
-            // client replays from a seq that was reused after a crash and resyncs fully.
-            match self.journal.lock() {
-                Ok(mut j) => {
-                    if let Err(e) = j.append(&Record::Seq { upto }) {
-                        tracing::error!(error = %e, "reserving event sequence numbers");
-                    }
-                }
-                Err(_) => tracing::error!("journal lock poisoned"),
-            }
-            inner.reserved_upto = upto;
+        self.emit_locked(&mut inner, event)
+    }
+
+    /// Announce `events` only once `commit` made them durable: `commit` gets the seqs the events
+    /// will carry (to write them into the feedback log) and runs while no other event can be
+    /// numbered, so the seqs stay in order. When `commit` fails nothing is announced, no seq
+    /// is used, and the events are handed back.
+    pub fn emit_durably<E>(
+        &self,
+        events: Vec<Event>,
+        commit: impl FnOnce(&[u64]) -> Result<(), E>,
+    ) -> Result<Vec<u64>, (E, Vec<Event>)> {
+        let mut inner = match self.inner.lock() {
+            Ok(i) => i,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let first = inner.seq + 1;
+        let seqs: Vec<u64> = (first..first + events.len() as u64).collect();
+        if let Some(last) = seqs.last() {
+            // Reserved before they are written anywhere, so a restart never hands them out again.
+            self.reserve(&mut inner, *last);
         }
+        if let Err(e) = commit(&seqs) {
+            return Err((e, events));
+        }
+        for ev in events {
+            self.emit_locked(&mut inner, ev);
+        }
+        Ok(seqs)
+    }
+
+    /// Make sure seqs up to `seq` are reserved in the journal.
+    fn reserve(&self, inner: &mut Inner, seq: u64) {
+        if seq <= inner.reserved_upto {
+            return;
+        }
+        let upto = seq + SEQ_BLOCK;
+        // A failed reservation is logged, not fatal: events still flow, and at worst a
+        // client replays from a seq that was reused after a crash and resyncs fully.
+        match self.journal.lock() {
+            Ok(mut j) => {
+                if let Err(e) = j.append(&Record::Seq { upto }) {
+                    tracing::error!(error = %e, "reserving event sequence numbers");
+                }
+            }
+            Err(_) => tracing::error!("journal lock poisoned"),
+        }
+        inner.reserved_upto = upto;
+    }
+
+    fn emit_locked(&self, inner: &mut Inner, mut event: Event) -> u64 {
+        let seq = inner.seq + 1;
+        self.reserve(inner, seq);
         inner.seq = seq;
         event.set_seq(seq);
         let json: Arc<str> = match serde_json::to_string(&event) {

@@ -6,9 +6,8 @@
 
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
@@ -50,39 +49,48 @@ pub struct FeedbackRecord {
 }
 
 pub struct FeedbackLog {
-    file: File,
-    path: PathBuf,
+    file: crate::journal::AppendFile,
 }
 
 impl FeedbackLog {
+    /// Open (creating) the log. A torn last line (a crash mid-append) is cut and kept aside as
+    /// `feedback.jsonl.broken-<timestamp>`, so the next line starts on a line of its own.
     pub fn open(path: &Path) -> std::io::Result<Self> {
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .open(path)?;
+        if let Ok(bytes) = std::fs::read(path) {
+            if !bytes.is_empty() && !bytes.ends_with(b"\n") {
+                let keep = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+                crate::journal::keep_aside(path, &bytes[keep..])?;
+                let f = OpenOptions::new().write(true).open(path)?;
+                f.set_len(keep as u64)?;
+                f.sync_all()?;
+                tracing::warn!(path = %path.display(), "cut a torn last line off the feedback log");
+            }
+        }
         Ok(Self {
-            file,
-            path: path.to_path_buf(),
+            file: crate::journal::AppendFile::open(path)?,
         })
     }
 
     pub fn path(&self) -> &Path {
-        &self.path
+        self.file.path()
     }
 
-    /// Append records and fsync; a record is on disk when this returns.
-    pub fn append(&mut self, records: &[FeedbackRecord]) -> std::io::Result<()> {
-        if records.is_empty() {
-            return Ok(());
-        }
+    /// Append records and fsync; a record is on disk when this returns. Returns the mark to
+    /// [`FeedbackLog::truncate_to`] to take them back. A failed append leaves nothing behind.
+    pub fn append(&mut self, records: &[FeedbackRecord]) -> std::io::Result<u64> {
+        let mark = self.file.len();
         let mut buf = Vec::new();
         for r in records {
             serde_json::to_writer(&mut buf, r)?;
             buf.push(b'\n');
         }
-        self.file.write_all(&buf)?;
-        self.file.sync_data()
+        self.file.append(&buf)?;
+        Ok(mark)
+    }
+
+    /// Take back what was appended after `mark` (a decision that could not be committed).
+    pub fn truncate_to(&mut self, mark: u64) -> std::io::Result<()> {
+        self.file.truncate_to(mark)
     }
 
     /// (decision id, hunk id) of every line already logged (used once, after a crash, to avoid

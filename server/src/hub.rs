@@ -14,7 +14,9 @@ use hunkgate_sandbox::store::{Entry, FlatTree, Mode, Store};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::apply::{self, execute, op_state, plan_forward, plan_reverse, OpState, PlanError};
+use crate::apply::{
+    self, execute, op_state, plan_forward, plan_reverse, ExecError, OpState, PlanError,
+};
 use crate::config::ServeConfig;
 use crate::error::AppError;
 use crate::events::Bus;
@@ -48,6 +50,9 @@ pub struct Hub {
     pub runs: Runs,
     pub tasks: TaskTracker,
     pub shutdown: CancellationToken,
+    /// Decisions that stand in the checkout but whose feedback lines and `commit` could not be
+    /// written yet (decision id, lines): written before the next decision.
+    pub unfinished: Mutex<Vec<(String, Vec<FeedbackRecord>)>>,
 }
 
 pub fn now() -> String {
@@ -202,59 +207,223 @@ impl Hub {
         }
     }
 
-    /// Durably commit a decision: journal `prepare`, change files, announce, log feedback,
-    /// journal `commit`. Returns once everything is on disk.
+    /// Durably commit a decision: journal `prepare`, change files, log feedback and journal
+    /// `commit` (fsynced), then announce. All of it holds, or none of it does:
+    /// - a `prepare` that cannot be written changes nothing;
+    /// - a file operation that fails (or finds its file changed since the plan) takes back the
+    ///   ones done before it;
+    /// - when the feedback line or the `commit` cannot be written once the checkout is written
+    ///   (a full disk, an fsync error), the files are put back from the prepare record and the
+    ///   decision is answered with an error. A hunk never shows pending while its change is in
+    ///   the file, so a retry never applies it twice.
     pub(crate) fn commit_decision(
         &self,
         st: &mut State,
         after: Suggestion,
         also: Vec<Suggestion>,
         ops: Vec<apply::FileOp>,
-        mut feedback: Vec<FeedbackRecord>,
+        feedback: Vec<FeedbackRecord>,
         events: Vec<Event>,
     ) -> Result<(), AppError> {
+        self.flush_unfinished()?;
         let decision = feedback
             .first()
             .map(|f| f.decision_id.clone())
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-        let prepared = Prepared {
+        let record = Record::Prepare(Box::new(Prepared {
             decision: decision.clone(),
-            ops: ops.clone(),
-            after: after.clone(),
-            also: also.clone(),
-            feedback: feedback.clone(),
+            ops,
+            after,
+            also,
+            feedback,
+        }));
+        self.journal_append(&record).map_err(|e| {
+            AppError::Internal(format!("recording the decision: {e}; nothing was changed"))
+        })?;
+        let Record::Prepare(prepared) = record else {
+            return Err(AppError::Internal("journal record mix-up".into()));
         };
-        self.journal_append(&Record::Prepare(Box::new(prepared)))?;
-        if !ops.is_empty() {
-            let root = self.checkout()?;
-            if let Err(e) = execute(&root, &self.store, &ops) {
-                // Nothing half-done stays: the ops that ran are rolled back by redoing the plan's
-                // inverse is not possible in general, so report loudly and abort the record.
-                let _ = self.journal_append(&Record::Abort {
-                    decision: decision.clone(),
-                });
-                return Err(AppError::Internal(format!(
-                    "writing your checkout failed: {e}"
-                )));
+        let Prepared {
+            ops,
+            after,
+            also,
+            mut feedback,
+            ..
+        } = *prepared;
+
+        test_hooks::pause("before-write");
+        let root = if ops.is_empty() {
+            None
+        } else {
+            match self.checkout() {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    self.abort(&decision);
+                    return Err(e);
+                }
+            }
+        };
+        if let Some(root) = &root {
+            match execute(root, &self.store, &ops) {
+                Ok(()) => {}
+                Err(ExecError::Undone(e)) => {
+                    self.abort(&decision);
+                    return Err(match *e {
+                        PlanError::Conflict(message) => AppError::Conflict {
+                            code: "conflict",
+                            message,
+                        },
+                        other => AppError::Internal(format!(
+                            "writing your checkout failed, so nothing was changed: {other}"
+                        )),
+                    });
+                }
+                Err(e @ ExecError::Stuck { .. }) => {
+                    let files: Vec<&str> = ops.iter().map(|o| o.path.as_str()).collect();
+                    return Err(AppError::Internal(format!(
+                        "writing your checkout failed half way: {e}; check {}",
+                        files.join(", ")
+                    )));
+                }
             }
         }
-        // Each feedback line carries the seq of the event announcing it (events are built in
-        // the same order as the feedback lines; any extra events come after).
-        let seqs: Vec<u64> = events.into_iter().map(|ev| self.bus.emit(ev)).collect();
-        for (i, f) in feedback.iter_mut().enumerate() {
-            f.seq = seqs.get(i).or(seqs.last()).copied().unwrap_or(0);
+
+        test_hooks::pause("before-commit");
+        let committed = self.bus.emit_durably(events, |seqs| {
+            self.log_and_commit(&decision, &mut feedback, seqs)
+        });
+        let Err((e, events)) = committed else {
+            Self::adopt(st, after, also);
+            return Ok(());
+        };
+        let undone = match &root {
+            Some(root) => apply::undo(root, &self.store, &ops),
+            None => Ok(()),
+        };
+        match undone {
+            Ok(()) => {
+                self.abort(&decision);
+                Err(AppError::Internal(format!(
+                    "{e}; the decision was taken back, nothing was changed"
+                )))
+            }
+            Err(u) => {
+                // The checkout keeps the change and it cannot be taken back (the file changed
+                // again meanwhile): the decision stands. Its feedback line and commit are written
+                // before the next decision, or from the prepare record on the next start.
+                Self::adopt(st, after, also);
+                let seqs: Vec<u64> = events.into_iter().map(|ev| self.bus.emit(ev)).collect();
+                for (i, f) in feedback.iter_mut().enumerate() {
+                    f.seq = seqs.get(i).or(seqs.last()).copied().unwrap_or(0);
+                }
+                if let Ok(mut q) = self.unfinished.lock() {
+                    q.push((decision, feedback));
+                }
+                Err(AppError::Internal(format!(
+                    "{e}; the change is in your checkout and stays (taking it back failed: {u}); it is recorded once the state directory can be written again"
+                )))
+            }
         }
-        self.feedback
-            .lock()
-            .map_err(|_| AppError::Internal("feedback lock poisoned".into()))?
-            .append(&feedback)
-            .map_err(|e| AppError::Internal(format!("writing the feedback log: {e}")))?;
-        self.journal_append(&Record::Commit { decision })?;
+    }
+
+    fn adopt(st: &mut State, after: Suggestion, also: Vec<Suggestion>) {
         for s in also {
             st.suggestions.insert(s.id.clone(), s);
         }
         st.suggestions.insert(after.id.clone(), after);
+    }
+
+    /// Best effort: a missing `abort` is harmless, since on the next start the files show the
+    /// decision was not carried out, and a later `prepare` supersedes it.
+    fn abort(&self, decision: &str) {
+        if let Err(e) = self.journal_append(&Record::Abort {
+            decision: decision.to_string(),
+        }) {
+            tracing::warn!(error = %e, decision, "journaling an abort");
+        }
+    }
+
+    /// Write a decision's feedback lines (each with the seq of the event announcing it: events
+    /// are built in the same order as the lines, extra events come after) and its `commit`.
+    /// If the commit cannot be written the lines are taken back out of the log.
+    fn log_and_commit(
+        &self,
+        decision: &str,
+        feedback: &mut [FeedbackRecord],
+        seqs: &[u64],
+    ) -> Result<(), AppError> {
+        for (i, f) in feedback.iter_mut().enumerate() {
+            f.seq = seqs.get(i).or(seqs.last()).copied().unwrap_or(0);
+        }
+        let mut log = self
+            .feedback
+            .lock()
+            .map_err(|_| AppError::Internal("feedback lock poisoned".into()))?;
+        let mark = log
+            .append(feedback)
+            .map_err(|e| AppError::Internal(format!("writing the feedback log: {e}")))?;
+        if let Err(e) = self.journal_append(&Record::Commit {
+            decision: decision.to_string(),
+        }) {
+            if let Err(t) = log.truncate_to(mark) {
+                tracing::error!(error = %t, "taking an uncommitted decision out of the feedback log");
+            }
+            return Err(AppError::Internal(format!("recording the decision: {e}")));
+        }
         Ok(())
+    }
+
+    /// Record decisions that stand in the checkout but whose feedback lines and commit could not
+    /// be written, before anything else is decided.
+    fn flush_unfinished(&self) -> Result<(), AppError> {
+        let mut q = self
+            .unfinished
+            .lock()
+            .map_err(|_| AppError::Internal("lock poisoned".into()))?;
+        while let Some((decision, feedback)) = q.first_mut() {
+            let seqs: Vec<u64> = feedback.iter().map(|f| f.seq).collect();
+            self.log_and_commit(decision, feedback, &seqs).map_err(|e| {
+                AppError::Internal(format!(
+                    "an earlier decision is not recorded yet ({e}); nothing was changed: free space in the state directory and try again"
+                ))
+            })?;
+            q.remove(0);
+        }
+        Ok(())
+    }
+
+    /// The event announcing a decision that crash recovery finished (its feedback line carries
+    /// this event's seq).
+    pub(crate) fn recovered_event(s: &Suggestion, f: &FeedbackRecord) -> Event {
+        let action = match f.outcome.as_str() {
+            "applied" => AppliedAction::Accepted,
+            "modified" => AppliedAction::Modified,
+            "undone" => AppliedAction::Undone,
+            "conflict" => {
+                return Event::Error {
+                    seq: 0,
+                    code: ErrorCode::ApplyFailed,
+                    message: f.error.clone().unwrap_or_default(),
+                    suggestion_id: Some(s.id.clone()),
+                    hunk_id: Some(f.hunk_id.clone()),
+                    run_id: Some(s.run_id.clone()),
+                }
+            }
+            _ => AppliedAction::Rejected,
+        };
+        Event::HunkApplied {
+            seq: 0,
+            suggestion_id: s.id.clone(),
+            hunk_id: f.hunk_id.clone(),
+            action,
+            file: f.file.clone(),
+            state: s
+                .hunk(&f.hunk_id)
+                .map(|h| h.state)
+                .unwrap_or(HunkState::Pending),
+            reviewed_count: s.reviewed_count(),
+            hunk_count: s.hunks.len(),
+        }
     }
 
     fn status_event(s: &Suggestion) -> Event {
@@ -370,7 +539,7 @@ impl Hub {
                 let hunk = modified.as_ref().or(rec.patch.as_ref());
                 let offset = Self::offset_for(s, &rec);
                 let root = self.checkout()?;
-                match plan_forward(&root, &self.store, &rec, hunk, offset) {
+                match plan_forward(&root, &self.store, &rec, hunk, offset, modified.is_some()) {
                     Ok(plan) => {
                         let state = if modified.is_some() {
                             HunkState::Modified
@@ -486,7 +655,36 @@ impl Hub {
         let hunk = after.hunks[idx].view();
         let remaining = after.hunks.len() - after.reviewed_count();
         let applied = !plan.ops.is_empty();
-        self.commit_decision(&mut st, after, Vec::new(), plan.ops, vec![fb], events)?;
+        let forward = matches!(action, FeedbackAction::Accept | FeedbackAction::Modify);
+        match self.commit_decision(&mut st, after, Vec::new(), plan.ops, vec![fb], events) {
+            Ok(()) => {}
+            // The file changed between the plan and the write: a conflict like any other.
+            Err(AppError::Conflict {
+                code: "conflict",
+                message,
+            }) if forward => {
+                return self.record_conflict(
+                    &mut st,
+                    &sid,
+                    idx,
+                    &decision,
+                    action_word,
+                    comment,
+                    modified_diff,
+                    message,
+                );
+            }
+            Err(AppError::Conflict {
+                code: "conflict",
+                message,
+            }) => {
+                return Err(AppError::Conflict {
+                    code: "conflict",
+                    message: format!("cannot {action_word} hunk {}: {message}", rec.id),
+                })
+            }
+            Err(e) => return Err(e),
+        }
         Ok(DecisionResult {
             applied,
             remaining_hunks: remaining,
@@ -754,6 +952,35 @@ impl Hub {
     }
 }
 
+/// Test seams, in debug builds only: with `HUNKGATE_TEST_PAUSE_DIR=<dir>` set, a decision that
+/// reaches a named point while `<dir>/<point>.pause` exists creates `<dir>/<point>.reached` and
+/// waits (at most a minute) until the `.pause` file is gone, so a test can bring about a real
+/// fault (fill a disk, make a file immutable, edit a file) at exactly that moment. Points:
+/// `before-write` (after the `prepare` is fsynced, before the checkout is written) and
+/// `before-commit` (after the checkout is written, before the feedback line and `commit`).
+pub mod test_hooks {
+    #[cfg(debug_assertions)]
+    pub fn pause(point: &str) {
+        let Some(dir) = std::env::var_os("HUNKGATE_TEST_PAUSE_DIR") else {
+            return;
+        };
+        let dir = std::path::PathBuf::from(dir);
+        let gate = dir.join(format!("{point}.pause"));
+        if !gate.exists() {
+            return;
+        }
+        let _ = std::fs::write(dir.join(format!("{point}.reached")), b"");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while gate.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    #[cfg(not(debug_assertions))]
+    #[inline(always)]
+    pub fn pause(_point: &str) {}
+}
+
 fn put_side(tree: &mut FlatTree, path: &str, side: Option<&crate::review::Side>) {
     match side.and_then(|s| oid(&s.oid).map(|o| (s.mode, o))) {
         Some((mode, oid)) => {
@@ -801,6 +1028,9 @@ fn parse_modified(text: &str, rec: &HunkRec) -> Result<Hunk, AppError> {
 }
 
 /// Finish or drop decisions that were prepared but not committed when the hub died.
+///
+/// Returns the feedback lines still to log, each with the event that announces it (the caller
+/// gives the line that event's seq).
 pub fn recover(
     root: &Beneath,
     store: &Store,
@@ -808,10 +1038,20 @@ pub fn recover(
     feedback_path: &std::path::Path,
     journal: &mut Vec<Record>,
     suggestions: &mut BTreeMap<String, Suggestion>,
-) -> Result<Vec<FeedbackRecord>, String> {
+) -> Result<Vec<(FeedbackRecord, Event)>, String> {
     let logged = FeedbackLog::logged_lines(feedback_path).map_err(|e| e.to_string())?;
+    let is_logged =
+        |f: &FeedbackRecord| logged.contains(&(f.decision_id.clone(), f.hunk_id.clone()));
     let mut to_log = Vec::new();
     for p in pending {
+        if p.ops.is_empty() {
+            // Nothing in the checkout tells whether it happened; the feedback log does: its
+            // lines are written right before the commit, and taken back if that fails.
+            if p.feedback.is_empty() || !p.feedback.iter().all(is_logged) {
+                tracing::info!(decision = %p.decision, "dropping an unfinished decision (it changed no file and was not logged)");
+                continue;
+            }
+        }
         let states: Result<Vec<OpState>, _> = p.ops.iter().map(|op| op_state(root, op)).collect();
         let states = states.map_err(|e| e.to_string())?;
         if states.contains(&OpState::Neither) {
@@ -831,12 +1071,14 @@ pub fn recover(
             }
         }
         // Per line: the hunks of a bulk action share a decision id but are journaled one by one.
-        to_log.extend(
-            p.feedback
+        for f in p.feedback.iter().filter(|f| !is_logged(f)) {
+            let s = p
+                .also
                 .iter()
-                .filter(|f| !logged.contains(&(f.decision_id.clone(), f.hunk_id.clone())))
-                .cloned(),
-        );
+                .find(|s| s.id == f.suggestion_id)
+                .unwrap_or(&p.after);
+            to_log.push((f.clone(), Hub::recovered_event(s, f)));
+        }
         tracing::info!(decision = %p.decision, "finished an interrupted decision");
         for s in p.also.iter().chain(std::iter::once(&p.after)) {
             suggestions.insert(s.id.clone(), s.clone());

@@ -5,9 +5,14 @@
 //! After a crash, a `prepare` without `commit` is finished or dropped by comparing the files
 //! against those fingerprints — so an acknowledged decision is never lost and no hunk is applied
 //! twice. On every start the journal is compacted to one record per run and suggestion.
+//!
+//! An append that fails (a full disk, an fsync error) is cut off again before the error is
+//! answered, so a half-written record never sits in front of the next good one. A torn last
+//! record found on start (a crash mid-append) is cut and kept aside as
+//! `state.jsonl.broken-<timestamp>`.
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -61,7 +66,7 @@ pub enum JournalError {
         source: std::io::Error,
     },
     #[error(
-        "journal {path} line {line} is corrupt ({message}); move the file aside to start empty"
+        "journal {path} line {line} is corrupt ({message}); the hub will not guess which decisions it held: move the file aside to start empty (every review in it is then forgotten)"
     )]
     Corrupt {
         path: PathBuf,
@@ -70,9 +75,92 @@ pub enum JournalError {
     },
 }
 
-pub struct Journal {
+/// An append-only file whose appends are all or nothing: each append is written and fsynced, and
+/// one that fails is truncated away again, so the file always ends after a whole record.
+pub struct AppendFile {
     file: File,
     path: PathBuf,
+    /// Length of the file up to the end of the last good append.
+    len: u64,
+}
+
+impl AppendFile {
+    /// Open (creating, mode 0600) for appending.
+    pub fn open(path: &Path) -> std::io::Result<Self> {
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(path)?;
+        let len = file.metadata()?.len();
+        Ok(Self {
+            file,
+            path: path.to_path_buf(),
+            len,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The length after the last good append: a mark for [`AppendFile::truncate_to`].
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Append `buf` and fsync. On any error (a short write on a full disk, a failed fsync) the
+    /// file is cut back to where it was, and the error is returned: the bytes never count.
+    pub fn append(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let result = self.file.write_all(buf).and_then(|_| self.file.sync_data());
+        match result {
+            Ok(()) => {
+                self.len += buf.len() as u64;
+                Ok(())
+            }
+            Err(e) => {
+                if let Err(t) = self.truncate_to(self.len) {
+                    tracing::error!(path = %self.path.display(), error = %t, "cutting off a failed append");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Cut the file back to `len` (a mark from [`AppendFile::len`]) and fsync.
+    pub fn truncate_to(&mut self, len: u64) -> std::io::Result<()> {
+        self.file.set_len(len)?;
+        self.file.sync_all()?;
+        self.len = len;
+        Ok(())
+    }
+}
+
+pub struct Journal {
+    file: AppendFile,
+}
+
+/// A compact UTC timestamp for file names: `20260101T120000.123Z`.
+pub fn file_stamp() -> String {
+    humantime::format_rfc3339_millis(std::time::SystemTime::now())
+        .to_string()
+        .replace(['-', ':'], "")
+}
+
+/// Keep `bytes` (a torn or unreadable piece of `path`) aside as `<path>.broken-<timestamp>`.
+pub fn keep_aside(path: &Path, bytes: &[u8]) -> std::io::Result<PathBuf> {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".broken-{}", file_stamp()));
+    let aside = path.with_file_name(name);
+    write_file_atomic(&aside, bytes, 0o600)?;
+    Ok(aside)
 }
 
 impl Journal {
@@ -83,87 +171,247 @@ impl Journal {
         }
     }
 
-    /// Read every record. A torn final line (a crash mid-append) is dropped; corruption anywhere
-    /// else is an error, because guessing would lose decisions.
+    /// Read every record.
+    ///
+    /// A torn final record (a crash mid-append) is cut off the file and kept aside as
+    /// `state.jsonl.broken-<timestamp>`. A line that starts with the torn remains of a failed
+    /// append and goes on with a whole record (what older versions left after a full disk) keeps
+    /// that record; the torn bytes are kept aside too. Corruption anywhere else is an error,
+    /// because guessing would lose decisions.
     pub fn read(path: &Path) -> Result<Vec<Record>, JournalError> {
-        let file = match File::open(path) {
-            Ok(f) => f,
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(Self::io(path, e)),
         };
-        let lines: Vec<String> = BufReader::new(file)
-            .split(b'\n')
-            .map(|l| l.map(|b| String::from_utf8_lossy(&b).into_owned()))
-            .collect::<Result<_, _>>()
-            .map_err(|e| Self::io(path, e))?;
-        let mut out = Vec::with_capacity(lines.len());
-        let last = lines.len().saturating_sub(1);
-        for (i, line) in lines.iter().enumerate() {
-            if line.trim().is_empty() {
+        let mut out = Vec::new();
+        let mut aside: Vec<u8> = Vec::new();
+        let mut pos = 0usize;
+        let mut line_no = 0usize;
+        let mut cut_at: Option<usize> = None;
+        while pos < bytes.len() {
+            line_no += 1;
+            let end = bytes[pos..]
+                .iter()
+                .position(|b| *b == b'\n')
+                .map(|i| pos + i);
+            let line = &bytes[pos..end.unwrap_or(bytes.len())];
+            let next = end.map(|e| e + 1).unwrap_or(bytes.len());
+            if line.iter().all(u8::is_ascii_whitespace) {
+                pos = next;
                 continue;
             }
-            match serde_json::from_str::<Record>(line) {
-                Ok(r) => out.push(r),
-                Err(_) if i == last => {
-                    tracing::warn!(path = %path.display(), "dropping a torn final journal record");
-                }
-                Err(e) => {
-                    return Err(JournalError::Corrupt {
-                        path: path.to_path_buf(),
-                        line: i + 1,
-                        message: e.to_string(),
-                    })
-                }
+            if end.is_none() {
+                // No newline: the last append never finished.
+                tracing::warn!(path = %path.display(), "cutting a torn final journal record");
+                aside.extend_from_slice(line);
+                cut_at = Some(pos);
+                break;
             }
+            match serde_json::from_slice::<Record>(line) {
+                Ok(r) => out.push(r),
+                Err(e) => match salvage(line) {
+                    Some((torn, r)) => {
+                        tracing::warn!(path = %path.display(), line = line_no, "keeping the record after a torn journal append");
+                        aside.extend_from_slice(torn);
+                        aside.push(b'\n');
+                        out.push(r);
+                    }
+                    None if next == bytes.len() => {
+                        tracing::warn!(path = %path.display(), "cutting an unreadable final journal record");
+                        aside.extend_from_slice(line);
+                        cut_at = Some(pos);
+                        break;
+                    }
+                    None => {
+                        return Err(JournalError::Corrupt {
+                            path: path.to_path_buf(),
+                            line: line_no,
+                            message: e.to_string(),
+                        })
+                    }
+                },
+            }
+            pos = next;
+        }
+        if !aside.is_empty() {
+            let kept = keep_aside(path, &aside).map_err(|e| Self::io(path, e))?;
+            tracing::warn!(path = %kept.display(), "kept the torn journal bytes aside");
+        }
+        if let Some(at) = cut_at {
+            let f = OpenOptions::new()
+                .write(true)
+                .open(path)
+                .map_err(|e| Self::io(path, e))?;
+            f.set_len(at as u64)
+                .and_then(|_| f.sync_all())
+                .map_err(|e| Self::io(path, e))?;
         }
         Ok(out)
     }
 
     /// Atomically replace the journal with `records` and open it for appending.
     pub fn rewrite(path: &Path, records: &[Record]) -> Result<Self, JournalError> {
-        let tmp = path.with_extension("jsonl.tmp");
-        {
-            let mut f = OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&tmp)
-                .map_err(|e| Self::io(&tmp, e))?;
-            let mut buf = Vec::new();
-            for r in records {
-                serde_json::to_writer(&mut buf, r).map_err(|e| Self::io(&tmp, e.into()))?;
-                buf.push(b'\n');
-            }
-            f.write_all(&buf).map_err(|e| Self::io(&tmp, e))?;
-            f.sync_all().map_err(|e| Self::io(&tmp, e))?;
+        let mut buf = Vec::new();
+        for r in records {
+            serde_json::to_writer(&mut buf, r).map_err(|e| Self::io(path, e.into()))?;
+            buf.push(b'\n');
         }
-        std::fs::rename(&tmp, path).map_err(|e| Self::io(path, e))?;
-        sync_dir(path).map_err(|e| Self::io(path, e))?;
-        let file = OpenOptions::new()
-            .append(true)
-            .open(path)
-            .map_err(|e| Self::io(path, e))?;
-        Ok(Self {
-            file,
-            path: path.to_path_buf(),
-        })
+        write_file_atomic(path, &buf, 0o600).map_err(|e| Self::io(path, e))?;
+        let file = AppendFile::open(path).map_err(|e| Self::io(path, e))?;
+        Ok(Self { file })
     }
 
-    /// Append one record and fsync before returning.
+    /// Append one record and fsync before returning. A failed append leaves nothing behind.
     pub fn append(&mut self, record: &Record) -> Result<(), JournalError> {
-        let mut line = serde_json::to_vec(record).map_err(|e| Self::io(&self.path, e.into()))?;
+        let mut line =
+            serde_json::to_vec(record).map_err(|e| Self::io(self.file.path(), e.into()))?;
         line.push(b'\n');
-        self.file
-            .write_all(&line)
-            .and_then(|_| self.file.sync_data())
-            .map_err(|e| Self::io(&self.path, e))
+        let path = self.file.path().to_path_buf();
+        self.file.append(&line).map_err(|e| Self::io(&path, e))
     }
+}
+
+/// The record at the end of a line that starts with the torn remains of a failed append.
+fn salvage(line: &[u8]) -> Option<(&[u8], Record)> {
+    const START: &[u8] = b"{\"t\":";
+    (1..line.len().saturating_sub(START.len() - 1))
+        .filter(|&i| line[i..].starts_with(START))
+        .find_map(|i| {
+            serde_json::from_slice::<Record>(&line[i..])
+                .ok()
+                .map(|r| (&line[..i], r))
+        })
+}
+
+/// Replace `path` atomically: a short temporary name in the same directory (`.hg-<random>.tmp`,
+/// so any file name that fits the file system fits), write, fsync, rename over, fsync the
+/// directory. The temporary file is removed on failure. For the hub's own files (journal, token,
+/// hub.json); the user's checkout is written through `Beneath::write_atomic`.
+pub fn write_file_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let tmp = dir.join(hunkgate_sandbox::beneath::temp_name());
+    let result = (|| {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        sync_dir(path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
 }
 
 pub fn sync_dir(path: &Path) -> std::io::Result<()> {
     if let Some(dir) = path.parent() {
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
         File::open(dir)?.sync_all()?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn commit(d: &str) -> Record {
+        Record::Commit { decision: d.into() }
+    }
+
+    fn line(r: &Record) -> Vec<u8> {
+        let mut v = serde_json::to_vec(r).unwrap();
+        v.push(b'\n');
+        v
+    }
+
+    fn decisions(rs: &[Record]) -> Vec<String> {
+        rs.iter()
+            .map(|r| match r {
+                Record::Commit { decision } => decision.clone(),
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
+
+    fn broken_files(dir: &Path) -> Vec<PathBuf> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.to_string_lossy().contains("state.jsonl.broken-"))
+            .collect()
+    }
+
+    #[test]
+    fn a_torn_tail_is_cut_and_kept_aside() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("state.jsonl");
+        let mut bytes = line(&commit("a"));
+        bytes.extend_from_slice(&line(&commit("b")));
+        let torn = &line(&commit("c"))[..10];
+        bytes.extend_from_slice(torn);
+        std::fs::write(&p, &bytes).unwrap();
+        assert_eq!(decisions(&Journal::read(&p).unwrap()), ["a", "b"]);
+        let aside = broken_files(tmp.path());
+        assert_eq!(aside.len(), 1, "{aside:?}");
+        assert_eq!(std::fs::read(&aside[0]).unwrap(), torn);
+        // The journal itself now ends after the last whole record.
+        assert!(std::fs::read(&p).unwrap().ends_with(b"\"b\"}\n"));
+        assert_eq!(decisions(&Journal::read(&p).unwrap()), ["a", "b"]);
+        assert_eq!(
+            broken_files(tmp.path()).len(),
+            1,
+            "nothing new to keep aside"
+        );
+    }
+
+    #[test]
+    fn a_record_glued_to_a_torn_append_is_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("state.jsonl");
+        // What an append that failed half way, followed by a good one, used to leave.
+        let mut bytes = line(&commit("a"));
+        bytes.extend_from_slice(&line(&commit("torn"))[..15]);
+        bytes.extend_from_slice(&line(&commit("b")));
+        bytes.extend_from_slice(&line(&commit("c")));
+        std::fs::write(&p, &bytes).unwrap();
+        assert_eq!(decisions(&Journal::read(&p).unwrap()), ["a", "b", "c"]);
+        assert_eq!(broken_files(tmp.path()).len(), 1);
+        // Positive control: real corruption in the middle is still refused.
+        let mut bad = line(&commit("a"));
+        bad.extend_from_slice(b"not json at all\n");
+        bad.extend_from_slice(&line(&commit("b")));
+        std::fs::write(&p, &bad).unwrap();
+        assert!(matches!(
+            Journal::read(&p),
+            Err(JournalError::Corrupt { line: 2, .. })
+        ));
+    }
+
+    #[test]
+    fn atomic_writes_use_a_short_temporary_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        // 250 bytes: a temporary name that embeds it would exceed the 255-byte limit.
+        let p = tmp.path().join("n".repeat(250));
+        write_file_atomic(&p, b"x", 0o600).unwrap();
+        write_file_atomic(&p, b"y", 0o600).unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"y");
+        assert_eq!(
+            std::fs::read_dir(tmp.path()).unwrap().count(),
+            1,
+            "no stray temp file"
+        );
+    }
 }

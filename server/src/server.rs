@@ -126,7 +126,14 @@ pub fn open_hub(
                 }
                 suggestions.insert(s.id.clone(), *s);
             }
-            Record::Prepare(p) => pending.push(*p),
+            Record::Prepare(p) => {
+                // Decisions are made one at a time, and one that stays in the checkout is
+                // committed before the next is prepared: an earlier prepare still open here was
+                // taken back (its abort could not be written) or failed half way and was
+                // reported; recovering it would overwrite later decisions.
+                pending.clear();
+                pending.push(*p)
+            }
             Record::Commit { decision } => {
                 if let Some(i) = pending.iter().position(|p| p.decision == decision) {
                     let p = pending.remove(i);
@@ -142,10 +149,10 @@ pub fn open_hub(
         }
     }
     let mut recovered_records = Vec::new();
-    let mut feedback_lines = Vec::new();
+    let mut recovered = Vec::new();
     if !pending.is_empty() {
         let root = Beneath::open(&cfg.repo)?;
-        feedback_lines = recover(
+        recovered = recover(
             &root,
             &store,
             pending,
@@ -154,6 +161,12 @@ pub fn open_hub(
             &mut suggestions,
         )
         .map_err(|e| anyhow::anyhow!("recovering unfinished decisions: {e}"))?;
+    }
+    // Each recovered feedback line carries the seq of the event that announces it below: the
+    // first ones this hub hands out.
+    let (mut feedback_lines, recovered_events): (Vec<_>, Vec<_>) = recovered.into_iter().unzip();
+    for (i, f) in feedback_lines.iter_mut().enumerate() {
+        f.seq = seq_upto + 1 + i as u64;
     }
     let mut feedback = FeedbackLog::open(&feedback_path)
         .with_context(|| format!("opening {}", feedback_path.display()))?;
@@ -179,7 +192,9 @@ pub fn open_hub(
             .map(|s| Record::Suggestion(Box::new(s))),
     );
     compact.extend(sessions.records());
-    compact.push(Record::Seq { upto: seq_upto });
+    compact.push(Record::Seq {
+        upto: seq_upto + feedback_lines.len() as u64,
+    });
     let journal = Arc::new(Mutex::new(Journal::rewrite(&journal_path, &compact)?));
 
     let sandbox_root = cfg.state_dir.join("sandboxes");
@@ -201,7 +216,12 @@ pub fn open_hub(
         tasks: TaskTracker::new(),
         shutdown,
         cfg,
+        unfinished: Mutex::new(Vec::new()),
     });
+    for (ev, line) in recovered_events.into_iter().zip(&feedback_lines) {
+        let seq = hub.bus.emit(ev);
+        debug_assert_eq!(seq, line.seq);
+    }
     Ok(Started { hub, _lock: lock })
 }
 
@@ -244,15 +264,5 @@ pub async fn run(
 }
 
 pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
+    crate::journal::write_file_atomic(path, bytes, 0o600)
 }

@@ -274,3 +274,182 @@ async fn mirrored_run_refs_show_a_run_in_the_users_repository() {
         ws.git(&["fsck", "--no-dangling"]).unwrap();
     }
 }
+
+#[tokio::test]
+async fn rollback_feedback_lines_carry_the_seq_of_their_event() {
+    let ws = Workspace::new(&[("a.txt", numbered(30).as_bytes())]).unwrap();
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            "sed -i 's/^line 3$/LINE 3/; s/^line 25$/LINE 25/' a.txt",
+        )
+        .unwrap();
+    let hub = ws.serve(&[]).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let s = run_agent(&hub, &mut c, &agent, "two").await.unwrap();
+    let sid = s["id"].as_str().unwrap().to_string();
+    let ids: Vec<String> = s["hunks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["id"].as_str().unwrap().to_string())
+        .collect();
+    let r = hub
+        .curl()
+        .post(
+            "/feedback/all",
+            &json!({"suggestion_id": sid, "action": "accept"}),
+        )
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = hub
+        .curl()
+        .post(
+            &format!("/checkpoints/{sid}/rollback"),
+            &json!({"mode": "scoped_selected", "hunk_ids": [ids[0]]}),
+        )
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = hub
+        .curl()
+        .post(
+            &format!("/checkpoints/{sid}/rollback"),
+            &json!({"mode": "hard_all", "confirm": true}),
+        )
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(ws.read_string("a.txt").unwrap(), numbered(30));
+
+    let log = ws.feedback_log().unwrap();
+    let rollbacks: Vec<&Value> = log.iter().filter(|l| l["action"] == "rollback").collect();
+    assert_eq!(rollbacks.len(), 2, "{log:#?}");
+    for line in &rollbacks {
+        let seq = line["seq"].as_u64().unwrap();
+        assert!(seq > 0, "{line}");
+        let ev = c
+            .event(
+                "suggestion.hunk_applied",
+                |v| v["seq"].as_u64() == Some(seq),
+                Duration::from_secs(5),
+            )
+            .await
+            .unwrap();
+        assert_eq!(ev["hunk_id"], line["hunk_id"]);
+        assert_eq!(ev["action"], "rejected");
+    }
+    let seqs: Vec<u64> = log.iter().map(|l| l["seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+}
+
+#[tokio::test]
+async fn a_directory_turned_symlink_is_reported_unreadable_not_an_internal_error() {
+    let ws = Workspace::new(&[("sub/a.txt", numbered(10).as_bytes())]).unwrap();
+    let agent = ws
+        .agent_script("agent.sh", "sed -i 's/^line 3$/LINE 3/' sub/a.txt")
+        .unwrap();
+    let hub = ws.serve(&[]).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let s = run_agent(&hub, &mut c, &agent, "one").await.unwrap();
+    let sid = s["id"].as_str().unwrap().to_string();
+    let curl = hub.curl();
+
+    // Positive control: readable.
+    let r = curl.get(&format!("/checkpoints/{sid}")).unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let f = &r.body["affected_files"][0];
+    assert_eq!(f["file_path"], "sub/a.txt");
+    assert!(f["unreadable"].is_null(), "{f}");
+    assert_eq!(f["current_hash"], sha_tag(&numbered(10)));
+
+    // The directory becomes a symlink to one outside the repository.
+    let outside = ws.path("elsewhere");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("a.txt"), "outside\n").unwrap();
+    std::fs::rename(ws.repo().join("sub"), ws.path("sub-moved")).unwrap();
+    std::os::unix::fs::symlink(&outside, ws.repo().join("sub")).unwrap();
+
+    let r = curl.get(&format!("/checkpoints/{sid}")).unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let f = &r.body["affected_files"][0];
+    assert!(
+        f["unreadable"]
+            .as_str()
+            .is_some_and(|w| w.contains("symlink")),
+        "{f}"
+    );
+    assert!(f["current_hash"].is_null(), "{f}");
+    assert_eq!(f["changed_since_base"], true);
+
+    let r = curl
+        .get(&format!("/checkpoints/{sid}/diff3?file_path=sub/a.txt"))
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body["current"].is_null(), "{}", r.body);
+    assert!(
+        r.body["unreadable"]
+            .as_str()
+            .is_some_and(|w| w.contains("symlink")),
+        "{}",
+        r.body
+    );
+    assert_eq!(r.body["checkpoint_base"], numbered(10));
+}
+
+/// Peak resident memory of a process, in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_hard_rollback_of_many_hunks_takes_memory_in_proportion() {
+    // 250 hunks of long lines: a copy of the whole suggestion per hunk would take well over
+    // 100 MiB; in proportion, it is a few MiB.
+    let n = 250;
+    let original: String = (0..n * 10)
+        .map(|i| format!("{i:05} {}\n", "x".repeat(290)))
+        .collect();
+    let ws = Workspace::new(&[("big.txt", original.as_bytes())]).unwrap();
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            "sed -i 's/^\\([0-9]\\{4\\}5\\) x/\\1 Y/' big.txt",
+        )
+        .unwrap();
+    let hub = ws.serve(&[]).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let s = run_agent(&hub, &mut c, &agent, "many").await.unwrap();
+    let sid = s["id"].as_str().unwrap().to_string();
+    assert_eq!(s["hunks"].as_array().unwrap().len(), n);
+    let r = hub
+        .curl()
+        .post(
+            "/feedback/all",
+            &json!({"suggestion_id": sid, "action": "accept"}),
+        )
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["decided"].as_array().unwrap().len(), n, "{}", r.body);
+
+    let pid = hub.child.id();
+    let before = peak_rss_kib(pid);
+    let r = hub
+        .curl()
+        .post(
+            &format!("/checkpoints/{sid}/rollback"),
+            &json!({"mode": "hard_all", "confirm": true}),
+        )
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let grew = peak_rss_kib(pid).saturating_sub(before);
+    assert_eq!(ws.read_string("big.txt").unwrap(), original);
+    assert_eq!(r.body["hunk_ids"].as_array().unwrap().len(), n);
+    assert!(
+        grew < 48 * 1024,
+        "a hard rollback of {n} hunks raised the hub's peak memory by {grew} KiB"
+    );
+}

@@ -310,3 +310,136 @@ async fn a_run_in_progress_does_not_outlive_the_hub() {
     );
     assert_eq!(ws.read("a.txt").unwrap(), b"a\n");
 }
+
+/// The hub's debug-build pause seam (`HUNKGATE_TEST_PAUSE_DIR`): arm a point, wait until a
+/// decision stops there.
+fn arm_pause(dir: &std::path::Path, point: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    std::fs::create_dir_all(dir).unwrap();
+    let gate = dir.join(format!("{point}.pause"));
+    let reached = dir.join(format!("{point}.reached"));
+    let _ = std::fs::remove_file(&reached);
+    std::fs::write(&gate, b"").unwrap();
+    (gate, reached)
+}
+
+#[tokio::test]
+async fn a_decision_finished_by_recovery_logs_the_seq_of_its_event() {
+    let a = numbered(40);
+    let ws = Workspace::new(&[("a.txt", a.as_bytes())]).unwrap();
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            "sed -i 's/^line 3$/LINE 3/; s/^line 30$/LINE 30/' a.txt",
+        )
+        .unwrap();
+    let pauses = ws.path("pauses");
+    let env = [("HUNKGATE_TEST_PAUSE_DIR", pauses.to_str().unwrap())];
+    let mut hub = ws.serve_env(&[], &env).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let s = run_agent(&hub, &mut c, &agent, "two edits").await.unwrap();
+    let sid = s["id"].as_str().unwrap().to_string();
+    let (h0, h1) = (hunk_id(&s, "a.txt", 0), hunk_id(&s, "a.txt", 1));
+    ok(&c.decide(&sid, &h0, "accept").await.unwrap());
+    settle(&mut c, &ws).await;
+
+    // The checkout is written, then the hub dies before the feedback line and the commit.
+    let (gate, reached) = arm_pause(&pauses, "before-commit");
+    let curl = hub.curl();
+    let body = json!({"suggestion_id": sid, "hunk_id": h1, "action": "accept"});
+    let answer = std::thread::spawn(move || curl.post("/feedback", &body));
+    wait_until("the decision to pause", SECS5, || reached.exists()).unwrap();
+    assert_eq!(
+        ws.read_string("a.txt").unwrap(),
+        a.replace("line 3\n", "LINE 3\n")
+            .replace("line 30\n", "LINE 30\n")
+    );
+    hub.kill9();
+    std::fs::remove_file(&gate).unwrap();
+    let _ = answer.join();
+    drop(c);
+
+    let hub = ws.serve_env(&[], &env).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    assert_eq!(get(&hub, &sid)["hunks"][1]["state"], "accepted");
+    let log = assert_log_sane(&ws, 2);
+    let seq = log[1]["seq"].as_u64().unwrap();
+    assert!(seq > 0, "{log:#?}");
+    assert_eq!(log[1]["hunk_id"], h1.as_str());
+    // That seq is the event the restarted hub announced the finished decision with.
+    let r = c.call(json!({"type": "replay", "since": 0})).await.unwrap();
+    let events = ok(&r)["events"].as_array().unwrap().clone();
+    let ev = events
+        .iter()
+        .find(|e| e["type"] == "suggestion.hunk_applied" && e["hunk_id"] == h1.as_str())
+        .unwrap_or_else(|| panic!("no event for the recovered decision: {events:#?}"));
+    assert_eq!(ev["seq"].as_u64(), Some(seq), "{ev}");
+    assert_eq!(ev["state"], "accepted");
+    assert!(seq <= c.hello()["seq"].as_u64().unwrap());
+}
+
+#[tokio::test]
+async fn a_torn_journal_tail_is_cut_and_kept_aside_on_start() {
+    let a = numbered(40);
+    let ws = Workspace::new(&[("a.txt", a.as_bytes())]).unwrap();
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            "sed -i 's/^line 3$/LINE 3/; s/^line 30$/LINE 30/' a.txt",
+        )
+        .unwrap();
+    let mut hub = ws.serve(&[]).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let s = run_agent(&hub, &mut c, &agent, "two edits").await.unwrap();
+    let sid = s["id"].as_str().unwrap().to_string();
+    let (h0, h1) = (hunk_id(&s, "a.txt", 0), hunk_id(&s, "a.txt", 1));
+    ok(&c.decide(&sid, &h0, "reject").await.unwrap());
+    hub.kill9();
+    drop(c);
+
+    let journal = ws.state().join("state.jsonl");
+    let append = |bytes: &[u8]| {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&journal)
+            .unwrap();
+        f.write_all(bytes).unwrap();
+    };
+    let broken = || -> Vec<Vec<u8>> {
+        let mut v: Vec<_> = std::fs::read_dir(ws.state())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.to_string_lossy().contains("state.jsonl.broken-"))
+            .collect();
+        v.sort();
+        v.iter().map(|p| std::fs::read(p).unwrap()).collect()
+    };
+
+    // A crash mid-append left half a record.
+    let torn = br#"{"t":"commit","decision":"cut sh"#;
+    append(torn);
+    let mut hub = ws.serve(&[]).unwrap();
+    assert_eq!(get(&hub, &sid)["hunks"][0]["state"], "rejected");
+    assert_eq!(broken(), vec![torn.to_vec()], "the torn tail is kept aside");
+    hub.kill9();
+
+    // What older versions left after a failed append: the torn bytes, then the next good
+    // record on the same line, then more records. The records are kept, the hub starts.
+    append(torn);
+    append(b"{\"t\":\"seq\",\"upto\":5}\n{\"t\":\"seq\",\"upto\":6}\n");
+    let hub = ws.serve(&[]).unwrap();
+    assert_eq!(get(&hub, &sid)["hunks"][0]["state"], "rejected");
+    assert_eq!(broken().len(), 2);
+    let r = hub
+        .curl()
+        .post(
+            "/feedback",
+            &json!({"suggestion_id": sid, "hunk_id": h1, "action": "accept"}),
+        )
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        ws.read_string("a.txt").unwrap(),
+        a.replace("line 30\n", "LINE 30\n")
+    );
+}

@@ -666,3 +666,88 @@ async fn hunks_applied_above_shift_the_expected_place_of_those_below() {
     ok(&c.decide(&sid, &top, "accept").await.unwrap());
     assert_eq!(ws.read_string("a.txt").unwrap(), agent_text);
 }
+
+#[tokio::test]
+async fn in_a_file_mixing_crlf_and_lf_a_hunk_applies_where_it_was_made() {
+    // Mostly CRLF, with an LF copy of a CRLF block: the agent edits the LF copy.
+    let head: String = (1..=8).map(|i| format!("h{i}\r\n")).collect();
+    let block = |x: &str, nl: &str| -> String {
+        ["k1", "k2", "k3", x, "k4", "k5", "k6"]
+            .iter()
+            .map(|l| format!("{l}{nl}"))
+            .collect()
+    };
+    // Lines 1-8 head, 9-15 the CRLF block, 16 "mid", 17-23 the LF block.
+    let file = |crlf_x: &str, mid: &str, lf_x: &str| {
+        format!(
+            "{head}{}{mid}\n{}",
+            block(crlf_x, "\r\n"),
+            block(lf_x, "\n")
+        )
+    };
+    let base = file("X", "mid", "X");
+    let ws = Workspace::new(&[("mixed.txt", base.as_bytes())]).unwrap();
+    let run_text = ws.path("run.txt");
+    std::fs::write(&run_text, file("X", "mid", "Y")).unwrap();
+    let agent = ws
+        .agent_script("agent.sh", &format!("cp {} mixed.txt", run_text.display()))
+        .unwrap();
+    let hub = ws.serve(&[]).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let s = run_agent(&hub, &mut c, &agent, "edit the lf copy")
+        .await
+        .unwrap();
+    let sid = s["id"].as_str().unwrap().to_string();
+    let hid = hunk_id(&s, "mixed.txt", 0);
+
+    // The agent's hunk lands on the LF lines it was made on, not on their CRLF copy.
+    ok(&c.decide(&sid, &hid, "accept").await.unwrap());
+    assert_eq!(ws.read_string("mixed.txt").unwrap(), file("X", "mid", "Y"));
+    ok(&c.decide(&sid, &hid, "undo").await.unwrap());
+    assert_eq!(ws.read_string("mixed.txt").unwrap(), base);
+
+    let modify = |diff: &str| {
+        json!({"type": "feedback", "suggestionId": sid, "hunkId": hid,
+               "action": "modify", "modifiedDiff": diff})
+    };
+    // A user's LF diff of the LF lines is used as typed, in place.
+    let lf_diff = "@@ -17,7 +17,7 @@\n k1\n k2\n k3\n-X\n+Z\n k4\n k5\n k6\n";
+    ok(&c.call(modify(lf_diff)).await.unwrap());
+    assert_eq!(ws.read_string("mixed.txt").unwrap(), file("X", "mid", "Z"));
+    ok(&c.decide(&sid, &hid, "undo").await.unwrap());
+    // A user's LF diff of the CRLF lines takes their endings.
+    let crlf_diff = "@@ -9,7 +9,7 @@\n k1\n k2\n k3\n-X\n+W\n k4\n k5\n k6\n";
+    ok(&c.call(modify(crlf_diff)).await.unwrap());
+    assert_eq!(ws.read_string("mixed.txt").unwrap(), file("W", "mid", "X"));
+    ok(&c.decide(&sid, &hid, "undo").await.unwrap());
+    assert_eq!(ws.read_string("mixed.txt").unwrap(), base);
+    // Lines that mix both endings are not guessed at.
+    let across = "@@ -14,4 +14,4 @@\n k5\n k6\n-mid\n+MID\n k1\n";
+    refused(&c.call(modify(across)).await.unwrap(), "conflict");
+    assert_eq!(ws.read_string("mixed.txt").unwrap(), base);
+}
+
+#[tokio::test]
+async fn a_file_with_a_250_byte_name_is_run_on_and_written() {
+    // 250 bytes: a temporary name built by adding to it would pass the 255-byte limit.
+    let name = format!("{}.txt", "n".repeat(246));
+    let ws = Workspace::new(&[(name.as_str(), b"one\ntwo\n"), ("b.txt", b"b\n")]).unwrap();
+    let agent = ws
+        .agent_script("agent.sh", "sed -i 's/^two$/TWO/' nnnn*.txt")
+        .unwrap();
+    let hub = ws.serve(&[]).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let s = run_agent(&hub, &mut c, &agent, "long name").await.unwrap();
+    let sid = s["id"].as_str().unwrap().to_string();
+    let hid = hunk_id(&s, &name, 0);
+    ok(&c.decide(&sid, &hid, "accept").await.unwrap());
+    assert_eq!(ws.read(&name).unwrap(), b"one\nTWO\n");
+    ok(&c.decide(&sid, &hid, "undo").await.unwrap());
+    assert_eq!(ws.read(&name).unwrap(), b"one\ntwo\n");
+    let names: Vec<String> = std::fs::read_dir(ws.repo())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != ".git")
+        .collect();
+    assert_eq!(names.len(), 2, "no stray temporary file: {names:?}");
+}

@@ -1,0 +1,480 @@
+//! Real faults in the middle of decisions: a state directory that fills up, a log file that
+//! cannot be written (`chattr +i`), a directory whose file cannot be removed, a user saving the
+//! file while the hub writes it. After each, the hub's answer, its state, the checkout and the
+//! feedback log must agree, and a retry must apply a hunk exactly once.
+//!
+//! These need root (mount, chattr): elsewhere they skip loudly, and under `CI=true` they fail.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use hunkgate_tests::{hunk_id, numbered, run_agent, tree_of, wait_until, Hub, Workspace};
+use serde_json::{json, Value};
+
+const SECS10: Duration = Duration::from_secs(10);
+
+/// True when the test can run (root). Otherwise it says so and skips — except in CI
+/// (`CI=true`), which runs as root, where a pass that tested nothing would be a lie.
+fn require_root(test: &str) -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    let msg = format!("{test}: needs root (tmpfs mounts, chattr); it did NOT run");
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{msg} — CI runs as root, so this is a broken CI environment");
+    }
+    eprintln!("SKIPPED: {msg}");
+    false
+}
+
+fn run(cmd: &mut Command) {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `chattr +i` on a path, undone on drop (even when the test fails), so the temporary
+/// directory can be removed.
+struct Immutable(PathBuf);
+
+impl Immutable {
+    fn set(path: &Path) -> Self {
+        run(Command::new("chattr").arg("+i").arg(path));
+        Self(path.to_path_buf())
+    }
+}
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        let _ = Command::new("chattr").arg("-i").arg(&self.0).status();
+    }
+}
+
+/// A small tmpfs mounted on a directory, unmounted on drop.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path, size: &str) -> Self {
+        std::fs::create_dir_all(dir).unwrap();
+        run(Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700")])
+            .arg("tmpfs")
+            .arg(dir));
+        Self(dir.to_path_buf())
+    }
+
+    /// Fill the file system to the last byte with `<dir>/filler`.
+    fn fill(&self) -> PathBuf {
+        use std::io::Write;
+        let p = self.0.join("filler");
+        let mut f = std::fs::File::create(&p).unwrap();
+        let chunk = vec![0u8; 4096];
+        loop {
+            match f.write(&chunk) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) => {
+                    assert_eq!(e.raw_os_error(), Some(nix::libc::ENOSPC), "{e}");
+                    break;
+                }
+            }
+        }
+        p
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// A pause point of the hub's debug-build test seam: armed on creation; `reached` waits for
+/// a decision to stop there; `release` lets it go on.
+struct Pause {
+    gate: PathBuf,
+    reached: PathBuf,
+}
+
+impl Pause {
+    fn arm(dir: &Path, point: &str) -> Self {
+        std::fs::create_dir_all(dir).unwrap();
+        let gate = dir.join(format!("{point}.pause"));
+        let reached = dir.join(format!("{point}.reached"));
+        let _ = std::fs::remove_file(&reached);
+        std::fs::write(&gate, b"").unwrap();
+        Self { gate, reached }
+    }
+
+    fn reached(&self) {
+        wait_until("the decision to reach the pause point", SECS10, || {
+            self.reached.exists()
+        })
+        .unwrap();
+    }
+
+    fn release(&self) {
+        let _ = std::fs::remove_file(&self.gate);
+    }
+}
+
+impl Drop for Pause {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+fn get(hub: &Hub, sid: &str) -> Value {
+    let r = hub.curl().get(&format!("/suggestions/{sid}")).unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.body
+}
+
+fn state_of(hub: &Hub, sid: &str, hid: &str) -> String {
+    get(hub, sid)["hunks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["id"] == hid)
+        .unwrap()["state"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// POST /feedback from another thread (the decision may pause in the hub meanwhile).
+fn decide_in_background(
+    hub: &Hub,
+    sid: &str,
+    hid: &str,
+    action: &str,
+) -> std::thread::JoinHandle<hunkgate_tests::curl::Reply> {
+    let curl = hub.curl();
+    let body = json!({"suggestion_id": sid, "hunk_id": hid, "action": action});
+    std::thread::spawn(move || curl.post("/feedback", &body).unwrap())
+}
+
+fn accept(hub: &Hub, sid: &str, hid: &str) -> hunkgate_tests::curl::Reply {
+    hub.curl()
+        .post(
+            "/feedback",
+            &json!({"suggestion_id": sid, "hunk_id": hid, "action": "accept"}),
+        )
+        .unwrap()
+}
+
+/// Every line of the journal is a whole JSON record, and the file ends after one.
+fn assert_journal_whole(state: &Path) {
+    let bytes = std::fs::read(state.join("state.jsonl")).unwrap();
+    assert!(
+        bytes.is_empty() || bytes.ends_with(b"\n"),
+        "torn journal tail: {:?}",
+        String::from_utf8_lossy(&bytes[bytes.len().saturating_sub(200)..])
+    );
+    for (i, line) in bytes.split(|b| *b == b'\n').enumerate() {
+        if !line.is_empty() {
+            serde_json::from_slice::<Value>(line).unwrap_or_else(|e| {
+                panic!(
+                    "journal line {} is not a record ({e}): {:?}",
+                    i + 1,
+                    String::from_utf8_lossy(&line[..line.len().min(200)])
+                )
+            });
+        }
+    }
+}
+
+/// A repository with `a.txt` (10 lines) and an agent that appends an 11th: its hunk still
+/// applies after it was applied once (the context is the end of the file), so applying it twice
+/// would show.
+async fn appending_suggestion(ws: &Workspace, hub: &Hub) -> (String, String) {
+    let agent = ws
+        .agent_script("agent.sh", "echo 'line 11' >> a.txt")
+        .unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let s = run_agent(hub, &mut c, &agent, "append").await.unwrap();
+    (
+        s["id"].as_str().unwrap().to_string(),
+        hunk_id(&s, "a.txt", 0),
+    )
+}
+
+#[tokio::test]
+async fn a_feedback_log_that_cannot_be_written_takes_the_decision_back() {
+    if !require_root("a_feedback_log_that_cannot_be_written_takes_the_decision_back") {
+        return;
+    }
+    let ws = Workspace::new(&[("a.txt", numbered(10).as_bytes())]).unwrap();
+    let mut hub = ws.serve(&[]).unwrap();
+    let (sid, hid) = appending_suggestion(&ws, &hub).await;
+
+    let log = ws.state().join("feedback.jsonl");
+    let guard = Immutable::set(&log);
+    let r = accept(&hub, &sid, &hid);
+    assert_eq!(r.status, 500, "{}", r.body);
+    assert_eq!(r.body["code"], "internal", "{}", r.body);
+    // Nothing of the decision stays: the file is back, the hunk is pending, no line is logged.
+    assert_eq!(ws.read_string("a.txt").unwrap(), numbered(10));
+    assert_eq!(state_of(&hub, &sid, &hid), "pending");
+    assert!(ws.feedback_log().unwrap().is_empty());
+    drop(guard);
+
+    // The retry applies the hunk exactly once.
+    let r = accept(&hub, &sid, &hid);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(ws.read_string("a.txt").unwrap(), numbered(11));
+    assert_eq!(state_of(&hub, &sid, &hid), "accepted");
+    let log = ws.feedback_log().unwrap();
+    assert_eq!(log.len(), 1, "{log:#?}");
+    assert!(log[0]["seq"].as_u64().unwrap() > 0, "{log:#?}");
+
+    // And after a restart nothing is applied again.
+    hub.kill9();
+    let hub = ws.serve(&[]).unwrap();
+    assert_eq!(state_of(&hub, &sid, &hid), "accepted");
+    assert_eq!(accept(&hub, &sid, &hid).body["code"], "already_decided");
+    assert_eq!(ws.read_string("a.txt").unwrap(), numbered(11));
+    assert_eq!(ws.feedback_log().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_journal_commit_that_cannot_be_written_takes_the_decision_back() {
+    if !require_root("a_journal_commit_that_cannot_be_written_takes_the_decision_back") {
+        return;
+    }
+    let ws = Workspace::new(&[("a.txt", numbered(10).as_bytes())]).unwrap();
+    let pauses = ws.path("pauses");
+    let mut hub = ws
+        .serve_env(
+            &[],
+            &[("HUNKGATE_TEST_PAUSE_DIR", pauses.to_str().unwrap())],
+        )
+        .unwrap();
+    let (sid, hid) = appending_suggestion(&ws, &hub).await;
+
+    // The checkout is written; then the journal stops taking writes, before the commit.
+    let pause = Pause::arm(&pauses, "before-commit");
+    let answer = decide_in_background(&hub, &sid, &hid, "accept");
+    pause.reached();
+    assert_eq!(
+        ws.read_string("a.txt").unwrap(),
+        numbered(11),
+        "positive control: the file was written before the fault"
+    );
+    let guard = Immutable::set(&ws.state().join("state.jsonl"));
+    pause.release();
+    let r = answer.join().unwrap();
+    assert_eq!(r.status, 500, "{}", r.body);
+    assert_eq!(ws.read_string("a.txt").unwrap(), numbered(10));
+    assert_eq!(state_of(&hub, &sid, &hid), "pending");
+    // The feedback line written before the failed commit was taken back out of the log.
+    assert!(ws.feedback_log().unwrap().is_empty());
+    drop(guard);
+
+    let r = accept(&hub, &sid, &hid);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(ws.read_string("a.txt").unwrap(), numbered(11));
+    hub.kill9();
+    let hub = ws.serve(&[]).unwrap();
+    assert_eq!(state_of(&hub, &sid, &hid), "accepted");
+    assert_eq!(ws.read_string("a.txt").unwrap(), numbered(11));
+    assert_eq!(ws.feedback_log().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_full_state_directory_never_leaves_a_torn_journal() {
+    if !require_root("a_full_state_directory_never_leaves_a_torn_journal") {
+        return;
+    }
+    let a = numbered(40);
+    let ws = Workspace::new(&[("a.txt", a.as_bytes())]).unwrap();
+    let disk = Tmpfs::mount(&ws.state(), "32m");
+    let mut hub = ws.serve(&[]).unwrap();
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            "sed -i 's/^line 3$/LINE 3/; s/^line 30$/LINE 30/' a.txt",
+        )
+        .unwrap();
+    let mut c = hub.ws().await.unwrap();
+    // A long prompt makes every record of the suggestion longer than a page, so on a full disk
+    // an append is cut short (or fails whole), never fits by chance.
+    let prompt = format!("edit {}", "x".repeat(9000));
+    let s = run_agent(&hub, &mut c, &agent, &prompt).await.unwrap();
+    let sid = s["id"].as_str().unwrap().to_string();
+    let (h0, h1) = (hunk_id(&s, "a.txt", 0), hunk_id(&s, "a.txt", 1));
+
+    let filler = disk.fill();
+    let r = c.decide(&sid, &h0, "reject").await.unwrap();
+    assert_eq!(r["success"], false, "{r}");
+    assert_journal_whole(&ws.state());
+    std::fs::remove_file(&filler).unwrap();
+
+    let r = c.decide(&sid, &h1, "reject").await.unwrap();
+    assert_eq!(r["success"], true, "{r}");
+    assert_journal_whole(&ws.state());
+
+    // The hub starts again with every decision.
+    hub.stop().unwrap();
+    drop(c);
+    let hub = ws.serve(&[]).unwrap();
+    assert_eq!(state_of(&hub, &sid, &h0), "pending");
+    assert_eq!(state_of(&hub, &sid, &h1), "rejected");
+    let log = ws.feedback_log().unwrap();
+    assert_eq!(log.len(), 1, "{log:#?}");
+    assert_eq!(log[0]["hunk_id"], h1.as_str());
+    drop(hub);
+    drop(disk);
+}
+
+#[tokio::test]
+async fn a_file_saved_while_an_accept_writes_it_is_kept() {
+    if !require_root("a_file_saved_while_an_accept_writes_it_is_kept") {
+        return;
+    }
+    let ws = Workspace::new(&[("a.txt", numbered(10).as_bytes())]).unwrap();
+    let pauses = ws.path("pauses");
+    let hub = ws
+        .serve_env(
+            &[],
+            &[("HUNKGATE_TEST_PAUSE_DIR", pauses.to_str().unwrap())],
+        )
+        .unwrap();
+    let (sid, hid) = appending_suggestion(&ws, &hub).await;
+
+    // The hunk was checked against the file and the decision journaled; then the user saves.
+    let pause = Pause::arm(&pauses, "before-write");
+    let answer = decide_in_background(&hub, &sid, &hid, "accept");
+    pause.reached();
+    let mine = format!("{}my own line\n", numbered(10));
+    ws.write("a.txt", mine.as_bytes()).unwrap();
+    pause.release();
+    let r = answer.join().unwrap();
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert_eq!(r.body["code"], "conflict", "{}", r.body);
+    assert_eq!(ws.read_string("a.txt").unwrap(), mine);
+    assert_eq!(state_of(&hub, &sid, &hid), "conflict");
+    let names: Vec<String> = std::fs::read_dir(ws.repo())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names.iter().all(|n| !n.ends_with(".tmp")),
+        "a temporary file was left: {names:?}"
+    );
+
+    // Positive control: with the file back as it was, the same pause and no save apply it.
+    ws.write("a.txt", numbered(10).as_bytes()).unwrap();
+    let pause = Pause::arm(&pauses, "before-write");
+    let answer = decide_in_background(&hub, &sid, &hid, "accept");
+    pause.reached();
+    pause.release();
+    let r = answer.join().unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(ws.read_string("a.txt").unwrap(), numbered(11));
+}
+
+#[tokio::test]
+async fn a_save_racing_an_accept_is_never_lost() {
+    if !require_root("a_save_racing_an_accept_is_never_lost") {
+        return;
+    }
+    // A real concurrent writer: it saves the file the moment the hub journals the decision
+    // (the journal grows), while the hub goes on to write the checkout.
+    let files: Vec<(String, Vec<u8>)> = (0..4)
+        .map(|i| (format!("f{i}.txt"), numbered(10).into_bytes()))
+        .collect();
+    let refs: Vec<(&str, &[u8])> = files
+        .iter()
+        .map(|(p, b)| (p.as_str(), b.as_slice()))
+        .collect();
+    let ws = Workspace::new(&refs).unwrap();
+    let hub = ws.serve(&[]).unwrap();
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            "for f in f0 f1 f2 f3; do echo 'line 11' >> $f.txt; done",
+        )
+        .unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let s = run_agent(&hub, &mut c, &agent, "append").await.unwrap();
+    let sid = s["id"].as_str().unwrap().to_string();
+    let journal = ws.state().join("state.jsonl");
+    for i in 0..4 {
+        let file = format!("f{i}.txt");
+        let hid = hunk_id(&s, &file, 0);
+        let mine = format!("{}saved by the user {i}\n", numbered(10));
+        let start = std::fs::metadata(&journal).unwrap().len();
+        let (path, text, jpath) = (ws.repo().join(&file), mine.clone(), journal.clone());
+        let writer = std::thread::spawn(move || {
+            let deadline = std::time::Instant::now() + SECS10;
+            while std::fs::metadata(&jpath).map(|m| m.len()).unwrap_or(0) == start {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no decision journaled"
+                );
+                std::hint::spin_loop();
+            }
+            std::fs::write(&path, text).unwrap();
+        });
+        let r = accept(&hub, &sid, &hid);
+        writer.join().unwrap();
+        assert_eq!(
+            ws.read_string(&file).unwrap(),
+            mine,
+            "the user's save was lost (answer {} {})",
+            r.status,
+            r.body
+        );
+        // The answer agrees with the file: a save before the write is a conflict.
+        let state = state_of(&hub, &sid, &hid);
+        match r.status {
+            409 => assert_eq!(state, "conflict"),
+            200 => assert_eq!(state, "accepted"),
+            other => panic!("unexpected answer {other}: {}", r.body),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_rename_whose_source_cannot_be_removed_changes_nothing() {
+    if !require_root("a_rename_whose_source_cannot_be_removed_changes_nothing") {
+        return;
+    }
+    let ws = Workspace::new(&[("old/a.txt", b"moved content\n"), ("keep.txt", b"k\n")]).unwrap();
+    let hub = ws.serve(&[]).unwrap();
+    let agent = ws
+        .agent_script("agent.sh", "mkdir -p new && mv old/a.txt new/a.txt")
+        .unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let s = run_agent(&hub, &mut c, &agent, "move").await.unwrap();
+    let sid = s["id"].as_str().unwrap().to_string();
+    let h = hunkgate_tests::find_hunk(&s, "new/a.txt", 0);
+    assert_eq!(h["kind"], "rename", "{s:#}");
+    let hid = h["id"].as_str().unwrap().to_string();
+    let before = tree_of(&ws.repo()).unwrap();
+
+    // The new file can be written; the old one cannot be removed.
+    let guard = Immutable::set(&ws.repo().join("old"));
+    let r = accept(&hub, &sid, &hid);
+    assert_eq!(r.status, 500, "{}", r.body);
+    assert_eq!(
+        tree_of(&ws.repo()).unwrap(),
+        before,
+        "the written step was taken back"
+    );
+    assert_eq!(state_of(&hub, &sid, &hid), "pending");
+    assert!(ws.feedback_log().unwrap().is_empty());
+    drop(guard);
+
+    // The retry does the whole rename.
+    let r = accept(&hub, &sid, &hid);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(ws.read("new/a.txt").unwrap(), b"moved content\n");
+    assert!(!ws.exists("old/a.txt"));
+    assert_eq!(state_of(&hub, &sid, &hid), "accepted");
+}
