@@ -454,3 +454,33 @@ async fn the_sandbox_holds_the_checkout_as_the_user_sees_it() {
     assert!(!ws.exists("build/cache.o"));
     assert!(!ws.exists("gone.txt"));
 }
+
+/// Test hubs state the isolation they run under, so the suite behaves the same on a machine
+/// where `hunkgate setup` created the sandbox user (where `serve` alone would pick `user`).
+#[test]
+fn test_hubs_state_their_isolation() {
+    use hunkgate_tests::{isolation_args, MACHINE_DEFAULT_ISOLATION};
+    assert_eq!(isolation_args(&[]), vec!["--isolation", "none"]);
+    assert!(isolation_args(&["--isolation", "user"]).is_empty());
+    assert!(isolation_args(&[MACHINE_DEFAULT_ISOLATION]).is_empty());
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    // A sandbox user that does exist on every machine: without an explicit choice, `serve`
+    // would try to use it.
+    let hub = ws.serve(&["--sandbox-user", "root"]).unwrap();
+    let log = hub.log_text();
+    assert!(
+        log.contains("WARNING: --isolation none"),
+        "the harness chose no isolation explicitly: {log}"
+    );
+    drop(hub);
+    // Positive control: left to the machine, `serve` does pick up the existing user (and
+    // refuses it: root is no sandbox user), so the explicit flag above is what made the
+    // difference.
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    let err = ws
+        .serve(&[MACHINE_DEFAULT_ISOLATION, "--sandbox-user", "root"])
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.contains("--isolation user"), "{err}");
+}
