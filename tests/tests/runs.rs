@@ -272,6 +272,34 @@ async fn the_prompt_is_exactly_one_argument_and_in_the_environment() {
     assert_eq!(r["status"], "no_changes", "{r}");
     assert_eq!(std::fs::read_to_string(out("shprompt")).unwrap(), prompt);
     assert!(!pwned.exists(), "the prompt was executed");
+
+    // Every position a shell script can put {prompt} in: inside double quotes, after `--`,
+    // behind `env`, inside single quotes of a double-quoted script.
+    let target = out("shprompt2");
+    let t = target.display();
+    for sh in [
+        format!("sh -c 'printf %s \"{{prompt}}\" > {t}'"),
+        format!("sh -c -- 'printf %s {{prompt}} > {t}'"),
+        format!("env sh -c 'printf %s \"{{prompt}}\" > {t}'"),
+        format!("sh -c \"printf %s '{{prompt}}' > {t}\""),
+    ] {
+        let _ = std::fs::remove_file(&target);
+        let run = c.start_run(&prompt, &sh, None).await.unwrap();
+        let r = wait_run_finished(&hub, &run, SECS).await.unwrap();
+        assert_eq!(r["status"], "no_changes", "{sh}: {r}");
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), prompt, "{sh}");
+        assert!(!pwned.exists(), "{sh} executed the prompt");
+    }
+    // Code of another language with the prompt inside is refused at start, naming the fix.
+    let r = c
+        .call(json!({"type": "run", "prompt": prompt, "agent": "python3 -c 'print(\"{prompt}\")'"}))
+        .await
+        .unwrap();
+    assert_eq!(r["success"], false, "{r}");
+    assert!(
+        r["error"].as_str().unwrap().contains("HUNKGATE_PROMPT"),
+        "{r}"
+    );
 }
 
 #[tokio::test]
