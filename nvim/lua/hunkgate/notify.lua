@@ -1,4 +1,5 @@
 --- Notification text (pure) and delivery.
+local visible = require('hunkgate.visible')
 local M = {}
 
 local function plural(n, word)
@@ -28,7 +29,8 @@ M.plural = plural
 ---@param msg string
 ---@param level? integer vim.log.levels
 function M.send(msg, level)
-  vim.notify(msg, level or vim.log.levels.INFO, { title = 'hunkgate' })
+  -- Agent text reaches the command line and notification plugins: control characters shown.
+  vim.notify(visible.text(msg, true), level or vim.log.levels.INFO, { title = 'hunkgate' })
 end
 
 return M
