@@ -671,15 +671,23 @@ impl Hub {
         let suggestion = self
             .blocking(move |hub| {
                 let ierr = |e: &dyn std::fmt::Display| AppError::Internal(e.to_string());
-                let snap = active
+                let mut snap = active
                     .sandbox
                     .snapshot(&hub.store, &active.base_tree, DEFAULT_FILE_CAP)
                     .map_err(|e| ierr(&e))?;
+                let only = |p: &str| filter.as_ref().is_none_or(|f| f.is_match(p));
+                let skipped = keep_skipped_as_base(&mut snap, &active.base_tree, &only);
                 if snap.tree == active.base_tree {
-                    return Err(AppError::NoChanges("The agent made no changes".into()));
+                    let mut msg = "The agent made no changes".to_string();
+                    if !skipped.is_empty() {
+                        msg.push_str(&format!(
+                            " that hunkgate can review; left out: {}",
+                            skipped_list(&skipped)
+                        ));
+                    }
+                    return Err(AppError::NoChanges(msg));
                 }
                 let sid = uuid::Uuid::new_v4().to_string();
-                let only = |p: &str| filter.as_ref().is_none_or(|f| f.is_match(p));
                 let mut hunks = build_hunks(&hub.store, &sid, &active.base_tree, &snap.tree, &only)
                     .map_err(|e| ierr(&e))?;
                 let unmatched = attach_notes(&mut hunks, &notes);
@@ -721,6 +729,7 @@ impl Hub {
                     hunks,
                     closed: None,
                     reviewed_commit: None,
+                    skipped,
                 })
             })
             .await?;
@@ -748,10 +757,15 @@ impl Hub {
             run_id: Some(run_id.to_string()),
             status: "ready".into(),
             message: format!(
-                "Suggestion ready: {} ({hunks} hunk{} in {files} file{})",
+                "Suggestion ready: {} ({hunks} hunk{} in {files} file{}){}",
                 view.description,
                 if hunks == 1 { "" } else { "s" },
-                if files == 1 { "" } else { "s" }
+                if files == 1 { "" } else { "s" },
+                if view.skipped.is_empty() {
+                    String::new()
+                } else {
+                    format!("; left out: {}", skipped_list(&view.skipped))
+                }
             ),
         });
         if self.run_view(run_id)?.status == RunState::Working && !self.is_agent_running(run_id) {
@@ -795,6 +809,44 @@ impl Hub {
         self.run_status(run_id, status, message);
         Ok(())
     }
+}
+
+/// Files the sandbox snapshot left out (over the size cap, FIFOs and other special files,
+/// names that are not UTF-8) are not part of what the agent left as far as review goes: a base
+/// file among them keeps its base version in the run tree — so it is never offered as a
+/// deletion, and accepting everything cannot remove it — and every one of them (those `only`
+/// lets through) is returned to be shown on the suggestion.
+fn keep_skipped_as_base(
+    snap: &mut hunkgate_sandbox::snapshot::Snapshot,
+    base: &FlatTree,
+    only: &dyn Fn(&str) -> bool,
+) -> Vec<crate::protocol::SkippedFile> {
+    let mut out = Vec::new();
+    for s in std::mem::take(&mut snap.skipped) {
+        if let Some(entry) = base.get(&s.path) {
+            snap.tree.insert(s.path.clone(), *entry);
+        }
+        if only(&s.path) {
+            out.push(crate::protocol::SkippedFile {
+                path: s.path,
+                reason: s.reason,
+            });
+        }
+    }
+    out
+}
+
+/// Up to five skipped files, for a message.
+fn skipped_list(skipped: &[crate::protocol::SkippedFile]) -> String {
+    let mut names: Vec<String> = skipped
+        .iter()
+        .take(5)
+        .map(|s| format!("{} ({})", s.path, s.reason))
+        .collect();
+    if skipped.len() > 5 {
+        names.push(format!("and {} more", skipped.len() - 5));
+    }
+    names.join(", ")
 }
 
 pub const BUILTIN: &str = "builtin";

@@ -98,3 +98,30 @@ test('visible: the inline view shows no raw escape in virtual lines or the quick
   view:close()
   vim.cmd('silent! cclose')
 end)
+
+test('skipped files are announced with the suggestion, made visible', function()
+  local notify = require('hunkgate.notify')
+  local s = {
+    description = 'grow',
+    hunk_count = 1,
+    files = { 'keep.txt' },
+    skipped = {
+      { path = 'big.bin', reason = 'larger than 67108864 bytes' },
+      { path = 'pipe' .. ESC .. '[2J', reason = 'FIFO skipped' },
+    },
+  }
+  local got = {}
+  local orig = vim.notify
+  vim.notify = function(msg)
+    got[#got + 1] = msg
+  end
+  notify.send(notify.ready_text(s))
+  vim.notify = orig
+  eq(
+    'Suggestion ready: grow (1 hunk in 1 file)\n2 files left out (not reviewed, never changed by this suggestion):\n'
+      .. '  big.bin: larger than 67108864 bytes\n  pipe^[[2J: FIFO skipped',
+    got[1]
+  )
+  -- Positive control: no skipped list, no extra line.
+  eq('Suggestion ready: grow (1 hunk in 1 file)', notify.ready_text({ description = 'grow', hunk_count = 1, files = { 'a' } }))
+end)
