@@ -525,7 +525,8 @@ impl Hub {
             .join(format!("{run_id}.log"));
         let mut log = std::fs::create_dir_all(log_path.parent().unwrap_or(&self.cfg.state_dir))
             .and_then(|_| std::fs::File::create(&log_path))
-            .ok();
+            .ok()
+            .map(RunLog::new);
         let mut last_emit: Option<Instant> = None;
         let hub = self.clone();
         let rid = run_id.to_string();
@@ -536,14 +537,13 @@ impl Hub {
             timeout,
             cancel,
             |stream, line| {
-                use std::io::Write;
                 if let Some(f) = log.as_mut() {
                     let tag = if stream == agent::Stream::Stderr {
                         "err"
                     } else {
                         "out"
                     };
-                    let _ = writeln!(f, "{tag} {line}");
+                    f.line(tag, line);
                 }
                 let line = line.trim();
                 if line.is_empty() {
@@ -557,6 +557,9 @@ impl Hub {
             },
         )
         .await;
+        if let Some(log) = log.take() {
+            log.finish();
+        }
         if let Ok(mut t) = self.runs.agent_tokens.lock() {
             t.remove(&agent_token);
         }
@@ -690,7 +693,17 @@ impl Hub {
                 let sid = uuid::Uuid::new_v4().to_string();
                 let mut hunks = build_hunks(&hub.store, &sid, &active.base_tree, &snap.tree, &only)
                     .map_err(|e| ierr(&e))?;
-                let unmatched = attach_notes(&mut hunks, &notes);
+                let notes = if notes.len() > MAX_NOTES {
+                    tracing::info!(
+                        dropped = notes.len() - MAX_NOTES,
+                        "hunk descriptions beyond the first {MAX_NOTES} are ignored"
+                    );
+                    &notes[..MAX_NOTES]
+                } else {
+                    &notes[..]
+                };
+                let unmatched = attach_notes(&mut hunks, notes);
+                cap_descriptions(&mut hunks);
                 if !unmatched.is_empty() {
                     tracing::info!(?unmatched, "hunk descriptions that match no hunk");
                 }
@@ -834,6 +847,108 @@ fn keep_skipped_as_base(
         }
     }
     out
+}
+
+/// The first this many bytes of an agent's output go to its log as they come.
+pub const LOG_HEAD: usize = 1024 * 1024;
+/// After the head, only the last this many bytes are kept (in memory), and written after a
+/// line saying how much was dropped when the agent ends.
+pub const LOG_TAIL: usize = 1024 * 1024;
+
+/// An agent's output log (`<state>/runs/<run>.log`), capped: the head as it comes, then the
+/// tail, with what was dropped between them said in the file.
+struct RunLog {
+    file: std::fs::File,
+    written: usize,
+    tail: std::collections::VecDeque<String>,
+    tail_bytes: usize,
+    dropped_lines: u64,
+    dropped_bytes: u64,
+}
+
+impl RunLog {
+    fn new(file: std::fs::File) -> Self {
+        Self {
+            file,
+            written: 0,
+            tail: std::collections::VecDeque::new(),
+            tail_bytes: 0,
+            dropped_lines: 0,
+            dropped_bytes: 0,
+        }
+    }
+
+    fn line(&mut self, tag: &str, line: &str) {
+        use std::io::Write;
+        let text = format!("{tag} {line}\n");
+        if self.written + text.len() <= LOG_HEAD && self.tail.is_empty() {
+            self.written += text.len();
+            let _ = self.file.write_all(text.as_bytes());
+            return;
+        }
+        self.tail_bytes += text.len();
+        self.tail.push_back(text);
+        while self.tail_bytes > LOG_TAIL {
+            let Some(old) = self.tail.pop_front() else {
+                break;
+            };
+            self.tail_bytes -= old.len();
+            self.dropped_lines += 1;
+            self.dropped_bytes += old.len() as u64;
+        }
+    }
+
+    fn finish(mut self) {
+        use std::io::Write;
+        if self.dropped_lines > 0 {
+            let _ = writeln!(
+                self.file,
+                "hunkgate: [{} lines ({} bytes) of agent output dropped here: the log keeps the first {} KiB and the last {} KiB]",
+                self.dropped_lines,
+                self.dropped_bytes,
+                LOG_HEAD / 1024,
+                LOG_TAIL / 1024
+            );
+        }
+        for l in self.tail.drain(..) {
+            let _ = self.file.write_all(l.as_bytes());
+        }
+    }
+}
+
+/// At most this many hunk descriptions are read from one publish.
+const MAX_NOTES: usize = 256;
+/// A hunk's description (every note that landed on it) is cut at this many characters.
+pub const MAX_HUNK_DESCRIPTION: usize = 4000;
+/// All hunk descriptions of one suggestion together: past this many bytes, the descriptions of
+/// the remaining hunks are dropped (one description can land on every hunk of a file, so a
+/// small publish must not turn into a huge suggestion).
+pub const MAX_DESCRIPTIONS_TOTAL: usize = 64 * 1024;
+
+/// Apply [`MAX_HUNK_DESCRIPTION`] and [`MAX_DESCRIPTIONS_TOTAL`], saying so in the text.
+fn cap_descriptions(hunks: &mut [crate::review::HunkRec]) {
+    let mut total = 0usize;
+    let mut dropped = 0usize;
+    for h in hunks.iter_mut() {
+        let Some(d) = h.description.as_mut() else {
+            continue;
+        };
+        if d.chars().count() > MAX_HUNK_DESCRIPTION {
+            let cut: String = d.chars().take(MAX_HUNK_DESCRIPTION).collect();
+            *d = format!("{cut}… [hunkgate: description cut at {MAX_HUNK_DESCRIPTION} characters]");
+        }
+        if total + d.len() > MAX_DESCRIPTIONS_TOTAL {
+            dropped += 1;
+            *d = format!(
+                "[hunkgate: description dropped: this suggestion's hunk descriptions exceed {} KiB]",
+                MAX_DESCRIPTIONS_TOTAL / 1024
+            );
+        }
+        total += d.len();
+    }
+    if dropped > 0 {
+        tracing::info!(dropped, "hunk descriptions over the per-suggestion budget");
+    }
 }
 
 /// Up to five skipped files, for a message.

@@ -512,3 +512,103 @@ fn test_hubs_state_their_isolation() {
         .unwrap_or_default();
     assert!(err.contains("--isolation user"), "{err}");
 }
+
+/// An agent's output log in the state dir keeps its head and its tail and says what it dropped
+/// in between, however much the agent prints.
+#[tokio::test]
+async fn the_agent_log_is_capped_keeping_head_and_tail() {
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            "echo FIRST-LINE\n\
+             head -c 40000000 /dev/zero | tr '\\0' x | fold -w 1000\n\
+             echo\n\
+             echo LAST-LINE",
+        )
+        .unwrap();
+    let hub = ws.serve(&[]).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let run = c
+        .start_run("talk", &template(&agent), Some(120))
+        .await
+        .unwrap();
+    let r = wait_run_finished(&hub, &run, Duration::from_secs(120))
+        .await
+        .unwrap();
+    assert_eq!(r["status"], "no_changes", "{r}");
+    let log = std::fs::read_to_string(hub.state.join("runs").join(format!("{run}.log"))).unwrap();
+    assert!(
+        log.len() < 3 * 1024 * 1024,
+        "the log is {} bytes for 40 MB of output",
+        log.len()
+    );
+    assert!(log.starts_with("out FIRST-LINE\n"), "{}", &log[..100]);
+    assert!(
+        log.ends_with("out LAST-LINE\n"),
+        "{}",
+        &log[log.len() - 100..]
+    );
+    assert!(
+        log.contains("of agent output dropped here"),
+        "no word of what was dropped"
+    );
+}
+
+/// Hunk descriptions are capped per hunk and per suggestion: one long description for a file
+/// lands on each of its hunks, but the suggestion stays small and says what it cut.
+#[tokio::test]
+async fn hunk_descriptions_are_capped_per_hunk_and_in_total() {
+    let text = hunkgate_tests::numbered(400);
+    let ws = Workspace::new(&[("a.txt", text.as_bytes())]).unwrap();
+    let body = ws.path("publish.json");
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            &format!(
+                "sed -i 's/^line \\([0-9]*0\\)$/LINE \\1/' a.txt\n\
+                 desc=$(head -c 20000 /dev/zero | tr '\\0' d)\n\
+                 notes=''\n\
+                 for i in 1 2 3 4 5 6 7 8 9 10; do notes=\"$notes{{\\\"file\\\":\\\"a.txt\\\",\\\"description\\\":\\\"$i$desc\\\"}},\"; done\n\
+                 printf '{{\"description\":\"many\",\"hunk_descriptions\":[%s{{\"file\":\"a.txt\",\"description\":\"short\"}}]}}' \"$notes\" > {body}\n\
+                 curl -sS -f -H \"Authorization: Bearer $HUNKGATE_AGENT_TOKEN\" -H 'Content-Type: application/json' --data-binary @{body} \"$HUNKGATE_URL/agent/publish\"",
+                body = body.display()
+            ),
+        )
+        .unwrap();
+    let hub = ws.serve(&[]).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let run = c.start_run("many", &template(&agent), None).await.unwrap();
+    let r = wait_run_finished(&hub, &run, SECS).await.unwrap();
+    assert_eq!(r["status"], "ready", "{r}\n{}", hub.log_text());
+    let sid = r["suggestion_ids"][0].as_str().unwrap();
+    let s = hub.curl().get(&format!("/suggestions/{sid}")).unwrap().body;
+    let hunks = s["hunks"].as_array().unwrap();
+    assert!(hunks.len() >= 20, "{}", hunks.len());
+    let descs: Vec<&str> = hunks
+        .iter()
+        .map(|h| h["description"].as_str().unwrap_or(""))
+        .collect();
+    // Positive control: the first hunk got the agent's words.
+    assert!(descs[0].starts_with("1ddd"), "{}", &descs[0][..20]);
+    assert!(
+        descs[0].contains("[hunkgate: description cut at"),
+        "{}",
+        &descs[0][descs[0].len() - 100..]
+    );
+    for d in &descs {
+        assert!(d.chars().count() < 4200, "{}", d.len());
+    }
+    let total: usize = descs.iter().map(|d| d.len()).sum();
+    assert!(total < 80 * 1024, "descriptions total {total} bytes");
+    assert!(
+        descs
+            .last()
+            .unwrap()
+            .contains("[hunkgate: description dropped"),
+        "{}",
+        descs.last().unwrap()
+    );
+    let size = s.to_string().len();
+    assert!(size < 512 * 1024, "the suggestion is {size} bytes");
+}
