@@ -217,6 +217,10 @@ struct ServeArgs {
     /// Most tool calls one built-in agent run may make (default 12).
     #[arg(long)]
     max_tool_calls: Option<usize>,
+    /// Agent runs at a time (default: the number of CPU cores); later runs wait, `queued`, and
+    /// start in the order they were posted.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    max_runs: Option<u64>,
 }
 
 #[derive(Args, Clone)]
@@ -465,6 +469,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let limits = file.limits.resolve(args.max_tool_calls);
+    let max_concurrent_runs =
+        config::resolve_max_runs(args.max_runs.map(|n| n as usize), &file.limits);
     let mut allowed_origins = file.allowed_origins.clone();
     allowed_origins.extend(args.allow_origin);
     let isolation = crate::isolation::resolve(
@@ -500,6 +506,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         isolation,
         provider,
         limits,
+        max_concurrent_runs,
     };
     let addr = if host.contains(':') {
         format!("[{host}]:{port}")

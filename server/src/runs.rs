@@ -51,6 +51,37 @@ pub struct Runs {
     active: Mutex<HashMap<String, Arc<Active>>>,
     /// The question each waiting built-in agent run asked, and where its answer goes.
     questions: Mutex<HashMap<String, (String, tokio::sync::oneshot::Sender<String>)>>,
+    /// Runs waiting for one of the `max_concurrent_runs` slots, in the order they were posted.
+    gate: Mutex<Gate>,
+    /// Woken whenever a slot frees or a queued run leaves the queue.
+    gate_changed: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct Gate {
+    running: usize,
+    queue: std::collections::VecDeque<String>,
+}
+
+/// A run's place in the gate: a slot once `holding`, a place in the queue before. Dropping it
+/// gives either back (also when the run's task ends early or panics).
+struct Slot {
+    hub: Arc<Hub>,
+    run_id: String,
+    holding: bool,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Ok(mut g) = self.hub.runs.gate.lock() {
+            if self.holding {
+                g.running = g.running.saturating_sub(1);
+            } else {
+                g.queue.retain(|r| r != &self.run_id);
+            }
+        }
+        self.hub.runs.gate_changed.notify_waiters();
+    }
 }
 
 fn poisoned() -> AppError {
@@ -66,6 +97,8 @@ impl Runs {
             agent_tokens: Mutex::new(HashMap::new()),
             active: Mutex::new(HashMap::new()),
             questions: Mutex::new(HashMap::new()),
+            gate: Mutex::new(Gate::default()),
+            gate_changed: tokio::sync::Notify::new(),
         }
     }
 
@@ -305,18 +338,54 @@ impl Hub {
             .lock()
             .map_err(|_| poisoned())?
             .insert(run.run_id.clone(), cancel.clone());
+        let ahead = {
+            let mut g = self.runs.gate.lock().map_err(|_| poisoned())?;
+            g.queue.push_back(run.run_id.clone());
+            (g.running + g.queue.len()).saturating_sub(self.cfg.max_concurrent_runs.max(1))
+        };
+        let waiting = if ahead > 0 {
+            format!(
+                " (waiting for a free slot: {} run{} at a time, {ahead} waiting)",
+                self.cfg.max_concurrent_runs.max(1),
+                if self.cfg.max_concurrent_runs == 1 {
+                    ""
+                } else {
+                    "s"
+                }
+            )
+        } else {
+            String::new()
+        };
         self.run_status(
             &run.run_id,
             "queued",
-            format!("Run queued: {}", first_line(prompt)),
+            format!("Run queued: {}{waiting}", first_line(prompt)),
         );
         let hub = self.clone();
         let run_id = run.run_id.clone();
         let prompt = prompt.to_string();
         self.tasks.spawn(async move {
-            let result = hub
-                .run_task(&run_id, &driver, &prompt, timeout, cancel)
-                .await;
+            let result = match hub.wait_for_slot(&run_id, &cancel).await {
+                Some(slot) => {
+                    let r = hub
+                        .run_task(&run_id, &driver, &prompt, timeout, cancel)
+                        .await;
+                    drop(slot);
+                    r
+                }
+                None => {
+                    let _ = hub.update_run(&run_id, |r| {
+                        r.status = RunState::Cancelled;
+                        r.error = Some("cancelled while queued".into());
+                    });
+                    hub.run_error(
+                        &run_id,
+                        ErrorCode::ExperimentFailed,
+                        "agent cancelled while queued".into(),
+                    );
+                    Ok(())
+                }
+            };
             if let Err(e) = result {
                 let msg = e.to_string();
                 let _ = hub.update_run(&run_id, |r| {
@@ -337,6 +406,39 @@ impl Hub {
             }
         });
         Ok(run.clone())
+    }
+
+    /// Wait until `run_id` is first in the queue and a slot is free (`max_concurrent_runs`), or
+    /// until it is cancelled (None: it left the queue).
+    async fn wait_for_slot(
+        self: &Arc<Self>,
+        run_id: &str,
+        cancel: &CancellationToken,
+    ) -> Option<Slot> {
+        let mut slot = Slot {
+            hub: self.clone(),
+            run_id: run_id.to_string(),
+            holding: false,
+        };
+        let max = self.cfg.max_concurrent_runs.max(1);
+        loop {
+            let changed = self.runs.gate_changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            {
+                let mut g = self.runs.gate.lock().ok()?;
+                if g.running < max && g.queue.front().map(String::as_str) == Some(run_id) {
+                    g.queue.pop_front();
+                    g.running += 1;
+                    slot.holding = true;
+                    return Some(slot);
+                }
+            }
+            tokio::select! {
+                _ = &mut changed => {}
+                _ = cancel.cancelled() => return None,
+            }
+        }
     }
 
     pub fn cancel_run(&self, run_id: &str) -> Result<RunView, AppError> {

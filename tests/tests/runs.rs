@@ -513,6 +513,92 @@ fn test_hubs_state_their_isolation() {
     assert!(err.contains("--isolation user"), "{err}");
 }
 
+/// `--max-runs 1`: one agent at a time; the others are `queued` (in GET /runs and as a
+/// `suggestion.status` event), start in the order they were posted as the slot frees, and a
+/// queued run can be cancelled without ever starting.
+#[tokio::test]
+async fn runs_beyond_the_limit_wait_queued_and_start_in_order() {
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    let order = ws.path("order");
+    let go = ws.path("go");
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            &format!(
+                "echo \"$HUNKGATE_PROMPT\" >> {order}\n\
+                 while [ ! -e {go}-\"$HUNKGATE_PROMPT\" ]; do sleep 0.05; done\n\
+                 echo \"$HUNKGATE_PROMPT\" > \"out-$HUNKGATE_PROMPT.txt\"",
+                order = order.display(),
+                go = go.display()
+            ),
+        )
+        .unwrap();
+    let hub = ws.serve(&["--max-runs", "1"]).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let mut runs = Vec::new();
+    for p in ["one", "two", "three"] {
+        runs.push(c.start_run(p, &template(&agent), None).await.unwrap());
+    }
+    let read_order = || std::fs::read_to_string(&order).unwrap_or_default();
+    wait_for("the first run to start", SECS, || read_order() == "one\n")
+        .await
+        .unwrap();
+    let status = |id: &str| {
+        hub.curl().get(&format!("/runs/{id}")).unwrap().body["status"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(status(&runs[0]), "working");
+    assert_eq!(status(&runs[1]), "queued");
+    assert_eq!(status(&runs[2]), "queued");
+    let queued = c
+        .event(
+            "suggestion.status",
+            |v| v["run_id"] == runs[1].as_str() && v["status"] == "queued",
+            SECS5,
+        )
+        .await
+        .unwrap();
+    assert!(
+        queued["message"]
+            .as_str()
+            .unwrap()
+            .contains("waiting for a free slot"),
+        "{queued}"
+    );
+    // Still only one agent, a while later.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(read_order(), "one\n", "a second agent started");
+
+    // A queued run is cancelled without ever starting.
+    let r = hub
+        .curl()
+        .post(&format!("/runs/{}/cancel", runs[1]), &json!({}))
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = wait_run_finished(&hub, &runs[1], SECS).await.unwrap();
+    assert_eq!(r["status"], "cancelled", "{r}");
+
+    // The slot frees: the next one in line (three) starts.
+    std::fs::write(format!("{}-one", go.display()), "").unwrap();
+    let r = wait_run_finished(&hub, &runs[0], SECS).await.unwrap();
+    assert_eq!(r["status"], "ready", "{r}");
+    wait_for("the third run to start", SECS, || {
+        read_order() == "one\nthree\n"
+    })
+    .await
+    .unwrap();
+    std::fs::write(format!("{}-three", go.display()), "").unwrap();
+    let r = wait_run_finished(&hub, &runs[2], SECS).await.unwrap();
+    assert_eq!(r["status"], "ready", "{r}");
+    assert_eq!(
+        read_order(),
+        "one\nthree\n",
+        "the cancelled run never started"
+    );
+}
+
 /// An agent's output log in the state dir keeps its head and its tail and says what it dropped
 /// in between, however much the agent prints.
 #[tokio::test]
