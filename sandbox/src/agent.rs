@@ -6,7 +6,6 @@ use std::collections::VecDeque;
 use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
 
 use crate::workspace::{AgentCommand, Sandbox, Stop};
@@ -22,17 +21,36 @@ pub enum TemplateError {
     Empty(String),
     #[error("agent template {template:?} cannot be split into words: {message}")]
     Syntax { template: String, message: String },
+    #[error("agent template {template:?} puts {{prompt}} inside {what}, where hunkgate cannot keep it from being run as code: pass {{prompt}} as an argument of its own (e.g. `sh -c '... \"$1\" ...' sh {{prompt}}`) or read the prompt from the HUNKGATE_PROMPT environment variable (`sh -c '... \"$HUNKGATE_PROMPT\" ...'`)")]
+    PromptInCode { template: String, what: String },
 }
 
-const SHELLS: &[&str] = &["sh", "bash", "zsh", "dash", "ksh", "fish"];
+/// Shells whose `-c` script hunkgate rewrites so the prompt is never part of the script.
+const SHELLS: &[&str] = &["sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "busybox"];
+/// Shells with other quoting rules: a `{prompt}` in their script is refused.
+const OTHER_SHELLS: &[&str] = &["fish", "csh", "tcsh", "nu", "pwsh", "elvish"];
+/// Interpreters whose `-c`/`-e` argument is code: a `{prompt}` inside it is refused.
+const INTERPRETERS: &[&str] = &[
+    "python", "python2", "python3", "perl", "ruby", "node", "nodejs", "deno", "bun", "php", "lua",
+];
+
+/// The environment variable every agent gets with the prompt in it (see [`build_argv`]).
+pub const PROMPT_VAR: &str = "HUNKGATE_PROMPT";
 
 /// Turn a template such as `aider --yes-always --message {prompt}` into argv.
 ///
 /// The template is split like a POSIX shell would split it (quotes respected), but it is never
 /// run through a shell unless it names one itself. `{prompt}` is replaced inside each word, so the
-/// prompt is always exactly one argument, whatever it contains. When the template does ask for a
-/// shell (`sh -c '... {prompt} ...'`), the prompt is substituted shell-quoted inside the script,
-/// so quotes and `$(...)` in a prompt stay text. The prompt is also in `HUNKGATE_PROMPT`.
+/// prompt is always exactly one argument, whatever it contains.
+///
+/// When the template runs a shell script (`sh -c '…'`, also `sh -c -- '…'`, `bash -lc '…'`,
+/// `env sh -c '…'`, `timeout 60 sh -c '…'`), the prompt never becomes part of the script:
+/// `{prompt}` there is replaced by a reference to the `HUNKGATE_PROMPT` environment variable,
+/// quoted for where it stands (`"${HUNKGATE_PROMPT}"` unquoted, `${HUNKGATE_PROMPT}` inside
+/// double quotes, `'"${HUNKGATE_PROMPT}"'` inside single quotes). The shell expands it as one
+/// piece of text, so backticks, `$(…)`, quotes and newlines in a prompt stay text. The caller
+/// must put the prompt in that variable (the hub always does). A `{prompt}` inside the code
+/// argument of another interpreter (`python -c`, `perl -e`, `fish -c`, …) is refused.
 pub fn build_argv(template: &str, prompt: &str) -> Result<Vec<String>, TemplateError> {
     let words = shell_words::split(template).map_err(|e| TemplateError::Syntax {
         template: template.to_string(),
@@ -41,21 +59,192 @@ pub fn build_argv(template: &str, prompt: &str) -> Result<Vec<String>, TemplateE
     if words.is_empty() {
         return Err(TemplateError::Empty(template.to_string()));
     }
-    let program = words[0].rsplit('/').next().unwrap_or("");
-    let is_shell = SHELLS.contains(&program);
-    let mut script_next = false;
+    let code = code_words(&words);
     let mut out = Vec::with_capacity(words.len());
     for (i, word) in words.iter().enumerate() {
-        let in_script = is_shell && script_next;
-        script_next = is_shell && i > 0 && word.starts_with('-') && word.contains('c');
-        let replacement = if in_script {
-            shell_words::quote(prompt).into_owned()
-        } else {
-            prompt.to_string()
+        let replaced = match code.iter().find(|(j, _)| *j == i) {
+            Some((_, CodeKind::PosixScript)) => posix_script_with_prompt_var(word),
+            Some((_, CodeKind::Refused(what))) if word.contains("{prompt}") => {
+                return Err(TemplateError::PromptInCode {
+                    template: template.to_string(),
+                    what: what.clone(),
+                });
+            }
+            _ => word.replace("{prompt}", prompt),
         };
-        out.push(word.replace("{prompt}", &replacement));
+        out.push(replaced);
     }
     Ok(out)
+}
+
+enum CodeKind {
+    /// A POSIX shell's `-c` script.
+    PosixScript,
+    /// Code for something whose quoting hunkgate does not rewrite.
+    Refused(String),
+}
+
+fn basename(word: &str) -> &str {
+    word.rsplit('/').next().unwrap_or("")
+}
+
+/// Which words of `words` are code run by a shell or an interpreter (`sh -c <code>`).
+fn code_words(words: &[String]) -> Vec<(usize, CodeKind)> {
+    let mut out = Vec::new();
+    for (i, word) in words.iter().enumerate() {
+        let name = basename(word);
+        // `python3.12` is python.
+        let stem = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+        let (posix, other, interp) = (
+            SHELLS.contains(&name),
+            OTHER_SHELLS.contains(&name),
+            INTERPRETERS.contains(&name) || INTERPRETERS.contains(&stem),
+        );
+        if !(posix || other || interp) {
+            continue;
+        }
+        // `busybox sh -c`: the next word is the shell.
+        if name == "busybox" {
+            continue;
+        }
+        let mut j = i + 1;
+        let mut code_flag = false;
+        while let Some(w) = words.get(j) {
+            if w == "--" {
+                j += 1;
+                break;
+            }
+            let short = (w.starts_with('-') || w.starts_with('+')) && !w.starts_with("--");
+            if w.starts_with("--") {
+                // Long options; these take a value.
+                if matches!(w.as_str(), "--rcfile" | "--init-file" | "--command") {
+                    if w == "--command" {
+                        code_flag = true;
+                        j += 1;
+                        break;
+                    }
+                    j += 1;
+                }
+                j += 1;
+                continue;
+            }
+            if !short || w.len() < 2 {
+                break;
+            }
+            let flags = &w[1..];
+            let is_code = if interp {
+                flags.contains('c') || flags.contains('e') || flags.contains('E')
+            } else {
+                flags.contains('c')
+            };
+            if is_code {
+                code_flag = true;
+                // `perl -e CODE`, `python -cCODE`: the code may follow in the same word.
+                if interp {
+                    let pos = flags.find(['c', 'e', 'E']).unwrap_or(0);
+                    if pos + 1 < flags.len() {
+                        out.push((j, CodeKind::Refused(format!("the code argument of {name}"))));
+                        code_flag = false;
+                    }
+                }
+                j += 1;
+                if interp {
+                    break;
+                }
+                continue;
+            }
+            // `-o pipefail`, `-O extglob`: the option's value is the next word.
+            if !interp && (flags.ends_with('o') || flags.ends_with('O')) {
+                j += 1;
+            }
+            j += 1;
+        }
+        if code_flag && j < words.len() {
+            let kind = if posix {
+                CodeKind::PosixScript
+            } else {
+                CodeKind::Refused(format!("the script of {name}"))
+            };
+            out.push((j, kind));
+        }
+    }
+    out
+}
+
+/// Replace each `{prompt}` in a POSIX shell script by a reference to [`PROMPT_VAR`], quoted for
+/// the context it stands in. The prompt's text itself never enters the script.
+fn posix_script_with_prompt_var(script: &str) -> String {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Ctx {
+        /// Top level, `$( … )` or `` ` … ` ``: plain shell words.
+        Plain,
+        Subshell,
+        Backtick,
+        Single,
+        /// `$'…'`: single-quoted with backslash escapes.
+        AnsiC,
+        Double,
+    }
+    let unquoted = format!("\"${{{PROMPT_VAR}}}\"");
+    let in_double = format!("${{{PROMPT_VAR}}}");
+    let in_single = format!("'\"${{{PROMPT_VAR}}}\"'");
+    let mut stack = vec![Ctx::Plain];
+    let mut out = String::with_capacity(script.len() + 32);
+    let mut rest = script;
+    while let Some(c) = rest.chars().next() {
+        let top = *stack.last().unwrap_or(&Ctx::Plain);
+        if let Some(after) = rest.strip_prefix("{prompt}") {
+            out.push_str(match top {
+                Ctx::Plain | Ctx::Subshell | Ctx::Backtick => &unquoted,
+                Ctx::Double => &in_double,
+                Ctx::Single | Ctx::AnsiC => &in_single,
+            });
+            rest = after;
+            continue;
+        }
+        let mut take = c.len_utf8();
+        match (top, c) {
+            (Ctx::Single, '\'') | (Ctx::AnsiC, '\'') | (Ctx::Double, '"') => {
+                stack.pop();
+            }
+            (Ctx::Backtick, '`') => {
+                stack.pop();
+            }
+            (Ctx::Subshell, ')') => {
+                stack.pop();
+            }
+            (Ctx::Single, _) => {}
+            (_, '\\') => {
+                // The escaped character is taken as it is.
+                take += rest[1..].chars().next().map_or(0, char::len_utf8);
+            }
+            (Ctx::Double, '$') if rest[1..].starts_with('(') => {
+                stack.push(Ctx::Subshell);
+                take += 1;
+            }
+            (Ctx::Double, '`') => stack.push(Ctx::Backtick),
+            (Ctx::Double, _) | (Ctx::AnsiC, _) => {}
+            (_, '$') if rest[1..].starts_with('(') => {
+                stack.push(Ctx::Subshell);
+                take += 1;
+            }
+            (_, '$') if rest[1..].starts_with('\'') => {
+                stack.push(Ctx::AnsiC);
+                take += 1;
+            }
+            (_, '\'') => stack.push(Ctx::Single),
+            (_, '"') => stack.push(Ctx::Double),
+            (_, '`') => stack.push(Ctx::Backtick),
+            (Ctx::Subshell, '(') => stack.push(Ctx::Subshell),
+            _ => {}
+        }
+        out.push_str(&rest[..take]);
+        rest = &rest[take..];
+        if stack.is_empty() {
+            stack.push(Ctx::Plain);
+        }
+    }
+    out
 }
 
 /// How an agent process ended.
@@ -122,8 +311,66 @@ impl Tails {
         }
     }
 }
-/// A single line longer than this is cut: agents print minified JSON and progress bars.
-const MAX_LINE: usize = 4096;
+/// A single line longer than this many bytes is cut: agents print minified JSON and progress
+/// bars. The rest of the line is read and dropped, never held: a 300 MB line without a newline
+/// costs the hub one read buffer, not 300 MB.
+pub const MAX_LINE: usize = 4096;
+const READ_CHUNK: usize = 8192;
+
+/// Read `pipe` in chunks and hand each line (without its newline, trailing whitespace trimmed,
+/// invalid UTF-8 replaced) to `emit`, keeping at most [`MAX_LINE`] bytes of a line: the rest is
+/// dropped and the line ends with a marker saying how much. Stops at end of input, on a read
+/// error, or when `emit` returns false.
+pub async fn read_lines<R, F, Fut>(mut pipe: R, mut emit: F)
+where
+    R: tokio::io::AsyncRead + Unpin,
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    use tokio::io::AsyncReadExt;
+    let mut chunk = vec![0u8; READ_CHUNK];
+    let mut line: Vec<u8> = Vec::new();
+    let mut dropped: u64 = 0;
+    let finish = |line: &mut Vec<u8>, dropped: &mut u64| -> String {
+        let mut text = String::from_utf8_lossy(line).trim_end().to_string();
+        if *dropped > 0 {
+            text.push_str(&format!(
+                " … [hunkgate: {dropped} more bytes of this line dropped]"
+            ));
+        }
+        line.clear();
+        *dropped = 0;
+        text
+    };
+    loop {
+        let n = match pipe.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let mut rest = &chunk[..n];
+        while !rest.is_empty() {
+            let (part, newline) = match rest.iter().position(|b| *b == b'\n') {
+                Some(i) => (&rest[..i], Some(i)),
+                None => (rest, None),
+            };
+            let room = MAX_LINE.saturating_sub(line.len()).min(part.len());
+            line.extend_from_slice(&part[..room]);
+            dropped += (part.len() - room) as u64;
+            match newline {
+                Some(i) => {
+                    rest = &rest[i + 1..];
+                    if !emit(finish(&mut line, &mut dropped)).await {
+                        return;
+                    }
+                }
+                None => rest = &[],
+            }
+        }
+    }
+    if !line.is_empty() || dropped > 0 {
+        emit(finish(&mut line, &mut dropped)).await;
+    }
+}
 
 /// Run `argv` in `sandbox` with `env`; `on_line` sees every output line as it arrives.
 pub async fn run(
@@ -207,27 +454,11 @@ pub async fn run(
         if let Some(pipe) = pipe {
             let tx = tx.clone();
             tokio::spawn(async move {
-                let mut reader = BufReader::new(pipe);
-                let mut buf = Vec::new();
-                loop {
-                    buf.clear();
-                    match reader.read_until(b'\n', &mut buf).await {
-                        Ok(0) | Err(_) => break,
-                        Ok(_) => {
-                            let mut line = String::from_utf8_lossy(&buf).trim_end().to_string();
-                            if line.len() > MAX_LINE {
-                                let mut cut = MAX_LINE;
-                                while !line.is_char_boundary(cut) {
-                                    cut -= 1;
-                                }
-                                line.truncate(cut);
-                            }
-                            if tx.send((stream, line)).await.is_err() {
-                                break;
-                            }
-                        }
-                    }
-                }
+                read_lines(pipe, |line| {
+                    let tx = tx.clone();
+                    async move { tx.send((stream, line)).await.is_ok() }
+                })
+                .await;
             });
         }
     }
@@ -376,17 +607,154 @@ mod tests {
         assert_eq!(argv, vec!["tool", "--msg=a b"]);
     }
 
+    /// Hostile prompts through every shape of shell template, run by the real `sh`: nothing in
+    /// the prompt runs, and the prompt arrives intact.
     #[test]
-    fn shell_templates_get_a_quoted_prompt() {
-        let argv = build_argv("sh -c 'echo {prompt} > out.txt'", "it's $(whoami)").unwrap();
-        assert_eq!(argv[0], "sh");
-        assert_eq!(argv[1], "-c");
-        assert_eq!(argv[2], "echo 'it'\\''s $(whoami)' > out.txt");
-        let out = std::process::Command::new(&argv[0])
-            .args(["-c", &argv[2].replace("> out.txt", "")])
-            .output()
-            .unwrap();
-        assert_eq!(String::from_utf8(out.stdout).unwrap(), "it's $(whoami)\n");
+    fn shell_templates_never_run_the_prompt() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mark = tmp.path().join("pwned");
+        let m = mark.display();
+        let prompts = [
+            format!("it's a \"quoted\" prompt; $(touch {m}) `touch {m}` $HOME ${{PATH}} *"),
+            format!("\"; touch {m}; echo \""),
+            format!("'; touch {m}; echo '"),
+            format!("'\"$(touch {m})\"'\nsecond line\n\ttab \\ back"),
+            format!("`touch {m}`"),
+            "plain words".to_string(),
+        ];
+        let templates = [
+            ("sh -c 'printf %s {prompt} > out'", ""),
+            ("sh -c 'printf %s \"{prompt}\" > out'", ""),
+            ("sh -c 'printf %s \"<{prompt}>\" > out'", "<>"),
+            ("sh -c \"printf %s '{prompt}' > out\"", ""),
+            ("sh -c -- 'printf %s \"{prompt}\" > out'", ""),
+            ("env sh -c 'printf %s \"{prompt}\" > out'", ""),
+            ("env LC_ALL=C sh -e -c 'printf %s {prompt} > out'", ""),
+            (
+                "timeout 20 sh -c 'printf %s \"$(printf %s \"{prompt}\")\" > out'",
+                "",
+            ),
+            ("sh -c 'printf %s \"`printf %s {prompt}`\" > out'", ""),
+            ("/bin/sh -ec 'x=\"{prompt}\"; printf %s \"$x\" > out'", ""),
+            ("sh -c 'printf %s \"$1\" > out' sh {prompt}", ""),
+            ("sh -c 'printf %s \"$HUNKGATE_PROMPT\" > out'", ""),
+        ];
+        for prompt in &prompts {
+            for (template, wrap) in templates {
+                let argv = build_argv(template, prompt).unwrap();
+                let _ = std::fs::remove_file(tmp.path().join("out"));
+                let st = std::process::Command::new(&argv[0])
+                    .args(&argv[1..])
+                    .current_dir(tmp.path())
+                    .env(PROMPT_VAR, prompt)
+                    .status()
+                    .unwrap();
+                assert!(st.success(), "{template}: {argv:?}");
+                assert!(
+                    !mark.exists(),
+                    "{template} ran the prompt {prompt:?}: {argv:?}"
+                );
+                let got = std::fs::read_to_string(tmp.path().join("out")).unwrap();
+                // `$(…)` and backticks drop trailing newlines; none of the prompts has one.
+                let want = match wrap {
+                    "<>" => format!("<{prompt}>"),
+                    _ => prompt.clone(),
+                };
+                assert_eq!(got, want, "{template}: {argv:?}");
+            }
+        }
+        // The prompt never enters a script's text.
+        let argv = build_argv("sh -c 'echo {prompt}'", "SECRET-TEXT").unwrap();
+        assert_eq!(argv[2], "echo \"${HUNKGATE_PROMPT}\"");
+    }
+
+    #[test]
+    fn code_in_other_languages_with_the_prompt_is_refused() {
+        for t in [
+            "python3 -c 'print(\"{prompt}\")'",
+            "perl -e 'print \"{prompt}\"'",
+            "node -e 'console.log(`{prompt}`)'",
+            "fish -c 'echo {prompt}'",
+            "python3 -u -c 'print(\"{prompt}\")'",
+        ] {
+            let err = build_argv(t, "x").unwrap_err();
+            assert!(matches!(err, TemplateError::PromptInCode { .. }), "{t}");
+            assert!(err.to_string().contains("HUNKGATE_PROMPT"), "{err}");
+        }
+        // Positive controls: the prompt as an argument of its own is fine.
+        assert_eq!(
+            build_argv("python3 agent.py --task {prompt}", "$(x)").unwrap(),
+            vec!["python3", "agent.py", "--task", "$(x)"]
+        );
+        assert_eq!(
+            build_argv(
+                "python3 -c 'import sys; print(sys.argv[1])' {prompt}",
+                "$(x)"
+            )
+            .unwrap()[3],
+            "$(x)"
+        );
+        // A shell that is just an argument of another program is not a script.
+        assert_eq!(
+            build_argv("aider --shell sh --message {prompt}", "a \"b\"").unwrap()[4],
+            "a \"b\""
+        );
+    }
+
+    /// Peak resident memory of this process, in KiB.
+    fn vm_hwm_kib() -> u64 {
+        std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("VmHWM:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            })
+            .unwrap_or(0)
+    }
+
+    /// A 128 MiB line without a newline is cut to MAX_LINE bytes with a marker, the lines after
+    /// it arrive intact, and reading it does not hold the line in memory.
+    #[tokio::test]
+    async fn a_huge_line_is_cut_without_being_held() {
+        use tokio::io::AsyncReadExt;
+        const HUGE: u64 = 128 * 1024 * 1024;
+        let input = tokio::io::repeat(b'a')
+            .take(HUGE)
+            .chain(&b"\nnext line\nlast without newline"[..]);
+        let before = vm_hwm_kib();
+        let mut lines = Vec::new();
+        read_lines(input, |l| {
+            lines.push(l);
+            async { true }
+        })
+        .await;
+        let grown_mib = (vm_hwm_kib().saturating_sub(before)) / 1024;
+        assert_eq!(
+            lines.len(),
+            3,
+            "{:?}",
+            lines.iter().map(|l| l.len()).collect::<Vec<_>>()
+        );
+        assert!(
+            lines[0].starts_with(&"a".repeat(MAX_LINE)),
+            "{}",
+            &lines[0][..50]
+        );
+        assert!(
+            lines[0].ends_with(&format!(
+                " … [hunkgate: {} more bytes of this line dropped]",
+                HUGE - MAX_LINE as u64
+            )),
+            "{}",
+            &lines[0][MAX_LINE..]
+        );
+        assert_eq!(lines[1], "next line");
+        assert_eq!(lines[2], "last without newline");
+        assert!(
+            grown_mib < 32,
+            "reading one line grew the peak memory by {grown_mib} MiB"
+        );
     }
 
     #[test]

@@ -357,12 +357,15 @@ fn clear_except_git(dir: &Path) -> Result<(), HelperFailure> {
 
 fn snapshot(req: &Request, home: &Path, out: &mut impl Write) -> Result<(), HelperFailure> {
     let dir = sandbox_dir(home, req, false)?;
-    let candidates: BTreeSet<String> = sandbox_candidates(&dir, req.base_paths.iter());
+    let (candidates, unnamed): (BTreeSet<String>, _) =
+        sandbox_candidates(&dir, req.base_paths.iter());
     let root = Beneath::open(&dir).map_err(|e| HelperFailure::Dir {
         path: dir.clone(),
         problem: e.to_string(),
     })?;
-    capture_each(&root, candidates, req.cap, |item| {
+    // Files whose names cannot be carried are reported, never silently left out.
+    let unnamed = unnamed.into_iter().map(Captured::Skipped);
+    let mut sink = |item: Captured| -> Result<(), HelperFailure> {
         let frame = match item {
             Captured::File {
                 path,
@@ -380,7 +383,11 @@ fn snapshot(req: &Request, home: &Path, out: &mut impl Write) -> Result<(), Help
             },
         };
         wire::write_frame(out, &frame).map_err(HelperFailure::Output)
-    })?;
+    };
+    for item in unnamed {
+        sink(item)?;
+    }
+    capture_each(&root, candidates, req.cap, sink)?;
     wire::write_frame(out, &Frame::End).map_err(HelperFailure::Output)
 }
 

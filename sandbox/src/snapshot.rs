@@ -47,7 +47,29 @@ pub enum SnapshotError {
 
 /// Candidate paths from a walk that honours .gitignore files and never descends into `.git`.
 pub(crate) fn walk_not_ignored(root: &Path, user_excludes: bool) -> BTreeSet<String> {
+    walk_reporting(root, user_excludes).0
+}
+
+/// A name hunkgate cannot carry (not UTF-8), shown with its odd bytes as `\xNN`.
+pub fn shown_name(bytes: &[u8]) -> String {
+    let mut out = String::new();
+    for chunk in bytes.utf8_chunks() {
+        out.push_str(chunk.valid());
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+const NOT_UTF8: &str = "file name is not UTF-8: hunkgate cannot review it";
+
+/// [`walk_not_ignored`], also reporting the files it leaves out because their names are not
+/// UTF-8 (never silently: a file left out of a snapshot must not look deleted or absent).
+pub(crate) fn walk_reporting(root: &Path, user_excludes: bool) -> (BTreeSet<String>, Vec<Skipped>) {
+    use std::os::unix::ffi::OsStrExt;
     let mut out = BTreeSet::new();
+    let mut skipped = Vec::new();
     let walker = ignore::WalkBuilder::new(root)
         .hidden(false)
         .follow_links(false)
@@ -66,14 +88,19 @@ pub(crate) fn walk_not_ignored(root: &Path, user_excludes: bool) -> BTreeSet<Str
             continue;
         }
         if let Ok(rel) = entry.path().strip_prefix(root) {
-            if let Some(s) = rel.to_str() {
-                if !s.is_empty() {
+            match rel.to_str() {
+                Some("") => {}
+                Some(s) => {
                     out.insert(s.to_string());
                 }
+                None => skipped.push(Skipped {
+                    path: shown_name(rel.as_os_str().as_bytes()),
+                    reason: NOT_UTF8.into(),
+                }),
             }
         }
     }
-    out
+    (out, skipped)
 }
 
 /// One candidate path, read as data (see [`capture_each`]).
@@ -197,13 +224,14 @@ fn capture(
 
 /// The paths a sandbox snapshot looks at: `base` paths (tracked by construction) plus untracked
 /// files not ignored by the tree's own .gitignore files.
+/// Files whose names cannot be carried are returned beside them, to be reported as skipped.
 pub fn sandbox_candidates<'a>(
     dir: &Path,
     base_paths: impl IntoIterator<Item = &'a String>,
-) -> BTreeSet<String> {
-    let mut candidates = walk_not_ignored(dir, false);
+) -> (BTreeSet<String>, Vec<Skipped>) {
+    let (mut candidates, skipped) = walk_reporting(dir, false);
     candidates.extend(base_paths.into_iter().cloned());
-    candidates
+    (candidates, skipped)
 }
 
 /// Snapshot the user's checkout as the user sees it (see module docs).
@@ -212,14 +240,18 @@ pub fn snapshot_checkout(
     store: &Store,
     cap: u64,
 ) -> Result<Snapshot, SnapshotError> {
-    let mut candidates = walk_not_ignored(repo_root, true);
+    let (mut candidates, unnamed) = walk_reporting(repo_root, true);
+    let with_unnamed = |mut snap: Snapshot| {
+        snap.skipped.extend(unnamed.iter().cloned());
+        snap
+    };
     let repo = match gix::open_opts(repo_root, gix::open::Options::isolated()) {
         Ok(repo) => repo,
         // A jj repository without a colocated .git: jj tracks every file that is not ignored,
         // which is exactly the walk.
         Err(_) if repo_root.join(".jj").is_dir() => {
             let root = Beneath::open(repo_root)?;
-            return capture(&root, candidates, store, cap);
+            return capture(&root, candidates, store, cap).map(with_unnamed);
         }
         Err(_) => {
             return Err(SnapshotError::NotARepo {
@@ -242,7 +274,9 @@ pub fn snapshot_checkout(
         }
     }
     let root = Beneath::open(repo_root)?;
-    capture(&root, candidates, store, cap)
+    let mut snap = with_unnamed(capture(&root, candidates, store, cap)?);
+    snap.skipped.dedup();
+    Ok(snap)
 }
 
 /// Snapshot a sandbox directory: `base` paths (tracked by construction) plus untracked files not
@@ -253,9 +287,11 @@ pub fn snapshot_sandbox(
     store: &Store,
     cap: u64,
 ) -> Result<Snapshot, SnapshotError> {
-    let candidates = sandbox_candidates(dir, base.keys());
+    let (candidates, unnamed) = sandbox_candidates(dir, base.keys());
     let root = Beneath::open(dir)?;
-    capture(&root, candidates, store, cap)
+    let mut snap = capture(&root, candidates, store, cap)?;
+    snap.skipped.extend(unnamed);
+    Ok(snap)
 }
 
 /// Find the repository root containing `start`: the nearest directory holding `.jj` (a jj

@@ -217,6 +217,10 @@ struct ServeArgs {
     /// Most tool calls one built-in agent run may make (default 12).
     #[arg(long)]
     max_tool_calls: Option<usize>,
+    /// Agent runs at a time (default: the number of CPU cores); later runs wait, `queued`, and
+    /// start in the order they were posted.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    max_runs: Option<u64>,
 }
 
 #[derive(Args, Clone)]
@@ -257,7 +261,7 @@ pub fn main() -> ExitCode {
     match rt.block_on(dispatch(cli.cmd)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("hunkgate: {e:#}");
+            eprintln!("hunkgate: {}", visible(&format!("{e:#}")));
             ExitCode::FAILURE
         }
     }
@@ -370,15 +374,16 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 println!(
                     "{}  {:<8} {}/{}  {}  ({})",
                     short(&s["id"]),
-                    s["closed"].as_str().or(s["status"].as_str()).unwrap_or(""),
+                    visible_line(s["closed"].as_str().or(s["status"].as_str()).unwrap_or("")),
                     s["reviewed_count"],
                     s["hunk_count"],
-                    s["description"].as_str().unwrap_or(""),
+                    field(&s["description"]),
                     s["files"]
                         .as_array()
                         .map(|f| f
                             .iter()
                             .filter_map(Value::as_str)
+                            .map(visible_line)
                             .collect::<Vec<_>>()
                             .join(", "))
                         .unwrap_or_default()
@@ -464,6 +469,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let limits = file.limits.resolve(args.max_tool_calls);
+    let max_concurrent_runs =
+        config::resolve_max_runs(args.max_runs.map(|n| n as usize), &file.limits);
     let mut allowed_origins = file.allowed_origins.clone();
     allowed_origins.extend(args.allow_origin);
     let isolation = crate::isolation::resolve(
@@ -499,6 +506,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         isolation,
         provider,
         limits,
+        max_concurrent_runs,
     };
     let addr = if host.contains(':') {
         format!("[{host}]:{port}")
@@ -551,23 +559,69 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
 
 fn short(v: &Value) -> String {
     v.as_str()
-        .map(|s| s.chars().take(8).collect())
+        .map(|s| visible_line(&s.chars().take(8).collect::<String>()))
         .unwrap_or_default()
+}
+
+/// Text that came from the hub (an agent's diff, description, output lines, file names) made
+/// safe to print on a terminal: every control character is shown, not obeyed — `ESC` as `^[`,
+/// other C0 controls as `^@`…`^_`, `DEL` as `^?`, C1 controls and Unicode bidi overrides as
+/// `<U+009B>` — so an agent cannot move the cursor, erase lines, set the title or write the
+/// clipboard. Newlines and tabs stay.
+pub fn visible(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\n' | '\t' => out.push(c),
+            '\x00'..='\x1f' => {
+                out.push('^');
+                out.push((c as u8 + 0x40) as char);
+            }
+            '\x7f' => out.push_str("^?"),
+            '\u{80}'..='\u{9f}'
+            | '\u{200e}'..='\u{200f}'
+            | '\u{202a}'..='\u{202e}'
+            | '\u{2066}'..='\u{2069}'
+            | '\u{061c}' => out.push_str(&format!("<U+{:04X}>", c as u32)),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// [`visible`] for text that must stay on one line: newlines show as `^J` too.
+pub fn visible_line(s: &str) -> String {
+    visible(s).replace('\n', "^J")
+}
+
+/// A string field of a hub reply, for one line of terminal output.
+fn field(v: &Value) -> String {
+    visible_line(v.as_str().unwrap_or(""))
 }
 
 fn print_suggestion(v: &Value) {
     println!(
         "suggestion {}  {}  {}/{} reviewed{}",
-        v["id"].as_str().unwrap_or(""),
-        v["status"].as_str().unwrap_or(""),
+        field(&v["id"]),
+        field(&v["status"]),
         v["reviewed_count"],
         v["hunk_count"],
         v["closed"]
             .as_str()
-            .map(|c| format!(" ({c})"))
+            .map(|c| format!(" ({})", visible_line(c)))
             .unwrap_or_default()
     );
-    println!("  {}", v["description"].as_str().unwrap_or(""));
+    // Every line of the description indented, so none can pass for a hunk header.
+    for line in v["description"].as_str().unwrap_or("").split('\n') {
+        println!("  {}", visible(line));
+    }
+    let skipped = v["skipped"].as_array().cloned().unwrap_or_default();
+    if !skipped.is_empty() {
+        println!("  skipped (not reviewed, never changed by this suggestion):");
+        for f in skipped {
+            println!("    {}: {}", field(&f["path"]), field(&f["reason"]));
+        }
+    }
     for (i, h) in v["hunks"]
         .as_array()
         .cloned()
@@ -577,14 +631,19 @@ fn print_suggestion(v: &Value) {
     {
         println!(
             "\n[{i}] {:<9} {:<7} {}",
-            h["state"].as_str().unwrap_or(""),
-            h["kind"].as_str().unwrap_or(""),
-            h["id"].as_str().unwrap_or("")
+            field(&h["state"]),
+            field(&h["kind"]),
+            field(&h["id"])
         );
-        if let Some(c) = h["conflict"].as_str() {
-            println!("    conflict: {c}");
+        if let Some(d) = h["description"].as_str() {
+            for line in d.split('\n') {
+                println!("    # {}", visible(line));
+            }
         }
-        print!("{}", h["diff"].as_str().unwrap_or(""));
+        if let Some(c) = h["conflict"].as_str() {
+            println!("    conflict: {}", visible_line(c));
+        }
+        print!("{}", visible(h["diff"].as_str().unwrap_or("")));
     }
 }
 
@@ -608,18 +667,10 @@ async fn decide(
             println!("{v}");
         } else {
             for d in v["decided"].as_array().cloned().unwrap_or_default() {
-                println!(
-                    "{:<9} {}",
-                    d["state"].as_str().unwrap_or(""),
-                    d["hunk_id"].as_str().unwrap_or("")
-                );
+                println!("{:<9} {}", field(&d["state"]), field(&d["hunk_id"]));
             }
             for f in v["failed"].as_array().cloned().unwrap_or_default() {
-                println!(
-                    "FAILED    {}: {}",
-                    f["hunk_id"].as_str().unwrap_or(""),
-                    f["error"].as_str().unwrap_or("")
-                );
+                println!("FAILED    {}: {}", field(&f["hunk_id"]), field(&f["error"]));
             }
             println!("{} hunks remaining", v["remaining_hunks"]);
         }
@@ -632,12 +683,12 @@ async fn decide(
                 Ok(v) if client.json => println!("{v}"),
                 Ok(v) => println!(
                     "{:<9} {}",
-                    v["hunk"]["state"].as_str().unwrap_or(""),
-                    v["hunk"]["id"].as_str().unwrap_or("")
+                    field(&v["hunk"]["state"]),
+                    field(&v["hunk"]["id"])
                 ),
                 Err(e) => {
                     failed = true;
-                    eprintln!("{h}: {e}");
+                    eprintln!("{}: {}", visible_line(&h), visible(&e.to_string()));
                 }
             }
         }
@@ -684,7 +735,7 @@ async fn run(client: ClientArgs, body: Value, no_wait: bool) -> anyhow::Result<E
         match (ev["type"].as_str(), ev["status"].as_str()) {
             (Some("clarification.requested"), _) if !client.json => {
                 // Asked on the terminal; the answer may also come from another client.
-                let question = ev["question"].as_str().unwrap_or("").to_string();
+                let question = visible(ev["question"].as_str().unwrap_or(""));
                 eprintln!("\nThe agent asks: {question}\nYour answer (empty line: skip; or `hunkgate answer {run_id} …` later):");
                 let line = tokio::task::spawn_blocking(|| {
                     let mut s = String::new();
@@ -700,20 +751,24 @@ async fn run(client: ClientArgs, body: Value, no_wait: bool) -> anyhow::Result<E
                             json!({"question_id": ev["question_id"], "answer": text})
                         };
                         if let Err(e) = c.post(&format!("/runs/{run_id}/clarify"), body).await {
-                            eprintln!("(not sent: {e})");
+                            eprintln!("(not sent: {})", visible(&e.to_string()));
                         }
                     }
                 }
             }
             (Some("suggestion.error"), _) => {
                 if !client.json {
-                    eprintln!("error: {}", ev["message"].as_str().unwrap_or(""));
+                    eprintln!("error: {}", visible(ev["message"].as_str().unwrap_or("")));
                 }
                 return Ok(ExitCode::FAILURE);
             }
             (Some("suggestion.status"), Some(status)) => {
                 if !client.json {
-                    eprintln!("[{status}] {}", ev["message"].as_str().unwrap_or(""));
+                    eprintln!(
+                        "[{}] {}",
+                        visible_line(status),
+                        visible_line(ev["message"].as_str().unwrap_or(""))
+                    );
                 }
                 match status {
                     "no_changes" => return Ok(ExitCode::SUCCESS),

@@ -71,6 +71,8 @@ pub struct ProviderFile {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitsFile {
+    /// Agent runs at a time (default: the number of CPU cores); the others wait, `queued`.
+    pub max_concurrent_runs: Option<usize>,
     pub max_tool_calls: Option<usize>,
     pub max_schema_retries: Option<u32>,
     pub command_timeout_secs: Option<u64>,
@@ -312,6 +314,19 @@ pub struct ServeConfig {
     /// The built-in agent's model server, if one is configured.
     pub provider: Option<crate::provider::ProviderConfig>,
     pub limits: crate::agent_loop::LoopLimits,
+    /// Agent runs at a time; later ones wait in the order they were posted (status `queued`).
+    pub max_concurrent_runs: usize,
+}
+
+/// `--max-runs` / `[limits] max_concurrent_runs`, else the number of CPU cores (at least 1).
+pub fn resolve_max_runs(flag: Option<usize>, file: &LimitsFile) -> usize {
+    flag.or(file.max_concurrent_runs)
+        .unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        })
+        .max(1)
 }
 
 #[cfg(test)]

@@ -124,6 +124,17 @@ pub struct SuggestionView {
     pub agent: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt: Option<String>,
+    /// Files of the run that the snapshot left out (too large, not a regular file or symlink,
+    /// a name that is not UTF-8): never offered as hunks, never deleted, only reported.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<SkippedFile>,
+}
+
+/// A file left out of a suggestion, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkippedFile {
+    pub path: String,
+    pub reason: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -129,6 +129,9 @@ pub struct Suggestion {
     pub closed: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reviewed_commit: Option<String>,
+    /// Files the run's snapshot left out (reported, never hunks).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<crate::protocol::SkippedFile>,
 }
 
 impl Suggestion {
@@ -183,6 +186,7 @@ impl Suggestion {
             created_at: self.created_at.clone(),
             agent: self.agent.clone(),
             prompt: self.prompt.clone(),
+            skipped: self.skipped.clone(),
         }
     }
 }

@@ -55,6 +55,37 @@ pub struct Runs {
     /// connection pool, and what it learned about the server (e.g. that it will not stream
     /// tool calls) holds for the hub's life.
     provider: std::sync::OnceLock<Arc<dyn crate::provider::Provider>>,
+    /// Runs waiting for one of the `max_concurrent_runs` slots, in the order they were posted.
+    gate: Mutex<Gate>,
+    /// Woken whenever a slot frees or a queued run leaves the queue.
+    gate_changed: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct Gate {
+    running: usize,
+    queue: std::collections::VecDeque<String>,
+}
+
+/// A run's place in the gate: a slot once `holding`, a place in the queue before. Dropping it
+/// gives either back (also when the run's task ends early or panics).
+struct Slot {
+    hub: Arc<Hub>,
+    run_id: String,
+    holding: bool,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Ok(mut g) = self.hub.runs.gate.lock() {
+            if self.holding {
+                g.running = g.running.saturating_sub(1);
+            } else {
+                g.queue.retain(|r| r != &self.run_id);
+            }
+        }
+        self.hub.runs.gate_changed.notify_waiters();
+    }
 }
 
 fn poisoned() -> AppError {
@@ -71,6 +102,8 @@ impl Runs {
             active: Mutex::new(HashMap::new()),
             questions: Mutex::new(HashMap::new()),
             provider: std::sync::OnceLock::new(),
+            gate: Mutex::new(Gate::default()),
+            gate_changed: tokio::sync::Notify::new(),
         }
     }
 
@@ -323,18 +356,54 @@ impl Hub {
             .lock()
             .map_err(|_| poisoned())?
             .insert(run.run_id.clone(), cancel.clone());
+        let ahead = {
+            let mut g = self.runs.gate.lock().map_err(|_| poisoned())?;
+            g.queue.push_back(run.run_id.clone());
+            (g.running + g.queue.len()).saturating_sub(self.cfg.max_concurrent_runs.max(1))
+        };
+        let waiting = if ahead > 0 {
+            format!(
+                " (waiting for a free slot: {} run{} at a time, {ahead} waiting)",
+                self.cfg.max_concurrent_runs.max(1),
+                if self.cfg.max_concurrent_runs == 1 {
+                    ""
+                } else {
+                    "s"
+                }
+            )
+        } else {
+            String::new()
+        };
         self.run_status(
             &run.run_id,
             "queued",
-            format!("Run queued: {}", first_line(prompt)),
+            format!("Run queued: {}{waiting}", first_line(prompt)),
         );
         let hub = self.clone();
         let run_id = run.run_id.clone();
         let prompt = prompt.to_string();
         self.tasks.spawn(async move {
-            let result = hub
-                .run_task(&run_id, &driver, &prompt, timeout, cancel)
-                .await;
+            let result = match hub.wait_for_slot(&run_id, &cancel).await {
+                Some(slot) => {
+                    let r = hub
+                        .run_task(&run_id, &driver, &prompt, timeout, cancel)
+                        .await;
+                    drop(slot);
+                    r
+                }
+                None => {
+                    let _ = hub.update_run(&run_id, |r| {
+                        r.status = RunState::Cancelled;
+                        r.error = Some("cancelled while queued".into());
+                    });
+                    hub.run_error(
+                        &run_id,
+                        ErrorCode::ExperimentFailed,
+                        "agent cancelled while queued".into(),
+                    );
+                    Ok(())
+                }
+            };
             if let Err(e) = result {
                 let msg = e.to_string();
                 let _ = hub.update_run(&run_id, |r| {
@@ -355,6 +424,39 @@ impl Hub {
             }
         });
         Ok(run.clone())
+    }
+
+    /// Wait until `run_id` is first in the queue and a slot is free (`max_concurrent_runs`), or
+    /// until it is cancelled (None: it left the queue).
+    async fn wait_for_slot(
+        self: &Arc<Self>,
+        run_id: &str,
+        cancel: &CancellationToken,
+    ) -> Option<Slot> {
+        let mut slot = Slot {
+            hub: self.clone(),
+            run_id: run_id.to_string(),
+            holding: false,
+        };
+        let max = self.cfg.max_concurrent_runs.max(1);
+        loop {
+            let changed = self.runs.gate_changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            {
+                let mut g = self.runs.gate.lock().ok()?;
+                if g.running < max && g.queue.front().map(String::as_str) == Some(run_id) {
+                    g.queue.pop_front();
+                    g.running += 1;
+                    slot.holding = true;
+                    return Some(slot);
+                }
+            }
+            tokio::select! {
+                _ = &mut changed => {}
+                _ = cancel.cancelled() => return None,
+            }
+        }
     }
 
     pub fn cancel_run(&self, run_id: &str) -> Result<RunView, AppError> {
@@ -543,7 +645,8 @@ impl Hub {
             .join(format!("{run_id}.log"));
         let mut log = std::fs::create_dir_all(log_path.parent().unwrap_or(&self.cfg.state_dir))
             .and_then(|_| std::fs::File::create(&log_path))
-            .ok();
+            .ok()
+            .map(RunLog::new);
         let mut last_emit: Option<Instant> = None;
         let hub = self.clone();
         let rid = run_id.to_string();
@@ -554,14 +657,13 @@ impl Hub {
             timeout,
             cancel,
             |stream, line| {
-                use std::io::Write;
                 if let Some(f) = log.as_mut() {
                     let tag = if stream == agent::Stream::Stderr {
                         "err"
                     } else {
                         "out"
                     };
-                    let _ = writeln!(f, "{tag} {line}");
+                    f.line(tag, line);
                 }
                 let line = line.trim();
                 if line.is_empty() {
@@ -575,6 +677,9 @@ impl Hub {
             },
         )
         .await;
+        if let Some(log) = log.take() {
+            log.finish();
+        }
         if let Ok(mut t) = self.runs.agent_tokens.lock() {
             t.remove(&agent_token);
         }
@@ -689,18 +794,36 @@ impl Hub {
         let suggestion = self
             .blocking(move |hub| {
                 let ierr = |e: &dyn std::fmt::Display| AppError::Internal(e.to_string());
-                let snap = active
+                let mut snap = active
                     .sandbox
                     .snapshot(&hub.store, &active.base_tree, DEFAULT_FILE_CAP)
                     .map_err(|e| ierr(&e))?;
+                let only = |p: &str| filter.as_ref().is_none_or(|f| f.is_match(p));
+                let skipped = keep_skipped_as_base(&mut snap, &active.base_tree, &only);
                 if snap.tree == active.base_tree {
-                    return Err(AppError::NoChanges("The agent made no changes".into()));
+                    let mut msg = "The agent made no changes".to_string();
+                    if !skipped.is_empty() {
+                        msg.push_str(&format!(
+                            " that hunkgate can review; left out: {}",
+                            skipped_list(&skipped)
+                        ));
+                    }
+                    return Err(AppError::NoChanges(msg));
                 }
                 let sid = uuid::Uuid::new_v4().to_string();
-                let only = |p: &str| filter.as_ref().is_none_or(|f| f.is_match(p));
                 let mut hunks = build_hunks(&hub.store, &sid, &active.base_tree, &snap.tree, &only)
                     .map_err(|e| ierr(&e))?;
-                let unmatched = attach_notes(&mut hunks, &notes);
+                let notes = if notes.len() > MAX_NOTES {
+                    tracing::info!(
+                        dropped = notes.len() - MAX_NOTES,
+                        "hunk descriptions beyond the first {MAX_NOTES} are ignored"
+                    );
+                    &notes[..MAX_NOTES]
+                } else {
+                    &notes[..]
+                };
+                let unmatched = attach_notes(&mut hunks, notes);
+                cap_descriptions(&mut hunks);
                 if !unmatched.is_empty() {
                     tracing::info!(?unmatched, "hunk descriptions that match no hunk");
                 }
@@ -739,6 +862,7 @@ impl Hub {
                     hunks,
                     closed: None,
                     reviewed_commit: None,
+                    skipped,
                 })
             })
             .await?;
@@ -766,10 +890,15 @@ impl Hub {
             run_id: Some(run_id.to_string()),
             status: "ready".into(),
             message: format!(
-                "Suggestion ready: {} ({hunks} hunk{} in {files} file{})",
+                "Suggestion ready: {} ({hunks} hunk{} in {files} file{}){}",
                 view.description,
                 if hunks == 1 { "" } else { "s" },
-                if files == 1 { "" } else { "s" }
+                if files == 1 { "" } else { "s" },
+                if view.skipped.is_empty() {
+                    String::new()
+                } else {
+                    format!("; left out: {}", skipped_list(&view.skipped))
+                }
             ),
         });
         if self.run_view(run_id)?.status == RunState::Working && !self.is_agent_running(run_id) {
@@ -813,6 +942,146 @@ impl Hub {
         self.run_status(run_id, status, message);
         Ok(())
     }
+}
+
+/// Files the sandbox snapshot left out (over the size cap, FIFOs and other special files,
+/// names that are not UTF-8) are not part of what the agent left as far as review goes: a base
+/// file among them keeps its base version in the run tree — so it is never offered as a
+/// deletion, and accepting everything cannot remove it — and every one of them (those `only`
+/// lets through) is returned to be shown on the suggestion.
+fn keep_skipped_as_base(
+    snap: &mut hunkgate_sandbox::snapshot::Snapshot,
+    base: &FlatTree,
+    only: &dyn Fn(&str) -> bool,
+) -> Vec<crate::protocol::SkippedFile> {
+    let mut out = Vec::new();
+    for s in std::mem::take(&mut snap.skipped) {
+        if let Some(entry) = base.get(&s.path) {
+            snap.tree.insert(s.path.clone(), *entry);
+        }
+        if only(&s.path) {
+            out.push(crate::protocol::SkippedFile {
+                path: s.path,
+                reason: s.reason,
+            });
+        }
+    }
+    out
+}
+
+/// The first this many bytes of an agent's output go to its log as they come.
+pub const LOG_HEAD: usize = 1024 * 1024;
+/// After the head, only the last this many bytes are kept (in memory), and written after a
+/// line saying how much was dropped when the agent ends.
+pub const LOG_TAIL: usize = 1024 * 1024;
+
+/// An agent's output log (`<state>/runs/<run>.log`), capped: the head as it comes, then the
+/// tail, with what was dropped between them said in the file.
+struct RunLog {
+    file: std::fs::File,
+    written: usize,
+    tail: std::collections::VecDeque<String>,
+    tail_bytes: usize,
+    dropped_lines: u64,
+    dropped_bytes: u64,
+}
+
+impl RunLog {
+    fn new(file: std::fs::File) -> Self {
+        Self {
+            file,
+            written: 0,
+            tail: std::collections::VecDeque::new(),
+            tail_bytes: 0,
+            dropped_lines: 0,
+            dropped_bytes: 0,
+        }
+    }
+
+    fn line(&mut self, tag: &str, line: &str) {
+        use std::io::Write;
+        let text = format!("{tag} {line}\n");
+        if self.written + text.len() <= LOG_HEAD && self.tail.is_empty() {
+            self.written += text.len();
+            let _ = self.file.write_all(text.as_bytes());
+            return;
+        }
+        self.tail_bytes += text.len();
+        self.tail.push_back(text);
+        while self.tail_bytes > LOG_TAIL {
+            let Some(old) = self.tail.pop_front() else {
+                break;
+            };
+            self.tail_bytes -= old.len();
+            self.dropped_lines += 1;
+            self.dropped_bytes += old.len() as u64;
+        }
+    }
+
+    fn finish(mut self) {
+        use std::io::Write;
+        if self.dropped_lines > 0 {
+            let _ = writeln!(
+                self.file,
+                "hunkgate: [{} lines ({} bytes) of agent output dropped here: the log keeps the first {} KiB and the last {} KiB]",
+                self.dropped_lines,
+                self.dropped_bytes,
+                LOG_HEAD / 1024,
+                LOG_TAIL / 1024
+            );
+        }
+        for l in self.tail.drain(..) {
+            let _ = self.file.write_all(l.as_bytes());
+        }
+    }
+}
+
+/// At most this many hunk descriptions are read from one publish.
+const MAX_NOTES: usize = 256;
+/// A hunk's description (every note that landed on it) is cut at this many characters.
+pub const MAX_HUNK_DESCRIPTION: usize = 4000;
+/// All hunk descriptions of one suggestion together: past this many bytes, the descriptions of
+/// the remaining hunks are dropped (one description can land on every hunk of a file, so a
+/// small publish must not turn into a huge suggestion).
+pub const MAX_DESCRIPTIONS_TOTAL: usize = 64 * 1024;
+
+/// Apply [`MAX_HUNK_DESCRIPTION`] and [`MAX_DESCRIPTIONS_TOTAL`], saying so in the text.
+fn cap_descriptions(hunks: &mut [crate::review::HunkRec]) {
+    let mut total = 0usize;
+    let mut dropped = 0usize;
+    for h in hunks.iter_mut() {
+        let Some(d) = h.description.as_mut() else {
+            continue;
+        };
+        if d.chars().count() > MAX_HUNK_DESCRIPTION {
+            let cut: String = d.chars().take(MAX_HUNK_DESCRIPTION).collect();
+            *d = format!("{cut}… [hunkgate: description cut at {MAX_HUNK_DESCRIPTION} characters]");
+        }
+        if total + d.len() > MAX_DESCRIPTIONS_TOTAL {
+            dropped += 1;
+            *d = format!(
+                "[hunkgate: description dropped: this suggestion's hunk descriptions exceed {} KiB]",
+                MAX_DESCRIPTIONS_TOTAL / 1024
+            );
+        }
+        total += d.len();
+    }
+    if dropped > 0 {
+        tracing::info!(dropped, "hunk descriptions over the per-suggestion budget");
+    }
+}
+
+/// Up to five skipped files, for a message.
+fn skipped_list(skipped: &[crate::protocol::SkippedFile]) -> String {
+    let mut names: Vec<String> = skipped
+        .iter()
+        .take(5)
+        .map(|s| format!("{} ({})", s.path, s.reason))
+        .collect();
+    if skipped.len() > 5 {
+        names.push(format!("and {} more", skipped.len() - 5));
+    }
+    names.join(", ")
 }
 
 pub const BUILTIN: &str = "builtin";

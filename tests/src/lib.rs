@@ -130,6 +130,23 @@ impl Workspace {
     }
 }
 
+/// Pass this among a hub's extra flags to let `serve` pick its isolation as it would on this
+/// machine (`user` when the sandbox user exists); it is not passed on to the hub.
+pub const MACHINE_DEFAULT_ISOLATION: &str = "<machine-default-isolation>";
+
+/// The isolation flags a test hub gets: what the test asked for, else `--isolation none`, so the
+/// suite behaves the same whether or not `hunkgate setup` created the sandbox user here.
+pub fn isolation_args(extra: &[&str]) -> Vec<&'static str> {
+    let chosen = extra.iter().any(|a| {
+        *a == "--isolation" || a.starts_with("--isolation=") || *a == MACHINE_DEFAULT_ISOLATION
+    });
+    if chosen {
+        Vec::new()
+    } else {
+        vec!["--isolation", "none"]
+    }
+}
+
 /// A running `hunkgate serve` process.
 pub struct Hub {
     pub child: Child,
@@ -174,7 +191,8 @@ impl Hub {
         cmd.current_dir(repo)
             .args(["serve", "--port", "0", "--state-dir"])
             .arg(&state)
-            .args(extra)
+            .args(isolation_args(extra))
+            .args(extra.iter().filter(|a| **a != MACHINE_DEFAULT_ISOLATION))
             .stdin(Stdio::null())
             .stdout(logf.try_clone()?)
             .stderr(logf);
@@ -963,7 +981,13 @@ pub mod isolation {
         argv.push(hunkgate_bin().display().to_string());
         argv.extend(["serve", "--port", "0", "--state-dir"].map(String::from));
         argv.push(state.display().to_string());
-        argv.extend(how.extra.iter().map(|s| s.to_string()));
+        argv.extend(isolation_args(how.extra).into_iter().map(String::from));
+        argv.extend(
+            how.extra
+                .iter()
+                .filter(|a| **a != MACHINE_DEFAULT_ISOLATION)
+                .map(|s| s.to_string()),
+        );
         let mut cmd = if how.tty {
             let line = argv
                 .iter()

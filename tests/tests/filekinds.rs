@@ -293,3 +293,84 @@ async fn crlf_modify_with_an_lf_diff_and_mode_plus_content_on_one_file() {
     );
     assert_eq!(mode_of(&tool).unwrap(), 0o644);
 }
+
+/// What the sandbox snapshot leaves out — a file grown past the 64 MiB cap, a file replaced by a
+/// FIFO, a new oversize file, a name that is not UTF-8 — is listed as `skipped`, never offered as
+/// a deletion: accepting everything leaves those files of the checkout as they were.
+#[tokio::test]
+async fn files_left_out_of_the_snapshot_are_skipped_never_deleted() {
+    let ws = Workspace::new(&[
+        ("big.bin", b"small\n"),
+        ("pipe.txt", b"data\n"),
+        ("keep.txt", b"k\n"),
+    ])
+    .unwrap();
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            "truncate -s 70M big.bin\n\
+             rm pipe.txt && mkfifo pipe.txt\n\
+             truncate -s 70M huge.new\n\
+             echo odd > \"$(printf 'bad\\377name')\"\n\
+             echo changed > keep.txt",
+        )
+        .unwrap();
+    let hub = ws.serve(&[]).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let s = run_agent(&hub, &mut c, &agent, "grow").await.unwrap();
+    // Positive control: the real change is there.
+    assert_eq!(s["files"], json!(["keep.txt"]), "{s:#}");
+    for h in s["hunks"].as_array().unwrap() {
+        assert_ne!(h["kind"], "delete", "{h}");
+    }
+    let mut skipped: Vec<(String, String)> = s["skipped"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no skipped list: {s:#}"))
+        .iter()
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap().to_string(),
+                f["reason"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    skipped.sort();
+    let paths: Vec<&str> = skipped.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(
+        paths,
+        vec!["bad\\xffname", "big.bin", "huge.new", "pipe.txt"],
+        "{skipped:?}"
+    );
+    assert!(skipped[1].1.contains("larger than"), "{skipped:?}");
+    assert!(skipped[0].1.contains("not UTF-8"), "{skipped:?}");
+    // GET shows the same list; the CLI shows it too.
+    let got = hub
+        .curl()
+        .get(&format!("/suggestions/{}", s["id"].as_str().unwrap()))
+        .unwrap()
+        .body;
+    assert_eq!(got["skipped"], s["skipped"]);
+    let out = ws
+        .cli(&[
+            "show",
+            s["id"].as_str().unwrap(),
+            "--state-dir",
+            ws.state().to_str().unwrap(),
+        ])
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("skipped") && text.contains("pipe.txt") && text.contains("big.bin"),
+        "{text}"
+    );
+
+    let r = c
+        .call(json!({"type": "feedback_all", "suggestionId": s["id"], "action": "accept"}))
+        .await
+        .unwrap();
+    ok(&r);
+    assert_eq!(ws.read_string("keep.txt").unwrap(), "changed\n");
+    assert_eq!(ws.read_string("big.bin").unwrap(), "small\n");
+    assert_eq!(ws.read_string("pipe.txt").unwrap(), "data\n");
+    assert!(!ws.exists("huge.new"));
+}

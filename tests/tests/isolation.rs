@@ -776,8 +776,18 @@ fn setup_check_reports_what_is_missing() {
     );
     // Without that user, serving defaults to no isolation and says so loudly.
     let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
-    let hub = ws.serve(&["--sandbox-user", "hwnosuchuser"]).unwrap();
-    assert!(hub.log_text().contains("WARNING"), "{}", hub.log_text());
+    let hub = ws
+        .serve(&[
+            hunkgate_tests::MACHINE_DEFAULT_ISOLATION,
+            "--sandbox-user",
+            "hwnosuchuser",
+        ])
+        .unwrap();
+    assert!(
+        hub.log_text().contains("WARNING") && hub.log_text().contains("does not exist"),
+        "{}",
+        hub.log_text()
+    );
     drop(hub);
     // And asking for it explicitly is an error that names the fix.
     let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();

@@ -272,6 +272,34 @@ async fn the_prompt_is_exactly_one_argument_and_in_the_environment() {
     assert_eq!(r["status"], "no_changes", "{r}");
     assert_eq!(std::fs::read_to_string(out("shprompt")).unwrap(), prompt);
     assert!(!pwned.exists(), "the prompt was executed");
+
+    // Every position a shell script can put {prompt} in: inside double quotes, after `--`,
+    // behind `env`, inside single quotes of a double-quoted script.
+    let target = out("shprompt2");
+    let t = target.display();
+    for sh in [
+        format!("sh -c 'printf %s \"{{prompt}}\" > {t}'"),
+        format!("sh -c -- 'printf %s {{prompt}} > {t}'"),
+        format!("env sh -c 'printf %s \"{{prompt}}\" > {t}'"),
+        format!("sh -c \"printf %s '{{prompt}}' > {t}\""),
+    ] {
+        let _ = std::fs::remove_file(&target);
+        let run = c.start_run(&prompt, &sh, None).await.unwrap();
+        let r = wait_run_finished(&hub, &run, SECS).await.unwrap();
+        assert_eq!(r["status"], "no_changes", "{sh}: {r}");
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), prompt, "{sh}");
+        assert!(!pwned.exists(), "{sh} executed the prompt");
+    }
+    // Code of another language with the prompt inside is refused at start, naming the fix.
+    let r = c
+        .call(json!({"type": "run", "prompt": prompt, "agent": "python3 -c 'print(\"{prompt}\")'"}))
+        .await
+        .unwrap();
+    assert_eq!(r["success"], false, "{r}");
+    assert!(
+        r["error"].as_str().unwrap().contains("HUNKGATE_PROMPT"),
+        "{r}"
+    );
 }
 
 #[tokio::test]
@@ -453,4 +481,220 @@ async fn the_sandbox_holds_the_checkout_as_the_user_sees_it() {
     assert_eq!(ws.read("build/out.o").unwrap(), b"ignored object\n");
     assert!(!ws.exists("build/cache.o"));
     assert!(!ws.exists("gone.txt"));
+}
+
+/// Test hubs state the isolation they run under, so the suite behaves the same on a machine
+/// where `hunkgate setup` created the sandbox user (where `serve` alone would pick `user`).
+#[test]
+fn test_hubs_state_their_isolation() {
+    use hunkgate_tests::{isolation_args, MACHINE_DEFAULT_ISOLATION};
+    assert_eq!(isolation_args(&[]), vec!["--isolation", "none"]);
+    assert!(isolation_args(&["--isolation", "user"]).is_empty());
+    assert!(isolation_args(&[MACHINE_DEFAULT_ISOLATION]).is_empty());
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    // A sandbox user that does exist on every machine: without an explicit choice, `serve`
+    // would try to use it.
+    let hub = ws.serve(&["--sandbox-user", "root"]).unwrap();
+    let log = hub.log_text();
+    assert!(
+        log.contains("WARNING: --isolation none"),
+        "the harness chose no isolation explicitly: {log}"
+    );
+    drop(hub);
+    // Positive control: left to the machine, `serve` does pick up the existing user (and
+    // refuses it: root is no sandbox user), so the explicit flag above is what made the
+    // difference.
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    let err = ws
+        .serve(&[MACHINE_DEFAULT_ISOLATION, "--sandbox-user", "root"])
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.contains("--isolation user"), "{err}");
+}
+
+/// `--max-runs 1`: one agent at a time; the others are `queued` (in GET /runs and as a
+/// `suggestion.status` event), start in the order they were posted as the slot frees, and a
+/// queued run can be cancelled without ever starting.
+#[tokio::test]
+async fn runs_beyond_the_limit_wait_queued_and_start_in_order() {
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    let order = ws.path("order");
+    let go = ws.path("go");
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            &format!(
+                "echo \"$HUNKGATE_PROMPT\" >> {order}\n\
+                 while [ ! -e {go}-\"$HUNKGATE_PROMPT\" ]; do sleep 0.05; done\n\
+                 echo \"$HUNKGATE_PROMPT\" > \"out-$HUNKGATE_PROMPT.txt\"",
+                order = order.display(),
+                go = go.display()
+            ),
+        )
+        .unwrap();
+    let hub = ws.serve(&["--max-runs", "1"]).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let mut runs = Vec::new();
+    for p in ["one", "two", "three"] {
+        runs.push(c.start_run(p, &template(&agent), None).await.unwrap());
+    }
+    let read_order = || std::fs::read_to_string(&order).unwrap_or_default();
+    wait_for("the first run to start", SECS, || read_order() == "one\n")
+        .await
+        .unwrap();
+    let status = |id: &str| {
+        hub.curl().get(&format!("/runs/{id}")).unwrap().body["status"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(status(&runs[0]), "working");
+    assert_eq!(status(&runs[1]), "queued");
+    assert_eq!(status(&runs[2]), "queued");
+    let queued = c
+        .event(
+            "suggestion.status",
+            |v| v["run_id"] == runs[1].as_str() && v["status"] == "queued",
+            SECS5,
+        )
+        .await
+        .unwrap();
+    assert!(
+        queued["message"]
+            .as_str()
+            .unwrap()
+            .contains("waiting for a free slot"),
+        "{queued}"
+    );
+    // Still only one agent, a while later.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(read_order(), "one\n", "a second agent started");
+
+    // A queued run is cancelled without ever starting.
+    let r = hub
+        .curl()
+        .post(&format!("/runs/{}/cancel", runs[1]), &json!({}))
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = wait_run_finished(&hub, &runs[1], SECS).await.unwrap();
+    assert_eq!(r["status"], "cancelled", "{r}");
+
+    // The slot frees: the next one in line (three) starts.
+    std::fs::write(format!("{}-one", go.display()), "").unwrap();
+    let r = wait_run_finished(&hub, &runs[0], SECS).await.unwrap();
+    assert_eq!(r["status"], "ready", "{r}");
+    wait_for("the third run to start", SECS, || {
+        read_order() == "one\nthree\n"
+    })
+    .await
+    .unwrap();
+    std::fs::write(format!("{}-three", go.display()), "").unwrap();
+    let r = wait_run_finished(&hub, &runs[2], SECS).await.unwrap();
+    assert_eq!(r["status"], "ready", "{r}");
+    assert_eq!(
+        read_order(),
+        "one\nthree\n",
+        "the cancelled run never started"
+    );
+}
+
+/// An agent's output log in the state dir keeps its head and its tail and says what it dropped
+/// in between, however much the agent prints.
+#[tokio::test]
+async fn the_agent_log_is_capped_keeping_head_and_tail() {
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            "echo FIRST-LINE\n\
+             head -c 40000000 /dev/zero | tr '\\0' x | fold -w 1000\n\
+             echo\n\
+             echo LAST-LINE",
+        )
+        .unwrap();
+    let hub = ws.serve(&[]).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let run = c
+        .start_run("talk", &template(&agent), Some(120))
+        .await
+        .unwrap();
+    let r = wait_run_finished(&hub, &run, Duration::from_secs(120))
+        .await
+        .unwrap();
+    assert_eq!(r["status"], "no_changes", "{r}");
+    let log = std::fs::read_to_string(hub.state.join("runs").join(format!("{run}.log"))).unwrap();
+    assert!(
+        log.len() < 3 * 1024 * 1024,
+        "the log is {} bytes for 40 MB of output",
+        log.len()
+    );
+    assert!(log.starts_with("out FIRST-LINE\n"), "{}", &log[..100]);
+    assert!(
+        log.ends_with("out LAST-LINE\n"),
+        "{}",
+        &log[log.len() - 100..]
+    );
+    assert!(
+        log.contains("of agent output dropped here"),
+        "no word of what was dropped"
+    );
+}
+
+/// Hunk descriptions are capped per hunk and per suggestion: one long description for a file
+/// lands on each of its hunks, but the suggestion stays small and says what it cut.
+#[tokio::test]
+async fn hunk_descriptions_are_capped_per_hunk_and_in_total() {
+    let text = hunkgate_tests::numbered(400);
+    let ws = Workspace::new(&[("a.txt", text.as_bytes())]).unwrap();
+    let body = ws.path("publish.json");
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            &format!(
+                "sed -i 's/^line \\([0-9]*0\\)$/LINE \\1/' a.txt\n\
+                 desc=$(head -c 20000 /dev/zero | tr '\\0' d)\n\
+                 notes=''\n\
+                 for i in 1 2 3 4 5 6 7 8 9 10; do notes=\"$notes{{\\\"file\\\":\\\"a.txt\\\",\\\"description\\\":\\\"$i$desc\\\"}},\"; done\n\
+                 printf '{{\"description\":\"many\",\"hunk_descriptions\":[%s{{\"file\":\"a.txt\",\"description\":\"short\"}}]}}' \"$notes\" > {body}\n\
+                 curl -sS -f -H \"Authorization: Bearer $HUNKGATE_AGENT_TOKEN\" -H 'Content-Type: application/json' --data-binary @{body} \"$HUNKGATE_URL/agent/publish\"",
+                body = body.display()
+            ),
+        )
+        .unwrap();
+    let hub = ws.serve(&[]).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let run = c.start_run("many", &template(&agent), None).await.unwrap();
+    let r = wait_run_finished(&hub, &run, SECS).await.unwrap();
+    assert_eq!(r["status"], "ready", "{r}\n{}", hub.log_text());
+    let sid = r["suggestion_ids"][0].as_str().unwrap();
+    let s = hub.curl().get(&format!("/suggestions/{sid}")).unwrap().body;
+    let hunks = s["hunks"].as_array().unwrap();
+    assert!(hunks.len() >= 20, "{}", hunks.len());
+    let descs: Vec<&str> = hunks
+        .iter()
+        .map(|h| h["description"].as_str().unwrap_or(""))
+        .collect();
+    // Positive control: the first hunk got the agent's words.
+    assert!(descs[0].starts_with("1ddd"), "{}", &descs[0][..20]);
+    assert!(
+        descs[0].contains("[hunkgate: description cut at"),
+        "{}",
+        &descs[0][descs[0].len() - 100..]
+    );
+    for d in &descs {
+        assert!(d.chars().count() < 4200, "{}", d.len());
+    }
+    let total: usize = descs.iter().map(|d| d.len()).sum();
+    assert!(total < 80 * 1024, "descriptions total {total} bytes");
+    assert!(
+        descs
+            .last()
+            .unwrap()
+            .contains("[hunkgate: description dropped"),
+        "{}",
+        descs.last().unwrap()
+    );
+    let size = s.to_string().len();
+    assert!(size < 512 * 1024, "the suggestion is {size} bytes");
 }

@@ -32,7 +32,7 @@ end
 ---@param q hunkgate.Question
 ---@return string
 function M.prompt_text(q)
-  return q.question .. ' '
+  return require('hunkgate.visible').text(q.question, true) .. ' '
 end
 
 --- The user's input as an answer: nil when there is none (cancelled or blank).

@@ -250,7 +250,7 @@ function M.statusline()
     parts[#parts + 1] = questions > 1 and ('%d questions waiting'):format(questions) or 'question waiting'
   end
   if st and st.message ~= '' then
-    local msg = st.message
+    local msg = require('hunkgate.visible').line(st.message)
     if vim.fn.strchars(msg) > 40 then
       msg = vim.fn.strcharpart(msg, 0, 39) .. '…'
     end

@@ -69,7 +69,13 @@ function M.list()
   vim.ui.select(list, {
     prompt = 'hunkgate suggestions',
     format_item = function(s)
-      return ('%s  %s (%d/%d reviewed)'):format(s.id:sub(1, 8), s.description, s.reviewed_count, s.hunk_count)
+      local visible = require('hunkgate.visible')
+      return ('%s  %s (%d/%d reviewed)'):format(
+        s.id:sub(1, 8),
+        visible.line(s.description),
+        s.reviewed_count,
+        s.hunk_count
+      )
     end,
   }, function(s)
     if s then
@@ -147,7 +153,7 @@ function M.status()
   end
   for _, s in ipairs(h.store:list()) do
     lines[#lines + 1] =
-      ('  %s  %s  %d/%d reviewed'):format(s.id:sub(1, 8), s.description, s.reviewed_count, s.hunk_count)
+      ('  %s  %s  %d/%d reviewed'):format(s.id:sub(1, 8), require('hunkgate.visible').line(s.description), s.reviewed_count, s.hunk_count)
   end
   local st = h.store.last_status
   if st then

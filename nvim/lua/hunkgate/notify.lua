@@ -1,4 +1,5 @@
 --- Notification text (pure) and delivery.
+local visible = require('hunkgate.visible')
 local M = {}
 
 local function plural(n, word)
@@ -14,7 +15,33 @@ function M.ready_text(s)
   if files == 0 and s.hunks then
     files = #require('hunkgate.nav').files(s.hunks)
   end
-  return ('Suggestion ready: %s (%s in %s)'):format(s.description or '', plural(hunks, 'hunk'), plural(files, 'file'))
+  local text =
+    ('Suggestion ready: %s (%s in %s)'):format(s.description or '', plural(hunks, 'hunk'), plural(files, 'file'))
+  local skipped = M.skipped_text(s)
+  if skipped then
+    text = text .. '\n' .. skipped
+  end
+  return text
+end
+
+--- The files a suggestion left out (too large, special files, odd names), or nil when none:
+--- they are not hunks and the suggestion never changes them.
+---@param s {skipped?: {path: string, reason: string}[]}
+---@return string?
+function M.skipped_text(s)
+  local list = s.skipped or {}
+  if #list == 0 then
+    return nil
+  end
+  local lines = { ('%s left out (not reviewed, never changed by this suggestion):'):format(plural(#list, 'file')) }
+  for i, f in ipairs(list) do
+    if i > 10 then
+      lines[#lines + 1] = ('  … and %d more'):format(#list - 10)
+      break
+    end
+    lines[#lines + 1] = ('  %s: %s'):format(f.path or '?', f.reason or '')
+  end
+  return table.concat(lines, '\n')
 end
 
 ---@param ev {code?: string, message?: string}
@@ -28,7 +55,8 @@ M.plural = plural
 ---@param msg string
 ---@param level? integer vim.log.levels
 function M.send(msg, level)
-  vim.notify(msg, level or vim.log.levels.INFO, { title = 'hunkgate' })
+  -- Agent text reaches the command line and notification plugins: control characters shown.
+  vim.notify(visible.text(msg, true), level or vim.log.levels.INFO, { title = 'hunkgate' })
 end
 
 return M

@@ -154,6 +154,10 @@ function M.open(id)
       or require('hunkgate.ui.float').new(config.get())
     require('hunkgate.highlights').define()
     local first = nav.step(s.hunks, nil, 1, { open_only = true }) or 1
+    local skipped = notify.skipped_text(s)
+    if skipped then
+      notify.send('hunkgate: ' .. skipped, vim.log.levels.WARN)
+    end
     M.session = {
       sid = s.id,
       hunk_id = s.hunks[first] and s.hunks[first].id,

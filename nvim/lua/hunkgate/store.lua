@@ -27,6 +27,7 @@ local nav = require('hunkgate.nav')
 ---@field closed? string
 ---@field created_at? string
 ---@field run_id? string
+---@field skipped? {path: string, reason: string}[] files the run left out: never hunks, never changed
 
 --- A question the built-in agent asked (`clarify_user`) and waits on.
 ---@class hunkgate.Question

@@ -2,6 +2,7 @@
 --- (`:w`) is the accept: an 'acwrite' buffer hands the write to us, so the usual
 --- "unsaved changes" protection applies to the edit too.
 local common = require('hunkgate.ui.common')
+local visible = require('hunkgate.visible')
 
 local M = {}
 
@@ -26,7 +27,7 @@ function M.open(opts)
   local conf = common.geometry(opts.ui, math.max(#opts.lines, 5) + 1)
   conf.row = conf.row + 1
   conf.border = opts.ui.border
-  conf.title = ' ' .. opts.title .. ' '
+  conf.title = ' ' .. visible.line(opts.title) .. ' '
   conf.title_pos = 'center'
   conf.footer = ' :w accepts this version · :q! cancels '
   conf.footer_pos = 'left'

@@ -1,6 +1,7 @@
 --- The floating review window: one hunk at a time, highlighted as its file type, with the
 --- review keys mapped in it.
 local common = require('hunkgate.ui.common')
+local visible = require('hunkgate.visible')
 
 ---@class hunkgate.ViewCtx
 ---@field suggestion hunkgate.Suggestion
@@ -83,7 +84,7 @@ function Float:show(ctx)
   common.decorate(buf, r)
   if h.state == 'conflict' and h.conflict then
     vim.api.nvim_buf_set_extmark(buf, common.ns, #r.lines - 1, 0, {
-      virt_lines = { { { 'conflict: ' .. h.conflict, 'HunkgateConflict' } } },
+      virt_lines = { { { visible.line('conflict: ' .. h.conflict), 'HunkgateConflict' } } },
     })
   end
 
@@ -93,8 +94,8 @@ function Float:show(ctx)
   if ctx.done then
     status = status .. ' · all reviewed'
   end
-  local where = h.old_path and (h.old_path .. ' → ' .. h.file) or h.file
-  conf.title = ' ' .. truncate(s.description ~= '' and s.description or 'suggestion', width - 4) .. ' '
+  local where = visible.line(h.old_path and (h.old_path .. ' → ' .. h.file) or h.file)
+  conf.title = ' ' .. truncate(visible.line(s.description ~= '' and s.description or 'suggestion'), width - 4) .. ' '
   conf.title_pos = 'center'
   local footer = (' %d/%d %s [%s]  %s '):format(ctx.index, #s.hunks, where, status, hints(ctx.maps, ctx.done))
   conf.footer = truncate(footer, width - 2)

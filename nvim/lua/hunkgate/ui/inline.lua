@@ -3,6 +3,7 @@
 local common = require('hunkgate.ui.common')
 local diff = require('hunkgate.diff')
 local nav = require('hunkgate.nav')
+local visible = require('hunkgate.visible')
 
 local ns = vim.api.nvim_create_namespace('hunkgate_inline')
 
@@ -105,11 +106,11 @@ function Inline:_quickfix(ctx)
     items[#items + 1] = {
       filename = ctx.root .. '/' .. h.file,
       lnum = math.max(1, hd.new_start or hd.old_start or 1),
-      text = ('[%s] %s'):format(h.state, first_change_text(h)),
+      text = visible.line(('[%s] %s'):format(h.state, first_change_text(h))),
       user_data = { hunkgate = h.id },
     }
   end
-  local what = { title = 'hunkgate: ' .. (s.description or ''), items = items, idx = ctx.index }
+  local what = { title = 'hunkgate: ' .. visible.line(s.description), items = items, idx = ctx.index }
   local existing = self.qf_id and vim.fn.getqflist({ id = self.qf_id }).id or 0
   if existing ~= 0 then
     what.id = self.qf_id
@@ -132,7 +133,7 @@ function Inline:show(ctx)
   if vim.fs.normalize(vim.api.nvim_buf_get_name(0)) ~= vim.fs.normalize(path) then
     local ok, err = pcall(vim.cmd.edit, vim.fn.fnameescape(path))
     if not ok then
-      vim.notify('hunkgate: ' .. tostring(err), vim.log.levels.WARN)
+      vim.notify('hunkgate: ' .. visible.text(err, true), vim.log.levels.WARN)
       return
     end
   end
@@ -189,7 +190,8 @@ function Inline:show(ctx)
     for _, l in ipairs(p.lines) do
       if l.kind == '+' then
         first_row = first_row or math.max(0, row - 1)
-        adds[#adds + 1] = { { '+ ' .. l.text .. string.rep(' ', 200), 'HunkgateAdd' } }
+        -- Virtual lines are drawn as given: control characters must be made visible here.
+        adds[#adds + 1] = { { '+ ' .. visible.line(l.text) .. string.rep(' ', 200), 'HunkgateAdd' } }
       else
         flush()
         if l.kind == '-' and row < #lines then
@@ -209,7 +211,7 @@ function Inline:show(ctx)
   vim.api.nvim_buf_set_extmark(buf, ns, first_row, 0, { virt_text = label, virt_text_pos = 'eol' })
   if h.state == 'conflict' and h.conflict then
     vim.api.nvim_buf_set_extmark(buf, ns, first_row, 0, {
-      virt_lines = { { { 'conflict: ' .. h.conflict, 'HunkgateConflict' } } },
+      virt_lines = { { { visible.line('conflict: ' .. h.conflict), 'HunkgateConflict' } } },
       virt_lines_above = true,
     })
   end
