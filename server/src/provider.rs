@@ -377,6 +377,14 @@ enum Attempt {
 }
 
 impl Attempt {
+    /// Failed on an open (pooled) connection while sending, not while connecting: hyper says
+    /// `SendRequest`, a closed connection or a reset.
+    fn is_stale_connection(&self) -> bool {
+        matches!(self, Attempt::Connect(m) if m.contains("(SendRequest)")
+            || m.contains("connection closed before message completed")
+            || m.contains("reset by peer"))
+    }
+
     fn refuses_streaming(&self) -> bool {
         match self {
             Attempt::StreamRefused(_) => true,
@@ -448,6 +456,10 @@ impl Provider for OpenAiCompatible {
             let mut body = self.body(&request, stream);
             let started = Instant::now();
             let mut attempts = 0u32;
+            // A pooled keep-alive connection the server has just closed fails the request
+            // before the server sees it (after a refused stream, llama-cpp-python closes
+            // the connection): sent again once at once, not counted as a failure.
+            let mut stale_retried = false;
             loop {
                 attempts += 1;
                 let outcome = tokio::select! {
@@ -466,6 +478,11 @@ impl Provider for OpenAiCompatible {
                         );
                         stream = false;
                         body = self.body(&request, false);
+                        attempts -= 1;
+                        continue;
+                    }
+                    if !stale_retried && refusal.is_stale_connection() {
+                        stale_retried = true;
                         attempts -= 1;
                         continue;
                     }
@@ -895,7 +912,18 @@ async fn read_stream(resp: reqwest::Response) -> Result<StepResult, Attempt> {
     let mut total = 0usize;
     let mut body = resp.bytes_stream();
     while let Some(chunk) = body.next().await {
-        let chunk = chunk.map_err(Attempt::from_reqwest)?;
+        let chunk = match chunk {
+            Ok(chunk) => chunk,
+            // Cut before any of the answer: how a server that gives up on streaming ends a
+            // chunked response it has already started.
+            Err(e) if asm.is_unstarted() && !e.is_timeout() => {
+                return Err(Attempt::StreamRefused(format!(
+                    "the model provider broke off the stream before sending any of the answer: {}",
+                    error_chain(&e)
+                )))
+            }
+            Err(e) => return Err(Attempt::from_reqwest(e)),
+        };
         total += chunk.len();
         if total > MAX_STREAM_BYTES {
             return Err(Attempt::Fatal(ProviderError::Malformed(format!(
