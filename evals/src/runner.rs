@@ -562,7 +562,12 @@ async fn review_runs(
         }
         if st != "ready" {
             if let Some(e) = run["error"].as_str() {
-                line.error = Some(format!("run {}: {}", i + 1, e));
+                // Every failed run's reason, in run order.
+                let msg = format!("run {}: {}", i + 1, e);
+                line.error = Some(match line.error.take() {
+                    Some(prev) => format!("{prev}; {msg}"),
+                    None => msg,
+                });
             }
         }
         if let Review::Clarify {
