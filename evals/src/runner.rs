@@ -594,7 +594,7 @@ async fn review_runs(
                         .collect()
                 })
                 .unwrap_or_default();
-            let mut conflicts_before = tally.conflicts;
+            let conflicts_before = tally.conflicts;
             if let Review::Conflict { file, content } = review {
                 let p = repo.join(file);
                 if let Some(d) = p.parent() {
@@ -602,7 +602,6 @@ async fn review_runs(
                 }
                 std::fs::write(&p, content)
                     .with_context(|| format!("editing {} behind the hub's back", p.display()))?;
-                conflicts_before = tally.conflicts;
             }
             for id in ids {
                 decide(hub, &id, review, &mut tally, line, i + 1).await?;
