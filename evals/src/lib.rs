@@ -9,6 +9,15 @@
 //! §16: task success rate (runs with at least one hunk kept), tool calls per successful run,
 //! p50/p95 time waiting for the model, tokens, clarification rate and how runs ended. The
 //! built-in agent records itself as `builtin:<model>`, so models are compared directly.
+//!
+//! The task suite (`evals/tasks/`, format in `evals/README.md`) is run by [`runner`] against
+//! real hubs and summarised by [`metrics`]; [`scripted`] is the model behind the `asks`
+//! reference agent.
+
+pub mod metrics;
+pub mod runner;
+pub mod scripted;
+pub mod task;
 
 use std::collections::BTreeMap;
 use std::io::BufRead;

@@ -1,55 +1,226 @@
-//! `hunkgate-evals [--json] FILE...`: score agents from hunkgate feedback logs (and journals).
+//! `hunkgate-evals run …` runs the task suite against agents; `hunkgate-evals score FILE…` (or
+//! just `hunkgate-evals FILE…`) scores agents from hunkgate feedback logs and journals;
+//! `hunkgate-evals scripted-model` serves the `asks` reference agent's model.
 
 use std::io::BufReader;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use hunkgate_evals::runner::{self, Agent, RunnerConfig};
+use hunkgate_evals::{metrics, scripted, task};
+
+#[derive(Parser)]
+#[command(
+    name = "hunkgate-evals",
+    version,
+    about = "Score hunkgate agents: run the eval task suite, or read feedback logs"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run every task with every agent against a real hub and print the metrics.
+    Run(RunArgs),
+    /// Score each agent by what happened to its hunks, from <state-dir>/feedback.jsonl files
+    /// (plus run metrics when the hub's journal, <state-dir>/state.jsonl, is given too).
+    Score {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Print the metrics of a results file without running anything.
+    Report {
+        /// The results file written by `run`.
+        #[arg(default_value = "results.jsonl")]
+        results: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Serve the scripted model (the `asks` reference agent) for the tasks' `[scripted]` tables:
+    /// point a hub at it with --provider-url http://ADDR/v1.
+    ScriptedModel {
+        #[arg(long, default_value = "evals/tasks")]
+        tasks: PathBuf,
+        #[arg(long, default_value = "127.0.0.1:0")]
+        addr: SocketAddr,
+    },
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// The task directory.
+    #[arg(long, default_value = "evals/tasks")]
+    tasks: PathBuf,
+    /// An agent command template, e.g. 'sh evals/agents/perfect.sh' or 'claude -p {prompt}'
+    /// (repeatable).
+    #[arg(long = "agent")]
+    agents: Vec<String>,
+    /// The model server of the hub's built-in agent (OpenAI-compatible base URL).
+    #[arg(long)]
+    provider_url: Option<String>,
+    /// A model of the built-in agent to evaluate (repeatable; needs --provider-url).
+    #[arg(long = "model")]
+    models: Vec<String>,
+    /// The hunkgate binary (default: `hunkgate` beside this program, else on PATH).
+    #[arg(long)]
+    hub: Option<PathBuf>,
+    /// Task × agent pairs run at once.
+    #[arg(long, default_value_t = 2)]
+    jobs: usize,
+    /// Results file: one JSON line per (task, agent); pairs already in it are skipped.
+    #[arg(long, default_value = "results.jsonl")]
+    out: PathBuf,
+    /// Only tasks with this tag (repeatable: any of them).
+    #[arg(long = "tag")]
+    tags: Vec<String>,
+    /// Only these tasks, by directory name (repeatable).
+    #[arg(long = "task")]
+    only: Vec<String>,
+    /// Print the metrics as JSON.
+    #[arg(long)]
+    json: bool,
+    /// No progress lines.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+fn default_hub() -> PathBuf {
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+    {
+        let p = dir.join("hunkgate");
+        if p.is_file() {
+            return p;
+        }
+    }
+    std::env::var_os("PATH")
+        .and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|d| d.join("hunkgate"))
+                .find(|p| p.is_file())
+        })
+        .unwrap_or_else(|| PathBuf::from("hunkgate"))
+}
+
 fn main() -> ExitCode {
-    let mut json = false;
-    let mut files = Vec::new();
-    for arg in std::env::args().skip(1) {
-        match arg.as_str() {
-            "--json" => json = true,
-            "-h" | "--help" => {
-                println!("usage: hunkgate-evals [--json] FILE...\n\nScores each agent by what happened to its hunks (final outcome per hunk), from\n<state-dir>/feedback.jsonl of a hunkgate hub. Given the hub's journal\n(<state-dir>/state.jsonl) too, it adds run metrics: success rate, tool calls per\nsuccessful run, p50/p95 model time, tokens, clarification rate, how runs ended.");
-                return ExitCode::SUCCESS;
-            }
-            _ => files.push(arg),
+    // `hunkgate-evals FILE…` (the old interface) means `score FILE…`.
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Some(first) = args.get(1).and_then(|a| a.to_str()) {
+        let known = ["run", "score", "report", "scripted-model", "help"];
+        if !known.contains(&first) && (!first.starts_with('-') || first == "--json") {
+            args.insert(1, "score".into());
         }
     }
-    if files.is_empty() {
-        eprintln!(
-            "hunkgate-evals: name at least one feedback.jsonl (it is in the hub's state dir)"
-        );
-        return ExitCode::FAILURE;
-    }
-    let mut readers = Vec::new();
-    for f in &files {
-        match std::fs::File::open(f) {
-            Ok(file) => readers.push(BufReader::new(file)),
-            Err(e) => {
-                eprintln!("hunkgate-evals: {f}: {e}");
-                return ExitCode::FAILURE;
-            }
-        }
-    }
-    match hunkgate_evals::score(readers) {
-        Ok(report) if json => match serde_json::to_string_pretty(&report) {
-            Ok(s) => {
-                println!("{s}");
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("hunkgate-evals: {e}");
-                ExitCode::FAILURE
-            }
-        },
-        Ok(report) => {
-            print!("{}", hunkgate_evals::render(&report));
-            ExitCode::SUCCESS
-        }
+    let cli = Cli::parse_from(args);
+    match real_main(cli) {
+        Ok(code) => code,
         Err(e) => {
-            eprintln!("hunkgate-evals: {e}");
+            eprintln!("hunkgate-evals: {e:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+fn print_metrics(lines: &[runner::ResultLine], json: bool) -> Result<()> {
+    let rows = metrics::compute(lines);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        print!("{}", metrics::render(&rows));
+    }
+    Ok(())
+}
+
+fn real_main(cli: Cli) -> Result<ExitCode> {
+    match cli.cmd {
+        Cmd::Score { json, files } => {
+            let mut readers = Vec::new();
+            for f in &files {
+                let file = std::fs::File::open(f).with_context(|| f.display().to_string())?;
+                readers.push(BufReader::new(file));
+            }
+            let report = hunkgate_evals::score(readers)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", hunkgate_evals::render(&report));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Report { results, json } => {
+            let lines = runner::latest(runner::read_results(&results)?);
+            if lines.is_empty() {
+                bail!("{} holds no results", results.display());
+            }
+            print_metrics(&lines, json)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::ScriptedModel { tasks, addr } => {
+            let tasks = task::load_tasks(&tasks)?;
+            let rt = tokio::runtime::Runtime::new()?;
+            rt.block_on(async {
+                let (local, server) = scripted::bind(tasks, addr).await?;
+                println!("http://{local}/v1");
+                server.await?;
+                Ok::<_, anyhow::Error>(())
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Run(a) => {
+            let mut tasks = task::load_tasks(&a.tasks)?;
+            if !a.tags.is_empty() {
+                tasks.retain(|t| t.spec.tags.iter().any(|g| a.tags.contains(g)));
+            }
+            if !a.only.is_empty() {
+                for name in &a.only {
+                    if !tasks.iter().any(|t| &t.name == name) {
+                        bail!("--task {name}: no such task in {}", a.tasks.display());
+                    }
+                }
+                tasks.retain(|t| a.only.contains(&t.name));
+            }
+            if tasks.is_empty() {
+                bail!("no task left after --tag/--task filters");
+            }
+            let mut agents: Vec<Agent> = a.agents.into_iter().map(Agent::Command).collect();
+            agents.extend(a.models.into_iter().map(|model| Agent::Builtin { model }));
+            if agents.is_empty() {
+                bail!("name at least one --agent 'CMD {{prompt}}' or --provider-url U --model M");
+            }
+            let cfg = RunnerConfig {
+                hub: a.hub.unwrap_or_else(default_hub),
+                provider_url: a.provider_url,
+                jobs: a.jobs,
+                out: a.out.clone(),
+                progress: !a.quiet,
+            };
+            let rt = tokio::runtime::Runtime::new()?;
+            let ran = rt.block_on(runner::run_all(&cfg, &tasks, &agents))?;
+            // The metrics of these tasks and agents, including pairs resumed from the file.
+            let labels: Vec<String> = agents.iter().map(Agent::label).collect();
+            let lines: Vec<_> = runner::latest(runner::read_results(&a.out)?)
+                .into_iter()
+                .filter(|l| labels.contains(&l.agent) && tasks.iter().any(|t| t.name == l.task))
+                .collect();
+            print_metrics(&lines, a.json)?;
+            let errors = ran.iter().filter(|l| l.status == "runner_error").count();
+            if errors > 0 {
+                eprintln!(
+                    "hunkgate-evals: {errors} pairs failed in the runner (status runner_error; see `error` in {}); run again to retry them",
+                    a.out.display()
+                );
+                return Ok(ExitCode::FAILURE);
+            }
+            Ok(ExitCode::SUCCESS)
         }
     }
 }

@@ -1,0 +1,247 @@
+//! Metrics of a results file, per agent × model (seed 000 §16).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::runner::ResultLine;
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Metrics {
+    pub agent: String,
+    pub model: Option<String>,
+    pub tasks: usize,
+    pub succeeded: usize,
+    pub success_rate: f64,
+    pub hunks_decided: usize,
+    /// (accepted + modified) / decided; `None` with no decided hunk.
+    pub accepted_ratio: Option<f64>,
+    /// modified / decided.
+    pub modify_rate: Option<f64>,
+    /// conflicts / decided.
+    pub conflict_rate: Option<f64>,
+    /// Share of the tasks with an accept attempt whose accepts all applied cleanly.
+    pub apply_clean_rate: Option<f64>,
+    /// Tool calls of the successful tasks / successes (built-in agent only).
+    pub tool_calls_per_success: Option<f64>,
+    pub wall_ms_p50: Option<u64>,
+    pub wall_ms_p95: Option<u64>,
+    pub model_ms_p50: Option<u64>,
+    pub model_ms_p95: Option<u64>,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// Share of tasks where the agent asked a question.
+    pub clarification_rate: f64,
+    pub stop_reasons: BTreeMap<String, usize>,
+    pub statuses: BTreeMap<String, usize>,
+}
+
+/// The nearest-rank percentile of the values (in any order).
+pub fn percentile(values: &[u64], p: f64) -> Option<u64> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut v = values.to_vec();
+    v.sort_unstable();
+    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
+    Some(v[rank.clamp(1, v.len()) - 1])
+}
+
+fn ratio(n: usize, d: usize) -> Option<f64> {
+    (d > 0).then(|| n as f64 / d as f64)
+}
+
+/// One row per (agent, model), sorted by agent then model.
+pub fn compute(lines: &[ResultLine]) -> Vec<Metrics> {
+    let mut groups: BTreeMap<(String, Option<String>), Vec<&ResultLine>> = BTreeMap::new();
+    for l in lines {
+        groups
+            .entry((l.agent.clone(), l.model.clone()))
+            .or_default()
+            .push(l);
+    }
+    groups
+        .into_iter()
+        .map(|((agent, model), ls)| {
+            let mut m = Metrics {
+                agent,
+                model,
+                tasks: ls.len(),
+                ..Metrics::default()
+            };
+            let (mut kept, mut modified, mut conflicts) = (0, 0, 0);
+            let (mut clean, mut attempted) = (0, 0);
+            let (mut calls, mut calls_known) = (0u64, false);
+            let mut asked = 0;
+            let mut wall = Vec::new();
+            let mut model_ms = Vec::new();
+            for l in &ls {
+                if l.success {
+                    m.succeeded += 1;
+                    if let Some(c) = l.tool_calls {
+                        calls += c;
+                        calls_known = true;
+                    }
+                }
+                m.hunks_decided += l.hunks_decided;
+                kept += l.hunks_accepted + l.hunks_modified;
+                modified += l.hunks_modified;
+                conflicts += l.hunks_conflicts;
+                if let Some(c) = l.apply_clean {
+                    attempted += 1;
+                    clean += usize::from(c);
+                }
+                asked += usize::from(l.clarification_asked);
+                wall.push(l.wall_ms);
+                if let Some(ms) = l.model_ms {
+                    model_ms.push(ms);
+                }
+                m.prompt_tokens += l.prompt_tokens.unwrap_or(0);
+                m.completion_tokens += l.completion_tokens.unwrap_or(0);
+                if let Some(r) = &l.stop_reason {
+                    *m.stop_reasons.entry(r.clone()).or_default() += 1;
+                }
+                *m.statuses.entry(l.status.clone()).or_default() += 1;
+            }
+            m.success_rate = ratio(m.succeeded, m.tasks).unwrap_or(0.0);
+            m.accepted_ratio = ratio(kept, m.hunks_decided);
+            m.modify_rate = ratio(modified, m.hunks_decided);
+            m.conflict_rate = ratio(conflicts, m.hunks_decided);
+            m.apply_clean_rate = ratio(clean, attempted);
+            m.tool_calls_per_success = if calls_known {
+                ratio(calls as usize, m.succeeded)
+            } else {
+                None
+            };
+            m.clarification_rate = ratio(asked, m.tasks).unwrap_or(0.0);
+            m.wall_ms_p50 = percentile(&wall, 50.0);
+            m.wall_ms_p95 = percentile(&wall, 95.0);
+            m.model_ms_p50 = percentile(&model_ms, 50.0);
+            m.model_ms_p95 = percentile(&model_ms, 95.0);
+            m
+        })
+        .collect()
+}
+
+/// A plain-text table, one row per agent × model, then the stop reasons and statuses.
+pub fn render(rows: &[Metrics]) -> String {
+    let pct = |v: Option<f64>| {
+        v.map(|v| format!("{:.1}", v * 100.0))
+            .unwrap_or_else(|| "-".into())
+    };
+    let num = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_else(|| "-".into());
+    let mut out = format!(
+        "{:<28} {:<12} {:>5} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>5}\n",
+        "agent", "model", "tasks", "ok%", "kept%", "mod%", "confl%", "clean%", "calls",
+        "wall p50", "wall p95", "mdl p50", "mdl p95", "tokens", "ask%"
+    );
+    for m in rows {
+        out.push_str(&format!(
+            "{:<28} {:<12} {:>5} {:>6.1} {:>6} {:>6} {:>6} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>5.1}\n",
+            crate::runner::short_agent(&m.agent).chars().take(28).collect::<String>(),
+            m.model.as_deref().unwrap_or("-").chars().take(12).collect::<String>(),
+            m.tasks,
+            m.success_rate * 100.0,
+            pct(m.accepted_ratio),
+            pct(m.modify_rate),
+            pct(m.conflict_rate),
+            pct(m.apply_clean_rate),
+            m.tool_calls_per_success
+                .map(|c| format!("{c:.1}"))
+                .unwrap_or_else(|| "-".into()),
+            num(m.wall_ms_p50),
+            num(m.wall_ms_p95),
+            num(m.model_ms_p50),
+            num(m.model_ms_p95),
+            m.prompt_tokens + m.completion_tokens,
+            m.clarification_rate * 100.0,
+        ));
+    }
+    for m in rows {
+        let list = |map: &BTreeMap<String, usize>| {
+            map.iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        out.push_str(&format!(
+            "{}: statuses: {}{}\n",
+            crate::runner::short_agent(&m.agent),
+            list(&m.statuses),
+            if m.stop_reasons.is_empty() {
+                String::new()
+            } else {
+                format!("; stop reasons: {}", list(&m.stop_reasons))
+            }
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        assert_eq!(percentile(&[], 50.0), None);
+        assert_eq!(percentile(&[7], 95.0), Some(7));
+        let v: Vec<u64> = (1..=20).rev().collect();
+        assert_eq!(percentile(&v, 50.0), Some(10));
+        assert_eq!(percentile(&v, 95.0), Some(19));
+        assert_eq!(percentile(&[3, 1, 2], 50.0), Some(2));
+        assert_eq!(percentile(&[3, 1, 2], 100.0), Some(3));
+    }
+
+    #[test]
+    fn ratios_count_hunks_tasks_and_successes() {
+        let l = |task: &str, ok: bool, acc, m, rej, c, clean: Option<bool>| ResultLine {
+            task: task.into(),
+            agent: "a".into(),
+            status: "ready".into(),
+            success: ok,
+            hunks_decided: acc + m + rej + c,
+            hunks_accepted: acc,
+            hunks_modified: m,
+            hunks_rejected: rej,
+            hunks_conflicts: c,
+            apply_clean: clean,
+            tool_calls: Some(4),
+            wall_ms: 100,
+            model_ms: Some(10),
+            prompt_tokens: Some(5),
+            completion_tokens: Some(1),
+            stop_reason: Some("finished".into()),
+            ..ResultLine::default()
+        };
+        let mut other = l("t1", true, 1, 0, 0, 0, Some(true));
+        other.agent = "b".into();
+        other.model = Some("m".into());
+        let lines = vec![
+            l("t1", true, 2, 1, 1, 0, Some(true)),
+            l("t2", false, 0, 0, 0, 2, Some(false)),
+            l("t3", false, 0, 0, 0, 0, None),
+            other,
+        ];
+        let rows = compute(&lines);
+        assert_eq!(rows.len(), 2);
+        let a = &rows[0];
+        assert_eq!((a.agent.as_str(), a.tasks, a.succeeded), ("a", 3, 1));
+        assert!((a.success_rate - 1.0 / 3.0).abs() < 1e-9);
+        assert_eq!(a.hunks_decided, 6);
+        assert_eq!(a.accepted_ratio, Some(0.5));
+        assert!((a.modify_rate.unwrap() - 1.0 / 6.0).abs() < 1e-9);
+        assert!((a.conflict_rate.unwrap() - 2.0 / 6.0).abs() < 1e-9);
+        assert_eq!(a.apply_clean_rate, Some(0.5), "t3 attempted nothing");
+        assert_eq!(a.tool_calls_per_success, Some(4.0), "only successes count");
+        assert_eq!((a.prompt_tokens, a.completion_tokens), (15, 3));
+        assert_eq!(a.stop_reasons.get("finished"), Some(&3));
+        assert_eq!(rows[1].model.as_deref(), Some("m"));
+        let t = render(&rows);
+        assert!(t.contains("33.3"), "{t}");
+        // No hunks at all: the ratios are absent, not 0.
+        let rows = compute(&[l("t", false, 0, 0, 0, 0, None)]);
+        assert_eq!(rows[0].accepted_ratio, None);
+        assert_eq!(rows[0].apply_clean_rate, None);
+    }
+}

@@ -1,0 +1,1 @@
+expect v1

@@ -1,0 +1,6 @@
+#!/bin/sh
+# math helpers
+
+add() {
+    echo $(($1 + $2))
+}

@@ -1,0 +1,10 @@
+#!/bin/sh
+# math helpers
+
+add() {
+    echo $(($1 + $2))
+}
+
+mul() {
+    echo $(($1 * $2))
+}

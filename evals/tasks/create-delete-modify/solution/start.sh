@@ -1,0 +1,1 @@
+run --config new.cfg

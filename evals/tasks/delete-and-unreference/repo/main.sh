@@ -1,0 +1,3 @@
+. ./util.sh
+. ./legacy.sh
+main

@@ -1,0 +1,2 @@
+. ./util.sh
+main

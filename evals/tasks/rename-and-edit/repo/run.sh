@@ -1,0 +1,2 @@
+. ./helpers.sh
+greet

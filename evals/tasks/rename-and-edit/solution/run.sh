@@ -1,0 +1,2 @@
+. ./lib/helpers.sh
+greet

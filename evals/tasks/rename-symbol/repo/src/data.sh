@@ -1,0 +1,3 @@
+fetch_data() {
+    cat data.txt
+}

@@ -1,0 +1,2 @@
+. ./src/data.sh
+fetch_data | wc -l

@@ -1,0 +1,3 @@
+load_data() {
+    cat data.txt
+}

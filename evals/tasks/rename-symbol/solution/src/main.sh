@@ -1,0 +1,2 @@
+. ./src/data.sh
+load_data | wc -l
