@@ -78,6 +78,10 @@ struct RunArgs {
     /// Results file: one JSON line per (task, agent); pairs already in it are skipped.
     #[arg(long, default_value = "results.jsonl")]
     out: PathBuf,
+    /// Each run's time limit in seconds, instead of the task's own (default 60): raise it for
+    /// a slow model.
+    #[arg(long = "run-timeout")]
+    run_timeout: Option<u64>,
     /// Only tasks with this tag (repeatable: any of them).
     #[arg(long = "tag")]
     tags: Vec<String>,
@@ -202,6 +206,7 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
                 jobs: a.jobs,
                 out: a.out.clone(),
                 progress: !a.quiet,
+                run_timeout: a.run_timeout,
             };
             let rt = tokio::runtime::Runtime::new()?;
             let ran = rt.block_on(runner::run_all(&cfg, &tasks, &agents))?;

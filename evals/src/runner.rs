@@ -59,6 +59,9 @@ pub struct RunnerConfig {
     pub out: PathBuf,
     /// Print a progress line per finished pair on stderr.
     pub progress: bool,
+    /// Each run's time limit in seconds, over the task's own (`timeout_secs`, default 60):
+    /// for slow models.
+    pub run_timeout: Option<u64>,
 }
 
 /// One (task, agent) outcome: a line of the results file.
@@ -467,7 +470,11 @@ async fn drive(
     let run_file = dir.path().join("run-index");
     std::fs::write(&run_file, "1\n")?;
     let hub = Hub::start(cfg, task, dir.path(), &repo, &home, &run_file).await?;
-    let result = review_runs(&hub, task, agent, &repo, &run_file, line).await;
+    let timeout = cfg
+        .run_timeout
+        .or(task.spec.timeout_secs)
+        .unwrap_or(60);
+    let result = review_runs(&hub, task, agent, &repo, &run_file, timeout, line).await;
     if let Err(e) = result {
         return Err(e.context(format!(
             "hub log {}: {}",
@@ -497,6 +504,7 @@ async fn review_runs(
     agent: &Agent,
     repo: &Path,
     run_file: &Path,
+    timeout: u64,
     line: &mut ResultLine,
 ) -> Result<()> {
     let mut session: Option<String> = None;
@@ -504,7 +512,6 @@ async fn review_runs(
         clean: true,
         ..Tally::default()
     };
-    let timeout = task.spec.timeout_secs.unwrap_or(60);
     let mut status: Option<String> = None;
     for (i, (prompt, review)) in task.runs().into_iter().enumerate() {
         std::fs::write(run_file, format!("{}\n", i + 1))?;

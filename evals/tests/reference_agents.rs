@@ -324,6 +324,7 @@ fn asks_answers_every_clarification_task() {
             jobs: 3,
             out: dir.path().join("asks.jsonl"),
             progress: false,
+            run_timeout: None,
         };
         let lines = runner::run_all(
             &cfg,
