@@ -231,6 +231,24 @@ impl Beneath {
         }
     }
 
+    /// A regular file's permission bits (`0o777`, never set-id or sticky bits). None when
+    /// nothing is there; an error when it is not a regular file.
+    pub fn perm(&self, path: &str) -> Result<Option<u32>, FsError> {
+        let parts = components(path)?;
+        let Some(dir) = self.parent_dir(path, &parts, false)? else {
+            return Ok(None);
+        };
+        let name = parts[parts.len() - 1];
+        match nix::sys::stat::fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) => {
+                regular(path, kind_of(&st))?;
+                Ok(Some(mode_bits(&st) & 0o777))
+            }
+            Err(Errno::ENOENT) | Err(Errno::ENOTDIR) => Ok(None),
+            Err(e) => Err(FsError::io(path, e)),
+        }
+    }
+
     /// Read a regular file. None when it does not exist; an error when it is a symlink, a FIFO
     /// or device, or larger than `cap`.
     pub fn read(&self, path: &str, cap: u64) -> Result<Option<(Vec<u8>, bool)>, FsError> {
@@ -313,6 +331,21 @@ impl Beneath {
         executable: bool,
         still_expected: impl FnOnce() -> Result<bool, FsError>,
     ) -> Result<(), FsError> {
+        self.write_atomic_with(path, bytes, executable, None, still_expected)
+    }
+
+    /// [`Beneath::write_atomic_checked`]; a file it creates (none is at `path`) gets the
+    /// permission bits `new_perm` (masked to `0o777`; its executable bits still follow
+    /// `executable`) instead of git's 0644 / 0755: how a file a hunk brings back keeps the mode
+    /// it had.
+    pub fn write_atomic_with(
+        &self,
+        path: &str,
+        bytes: &[u8],
+        executable: bool,
+        new_perm: Option<u32>,
+        still_expected: impl FnOnce() -> Result<bool, FsError>,
+    ) -> Result<(), FsError> {
         let parts = components(path)?;
         let dir = self
             .parent_dir(path, &parts, true)?
@@ -346,6 +379,9 @@ impl Beneath {
             })?;
             let mode = match existing_mode {
                 Some(m) => with_exec(m, executable),
+                None if new_perm.is_some() => {
+                    with_exec(new_perm.unwrap_or(0o644) & 0o777, executable)
+                }
                 None if executable => 0o755,
                 None => 0o644,
             };

@@ -74,6 +74,10 @@ pub enum Op {
     Write {
         oid: String,
         exec: bool,
+        /// Permission bits for a file this write creates (what the file had before a hunk
+        /// removed or renamed it); None: git's 0644 / 0755.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        perm: Option<u32>,
     },
     Symlink {
         oid: String,
@@ -117,6 +121,9 @@ pub struct Plan {
     pub ops: Vec<FileOp>,
     /// The hunk that ends up applied (for forward plans of line hunks).
     pub applied: Option<Hunk>,
+    /// The permission bits of the file an accepted delete removes, kept on the hunk so that
+    /// undoing it brings the file back with them.
+    pub perm: Option<u32>,
 }
 
 fn text_of<'a>(path: &str, cur: &'a Cur) -> Result<&'a str, PlanError> {
@@ -163,6 +170,7 @@ impl Ctx<'_> {
             op: Op::Write {
                 oid: oid.to_string(),
                 exec,
+                perm: None,
             },
             pre: Fp::of(pre),
             post: Fp::File {
@@ -269,6 +277,7 @@ pub fn plan_forward(
             Ok(Plan {
                 ops: vec![op],
                 applied: Some(h),
+                perm: None,
             })
         }
         HunkKind::Create => {
@@ -293,6 +302,7 @@ pub fn plan_forward(
             Ok(Plan {
                 ops: vec![op],
                 applied: hunk.cloned(),
+                perm: None,
             })
         }
         HunkKind::Delete => {
@@ -304,7 +314,8 @@ pub fn plan_forward(
             let h = adapt_endings(path, h, text, 0, user_typed)?;
             let result = apply_hunk(text, &h, 0)
                 .or_else(|e| conflict(format!("{path}: {e} (your copy changed since the run)")))?;
-            let op = if result.text.is_empty() && Some(&h) == rec.patch.as_ref() {
+            let removes = result.text.is_empty() && Some(&h) == rec.patch.as_ref();
+            let op = if removes {
                 cx.remove(path, &cur)?
             } else {
                 let exec = matches!(cur, Cur::File { exec: true, .. });
@@ -313,6 +324,11 @@ pub fn plan_forward(
             Ok(Plan {
                 ops: vec![op],
                 applied: Some(h),
+                perm: if removes {
+                    root.perm(path).ok().flatten()
+                } else {
+                    None
+                },
             })
         }
         HunkKind::Binary | HunkKind::Symlink => {
@@ -325,18 +341,29 @@ pub fn plan_forward(
             Ok(Plan {
                 ops: vec![op],
                 applied: rec.patch.clone(),
+                perm: None,
             })
         }
         HunkKind::Rename => {
             let from = rec.old_path.as_deref().unwrap_or_default();
-            let write = cx.swap(path, None, rec.new.as_ref(), "run")?;
+            let mut write = cx.swap(path, None, rec.new.as_ref(), "run")?;
+            // The new name gets the old file's permission bits, not git's defaults.
+            with_perm(&mut write, root.perm(from).ok().flatten());
             let remove = cx.swap(from, rec.old.as_ref(), None, "run")?;
             Ok(Plan {
                 ops: vec![write, remove],
                 applied: None,
+                perm: None,
             })
         }
         HunkKind::Mode => mode_plan(&cx, rec, false),
+    }
+}
+
+/// Give a write that creates a file the permission bits `perm`.
+fn with_perm(op: &mut FileOp, perm: Option<u32>) {
+    if let Op::Write { perm: p, .. } = &mut op.op {
+        *p = perm;
     }
 }
 
@@ -366,6 +393,7 @@ fn mode_plan(cx: &Ctx, rec: &HunkRec, reverse: bool) -> Result<Plan, PlanError> 
                 pre_oid: None,
             }],
             applied: None,
+            perm: None,
         }),
         Cur::File { .. } => conflict(format!("{path}: its executable bit changed since the run")),
         _ => conflict(format!("{path} is no longer a regular file")),
@@ -395,6 +423,7 @@ pub fn plan_reverse(
                     Cur::File { bytes, .. } if *bytes == expect.as_bytes() => Ok(Plan {
                         ops: vec![cx.remove(path, &cur)?],
                         applied: None,
+                        perm: None,
                     }),
                     _ => conflict(format!(
                         "{path} changed since it was created; not removing it"
@@ -420,11 +449,17 @@ pub fn plan_reverse(
             let op = if result.text.is_empty() && rec.kind == HunkKind::Create {
                 cx.remove(path, &cur)?
             } else {
-                cx.write(path, &cur, result.text.as_bytes(), exec)?
+                let mut op = cx.write(path, &cur, result.text.as_bytes(), exec)?;
+                if cur == Cur::Absent {
+                    // An undone delete: the file comes back with the mode it had.
+                    with_perm(&mut op, rec.perm);
+                }
+                op
             };
             Ok(Plan {
                 ops: vec![op],
                 applied: None,
+                perm: None,
             })
         }
         HunkKind::Binary | HunkKind::Symlink => {
@@ -432,15 +467,18 @@ pub fn plan_reverse(
             Ok(Plan {
                 ops: vec![op],
                 applied: None,
+                perm: None,
             })
         }
         HunkKind::Rename => {
             let from = rec.old_path.as_deref().unwrap_or_default();
-            let restore = cx.swap(from, None, rec.old.as_ref(), "hunk was applied")?;
+            let mut restore = cx.swap(from, None, rec.old.as_ref(), "hunk was applied")?;
+            with_perm(&mut restore, root.perm(path).ok().flatten());
             let remove = cx.swap(path, rec.new.as_ref(), None, "hunk was applied")?;
             Ok(Plan {
                 ops: vec![restore, remove],
                 applied: None,
+                perm: None,
             })
         }
         HunkKind::Mode => mode_plan(&cx, rec, true),
@@ -565,6 +603,7 @@ pub fn inverse(op: &FileOp) -> Option<FileOp> {
         (_, Fp::File { exec, .. }) => Op::Write {
             oid: op.pre_oid.clone()?,
             exec: *exec,
+            perm: None,
         },
         (_, Fp::Link { .. }) => Op::Symlink {
             oid: op.pre_oid.clone()?,
@@ -608,11 +647,11 @@ fn execute_one(root: &Beneath, store: &Store, op: &FileOp) -> Result<(), PlanErr
         }
     };
     let result = match &op.op {
-        Op::Write { oid, exec } => {
+        Op::Write { oid, exec, perm } => {
             let bytes = blob(oid)?;
             // The last look at the file is right before the rename, after the new content is
             // written and fsynced: a user's save made since the plan is never renamed over.
-            root.write_atomic_checked(path, &bytes, *exec, || {
+            root.write_atomic_with(path, &bytes, *exec, *perm, || {
                 Ok(Fp::of(&read_cur(root, path)?) == op.pre)
             })
         }

@@ -629,6 +629,9 @@ impl Hub {
             } else {
                 None
             };
+            if new_state.applied() && plan.perm.is_some() {
+                h.perm = plan.perm;
+            }
         }
         let outcome = match applied_action {
             AppliedAction::Accepted => "applied",

@@ -182,6 +182,10 @@ pub enum RunState {
     NoChanges,
     Failed,
     Cancelled,
+    /// The hub stopped (restarted, crashed) while the run was working or waiting for an answer.
+    /// The run is over; its suggestions, session and history stay, and the session's next run
+    /// can be started as usual.
+    Interrupted,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

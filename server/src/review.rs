@@ -49,6 +49,9 @@ pub struct HunkRec {
     pub new: Option<Side>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub old_path: Option<String>,
+    /// An accepted `delete`'s file permission bits, for undoing it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub perm: Option<u32>,
     /// What was actually applied (the user's version for `modify`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub applied: Option<Hunk>,
@@ -264,6 +267,7 @@ pub fn build_hunks(
             old: Side::of(*old),
             new: Side::of(*new),
             old_path: None,
+            perm: None,
             applied: None,
             comment: None,
             conflict: None,
@@ -396,6 +400,7 @@ mod tests {
             old: None,
             new: None,
             old_path: None,
+            perm: None,
             applied: None,
             comment: None,
             conflict: None,

@@ -21,6 +21,10 @@ use crate::journal::Record;
 use crate::protocol::{ErrorCode, Event, HunkNote, RunCmd, RunState, RunView, SuggestionView};
 use crate::review::{attach_notes, build_hunks, Suggestion};
 
+/// The `error` of an `interrupted` run.
+pub const INTERRUPTED: &str = "interrupted: the hub restarted while this run was in progress; \
+its suggestions, session and history are kept, start the session's next run to go on";
+
 /// A run as the hub keeps (and journals) it: exactly what clients see.
 pub type RunRec = RunView;
 
@@ -216,7 +220,16 @@ impl Hub {
             .runs
             .get_mut(run_id)
             .ok_or_else(|| AppError::NotFound(format!("no run {run_id:?}")))?;
+        let was_running = !run.finished();
         f(run);
+        // A run stopped because the hub itself is shutting down was not cancelled by anyone:
+        // it was interrupted, and says so (the hub marks those it finds unfinished at start
+        // the same way).
+        if was_running && run.status == RunState::Cancelled && self.shutdown.is_cancelled() {
+            run.status = RunState::Interrupted;
+            run.question = None;
+            run.error = Some(INTERRUPTED.into());
+        }
         let rec = run.clone();
         self.journal_append(&Record::Run(Box::new(rec.clone())))?;
         Ok(rec)

@@ -173,9 +173,11 @@ pub fn open_hub(
     feedback.append(&feedback_lines)?;
     for run in runs.values_mut() {
         if !run.finished() {
-            run.status = RunState::Failed;
+            // Not a failure of the agent: the hub went away under it. The run is over (nothing
+            // resumes it), but its session and history stay for the next run.
+            run.status = RunState::Interrupted;
             run.question = None;
-            run.error = Some("the hub stopped while this run was in progress".into());
+            run.error = Some(crate::runs::INTERRUPTED.into());
         }
     }
     // Compact: one record per run and suggestion, then the sequence high-water mark.

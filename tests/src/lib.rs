@@ -672,7 +672,8 @@ pub async fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool
     bail!("timed out waiting for {what}")
 }
 
-/// Wait until a run is no longer queued or working (polling `GET /runs/:id`); returns the run.
+/// Wait until a run is no longer queued, working or waiting for an answer (polling
+/// `GET /runs/:id`): ready, no_changes, failed, cancelled or interrupted. Returns the run.
 pub async fn wait_run_finished(hub: &Hub, run_id: &str, timeout: Duration) -> Result<Value> {
     let curl = hub.curl();
     let mut last = Value::Null;

@@ -1,11 +1,12 @@
 //! Durability: the hub restarted mid-review (SIGTERM and kill -9) comes back with every
 //! suggestion and hunk state, never applies a hunk twice, logs each decision exactly once, and
 //! hands out event sequence numbers above anything a client saw before; a run in progress does
-//! not outlive the hub.
+//! not outlive the hub, and is reported `interrupted` by the restarted hub.
 
 use std::collections::HashSet;
 use std::time::Duration;
 
+use hunkgate_tests::fake_llm::{FakeLlm, Recorded, Reply};
 use hunkgate_tests::{
     hunk_id, numbered, pid_alive, run_agent, wait_run_finished, wait_until, Hub, Workspace, Ws,
 };
@@ -300,15 +301,109 @@ async fn a_run_in_progress_does_not_outlive_the_hub() {
     }
     let hub = ws.serve(&[]).unwrap();
     let run = wait_run_finished(&hub, &run_id, SECS5).await.unwrap();
-    assert!(
-        matches!(run["status"].as_str(), Some("failed" | "cancelled")),
-        "{run}"
-    );
-    assert!(
-        run["error"].as_str().is_some_and(|e| !e.is_empty()),
-        "{run}"
-    );
+    assert_interrupted(&run);
     assert_eq!(ws.read("a.txt").unwrap(), b"a\n");
+}
+
+/// A run the hub stopped under: `interrupted` (not the agent's failure, not the user's cancel),
+/// saying why, with no question left open.
+fn assert_interrupted(run: &Value) {
+    assert_eq!(run["status"], "interrupted", "{run}");
+    let error = run["error"].as_str().unwrap_or("");
+    assert!(error.contains("hub restarted"), "{run}");
+    assert!(run["question"].is_null(), "{run}");
+}
+
+/// The built-in agent asks a question; the hub is killed (and, in a second round, stopped
+/// cleanly) while the run waits for the answer. The restarted hub reports the run
+/// `interrupted` everywhere (`GET /runs/:id`, `GET /runs`, the session), and the session's next
+/// run starts and gets the interrupted run's history.
+#[tokio::test]
+async fn a_run_waiting_for_an_answer_is_interrupted_by_a_restart_and_its_session_goes_on() {
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    let fake = FakeLlm::with(|req: &Recorded| {
+        if req.raw.contains("go on after the restart") {
+            Reply::tool("finish", json!({"description": "nothing to do"}))
+        } else {
+            Reply::tool("clarify_user", json!({"question": "Tabs or spaces?"}))
+        }
+    })
+    .await;
+    let url = fake.base_url();
+    let args = ["--provider-url", &url, "--model", "test-model"];
+    let mut hub = ws.serve(&args).unwrap();
+    let s = hub
+        .curl()
+        .post("/sessions", &json!({"title": "tidy"}))
+        .unwrap();
+    assert_eq!(s.status, 200, "{}", s.body);
+    let sid = s.body["session_id"].as_str().unwrap().to_string();
+
+    let mut interrupted = Vec::new();
+    for (round, prompt) in ["format things (kill -9)", "format more (SIGTERM)"]
+        .iter()
+        .enumerate()
+    {
+        let r = hub
+            .curl()
+            .post(&format!("/sessions/{sid}/runs"), &json!({"prompt": prompt}))
+            .unwrap();
+        assert_eq!(r.status, 200, "{}", r.body);
+        let run_id = r.body["run_id"].as_str().unwrap().to_string();
+        wait_until("the run to ask", Duration::from_secs(30), || {
+            hub.curl()
+                .get(&format!("/runs/{run_id}"))
+                .is_ok_and(|r| r.body["status"] == "waiting_for_user")
+        })
+        .unwrap();
+        if round == 0 {
+            hub.kill9();
+        } else {
+            hub.stop().unwrap();
+        }
+        hub = ws.serve(&args).unwrap();
+        interrupted.push(run_id);
+        for run_id in &interrupted {
+            let run = wait_run_finished(&hub, run_id, SECS5).await.unwrap();
+            assert_interrupted(&run);
+            let listed = hub.curl().get("/runs").unwrap().body;
+            let listed = listed["runs"]
+                .as_array()
+                .and_then(|a| a.iter().find(|r| r["run_id"] == json!(run_id)))
+                .unwrap_or_else(|| panic!("{run_id} not in GET /runs: {listed}"))
+                .clone();
+            assert_interrupted(&listed);
+        }
+    }
+    let view = hub.curl().get(&format!("/sessions/{sid}")).unwrap().body;
+    assert_eq!(view["status"], "active", "{view}");
+    let states: Vec<&str> = view["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["interrupted", "interrupted"], "{view}");
+
+    // The session goes on: its next run starts and is sent what the interrupted runs asked.
+    let before = fake.requests().len();
+    let r = hub
+        .curl()
+        .post(
+            &format!("/sessions/{sid}/runs"),
+            &json!({"prompt": "go on after the restart"}),
+        )
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let next = r.body["run_id"].as_str().unwrap().to_string();
+    let run = wait_run_finished(&hub, &next, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(run["status"], "no_changes", "{run}");
+    let sent = &fake.requests()[before].raw;
+    for want in ["format things (kill -9)", "format more (SIGTERM)"] {
+        assert!(sent.contains(want), "{want:?} missing from {sent}");
+    }
 }
 
 /// The hub's debug-build pause seam (`HUNKGATE_TEST_PAUSE_DIR`): arm a point, wait until a

@@ -374,3 +374,82 @@ async fn files_left_out_of_the_snapshot_are_skipped_never_deleted() {
     assert_eq!(ws.read_string("pipe.txt").unwrap(), "data\n");
     assert!(!ws.exists("huge.new"));
 }
+
+/// Files a hunk brings back into being keep their mode: scripts deleted, the delete accepted
+/// and then undone, come back with their bits (0755, and a private 0700 one not widened to git's
+/// 0755); executables renamed and accepted keep theirs under the new name (0755, and 0750), and
+/// again under the old one when the rename is undone. Positive control: a plain file renamed
+/// beside them stays 0644.
+#[tokio::test]
+async fn recreated_files_keep_their_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    let ws = Workspace::new(&[
+        ("run.sh", b"#!/bin/sh\necho run\n"),
+        ("private.sh", b"#!/bin/sh\necho private\n"),
+        ("tool.sh", b"#!/bin/sh\necho tool\n"),
+        ("group.sh", b"#!/bin/sh\necho group\n"),
+        ("plain.txt", b"plain\n"),
+    ])
+    .unwrap();
+    normalize_modes(&ws);
+    let modes = [
+        ("run.sh", 0o755),
+        ("private.sh", 0o700),
+        ("tool.sh", 0o755),
+        ("group.sh", 0o750),
+    ];
+    for (f, m) in modes {
+        std::fs::set_permissions(ws.repo().join(f), std::fs::Permissions::from_mode(m)).unwrap();
+    }
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            "rm run.sh private.sh\nmkdir -p bin && mv tool.sh bin/tool.sh && mv group.sh bin/group.sh\n\
+             mv plain.txt plain2.txt",
+        )
+        .unwrap();
+    let original = tree_of(&ws.repo()).unwrap();
+    let hub = ws.serve(&[]).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let s = run_agent(&hub, &mut c, &agent, "move things")
+        .await
+        .unwrap();
+    let sid = s["id"].as_str().unwrap().to_string();
+    for (f, kind) in [
+        ("run.sh", "delete"),
+        ("private.sh", "delete"),
+        ("bin/tool.sh", "rename"),
+        ("bin/group.sh", "rename"),
+        ("plain2.txt", "rename"),
+    ] {
+        assert_eq!(find_hunk(&s, f, 0)["kind"], kind, "{f}: {s:#}");
+    }
+
+    // The deletes, accepted then undone: the scripts are back as they were, modes included.
+    for (f, mode) in [("run.sh", 0o755), ("private.sh", 0o700)] {
+        let r = c.decide(&sid, &hunk_id(&s, f, 0), "accept").await.unwrap();
+        assert_eq!(ok(&r)["applied"], true, "{r}");
+        assert!(!ws.repo().join(f).exists());
+        let r = c.decide(&sid, &hunk_id(&s, f, 0), "reject").await.unwrap();
+        assert_eq!(ok(&r)["applied"], true, "{r}");
+        assert_eq!(mode_of(&ws.repo().join(f)).unwrap(), mode, "{f}");
+        assert_eq!(tree_of(&ws.repo()).unwrap().get(f), original.get(f), "{f}");
+    }
+
+    // The renames, accepted: the executables keep their bits, the plain file stays plain.
+    for f in ["bin/tool.sh", "bin/group.sh", "plain2.txt"] {
+        let r = c.decide(&sid, &hunk_id(&s, f, 0), "accept").await.unwrap();
+        assert_eq!(ok(&r)["applied"], true, "{f}: {r}");
+    }
+    assert_eq!(mode_of(&ws.repo().join("bin/tool.sh")).unwrap(), 0o755);
+    assert_eq!(mode_of(&ws.repo().join("bin/group.sh")).unwrap(), 0o750);
+    assert_eq!(mode_of(&ws.repo().join("plain2.txt")).unwrap(), 0o644);
+    assert!(!ws.repo().join("tool.sh").exists());
+
+    // And undone: the old names come back with the same bits; the checkout is the original.
+    for f in ["bin/tool.sh", "bin/group.sh", "plain2.txt"] {
+        let r = c.decide(&sid, &hunk_id(&s, f, 0), "reject").await.unwrap();
+        assert_eq!(ok(&r)["applied"], true, "{f}: {r}");
+    }
+    assert_eq!(tree_of(&ws.repo()).unwrap(), original);
+}
