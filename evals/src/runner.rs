@@ -470,10 +470,7 @@ async fn drive(
     let run_file = dir.path().join("run-index");
     std::fs::write(&run_file, "1\n")?;
     let hub = Hub::start(cfg, task, dir.path(), &repo, &home, &run_file).await?;
-    let timeout = cfg
-        .run_timeout
-        .or(task.spec.timeout_secs)
-        .unwrap_or(60);
+    let timeout = cfg.run_timeout.or(task.spec.timeout_secs).unwrap_or(60);
     let result = review_runs(&hub, task, agent, &repo, &run_file, timeout, line).await;
     if let Err(e) = result {
         return Err(e.context(format!(
