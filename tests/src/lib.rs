@@ -783,6 +783,74 @@ pub fn tree_of(root: &Path) -> Result<std::collections::BTreeMap<String, Node>> 
 
 /// Helpers for the OS-user isolation tests (`tests/tests/isolation.rs`): real users created
 /// with useradd, a hub started as one of them, and a look at every process a user has.
+/// True when a test that needs root (`why`: what for) can run. Otherwise it says so loudly and
+/// fails in CI (`CI=true`, which runs as root), where a pass that tested nothing would be a
+/// lie, or skips elsewhere.
+pub fn require_root_for(test: &str, why: &str) -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    let msg = format!("{test}: needs root ({why}); it did NOT run");
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{msg} — CI runs as root, so this is a broken CI environment");
+    }
+    eprintln!("SKIPPED: {msg}");
+    false
+}
+
+/// A pause point of the hub's debug-build test seam (`HUNKGATE_TEST_PAUSE_DIR`): armed on
+/// creation; `reached` waits for a decision to stop there; `release` (or drop) lets it go on.
+pub struct Pause {
+    gate: PathBuf,
+    reached: PathBuf,
+}
+
+impl Pause {
+    pub fn arm(dir: &Path, point: &str) -> Self {
+        std::fs::create_dir_all(dir).unwrap();
+        let gate = dir.join(format!("{point}.pause"));
+        let reached = dir.join(format!("{point}.reached"));
+        let _ = std::fs::remove_file(&reached);
+        std::fs::write(&gate, b"").unwrap();
+        Self { gate, reached }
+    }
+
+    pub fn reached(&self) {
+        wait_until(
+            "the decision to reach the pause point",
+            Duration::from_secs(10),
+            || self.reached.exists(),
+        )
+        .unwrap();
+    }
+
+    pub fn release(&self) {
+        let _ = std::fs::remove_file(&self.gate);
+    }
+}
+
+impl Drop for Pause {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+impl Workspace {
+    /// The pause seam's directory, and the environment that points a hub at it.
+    pub fn pause_env(&self) -> (PathBuf, [(&'static str, String); 1]) {
+        let dir = self.path("pauses");
+        let env = [("HUNKGATE_TEST_PAUSE_DIR", dir.display().to_string())];
+        (dir, env)
+    }
+
+    /// A hub whose decisions can be paused (see [`Pause`]), and the pause directory.
+    pub fn serve_pausable(&self) -> Result<(Hub, PathBuf)> {
+        let (dir, env) = self.pause_env();
+        let hub = self.serve_env(&[], &[(env[0].0, env[0].1.as_str())])?;
+        Ok((hub, dir))
+    }
+}
+
 pub mod fake_llm;
 pub mod isolation {
     use super::*;
@@ -796,17 +864,7 @@ pub mod isolation {
     /// True when the isolation tests can run (root). Otherwise they say so loudly and fail in
     /// CI (`CI=true`), where a pass that tested nothing would be a lie, or skip elsewhere.
     pub fn require_root(test: &str) -> bool {
-        if nix::unistd::geteuid().is_root() {
-            return true;
-        }
-        let msg = format!(
-            "{test}: the OS-user isolation tests need root (to create users and run sudo); they did NOT run"
-        );
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("{msg} — CI runs as root, so this is a broken CI environment");
-        }
-        eprintln!("SKIPPED: {msg}");
-        false
+        super::require_root_for(test, "to create users and run sudo")
     }
 
     fn run(cmd: &mut Command) -> Result<String> {

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use hunkgate_tests::fake_llm::{FakeLlm, Recorded, Reply};
 use hunkgate_tests::{
-    hunk_id, numbered, pid_alive, run_agent, wait_run_finished, wait_until, Hub, Workspace, Ws,
+    hunk_id, numbered, pid_alive, run_agent, wait_run_finished, wait_until, Hub, Pause, Workspace,
+    Ws,
 };
 use serde_json::{json, Value};
 
@@ -406,17 +407,6 @@ async fn a_run_waiting_for_an_answer_is_interrupted_by_a_restart_and_its_session
     }
 }
 
-/// The hub's debug-build pause seam (`HUNKGATE_TEST_PAUSE_DIR`): arm a point, wait until a
-/// decision stops there.
-fn arm_pause(dir: &std::path::Path, point: &str) -> (std::path::PathBuf, std::path::PathBuf) {
-    std::fs::create_dir_all(dir).unwrap();
-    let gate = dir.join(format!("{point}.pause"));
-    let reached = dir.join(format!("{point}.reached"));
-    let _ = std::fs::remove_file(&reached);
-    std::fs::write(&gate, b"").unwrap();
-    (gate, reached)
-}
-
 #[tokio::test]
 async fn a_decision_finished_by_recovery_logs_the_seq_of_its_event() {
     let a = numbered(40);
@@ -427,9 +417,7 @@ async fn a_decision_finished_by_recovery_logs_the_seq_of_its_event() {
             "sed -i 's/^line 3$/LINE 3/; s/^line 30$/LINE 30/' a.txt",
         )
         .unwrap();
-    let pauses = ws.path("pauses");
-    let env = [("HUNKGATE_TEST_PAUSE_DIR", pauses.to_str().unwrap())];
-    let mut hub = ws.serve_env(&[], &env).unwrap();
+    let (mut hub, pauses) = ws.serve_pausable().unwrap();
     let mut c = hub.ws().await.unwrap();
     let s = run_agent(&hub, &mut c, &agent, "two edits").await.unwrap();
     let sid = s["id"].as_str().unwrap().to_string();
@@ -438,22 +426,22 @@ async fn a_decision_finished_by_recovery_logs_the_seq_of_its_event() {
     settle(&mut c, &ws).await;
 
     // The checkout is written, then the hub dies before the feedback line and the commit.
-    let (gate, reached) = arm_pause(&pauses, "before-commit");
+    let pause = Pause::arm(&pauses, "before-commit");
     let curl = hub.curl();
     let body = json!({"suggestion_id": sid, "hunk_id": h1, "action": "accept"});
     let answer = std::thread::spawn(move || curl.post("/feedback", &body));
-    wait_until("the decision to pause", SECS5, || reached.exists()).unwrap();
+    pause.reached();
     assert_eq!(
         ws.read_string("a.txt").unwrap(),
         a.replace("line 3\n", "LINE 3\n")
             .replace("line 30\n", "LINE 30\n")
     );
     hub.kill9();
-    std::fs::remove_file(&gate).unwrap();
+    pause.release();
     let _ = answer.join();
     drop(c);
 
-    let hub = ws.serve_env(&[], &env).unwrap();
+    let (hub, _) = ws.serve_pausable().unwrap();
     let mut c = hub.ws().await.unwrap();
     assert_eq!(get(&hub, &sid)["hunks"][1]["state"], "accepted");
     let log = assert_log_sane(&ws, 2);

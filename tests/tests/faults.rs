@@ -9,23 +9,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use hunkgate_tests::{hunk_id, numbered, run_agent, tree_of, wait_until, Hub, Workspace};
+use hunkgate_tests::{hunk_id, numbered, run_agent, tree_of, Hub, Pause, Workspace};
 use serde_json::{json, Value};
 
 const SECS10: Duration = Duration::from_secs(10);
 
-/// True when the test can run (root). Otherwise it says so and skips — except in CI
-/// (`CI=true`), which runs as root, where a pass that tested nothing would be a lie.
 fn require_root(test: &str) -> bool {
-    if nix::unistd::geteuid().is_root() {
-        return true;
-    }
-    let msg = format!("{test}: needs root (tmpfs mounts, chattr); it did NOT run");
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{msg} — CI runs as root, so this is a broken CI environment");
-    }
-    eprintln!("SKIPPED: {msg}");
-    false
+    hunkgate_tests::require_root_for(test, "tmpfs mounts, chattr")
 }
 
 fn run(cmd: &mut Command) {
@@ -90,41 +80,6 @@ impl Tmpfs {
 impl Drop for Tmpfs {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg(&self.0).status();
-    }
-}
-
-/// A pause point of the hub's debug-build test seam: armed on creation; `reached` waits for
-/// a decision to stop there; `release` lets it go on.
-struct Pause {
-    gate: PathBuf,
-    reached: PathBuf,
-}
-
-impl Pause {
-    fn arm(dir: &Path, point: &str) -> Self {
-        std::fs::create_dir_all(dir).unwrap();
-        let gate = dir.join(format!("{point}.pause"));
-        let reached = dir.join(format!("{point}.reached"));
-        let _ = std::fs::remove_file(&reached);
-        std::fs::write(&gate, b"").unwrap();
-        Self { gate, reached }
-    }
-
-    fn reached(&self) {
-        wait_until("the decision to reach the pause point", SECS10, || {
-            self.reached.exists()
-        })
-        .unwrap();
-    }
-
-    fn release(&self) {
-        let _ = std::fs::remove_file(&self.gate);
-    }
-}
-
-impl Drop for Pause {
-    fn drop(&mut self) {
-        self.release();
     }
 }
 
@@ -247,13 +202,7 @@ async fn a_journal_commit_that_cannot_be_written_takes_the_decision_back() {
         return;
     }
     let ws = Workspace::new(&[("a.txt", numbered(10).as_bytes())]).unwrap();
-    let pauses = ws.path("pauses");
-    let mut hub = ws
-        .serve_env(
-            &[],
-            &[("HUNKGATE_TEST_PAUSE_DIR", pauses.to_str().unwrap())],
-        )
-        .unwrap();
+    let (mut hub, pauses) = ws.serve_pausable().unwrap();
     let (sid, hid) = appending_suggestion(&ws, &hub).await;
 
     // The checkout is written; then the journal stops taking writes, before the commit.
@@ -337,13 +286,7 @@ async fn a_file_saved_while_an_accept_writes_it_is_kept() {
         return;
     }
     let ws = Workspace::new(&[("a.txt", numbered(10).as_bytes())]).unwrap();
-    let pauses = ws.path("pauses");
-    let hub = ws
-        .serve_env(
-            &[],
-            &[("HUNKGATE_TEST_PAUSE_DIR", pauses.to_str().unwrap())],
-        )
-        .unwrap();
+    let (hub, pauses) = ws.serve_pausable().unwrap();
     let (sid, hid) = appending_suggestion(&ws, &hub).await;
 
     // The hunk was checked against the file and the decision journaled; then the user saves.
