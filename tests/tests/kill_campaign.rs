@@ -33,7 +33,7 @@
 //!   always compared at the end.
 //!
 //! A longer campaign:
-//! `HUNKGATE_KILL_SEED=0xdecafbad HUNKGATE_KILLS=5000 cargo test -p hunkgate-tests --test kill_campaign -- --nocapture`
+//! `HUNKGATE_KILL_SEED=0xdecafbad HUNKGATE_KILLS=5000 cargo test -p hunkgate-tests --test suite kill_campaign:: -- --nocapture`
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};

@@ -1,0 +1,24 @@
+//! The end-to-end suite as one test binary: each module is one area of the product, run against
+//! the real `hunkgate` binary (build it first: `cargo build --workspace --bins`).
+
+mod builtin_agent;
+mod checkpoints;
+mod cli;
+mod conflict;
+mod durability;
+mod fake_llm;
+mod faults;
+mod feedback_log;
+mod filekinds;
+mod isolation;
+mod jj;
+mod kill_campaign;
+mod mcp;
+mod nvim;
+mod protocol;
+mod readme;
+mod real_models;
+mod review;
+mod runs;
+mod security;
+mod smoke;
