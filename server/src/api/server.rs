@@ -16,12 +16,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::ServeConfig;
-use crate::events::Bus;
-use crate::feedback::FeedbackLog;
-use crate::hub::{recover, Hub, State};
-use crate::journal::{Journal, Prepared, Record};
+use crate::decide::recover::recover;
+use crate::hub::events::Bus;
+use crate::hub::registry::Runs;
+use crate::hub::{Hub, State};
 use crate::protocol::RunState;
-use crate::runs::Runs;
+use crate::store::feedback::FeedbackLog;
+use crate::store::journal::{Journal, Prepared, Record};
 
 /// Create the state dir (0700) or check an existing one is private.
 fn prepare_state_dir(dir: &Path) -> anyhow::Result<()> {
@@ -99,10 +100,10 @@ pub fn open_hub(
     cfg.port = port;
     prepare_state_dir(&cfg.state_dir)?;
     // Before anything secret is read or created: nothing of it may be open to the sandbox user.
-    crate::isolation::startup_checks(&cfg)?;
+    crate::config::checks::startup_checks(&cfg)?;
     check_state_dir_owner(&cfg.state_dir)?;
     let lock = lock_state_dir(&cfg.state_dir)?;
-    let token = crate::auth::load_or_create_token(&cfg.state_dir.join("token"))
+    let token = crate::hub::auth::load_or_create_token(&cfg.state_dir.join("token"))
         .context("the reviewer token")?;
     let store = Store::open_or_init(&cfg.state_dir.join("checkpoints.git"))?;
     let journal_path = cfg.state_dir.join("state.jsonl");
@@ -114,7 +115,7 @@ pub fn open_hub(
     let mut runs = BTreeMap::new();
     let mut pending: Vec<Prepared> = Vec::new();
     let mut seq_upto = 0u64;
-    let mut sessions = crate::sessions::Sessions::default();
+    let mut sessions = crate::hub::registry::Sessions::default();
     for rec in records {
         match rec {
             Record::Run(r) => {
@@ -245,7 +246,7 @@ pub async fn run(
     });
     write_private(&hub_json, info.to_string().as_bytes())?;
     tracing::info!(url = %hub.url(), repo = %hub.cfg.repo.display(), state = %hub.cfg.state_dir.display(), "hunkgate hub listening");
-    let app = crate::http::router(hub.clone());
+    let app = crate::api::http::router(hub.clone());
     let served = axum::serve(listener, app)
         .with_graceful_shutdown({
             let s = shutdown.clone();
@@ -266,5 +267,5 @@ pub async fn run(
 }
 
 pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    crate::journal::write_file_atomic(path, bytes, 0o600)
+    crate::store::journal::write_file_atomic(path, bytes, 0o600)
 }

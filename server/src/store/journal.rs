@@ -18,10 +18,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::apply::FileOp;
-use crate::feedback::FeedbackRecord;
-use crate::review::Suggestion;
-use crate::runs::RunRec;
+use crate::model::feedback::FeedbackRecord;
+use crate::model::fileop::FileOp;
+use crate::model::run::RunRec;
+use crate::model::suggestion::Suggestion;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
@@ -36,9 +36,9 @@ pub enum Record {
         decision: String,
     },
     /// A session as it is now (the newest record of a session wins).
-    Session(Box<crate::sessions::SessionRec>),
+    Session(Box<crate::model::session::SessionRec>),
     /// One more line of a session's history.
-    History(Box<crate::sessions::Entry>),
+    History(Box<crate::model::session::Entry>),
     /// Event sequence numbers up to this one may have been handed out.
     Seq {
         upto: u64,

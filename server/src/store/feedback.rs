@@ -9,47 +9,10 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FeedbackRecord {
-    /// RFC 3339 UTC time of the decision.
-    pub ts: String,
-    /// The `seq` of the event that announced the decision.
-    pub seq: u64,
-    /// Unique per decision; one decision can log several hunks (accept all, finalize).
-    pub decision_id: String,
-    pub suggestion_id: String,
-    pub run_id: String,
-    pub hunk_id: String,
-    pub file: String,
-    /// What the user asked: accept, reject, modify, undo.
-    pub action: String,
-    /// What happened: applied, modified, rejected, undone, conflict.
-    pub outcome: String,
-    /// Set when the decision came from `complete` or a bulk action rather than a single hunk.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub via: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub comment: Option<String>,
-    pub kind: String,
-    /// The agent's hunk, as reviewed.
-    pub diff: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub modified_diff: Option<String>,
-    /// Why an accept did not apply (outcome "conflict").
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    pub base_commit: String,
-    pub run_commit: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prompt: Option<String>,
-}
+use crate::model::feedback::FeedbackRecord;
 
 pub struct FeedbackLog {
-    file: crate::journal::AppendFile,
+    file: crate::store::journal::AppendFile,
 }
 
 impl FeedbackLog {
@@ -59,7 +22,7 @@ impl FeedbackLog {
         if let Ok(bytes) = std::fs::read(path) {
             if !bytes.is_empty() && !bytes.ends_with(b"\n") {
                 let keep = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-                crate::journal::keep_aside(path, &bytes[keep..])?;
+                crate::store::journal::keep_aside(path, &bytes[keep..])?;
                 let f = OpenOptions::new().write(true).open(path)?;
                 f.set_len(keep as u64)?;
                 f.sync_all()?;
@@ -67,7 +30,7 @@ impl FeedbackLog {
             }
         }
         Ok(Self {
-            file: crate::journal::AppendFile::open(path)?,
+            file: crate::store::journal::AppendFile::open(path)?,
         })
     }
 

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::broadcast;
 
-use crate::journal::{Journal, Record};
 use crate::protocol::Event;
+use crate::store::journal::{Journal, Record};
 
 /// How many recent events a reconnecting client can replay.
 pub const REPLAY_WINDOW: usize = 4096;

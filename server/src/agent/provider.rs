@@ -6,240 +6,18 @@
 //! the canonical [`Message`], [`ToolCall`] and [`StepResult`]. The API key lives in a [`Secret`]
 //! that never prints, is sent only in the `Authorization` header, and never reaches a sandbox.
 
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 use futures_util::StreamExt;
-use serde::{Deserialize, Serialize};
+
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-/// An API key. `Debug` and `Display` never show it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(s: String) -> Self {
-        Secret(s)
-    }
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secret(***)")
-    }
-}
-
-/// Where the key came from, for error messages (never the key itself).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KeySource {
-    None,
-    Env(String),
-    File(PathBuf),
-}
-
-impl std::fmt::Display for KeySource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            KeySource::None => f.write_str(
-                "no API key is configured (set HUNKGATE_API_KEY or [provider] api_key_file)",
-            ),
-            KeySource::Env(v) => write!(f, "the key comes from ${v}"),
-            KeySource::File(p) => write!(f, "the key comes from {}", p.display()),
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct ProviderConfig {
-    /// e.g. `http://127.0.0.1:11434/v1` (Ollama), `http://127.0.0.1:8080/v1` (llama.cpp).
-    pub base_url: String,
-    /// The default model; a run may name another.
-    pub model: String,
-    pub api_key: Option<Secret>,
-    pub key_source: KeySource,
-    /// Ask for a streamed response (servers that ignore it answer in one piece, which is read
-    /// just as well).
-    pub stream: bool,
-    /// Retries of transient failures (connection errors, timeouts, 408/429/5xx).
-    pub max_retries: u32,
-    /// First back-off; doubled on each retry (a `Retry-After` header wins, up to a minute).
-    pub retry_base: Duration,
-    /// For one model call, from sending the request to the last byte of the answer.
-    pub request_timeout: Duration,
-    pub temperature: Option<f64>,
-    pub max_tokens: Option<u32>,
-}
-
-/// Read the key from a file (first line, trimmed), refusing files others can read: a key file
-/// the sandbox user could read would hand the key to the agent.
-pub fn read_key_file(path: &Path) -> Result<Secret, ProviderError> {
-    use std::os::unix::fs::MetadataExt;
-    let bad = |message: String| ProviderError::KeyFile {
-        path: path.to_path_buf(),
-        message,
-    };
-    let meta = std::fs::metadata(path).map_err(|e| bad(e.to_string()))?;
-    if meta.mode() & 0o077 != 0 {
-        return Err(bad(format!(
-            "has mode {:o}; it must be readable by you alone (chmod 600)",
-            meta.mode() & 0o777
-        )));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
-    let key = text.lines().next().unwrap_or("").trim().to_string();
-    if key.is_empty() {
-        return Err(bad("is empty".into()));
-    }
-    Ok(Secret(key))
-}
-
-// ---------------------------------------------------------------------------------------------
-// Canonical shapes (seed 000 §14).
-
-/// A tool call as the model asked for it. `arguments` is the raw JSON text: the loop parses and
-/// validates it, so a malformed one can be fed back to the model instead of failing the run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ToolCall {
-    pub tool_call_id: String,
-    pub name: String,
-    pub arguments: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "role", rename_all = "snake_case")]
-pub enum Message {
-    System {
-        content: String,
-    },
-    User {
-        content: String,
-    },
-    Assistant {
-        content: Option<String>,
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        tool_calls: Vec<ToolCall>,
-    },
-    Tool {
-        tool_call_id: String,
-        name: String,
-        content: String,
-    },
-}
-
-/// A tool the model may call: name, description, JSON Schema of its arguments.
-#[derive(Debug, Clone, Serialize)]
-pub struct ToolSpec {
-    pub name: &'static str,
-    pub description: &'static str,
-    pub parameters: Value,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StopReason {
-    /// The model asked for tools.
-    NeedsTools,
-    /// The model answered and stopped.
-    Done,
-    /// The answer was cut at max_tokens.
-    Length,
-    /// Anything else the server said (content filter, …).
-    Other,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Usage {
-    pub prompt_tokens: u64,
-    pub completion_tokens: u64,
-    pub total_tokens: u64,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StepResult {
-    pub assistant_message: Option<String>,
-    pub tool_calls: Vec<ToolCall>,
-    pub stop_reason: StopReason,
-    pub usage: Option<Usage>,
-    pub latency_ms: u64,
-    /// The model that answered, as the server named it.
-    pub model: String,
-    /// Requests it took (1 without retries).
-    pub attempts: u32,
-    pub streamed: bool,
-}
-
-pub struct StepRequest<'a> {
-    pub model: &'a str,
-    pub messages: &'a [Message],
-    pub tools: &'a [ToolSpec],
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum ProviderError {
-    #[error("the model provider refused the API key (HTTP {status}): {message}; {source_hint}")]
-    Auth {
-        status: u16,
-        message: String,
-        source_hint: String,
-    },
-    #[error("the model provider has no model {model:?} (HTTP {status}): {message}; pick another with \"model\" on the run or [provider] model (for Ollama: `ollama pull {model}`)")]
-    ModelNotFound {
-        model: String,
-        status: u16,
-        message: String,
-    },
-    #[error("the conversation no longer fits the model's context window: {message}; lower [limits] max_read_bytes / max_read_lines, or use a model with a larger context")]
-    ContextOverflow { message: String },
-    #[error("the model provider answered HTTP {status}: {message}")]
-    Http { status: u16, message: String },
-    /// The server read the request and refused it as invalid: sending it again cannot help.
-    #[error("the model provider rejected the request as invalid (HTTP {status}): {message}; this server does not accept what hunkgate sent — please report it with the server's name and version")]
-    Rejected { status: u16, message: String },
-    #[error("the model provider at {url} did not answer within {secs}s (after {attempts} attempt(s)); raise [provider] request_timeout_secs if the model is slow")]
-    Timeout {
-        url: String,
-        secs: u64,
-        attempts: u32,
-    },
-    #[error("cannot reach the model provider at {url} after {attempts} attempt(s): {message}; is the server running?")]
-    Unreachable {
-        url: String,
-        attempts: u32,
-        message: String,
-    },
-    #[error(
-        "the model provider still fails after {attempts} attempt(s): HTTP {status}: {message}"
-    )]
-    GaveUp {
-        attempts: u32,
-        status: u16,
-        message: String,
-    },
-    #[error("the model provider's answer is not a chat completion: {0}")]
-    Malformed(String),
-    #[error("API key file {path}: {message}")]
-    KeyFile { path: PathBuf, message: String },
-    #[error("the run was cancelled while waiting for the model")]
-    Cancelled,
-}
-
-/// A model behind some API.
-pub trait Provider: Send + Sync {
-    fn provider_name(&self) -> &str;
-    fn supports_native_tools(&self) -> bool;
-    fn default_model(&self) -> &str;
-    /// One model call: the conversation so far in, the model's next message out.
-    fn run_step<'a>(
-        &'a self,
-        request: StepRequest<'a>,
-        cancel: &'a CancellationToken,
-    ) -> BoxFuture<'a, Result<StepResult, ProviderError>>;
-}
+use crate::config::provider::ProviderConfig;
+use crate::model::chat::{
+    Message, Provider, ProviderError, StepRequest, StepResult, StopReason, ToolCall, Usage,
+};
 
 // ---------------------------------------------------------------------------------------------
 // The OpenAI-compatible adapter.
@@ -955,6 +733,7 @@ async fn read_stream(resp: reqwest::Response) -> Result<StepResult, Attempt> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::provider::{read_key_file, KeySource, Secret};
 
     fn test_config() -> ProviderConfig {
         ProviderConfig {

@@ -17,7 +17,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use crate::client::{missing_list, ClientError, HubClient, TOKEN_VAR, URL_VAR};
+use crate::cli::client::{missing_list, ClientError, HubClient, TOKEN_VAR, URL_VAR};
 use crate::protocol::HunkNote;
 
 /// Protocol revisions this server speaks, newest first. Tools, `structuredContent` and
@@ -28,7 +28,7 @@ pub const PROTOCOL_VERSIONS: &[&str] = &["2025-06-18", "2025-03-26", "2024-11-05
 
 /// Longest message read from stdin: the hub takes no request body larger than this, so no tool
 /// call that is longer could succeed anyway.
-pub const MAX_MESSAGE: usize = crate::http::MAX_BODY;
+pub const MAX_MESSAGE: usize = crate::api::http::MAX_BODY;
 
 pub const PARSE_ERROR: i64 = -32700;
 pub const INVALID_REQUEST: i64 = -32600;

@@ -3,6 +3,9 @@
 //! Defaults work with no flags at all: `hunkgate serve` inside any git repository binds
 //! 127.0.0.1:4097 and keeps its state under `$XDG_STATE_HOME/hunkgate/<repo>-<hash>/`.
 
+pub mod checks;
+pub mod provider;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -86,10 +89,10 @@ pub struct LimitsFile {
 }
 
 impl LimitsFile {
-    pub fn resolve(&self, max_tool_calls: Option<usize>) -> crate::agent_loop::LoopLimits {
-        let d = crate::agent_loop::LoopLimits::default();
+    pub fn resolve(&self, max_tool_calls: Option<usize>) -> crate::config::provider::LoopLimits {
+        let d = crate::config::provider::LoopLimits::default();
         let t = &d.tools;
-        crate::agent_loop::LoopLimits {
+        crate::config::provider::LoopLimits {
             max_tool_calls: max_tool_calls
                 .or(self.max_tool_calls)
                 .unwrap_or(d.max_tool_calls),
@@ -135,8 +138,8 @@ pub const DEFAULT_API_KEY_ENV: &str = "HUNKGATE_API_KEY";
 pub fn resolve_provider(
     flags: ProviderFlags,
     file: &ProviderFile,
-) -> Result<Option<crate::provider::ProviderConfig>, ConfigError> {
-    use crate::provider::{read_key_file, KeySource, ProviderConfig, Secret};
+) -> Result<Option<crate::config::provider::ProviderConfig>, ConfigError> {
+    use crate::config::provider::{read_key_file, KeySource, ProviderConfig, Secret};
     let Some(base_url) = flags
         .base_url
         .or_else(|| env_first(&["HUNKGATE_PROVIDER_URL"]).map(|(_, v)| v))
@@ -312,8 +315,8 @@ pub struct ServeConfig {
     /// Who agents run as (see [`crate::isolation`]).
     pub isolation: crate::isolation::Isolation,
     /// The built-in agent's model server, if one is configured.
-    pub provider: Option<crate::provider::ProviderConfig>,
-    pub limits: crate::agent_loop::LoopLimits,
+    pub provider: Option<crate::config::provider::ProviderConfig>,
+    pub limits: crate::config::provider::LoopLimits,
     /// Agent runs at a time; later ones wait in the order they were posted (status `queued`).
     pub max_concurrent_runs: usize,
 }

@@ -52,7 +52,7 @@ pub fn load_or_create_token(path: &Path) -> std::io::Result<String> {
         Err(e) => return Err(e),
     }
     let token = random_token();
-    crate::journal::write_file_atomic(path, format!("{token}\n").as_bytes(), 0o600)?;
+    crate::store::journal::write_file_atomic(path, format!("{token}\n").as_bytes(), 0o600)?;
     Ok(token)
 }
 

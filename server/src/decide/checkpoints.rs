@@ -19,13 +19,12 @@ use hunkgate_sandbox::store::{FlatTree, Mode};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::apply::{
-    self, plan_restore, plan_reverse, plan_reverse_lines, read_cur, Cur, PlanError,
-};
+use crate::decide::apply::{plan_restore, plan_reverse, plan_reverse_lines, read_cur, PlanError};
 use crate::error::AppError;
 use crate::hub::{Hub, State};
+use crate::model::fileop::Cur;
+use crate::model::suggestion::{oid, HunkRec, Side, Suggestion};
 use crate::protocol::{AppliedAction, Event, HunkKind, HunkState, RollbackMode};
-use crate::review::{oid, HunkRec, Side, Suggestion};
 
 #[derive(Debug, Serialize)]
 pub struct AffectedFile {
@@ -371,7 +370,7 @@ impl Hub {
         s: &Suggestion,
     ) -> Result<
         (
-            Vec<apply::FileOp>,
+            Vec<crate::model::fileop::FileOp>,
             Suggestion,
             Vec<Suggestion>,
             Vec<(usize, usize)>,
@@ -445,7 +444,7 @@ impl Hub {
         hunk_ids: &[String],
     ) -> Result<
         (
-            Vec<apply::FileOp>,
+            Vec<crate::model::fileop::FileOp>,
             Suggestion,
             Vec<Suggestion>,
             Vec<(usize, usize)>,

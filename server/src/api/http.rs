@@ -14,8 +14,8 @@ use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
-use crate::auth::{bearer, check_host, check_origin, constant_time_eq};
 use crate::error::AppError;
+use crate::hub::auth::{bearer, check_host, check_origin, constant_time_eq};
 use crate::hub::Hub;
 use crate::protocol::{
     AgentStatusCmd, CompleteCmd, FeedbackAllCmd, FeedbackCmd, PublishCmd, RollbackCmd, RunCmd,
@@ -57,7 +57,7 @@ pub fn router(hub: Arc<Hub>) -> Router {
         .route("/checkpoints/{id}/diff3", get(get_diff3))
         .route("/checkpoints/{id}/rollback", post(rollback))
         .route("/events", get(events))
-        .route("/ws", get(crate::ws::upgrade))
+        .route("/ws", get(crate::api::ws::upgrade))
         .route("/agent/publish", post(agent_publish))
         .route("/agent/status", post(agent_status))
         .route("/agent/suggestions", get(agent_suggestions))
@@ -421,7 +421,7 @@ async fn agent_feedback(
         Some(id) => vec![agent_pick(&hub, &run_id, &id)?],
         None => hub.agent_suggestions(&run_id)?,
     };
-    let decisions: Vec<crate::runs::Decisions> = views.iter().map(Into::into).collect();
+    let decisions: Vec<crate::model::run::Decisions> = views.iter().map(Into::into).collect();
     Ok(ok(json!({ "feedback": decisions })))
 }
 
@@ -476,7 +476,7 @@ async fn archive_session(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, AppError> {
     let s = hub.update_session(&id, |s| {
-        s.status = crate::sessions::SessionStatus::Archived;
+        s.status = crate::model::session::SessionStatus::Archived;
         Ok(())
     })?;
     Ok(ok(to_json(&s)?))
@@ -513,7 +513,7 @@ async fn pin_context(
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, AppError> {
-    let row: crate::sessions::ContextRow = parse_json(body)?;
+    let row: crate::model::session::ContextRow = parse_json(body)?;
     Ok(ok(to_json(&hub.pin_context(&id, row)?)?))
 }
 

@@ -11,40 +11,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hunkgate_sandbox::agent::{self, scrubbed_env, Exit, Stream};
-use hunkgate_sandbox::tools::{validate_edit, FileTool, ToolLimits, ToolReply, ToolRequest};
+use hunkgate_sandbox::tools::{validate_edit, FileTool, ToolReply, ToolRequest};
 use hunkgate_sandbox::workspace::Sandbox;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
+use crate::config::provider::LoopLimits;
 use crate::error::AppError;
 use crate::hub::Hub;
+use crate::model::chat::{Message, Provider, StepRequest, StopReason, ToolCall, ToolSpec};
+use crate::model::session::Entry;
+use crate::model::text::one_line;
 use crate::protocol::{Event, HunkNote, Question, RunState, RunUsage, NO_USER_ANSWER};
-use crate::provider::{Message, Provider, StepRequest, StopReason, ToolCall, ToolSpec};
-use crate::sessions::Entry;
-
-/// Limits of one built-in agent run (all configurable under `[limits]`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LoopLimits {
-    pub max_tool_calls: usize,
-    pub max_schema_retries: u32,
-    pub command_timeout: Duration,
-    /// Bytes of a command's output the model sees (head and tail kept).
-    pub max_command_output: usize,
-    pub tools: ToolLimits,
-}
-
-impl Default for LoopLimits {
-    fn default() -> Self {
-        Self {
-            max_tool_calls: 12,
-            max_schema_retries: 5,
-            command_timeout: Duration::from_secs(120),
-            max_command_output: 16 * 1024,
-            tools: ToolLimits::default(),
-        }
-    }
-}
 
 /// Why the loop ended (the run's `stop_reason`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -311,22 +290,6 @@ pub fn parse_call(call: &ToolCall) -> Result<Action, String> {
             ));
         }
     })
-}
-
-/// One printable line, at most `max` characters (agent text goes to status lines).
-pub fn one_line(s: &str, max: usize) -> String {
-    let flat: String = s
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    let flat = flat.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() > max {
-        let mut out: String = flat.chars().take(max.saturating_sub(1)).collect();
-        out.push('…');
-        out
-    } else {
-        flat
-    }
 }
 
 /// What a call is about, for `tool.call.requested` and status lines.
@@ -600,7 +563,7 @@ impl Hub {
             };
             let step = match step {
                 Ok(s) => s,
-                Err(crate::provider::ProviderError::Cancelled) => {
+                Err(crate::model::chat::ProviderError::Cancelled) => {
                     end.stop = Stop::Cancelled;
                     break;
                 }
@@ -867,7 +830,7 @@ impl Hub {
                 let views = self
                     .agent_suggestions(&run.run_id)
                     .map_err(|e| ToolFailure::Message(e.to_string()))?;
-                let decisions: Vec<crate::runs::Decisions> = views
+                let decisions: Vec<crate::model::run::Decisions> = views
                     .iter()
                     .filter(|s| {
                         suggestion_id

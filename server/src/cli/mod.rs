@@ -1,6 +1,10 @@
 //! The `hunkgate` command line: `serve`, the reviewer's client commands, and the agent's
 //! `publish` / `status` / `mcp`.
 
+pub mod client;
+pub mod mcp;
+pub mod setup;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -11,7 +15,7 @@ use futures_util::StreamExt;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::client::HubClient;
+use crate::cli::client::HubClient;
 use crate::config::{self, ServeConfig};
 use hunkgate_sandbox::jj::Vcs;
 
@@ -33,7 +37,7 @@ enum Cmd {
     Serve(ServeArgs),
     /// Create or check the sandbox user agents run as (and the sudoers rule a non-root hub
     /// needs): `hunkgate setup --check` says what is missing.
-    Setup(crate::isolation::SetupArgs),
+    Setup(crate::cli::setup::SetupArgs),
     /// (Internal) the sandbox helper, run as the sandbox user by the hub.
     #[command(hide = true)]
     SandboxHelper { op: String },
@@ -279,7 +283,7 @@ fn repo_root(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
 async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
     match cmd {
         Cmd::Serve(args) => serve(args).await,
-        Cmd::Setup(args) => crate::isolation::setup(args),
+        Cmd::Setup(args) => crate::cli::setup::setup(args),
         Cmd::SandboxHelper { op } => Ok(hunkgate_sandbox::helper::main(&op)),
         Cmd::Publish {
             message,
@@ -316,7 +320,7 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Mcp => {
-            crate::mcp::run_stdio().await?;
+            crate::cli::mcp::run_stdio().await?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Token { client } => {
@@ -463,7 +467,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         },
         &file.provider,
     )?;
-    if let Some(crate::provider::KeySource::Env(var)) = provider.as_ref().map(|p| &p.key_source) {
+    if let Some(crate::config::provider::KeySource::Env(var)) =
+        provider.as_ref().map(|p| &p.key_source)
+    {
         if agent_env.iter().any(|e| e == var) {
             bail!("--agent-env {var}: that variable holds the model provider's API key, which never reaches an agent");
         }
@@ -553,7 +559,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
         s.cancel();
     });
-    crate::server::run(listener, cfg, shutdown).await?;
+    crate::api::server::run(listener, cfg, shutdown).await?;
     Ok(ExitCode::SUCCESS)
 }
 

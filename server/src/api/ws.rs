@@ -11,8 +11,8 @@ use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, mpsc};
 
+use crate::api::http::{replay_data, MAX_BODY};
 use crate::error::AppError;
-use crate::http::{replay_data, MAX_BODY};
 use crate::hub::Hub;
 use crate::protocol::{
     CompleteCmd, FeedbackAllCmd, FeedbackCmd, Hello, Response as Resp, RunCmd, COMMAND_TYPES,
