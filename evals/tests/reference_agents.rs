@@ -325,6 +325,7 @@ fn asks_answers_every_clarification_task() {
             out: dir.path().join("asks.jsonl"),
             progress: false,
             run_timeout: None,
+            keep: None,
         };
         let lines = runner::run_all(
             &cfg,
