@@ -223,7 +223,12 @@ pub fn render(rows: &[Metrics]) -> String {
         out.push_str(&format!(
             "                          {:<28} {:<12} {:>9.1} {:>11}\n",
             m.label().chars().take(28).collect::<String>(),
-            m.model.as_deref().unwrap_or("-").chars().take(12).collect::<String>(),
+            m.model
+                .as_deref()
+                .unwrap_or("-")
+                .chars()
+                .take(12)
+                .collect::<String>(),
             m.pass_rate() * 100.0,
             pct(m.well_formed_rate()),
         ));
@@ -243,7 +248,12 @@ pub fn render(rows: &[Metrics]) -> String {
             out.push_str(&format!(
                 "        {:<28} {:<12} {:>5} {:>7} {:>9} {:>6}\n",
                 m.label().chars().take(28).collect::<String>(),
-                m.model.as_deref().unwrap_or("-").chars().take(12).collect::<String>(),
+                m.model
+                    .as_deref()
+                    .unwrap_or("-")
+                    .chars()
+                    .take(12)
+                    .collect::<String>(),
                 m.replay_tasks,
                 pct(m.kept_recall),
                 pct(m.rejected_avoided),

@@ -529,7 +529,11 @@ fn extract_run(run: &Run, repo: &Path, out: &Path) -> Result<Option<PathBuf>> {
             // A symlink in repo/ would be followed when the runner copies the tree.
             continue;
         }
-        write_file(&dir.join("repo").join(path), &base[path], e.mode == "100755")?;
+        write_file(
+            &dir.join("repo").join(path),
+            &base[path],
+            e.mode == "100755",
+        )?;
     }
     std::fs::create_dir_all(dir.join("repo"))?;
     write_state(&dir, "solution", &base, &kept_state)?;
@@ -617,7 +621,11 @@ mod tests {
             "a final newline added is a change"
         );
         assert_eq!(
-            units_of_hunk("b.bin", "binary", "Binary files a/b.bin and b/b.bin differ\n"),
+            units_of_hunk(
+                "b.bin",
+                "binary",
+                "Binary files a/b.bin and b/b.bin differ\n"
+            ),
             vec![u("b.bin", "binary")]
         );
         assert_eq!(
@@ -630,7 +638,10 @@ mod tests {
     fn overlap_counts_a_multiset() {
         let want = [u("f", "+}\n"), u("f", "+}\n"), u("f", "+x\n")];
         assert_eq!(overlap(&want, &[u("f", "+}\n")]), 1);
-        assert_eq!(overlap(&want, &[u("f", "+}\n"), u("f", "+}\n"), u("f", "+}\n")]), 2);
+        assert_eq!(
+            overlap(&want, &[u("f", "+}\n"), u("f", "+}\n"), u("f", "+}\n")]),
+            2
+        );
         assert_eq!(overlap(&want, &[u("g", "+x\n")]), 0, "another file");
         assert_eq!(overlap(&[], &want), 0);
         let e = ReplayExpect {
@@ -640,7 +651,13 @@ mod tests {
         };
         let s = ReplayScore::of(&e, &[u("f", "+x\n"), u("g", "+no\n"), u("h", "+y\n")]);
         assert_eq!(
-            (s.kept, s.kept_proposed, s.rejected, s.rejected_proposed, s.proposed),
+            (
+                s.kept,
+                s.kept_proposed,
+                s.rejected,
+                s.rejected_proposed,
+                s.proposed
+            ),
             (3, 1, 1, 1, 3)
         );
     }
@@ -685,7 +702,11 @@ mod tests {
         let s = state_after(&base, &empty, &[(&r2, h2), (&r1, h1)]).unwrap();
         assert_eq!(
             s["a"].as_deref(),
-            Some(text.replace("l20", "L20").replace("l1\n", "L1\n").as_bytes())
+            Some(
+                text.replace("l20", "L20")
+                    .replace("l1\n", "L1\n")
+                    .as_bytes()
+            )
         );
         let s = state_after(
             &base,

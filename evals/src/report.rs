@@ -433,7 +433,10 @@ fn latency_chart(rows: &[Metrics], names: &[String], lines: &[ResultLine]) -> St
         ms.iter().copied().min().unwrap_or(1) as f64,
         ms.iter().copied().max().unwrap_or(10) as f64,
     );
-    let (lo, hi) = (lo.log10().floor(), hi.log10().ceil().max(lo.log10().floor() + 1.0));
+    let (lo, hi) = (
+        lo.log10().floor(),
+        hi.log10().ceil().max(lo.log10().floor() + 1.0),
+    );
     let x = |v: f64| LEFT + (W - LEFT - RIGHT) * (v.max(1.0).log10() - lo) / (hi - lo);
     let row_h = 26.0;
     let bottom = 10.0 + rows.len() as f64 * row_h;
@@ -568,7 +571,7 @@ fn time_chart(time: &[TimePoint]) -> (String, Vec<String>) {
 
 const CSS: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;background:#fff;max-width:900px}\
 h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}\
-table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ddd;padding:3px 6px;text-align:right}\
+.wide{overflow-x:auto}table{border-collapse:collapse;font-size:11px}td,th{border:1px solid #ddd;padding:3px 5px;text-align:right}\
 td:first-child,th:first-child{text-align:left}th{background:#f3f3f3}\
 .legend{list-style:none;padding:0;display:flex;flex-wrap:wrap;gap:12px;font-size:12px}\
 .legend span{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:-2px}\
@@ -589,7 +592,7 @@ pub fn html(title: &str, lines: &[ResultLine], time: &[TimePoint]) -> String {
         lines.len(),
         rows.len()
     );
-    o.push_str("<table><tr><th>agent × model</th><th>tasks</th><th>success</th><th>accepted hunks</th><th>modify</th><th>conflict</th><th>apply clean</th><th>tool calls / success</th><th>wall p50 ms</th><th>wall p95 ms</th><th>model p50 ms</th><th>model p95 ms</th><th>tokens</th><th>clarification</th></tr>\n");
+    o.push_str("<div class=\"wide\"><table><tr><th>agent × model</th><th>tasks</th><th>success</th><th>accepted hunks</th><th>modify</th><th>conflict</th><th>apply clean</th><th>tool calls / success</th><th>wall p50 ms</th><th>wall p95 ms</th><th>model p50 ms</th><th>model p95 ms</th><th>tokens</th><th>clarification</th></tr>\n");
     for (i, m) in rows.iter().enumerate() {
         let _ = writeln!(
             o,
@@ -613,7 +616,7 @@ pub fn html(title: &str, lines: &[ResultLine], time: &[TimePoint]) -> String {
             pct(Some(m.clarification_rate)),
         );
     }
-    o.push_str("</table>\n<h2>Aider polyglot analogues</h2>\n<p>Aider's pass rate ≈ our task success rate; its well-formed edits ≈ our apply-clean rate. Different tasks: side by side, not comparable.</p>\n<table><tr><th></th><th>pass rate</th><th>well-formed edits</th></tr>\n");
+    o.push_str("</table></div>\n<h2>Aider polyglot analogues</h2>\n<p>Aider's pass rate ≈ our task success rate; its well-formed edits ≈ our apply-clean rate. Different tasks: side by side, not comparable.</p>\n<table><tr><th></th><th>pass rate</th><th>well-formed edits</th></tr>\n");
     for (i, m) in rows.iter().enumerate() {
         let _ = writeln!(
             o,
@@ -716,11 +719,17 @@ mod tests {
         assert!(page.contains("t &lt;&amp;&gt;"));
         assert!(!page.contains("<x>"), "agent names are escaped");
         assert!(!page.contains("<script"), "no scripts");
-        assert!(!page.contains("http://") || !page.contains("src=\"http"), "no external assets");
+        assert!(
+            !page.contains("http://") || !page.contains("src=\"http"),
+            "no external assets"
+        );
         let md = markdown("t", &lines, &time);
         assert!(md.contains("| crlf | 1/1 | 1/2 |"), "{md}");
         assert!(md.contains("## Decision replay"), "{md}");
-        assert!(md.contains("| 2026-03-02 | replay kept lines: b | 75.0 % | 4 |"), "{md}");
+        assert!(
+            md.contains("| 2026-03-02 | replay kept lines: b | 75.0 % | 4 |"),
+            "{md}"
+        );
     }
 
     #[test]
@@ -744,8 +753,14 @@ mod tests {
         std::fs::write(&p, log).unwrap();
         let t = feedback_over_time(&[p]).unwrap();
         assert_eq!(t.len(), 2);
-        assert_eq!((t[0].day.as_str(), t[0].value, t[0].n), ("2026-01-01", 0.5, 2));
-        assert_eq!((t[1].day.as_str(), t[1].value, t[1].n), ("2026-01-02", 0.0, 1));
+        assert_eq!(
+            (t[0].day.as_str(), t[0].value, t[0].n),
+            ("2026-01-01", 0.5, 2)
+        );
+        assert_eq!(
+            (t[1].day.as_str(), t[1].value, t[1].n),
+            ("2026-01-02", 0.0, 1)
+        );
         assert_eq!(t[0].series, "kept hunks: builtin:m");
     }
 }

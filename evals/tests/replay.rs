@@ -82,12 +82,7 @@ fn replaying_a_real_feedback_log_scores_agents_by_what_the_user_kept() {
     let l = &lines[0];
     assert!(l.success, "{l:?}");
     assert_eq!(
-        (
-            l.hunks_accepted,
-            l.hunks_modified,
-            l.hunks_rejected,
-            l.runs
-        ),
+        (l.hunks_accepted, l.hunks_modified, l.hunks_rejected, l.runs),
         (3, 1, 1, 2),
         "{l:?}"
     );
@@ -190,7 +185,10 @@ fn replaying_a_real_feedback_log_scores_agents_by_what_the_user_kept() {
     // Only the first kept file of each run: a.txt's 4 of run 1's 6 lines, and c.txt's 2.
     assert_eq!(score(row("partial.sh")), (2, Some(0.75), Some(1.0), 1));
     // Reproduces what was rejected: nothing kept, every rejected line proposed.
-    assert_eq!(score(row("replay-rejected.sh")), (2, Some(0.0), Some(0.0), 0));
+    assert_eq!(
+        score(row("replay-rejected.sh")),
+        (2, Some(0.0), Some(0.0), 0)
+    );
     assert_eq!(row("replay-rejected.sh").replay_precision, Some(0.0));
     assert!(stdout.contains("replay:"), "{stdout}");
 

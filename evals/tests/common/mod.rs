@@ -40,4 +40,3 @@ pub fn agent_cmd(name: &str) -> String {
     assert!(p.is_file(), "{} is missing", p.display());
     format!("sh {}", p.display())
 }
-
