@@ -572,7 +572,7 @@ fn time_chart(time: &[TimePoint]) -> (String, Vec<String>) {
 const CSS: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;background:#fff;max-width:900px}\
 h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}\
 .wide{overflow-x:auto}table{border-collapse:collapse;font-size:11px}td,th{border:1px solid #ddd;padding:3px 5px;text-align:right}\
-td:first-child,th:first-child{text-align:left}th{background:#f3f3f3}\
+td:first-child,th:first-child{text-align:left;white-space:nowrap}th{background:#f3f3f3}\
 .legend{list-style:none;padding:0;display:flex;flex-wrap:wrap;gap:12px;font-size:12px}\
 .legend span{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:-2px}\
 svg text{font:11px system-ui,sans-serif;fill:#333}svg .grid{stroke:#e4e4e4}svg .val{fill:#555;font-size:10px}\
