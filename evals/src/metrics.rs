@@ -349,4 +349,81 @@ mod tests {
         assert_eq!(rows[0].accepted_ratio, None);
         assert_eq!(rows[0].apply_clean_rate, None);
     }
+
+    #[test]
+    fn tags_replay_scores_tokens_and_aider_analogues() {
+        let l = |task: &str,
+                 tags: &[&str],
+                 ok: bool,
+                 replay: Option<(usize, usize, usize, usize, usize)>| {
+            ResultLine {
+                task: task.into(),
+                tags: tags.iter().map(|t| t.to_string()).collect(),
+                agent: "builtin:m".into(),
+                model: Some("m".into()),
+                success: ok,
+                apply_clean: Some(ok),
+                prompt_tokens: Some(10),
+                completion_tokens: Some(2),
+                replay: replay.map(|(k, kp, r, rp, p)| crate::replay::ReplayScore {
+                    kept: k,
+                    kept_proposed: kp,
+                    rejected: r,
+                    rejected_proposed: rp,
+                    proposed: p,
+                    ..Default::default()
+                }),
+                ..ResultLine::default()
+            }
+        };
+        let rows = compute(&[
+            l("a", &["crlf", "create"], true, None),
+            l("b", &["crlf"], false, None),
+            l("r1", &["replay"], false, Some((4, 3, 2, 0, 5))),
+            l("r2", &["replay"], true, Some((6, 6, 2, 1, 6))),
+        ]);
+        let m = &rows[0];
+        assert_eq!(
+            m.per_tag["crlf"],
+            TagRate {
+                tasks: 2,
+                succeeded: 1
+            }
+        );
+        assert_eq!(
+            m.per_tag["create"],
+            TagRate {
+                tasks: 1,
+                succeeded: 1
+            }
+        );
+        assert_eq!(
+            m.per_tag["replay"],
+            TagRate {
+                tasks: 2,
+                succeeded: 1
+            }
+        );
+        assert_eq!(m.replay_tasks, 2);
+        assert_eq!(m.kept_recall, Some(0.9), "9 of 10 kept lines");
+        assert_eq!(
+            m.rejected_avoided,
+            Some(0.75),
+            "1 of 4 rejected lines proposed"
+        );
+        assert_eq!(m.replay_precision, Some(9.0 / 11.0));
+        assert_eq!(m.tokens, 48);
+        assert_eq!((m.pass_rate(), m.well_formed_rate()), (0.5, Some(0.5)));
+        let t = render(&rows);
+        assert!(t.contains("Aider polyglot analogues"), "{t}");
+        assert!(t.contains("88.0") && t.contains("91.6"), "{t}");
+        assert!(t.contains("replay:"), "{t}");
+        // Without replay tasks the replay ratios are absent, not 0.
+        let rows = compute(&[l("a", &["x"], true, None)]);
+        assert_eq!(
+            (rows[0].kept_recall, rows[0].rejected_avoided),
+            (None, None)
+        );
+        assert!(!render(&rows).contains("replay:"));
+    }
 }
