@@ -20,9 +20,10 @@ use crate::decide::recover::recover;
 use crate::hub::events::Bus;
 use crate::hub::registry::Runs;
 use crate::hub::{Hub, State};
+use crate::model::decision::DecisionRec;
 use crate::protocol::RunState;
 use crate::store::feedback::FeedbackLog;
-use crate::store::journal::{Journal, Prepared, Record};
+use crate::store::journal::{Journal, Record};
 
 /// Create the state dir (0700) or check an existing one is private.
 fn prepare_state_dir(dir: &Path) -> anyhow::Result<()> {
@@ -113,7 +114,7 @@ pub fn open_hub(
     let mut suggestions = BTreeMap::new();
     let mut order = Vec::new();
     let mut runs = BTreeMap::new();
-    let mut pending: Vec<Prepared> = Vec::new();
+    let mut pending: Vec<DecisionRec> = Vec::new();
     let mut seq_upto = 0u64;
     let mut sessions = crate::hub::registry::Sessions::default();
     for rec in records {
@@ -127,21 +128,23 @@ pub fn open_hub(
                 }
                 suggestions.insert(s.id.clone(), *s);
             }
-            Record::Prepare(p) => {
-                // Decisions are made one at a time, and one that stays in the checkout is
-                // committed before the next is prepared: an earlier prepare still open here was
-                // taken back (its abort could not be written) or failed half way and was
-                // reported; recovering it would overwrite later decisions.
+            // Decisions are made one at a time, and one that stays in the checkout is committed
+            // before the next is prepared: an earlier prepare still open here was taken back
+            // (its abort could not be written) or failed half way and was reported; recovering
+            // it would overwrite later decisions.
+            Record::Decision(d) => {
                 pending.clear();
-                pending.push(*p)
+                pending.push(*d);
+            }
+            Record::Prepare(p) => {
+                pending.clear();
+                pending.push(p.into_decision(&suggestions));
             }
             Record::Commit { decision } => {
                 if let Some(i) = pending.iter().position(|p| p.decision == decision) {
-                    let p = pending.remove(i);
-                    for s in p.also {
-                        suggestions.insert(s.id.clone(), s);
-                    }
-                    suggestions.insert(p.after.id.clone(), p.after);
+                    let d = pending.remove(i);
+                    d.apply(&mut suggestions)
+                        .map_err(|e| anyhow::anyhow!("replaying the journal: {e}"))?;
                 }
             }
             Record::Abort { decision } => pending.retain(|p| p.decision != decision),
@@ -149,19 +152,11 @@ pub fn open_hub(
             rec @ (Record::Session(_) | Record::History(_)) => sessions.replay(rec),
         }
     }
-    let mut recovered_records = Vec::new();
     let mut recovered = Vec::new();
     if !pending.is_empty() {
         let root = Beneath::open(&cfg.repo)?;
-        recovered = recover(
-            &root,
-            &store,
-            pending,
-            &feedback_path,
-            &mut recovered_records,
-            &mut suggestions,
-        )
-        .map_err(|e| anyhow::anyhow!("recovering unfinished decisions: {e}"))?;
+        recovered = recover(&root, &store, pending, &feedback_path, &mut suggestions)
+            .map_err(|e| anyhow::anyhow!("recovering unfinished decisions: {e}"))?;
     }
     // Each recovered feedback line carries the seq of the event that announces it below: the
     // first ones this hub hands out.
@@ -181,23 +176,14 @@ pub fn open_hub(
             run.error = Some(crate::runs::INTERRUPTED.into());
         }
     }
-    // Compact: one record per run and suggestion, then the sequence high-water mark.
-    let mut compact: Vec<Record> = runs
-        .values()
-        .cloned()
-        .map(|r| Record::Run(Box::new(r)))
-        .collect();
-    compact.extend(
-        order
-            .iter()
-            .filter_map(|id| suggestions.get(id))
-            .cloned()
-            .map(|s| Record::Suggestion(Box::new(s))),
-    );
-    compact.extend(sessions.records());
-    compact.push(Record::Seq {
-        upto: seq_upto + feedback_lines.len() as u64,
-    });
+    // Compact: one record per run and suggestion, the sessions, then the sequence mark.
+    let state = State {
+        suggestions,
+        order,
+        runs,
+        sessions,
+    };
+    let compact = state.records(seq_upto + feedback_lines.len() as u64);
     let journal = Arc::new(Mutex::new(Journal::rewrite(&journal_path, &compact)?));
 
     let sandbox_root = cfg.state_dir.join("sandboxes");
@@ -206,12 +192,7 @@ pub fn open_hub(
         bus: Bus::new(journal.clone(), seq_upto),
         journal,
         feedback: Mutex::new(feedback),
-        state: Mutex::new(State {
-            suggestions,
-            order,
-            runs,
-            sessions,
-        }),
+        state: Mutex::new(state),
         reviewer_token: token,
         epoch: uuid::Uuid::new_v4().to_string(),
         ws_clients: AtomicUsize::new(0),

@@ -7,8 +7,10 @@ use hunkgate_patch::{apply_hunk, parse_file_header, parse_hunks, Hunk};
 use hunkgate_sandbox::store::{Entry, FlatTree, Mode};
 
 use crate::decide::apply::{self, plan_forward, plan_reverse, PlanError};
+use crate::decide::commit::Decision;
 use crate::error::AppError;
 use crate::hub::{DecisionResult, Hub, State};
+use crate::model::decision::{Closing, HunkChange, LineRec};
 use crate::model::suggestion::{oid, HunkRec, Suggestion};
 use crate::protocol::{
     AppliedAction, BulkAction, CompleteAction, ErrorCode, Event, FeedbackAction, HunkKind,
@@ -41,7 +43,12 @@ impl Hub {
         modified_diff: Option<&str>,
         comment: Option<&str>,
     ) -> Result<DecisionResult, AppError> {
-        self.decide_as(suggestion_id, hunk_id, action, modified_diff, comment, None)
+        let ask = Ask {
+            action,
+            modified_diff,
+            comment,
+        };
+        self.decide_as(suggestion_id, hunk_id, &ask, None)
     }
 
     /// [`Hub::decide`] as one hunk of a bulk action: its feedback line carries the bulk action's
@@ -50,220 +57,42 @@ impl Hub {
         &self,
         suggestion_id: &str,
         hunk_id: &str,
-        action: FeedbackAction,
-        modified_diff: Option<&str>,
-        comment: Option<&str>,
+        ask: &Ask,
         decision: Option<&str>,
     ) -> Result<DecisionResult, AppError> {
         let mut st = self.lock()?;
         let sid = Self::resolve_id(&st, suggestion_id)?;
         let s = &st.suggestions[&sid];
-        if let Some(how) = &s.closed {
-            return Err(AppError::Conflict {
-                code: "closed",
-                message: format!("suggestion {sid} was already completed ({how})"),
-            });
-        }
-        let idx = s
-            .hunks
-            .iter()
-            .position(|h| h.id == hunk_id)
-            .or_else(|| {
-                // Shorthands within the suggestion: "<file>:<index>" or the 0-based position.
-                s.hunks
-                    .iter()
-                    .position(|h| hunk_id == format!("{}:{}", h.file, h.index))
-                    .or_else(|| hunk_id.parse::<usize>().ok().filter(|i| *i < s.hunks.len()))
-            })
-            .ok_or_else(|| {
-                AppError::NotFound(format!("suggestion {sid} has no hunk {hunk_id:?}"))
-            })?;
-        let rec = s.hunks[idx].clone();
-        let decision = decision
+        ensure_open(s)?;
+        let idx = find_hunk(s, hunk_id)?;
+        let rec = &s.hunks[idx];
+        let id = decision
             .map(str::to_string)
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-        let mut after = s.clone();
-        let action_word = match action {
-            FeedbackAction::Accept => "accept",
-            FeedbackAction::Reject => "reject",
-            FeedbackAction::Modify => "modify",
-            FeedbackAction::Undo => "undo",
-        };
-
         // Validate the user's diff before anything else: bad input changes nothing.
-        let modified: Option<Hunk> = match action {
-            FeedbackAction::Modify => {
-                let text = modified_diff
-                    .filter(|d| !d.trim().is_empty())
-                    .ok_or_else(|| {
-                        AppError::BadRequest(
-                            "action \"modify\" needs modifiedDiff (modified_diff over HTTP)".into(),
-                        )
-                    })?;
-                Some(parse_modified(text, &rec)?)
-            }
-            _ => {
-                if modified_diff.is_some() {
-                    return Err(AppError::BadRequest(format!(
-                        "modifiedDiff is only allowed with action \"modify\", not {action_word:?}"
-                    )));
-                }
-                None
-            }
+        let modified = modified_hunk(ask, rec)?;
+        let planned = match self.plan_one(s, idx, ask.action, modified.as_ref())? {
+            Step::Planned(state, plan, act) => (state, plan, act),
+            Step::Conflict(msg) => return self.record_conflict(&mut st, &sid, idx, &id, ask, msg),
         };
-
-        let (new_state, plan, applied_action) = match action {
-            FeedbackAction::Accept | FeedbackAction::Modify => {
-                if rec.state.reviewed() {
-                    return Err(AppError::Conflict {
-                        code: "already_decided",
-                        message: format!(
-                            "hunk {} is already {:?}; undo it first to decide again",
-                            rec.id, rec.state
-                        )
-                        .to_lowercase(),
-                    });
-                }
-                let hunk = modified.as_ref().or(rec.patch.as_ref());
-                let offset = Self::offset_for(s, &rec);
-                let root = self.checkout()?;
-                match plan_forward(&root, &self.store, &rec, hunk, offset, modified.is_some()) {
-                    Ok(plan) => {
-                        let state = if modified.is_some() {
-                            HunkState::Modified
-                        } else {
-                            HunkState::Accepted
-                        };
-                        let act = if modified.is_some() {
-                            AppliedAction::Modified
-                        } else {
-                            AppliedAction::Accepted
-                        };
-                        (state, plan, act)
-                    }
-                    Err(PlanError::Conflict(msg)) => {
-                        return self.record_conflict(
-                            &mut st,
-                            &sid,
-                            idx,
-                            &decision,
-                            action_word,
-                            comment,
-                            modified_diff,
-                            msg,
-                        );
-                    }
-                    Err(e) => return Err(AppError::Internal(e.to_string())),
-                }
-            }
-            FeedbackAction::Reject | FeedbackAction::Undo => {
-                let target = if action == FeedbackAction::Reject {
-                    HunkState::Rejected
-                } else {
-                    HunkState::Pending
-                };
-                if rec.state == target || (action == FeedbackAction::Undo && !rec.state.reviewed())
-                {
-                    return Err(AppError::Conflict {
-                        code: "already_decided",
-                        message: format!(
-                            "hunk {} is {:?}; nothing to {action_word}",
-                            rec.id, rec.state
-                        )
-                        .to_lowercase(),
-                    });
-                }
-                if rec.state.applied() {
-                    let offset = Self::offset_for(s, &rec);
-                    let root = self.checkout()?;
-                    match plan_reverse(&root, &self.store, &rec, offset) {
-                        Ok(plan) => (
-                            target,
-                            plan,
-                            if target == HunkState::Rejected {
-                                AppliedAction::Rejected
-                            } else {
-                                AppliedAction::Undone
-                            },
-                        ),
-                        Err(PlanError::Conflict(msg)) => {
-                            return Err(AppError::Conflict {
-                                code: "conflict",
-                                message: format!("cannot undo hunk {}: {msg}", rec.id),
-                            })
-                        }
-                        Err(e) => return Err(AppError::Internal(e.to_string())),
-                    }
-                } else {
-                    let act = if target == HunkState::Rejected {
-                        AppliedAction::Rejected
-                    } else {
-                        AppliedAction::Undone
-                    };
-                    (target, apply::Plan::default(), act)
-                }
-            }
-        };
-
-        {
-            let h = &mut after.hunks[idx];
-            h.state = new_state;
-            h.conflict = None;
-            if comment.is_some() {
-                h.comment = comment.map(str::to_string);
-            }
-            h.applied = if new_state.applied() {
-                plan.applied.clone()
-            } else {
-                None
-            };
-            if new_state.applied() && plan.perm.is_some() {
-                h.perm = plan.perm;
-            }
-        }
-        let outcome = match applied_action {
-            AppliedAction::Accepted => "applied",
-            AppliedAction::Modified => "modified",
-            AppliedAction::Rejected => "rejected",
-            AppliedAction::Undone => "undone",
-        };
-        let mut fb = Self::feedback_record(&after, &rec, &decision, action_word, outcome);
-        fb.comment = comment.map(str::to_string);
-        fb.modified_diff = modified.as_ref().map(|h| h.to_unified());
-        let events = vec![
-            Event::HunkApplied {
-                seq: 0,
-                suggestion_id: sid.clone(),
-                hunk_id: rec.id.clone(),
-                action: applied_action,
-                file: rec.file.clone(),
-                state: new_state,
-                reviewed_count: after.reviewed_count(),
-                hunk_count: after.hunks.len(),
-            },
-            Self::status_event(&after),
-        ];
-        let hunk = after.hunks[idx].view();
-        let remaining = after.hunks.len() - after.reviewed_count();
-        let applied = !plan.ops.is_empty();
-        let forward = matches!(action, FeedbackAction::Accept | FeedbackAction::Modify);
-        match self.commit_decision(&mut st, after, Vec::new(), plan.ops, vec![fb], events) {
+        let d = decision_for(
+            s,
+            idx,
+            Decision::with_id(id.clone()),
+            ask,
+            &modified,
+            planned,
+        );
+        let hunk_id = rec.id.clone();
+        let applied = !d.file_ops().is_empty();
+        match self.commit(&mut st, d) {
             Ok(()) => {}
             // The file changed between the plan and the write: a conflict like any other.
             Err(AppError::Conflict {
                 code: "conflict",
                 message,
-            }) if forward => {
-                return self.record_conflict(
-                    &mut st,
-                    &sid,
-                    idx,
-                    &decision,
-                    action_word,
-                    comment,
-                    modified_diff,
-                    message,
-                );
+            }) if ask.action.forward() => {
+                return self.record_conflict(&mut st, &sid, idx, &id, ask, message);
             }
             Err(AppError::Conflict {
                 code: "conflict",
@@ -271,47 +100,111 @@ impl Hub {
             }) => {
                 return Err(AppError::Conflict {
                     code: "conflict",
-                    message: format!("cannot {action_word} hunk {}: {message}", rec.id),
+                    message: format!("cannot {} hunk {hunk_id}: {message}", ask.action.word()),
                 })
             }
             Err(e) => return Err(e),
         }
+        let s = &st.suggestions[&sid];
         Ok(DecisionResult {
             applied,
-            remaining_hunks: remaining,
-            hunk,
+            remaining_hunks: s.hunks.len() - s.reviewed_count(),
+            hunk: s.hunks[idx].view(),
         })
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// What deciding hunk `idx` of `s` does to the checkout: the new state and file operations,
+    /// or the conflict that stops it.
+    fn plan_one(
+        &self,
+        s: &Suggestion,
+        idx: usize,
+        action: FeedbackAction,
+        modified: Option<&Hunk>,
+    ) -> Result<Step, AppError> {
+        let rec = &s.hunks[idx];
+        if action.forward() {
+            if rec.state.reviewed() {
+                return Err(already(format!(
+                    "hunk {} is already {:?}; undo it first to decide again",
+                    rec.id, rec.state
+                )));
+            }
+            let hunk = modified.or(rec.patch.as_ref());
+            let offset = Self::offset_for(s, rec);
+            let root = self.checkout()?;
+            return match plan_forward(&root, &self.store, rec, hunk, offset, modified.is_some()) {
+                Ok(plan) if modified.is_some() => Ok(Step::Planned(
+                    HunkState::Modified,
+                    plan,
+                    AppliedAction::Modified,
+                )),
+                Ok(plan) => Ok(Step::Planned(
+                    HunkState::Accepted,
+                    plan,
+                    AppliedAction::Accepted,
+                )),
+                Err(PlanError::Conflict(msg)) => Ok(Step::Conflict(msg)),
+                Err(e) => Err(AppError::Internal(e.to_string())),
+            };
+        }
+        let (target, act) = if action == FeedbackAction::Reject {
+            (HunkState::Rejected, AppliedAction::Rejected)
+        } else {
+            (HunkState::Pending, AppliedAction::Undone)
+        };
+        if rec.state == target || (action == FeedbackAction::Undo && !rec.state.reviewed()) {
+            return Err(already(format!(
+                "hunk {} is {:?}; nothing to {}",
+                rec.id,
+                rec.state,
+                action.word()
+            )));
+        }
+        if !rec.state.applied() {
+            return Ok(Step::Planned(target, apply::Plan::default(), act));
+        }
+        let root = self.checkout()?;
+        match plan_reverse(&root, &self.store, rec, Self::offset_for(s, rec)) {
+            Ok(plan) => Ok(Step::Planned(target, plan, act)),
+            Err(PlanError::Conflict(msg)) => Err(AppError::Conflict {
+                code: "conflict",
+                message: format!("cannot undo hunk {}: {msg}", rec.id),
+            }),
+            Err(e) => Err(AppError::Internal(e.to_string())),
+        }
+    }
+
+    /// Record that hunk `idx` conflicts (state `conflict`, a feedback line, an `apply_failed`
+    /// event) and answer the conflict.
     fn record_conflict(
         &self,
         st: &mut State,
         sid: &str,
         idx: usize,
         decision: &str,
-        action_word: &str,
-        comment: Option<&str>,
-        modified_diff: Option<&str>,
+        ask: &Ask,
         msg: String,
     ) -> Result<DecisionResult, AppError> {
-        let mut after = st.suggestions[sid].clone();
-        let rec = after.hunks[idx].clone();
-        after.hunks[idx].state = HunkState::Conflict;
-        after.hunks[idx].conflict = Some(msg.clone());
-        let mut fb = Self::feedback_record(&after, &rec, decision, action_word, "conflict");
-        fb.comment = comment.map(str::to_string);
-        fb.modified_diff = modified_diff.map(str::to_string);
-        fb.error = Some(msg.clone());
-        let events = vec![Event::Error {
+        let s = &st.suggestions[sid];
+        let rec = &s.hunks[idx];
+        let mut change = HunkChange::keep(sid, idx, rec, HunkState::Conflict);
+        change.conflict = Some(msg.clone());
+        let mut line = LineRec::new(s, rec, ask.action.word(), "conflict");
+        line.comment = ask.comment.map(str::to_string);
+        line.modified_diff = ask.modified_diff.map(str::to_string);
+        line.error = Some(msg.clone());
+        let event = Event::Error {
             seq: 0,
             code: ErrorCode::ApplyFailed,
             message: msg.clone(),
             suggestion_id: Some(sid.to_string()),
             hunk_id: Some(rec.id.clone()),
-            run_id: Some(after.run_id.clone()),
-        }];
-        self.commit_decision(st, after, Vec::new(), Vec::new(), vec![fb], events)?;
+            run_id: Some(s.run_id.clone()),
+        };
+        let mut d = Decision::with_id(decision.to_string());
+        d.change(change).line(line, event);
+        self.commit(st, d)?;
         Err(AppError::Conflict {
             code: "conflict",
             message: msg,
@@ -359,7 +252,12 @@ impl Hub {
         let mut failed = Vec::new();
         let decision = uuid::Uuid::new_v4().to_string();
         for id in ids {
-            match self.decide_as(&sid, &id, fa, None, comment, Some(&decision)) {
+            let ask = Ask {
+                action: fa,
+                modified_diff: None,
+                comment,
+            };
+            match self.decide_as(&sid, &id, &ask, Some(&decision)) {
                 Ok(r) => done.push(serde_json::json!({"hunk_id": id, "state": r.hunk.state})),
                 Err(e) => failed.push(serde_json::json!({"hunk_id": id, "error": e.to_string()})),
             }
@@ -393,55 +291,57 @@ impl Hub {
                 message: format!("suggestion {sid} was already completed ({how})"),
             });
         }
-        let decision = uuid::Uuid::new_v4().to_string();
         let via = match action {
             CompleteAction::Finalize => "finalize",
             CompleteAction::Discard => "discard",
         };
-        let mut after = s.clone();
-        let mut feedback = Vec::new();
-        let mut events = Vec::new();
-        for i in 0..after.hunks.len() {
-            if after.hunks[i].state.reviewed() {
+        let mut d = Decision::new();
+        let mut reviewed = s.reviewed_count();
+        for (i, rec) in s.hunks.iter().enumerate() {
+            if rec.state.reviewed() {
                 continue;
             }
-            after.hunks[i].state = HunkState::Rejected;
-            let rec = after.hunks[i].clone();
-            let mut fb = Self::feedback_record(&after, &rec, &decision, "reject", "rejected");
-            fb.via = Some(via.into());
-            feedback.push(fb);
-            events.push(Event::HunkApplied {
+            reviewed += 1;
+            let mut line = LineRec::new(s, rec, "reject", "rejected");
+            line.via = Some(via.into());
+            let event = Event::HunkApplied {
                 seq: 0,
                 suggestion_id: sid.clone(),
                 hunk_id: rec.id.clone(),
                 action: AppliedAction::Rejected,
                 file: rec.file.clone(),
                 state: HunkState::Rejected,
-                reviewed_count: after.reviewed_count(),
-                hunk_count: after.hunks.len(),
-            });
+                reviewed_count: reviewed,
+                hunk_count: s.hunks.len(),
+            };
+            d.change(HunkChange::keep(&sid, i, rec, HunkState::Rejected))
+                .line(line, event);
         }
-        after.closed = Some(via.into());
-        if action == CompleteAction::Finalize {
-            match self.reviewed_commit(&after) {
-                Ok(c) => {
-                    after.reviewed_commit = Some(c.clone());
-                }
+        // Pending hunks are rejected, so exactly the applied ones make the reviewed commit.
+        let reviewed_commit = match action {
+            CompleteAction::Finalize => match self.reviewed_commit(s) {
+                Ok(c) => Some(c),
                 Err(e) => {
-                    tracing::warn!(error = %e, suggestion = %sid, "recording the reviewed checkpoint")
+                    tracing::warn!(error = %e, suggestion = %sid, "recording the reviewed checkpoint");
+                    s.reviewed_commit.clone()
                 }
-            }
-        }
-        events.push(Event::Completed {
+            },
+            CompleteAction::Discard => s.reviewed_commit.clone(),
+        };
+        d.close(Closing {
+            suggestion_id: sid.clone(),
+            how: via.into(),
+            reviewed_commit: reviewed_commit.clone(),
+        })
+        .event(Event::Completed {
             seq: 0,
             suggestion_id: sid.clone(),
             action,
-            reviewed_commit: after.reviewed_commit.clone(),
+            reviewed_commit: reviewed_commit.clone(),
         });
-        let reviewed_commit = after.reviewed_commit.clone();
-        let applied = after.hunks.iter().filter(|h| h.state.applied()).count();
-        let total = after.hunks.len();
-        self.commit_decision(&mut st, after, Vec::new(), Vec::new(), feedback, events)?;
+        let applied = s.hunks.iter().filter(|h| h.state.applied()).count();
+        let total = s.hunks.len();
+        self.commit(&mut st, d)?;
         Ok(serde_json::json!({
             "suggestion_id": sid,
             "action": via,
@@ -541,6 +441,129 @@ impl Hub {
             .map_err(|e| ierr(&e))?;
         Ok(commit.to_string())
     }
+}
+
+/// What the user asked for one hunk.
+struct Ask<'a> {
+    action: FeedbackAction,
+    modified_diff: Option<&'a str>,
+    comment: Option<&'a str>,
+}
+
+/// A planned decision on one hunk, or the conflict that stops it.
+enum Step {
+    Planned(HunkState, apply::Plan, AppliedAction),
+    Conflict(String),
+}
+
+fn already(message: String) -> AppError {
+    AppError::Conflict {
+        code: "already_decided",
+        message: message.to_lowercase(),
+    }
+}
+
+fn ensure_open(s: &Suggestion) -> Result<(), AppError> {
+    match &s.closed {
+        Some(how) => Err(AppError::Conflict {
+            code: "closed",
+            message: format!("suggestion {} was already completed ({how})", s.id),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// A hunk by id, or by the shorthands within a suggestion: `<file>:<index>` or its 0-based
+/// position.
+fn find_hunk(s: &Suggestion, hunk_id: &str) -> Result<usize, AppError> {
+    s.hunks
+        .iter()
+        .position(|h| h.id == hunk_id)
+        .or_else(|| {
+            s.hunks
+                .iter()
+                .position(|h| hunk_id == format!("{}:{}", h.file, h.index))
+                .or_else(|| hunk_id.parse::<usize>().ok().filter(|i| *i < s.hunks.len()))
+        })
+        .ok_or_else(|| AppError::NotFound(format!("suggestion {} has no hunk {hunk_id:?}", s.id)))
+}
+
+/// The user's own version of the hunk (`modify`), checked against it.
+fn modified_hunk(ask: &Ask, rec: &HunkRec) -> Result<Option<Hunk>, AppError> {
+    if ask.action != FeedbackAction::Modify {
+        if ask.modified_diff.is_some() {
+            return Err(AppError::BadRequest(format!(
+                "modifiedDiff is only allowed with action \"modify\", not {:?}",
+                ask.action.word()
+            )));
+        }
+        return Ok(None);
+    }
+    let text = ask
+        .modified_diff
+        .filter(|d| !d.trim().is_empty())
+        .ok_or_else(|| {
+            AppError::BadRequest(
+                "action \"modify\" needs modifiedDiff (modified_diff over HTTP)".into(),
+            )
+        })?;
+    parse_modified(text, rec).map(Some)
+}
+
+/// The decision that carries out a planned step on hunk `idx`: its delta, its feedback line
+/// with the `hunk.applied` event, and the suggestion's new status. Counts are those after the
+/// decision, worked out without copying the suggestion.
+fn decision_for(
+    s: &Suggestion,
+    idx: usize,
+    mut d: Decision,
+    ask: &Ask,
+    modified: &Option<Hunk>,
+    (state, plan, act): (HunkState, apply::Plan, AppliedAction),
+) -> Decision {
+    let rec = &s.hunks[idx];
+    let change = HunkChange {
+        suggestion_id: s.id.clone(),
+        index: idx,
+        hunk_id: rec.id.clone(),
+        state,
+        applied: if state.applied() { plan.applied } else { None },
+        conflict: None,
+        comment: ask.comment.map(str::to_string),
+        perm: if state.applied() { plan.perm } else { None },
+    };
+    let outcome = match act {
+        AppliedAction::Accepted => "applied",
+        AppliedAction::Modified => "modified",
+        AppliedAction::Rejected => "rejected",
+        AppliedAction::Undone => "undone",
+    };
+    let mut line = LineRec::new(s, rec, ask.action.word(), outcome);
+    line.comment = ask.comment.map(str::to_string);
+    line.modified_diff = modified.as_ref().map(|h| h.to_unified());
+    // `n` counts this hunk's old state: take it out, count its new one.
+    let adjust = |n: usize, before: bool, after: bool| n + after as usize - before as usize;
+    let reviewed = adjust(s.reviewed_count(), rec.state.reviewed(), state.reviewed());
+    let applied = adjust(
+        s.hunks.iter().filter(|h| h.state.applied()).count(),
+        rec.state.applied(),
+        state.applied(),
+    );
+    let event = Event::HunkApplied {
+        seq: 0,
+        suggestion_id: s.id.clone(),
+        hunk_id: rec.id.clone(),
+        action: act,
+        file: rec.file.clone(),
+        state,
+        reviewed_count: reviewed,
+        hunk_count: s.hunks.len(),
+    };
+    d.ops(plan.ops)
+        .change(change)
+        .line(line, event)
+        .event(Hub::status_event(s, reviewed, applied));
+    d
 }
 
 fn put_side(tree: &mut FlatTree, path: &str, side: Option<&crate::model::suggestion::Side>) {
