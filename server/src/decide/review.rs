@@ -6,11 +6,14 @@ use std::collections::BTreeMap;
 use hunkgate_patch::{apply_hunk, parse_file_header, parse_hunks, Hunk};
 use hunkgate_sandbox::store::{Entry, FlatTree, Mode};
 
-use crate::decide::apply::{self, plan_forward, plan_reverse, PlanError};
+use crate::decide::apply::{
+    self, merge_ops, plan_forward, plan_forward_over, plan_reverse, Overlay, PlanError,
+};
 use crate::decide::commit::Decision;
 use crate::error::AppError;
 use crate::hub::{DecisionResult, Hub, State};
 use crate::model::decision::{Closing, HunkChange, LineRec};
+use crate::model::fileop::FileOp;
 use crate::model::suggestion::{oid, HunkRec, Suggestion};
 use crate::protocol::{
     AppliedAction, BulkAction, CompleteAction, ErrorCode, Event, FeedbackAction, HunkKind,
@@ -186,22 +189,7 @@ impl Hub {
         ask: &Ask,
         msg: String,
     ) -> Result<DecisionResult, AppError> {
-        let s = &st.suggestions[sid];
-        let rec = &s.hunks[idx];
-        let mut change = HunkChange::keep(sid, idx, rec, HunkState::Conflict);
-        change.conflict = Some(msg.clone());
-        let mut line = LineRec::new(s, rec, ask.action.word(), "conflict");
-        line.comment = ask.comment.map(str::to_string);
-        line.modified_diff = ask.modified_diff.map(str::to_string);
-        line.error = Some(msg.clone());
-        let event = Event::Error {
-            seq: 0,
-            code: ErrorCode::ApplyFailed,
-            message: msg.clone(),
-            suggestion_id: Some(sid.to_string()),
-            hunk_id: Some(rec.id.clone()),
-            run_id: Some(s.run_id.clone()),
-        };
+        let (change, line, event) = conflict_parts(&st.suggestions[sid], idx, ask, &msg);
         let mut d = Decision::with_id(decision.to_string());
         d.change(change).line(line, event);
         self.commit(st, d)?;
@@ -211,7 +199,11 @@ impl Hub {
         })
     }
 
-    /// Accept or reject every pending (or conflicting) hunk, optionally of one file.
+    /// Accept or reject every pending (or conflicting) hunk, optionally of one file, as one
+    /// decision: every hunk of a file is planned against what the hunks before it leave, and
+    /// each file is written once. A hunk that does not apply is recorded as a conflict and the
+    /// others go on. If the checkout changes between the plan and the write, the hunks are
+    /// decided one at a time instead.
     pub fn decide_all(
         &self,
         suggestion_id: &str,
@@ -219,52 +211,152 @@ impl Hub {
         file: Option<&str>,
         comment: Option<&str>,
     ) -> Result<serde_json::Value, AppError> {
-        let (sid, ids) = {
-            let st = self.lock()?;
-            let sid = Self::resolve_id(&st, suggestion_id)?;
-            let s = &st.suggestions[&sid];
-            if let Some(how) = &s.closed {
-                return Err(AppError::Conflict {
-                    code: "closed",
-                    message: format!("suggestion {sid} was already completed ({how})"),
-                });
+        let mut st = self.lock()?;
+        let sid = Self::resolve_id(&st, suggestion_id)?;
+        let s = &st.suggestions[&sid];
+        ensure_open(s)?;
+        if let Some(f) = file {
+            if !s.hunks.iter().any(|h| h.file == f) {
+                return Err(AppError::NotFound(format!(
+                    "suggestion {sid} has no hunks in {f}"
+                )));
             }
-            if let Some(f) = file {
-                if !s.hunks.iter().any(|h| h.file == f) {
-                    return Err(AppError::NotFound(format!(
-                        "suggestion {sid} has no hunks in {f}"
-                    )));
-                }
-            }
-            let ids: Vec<String> = s
-                .hunks
-                .iter()
-                .filter(|h| !h.state.reviewed() && file.is_none_or(|f| h.file == f))
-                .map(|h| h.id.clone())
-                .collect();
-            (sid, ids)
+        }
+        let picked: Vec<usize> = (0..s.hunks.len())
+            .filter(|&i| {
+                let h = &s.hunks[i];
+                !h.state.reviewed() && file.is_none_or(|f| h.file == f)
+            })
+            .collect();
+        let ask = Ask {
+            action: match action {
+                BulkAction::Accept => FeedbackAction::Accept,
+                BulkAction::Reject => FeedbackAction::Reject,
+            },
+            modified_diff: None,
+            comment,
         };
-        let fa = match action {
-            BulkAction::Accept => FeedbackAction::Accept,
-            BulkAction::Reject => FeedbackAction::Reject,
+        let mut d = Decision::new();
+        let (done, failed) = self.plan_bulk(s, &picked, &ask, &mut d)?;
+        let decision = d.id().to_string();
+        match self.commit(&mut st, d) {
+            Ok(()) => {}
+            Err(AppError::Conflict {
+                code: "conflict", ..
+            }) => {
+                drop(st);
+                return self.decide_each(&sid, &picked, &ask, &decision);
+            }
+            Err(e) => return Err(e),
+        }
+        let s = &st.suggestions[&sid];
+        let done: Vec<serde_json::Value> = done
+            .iter()
+            .map(|&i| serde_json::json!({"hunk_id": s.hunks[i].id, "state": s.hunks[i].state}))
+            .collect();
+        Ok(serde_json::json!({
+            "suggestion_id": sid,
+            "decided": done,
+            "failed": failed,
+            "remaining_hunks": s.hunks.len() - s.reviewed_count(),
+        }))
+    }
+
+    /// Plan a bulk decision into `d`: the hunks that will be decided, and those that conflict
+    /// (recorded in `d` as conflicts) with their errors.
+    fn plan_bulk(
+        &self,
+        s: &Suggestion,
+        picked: &[usize],
+        ask: &Ask,
+        d: &mut Decision,
+    ) -> Result<(Vec<usize>, Vec<serde_json::Value>), AppError> {
+        let root = self.checkout()?;
+        let mut overlay = Overlay::default();
+        let mut ops = Vec::new();
+        let mut counts = Counts::of(s);
+        // Line shifts of the hunks this decision applies, per file: (base start, delta).
+        let mut shifts: BTreeMap<&str, Vec<(usize, isize)>> = BTreeMap::new();
+        let (mut done, mut failed) = (Vec::new(), Vec::new());
+        for &i in picked {
+            let rec = &s.hunks[i];
+            let planned = if ask.action.forward() {
+                let start = rec.patch.as_ref().map(|p| p.old_start).unwrap_or(0);
+                let offset = Self::offset_for(s, rec)
+                    + shifts.get(rec.file.as_str()).map_or(0, |v| {
+                        v.iter().filter(|(at, _)| *at < start).map(|(_, d)| d).sum()
+                    });
+                let hunk = rec.patch.as_ref();
+                match plan_forward_over(&overlay, &root, &self.store, rec, hunk, offset, false) {
+                    Ok(plan) => {
+                        for op in &plan.ops {
+                            overlay.record(&self.store, op).map_err(internal)?;
+                        }
+                        if let Some(a) = &plan.applied {
+                            shifts
+                                .entry(&rec.file)
+                                .or_default()
+                                .push((start, a.delta()));
+                        }
+                        (HunkState::Accepted, plan, AppliedAction::Accepted)
+                    }
+                    Err(PlanError::Conflict(msg)) => {
+                        let (change, line, event) = conflict_parts(s, i, ask, &msg);
+                        d.change(change).line(line, event);
+                        let e = AppError::Conflict {
+                            code: "conflict",
+                            message: msg,
+                        };
+                        failed.push(serde_json::json!({"hunk_id": rec.id, "error": e.to_string()}));
+                        continue;
+                    }
+                    Err(e) => return Err(internal(e)),
+                }
+            } else {
+                (
+                    HunkState::Rejected,
+                    apply::Plan::default(),
+                    AppliedAction::Rejected,
+                )
+            };
+            let (plan_ops, change, line, event) =
+                step_parts(s, i, ask, &None, planned, &mut counts);
+            ops.extend(plan_ops);
+            d.change(change).line(line, event);
+            done.push(i);
+        }
+        d.ops(merge_ops(ops))
+            .event(Hub::status_event(s, counts.reviewed, counts.applied));
+        Ok((done, failed))
+    }
+
+    /// The hunks of a bulk decision one at a time (each its own transaction, sharing the bulk
+    /// decision's id), as before bulk decisions were planned together.
+    fn decide_each(
+        &self,
+        sid: &str,
+        picked: &[usize],
+        ask: &Ask,
+        decision: &str,
+    ) -> Result<serde_json::Value, AppError> {
+        let ids: Vec<String> = {
+            let st = self.lock()?;
+            picked
+                .iter()
+                .map(|&i| st.suggestions[sid].hunks[i].id.clone())
+                .collect()
         };
         let mut done = Vec::new();
         let mut failed = Vec::new();
-        let decision = uuid::Uuid::new_v4().to_string();
         for id in ids {
-            let ask = Ask {
-                action: fa,
-                modified_diff: None,
-                comment,
-            };
-            match self.decide_as(&sid, &id, &ask, Some(&decision)) {
+            match self.decide_as(sid, &id, ask, Some(decision)) {
                 Ok(r) => done.push(serde_json::json!({"hunk_id": id, "state": r.hunk.state})),
                 Err(e) => failed.push(serde_json::json!({"hunk_id": id, "error": e.to_string()})),
             }
         }
         let remaining = {
             let st = self.lock()?;
-            let s = &st.suggestions[&sid];
+            let s = &st.suggestions[sid];
             s.hunks.len() - s.reviewed_count()
         };
         Ok(serde_json::json!({
@@ -510,6 +602,31 @@ fn modified_hunk(ask: &Ask, rec: &HunkRec) -> Result<Option<Hunk>, AppError> {
     parse_modified(text, rec).map(Some)
 }
 
+fn internal(e: impl std::fmt::Display) -> AppError {
+    AppError::Internal(e.to_string())
+}
+
+/// A suggestion's reviewed and applied hunks, kept up to date as a decision is planned.
+struct Counts {
+    reviewed: usize,
+    applied: usize,
+}
+
+impl Counts {
+    fn of(s: &Suggestion) -> Self {
+        Counts {
+            reviewed: s.reviewed_count(),
+            applied: s.hunks.iter().filter(|h| h.state.applied()).count(),
+        }
+    }
+
+    /// A hunk goes from `before` to `after`.
+    fn shift(&mut self, before: HunkState, after: HunkState) {
+        self.reviewed = self.reviewed + after.reviewed() as usize - before.reviewed() as usize;
+        self.applied = self.applied + after.applied() as usize - before.applied() as usize;
+    }
+}
+
 /// The decision that carries out a planned step on hunk `idx`: its delta, its feedback line
 /// with the `hunk.applied` event, and the suggestion's new status. Counts are those after the
 /// decision, worked out without copying the suggestion.
@@ -519,8 +636,27 @@ fn decision_for(
     mut d: Decision,
     ask: &Ask,
     modified: &Option<Hunk>,
-    (state, plan, act): (HunkState, apply::Plan, AppliedAction),
+    planned: (HunkState, apply::Plan, AppliedAction),
 ) -> Decision {
+    let mut counts = Counts::of(s);
+    let (ops, change, line, event) = step_parts(s, idx, ask, modified, planned, &mut counts);
+    d.ops(ops)
+        .change(change)
+        .line(line, event)
+        .event(Hub::status_event(s, counts.reviewed, counts.applied));
+    d
+}
+
+/// The parts of one hunk's step: file operations, delta, feedback line and its event (with
+/// `counts` moved on by this hunk).
+fn step_parts(
+    s: &Suggestion,
+    idx: usize,
+    ask: &Ask,
+    modified: &Option<Hunk>,
+    (state, plan, act): (HunkState, apply::Plan, AppliedAction),
+    counts: &mut Counts,
+) -> (Vec<FileOp>, HunkChange, LineRec, Event) {
     let rec = &s.hunks[idx];
     let change = HunkChange {
         suggestion_id: s.id.clone(),
@@ -541,14 +677,7 @@ fn decision_for(
     let mut line = LineRec::new(s, rec, ask.action.word(), outcome);
     line.comment = ask.comment.map(str::to_string);
     line.modified_diff = modified.as_ref().map(|h| h.to_unified());
-    // `n` counts this hunk's old state: take it out, count its new one.
-    let adjust = |n: usize, before: bool, after: bool| n + after as usize - before as usize;
-    let reviewed = adjust(s.reviewed_count(), rec.state.reviewed(), state.reviewed());
-    let applied = adjust(
-        s.hunks.iter().filter(|h| h.state.applied()).count(),
-        rec.state.applied(),
-        state.applied(),
-    );
+    counts.shift(rec.state, state);
     let event = Event::HunkApplied {
         seq: 0,
         suggestion_id: s.id.clone(),
@@ -556,14 +685,36 @@ fn decision_for(
         action: act,
         file: rec.file.clone(),
         state,
-        reviewed_count: reviewed,
+        reviewed_count: counts.reviewed,
         hunk_count: s.hunks.len(),
     };
-    d.ops(plan.ops)
-        .change(change)
-        .line(line, event)
-        .event(Hub::status_event(s, reviewed, applied));
-    d
+    (plan.ops, change, line, event)
+}
+
+/// Hunk `idx` conflicts: its delta (state `conflict`, the message), feedback line and
+/// `apply_failed` event.
+fn conflict_parts(
+    s: &Suggestion,
+    idx: usize,
+    ask: &Ask,
+    msg: &str,
+) -> (HunkChange, LineRec, Event) {
+    let rec = &s.hunks[idx];
+    let mut change = HunkChange::keep(&s.id, idx, rec, HunkState::Conflict);
+    change.conflict = Some(msg.to_string());
+    let mut line = LineRec::new(s, rec, ask.action.word(), "conflict");
+    line.comment = ask.comment.map(str::to_string);
+    line.modified_diff = ask.modified_diff.map(str::to_string);
+    line.error = Some(msg.to_string());
+    let event = Event::Error {
+        seq: 0,
+        code: ErrorCode::ApplyFailed,
+        message: msg.to_string(),
+        suggestion_id: Some(s.id.clone()),
+        hunk_id: Some(rec.id.clone()),
+        run_id: Some(s.run_id.clone()),
+    };
+    (change, line, event)
 }
 
 fn put_side(tree: &mut FlatTree, path: &str, side: Option<&crate::model::suggestion::Side>) {

@@ -432,3 +432,70 @@ fn the_journal_is_compacted_online_and_replays_to_the_same_state() {
     assert_eq!(f.read("a.txt"), numbered(400, &edit_refs));
     assert_eq!(f.feedback().len(), 40);
 }
+
+#[test]
+fn accept_all_writes_each_file_once_and_lands_every_hunk() {
+    let base = vec![("a.txt", numbered(60, &[])), ("b.txt", numbered(60, &[]))];
+    let run = vec![
+        (
+            "a.txt",
+            numbered(60, &[(3, "A3"), (20, "A20"), (50, "A50")]),
+        ),
+        ("b.txt", numbered(60, &[(10, "B10"), (40, "B40")])),
+    ];
+    let f = Fixture::new(&base);
+    let s = f.suggest("s1", &base, &run);
+    assert_eq!(s.hunks.len(), 5);
+    let out = f
+        .hub()
+        .decide_all("s1", crate::protocol::BulkAction::Accept, None, None)
+        .unwrap();
+    assert_eq!(out["decided"].as_array().unwrap().len(), 5, "{out}");
+    assert_eq!(out["remaining_hunks"], 0);
+    assert_eq!(f.read("a.txt"), run[0].1);
+    assert_eq!(f.read("b.txt"), run[1].1);
+    let records = Journal::read(&f.tmp.path().join("state/state.jsonl")).unwrap();
+    let ops: Vec<usize> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Decision(d) => Some(d.ops.len()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ops, vec![2], "one decision, one write per file");
+    let fb = f.feedback();
+    assert_eq!(fb.len(), 5);
+    let seqs: Vec<u64> = fb.iter().map(|l| l["seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+    assert!(fb.iter().all(|l| l["decision_id"] == fb[0]["decision_id"]));
+}
+
+#[test]
+fn accept_all_records_a_conflicting_hunk_and_applies_the_rest() {
+    let base = vec![("a.txt", numbered(60, &[]))];
+    let run = vec![(
+        "a.txt",
+        numbered(60, &[(3, "A3"), (30, "A30"), (50, "A50")]),
+    )];
+    let f = Fixture::new(&base);
+    let s = f.suggest("s1", &base, &run);
+    let mine = numbered(60, &[(29, "the user's 29")]);
+    std::fs::write(f.path("a.txt"), &mine).unwrap();
+    let out = f
+        .hub()
+        .decide_all("s1", crate::protocol::BulkAction::Accept, None, None)
+        .unwrap();
+    assert_eq!(out["decided"].as_array().unwrap().len(), 2, "{out}");
+    assert_eq!(out["failed"][0]["hunk_id"], s.hunks[1].id.as_str());
+    assert_eq!(
+        f.read("a.txt"),
+        numbered(60, &[(3, "A3"), (29, "the user's 29"), (50, "A50")])
+    );
+    assert_eq!(f.state("s1", 1), HunkState::Conflict);
+    let outcomes: Vec<String> = f
+        .feedback()
+        .iter()
+        .map(|l| l["outcome"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(outcomes, ["applied", "conflict", "applied"]);
+}
