@@ -27,6 +27,7 @@ use crate::model::decision::{HunkChange, LineRec};
 use crate::model::fileop::Cur;
 use crate::model::fileop::FileOp;
 use crate::model::suggestion::{oid, HunkRec, Side, Suggestion};
+use crate::protocol::ErrorCode;
 use crate::protocol::{AppliedAction, Event, HunkKind, HunkState, RollbackMode};
 
 #[derive(Debug, Serialize)]
@@ -293,7 +294,7 @@ impl Hub {
                 });
                 return Err(match e {
                     PlanError::Conflict(_) => AppError::Conflict {
-                        code: "conflict",
+                        code: ErrorCode::Conflict,
                         message: format!("rollback refused, nothing was changed: {message}"),
                     },
                     other => ierr(other),

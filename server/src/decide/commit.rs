@@ -202,7 +202,7 @@ impl Hub {
                 self.abort(id);
                 Err(match *e {
                     PlanError::Conflict(message) => AppError::Conflict {
-                        code: "conflict",
+                        code: ErrorCode::Conflict,
                         message,
                     },
                     other => AppError::Internal(format!(

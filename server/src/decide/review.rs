@@ -92,17 +92,17 @@ impl Hub {
             Ok(()) => {}
             // The file changed between the plan and the write: a conflict like any other.
             Err(AppError::Conflict {
-                code: "conflict",
+                code: ErrorCode::Conflict,
                 message,
             }) if ask.action.forward() => {
                 return self.record_conflict(&mut st, &sid, idx, &id, ask, message);
             }
             Err(AppError::Conflict {
-                code: "conflict",
+                code: ErrorCode::Conflict,
                 message,
             }) => {
                 return Err(AppError::Conflict {
-                    code: "conflict",
+                    code: ErrorCode::Conflict,
                     message: format!("cannot {} hunk {hunk_id}: {message}", ask.action.word()),
                 })
             }
@@ -171,7 +171,7 @@ impl Hub {
         match plan_reverse(&root, &self.store, rec, Self::offset_for(s, rec)) {
             Ok(plan) => Ok(Step::Planned(target, plan, act)),
             Err(PlanError::Conflict(msg)) => Err(AppError::Conflict {
-                code: "conflict",
+                code: ErrorCode::Conflict,
                 message: format!("cannot undo hunk {}: {msg}", rec.id),
             }),
             Err(e) => Err(AppError::Internal(e.to_string())),
@@ -194,7 +194,7 @@ impl Hub {
         d.change(change).line(line, event);
         self.commit(st, d)?;
         Err(AppError::Conflict {
-            code: "conflict",
+            code: ErrorCode::Conflict,
             message: msg,
         })
     }
@@ -242,7 +242,8 @@ impl Hub {
         match self.commit(&mut st, d) {
             Ok(()) => {}
             Err(AppError::Conflict {
-                code: "conflict", ..
+                code: ErrorCode::Conflict,
+                ..
             }) => {
                 drop(st);
                 return self.decide_each(&sid, &picked, &ask, &decision);
@@ -304,7 +305,7 @@ impl Hub {
                         let (change, line, event) = conflict_parts(s, i, ask, &msg);
                         d.change(change).line(line, event);
                         let e = AppError::Conflict {
-                            code: "conflict",
+                            code: ErrorCode::Conflict,
                             message: msg,
                         };
                         failed.push(serde_json::json!({"hunk_id": rec.id, "error": e.to_string()}));
@@ -379,7 +380,7 @@ impl Hub {
         let s = &st.suggestions[&sid];
         if let Some(how) = &s.closed {
             return Err(AppError::Conflict {
-                code: "closed",
+                code: ErrorCode::Closed,
                 message: format!("suggestion {sid} was already completed ({how})"),
             });
         }
@@ -550,7 +551,7 @@ enum Step {
 
 fn already(message: String) -> AppError {
     AppError::Conflict {
-        code: "already_decided",
+        code: ErrorCode::AlreadyDecided,
         message: message.to_lowercase(),
     }
 }
@@ -558,7 +559,7 @@ fn already(message: String) -> AppError {
 fn ensure_open(s: &Suggestion) -> Result<(), AppError> {
     match &s.closed {
         Some(how) => Err(AppError::Conflict {
-            code: "closed",
+            code: ErrorCode::Closed,
             message: format!("suggestion {} was already completed ({how})", s.id),
         }),
         None => Ok(()),
