@@ -1024,7 +1024,7 @@ impl Hub {
                 r.error = err.clone();
             }
         })?;
-        use crate::agent::tool_loop::Stop;
+        use crate::agent::tools::Stop;
         if stop == Stop::Cancelled {
             self.update_run(run_id, |r| r.status = RunState::Cancelled)?;
             self.run_error(
