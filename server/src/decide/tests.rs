@@ -360,7 +360,7 @@ fn prepare_only(f: &Fixture, sid: &str, i: usize, write_files: bool) {
     hub.journal_append(&Record::Decision(Box::new(d.record().clone())))
         .unwrap();
     if write_files {
-        crate::decide::apply::execute(&root, &hub.store, d.file_ops()).unwrap();
+        crate::decide::execute::execute(&root, &hub.store, d.file_ops()).unwrap();
     }
 }
 
