@@ -52,7 +52,7 @@ pub enum McpError {
     #[error("the {0} panicked")]
     Panicked(&'static str),
     #[error("the MCP handshake failed")]
-    Handshake(#[source] ServerInitializeError),
+    Handshake(#[source] Box<ServerInitializeError>),
 }
 
 /// `hunkgate mcp`: serve stdin/stdout until stdin closes.
@@ -84,7 +84,7 @@ where
         Err(ServerInitializeError::ConnectionClosed(_)) => {}
         Err(e) => {
             ends.finish().await?;
-            return Err(McpError::Handshake(e));
+            return Err(McpError::Handshake(Box::new(e)));
         }
     }
     ends.finish().await

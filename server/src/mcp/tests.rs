@@ -27,6 +27,10 @@ async fn session(lines: &[&str]) -> Vec<Value> {
     let server = Server::new(Err(ClientError::MissingEnv {
         missing: vec![URL_VAR, TOKEN_VAR],
     }));
+    session_with(server, lines).await
+}
+
+async fn session_with(server: Server, lines: &[&str]) -> Vec<Value> {
     let sink = Sink::default();
     let input = lines.join("\n").into_bytes();
     serve(server, std::io::Cursor::new(input), sink.clone())
@@ -172,4 +176,35 @@ async fn input_that_ends_before_initialize_is_a_clean_exit() {
     .await;
     assert_eq!(msgs.len(), 1, "{msgs:#?}");
     assert_eq!(msgs[0]["error"]["code"], -32700);
+}
+
+#[tokio::test]
+async fn a_cancelled_call_stops_and_gets_no_answer() {
+    // A hub that takes the connection and never answers.
+    let hub = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", hub.local_addr().unwrap());
+    let call =
+        r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"list_suggestions"}}"#;
+    let cancel = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":9}}"#;
+    let ping = r#"{"jsonrpc":"2.0","id":10,"method":"ping"}"#;
+    let msgs = session_with(
+        Server::new(HubClient::new(&url, "t")),
+        &[&init("2025-06-18"), call, cancel, ping],
+    )
+    .await;
+    assert_eq!(msgs.len(), 2, "{msgs:#?}");
+    answer(&msgs, json!("init"));
+    answer(&msgs, json!(10));
+    // rmcp drops the answer either way; the hub call itself must have stopped: the connection
+    // is closed (a call still running would hold it open), with or without the request sent.
+    let (mut conn, _) = hub.accept().unwrap();
+    conn.set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
+    let mut request = Vec::new();
+    let read = std::io::Read::read_to_end(&mut conn, &mut request);
+    assert!(
+        read.is_ok(),
+        "{read:?} after {:?}",
+        String::from_utf8_lossy(&request)
+    );
 }
