@@ -287,7 +287,10 @@ async fn an_agent_publishes_and_reads_the_review_through_a_real_mcp_client() {
     );
     assert_tool_error(
         &r["unknown_field"],
-        &["invalid arguments for get_feedback", "unknown field `suggestion`"],
+        &[
+            "invalid arguments for get_feedback",
+            "unknown field `suggestion`",
+        ],
     );
     assert_eq!(r["unknown_tool"]["code"], -32602, "{:#}", r["unknown_tool"]);
     let msg = r["unknown_tool"]["message"].as_str().unwrap();
