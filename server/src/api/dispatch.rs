@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use crate::error::AppError;
 use crate::hub::{DecisionResult, Hub};
-use crate::protocol::{ClientMsg, RunView, SuggestionSummary, SuggestionView};
+use crate::protocol::{ClientMsg, PublishReply, RunView, SuggestionSummary, SuggestionView};
 
 /// What a command answers, typed; [`Reply::into_data`] is the WebSocket response's `data`.
 #[derive(Debug)]
@@ -34,11 +34,11 @@ impl Reply {
             Reply::Suggestions(list) => json!({ "suggestions": list }),
             Reply::Suggestion(s) => to_data(s)?,
             Reply::Run(r) => to_data(r)?,
-            Reply::Published(view) => json!({
-                "suggestion_id": view.id,
-                "hunk_count": view.hunk_count,
-                "files": view.files,
-            }),
+            Reply::Published(view) => to_data(PublishReply {
+                suggestion_id: view.id,
+                hunk_count: view.hunk_count,
+                files: view.files,
+            })?,
             Reply::Sent => json!({ "sent": true }),
             Reply::Pong { seq } => json!({ "pong": true, "seq": seq }),
         })

@@ -7,7 +7,9 @@
 use serde::{Deserialize, Serialize};
 
 mod command;
+mod reply;
 pub use command::*;
+pub use reply::*;
 
 pub const PROTOCOL_VERSION: u32 = 1;
 pub const SERVICE: &str = "hunkgate";
