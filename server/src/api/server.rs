@@ -91,6 +91,133 @@ pub struct Started {
     _lock: nix::fcntl::Flock<std::fs::File>,
 }
 
+/// The state a journal describes, and the decisions prepared but not committed in it.
+struct Replayed {
+    suggestions: BTreeMap<String, crate::model::suggestion::Suggestion>,
+    order: Vec<String>,
+    runs: BTreeMap<String, crate::model::run::RunRec>,
+    pending: Vec<Prepared>,
+    seq_upto: u64,
+    sessions: crate::hub::registry::Sessions,
+}
+
+fn replay(records: Vec<Record>) -> Replayed {
+    let mut r = Replayed {
+        suggestions: BTreeMap::new(),
+        order: Vec::new(),
+        runs: BTreeMap::new(),
+        pending: Vec::new(),
+        seq_upto: 0,
+        sessions: Default::default(),
+    };
+    for rec in records {
+        match rec {
+            Record::Run(run) => {
+                r.runs.insert(run.run_id.clone(), *run);
+            }
+            Record::Suggestion(s) => {
+                if !r.suggestions.contains_key(&s.id) {
+                    r.order.push(s.id.clone());
+                }
+                r.suggestions.insert(s.id.clone(), *s);
+            }
+            Record::Prepare(p) => {
+                // Decisions are made one at a time, and one that stays in the checkout is
+                // committed before the next is prepared: an earlier prepare still open here was
+                // taken back (its abort could not be written) or failed half way and was
+                // reported; recovering it would overwrite later decisions.
+                r.pending.clear();
+                r.pending.push(*p)
+            }
+            Record::Commit { decision } => {
+                if let Some(i) = r.pending.iter().position(|p| p.decision == decision) {
+                    let p = r.pending.remove(i);
+                    for s in p.also {
+                        r.suggestions.insert(s.id.clone(), s);
+                    }
+                    r.suggestions.insert(p.after.id.clone(), p.after);
+                }
+            }
+            Record::Abort { decision } => r.pending.retain(|p| p.decision != decision),
+            Record::Seq { upto } => r.seq_upto = r.seq_upto.max(upto),
+            rec @ (Record::Session(_) | Record::History(_)) => r.sessions.replay(rec),
+        }
+    }
+    r
+}
+
+/// The journal rewritten: one record per run, suggestion and session, then the sequence
+/// high-water mark.
+fn compacted(
+    runs: &BTreeMap<String, crate::model::run::RunRec>,
+    order: &[String],
+    suggestions: &BTreeMap<String, crate::model::suggestion::Suggestion>,
+    sessions: &crate::hub::registry::Sessions,
+    seq_upto: u64,
+) -> Vec<Record> {
+    let mut compact: Vec<Record> = runs
+        .values()
+        .cloned()
+        .map(|r| Record::Run(Box::new(r)))
+        .collect();
+    compact.extend(
+        order
+            .iter()
+            .filter_map(|id| suggestions.get(id))
+            .cloned()
+            .map(|s| Record::Suggestion(Box::new(s))),
+    );
+    compact.extend(sessions.records());
+    compact.push(Record::Seq { upto: seq_upto });
+    compact
+}
+
+/// Finish what a crash left between `prepare` and `commit`. Each recovered feedback line
+/// carries the seq of the event that announces it: the first ones this hub hands out.
+fn recover_pending(
+    cfg: &ServeConfig,
+    store: &Store,
+    pending: Vec<Prepared>,
+    feedback_path: &Path,
+    suggestions: &mut BTreeMap<String, crate::model::suggestion::Suggestion>,
+    seq_upto: u64,
+) -> anyhow::Result<(
+    Vec<crate::model::feedback::FeedbackRecord>,
+    Vec<crate::protocol::Event>,
+)> {
+    if pending.is_empty() {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let root = Beneath::open(&cfg.repo)?;
+    let mut recovered_records = Vec::new();
+    let recovered = recover(
+        &root,
+        store,
+        pending,
+        feedback_path,
+        &mut recovered_records,
+        suggestions,
+    )
+    .map_err(|e| anyhow::anyhow!("recovering unfinished decisions: {e}"))?;
+    let (mut feedback_lines, events): (Vec<_>, Vec<_>) = recovered.into_iter().unzip();
+    for (i, f) in feedback_lines.iter_mut().enumerate() {
+        f.seq = seq_upto + 1 + i as u64;
+    }
+    Ok((feedback_lines, events))
+}
+
+/// Runs that were working when the hub stopped are over: not a failure of the agent, the hub
+/// went away under it. Nothing resumes them, but their session and history stay for the next run.
+fn interrupt_unfinished(runs: &mut BTreeMap<String, crate::model::run::RunRec>) {
+    for run in runs.values_mut() {
+        if !run.finished() {
+            run.status = RunState::Interrupted;
+            run.question = None;
+            run.error = Some(crate::runs::INTERRUPTED.into());
+        }
+    }
+}
+
 /// Open everything and rebuild state; does not serve yet.
 pub fn open_hub(
     mut cfg: ServeConfig,
@@ -109,95 +236,33 @@ pub fn open_hub(
     let journal_path = cfg.state_dir.join("state.jsonl");
     let feedback_path = cfg.state_dir.join("feedback.jsonl");
 
-    let records = Journal::read(&journal_path)?;
-    let mut suggestions = BTreeMap::new();
-    let mut order = Vec::new();
-    let mut runs = BTreeMap::new();
-    let mut pending: Vec<Prepared> = Vec::new();
-    let mut seq_upto = 0u64;
-    let mut sessions = crate::hub::registry::Sessions::default();
-    for rec in records {
-        match rec {
-            Record::Run(r) => {
-                runs.insert(r.run_id.clone(), *r);
-            }
-            Record::Suggestion(s) => {
-                if !suggestions.contains_key(&s.id) {
-                    order.push(s.id.clone());
-                }
-                suggestions.insert(s.id.clone(), *s);
-            }
-            Record::Prepare(p) => {
-                // Decisions are made one at a time, and one that stays in the checkout is
-                // committed before the next is prepared: an earlier prepare still open here was
-                // taken back (its abort could not be written) or failed half way and was
-                // reported; recovering it would overwrite later decisions.
-                pending.clear();
-                pending.push(*p)
-            }
-            Record::Commit { decision } => {
-                if let Some(i) = pending.iter().position(|p| p.decision == decision) {
-                    let p = pending.remove(i);
-                    for s in p.also {
-                        suggestions.insert(s.id.clone(), s);
-                    }
-                    suggestions.insert(p.after.id.clone(), p.after);
-                }
-            }
-            Record::Abort { decision } => pending.retain(|p| p.decision != decision),
-            Record::Seq { upto } => seq_upto = seq_upto.max(upto),
-            rec @ (Record::Session(_) | Record::History(_)) => sessions.replay(rec),
-        }
-    }
-    let mut recovered_records = Vec::new();
-    let mut recovered = Vec::new();
-    if !pending.is_empty() {
-        let root = Beneath::open(&cfg.repo)?;
-        recovered = recover(
-            &root,
-            &store,
-            pending,
-            &feedback_path,
-            &mut recovered_records,
-            &mut suggestions,
-        )
-        .map_err(|e| anyhow::anyhow!("recovering unfinished decisions: {e}"))?;
-    }
-    // Each recovered feedback line carries the seq of the event that announces it below: the
-    // first ones this hub hands out.
-    let (mut feedback_lines, recovered_events): (Vec<_>, Vec<_>) = recovered.into_iter().unzip();
-    for (i, f) in feedback_lines.iter_mut().enumerate() {
-        f.seq = seq_upto + 1 + i as u64;
-    }
+    let Replayed {
+        mut suggestions,
+        order,
+        mut runs,
+        pending,
+        seq_upto,
+        sessions,
+    } = replay(Journal::read(&journal_path)?);
+    let (feedback_lines, recovered_events) = recover_pending(
+        &cfg,
+        &store,
+        pending,
+        &feedback_path,
+        &mut suggestions,
+        seq_upto,
+    )?;
     let mut feedback = FeedbackLog::open(&feedback_path)
         .with_context(|| format!("opening {}", feedback_path.display()))?;
     feedback.append(&feedback_lines)?;
-    for run in runs.values_mut() {
-        if !run.finished() {
-            // Not a failure of the agent: the hub went away under it. The run is over (nothing
-            // resumes it), but its session and history stay for the next run.
-            run.status = RunState::Interrupted;
-            run.question = None;
-            run.error = Some(crate::runs::INTERRUPTED.into());
-        }
-    }
-    // Compact: one record per run and suggestion, then the sequence high-water mark.
-    let mut compact: Vec<Record> = runs
-        .values()
-        .cloned()
-        .map(|r| Record::Run(Box::new(r)))
-        .collect();
-    compact.extend(
-        order
-            .iter()
-            .filter_map(|id| suggestions.get(id))
-            .cloned()
-            .map(|s| Record::Suggestion(Box::new(s))),
+    interrupt_unfinished(&mut runs);
+    let compact = compacted(
+        &runs,
+        &order,
+        &suggestions,
+        &sessions,
+        seq_upto + feedback_lines.len() as u64,
     );
-    compact.extend(sessions.records());
-    compact.push(Record::Seq {
-        upto: seq_upto + feedback_lines.len() as u64,
-    });
     let journal = Arc::new(Mutex::new(Journal::rewrite(&journal_path, &compact)?));
 
     let sandbox_root = cfg.state_dir.join("sandboxes");
