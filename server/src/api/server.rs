@@ -20,9 +20,13 @@ use crate::decide::recover::recover;
 use crate::hub::events::Bus;
 use crate::hub::registry::Runs;
 use crate::hub::{Hub, State};
-use crate::protocol::RunState;
+use crate::model::decision::DecisionRec;
+use crate::model::feedback::FeedbackRecord;
+use crate::model::run::RunRec;
+use crate::model::suggestion::Suggestion;
+use crate::protocol::{Event, RunState};
 use crate::store::feedback::FeedbackLog;
-use crate::store::journal::{Journal, Prepared, Record};
+use crate::store::journal::{Journal, Record};
 
 /// Create the state dir (0700) or check an existing one is private.
 fn prepare_state_dir(dir: &Path) -> anyhow::Result<()> {
@@ -91,17 +95,17 @@ pub struct Started {
     _lock: nix::fcntl::Flock<std::fs::File>,
 }
 
-/// The state a journal describes, and the decisions prepared but not committed in it.
+/// The state a journal describes, and the decision prepared but not committed in it.
 struct Replayed {
-    suggestions: BTreeMap<String, crate::model::suggestion::Suggestion>,
+    suggestions: BTreeMap<String, Suggestion>,
     order: Vec<String>,
-    runs: BTreeMap<String, crate::model::run::RunRec>,
-    pending: Vec<Prepared>,
+    runs: BTreeMap<String, RunRec>,
+    pending: Vec<DecisionRec>,
     seq_upto: u64,
     sessions: crate::hub::registry::Sessions,
 }
 
-fn replay(records: Vec<Record>) -> Replayed {
+fn replay(records: Vec<Record>) -> anyhow::Result<Replayed> {
     let mut r = Replayed {
         suggestions: BTreeMap::new(),
         order: Vec::new(),
@@ -121,21 +125,23 @@ fn replay(records: Vec<Record>) -> Replayed {
                 }
                 r.suggestions.insert(s.id.clone(), *s);
             }
-            Record::Prepare(p) => {
-                // Decisions are made one at a time, and one that stays in the checkout is
-                // committed before the next is prepared: an earlier prepare still open here was
-                // taken back (its abort could not be written) or failed half way and was
-                // reported; recovering it would overwrite later decisions.
+            // Decisions are made one at a time, and one that stays in the checkout is committed
+            // before the next is prepared: an earlier prepare still open here was taken back
+            // (its abort could not be written) or failed half way and was reported; recovering
+            // it would overwrite later decisions.
+            Record::Decision(d) => {
                 r.pending.clear();
-                r.pending.push(*p)
+                r.pending.push(*d);
+            }
+            Record::Prepare(p) => {
+                r.pending.clear();
+                r.pending.push(p.into_decision(&r.suggestions));
             }
             Record::Commit { decision } => {
                 if let Some(i) = r.pending.iter().position(|p| p.decision == decision) {
-                    let p = r.pending.remove(i);
-                    for s in p.also {
-                        r.suggestions.insert(s.id.clone(), s);
-                    }
-                    r.suggestions.insert(p.after.id.clone(), p.after);
+                    let d = r.pending.remove(i);
+                    d.apply(&mut r.suggestions)
+                        .map_err(|e| anyhow::anyhow!("replaying the journal: {e}"))?;
                 }
             }
             Record::Abort { decision } => r.pending.retain(|p| p.decision != decision),
@@ -143,33 +149,7 @@ fn replay(records: Vec<Record>) -> Replayed {
             rec @ (Record::Session(_) | Record::History(_)) => r.sessions.replay(rec),
         }
     }
-    r
-}
-
-/// The journal rewritten: one record per run, suggestion and session, then the sequence
-/// high-water mark.
-fn compacted(
-    runs: &BTreeMap<String, crate::model::run::RunRec>,
-    order: &[String],
-    suggestions: &BTreeMap<String, crate::model::suggestion::Suggestion>,
-    sessions: &crate::hub::registry::Sessions,
-    seq_upto: u64,
-) -> Vec<Record> {
-    let mut compact: Vec<Record> = runs
-        .values()
-        .cloned()
-        .map(|r| Record::Run(Box::new(r)))
-        .collect();
-    compact.extend(
-        order
-            .iter()
-            .filter_map(|id| suggestions.get(id))
-            .cloned()
-            .map(|s| Record::Suggestion(Box::new(s))),
-    );
-    compact.extend(sessions.records());
-    compact.push(Record::Seq { upto: seq_upto });
-    compact
+    Ok(r)
 }
 
 /// Finish what a crash left between `prepare` and `commit`. Each recovered feedback line
@@ -177,28 +157,17 @@ fn compacted(
 fn recover_pending(
     cfg: &ServeConfig,
     store: &Store,
-    pending: Vec<Prepared>,
+    pending: Vec<DecisionRec>,
     feedback_path: &Path,
-    suggestions: &mut BTreeMap<String, crate::model::suggestion::Suggestion>,
+    suggestions: &mut BTreeMap<String, Suggestion>,
     seq_upto: u64,
-) -> anyhow::Result<(
-    Vec<crate::model::feedback::FeedbackRecord>,
-    Vec<crate::protocol::Event>,
-)> {
+) -> anyhow::Result<(Vec<FeedbackRecord>, Vec<Event>)> {
     if pending.is_empty() {
         return Ok((Vec::new(), Vec::new()));
     }
     let root = Beneath::open(&cfg.repo)?;
-    let mut recovered_records = Vec::new();
-    let recovered = recover(
-        &root,
-        store,
-        pending,
-        feedback_path,
-        &mut recovered_records,
-        suggestions,
-    )
-    .map_err(|e| anyhow::anyhow!("recovering unfinished decisions: {e}"))?;
+    let recovered = recover(&root, store, pending, feedback_path, suggestions)
+        .map_err(|e| anyhow::anyhow!("recovering unfinished decisions: {e}"))?;
     let (mut feedback_lines, events): (Vec<_>, Vec<_>) = recovered.into_iter().unzip();
     for (i, f) in feedback_lines.iter_mut().enumerate() {
         f.seq = seq_upto + 1 + i as u64;
@@ -208,7 +177,7 @@ fn recover_pending(
 
 /// Runs that were working when the hub stopped are over: not a failure of the agent, the hub
 /// went away under it. Nothing resumes them, but their session and history stay for the next run.
-fn interrupt_unfinished(runs: &mut BTreeMap<String, crate::model::run::RunRec>) {
+fn interrupt_unfinished(runs: &mut BTreeMap<String, RunRec>) {
     for run in runs.values_mut() {
         if !run.finished() {
             run.status = RunState::Interrupted;
@@ -243,7 +212,7 @@ pub fn open_hub(
         pending,
         seq_upto,
         sessions,
-    } = replay(Journal::read(&journal_path)?);
+    } = replay(Journal::read(&journal_path)?)?;
     let (feedback_lines, recovered_events) = recover_pending(
         &cfg,
         &store,
@@ -256,13 +225,14 @@ pub fn open_hub(
         .with_context(|| format!("opening {}", feedback_path.display()))?;
     feedback.append(&feedback_lines)?;
     interrupt_unfinished(&mut runs);
-    let compact = compacted(
-        &runs,
-        &order,
-        &suggestions,
-        &sessions,
-        seq_upto + feedback_lines.len() as u64,
-    );
+    // Compact: one record per run and suggestion, the sessions, then the sequence mark.
+    let state = State {
+        suggestions,
+        order,
+        runs,
+        sessions,
+    };
+    let compact = state.records(seq_upto + feedback_lines.len() as u64);
     let journal = Arc::new(Mutex::new(Journal::rewrite(&journal_path, &compact)?));
 
     let sandbox_root = cfg.state_dir.join("sandboxes");
@@ -271,12 +241,7 @@ pub fn open_hub(
         bus: Bus::new(journal.clone(), seq_upto),
         journal,
         feedback: Mutex::new(feedback),
-        state: Mutex::new(State {
-            suggestions,
-            order,
-            runs,
-            sessions,
-        }),
+        state: Mutex::new(state),
         reviewer_token: token,
         epoch: uuid::Uuid::new_v4().to_string(),
         ws_clients: AtomicUsize::new(0),

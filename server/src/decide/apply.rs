@@ -70,10 +70,64 @@ fn text_of<'a>(path: &str, cur: &'a Cur) -> Result<&'a str, PlanError> {
 struct Ctx<'a> {
     root: &'a Beneath,
     store: &'a Store,
+    /// What earlier steps of the same decision leave at a path (a bulk decision plans every
+    /// hunk of a file against the file as the hunks before it left it).
+    overlay: &'a Overlay,
+}
+
+/// The checkout as a decision's earlier operations leave it: path → what is there then.
+#[derive(Debug, Default)]
+pub struct Overlay(std::collections::HashMap<String, Cur>);
+
+impl Overlay {
+    /// Note what `op` leaves at its path.
+    pub fn record(&mut self, store: &Store, op: &FileOp) -> Result<(), PlanError> {
+        let blob = |oid: &str| -> Result<Vec<u8>, PlanError> {
+            let id = crate::model::suggestion::oid(oid)
+                .ok_or_else(|| PlanError::Conflict(format!("corrupt object id {oid}")))?;
+            Ok(store.read_blob(id)?)
+        };
+        let now = match &op.op {
+            Op::Write { oid, exec, .. } => Cur::File {
+                bytes: blob(oid)?,
+                exec: *exec,
+            },
+            Op::Symlink { oid } => Cur::Link(blob(oid)?),
+            Op::Remove => Cur::Absent,
+            Op::SetExec { exec } => match self.0.remove(&op.path) {
+                Some(Cur::File { bytes, .. }) => Cur::File { bytes, exec: *exec },
+                // Not planned over before: it is read from the checkout when needed.
+                _ => return Ok(()),
+            },
+        };
+        self.0.insert(op.path.clone(), now);
+        Ok(())
+    }
+}
+
+/// One operation per path where a later operation fully decides the path's content (a write,
+/// a symlink, a removal): the first one's `pre` and the last one's result. So a bulk decision
+/// writes each file once, and verifies it against what was there before the decision.
+pub fn merge_ops(ops: Vec<FileOp>) -> Vec<FileOp> {
+    let mut out: Vec<FileOp> = Vec::with_capacity(ops.len());
+    for op in ops {
+        let absolute = !matches!(op.op, Op::SetExec { .. });
+        match out.iter_mut().rev().find(|o| o.path == op.path) {
+            Some(prev) if absolute => {
+                prev.op = op.op;
+                prev.post = op.post;
+            }
+            _ => out.push(op),
+        }
+    }
+    out
 }
 
 impl Ctx<'_> {
     fn cur(&self, path: &str) -> Result<Cur, PlanError> {
+        if let Some(planned) = self.overlay.0.get(path) {
+            return Ok(planned.clone());
+        }
         match read_cur(self.root, path) {
             // A directory on the way is now a symlink (or a file): the hunk does not apply to
             // the checkout as it is now, which is a conflict the user can fix, not a hub error.
@@ -189,7 +243,32 @@ pub fn plan_forward(
     offset: isize,
     user_typed: bool,
 ) -> Result<Plan, PlanError> {
-    let cx = Ctx { root, store };
+    plan_forward_over(
+        &Overlay::default(),
+        root,
+        store,
+        rec,
+        hunk,
+        offset,
+        user_typed,
+    )
+}
+
+/// [`plan_forward`] against the checkout as `overlay` says earlier steps leave it.
+pub fn plan_forward_over(
+    overlay: &Overlay,
+    root: &Beneath,
+    store: &Store,
+    rec: &HunkRec,
+    hunk: Option<&Hunk>,
+    offset: isize,
+    user_typed: bool,
+) -> Result<Plan, PlanError> {
+    let cx = Ctx {
+        root,
+        store,
+        overlay,
+    };
     let path = rec.file.as_str();
     match rec.kind {
         HunkKind::Modify => {
@@ -336,7 +415,12 @@ pub fn plan_reverse(
     rec: &HunkRec,
     offset: isize,
 ) -> Result<Plan, PlanError> {
-    let cx = Ctx { root, store };
+    let overlay = Overlay::default();
+    let cx = Ctx {
+        root,
+        store,
+        overlay: &overlay,
+    };
     let path = rec.file.as_str();
     match rec.kind {
         HunkKind::Modify | HunkKind::Delete | HunkKind::Create => {
@@ -633,7 +717,12 @@ pub fn plan_restore(
     path: &str,
     side: Option<&Side>,
 ) -> Result<Option<FileOp>, PlanError> {
-    let cx = Ctx { root, store };
+    let overlay = Overlay::default();
+    let cx = Ctx {
+        root,
+        store,
+        overlay: &overlay,
+    };
     let cur = cx.cur(path)?;
     if let Cur::Other(what) = &cur {
         return conflict(format!("{path} is now {what}; not replacing it"));
@@ -655,7 +744,12 @@ pub fn plan_reverse_lines(
     path: &str,
     mut hunks: Vec<(Hunk, usize, isize)>,
 ) -> Result<FileOp, PlanError> {
-    let cx = Ctx { root, store };
+    let overlay = Overlay::default();
+    let cx = Ctx {
+        root,
+        store,
+        overlay: &overlay,
+    };
     let cur = cx.cur(path)?;
     let mut text = text_of(path, &cur)?.to_string();
     hunks.sort_by_key(|(_, base_start, _)| std::cmp::Reverse(*base_start));

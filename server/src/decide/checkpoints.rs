@@ -20,9 +20,12 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::decide::apply::{plan_restore, plan_reverse, plan_reverse_lines, read_cur, PlanError};
+use crate::decide::commit::Decision;
 use crate::error::AppError;
 use crate::hub::{Hub, State};
+use crate::model::decision::{HunkChange, LineRec};
 use crate::model::fileop::Cur;
+use crate::model::fileop::FileOp;
 use crate::model::suggestion::{oid, HunkRec, Side, Suggestion};
 use crate::protocol::{AppliedAction, Event, HunkKind, HunkState, RollbackMode};
 
@@ -226,12 +229,12 @@ impl Hub {
     ) -> Result<serde_json::Value, AppError> {
         let mut st = self.lock()?;
         let sid = Self::resolve_id(&st, id)?;
-        let s = st.suggestions[&sid].clone();
+        let s = &st.suggestions[&sid];
         match mode {
             RollbackMode::HardAll if !confirm => {
                 return Err(AppError::BadRequest(format!(
                     "hard rollback puts {} file(s) back to the checkpoint and discards every later edit to them; send \"confirm\": true",
-                    affected(&s).len()
+                    affected(s).len()
                 )))
             }
             RollbackMode::HardAll if !hunk_ids.is_empty() => {
@@ -272,10 +275,10 @@ impl Hub {
             hunk_ids: hunk_ids.to_vec(),
         });
         let planned = match mode {
-            RollbackMode::HardAll => self.plan_hard(&st, &s),
-            RollbackMode::ScopedSelected => self.plan_scoped(&s, hunk_ids),
+            RollbackMode::HardAll => self.plan_hard(&st, s),
+            RollbackMode::ScopedSelected => self.plan_scoped(s, hunk_ids),
         };
-        let (ops, after, also, rolled) = match planned {
+        let (ops, changes) = match planned {
             Ok(p) => p,
             Err(e) => {
                 let message = match &e {
@@ -297,20 +300,21 @@ impl Hub {
                 });
             }
         };
-        let decision = uuid::Uuid::new_v4().to_string();
         let via = match mode {
             RollbackMode::HardAll => "hard_all",
             RollbackMode::ScopedSelected => "scoped_selected",
         };
-        let mut feedback = Vec::new();
-        let mut events = Vec::new();
-        for &(k, i) in &rolled {
-            let sugg = if k == 0 { &after } else { &also[k - 1] };
-            let rec = &sugg.hunks[i];
-            let mut fb = Self::feedback_record(sugg, rec, &decision, "rollback", "rejected");
-            fb.via = Some(via.into());
-            feedback.push(fb);
-            events.push(Event::HunkApplied {
+        let files: Vec<String> = ops.iter().map(|o| o.path.clone()).collect();
+        let rolled_ids: Vec<String> = changes.iter().map(|c| c.hunk_id.clone()).collect();
+        let mut d = Decision::new();
+        d.ops(ops);
+        for change in changes {
+            let sugg = &st.suggestions[&change.suggestion_id];
+            let rec = &sugg.hunks[change.index];
+            let mut line = LineRec::new(sugg, rec, "rollback", "rejected");
+            line.via = Some(via.into());
+            // Applied and rejected hunks both count as reviewed: the count stays.
+            let event = Event::HunkApplied {
                 seq: 0,
                 suggestion_id: sugg.id.clone(),
                 hunk_id: rec.id.clone(),
@@ -319,17 +323,10 @@ impl Hub {
                 state: HunkState::Rejected,
                 reviewed_count: sugg.reviewed_count(),
                 hunk_count: sugg.hunks.len(),
-            });
+            };
+            d.change(change).line(line, event);
         }
-        let files: Vec<String> = ops.iter().map(|o| o.path.clone()).collect();
-        let rolled_ids: Vec<String> = rolled
-            .iter()
-            .map(|&(k, i)| {
-                let sugg = if k == 0 { &after } else { &also[k - 1] };
-                sugg.hunks[i].id.clone()
-            })
-            .collect();
-        events.push(Event::RollbackCompleted {
+        d.event(Event::RollbackCompleted {
             seq: 0,
             checkpoint_id: sid.clone(),
             mode,
@@ -337,7 +334,7 @@ impl Hub {
             hunk_ids: rolled_ids.clone(),
         });
         // The events go with the decision, so each feedback line carries its event's seq.
-        if let Err(e) = self.commit_decision(&mut st, after, also, ops, feedback, events) {
+        if let Err(e) = self.commit(&mut st, d) {
             self.bus.emit(Event::RollbackFailed {
                 seq: 0,
                 checkpoint_id: sid.clone(),
@@ -363,20 +360,11 @@ impl Hub {
 
     /// Every affected file back to base; applied hunks of this and later suggestions on them
     /// become rejected.
-    #[allow(clippy::type_complexity)]
     fn plan_hard(
         &self,
         st: &State,
         s: &Suggestion,
-    ) -> Result<
-        (
-            Vec<crate::model::fileop::FileOp>,
-            Suggestion,
-            Vec<Suggestion>,
-            Vec<(usize, usize)>,
-        ),
-        PlanError,
-    > {
+    ) -> Result<(Vec<FileOp>, Vec<HunkChange>), PlanError> {
         let base = self
             .base_tree(s)
             .map_err(|e| PlanError::Conflict(e.to_string()))?;
@@ -394,63 +382,28 @@ impl Hub {
         let touches = |h: &HunkRec| {
             paths.contains(&h.file) || h.old_path.as_ref().is_some_and(|p| paths.contains(p))
         };
-        // Rolled-back hunks as (0 for `after`, k for `also[k - 1]`; hunk index): the feedback
-        // lines and events are made from those, with no copy of a suggestion per hunk.
-        let mut all: Vec<(usize, usize)> = Vec::new();
-        let mut after = s.clone();
-        for (i, h) in after.hunks.iter_mut().enumerate() {
-            if h.state.applied() {
-                h.state = HunkState::Rejected;
-                h.applied = None;
-                all.push((0, i));
-            }
-        }
-        let mut also = Vec::new();
+        // This suggestion's applied hunks, then those of later ones on the same files: one
+        // delta per hunk, no copy of any suggestion.
+        let mut changes = rolled_back(s, |h| h.state.applied());
         let pos = st
             .order
             .iter()
             .position(|id| *id == s.id)
             .unwrap_or(usize::MAX);
         for later_id in st.order.iter().skip(pos.saturating_add(1)) {
-            let Some(later) = st.suggestions.get(later_id) else {
-                continue;
-            };
-            let hit: Vec<usize> = later
-                .hunks
-                .iter()
-                .enumerate()
-                .filter(|(_, h)| h.state.applied() && touches(h))
-                .map(|(i, _)| i)
-                .collect();
-            if hit.is_empty() {
-                continue;
+            if let Some(later) = st.suggestions.get(later_id) {
+                changes.extend(rolled_back(later, |h| h.state.applied() && touches(h)));
             }
-            let mut l = later.clone();
-            for &i in &hit {
-                l.hunks[i].state = HunkState::Rejected;
-                l.hunks[i].applied = None;
-                all.push((also.len() + 1, i));
-            }
-            also.push(l);
         }
-        Ok((ops, after, also, all))
+        Ok((ops, changes))
     }
 
     /// Reverse-apply the chosen hunks, all or nothing.
-    #[allow(clippy::type_complexity)]
     fn plan_scoped(
         &self,
         s: &Suggestion,
         hunk_ids: &[String],
-    ) -> Result<
-        (
-            Vec<crate::model::fileop::FileOp>,
-            Suggestion,
-            Vec<Suggestion>,
-            Vec<(usize, usize)>,
-        ),
-        PlanError,
-    > {
+    ) -> Result<(Vec<FileOp>, Vec<HunkChange>), PlanError> {
         let root = self
             .checkout()
             .map_err(|e| PlanError::Conflict(e.to_string()))?;
@@ -479,15 +432,20 @@ impl Hub {
         for (path, hunks) in lines {
             ops.push(plan_reverse_lines(&root, &self.store, path, hunks)?);
         }
-        let mut after = s.clone();
-        let mut rolled = Vec::new();
-        for (i, h) in after.hunks.iter_mut().enumerate() {
-            if hunk_ids.contains(&h.id) {
-                h.state = HunkState::Rejected;
-                h.applied = None;
-                rolled.push((0, i));
-            }
-        }
-        Ok((ops, after, Vec::new(), rolled))
+        Ok((ops, rolled_back(s, |h| hunk_ids.contains(&h.id))))
     }
+}
+
+/// The deltas that turn the hunks of `s` that `pick` chooses into rejected, unapplied ones.
+fn rolled_back(s: &Suggestion, pick: impl Fn(&HunkRec) -> bool) -> Vec<HunkChange> {
+    s.hunks
+        .iter()
+        .enumerate()
+        .filter(|(_, h)| pick(h))
+        .map(|(i, h)| {
+            let mut c = HunkChange::keep(&s.id, i, h, HunkState::Rejected);
+            c.applied = None;
+            c
+        })
+        .collect()
 }

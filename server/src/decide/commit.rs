@@ -4,48 +4,103 @@
 use crate::decide::apply::{self, execute, ExecError, PlanError};
 use crate::error::AppError;
 use crate::hub::{test_hooks, Hub, State};
+use crate::model::decision::{Closing, DecisionRec, HunkChange, LineRec};
 use crate::model::feedback::FeedbackRecord;
-use crate::model::now;
-use crate::model::suggestion::{HunkRec, Suggestion};
+use crate::model::fileop::FileOp;
+use crate::model::suggestion::Suggestion;
 use crate::protocol::{AppliedAction, ErrorCode, Event, HunkState};
-use crate::store::journal::{Prepared, Record};
+use crate::store::journal::Record;
 
-impl Hub {
-    pub(crate) fn feedback_record(
-        s: &Suggestion,
-        rec: &HunkRec,
-        decision: &str,
-        action: &str,
-        outcome: &str,
-    ) -> FeedbackRecord {
-        FeedbackRecord {
-            ts: now(),
-            seq: 0,
-            decision_id: decision.to_string(),
-            suggestion_id: s.id.clone(),
-            run_id: s.run_id.clone(),
-            hunk_id: rec.id.clone(),
-            file: rec.file.clone(),
-            action: action.to_string(),
-            outcome: outcome.to_string(),
-            via: None,
-            comment: None,
-            kind: serde_json::to_value(rec.kind)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default(),
-            diff: rec.diff_text(),
-            modified_diff: None,
-            error: None,
-            base_commit: s.base_commit.clone(),
-            run_commit: s.run_commit.clone(),
-            agent: s.agent.clone(),
-            prompt: s.prompt.clone(),
+/// A decision being built: file operations, hunk-state deltas, and each feedback line paired
+/// with the event that announces it at the moment it is added (so the line gets that event's
+/// `seq`). Nothing happens until [`Hub::commit`].
+#[derive(Debug)]
+pub struct Decision {
+    rec: DecisionRec,
+    /// The event of each line in `rec.lines`, in the same order.
+    line_events: Vec<Event>,
+    /// Events announced after the lines' (status, completed, rollback).
+    events: Vec<Event>,
+}
+
+impl Decision {
+    pub fn new() -> Self {
+        Self::with_id(uuid::Uuid::new_v4().to_string())
+    }
+
+    /// A decision with a given id (the hunks of a bulk action share one).
+    pub fn with_id(id: String) -> Self {
+        Decision {
+            rec: DecisionRec {
+                decision: id,
+                ops: Vec::new(),
+                changes: Vec::new(),
+                closings: Vec::new(),
+                lines: Vec::new(),
+            },
+            line_events: Vec::new(),
+            events: Vec::new(),
         }
     }
 
+    pub fn id(&self) -> &str {
+        &self.rec.decision
+    }
+
+    pub fn ops(&mut self, ops: Vec<FileOp>) -> &mut Self {
+        self.rec.ops.extend(ops);
+        self
+    }
+
+    pub fn change(&mut self, change: HunkChange) -> &mut Self {
+        self.rec.changes.push(change);
+        self
+    }
+
+    pub fn close(&mut self, closing: Closing) -> &mut Self {
+        self.rec.closings.push(closing);
+        self
+    }
+
+    /// A feedback line and the event that announces it.
+    pub fn line(&mut self, line: LineRec, event: Event) -> &mut Self {
+        self.rec.lines.push(line);
+        self.line_events.push(event);
+        self
+    }
+
+    /// An event with no feedback line of its own.
+    pub fn event(&mut self, event: Event) -> &mut Self {
+        self.events.push(event);
+        self
+    }
+
+    pub fn record(&self) -> &DecisionRec {
+        &self.rec
+    }
+
+    pub fn file_ops(&self) -> &[FileOp] {
+        &self.rec.ops
+    }
+
+    /// Events in announcement order: the lines' first, so line `i` gets seq `first + i`.
+    fn all_events(self) -> (DecisionRec, Vec<Event>) {
+        let mut events = self.line_events;
+        events.extend(self.events);
+        (self.rec, events)
+    }
+}
+
+impl Default for Decision {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Hub {
     /// Durably commit a decision: journal `prepare`, change files, log feedback and journal
-    /// `commit` (fsynced), then announce. All of it holds, or none of it does:
+    /// `commit` (fsynced), then adopt the new hunk states and announce. All of it holds, or
+    /// none of it does:
     /// - a `prepare` that cannot be written changes nothing;
     /// - a file operation that fails (or finds its file changed since the plan) takes back the
     ///   ones done before it;
@@ -53,93 +108,62 @@ impl Hub {
     ///   (a full disk, an fsync error), the files are put back from the prepare record and the
     ///   decision is answered with an error. A hunk never shows pending while its change is in
     ///   the file, so a retry never applies it twice.
-    pub(crate) fn commit_decision(
-        &self,
-        st: &mut State,
-        after: Suggestion,
-        also: Vec<Suggestion>,
-        ops: Vec<crate::model::fileop::FileOp>,
-        feedback: Vec<FeedbackRecord>,
-        events: Vec<Event>,
-    ) -> Result<(), AppError> {
+    pub(crate) fn commit(&self, st: &mut State, decision: Decision) -> Result<(), AppError> {
         self.flush_unfinished()?;
-        let decision = feedback
-            .first()
-            .map(|f| f.decision_id.clone())
-            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-        let record = Record::Prepare(Box::new(Prepared {
-            decision: decision.clone(),
-            ops,
-            after,
-            also,
-            feedback,
-        }));
+        let (rec, events) = decision.all_events();
+        rec.check(&st.suggestions)
+            .map_err(|e| AppError::Internal(e.to_string()))?;
+        let record = Record::Decision(Box::new(rec));
         self.journal_append(&record).map_err(|e| {
             AppError::Internal(format!("recording the decision: {e}; nothing was changed"))
         })?;
-        let Record::Prepare(prepared) = record else {
+        let Record::Decision(rec) = record else {
             return Err(AppError::Internal("journal record mix-up".into()));
         };
-        let Prepared {
-            ops,
-            after,
-            also,
-            mut feedback,
-            ..
-        } = *prepared;
+        let id = rec.decision.clone();
 
         test_hooks::pause("before-write");
-        let root = if ops.is_empty() {
+        let root = if rec.ops.is_empty() {
             None
         } else {
             match self.checkout() {
                 Ok(r) => Some(r),
                 Err(e) => {
-                    self.abort(&decision);
+                    self.abort(&id);
                     return Err(e);
                 }
             }
         };
         if let Some(root) = &root {
-            match execute(root, &self.store, &ops) {
-                Ok(()) => {}
-                Err(ExecError::Undone(e)) => {
-                    self.abort(&decision);
-                    return Err(match *e {
-                        PlanError::Conflict(message) => AppError::Conflict {
-                            code: "conflict",
-                            message,
-                        },
-                        other => AppError::Internal(format!(
-                            "writing your checkout failed, so nothing was changed: {other}"
-                        )),
-                    });
-                }
-                Err(e @ ExecError::Stuck { .. }) => {
-                    let files: Vec<&str> = ops.iter().map(|o| o.path.as_str()).collect();
-                    return Err(AppError::Internal(format!(
-                        "writing your checkout failed half way: {e}; check {}",
-                        files.join(", ")
-                    )));
-                }
-            }
+            self.execute_ops(root, &id, &rec.ops)?;
         }
 
         test_hooks::pause("before-commit");
-        let committed = self.bus.emit_durably(events, |seqs| {
-            self.log_and_commit(&decision, &mut feedback, seqs)
-        });
+        let mut feedback: Vec<FeedbackRecord> = rec
+            .lines
+            .iter()
+            .filter_map(|l| {
+                st.suggestions
+                    .get(&l.suggestion_id)
+                    .map(|s| l.expand(&id, s))
+            })
+            .collect();
+        let committed = self
+            .bus
+            .emit_durably(events, |seqs| self.log_and_commit(&id, &mut feedback, seqs));
         let Err((e, events)) = committed else {
-            Self::adopt(st, after, also);
+            rec.apply(&mut st.suggestions)
+                .map_err(|e| AppError::Internal(e.to_string()))?;
+            self.compact_if_due(st);
             return Ok(());
         };
         let undone = match &root {
-            Some(root) => apply::undo(root, &self.store, &ops),
+            Some(root) => apply::undo(root, &self.store, &rec.ops),
             None => Ok(()),
         };
         match undone {
             Ok(()) => {
-                self.abort(&decision);
+                self.abort(&id);
                 Err(AppError::Internal(format!(
                     "{e}; the decision was taken back, nothing was changed"
                 )))
@@ -148,13 +172,14 @@ impl Hub {
                 // The checkout keeps the change and it cannot be taken back (the file changed
                 // again meanwhile): the decision stands. Its feedback line and commit are written
                 // before the next decision, or from the prepare record on the next start.
-                Self::adopt(st, after, also);
+                rec.apply(&mut st.suggestions)
+                    .map_err(|e| AppError::Internal(e.to_string()))?;
                 let seqs: Vec<u64> = events.into_iter().map(|ev| self.bus.emit(ev)).collect();
-                for (i, f) in feedback.iter_mut().enumerate() {
-                    f.seq = seqs.get(i).or(seqs.last()).copied().unwrap_or(0);
+                for (f, seq) in feedback.iter_mut().zip(&seqs) {
+                    f.seq = *seq;
                 }
                 if let Ok(mut q) = self.unfinished.lock() {
-                    q.push((decision, feedback));
+                    q.push((id, feedback));
                 }
                 Err(AppError::Internal(format!(
                     "{e}; the change is in your checkout and stays (taking it back failed: {u}); it is recorded once the state directory can be written again"
@@ -163,11 +188,36 @@ impl Hub {
         }
     }
 
-    pub(crate) fn adopt(st: &mut State, after: Suggestion, also: Vec<Suggestion>) {
-        for s in also {
-            st.suggestions.insert(s.id.clone(), s);
+    /// Carry out a decision's file operations; on failure they are taken back (and the
+    /// decision aborted) or, when that is impossible, reported with the files to check.
+    fn execute_ops(
+        &self,
+        root: &hunkgate_sandbox::beneath::Beneath,
+        id: &str,
+        ops: &[FileOp],
+    ) -> Result<(), AppError> {
+        match execute(root, &self.store, ops) {
+            Ok(()) => Ok(()),
+            Err(ExecError::Undone(e)) => {
+                self.abort(id);
+                Err(match *e {
+                    PlanError::Conflict(message) => AppError::Conflict {
+                        code: "conflict",
+                        message,
+                    },
+                    other => AppError::Internal(format!(
+                        "writing your checkout failed, so nothing was changed: {other}"
+                    )),
+                })
+            }
+            Err(e @ ExecError::Stuck { .. }) => {
+                let files: Vec<&str> = ops.iter().map(|o| o.path.as_str()).collect();
+                Err(AppError::Internal(format!(
+                    "writing your checkout failed half way: {e}; check {}",
+                    files.join(", ")
+                )))
+            }
         }
-        st.suggestions.insert(after.id.clone(), after);
     }
 
     /// Best effort: a missing `abort` is harmless, since on the next start the files show the
@@ -263,10 +313,9 @@ impl Hub {
         }
     }
 
-    pub(crate) fn status_event(s: &Suggestion) -> Event {
-        let reviewed = s.reviewed_count();
+    /// The suggestion's status after a decision, given its counts then.
+    pub(crate) fn status_event(s: &Suggestion, reviewed: usize, applied: usize) -> Event {
         let total = s.hunks.len();
-        let applied = s.hunks.iter().filter(|h| h.state.applied()).count();
         Event::Status {
             seq: 0,
             suggestion_id: Some(s.id.clone()),

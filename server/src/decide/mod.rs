@@ -8,3 +8,6 @@ pub mod checkpoints;
 pub mod commit;
 pub mod recover;
 pub mod review;
+
+#[cfg(test)]
+mod tests;

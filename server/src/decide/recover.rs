@@ -8,11 +8,11 @@ use hunkgate_sandbox::store::Store;
 
 use crate::decide::apply::{execute, op_state, OpState};
 use crate::hub::Hub;
+use crate::model::decision::{DecisionRec, LineRec};
 use crate::model::feedback::FeedbackRecord;
 use crate::model::suggestion::Suggestion;
 use crate::protocol::Event;
 use crate::store::feedback::FeedbackLog;
-use crate::store::journal::{Prepared, Record};
 
 /// Finish or drop decisions that were prepared but not committed when the hub died.
 ///
@@ -21,56 +21,64 @@ use crate::store::journal::{Prepared, Record};
 pub fn recover(
     root: &Beneath,
     store: &Store,
-    pending: Vec<Prepared>,
+    pending: Vec<DecisionRec>,
     feedback_path: &std::path::Path,
-    journal: &mut Vec<Record>,
     suggestions: &mut BTreeMap<String, Suggestion>,
 ) -> Result<Vec<(FeedbackRecord, Event)>, String> {
     let logged = FeedbackLog::logged_lines(feedback_path).map_err(|e| e.to_string())?;
     let is_logged =
-        |f: &FeedbackRecord| logged.contains(&(f.decision_id.clone(), f.hunk_id.clone()));
+        |decision: &str, l: &LineRec| logged.contains(&(decision.to_string(), l.hunk_id.clone()));
     let mut to_log = Vec::new();
-    for p in pending {
-        if p.ops.is_empty() {
-            // Nothing in the checkout tells whether it happened; the feedback log does: its
-            // lines are written right before the commit, and taken back if that fails.
-            if p.feedback.is_empty() || !p.feedback.iter().all(is_logged) {
-                tracing::info!(decision = %p.decision, "dropping an unfinished decision (it changed no file and was not logged)");
-                continue;
-            }
-        }
-        let states: Result<Vec<OpState>, _> = p.ops.iter().map(|op| op_state(root, op)).collect();
-        let states = states.map_err(|e| e.to_string())?;
-        if states.contains(&OpState::Neither) {
-            tracing::warn!(decision = %p.decision, "a file changed since an unfinished decision; leaving it undone");
+    for d in pending {
+        if !finish(root, store, &d, |l| is_logged(&d.decision, l))? {
             continue;
         }
-        let all_before = !states.is_empty() && states.iter().all(|s| *s == OpState::Before);
-        if all_before {
-            // Nothing was written and the client never heard back: drop it.
-            tracing::info!(decision = %p.decision, "dropping an unfinished decision (no file was written)");
-            continue;
-        }
-        // Some or all writes happened: finish the rest, so the decision holds in full.
-        for (op, st) in p.ops.iter().zip(&states) {
-            if *st == OpState::Before {
-                execute(root, store, std::slice::from_ref(op)).map_err(|e| e.to_string())?;
-            }
-        }
+        d.apply(suggestions).map_err(|e| e.to_string())?;
         // Per line: the hunks of a bulk action share a decision id but are journaled one by one.
-        for f in p.feedback.iter().filter(|f| !is_logged(f)) {
-            let s = p
-                .also
-                .iter()
-                .find(|s| s.id == f.suggestion_id)
-                .unwrap_or(&p.after);
-            to_log.push((f.clone(), Hub::recovered_event(s, f)));
+        for l in d.lines.iter().filter(|l| !is_logged(&d.decision, l)) {
+            if let Some(s) = suggestions.get(&l.suggestion_id) {
+                let f = l.expand(&d.decision, s);
+                let event = Hub::recovered_event(s, &f);
+                to_log.push((f, event));
+            }
         }
-        tracing::info!(decision = %p.decision, "finished an interrupted decision");
-        for s in p.also.iter().chain(std::iter::once(&p.after)) {
-            suggestions.insert(s.id.clone(), s.clone());
-            journal.push(Record::Suggestion(Box::new(s.clone())));
-        }
+        tracing::info!(decision = %d.decision, "finished an interrupted decision");
     }
     Ok(to_log)
+}
+
+/// Whether decision `d` holds: finish its file operations when some happened (so it holds in
+/// full), or tell that it never happened and is dropped.
+fn finish(
+    root: &Beneath,
+    store: &Store,
+    d: &DecisionRec,
+    is_logged: impl Fn(&LineRec) -> bool,
+) -> Result<bool, String> {
+    if d.ops.is_empty() {
+        // Nothing in the checkout tells whether it happened; the feedback log does: its lines
+        // are written right before the commit, and taken back if that fails.
+        if d.lines.is_empty() || !d.lines.iter().all(is_logged) {
+            tracing::info!(decision = %d.decision, "dropping an unfinished decision (it changed no file and was not logged)");
+            return Ok(false);
+        }
+        return Ok(true);
+    }
+    let states: Result<Vec<OpState>, _> = d.ops.iter().map(|op| op_state(root, op)).collect();
+    let states = states.map_err(|e| e.to_string())?;
+    if states.contains(&OpState::Neither) {
+        tracing::warn!(decision = %d.decision, "a file changed since an unfinished decision; leaving it undone");
+        return Ok(false);
+    }
+    if states.iter().all(|s| *s == OpState::Before) {
+        // Nothing was written and the client never heard back: drop it.
+        tracing::info!(decision = %d.decision, "dropping an unfinished decision (no file was written)");
+        return Ok(false);
+    }
+    for (op, st) in d.ops.iter().zip(&states) {
+        if *st == OpState::Before {
+            execute(root, store, std::slice::from_ref(op)).map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(true)
 }

@@ -6,9 +6,14 @@ use std::collections::BTreeMap;
 use hunkgate_patch::{apply_hunk, parse_file_header, parse_hunks, Hunk};
 use hunkgate_sandbox::store::{Entry, FlatTree, Mode};
 
-use crate::decide::apply::{self, plan_forward, plan_reverse, PlanError};
+use crate::decide::apply::{
+    self, merge_ops, plan_forward, plan_forward_over, plan_reverse, Overlay, PlanError,
+};
+use crate::decide::commit::Decision;
 use crate::error::AppError;
 use crate::hub::{DecisionResult, Hub, State};
+use crate::model::decision::{Closing, HunkChange, LineRec};
+use crate::model::fileop::FileOp;
 use crate::model::suggestion::{oid, HunkRec, Suggestion};
 use crate::protocol::{
     AppliedAction, BulkAction, CompleteAction, ErrorCode, Event, FeedbackAction, HunkKind,
@@ -41,7 +46,12 @@ impl Hub {
         modified_diff: Option<&str>,
         comment: Option<&str>,
     ) -> Result<DecisionResult, AppError> {
-        self.decide_as(suggestion_id, hunk_id, action, modified_diff, comment, None)
+        let ask = Ask {
+            action,
+            modified_diff,
+            comment,
+        };
+        self.decide_as(suggestion_id, hunk_id, &ask, None)
     }
 
     /// [`Hub::decide`] as one hunk of a bulk action: its feedback line carries the bulk action's
@@ -50,220 +60,42 @@ impl Hub {
         &self,
         suggestion_id: &str,
         hunk_id: &str,
-        action: FeedbackAction,
-        modified_diff: Option<&str>,
-        comment: Option<&str>,
+        ask: &Ask,
         decision: Option<&str>,
     ) -> Result<DecisionResult, AppError> {
         let mut st = self.lock()?;
         let sid = Self::resolve_id(&st, suggestion_id)?;
         let s = &st.suggestions[&sid];
-        if let Some(how) = &s.closed {
-            return Err(AppError::Conflict {
-                code: "closed",
-                message: format!("suggestion {sid} was already completed ({how})"),
-            });
-        }
-        let idx = s
-            .hunks
-            .iter()
-            .position(|h| h.id == hunk_id)
-            .or_else(|| {
-                // Shorthands within the suggestion: "<file>:<index>" or the 0-based position.
-                s.hunks
-                    .iter()
-                    .position(|h| hunk_id == format!("{}:{}", h.file, h.index))
-                    .or_else(|| hunk_id.parse::<usize>().ok().filter(|i| *i < s.hunks.len()))
-            })
-            .ok_or_else(|| {
-                AppError::NotFound(format!("suggestion {sid} has no hunk {hunk_id:?}"))
-            })?;
-        let rec = s.hunks[idx].clone();
-        let decision = decision
+        ensure_open(s)?;
+        let idx = find_hunk(s, hunk_id)?;
+        let rec = &s.hunks[idx];
+        let id = decision
             .map(str::to_string)
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-        let mut after = s.clone();
-        let action_word = match action {
-            FeedbackAction::Accept => "accept",
-            FeedbackAction::Reject => "reject",
-            FeedbackAction::Modify => "modify",
-            FeedbackAction::Undo => "undo",
-        };
-
         // Validate the user's diff before anything else: bad input changes nothing.
-        let modified: Option<Hunk> = match action {
-            FeedbackAction::Modify => {
-                let text = modified_diff
-                    .filter(|d| !d.trim().is_empty())
-                    .ok_or_else(|| {
-                        AppError::BadRequest(
-                            "action \"modify\" needs modifiedDiff (modified_diff over HTTP)".into(),
-                        )
-                    })?;
-                Some(parse_modified(text, &rec)?)
-            }
-            _ => {
-                if modified_diff.is_some() {
-                    return Err(AppError::BadRequest(format!(
-                        "modifiedDiff is only allowed with action \"modify\", not {action_word:?}"
-                    )));
-                }
-                None
-            }
+        let modified = modified_hunk(ask, rec)?;
+        let planned = match self.plan_one(s, idx, ask.action, modified.as_ref())? {
+            Step::Planned(state, plan, act) => (state, plan, act),
+            Step::Conflict(msg) => return self.record_conflict(&mut st, &sid, idx, &id, ask, msg),
         };
-
-        let (new_state, plan, applied_action) = match action {
-            FeedbackAction::Accept | FeedbackAction::Modify => {
-                if rec.state.reviewed() {
-                    return Err(AppError::Conflict {
-                        code: "already_decided",
-                        message: format!(
-                            "hunk {} is already {:?}; undo it first to decide again",
-                            rec.id, rec.state
-                        )
-                        .to_lowercase(),
-                    });
-                }
-                let hunk = modified.as_ref().or(rec.patch.as_ref());
-                let offset = Self::offset_for(s, &rec);
-                let root = self.checkout()?;
-                match plan_forward(&root, &self.store, &rec, hunk, offset, modified.is_some()) {
-                    Ok(plan) => {
-                        let state = if modified.is_some() {
-                            HunkState::Modified
-                        } else {
-                            HunkState::Accepted
-                        };
-                        let act = if modified.is_some() {
-                            AppliedAction::Modified
-                        } else {
-                            AppliedAction::Accepted
-                        };
-                        (state, plan, act)
-                    }
-                    Err(PlanError::Conflict(msg)) => {
-                        return self.record_conflict(
-                            &mut st,
-                            &sid,
-                            idx,
-                            &decision,
-                            action_word,
-                            comment,
-                            modified_diff,
-                            msg,
-                        );
-                    }
-                    Err(e) => return Err(AppError::Internal(e.to_string())),
-                }
-            }
-            FeedbackAction::Reject | FeedbackAction::Undo => {
-                let target = if action == FeedbackAction::Reject {
-                    HunkState::Rejected
-                } else {
-                    HunkState::Pending
-                };
-                if rec.state == target || (action == FeedbackAction::Undo && !rec.state.reviewed())
-                {
-                    return Err(AppError::Conflict {
-                        code: "already_decided",
-                        message: format!(
-                            "hunk {} is {:?}; nothing to {action_word}",
-                            rec.id, rec.state
-                        )
-                        .to_lowercase(),
-                    });
-                }
-                if rec.state.applied() {
-                    let offset = Self::offset_for(s, &rec);
-                    let root = self.checkout()?;
-                    match plan_reverse(&root, &self.store, &rec, offset) {
-                        Ok(plan) => (
-                            target,
-                            plan,
-                            if target == HunkState::Rejected {
-                                AppliedAction::Rejected
-                            } else {
-                                AppliedAction::Undone
-                            },
-                        ),
-                        Err(PlanError::Conflict(msg)) => {
-                            return Err(AppError::Conflict {
-                                code: "conflict",
-                                message: format!("cannot undo hunk {}: {msg}", rec.id),
-                            })
-                        }
-                        Err(e) => return Err(AppError::Internal(e.to_string())),
-                    }
-                } else {
-                    let act = if target == HunkState::Rejected {
-                        AppliedAction::Rejected
-                    } else {
-                        AppliedAction::Undone
-                    };
-                    (target, apply::Plan::default(), act)
-                }
-            }
-        };
-
-        {
-            let h = &mut after.hunks[idx];
-            h.state = new_state;
-            h.conflict = None;
-            if comment.is_some() {
-                h.comment = comment.map(str::to_string);
-            }
-            h.applied = if new_state.applied() {
-                plan.applied.clone()
-            } else {
-                None
-            };
-            if new_state.applied() && plan.perm.is_some() {
-                h.perm = plan.perm;
-            }
-        }
-        let outcome = match applied_action {
-            AppliedAction::Accepted => "applied",
-            AppliedAction::Modified => "modified",
-            AppliedAction::Rejected => "rejected",
-            AppliedAction::Undone => "undone",
-        };
-        let mut fb = Self::feedback_record(&after, &rec, &decision, action_word, outcome);
-        fb.comment = comment.map(str::to_string);
-        fb.modified_diff = modified.as_ref().map(|h| h.to_unified());
-        let events = vec![
-            Event::HunkApplied {
-                seq: 0,
-                suggestion_id: sid.clone(),
-                hunk_id: rec.id.clone(),
-                action: applied_action,
-                file: rec.file.clone(),
-                state: new_state,
-                reviewed_count: after.reviewed_count(),
-                hunk_count: after.hunks.len(),
-            },
-            Self::status_event(&after),
-        ];
-        let hunk = after.hunks[idx].view();
-        let remaining = after.hunks.len() - after.reviewed_count();
-        let applied = !plan.ops.is_empty();
-        let forward = matches!(action, FeedbackAction::Accept | FeedbackAction::Modify);
-        match self.commit_decision(&mut st, after, Vec::new(), plan.ops, vec![fb], events) {
+        let d = decision_for(
+            s,
+            idx,
+            Decision::with_id(id.clone()),
+            ask,
+            &modified,
+            planned,
+        );
+        let hunk_id = rec.id.clone();
+        let applied = !d.file_ops().is_empty();
+        match self.commit(&mut st, d) {
             Ok(()) => {}
             // The file changed between the plan and the write: a conflict like any other.
             Err(AppError::Conflict {
                 code: "conflict",
                 message,
-            }) if forward => {
-                return self.record_conflict(
-                    &mut st,
-                    &sid,
-                    idx,
-                    &decision,
-                    action_word,
-                    comment,
-                    modified_diff,
-                    message,
-                );
+            }) if ask.action.forward() => {
+                return self.record_conflict(&mut st, &sid, idx, &id, ask, message);
             }
             Err(AppError::Conflict {
                 code: "conflict",
@@ -271,54 +103,107 @@ impl Hub {
             }) => {
                 return Err(AppError::Conflict {
                     code: "conflict",
-                    message: format!("cannot {action_word} hunk {}: {message}", rec.id),
+                    message: format!("cannot {} hunk {hunk_id}: {message}", ask.action.word()),
                 })
             }
             Err(e) => return Err(e),
         }
+        let s = &st.suggestions[&sid];
         Ok(DecisionResult {
             applied,
-            remaining_hunks: remaining,
-            hunk,
+            remaining_hunks: s.hunks.len() - s.reviewed_count(),
+            hunk: s.hunks[idx].view(),
         })
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// What deciding hunk `idx` of `s` does to the checkout: the new state and file operations,
+    /// or the conflict that stops it.
+    fn plan_one(
+        &self,
+        s: &Suggestion,
+        idx: usize,
+        action: FeedbackAction,
+        modified: Option<&Hunk>,
+    ) -> Result<Step, AppError> {
+        let rec = &s.hunks[idx];
+        if action.forward() {
+            if rec.state.reviewed() {
+                return Err(already(format!(
+                    "hunk {} is already {:?}; undo it first to decide again",
+                    rec.id, rec.state
+                )));
+            }
+            let hunk = modified.or(rec.patch.as_ref());
+            let offset = Self::offset_for(s, rec);
+            let root = self.checkout()?;
+            return match plan_forward(&root, &self.store, rec, hunk, offset, modified.is_some()) {
+                Ok(plan) if modified.is_some() => Ok(Step::Planned(
+                    HunkState::Modified,
+                    plan,
+                    AppliedAction::Modified,
+                )),
+                Ok(plan) => Ok(Step::Planned(
+                    HunkState::Accepted,
+                    plan,
+                    AppliedAction::Accepted,
+                )),
+                Err(PlanError::Conflict(msg)) => Ok(Step::Conflict(msg)),
+                Err(e) => Err(AppError::Internal(e.to_string())),
+            };
+        }
+        let (target, act) = if action == FeedbackAction::Reject {
+            (HunkState::Rejected, AppliedAction::Rejected)
+        } else {
+            (HunkState::Pending, AppliedAction::Undone)
+        };
+        if rec.state == target || (action == FeedbackAction::Undo && !rec.state.reviewed()) {
+            return Err(already(format!(
+                "hunk {} is {:?}; nothing to {}",
+                rec.id,
+                rec.state,
+                action.word()
+            )));
+        }
+        if !rec.state.applied() {
+            return Ok(Step::Planned(target, apply::Plan::default(), act));
+        }
+        let root = self.checkout()?;
+        match plan_reverse(&root, &self.store, rec, Self::offset_for(s, rec)) {
+            Ok(plan) => Ok(Step::Planned(target, plan, act)),
+            Err(PlanError::Conflict(msg)) => Err(AppError::Conflict {
+                code: "conflict",
+                message: format!("cannot undo hunk {}: {msg}", rec.id),
+            }),
+            Err(e) => Err(AppError::Internal(e.to_string())),
+        }
+    }
+
+    /// Record that hunk `idx` conflicts (state `conflict`, a feedback line, an `apply_failed`
+    /// event) and answer the conflict.
     fn record_conflict(
         &self,
         st: &mut State,
         sid: &str,
         idx: usize,
         decision: &str,
-        action_word: &str,
-        comment: Option<&str>,
-        modified_diff: Option<&str>,
+        ask: &Ask,
         msg: String,
     ) -> Result<DecisionResult, AppError> {
-        let mut after = st.suggestions[sid].clone();
-        let rec = after.hunks[idx].clone();
-        after.hunks[idx].state = HunkState::Conflict;
-        after.hunks[idx].conflict = Some(msg.clone());
-        let mut fb = Self::feedback_record(&after, &rec, decision, action_word, "conflict");
-        fb.comment = comment.map(str::to_string);
-        fb.modified_diff = modified_diff.map(str::to_string);
-        fb.error = Some(msg.clone());
-        let events = vec![Event::Error {
-            seq: 0,
-            code: ErrorCode::ApplyFailed,
-            message: msg.clone(),
-            suggestion_id: Some(sid.to_string()),
-            hunk_id: Some(rec.id.clone()),
-            run_id: Some(after.run_id.clone()),
-        }];
-        self.commit_decision(st, after, Vec::new(), Vec::new(), vec![fb], events)?;
+        let (change, line, event) = conflict_parts(&st.suggestions[sid], idx, ask, &msg);
+        let mut d = Decision::with_id(decision.to_string());
+        d.change(change).line(line, event);
+        self.commit(st, d)?;
         Err(AppError::Conflict {
             code: "conflict",
             message: msg,
         })
     }
 
-    /// Accept or reject every pending (or conflicting) hunk, optionally of one file.
+    /// Accept or reject every pending (or conflicting) hunk, optionally of one file, as one
+    /// decision: every hunk of a file is planned against what the hunks before it leave, and
+    /// each file is written once. A hunk that does not apply is recorded as a conflict and the
+    /// others go on. If the checkout changes between the plan and the write, the hunks are
+    /// decided one at a time instead.
     pub fn decide_all(
         &self,
         suggestion_id: &str,
@@ -326,47 +211,152 @@ impl Hub {
         file: Option<&str>,
         comment: Option<&str>,
     ) -> Result<serde_json::Value, AppError> {
-        let (sid, ids) = {
-            let st = self.lock()?;
-            let sid = Self::resolve_id(&st, suggestion_id)?;
-            let s = &st.suggestions[&sid];
-            if let Some(how) = &s.closed {
-                return Err(AppError::Conflict {
-                    code: "closed",
-                    message: format!("suggestion {sid} was already completed ({how})"),
-                });
+        let mut st = self.lock()?;
+        let sid = Self::resolve_id(&st, suggestion_id)?;
+        let s = &st.suggestions[&sid];
+        ensure_open(s)?;
+        if let Some(f) = file {
+            if !s.hunks.iter().any(|h| h.file == f) {
+                return Err(AppError::NotFound(format!(
+                    "suggestion {sid} has no hunks in {f}"
+                )));
             }
-            if let Some(f) = file {
-                if !s.hunks.iter().any(|h| h.file == f) {
-                    return Err(AppError::NotFound(format!(
-                        "suggestion {sid} has no hunks in {f}"
-                    )));
-                }
-            }
-            let ids: Vec<String> = s
-                .hunks
-                .iter()
-                .filter(|h| !h.state.reviewed() && file.is_none_or(|f| h.file == f))
-                .map(|h| h.id.clone())
-                .collect();
-            (sid, ids)
+        }
+        let picked: Vec<usize> = (0..s.hunks.len())
+            .filter(|&i| {
+                let h = &s.hunks[i];
+                !h.state.reviewed() && file.is_none_or(|f| h.file == f)
+            })
+            .collect();
+        let ask = Ask {
+            action: match action {
+                BulkAction::Accept => FeedbackAction::Accept,
+                BulkAction::Reject => FeedbackAction::Reject,
+            },
+            modified_diff: None,
+            comment,
         };
-        let fa = match action {
-            BulkAction::Accept => FeedbackAction::Accept,
-            BulkAction::Reject => FeedbackAction::Reject,
+        let mut d = Decision::new();
+        let (done, failed) = self.plan_bulk(s, &picked, &ask, &mut d)?;
+        let decision = d.id().to_string();
+        match self.commit(&mut st, d) {
+            Ok(()) => {}
+            Err(AppError::Conflict {
+                code: "conflict", ..
+            }) => {
+                drop(st);
+                return self.decide_each(&sid, &picked, &ask, &decision);
+            }
+            Err(e) => return Err(e),
+        }
+        let s = &st.suggestions[&sid];
+        let done: Vec<serde_json::Value> = done
+            .iter()
+            .map(|&i| serde_json::json!({"hunk_id": s.hunks[i].id, "state": s.hunks[i].state}))
+            .collect();
+        Ok(serde_json::json!({
+            "suggestion_id": sid,
+            "decided": done,
+            "failed": failed,
+            "remaining_hunks": s.hunks.len() - s.reviewed_count(),
+        }))
+    }
+
+    /// Plan a bulk decision into `d`: the hunks that will be decided, and those that conflict
+    /// (recorded in `d` as conflicts) with their errors.
+    fn plan_bulk(
+        &self,
+        s: &Suggestion,
+        picked: &[usize],
+        ask: &Ask,
+        d: &mut Decision,
+    ) -> Result<(Vec<usize>, Vec<serde_json::Value>), AppError> {
+        let root = self.checkout()?;
+        let mut overlay = Overlay::default();
+        let mut ops = Vec::new();
+        let mut counts = Counts::of(s);
+        // Line shifts of the hunks this decision applies, per file: (base start, delta).
+        let mut shifts: BTreeMap<&str, Vec<(usize, isize)>> = BTreeMap::new();
+        let (mut done, mut failed) = (Vec::new(), Vec::new());
+        for &i in picked {
+            let rec = &s.hunks[i];
+            let planned = if ask.action.forward() {
+                let start = rec.patch.as_ref().map(|p| p.old_start).unwrap_or(0);
+                let offset = Self::offset_for(s, rec)
+                    + shifts.get(rec.file.as_str()).map_or(0, |v| {
+                        v.iter().filter(|(at, _)| *at < start).map(|(_, d)| d).sum()
+                    });
+                let hunk = rec.patch.as_ref();
+                match plan_forward_over(&overlay, &root, &self.store, rec, hunk, offset, false) {
+                    Ok(plan) => {
+                        for op in &plan.ops {
+                            overlay.record(&self.store, op).map_err(internal)?;
+                        }
+                        if let Some(a) = &plan.applied {
+                            shifts
+                                .entry(&rec.file)
+                                .or_default()
+                                .push((start, a.delta()));
+                        }
+                        (HunkState::Accepted, plan, AppliedAction::Accepted)
+                    }
+                    Err(PlanError::Conflict(msg)) => {
+                        let (change, line, event) = conflict_parts(s, i, ask, &msg);
+                        d.change(change).line(line, event);
+                        let e = AppError::Conflict {
+                            code: "conflict",
+                            message: msg,
+                        };
+                        failed.push(serde_json::json!({"hunk_id": rec.id, "error": e.to_string()}));
+                        continue;
+                    }
+                    Err(e) => return Err(internal(e)),
+                }
+            } else {
+                (
+                    HunkState::Rejected,
+                    apply::Plan::default(),
+                    AppliedAction::Rejected,
+                )
+            };
+            let (plan_ops, change, line, event) =
+                step_parts(s, i, ask, &None, planned, &mut counts);
+            ops.extend(plan_ops);
+            d.change(change).line(line, event);
+            done.push(i);
+        }
+        d.ops(merge_ops(ops))
+            .event(Hub::status_event(s, counts.reviewed, counts.applied));
+        Ok((done, failed))
+    }
+
+    /// The hunks of a bulk decision one at a time (each its own transaction, sharing the bulk
+    /// decision's id), as before bulk decisions were planned together.
+    fn decide_each(
+        &self,
+        sid: &str,
+        picked: &[usize],
+        ask: &Ask,
+        decision: &str,
+    ) -> Result<serde_json::Value, AppError> {
+        let ids: Vec<String> = {
+            let st = self.lock()?;
+            picked
+                .iter()
+                .map(|&i| st.suggestions[sid].hunks[i].id.clone())
+                .collect()
         };
         let mut done = Vec::new();
         let mut failed = Vec::new();
-        let decision = uuid::Uuid::new_v4().to_string();
         for id in ids {
-            match self.decide_as(&sid, &id, fa, None, comment, Some(&decision)) {
+            match self.decide_as(sid, &id, ask, Some(decision)) {
                 Ok(r) => done.push(serde_json::json!({"hunk_id": id, "state": r.hunk.state})),
                 Err(e) => failed.push(serde_json::json!({"hunk_id": id, "error": e.to_string()})),
             }
         }
         let remaining = {
             let st = self.lock()?;
-            let s = &st.suggestions[&sid];
+            let s = &st.suggestions[sid];
             s.hunks.len() - s.reviewed_count()
         };
         Ok(serde_json::json!({
@@ -393,55 +383,57 @@ impl Hub {
                 message: format!("suggestion {sid} was already completed ({how})"),
             });
         }
-        let decision = uuid::Uuid::new_v4().to_string();
         let via = match action {
             CompleteAction::Finalize => "finalize",
             CompleteAction::Discard => "discard",
         };
-        let mut after = s.clone();
-        let mut feedback = Vec::new();
-        let mut events = Vec::new();
-        for i in 0..after.hunks.len() {
-            if after.hunks[i].state.reviewed() {
+        let mut d = Decision::new();
+        let mut reviewed = s.reviewed_count();
+        for (i, rec) in s.hunks.iter().enumerate() {
+            if rec.state.reviewed() {
                 continue;
             }
-            after.hunks[i].state = HunkState::Rejected;
-            let rec = after.hunks[i].clone();
-            let mut fb = Self::feedback_record(&after, &rec, &decision, "reject", "rejected");
-            fb.via = Some(via.into());
-            feedback.push(fb);
-            events.push(Event::HunkApplied {
+            reviewed += 1;
+            let mut line = LineRec::new(s, rec, "reject", "rejected");
+            line.via = Some(via.into());
+            let event = Event::HunkApplied {
                 seq: 0,
                 suggestion_id: sid.clone(),
                 hunk_id: rec.id.clone(),
                 action: AppliedAction::Rejected,
                 file: rec.file.clone(),
                 state: HunkState::Rejected,
-                reviewed_count: after.reviewed_count(),
-                hunk_count: after.hunks.len(),
-            });
+                reviewed_count: reviewed,
+                hunk_count: s.hunks.len(),
+            };
+            d.change(HunkChange::keep(&sid, i, rec, HunkState::Rejected))
+                .line(line, event);
         }
-        after.closed = Some(via.into());
-        if action == CompleteAction::Finalize {
-            match self.reviewed_commit(&after) {
-                Ok(c) => {
-                    after.reviewed_commit = Some(c.clone());
-                }
+        // Pending hunks are rejected, so exactly the applied ones make the reviewed commit.
+        let reviewed_commit = match action {
+            CompleteAction::Finalize => match self.reviewed_commit(s) {
+                Ok(c) => Some(c),
                 Err(e) => {
-                    tracing::warn!(error = %e, suggestion = %sid, "recording the reviewed checkpoint")
+                    tracing::warn!(error = %e, suggestion = %sid, "recording the reviewed checkpoint");
+                    s.reviewed_commit.clone()
                 }
-            }
-        }
-        events.push(Event::Completed {
+            },
+            CompleteAction::Discard => s.reviewed_commit.clone(),
+        };
+        d.close(Closing {
+            suggestion_id: sid.clone(),
+            how: via.into(),
+            reviewed_commit: reviewed_commit.clone(),
+        })
+        .event(Event::Completed {
             seq: 0,
             suggestion_id: sid.clone(),
             action,
-            reviewed_commit: after.reviewed_commit.clone(),
+            reviewed_commit: reviewed_commit.clone(),
         });
-        let reviewed_commit = after.reviewed_commit.clone();
-        let applied = after.hunks.iter().filter(|h| h.state.applied()).count();
-        let total = after.hunks.len();
-        self.commit_decision(&mut st, after, Vec::new(), Vec::new(), feedback, events)?;
+        let applied = s.hunks.iter().filter(|h| h.state.applied()).count();
+        let total = s.hunks.len();
+        self.commit(&mut st, d)?;
         Ok(serde_json::json!({
             "suggestion_id": sid,
             "action": via,
@@ -541,6 +533,188 @@ impl Hub {
             .map_err(|e| ierr(&e))?;
         Ok(commit.to_string())
     }
+}
+
+/// What the user asked for one hunk.
+struct Ask<'a> {
+    action: FeedbackAction,
+    modified_diff: Option<&'a str>,
+    comment: Option<&'a str>,
+}
+
+/// A planned decision on one hunk, or the conflict that stops it.
+enum Step {
+    Planned(HunkState, apply::Plan, AppliedAction),
+    Conflict(String),
+}
+
+fn already(message: String) -> AppError {
+    AppError::Conflict {
+        code: "already_decided",
+        message: message.to_lowercase(),
+    }
+}
+
+fn ensure_open(s: &Suggestion) -> Result<(), AppError> {
+    match &s.closed {
+        Some(how) => Err(AppError::Conflict {
+            code: "closed",
+            message: format!("suggestion {} was already completed ({how})", s.id),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// A hunk by id, or by the shorthands within a suggestion: `<file>:<index>` or its 0-based
+/// position.
+fn find_hunk(s: &Suggestion, hunk_id: &str) -> Result<usize, AppError> {
+    s.hunks
+        .iter()
+        .position(|h| h.id == hunk_id)
+        .or_else(|| {
+            s.hunks
+                .iter()
+                .position(|h| hunk_id == format!("{}:{}", h.file, h.index))
+                .or_else(|| hunk_id.parse::<usize>().ok().filter(|i| *i < s.hunks.len()))
+        })
+        .ok_or_else(|| AppError::NotFound(format!("suggestion {} has no hunk {hunk_id:?}", s.id)))
+}
+
+/// The user's own version of the hunk (`modify`), checked against it.
+fn modified_hunk(ask: &Ask, rec: &HunkRec) -> Result<Option<Hunk>, AppError> {
+    if ask.action != FeedbackAction::Modify {
+        if ask.modified_diff.is_some() {
+            return Err(AppError::BadRequest(format!(
+                "modifiedDiff is only allowed with action \"modify\", not {:?}",
+                ask.action.word()
+            )));
+        }
+        return Ok(None);
+    }
+    let text = ask
+        .modified_diff
+        .filter(|d| !d.trim().is_empty())
+        .ok_or_else(|| {
+            AppError::BadRequest(
+                "action \"modify\" needs modifiedDiff (modified_diff over HTTP)".into(),
+            )
+        })?;
+    parse_modified(text, rec).map(Some)
+}
+
+fn internal(e: impl std::fmt::Display) -> AppError {
+    AppError::Internal(e.to_string())
+}
+
+/// A suggestion's reviewed and applied hunks, kept up to date as a decision is planned.
+struct Counts {
+    reviewed: usize,
+    applied: usize,
+}
+
+impl Counts {
+    fn of(s: &Suggestion) -> Self {
+        Counts {
+            reviewed: s.reviewed_count(),
+            applied: s.hunks.iter().filter(|h| h.state.applied()).count(),
+        }
+    }
+
+    /// A hunk goes from `before` to `after`.
+    fn shift(&mut self, before: HunkState, after: HunkState) {
+        self.reviewed = self.reviewed + after.reviewed() as usize - before.reviewed() as usize;
+        self.applied = self.applied + after.applied() as usize - before.applied() as usize;
+    }
+}
+
+/// The decision that carries out a planned step on hunk `idx`: its delta, its feedback line
+/// with the `hunk.applied` event, and the suggestion's new status. Counts are those after the
+/// decision, worked out without copying the suggestion.
+fn decision_for(
+    s: &Suggestion,
+    idx: usize,
+    mut d: Decision,
+    ask: &Ask,
+    modified: &Option<Hunk>,
+    planned: (HunkState, apply::Plan, AppliedAction),
+) -> Decision {
+    let mut counts = Counts::of(s);
+    let (ops, change, line, event) = step_parts(s, idx, ask, modified, planned, &mut counts);
+    d.ops(ops)
+        .change(change)
+        .line(line, event)
+        .event(Hub::status_event(s, counts.reviewed, counts.applied));
+    d
+}
+
+/// The parts of one hunk's step: file operations, delta, feedback line and its event (with
+/// `counts` moved on by this hunk).
+fn step_parts(
+    s: &Suggestion,
+    idx: usize,
+    ask: &Ask,
+    modified: &Option<Hunk>,
+    (state, plan, act): (HunkState, apply::Plan, AppliedAction),
+    counts: &mut Counts,
+) -> (Vec<FileOp>, HunkChange, LineRec, Event) {
+    let rec = &s.hunks[idx];
+    let change = HunkChange {
+        suggestion_id: s.id.clone(),
+        index: idx,
+        hunk_id: rec.id.clone(),
+        state,
+        applied: if state.applied() { plan.applied } else { None },
+        conflict: None,
+        comment: ask.comment.map(str::to_string),
+        perm: if state.applied() { plan.perm } else { None },
+    };
+    let outcome = match act {
+        AppliedAction::Accepted => "applied",
+        AppliedAction::Modified => "modified",
+        AppliedAction::Rejected => "rejected",
+        AppliedAction::Undone => "undone",
+    };
+    let mut line = LineRec::new(s, rec, ask.action.word(), outcome);
+    line.comment = ask.comment.map(str::to_string);
+    line.modified_diff = modified.as_ref().map(|h| h.to_unified());
+    counts.shift(rec.state, state);
+    let event = Event::HunkApplied {
+        seq: 0,
+        suggestion_id: s.id.clone(),
+        hunk_id: rec.id.clone(),
+        action: act,
+        file: rec.file.clone(),
+        state,
+        reviewed_count: counts.reviewed,
+        hunk_count: s.hunks.len(),
+    };
+    (plan.ops, change, line, event)
+}
+
+/// Hunk `idx` conflicts: its delta (state `conflict`, the message), feedback line and
+/// `apply_failed` event.
+fn conflict_parts(
+    s: &Suggestion,
+    idx: usize,
+    ask: &Ask,
+    msg: &str,
+) -> (HunkChange, LineRec, Event) {
+    let rec = &s.hunks[idx];
+    let mut change = HunkChange::keep(&s.id, idx, rec, HunkState::Conflict);
+    change.conflict = Some(msg.to_string());
+    let mut line = LineRec::new(s, rec, ask.action.word(), "conflict");
+    line.comment = ask.comment.map(str::to_string);
+    line.modified_diff = ask.modified_diff.map(str::to_string);
+    line.error = Some(msg.to_string());
+    let event = Event::Error {
+        seq: 0,
+        code: ErrorCode::ApplyFailed,
+        message: msg.to_string(),
+        suggestion_id: Some(s.id.clone()),
+        hunk_id: Some(rec.id.clone()),
+        run_id: Some(s.run_id.clone()),
+    };
+    (change, line, event)
 }
 
 fn put_side(tree: &mut FlatTree, path: &str, side: Option<&crate::model::suggestion::Side>) {

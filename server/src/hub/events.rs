@@ -53,6 +53,16 @@ impl Bus {
         self.inner.lock().map(|i| i.seq).unwrap_or(0)
     }
 
+    /// Run `f` with the highest reserved seq while no event can be numbered (journal
+    /// compaction writes that mark into the new journal, so no reservation is lost).
+    pub fn with_reserved<T>(&self, f: impl FnOnce(u64) -> T) -> T {
+        let inner = match self.inner.lock() {
+            Ok(i) => i,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        f(inner.reserved_upto)
+    }
+
     pub fn subscribe(&self) -> broadcast::Receiver<Sent> {
         self.tx.subscribe()
     }

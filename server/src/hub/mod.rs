@@ -36,6 +36,29 @@ pub struct State {
     pub sessions: crate::hub::registry::Sessions,
 }
 
+impl State {
+    /// Records that restore this state: one per run and suggestion (in creation order), the
+    /// sessions, and the event-sequence mark. What the journal is compacted to.
+    pub fn records(&self, seq_upto: u64) -> Vec<Record> {
+        let mut out: Vec<Record> = self
+            .runs
+            .values()
+            .cloned()
+            .map(|r| Record::Run(Box::new(r)))
+            .collect();
+        out.extend(
+            self.order
+                .iter()
+                .filter_map(|id| self.suggestions.get(id))
+                .cloned()
+                .map(|s| Record::Suggestion(Box::new(s))),
+        );
+        out.extend(self.sessions.records());
+        out.push(Record::Seq { upto: seq_upto });
+        out
+    }
+}
+
 pub struct Hub {
     pub cfg: ServeConfig,
     pub store: Store,
@@ -67,6 +90,28 @@ impl Hub {
         self.state
             .lock()
             .map_err(|_| AppError::Internal("state lock poisoned".into()))
+    }
+
+    /// Compact the journal to a snapshot of `st` once it has grown enough (see
+    /// [`Journal::due`]). Called with the state lock held, after a decision committed, so the
+    /// snapshot holds every committed decision and no decision is half-way. A failure is
+    /// logged: the old journal is still whole and correct, only larger.
+    pub(crate) fn compact_if_due(&self, st: &State) {
+        let due = self.journal.lock().map(|j| j.due()).unwrap_or(false);
+        if !due {
+            return;
+        }
+        self.bus.with_reserved(|upto| {
+            let records = st.records(upto);
+            let Ok(mut j) = self.journal.lock() else {
+                return;
+            };
+            let before = j.len();
+            match j.replace(&records) {
+                Ok(()) => tracing::info!(before, after = j.len(), "compacted the journal"),
+                Err(e) => tracing::warn!(error = %e, "compacting the journal"),
+            }
+        });
     }
 
     pub fn journal_append(&self, rec: &Record) -> Result<(), AppError> {

@@ -5,6 +5,7 @@
 //! Layer 1: may import `crate::protocol` only.
 
 pub mod chat;
+pub mod decision;
 pub mod feedback;
 pub mod fileop;
 pub mod run;

@@ -435,6 +435,23 @@ pub enum FeedbackAction {
     Undo,
 }
 
+impl FeedbackAction {
+    /// The action as the feedback log names it.
+    pub fn word(self) -> &'static str {
+        match self {
+            FeedbackAction::Accept => "accept",
+            FeedbackAction::Reject => "reject",
+            FeedbackAction::Modify => "modify",
+            FeedbackAction::Undo => "undo",
+        }
+    }
+
+    /// Whether it applies the hunk (accept, modify) rather than taking it back.
+    pub fn forward(self) -> bool {
+        matches!(self, FeedbackAction::Accept | FeedbackAction::Modify)
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CompleteAction {

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::decision::{Closing, DecisionRec, LineRec};
 use crate::model::feedback::FeedbackRecord;
 use crate::model::fileop::FileOp;
 use crate::model::run::RunRec;
@@ -28,6 +29,9 @@ use crate::model::suggestion::Suggestion;
 pub enum Record {
     Run(Box<RunRec>),
     Suggestion(Box<Suggestion>),
+    /// A decision's deltas, written before the checkout changes (`prepare`).
+    Decision(Box<DecisionRec>),
+    /// The whole-suggestion `prepare` of journals written before decision records (read only).
     Prepare(Box<Prepared>),
     Commit {
         decision: String,
@@ -55,6 +59,38 @@ pub struct Prepared {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub also: Vec<Suggestion>,
     pub feedback: Vec<FeedbackRecord>,
+}
+
+impl Prepared {
+    /// This older whole-suggestion `prepare` as deltas against `suggestions` (the state before
+    /// it), so recovery and replay have one form to handle.
+    pub fn into_decision(
+        self,
+        suggestions: &std::collections::BTreeMap<String, Suggestion>,
+    ) -> DecisionRec {
+        let mut changes = Vec::new();
+        let mut closings = Vec::new();
+        for after in self.also.iter().chain(std::iter::once(&self.after)) {
+            let Some(before) = suggestions.get(&after.id) else {
+                continue;
+            };
+            changes.extend(DecisionRec::between(before, after));
+            if after.closed.is_some() && after.closed != before.closed {
+                closings.push(Closing {
+                    suggestion_id: after.id.clone(),
+                    how: after.closed.clone().unwrap_or_default(),
+                    reviewed_commit: after.reviewed_commit.clone(),
+                });
+            }
+        }
+        DecisionRec {
+            decision: self.decision,
+            ops: self.ops,
+            changes,
+            closings,
+            lines: self.feedback.iter().map(LineRec::from_record).collect(),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -145,7 +181,16 @@ impl AppendFile {
 
 pub struct Journal {
     file: AppendFile,
+    /// Size right after the last compaction.
+    compacted: u64,
+    /// Never compact below this size.
+    compact_min: u64,
 }
+
+/// Default for [`Journal::due`]: the journal is compacted online once it passes this size
+/// (and four times its size after the last compaction). `HUNKGATE_JOURNAL_COMPACT_MIN`
+/// overrides it (bytes), e.g. to exercise compaction in tests.
+pub const COMPACT_MIN: u64 = 16 * 1024 * 1024;
 
 /// A compact UTC timestamp for file names: `20260101T120000.123Z`.
 pub fn file_stamp() -> String {
@@ -259,7 +304,42 @@ impl Journal {
         }
         write_file_atomic(path, &buf, 0o600).map_err(|e| Self::io(path, e))?;
         let file = AppendFile::open(path).map_err(|e| Self::io(path, e))?;
-        Ok(Self { file })
+        let compact_min = std::env::var("HUNKGATE_JOURNAL_COMPACT_MIN")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(COMPACT_MIN);
+        Ok(Self {
+            compacted: file.len(),
+            file,
+            compact_min,
+        })
+    }
+
+    /// Whether the journal has grown enough since its last compaction to be compacted again.
+    pub fn due(&self) -> bool {
+        self.file.len() > self.compact_min.max(self.compacted.saturating_mul(4))
+    }
+
+    /// Compact once the journal passes `bytes` (and four times its last compacted size).
+    pub fn set_compact_min(&mut self, bytes: u64) {
+        self.compact_min = bytes;
+    }
+
+    /// Bytes in the journal.
+    pub fn len(&self) -> u64 {
+        self.file.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.file.is_empty()
+    }
+
+    /// Compact online: atomically replace the journal with `records` (a snapshot of the state)
+    /// and go on appending to the new file. On failure the old journal stays as it was.
+    pub fn replace(&mut self, records: &[Record]) -> Result<(), JournalError> {
+        let path = self.file.path().to_path_buf();
+        *self = Self::rewrite(&path, records)?;
+        Ok(())
     }
 
     /// Append one record and fsync before returning. A failed append leaves nothing behind.
