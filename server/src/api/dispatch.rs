@@ -13,7 +13,7 @@ use crate::protocol::{ClientMsg, PublishReply, RunView, SuggestionSummary, Sugge
 /// What a command answers, typed; [`Reply::into_data`] is the WebSocket response's `data`.
 #[derive(Debug)]
 pub enum Reply {
-    Decision(DecisionResult),
+    Decision(Box<DecisionResult>),
     /// Bulk decisions, completion, clarification answers and rollbacks answer plain JSON.
     Json(Value),
     Suggestions(Vec<SuggestionSummary>),
@@ -63,7 +63,7 @@ pub async fn dispatch(hub: &Arc<Hub>, msg: ClientMsg) -> Result<Reply, AppError>
                 )
             })
             .await
-            .map(Reply::Decision),
+            .map(|d| Reply::Decision(Box::new(d))),
         ClientMsg::FeedbackAll(cmd) => hub
             .blocking(move |hub| {
                 hub.decide_all(
