@@ -230,3 +230,33 @@ pub async fn complete(
     );
     Ok(ExitCode::SUCCESS)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::SuggestionStatus;
+
+    fn summary(closed: Option<&str>) -> SuggestionSummary {
+        SuggestionSummary {
+            id: "0123456789abcdef".into(),
+            jj_change_id: String::new(),
+            description: "Shout\x1b[2K\nlines".into(),
+            files: vec!["a.txt".into(), "b\x07.txt".into()],
+            hunk_count: 2,
+            reviewed_count: 1,
+            status: SuggestionStatus::Partial,
+            closed: closed.map(str::to_string),
+            run_id: "r".into(),
+            created_at: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_summary_line_shows_state_counts_and_agent_text_made_visible() {
+        assert_eq!(
+            summary_line(&summary(None)),
+            "01234567  partial  1/2  Shout^[[2K^Jlines  (a.txt, b^G.txt)"
+        );
+        assert!(summary_line(&summary(Some("finalize"))).starts_with("01234567  finalize 1/2"));
+    }
+}
