@@ -6,6 +6,11 @@
 
 use serde::{Deserialize, Serialize};
 
+mod command;
+mod reply;
+pub use command::*;
+pub use reply::*;
+
 pub const PROTOCOL_VERSION: u32 = 1;
 pub const SERVICE: &str = "hunkgate";
 
@@ -711,7 +716,7 @@ pub struct ClarifyCmd {
 /// The answer the agent gets when the user skips a question (seed 000 §21).
 pub const NO_USER_ANSWER: &str = "no_user_answer";
 
-/// The WebSocket command types, for error messages.
+/// The WebSocket command types (the deserializable variants of [`ClientMsg`]), for error messages.
 pub const COMMAND_TYPES: &[&str] = &[
     "feedback",
     "feedback_all",
