@@ -201,7 +201,7 @@ pub fn main() -> ExitCode {
 /// so a log file or a journal gets plain text.
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("HUNKGATE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
