@@ -158,7 +158,7 @@ impl Config {
             );
         }
         ensure!(
-            self.rss_hunks > 0 && self.rss_hunks % self.hunks_per_file == 0,
+            self.rss_hunks > 0 && self.rss_hunks.is_multiple_of(self.hunks_per_file),
             "HUNKGATE_BENCH_RSS_HUNKS={} must be a multiple of the hunks per file ({})",
             self.rss_hunks,
             self.hunks_per_file
@@ -1279,6 +1279,8 @@ fn ms(d: Duration) -> String {
     let ms = d.as_secs_f64() * 1e3;
     if ms >= 10_000.0 {
         format!("{:.1} s", ms / 1e3)
+    } else if ms >= 1_000.0 {
+        format!("{:.2} s", ms / 1e3)
     } else if ms >= 100.0 {
         format!("{ms:.0} ms")
     } else if ms >= 10.0 {
@@ -1318,7 +1320,7 @@ fn thousands(n: usize) -> String {
     let s = n.to_string();
     let mut out = String::new();
     for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -1412,7 +1414,7 @@ impl Report {
             );
         }
         row(
-            format!("`state.jsonl` after the whole {big}-hunk review (3 runs)"),
+            format!("`state.jsonl` after the whole {big}-hunk review (and the 3 runs and {small}-hunk rounds before it)"),
             format!(
                 "{} (the review added {})",
                 bytes(m.journal_after_review as f64),
@@ -1436,11 +1438,11 @@ impl Report {
             format!(
                 "hub RSS with {} suggestions × {} hunks",
                 thousands(m.loaded_suggestions),
-                thousands(if m.loaded_suggestions > 0 {
-                    m.loaded_hunks / m.loaded_suggestions
-                } else {
-                    0
-                })
+                thousands(
+                    m.loaded_hunks
+                        .checked_div(m.loaded_suggestions)
+                        .unwrap_or_default()
+                )
             ),
             format!("{} (peak {})", mib(m.loaded.rss_kib), mib(m.loaded.hwm_kib)),
             String::new(),
