@@ -932,6 +932,8 @@ async fn run_mode(
         remove_user_sandboxes(u, &format!("{tag}-a"));
     }
     let mut figures = result?;
+    // The journal of a slow hub can be large; the next hub needs the disk more than this does.
+    let _ = std::fs::remove_dir_all(&state_a);
 
     progress(format!(
         "[{mode}] memory: a fresh hub, one run publishing {} suggestions × {} hunks",
@@ -952,6 +954,7 @@ async fn run_mode(
         remove_user_sandboxes(u, &format!("{tag}-b"));
     }
     let (mem, suggestions, hunks) = loaded?;
+    let _ = std::fs::remove_dir_all(&state_b);
     figures.loaded = mem;
     figures.loaded_suggestions = suggestions;
     figures.loaded_hunks = hunks;
