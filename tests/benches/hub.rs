@@ -25,7 +25,8 @@ fn release_binary() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os("HUNKGATE_BIN") {
         return Ok(PathBuf::from(p));
     }
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    // The cargo running this benchmark, else the one that built it.
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
     let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .context("the workspace directory")?
