@@ -1306,12 +1306,14 @@ fn ratio(a: Duration, b: Duration) -> String {
 }
 
 fn bytes(n: f64) -> String {
-    if n >= 1024.0 * 1024.0 {
+    if n >= 1e9 {
+        format!("{:.3} GB", n / 1e9)
+    } else if n >= 1024.0 * 1024.0 {
         format!("{:.1} MB", n / 1e6)
     } else if n >= 10_000.0 {
         format!("{:.0} KB", n / 1e3)
     } else {
-        format!("{n:.0} B")
+        format!("{} B", thousands(n.round() as usize))
     }
 }
 
@@ -1389,7 +1391,7 @@ impl Report {
             row(
                 format!(
                     "WebSocket `accept` of one hunk → response, {label}-hunk suggestion ({} accepts)",
-                    acc.len()
+                    thousands(acc.len())
                 ),
                 format!("p50 {}, p99 {}", ms(p50), ms(p99)),
                 format!("`git apply --check` of that hunk, p50 {}", ms(g50)),
@@ -1471,8 +1473,8 @@ impl Report {
             "fan-out: events lost without a `resync`".into(),
             format!(
                 "{} of {} ({} resyncs)",
-                f.lost,
-                f.events * f.clients,
+                thousands(f.lost),
+                thousands(f.events * f.clients),
                 f.resyncs
             ),
             String::new(),
