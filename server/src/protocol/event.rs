@@ -1,0 +1,245 @@
+//! Events (server → client). Every event carries `seq`; see protocol.md, "Events".
+
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::{CompleteAction, HunkState, RollbackMode, SuggestionView};
+
+/// Every error code the hub sends: in `error` events and in error responses (`code`).
+/// Clients switch on these; the message beside them is for people.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// a run failed (event).
+    ExperimentFailed,
+    /// the sandbox could not be brought to the checkout (event).
+    SyncFailed,
+    /// jj failed (event).
+    JjError,
+    /// a hunk did not apply (event).
+    ApplyFailed,
+    /// anything else (event).
+    Unknown,
+    /// the request is malformed or not allowed as sent.
+    BadRequest,
+    /// no such suggestion, hunk, run, session or checkpoint.
+    NotFound,
+    /// the checkout no longer matches what the hunk expects.
+    Conflict,
+    /// the hunk is already decided: undo it first.
+    AlreadyDecided,
+    /// the suggestion was already completed.
+    Closed,
+    /// the session is archived.
+    Archived,
+    /// the run is already over.
+    Finished,
+    /// the run is not in progress.
+    NotRunning,
+    /// the run is waiting for an answer already.
+    QuestionPending,
+    /// the run is not waiting for an answer.
+    NoQuestion,
+    /// the answer names a question that is not the pending one.
+    StaleQuestion,
+    /// the run changed nothing.
+    NoChanges,
+    /// no or wrong token.
+    Unauthorized,
+    /// the token may not do this (an agent token on the reviewer API).
+    Forbidden,
+    /// a body or frame over the size limit.
+    TooLarge,
+    /// the hub failed; its log has the cause.
+    Internal,
+}
+
+impl ErrorCode {
+    /// The code as it is on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::ExperimentFailed => "experiment_failed",
+            ErrorCode::SyncFailed => "sync_failed",
+            ErrorCode::JjError => "jj_error",
+            ErrorCode::ApplyFailed => "apply_failed",
+            ErrorCode::Unknown => "unknown",
+            ErrorCode::BadRequest => "bad_request",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::Conflict => "conflict",
+            ErrorCode::AlreadyDecided => "already_decided",
+            ErrorCode::Closed => "closed",
+            ErrorCode::Archived => "archived",
+            ErrorCode::Finished => "finished",
+            ErrorCode::NotRunning => "not_running",
+            ErrorCode::QuestionPending => "question_pending",
+            ErrorCode::NoQuestion => "no_question",
+            ErrorCode::StaleQuestion => "stale_question",
+            ErrorCode::NoChanges => "no_changes",
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::Forbidden => "forbidden",
+            ErrorCode::TooLarge => "too_large",
+            ErrorCode::Internal => "internal",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AppliedAction {
+    Accepted,
+    Modified,
+    Rejected,
+    /// An applied hunk was reverse-applied and is pending again.
+    Undone,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum Event {
+    #[serde(rename = "suggestion.ready")]
+    Ready {
+        seq: u64,
+        suggestion: Box<SuggestionView>,
+    },
+    #[serde(rename = "suggestion.status")]
+    Status {
+        seq: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        suggestion_id: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        run_id: Option<String>,
+        status: String,
+        message: String,
+    },
+    #[serde(rename = "suggestion.error")]
+    Error {
+        seq: u64,
+        code: ErrorCode,
+        message: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        suggestion_id: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        hunk_id: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        run_id: Option<String>,
+    },
+    #[serde(rename = "suggestion.hunk_applied")]
+    HunkApplied {
+        seq: u64,
+        suggestion_id: String,
+        hunk_id: String,
+        action: AppliedAction,
+        file: String,
+        state: HunkState,
+        reviewed_count: usize,
+        hunk_count: usize,
+    },
+    #[serde(rename = "checkpoint.created")]
+    CheckpointCreated {
+        seq: u64,
+        checkpoint_id: String,
+        suggestion_id: String,
+        run_id: String,
+        affected_files: Vec<String>,
+    },
+    #[serde(rename = "checkpoint.rollback.started")]
+    RollbackStarted {
+        seq: u64,
+        checkpoint_id: String,
+        mode: RollbackMode,
+        hunk_ids: Vec<String>,
+    },
+    #[serde(rename = "checkpoint.rollback.completed")]
+    RollbackCompleted {
+        seq: u64,
+        checkpoint_id: String,
+        mode: RollbackMode,
+        files: Vec<String>,
+        hunk_ids: Vec<String>,
+    },
+    #[serde(rename = "checkpoint.rollback.failed")]
+    RollbackFailed {
+        seq: u64,
+        checkpoint_id: String,
+        mode: RollbackMode,
+        message: String,
+    },
+    /// The built-in agent asked for a tool (seed 000 §9).
+    #[serde(rename = "tool.call.requested")]
+    ToolRequested {
+        seq: u64,
+        run_id: String,
+        tool_call_id: String,
+        name: String,
+        /// One line: the tool and its main argument.
+        summary: String,
+    },
+    #[serde(rename = "tool.call.completed")]
+    ToolCompleted {
+        seq: u64,
+        run_id: String,
+        tool_call_id: String,
+        name: String,
+        ok: bool,
+        /// One line: what came of it (counts, the error).
+        summary: String,
+        duration_ms: u64,
+    },
+    /// The built-in agent asks the user; answer with `clarify`.
+    #[serde(rename = "clarification.requested")]
+    ClarificationRequested {
+        seq: u64,
+        run_id: String,
+        question_id: String,
+        question: String,
+    },
+    #[serde(rename = "clarification.received")]
+    ClarificationReceived {
+        seq: u64,
+        run_id: String,
+        question_id: String,
+        /// `no_user_answer` when the user skipped.
+        answer: String,
+        skipped: bool,
+    },
+    #[serde(rename = "suggestion.completed")]
+    Completed {
+        seq: u64,
+        suggestion_id: String,
+        action: CompleteAction,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reviewed_commit: Option<String>,
+    },
+}
+
+impl Event {
+    pub fn set_seq(&mut self, value: u64) {
+        match self {
+            Event::Ready { seq, .. }
+            | Event::Status { seq, .. }
+            | Event::Error { seq, .. }
+            | Event::HunkApplied { seq, .. }
+            | Event::Completed { seq, .. }
+            | Event::CheckpointCreated { seq, .. }
+            | Event::RollbackStarted { seq, .. }
+            | Event::RollbackCompleted { seq, .. }
+            | Event::RollbackFailed { seq, .. }
+            | Event::ToolRequested { seq, .. }
+            | Event::ToolCompleted { seq, .. }
+            | Event::ClarificationRequested { seq, .. }
+            | Event::ClarificationReceived { seq, .. } => *seq = value,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hello {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub service: String,
+    pub version: String,
+    pub protocol: u32,
+    /// The seq of the newest event so far; events after it are pushed on this connection.
+    pub seq: u64,
+    /// Changes on every hub start: a client that sees a new epoch resyncs with `list`/`get`.
+    pub epoch: String,
+}
