@@ -10,11 +10,13 @@
 //! Nothing is followed: symlinks are stored as symlinks, FIFOs, sockets and devices are skipped,
 //! files over the cap are skipped, and every skip is reported so the user hears about it.
 
-use std::collections::BTreeSet;
-use std::path::Path;
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
 
 use crate::beneath::{Beneath, FsError, Kind};
-use crate::store::{Entry, FlatTree, Mode, Store, StoreError};
+use crate::statcache::{file_stat, is_racy, StatCache};
+use crate::store::{blob_id, Entry, FlatTree, Mode, Store, StoreError};
+use crate::wire::{FileStat, SyncRecord};
 
 /// Files larger than this are left out of snapshots (and reported).
 pub const DEFAULT_FILE_CAP: u64 = 64 * 1024 * 1024;
@@ -110,23 +112,46 @@ pub enum Captured {
         path: String,
         bytes: Vec<u8>,
         executable: bool,
+        /// The file's stat, taken on the open file before it was read.
+        stat: FileStat,
     },
     Symlink {
         path: String,
         target: Vec<u8>,
+        stat: FileStat,
+    },
+    /// The path still holds `entry` (see [`Check`]): nothing was read, or what was read is
+    /// exactly that entry.
+    Unchanged {
+        path: String,
+        entry: Entry,
+        stat: FileStat,
     },
     Skipped(Skipped),
 }
 
+/// What [`capture_each`] does with a regular file or symlink, given its `lstat`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check {
+    /// Read it.
+    Read,
+    /// Its stat vouches that it holds this entry: report it unchanged without opening it.
+    Trust(Entry),
+    /// Read it; report it unchanged if its mode and content are exactly this entry.
+    Compare(Entry),
+}
+
 /// Read each candidate path as data and hand it to `sink`: regular files (up to `cap` bytes)
-/// and symlink targets; FIFOs, sockets, devices and oversized files become [`Captured::Skipped`].
-/// Paths that vanished or turned into directories are left out.
+/// and symlink targets, unless `check` (given the path's `lstat`) vouches for them; FIFOs,
+/// sockets, devices and oversized files become [`Captured::Skipped`]. Paths that vanished or
+/// turned into directories are left out.
 ///
 /// The sandbox helper streams these to the hub; the hub's own snapshots store them directly.
 pub fn capture_each<E>(
     root: &Beneath,
     candidates: BTreeSet<String>,
     cap: u64,
+    mut check: impl FnMut(&str, &FileStat) -> Check,
     mut sink: impl FnMut(Captured) -> Result<(), E>,
 ) -> Result<(), E> {
     for path in candidates {
@@ -140,50 +165,86 @@ pub fn capture_each<E>(
             sink(skip("path hunkgate cannot represent".into()))?;
             continue;
         }
-        let item = match root.kind(&path) {
-            Ok(None) | Ok(Some(Kind::Dir)) => None,
-            Ok(Some(Kind::Other(what))) => Some(skip(format!("{what} skipped"))),
-            Ok(Some(Kind::Symlink)) => match root.read_link(&path) {
-                Ok(Some(target)) => Some(Captured::Symlink {
-                    path: path.clone(),
-                    target,
-                }),
-                Ok(None) => None,
-                Err(e) => Some(skip(e.to_string())),
-            },
-            Ok(Some(Kind::File { size, .. })) if size > cap => {
-                Some(skip(format!("larger than {cap} bytes")))
+        let st = match root.lstat(&path) {
+            Ok(Some(st)) => st,
+            Ok(None) => continue,
+            Err(e) => {
+                sink(skip(e.to_string()))?;
+                continue;
             }
-            Ok(Some(Kind::File { .. })) => match root.read(&path, cap) {
-                Ok(Some((bytes, executable))) => Some(Captured::File {
-                    path: path.clone(),
-                    bytes,
-                    executable,
-                }),
-                // Vanished or changed kind between the walk and the read: report, don't guess.
-                Ok(None) => None,
-                Err(e) => Some(skip(e.to_string())),
-            },
-            Err(e) => Some(skip(e.to_string())),
         };
-        if let Some(item) = item {
-            sink(item)?;
+        let stat = file_stat(&st);
+        let how = match crate::beneath::kind_of(&st) {
+            Kind::Dir => continue,
+            Kind::Other(what) => {
+                sink(skip(format!("{what} skipped")))?;
+                continue;
+            }
+            Kind::File { size, .. } if size > cap => {
+                sink(skip(format!("larger than {cap} bytes")))?;
+                continue;
+            }
+            Kind::File { .. } | Kind::Symlink => check(&path, &stat),
+        };
+        if let Check::Trust(entry) = how {
+            sink(Captured::Unchanged { path, entry, stat })?;
+            continue;
         }
+        let read = if matches!(crate::beneath::kind_of(&st), Kind::Symlink) {
+            root.read_link(&path)
+                .map(|t| t.map(|target| (target, Mode::Symlink, stat)))
+        } else {
+            root.read_stat(&path, cap).map(|r| {
+                r.map(|(bytes, exec, st)| {
+                    let mode = if exec { Mode::Executable } else { Mode::File };
+                    (bytes, mode, file_stat(&st))
+                })
+            })
+        };
+        let (bytes, mode, stat) = match read {
+            Ok(Some(got)) => got,
+            // Vanished between the stat and the read: report, don't guess.
+            Ok(None) => continue,
+            Err(e) => {
+                sink(skip(e.to_string()))?;
+                continue;
+            }
+        };
+        if let Check::Compare(entry) = how {
+            if entry.mode == mode && blob_id(&bytes) == entry.oid {
+                sink(Captured::Unchanged { path, entry, stat })?;
+                continue;
+            }
+        }
+        sink(match mode {
+            Mode::Symlink => Captured::Symlink {
+                path,
+                target: bytes,
+                stat,
+            },
+            Mode::File | Mode::Executable => Captured::File {
+                path,
+                bytes,
+                executable: mode == Mode::Executable,
+                stat,
+            },
+        })?;
     }
     Ok(())
 }
 
-/// Store one captured item into `snap`.
+/// Store one captured item into `snap`; returns the entry it got.
 pub fn store_captured(
     store: &Store,
     snap: &mut Snapshot,
     item: Captured,
-) -> Result<(), StoreError> {
-    match item {
+) -> Result<Option<(String, FileStat, Entry)>, StoreError> {
+    let (path, stat, entry) = match item {
         Captured::File {
             path,
             bytes,
             executable,
+            stat,
         } => {
             let oid = store.write_blob(&bytes)?;
             let mode = if executable {
@@ -191,35 +252,81 @@ pub fn store_captured(
             } else {
                 Mode::File
             };
-            snap.tree.insert(path, Entry { mode, oid });
+            (path, stat, Entry { mode, oid })
         }
-        Captured::Symlink { path, target } => {
+        Captured::Symlink { path, target, stat } => {
             let oid = store.write_blob(&target)?;
-            snap.tree.insert(
-                path,
-                Entry {
-                    mode: Mode::Symlink,
-                    oid,
-                },
-            );
+            let mode = Mode::Symlink;
+            (path, stat, Entry { mode, oid })
         }
-        Captured::Skipped(s) => snap.skipped.push(s),
-    }
-    Ok(())
+        Captured::Unchanged { path, entry, stat } => (path, stat, entry),
+        Captured::Skipped(s) => {
+            snap.skipped.push(s);
+            return Ok(None);
+        }
+    };
+    snap.tree.insert(path.clone(), entry);
+    Ok(Some((path, stat, entry)))
 }
 
-/// Read each candidate path as data and store it.
+/// Read each candidate path as data and store it, taking unchanged files from `cache`.
 fn capture(
     root: &Beneath,
     candidates: BTreeSet<String>,
     store: &Store,
     cap: u64,
+    mut cache: Option<&mut StatCache>,
 ) -> Result<Snapshot, SnapshotError> {
     let mut snap = Snapshot::default();
-    capture_each(root, candidates, cap, |item| {
-        store_captured(store, &mut snap, item)
-    })?;
+    let mut seen = Vec::new();
+    {
+        let cache_ref = cache.as_deref();
+        capture_each(
+            root,
+            candidates,
+            cap,
+            |path, stat| match cache_ref.and_then(|c| c.lookup(path, stat, store)) {
+                Some(entry) => Check::Trust(entry),
+                None => Check::Read,
+            },
+            |item| {
+                if let Some(got) = store_captured(store, &mut snap, item)? {
+                    seen.push(got);
+                }
+                Ok::<_, StoreError>(())
+            },
+        )?;
+    }
+    if let Some(cache) = cache.as_deref_mut() {
+        for (path, stat, entry) in seen {
+            cache.record(&path, stat, entry);
+        }
+        if let Err(e) = cache.save() {
+            tracing::warn!(error = %e, "cannot write the snapshot stat cache; the next snapshot reads every file");
+        }
+    }
     Ok(snap)
+}
+
+/// What a sandbox read-back does with `path`, given the run's `base` and the stat record of
+/// the sync that wrote it (see [`crate::wire::SyncRecord`]).
+pub fn readback_check<'a>(
+    base: &'a FlatTree,
+    record: Option<&'a SyncRecord>,
+) -> impl FnMut(&str, &FileStat) -> Check + 'a {
+    let stamp = record.map(|r| (r.stamp_s, r.stamp_ns));
+    let recorded: HashMap<&str, &FileStat> = record
+        .map(|r| r.files.iter().map(|(p, s)| (p.as_str(), s)).collect())
+        .unwrap_or_default();
+    move |path, stat| match base.get(path) {
+        None => Check::Read,
+        Some(entry) => match (recorded.get(path), stamp) {
+            (Some(was), Some(stamp)) if *was == stat && !is_racy(was, stamp) => {
+                Check::Trust(*entry)
+            }
+            _ => Check::Compare(*entry),
+        },
+    }
 }
 
 /// The paths a sandbox snapshot looks at: `base` paths (tracked by construction) plus untracked
@@ -234,11 +341,29 @@ pub fn sandbox_candidates<'a>(
     (candidates, skipped)
 }
 
-/// Snapshot the user's checkout as the user sees it (see module docs).
+/// Where [`snapshot_checkout`] keeps its stat cache: a file inside the store's directory (the
+/// hub's state dir), so a cache always goes with the store its blob ids point into.
+pub fn stat_cache_path(store: &Store) -> PathBuf {
+    store.path().join("hunkgate-stat-cache")
+}
+
+/// Snapshot the user's checkout as the user sees it (see module docs), reading only the files
+/// that are new or changed since the last snapshot (the stat cache at [`stat_cache_path`]).
 pub fn snapshot_checkout(
     repo_root: &Path,
     store: &Store,
     cap: u64,
+) -> Result<Snapshot, SnapshotError> {
+    let mut cache = StatCache::load(&stat_cache_path(store), repo_root, store);
+    snapshot_checkout_cached(repo_root, store, cap, Some(&mut cache))
+}
+
+/// [`snapshot_checkout`] with an explicit stat cache (None reads every file).
+pub fn snapshot_checkout_cached(
+    repo_root: &Path,
+    store: &Store,
+    cap: u64,
+    mut cache: Option<&mut StatCache>,
 ) -> Result<Snapshot, SnapshotError> {
     let (mut candidates, unnamed) = walk_reporting(repo_root, true);
     let with_unnamed = |mut snap: Snapshot| {
@@ -251,7 +376,7 @@ pub fn snapshot_checkout(
         // which is exactly the walk.
         Err(_) if repo_root.join(".jj").is_dir() => {
             let root = Beneath::open(repo_root)?;
-            return capture(&root, candidates, store, cap).map(with_unnamed);
+            return capture(&root, candidates, store, cap, cache.as_deref_mut()).map(with_unnamed);
         }
         Err(_) => {
             return Err(SnapshotError::NotARepo {
@@ -274,22 +399,32 @@ pub fn snapshot_checkout(
         }
     }
     let root = Beneath::open(repo_root)?;
-    let mut snap = with_unnamed(capture(&root, candidates, store, cap)?);
+    let mut snap = with_unnamed(capture(&root, candidates, store, cap, cache)?);
     snap.skipped.dedup();
     Ok(snap)
 }
 
 /// Snapshot a sandbox directory: `base` paths (tracked by construction) plus untracked files not
-/// ignored by the tree's own .gitignore files.
+/// ignored by the tree's own .gitignore files. With the `record` of the sync that wrote `base`
+/// there, only paths whose stat changed (or is racy) are read, and a base path read back with
+/// its base content is not stored again.
 pub fn snapshot_sandbox(
     dir: &Path,
     base: &FlatTree,
     store: &Store,
     cap: u64,
+    record: Option<&SyncRecord>,
 ) -> Result<Snapshot, SnapshotError> {
     let (candidates, unnamed) = sandbox_candidates(dir, base.keys());
     let root = Beneath::open(dir)?;
-    let mut snap = capture(&root, candidates, store, cap)?;
+    let mut snap = Snapshot::default();
+    capture_each(
+        &root,
+        candidates,
+        cap,
+        readback_check(base, record),
+        |item| store_captured(store, &mut snap, item).map(drop),
+    )?;
     snap.skipped.extend(unnamed);
     Ok(snap)
 }

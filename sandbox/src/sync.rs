@@ -1,0 +1,404 @@
+//! Bringing a sandbox slot to a run's base, writing only what differs — shared by
+//! [`LocalSandbox`](crate::workspace::LocalSandbox) (in the hub, `--isolation none`) and the
+//! sandbox helper (as the sandbox user, `--isolation user`).
+//!
+//! A sync leaves a [`SyncRecord`]: the stat of every base path right after the sync, and the
+//! sync's stamp. The next sync of the slot, and the read-back after the run
+//! ([`crate::snapshot::snapshot_sandbox`], the helper's `snapshot`), trust a path whose stat
+//! still matches and is strictly older than the stamp; every other path is compared by content
+//! (its git blob id against the base's), so an agent that rewrites a file and puts its size and
+//! mtime back (`touch -d`) is still seen: its ctime moved, or, within the sync's clock tick,
+//! the racy rule sends it to the content comparison.
+//!
+//! The sandbox's own `.git` is recreated on every sync (the agent may have planted hooks,
+//! filters or an fsmonitor in it), but its loose objects are carried over — after checking
+//! that they are plain directories, and dropping packs and `info/` (alternates) — so only the
+//! base's new blobs are written into it.
+//!
+//! Records live in this process ([`remember`], [`recall`]), keyed by the slot's directory: a
+//! hub restart forgets them and the next sync compares every file by content once.
+//!
+//! **Layer:** imports [`crate::wire`], [`crate::beneath`], [`crate::store`],
+//! [`crate::statcache`] and [`crate::snapshot`]; nothing of `workspace`, `user` or `helper`.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use gix::hash::ObjectId;
+
+use crate::beneath::{Beneath, FsError, Kind};
+use crate::snapshot::walk_not_ignored;
+use crate::statcache::{file_stat, is_racy, mtime_of};
+use crate::store::{blob_id, Entry, FlatTree, Mode, Store, StoreError};
+use crate::wire::{BaseEntry, EntryMode, FileStat, PrepareReply, SyncRecord};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error("preparing sandbox {dir}: {source}")]
+    Fs {
+        dir: PathBuf,
+        #[source]
+        source: FsError,
+    },
+    #[error("preparing sandbox {dir}: {source}")]
+    Io {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("preparing sandbox {dir}: blob {oid} of the base is not in the sandbox's objects and was not sent (a full prepare fixes it)")]
+    MissingBlob { dir: PathBuf, oid: ObjectId },
+    #[error("preparing sandbox {dir}: a blob sent as {oid} hashes to {got}")]
+    BadBlob {
+        dir: PathBuf,
+        oid: ObjectId,
+        got: ObjectId,
+    },
+}
+
+/// The base as the wire carries it.
+pub fn base_to_wire(base: &FlatTree) -> Vec<BaseEntry> {
+    base.iter()
+        .map(|(path, e)| BaseEntry {
+            path: path.clone(),
+            mode: match e.mode {
+                Mode::File => EntryMode::File,
+                Mode::Executable => EntryMode::Executable,
+                Mode::Symlink => EntryMode::Symlink,
+            },
+            oid: e.oid.to_string(),
+        })
+        .collect()
+}
+
+/// The base from the wire; every path is checked to be one hunkgate can represent.
+pub fn base_from_wire(base: &[BaseEntry]) -> Result<FlatTree, (String, String)> {
+    let mut out = FlatTree::new();
+    for e in base {
+        crate::beneath::components(&e.path).map_err(|err| (e.path.clone(), err.to_string()))?;
+        let oid = ObjectId::from_hex(e.oid.as_bytes())
+            .map_err(|err| (e.path.clone(), format!("bad blob id: {err}")))?;
+        let mode = match e.mode {
+            EntryMode::File => Mode::File,
+            EntryMode::Executable => Mode::Executable,
+            EntryMode::Symlink => Mode::Symlink,
+        };
+        out.insert(e.path.clone(), Entry { mode, oid });
+    }
+    Ok(out)
+}
+
+/// What the last sync of a slot wrote and reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Synced {
+    pub base: FlatTree,
+    pub record: SyncRecord,
+}
+
+fn records() -> &'static Mutex<HashMap<PathBuf, Arc<Synced>>> {
+    static RECORDS: std::sync::OnceLock<Mutex<HashMap<PathBuf, Arc<Synced>>>> =
+        std::sync::OnceLock::new();
+    RECORDS.get_or_init(Default::default)
+}
+
+/// Remember the last sync of the slot at `dir` (None forgets it: a sync that failed halfway).
+pub fn remember(dir: &Path, synced: Option<Synced>) {
+    if let Ok(mut map) = records().lock() {
+        match synced {
+            Some(s) => map.insert(dir.to_path_buf(), Arc::new(s)),
+            None => map.remove(dir),
+        };
+    }
+}
+
+/// The last sync of the slot at `dir`, if this process made one.
+pub fn recall(dir: &Path) -> Option<Arc<Synced>> {
+    records().lock().ok()?.get(dir).cloned()
+}
+
+/// The record of `synced` if it was made for exactly `base` (else None: compare everything).
+pub fn record_for<'a>(synced: Option<&'a Synced>, base: &FlatTree) -> Option<&'a SyncRecord> {
+    synced.filter(|s| s.base == *base).map(|s| &s.record)
+}
+
+/// Replace whatever `.git` (and `.jj`) the sandbox has — directory, file or symlink, never
+/// followed — with a new, empty repository, carrying over the old one's loose objects (see
+/// the module docs).
+pub fn fresh_git(dir: &Path) -> Result<Store, SyncError> {
+    let git_dir = dir.join(".git");
+    let io = |source| SyncError::Io {
+        dir: dir.to_path_buf(),
+        source,
+    };
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let keep = dir.with_file_name(format!(".{name}.objects"));
+    remove_any(&keep).map_err(io)?;
+    let objects = git_dir.join("objects");
+    let real_dir = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
+    if real_dir(&git_dir) && real_dir(&objects) {
+        std::fs::rename(&objects, &keep).map_err(io)?;
+        if let Err(e) = keep_loose_only(&keep) {
+            tracing::warn!(error = %e, dir = %keep.display(), "dropping the sandbox's old objects");
+            remove_any(&keep).map_err(io)?;
+        }
+    }
+    // A previous run's jj metadata goes too: jj is re-initialised on top of the fresh .git.
+    for meta in [&git_dir, &dir.join(".jj")] {
+        remove_any(meta).map_err(io)?;
+    }
+    Store::init_worktree(dir)?;
+    if real_dir(&keep) {
+        std::fs::remove_dir_all(&objects).map_err(io)?;
+        std::fs::rename(&keep, &objects).map_err(io)?;
+    }
+    Ok(Store::open_existing(dir)?)
+}
+
+/// Remove a file, symlink or directory tree at `p` (nothing followed); absent is fine.
+fn remove_any(p: &Path) -> std::io::Result<()> {
+    match std::fs::symlink_metadata(p) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(p),
+        Ok(_) => std::fs::remove_file(p),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Keep only `xx/` fan-out directories (real directories, two hex digits) of an objects
+/// directory, and in them only regular files: no packs, no `info/alternates`, no symlinks.
+fn keep_loose_only(objects: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(objects)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let fanout = name.len() == 2
+            && name
+                .to_str()
+                .is_some_and(|n| n.bytes().all(|b| b.is_ascii_hexdigit()));
+        let path = entry.path();
+        if !fanout || !entry.file_type()?.is_dir() {
+            remove_any(&path)?;
+            continue;
+        }
+        for obj in std::fs::read_dir(&path)? {
+            let obj = obj?;
+            if !obj.file_type()?.is_file() {
+                remove_any(&obj.path())?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Make sure every blob of `base` is in the sandbox's repository, taking missing ones from
+/// `source` (the hub's store, for a local sandbox).
+pub fn ensure_blobs(
+    dir: &Path,
+    repo: &Store,
+    base: &FlatTree,
+    mut source: impl FnMut(ObjectId) -> Result<Option<Vec<u8>>, SyncError>,
+) -> Result<(), SyncError> {
+    let mut seen = HashSet::new();
+    for entry in base.values() {
+        if !seen.insert(entry.oid) || repo.has_object(entry.oid) {
+            continue;
+        }
+        let bytes = source(entry.oid)?.ok_or_else(|| SyncError::MissingBlob {
+            dir: dir.to_path_buf(),
+            oid: entry.oid,
+        })?;
+        store_blob(dir, repo, entry.oid, &bytes)?;
+    }
+    Ok(())
+}
+
+/// Write a blob that claims to be `oid` into `repo`, refusing one that is not.
+pub fn store_blob(dir: &Path, repo: &Store, oid: ObjectId, bytes: &[u8]) -> Result<(), SyncError> {
+    let got = repo.write_blob(bytes)?;
+    if got != oid {
+        return Err(SyncError::BadBlob {
+            dir: dir.to_path_buf(),
+            oid,
+            got,
+        });
+    }
+    Ok(())
+}
+
+/// Bring the files of `dir` to exactly `base` (whose blobs are all in `repo`, see
+/// [`ensure_blobs`]), leaving ignored files alone, then commit the base in the sandbox's
+/// repository. Only paths whose stat differs from `record` (or is racy), and then only those
+/// whose content differs, are written. Nothing is followed: every write goes through
+/// [`Beneath`].
+pub fn sync_files(
+    dir: &Path,
+    repo: &Store,
+    base: &FlatTree,
+    record: Option<&SyncRecord>,
+) -> Result<PrepareReply, SyncError> {
+    let fs_err = |source| SyncError::Fs {
+        dir: dir.to_path_buf(),
+        source,
+    };
+    let root = Beneath::open_scratch(dir).map_err(fs_err)?;
+    // What is there now (not ignored), so leftovers of an earlier run disappear.
+    let current = walk_not_ignored(dir, false);
+    for path in current.iter().filter(|p| !base.contains_key(*p)) {
+        root.remove_entry(path).map_err(fs_err)?;
+    }
+    let stamp = record.map(|r| (r.stamp_s, r.stamp_ns));
+    let recorded: HashMap<&str, &FileStat> = record
+        .map(|r| r.files.iter().map(|(p, s)| (p.as_str(), s)).collect())
+        .unwrap_or_default();
+    let mut files = Vec::with_capacity(base.len());
+    let mut written = 0;
+    for (path, entry) in base {
+        let st = root.lstat(path).map_err(fs_err)?;
+        let stat = st.as_ref().map(file_stat);
+        let trusted = match (stat, recorded.get(path.as_str()), stamp) {
+            (Some(now), Some(was), Some(stamp)) => now == **was && !is_racy(was, stamp),
+            _ => false,
+        };
+        let holds = trusted
+            || match st.as_ref().map(crate::beneath::kind_of) {
+                Some(Kind::File { executable, .. }) if entry.mode != Mode::Symlink => {
+                    executable == (entry.mode == Mode::Executable)
+                        && matches!(root.read(path, u64::MAX), Ok(Some((ref b, _))) if blob_id(b) == entry.oid)
+                }
+                Some(Kind::Symlink) if entry.mode == Mode::Symlink => {
+                    matches!(root.read_link(path), Ok(Some(ref t)) if blob_id(t) == entry.oid)
+                }
+                _ => false,
+            };
+        if holds {
+            if let Some(stat) = stat {
+                files.push((path.clone(), stat));
+            }
+            continue;
+        }
+        let bytes = repo.read_blob(entry.oid)?;
+        match entry.mode {
+            Mode::Symlink => root.symlink(path, &bytes).map_err(fs_err)?,
+            Mode::File | Mode::Executable => {
+                if matches!(root.kind(path), Ok(Some(Kind::Symlink | Kind::Other(_)))) {
+                    root.remove_entry(path).map_err(fs_err)?;
+                }
+                root.write_atomic(path, &bytes, entry.mode == Mode::Executable)
+                    .map_err(fs_err)?;
+            }
+        }
+        written += 1;
+        if let Some(st) = root.lstat(path).map_err(fs_err)? {
+            files.push((path.clone(), file_stat(&st)));
+        }
+    }
+    commit_base(dir, repo, base)?;
+    // The index is written last: its mtime is the sync's stamp (every file written is no
+    // newer), from the same filesystem clock as the files' own timestamps.
+    let (stamp_s, stamp_ns) = mtime_of(&dir.join(".git").join("index")).ok_or_else(|| {
+        SyncError::Io {
+            dir: dir.to_path_buf(),
+            source: std::io::Error::other("the sandbox's fresh .git/index is missing"),
+        }
+    })?;
+    Ok(PrepareReply {
+        record: SyncRecord {
+            stamp_s,
+            stamp_ns,
+            files,
+        },
+        written,
+    })
+}
+
+/// Commit `base` (whose blobs are already in `repo`) as `main`, point HEAD at it and write the
+/// index, so that `git status` in the sandbox is clean.
+pub fn commit_base(dir: &Path, repo: &Store, base: &FlatTree) -> Result<(), SyncError> {
+    let git_dir = dir.join(".git");
+    let io = |source| SyncError::Io {
+        dir: dir.to_path_buf(),
+        source,
+    };
+    let tree = repo.write_tree(base)?;
+    let commit = repo.commit(tree, &[], "hunkgate: your checkout as of this run\n")?;
+    repo.set_ref("refs/heads/main", commit)?;
+    std::fs::write(git_dir.join("HEAD"), "ref: refs/heads/main\n").map_err(io)?;
+    repo.write_index(tree)?;
+    Ok(())
+}
+
+/// Empty `dir` except its `.git` (the fallback when an in-place sync cannot fix what the agent
+/// left, such as a directory where the base has a file).
+pub fn clear_except_git(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_name() == ".git" {
+            continue;
+        }
+        // file_type does not follow symlinks; remove_dir_all does not follow them inside.
+        remove_any(&entry.path())?;
+    }
+    Ok(())
+}
+
+/// A whole sync of the slot `dir` with blobs from `source`: fresh `.git` (objects kept),
+/// missing blobs, files, commit; on failure the directory is emptied (but for `.git`) and
+/// synced again from nothing. The record is remembered for the next sync and the read-back.
+pub fn sync_slot(
+    dir: &Path,
+    base: &FlatTree,
+    mut source: impl FnMut(ObjectId) -> Result<Option<Vec<u8>>, SyncError>,
+) -> Result<PrepareReply, SyncError> {
+    let previous = recall(dir);
+    remember(dir, None);
+    std::fs::create_dir_all(dir).map_err(|source| SyncError::Io {
+        dir: dir.to_path_buf(),
+        source,
+    })?;
+    let repo = fresh_git(dir)?;
+    ensure_blobs(dir, &repo, base, &mut source)?;
+    let record = previous
+        .as_deref()
+        .map(|s| rebase_record(s, base))
+        .filter(|r| !r.files.is_empty());
+    let reply = match sync_files(dir, &repo, base, record.as_ref()) {
+        Ok(reply) => reply,
+        Err(first) => {
+            tracing::warn!(error = %first, dir = %dir.display(), "resetting sandbox from scratch");
+            clear_except_git(dir).map_err(|source| SyncError::Io {
+                dir: dir.to_path_buf(),
+                source,
+            })?;
+            sync_files(dir, &repo, base, None)?
+        }
+    };
+    remember(
+        dir,
+        Some(Synced {
+            base: base.clone(),
+            record: reply.record.clone(),
+        }),
+    );
+    Ok(reply)
+}
+
+/// The part of a previous sync's record that still speaks for `base`: paths whose entry did
+/// not change (a path whose blob changed must be written whatever its stat says).
+pub fn rebase_record(prev: &Synced, base: &FlatTree) -> SyncRecord {
+    SyncRecord {
+        stamp_s: prev.record.stamp_s,
+        stamp_ns: prev.record.stamp_ns,
+        files: prev
+            .record
+            .files
+            .iter()
+            .filter(|(p, _)| prev.base.get(p).is_some() && prev.base.get(p) == base.get(p))
+            .cloned()
+            .collect(),
+    }
+}
