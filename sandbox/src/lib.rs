@@ -26,3 +26,116 @@ pub mod wire;
 pub mod workspace;
 
 pub use gix::hash::ObjectId;
+
+#[cfg(test)]
+mod layering {
+    //! Each module may import (`crate::x`) only modules of a lower layer. The layers, bottom
+    //! up — a new module must be given one here:
+    //!
+    //! 1. `wire`: the hub↔helper contract, a leaf;
+    //! 2. `beneath`, then `store`: confined file access, the checkpoint store;
+    //! 3. `statcache`, then `snapshot`: stat data, reading trees as data;
+    //! 4. `tools`, `sync`: the agent's file tools; bringing a slot to a base;
+    //! 5. `workspace`: the `Sandbox` trait and the same-user sandbox;
+    //! 6. `agent`, `jj`: processes and jj changes in any sandbox;
+    //! 7. `user`, `helper`: the two ends of user isolation, which never import each other.
+    const LAYERS: &[&[&str]] = &[
+        &["wire"],
+        &["beneath"],
+        &["store"],
+        &["statcache"],
+        &["snapshot"],
+        &["tools", "sync"],
+        &["workspace"],
+        &["agent", "jj"],
+        &["user", "helper"],
+    ];
+
+    fn layer_of(module: &str) -> Option<usize> {
+        LAYERS.iter().position(|l| l.contains(&module))
+    }
+
+    /// The modules named after `crate::` in `code` (comments stripped): `crate::a::b` gives
+    /// `a`, `crate::{a::x, b}` gives `a` and `b`.
+    pub(super) fn imports(code: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for line in code.lines() {
+            let line = line.split("//").next().unwrap_or("");
+            let mut rest = line;
+            while let Some(at) = rest.find("crate::") {
+                rest = &rest[at + "crate::".len()..];
+                if let Some(group) = rest.strip_prefix('{') {
+                    let end = group.find('}').unwrap_or(group.len());
+                    for item in group[..end].split(',') {
+                        let name: String = item
+                            .trim()
+                            .chars()
+                            .take_while(|c| c.is_alphanumeric() || *c == '_')
+                            .collect();
+                        if !name.is_empty() {
+                            out.push(name);
+                        }
+                    }
+                } else {
+                    let name: String = rest
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
+                    if !name.is_empty() {
+                        out.push(name);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Every upward or sideways import in the crate's sources, as `file -> module` lines.
+    fn violations() -> Vec<String> {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut bad = Vec::new();
+        let mut files: Vec<_> = std::fs::read_dir(&src)
+            .expect("reading src/")
+            .map(|e| e.expect("src/ entry").path())
+            .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+            .collect();
+        files.sort();
+        for file in files {
+            let module = file.file_stem().unwrap().to_string_lossy().into_owned();
+            if module == "lib" {
+                continue;
+            }
+            let Some(mine) = layer_of(&module) else {
+                bad.push(format!("{module}: not in any layer (add it to LAYERS in lib.rs)"));
+                continue;
+            };
+            let code = std::fs::read_to_string(&file).expect("reading a module");
+            for used in imports(&code) {
+                if used == module {
+                    continue;
+                }
+                match layer_of(&used) {
+                    Some(theirs) if theirs < mine => {}
+                    Some(_) => bad.push(format!(
+                        "{module} imports {used}, which is not below it (LAYERS in lib.rs: only lower layers may be imported)"
+                    )),
+                    None => {}
+                }
+            }
+        }
+        bad
+    }
+
+    #[test]
+    fn modules_import_only_lower_layers() {
+        let bad = violations();
+        assert!(bad.is_empty(), "layering violations:\n{}", bad.join("\n"));
+    }
+
+    #[test]
+    fn the_import_parser_sees_every_form() {
+        // Positive control: the parser finds plain, grouped and inline paths, and skips comments.
+        let code = "use crate::user::X;\nuse crate::{helper::Y, wire};\nlet a = crate::sync::f();\n// crate::agent is only mentioned\n/// [`crate::jj`]\n";
+        assert_eq!(imports(code), vec!["user", "helper", "wire", "sync"]);
+    }
+}

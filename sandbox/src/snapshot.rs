@@ -545,8 +545,243 @@ mod tests {
         std::fs::create_dir(dir.join("target")).unwrap();
         std::fs::write(dir.join("target/junk"), "x\n").unwrap();
         let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
-        let snap = snapshot_sandbox(&dir, &FlatTree::new(), &store, DEFAULT_FILE_CAP).unwrap();
+        let snap = snapshot_sandbox(&dir, &FlatTree::new(), &store, DEFAULT_FILE_CAP, None).unwrap();
         let paths: Vec<&str> = snap.tree.keys().map(|s| s.as_str()).collect();
         assert_eq!(paths, vec![".gitignore", "hidden.txt"]);
+    }
+
+    /// Make every entry of the stat cache non-racy, as if the cache had been written a few
+    /// seconds after the files (what the passage of time does between two runs).
+    fn age_cache(store: &Store) {
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
+        std::fs::File::options()
+            .append(true)
+            .open(stat_cache_path(store))
+            .unwrap()
+            .set_modified(later)
+            .unwrap();
+    }
+
+    fn cached_snapshot(repo: &Path, store: &Store) -> (Snapshot, usize, Option<String>) {
+        let mut cache = StatCache::load(&stat_cache_path(store), repo, store);
+        let snap =
+            snapshot_checkout_cached(repo, store, DEFAULT_FILE_CAP, Some(&mut cache)).unwrap();
+        (snap, cache.hits(), cache.ignored.clone())
+    }
+
+    fn set_mtime(path: &Path, t: std::time::SystemTime) {
+        std::fs::File::options()
+            .append(true)
+            .open(path)
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+    }
+
+    fn committed_repo(tmp: &Path, files: &[(&str, &str)]) -> std::path::PathBuf {
+        let repo = tmp.join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        git(&repo, &["init", "-q"]);
+        for (name, body) in files {
+            std::fs::write(repo.join(name), body).unwrap();
+        }
+        git(&repo, &["add", "."]);
+        repo
+    }
+
+    #[test]
+    fn stat_cache_rehashes_a_file_when_any_stat_field_changes() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let names = ["mtime", "ctime", "size", "inode", "mode", "link", "dir", "same"];
+        let files: Vec<(&str, &str)> = names.iter().map(|n| (*n, "0123456789\n")).collect();
+        let repo = committed_repo(tmp.path(), &files);
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let n = names.len() + 1; // .git is not a file; the index adds nothing else
+        let (first, hits, _) = cached_snapshot(&repo, &store);
+        assert_eq!((first.tree.len(), hits), (names.len(), 0), "a first run reads everything");
+        age_cache(&store);
+        let (second, hits, _) = cached_snapshot(&repo, &store);
+        assert_eq!(second.tree, first.tree);
+        assert_eq!(hits, names.len(), "a warm run reads nothing (of {n})");
+
+        let p = |name: &str| repo.join(name);
+        let orig_mtime = std::fs::metadata(p("ctime")).unwrap().modified().unwrap();
+        // mtime only (same content): re-hashed, same blob.
+        set_mtime(&p("mtime"), orig_mtime - std::time::Duration::from_secs(100));
+        // ctime only: same size, mtime put back (`touch -d`), new content.
+        std::fs::write(p("ctime"), "abcdefghij\n").unwrap();
+        set_mtime(&p("ctime"), orig_mtime);
+        // size.
+        std::fs::write(p("size"), "0123456789 and more\n").unwrap();
+        // inode: replaced by a new file with the same bytes, mtime put back.
+        std::fs::write(p("inode.tmp"), "0123456789\n").unwrap();
+        std::fs::rename(p("inode.tmp"), p("inode")).unwrap();
+        set_mtime(&p("inode"), orig_mtime);
+        // mode: made executable.
+        std::fs::set_permissions(p("mode"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        // A file replaced by a symlink, another by a directory.
+        std::fs::remove_file(p("link")).unwrap();
+        symlink("same", p("link")).unwrap();
+        std::fs::remove_file(p("dir")).unwrap();
+        std::fs::create_dir(p("dir")).unwrap();
+        std::fs::write(p("dir/inner"), "inside\n").unwrap();
+        git(&repo, &["add", "dir/inner"]);
+
+        let (third, hits, _) = cached_snapshot(&repo, &store);
+        assert_eq!(hits, 1, "only the untouched file comes from the cache");
+        let blob = |name: &str| store.read_blob(third.tree[name].oid).unwrap();
+        assert_eq!(third.tree["mtime"], first.tree["mtime"]);
+        assert_eq!(blob("ctime"), b"abcdefghij\n");
+        assert_eq!(blob("size"), b"0123456789 and more\n");
+        assert_eq!(third.tree["inode"], first.tree["inode"]);
+        assert_eq!(third.tree["mode"].mode, Mode::Executable);
+        assert_eq!(third.tree["link"].mode, Mode::Symlink);
+        assert_eq!(blob("link"), b"same");
+        assert!(!third.tree.contains_key("dir"));
+        assert_eq!(blob("dir/inner"), b"inside\n");
+        // And the rebuilt cache serves all of it next time.
+        age_cache(&store);
+        let (fourth, hits, _) = cached_snapshot(&repo, &store);
+        assert_eq!(fourth.tree, third.tree);
+        assert_eq!(hits, third.tree.len());
+    }
+
+    #[test]
+    fn racy_entries_are_rehashed_and_the_rule_is_what_protects_them() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = committed_repo(tmp.path(), &[("a.txt", "new content\n")]);
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let path = stat_cache_path(&store);
+        // A cache whose entry has the file's exact current stat but an older content's blob:
+        // what a write in the same clock tick as the hashing leaves behind.
+        let stale = store.write_blob(b"old content\n").unwrap();
+        let st = nix::sys::stat::lstat(&repo.join("a.txt")).unwrap();
+        let stat = file_stat(&st);
+        let write_cache = |stamp: (i64, u32)| {
+            let mut cache = StatCache::load(&path, &repo, &store);
+            let entry = Entry {
+                mode: Mode::File,
+                oid: stale,
+            };
+            cache.record("a.txt", stat, entry);
+            cache.save().unwrap();
+            let t = std::time::UNIX_EPOCH
+                + std::time::Duration::new(stamp.0 as u64, stamp.1);
+            set_mtime(&path, t);
+        };
+        let newest = (stat.mtime_s, stat.mtime_ns).max((stat.ctime_s, stat.ctime_ns));
+        // Stamp equal to the file's timestamps: racy, so re-hashed.
+        write_cache(newest);
+        let (snap, hits, _) = cached_snapshot(&repo, &store);
+        assert_eq!(hits, 0);
+        assert_eq!(store.read_blob(snap.tree["a.txt"].oid).unwrap(), b"new content\n");
+        // Positive control: the same entry one second older than the stamp is trusted (and so
+        // would be wrong) — only the racy rule told the two apart.
+        write_cache((newest.0 + 1, newest.1));
+        let (snap, hits, _) = cached_snapshot(&repo, &store);
+        assert_eq!(hits, 1);
+        assert_eq!(snap.tree["a.txt"].oid, stale);
+        assert!(is_racy(&stat, newest));
+        assert!(!is_racy(&stat, (newest.0 + 1, newest.1)));
+    }
+
+    #[test]
+    fn corrupt_or_foreign_caches_are_ignored_and_rebuilt() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = committed_repo(tmp.path(), &[("a.txt", "a\n"), ("b.txt", "b\n")]);
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let path = stat_cache_path(&store);
+        let (good, _, _) = cached_snapshot(&repo, &store);
+        age_cache(&store);
+        let valid = std::fs::read(&path).unwrap();
+        // Positive control: the valid cache is used.
+        assert_eq!(cached_snapshot(&repo, &store).1, 2);
+
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
+        let mut flipped = valid.clone();
+        let mid = flipped.len() / 2;
+        flipped[mid] ^= 0x40;
+        let torn = valid[..valid.len() - 7].to_vec();
+        for (what, bytes) in [
+            ("garbage", b"not a cache at all".to_vec()),
+            ("a flipped byte", flipped),
+            ("a torn file", torn),
+            ("an empty file", Vec::new()),
+        ] {
+            std::fs::write(&path, &bytes).unwrap();
+            set_mtime(&path, later);
+            let (snap, hits, ignored) = cached_snapshot(&repo, &store);
+            assert_eq!(hits, 0, "{what}");
+            assert!(ignored.is_some(), "{what}");
+            assert_eq!(snap.tree, good.tree, "{what}");
+            // Rebuilt: the next run trusts it again.
+            age_cache(&store);
+            assert_eq!(cached_snapshot(&repo, &store).1, 2, "{what} rebuilt");
+        }
+
+        // Another repository's cache with the same store (same paths, other content): foreign.
+        let other = tmp.path().join("other");
+        std::fs::create_dir(&other).unwrap();
+        git(&other, &["init", "-q"]);
+        std::fs::write(other.join("a.txt"), "A\n").unwrap();
+        std::fs::write(other.join("b.txt"), "B\n").unwrap();
+        git(&other, &["add", "."]);
+        std::fs::write(&path, &valid).unwrap();
+        set_mtime(&path, later);
+        let (snap, hits, ignored) = cached_snapshot(&other, &store);
+        assert_eq!(hits, 0);
+        assert!(ignored.unwrap().contains("another repository"));
+        assert_eq!(store.read_blob(snap.tree["a.txt"].oid).unwrap(), b"A\n");
+
+        // A cache naming a blob the store does not have is not trusted for that entry.
+        let empty_store = Store::open_or_init(&tmp.path().join("store2")).unwrap();
+        let path2 = stat_cache_path(&empty_store);
+        let mut cache = StatCache::load(&path2, &repo, &empty_store);
+        let st = file_stat(&nix::sys::stat::lstat(&repo.join("a.txt")).unwrap());
+        cache.record("a.txt", st, good.tree["a.txt"]);
+        cache.save().unwrap();
+        set_mtime(&path2, later);
+        let (snap, hits, _) = cached_snapshot(&repo, &empty_store);
+        assert_eq!(hits, 0);
+        assert_eq!(empty_store.read_blob(snap.tree["a.txt"].oid).unwrap(), b"a\n");
+    }
+
+    #[test]
+    fn a_cache_entry_matches_only_when_every_stat_field_does() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = committed_repo(tmp.path(), &[("a.txt", "a\n")]);
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let path = stat_cache_path(&store);
+        let entry = Entry {
+            mode: Mode::File,
+            oid: store.write_blob(b"a\n").unwrap(),
+        };
+        let stat = FileStat {
+            mtime_s: 1000,
+            mtime_ns: 5,
+            ctime_s: 1000,
+            ctime_ns: 6,
+            size: 2,
+            ino: 77,
+            mode: 0o100644,
+        };
+        let mut cache = StatCache::load(&path, &repo, &store);
+        cache.record("a.txt", stat, entry);
+        cache.save().unwrap();
+        let cache = StatCache::load(&path, &repo, &store);
+        assert_eq!(cache.lookup("a.txt", &stat, &store), Some(entry));
+        let variants = [
+            ("mtime", FileStat { mtime_ns: 4, ..stat }),
+            ("ctime", FileStat { ctime_s: 1001, ..stat }),
+            ("size", FileStat { size: 3, ..stat }),
+            ("inode", FileStat { ino: 78, ..stat }),
+            ("mode", FileStat { mode: 0o100755, ..stat }),
+            ("kind", FileStat { mode: 0o120777, ..stat }),
+        ];
+        for (field, other) in variants {
+            assert_eq!(cache.lookup("a.txt", &other, &store), None, "{field}");
+        }
+        assert_eq!(cache.lookup("b.txt", &stat, &store), None);
     }
 }

@@ -140,7 +140,7 @@ impl Sandbox for LocalSandbox {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Entry;
+    use crate::store::{Entry, Mode};
 
     #[test]
     fn prepare_brings_sandbox_to_exactly_the_base() {
