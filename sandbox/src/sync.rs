@@ -402,3 +402,184 @@ pub fn rebase_record(prev: &Synced, base: &FlatTree) -> SyncRecord {
             .collect(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::{snapshot_sandbox, DEFAULT_FILE_CAP};
+    use crate::workspace::{LocalSandbox, Sandbox};
+    use std::os::unix::fs::{symlink, PermissionsExt};
+    use std::time::SystemTime;
+
+    fn tree(store: &Store, files: &[(&str, Mode, &str)]) -> FlatTree {
+        files
+            .iter()
+            .map(|(p, mode, body)| {
+                let oid = store.write_blob(body.as_bytes()).unwrap();
+                (p.to_string(), Entry { mode: *mode, oid })
+            })
+            .collect()
+    }
+
+    /// Move the remembered sync's stamp `secs` later (what time passing between the sync and
+    /// the agent's edits does), so the stat path — not only the content path — is exercised.
+    fn shift_stamp(dir: &Path, secs: i64) {
+        let mut s = (*recall(dir).unwrap()).clone();
+        s.record.stamp_s += secs;
+        remember(dir, Some(s));
+    }
+
+    fn set_mtime(path: &Path, t: SystemTime) {
+        std::fs::File::options()
+            .append(true)
+            .open(path)
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+    }
+
+    #[test]
+    fn readback_sees_every_kind_of_agent_change() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let f = Mode::File;
+        let base = tree(
+            &store,
+            &[
+                ("grown.txt", f, "0123456789\n"),
+                ("backdated.txt", f, "0123456789\n"),
+                ("chmod.txt", f, "0123456789\n"),
+                ("deleted.txt", f, "0123456789\n"),
+                ("to_link.txt", f, "0123456789\n"),
+                ("to_dir", f, "0123456789\n"),
+                ("untouched.txt", f, "0123456789\n"),
+                ("run.sh", Mode::Executable, "#!/bin/sh\n"),
+                ("link", Mode::Symlink, "untouched.txt"),
+            ],
+        );
+        let dir = tmp.path().join("sb");
+        let sb = LocalSandbox::new(dir.clone());
+        sb.prepare(&store, &base).unwrap();
+        shift_stamp(&dir, 5);
+        // Nothing changed: everything comes back as the base.
+        assert_eq!(sb.snapshot(&store, &base, DEFAULT_FILE_CAP).unwrap().tree, base);
+
+        let p = |n: &str| dir.join(n);
+        let mtime = std::fs::metadata(p("backdated.txt")).unwrap().modified().unwrap();
+        std::fs::write(p("grown.txt"), "0123456789 and more\n").unwrap();
+        // Same size, mtime put back (touch -d): only ctime tells.
+        std::fs::write(p("backdated.txt"), "abcdefghij\n").unwrap();
+        set_mtime(&p("backdated.txt"), mtime);
+        std::fs::set_permissions(p("chmod.txt"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(p("run.sh"), std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::remove_file(p("deleted.txt")).unwrap();
+        std::fs::remove_file(p("to_link.txt")).unwrap();
+        symlink("untouched.txt", p("to_link.txt")).unwrap();
+        std::fs::remove_file(p("to_dir")).unwrap();
+        std::fs::create_dir(p("to_dir")).unwrap();
+        std::fs::write(p("to_dir/inner.txt"), "inner\n").unwrap();
+        std::fs::remove_file(p("link")).unwrap();
+        symlink("grown.txt", p("link")).unwrap();
+        std::fs::write(p("new.txt"), "new\n").unwrap();
+
+        let got = sb.snapshot(&store, &base, DEFAULT_FILE_CAP).unwrap().tree;
+        // The oracle: a read-back that trusts no stat at all.
+        let full = snapshot_sandbox(&dir, &base, &store, DEFAULT_FILE_CAP, None)
+            .unwrap()
+            .tree;
+        assert_eq!(got, full);
+        let blob = |n: &str| store.read_blob(got[n].oid).unwrap();
+        assert_eq!(blob("grown.txt"), b"0123456789 and more\n");
+        assert_eq!(blob("backdated.txt"), b"abcdefghij\n");
+        assert_eq!(got["chmod.txt"].mode, Mode::Executable);
+        assert_eq!(got["run.sh"].mode, Mode::File);
+        assert!(!got.contains_key("deleted.txt"));
+        assert_eq!(got["to_link.txt"].mode, Mode::Symlink);
+        assert!(!got.contains_key("to_dir"));
+        assert_eq!(blob("to_dir/inner.txt"), b"inner\n");
+        assert_eq!(blob("link"), b"grown.txt");
+        assert_eq!(blob("new.txt"), b"new\n");
+        assert_eq!(got["untouched.txt"], base["untouched.txt"]);
+
+        // The next prepare puts every one of them back, and the read-back agrees.
+        sb.prepare(&store, &base).unwrap();
+        assert_eq!(sb.snapshot(&store, &base, DEFAULT_FILE_CAP).unwrap().tree, base);
+        assert!(!p("new.txt").exists());
+    }
+
+    #[test]
+    fn an_identical_stat_inside_the_sync_tick_is_compared_by_content() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let base = tree(&store, &[("a.txt", Mode::File, "before\n")]);
+        let dir = tmp.path().join("sb");
+        let sb = LocalSandbox::new(dir.clone());
+        sb.prepare(&store, &base).unwrap();
+        // An agent write the stat cannot show (same size, and — forged here, as a write in the
+        // sync's own clock tick would leave it — the very stat the sync recorded).
+        std::fs::write(dir.join("a.txt"), "after!\n").unwrap();
+        let now = crate::statcache::file_stat(&nix::sys::stat::lstat(&dir.join("a.txt")).unwrap());
+        let forge = |stamp_s: i64| {
+            let mut s = (*recall(&dir).unwrap()).clone();
+            s.record.files = vec![("a.txt".into(), now)];
+            (s.record.stamp_s, s.record.stamp_ns) = (stamp_s, now.ctime_ns);
+            remember(&dir, Some(s));
+        };
+        forge(now.ctime_s);
+        let got = sb.snapshot(&store, &base, DEFAULT_FILE_CAP).unwrap().tree;
+        assert_eq!(store.read_blob(got["a.txt"].oid).unwrap(), b"after!\n");
+        // Positive control: the same forged record with a stamp a second later is trusted, and
+        // the change is missed — only the racy rule caught it.
+        forge(now.ctime_s + 1);
+        let got = sb.snapshot(&store, &base, DEFAULT_FILE_CAP).unwrap().tree;
+        assert_eq!(got["a.txt"], base["a.txt"]);
+    }
+
+    #[test]
+    fn prepare_writes_only_what_differs_and_keeps_only_plain_objects() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let f = Mode::File;
+        let base1 = tree(&store, &[("a.txt", f, "a\n"), ("b.txt", f, "b\n"), ("c.txt", f, "c\n")]);
+        let base2 = tree(&store, &[("a.txt", f, "a\n"), ("b.txt", f, "b2\n"), ("c.txt", f, "c\n")]);
+        let dir = tmp.path().join("sb");
+        let asked = std::cell::Cell::new(0);
+        let source = |oid| {
+            asked.set(asked.get() + 1);
+            Ok(Some(store.read_blob(oid)?))
+        };
+        assert_eq!(sync_slot(&dir, &base1, source).unwrap().written, 3);
+        assert_eq!(asked.replace(0), 3);
+        shift_stamp(&dir, 5);
+        assert_eq!(sync_slot(&dir, &base1, source).unwrap().written, 0);
+        assert_eq!(asked.replace(0), 0, "the sandbox's objects were kept");
+
+        // The agent edits a file (touch -d) and plants things in .git.
+        let mtime = std::fs::metadata(dir.join("a.txt")).unwrap().modified().unwrap();
+        std::fs::write(dir.join("a.txt"), "A\n").unwrap();
+        set_mtime(&dir.join("a.txt"), mtime);
+        let git = dir.join(".git");
+        std::fs::write(git.join("hooks/post-checkout"), "#!/bin/sh\n").unwrap();
+        std::fs::create_dir_all(git.join("objects/info")).unwrap();
+        std::fs::write(git.join("objects/info/alternates"), "/etc\n").unwrap();
+        symlink("/etc", git.join("objects/zz")).unwrap();
+        let reply = sync_slot(&dir, &base2, source).unwrap();
+        assert_eq!(reply.written, 2, "a.txt restored, b.txt changed, c.txt left alone");
+        assert_eq!(asked.get(), 1, "only the new blob was asked for");
+        assert_eq!(std::fs::read(dir.join("a.txt")).unwrap(), b"a\n");
+        assert_eq!(std::fs::read(dir.join("b.txt")).unwrap(), b"b2\n");
+        assert!(!git.join("hooks/post-checkout").exists());
+        assert!(!git.join("objects/info/alternates").exists());
+        assert!(std::fs::symlink_metadata(git.join("objects/zz")).is_err());
+        // The fresh .git has the new base checked in, with a clean status.
+        let out = std::process::Command::new("git")
+            .current_dir(&dir)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .args(["status", "--porcelain"])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+    }
+}
