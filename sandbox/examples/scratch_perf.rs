@@ -1,7 +1,7 @@
-use std::time::Instant;
 use hunkgate_sandbox::snapshot::{snapshot_checkout, DEFAULT_FILE_CAP};
 use hunkgate_sandbox::store::Store;
 use hunkgate_sandbox::workspace::{LocalSandbox, Sandbox};
+use std::time::Instant;
 fn main() {
     let repo = std::path::PathBuf::from(std::env::args().nth(1).unwrap());
     let state = std::path::PathBuf::from(std::env::args().nth(2).unwrap());
@@ -18,6 +18,11 @@ fn main() {
         let back = sb.snapshot(&store, &snap.tree, DEFAULT_FILE_CAP).unwrap();
         let t4 = t.elapsed();
         assert_eq!(back.tree, snap.tree);
-        println!("round {round}: snapshot {t1:?} tree {:?} prepare {:?} readback {:?} ({tree})", t2 - t1, t3 - t2, t4 - t3);
+        println!(
+            "round {round}: snapshot {t1:?} tree {:?} prepare {:?} readback {:?} ({tree})",
+            t2 - t1,
+            t3 - t2,
+            t4 - t3
+        );
     }
 }

@@ -106,7 +106,9 @@ mod layering {
                 continue;
             }
             let Some(mine) = layer_of(&module) else {
-                bad.push(format!("{module}: not in any layer (add it to LAYERS in lib.rs)"));
+                bad.push(format!(
+                    "{module}: not in any layer (add it to LAYERS in lib.rs)"
+                ));
                 continue;
             };
             let code = std::fs::read_to_string(&file).expect("reading a module");

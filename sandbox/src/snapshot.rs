@@ -545,7 +545,8 @@ mod tests {
         std::fs::create_dir(dir.join("target")).unwrap();
         std::fs::write(dir.join("target/junk"), "x\n").unwrap();
         let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
-        let snap = snapshot_sandbox(&dir, &FlatTree::new(), &store, DEFAULT_FILE_CAP, None).unwrap();
+        let snap =
+            snapshot_sandbox(&dir, &FlatTree::new(), &store, DEFAULT_FILE_CAP, None).unwrap();
         let paths: Vec<&str> = snap.tree.keys().map(|s| s.as_str()).collect();
         assert_eq!(paths, vec![".gitignore", "hidden.txt"]);
     }
@@ -593,13 +594,19 @@ mod tests {
     fn stat_cache_rehashes_a_file_when_any_stat_field_changes() {
         use std::os::unix::fs::PermissionsExt;
         let tmp = tempfile::tempdir().unwrap();
-        let names = ["mtime", "ctime", "size", "inode", "mode", "link", "dir", "same"];
+        let names = [
+            "mtime", "ctime", "size", "inode", "mode", "link", "dir", "same",
+        ];
         let files: Vec<(&str, &str)> = names.iter().map(|n| (*n, "0123456789\n")).collect();
         let repo = committed_repo(tmp.path(), &files);
         let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
         let n = names.len() + 1; // .git is not a file; the index adds nothing else
         let (first, hits, _) = cached_snapshot(&repo, &store);
-        assert_eq!((first.tree.len(), hits), (names.len(), 0), "a first run reads everything");
+        assert_eq!(
+            (first.tree.len(), hits),
+            (names.len(), 0),
+            "a first run reads everything"
+        );
         age_cache(&store);
         let (second, hits, _) = cached_snapshot(&repo, &store);
         assert_eq!(second.tree, first.tree);
@@ -608,7 +615,10 @@ mod tests {
         let p = |name: &str| repo.join(name);
         let orig_mtime = std::fs::metadata(p("ctime")).unwrap().modified().unwrap();
         // mtime only (same content): re-hashed, same blob.
-        set_mtime(&p("mtime"), orig_mtime - std::time::Duration::from_secs(100));
+        set_mtime(
+            &p("mtime"),
+            orig_mtime - std::time::Duration::from_secs(100),
+        );
         // ctime only: same size, mtime put back (`touch -d`), new content.
         std::fs::write(p("ctime"), "abcdefghij\n").unwrap();
         set_mtime(&p("ctime"), orig_mtime);
@@ -666,8 +676,7 @@ mod tests {
             };
             cache.record("a.txt", stat, entry);
             cache.save().unwrap();
-            let t = std::time::UNIX_EPOCH
-                + std::time::Duration::new(stamp.0 as u64, stamp.1);
+            let t = std::time::UNIX_EPOCH + std::time::Duration::new(stamp.0 as u64, stamp.1);
             set_mtime(&path, t);
         };
         let newest = (stat.mtime_s, stat.mtime_ns).max((stat.ctime_s, stat.ctime_ns));
@@ -675,7 +684,10 @@ mod tests {
         write_cache(newest);
         let (snap, hits, _) = cached_snapshot(&repo, &store);
         assert_eq!(hits, 0);
-        assert_eq!(store.read_blob(snap.tree["a.txt"].oid).unwrap(), b"new content\n");
+        assert_eq!(
+            store.read_blob(snap.tree["a.txt"].oid).unwrap(),
+            b"new content\n"
+        );
         // Positive control: the same entry one second older than the stamp is trusted (and so
         // would be wrong) — only the racy rule told the two apart.
         write_cache((newest.0 + 1, newest.1));
@@ -744,7 +756,10 @@ mod tests {
         set_mtime(&path2, later);
         let (snap, hits, _) = cached_snapshot(&repo, &empty_store);
         assert_eq!(hits, 0);
-        assert_eq!(empty_store.read_blob(snap.tree["a.txt"].oid).unwrap(), b"a\n");
+        assert_eq!(
+            empty_store.read_blob(snap.tree["a.txt"].oid).unwrap(),
+            b"a\n"
+        );
     }
 
     #[test]
@@ -772,12 +787,36 @@ mod tests {
         let cache = StatCache::load(&path, &repo, &store);
         assert_eq!(cache.lookup("a.txt", &stat, &store), Some(entry));
         let variants = [
-            ("mtime", FileStat { mtime_ns: 4, ..stat }),
-            ("ctime", FileStat { ctime_s: 1001, ..stat }),
+            (
+                "mtime",
+                FileStat {
+                    mtime_ns: 4,
+                    ..stat
+                },
+            ),
+            (
+                "ctime",
+                FileStat {
+                    ctime_s: 1001,
+                    ..stat
+                },
+            ),
             ("size", FileStat { size: 3, ..stat }),
             ("inode", FileStat { ino: 78, ..stat }),
-            ("mode", FileStat { mode: 0o100755, ..stat }),
-            ("kind", FileStat { mode: 0o120777, ..stat }),
+            (
+                "mode",
+                FileStat {
+                    mode: 0o100755,
+                    ..stat
+                },
+            ),
+            (
+                "kind",
+                FileStat {
+                    mode: 0o120777,
+                    ..stat
+                },
+            ),
         ];
         for (field, other) in variants {
             assert_eq!(cache.lookup("a.txt", &other, &store), None, "{field}");

@@ -247,10 +247,14 @@ impl<'a> Reader<'a> {
         Ok(a)
     }
     fn u32(&mut self) -> Result<u32, String> {
-        Ok(u32::from_be_bytes(self.take(4)?.try_into().map_err(|_| "truncated")?))
+        Ok(u32::from_be_bytes(
+            self.take(4)?.try_into().map_err(|_| "truncated")?,
+        ))
     }
     fn u64(&mut self) -> Result<u64, String> {
-        Ok(u64::from_be_bytes(self.take(8)?.try_into().map_err(|_| "truncated")?))
+        Ok(u64::from_be_bytes(
+            self.take(8)?.try_into().map_err(|_| "truncated")?,
+        ))
     }
     fn bytes(&mut self) -> Result<&'a [u8], String> {
         let n = self.u32()? as usize;

@@ -300,12 +300,11 @@ pub fn sync_files(
     commit_base(dir, repo, base)?;
     // The index is written last: its mtime is the sync's stamp (every file written is no
     // newer), from the same filesystem clock as the files' own timestamps.
-    let (stamp_s, stamp_ns) = mtime_of(&dir.join(".git").join("index")).ok_or_else(|| {
-        SyncError::Io {
+    let (stamp_s, stamp_ns) =
+        mtime_of(&dir.join(".git").join("index")).ok_or_else(|| SyncError::Io {
             dir: dir.to_path_buf(),
             source: std::io::Error::other("the sandbox's fresh .git/index is missing"),
-        }
-    })?;
+        })?;
     Ok(PrepareReply {
         record: SyncRecord {
             stamp_s,
@@ -462,10 +461,16 @@ mod tests {
         sb.prepare(&store, &base).unwrap();
         shift_stamp(&dir, 5);
         // Nothing changed: everything comes back as the base.
-        assert_eq!(sb.snapshot(&store, &base, DEFAULT_FILE_CAP).unwrap().tree, base);
+        assert_eq!(
+            sb.snapshot(&store, &base, DEFAULT_FILE_CAP).unwrap().tree,
+            base
+        );
 
         let p = |n: &str| dir.join(n);
-        let mtime = std::fs::metadata(p("backdated.txt")).unwrap().modified().unwrap();
+        let mtime = std::fs::metadata(p("backdated.txt"))
+            .unwrap()
+            .modified()
+            .unwrap();
         std::fs::write(p("grown.txt"), "0123456789 and more\n").unwrap();
         // Same size, mtime put back (touch -d): only ctime tells.
         std::fs::write(p("backdated.txt"), "abcdefghij\n").unwrap();
@@ -503,7 +508,10 @@ mod tests {
 
         // The next prepare puts every one of them back, and the read-back agrees.
         sb.prepare(&store, &base).unwrap();
-        assert_eq!(sb.snapshot(&store, &base, DEFAULT_FILE_CAP).unwrap().tree, base);
+        assert_eq!(
+            sb.snapshot(&store, &base, DEFAULT_FILE_CAP).unwrap().tree,
+            base
+        );
         assert!(!p("new.txt").exists());
     }
 
@@ -540,8 +548,22 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
         let f = Mode::File;
-        let base1 = tree(&store, &[("a.txt", f, "a\n"), ("b.txt", f, "b\n"), ("c.txt", f, "c\n")]);
-        let base2 = tree(&store, &[("a.txt", f, "a\n"), ("b.txt", f, "b2\n"), ("c.txt", f, "c\n")]);
+        let base1 = tree(
+            &store,
+            &[
+                ("a.txt", f, "a\n"),
+                ("b.txt", f, "b\n"),
+                ("c.txt", f, "c\n"),
+            ],
+        );
+        let base2 = tree(
+            &store,
+            &[
+                ("a.txt", f, "a\n"),
+                ("b.txt", f, "b2\n"),
+                ("c.txt", f, "c\n"),
+            ],
+        );
         let dir = tmp.path().join("sb");
         let asked = std::cell::Cell::new(0);
         let source = |oid| {
@@ -555,7 +577,10 @@ mod tests {
         assert_eq!(asked.replace(0), 0, "the sandbox's objects were kept");
 
         // The agent edits a file (touch -d) and plants things in .git.
-        let mtime = std::fs::metadata(dir.join("a.txt")).unwrap().modified().unwrap();
+        let mtime = std::fs::metadata(dir.join("a.txt"))
+            .unwrap()
+            .modified()
+            .unwrap();
         std::fs::write(dir.join("a.txt"), "A\n").unwrap();
         set_mtime(&dir.join("a.txt"), mtime);
         let git = dir.join(".git");
@@ -564,7 +589,10 @@ mod tests {
         std::fs::write(git.join("objects/info/alternates"), "/etc\n").unwrap();
         symlink("/etc", git.join("objects/zz")).unwrap();
         let reply = sync_slot(&dir, &base2, source).unwrap();
-        assert_eq!(reply.written, 2, "a.txt restored, b.txt changed, c.txt left alone");
+        assert_eq!(
+            reply.written, 2,
+            "a.txt restored, b.txt changed, c.txt left alone"
+        );
         assert_eq!(asked.get(), 1, "only the new blob was asked for");
         assert_eq!(std::fs::read(dir.join("a.txt")).unwrap(), b"a\n");
         assert_eq!(std::fs::read(dir.join("b.txt")).unwrap(), b"b2\n");
