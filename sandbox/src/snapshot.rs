@@ -275,7 +275,7 @@ fn capture(
     candidates: BTreeSet<String>,
     store: &Store,
     cap: u64,
-    mut cache: Option<&mut StatCache>,
+    cache: Option<&mut StatCache>,
 ) -> Result<Snapshot, SnapshotError> {
     let mut snap = Snapshot::default();
     let mut seen = Vec::new();
@@ -297,7 +297,7 @@ fn capture(
             },
         )?;
     }
-    if let Some(cache) = cache.as_deref_mut() {
+    if let Some(cache) = cache {
         for (path, stat, entry) in seen {
             cache.record(&path, stat, entry);
         }

@@ -28,6 +28,8 @@ use crate::store::{Entry, Mode, Store};
 use crate::wire::FileStat;
 
 /// The stat fields change detection compares, from a raw `lstat`/`fstat`.
+// The casts are no-ops on Linux but not on macOS (`st_mode` is u16 there, for one).
+#[allow(clippy::unnecessary_cast)]
 pub fn file_stat(st: &nix::sys::stat::FileStat) -> FileStat {
     FileStat {
         mtime_s: st.st_mtime as i64,

@@ -396,7 +396,7 @@ pub fn rebase_record(prev: &Synced, base: &FlatTree) -> SyncRecord {
             .record
             .files
             .iter()
-            .filter(|(p, _)| prev.base.get(p).is_some() && prev.base.get(p) == base.get(p))
+            .filter(|(p, _)| prev.base.contains_key(p) && prev.base.get(p) == base.get(p))
             .cloned()
             .collect(),
     }
