@@ -259,7 +259,7 @@ fn prepare(
         base_from_wire(&req.base).map_err(|(path, why)| HelperFailure::BadPath { path, why })?;
     // A new .git first (keeping the old one's loose objects), so the blobs the hub sends can
     // be written straight into it as they arrive.
-    let repo = fresh_git(&dir)?;
+    let repo = fresh_git(&dir, None)?;
     loop {
         match wire::read_frame(input, u64::MAX)? {
             Frame::Blob { oid, bytes } => {
@@ -280,7 +280,7 @@ fn prepare(
             }
         }
     }
-    crate::sync::ensure_blobs(&dir, &repo, &base, |_| Ok(None))?;
+    crate::sync::ensure_blobs(&dir, &repo, &base, &Default::default(), |_| Ok(None))?;
     let reply = match sync_files(&dir, &repo, &base, req.record.as_ref()) {
         Ok(reply) => reply,
         Err(first) => {

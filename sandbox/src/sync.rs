@@ -127,7 +127,10 @@ pub fn record_for<'a>(synced: Option<&'a Synced>, base: &FlatTree) -> Option<&'a
 /// Replace whatever `.git` (and `.jj`) the sandbox has — directory, file or symlink, never
 /// followed — with a new, empty repository, carrying over the old one's loose objects (see
 /// the module docs).
-pub fn fresh_git(dir: &Path) -> Result<Store, SyncError> {
+///
+/// With `alternate` (an objects directory the sandbox's user may read: the hub's store, under
+/// `--isolation none`), the new repository borrows its objects instead of copying them.
+pub fn fresh_git(dir: &Path, alternate: Option<&Path>) -> Result<Store, SyncError> {
     let git_dir = dir.join(".git");
     let io = |source| SyncError::Io {
         dir: dir.to_path_buf(),
@@ -156,6 +159,14 @@ pub fn fresh_git(dir: &Path) -> Result<Store, SyncError> {
     if real_dir(&keep) {
         std::fs::remove_dir_all(&objects).map_err(io)?;
         std::fs::rename(&keep, &objects).map_err(io)?;
+    }
+    if let Some(alt) = alternate {
+        std::fs::create_dir_all(objects.join("info")).map_err(io)?;
+        std::fs::write(
+            objects.join("info").join("alternates"),
+            format!("{}\n", alt.display()),
+        )
+        .map_err(io)?;
     }
     Ok(Store::open_existing(dir)?)
 }
@@ -196,16 +207,18 @@ fn keep_loose_only(objects: &Path) -> std::io::Result<()> {
 }
 
 /// Make sure every blob of `base` is in the sandbox's repository, taking missing ones from
-/// `source` (the hub's store, for a local sandbox).
+/// `source` (the hub's store, for a local sandbox). Blobs in `known` (the previous base's,
+/// whose objects were kept) are not even looked up.
 pub fn ensure_blobs(
     dir: &Path,
     repo: &Store,
     base: &FlatTree,
+    known: &HashSet<ObjectId>,
     mut source: impl FnMut(ObjectId) -> Result<Option<Vec<u8>>, SyncError>,
 ) -> Result<(), SyncError> {
     let mut seen = HashSet::new();
     for entry in base.values() {
-        if !seen.insert(entry.oid) || repo.has_object(entry.oid) {
+        if known.contains(&entry.oid) || !seen.insert(entry.oid) || repo.has_object(entry.oid) {
             continue;
         }
         let bytes = source(entry.oid)?.ok_or_else(|| SyncError::MissingBlob {
@@ -345,12 +358,14 @@ pub fn clear_except_git(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// A whole sync of the slot `dir` with blobs from `source`: fresh `.git` (objects kept),
-/// missing blobs, files, commit; on failure the directory is emptied (but for `.git`) and
-/// synced again from nothing. The record is remembered for the next sync and the read-back.
+/// A whole sync of the slot `dir` with blobs from `source` (and, with `alternate`, borrowed
+/// from that objects directory): fresh `.git` (objects kept), missing blobs, files, commit; on
+/// failure every blob is checked again, the directory is emptied (but for `.git`) and synced
+/// from nothing. The record is remembered for the next sync and the read-back.
 pub fn sync_slot(
     dir: &Path,
     base: &FlatTree,
+    alternate: Option<&Path>,
     mut source: impl FnMut(ObjectId) -> Result<Option<Vec<u8>>, SyncError>,
 ) -> Result<PrepareReply, SyncError> {
     let previous = recall(dir);
@@ -359,8 +374,12 @@ pub fn sync_slot(
         dir: dir.to_path_buf(),
         source,
     })?;
-    let repo = fresh_git(dir)?;
-    ensure_blobs(dir, &repo, base, &mut source)?;
+    let repo = fresh_git(dir, alternate)?;
+    let known: HashSet<ObjectId> = previous
+        .as_deref()
+        .map(|s| s.base.values().map(|e| e.oid).collect())
+        .unwrap_or_default();
+    ensure_blobs(dir, &repo, base, &known, &mut source)?;
     let record = previous
         .as_deref()
         .map(|s| rebase_record(s, base))
@@ -369,6 +388,8 @@ pub fn sync_slot(
         Ok(reply) => reply,
         Err(first) => {
             tracing::warn!(error = %first, dir = %dir.display(), "resetting sandbox from scratch");
+            // The agent may also have deleted objects the previous base had.
+            ensure_blobs(dir, &repo, base, &HashSet::new(), &mut source)?;
             clear_except_git(dir).map_err(|source| SyncError::Io {
                 dir: dir.to_path_buf(),
                 source,
@@ -406,9 +427,21 @@ pub fn rebase_record(prev: &Synced, base: &FlatTree) -> SyncRecord {
 mod tests {
     use super::*;
     use crate::snapshot::{snapshot_sandbox, DEFAULT_FILE_CAP};
-    use crate::workspace::{LocalSandbox, Sandbox};
     use std::os::unix::fs::{symlink, PermissionsExt};
     use std::time::SystemTime;
+
+    /// What `LocalSandbox` does (this layer cannot name it).
+    fn prepare(store: &Store, dir: &Path, base: &FlatTree) {
+        sync_slot(dir, base, None, |oid| Ok(Some(store.read_blob(oid)?))).unwrap();
+    }
+
+    fn read_back(store: &Store, dir: &Path, base: &FlatTree) -> FlatTree {
+        let synced = recall(dir);
+        let record = record_for(synced.as_deref(), base);
+        snapshot_sandbox(dir, base, store, DEFAULT_FILE_CAP, record)
+            .unwrap()
+            .tree
+    }
 
     fn tree(store: &Store, files: &[(&str, Mode, &str)]) -> FlatTree {
         files
@@ -457,14 +490,10 @@ mod tests {
             ],
         );
         let dir = tmp.path().join("sb");
-        let sb = LocalSandbox::new(dir.clone());
-        sb.prepare(&store, &base).unwrap();
+        prepare(&store, &dir, &base);
         shift_stamp(&dir, 5);
         // Nothing changed: everything comes back as the base.
-        assert_eq!(
-            sb.snapshot(&store, &base, DEFAULT_FILE_CAP).unwrap().tree,
-            base
-        );
+        assert_eq!(read_back(&store, &dir, &base), base);
 
         let p = |n: &str| dir.join(n);
         let mtime = std::fs::metadata(p("backdated.txt"))
@@ -487,7 +516,7 @@ mod tests {
         symlink("grown.txt", p("link")).unwrap();
         std::fs::write(p("new.txt"), "new\n").unwrap();
 
-        let got = sb.snapshot(&store, &base, DEFAULT_FILE_CAP).unwrap().tree;
+        let got = read_back(&store, &dir, &base);
         // The oracle: a read-back that trusts no stat at all.
         let full = snapshot_sandbox(&dir, &base, &store, DEFAULT_FILE_CAP, None)
             .unwrap()
@@ -507,11 +536,8 @@ mod tests {
         assert_eq!(got["untouched.txt"], base["untouched.txt"]);
 
         // The next prepare puts every one of them back, and the read-back agrees.
-        sb.prepare(&store, &base).unwrap();
-        assert_eq!(
-            sb.snapshot(&store, &base, DEFAULT_FILE_CAP).unwrap().tree,
-            base
-        );
+        prepare(&store, &dir, &base);
+        assert_eq!(read_back(&store, &dir, &base), base);
         assert!(!p("new.txt").exists());
     }
 
@@ -521,8 +547,7 @@ mod tests {
         let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
         let base = tree(&store, &[("a.txt", Mode::File, "before\n")]);
         let dir = tmp.path().join("sb");
-        let sb = LocalSandbox::new(dir.clone());
-        sb.prepare(&store, &base).unwrap();
+        prepare(&store, &dir, &base);
         // An agent write the stat cannot show (same size, and — forged here, as a write in the
         // sync's own clock tick would leave it — the very stat the sync recorded).
         std::fs::write(dir.join("a.txt"), "after!\n").unwrap();
@@ -534,12 +559,12 @@ mod tests {
             remember(&dir, Some(s));
         };
         forge(now.ctime_s);
-        let got = sb.snapshot(&store, &base, DEFAULT_FILE_CAP).unwrap().tree;
+        let got = read_back(&store, &dir, &base);
         assert_eq!(store.read_blob(got["a.txt"].oid).unwrap(), b"after!\n");
         // Positive control: the same forged record with a stamp a second later is trusted, and
         // the change is missed — only the racy rule caught it.
         forge(now.ctime_s + 1);
-        let got = sb.snapshot(&store, &base, DEFAULT_FILE_CAP).unwrap().tree;
+        let got = read_back(&store, &dir, &base);
         assert_eq!(got["a.txt"], base["a.txt"]);
     }
 
@@ -570,10 +595,10 @@ mod tests {
             asked.set(asked.get() + 1);
             Ok(Some(store.read_blob(oid)?))
         };
-        assert_eq!(sync_slot(&dir, &base1, source).unwrap().written, 3);
+        assert_eq!(sync_slot(&dir, &base1, None, source).unwrap().written, 3);
         assert_eq!(asked.replace(0), 3);
         shift_stamp(&dir, 5);
-        assert_eq!(sync_slot(&dir, &base1, source).unwrap().written, 0);
+        assert_eq!(sync_slot(&dir, &base1, None, source).unwrap().written, 0);
         assert_eq!(asked.replace(0), 0, "the sandbox's objects were kept");
 
         // The agent edits a file (touch -d) and plants things in .git.
@@ -588,7 +613,7 @@ mod tests {
         std::fs::create_dir_all(git.join("objects/info")).unwrap();
         std::fs::write(git.join("objects/info/alternates"), "/etc\n").unwrap();
         symlink("/etc", git.join("objects/zz")).unwrap();
-        let reply = sync_slot(&dir, &base2, source).unwrap();
+        let reply = sync_slot(&dir, &base2, None, source).unwrap();
         assert_eq!(
             reply.written, 2,
             "a.txt restored, b.txt changed, c.txt left alone"

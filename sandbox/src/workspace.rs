@@ -105,7 +105,11 @@ impl Sandbox for LocalSandbox {
     }
 
     fn prepare(&self, store: &Store, base: &FlatTree) -> Result<(), SandboxError> {
-        sync_slot(&self.dir, base, |oid| Ok(Some(store.read_blob(oid)?)))?;
+        // Same user: the sandbox's .git borrows the store's objects instead of copying them.
+        let objects = store.path().join("objects");
+        sync_slot(&self.dir, base, Some(&objects), |oid| {
+            Ok(Some(store.read_blob(oid)?))
+        })?;
         Ok(())
     }
 
@@ -210,5 +214,13 @@ mod tests {
             String::from_utf8_lossy(&out.stdout),
             "hunkgate: your checkout as of this run\n"
         );
+        // Its blobs are there (borrowed from the store), so the agent's `git diff` works.
+        let out = std::process::Command::new("git")
+            .current_dir(sb.workdir())
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .args(["cat-file", "-p", "HEAD:a.txt"])
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "a\n");
     }
 }
