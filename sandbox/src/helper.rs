@@ -259,7 +259,9 @@ fn prepare(
         base_from_wire(&req.base).map_err(|(path, why)| HelperFailure::BadPath { path, why })?;
     // A new .git first (keeping the old one's loose objects), so the blobs the hub sends can
     // be written straight into it as they arrive.
-    let repo = fresh_git(&dir, None)?;
+    // A full prepare (no record: the first, or the hub's retry after a failure) starts from
+    // no objects, so a damaged one cannot wedge the slot.
+    let repo = fresh_git(&dir, None, req.record.is_some())?;
     loop {
         match wire::read_frame(input, u64::MAX)? {
             Frame::Blob { oid, bytes } => {

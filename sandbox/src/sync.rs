@@ -130,7 +130,13 @@ pub fn record_for<'a>(synced: Option<&'a Synced>, base: &FlatTree) -> Option<&'a
 ///
 /// With `alternate` (an objects directory the sandbox's user may read: the hub's store, under
 /// `--isolation none`), the new repository borrows its objects instead of copying them.
-pub fn fresh_git(dir: &Path, alternate: Option<&Path>) -> Result<Store, SyncError> {
+/// `keep_objects` false starts from no objects at all (the fallback after a failed sync: a
+/// damaged object must not wedge the slot forever).
+pub fn fresh_git(
+    dir: &Path,
+    alternate: Option<&Path>,
+    keep_objects: bool,
+) -> Result<Store, SyncError> {
     let git_dir = dir.join(".git");
     let io = |source| SyncError::Io {
         dir: dir.to_path_buf(),
@@ -144,7 +150,7 @@ pub fn fresh_git(dir: &Path, alternate: Option<&Path>) -> Result<Store, SyncErro
     remove_any(&keep).map_err(io)?;
     let objects = git_dir.join("objects");
     let real_dir = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
-    if real_dir(&git_dir) && real_dir(&objects) {
+    if keep_objects && real_dir(&git_dir) && real_dir(&objects) {
         std::fs::rename(&objects, &keep).map_err(io)?;
         if let Err(e) = keep_loose_only(&keep) {
             tracing::warn!(error = %e, dir = %keep.display(), "dropping the sandbox's old objects");
@@ -374,7 +380,7 @@ pub fn sync_slot(
         dir: dir.to_path_buf(),
         source,
     })?;
-    let repo = fresh_git(dir, alternate)?;
+    let repo = fresh_git(dir, alternate, true)?;
     let known: HashSet<ObjectId> = previous
         .as_deref()
         .map(|s| s.base.values().map(|e| e.oid).collect())
@@ -387,8 +393,10 @@ pub fn sync_slot(
     let reply = match sync_files(dir, &repo, base, record.as_ref()) {
         Ok(reply) => reply,
         Err(first) => {
+            // The agent may have left shapes an in-place sync cannot fix (a directory where
+            // the base has a file), or deleted or damaged objects: start from nothing.
             tracing::warn!(error = %first, dir = %dir.display(), "resetting sandbox from scratch");
-            // The agent may also have deleted objects the previous base had.
+            let repo = fresh_git(dir, alternate, false)?;
             ensure_blobs(dir, &repo, base, &HashSet::new(), &mut source)?;
             clear_except_git(dir).map_err(|source| SyncError::Io {
                 dir: dir.to_path_buf(),
@@ -634,5 +642,24 @@ mod tests {
             .unwrap();
         assert!(out.status.success());
         assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+    }
+
+    #[test]
+    fn a_damaged_object_in_the_kept_objects_does_not_wedge_the_slot() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let base = tree(&store, &[("a.txt", Mode::File, "a\n")]);
+        let dir = tmp.path().join("sb");
+        prepare(&store, &dir, &base);
+        // The agent damages the blob's loose object and changes the file, so the next sync
+        // must rewrite it from that object.
+        let hex = base["a.txt"].oid.to_string();
+        let obj = dir.join(".git/objects").join(&hex[..2]).join(&hex[2..]);
+        std::fs::set_permissions(&obj, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::write(&obj, b"garbage").unwrap();
+        std::fs::write(dir.join("a.txt"), "changed\n").unwrap();
+        prepare(&store, &dir, &base);
+        assert_eq!(std::fs::read(dir.join("a.txt")).unwrap(), b"a\n");
+        assert_eq!(read_back(&store, &dir, &base), base);
     }
 }

@@ -956,6 +956,9 @@ impl Sandbox for UserSandbox {
             .as_deref()
             .map(|s| rebase_record(s, base))
             .filter(|r| !r.files.is_empty());
+        // Blobs are left out only alongside a record: without one the helper starts from no
+        // objects.
+        let previous = previous.filter(|_| record.is_some());
         let reply = match self.prepare_with(store, base, previous.as_deref(), record) {
             Ok(reply) => reply,
             // The helper may lack a blob the agent deleted from the sandbox's objects, or the
