@@ -3,7 +3,11 @@
 //! - [`beneath`]: file access confined beneath a directory, never through a symlink — used to
 //!   read the sandbox as data and to write the user's checkout.
 //! - [`store`]: the checkpoint store, a bare git repository only the hub writes (gix, in-process).
+//! - [`statcache`]: stat data, git's racy rule, and the stat cache that lets a checkout
+//!   snapshot read only new or changed files.
 //! - [`snapshot`]: a checkout or a sandbox captured into the store as a tree.
+//! - [`sync`]: bringing a sandbox slot to a base writing only what differs, and the stat record
+//!   that lets the read-back after a run read only what the agent changed.
 //! - [`workspace`]: the [`Sandbox`](workspace::Sandbox) interface and its same-user implementation.
 //! - [`agent`]: command templates and agent processes (process groups, timeouts, cancellation).
 //! - [`tools`]: the built-in agent's file tools, run inside the sandbox as the sandbox user.
@@ -11,6 +15,12 @@
 //! - [`user`]: isolation by a separate OS user — the hub's side ([`user::UserSandbox`]).
 //! - [`helper`]: `hunkgate sandbox-helper`, which runs as that user and does everything that
 //!   touches its sandbox; [`wire`] is the byte stream between the two.
+//!
+//! Modules import only downward, in the order of `LAYERS` (the `layering` test below fails on
+//! any other import): `wire` → `beneath` → `store` → `statcache` → `snapshot` → `tools`,
+//! `sync` → `workspace` → `agent`, `jj` → `user`, `helper`. So the wire contract is a leaf, the
+//! sandbox trait knows nothing of user isolation, and the hub's side (`user`) and the helper
+//! never import each other.
 
 pub mod agent;
 pub mod beneath;
