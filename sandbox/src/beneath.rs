@@ -151,6 +151,11 @@ pub fn kind_of(st: &nix::sys::stat::FileStat) -> Kind {
     }
 }
 
+/// The last parent directory [`Beneath::lstat_cached`] opened (its path, with the trailing
+/// slash, and descriptor).
+#[derive(Debug, Default)]
+pub struct DirCache(Option<(String, OwnedFd)>);
+
 /// A directory that every operation stays beneath.
 #[derive(Debug)]
 pub struct Beneath {
@@ -272,9 +277,28 @@ impl Beneath {
 
     /// `lstat` of `path` (None when nothing is there); never follows a symlink.
     pub fn lstat(&self, path: &str) -> Result<Option<nix::sys::stat::FileStat>, FsError> {
+        self.lstat_cached(path, &mut DirCache::default())
+    }
+
+    /// [`Beneath::lstat`], keeping the last parent directory open in `cache`: walking sorted
+    /// paths, most share it. The cached descriptor was opened beneath the root without following
+    /// anything, so it stays beneath even if the directory is renamed or replaced meanwhile.
+    pub fn lstat_cached(
+        &self,
+        path: &str,
+        cache: &mut DirCache,
+    ) -> Result<Option<nix::sys::stat::FileStat>, FsError> {
         let parts = components(path)?;
-        let Some(dir) = self.parent_dir(path, &parts, false)? else {
-            return Ok(None);
+        let parent = &path[..path.len() - parts[parts.len() - 1].len()];
+        let dir = match &cache.0 {
+            Some((p, fd)) if p == parent => fd,
+            _ => {
+                cache.0 = None;
+                let Some(fd) = self.parent_dir(path, &parts, false)? else {
+                    return Ok(None);
+                };
+                &cache.0.insert((parent.to_string(), fd)).1
+            }
         };
         let name = parts[parts.len() - 1];
         match nix::sys::stat::fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {

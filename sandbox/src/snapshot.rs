@@ -154,6 +154,7 @@ pub fn capture_each<E>(
     mut check: impl FnMut(&str, &FileStat) -> Check,
     mut sink: impl FnMut(Captured) -> Result<(), E>,
 ) -> Result<(), E> {
+    let mut dirs = crate::beneath::DirCache::default();
     for path in candidates {
         let skip = |reason: String| {
             Captured::Skipped(Skipped {
@@ -165,7 +166,7 @@ pub fn capture_each<E>(
             sink(skip("path hunkgate cannot represent".into()))?;
             continue;
         }
-        let st = match root.lstat(&path) {
+        let st = match root.lstat_cached(&path, &mut dirs) {
             Ok(Some(st)) => st,
             Ok(None) => continue,
             Err(e) => {

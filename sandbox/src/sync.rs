@@ -276,8 +276,9 @@ pub fn sync_files(
         .unwrap_or_default();
     let mut files = Vec::with_capacity(base.len());
     let mut written = 0;
+    let mut dirs = crate::beneath::DirCache::default();
     for (path, entry) in base {
-        let st = root.lstat(path).map_err(fs_err)?;
+        let st = root.lstat_cached(path, &mut dirs).map_err(fs_err)?;
         let stat = st.as_ref().map(file_stat);
         let trusted = match (stat, recorded.get(path.as_str()), stamp) {
             (Some(now), Some(was), Some(stamp)) => now == **was && !is_racy(was, stamp),
