@@ -15,6 +15,8 @@
 //! reference agent.
 
 pub mod metrics;
+pub mod replay;
+pub mod report;
 pub mod runner;
 pub mod scripted;
 pub mod task;

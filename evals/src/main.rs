@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use hunkgate_evals::runner::{self, Agent, RunnerConfig};
-use hunkgate_evals::{metrics, scripted, task};
+use hunkgate_evals::{metrics, replay, report, scripted, task};
 
 #[derive(Parser)]
 #[command(
@@ -36,14 +36,29 @@ enum Cmd {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
-    /// Print the metrics of a results file without running anything.
+    /// Print the metrics of results files without running anything; write the markdown and the
+    /// self-contained HTML report.
     Report {
-        /// The results file written by `run`.
-        #[arg(default_value = "results.jsonl")]
-        results: PathBuf,
+        /// Results files written by `run` or `replay` (default results.jsonl).
+        results: Vec<PathBuf>,
         #[arg(long)]
         json: bool,
+        /// Write the markdown report here.
+        #[arg(long)]
+        md: Option<PathBuf>,
+        /// Write the HTML report (one page, inline SVG charts) here.
+        #[arg(long)]
+        html: Option<PathBuf>,
+        /// Real feedback logs (<state-dir>/feedback.jsonl) to chart over time (repeatable).
+        #[arg(long = "feedback")]
+        feedback: Vec<PathBuf>,
+        /// The reports' title.
+        #[arg(long, default_value = "hunkgate evals")]
+        title: String,
     },
+    /// Turn real feedback logs into tasks (one per run: its base commit, its prompt, what the
+    /// user kept and rejected) and, given agents or models, score them on those tasks.
+    Replay(ReplayArgs),
     /// Serve the scripted model (the `asks` reference agent) for the tasks' `[scripted]` tables:
     /// point a hub at it with --provider-url http://ADDR/v1.
     ScriptedModel {
@@ -94,6 +109,46 @@ struct RunArgs {
     /// No progress lines.
     #[arg(long, short)]
     quiet: bool,
+    /// Keep each pair's checkout and hub state dir (feedback log, journal, checkpoints) in
+    /// DIR/<task>--<agent>/ instead of deleting them.
+    #[arg(long)]
+    keep: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct ReplayArgs {
+    /// Feedback logs (<state-dir>/feedback.jsonl).
+    #[arg(required = true)]
+    logs: Vec<PathBuf>,
+    /// The git repository holding the runs' base commits: the hub's <state-dir>/checkpoints.git
+    /// (the default: the one beside the first log), or your repository if the hub ran with
+    /// --mirror-refs.
+    #[arg(long)]
+    repo: Option<PathBuf>,
+    /// Where the replay tasks are written (a task directory per run, replaced if present).
+    #[arg(long = "tasks-out", default_value = "replay-tasks")]
+    tasks_out: PathBuf,
+    /// An agent command template to score on the replayed runs (repeatable).
+    #[arg(long = "agent")]
+    agents: Vec<String>,
+    #[arg(long)]
+    provider_url: Option<String>,
+    /// A built-in agent model to score (repeatable; needs --provider-url).
+    #[arg(long = "model")]
+    models: Vec<String>,
+    #[arg(long)]
+    hub: Option<PathBuf>,
+    #[arg(long, default_value_t = 2)]
+    jobs: usize,
+    /// Results file (resumable, as with `run`).
+    #[arg(long, default_value = "replay-results.jsonl")]
+    out: PathBuf,
+    #[arg(long = "run-timeout")]
+    run_timeout: Option<u64>,
+    #[arg(long)]
+    json: bool,
+    #[arg(long, short)]
+    quiet: bool,
 }
 
 fn default_hub() -> PathBuf {
@@ -119,7 +174,7 @@ fn main() -> ExitCode {
     // `hunkgate-evals FILE…` (the old interface) means `score FILE…`.
     let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if let Some(first) = args.get(1).and_then(|a| a.to_str()) {
-        let known = ["run", "score", "report", "scripted-model", "help"];
+        let known = ["run", "score", "report", "replay", "scripted-model", "help"];
         if !known.contains(&first) && (!first.starts_with('-') || first == "--json") {
             args.insert(1, "score".into());
         }
@@ -160,13 +215,103 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Report { results, json } => {
-            let lines = runner::latest(runner::read_results(&results)?);
-            if lines.is_empty() {
-                bail!("{} holds no results", results.display());
+        Cmd::Report {
+            results,
+            json,
+            md,
+            html,
+            feedback,
+            title,
+        } => {
+            let results = if results.is_empty() {
+                vec![PathBuf::from("results.jsonl")]
+            } else {
+                results
+            };
+            let mut lines = Vec::new();
+            for r in &results {
+                let these = runner::latest(runner::read_results(r)?);
+                if these.is_empty() {
+                    bail!("{} holds no results", r.display());
+                }
+                lines.extend(these);
             }
             print_metrics(&lines, json)?;
+            let mut time = report::feedback_over_time(&feedback)?;
+            time.extend(report::replay_over_time(&lines));
+            if let Some(p) = md {
+                std::fs::write(&p, report::markdown(&title, &lines, &time))
+                    .with_context(|| format!("writing {}", p.display()))?;
+            }
+            if let Some(p) = html {
+                std::fs::write(&p, report::html(&title, &lines, &time))
+                    .with_context(|| format!("writing {}", p.display()))?;
+            }
             Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Replay(a) => {
+            let repo = match a.repo {
+                Some(r) => r,
+                None => a.logs[0]
+                    .parent()
+                    .unwrap_or(Path::new("."))
+                    .join("checkpoints.git"),
+            };
+            if !repo.exists() {
+                bail!(
+                    "{} does not exist: pass --repo with the hub's <state-dir>/checkpoints.git, \
+                     or your repository if the hub ran with --mirror-refs",
+                    repo.display()
+                );
+            }
+            let ex = replay::extract(&a.logs, &repo, &a.tasks_out)?;
+            for s in &ex.skipped {
+                eprintln!("hunkgate-evals: replay: skipped {s}");
+            }
+            if ex.bad_lines > 0 {
+                eprintln!(
+                    "hunkgate-evals: replay: {} lines were not feedback records",
+                    ex.bad_lines
+                );
+            }
+            eprintln!(
+                "hunkgate-evals: replay: {} tasks in {}",
+                ex.tasks.len(),
+                a.tasks_out.display()
+            );
+            if ex.tasks.is_empty() {
+                bail!("no run of the logs could be replayed");
+            }
+            if a.agents.is_empty() && a.models.is_empty() {
+                eprintln!(
+                    "score an agent on them with: hunkgate-evals replay … --agent CMD, or \
+                     hunkgate-evals run --tasks {} --agent CMD",
+                    a.tasks_out.display()
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+            let names: Vec<String> = ex
+                .tasks
+                .iter()
+                .filter_map(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .collect();
+            real_main(Cli {
+                cmd: Cmd::Run(RunArgs {
+                    tasks: a.tasks_out,
+                    agents: a.agents,
+                    provider_url: a.provider_url,
+                    models: a.models,
+                    hub: a.hub,
+                    jobs: a.jobs,
+                    out: a.out,
+                    run_timeout: a.run_timeout,
+                    tags: Vec::new(),
+                    only: names,
+                    json: a.json,
+                    quiet: a.quiet,
+                    keep: None,
+                }),
+            })
         }
         Cmd::ScriptedModel { tasks, addr } => {
             let tasks = task::load_tasks(&tasks)?;
@@ -207,6 +352,7 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
                 out: a.out.clone(),
                 progress: !a.quiet,
                 run_timeout: a.run_timeout,
+                keep: a.keep,
             };
             let rt = tokio::runtime::Runtime::new()?;
             let ran = rt.block_on(runner::run_all(&cfg, &tasks, &agents))?;

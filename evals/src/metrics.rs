@@ -30,10 +30,49 @@ pub struct Metrics {
     pub model_ms_p95: Option<u64>,
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
+    /// prompt + completion tokens.
+    pub tokens: u64,
     /// Share of tasks where the agent asked a question.
     pub clarification_rate: f64,
     pub stop_reasons: BTreeMap<String, usize>,
     pub statuses: BTreeMap<String, usize>,
+    /// Success per tag (a task counts under each of its tags).
+    pub per_tag: BTreeMap<String, TagRate>,
+    /// Replay tasks (`hunkgate-evals replay`) among `tasks`.
+    pub replay_tasks: usize,
+    /// Of the changed lines users kept, the share the agent proposed (summed over replay tasks).
+    pub kept_recall: Option<f64>,
+    /// Of the changed lines users rejected, the share the agent did *not* propose.
+    pub rejected_avoided: Option<f64>,
+    /// Of the changed lines the agent proposed on replay tasks, the share users kept.
+    pub replay_precision: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct TagRate {
+    pub tasks: usize,
+    pub succeeded: usize,
+}
+
+/// The analogues of Aider's polyglot benchmark numbers: its *pass rate* is our task success
+/// rate, its *percent of well-formed edits* (edits the harness could apply) our apply-clean
+/// rate. For scale, Aider's leaderboard's best entry reported 88.0 % / 91.6 %; different tasks,
+/// so the numbers are side by side, not comparable.
+pub const AIDER_BEST: (&str, f64, f64) = ("aider polyglot, best entry", 0.880, 0.916);
+
+impl Metrics {
+    /// Aider's "pass rate".
+    pub fn pass_rate(&self) -> f64 {
+        self.success_rate
+    }
+    /// Aider's "percent well-formed edits".
+    pub fn well_formed_rate(&self) -> Option<f64> {
+        self.apply_clean_rate
+    }
+    /// `agent` for command agents, `agent` (which is `builtin:<model>`) for the built-in one.
+    pub fn label(&self) -> String {
+        crate::runner::short_agent(&self.agent)
+    }
 }
 
 /// The nearest-rank percentile of the values (in any order).
@@ -75,7 +114,22 @@ pub fn compute(lines: &[ResultLine]) -> Vec<Metrics> {
             let mut asked = 0;
             let mut wall = Vec::new();
             let mut model_ms = Vec::new();
+            let (mut kept_lines, mut kept_hit, mut rej_lines, mut rej_hit, mut proposed) =
+                (0, 0, 0, 0, 0);
             for l in &ls {
+                for t in &l.tags {
+                    let r = m.per_tag.entry(t.clone()).or_default();
+                    r.tasks += 1;
+                    r.succeeded += usize::from(l.success);
+                }
+                if let Some(r) = &l.replay {
+                    m.replay_tasks += 1;
+                    kept_lines += r.kept;
+                    kept_hit += r.kept_proposed;
+                    rej_lines += r.rejected;
+                    rej_hit += r.rejected_proposed;
+                    proposed += r.proposed;
+                }
                 if l.success {
                     m.succeeded += 1;
                     if let Some(c) = l.tool_calls {
@@ -103,6 +157,10 @@ pub fn compute(lines: &[ResultLine]) -> Vec<Metrics> {
                 }
                 *m.statuses.entry(l.status.clone()).or_default() += 1;
             }
+            m.kept_recall = ratio(kept_hit, kept_lines);
+            m.rejected_avoided = ratio(rej_hit, rej_lines).map(|r| 1.0 - r);
+            m.replay_precision = ratio(kept_hit, proposed);
+            m.tokens = m.prompt_tokens + m.completion_tokens;
             m.success_rate = ratio(m.succeeded, m.tasks).unwrap_or(0.0);
             m.accepted_ratio = ratio(kept, m.hunks_decided);
             m.modify_rate = ratio(modified, m.hunks_decided);
@@ -157,6 +215,53 @@ pub fn render(rows: &[Metrics]) -> String {
             m.clarification_rate * 100.0,
         ));
     }
+    out.push_str(&format!(
+        "\nAider polyglot analogues: {:<28} {:<12} {:>9} {:>11}\n",
+        "agent", "model", "pass%", "well-formed%"
+    ));
+    for m in rows {
+        out.push_str(&format!(
+            "                          {:<28} {:<12} {:>9.1} {:>11}\n",
+            m.label().chars().take(28).collect::<String>(),
+            m.model
+                .as_deref()
+                .unwrap_or("-")
+                .chars()
+                .take(12)
+                .collect::<String>(),
+            m.pass_rate() * 100.0,
+            pct(m.well_formed_rate()),
+        ));
+    }
+    out.push_str(&format!(
+        "                          {:<41} {:>9.1} {:>11.1}\n",
+        AIDER_BEST.0,
+        AIDER_BEST.1 * 100.0,
+        AIDER_BEST.2 * 100.0
+    ));
+    if rows.iter().any(|m| m.replay_tasks > 0) {
+        out.push_str(&format!(
+            "\nreplay: {:<28} {:<12} {:>5} {:>7} {:>9} {:>6}\n",
+            "agent", "model", "runs", "kept%", "avoided%", "prec%"
+        ));
+        for m in rows.iter().filter(|m| m.replay_tasks > 0) {
+            out.push_str(&format!(
+                "        {:<28} {:<12} {:>5} {:>7} {:>9} {:>6}\n",
+                m.label().chars().take(28).collect::<String>(),
+                m.model
+                    .as_deref()
+                    .unwrap_or("-")
+                    .chars()
+                    .take(12)
+                    .collect::<String>(),
+                m.replay_tasks,
+                pct(m.kept_recall),
+                pct(m.rejected_avoided),
+                pct(m.replay_precision),
+            ));
+        }
+    }
+    out.push('\n');
     for m in rows {
         let list = |map: &BTreeMap<String, usize>| {
             map.iter()
@@ -243,5 +348,82 @@ mod tests {
         let rows = compute(&[l("t", false, 0, 0, 0, 0, None)]);
         assert_eq!(rows[0].accepted_ratio, None);
         assert_eq!(rows[0].apply_clean_rate, None);
+    }
+
+    #[test]
+    fn tags_replay_scores_tokens_and_aider_analogues() {
+        let l = |task: &str,
+                 tags: &[&str],
+                 ok: bool,
+                 replay: Option<(usize, usize, usize, usize, usize)>| {
+            ResultLine {
+                task: task.into(),
+                tags: tags.iter().map(|t| t.to_string()).collect(),
+                agent: "builtin:m".into(),
+                model: Some("m".into()),
+                success: ok,
+                apply_clean: Some(ok),
+                prompt_tokens: Some(10),
+                completion_tokens: Some(2),
+                replay: replay.map(|(k, kp, r, rp, p)| crate::replay::ReplayScore {
+                    kept: k,
+                    kept_proposed: kp,
+                    rejected: r,
+                    rejected_proposed: rp,
+                    proposed: p,
+                    ..Default::default()
+                }),
+                ..ResultLine::default()
+            }
+        };
+        let rows = compute(&[
+            l("a", &["crlf", "create"], true, None),
+            l("b", &["crlf"], false, None),
+            l("r1", &["replay"], false, Some((4, 3, 2, 0, 5))),
+            l("r2", &["replay"], true, Some((6, 6, 2, 1, 6))),
+        ]);
+        let m = &rows[0];
+        assert_eq!(
+            m.per_tag["crlf"],
+            TagRate {
+                tasks: 2,
+                succeeded: 1
+            }
+        );
+        assert_eq!(
+            m.per_tag["create"],
+            TagRate {
+                tasks: 1,
+                succeeded: 1
+            }
+        );
+        assert_eq!(
+            m.per_tag["replay"],
+            TagRate {
+                tasks: 2,
+                succeeded: 1
+            }
+        );
+        assert_eq!(m.replay_tasks, 2);
+        assert_eq!(m.kept_recall, Some(0.9), "9 of 10 kept lines");
+        assert_eq!(
+            m.rejected_avoided,
+            Some(0.75),
+            "1 of 4 rejected lines proposed"
+        );
+        assert_eq!(m.replay_precision, Some(9.0 / 11.0));
+        assert_eq!(m.tokens, 48);
+        assert_eq!((m.pass_rate(), m.well_formed_rate()), (0.5, Some(0.5)));
+        let t = render(&rows);
+        assert!(t.contains("Aider polyglot analogues"), "{t}");
+        assert!(t.contains("88.0") && t.contains("91.6"), "{t}");
+        assert!(t.contains("replay:"), "{t}");
+        // Without replay tasks the replay ratios are absent, not 0.
+        let rows = compute(&[l("a", &["x"], true, None)]);
+        assert_eq!(
+            (rows[0].kept_recall, rows[0].rejected_avoided),
+            (None, None)
+        );
+        assert!(!render(&rows).contains("replay:"));
     }
 }

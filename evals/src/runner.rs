@@ -62,6 +62,9 @@ pub struct RunnerConfig {
     /// Each run's time limit in seconds, over the task's own (`timeout_secs`, default 60):
     /// for slow models.
     pub run_timeout: Option<u64>,
+    /// Keep each pair's checkout, hub state (feedback log, journal, checkpoints) and hub log in
+    /// `<keep>/<task>--<agent>/` instead of a temporary directory.
+    pub keep: Option<PathBuf>,
 }
 
 /// One (task, agent) outcome: a line of the results file.
@@ -98,6 +101,9 @@ pub struct ResultLine {
     #[serde(default)]
     pub failures: Vec<String>,
     pub error: Option<String>,
+    /// Replay tasks only: how the proposal compares with what the user kept and rejected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<crate::replay::ReplayScore>,
 }
 
 impl ResultLine {
@@ -450,9 +456,14 @@ async fn drive(
     agent: &Agent,
     line: &mut ResultLine,
 ) -> Result<()> {
-    let dir = tempfile::Builder::new()
-        .prefix(&format!("hunkgate-eval-{}-", task.name))
-        .tempdir()?;
+    let dir = match &cfg.keep {
+        Some(keep) => KeptOrTemp::Kept(keep_dir(keep, task, agent)?),
+        None => KeptOrTemp::Temp(
+            tempfile::Builder::new()
+                .prefix(&format!("hunkgate-eval-{}-", task.name))
+                .tempdir()?,
+        ),
+    };
     let repo = dir.path().join("repo");
     let home = dir.path().join("home");
     std::fs::create_dir_all(&repo)?;
@@ -484,6 +495,40 @@ async fn drive(
     Ok(())
 }
 
+enum KeptOrTemp {
+    Kept(PathBuf),
+    Temp(tempfile::TempDir),
+}
+
+impl KeptOrTemp {
+    fn path(&self) -> &Path {
+        match self {
+            KeptOrTemp::Kept(p) => p,
+            KeptOrTemp::Temp(t) => t.path(),
+        }
+    }
+}
+
+/// `<keep>/<task>--<agent>`, emptied first.
+fn keep_dir(keep: &Path, task: &Task, agent: &Agent) -> Result<PathBuf> {
+    let name: String = format!("{}--{}", task.name, short_agent(&agent.label()))
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let d = keep.join(name);
+    if d.exists() {
+        std::fs::remove_dir_all(&d).with_context(|| format!("emptying {}", d.display()))?;
+    }
+    std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+    Ok(d.canonicalize()?)
+}
+
 /// Per-hunk bookkeeping of one task.
 #[derive(Default)]
 struct Tally {
@@ -493,6 +538,8 @@ struct Tally {
     conflicts: usize,
     attempts: usize,
     clean: bool,
+    /// The changed lines of every hunk proposed (for replay scores).
+    proposed: Vec<crate::replay::Unit>,
 }
 
 async fn review_runs(
@@ -631,6 +678,9 @@ async fn review_runs(
     line.hunks_conflicts = tally.conflicts;
     line.hunks_decided = tally.accepted + tally.modified + tally.rejected + tally.conflicts;
     line.apply_clean = (tally.attempts > 0).then_some(tally.clean);
+    if let Some(expect) = &task.replay {
+        line.replay = Some(crate::replay::ReplayScore::of(expect, &tally.proposed));
+    }
     Ok(())
 }
 
@@ -706,6 +756,11 @@ async fn decide(
         let file = h["file"].as_str().unwrap_or_default();
         let diff = h["diff"].as_str().unwrap_or_default();
         let index = h["index"].as_u64().unwrap_or(0) as usize;
+        tally.proposed.extend(crate::replay::units_of_hunk(
+            file,
+            h["kind"].as_str().unwrap_or("modify"),
+            diff,
+        ));
         let mut body = json!({"suggestion_id": suggestion, "hunk_id": id});
         match review {
             Review::AcceptAll {} | Review::Conflict { .. } | Review::Clarify { .. } => {

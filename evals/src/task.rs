@@ -205,6 +205,8 @@ pub struct Task {
     pub name: String,
     pub dir: PathBuf,
     pub spec: TaskSpec,
+    /// A replay task's `replay.json` (what the user kept and rejected), see [`crate::replay`].
+    pub replay: Option<crate::replay::ReplayExpect>,
 }
 
 impl Task {
@@ -254,10 +256,12 @@ impl Task {
                 "a clarify policy needs the tag \"clarification\"".into(),
             ));
         }
+        let replay = crate::replay::load_expect(dir).map_err(|e| invalid(format!("{e:#}")))?;
         Ok(Task {
             name,
             dir: dir.to_path_buf(),
             spec,
+            replay,
         })
     }
 

@@ -2,49 +2,13 @@
 //! scores are known in advance. Needs the hub binary: `cargo build -p hunkgate --bin hunkgate`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod common;
+
+use common::{agent_cmd, hunkgate_bin, manifest_dir};
 use hunkgate_evals::runner::{self, Agent, ResultLine, RunnerConfig};
 use hunkgate_evals::{metrics, scripted, task};
-
-fn manifest_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The `hunkgate` binary: `$HUNKGATE_BIN`, else `<target>/debug/hunkgate` beside this test
-/// (`target/debug/deps/<test>`), under `$CARGO_TARGET_DIR`, or the workspace's `target/`.
-fn hunkgate_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("HUNKGATE_BIN") {
-        return PathBuf::from(p);
-    }
-    let mut candidates = Vec::new();
-    if let Some(dir) = std::env::current_exe()
-        .ok()
-        .and_then(|e| e.parent().and_then(Path::parent).map(Path::to_path_buf))
-    {
-        candidates.push(dir.join("hunkgate"));
-    }
-    if let Some(t) = std::env::var_os("CARGO_TARGET_DIR") {
-        candidates.push(PathBuf::from(t).join("debug/hunkgate"));
-    }
-    candidates.push(manifest_dir().join("../target/debug/hunkgate"));
-    for c in &candidates {
-        if c.is_file() {
-            return c.clone();
-        }
-    }
-    panic!(
-        "the hunkgate binary is missing (looked at {candidates:?}): build it first with \
-         `cargo build -p hunkgate --bin hunkgate`, or set HUNKGATE_BIN"
-    );
-}
-
-fn agent_cmd(name: &str) -> String {
-    let p = manifest_dir().join("agents").join(format!("{name}.sh"));
-    assert!(p.is_file(), "{} is missing", p.display());
-    format!("sh {}", p.display())
-}
 
 fn tasks() -> Vec<task::Task> {
     task::load_tasks(&manifest_dir().join("tasks")).expect("the task suite loads")
@@ -325,6 +289,7 @@ fn asks_answers_every_clarification_task() {
             out: dir.path().join("asks.jsonl"),
             progress: false,
             run_timeout: None,
+            keep: None,
         };
         let lines = runner::run_all(
             &cfg,

@@ -1,9 +1,7 @@
 //! Agent runs: snapshot the checkout as a base commit, bring a sandbox to it, run the agent,
 //! record what it left as the run commit, and publish the difference as a suggestion.
 
-use std::collections::HashMap;
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hunkgate_sandbox::agent::{self, build_argv, scrubbed_env, Exit};
@@ -12,64 +10,20 @@ use hunkgate_sandbox::snapshot::{snapshot_checkout, DEFAULT_FILE_CAP};
 use hunkgate_sandbox::store::FlatTree;
 use hunkgate_sandbox::workspace::{LocalSandbox, Sandbox};
 use hunkgate_sandbox::ObjectId;
-use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::AppError;
-use crate::hub::{now, Hub};
-use crate::journal::Record;
+use crate::hub::registry::{poisoned, Active};
+use crate::hub::Hub;
+use crate::model::now;
+use crate::model::run::RunRec;
+use crate::model::suggestion::{attach_notes, build_hunks, Suggestion};
 use crate::protocol::{ErrorCode, Event, HunkNote, RunCmd, RunState, RunView, SuggestionView};
-use crate::review::{attach_notes, build_hunks, Suggestion};
+use crate::store::journal::Record;
 
 /// The `error` of an `interrupted` run.
 pub const INTERRUPTED: &str = "interrupted: the hub restarted while this run was in progress; \
 its suggestions, session and history are kept, start the session's next run to go on";
-
-/// A run as the hub keeps (and journals) it: exactly what clients see.
-pub type RunRec = RunView;
-
-impl RunView {
-    pub fn finished(&self) -> bool {
-        !matches!(
-            self.status,
-            RunState::Queued | RunState::Working | RunState::WaitingForUser
-        )
-    }
-}
-
-/// What a run in progress needs for `publish`.
-struct Active {
-    base_commit: ObjectId,
-    base_tree: FlatTree,
-    sandbox: Arc<dyn Sandbox>,
-    /// The run's jj change, when the sandbox uses jj.
-    change_id: Option<String>,
-}
-
-/// Live run bookkeeping (not persisted: a run does not survive a hub restart).
-pub struct Runs {
-    sandbox_root: PathBuf,
-    slots: Mutex<Vec<bool>>,
-    cancels: Mutex<HashMap<String, CancellationToken>>,
-    agent_tokens: Mutex<HashMap<String, String>>,
-    active: Mutex<HashMap<String, Arc<Active>>>,
-    /// The question each waiting built-in agent run asked, and where its answer goes.
-    questions: Mutex<HashMap<String, (String, tokio::sync::oneshot::Sender<String>)>>,
-    /// The built-in agent's model provider, made on first use and shared by every run: one
-    /// connection pool, and what it learned about the server (e.g. that it will not stream
-    /// tool calls) holds for the hub's life.
-    provider: std::sync::OnceLock<Arc<dyn crate::provider::Provider>>,
-    /// Runs waiting for one of the `max_concurrent_runs` slots, in the order they were posted.
-    gate: Mutex<Gate>,
-    /// Woken whenever a slot frees or a queued run leaves the queue.
-    gate_changed: tokio::sync::Notify,
-}
-
-#[derive(Default)]
-struct Gate {
-    running: usize,
-    queue: std::collections::VecDeque<String>,
-}
 
 /// A run's place in the gate: a slot once `holding`, a place in the queue before. Dropping it
 /// gives either back (also when the run's task ends early or panics).
@@ -89,123 +43,6 @@ impl Drop for Slot {
             }
         }
         self.hub.runs.gate_changed.notify_waiters();
-    }
-}
-
-fn poisoned() -> AppError {
-    AppError::Internal("run bookkeeping lock poisoned".into())
-}
-
-impl Runs {
-    pub fn new(sandbox_root: PathBuf) -> Self {
-        Self {
-            sandbox_root,
-            slots: Mutex::new(Vec::new()),
-            cancels: Mutex::new(HashMap::new()),
-            agent_tokens: Mutex::new(HashMap::new()),
-            active: Mutex::new(HashMap::new()),
-            questions: Mutex::new(HashMap::new()),
-            provider: std::sync::OnceLock::new(),
-            gate: Mutex::new(Gate::default()),
-            gate_changed: tokio::sync::Notify::new(),
-        }
-    }
-
-    /// The shared provider for `cfg` (the hub's one provider configuration).
-    fn provider(
-        &self,
-        cfg: &crate::provider::ProviderConfig,
-    ) -> Result<Arc<dyn crate::provider::Provider>, crate::provider::ProviderError> {
-        if let Some(p) = self.provider.get() {
-            return Ok(Arc::clone(p));
-        }
-        let made: Arc<dyn crate::provider::Provider> =
-            Arc::new(crate::provider::OpenAiCompatible::new(cfg.clone())?);
-        Ok(Arc::clone(self.provider.get_or_init(|| made)))
-    }
-
-    /// Register `run_id`'s question (one at a time, seed 000 §21); the answer arrives on the
-    /// returned channel.
-    pub fn ask(
-        &self,
-        run_id: &str,
-        question_id: &str,
-    ) -> Result<tokio::sync::oneshot::Receiver<String>, AppError> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let mut q = self.questions.lock().map_err(|_| poisoned())?;
-        if q.contains_key(run_id) {
-            return Err(AppError::Conflict {
-                code: "question_pending",
-                message: "one question at a time: the last one is not answered yet".into(),
-            });
-        }
-        q.insert(run_id.to_string(), (question_id.to_string(), tx));
-        Ok(rx)
-    }
-
-    /// Deliver an answer; returns the question's id.
-    pub fn reply(
-        &self,
-        run_id: &str,
-        question_id: Option<&str>,
-        answer: String,
-    ) -> Result<String, AppError> {
-        let mut q = self.questions.lock().map_err(|_| poisoned())?;
-        let Some((qid, _)) = q.get(run_id) else {
-            return Err(AppError::Conflict {
-                code: "no_question",
-                message: format!("run {run_id} is not waiting for an answer"),
-            });
-        };
-        if question_id.is_some_and(|given| given != qid) {
-            return Err(AppError::Conflict {
-                code: "stale_question",
-                message: format!(
-                    "question {qid} is the one pending, not {}",
-                    question_id.unwrap_or("")
-                ),
-            });
-        }
-        let Some((qid, tx)) = q.remove(run_id) else {
-            return Err(AppError::Internal("question vanished".into()));
-        };
-        // The run may have been cancelled meanwhile; then nobody listens, which is fine.
-        let _ = tx.send(answer);
-        Ok(qid)
-    }
-
-    pub fn forget_question(&self, run_id: &str) {
-        if let Ok(mut q) = self.questions.lock() {
-            q.remove(run_id);
-        }
-    }
-
-    /// A sandbox directory no other run is using; reused across runs so build caches survive.
-    fn acquire_slot(&self) -> Result<usize, AppError> {
-        let mut slots = self.slots.lock().map_err(|_| poisoned())?;
-        if let Some(i) = slots.iter().position(|busy| !busy) {
-            slots[i] = true;
-            return Ok(i);
-        }
-        slots.push(true);
-        Ok(slots.len() - 1)
-    }
-
-    fn release_slot(&self, i: usize) {
-        if let Ok(mut slots) = self.slots.lock() {
-            if let Some(s) = slots.get_mut(i) {
-                *s = false;
-            }
-        }
-    }
-
-    /// The run an agent token belongs to.
-    pub fn run_for_token(&self, token: &str) -> Option<String> {
-        let tokens = self.agent_tokens.lock().ok()?;
-        tokens
-            .iter()
-            .find(|(t, _)| crate::auth::constant_time_eq(t.as_bytes(), token.as_bytes()))
-            .map(|(_, r)| r.clone())
     }
 }
 
@@ -362,7 +199,10 @@ impl Hub {
             self.journal_append(&Record::Run(Box::new(run.clone())))?;
             st.runs.insert(run.run_id.clone(), run.clone());
         }
-        self.history(&run.run_id, crate::sessions::Entry::message("user", prompt));
+        self.history(
+            &run.run_id,
+            crate::model::session::Entry::message("user", prompt),
+        );
         let cancel = self.shutdown.child_token();
         self.runs
             .cancels
@@ -432,7 +272,7 @@ impl Hub {
             if let Ok(v) = hub.run_view(&run_id) {
                 hub.history(
                     &run_id,
-                    crate::sessions::Entry::message("system", &outcome_line(&v)),
+                    crate::model::session::Entry::message("system", &outcome_line(&v)),
                 );
             }
         });
@@ -479,7 +319,7 @@ impl Hub {
             RunState::Queued | RunState::Working | RunState::WaitingForUser
         ) {
             return Err(AppError::Conflict {
-                code: "finished",
+                code: ErrorCode::Finished,
                 message: format!("run {run_id} already finished ({:?})", view.status)
                     .to_lowercase(),
             });
@@ -629,7 +469,7 @@ impl Hub {
                     .await;
             }
         };
-        let agent_token = crate::auth::random_token();
+        let agent_token = crate::hub::auth::random_token();
         self.runs
             .agent_tokens
             .lock()
@@ -779,7 +619,7 @@ impl Hub {
             .get(run_id)
             .cloned()
             .ok_or_else(|| AppError::Conflict {
-                code: "not_running",
+                code: ErrorCode::NotRunning,
                 message: format!("run {run_id} is not running; only a running agent can publish"),
             })?;
         let filter = if globs.is_empty() {
@@ -1059,7 +899,7 @@ pub const MAX_HUNK_DESCRIPTION: usize = 4000;
 pub const MAX_DESCRIPTIONS_TOTAL: usize = 64 * 1024;
 
 /// Apply [`MAX_HUNK_DESCRIPTION`] and [`MAX_DESCRIPTIONS_TOTAL`], saying so in the text.
-fn cap_descriptions(hunks: &mut [crate::review::HunkRec]) {
+fn cap_descriptions(hunks: &mut [crate::model::suggestion::HunkRec]) {
     let mut total = 0usize;
     let mut dropped = 0usize;
     for h in hunks.iter_mut() {
@@ -1146,7 +986,12 @@ impl Hub {
         };
         let provider = self
             .runs
-            .provider(pcfg)
+            .provider(|| {
+                Ok(
+                    Arc::new(crate::agent::provider::OpenAiCompatible::new(pcfg.clone())?)
+                        as Arc<dyn crate::model::chat::Provider>,
+                )
+            })
             .map_err(|e| AppError::Internal(e.to_string()))?;
         let rid = run_id.to_string();
         let context = self.blocking(move |hub| hub.session_context(&rid)).await?;
@@ -1159,7 +1004,7 @@ impl Hub {
             ),
         );
         let end = self
-            .run_builtin(crate::agent_loop::BuiltinRun {
+            .run_builtin(crate::agent::tool_loop::BuiltinRun {
                 run_id: run_id.to_string(),
                 model: model.to_string(),
                 prompt: prompt.to_string(),
@@ -1179,7 +1024,7 @@ impl Hub {
                 r.error = err.clone();
             }
         })?;
-        use crate::agent_loop::Stop;
+        use crate::agent::tools::Stop;
         if stop == Stop::Cancelled {
             self.update_run(run_id, |r| r.status = RunState::Cancelled)?;
             self.run_error(
@@ -1249,52 +1094,6 @@ fn first_line(s: &str) -> String {
         out.push('…');
     }
     out
-}
-
-/// What an agent is told about the user's decisions on one suggestion: every hunk with its
-/// state, the user's comment, and — when the user modified it — the diff they applied instead.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Decisions {
-    pub suggestion_id: String,
-    pub description: String,
-    pub status: crate::protocol::SuggestionStatus,
-    pub hunks: Vec<HunkDecision>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct HunkDecision {
-    pub hunk_id: String,
-    pub file: String,
-    pub state: crate::protocol::HunkState,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub comment: Option<String>,
-    /// What the user applied instead of the agent's hunk (state `modified`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub applied_diff: Option<String>,
-    /// The agent's hunk, so a reader can tell what was turned down or changed.
-    pub diff: String,
-}
-
-impl From<&SuggestionView> for Decisions {
-    fn from(s: &SuggestionView) -> Self {
-        Decisions {
-            suggestion_id: s.id.clone(),
-            description: s.description.clone(),
-            status: s.status,
-            hunks: s
-                .hunks
-                .iter()
-                .map(|h| HunkDecision {
-                    hunk_id: h.id.clone(),
-                    file: h.file.clone(),
-                    state: h.state,
-                    comment: h.comment.clone(),
-                    applied_diff: h.applied_diff.clone(),
-                    diff: h.diff.clone(),
-                })
-                .collect(),
-        }
-    }
 }
 
 impl Hub {

@@ -6,227 +6,21 @@
 //! restart. Stored text is bounded ([`MAX_ENTRY`]) — history is for people and models to read,
 //! not an archive of whole files.
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 
 use crate::error::AppError;
-use crate::hub::{now, Hub};
-use crate::journal::Record;
+use crate::hub::Hub;
+use crate::model::chat::Message;
+use crate::model::now;
+use crate::model::session::{
+    ContextKind, ContextRow, Entry, EntryKind, SessionRec, SessionStatus, MAX_CONTEXT_ROW,
+};
+use crate::protocol::ErrorCode;
 use crate::protocol::{HunkState, RunView};
-use crate::provider::{Message, Usage};
+use crate::store::journal::Record;
 
-/// Longest text kept in one history entry.
-pub const MAX_ENTRY: usize = 8 * 1024;
-/// Longest pinned context row.
-pub const MAX_CONTEXT_ROW: usize = 64 * 1024;
 /// Budget of each part of the context a run starts with.
 const CONTEXT_BUDGET: usize = 24 * 1024;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SessionStatus {
-    Active,
-    Archived,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ContextKind {
-    /// A file of the checkout, read when each run starts (lines `start_line..=end_line`).
-    File,
-    /// Text the client sends along (an editor selection).
-    Selection,
-    /// Free text: conventions, constraints.
-    Note,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ContextRow {
-    #[serde(default)]
-    pub id: String,
-    pub kind: ContextKind,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub file_path: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub start_line: Option<usize>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub end_line: Option<usize>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub content: Option<String>,
-}
-
-impl ContextRow {
-    fn validate(&self) -> Result<(), AppError> {
-        let bad = |m: &str| Err(AppError::BadRequest(format!("context row: {m}")));
-        if let Some(p) = &self.file_path {
-            if let Err(e) = hunkgate_sandbox::beneath::components(p) {
-                return bad(&e.to_string());
-            }
-        }
-        if let (Some(s), Some(e)) = (self.start_line, self.end_line) {
-            if s == 0 || e < s {
-                return bad("lines are 1-based and end_line must not be before start_line");
-            }
-        }
-        match self.kind {
-            ContextKind::File if self.file_path.is_none() => bad("kind \"file\" needs file_path"),
-            ContextKind::Selection | ContextKind::Note
-                if self.content.as_deref().is_none_or(|c| c.trim().is_empty()) =>
-            {
-                bad("kind \"selection\" and \"note\" need content")
-            }
-            _ if self
-                .content
-                .as_ref()
-                .is_some_and(|c| c.len() > MAX_CONTEXT_ROW) =>
-            {
-                bad(&format!("content is over {MAX_CONTEXT_ROW} bytes"))
-            }
-            _ => Ok(()),
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SessionRec {
-    pub id: String,
-    pub status: SessionStatus,
-    pub title: String,
-    /// The built-in agent's model for this session's runs (a run may still name another).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
-    #[serde(default)]
-    pub context: Vec<ContextRow>,
-    #[serde(default)]
-    pub run_ids: Vec<String>,
-    pub created_at: String,
-    pub updated_at: String,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EntryKind {
-    Message,
-    Tool,
-}
-
-/// One line of a session's history.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Entry {
-    /// Position in the session's history (the pagination cursor).
-    #[serde(default)]
-    pub index: usize,
-    #[serde(default)]
-    pub session_id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run_id: Option<String>,
-    pub kind: EntryKind,
-    /// Messages: `user`, `assistant`, or `system` (what the hub reports: published, failed).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub role: Option<String>,
-    /// Tool entries: the tool's name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool: Option<String>,
-    /// Tool entries: the call ("read_file src/a.rs").
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub call: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ok: Option<bool>,
-    /// The message, or what the tool call came to.
-    pub content: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub usage: Option<Usage>,
-    pub ts: String,
-}
-
-fn bounded(s: &str) -> String {
-    if s.len() <= MAX_ENTRY {
-        return s.to_string();
-    }
-    let mut end = MAX_ENTRY;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}… [{} bytes more]", &s[..end], s.len() - end)
-}
-
-impl Entry {
-    pub fn message(role: &str, content: &str) -> Entry {
-        Entry {
-            index: 0,
-            session_id: String::new(),
-            run_id: None,
-            kind: EntryKind::Message,
-            role: Some(role.to_string()),
-            tool: None,
-            call: None,
-            ok: None,
-            content: bounded(content),
-            model: None,
-            usage: None,
-            ts: now(),
-        }
-    }
-
-    pub fn tool(name: &str, call: &str, ok: bool, outcome: &str) -> Entry {
-        Entry {
-            kind: EntryKind::Tool,
-            role: None,
-            tool: Some(name.to_string()),
-            call: Some(bounded(call)),
-            ok: Some(ok),
-            ..Entry::message("", outcome)
-        }
-    }
-
-    pub fn with_model(mut self, model: &str, usage: &Usage) -> Entry {
-        self.model = Some(model.to_string());
-        self.usage = Some(usage.clone());
-        self
-    }
-}
-
-#[derive(Debug, Default)]
-pub struct Sessions {
-    pub sessions: BTreeMap<String, SessionRec>,
-    pub history: BTreeMap<String, Vec<Entry>>,
-}
-
-impl Sessions {
-    /// Rebuild from journal records (the newest record of a session wins).
-    pub fn replay(&mut self, rec: Record) {
-        match rec {
-            Record::Session(s) => {
-                self.sessions.insert(s.id.clone(), *s);
-            }
-            Record::History(e) => {
-                let list = self.history.entry(e.session_id.clone()).or_default();
-                if e.index == list.len() {
-                    list.push(*e);
-                }
-            }
-            _ => {}
-        }
-    }
-
-    /// Records that restore this state (for journal compaction).
-    pub fn records(&self) -> Vec<Record> {
-        let mut out: Vec<Record> = self
-            .sessions
-            .values()
-            .cloned()
-            .map(|s| Record::Session(Box::new(s)))
-            .collect();
-        for list in self.history.values() {
-            out.extend(list.iter().cloned().map(|e| Record::History(Box::new(e))));
-        }
-        out
-    }
-}
 
 /// A session as clients see it.
 #[derive(Debug, Clone, Serialize)]
@@ -289,7 +83,7 @@ pub fn page(
 }
 
 fn title_of(prompt: &str) -> String {
-    crate::agent_loop::one_line(
+    crate::model::text::one_line(
         prompt.lines().find(|l| !l.trim().is_empty()).unwrap_or(""),
         80,
     )
@@ -318,7 +112,7 @@ impl Hub {
             status: SessionStatus::Active,
             title: req
                 .title
-                .map(|t| crate::agent_loop::one_line(&t, 200))
+                .map(|t| crate::model::text::one_line(&t, 200))
                 .unwrap_or_default(),
             model: req.model.filter(|m| !m.trim().is_empty()),
             context,
@@ -472,7 +266,7 @@ impl Hub {
         self.update_session(&id, |s| {
             if s.status == SessionStatus::Archived {
                 return Err(AppError::Conflict {
-                    code: "archived",
+                    code: ErrorCode::Archived,
                     message: format!("session {} is archived; start a new one", s.id),
                 });
             }
@@ -566,7 +360,7 @@ impl Hub {
         for r in earlier_runs.iter().rev() {
             if let Ok(views) = self.agent_suggestions(r) {
                 for v in views.into_iter().filter(|v| v.run_id == *r) {
-                    decisions.push(render_decisions(&crate::runs::Decisions::from(&v)));
+                    decisions.push(render_decisions(&crate::model::run::Decisions::from(&v)));
                 }
             }
             if decisions.iter().map(String::len).sum::<usize>() > CONTEXT_BUDGET
@@ -622,7 +416,7 @@ fn render_row(row: &ContextRow, checkout: Option<&hunkgate_sandbox::beneath::Ben
 }
 
 /// The user's decisions on one suggestion, as text for the model.
-pub fn render_decisions(d: &crate::runs::Decisions) -> String {
+pub fn render_decisions(d: &crate::model::run::Decisions) -> String {
     let mut s = format!("Suggestion \"{}\":\n", d.description);
     for h in &d.hunks {
         let verdict = match h.state {
@@ -659,6 +453,7 @@ fn indent(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::session::MAX_ENTRY;
 
     fn entries(n: usize) -> Vec<Entry> {
         (0..n)

@@ -13,9 +13,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use hunkgate::provider::{
-    Message, OpenAiCompatible, Provider, ProviderConfig, StepRequest, ToolSpec,
-};
+use hunkgate::agent::provider::OpenAiCompatible;
+use hunkgate::config::provider::ProviderConfig;
+use hunkgate::model::chat::{Message, Provider, StepRequest, ToolSpec};
 use hunkgate_tests::{wait_run_finished, Workspace};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
@@ -328,7 +328,7 @@ async fn the_provider_survives_a_tool_call_turn(server: &ModelServer) {
         base_url: server.base_url(),
         model: "local".into(),
         api_key: None,
-        key_source: hunkgate::provider::KeySource::None,
+        key_source: hunkgate::config::provider::KeySource::None,
         stream: true,
         max_retries: 0,
         retry_base: Duration::from_millis(10),

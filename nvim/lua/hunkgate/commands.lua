@@ -1,4 +1,6 @@
---- `:Hunkgate {subcommand}` and its completion.
+--- `:Hunkgate {subcommand}` and its completion: one subcommand per action of hunkgate.actions.
+local actions = require('hunkgate.actions')
+
 local M = {}
 
 --- The code a :Hunkgate run was given a range for: the visual selection when the range came
@@ -30,79 +32,25 @@ local function selection(opts)
   }
 end
 
-local function api()
-  return require('hunkgate')
-end
-
----@type table<string, fun(args: string, opts: table)>
-M.subcommands = {
-  connect = function()
-    api().connect()
-  end,
-  disconnect = function()
-    api().disconnect()
-  end,
-  review = function(args)
-    api().review(args ~= '' and args or nil)
-  end,
-  list = function()
-    api().list()
-  end,
-  run = function(args, opts)
-    api().run(args, selection(opts))
-  end,
-  accept = function()
-    api().accept_hunk()
-  end,
-  reject = function()
-    api().reject_hunk()
-  end,
-  modify = function()
-    api().modify_hunk()
-  end,
-  accept_all = function()
-    api().accept_all()
-  end,
-  reject_all = function()
-    api().reject_all()
-  end,
-  complete = function()
-    api().complete()
-  end,
-  discard = function()
-    api().discard()
-  end,
-  undo = function()
-    api().undo()
-  end,
-  status = function()
-    api().status()
-  end,
-  answer = function(args)
-    api().answer(args ~= '' and args or nil)
-  end,
-  skip = function()
-    api().skip()
-  end,
-}
-
 ---@param opts table
 function M.dispatch(opts)
   local sub, rest = opts.args:match('^%s*(%S*)%s*(.-)%s*$')
-  local fn = M.subcommands[sub]
-  if not fn then
-    vim.notify(
+  local a = actions.by_name[sub]
+  if not a then
+    require('hunkgate.notify').send(
       ('hunkgate: unknown subcommand %q; expected one of %s'):format(sub, table.concat(M.names(), ', ')),
       vim.log.levels.ERROR
     )
     return
   end
-  fn(rest, opts)
+  actions.run_subcommand(a, rest, opts, selection)
 end
 
 ---@return string[]
 function M.names()
-  local names = vim.tbl_keys(M.subcommands)
+  local names = vim.tbl_map(function(a)
+    return a.name
+  end, actions.list)
   table.sort(names)
   return names
 end
@@ -114,14 +62,9 @@ function M.complete(arglead, cmdline)
       return vim.startswith(n, arglead)
     end, M.names())
   end
-  if words[1] == 'review' and #words == 2 then
-    local out = {}
-    for _, s in ipairs(require('hunkgate.hub').store:list()) do
-      if vim.startswith(s.id, arglead) then
-        out[#out + 1] = s.id
-      end
-    end
-    return out
+  local a = actions.by_name[words[1]]
+  if a and a.complete and #words == 2 then
+    return a.complete(arglead)
   end
   return {}
 end

@@ -234,7 +234,9 @@ function M.request(cmd, cb)
   M.client:request(cmd, cb)
 end
 
---- Statusline text: pending hunks, waiting questions and the agent's last status line.
+--- Statusline text: pending hunks, waiting questions and the agent's last status line. It is
+--- statusline syntax: `%` is doubled, so that the agent's text cannot be a statusline item
+--- (`%{expr}` would run) where it is evaluated (lualine, `%{%…%}`, `%!`).
 ---@return string
 function M.statusline()
   local parts = {}
@@ -262,7 +264,7 @@ function M.statusline()
   if #parts == 0 then
     return ''
   end
-  return 'hunkgate: ' .. table.concat(parts, ' · ')
+  return (('hunkgate: ' .. table.concat(parts, ' · ')):gsub('%%', '%%%%'))
 end
 
 return M

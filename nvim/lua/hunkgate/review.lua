@@ -1,13 +1,69 @@
 --- The review session: which suggestion and hunk are current, the decisions on them, and the
---- view (floating or inline) that shows them.
+--- view (floating or inline) that shows them. Hunks come from, and decisions go to, a source
+--- (hunkgate.source): the hub unless `set_source` gave another.
+local actions = require('hunkgate.actions')
 local buffers = require('hunkgate.buffers')
 local config = require('hunkgate.config')
 local diff = require('hunkgate.diff')
-local hub = require('hunkgate.hub')
 local nav = require('hunkgate.nav')
 local notify = require('hunkgate.notify')
 
 local M = {}
+
+---@type hunkgate.Source?
+local source = nil
+
+-- Changes that leave every suggestion as it was.
+local agent_news = { status = true, tool = true, question = true, answered = true }
+
+--- Keep the view in step with the source, whoever made the change.
+---@param change hunkgate.Change
+local function on_change(change)
+  local sess = M.session
+  if not sess then
+    return
+  end
+  if not source:get(sess.sid) then
+    sess.view:close()
+    if sess.edit_buf and vim.api.nvim_buf_is_valid(sess.edit_buf) then
+      vim.api.nvim_buf_delete(sess.edit_buf, { force = true })
+    end
+    M.session = nil
+    return
+  end
+  if agent_news[change.kind] or (change.suggestion_id and change.suggestion_id ~= sess.sid) then
+    return
+  end
+  -- The inline view lives in the user's windows: redraw it only while the user is in it,
+  -- rather than pulling them back to it.
+  local here = sess.style ~= 'inline' or vim.api.nvim_get_current_win() == sess.view.win
+  if sess.view:is_open() and here then
+    M.render()
+  end
+end
+
+--- Review hunks of `src` from now on (the hub when not called); an open review ends.
+---@param new hunkgate.Source
+function M.set_source(new)
+  if M.session then
+    M.session.view:close()
+    M.session = nil
+  end
+  source = new
+  new:subscribe(function(change)
+    if source == new then
+      on_change(change)
+    end
+  end)
+end
+
+---@return hunkgate.Source
+local function src()
+  if not source then
+    M.set_source(require('hunkgate.source').hub())
+  end
+  return assert(source)
+end
 
 ---@class hunkgate.Session
 ---@field sid string
@@ -66,7 +122,7 @@ end
 ---@return hunkgate.Hunk? hunk
 function M.current()
   local sess = M.session
-  local s = sess and hub.store:get(sess.sid)
+  local s = sess and src():get(sess.sid)
   if not s then
     return nil
   end
@@ -74,22 +130,10 @@ function M.current()
   return s, i, i and s.hunks[i] or nil
 end
 
+--- The review window's keys: every action with a `key` in hunkgate.actions.
 local function actions_for(style)
   local km = config.get().keymaps
-  local keys = style == 'inline' and km.inline or km
-  return {
-    { keys.accept, M.accept_hunk, 'accept', 'accept' },
-    { keys.reject, M.reject_hunk, 'reject', 'reject' },
-    { keys.modify, M.modify_hunk, 'modify', 'modify' },
-    { keys.next_hunk, function() M.nav_hunk('next') end, 'next', 'next_hunk' },
-    { keys.prev_hunk, function() M.nav_hunk('prev') end, 'prev', 'prev_hunk' },
-    { keys.accept_all, M.accept_all, 'accept all', 'accept_all' },
-    { keys.reject_all, M.reject_all, 'reject all', 'reject_all' },
-    { keys.complete, M.complete, 'complete', 'complete' },
-    { keys.close, M.close, 'close', 'close' },
-    { keys.discard, M.discard, 'discard', 'discard' },
-    { keys.undo, M.undo, 'undo', 'undo' },
-  }
+  return actions.review_maps(style == 'inline' and km.inline or km)
 end
 
 --- Redraw the view for the current hunk (opening it if needed).
@@ -100,7 +144,7 @@ function M.render()
     return
   end
   sess.hunk_id = h.id
-  local root = hub.root()
+  local root = src():root()
   sess.view:show({
     suggestion = s,
     index = i,
@@ -118,12 +162,12 @@ end
 ---@return hunkgate.Suggestion?
 local function pick(id)
   if id and id ~= '' then
-    return hub.store:find(id)
+    return src():find(id)
   end
-  if M.session and hub.store:get(M.session.sid) then
-    return hub.store:get(M.session.sid)
+  if M.session and src():get(M.session.sid) then
+    return src():get(M.session.sid)
   end
-  local list = hub.store:list()
+  local list = src():list()
   for i = #list, 1, -1 do
     if nav.counts(list[i].hunks).open > 0 then
       return list[i]
@@ -141,7 +185,7 @@ function M.open(id)
       return warn(('no open suggestion %q'):format(id))
     end
     return notify.send(
-      hub.synced() and 'hunkgate: no suggestions to review' or 'hunkgate: not connected to the hub (:Hunkgate connect)'
+      src():connected() and 'hunkgate: no suggestions to review' or 'hunkgate: not connected to the hub (:Hunkgate connect)'
     )
   end
   local style = config.get().ui.style
@@ -178,7 +222,7 @@ function M.close()
   local sess = M.session
   if sess then
     sess.view:close()
-    if not hub.store:get(sess.sid) then
+    if not src():get(sess.sid) then
       M.session = nil
     end
   end
@@ -209,7 +253,7 @@ end)
 ---@return boolean blocked
 local function blocked_by_unsaved(h)
   for _, file in ipairs({ h.file, h.old_path }) do
-    if buffers.dirty(hub.abs(file)) then
+    if buffers.dirty(src():root() .. '/' .. file) then
       warn(('%s has unsaved changes; save or discard them first (the hunk stays %s)'):format(file, h.state))
       return true
     end
@@ -230,16 +274,12 @@ local function decide(s, h, fields, opts)
     return
   end
   sess.busy = true
-  local cmd = vim.tbl_extend('force', { type = 'feedback', suggestionId = s.id, hunkId = h.id }, fields)
   local function answered(resp)
     if resp.success then
-      if resp.data and resp.data.hunk then
-        hub.settle(hub.store:update_hunk(s.id, resp.data.hunk))
-      end
       if fields.action ~= 'undo' then
         table.insert(sess.history, h.id)
       end
-      local cur = hub.store:get(s.id)
+      local cur = src():get(s.id)
       if M.session == sess and cur then
         if opts.advance ~= false then
           local j = nav.after_decision(cur.hunks, nav.index_of(cur.hunks, h.id) or 1)
@@ -262,7 +302,7 @@ local function decide(s, h, fields, opts)
       opts.done(resp.success == true)
     end
   end
-  hub.request(cmd, function(resp)
+  src():decide(s.id, h.id, fields, function(resp)
     -- Whatever happens while handling the answer, later keys must not stay queued forever.
     local ok, err = pcall(answered, resp)
     release(sess)
@@ -399,7 +439,7 @@ local function decide_all(action)
   -- Rejecting a pending hunk never writes, so only accepting has to avoid unsaved buffers.
   local files, skipped = {}, {}
   for _, file in ipairs(nav.files(open)) do
-    if action == 'accept' and buffers.dirty(hub.abs(file)) then
+    if action == 'accept' and buffers.dirty(src():root() .. '/' .. file) then
       skipped[#skipped + 1] = file
     else
       files[#files + 1] = file
@@ -417,7 +457,7 @@ local function decide_all(action)
   local sess = assert(M.session)
   sess.busy = true
   for _, file in ipairs(calls) do
-    hub.request({ type = 'feedback_all', suggestionId = s.id, action = action, file = file or nil }, function(resp)
+    src():decide_all(s.id, action, file or nil, function(resp)
       if not resp.success then
         failed[#failed + 1] = resp.error or 'failed'
       else
@@ -458,7 +498,7 @@ local function finish(action)
   end
   local sess = assert(M.session)
   sess.busy = true
-  hub.request({ type = 'complete', suggestionId = s.id, action = action }, function(resp)
+  src():finish(s.id, action, function(resp)
     if resp.success then
       local d = resp.data or {}
       notify.send(('hunkgate: %s %q: %d of %d hunks applied'):format(
@@ -467,8 +507,8 @@ local function finish(action)
         d.applied_hunks or 0,
         d.hunk_count or #s.hunks
       ))
-      -- Ends the session, so keys typed meanwhile are dropped rather than run on nothing.
-      hub.settle(hub.store:apply({ type = 'suggestion.completed', suggestion_id = s.id }))
+      -- The source dropped the suggestion, which ended the session: keys typed meanwhile
+      -- are dropped rather than run on nothing.
     else
       warn(('%s failed: %s'):format(action == 'finalize' and 'complete' or 'discard', resp.error or ''))
     end
@@ -484,34 +524,6 @@ end)
 --- Abandon the suggestion: pending hunks are rejected, applied ones stay.
 M.discard = serial(function()
   finish('discard')
-end)
-
--- Changes that leave every suggestion as it was.
-local agent_news = { status = true, tool = true, question = true, answered = true }
-
--- Keep the view in step with the hub, whoever made the change.
-hub.subscribe(function(change)
-  local sess = M.session
-  if not sess then
-    return
-  end
-  if not hub.store:get(sess.sid) then
-    sess.view:close()
-    if sess.edit_buf and vim.api.nvim_buf_is_valid(sess.edit_buf) then
-      vim.api.nvim_buf_delete(sess.edit_buf, { force = true })
-    end
-    M.session = nil
-    return
-  end
-  if agent_news[change.kind] or (change.suggestion_id and change.suggestion_id ~= sess.sid) then
-    return
-  end
-  -- The inline view lives in the user's windows: redraw it only while the user is in it,
-  -- rather than pulling them back to it.
-  local here = sess.style ~= 'inline' or vim.api.nvim_get_current_win() == sess.view.win
-  if sess.view:is_open() and here then
-    M.render()
-  end
 end)
 
 return M

@@ -1,0 +1,80 @@
+--- Where the review gets its hunks and sends its decisions: review.lua talks only to a
+--- source. `M.hub()` is the real one (the hub's WebSocket through hub.lua and client.lua, its
+--- state in store.lua); the unit tests hand review.lua a fake with the same methods
+--- (`require('hunkgate.review').set_source(fake)`), as mini.diff does with its sources.
+---
+--- Answers have the hub's response shape: `{success, data?, error?, code?}`, `code` being the
+--- hub's error code (`conflict`, `not_found`, …, or `disconnected` when nothing was sent).
+---@class hunkgate.Source
+---@field get fun(self, sid: string): hunkgate.Suggestion? an open suggestion by id
+---@field find fun(self, prefix: string): hunkgate.Suggestion? by id or unique id prefix
+---@field list fun(self): hunkgate.Suggestion[] open suggestions, oldest first
+---@field root fun(self): string the checkout the decisions write to
+---@field connected fun(self): boolean
+---@field decide fun(self, sid: string, hunk_id: string, fields: {action: string, modifiedDiff?: string}, cb: fun(resp: table)) one decision; on success the hunk as the hub reports it is merged before `cb`
+---@field decide_all fun(self, sid: string, action: 'accept'|'reject', file: string?, cb: fun(resp: table)) every open hunk (of `file`); `data.decided`, `data.failed`
+---@field finish fun(self, sid: string, action: 'finalize'|'discard', cb: fun(resp: table)) complete or discard; on success the suggestion is gone before `cb`
+---@field subscribe fun(self, fn: fun(change: hunkgate.Change)) told of every change, whoever made it
+
+local M = {}
+
+--- The real source: the hub this Neovim is connected to.
+---@return hunkgate.Source
+function M.hub()
+  local hub = require('hunkgate.hub')
+
+  --- Run `merge` (store update and its consequences), then `cb`, even when `merge` fails:
+  --- the review waits on `cb` to take the next key.
+  local function then_answer(merge, cb, resp)
+    local ok, err = pcall(merge)
+    cb(resp)
+    if not ok then
+      error(err, 0)
+    end
+  end
+
+  return {
+    get = function(_, sid)
+      return hub.store:get(sid)
+    end,
+    find = function(_, prefix)
+      return hub.store:find(prefix)
+    end,
+    list = function()
+      return hub.store:list()
+    end,
+    root = function()
+      return hub.root()
+    end,
+    connected = function()
+      return hub.synced()
+    end,
+    decide = function(_, sid, hunk_id, fields, cb)
+      local cmd = vim.tbl_extend('force', { type = 'feedback', suggestionId = sid, hunkId = hunk_id }, fields)
+      hub.request(cmd, function(resp)
+        then_answer(function()
+          if resp.success and resp.data and resp.data.hunk then
+            hub.settle(hub.store:update_hunk(sid, resp.data.hunk))
+          end
+        end, cb, resp)
+      end)
+    end,
+    decide_all = function(_, sid, action, file, cb)
+      hub.request({ type = 'feedback_all', suggestionId = sid, action = action, file = file }, cb)
+    end,
+    finish = function(_, sid, action, cb)
+      hub.request({ type = 'complete', suggestionId = sid, action = action }, function(resp)
+        then_answer(function()
+          if resp.success then
+            hub.settle(hub.store:apply({ type = 'suggestion.completed', suggestion_id = sid }))
+          end
+        end, cb, resp)
+      end)
+    end,
+    subscribe = function(_, fn)
+      hub.subscribe(fn)
+    end,
+  }
+end
+
+return M

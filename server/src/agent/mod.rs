@@ -1,0 +1,8 @@
+//! The built-in agent: the model provider adapters and the tool loop that drives a run.
+//!
+//! Layer 6: may import everything below `runs`.
+
+pub mod provider;
+pub mod tool_loop;
+pub mod tools;
+pub mod wire;

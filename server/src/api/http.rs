@@ -1,0 +1,540 @@
+//! REST endpoints (the seed's fallback API, plus runs and the agent's endpoints) and the guard in
+//! front of all of them.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+
+use crate::error::AppError;
+use crate::hub::auth::{bearer, check_host, check_origin, constant_time_eq};
+use crate::hub::Hub;
+use crate::protocol::{
+    AgentStatusCmd, CompleteCmd, FeedbackAllCmd, FeedbackCmd, PublishCmd, RollbackCmd, RunCmd,
+    SuggestionSummary, SERVICE,
+};
+
+/// Largest request body (and WebSocket message) accepted: room for a modified diff of a big file.
+pub const MAX_BODY: usize = 8 * 1024 * 1024;
+
+/// Which token a request carried.
+#[derive(Clone, Debug)]
+pub enum Caller {
+    Reviewer,
+    Agent { run_id: String },
+}
+
+pub fn router(hub: Arc<Hub>) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .route("/suggestions", get(list_suggestions))
+        .route("/suggestions/{id}", get(get_suggestion))
+        .route("/feedback", post(feedback))
+        .route("/feedback/all", post(feedback_all))
+        .route("/complete", post(complete))
+        .route("/runs", post(start_run).get(list_runs))
+        .route("/runs/{id}", get(get_run))
+        .route("/runs/{id}/cancel", post(cancel_run))
+        .route("/runs/{id}/clarify", post(clarify_run))
+        .route("/sessions", post(create_session).get(list_sessions))
+        .route("/sessions/{id}", get(get_session).delete(archive_session))
+        .route("/sessions/{id}/history", get(session_history))
+        .route("/sessions/{id}/context", post(pin_context))
+        .route(
+            "/sessions/{id}/context/{ctx}",
+            axum::routing::delete(unpin_context),
+        )
+        .route("/sessions/{id}/runs", post(session_run))
+        .route("/checkpoints/{id}", get(get_checkpoint))
+        .route("/checkpoints/{id}/diff3", get(get_diff3))
+        .route("/checkpoints/{id}/rollback", post(rollback))
+        .route("/events", get(events))
+        .route("/ws", get(crate::api::ws::upgrade))
+        .route("/agent/publish", post(agent_publish))
+        .route("/agent/status", post(agent_status))
+        .route("/agent/suggestions", get(agent_suggestions))
+        .route("/agent/suggestions/{id}", get(agent_suggestion))
+        .route("/agent/feedback", get(agent_feedback))
+        .fallback(|| async { AppError::NotFound("no such endpoint; see protocol.md".into()) })
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(middleware::from_fn_with_state(hub.clone(), guard))
+        .with_state(hub)
+}
+
+/// Host and Origin checks for everything; the reviewer token for everything but `/health`; the
+/// agent token for `/agent/*` (and nothing else).
+async fn guard(State(hub): State<Arc<Hub>>, mut req: Request, next: Next) -> Response {
+    let headers = req.headers();
+    if let Err(e) = check_host(headers, &hub.cfg.host, hub.cfg.port)
+        .and_then(|_| check_origin(headers, &hub.cfg.allowed_origins))
+    {
+        return e.into_response();
+    }
+    let path = req.uri().path();
+    if path == "/health" {
+        return next.run(req).await;
+    }
+    let Some(token) = bearer(headers) else {
+        return AppError::Unauthorized(
+            "missing Authorization: Bearer <token> (the token is in the hub's state dir)".into(),
+        )
+        .into_response();
+    };
+    let caller = if constant_time_eq(token.as_bytes(), hub.reviewer_token.as_bytes()) {
+        Caller::Reviewer
+    } else if let Some(run_id) = hub.runs.run_for_token(token) {
+        Caller::Agent { run_id }
+    } else {
+        return AppError::Unauthorized("invalid token".into()).into_response();
+    };
+    let agent_route = path.starts_with("/agent/");
+    match (&caller, agent_route) {
+        (Caller::Reviewer, false) | (Caller::Agent { .. }, true) => {}
+        (Caller::Agent { .. }, false) => {
+            return AppError::Forbidden(
+                "the agent token may only use /agent/* (its own run and session)".into(),
+            )
+            .into_response()
+        }
+        (Caller::Reviewer, true) => {
+            return AppError::Forbidden(
+                "/agent/* is for the agent of a running run (its HUNKGATE_AGENT_TOKEN)".into(),
+            )
+            .into_response()
+        }
+    }
+    req.extensions_mut().insert(caller);
+    next.run(req).await
+}
+
+/// Parse a JSON body with errors that say what is wrong.
+pub fn parse_json<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, AppError> {
+    let body = body.map_err(|e| {
+        if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+            AppError::TooLarge(format!("request body is larger than {MAX_BODY} bytes"))
+        } else {
+            AppError::BadRequest(e.body_text())
+        }
+    })?;
+    serde_json::from_slice(&body)
+        .map_err(|e| AppError::BadRequest(format!("invalid JSON body: {e}")))
+}
+
+async fn health(State(hub): State<Arc<Hub>>) -> Json<Value> {
+    Json(json!({
+        "healthy": true,
+        "service": SERVICE,
+        "wsClients": hub.ws_clients.load(Ordering::Relaxed),
+        "version": env!("CARGO_PKG_VERSION"),
+    }))
+}
+
+#[derive(serde::Deserialize)]
+struct ListQuery {
+    #[serde(default)]
+    all: bool,
+}
+
+async fn list_suggestions(
+    State(hub): State<Arc<Hub>>,
+    q: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, AppError> {
+    let Query(q) = q.map_err(|e| AppError::BadRequest(e.body_text()))?;
+    Ok(Json(json!({ "suggestions": hub.list(q.all)? })))
+}
+
+async fn get_suggestion(
+    State(hub): State<Arc<Hub>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, AppError> {
+    Ok(Json(
+        serde_json::to_value(hub.get(&id)?).map_err(|e| AppError::Internal(e.to_string()))?,
+    ))
+}
+
+fn ok(mut data: Value) -> Json<Value> {
+    if let Value::Object(m) = &mut data {
+        m.insert("success".into(), Value::Bool(true));
+    }
+    Json(data)
+}
+
+async fn feedback(
+    State(hub): State<Arc<Hub>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, AppError> {
+    let cmd: FeedbackCmd = parse_json(body)?;
+    let res = hub
+        .blocking(move |hub| {
+            hub.decide(
+                &cmd.suggestion_id,
+                &cmd.hunk_id,
+                cmd.action,
+                cmd.modified_diff.as_deref(),
+                cmd.comment.as_deref(),
+            )
+        })
+        .await?;
+    Ok(ok(
+        serde_json::to_value(res).map_err(|e| AppError::Internal(e.to_string()))?
+    ))
+}
+
+async fn feedback_all(
+    State(hub): State<Arc<Hub>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, AppError> {
+    let cmd: FeedbackAllCmd = parse_json(body)?;
+    let res = hub
+        .blocking(move |hub| {
+            hub.decide_all(
+                &cmd.suggestion_id,
+                cmd.action,
+                cmd.file.as_deref(),
+                cmd.comment.as_deref(),
+            )
+        })
+        .await?;
+    Ok(ok(res))
+}
+
+async fn complete(
+    State(hub): State<Arc<Hub>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, AppError> {
+    let cmd: CompleteCmd = parse_json(body)?;
+    let res = hub
+        .blocking(move |hub| hub.complete(&cmd.suggestion_id, cmd.action))
+        .await?;
+    Ok(ok(res))
+}
+
+async fn start_run(
+    State(hub): State<Arc<Hub>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, AppError> {
+    let cmd: RunCmd = parse_json(body)?;
+    let view = hub.start_run(&cmd)?;
+    Ok(ok(
+        serde_json::to_value(view).map_err(|e| AppError::Internal(e.to_string()))?
+    ))
+}
+
+async fn list_runs(State(hub): State<Arc<Hub>>) -> Result<Json<Value>, AppError> {
+    Ok(Json(json!({ "runs": hub.list_runs()? })))
+}
+
+async fn get_run(
+    State(hub): State<Arc<Hub>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, AppError> {
+    Ok(Json(
+        serde_json::to_value(hub.run_view(&id)?).map_err(|e| AppError::Internal(e.to_string()))?,
+    ))
+}
+
+async fn cancel_run(
+    State(hub): State<Arc<Hub>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, AppError> {
+    let view = hub.cancel_run(&id)?;
+    Ok(ok(json!({ "run_id": view.run_id, "cancelling": true })))
+}
+
+async fn get_checkpoint(
+    State(hub): State<Arc<Hub>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, AppError> {
+    let view = hub.blocking(move |hub| hub.checkpoint(&id)).await?;
+    Ok(Json(
+        serde_json::to_value(view).map_err(|e| AppError::Internal(e.to_string()))?,
+    ))
+}
+
+#[derive(serde::Deserialize)]
+struct Diff3Query {
+    file_path: String,
+}
+
+async fn get_diff3(
+    State(hub): State<Arc<Hub>>,
+    Path(id): Path<String>,
+    q: Result<Query<Diff3Query>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, AppError> {
+    let Query(q) = q.map_err(|e| {
+        AppError::BadRequest(format!("{} (diff3 needs ?file_path=...)", e.body_text()))
+    })?;
+    Ok(Json(
+        hub.blocking(move |hub| hub.diff3(&id, &q.file_path))
+            .await?,
+    ))
+}
+
+async fn rollback(
+    State(hub): State<Arc<Hub>>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, AppError> {
+    let cmd: RollbackCmd = parse_json(body)?;
+    let res = hub
+        .blocking(move |hub| hub.rollback(&id, cmd.mode, &cmd.hunk_ids, cmd.confirm))
+        .await?;
+    Ok(ok(res))
+}
+
+#[derive(serde::Deserialize)]
+struct EventsQuery {
+    #[serde(default)]
+    since: u64,
+}
+
+async fn events(
+    State(hub): State<Arc<Hub>>,
+    q: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, AppError> {
+    let Query(q) = q.map_err(|e| AppError::BadRequest(e.body_text()))?;
+    Ok(Json(replay_data(&hub, q.since)))
+}
+
+/// `{"seq", "epoch", "complete", "events": [...]}` for a replay request.
+pub fn replay_data(hub: &Hub, since: u64) -> Value {
+    let (events, complete) = hub.bus.since(since);
+    let events: Vec<Value> = events
+        .iter()
+        .filter_map(|e| serde_json::from_str(&e.json).ok())
+        .collect();
+    json!({
+        "seq": hub.bus.current(),
+        "epoch": hub.epoch,
+        "complete": complete,
+        "events": events,
+    })
+}
+
+fn agent_run(caller: Option<axum::Extension<Caller>>) -> Result<String, AppError> {
+    match caller.map(|c| c.0) {
+        Some(Caller::Agent { run_id }) => Ok(run_id),
+        _ => Err(AppError::Forbidden("agent token required".into())),
+    }
+}
+
+async fn agent_publish(
+    State(hub): State<Arc<Hub>>,
+    caller: Option<axum::Extension<Caller>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, AppError> {
+    let run_id = agent_run(caller)?;
+    let cmd: PublishCmd = parse_json(body)?;
+    let view = hub
+        .publish(
+            &run_id,
+            &cmd.description,
+            &cmd.files,
+            &cmd.hunk_descriptions,
+        )
+        .await?;
+    Ok(ok(json!({
+        "suggestion_id": view.id,
+        "hunk_count": view.hunk_count,
+        "files": view.files,
+    })))
+}
+
+async fn agent_status(
+    State(hub): State<Arc<Hub>>,
+    caller: Option<axum::Extension<Caller>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, AppError> {
+    let run_id = agent_run(caller)?;
+    let cmd: AgentStatusCmd = parse_json(body)?;
+    hub.agent_status(&run_id, &cmd.message, cmd.status.as_deref())?;
+    Ok(ok(json!({ "sent": true })))
+}
+
+async fn agent_suggestions(
+    State(hub): State<Arc<Hub>>,
+    caller: Option<axum::Extension<Caller>>,
+) -> Result<Json<Value>, AppError> {
+    let run_id = agent_run(caller)?;
+    let list: Vec<SuggestionSummary> = hub
+        .agent_suggestions(&run_id)?
+        .iter()
+        .map(SuggestionSummary::from)
+        .collect();
+    Ok(ok(json!({ "suggestions": list })))
+}
+
+/// One of the agent's suggestions, found by id or unique prefix among those it may see.
+fn agent_pick(
+    hub: &Hub,
+    run_id: &str,
+    id: &str,
+) -> Result<crate::protocol::SuggestionView, AppError> {
+    let mut found: Vec<_> = hub
+        .agent_suggestions(run_id)?
+        .into_iter()
+        .filter(|s| !id.is_empty() && s.id.starts_with(id))
+        .collect();
+    match found.len() {
+        1 => Ok(found.remove(0)),
+        0 => Err(AppError::NotFound(format!(
+            "no suggestion {id:?} of this run or its session"
+        ))),
+        n => Err(AppError::BadRequest(format!(
+            "{id:?} matches {n} suggestions; give more of the id"
+        ))),
+    }
+}
+
+async fn agent_suggestion(
+    State(hub): State<Arc<Hub>>,
+    caller: Option<axum::Extension<Caller>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, AppError> {
+    let run_id = agent_run(caller)?;
+    let view = agent_pick(&hub, &run_id, &id)?;
+    Ok(ok(json!({ "suggestion": view })))
+}
+
+#[derive(serde::Deserialize)]
+struct FeedbackQuery {
+    #[serde(default)]
+    suggestion_id: Option<String>,
+}
+
+async fn agent_feedback(
+    State(hub): State<Arc<Hub>>,
+    caller: Option<axum::Extension<Caller>>,
+    q: Result<Query<FeedbackQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, AppError> {
+    let run_id = agent_run(caller)?;
+    let Query(q) = q.map_err(|e| AppError::BadRequest(e.body_text()))?;
+    let views = match q.suggestion_id {
+        Some(id) => vec![agent_pick(&hub, &run_id, &id)?],
+        None => hub.agent_suggestions(&run_id)?,
+    };
+    let decisions: Vec<crate::model::run::Decisions> = views.iter().map(Into::into).collect();
+    Ok(ok(json!({ "feedback": decisions })))
+}
+
+async fn clarify_run(
+    State(hub): State<Arc<Hub>>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, AppError> {
+    let cmd: crate::protocol::ClarifyCmd = parse_json(body)?;
+    if cmd.run_id.as_deref().is_some_and(|r| r != id) {
+        return Err(AppError::BadRequest(
+            "run_id in the body differs from the path".into(),
+        ));
+    }
+    Ok(ok(hub.answer(
+        &id,
+        cmd.question_id.as_deref(),
+        cmd.answer.as_deref(),
+        cmd.skip,
+    )?))
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> Result<Value, AppError> {
+    serde_json::to_value(v).map_err(|e| AppError::Internal(e.to_string()))
+}
+
+async fn create_session(
+    State(hub): State<Arc<Hub>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, AppError> {
+    // An empty body is an empty request: `curl -X POST .../sessions` works.
+    let req: crate::sessions::NewSession = match &body {
+        Ok(b) if b.iter().all(u8::is_ascii_whitespace) => Default::default(),
+        _ => parse_json(body)?,
+    };
+    Ok(ok(to_json(&hub.create_session(req)?)?))
+}
+
+async fn list_sessions(State(hub): State<Arc<Hub>>) -> Result<Json<Value>, AppError> {
+    Ok(Json(json!({ "sessions": hub.list_sessions()? })))
+}
+
+async fn get_session(
+    State(hub): State<Arc<Hub>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, AppError> {
+    Ok(Json(to_json(&hub.session_view(&id)?)?))
+}
+
+async fn archive_session(
+    State(hub): State<Arc<Hub>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, AppError> {
+    let s = hub.update_session(&id, |s| {
+        s.status = crate::model::session::SessionStatus::Archived;
+        Ok(())
+    })?;
+    Ok(ok(to_json(&s)?))
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HistoryQuery {
+    #[serde(default)]
+    kind: crate::sessions::HistoryFilter,
+    #[serde(default)]
+    cursor: usize,
+    #[serde(default = "default_limit")]
+    limit: usize,
+}
+
+fn default_limit() -> usize {
+    50
+}
+
+async fn session_history(
+    State(hub): State<Arc<Hub>>,
+    Path(id): Path<String>,
+    q: Result<Query<HistoryQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, AppError> {
+    let Query(q) = q.map_err(|e| AppError::BadRequest(e.body_text()))?;
+    Ok(Json(to_json(
+        &hub.session_history(&id, q.kind, q.cursor, q.limit)?,
+    )?))
+}
+
+async fn pin_context(
+    State(hub): State<Arc<Hub>>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, AppError> {
+    let row: crate::model::session::ContextRow = parse_json(body)?;
+    Ok(ok(to_json(&hub.pin_context(&id, row)?)?))
+}
+
+async fn unpin_context(
+    State(hub): State<Arc<Hub>>,
+    Path((id, ctx)): Path<(String, String)>,
+) -> Result<Json<Value>, AppError> {
+    Ok(ok(to_json(&hub.unpin_context(&id, &ctx)?)?))
+}
+
+async fn session_run(
+    State(hub): State<Arc<Hub>>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, AppError> {
+    let mut cmd: RunCmd = parse_json(body)?;
+    if cmd.session_id.as_deref().is_some_and(|s| s != id) {
+        return Err(AppError::BadRequest(
+            "session_id in the body differs from the path".into(),
+        ));
+    }
+    cmd.session_id = Some(id);
+    Ok(ok(to_json(&hub.start_run(&cmd)?)?))
+}

@@ -1,0 +1,252 @@
+//! Starting the hub: state dir, lock, token, journal replay and crash recovery, then serving until
+//! the shutdown token fires.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use hunkgate_sandbox::beneath::Beneath;
+use hunkgate_sandbox::store::Store;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::ServeConfig;
+use crate::decide::recover::recover;
+use crate::hub::events::Bus;
+use crate::hub::registry::Runs;
+use crate::hub::{Hub, State};
+use crate::model::decision::DecisionRec;
+use crate::protocol::RunState;
+use crate::store::feedback::FeedbackLog;
+use crate::store::journal::{Journal, Record};
+
+/// Create the state dir (0700) or check an existing one is private.
+fn prepare_state_dir(dir: &Path) -> anyhow::Result<()> {
+    if !dir.exists() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .with_context(|| format!("creating state dir {}", dir.display()))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    let meta =
+        std::fs::symlink_metadata(dir).with_context(|| format!("state dir {}", dir.display()))?;
+    if !meta.is_dir() {
+        bail!("state dir {} is not a directory", dir.display());
+    }
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        bail!(
+            "state dir {} is accessible to other users (mode {mode:o}); it holds the hub's token: run `chmod 700 {}`",
+            dir.display(),
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// A 0700 state dir of another user passes the mode check but would fail later, obscurely.
+fn check_state_dir_owner(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta =
+        std::fs::symlink_metadata(dir).with_context(|| format!("state dir {}", dir.display()))?;
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != me {
+        bail!(
+            "state dir {} belongs to uid {}, not to you (uid {me}); use your own --state-dir",
+            dir.display(),
+            meta.uid()
+        );
+    }
+    Ok(())
+}
+
+/// Hold an exclusive lock on `<state>/lock` for the hub's lifetime: two hubs on one journal
+/// would corrupt it.
+fn lock_state_dir(dir: &Path) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>> {
+    let path = dir.join("lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|(_, e)| {
+        let hub = std::fs::read_to_string(dir.join("hub.json")).unwrap_or_default();
+        anyhow::anyhow!(
+            "another hunkgate hub is already serving this repository ({e}; {}): stop it first or pass a different --state-dir",
+            hub.trim()
+        )
+    })
+}
+
+pub struct Started {
+    pub hub: Arc<Hub>,
+    _lock: nix::fcntl::Flock<std::fs::File>,
+}
+
+/// Open everything and rebuild state; does not serve yet.
+pub fn open_hub(
+    mut cfg: ServeConfig,
+    port: u16,
+    shutdown: CancellationToken,
+) -> anyhow::Result<Started> {
+    cfg.port = port;
+    prepare_state_dir(&cfg.state_dir)?;
+    // Before anything secret is read or created: nothing of it may be open to the sandbox user.
+    crate::config::checks::startup_checks(&cfg)?;
+    check_state_dir_owner(&cfg.state_dir)?;
+    let lock = lock_state_dir(&cfg.state_dir)?;
+    let token = crate::hub::auth::load_or_create_token(&cfg.state_dir.join("token"))
+        .context("the reviewer token")?;
+    let store = Store::open_or_init(&cfg.state_dir.join("checkpoints.git"))?;
+    let journal_path = cfg.state_dir.join("state.jsonl");
+    let feedback_path = cfg.state_dir.join("feedback.jsonl");
+
+    let records = Journal::read(&journal_path)?;
+    let mut suggestions = BTreeMap::new();
+    let mut order = Vec::new();
+    let mut runs = BTreeMap::new();
+    let mut pending: Vec<DecisionRec> = Vec::new();
+    let mut seq_upto = 0u64;
+    let mut sessions = crate::hub::registry::Sessions::default();
+    for rec in records {
+        match rec {
+            Record::Run(r) => {
+                runs.insert(r.run_id.clone(), *r);
+            }
+            Record::Suggestion(s) => {
+                if !suggestions.contains_key(&s.id) {
+                    order.push(s.id.clone());
+                }
+                suggestions.insert(s.id.clone(), *s);
+            }
+            // Decisions are made one at a time, and one that stays in the checkout is committed
+            // before the next is prepared: an earlier prepare still open here was taken back
+            // (its abort could not be written) or failed half way and was reported; recovering
+            // it would overwrite later decisions.
+            Record::Decision(d) => {
+                pending.clear();
+                pending.push(*d);
+            }
+            Record::Prepare(p) => {
+                pending.clear();
+                pending.push(p.into_decision(&suggestions));
+            }
+            Record::Commit { decision } => {
+                if let Some(i) = pending.iter().position(|p| p.decision == decision) {
+                    let d = pending.remove(i);
+                    d.apply(&mut suggestions)
+                        .map_err(|e| anyhow::anyhow!("replaying the journal: {e}"))?;
+                }
+            }
+            Record::Abort { decision } => pending.retain(|p| p.decision != decision),
+            Record::Seq { upto } => seq_upto = seq_upto.max(upto),
+            rec @ (Record::Session(_) | Record::History(_)) => sessions.replay(rec),
+        }
+    }
+    let mut recovered = Vec::new();
+    if !pending.is_empty() {
+        let root = Beneath::open(&cfg.repo)?;
+        recovered = recover(&root, &store, pending, &feedback_path, &mut suggestions)
+            .map_err(|e| anyhow::anyhow!("recovering unfinished decisions: {e}"))?;
+    }
+    // Each recovered feedback line carries the seq of the event that announces it below: the
+    // first ones this hub hands out.
+    let (mut feedback_lines, recovered_events): (Vec<_>, Vec<_>) = recovered.into_iter().unzip();
+    for (i, f) in feedback_lines.iter_mut().enumerate() {
+        f.seq = seq_upto + 1 + i as u64;
+    }
+    let mut feedback = FeedbackLog::open(&feedback_path)
+        .with_context(|| format!("opening {}", feedback_path.display()))?;
+    feedback.append(&feedback_lines)?;
+    for run in runs.values_mut() {
+        if !run.finished() {
+            // Not a failure of the agent: the hub went away under it. The run is over (nothing
+            // resumes it), but its session and history stay for the next run.
+            run.status = RunState::Interrupted;
+            run.question = None;
+            run.error = Some(crate::runs::INTERRUPTED.into());
+        }
+    }
+    // Compact: one record per run and suggestion, the sessions, then the sequence mark.
+    let state = State {
+        suggestions,
+        order,
+        runs,
+        sessions,
+    };
+    let compact = state.records(seq_upto + feedback_lines.len() as u64);
+    let journal = Arc::new(Mutex::new(Journal::rewrite(&journal_path, &compact)?));
+
+    let sandbox_root = cfg.state_dir.join("sandboxes");
+    let hub = Arc::new(Hub {
+        store,
+        bus: Bus::new(journal.clone(), seq_upto),
+        journal,
+        feedback: Mutex::new(feedback),
+        state: Mutex::new(state),
+        reviewer_token: token,
+        epoch: uuid::Uuid::new_v4().to_string(),
+        ws_clients: AtomicUsize::new(0),
+        runs: Runs::new(sandbox_root),
+        tasks: TaskTracker::new(),
+        shutdown,
+        cfg,
+        unfinished: Mutex::new(Vec::new()),
+    });
+    for (ev, line) in recovered_events.into_iter().zip(&feedback_lines) {
+        let seq = hub.bus.emit(ev);
+        debug_assert_eq!(seq, line.seq);
+    }
+    Ok(Started { hub, _lock: lock })
+}
+
+/// Serve on `listener` until `shutdown` fires, then stop runs and return.
+pub async fn run(
+    listener: TcpListener,
+    cfg: ServeConfig,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let port = listener.local_addr()?.port();
+    let started = open_hub(cfg, port, shutdown.clone())?;
+    let hub = started.hub.clone();
+    let hub_json = hub.cfg.state_dir.join("hub.json");
+    let info = serde_json::json!({
+        "url": hub.url(),
+        "pid": std::process::id(),
+        "version": env!("CARGO_PKG_VERSION"),
+        "repo": hub.cfg.repo,
+    });
+    write_private(&hub_json, info.to_string().as_bytes())?;
+    tracing::info!(url = %hub.url(), repo = %hub.cfg.repo.display(), state = %hub.cfg.state_dir.display(), "hunkgate hub listening");
+    let app = crate::api::http::router(hub.clone());
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown({
+            let s = shutdown.clone();
+            async move { s.cancelled().await }
+        })
+        .await;
+    // Runs hold child tokens of `shutdown`, so their agents are being killed now.
+    hub.tasks.close();
+    if tokio::time::timeout(Duration::from_secs(10), hub.tasks.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!("runs did not stop within 10s");
+    }
+    let _ = std::fs::remove_file(&hub_json);
+    drop(started);
+    served.context("serving")
+}
+
+pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    crate::store::journal::write_file_atomic(path, bytes, 0o600)
+}

@@ -1,0 +1,366 @@
+//! Configuration: flags > environment > config file > built-in defaults.
+//!
+//! Defaults work with no flags at all: `hunkgate serve` inside any git repository binds
+//! 127.0.0.1:4097 and keeps its state under `$XDG_STATE_HOME/hunkgate/<repo>-<hash>/`.
+
+pub mod checks;
+pub mod provider;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+pub const DEFAULT_HOST: &str = "127.0.0.1";
+pub const DEFAULT_PORT: u16 = 4097;
+pub const DEFAULT_AGENT_TIMEOUT_SECS: u64 = 30 * 60;
+
+/// The optional TOML file (`$XDG_CONFIG_HOME/hunkgate/config.toml`, or `--config`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub host: Option<String>,
+    pub port: Option<u16>,
+    /// Default agent command template, e.g. `claude -p {prompt}`.
+    pub agent: Option<String>,
+    pub agent_timeout_secs: Option<u64>,
+    /// Names of environment variables passed through to agents (everything else is scrubbed).
+    #[serde(default)]
+    pub agent_env: Vec<String>,
+    /// Origins allowed to talk to the hub (browser extensions, web UIs). Empty: none.
+    #[serde(default)]
+    pub allowed_origins: Vec<String>,
+    /// Mirror each run's base and head commits into the repository as
+    /// `refs/hunkgate/runs/<id>/{base,head}` (for `git diff` or `:Gitsigns change_base`).
+    #[serde(default)]
+    pub mirror_refs: bool,
+    /// "git" or "jj" (default: jj when the repository has a .jj directory).
+    pub vcs: Option<hunkgate_sandbox::jj::Vcs>,
+    /// "user" or "none" (default: "user" when the sandbox user exists).
+    pub isolation: Option<crate::isolation::IsolationMode>,
+    /// The sandbox user agents run as (default `hunkgate-agent`).
+    pub sandbox_user: Option<String>,
+    /// "host" (default) or "none": a network namespace of its own for the agent (Linux).
+    pub agent_network: Option<crate::isolation::AgentNetwork>,
+    /// The built-in agent's model server.
+    #[serde(default)]
+    pub provider: ProviderFile,
+    /// The built-in agent's limits.
+    #[serde(default)]
+    pub limits: LimitsFile,
+}
+
+/// `[provider]`: any OpenAI-compatible chat-completions server.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderFile {
+    /// e.g. "http://127.0.0.1:11434/v1" (Ollama) or "https://api.openai.com/v1".
+    pub base_url: Option<String>,
+    pub model: Option<String>,
+    /// Name of the environment variable holding the API key (default HUNKGATE_API_KEY).
+    pub api_key_env: Option<String>,
+    /// A file (mode 600) whose first line is the API key; wins over the variable.
+    pub api_key_file: Option<PathBuf>,
+    pub stream: Option<bool>,
+    pub max_retries: Option<u32>,
+    pub retry_base_ms: Option<u64>,
+    pub request_timeout_secs: Option<u64>,
+    pub temperature: Option<f64>,
+    pub max_tokens: Option<u32>,
+}
+
+/// `[limits]` (seed 000 §1 defaults).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsFile {
+    /// Agent runs at a time (default: the number of CPU cores); the others wait, `queued`.
+    pub max_concurrent_runs: Option<usize>,
+    pub max_tool_calls: Option<usize>,
+    pub max_schema_retries: Option<u32>,
+    pub command_timeout_secs: Option<u64>,
+    pub max_command_output_bytes: Option<usize>,
+    pub max_search_results_default: Option<usize>,
+    pub max_search_results_cap: Option<usize>,
+    pub max_search_snippet_lines: Option<usize>,
+    pub max_read_bytes: Option<u64>,
+    pub max_read_lines: Option<usize>,
+    pub max_list_files: Option<usize>,
+}
+
+impl LimitsFile {
+    pub fn resolve(&self, max_tool_calls: Option<usize>) -> crate::config::provider::LoopLimits {
+        let d = crate::config::provider::LoopLimits::default();
+        let t = &d.tools;
+        crate::config::provider::LoopLimits {
+            max_tool_calls: max_tool_calls
+                .or(self.max_tool_calls)
+                .unwrap_or(d.max_tool_calls),
+            max_schema_retries: self.max_schema_retries.unwrap_or(d.max_schema_retries),
+            command_timeout: self
+                .command_timeout_secs
+                .map(Duration::from_secs)
+                .unwrap_or(d.command_timeout),
+            max_command_output: self
+                .max_command_output_bytes
+                .unwrap_or(d.max_command_output),
+            tools: hunkgate_sandbox::tools::ToolLimits {
+                max_search_results_default: self
+                    .max_search_results_default
+                    .unwrap_or(t.max_search_results_default),
+                max_search_results_cap: self
+                    .max_search_results_cap
+                    .unwrap_or(t.max_search_results_cap),
+                max_search_snippet_lines: self
+                    .max_search_snippet_lines
+                    .unwrap_or(t.max_search_snippet_lines),
+                max_read_bytes: self.max_read_bytes.unwrap_or(t.max_read_bytes),
+                max_read_lines: self.max_read_lines.unwrap_or(t.max_read_lines),
+                max_list_files: self.max_list_files.unwrap_or(t.max_list_files),
+                max_file_bytes: t.max_file_bytes,
+            },
+        }
+    }
+}
+
+/// The provider flags of `serve` (they win over the file).
+#[derive(Debug, Default, Clone)]
+pub struct ProviderFlags {
+    pub base_url: Option<String>,
+    pub model: Option<String>,
+    pub api_key_env: Option<String>,
+    pub api_key_file: Option<PathBuf>,
+}
+
+pub const DEFAULT_API_KEY_ENV: &str = "HUNKGATE_API_KEY";
+
+/// The built-in agent's provider, when a base URL is configured anywhere.
+pub fn resolve_provider(
+    flags: ProviderFlags,
+    file: &ProviderFile,
+) -> Result<Option<crate::config::provider::ProviderConfig>, ConfigError> {
+    use crate::config::provider::{read_key_file, KeySource, ProviderConfig, Secret};
+    let Some(base_url) = flags
+        .base_url
+        .or_else(|| env_first(&["HUNKGATE_PROVIDER_URL"]).map(|(_, v)| v))
+        .or_else(|| file.base_url.clone())
+    else {
+        return Ok(None);
+    };
+    if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
+        return Err(ConfigError::Provider(format!(
+            "base URL {base_url:?} must start with http:// or https://"
+        )));
+    }
+    if base_url.starts_with("https://") && !cfg!(feature = "tls") {
+        return Err(ConfigError::Provider(format!(
+            "{base_url} needs TLS, and this hunkgate was built without the `tls` feature"
+        )));
+    }
+    let model = flags
+        .model
+        .or_else(|| env_first(&["HUNKGATE_MODEL"]).map(|(_, v)| v))
+        .or_else(|| file.model.clone())
+        .unwrap_or_default();
+    let key_file = flags.api_key_file.or_else(|| file.api_key_file.clone());
+    let key_env = flags
+        .api_key_env
+        .or_else(|| file.api_key_env.clone())
+        .unwrap_or_else(|| DEFAULT_API_KEY_ENV.to_string());
+    let (api_key, key_source) = match key_file {
+        Some(path) => (
+            Some(read_key_file(&path).map_err(|e| ConfigError::Provider(e.to_string()))?),
+            KeySource::File(path),
+        ),
+        None => match std::env::var(&key_env)
+            .ok()
+            .filter(|k| !k.trim().is_empty())
+        {
+            Some(k) => (
+                Some(Secret::new(k.trim().to_string())),
+                KeySource::Env(key_env),
+            ),
+            None => (None, KeySource::None),
+        },
+    };
+    Ok(Some(ProviderConfig {
+        base_url: base_url.trim_end_matches('/').to_string(),
+        model,
+        api_key,
+        key_source,
+        stream: file.stream.unwrap_or(true),
+        max_retries: file.max_retries.unwrap_or(3),
+        retry_base: Duration::from_millis(file.retry_base_ms.unwrap_or(500)),
+        request_timeout: Duration::from_secs(file.request_timeout_secs.unwrap_or(300).max(1)),
+        temperature: file.temperature,
+        max_tokens: file.max_tokens,
+    }))
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config file {path}: {message}")]
+    File { path: PathBuf, message: String },
+    #[error("{var}={value:?} is not a valid port number")]
+    BadPort { var: String, value: String },
+    #[error("no home directory: set HOME or XDG_STATE_HOME, or pass --state-dir")]
+    NoHome,
+    #[error("[provider]: {0}")]
+    Provider(String),
+}
+
+fn home() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from)
+}
+
+fn xdg(var: &str, fallback: &str) -> Option<PathBuf> {
+    std::env::var_os(var)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| home().map(|h| h.join(fallback)))
+}
+
+pub fn default_config_path() -> Option<PathBuf> {
+    xdg("XDG_CONFIG_HOME", ".config").map(|d| d.join("hunkgate").join("config.toml"))
+}
+
+/// Load the config file: an explicit path must exist; the default path may be absent.
+pub fn load_file(explicit: Option<&Path>) -> Result<FileConfig, ConfigError> {
+    let (path, required) = match explicit {
+        Some(p) => (p.to_path_buf(), true),
+        None => match std::env::var_os("HUNKGATE_CONFIG") {
+            Some(p) => (PathBuf::from(p), true),
+            None => match default_config_path() {
+                Some(p) => (p, false),
+                None => return Ok(FileConfig::default()),
+            },
+        },
+    };
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => {
+            return Ok(FileConfig::default())
+        }
+        Err(e) => {
+            return Err(ConfigError::File {
+                path,
+                message: e.to_string(),
+            })
+        }
+    };
+    toml::from_str(&text).map_err(|e| ConfigError::File {
+        path,
+        message: e.to_string(),
+    })
+}
+
+/// The first of several environment variables that is set (the seed's names are aliases).
+fn env_first(names: &[&str]) -> Option<(String, String)> {
+    names.iter().find_map(|n| {
+        std::env::var(n)
+            .ok()
+            .filter(|v| !v.is_empty())
+            .map(|v| (n.to_string(), v))
+    })
+}
+
+pub fn resolve_host(flag: Option<String>, file: &FileConfig) -> String {
+    flag.or_else(|| env_first(&["HUNKGATE_HOST", "SUGGESTION_MANAGER_HOST"]).map(|(_, v)| v))
+        .or_else(|| file.host.clone())
+        .unwrap_or_else(|| DEFAULT_HOST.to_string())
+}
+
+pub fn resolve_port(flag: Option<u16>, file: &FileConfig) -> Result<u16, ConfigError> {
+    if let Some(p) = flag {
+        return Ok(p);
+    }
+    if let Some((var, value)) = env_first(&["HUNKGATE_PORT", "SUGGESTION_MANAGER_PORT"]) {
+        return value
+            .parse()
+            .map_err(|_| ConfigError::BadPort { var, value });
+    }
+    Ok(file.port.unwrap_or(DEFAULT_PORT))
+}
+
+/// `$XDG_STATE_HOME/hunkgate/<repo-name>-<short hash of the repo path>/`.
+pub fn default_state_dir(repo: &Path) -> Result<PathBuf, ConfigError> {
+    let base = xdg("XDG_STATE_HOME", ".local/state").ok_or(ConfigError::NoHome)?;
+    let canonical = repo.canonicalize().unwrap_or_else(|_| repo.to_path_buf());
+    let name = canonical
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "root".into());
+    let hash = hex::encode(Sha256::digest(canonical.as_os_str().as_encoded_bytes()));
+    Ok(base
+        .join("hunkgate")
+        .join(format!("{name}-{}", &hash[..12])))
+}
+
+/// Everything `serve` needs, resolved.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub repo: PathBuf,
+    pub host: String,
+    pub port: u16,
+    pub state_dir: PathBuf,
+    pub agent: Option<String>,
+    pub agent_timeout: Duration,
+    pub agent_env: Vec<String>,
+    pub allowed_origins: Vec<String>,
+    pub mirror_refs: bool,
+    pub vcs: hunkgate_sandbox::jj::Vcs,
+    /// Who agents run as (see [`crate::isolation`]).
+    pub isolation: crate::isolation::Isolation,
+    /// The built-in agent's model server, if one is configured.
+    pub provider: Option<crate::config::provider::ProviderConfig>,
+    pub limits: crate::config::provider::LoopLimits,
+    /// Agent runs at a time; later ones wait in the order they were posted (status `queued`).
+    pub max_concurrent_runs: usize,
+}
+
+/// `--max-runs` / `[limits] max_concurrent_runs`, else the number of CPU cores (at least 1).
+pub fn resolve_max_runs(flag: Option<usize>, file: &LimitsFile) -> usize {
+    flag.or(file.max_concurrent_runs)
+        .unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        })
+        .max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_dir_is_named_after_the_repo_and_stable() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("my-project");
+        std::fs::create_dir(&repo).unwrap();
+        let a = default_state_dir(&repo).unwrap();
+        let b = default_state_dir(&repo.join(".")).unwrap();
+        assert_eq!(a, b);
+        let name = a.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(
+            name.starts_with("my-project-") && name.len() == "my-project-".len() + 12,
+            "{name}"
+        );
+    }
+
+    #[test]
+    fn config_file_errors_name_the_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("c.toml");
+        std::fs::write(&p, "port = \"nope\"\n").unwrap();
+        let err = load_file(Some(&p)).unwrap_err().to_string();
+        assert!(err.contains("c.toml"), "{err}");
+        std::fs::write(&p, "port = 5000\nagent = \"claude -p {prompt}\"\n").unwrap();
+        let cfg = load_file(Some(&p)).unwrap();
+        assert_eq!(cfg.port, Some(5000));
+        assert_eq!(resolve_port(Some(6000), &cfg).unwrap(), 6000);
+    }
+}

@@ -1,0 +1,464 @@
+//! Checkpoints and rollback (design notes, seed 000 §27).
+//!
+//! Every suggestion is a checkpoint: its base commit is the state of the affected files before
+//! the agent ran, kept in the hub's store so it can be inspected and restored long after the
+//! review. The checkpoint id is the suggestion id.
+//!
+//! - *hard* rollback puts every affected file back to the base, discarding later edits (so it
+//!   needs `confirm`); applied hunks of this and later suggestions on those files become rejected.
+//! - *scoped* rollback reverse-applies only the chosen hunks with exact context; where newer edits
+//!   overlap, it refuses and touches nothing.
+//!
+//! Both are decisions like any other: journaled before the files change, logged to the feedback
+//! log, announced with `checkpoint.rollback.*` events.
+
+use std::collections::BTreeMap;
+
+use hunkgate_patch::Hunk;
+use hunkgate_sandbox::store::{FlatTree, Mode};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::decide::apply::{plan_restore, plan_reverse, plan_reverse_lines, read_cur, PlanError};
+use crate::decide::commit::Decision;
+use crate::error::AppError;
+use crate::hub::{Hub, State};
+use crate::model::decision::{HunkChange, LineRec};
+use crate::model::fileop::Cur;
+use crate::model::fileop::FileOp;
+use crate::model::suggestion::{oid, HunkRec, Side, Suggestion};
+use crate::protocol::ErrorCode;
+use crate::protocol::{AppliedAction, Event, HunkKind, HunkState, RollbackMode};
+
+#[derive(Debug, Serialize)]
+pub struct AffectedFile {
+    pub file_path: String,
+    /// `sha256:<hex>` of the file at the checkpoint; null when it did not exist.
+    pub base_hash: Option<String>,
+    /// `sha256:<hex>` of the file in your checkout now; null when absent.
+    pub current_hash: Option<String>,
+    pub changed_since_base: bool,
+    pub hunk_ids: Vec<String>,
+    /// The hunks of this checkpoint that are applied now (what a scoped rollback can undo).
+    pub applied_hunk_ids: Vec<String>,
+    /// Why the file in your checkout cannot be read (a directory on its path became a symlink,
+    /// it is a directory or a FIFO now, …); null when it can. `current_hash` is then null.
+    pub unreadable: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CheckpointView {
+    pub checkpoint_id: String,
+    pub suggestion_id: String,
+    pub run_id: String,
+    pub description: String,
+    pub created_at: String,
+    pub base_commit: String,
+    pub run_commit: String,
+    pub affected_files: Vec<AffectedFile>,
+}
+
+fn sha_tag(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+fn ierr(e: impl std::fmt::Display) -> AppError {
+    AppError::Internal(e.to_string())
+}
+
+/// Every path a suggestion touches, with the hunks touching it (a rename touches two).
+fn affected(s: &Suggestion) -> BTreeMap<String, Vec<&HunkRec>> {
+    let mut out: BTreeMap<String, Vec<&HunkRec>> = BTreeMap::new();
+    for h in &s.hunks {
+        out.entry(h.file.clone()).or_default().push(h);
+        if let Some(from) = &h.old_path {
+            out.entry(from.clone()).or_default().push(h);
+        }
+    }
+    out
+}
+
+/// The hash of what is at `path` in the checkout now (None when absent), or why it cannot be
+/// read: a path that cannot be read is reported on, never an internal error.
+fn current(
+    root: &hunkgate_sandbox::beneath::Beneath,
+    path: &str,
+) -> (Option<String>, Option<String>) {
+    match read_cur(root, path) {
+        Ok(Cur::File { bytes, .. }) => (Some(sha_tag(&bytes)), None),
+        Ok(Cur::Link(t)) => (Some(sha_tag(&t)), None),
+        Ok(Cur::Absent) => (None, None),
+        Ok(Cur::Other(what)) => (None, Some(format!("{path} is {what} in your checkout"))),
+        Err(e) => (None, Some(e.to_string())),
+    }
+}
+
+fn side_of(tree: &FlatTree, path: &str) -> Option<Side> {
+    tree.get(path).map(|e| Side {
+        mode: e.mode,
+        oid: e.oid.to_string(),
+    })
+}
+
+impl Hub {
+    /// With `--mirror-refs`, copy a run commit into the user's repository under `name`. Only
+    /// objects and a ref under `refs/hunkgate/` are written there — never the index, HEAD or a
+    /// branch — and a failure is reported, not fatal: the hub's own store has the commit.
+    pub fn mirror_ref(&self, name: &str, commit: hunkgate_sandbox::ObjectId) {
+        if !self.cfg.mirror_refs {
+            return;
+        }
+        let result =
+            hunkgate_sandbox::store::Store::open_existing(&self.cfg.repo).and_then(|user| {
+                self.store.copy_commit_into(&user, commit)?;
+                user.set_ref(name, commit)
+            });
+        if let Err(e) = result {
+            tracing::warn!(error = %e, refname = name, "mirroring a run ref into the repository");
+        }
+    }
+
+    fn base_tree(&self, s: &Suggestion) -> Result<FlatTree, AppError> {
+        let id = oid(&s.base_commit).ok_or_else(|| ierr("corrupt base commit id"))?;
+        self.store.read_tree(id).map_err(ierr)
+    }
+
+    pub fn checkpoint(&self, id: &str) -> Result<CheckpointView, AppError> {
+        let st = self.lock()?;
+        let sid = Self::resolve_id(&st, id)?;
+        let s = st.suggestions[&sid].clone();
+        drop(st);
+        let base = self.base_tree(&s)?;
+        let root = self.checkout()?;
+        let mut files = Vec::new();
+        for (path, hunks) in affected(&s) {
+            let base_hash = match base.get(&path) {
+                Some(e) => Some(sha_tag(&self.store.read_blob(e.oid).map_err(ierr)?)),
+                None => None,
+            };
+            let (current_hash, unreadable) = current(&root, &path);
+            files.push(AffectedFile {
+                changed_since_base: unreadable.is_some() || base_hash != current_hash,
+                unreadable,
+                file_path: path,
+                base_hash,
+                current_hash,
+                hunk_ids: hunks.iter().map(|h| h.id.clone()).collect(),
+                applied_hunk_ids: hunks
+                    .iter()
+                    .filter(|h| h.state.applied())
+                    .map(|h| h.id.clone())
+                    .collect(),
+            });
+        }
+        Ok(CheckpointView {
+            checkpoint_id: s.id.clone(),
+            suggestion_id: s.id.clone(),
+            run_id: s.run_id.clone(),
+            description: s.description.clone(),
+            created_at: s.created_at.clone(),
+            base_commit: s.base_commit.clone(),
+            run_commit: s.run_commit.clone(),
+            affected_files: files,
+        })
+    }
+
+    /// The three versions of one file: your checkout now, the checkpoint base, the agent's.
+    pub fn diff3(&self, id: &str, file_path: &str) -> Result<serde_json::Value, AppError> {
+        let st = self.lock()?;
+        let sid = Self::resolve_id(&st, id)?;
+        let s = st.suggestions[&sid].clone();
+        drop(st);
+        if !affected(&s).contains_key(file_path) {
+            return Err(AppError::NotFound(format!(
+                "checkpoint {sid} does not affect {file_path:?}; GET /checkpoints/{sid} lists its files"
+            )));
+        }
+        let base = self.base_tree(&s)?;
+        let run = self
+            .store
+            .read_tree(oid(&s.run_commit).ok_or_else(|| ierr("corrupt run commit id"))?)
+            .map_err(ierr)?;
+        let mut binary = false;
+        let mut text = |bytes: Option<Vec<u8>>| -> Option<String> {
+            let b = bytes?;
+            if hunkgate_patch::is_text(&b) {
+                String::from_utf8(b).ok()
+            } else {
+                binary = true;
+                None
+            }
+        };
+        let blob = |t: &FlatTree| -> Result<Option<Vec<u8>>, AppError> {
+            t.get(file_path)
+                .filter(|e| e.mode != Mode::Symlink)
+                .map(|e| self.store.read_blob(e.oid).map_err(ierr))
+                .transpose()
+        };
+        let base_text = text(blob(&base)?);
+        let proposed = text(blob(&run)?);
+        let mut unreadable = None;
+        let current = match read_cur(&self.checkout()?, file_path) {
+            Ok(Cur::File { bytes, .. }) => text(Some(bytes)),
+            Ok(Cur::Other(what)) => {
+                unreadable = Some(format!("{file_path} is {what} in your checkout"));
+                None
+            }
+            Ok(Cur::Absent | Cur::Link(_)) => None,
+            Err(e) => {
+                unreadable = Some(e.to_string());
+                None
+            }
+        };
+        Ok(serde_json::json!({
+            "checkpoint_id": sid,
+            "file_path": file_path,
+            "current": current,
+            "checkpoint_base": base_text,
+            "agent_proposed": proposed,
+            "binary": binary,
+            "unreadable": unreadable,
+        }))
+    }
+
+    pub fn rollback(
+        &self,
+        id: &str,
+        mode: RollbackMode,
+        hunk_ids: &[String],
+        confirm: bool,
+    ) -> Result<serde_json::Value, AppError> {
+        let mut st = self.lock()?;
+        let sid = Self::resolve_id(&st, id)?;
+        let s = &st.suggestions[&sid];
+        check_rollback(s, mode, hunk_ids, confirm)?;
+        self.bus.emit(Event::RollbackStarted {
+            seq: 0,
+            checkpoint_id: sid.clone(),
+            mode,
+            hunk_ids: hunk_ids.to_vec(),
+        });
+        let planned = match mode {
+            RollbackMode::HardAll => self.plan_hard(&st, s),
+            RollbackMode::ScopedSelected => self.plan_scoped(s, hunk_ids),
+        };
+        let (ops, changes) = match planned {
+            Ok(p) => p,
+            Err(e) => {
+                let message = match &e {
+                    PlanError::Conflict(m) => m.clone(),
+                    other => other.to_string(),
+                };
+                self.bus.emit(Event::RollbackFailed {
+                    seq: 0,
+                    checkpoint_id: sid.clone(),
+                    mode,
+                    message: message.clone(),
+                });
+                return Err(match e {
+                    PlanError::Conflict(_) => AppError::Conflict {
+                        code: ErrorCode::Conflict,
+                        message: format!("rollback refused, nothing was changed: {message}"),
+                    },
+                    other => ierr(other),
+                });
+            }
+        };
+        let via = match mode {
+            RollbackMode::HardAll => "hard_all",
+            RollbackMode::ScopedSelected => "scoped_selected",
+        };
+        let files: Vec<String> = ops.iter().map(|o| o.path.clone()).collect();
+        let rolled_ids: Vec<String> = changes.iter().map(|c| c.hunk_id.clone()).collect();
+        let mut d = Decision::new();
+        d.ops(ops);
+        for change in changes {
+            let sugg = &st.suggestions[&change.suggestion_id];
+            let rec = &sugg.hunks[change.index];
+            let mut line = LineRec::new(sugg, rec, "rollback", "rejected");
+            line.via = Some(via.into());
+            // Applied and rejected hunks both count as reviewed: the count stays.
+            let event = Event::HunkApplied {
+                seq: 0,
+                suggestion_id: sugg.id.clone(),
+                hunk_id: rec.id.clone(),
+                action: AppliedAction::Rejected,
+                file: rec.file.clone(),
+                state: HunkState::Rejected,
+                reviewed_count: sugg.reviewed_count(),
+                hunk_count: sugg.hunks.len(),
+            };
+            d.change(change).line(line, event);
+        }
+        d.event(Event::RollbackCompleted {
+            seq: 0,
+            checkpoint_id: sid.clone(),
+            mode,
+            files: files.clone(),
+            hunk_ids: rolled_ids.clone(),
+        });
+        // The events go with the decision, so each feedback line carries its event's seq.
+        if let Err(e) = self.commit(&mut st, d) {
+            self.bus.emit(Event::RollbackFailed {
+                seq: 0,
+                checkpoint_id: sid.clone(),
+                mode,
+                message: e.to_string(),
+            });
+            return Err(match e {
+                AppError::Conflict { code, message } => AppError::Conflict {
+                    code,
+                    message: format!("rollback refused, nothing was changed: {message}"),
+                },
+                other => other,
+            });
+        }
+        drop(st);
+        Ok(serde_json::json!({
+            "checkpoint_id": sid,
+            "mode": mode,
+            "files": files,
+            "hunk_ids": rolled_ids,
+        }))
+    }
+
+    /// Every affected file back to base; applied hunks of this and later suggestions on them
+    /// become rejected.
+    fn plan_hard(
+        &self,
+        st: &State,
+        s: &Suggestion,
+    ) -> Result<(Vec<FileOp>, Vec<HunkChange>), PlanError> {
+        let base = self
+            .base_tree(s)
+            .map_err(|e| PlanError::Conflict(e.to_string()))?;
+        let root = self
+            .checkout()
+            .map_err(|e| PlanError::Conflict(e.to_string()))?;
+        let paths: Vec<String> = affected(s).into_keys().collect();
+        let mut ops = Vec::new();
+        for path in &paths {
+            if let Some(op) = plan_restore(&root, &self.store, path, side_of(&base, path).as_ref())?
+            {
+                ops.push(op);
+            }
+        }
+        let touches = |h: &HunkRec| {
+            paths.contains(&h.file) || h.old_path.as_ref().is_some_and(|p| paths.contains(p))
+        };
+        // This suggestion's applied hunks, then those of later ones on the same files: one
+        // delta per hunk, no copy of any suggestion.
+        let mut changes = rolled_back(s, |h| h.state.applied());
+        let pos = st
+            .order
+            .iter()
+            .position(|id| *id == s.id)
+            .unwrap_or(usize::MAX);
+        for later_id in st.order.iter().skip(pos.saturating_add(1)) {
+            if let Some(later) = st.suggestions.get(later_id) {
+                changes.extend(rolled_back(later, |h| h.state.applied() && touches(h)));
+            }
+        }
+        Ok((ops, changes))
+    }
+
+    /// Reverse-apply the chosen hunks, all or nothing.
+    fn plan_scoped(
+        &self,
+        s: &Suggestion,
+        hunk_ids: &[String],
+    ) -> Result<(Vec<FileOp>, Vec<HunkChange>), PlanError> {
+        let root = self
+            .checkout()
+            .map_err(|e| PlanError::Conflict(e.to_string()))?;
+        let chosen: Vec<&HunkRec> = s
+            .hunks
+            .iter()
+            .filter(|h| hunk_ids.contains(&h.id))
+            .collect();
+        let mut lines: BTreeMap<&str, Vec<(Hunk, usize, isize)>> = BTreeMap::new();
+        let mut ops = Vec::new();
+        for rec in &chosen {
+            let offset = Self::offset_for(s, rec);
+            if rec.kind == HunkKind::Modify {
+                let applied = rec.applied.clone().or_else(|| rec.patch.clone());
+                let base_start = rec.patch.as_ref().map(|p| p.old_start).unwrap_or(0);
+                if let Some(a) = applied {
+                    lines
+                        .entry(rec.file.as_str())
+                        .or_default()
+                        .push((a, base_start, offset));
+                }
+            } else {
+                ops.extend(plan_reverse(&root, &self.store, rec, offset)?.ops);
+            }
+        }
+        for (path, hunks) in lines {
+            ops.push(plan_reverse_lines(&root, &self.store, path, hunks)?);
+        }
+        Ok((ops, rolled_back(s, |h| hunk_ids.contains(&h.id))))
+    }
+}
+
+/// The deltas that turn the hunks of `s` that `pick` chooses into rejected, unapplied ones.
+fn rolled_back(s: &Suggestion, pick: impl Fn(&HunkRec) -> bool) -> Vec<HunkChange> {
+    s.hunks
+        .iter()
+        .enumerate()
+        .filter(|(_, h)| pick(h))
+        .map(|(i, h)| {
+            let mut c = HunkChange::keep(&s.id, i, h, HunkState::Rejected);
+            c.applied = None;
+            c
+        })
+        .collect()
+}
+
+/// Refuse a rollback that is malformed or not confirmed, before anything is announced.
+fn check_rollback(
+    s: &Suggestion,
+    mode: RollbackMode,
+    hunk_ids: &[String],
+    confirm: bool,
+) -> Result<(), AppError> {
+    let sid = &s.id;
+    match mode {
+        RollbackMode::HardAll if !confirm => {
+            return Err(AppError::BadRequest(format!(
+                "hard rollback puts {} file(s) back to the checkpoint and discards every later edit to them; send \"confirm\": true",
+                affected(s).len()
+            )))
+        }
+        RollbackMode::HardAll if !hunk_ids.is_empty() => {
+            return Err(AppError::BadRequest(
+                "hard_all rolls back every affected file; use scoped_selected to choose hunks".into(),
+            ))
+        }
+        RollbackMode::ScopedSelected if hunk_ids.is_empty() => {
+            return Err(AppError::BadRequest("scoped_selected needs hunk_ids".into()))
+        }
+        _ => {}
+    }
+    if mode == RollbackMode::ScopedSelected {
+        for h in hunk_ids {
+            match s.hunk(h) {
+                None => {
+                    return Err(AppError::NotFound(format!(
+                        "checkpoint {sid} has no hunk {h:?}"
+                    )))
+                }
+                Some(rec) if !rec.state.applied() => {
+                    return Err(AppError::BadRequest(
+                        format!(
+                            "hunk {h} is {:?}, not applied; only applied hunks can be rolled back",
+                            rec.state
+                        )
+                        .to_lowercase(),
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,84 @@
+//! Crash recovery: a decision whose `prepare` reached the journal but whose `commit` did not is
+//! finished or taken back at start, by comparing the checkout with the recorded fingerprints.
+
+use std::collections::BTreeMap;
+
+use hunkgate_sandbox::beneath::Beneath;
+use hunkgate_sandbox::store::Store;
+
+use crate::decide::execute::{execute, op_state, OpState};
+use crate::hub::Hub;
+use crate::model::decision::{DecisionRec, LineRec};
+use crate::model::feedback::FeedbackRecord;
+use crate::model::suggestion::Suggestion;
+use crate::protocol::Event;
+use crate::store::feedback::FeedbackLog;
+
+/// Finish or drop decisions that were prepared but not committed when the hub died.
+///
+/// Returns the feedback lines still to log, each with the event that announces it (the caller
+/// gives the line that event's seq).
+pub fn recover(
+    root: &Beneath,
+    store: &Store,
+    pending: Vec<DecisionRec>,
+    feedback_path: &std::path::Path,
+    suggestions: &mut BTreeMap<String, Suggestion>,
+) -> Result<Vec<(FeedbackRecord, Event)>, String> {
+    let logged = FeedbackLog::logged_lines(feedback_path).map_err(|e| e.to_string())?;
+    let is_logged =
+        |decision: &str, l: &LineRec| logged.contains(&(decision.to_string(), l.hunk_id.clone()));
+    let mut to_log = Vec::new();
+    for d in pending {
+        if !finish(root, store, &d, |l| is_logged(&d.decision, l))? {
+            continue;
+        }
+        d.apply(suggestions).map_err(|e| e.to_string())?;
+        // Per line: the hunks of a bulk action share a decision id but are journaled one by one.
+        for l in d.lines.iter().filter(|l| !is_logged(&d.decision, l)) {
+            if let Some(s) = suggestions.get(&l.suggestion_id) {
+                let f = l.expand(&d.decision, s);
+                let event = Hub::recovered_event(s, &f);
+                to_log.push((f, event));
+            }
+        }
+        tracing::info!(decision = %d.decision, "finished an interrupted decision");
+    }
+    Ok(to_log)
+}
+
+/// Whether decision `d` holds: finish its file operations when some happened (so it holds in
+/// full), or tell that it never happened and is dropped.
+fn finish(
+    root: &Beneath,
+    store: &Store,
+    d: &DecisionRec,
+    is_logged: impl Fn(&LineRec) -> bool,
+) -> Result<bool, String> {
+    if d.ops.is_empty() {
+        // Nothing in the checkout tells whether it happened; the feedback log does: its lines
+        // are written right before the commit, and taken back if that fails.
+        if d.lines.is_empty() || !d.lines.iter().all(is_logged) {
+            tracing::info!(decision = %d.decision, "dropping an unfinished decision (it changed no file and was not logged)");
+            return Ok(false);
+        }
+        return Ok(true);
+    }
+    let states: Result<Vec<OpState>, _> = d.ops.iter().map(|op| op_state(root, op)).collect();
+    let states = states.map_err(|e| e.to_string())?;
+    if states.contains(&OpState::Neither) {
+        tracing::warn!(decision = %d.decision, "a file changed since an unfinished decision; leaving it undone");
+        return Ok(false);
+    }
+    if states.iter().all(|s| *s == OpState::Before) {
+        // Nothing was written and the client never heard back: drop it.
+        tracing::info!(decision = %d.decision, "dropping an unfinished decision (no file was written)");
+        return Ok(false);
+    }
+    for (op, st) in d.ops.iter().zip(&states) {
+        if *st == OpState::Before {
+            execute(root, store, std::slice::from_ref(op)).map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(true)
+}

@@ -1,0 +1,504 @@
+//! Decisions, rollback and recovery against a real checkout and state directory in a temp dir,
+//! without the network: a hub opened by `open_hub`, a suggestion built from two trees, and the
+//! decision methods called directly.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hunkgate_sandbox::store::{Entry, FlatTree, Mode};
+use tokio_util::sync::CancellationToken;
+
+use crate::api::server::{open_hub, Started};
+use crate::config::ServeConfig;
+use crate::decide::commit::Decision;
+use crate::error::AppError;
+use crate::hub::Hub;
+use crate::model::suggestion::{build_hunks, Suggestion};
+use crate::protocol::ErrorCode;
+use crate::protocol::{FeedbackAction, HunkState, RollbackMode};
+use crate::store::journal::{Journal, Record};
+
+struct Fixture {
+    tmp: tempfile::TempDir,
+    started: Option<Started>,
+}
+
+fn numbered(n: usize, edit: &[(usize, &str)]) -> String {
+    (1..=n)
+        .map(|i| match edit.iter().find(|(at, _)| *at == i) {
+            Some((_, text)) => format!("{text}\n"),
+            None => format!("line {i}\n"),
+        })
+        .collect()
+}
+
+fn config(tmp: &Path) -> ServeConfig {
+    ServeConfig {
+        repo: tmp.join("repo"),
+        host: "127.0.0.1".into(),
+        port: 0,
+        state_dir: tmp.join("state"),
+        agent: None,
+        agent_timeout: Duration::from_secs(5),
+        agent_env: Vec::new(),
+        allowed_origins: Vec::new(),
+        mirror_refs: false,
+        vcs: hunkgate_sandbox::jj::Vcs::Git,
+        isolation: crate::isolation::Isolation::None,
+        provider: None,
+        limits: Default::default(),
+        max_concurrent_runs: 1,
+    }
+}
+
+impl Fixture {
+    /// A checkout holding `base` (path, text) and a hub over it.
+    fn new(base: &[(&str, String)]) -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(tmp.path().join("repo")).unwrap();
+        for (path, text) in base {
+            std::fs::write(tmp.path().join("repo").join(path), text).unwrap();
+        }
+        let mut f = Fixture { tmp, started: None };
+        f.reopen();
+        f
+    }
+
+    /// Close the hub (as a crash would: nothing is flushed that was not already) and open it
+    /// again over the same state directory.
+    fn reopen(&mut self) {
+        self.started = None;
+        let cfg = config(self.tmp.path());
+        self.started = Some(open_hub(cfg, 0, CancellationToken::new()).unwrap());
+    }
+
+    fn hub(&self) -> &Arc<Hub> {
+        &self.started.as_ref().unwrap().hub
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.tmp.path().join("repo").join(rel)
+    }
+
+    fn read(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.path(rel)).unwrap()
+    }
+
+    fn tree(&self, files: &[(&str, String)]) -> FlatTree {
+        files
+            .iter()
+            .map(|(p, t)| {
+                let oid = self.hub().store.write_blob(t.as_bytes()).unwrap();
+                (
+                    p.to_string(),
+                    Entry {
+                        mode: Mode::File,
+                        oid,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// Publish the change from `base` to `run` as suggestion `id`.
+    fn suggest(&self, id: &str, base: &[(&str, String)], run: &[(&str, String)]) -> Suggestion {
+        let store = &self.hub().store;
+        let (b, r) = (self.tree(base), self.tree(run));
+        let bc = store
+            .commit(store.write_tree(&b).unwrap(), &[], "base")
+            .unwrap();
+        let rc = store
+            .commit(store.write_tree(&r).unwrap(), &[bc], "run")
+            .unwrap();
+        let hunks = build_hunks(store, id, &b, &r, &|_| true).unwrap();
+        let s = Suggestion {
+            id: id.into(),
+            run_id: format!("run-{id}"),
+            description: "test".into(),
+            base_commit: bc.to_string(),
+            run_commit: rc.to_string(),
+            change_id: None,
+            created_at: crate::model::now(),
+            agent: Some("test".into()),
+            prompt: Some("do it".into()),
+            hunks,
+            closed: None,
+            reviewed_commit: None,
+            skipped: Vec::new(),
+        };
+        self.hub().add_suggestion(s.clone()).unwrap();
+        s
+    }
+
+    fn state(&self, sid: &str, i: usize) -> HunkState {
+        self.hub().lock().unwrap().suggestions[sid].hunks[i].state
+    }
+
+    fn journal_len(&self) -> u64 {
+        std::fs::metadata(self.tmp.path().join("state/state.jsonl"))
+            .unwrap()
+            .len()
+    }
+
+    fn feedback(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.tmp.path().join("state/feedback.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+type Files = Vec<(&'static str, String)>;
+
+fn two_hunks() -> (Files, Files) {
+    (
+        vec![("a.txt", numbered(40, &[]))],
+        vec![("a.txt", numbered(40, &[(5, "five"), (30, "thirty")]))],
+    )
+}
+
+#[test]
+fn accept_writes_the_hunk_and_journals_only_the_decision() {
+    let (base, run) = two_hunks();
+    let f = Fixture::new(&base);
+    let s = f.suggest("s1", &base, &run);
+    assert_eq!(s.hunks.len(), 2);
+    let before = f.journal_len();
+    let r = f
+        .hub()
+        .decide(
+            "s1",
+            &s.hunks[0].id,
+            FeedbackAction::Accept,
+            None,
+            Some("ok"),
+        )
+        .unwrap();
+    assert!(r.applied);
+    assert_eq!(r.remaining_hunks, 1);
+    assert_eq!(f.read("a.txt"), numbered(40, &[(5, "five")]));
+    assert_eq!(f.state("s1", 0), HunkState::Accepted);
+    let grown = f.journal_len() - before;
+    let bound = 1024 + 2 * s.hunks[0].diff_text().len() as u64;
+    assert!(grown <= bound, "journal grew {grown} bytes, bound {bound}");
+    let fb = f.feedback();
+    assert_eq!(fb.len(), 1);
+    assert_eq!(fb[0]["outcome"], "applied");
+    assert_eq!(fb[0]["comment"], "ok");
+    assert_eq!(fb[0]["prompt"], "do it");
+    assert!(fb[0]["seq"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn modify_applies_the_users_version_and_undo_takes_it_back() {
+    let (base, run) = two_hunks();
+    let f = Fixture::new(&base);
+    let s = f.suggest("s1", &base, &run);
+    let mine = s.hunks[0].diff_text().replace("+five", "+FIVE");
+    f.hub()
+        .decide(
+            "s1",
+            &s.hunks[0].id,
+            FeedbackAction::Modify,
+            Some(&mine),
+            None,
+        )
+        .unwrap();
+    assert_eq!(f.read("a.txt"), numbered(40, &[(5, "FIVE")]));
+    assert_eq!(f.state("s1", 0), HunkState::Modified);
+    let view = f.hub().get("s1").unwrap();
+    assert!(view.hunks[0]
+        .applied_diff
+        .as_deref()
+        .unwrap()
+        .contains("+FIVE"));
+    f.hub()
+        .decide("s1", &s.hunks[0].id, FeedbackAction::Undo, None, None)
+        .unwrap();
+    assert_eq!(f.read("a.txt"), numbered(40, &[]));
+    assert_eq!(f.state("s1", 0), HunkState::Pending);
+    let outcomes: Vec<String> = f
+        .feedback()
+        .iter()
+        .map(|l| l["outcome"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(outcomes, ["modified", "undone"]);
+}
+
+#[test]
+fn a_stale_base_is_a_conflict_that_changes_nothing() {
+    let (base, run) = two_hunks();
+    let f = Fixture::new(&base);
+    let s = f.suggest("s1", &base, &run);
+    let mine = numbered(40, &[(4, "the user's own line four")]);
+    std::fs::write(f.path("a.txt"), &mine).unwrap();
+    let err = f
+        .hub()
+        .decide("s1", &s.hunks[0].id, FeedbackAction::Accept, None, None)
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            AppError::Conflict {
+                code: ErrorCode::Conflict,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(f.read("a.txt"), mine, "the checkout is untouched");
+    assert_eq!(f.state("s1", 0), HunkState::Conflict);
+    // Positive control: the other hunk's context is intact and it applies.
+    f.hub()
+        .decide("s1", &s.hunks[1].id, FeedbackAction::Accept, None, None)
+        .unwrap();
+    assert!(f.read("a.txt").contains("thirty\n"));
+    assert!(f.read("a.txt").contains("the user's own line four\n"));
+}
+
+#[test]
+fn scoped_rollback_takes_back_only_the_chosen_hunk() {
+    let (base, run) = two_hunks();
+    let f = Fixture::new(&base);
+    let s = f.suggest("s1", &base, &run);
+    for h in &s.hunks {
+        f.hub()
+            .decide("s1", &h.id, FeedbackAction::Accept, None, None)
+            .unwrap();
+    }
+    f.hub()
+        .rollback(
+            "s1",
+            RollbackMode::ScopedSelected,
+            std::slice::from_ref(&s.hunks[0].id),
+            false,
+        )
+        .unwrap();
+    assert_eq!(f.read("a.txt"), numbered(40, &[(30, "thirty")]));
+    assert_eq!(f.state("s1", 0), HunkState::Rejected);
+    assert_eq!(f.state("s1", 1), HunkState::Accepted);
+    let last = f.feedback().pop().unwrap();
+    assert_eq!(last["action"], "rollback");
+    assert!(
+        last["seq"].as_u64().unwrap() > 0,
+        "rollback lines carry seq"
+    );
+}
+
+#[test]
+fn hard_rollback_restores_the_base_and_rejects_later_hunks_on_the_file() {
+    let (base, run) = two_hunks();
+    let f = Fixture::new(&base);
+    let s1 = f.suggest("s1", &base, &run);
+    f.hub()
+        .decide("s1", &s1.hunks[0].id, FeedbackAction::Accept, None, None)
+        .unwrap();
+    let now = vec![("a.txt", numbered(40, &[(5, "five")]))];
+    let later = vec![("a.txt", numbered(40, &[(5, "five"), (20, "twenty")]))];
+    let s2 = f.suggest("s2", &now, &later);
+    f.hub()
+        .decide("s2", &s2.hunks[0].id, FeedbackAction::Accept, None, None)
+        .unwrap();
+    assert_eq!(
+        f.read("a.txt"),
+        numbered(40, &[(5, "five"), (20, "twenty")])
+    );
+    let err = f
+        .hub()
+        .rollback("s1", RollbackMode::HardAll, &[], false)
+        .unwrap_err();
+    assert!(matches!(err, AppError::BadRequest(_)), "needs confirm");
+    f.hub()
+        .rollback("s1", RollbackMode::HardAll, &[], true)
+        .unwrap();
+    assert_eq!(f.read("a.txt"), numbered(40, &[]));
+    assert_eq!(f.state("s1", 0), HunkState::Rejected);
+    assert_eq!(f.state("s2", 0), HunkState::Rejected);
+    let rolled: Vec<u64> = f
+        .feedback()
+        .iter()
+        .filter(|l| l["action"] == "rollback")
+        .map(|l| l["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(rolled.len(), 2);
+    assert!(rolled[0] > 0 && rolled[1] == rolled[0] + 1, "{rolled:?}");
+}
+
+/// Prepare a decision as `commit` would, and stop where a crash would: after the journal
+/// record, optionally after the file writes, never reaching the feedback log or `commit`.
+fn prepare_only(f: &Fixture, sid: &str, i: usize, write_files: bool) {
+    let hub = f.hub();
+    let st = hub.lock().unwrap();
+    let s = &st.suggestions[sid];
+    let root = hub.checkout().unwrap();
+    let plan = crate::decide::apply::plan_forward(
+        &root,
+        &hub.store,
+        &s.hunks[i],
+        s.hunks[i].patch.as_ref(),
+        0,
+        false,
+    )
+    .unwrap();
+    let mut d = Decision::new();
+    let mut change =
+        crate::model::decision::HunkChange::keep(sid, i, &s.hunks[i], HunkState::Accepted);
+    change.applied = plan.applied.clone();
+    let line = crate::model::decision::LineRec::new(s, &s.hunks[i], "accept", "applied");
+    d.ops(plan.ops).change(change).line(
+        line,
+        crate::protocol::Event::Status {
+            seq: 0,
+            suggestion_id: None,
+            run_id: None,
+            status: "x".into(),
+            message: "x".into(),
+        },
+    );
+    hub.journal_append(&Record::Decision(Box::new(d.record().clone())))
+        .unwrap();
+    if write_files {
+        crate::decide::execute::execute(&root, &hub.store, d.file_ops()).unwrap();
+    }
+}
+
+#[test]
+fn a_prepare_whose_files_were_written_is_finished_on_restart_and_logged_once() {
+    let (base, run) = two_hunks();
+    let mut f = Fixture::new(&base);
+    f.suggest("s1", &base, &run);
+    prepare_only(&f, "s1", 0, true);
+    assert!(f.feedback().is_empty());
+    f.reopen();
+    assert_eq!(f.state("s1", 0), HunkState::Accepted);
+    assert_eq!(f.read("a.txt"), numbered(40, &[(5, "five")]));
+    let fb = f.feedback();
+    assert_eq!(fb.len(), 1, "{fb:?}");
+    assert_eq!(fb[0]["outcome"], "applied");
+    f.reopen();
+    assert_eq!(f.feedback().len(), 1, "never logged twice");
+    assert_eq!(
+        f.read("a.txt"),
+        numbered(40, &[(5, "five")]),
+        "applied once"
+    );
+}
+
+#[test]
+fn a_prepare_that_wrote_nothing_is_dropped_on_restart() {
+    let (base, run) = two_hunks();
+    let mut f = Fixture::new(&base);
+    f.suggest("s1", &base, &run);
+    prepare_only(&f, "s1", 0, false);
+    f.reopen();
+    assert_eq!(f.state("s1", 0), HunkState::Pending);
+    assert_eq!(f.read("a.txt"), numbered(40, &[]));
+    assert!(f.feedback().is_empty());
+}
+
+#[test]
+fn the_journal_is_compacted_online_and_replays_to_the_same_state() {
+    let base: Vec<(&str, String)> = vec![("a.txt", numbered(400, &[]))];
+    let edits: Vec<(usize, String)> = (0..40).map(|k| (5 + k * 10, format!("edit {k}"))).collect();
+    let edit_refs: Vec<(usize, &str)> = edits.iter().map(|(i, t)| (*i, t.as_str())).collect();
+    let run = vec![("a.txt", numbered(400, &edit_refs))];
+    let mut f = Fixture::new(&base);
+    let s = f.suggest("s1", &base, &run);
+    assert_eq!(s.hunks.len(), 40);
+    let published = f.journal_len();
+    // Compact as soon as the journal passes its published size: every few decisions.
+    f.hub()
+        .journal
+        .lock()
+        .unwrap()
+        .set_compact_min(published + 2048);
+    for h in &s.hunks {
+        f.hub()
+            .decide("s1", &h.id, FeedbackAction::Accept, None, None)
+            .unwrap();
+    }
+    let records = Journal::read(&f.tmp.path().join("state/state.jsonl")).unwrap();
+    let decisions = records
+        .iter()
+        .filter(|r| matches!(r, Record::Decision(_)))
+        .count();
+    assert!(
+        decisions < 40,
+        "compacted: {decisions} decision records left"
+    );
+    f.reopen();
+    for i in 0..40 {
+        assert_eq!(f.state("s1", i), HunkState::Accepted, "hunk {i}");
+    }
+    assert_eq!(f.read("a.txt"), numbered(400, &edit_refs));
+    assert_eq!(f.feedback().len(), 40);
+}
+
+#[test]
+fn accept_all_writes_each_file_once_and_lands_every_hunk() {
+    let base = vec![("a.txt", numbered(60, &[])), ("b.txt", numbered(60, &[]))];
+    let run = vec![
+        (
+            "a.txt",
+            numbered(60, &[(3, "A3"), (20, "A20"), (50, "A50")]),
+        ),
+        ("b.txt", numbered(60, &[(10, "B10"), (40, "B40")])),
+    ];
+    let f = Fixture::new(&base);
+    let s = f.suggest("s1", &base, &run);
+    assert_eq!(s.hunks.len(), 5);
+    let out = f
+        .hub()
+        .decide_all("s1", crate::protocol::BulkAction::Accept, None, None)
+        .unwrap();
+    assert_eq!(out["decided"].as_array().unwrap().len(), 5, "{out}");
+    assert_eq!(out["remaining_hunks"], 0);
+    assert_eq!(f.read("a.txt"), run[0].1);
+    assert_eq!(f.read("b.txt"), run[1].1);
+    let records = Journal::read(&f.tmp.path().join("state/state.jsonl")).unwrap();
+    let ops: Vec<usize> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Decision(d) => Some(d.ops.len()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ops, vec![2], "one decision, one write per file");
+    let fb = f.feedback();
+    assert_eq!(fb.len(), 5);
+    let seqs: Vec<u64> = fb.iter().map(|l| l["seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+    assert!(fb.iter().all(|l| l["decision_id"] == fb[0]["decision_id"]));
+}
+
+#[test]
+fn accept_all_records_a_conflicting_hunk_and_applies_the_rest() {
+    let base = vec![("a.txt", numbered(60, &[]))];
+    let run = vec![(
+        "a.txt",
+        numbered(60, &[(3, "A3"), (30, "A30"), (50, "A50")]),
+    )];
+    let f = Fixture::new(&base);
+    let s = f.suggest("s1", &base, &run);
+    let mine = numbered(60, &[(29, "the user's 29")]);
+    std::fs::write(f.path("a.txt"), &mine).unwrap();
+    let out = f
+        .hub()
+        .decide_all("s1", crate::protocol::BulkAction::Accept, None, None)
+        .unwrap();
+    assert_eq!(out["decided"].as_array().unwrap().len(), 2, "{out}");
+    assert_eq!(out["failed"][0]["hunk_id"], s.hunks[1].id.as_str());
+    assert_eq!(
+        f.read("a.txt"),
+        numbered(60, &[(3, "A3"), (29, "the user's 29"), (50, "A50")])
+    );
+    assert_eq!(f.state("s1", 1), HunkState::Conflict);
+    let outcomes: Vec<String> = f
+        .feedback()
+        .iter()
+        .map(|l| l["outcome"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(outcomes, ["applied", "conflict", "applied"]);
+}

@@ -1,0 +1,163 @@
+//! The event bus: assigns every event its `seq`, keeps recent events for replay, and fans them out
+//! to every WebSocket client.
+//!
+//! Sequence numbers survive restarts: blocks of them are reserved in the journal before use, so a
+//! restarted hub continues above anything a client may have seen.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::broadcast;
+
+use crate::protocol::Event;
+use crate::store::journal::{Journal, Record};
+
+/// How many recent events a reconnecting client can replay.
+pub const REPLAY_WINDOW: usize = 4096;
+const SEQ_BLOCK: u64 = 1000;
+
+#[derive(Clone, Debug)]
+pub struct Sent {
+    pub seq: u64,
+    pub json: Arc<str>,
+}
+
+struct Inner {
+    seq: u64,
+    reserved_upto: u64,
+    ring: VecDeque<Sent>,
+}
+
+pub struct Bus {
+    inner: Mutex<Inner>,
+    tx: broadcast::Sender<Sent>,
+    journal: Arc<Mutex<Journal>>,
+}
+
+impl Bus {
+    pub fn new(journal: Arc<Mutex<Journal>>, last_reserved: u64) -> Self {
+        let (tx, _) = broadcast::channel(1024);
+        Self {
+            inner: Mutex::new(Inner {
+                seq: last_reserved,
+                reserved_upto: last_reserved,
+                ring: VecDeque::new(),
+            }),
+            tx,
+            journal,
+        }
+    }
+
+    /// The seq of the newest event.
+    pub fn current(&self) -> u64 {
+        self.inner.lock().map(|i| i.seq).unwrap_or(0)
+    }
+
+    /// Run `f` with the highest reserved seq while no event can be numbered (journal
+    /// compaction writes that mark into the new journal, so no reservation is lost).
+    pub fn with_reserved<T>(&self, f: impl FnOnce(u64) -> T) -> T {
+        let inner = match self.inner.lock() {
+            Ok(i) => i,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        f(inner.reserved_upto)
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<Sent> {
+        self.tx.subscribe()
+    }
+
+    /// Assign the next seq and broadcast. Returns the seq.
+    pub fn emit(&self, event: Event) -> u64 {
+        let Ok(mut inner) = self.inner.lock() else {
+            return 0;
+        };
+        self.emit_locked(&mut inner, event)
+    }
+
+    /// Announce `events` only once `commit` made them durable: `commit` gets the seqs the events
+    /// will carry (to write them into the feedback log) and runs while no other event can be
+    /// numbered, so the seqs stay in order. When `commit` fails nothing is announced, no seq
+    /// is used, and the events are handed back.
+    pub fn emit_durably<E>(
+        &self,
+        events: Vec<Event>,
+        commit: impl FnOnce(&[u64]) -> Result<(), E>,
+    ) -> Result<Vec<u64>, (E, Vec<Event>)> {
+        let mut inner = match self.inner.lock() {
+            Ok(i) => i,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let first = inner.seq + 1;
+        let seqs: Vec<u64> = (first..first + events.len() as u64).collect();
+        if let Some(last) = seqs.last() {
+            // Reserved before they are written anywhere, so a restart never hands them out again.
+            self.reserve(&mut inner, *last);
+        }
+        if let Err(e) = commit(&seqs) {
+            return Err((e, events));
+        }
+        for ev in events {
+            self.emit_locked(&mut inner, ev);
+        }
+        Ok(seqs)
+    }
+
+    /// Make sure seqs up to `seq` are reserved in the journal.
+    fn reserve(&self, inner: &mut Inner, seq: u64) {
+        if seq <= inner.reserved_upto {
+            return;
+        }
+        let upto = seq + SEQ_BLOCK;
+        // A failed reservation is logged, not fatal: events still flow, and at worst a
+        // client replays from a seq that was reused after a crash and resyncs fully.
+        match self.journal.lock() {
+            Ok(mut j) => {
+                if let Err(e) = j.append(&Record::Seq { upto }) {
+                    tracing::error!(error = %e, "reserving event sequence numbers");
+                }
+            }
+            Err(_) => tracing::error!("journal lock poisoned"),
+        }
+        inner.reserved_upto = upto;
+    }
+
+    fn emit_locked(&self, inner: &mut Inner, mut event: Event) -> u64 {
+        let seq = inner.seq + 1;
+        self.reserve(inner, seq);
+        inner.seq = seq;
+        event.set_seq(seq);
+        let json: Arc<str> = match serde_json::to_string(&event) {
+            Ok(s) => s.into(),
+            Err(e) => {
+                tracing::error!(error = %e, "serializing event");
+                return seq;
+            }
+        };
+        let sent = Sent { seq, json };
+        inner.ring.push_back(sent.clone());
+        if inner.ring.len() > REPLAY_WINDOW {
+            inner.ring.pop_front();
+        }
+        // No receivers is fine: nobody is connected.
+        let _ = self.tx.send(sent);
+        seq
+    }
+
+    /// Events after `since`, and whether that is all of them (false: some fell out of the window
+    /// or predate this hub's start, so the client should resync with `list`/`get`).
+    pub fn since(&self, since: u64) -> (Vec<Sent>, bool) {
+        let Ok(inner) = self.inner.lock() else {
+            return (Vec::new(), false);
+        };
+        let oldest = inner.ring.front().map(|s| s.seq).unwrap_or(inner.seq + 1);
+        let complete = since + 1 >= oldest || since >= inner.seq;
+        let events = inner
+            .ring
+            .iter()
+            .filter(|s| s.seq > since)
+            .cloned()
+            .collect();
+        (events, complete)
+    }
+}

@@ -1,0 +1,229 @@
+//! The hub's state and every decision on it.
+//!
+//! One lock (`state`) serializes decisions, so two clients accepting hunks of the same file can
+//! never interleave their writes. Decisions do blocking file I/O and fsyncs, so callers run them
+//! on the blocking pool ([`Hub::blocking`]).
+
+pub mod auth;
+pub mod events;
+pub mod registry;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use hunkgate_sandbox::beneath::Beneath;
+use hunkgate_sandbox::store::Store;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::ServeConfig;
+use crate::error::AppError;
+use crate::hub::events::Bus;
+use crate::hub::registry::Runs;
+use crate::model::feedback::FeedbackRecord;
+use crate::model::run::RunRec;
+use crate::model::suggestion::Suggestion;
+use crate::protocol::{Event, SuggestionSummary, SuggestionView};
+use crate::store::feedback::FeedbackLog;
+use crate::store::journal::{Journal, Record};
+
+pub struct State {
+    pub suggestions: BTreeMap<String, Suggestion>,
+    /// Creation order, for listing.
+    pub order: Vec<String>,
+    pub runs: BTreeMap<String, RunRec>,
+    pub sessions: crate::hub::registry::Sessions,
+}
+
+impl State {
+    /// Records that restore this state: one per run and suggestion (in creation order), the
+    /// sessions, and the event-sequence mark. What the journal is compacted to.
+    pub fn records(&self, seq_upto: u64) -> Vec<Record> {
+        let mut out: Vec<Record> = self
+            .runs
+            .values()
+            .cloned()
+            .map(|r| Record::Run(Box::new(r)))
+            .collect();
+        out.extend(
+            self.order
+                .iter()
+                .filter_map(|id| self.suggestions.get(id))
+                .cloned()
+                .map(|s| Record::Suggestion(Box::new(s))),
+        );
+        out.extend(self.sessions.records());
+        out.push(Record::Seq { upto: seq_upto });
+        out
+    }
+}
+
+pub struct Hub {
+    pub cfg: ServeConfig,
+    pub store: Store,
+    pub bus: Bus,
+    pub journal: Arc<Mutex<Journal>>,
+    pub feedback: Mutex<FeedbackLog>,
+    pub state: Mutex<State>,
+    pub reviewer_token: String,
+    pub epoch: String,
+    pub ws_clients: AtomicUsize,
+    pub runs: Runs,
+    pub tasks: TaskTracker,
+    pub shutdown: CancellationToken,
+    /// Decisions that stand in the checkout but whose feedback lines and `commit` could not be
+    /// written yet (decision id, lines): written before the next decision.
+    pub unfinished: Mutex<Vec<(String, Vec<FeedbackRecord>)>>,
+}
+
+/// The outcome of one decision, as answered to the client.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DecisionResult {
+    pub applied: bool,
+    pub remaining_hunks: usize,
+    pub hunk: crate::protocol::HunkView,
+}
+
+impl Hub {
+    pub fn lock(&self) -> Result<MutexGuard<'_, State>, AppError> {
+        self.state
+            .lock()
+            .map_err(|_| AppError::Internal("state lock poisoned".into()))
+    }
+
+    /// Compact the journal to a snapshot of `st` once it has grown enough (see
+    /// [`Journal::due`]). Called with the state lock held, after a decision committed, so the
+    /// snapshot holds every committed decision and no decision is half-way. A failure is
+    /// logged: the old journal is still whole and correct, only larger.
+    pub(crate) fn compact_if_due(&self, st: &State) {
+        let due = self.journal.lock().map(|j| j.due()).unwrap_or(false);
+        if !due {
+            return;
+        }
+        self.bus.with_reserved(|upto| {
+            let records = st.records(upto);
+            let Ok(mut j) = self.journal.lock() else {
+                return;
+            };
+            let before = j.len();
+            match j.replace(&records) {
+                Ok(()) => tracing::info!(before, after = j.len(), "compacted the journal"),
+                Err(e) => tracing::warn!(error = %e, "compacting the journal"),
+            }
+        });
+    }
+
+    pub fn journal_append(&self, rec: &Record) -> Result<(), AppError> {
+        self.journal
+            .lock()
+            .map_err(|_| AppError::Internal("journal lock poisoned".into()))?
+            .append(rec)
+            .map_err(|e| AppError::Internal(e.to_string()))
+    }
+
+    /// Run blocking work (file I/O, fsync, gix) off the async workers.
+    pub async fn blocking<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&Hub) -> Result<T, AppError> + Send + 'static,
+    ) -> Result<T, AppError> {
+        let hub = self.clone();
+        tokio::task::spawn_blocking(move || f(&hub))
+            .await
+            .map_err(|e| AppError::Internal(format!("worker failed: {e}")))?
+    }
+
+    pub fn checkout(&self) -> Result<Beneath, AppError> {
+        Beneath::open(&self.cfg.repo).map_err(|e| AppError::Internal(e.to_string()))
+    }
+
+    pub fn list(&self, all: bool) -> Result<Vec<SuggestionSummary>, AppError> {
+        let st = self.lock()?;
+        Ok(st
+            .order
+            .iter()
+            .filter_map(|id| st.suggestions.get(id))
+            .filter(|s| all || s.closed.is_none())
+            .map(|s| SuggestionSummary::from(&s.view()))
+            .collect())
+    }
+
+    /// Find a suggestion by id or unique id prefix (the CLI's short ids).
+    pub fn resolve_id(st: &State, id: &str) -> Result<String, AppError> {
+        if st.suggestions.contains_key(id) {
+            return Ok(id.to_string());
+        }
+        let matches: Vec<&String> = st
+            .suggestions
+            .keys()
+            .filter(|k| k.starts_with(id))
+            .collect();
+        match matches.as_slice() {
+            [one] if !id.is_empty() => Ok((*one).clone()),
+            [] | [_] => Err(AppError::NotFound(format!(
+                "no suggestion {id:?}; `hunkgate list` shows them"
+            ))),
+            _ => Err(AppError::BadRequest(format!(
+                "{id:?} matches {} suggestions; give more of the id",
+                matches.len()
+            ))),
+        }
+    }
+
+    pub fn get(&self, id: &str) -> Result<SuggestionView, AppError> {
+        let st = self.lock()?;
+        let id = Self::resolve_id(&st, id)?;
+        Ok(st.suggestions[&id].view())
+    }
+
+    /// Add a new suggestion (durably) and announce it.
+    pub fn add_suggestion(&self, s: Suggestion) -> Result<SuggestionView, AppError> {
+        let mut st = self.lock()?;
+        self.journal_append(&Record::Suggestion(Box::new(s.clone())))?;
+        let view = s.view();
+        st.order.push(s.id.clone());
+        st.suggestions.insert(s.id.clone(), s);
+        drop(st);
+        self.bus.emit(Event::Ready {
+            seq: 0,
+            suggestion: Box::new(view.clone()),
+        });
+        self.bus.emit(Event::CheckpointCreated {
+            seq: 0,
+            checkpoint_id: view.id.clone(),
+            suggestion_id: view.id.clone(),
+            run_id: view.run_id.clone(),
+            affected_files: view.files.clone(),
+        });
+        Ok(view)
+    }
+}
+
+/// Test seams, in debug builds only: with `HUNKGATE_TEST_PAUSE_DIR=<dir>` set, a decision that
+/// reaches a named point while `<dir>/<point>.pause` exists creates `<dir>/<point>.reached` and
+/// waits (at most a minute) until the `.pause` file is gone, so a test can bring about a real
+/// fault (fill a disk, make a file immutable, edit a file) at exactly that moment. Points:
+/// `before-write` (after the `prepare` is fsynced, before the checkout is written) and
+/// `before-commit` (after the checkout is written, before the feedback line and `commit`).
+pub mod test_hooks {
+    #[cfg(debug_assertions)]
+    pub fn pause(point: &str) {
+        let Some(dir) = std::env::var_os("HUNKGATE_TEST_PAUSE_DIR") else {
+            return;
+        };
+        let dir = std::path::PathBuf::from(dir);
+        let gate = dir.join(format!("{point}.pause"));
+        if !gate.exists() {
+            return;
+        }
+        let _ = std::fs::write(dir.join(format!("{point}.reached")), b"");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while gate.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    #[cfg(not(debug_assertions))]
+    #[inline(always)]
+    pub fn pause(_point: &str) {}
+}

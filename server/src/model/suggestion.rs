@@ -1,0 +1,469 @@
+//! Suggestions and hunks: built from a base tree and a run tree, and the records the hub keeps
+//! (and journals) about them.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use hunkgate_patch::{diff_hunks, is_text, Hunk};
+use hunkgate_sandbox::store::{Entry, FlatTree, Mode, Store, StoreError};
+use hunkgate_sandbox::ObjectId;
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::{
+    HunkHeader, HunkKind, HunkState, HunkView, SuggestionStatus, SuggestionView,
+};
+
+/// Lines of context around each hunk, as `git diff` uses by default.
+pub const CONTEXT: usize = 3;
+
+/// A file's state on one side of a hunk; `None` = absent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Side {
+    pub mode: Mode,
+    pub oid: String,
+}
+
+impl Side {
+    fn of(entry: Option<&Entry>) -> Option<Side> {
+        entry.map(|e| Side {
+            mode: e.mode,
+            oid: e.oid.to_string(),
+        })
+    }
+}
+
+/// One reviewable change, as the hub stores it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HunkRec {
+    pub id: String,
+    pub file: String,
+    pub index: usize,
+    pub kind: HunkKind,
+    pub state: HunkState,
+    /// For line hunks (modify / create / delete of text files, symlink targets).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patch: Option<Hunk>,
+    /// Whole-file sides (binary, rename, mode, and the file-level checks of create/delete).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old: Option<Side>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new: Option<Side>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old_path: Option<String>,
+    /// An accepted `delete`'s file permission bits, for undoing it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub perm: Option<u32>,
+    /// What was actually applied (the user's version for `modify`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied: Option<Hunk>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conflict: Option<String>,
+    /// Why the agent made this change (`hunk_descriptions` at publish, or the built-in
+    /// agent's edit rationale).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+impl HunkRec {
+    pub fn diff_text(&self) -> String {
+        match self.kind {
+            HunkKind::Modify | HunkKind::Create | HunkKind::Delete | HunkKind::Symlink => self
+                .patch
+                .as_ref()
+                .map(|p| p.to_unified())
+                .unwrap_or_default(),
+            HunkKind::Binary => format!("Binary files a/{0} and b/{0} differ\n", self.file),
+            HunkKind::Rename => format!(
+                "rename from {}\nrename to {}\n",
+                self.old_path.as_deref().unwrap_or(""),
+                self.file
+            ),
+            HunkKind::Mode => format!(
+                "old mode {}\nnew mode {}\n",
+                self.old.as_ref().map(|s| s.mode.octal()).unwrap_or(""),
+                self.new.as_ref().map(|s| s.mode.octal()).unwrap_or("")
+            ),
+        }
+    }
+
+    pub fn view(&self) -> HunkView {
+        HunkView {
+            id: self.id.clone(),
+            file: self.file.clone(),
+            diff: self.diff_text(),
+            kind: self.kind,
+            index: self.index,
+            state: self.state,
+            old_path: self.old_path.clone(),
+            header: self.patch.as_ref().map(|p| HunkHeader {
+                old_start: p.old_start,
+                old_lines: p.old_len,
+                new_start: p.new_start,
+                new_lines: p.new_len,
+            }),
+            applied_diff: match (self.state, &self.applied) {
+                (HunkState::Modified, Some(a)) => Some(a.to_unified()),
+                _ => None,
+            },
+            comment: self.comment.clone(),
+            conflict: self.conflict.clone(),
+            description: self.description.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Suggestion {
+    pub id: String,
+    pub run_id: String,
+    pub description: String,
+    pub base_commit: String,
+    pub run_commit: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change_id: Option<String>,
+    pub created_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    pub hunks: Vec<HunkRec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closed: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reviewed_commit: Option<String>,
+    /// Files the run's snapshot left out (reported, never hunks).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<crate::protocol::SkippedFile>,
+}
+
+impl Suggestion {
+    pub fn files(&self) -> Vec<String> {
+        let mut seen = BTreeSet::new();
+        let mut out = Vec::new();
+        for h in &self.hunks {
+            if seen.insert(h.file.clone()) {
+                out.push(h.file.clone());
+            }
+        }
+        out
+    }
+
+    pub fn reviewed_count(&self) -> usize {
+        self.hunks.iter().filter(|h| h.state.reviewed()).count()
+    }
+
+    pub fn status(&self) -> SuggestionStatus {
+        let reviewed = self.reviewed_count();
+        if reviewed == self.hunks.len() || self.closed.is_some() {
+            SuggestionStatus::Complete
+        } else if reviewed == 0 {
+            SuggestionStatus::Pending
+        } else {
+            SuggestionStatus::Partial
+        }
+    }
+
+    pub fn hunk(&self, id: &str) -> Option<&HunkRec> {
+        self.hunks.iter().find(|h| h.id == id)
+    }
+
+    pub fn view(&self) -> SuggestionView {
+        SuggestionView {
+            id: self.id.clone(),
+            jj_change_id: self
+                .change_id
+                .clone()
+                .unwrap_or_else(|| self.run_commit.clone()),
+            description: self.description.clone(),
+            files: self.files(),
+            hunks: self.hunks.iter().map(HunkRec::view).collect(),
+            hunk_count: self.hunks.len(),
+            reviewed_count: self.reviewed_count(),
+            status: self.status(),
+            closed: self.closed.clone(),
+            run_id: self.run_id.clone(),
+            base_commit: self.base_commit.clone(),
+            run_commit: self.run_commit.clone(),
+            reviewed_commit: self.reviewed_commit.clone(),
+            created_at: self.created_at.clone(),
+            agent: self.agent.clone(),
+            prompt: self.prompt.clone(),
+            skipped: self.skipped.clone(),
+        }
+    }
+}
+
+/// Text of a blob when it is reviewable line by line.
+fn text_of(store: &Store, entry: &Entry) -> Result<Option<String>, StoreError> {
+    let bytes = store.read_blob(entry.oid)?;
+    if is_text(&bytes) {
+        Ok(String::from_utf8(bytes).ok())
+    } else {
+        Ok(None)
+    }
+}
+
+type Changed<'a> = BTreeMap<&'a str, (Option<&'a Entry>, Option<&'a Entry>)>;
+
+/// Diff two trees into hunk records (ids filled in with `suggestion_id`), in path order.
+/// `only` restricts the result to paths it accepts (the agent's `--files` globs).
+pub fn build_hunks(
+    store: &Store,
+    suggestion_id: &str,
+    base: &FlatTree,
+    run: &FlatTree,
+    only: &dyn Fn(&str) -> bool,
+) -> Result<Vec<HunkRec>, StoreError> {
+    let mut changed: Changed = BTreeMap::new();
+    for (path, e) in base {
+        if run.get(path) != Some(e) {
+            changed.insert(path, (Some(e), run.get(path)));
+        }
+    }
+    for (path, e) in run {
+        if !base.contains_key(path) {
+            changed.insert(path, (None, Some(e)));
+        }
+    }
+    changed.retain(|p, _| only(p));
+    let renames = exact_renames(&changed);
+    let renamed_from: BTreeSet<String> = renames.values().cloned().collect();
+
+    let mut out = Vec::new();
+    for (path, (old, new)) in &changed {
+        if renamed_from.contains(*path) {
+            continue;
+        }
+        let mk = |kind: HunkKind, patch: Option<Hunk>| HunkRec {
+            id: String::new(),
+            file: path.to_string(),
+            index: 0,
+            kind,
+            state: HunkState::Pending,
+            patch,
+            old: Side::of(*old),
+            new: Side::of(*new),
+            old_path: None,
+            perm: None,
+            applied: None,
+            comment: None,
+            conflict: None,
+            description: None,
+        };
+        let recs = match renames.get(*path) {
+            Some(from) => {
+                let mut rec = mk(HunkKind::Rename, None);
+                rec.old_path = Some(from.clone());
+                rec.old = Side::of(base.get(from));
+                vec![rec]
+            }
+            None => path_hunks(store, *old, *new)?
+                .into_iter()
+                .map(|(kind, patch)| mk(kind, patch))
+                .collect(),
+        };
+        for (i, mut rec) in recs.into_iter().enumerate() {
+            rec.index = i;
+            rec.id = format!("{suggestion_id}:{path}:{i}");
+            out.push(rec);
+        }
+    }
+    Ok(out)
+}
+
+/// Exact renames: a deleted and an added path with the same blob and mode (new → old path).
+fn exact_renames(changed: &Changed) -> BTreeMap<String, String> {
+    let deleted: Vec<(&str, &Entry)> = changed
+        .iter()
+        .filter_map(|(p, (o, n))| match (o, n) {
+            (Some(o), None) => Some((*p, *o)),
+            _ => None,
+        })
+        .collect();
+    let mut used = BTreeSet::new();
+    let mut renames = BTreeMap::new();
+    for (p, (o, n)) in changed {
+        if let (None, Some(n)) = (o, n) {
+            if let Some((from, _)) = deleted
+                .iter()
+                .find(|(dp, de)| de.oid == n.oid && de.mode == n.mode && !used.contains(dp))
+            {
+                used.insert(*from);
+                renames.insert(p.to_string(), from.to_string());
+            }
+        }
+    }
+    renames
+}
+
+/// The hunks (kind, line patch) of one path that changed from `old` to `new` (not a rename).
+fn path_hunks(
+    store: &Store,
+    old: Option<&Entry>,
+    new: Option<&Entry>,
+) -> Result<Vec<(HunkKind, Option<Hunk>)>, StoreError> {
+    let is_link = |e: Option<&Entry>| e.is_some_and(|e| e.mode == Mode::Symlink);
+    if is_link(old) || is_link(new) {
+        // A symlink's target is shown as a one-line text; file <-> symlink swaps are
+        // whole-entry changes handled by the same record.
+        let show = |e: Option<&Entry>| -> Result<String, StoreError> {
+            Ok(match e {
+                Some(e) => String::from_utf8_lossy(&store.read_blob(e.oid)?).into_owned(),
+                None => String::new(),
+            })
+        };
+        let (o, n) = (show(old)?, show(new)?);
+        let patch = diff_hunks(&o, &n, CONTEXT).into_iter().next();
+        return Ok(vec![(HunkKind::Symlink, patch)]);
+    }
+    let old_text = old.map(|e| text_of(store, e)).transpose()?;
+    let new_text = new.map(|e| text_of(store, e)).transpose()?;
+    if matches!(old_text, Some(None)) || matches!(new_text, Some(None)) {
+        return Ok(vec![(HunkKind::Binary, None)]);
+    }
+    let o = old_text.flatten().unwrap_or_default();
+    let n = new_text.flatten().unwrap_or_default();
+    Ok(match (old, new) {
+        (None, Some(_)) => vec![(
+            HunkKind::Create,
+            diff_hunks("", &n, CONTEXT).into_iter().next(),
+        )],
+        (Some(_), None) => vec![(
+            HunkKind::Delete,
+            diff_hunks(&o, "", CONTEXT).into_iter().next(),
+        )],
+        (Some(oe), Some(ne)) => {
+            let mut out = Vec::new();
+            if oe.mode != ne.mode {
+                out.push((HunkKind::Mode, None));
+            }
+            out.extend(
+                diff_hunks(&o, &n, CONTEXT)
+                    .into_iter()
+                    .map(|h| (HunkKind::Modify, Some(h))),
+            );
+            out
+        }
+        (None, None) => Vec::new(),
+    })
+}
+
+/// Longest hunk description kept (it is the agent's text, shown to the user).
+pub const MAX_NOTE: usize = 2000;
+
+/// Give hunks the agent's descriptions. A note with a line goes to the hunk of its file whose
+/// new side contains that line (or, for a deletion, starts at it); one without goes to every
+/// hunk of the file. Several notes on one hunk are joined, in order, without repeats. Notes
+/// naming no hunk are returned so the caller can say so.
+pub fn attach_notes(hunks: &mut [HunkRec], notes: &[crate::protocol::HunkNote]) -> Vec<String> {
+    let mut unmatched = Vec::new();
+    for note in notes {
+        let text: String = note.description.trim().chars().take(MAX_NOTE).collect();
+        if text.is_empty() {
+            continue;
+        }
+        let mut hit = false;
+        for h in hunks.iter_mut().filter(|h| h.file == note.file) {
+            let covers = match (note.line, &h.patch) {
+                (None, _) => true,
+                (Some(line), Some(p)) => {
+                    let end = p.new_start + p.new_len.max(1);
+                    line >= p.new_start.max(1) && line < end
+                }
+                (Some(_), None) => true,
+            };
+            if !covers {
+                continue;
+            }
+            hit = true;
+            match &mut h.description {
+                Some(d) if d.split("\n").any(|l| l == text) => {}
+                Some(d) => {
+                    d.push('\n');
+                    d.push_str(&text);
+                }
+                None => h.description = Some(text.clone()),
+            }
+        }
+        if !hit {
+            unmatched.push(match note.line {
+                Some(l) => format!("{}:{l}", note.file),
+                None => note.file.clone(),
+            });
+        }
+    }
+    unmatched
+}
+
+/// Parse an oid stored as text in a record.
+pub fn oid(s: &str) -> Option<ObjectId> {
+    ObjectId::from_hex(s.as_bytes()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::HunkNote;
+
+    fn rec(file: &str, patch: Option<Hunk>) -> HunkRec {
+        HunkRec {
+            id: String::new(),
+            file: file.into(),
+            index: 0,
+            kind: HunkKind::Modify,
+            state: HunkState::Pending,
+            patch,
+            old: None,
+            new: None,
+            old_path: None,
+            perm: None,
+            applied: None,
+            comment: None,
+            conflict: None,
+            description: None,
+        }
+    }
+
+    fn note(file: &str, line: Option<usize>, d: &str) -> HunkNote {
+        HunkNote {
+            file: file.into(),
+            line,
+            description: d.into(),
+        }
+    }
+
+    #[test]
+    fn notes_land_on_the_hunk_that_holds_their_line() {
+        let old: String = (1..=40).map(|i| format!("line {i}\n")).collect();
+        let new = old
+            .replace("line 5\n", "five\n")
+            .replace("line 30\n", "thirty\n");
+        let patches = diff_hunks(&old, &new, CONTEXT);
+        assert_eq!(patches.len(), 2, "positive control: two separate hunks");
+        let mut hunks: Vec<HunkRec> = patches
+            .into_iter()
+            .map(|p| rec("a.txt", Some(p)))
+            .chain([rec("b.bin", None)])
+            .collect();
+        let unmatched = attach_notes(
+            &mut hunks,
+            &[
+                note("a.txt", Some(30), "spell out thirty"),
+                note("a.txt", Some(30), "spell out thirty"),
+                note("a.txt", None, "words, not numbers"),
+                note("b.bin", Some(3), "binary: whole file"),
+                note("a.txt", Some(18), "nowhere"),
+                note("c.txt", None, "no such file"),
+                note("a.txt", None, "   "),
+            ],
+        );
+        assert_eq!(hunks[0].description.as_deref(), Some("words, not numbers"));
+        assert_eq!(
+            hunks[1].description.as_deref(),
+            Some("spell out thirty\nwords, not numbers")
+        );
+        assert_eq!(hunks[2].description.as_deref(), Some("binary: whole file"));
+        assert_eq!(unmatched, vec!["a.txt:18".to_string(), "c.txt".to_string()]);
+    }
+}

@@ -1,0 +1,45 @@
+//! Text helpers shared by every layer that shows agent text to people: one place, so every
+//! view flattens and cuts text the same way.
+//!
+//! May import: nothing of the crate.
+
+/// One printable line, at most `max` characters (agent text goes to status lines).
+pub fn one_line(s: &str, max: usize) -> String {
+    let flat: String = s
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let flat = flat.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() > max {
+        let mut out: String = flat.chars().take(max.saturating_sub(1)).collect();
+        out.push('…');
+        out
+    } else {
+        flat
+    }
+}
+
+/// An error and its sources, one after another.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(inner) = src {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        src = inner.source();
+    }
+    s
+}
+
+/// At most `max` characters, control characters but newlines blanked, `…` when cut.
+pub fn shorten(s: &str, max: usize) -> String {
+    let mut out: String = s
+        .chars()
+        .map(|c| if c.is_control() && c != '\n' { ' ' } else { c })
+        .take(max)
+        .collect();
+    if s.chars().count() > max {
+        out.push('…');
+    }
+    out
+}

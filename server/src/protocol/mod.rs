@@ -1,0 +1,726 @@
+//! The wire protocol: every event, command and response hunkgate speaks.
+//!
+//! The specification is [`protocol.md`](https://docs.rs/hunkgate) — the same text is this
+//! module's documentation, kept beside the types it describes so the two change together.
+#![doc = include_str!("protocol.md")]
+
+use serde::{Deserialize, Serialize};
+
+pub const PROTOCOL_VERSION: u32 = 1;
+pub const SERVICE: &str = "hunkgate";
+
+// ---------------------------------------------------------------------------------------------
+// Views: what clients see of suggestions and hunks.
+
+/// What a hunk changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HunkKind {
+    /// Lines of an existing text file.
+    Modify,
+    /// A new file (one hunk holding all of it).
+    Create,
+    /// A deleted file (one hunk holding all of it).
+    Delete,
+    /// A file moved with identical content.
+    Rename,
+    /// A binary or non-UTF-8 file: whole-file accept or reject, no text diff.
+    Binary,
+    /// The executable bit changed.
+    Mode,
+    /// A symlink created, changed or removed (its target is the content).
+    Symlink,
+}
+
+/// Review state of one hunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HunkState {
+    Pending,
+    Accepted,
+    Modified,
+    Rejected,
+    /// The last accept/modify could not apply (the file moved on); it can be retried.
+    Conflict,
+}
+
+impl HunkState {
+    pub fn reviewed(self) -> bool {
+        matches!(
+            self,
+            HunkState::Accepted | HunkState::Modified | HunkState::Rejected
+        )
+    }
+    pub fn applied(self) -> bool {
+        matches!(self, HunkState::Accepted | HunkState::Modified)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HunkHeader {
+    pub old_start: usize,
+    pub old_lines: usize,
+    pub new_start: usize,
+    pub new_lines: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HunkView {
+    /// `<suggestion-id>:<path>:<index>`, index 0-based per file.
+    pub id: String,
+    pub file: String,
+    /// Unified diff of this hunk ("@@ -a,b +c,d @@" and body); for binary, mode and rename
+    /// hunks a one-line git-style description instead.
+    pub diff: String,
+    pub kind: HunkKind,
+    pub index: usize,
+    pub state: HunkState,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub old_path: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub header: Option<HunkHeader>,
+    /// The diff that was applied when the user modified the hunk.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub applied_diff: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+    /// Why the last accept failed, while `state` is `conflict`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conflict: Option<String>,
+    /// The agent's word on why it made this change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SuggestionStatus {
+    Pending,
+    Partial,
+    Complete,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SuggestionView {
+    pub id: String,
+    /// The jj change id of the run in a jj repository; the run commit id otherwise.
+    pub jj_change_id: String,
+    pub description: String,
+    pub files: Vec<String>,
+    pub hunks: Vec<HunkView>,
+    pub hunk_count: usize,
+    pub reviewed_count: usize,
+    pub status: SuggestionStatus,
+    /// Set once the suggestion was completed with `finalize` or `discard`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub closed: Option<String>,
+    pub run_id: String,
+    pub base_commit: String,
+    pub run_commit: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reviewed_commit: Option<String>,
+    pub created_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    /// Files of the run that the snapshot left out (too large, not a regular file or symlink,
+    /// a name that is not UTF-8): never offered as hunks, never deleted, only reported.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<SkippedFile>,
+}
+
+/// A file left out of a suggestion, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkippedFile {
+    pub path: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SuggestionSummary {
+    pub id: String,
+    pub jj_change_id: String,
+    pub description: String,
+    pub files: Vec<String>,
+    pub hunk_count: usize,
+    pub reviewed_count: usize,
+    pub status: SuggestionStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub closed: Option<String>,
+    pub run_id: String,
+    pub created_at: String,
+}
+
+impl From<&SuggestionView> for SuggestionSummary {
+    fn from(s: &SuggestionView) -> Self {
+        Self {
+            id: s.id.clone(),
+            jj_change_id: s.jj_change_id.clone(),
+            description: s.description.clone(),
+            files: s.files.clone(),
+            hunk_count: s.hunk_count,
+            reviewed_count: s.reviewed_count,
+            status: s.status,
+            closed: s.closed.clone(),
+            run_id: s.run_id.clone(),
+            created_at: s.created_at.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    Queued,
+    Working,
+    /// The built-in agent asked the user a question (`clarify_user`) and waits for the answer.
+    WaitingForUser,
+    /// The agent finished and its suggestion is ready for review.
+    Ready,
+    /// The agent finished without changing anything.
+    NoChanges,
+    Failed,
+    Cancelled,
+    /// The hub stopped (restarted, crashed) while the run was working or waiting for an answer.
+    /// The run is over; its suggestions, session and history stay, and the session's next run
+    /// can be started as usual.
+    Interrupted,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunView {
+    pub run_id: String,
+    pub status: RunState,
+    pub prompt: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    #[serde(default)]
+    pub suggestion_ids: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base_commit: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub created_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// Built-in agent: the model asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Built-in agent: why the loop ended — `finished`, `answered` (the model stopped without
+    /// calling finish), `budget_exhausted`, `schema_retries_exhausted`, `provider_error`,
+    /// `timeout`, `cancelled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<String>,
+    /// Built-in agent: what the run cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<RunUsage>,
+    /// Built-in agent: the question it waits on (status `waiting_for_user`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question: Option<Question>,
+}
+
+/// Token and call counts of a built-in agent run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunUsage {
+    pub model_calls: u64,
+    pub tool_calls: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// Time spent waiting for the model.
+    pub model_ms: u64,
+    pub retries: u64,
+    pub schema_failures: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Question {
+    pub question_id: String,
+    pub question: String,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Events (server -> client). Every event carries `seq`.
+
+/// Every error code the hub sends: in `error` events and in error responses (`code`).
+/// Clients switch on these; the message beside them is for people.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// a run failed (event).
+    ExperimentFailed,
+    /// the sandbox could not be brought to the checkout (event).
+    SyncFailed,
+    /// jj failed (event).
+    JjError,
+    /// a hunk did not apply (event).
+    ApplyFailed,
+    /// anything else (event).
+    Unknown,
+    /// the request is malformed or not allowed as sent.
+    BadRequest,
+    /// no such suggestion, hunk, run, session or checkpoint.
+    NotFound,
+    /// the checkout no longer matches what the hunk expects.
+    Conflict,
+    /// the hunk is already decided: undo it first.
+    AlreadyDecided,
+    /// the suggestion was already completed.
+    Closed,
+    /// the session is archived.
+    Archived,
+    /// the run is already over.
+    Finished,
+    /// the run is not in progress.
+    NotRunning,
+    /// the run is waiting for an answer already.
+    QuestionPending,
+    /// the run is not waiting for an answer.
+    NoQuestion,
+    /// the answer names a question that is not the pending one.
+    StaleQuestion,
+    /// the run changed nothing.
+    NoChanges,
+    /// no or wrong token.
+    Unauthorized,
+    /// the token may not do this (an agent token on the reviewer API).
+    Forbidden,
+    /// a body or frame over the size limit.
+    TooLarge,
+    /// the hub failed; its log has the cause.
+    Internal,
+}
+
+impl ErrorCode {
+    /// The code as it is on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::ExperimentFailed => "experiment_failed",
+            ErrorCode::SyncFailed => "sync_failed",
+            ErrorCode::JjError => "jj_error",
+            ErrorCode::ApplyFailed => "apply_failed",
+            ErrorCode::Unknown => "unknown",
+            ErrorCode::BadRequest => "bad_request",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::Conflict => "conflict",
+            ErrorCode::AlreadyDecided => "already_decided",
+            ErrorCode::Closed => "closed",
+            ErrorCode::Archived => "archived",
+            ErrorCode::Finished => "finished",
+            ErrorCode::NotRunning => "not_running",
+            ErrorCode::QuestionPending => "question_pending",
+            ErrorCode::NoQuestion => "no_question",
+            ErrorCode::StaleQuestion => "stale_question",
+            ErrorCode::NoChanges => "no_changes",
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::Forbidden => "forbidden",
+            ErrorCode::TooLarge => "too_large",
+            ErrorCode::Internal => "internal",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AppliedAction {
+    Accepted,
+    Modified,
+    Rejected,
+    /// An applied hunk was reverse-applied and is pending again.
+    Undone,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum Event {
+    #[serde(rename = "suggestion.ready")]
+    Ready {
+        seq: u64,
+        suggestion: Box<SuggestionView>,
+    },
+    #[serde(rename = "suggestion.status")]
+    Status {
+        seq: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        suggestion_id: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        run_id: Option<String>,
+        status: String,
+        message: String,
+    },
+    #[serde(rename = "suggestion.error")]
+    Error {
+        seq: u64,
+        code: ErrorCode,
+        message: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        suggestion_id: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        hunk_id: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        run_id: Option<String>,
+    },
+    #[serde(rename = "suggestion.hunk_applied")]
+    HunkApplied {
+        seq: u64,
+        suggestion_id: String,
+        hunk_id: String,
+        action: AppliedAction,
+        file: String,
+        state: HunkState,
+        reviewed_count: usize,
+        hunk_count: usize,
+    },
+    #[serde(rename = "checkpoint.created")]
+    CheckpointCreated {
+        seq: u64,
+        checkpoint_id: String,
+        suggestion_id: String,
+        run_id: String,
+        affected_files: Vec<String>,
+    },
+    #[serde(rename = "checkpoint.rollback.started")]
+    RollbackStarted {
+        seq: u64,
+        checkpoint_id: String,
+        mode: RollbackMode,
+        hunk_ids: Vec<String>,
+    },
+    #[serde(rename = "checkpoint.rollback.completed")]
+    RollbackCompleted {
+        seq: u64,
+        checkpoint_id: String,
+        mode: RollbackMode,
+        files: Vec<String>,
+        hunk_ids: Vec<String>,
+    },
+    #[serde(rename = "checkpoint.rollback.failed")]
+    RollbackFailed {
+        seq: u64,
+        checkpoint_id: String,
+        mode: RollbackMode,
+        message: String,
+    },
+    /// The built-in agent asked for a tool (seed 000 §9).
+    #[serde(rename = "tool.call.requested")]
+    ToolRequested {
+        seq: u64,
+        run_id: String,
+        tool_call_id: String,
+        name: String,
+        /// One line: the tool and its main argument.
+        summary: String,
+    },
+    #[serde(rename = "tool.call.completed")]
+    ToolCompleted {
+        seq: u64,
+        run_id: String,
+        tool_call_id: String,
+        name: String,
+        ok: bool,
+        /// One line: what came of it (counts, the error).
+        summary: String,
+        duration_ms: u64,
+    },
+    /// The built-in agent asks the user; answer with `clarify`.
+    #[serde(rename = "clarification.requested")]
+    ClarificationRequested {
+        seq: u64,
+        run_id: String,
+        question_id: String,
+        question: String,
+    },
+    #[serde(rename = "clarification.received")]
+    ClarificationReceived {
+        seq: u64,
+        run_id: String,
+        question_id: String,
+        /// `no_user_answer` when the user skipped.
+        answer: String,
+        skipped: bool,
+    },
+    #[serde(rename = "suggestion.completed")]
+    Completed {
+        seq: u64,
+        suggestion_id: String,
+        action: CompleteAction,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reviewed_commit: Option<String>,
+    },
+}
+
+impl Event {
+    pub fn set_seq(&mut self, value: u64) {
+        match self {
+            Event::Ready { seq, .. }
+            | Event::Status { seq, .. }
+            | Event::Error { seq, .. }
+            | Event::HunkApplied { seq, .. }
+            | Event::Completed { seq, .. }
+            | Event::CheckpointCreated { seq, .. }
+            | Event::RollbackStarted { seq, .. }
+            | Event::RollbackCompleted { seq, .. }
+            | Event::RollbackFailed { seq, .. }
+            | Event::ToolRequested { seq, .. }
+            | Event::ToolCompleted { seq, .. }
+            | Event::ClarificationRequested { seq, .. }
+            | Event::ClarificationReceived { seq, .. } => *seq = value,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hello {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub service: String,
+    pub version: String,
+    pub protocol: u32,
+    /// The seq of the newest event so far; events after it are pushed on this connection.
+    pub seq: u64,
+    /// Changes on every hub start: a client that sees a new epoch resyncs with `list`/`get`.
+    pub epoch: String,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Commands (client -> server), shared by WebSocket (camelCase) and REST (snake_case): every field
+// accepts both spellings.
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FeedbackAction {
+    Accept,
+    Reject,
+    Modify,
+    /// Reverse-apply an accepted or modified hunk and make it pending again.
+    Undo,
+}
+
+impl FeedbackAction {
+    /// The action as the feedback log names it.
+    pub fn word(self) -> &'static str {
+        match self {
+            FeedbackAction::Accept => "accept",
+            FeedbackAction::Reject => "reject",
+            FeedbackAction::Modify => "modify",
+            FeedbackAction::Undo => "undo",
+        }
+    }
+
+    /// Whether it applies the hunk (accept, modify) rather than taking it back.
+    pub fn forward(self) -> bool {
+        matches!(self, FeedbackAction::Accept | FeedbackAction::Modify)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CompleteAction {
+    Finalize,
+    Discard,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeedbackCmd {
+    #[serde(alias = "suggestionId")]
+    pub suggestion_id: String,
+    #[serde(alias = "hunkId")]
+    pub hunk_id: String,
+    pub action: FeedbackAction,
+    #[serde(default, alias = "modifiedDiff")]
+    pub modified_diff: Option<String>,
+    #[serde(default)]
+    pub comment: Option<String>,
+    #[serde(default, rename = "type")]
+    pub _type: Option<String>,
+    #[serde(default)]
+    pub id: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BulkAction {
+    Accept,
+    Reject,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeedbackAllCmd {
+    #[serde(alias = "suggestionId")]
+    pub suggestion_id: String,
+    pub action: BulkAction,
+    /// Only the pending hunks of this file.
+    #[serde(default)]
+    pub file: Option<String>,
+    #[serde(default)]
+    pub comment: Option<String>,
+    #[serde(default, rename = "type")]
+    pub _type: Option<String>,
+    #[serde(default)]
+    pub id: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompleteCmd {
+    #[serde(alias = "suggestionId")]
+    pub suggestion_id: String,
+    pub action: CompleteAction,
+    #[serde(default, rename = "type")]
+    pub _type: Option<String>,
+    #[serde(default)]
+    pub id: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunCmd {
+    pub prompt: String,
+    /// A command template, or `builtin` for the built-in agent.
+    #[serde(default)]
+    pub agent: Option<String>,
+    /// The built-in agent's model for this run (implies `agent: "builtin"`).
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default, alias = "sessionId")]
+    pub session_id: Option<String>,
+    #[serde(default, alias = "timeoutSecs")]
+    pub timeout_secs: Option<u64>,
+    #[serde(default, rename = "type")]
+    pub _type: Option<String>,
+    #[serde(default)]
+    pub id: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PublishCmd {
+    pub description: String,
+    /// Only files matching one of these globs ("src/**/*.rs").
+    #[serde(default)]
+    pub files: Vec<String>,
+    /// Why each change was made, shown beside its hunks.
+    #[serde(default, alias = "hunkDescriptions")]
+    pub hunk_descriptions: Vec<HunkNote>,
+}
+
+/// A description for the hunks of `file`: the one whose new side contains `line` (1-based), or
+/// every hunk of the file when `line` is absent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HunkNote {
+    pub file: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<usize>,
+    pub description: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentStatusCmd {
+    pub message: String,
+    /// "working" (default), "testing", or any short word.
+    #[serde(default)]
+    pub status: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RollbackMode {
+    /// Every affected file back to the checkpoint base; later edits to them are lost.
+    HardAll,
+    /// Reverse-apply only the listed hunks; refuse, touching nothing, where newer edits overlap.
+    ScopedSelected,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RollbackCmd {
+    pub mode: RollbackMode,
+    #[serde(default, alias = "hunkIds")]
+    pub hunk_ids: Vec<String>,
+    #[serde(default)]
+    pub confirm: bool,
+}
+
+/// `{"type": "response", ...}`: the answer to one command, echoing its `id`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Response {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<serde_json::Value>,
+    pub success: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Machine-readable error code (see the spec).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+}
+
+impl Response {
+    pub fn ok(id: Option<serde_json::Value>, data: serde_json::Value) -> Self {
+        Self {
+            kind: "response".into(),
+            id,
+            success: true,
+            data: Some(data),
+            error: None,
+            code: None,
+        }
+    }
+    pub fn err(id: Option<serde_json::Value>, code: &str, error: String) -> Self {
+        Self {
+            kind: "response".into(),
+            id,
+            success: false,
+            data: None,
+            error: Some(error),
+            code: Some(code.into()),
+        }
+    }
+}
+
+/// The answer to a built-in agent's question.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClarifyCmd {
+    /// WebSocket only (REST has it in the path).
+    #[serde(default, alias = "runId")]
+    pub run_id: Option<String>,
+    /// Optional: when given it must be the pending question's.
+    #[serde(default, alias = "questionId")]
+    pub question_id: Option<String>,
+    #[serde(default)]
+    pub answer: Option<String>,
+    /// Skip the question: the agent is told `no_user_answer`.
+    #[serde(default)]
+    pub skip: bool,
+    #[serde(default, rename = "type")]
+    pub _type: Option<String>,
+    #[serde(default)]
+    pub id: Option<serde_json::Value>,
+}
+
+/// The answer the agent gets when the user skips a question (seed 000 §21).
+pub const NO_USER_ANSWER: &str = "no_user_answer";
+
+/// The WebSocket command types, for error messages.
+pub const COMMAND_TYPES: &[&str] = &[
+    "feedback",
+    "feedback_all",
+    "complete",
+    "list",
+    "get",
+    "run",
+    "cancel",
+    "clarify",
+    "replay",
+    "ping",
+];

@@ -1,0 +1,497 @@
+//! Durable hub state: an append-only JSONL journal, fsynced record by record.
+//!
+//! A decision that touches the checkout is written as `prepare` (the file operations with
+//! before/after fingerprints and the state to adopt) before any file changes, and `commit` after.
+//! After a crash, a `prepare` without `commit` is finished or dropped by comparing the files
+//! against those fingerprints — so an acknowledged decision is never lost and no hunk is applied
+//! twice. On every start the journal is compacted to one record per run and suggestion.
+//!
+//! An append that fails (a full disk, an fsync error) is cut off again before the error is
+//! answered, so a half-written record never sits in front of the next good one. A torn last
+//! record found on start (a crash mid-append) is cut and kept aside as
+//! `state.jsonl.broken-<timestamp>`.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::decision::{Closing, DecisionRec, LineRec};
+use crate::model::feedback::FeedbackRecord;
+use crate::model::fileop::FileOp;
+use crate::model::run::RunRec;
+use crate::model::suggestion::Suggestion;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "snake_case")]
+pub enum Record {
+    Run(Box<RunRec>),
+    Suggestion(Box<Suggestion>),
+    /// A decision's deltas, written before the checkout changes (`prepare`).
+    Decision(Box<DecisionRec>),
+    /// The whole-suggestion `prepare` of journals written before decision records (read only).
+    Prepare(Box<Prepared>),
+    Commit {
+        decision: String,
+    },
+    Abort {
+        decision: String,
+    },
+    /// A session as it is now (the newest record of a session wins).
+    Session(Box<crate::model::session::SessionRec>),
+    /// One more line of a session's history.
+    History(Box<crate::model::session::Entry>),
+    /// Event sequence numbers up to this one may have been handed out.
+    Seq {
+        upto: u64,
+    },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Prepared {
+    pub decision: String,
+    pub ops: Vec<FileOp>,
+    /// The suggestion as it is once the decision is committed.
+    pub after: Suggestion,
+    /// Other suggestions the decision changes too (a hard rollback reaches later ones).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<Suggestion>,
+    pub feedback: Vec<FeedbackRecord>,
+}
+
+impl Prepared {
+    /// This older whole-suggestion `prepare` as deltas against `suggestions` (the state before
+    /// it), so recovery and replay have one form to handle.
+    pub fn into_decision(
+        self,
+        suggestions: &std::collections::BTreeMap<String, Suggestion>,
+    ) -> DecisionRec {
+        let mut changes = Vec::new();
+        let mut closings = Vec::new();
+        for after in self.also.iter().chain(std::iter::once(&self.after)) {
+            let Some(before) = suggestions.get(&after.id) else {
+                continue;
+            };
+            changes.extend(DecisionRec::between(before, after));
+            if after.closed.is_some() && after.closed != before.closed {
+                closings.push(Closing {
+                    suggestion_id: after.id.clone(),
+                    how: after.closed.clone().unwrap_or_default(),
+                    reviewed_commit: after.reviewed_commit.clone(),
+                });
+            }
+        }
+        DecisionRec {
+            decision: self.decision,
+            ops: self.ops,
+            changes,
+            closings,
+            lines: self.feedback.iter().map(LineRec::from_record).collect(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    #[error("journal {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "journal {path} line {line} is corrupt ({message}); the hub will not guess which decisions it held: move the file aside to start empty (every review in it is then forgotten)"
+    )]
+    Corrupt {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+}
+
+/// An append-only file whose appends are all or nothing: each append is written and fsynced, and
+/// one that fails is truncated away again, so the file always ends after a whole record.
+pub struct AppendFile {
+    file: File,
+    path: PathBuf,
+    /// Length of the file up to the end of the last good append.
+    len: u64,
+}
+
+impl AppendFile {
+    /// Open (creating, mode 0600) for appending.
+    pub fn open(path: &Path) -> std::io::Result<Self> {
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(path)?;
+        let len = file.metadata()?.len();
+        Ok(Self {
+            file,
+            path: path.to_path_buf(),
+            len,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The length after the last good append: a mark for [`AppendFile::truncate_to`].
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Append `buf` and fsync. On any error (a short write on a full disk, a failed fsync) the
+    /// file is cut back to where it was, and the error is returned: the bytes never count.
+    pub fn append(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let result = self.file.write_all(buf).and_then(|_| self.file.sync_data());
+        match result {
+            Ok(()) => {
+                self.len += buf.len() as u64;
+                Ok(())
+            }
+            Err(e) => {
+                if let Err(t) = self.truncate_to(self.len) {
+                    tracing::error!(path = %self.path.display(), error = %t, "cutting off a failed append");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Cut the file back to `len` (a mark from [`AppendFile::len`]) and fsync.
+    pub fn truncate_to(&mut self, len: u64) -> std::io::Result<()> {
+        self.file.set_len(len)?;
+        self.file.sync_all()?;
+        self.len = len;
+        Ok(())
+    }
+}
+
+pub struct Journal {
+    file: AppendFile,
+    /// Size right after the last compaction.
+    compacted: u64,
+    /// Never compact below this size.
+    compact_min: u64,
+}
+
+/// Default for [`Journal::due`]: the journal is compacted online once it passes this size
+/// (and four times its size after the last compaction). `HUNKGATE_JOURNAL_COMPACT_MIN`
+/// overrides it (bytes), e.g. to exercise compaction in tests.
+pub const COMPACT_MIN: u64 = 16 * 1024 * 1024;
+
+/// A compact UTC timestamp for file names: `20260101T120000.123Z`.
+pub fn file_stamp() -> String {
+    humantime::format_rfc3339_millis(std::time::SystemTime::now())
+        .to_string()
+        .replace(['-', ':'], "")
+}
+
+/// Keep `bytes` (a torn or unreadable piece of `path`) aside as `<path>.broken-<timestamp>`.
+pub fn keep_aside(path: &Path, bytes: &[u8]) -> std::io::Result<PathBuf> {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".broken-{}", file_stamp()));
+    let aside = path.with_file_name(name);
+    write_file_atomic(&aside, bytes, 0o600)?;
+    Ok(aside)
+}
+
+impl Journal {
+    fn io(path: &Path, source: std::io::Error) -> JournalError {
+        JournalError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    /// Read every record.
+    ///
+    /// A torn final record (a crash mid-append) is cut off the file and kept aside as
+    /// `state.jsonl.broken-<timestamp>`. A line that starts with the torn remains of a failed
+    /// append and goes on with a whole record (what older versions left after a full disk) keeps
+    /// that record; the torn bytes are kept aside too. Corruption anywhere else is an error,
+    /// because guessing would lose decisions.
+    pub fn read(path: &Path) -> Result<Vec<Record>, JournalError> {
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Self::io(path, e)),
+        };
+        let mut out = Vec::new();
+        let mut aside: Vec<u8> = Vec::new();
+        let mut pos = 0usize;
+        let mut line_no = 0usize;
+        let mut cut_at: Option<usize> = None;
+        while pos < bytes.len() {
+            line_no += 1;
+            let end = bytes[pos..]
+                .iter()
+                .position(|b| *b == b'\n')
+                .map(|i| pos + i);
+            let line = &bytes[pos..end.unwrap_or(bytes.len())];
+            let next = end.map(|e| e + 1).unwrap_or(bytes.len());
+            if line.iter().all(u8::is_ascii_whitespace) {
+                pos = next;
+                continue;
+            }
+            if end.is_none() {
+                // No newline: the last append never finished.
+                tracing::warn!(path = %path.display(), "cutting a torn final journal record");
+                aside.extend_from_slice(line);
+                cut_at = Some(pos);
+                break;
+            }
+            match serde_json::from_slice::<Record>(line) {
+                Ok(r) => out.push(r),
+                Err(e) => match salvage(line) {
+                    Some((torn, r)) => {
+                        tracing::warn!(path = %path.display(), line = line_no, "keeping the record after a torn journal append");
+                        aside.extend_from_slice(torn);
+                        aside.push(b'\n');
+                        out.push(r);
+                    }
+                    None if next == bytes.len() => {
+                        tracing::warn!(path = %path.display(), "cutting an unreadable final journal record");
+                        aside.extend_from_slice(line);
+                        cut_at = Some(pos);
+                        break;
+                    }
+                    None => {
+                        return Err(JournalError::Corrupt {
+                            path: path.to_path_buf(),
+                            line: line_no,
+                            message: e.to_string(),
+                        })
+                    }
+                },
+            }
+            pos = next;
+        }
+        if !aside.is_empty() {
+            let kept = keep_aside(path, &aside).map_err(|e| Self::io(path, e))?;
+            tracing::warn!(path = %kept.display(), "kept the torn journal bytes aside");
+        }
+        if let Some(at) = cut_at {
+            let f = OpenOptions::new()
+                .write(true)
+                .open(path)
+                .map_err(|e| Self::io(path, e))?;
+            f.set_len(at as u64)
+                .and_then(|_| f.sync_all())
+                .map_err(|e| Self::io(path, e))?;
+        }
+        Ok(out)
+    }
+
+    /// Atomically replace the journal with `records` and open it for appending.
+    pub fn rewrite(path: &Path, records: &[Record]) -> Result<Self, JournalError> {
+        let mut buf = Vec::new();
+        for r in records {
+            serde_json::to_writer(&mut buf, r).map_err(|e| Self::io(path, e.into()))?;
+            buf.push(b'\n');
+        }
+        write_file_atomic(path, &buf, 0o600).map_err(|e| Self::io(path, e))?;
+        let file = AppendFile::open(path).map_err(|e| Self::io(path, e))?;
+        let compact_min = std::env::var("HUNKGATE_JOURNAL_COMPACT_MIN")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(COMPACT_MIN);
+        Ok(Self {
+            compacted: file.len(),
+            file,
+            compact_min,
+        })
+    }
+
+    /// Whether the journal has grown enough since its last compaction to be compacted again.
+    pub fn due(&self) -> bool {
+        self.file.len() > self.compact_min.max(self.compacted.saturating_mul(4))
+    }
+
+    /// Compact once the journal passes `bytes` (and four times its last compacted size).
+    pub fn set_compact_min(&mut self, bytes: u64) {
+        self.compact_min = bytes;
+    }
+
+    /// Bytes in the journal.
+    pub fn len(&self) -> u64 {
+        self.file.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.file.is_empty()
+    }
+
+    /// Compact online: atomically replace the journal with `records` (a snapshot of the state)
+    /// and go on appending to the new file. On failure the old journal stays as it was.
+    pub fn replace(&mut self, records: &[Record]) -> Result<(), JournalError> {
+        let path = self.file.path().to_path_buf();
+        *self = Self::rewrite(&path, records)?;
+        Ok(())
+    }
+
+    /// Append one record and fsync before returning. A failed append leaves nothing behind.
+    pub fn append(&mut self, record: &Record) -> Result<(), JournalError> {
+        let mut line =
+            serde_json::to_vec(record).map_err(|e| Self::io(self.file.path(), e.into()))?;
+        line.push(b'\n');
+        let path = self.file.path().to_path_buf();
+        self.file.append(&line).map_err(|e| Self::io(&path, e))
+    }
+}
+
+/// The record at the end of a line that starts with the torn remains of a failed append.
+fn salvage(line: &[u8]) -> Option<(&[u8], Record)> {
+    const START: &[u8] = b"{\"t\":";
+    (1..line.len().saturating_sub(START.len() - 1))
+        .filter(|&i| line[i..].starts_with(START))
+        .find_map(|i| {
+            serde_json::from_slice::<Record>(&line[i..])
+                .ok()
+                .map(|r| (&line[..i], r))
+        })
+}
+
+/// Replace `path` atomically: a short temporary name in the same directory (`.hg-<random>.tmp`,
+/// so any file name that fits the file system fits), write, fsync, rename over, fsync the
+/// directory. The temporary file is removed on failure. For the hub's own files (journal, token,
+/// hub.json); the user's checkout is written through `Beneath::write_atomic`.
+pub fn write_file_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let tmp = dir.join(hunkgate_sandbox::beneath::temp_name());
+    let result = (|| {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        sync_dir(path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+pub fn sync_dir(path: &Path) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
+        File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn commit(d: &str) -> Record {
+        Record::Commit { decision: d.into() }
+    }
+
+    fn line(r: &Record) -> Vec<u8> {
+        let mut v = serde_json::to_vec(r).unwrap();
+        v.push(b'\n');
+        v
+    }
+
+    fn decisions(rs: &[Record]) -> Vec<String> {
+        rs.iter()
+            .map(|r| match r {
+                Record::Commit { decision } => decision.clone(),
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
+
+    fn broken_files(dir: &Path) -> Vec<PathBuf> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.to_string_lossy().contains("state.jsonl.broken-"))
+            .collect()
+    }
+
+    #[test]
+    fn a_torn_tail_is_cut_and_kept_aside() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("state.jsonl");
+        let mut bytes = line(&commit("a"));
+        bytes.extend_from_slice(&line(&commit("b")));
+        let torn = &line(&commit("c"))[..10];
+        bytes.extend_from_slice(torn);
+        std::fs::write(&p, &bytes).unwrap();
+        assert_eq!(decisions(&Journal::read(&p).unwrap()), ["a", "b"]);
+        let aside = broken_files(tmp.path());
+        assert_eq!(aside.len(), 1, "{aside:?}");
+        assert_eq!(std::fs::read(&aside[0]).unwrap(), torn);
+        // The journal itself now ends after the last whole record.
+        assert!(std::fs::read(&p).unwrap().ends_with(b"\"b\"}\n"));
+        assert_eq!(decisions(&Journal::read(&p).unwrap()), ["a", "b"]);
+        assert_eq!(
+            broken_files(tmp.path()).len(),
+            1,
+            "nothing new to keep aside"
+        );
+    }
+
+    #[test]
+    fn a_record_glued_to_a_torn_append_is_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("state.jsonl");
+        // What an append that failed half way, followed by a good one, used to leave.
+        let mut bytes = line(&commit("a"));
+        bytes.extend_from_slice(&line(&commit("torn"))[..15]);
+        bytes.extend_from_slice(&line(&commit("b")));
+        bytes.extend_from_slice(&line(&commit("c")));
+        std::fs::write(&p, &bytes).unwrap();
+        assert_eq!(decisions(&Journal::read(&p).unwrap()), ["a", "b", "c"]);
+        assert_eq!(broken_files(tmp.path()).len(), 1);
+        // Positive control: real corruption in the middle is still refused.
+        let mut bad = line(&commit("a"));
+        bad.extend_from_slice(b"not json at all\n");
+        bad.extend_from_slice(&line(&commit("b")));
+        std::fs::write(&p, &bad).unwrap();
+        assert!(matches!(
+            Journal::read(&p),
+            Err(JournalError::Corrupt { line: 2, .. })
+        ));
+    }
+
+    #[test]
+    fn atomic_writes_use_a_short_temporary_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        // 250 bytes: a temporary name that embeds it would exceed the 255-byte limit.
+        let p = tmp.path().join("n".repeat(250));
+        write_file_atomic(&p, b"x", 0o600).unwrap();
+        write_file_atomic(&p, b"y", 0o600).unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"y");
+        assert_eq!(
+            std::fs::read_dir(tmp.path()).unwrap().count(),
+            1,
+            "no stray temp file"
+        );
+    }
+}
