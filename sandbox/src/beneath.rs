@@ -130,7 +130,8 @@ fn regular(path: &str, kind: Kind) -> Result<(bool, u64), FsError> {
     }
 }
 
-fn kind_of(st: &nix::sys::stat::FileStat) -> Kind {
+/// What a stat says is at a path.
+pub fn kind_of(st: &nix::sys::stat::FileStat) -> Kind {
     let fmt = SFlag::from_bits_truncate(st.st_mode as _) & SFlag::S_IFMT;
     if fmt == SFlag::S_IFREG {
         Kind::File {
@@ -150,11 +151,19 @@ fn kind_of(st: &nix::sys::stat::FileStat) -> Kind {
     }
 }
 
+/// The last parent directory [`Beneath::lstat_cached`] opened (its path, with the trailing
+/// slash, and descriptor).
+#[derive(Debug, Default)]
+pub struct DirCache(Option<(String, OwnedFd)>);
+
 /// A directory that every operation stays beneath.
 #[derive(Debug)]
 pub struct Beneath {
     root: OwnedFd,
     root_path: PathBuf,
+    /// Whether writes are fsynced (file and directory). Only a scratch tree whose loss on a
+    /// crash costs nothing but a re-sync (a sandbox) turns this off.
+    durable: bool,
 }
 
 const DIR_FLAGS: OFlag = OFlag::O_DIRECTORY
@@ -175,7 +184,16 @@ impl Beneath {
         Ok(Self {
             root: fd,
             root_path: root.to_path_buf(),
+            durable: true,
         })
+    }
+
+    /// [`Beneath::open`] for a scratch tree (a sandbox): writes are atomic (temp + rename) but
+    /// not fsynced — after a crash the next sync rewrites whatever is off.
+    pub fn open_scratch(root: &Path) -> Result<Self, FsError> {
+        let mut b = Self::open(root)?;
+        b.durable = false;
+        Ok(b)
     }
 
     pub fn root_path(&self) -> &Path {
@@ -252,6 +270,52 @@ impl Beneath {
     /// Read a regular file. None when it does not exist; an error when it is a symlink, a FIFO
     /// or device, or larger than `cap`.
     pub fn read(&self, path: &str, cap: u64) -> Result<Option<(Vec<u8>, bool)>, FsError> {
+        Ok(self
+            .read_stat(path, cap)?
+            .map(|(bytes, executable, _)| (bytes, executable)))
+    }
+
+    /// `lstat` of `path` (None when nothing is there); never follows a symlink.
+    pub fn lstat(&self, path: &str) -> Result<Option<nix::sys::stat::FileStat>, FsError> {
+        self.lstat_cached(path, &mut DirCache::default())
+    }
+
+    /// [`Beneath::lstat`], keeping the last parent directory open in `cache`: walking sorted
+    /// paths, most share it. The cached descriptor was opened beneath the root without following
+    /// anything, so it stays beneath even if the directory is renamed or replaced meanwhile.
+    pub fn lstat_cached(
+        &self,
+        path: &str,
+        cache: &mut DirCache,
+    ) -> Result<Option<nix::sys::stat::FileStat>, FsError> {
+        let parts = components(path)?;
+        let parent = &path[..path.len() - parts[parts.len() - 1].len()];
+        let dir = match &cache.0 {
+            Some((p, fd)) if p == parent => fd,
+            _ => {
+                cache.0 = None;
+                let Some(fd) = self.parent_dir(path, &parts, false)? else {
+                    return Ok(None);
+                };
+                &cache.0.insert((parent.to_string(), fd)).1
+            }
+        };
+        let name = parts[parts.len() - 1];
+        match nix::sys::stat::fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) => Ok(Some(st)),
+            Err(Errno::ENOENT) | Err(Errno::ENOTDIR) => Ok(None),
+            Err(e) => Err(FsError::io(path, e)),
+        }
+    }
+
+    /// [`read`](Self::read), also returning the file's stat taken on the open file *before*
+    /// reading: a write that lands during the read leaves a newer mtime/ctime than this stat,
+    /// so a stat cache keyed by it can never pair old stat data with new content.
+    pub fn read_stat(
+        &self,
+        path: &str,
+        cap: u64,
+    ) -> Result<Option<(Vec<u8>, bool, nix::sys::stat::FileStat)>, FsError> {
         let parts = components(path)?;
         let Some(dir) = self.parent_dir(path, &parts, false)? else {
             return Ok(None);
@@ -297,7 +361,7 @@ impl Beneath {
                 cap,
             });
         }
-        Ok(Some((buf, executable)))
+        Ok(Some((buf, executable, st)))
     }
 
     /// Read a symlink's target (data only: it is never followed).
@@ -387,10 +451,12 @@ impl Beneath {
             };
             nix::sys::stat::fchmod(file.as_fd(), Mode::from_bits_truncate(mode as _))
                 .map_err(|e| FsError::io(path, e))?;
-            file.sync_all().map_err(|e| FsError::Io {
-                path: path.to_string(),
-                source: e,
-            })?;
+            if self.durable {
+                file.sync_all().map_err(|e| FsError::Io {
+                    path: path.to_string(),
+                    source: e,
+                })?;
+            }
             drop(file);
             if !still_expected()? {
                 return Err(FsError::Changed {
@@ -399,7 +465,10 @@ impl Beneath {
             }
             nix::fcntl::renameat(dir.as_fd(), tmp.as_str(), dir.as_fd(), name)
                 .map_err(|e| FsError::io(path, e))?;
-            nix::unistd::fsync(dir.as_fd()).map_err(|e| FsError::io(path, e))
+            if self.durable {
+                nix::unistd::fsync(dir.as_fd()).map_err(|e| FsError::io(path, e))?;
+            }
+            Ok(())
         })();
         if result.is_err() {
             let _ = nix::unistd::unlinkat(dir.as_fd(), tmp.as_str(), UnlinkatFlags::NoRemoveDir);
@@ -419,7 +488,9 @@ impl Beneath {
         regular(path, kind_of(&st))?;
         nix::unistd::unlinkat(dir.as_fd(), name, UnlinkatFlags::NoRemoveDir)
             .map_err(|e| FsError::io(path, e))?;
-        nix::unistd::fsync(dir.as_fd()).map_err(|e| FsError::io(path, e))?;
+        if self.durable {
+            nix::unistd::fsync(dir.as_fd()).map_err(|e| FsError::io(path, e))?;
+        }
         // Prune now-empty parents, deepest first; stop at the first that is not empty.
         for depth in (1..parts.len()).rev() {
             let Some(parent) = self.parent_dir(path, &parts[..depth], false)? else {

@@ -19,6 +19,10 @@
 //!   which is how even `kill -9` of the hub ends the run.
 //!
 //! Everything arrives on stdin; nothing secret is ever in argv.
+//!
+//! **Layer:** the sandbox user's side of [`crate::wire`]. It imports `wire`, [`crate::sync`],
+//! `snapshot`, `tools` and what is below them — never [`crate::user`] (the hub's side) nor
+//! [`crate::workspace`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
@@ -34,52 +38,11 @@ use nix::libc;
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
-use serde::{Deserialize, Serialize};
 
-use crate::beneath::{components, Beneath};
-use crate::snapshot::{capture_each, sandbox_candidates, Captured};
-use crate::store::{Entry, FlatTree, Mode};
-use crate::wire::{self, Frame, WireError};
-use crate::workspace::{commit_base, fresh_git, sync_dir, SandboxError};
-
-/// What the hub asks of the helper (the header on its stdin).
-#[derive(Debug, Default, Clone, Serialize, Deserialize)]
-pub struct Request {
-    /// Which repository's sandboxes (a plain name chosen by the hub).
-    pub key: String,
-    pub slot: u64,
-    /// `snapshot`: files larger than this are reported as skipped.
-    #[serde(default)]
-    pub cap: u64,
-    /// `snapshot`: the base's paths (read even when ignored, since they are tracked).
-    #[serde(default)]
-    pub base_paths: Vec<String>,
-    /// `exec`: the agent's argv and its whole environment.
-    #[serde(default)]
-    pub argv: Vec<String>,
-    #[serde(default)]
-    pub env: Vec<(String, String)>,
-    /// `exec`: the run's timeout; the helper enforces it (plus a grace) even if the hub hangs.
-    #[serde(default)]
-    pub timeout_ms: u64,
-    /// `exec`: the agent gets a network namespace of its own (only loopback, down).
-    #[serde(default)]
-    pub network_none: bool,
-    /// `exec`: a root hub already entered fresh PID (and network) namespaces for us.
-    #[serde(default)]
-    pub namespaces_ready: bool,
-    /// `exec`: RLIMIT_NPROC for the agent.
-    #[serde(default)]
-    pub nproc: u64,
-    /// `exec`: do not put the agent in a PID namespace (the fallback machines without user
-    /// namespaces get; `HUNKGATE_SANDBOX_PIDNS=off` in the hub's environment forces it).
-    #[serde(default)]
-    pub no_pid_namespace: bool,
-    /// `exec`: stdin stays open as the hub's lifeline, and its EOF stops the agent. Without it
-    /// (short commands), stdin is ignored after the request.
-    #[serde(default)]
-    pub lifeline: bool,
-}
+use crate::beneath::Beneath;
+use crate::snapshot::{capture_each, readback_check, sandbox_candidates, Captured};
+use crate::sync::{base_from_wire, clear_except_git, fresh_git, store_blob, sync_files, SyncError};
+use crate::wire::{self, Frame, Request, WireError};
 
 /// Errors inside the helper; printed on its stderr, which the hub shows to the user.
 #[derive(Debug, thiserror::Error)]
@@ -101,7 +64,7 @@ pub enum HelperFailure {
     #[error("the base sent by the hub has an unacceptable path {path:?}: {why}")]
     BadPath { path: String, why: String },
     #[error(transparent)]
-    Sandbox(#[from] SandboxError),
+    Sync(#[from] SyncError),
     #[error("writing the snapshot: {0}")]
     Output(#[source] std::io::Error),
     #[error("the agent's command line is empty")]
@@ -174,7 +137,10 @@ fn run(op: &str) -> Result<ExitCode, HelperFailure> {
             check_my_home(&home)?;
             let mut input = std::io::BufReader::new(std::io::stdin().lock());
             let req: Request = wire::read_header(&mut input)?;
-            prepare(&req, &home, &mut input)?;
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            prepare(&req, &home, &mut input, &mut out)?;
+            out.flush().map_err(HelperFailure::Output)?;
             Ok(ExitCode::SUCCESS)
         }
         "snapshot" => {
@@ -282,83 +248,66 @@ fn sandbox_dir(home: &Path, req: &Request, create: bool) -> Result<PathBuf, Help
     Ok(dir)
 }
 
-fn prepare(req: &Request, home: &Path, input: &mut impl Read) -> Result<(), HelperFailure> {
+fn prepare(
+    req: &Request,
+    home: &Path,
+    input: &mut impl Read,
+    out: &mut impl Write,
+) -> Result<(), HelperFailure> {
     let dir = sandbox_dir(home, req, true)?;
-    // A new .git first, so the base's blobs can be written straight into it as they arrive.
-    let repo = fresh_git(&dir)?;
-    let mut base = FlatTree::new();
+    let base =
+        base_from_wire(&req.base).map_err(|(path, why)| HelperFailure::BadPath { path, why })?;
+    // A new .git first (keeping the old one's loose objects), so the blobs the hub sends can
+    // be written straight into it as they arrive.
+    // A full prepare (no record: the first, or the hub's retry after a failure) starts from
+    // no objects, so a damaged one cannot wedge the slot.
+    let repo = fresh_git(&dir, None, req.record.is_some())?;
     loop {
-        let (path, mode, bytes) = match wire::read_frame(input, u64::MAX)? {
-            Frame::File {
-                path,
-                bytes,
-                executable,
-            } => (
-                path,
-                if executable {
-                    Mode::Executable
-                } else {
-                    Mode::File
-                },
-                bytes,
-            ),
-            Frame::Symlink { path, target } => (path, Mode::Symlink, target),
-            Frame::Skipped { path, .. } => {
-                return Err(HelperFailure::BadPath {
-                    path,
-                    why: "a base has no skipped files".into(),
-                })
+        match wire::read_frame(input, u64::MAX)? {
+            Frame::Blob { oid, bytes } => {
+                let id = gix::hash::ObjectId::from_hex(oid.as_bytes()).map_err(|e| {
+                    HelperFailure::BadPath {
+                        path: oid.clone(),
+                        why: format!("not a blob id: {e}"),
+                    }
+                })?;
+                store_blob(&dir, &repo, id, &bytes)?;
             }
             Frame::End => break,
-        };
-        if let Err(e) = components(&path) {
-            return Err(HelperFailure::BadPath {
-                path,
-                why: e.to_string(),
-            });
+            other => {
+                return Err(HelperFailure::BadPath {
+                    path: format!("{other:?}").chars().take(100).collect(),
+                    why: "a prepare carries only blobs".into(),
+                })
+            }
         }
-        let oid = repo.write_blob(&bytes).map_err(SandboxError::from)?;
-        base.insert(path, Entry { mode, oid });
     }
-    if let Err(first) = sync_dir(&dir, &repo, &base) {
-        // The agent may have left shapes an in-place sync cannot fix (a directory where the
-        // base has a file): empty the directory, keeping only the new .git, and sync again.
-        eprintln!(
-            "hunkgate sandbox-helper: resetting {} from scratch ({first})",
-            dir.display()
-        );
-        clear_except_git(&dir)?;
-        sync_dir(&dir, &repo, &base)?;
-    }
-    commit_base(&dir, &repo, &base)?;
-    Ok(())
-}
-
-fn clear_except_git(dir: &Path) -> Result<(), HelperFailure> {
-    let err = |e: std::io::Error| HelperFailure::Dir {
-        path: dir.to_path_buf(),
-        problem: e.to_string(),
+    crate::sync::ensure_blobs(&dir, &repo, &base, &Default::default(), |_| Ok(None))?;
+    let reply = match sync_files(&dir, &repo, &base, req.record.as_ref()) {
+        Ok(reply) => reply,
+        Err(first) => {
+            // The agent may have left shapes an in-place sync cannot fix (a directory where
+            // the base has a file): empty the directory, keeping only the new .git, and sync
+            // again.
+            eprintln!(
+                "hunkgate sandbox-helper: resetting {} from scratch ({first})",
+                dir.display()
+            );
+            clear_except_git(&dir).map_err(|e| HelperFailure::Dir {
+                path: dir.clone(),
+                problem: e.to_string(),
+            })?;
+            sync_files(&dir, &repo, &base, None)?
+        }
     };
-    for entry in std::fs::read_dir(dir).map_err(err)? {
-        let entry = entry.map_err(err)?;
-        if entry.file_name() == ".git" {
-            continue;
-        }
-        let path = entry.path();
-        // file_type does not follow symlinks; remove_dir_all does not follow them inside.
-        if entry.file_type().map_err(err)?.is_dir() {
-            std::fs::remove_dir_all(&path).map_err(err)?;
-        } else {
-            std::fs::remove_file(&path).map_err(err)?;
-        }
-    }
-    Ok(())
+    wire::write_header(out, &reply).map_err(HelperFailure::Output)
 }
 
 fn snapshot(req: &Request, home: &Path, out: &mut impl Write) -> Result<(), HelperFailure> {
     let dir = sandbox_dir(home, req, false)?;
-    let (candidates, unnamed): (BTreeSet<String>, _) =
-        sandbox_candidates(&dir, req.base_paths.iter());
+    let base =
+        base_from_wire(&req.base).map_err(|(path, why)| HelperFailure::BadPath { path, why })?;
+    let (candidates, unnamed): (BTreeSet<String>, _) = sandbox_candidates(&dir, base.keys());
     let root = Beneath::open(&dir).map_err(|e| HelperFailure::Dir {
         path: dir.clone(),
         problem: e.to_string(),
@@ -371,12 +320,14 @@ fn snapshot(req: &Request, home: &Path, out: &mut impl Write) -> Result<(), Help
                 path,
                 bytes,
                 executable,
+                ..
             } => Frame::File {
                 path,
                 bytes,
                 executable,
             },
-            Captured::Symlink { path, target } => Frame::Symlink { path, target },
+            Captured::Symlink { path, target, .. } => Frame::Symlink { path, target },
+            Captured::Unchanged { path, .. } => Frame::Unchanged { path },
             Captured::Skipped(s) => Frame::Skipped {
                 path: s.path,
                 reason: s.reason,
@@ -387,7 +338,8 @@ fn snapshot(req: &Request, home: &Path, out: &mut impl Write) -> Result<(), Help
     for item in unnamed {
         sink(item)?;
     }
-    capture_each(&root, candidates, req.cap, sink)?;
+    let check = readback_check(&base, req.record.as_ref());
+    capture_each(&root, candidates, req.cap, check, sink)?;
     wire::write_frame(out, &Frame::End).map_err(HelperFailure::Output)
 }
 
@@ -654,7 +606,7 @@ fn spawn_agent(req: &Request, dir: &Path) -> std::io::Result<Pid> {
         .current_dir(dir)
         .stdin(Stdio::null());
     let nproc = if req.nproc == 0 {
-        crate::user::AGENT_NPROC
+        crate::wire::AGENT_NPROC
     } else {
         req.nproc
     };

@@ -3,7 +3,11 @@
 //! - [`beneath`]: file access confined beneath a directory, never through a symlink — used to
 //!   read the sandbox as data and to write the user's checkout.
 //! - [`store`]: the checkpoint store, a bare git repository only the hub writes (gix, in-process).
+//! - [`statcache`]: stat data, git's racy rule, and the stat cache that lets a checkout
+//!   snapshot read only new or changed files.
 //! - [`snapshot`]: a checkout or a sandbox captured into the store as a tree.
+//! - [`sync`]: bringing a sandbox slot to a base writing only what differs, and the stat record
+//!   that lets the read-back after a run read only what the agent changed.
 //! - [`workspace`]: the [`Sandbox`](workspace::Sandbox) interface and its same-user implementation.
 //! - [`agent`]: command templates and agent processes (process groups, timeouts, cancellation).
 //! - [`tools`]: the built-in agent's file tools, run inside the sandbox as the sandbox user.
@@ -11,16 +15,139 @@
 //! - [`user`]: isolation by a separate OS user — the hub's side ([`user::UserSandbox`]).
 //! - [`helper`]: `hunkgate sandbox-helper`, which runs as that user and does everything that
 //!   touches its sandbox; [`wire`] is the byte stream between the two.
+//!
+//! Modules import only downward, in the order of `LAYERS` (the `layering` test below fails on
+//! any other import): `wire` → `beneath` → `store` → `statcache` → `snapshot` → `tools`,
+//! `sync` → `workspace` → `agent`, `jj` → `user`, `helper`. So the wire contract is a leaf, the
+//! sandbox trait knows nothing of user isolation, and the hub's side (`user`) and the helper
+//! never import each other.
 
 pub mod agent;
 pub mod beneath;
 pub mod helper;
 pub mod jj;
 pub mod snapshot;
+pub mod statcache;
 pub mod store;
+pub mod sync;
 pub mod tools;
 pub mod user;
 pub mod wire;
 pub mod workspace;
 
 pub use gix::hash::ObjectId;
+
+#[cfg(test)]
+mod layering {
+    //! Each module may import (`crate::x`) only modules of a lower layer. The layers, bottom
+    //! up — a new module must be given one here:
+    //!
+    //! 1. `wire`: the hub↔helper contract, a leaf;
+    //! 2. `beneath`, then `store`: confined file access, the checkpoint store;
+    //! 3. `statcache`, then `snapshot`: stat data, reading trees as data;
+    //! 4. `tools`, `sync`: the agent's file tools; bringing a slot to a base;
+    //! 5. `workspace`: the `Sandbox` trait and the same-user sandbox;
+    //! 6. `agent`, `jj`: processes and jj changes in any sandbox;
+    //! 7. `user`, `helper`: the two ends of user isolation, which never import each other.
+    const LAYERS: &[&[&str]] = &[
+        &["wire"],
+        &["beneath"],
+        &["store"],
+        &["statcache"],
+        &["snapshot"],
+        &["tools", "sync"],
+        &["workspace"],
+        &["agent", "jj"],
+        &["user", "helper"],
+    ];
+
+    fn layer_of(module: &str) -> Option<usize> {
+        LAYERS.iter().position(|l| l.contains(&module))
+    }
+
+    /// The modules named after `crate::` in `code` (comments stripped): `crate::a::b` gives
+    /// `a`, `crate::{a::x, b}` gives `a` and `b`.
+    pub(super) fn imports(code: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for line in code.lines() {
+            let line = line.split("//").next().unwrap_or("");
+            let mut rest = line;
+            while let Some(at) = rest.find("crate::") {
+                rest = &rest[at + "crate::".len()..];
+                if let Some(group) = rest.strip_prefix('{') {
+                    let end = group.find('}').unwrap_or(group.len());
+                    for item in group[..end].split(',') {
+                        let name: String = item
+                            .trim()
+                            .chars()
+                            .take_while(|c| c.is_alphanumeric() || *c == '_')
+                            .collect();
+                        if !name.is_empty() {
+                            out.push(name);
+                        }
+                    }
+                } else {
+                    let name: String = rest
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
+                    if !name.is_empty() {
+                        out.push(name);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Every upward or sideways import in the crate's sources, as `file -> module` lines.
+    fn violations() -> Vec<String> {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut bad = Vec::new();
+        let mut files: Vec<_> = std::fs::read_dir(&src)
+            .expect("reading src/")
+            .map(|e| e.expect("src/ entry").path())
+            .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+            .collect();
+        files.sort();
+        for file in files {
+            let module = file.file_stem().unwrap().to_string_lossy().into_owned();
+            if module == "lib" {
+                continue;
+            }
+            let Some(mine) = layer_of(&module) else {
+                bad.push(format!(
+                    "{module}: not in any layer (add it to LAYERS in lib.rs)"
+                ));
+                continue;
+            };
+            let code = std::fs::read_to_string(&file).expect("reading a module");
+            for used in imports(&code) {
+                if used == module {
+                    continue;
+                }
+                match layer_of(&used) {
+                    Some(theirs) if theirs < mine => {}
+                    Some(_) => bad.push(format!(
+                        "{module} imports {used}, which is not below it (LAYERS in lib.rs: only lower layers may be imported)"
+                    )),
+                    None => {}
+                }
+            }
+        }
+        bad
+    }
+
+    #[test]
+    fn modules_import_only_lower_layers() {
+        let bad = violations();
+        assert!(bad.is_empty(), "layering violations:\n{}", bad.join("\n"));
+    }
+
+    #[test]
+    fn the_import_parser_sees_every_form() {
+        // Positive control: the parser finds plain, grouped and inline paths, and skips comments.
+        let code = "use crate::user::X;\nuse crate::{helper::Y, wire};\nlet a = crate::sync::f();\n// crate::agent is only mentioned\n/// [`crate::jj`]\n";
+        assert_eq!(imports(code), vec!["user", "helper", "wire", "sync"]);
+    }
+}

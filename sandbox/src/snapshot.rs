@@ -10,11 +10,13 @@
 //! Nothing is followed: symlinks are stored as symlinks, FIFOs, sockets and devices are skipped,
 //! files over the cap are skipped, and every skip is reported so the user hears about it.
 
-use std::collections::BTreeSet;
-use std::path::Path;
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
 
 use crate::beneath::{Beneath, FsError, Kind};
-use crate::store::{Entry, FlatTree, Mode, Store, StoreError};
+use crate::statcache::{file_stat, is_racy, StatCache};
+use crate::store::{blob_id, Entry, FlatTree, Mode, Store, StoreError};
+use crate::wire::{FileStat, SyncRecord};
 
 /// Files larger than this are left out of snapshots (and reported).
 pub const DEFAULT_FILE_CAP: u64 = 64 * 1024 * 1024;
@@ -110,25 +112,49 @@ pub enum Captured {
         path: String,
         bytes: Vec<u8>,
         executable: bool,
+        /// The file's stat, taken on the open file before it was read.
+        stat: FileStat,
     },
     Symlink {
         path: String,
         target: Vec<u8>,
+        stat: FileStat,
+    },
+    /// The path still holds `entry` (see [`Check`]): nothing was read, or what was read is
+    /// exactly that entry.
+    Unchanged {
+        path: String,
+        entry: Entry,
+        stat: FileStat,
     },
     Skipped(Skipped),
 }
 
+/// What [`capture_each`] does with a regular file or symlink, given its `lstat`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check {
+    /// Read it.
+    Read,
+    /// Its stat vouches that it holds this entry: report it unchanged without opening it.
+    Trust(Entry),
+    /// Read it; report it unchanged if its mode and content are exactly this entry.
+    Compare(Entry),
+}
+
 /// Read each candidate path as data and hand it to `sink`: regular files (up to `cap` bytes)
-/// and symlink targets; FIFOs, sockets, devices and oversized files become [`Captured::Skipped`].
-/// Paths that vanished or turned into directories are left out.
+/// and symlink targets, unless `check` (given the path's `lstat`) vouches for them; FIFOs,
+/// sockets, devices and oversized files become [`Captured::Skipped`]. Paths that vanished or
+/// turned into directories are left out.
 ///
 /// The sandbox helper streams these to the hub; the hub's own snapshots store them directly.
 pub fn capture_each<E>(
     root: &Beneath,
     candidates: BTreeSet<String>,
     cap: u64,
+    mut check: impl FnMut(&str, &FileStat) -> Check,
     mut sink: impl FnMut(Captured) -> Result<(), E>,
 ) -> Result<(), E> {
+    let mut dirs = crate::beneath::DirCache::default();
     for path in candidates {
         let skip = |reason: String| {
             Captured::Skipped(Skipped {
@@ -140,50 +166,86 @@ pub fn capture_each<E>(
             sink(skip("path hunkgate cannot represent".into()))?;
             continue;
         }
-        let item = match root.kind(&path) {
-            Ok(None) | Ok(Some(Kind::Dir)) => None,
-            Ok(Some(Kind::Other(what))) => Some(skip(format!("{what} skipped"))),
-            Ok(Some(Kind::Symlink)) => match root.read_link(&path) {
-                Ok(Some(target)) => Some(Captured::Symlink {
-                    path: path.clone(),
-                    target,
-                }),
-                Ok(None) => None,
-                Err(e) => Some(skip(e.to_string())),
-            },
-            Ok(Some(Kind::File { size, .. })) if size > cap => {
-                Some(skip(format!("larger than {cap} bytes")))
+        let st = match root.lstat_cached(&path, &mut dirs) {
+            Ok(Some(st)) => st,
+            Ok(None) => continue,
+            Err(e) => {
+                sink(skip(e.to_string()))?;
+                continue;
             }
-            Ok(Some(Kind::File { .. })) => match root.read(&path, cap) {
-                Ok(Some((bytes, executable))) => Some(Captured::File {
-                    path: path.clone(),
-                    bytes,
-                    executable,
-                }),
-                // Vanished or changed kind between the walk and the read: report, don't guess.
-                Ok(None) => None,
-                Err(e) => Some(skip(e.to_string())),
-            },
-            Err(e) => Some(skip(e.to_string())),
         };
-        if let Some(item) = item {
-            sink(item)?;
+        let stat = file_stat(&st);
+        let how = match crate::beneath::kind_of(&st) {
+            Kind::Dir => continue,
+            Kind::Other(what) => {
+                sink(skip(format!("{what} skipped")))?;
+                continue;
+            }
+            Kind::File { size, .. } if size > cap => {
+                sink(skip(format!("larger than {cap} bytes")))?;
+                continue;
+            }
+            Kind::File { .. } | Kind::Symlink => check(&path, &stat),
+        };
+        if let Check::Trust(entry) = how {
+            sink(Captured::Unchanged { path, entry, stat })?;
+            continue;
         }
+        let read = if matches!(crate::beneath::kind_of(&st), Kind::Symlink) {
+            root.read_link(&path)
+                .map(|t| t.map(|target| (target, Mode::Symlink, stat)))
+        } else {
+            root.read_stat(&path, cap).map(|r| {
+                r.map(|(bytes, exec, st)| {
+                    let mode = if exec { Mode::Executable } else { Mode::File };
+                    (bytes, mode, file_stat(&st))
+                })
+            })
+        };
+        let (bytes, mode, stat) = match read {
+            Ok(Some(got)) => got,
+            // Vanished between the stat and the read: report, don't guess.
+            Ok(None) => continue,
+            Err(e) => {
+                sink(skip(e.to_string()))?;
+                continue;
+            }
+        };
+        if let Check::Compare(entry) = how {
+            if entry.mode == mode && blob_id(&bytes) == entry.oid {
+                sink(Captured::Unchanged { path, entry, stat })?;
+                continue;
+            }
+        }
+        sink(match mode {
+            Mode::Symlink => Captured::Symlink {
+                path,
+                target: bytes,
+                stat,
+            },
+            Mode::File | Mode::Executable => Captured::File {
+                path,
+                bytes,
+                executable: mode == Mode::Executable,
+                stat,
+            },
+        })?;
     }
     Ok(())
 }
 
-/// Store one captured item into `snap`.
+/// Store one captured item into `snap`; returns the entry it got.
 pub fn store_captured(
     store: &Store,
     snap: &mut Snapshot,
     item: Captured,
-) -> Result<(), StoreError> {
-    match item {
+) -> Result<Option<(String, FileStat, Entry)>, StoreError> {
+    let (path, stat, entry) = match item {
         Captured::File {
             path,
             bytes,
             executable,
+            stat,
         } => {
             let oid = store.write_blob(&bytes)?;
             let mode = if executable {
@@ -191,35 +253,81 @@ pub fn store_captured(
             } else {
                 Mode::File
             };
-            snap.tree.insert(path, Entry { mode, oid });
+            (path, stat, Entry { mode, oid })
         }
-        Captured::Symlink { path, target } => {
+        Captured::Symlink { path, target, stat } => {
             let oid = store.write_blob(&target)?;
-            snap.tree.insert(
-                path,
-                Entry {
-                    mode: Mode::Symlink,
-                    oid,
-                },
-            );
+            let mode = Mode::Symlink;
+            (path, stat, Entry { mode, oid })
         }
-        Captured::Skipped(s) => snap.skipped.push(s),
-    }
-    Ok(())
+        Captured::Unchanged { path, entry, stat } => (path, stat, entry),
+        Captured::Skipped(s) => {
+            snap.skipped.push(s);
+            return Ok(None);
+        }
+    };
+    snap.tree.insert(path.clone(), entry);
+    Ok(Some((path, stat, entry)))
 }
 
-/// Read each candidate path as data and store it.
+/// Read each candidate path as data and store it, taking unchanged files from `cache`.
 fn capture(
     root: &Beneath,
     candidates: BTreeSet<String>,
     store: &Store,
     cap: u64,
+    cache: Option<&mut StatCache>,
 ) -> Result<Snapshot, SnapshotError> {
     let mut snap = Snapshot::default();
-    capture_each(root, candidates, cap, |item| {
-        store_captured(store, &mut snap, item)
-    })?;
+    let mut seen = Vec::new();
+    {
+        let cache_ref = cache.as_deref();
+        capture_each(
+            root,
+            candidates,
+            cap,
+            |path, stat| match cache_ref.and_then(|c| c.lookup(path, stat, store)) {
+                Some(entry) => Check::Trust(entry),
+                None => Check::Read,
+            },
+            |item| {
+                if let Some(got) = store_captured(store, &mut snap, item)? {
+                    seen.push(got);
+                }
+                Ok::<_, StoreError>(())
+            },
+        )?;
+    }
+    if let Some(cache) = cache {
+        for (path, stat, entry) in seen {
+            cache.record(&path, stat, entry);
+        }
+        if let Err(e) = cache.save() {
+            tracing::warn!(error = %e, "cannot write the snapshot stat cache; the next snapshot reads every file");
+        }
+    }
     Ok(snap)
+}
+
+/// What a sandbox read-back does with `path`, given the run's `base` and the stat record of
+/// the sync that wrote it (see [`crate::wire::SyncRecord`]).
+pub fn readback_check<'a>(
+    base: &'a FlatTree,
+    record: Option<&'a SyncRecord>,
+) -> impl FnMut(&str, &FileStat) -> Check + 'a {
+    let stamp = record.map(|r| (r.stamp_s, r.stamp_ns));
+    let recorded: HashMap<&str, &FileStat> = record
+        .map(|r| r.files.iter().map(|(p, s)| (p.as_str(), s)).collect())
+        .unwrap_or_default();
+    move |path, stat| match base.get(path) {
+        None => Check::Read,
+        Some(entry) => match (recorded.get(path), stamp) {
+            (Some(was), Some(stamp)) if *was == stat && !is_racy(was, stamp) => {
+                Check::Trust(*entry)
+            }
+            _ => Check::Compare(*entry),
+        },
+    }
 }
 
 /// The paths a sandbox snapshot looks at: `base` paths (tracked by construction) plus untracked
@@ -234,11 +342,29 @@ pub fn sandbox_candidates<'a>(
     (candidates, skipped)
 }
 
-/// Snapshot the user's checkout as the user sees it (see module docs).
+/// Where [`snapshot_checkout`] keeps its stat cache: a file inside the store's directory (the
+/// hub's state dir), so a cache always goes with the store its blob ids point into.
+pub fn stat_cache_path(store: &Store) -> PathBuf {
+    store.path().join("hunkgate-stat-cache")
+}
+
+/// Snapshot the user's checkout as the user sees it (see module docs), reading only the files
+/// that are new or changed since the last snapshot (the stat cache at [`stat_cache_path`]).
 pub fn snapshot_checkout(
     repo_root: &Path,
     store: &Store,
     cap: u64,
+) -> Result<Snapshot, SnapshotError> {
+    let mut cache = StatCache::load(&stat_cache_path(store), repo_root, store);
+    snapshot_checkout_cached(repo_root, store, cap, Some(&mut cache))
+}
+
+/// [`snapshot_checkout`] with an explicit stat cache (None reads every file).
+pub fn snapshot_checkout_cached(
+    repo_root: &Path,
+    store: &Store,
+    cap: u64,
+    mut cache: Option<&mut StatCache>,
 ) -> Result<Snapshot, SnapshotError> {
     let (mut candidates, unnamed) = walk_reporting(repo_root, true);
     let with_unnamed = |mut snap: Snapshot| {
@@ -251,7 +377,7 @@ pub fn snapshot_checkout(
         // which is exactly the walk.
         Err(_) if repo_root.join(".jj").is_dir() => {
             let root = Beneath::open(repo_root)?;
-            return capture(&root, candidates, store, cap).map(with_unnamed);
+            return capture(&root, candidates, store, cap, cache.as_deref_mut()).map(with_unnamed);
         }
         Err(_) => {
             return Err(SnapshotError::NotARepo {
@@ -274,22 +400,32 @@ pub fn snapshot_checkout(
         }
     }
     let root = Beneath::open(repo_root)?;
-    let mut snap = with_unnamed(capture(&root, candidates, store, cap)?);
+    let mut snap = with_unnamed(capture(&root, candidates, store, cap, cache)?);
     snap.skipped.dedup();
     Ok(snap)
 }
 
 /// Snapshot a sandbox directory: `base` paths (tracked by construction) plus untracked files not
-/// ignored by the tree's own .gitignore files.
+/// ignored by the tree's own .gitignore files. With the `record` of the sync that wrote `base`
+/// there, only paths whose stat changed (or is racy) are read, and a base path read back with
+/// its base content is not stored again.
 pub fn snapshot_sandbox(
     dir: &Path,
     base: &FlatTree,
     store: &Store,
     cap: u64,
+    record: Option<&SyncRecord>,
 ) -> Result<Snapshot, SnapshotError> {
     let (candidates, unnamed) = sandbox_candidates(dir, base.keys());
     let root = Beneath::open(dir)?;
-    let mut snap = capture(&root, candidates, store, cap)?;
+    let mut snap = Snapshot::default();
+    capture_each(
+        &root,
+        candidates,
+        cap,
+        readback_check(base, record),
+        |item| store_captured(store, &mut snap, item).map(drop),
+    )?;
     snap.skipped.extend(unnamed);
     Ok(snap)
 }
@@ -410,8 +546,282 @@ mod tests {
         std::fs::create_dir(dir.join("target")).unwrap();
         std::fs::write(dir.join("target/junk"), "x\n").unwrap();
         let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
-        let snap = snapshot_sandbox(&dir, &FlatTree::new(), &store, DEFAULT_FILE_CAP).unwrap();
+        let snap =
+            snapshot_sandbox(&dir, &FlatTree::new(), &store, DEFAULT_FILE_CAP, None).unwrap();
         let paths: Vec<&str> = snap.tree.keys().map(|s| s.as_str()).collect();
         assert_eq!(paths, vec![".gitignore", "hidden.txt"]);
+    }
+
+    /// Make every entry of the stat cache non-racy, as if the cache had been written a few
+    /// seconds after the files (what the passage of time does between two runs).
+    fn age_cache(store: &Store) {
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
+        std::fs::File::options()
+            .append(true)
+            .open(stat_cache_path(store))
+            .unwrap()
+            .set_modified(later)
+            .unwrap();
+    }
+
+    fn cached_snapshot(repo: &Path, store: &Store) -> (Snapshot, usize, Option<String>) {
+        let mut cache = StatCache::load(&stat_cache_path(store), repo, store);
+        let snap =
+            snapshot_checkout_cached(repo, store, DEFAULT_FILE_CAP, Some(&mut cache)).unwrap();
+        (snap, cache.hits(), cache.ignored.clone())
+    }
+
+    fn set_mtime(path: &Path, t: std::time::SystemTime) {
+        std::fs::File::options()
+            .append(true)
+            .open(path)
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+    }
+
+    fn committed_repo(tmp: &Path, files: &[(&str, &str)]) -> std::path::PathBuf {
+        let repo = tmp.join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        git(&repo, &["init", "-q"]);
+        for (name, body) in files {
+            std::fs::write(repo.join(name), body).unwrap();
+        }
+        git(&repo, &["add", "."]);
+        repo
+    }
+
+    #[test]
+    fn stat_cache_rehashes_a_file_when_any_stat_field_changes() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let names = [
+            "mtime", "ctime", "size", "inode", "mode", "link", "dir", "same",
+        ];
+        let files: Vec<(&str, &str)> = names.iter().map(|n| (*n, "0123456789\n")).collect();
+        let repo = committed_repo(tmp.path(), &files);
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let n = names.len() + 1; // .git is not a file; the index adds nothing else
+        let (first, hits, _) = cached_snapshot(&repo, &store);
+        assert_eq!(
+            (first.tree.len(), hits),
+            (names.len(), 0),
+            "a first run reads everything"
+        );
+        age_cache(&store);
+        let (second, hits, _) = cached_snapshot(&repo, &store);
+        assert_eq!(second.tree, first.tree);
+        assert_eq!(hits, names.len(), "a warm run reads nothing (of {n})");
+
+        let p = |name: &str| repo.join(name);
+        let orig_mtime = std::fs::metadata(p("ctime")).unwrap().modified().unwrap();
+        // mtime only (same content): re-hashed, same blob.
+        set_mtime(
+            &p("mtime"),
+            orig_mtime - std::time::Duration::from_secs(100),
+        );
+        // ctime only: same size, mtime put back (`touch -d`), new content.
+        std::fs::write(p("ctime"), "abcdefghij\n").unwrap();
+        set_mtime(&p("ctime"), orig_mtime);
+        // size.
+        std::fs::write(p("size"), "0123456789 and more\n").unwrap();
+        // inode: replaced by a new file with the same bytes, mtime put back.
+        std::fs::write(p("inode.tmp"), "0123456789\n").unwrap();
+        std::fs::rename(p("inode.tmp"), p("inode")).unwrap();
+        set_mtime(&p("inode"), orig_mtime);
+        // mode: made executable.
+        std::fs::set_permissions(p("mode"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        // A file replaced by a symlink, another by a directory.
+        std::fs::remove_file(p("link")).unwrap();
+        symlink("same", p("link")).unwrap();
+        std::fs::remove_file(p("dir")).unwrap();
+        std::fs::create_dir(p("dir")).unwrap();
+        std::fs::write(p("dir/inner"), "inside\n").unwrap();
+        git(&repo, &["add", "dir/inner"]);
+
+        let (third, hits, _) = cached_snapshot(&repo, &store);
+        assert_eq!(hits, 1, "only the untouched file comes from the cache");
+        let blob = |name: &str| store.read_blob(third.tree[name].oid).unwrap();
+        assert_eq!(third.tree["mtime"], first.tree["mtime"]);
+        assert_eq!(blob("ctime"), b"abcdefghij\n");
+        assert_eq!(blob("size"), b"0123456789 and more\n");
+        assert_eq!(third.tree["inode"], first.tree["inode"]);
+        assert_eq!(third.tree["mode"].mode, Mode::Executable);
+        assert_eq!(third.tree["link"].mode, Mode::Symlink);
+        assert_eq!(blob("link"), b"same");
+        assert!(!third.tree.contains_key("dir"));
+        assert_eq!(blob("dir/inner"), b"inside\n");
+        // And the rebuilt cache serves all of it next time.
+        age_cache(&store);
+        let (fourth, hits, _) = cached_snapshot(&repo, &store);
+        assert_eq!(fourth.tree, third.tree);
+        assert_eq!(hits, third.tree.len());
+    }
+
+    #[test]
+    fn racy_entries_are_rehashed_and_the_rule_is_what_protects_them() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = committed_repo(tmp.path(), &[("a.txt", "new content\n")]);
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let path = stat_cache_path(&store);
+        // A cache whose entry has the file's exact current stat but an older content's blob:
+        // what a write in the same clock tick as the hashing leaves behind.
+        let stale = store.write_blob(b"old content\n").unwrap();
+        let st = nix::sys::stat::lstat(&repo.join("a.txt")).unwrap();
+        let stat = file_stat(&st);
+        let write_cache = |stamp: (i64, u32)| {
+            let mut cache = StatCache::load(&path, &repo, &store);
+            let entry = Entry {
+                mode: Mode::File,
+                oid: stale,
+            };
+            cache.record("a.txt", stat, entry);
+            cache.save().unwrap();
+            let t = std::time::UNIX_EPOCH + std::time::Duration::new(stamp.0 as u64, stamp.1);
+            set_mtime(&path, t);
+        };
+        let newest = (stat.mtime_s, stat.mtime_ns).max((stat.ctime_s, stat.ctime_ns));
+        // Stamp equal to the file's timestamps: racy, so re-hashed.
+        write_cache(newest);
+        let (snap, hits, _) = cached_snapshot(&repo, &store);
+        assert_eq!(hits, 0);
+        assert_eq!(
+            store.read_blob(snap.tree["a.txt"].oid).unwrap(),
+            b"new content\n"
+        );
+        // Positive control: the same entry one second older than the stamp is trusted (and so
+        // would be wrong) — only the racy rule told the two apart.
+        write_cache((newest.0 + 1, newest.1));
+        let (snap, hits, _) = cached_snapshot(&repo, &store);
+        assert_eq!(hits, 1);
+        assert_eq!(snap.tree["a.txt"].oid, stale);
+        assert!(is_racy(&stat, newest));
+        assert!(!is_racy(&stat, (newest.0 + 1, newest.1)));
+    }
+
+    #[test]
+    fn corrupt_or_foreign_caches_are_ignored_and_rebuilt() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = committed_repo(tmp.path(), &[("a.txt", "a\n"), ("b.txt", "b\n")]);
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let path = stat_cache_path(&store);
+        let (good, _, _) = cached_snapshot(&repo, &store);
+        age_cache(&store);
+        let valid = std::fs::read(&path).unwrap();
+        // Positive control: the valid cache is used.
+        assert_eq!(cached_snapshot(&repo, &store).1, 2);
+
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
+        let mut flipped = valid.clone();
+        let mid = flipped.len() / 2;
+        flipped[mid] ^= 0x40;
+        let torn = valid[..valid.len() - 7].to_vec();
+        for (what, bytes) in [
+            ("garbage", b"not a cache at all".to_vec()),
+            ("a flipped byte", flipped),
+            ("a torn file", torn),
+            ("an empty file", Vec::new()),
+        ] {
+            std::fs::write(&path, &bytes).unwrap();
+            set_mtime(&path, later);
+            let (snap, hits, ignored) = cached_snapshot(&repo, &store);
+            assert_eq!(hits, 0, "{what}");
+            assert!(ignored.is_some(), "{what}");
+            assert_eq!(snap.tree, good.tree, "{what}");
+            // Rebuilt: the next run trusts it again.
+            age_cache(&store);
+            assert_eq!(cached_snapshot(&repo, &store).1, 2, "{what} rebuilt");
+        }
+
+        // Another repository's cache with the same store (same paths, other content): foreign.
+        let other = tmp.path().join("other");
+        std::fs::create_dir(&other).unwrap();
+        git(&other, &["init", "-q"]);
+        std::fs::write(other.join("a.txt"), "A\n").unwrap();
+        std::fs::write(other.join("b.txt"), "B\n").unwrap();
+        git(&other, &["add", "."]);
+        std::fs::write(&path, &valid).unwrap();
+        set_mtime(&path, later);
+        let (snap, hits, ignored) = cached_snapshot(&other, &store);
+        assert_eq!(hits, 0);
+        assert!(ignored.unwrap().contains("another repository"));
+        assert_eq!(store.read_blob(snap.tree["a.txt"].oid).unwrap(), b"A\n");
+
+        // A cache naming a blob the store does not have is not trusted for that entry.
+        let empty_store = Store::open_or_init(&tmp.path().join("store2")).unwrap();
+        let path2 = stat_cache_path(&empty_store);
+        let mut cache = StatCache::load(&path2, &repo, &empty_store);
+        let st = file_stat(&nix::sys::stat::lstat(&repo.join("a.txt")).unwrap());
+        cache.record("a.txt", st, good.tree["a.txt"]);
+        cache.save().unwrap();
+        set_mtime(&path2, later);
+        let (snap, hits, _) = cached_snapshot(&repo, &empty_store);
+        assert_eq!(hits, 0);
+        assert_eq!(
+            empty_store.read_blob(snap.tree["a.txt"].oid).unwrap(),
+            b"a\n"
+        );
+    }
+
+    #[test]
+    fn a_cache_entry_matches_only_when_every_stat_field_does() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = committed_repo(tmp.path(), &[("a.txt", "a\n")]);
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let path = stat_cache_path(&store);
+        let entry = Entry {
+            mode: Mode::File,
+            oid: store.write_blob(b"a\n").unwrap(),
+        };
+        let stat = FileStat {
+            mtime_s: 1000,
+            mtime_ns: 5,
+            ctime_s: 1000,
+            ctime_ns: 6,
+            size: 2,
+            ino: 77,
+            mode: 0o100644,
+        };
+        let mut cache = StatCache::load(&path, &repo, &store);
+        cache.record("a.txt", stat, entry);
+        cache.save().unwrap();
+        let cache = StatCache::load(&path, &repo, &store);
+        assert_eq!(cache.lookup("a.txt", &stat, &store), Some(entry));
+        let variants = [
+            (
+                "mtime",
+                FileStat {
+                    mtime_ns: 4,
+                    ..stat
+                },
+            ),
+            (
+                "ctime",
+                FileStat {
+                    ctime_s: 1001,
+                    ..stat
+                },
+            ),
+            ("size", FileStat { size: 3, ..stat }),
+            ("inode", FileStat { ino: 78, ..stat }),
+            (
+                "mode",
+                FileStat {
+                    mode: 0o100755,
+                    ..stat
+                },
+            ),
+            (
+                "kind",
+                FileStat {
+                    mode: 0o120777,
+                    ..stat
+                },
+            ),
+        ];
+        for (field, other) in variants {
+            assert_eq!(cache.lookup("a.txt", &other, &store), None, "{field}");
+        }
+        assert_eq!(cache.lookup("b.txt", &stat, &store), None);
     }
 }

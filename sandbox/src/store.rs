@@ -347,6 +347,13 @@ impl Store {
     }
 }
 
+/// The git blob id of `bytes` (what [`Store::write_blob`] would return), without writing.
+pub fn blob_id(bytes: &[u8]) -> ObjectId {
+    // Hashing in memory cannot fail for SHA-1 (only a detected collision attack would).
+    gix::objs::compute_hash(gix::hash::Kind::Sha1, gix::objs::Kind::Blob, bytes)
+        .unwrap_or_else(|_| ObjectId::null(gix::hash::Kind::Sha1))
+}
+
 /// Open options that read no global or system git configuration and run nothing: the store's
 /// behaviour must not depend on whoever's ~/.gitconfig happens to be around.
 pub(crate) fn isolated_open_options() -> gix::open::Options {

@@ -12,6 +12,10 @@
 //!
 //! Everything the helper needs travels on its stdin (never argv: the agent token must not show
 //! in `ps`), and everything it reports back is read as hostile data ([`crate::wire`]).
+//!
+//! **Layer:** the hub's side of user isolation. It imports [`crate::workspace`] (the trait it
+//! implements), [`crate::sync`]'s records, [`crate::wire`] and what is below — never
+//! [`crate::helper`], the other end of the wire, which it only ever starts as a process.
 
 use crate::tools::{ToolReply, ToolRequest};
 use std::io::Write;
@@ -23,17 +27,14 @@ use std::time::Duration;
 
 use nix::libc;
 
-use crate::helper::Request;
 use crate::snapshot::{Skipped, Snapshot};
 use crate::store::{Entry, FlatTree, Mode, Store};
-use crate::wire::{self, Frame, WireError};
+use crate::sync::{base_to_wire, rebase_record, recall, record_for, remember, Synced};
+use crate::wire::{self, Frame, PrepareReply, Request, SyncRecord, WireError, AGENT_NPROC};
 use crate::workspace::{AgentCommand, Sandbox, SandboxError, Stop};
 
 /// The sandbox user `hunkgate setup` creates unless told otherwise.
 pub const DEFAULT_USER: &str = "hunkgate-agent";
-/// Processes the sandbox user may have at once (RLIMIT_NPROC): enough for compilers and test
-/// runners, not for a fork bomb to take the machine down.
-pub const AGENT_NPROC: u64 = 4096;
 /// A prepare or snapshot that takes longer than this is stuck (an agent stopping the helper,
 /// say): the hub kills it and reports an error instead of hanging.
 const HELPER_DEADLINE: Duration = Duration::from_secs(15 * 60);
@@ -121,6 +122,12 @@ pub enum HelperError {
     Store(#[from] crate::store::StoreError),
     #[error("the sandbox helper's {op}: {message}")]
     Protocol { op: &'static str, message: String },
+}
+
+impl From<HelperError> for SandboxError {
+    fn from(e: HelperError) -> Self {
+        SandboxError::Backend(Box::new(e))
+    }
 }
 
 /// An account on this machine, as far as file permissions are concerned.
@@ -717,6 +724,53 @@ pub struct UserSandbox {
 }
 
 impl UserSandbox {
+    /// One `prepare` exchange: the base listing and `record` in the header, then the blobs the
+    /// helper cannot already have (those not in `previous`'s base, whose objects it kept).
+    fn prepare_with(
+        &self,
+        store: &Store,
+        base: &FlatTree,
+        previous: Option<&Synced>,
+        record: Option<SyncRecord>,
+    ) -> Result<PrepareReply, HelperError> {
+        let mut request = self.request();
+        request.base = base_to_wire(base);
+        request.record = record;
+        let known: std::collections::HashSet<_> = previous
+            .map(|s| s.base.values().map(|e| e.oid).collect())
+            .unwrap_or_default();
+        self.iso.run_helper(
+            "prepare",
+            |w| {
+                let mut w = std::io::BufWriter::new(w);
+                wire::write_header(&mut w, &request)?;
+                let mut sent = std::collections::HashSet::new();
+                for entry in base.values() {
+                    if known.contains(&entry.oid) || !sent.insert(entry.oid) {
+                        continue;
+                    }
+                    let bytes = store.read_blob(entry.oid).map_err(std::io::Error::other)?;
+                    let frame = Frame::Blob {
+                        oid: entry.oid.to_string(),
+                        bytes,
+                    };
+                    wire::write_frame(&mut w, &frame)?;
+                }
+                wire::write_frame(&mut w, &Frame::End)?;
+                w.flush()
+            },
+            |r| {
+                wire::read_header::<PrepareReply>(&mut std::io::BufReader::new(r)).map_err(
+                    |source| HelperError::Stream {
+                        op: "prepare",
+                        source,
+                        stderr: String::new(),
+                    },
+                )
+            },
+        )
+    }
+
     fn request(&self) -> Request {
         Request {
             key: self.key.clone(),
@@ -798,6 +852,90 @@ fn stdin_from_bytes(bytes: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The helper's stat record of a prepare, checked: only base paths, each at most once.
+fn checked_record(record: SyncRecord, base: &FlatTree) -> Result<SyncRecord, HelperError> {
+    let mut seen = std::collections::HashSet::new();
+    for (path, _) in &record.files {
+        if !base.contains_key(path) || !seen.insert(path.as_str()) {
+            return Err(HelperError::BadPath {
+                path: sanitize(path, 300),
+                why: "not a base path, or reported twice, in the prepare's record".into(),
+            });
+        }
+    }
+    Ok(record)
+}
+
+/// Read a `snapshot` stream from the helper. Everything in it is the agent's word: paths are
+/// checked, each may come once, an unchanged path must be a base path, lengths are bounded.
+fn read_snapshot(
+    r: &mut impl std::io::Read,
+    store: &Store,
+    base: &FlatTree,
+    cap: u64,
+) -> Result<Snapshot, HelperError> {
+    let mut snap = Snapshot::default();
+    let stream = |source| HelperError::Stream {
+        op: "snapshot",
+        source,
+        stderr: String::new(),
+    };
+    loop {
+        let frame = wire::read_frame(r, cap).map_err(stream)?;
+        let path = match &frame {
+            Frame::File { path, .. } | Frame::Symlink { path, .. } | Frame::Unchanged { path } => {
+                path.clone()
+            }
+            Frame::Skipped { path, reason } => {
+                snap.skipped.push(Skipped {
+                    path: sanitize(path, 300),
+                    reason: sanitize(reason, 300),
+                });
+                continue;
+            }
+            Frame::Blob { .. } => {
+                return Err(HelperError::Protocol {
+                    op: "snapshot",
+                    message: "sent a blob frame".into(),
+                })
+            }
+            Frame::End => break,
+        };
+        let bad = |why: &str| HelperError::BadPath {
+            path: sanitize(&path, 300),
+            why: why.into(),
+        };
+        if let Err(e) = crate::beneath::components(&path) {
+            return Err(bad(&e.to_string()));
+        }
+        if snap.tree.contains_key(&path) {
+            return Err(bad("sent twice"));
+        }
+        let entry = match frame {
+            Frame::Unchanged { .. } => *base
+                .get(&path)
+                .ok_or_else(|| bad("reported unchanged but not in the base"))?,
+            Frame::File {
+                bytes, executable, ..
+            } => Entry {
+                mode: if executable {
+                    Mode::Executable
+                } else {
+                    Mode::File
+                },
+                oid: store.write_blob(&bytes)?,
+            },
+            Frame::Symlink { target, .. } => Entry {
+                mode: Mode::Symlink,
+                oid: store.write_blob(&target)?,
+            },
+            Frame::Skipped { .. } | Frame::Blob { .. } | Frame::End => continue,
+        };
+        snap.tree.insert(path, entry);
+    }
+    Ok(snap)
+}
+
 /// Make a helper-sent reason printable and short: it is agent-controlled text.
 fn sanitize(s: &str, max: usize) -> String {
     s.chars()
@@ -812,43 +950,41 @@ impl Sandbox for UserSandbox {
     }
 
     fn prepare(&self, store: &Store, base: &FlatTree) -> Result<(), SandboxError> {
-        let request = self.request();
-        self.iso.run_helper(
-            "prepare",
-            |w| {
-                let mut w = std::io::BufWriter::new(w);
-                wire::write_header(&mut w, &request)?;
-                for (path, entry) in base {
-                    let bytes = store.read_blob(entry.oid).map_err(std::io::Error::other)?;
-                    let frame = match entry.mode {
-                        Mode::Symlink => Frame::Symlink {
-                            path: path.clone(),
-                            target: bytes,
-                        },
-                        Mode::File | Mode::Executable => Frame::File {
-                            path: path.clone(),
-                            bytes,
-                            executable: entry.mode == Mode::Executable,
-                        },
-                    };
-                    wire::write_frame(&mut w, &frame)?;
-                }
-                wire::write_frame(&mut w, &Frame::End)?;
-                w.flush()
-            },
-            |r| {
-                // The helper prints nothing on success; drain whatever it says.
-                let _ = std::io::copy(r, &mut std::io::sink());
-                Ok(())
-            },
-        )?;
+        let previous = recall(&self.workdir);
+        remember(&self.workdir, None);
+        let record = previous
+            .as_deref()
+            .map(|s| rebase_record(s, base))
+            .filter(|r| !r.files.is_empty());
+        // Blobs are left out only alongside a record: without one the helper starts from no
+        // objects.
+        let previous = previous.filter(|_| record.is_some());
+        let reply = match self.prepare_with(store, base, previous.as_deref(), record) {
+            Ok(reply) => reply,
+            // The helper may lack a blob the agent deleted from the sandbox's objects, or the
+            // slot may be in a shape an in-place sync cannot fix: once more, sending everything.
+            Err(e) if previous.is_some() => {
+                tracing::warn!(error = %e, "incremental sandbox prepare failed; sending the whole base");
+                self.prepare_with(store, base, None, None)?
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let record = checked_record(reply.record, base)?;
+        remember(
+            &self.workdir,
+            Some(Synced {
+                base: base.clone(),
+                record,
+            }),
+        );
         Ok(())
     }
 
     fn snapshot(&self, store: &Store, base: &FlatTree, cap: u64) -> Result<Snapshot, SandboxError> {
         let mut request = self.request();
         request.cap = cap;
-        request.base_paths = base.keys().cloned().collect();
+        request.base = base_to_wire(base);
+        request.record = record_for(recall(&self.workdir).as_deref(), base).cloned();
         let snap = self.iso.run_helper(
             "snapshot",
             |w| {
@@ -856,59 +992,7 @@ impl Sandbox for UserSandbox {
                 wire::write_header(&mut w, &request)?;
                 w.flush()
             },
-            |r| {
-                let mut r = std::io::BufReader::new(r);
-                let mut snap = Snapshot::default();
-                let stream = |source| HelperError::Stream {
-                    op: "snapshot",
-                    source,
-                    stderr: String::new(),
-                };
-                loop {
-                    let frame = wire::read_frame(&mut r, cap).map_err(stream)?;
-                    // Everything below is the agent's word: check it as such.
-                    let path = match &frame {
-                        Frame::File { path, .. } | Frame::Symlink { path, .. } => path.clone(),
-                        Frame::Skipped { path, reason } => {
-                            snap.skipped.push(Skipped {
-                                path: sanitize(path, 300),
-                                reason: sanitize(reason, 300),
-                            });
-                            continue;
-                        }
-                        Frame::End => break,
-                    };
-                    if let Err(e) = crate::beneath::components(&path) {
-                        return Err(HelperError::BadPath {
-                            path: sanitize(&path, 300),
-                            why: e.to_string(),
-                        });
-                    }
-                    if snap.tree.contains_key(&path) {
-                        return Err(HelperError::BadPath {
-                            path: sanitize(&path, 300),
-                            why: "sent twice".into(),
-                        });
-                    }
-                    let (mode, bytes) = match frame {
-                        Frame::File {
-                            bytes, executable, ..
-                        } => (
-                            if executable {
-                                Mode::Executable
-                            } else {
-                                Mode::File
-                            },
-                            bytes,
-                        ),
-                        Frame::Symlink { target, .. } => (Mode::Symlink, target),
-                        Frame::Skipped { .. } | Frame::End => continue,
-                    };
-                    let oid = store.write_blob(&bytes)?;
-                    snap.tree.insert(path, Entry { mode, oid });
-                }
-                Ok(snap)
-            },
+            |r| read_snapshot(&mut std::io::BufReader::new(r), store, base, cap),
         )?;
         Ok(snap)
     }

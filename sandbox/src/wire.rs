@@ -1,4 +1,8 @@
-//! The byte stream between the hub and the sandbox helper.
+//! The byte stream between the hub and the sandbox helper: the whole contract between
+//! [`crate::user`] (the hub's side) and [`crate::helper`] (the sandbox user's side).
+//!
+//! **Layer: the leaf.** This module imports nothing of the crate (the layering test in
+//! `lib.rs` checks it): both sides build on it, neither on the other.
 //!
 //! A request is one length-prefixed JSON header; files follow as frames of
 //! `tag, path (u32 length + bytes), payload (u64 length + bytes)`, closed by an end frame. The
@@ -10,6 +14,108 @@
 //! allocated, and paths are validated by the caller with [`crate::beneath::components`].
 
 use std::io::{Read, Write};
+
+use serde::{Deserialize, Serialize};
+
+/// Processes the sandbox user may have at once (RLIMIT_NPROC): enough for compilers and test
+/// runners, not for a fork bomb to take the machine down.
+pub const AGENT_NPROC: u64 = 4096;
+
+/// What the hub asks of the helper (the header on its stdin).
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+pub struct Request {
+    /// Which repository's sandboxes (a plain name chosen by the hub).
+    pub key: String,
+    pub slot: u64,
+    /// `snapshot`: files larger than this are reported as skipped.
+    #[serde(default)]
+    pub cap: u64,
+    /// `prepare` and `snapshot`: the run's base, path by path (read back even when ignored,
+    /// since they are tracked). `prepare` receives the blobs the helper may lack as
+    /// [`Frame::Blob`]s after the header.
+    #[serde(default)]
+    pub base: Vec<BaseEntry>,
+    /// `prepare` and `snapshot`: what the last `prepare` of this slot reported (see
+    /// [`SyncRecord`]); None makes the helper compare every file by content.
+    #[serde(default)]
+    pub record: Option<SyncRecord>,
+    /// `exec`: the agent's argv and its whole environment.
+    #[serde(default)]
+    pub argv: Vec<String>,
+    #[serde(default)]
+    pub env: Vec<(String, String)>,
+    /// `exec`: the run's timeout; the helper enforces it (plus a grace) even if the hub hangs.
+    #[serde(default)]
+    pub timeout_ms: u64,
+    /// `exec`: the agent gets a network namespace of its own (only loopback, down).
+    #[serde(default)]
+    pub network_none: bool,
+    /// `exec`: a root hub already entered fresh PID (and network) namespaces for us.
+    #[serde(default)]
+    pub namespaces_ready: bool,
+    /// `exec`: RLIMIT_NPROC for the agent.
+    #[serde(default)]
+    pub nproc: u64,
+    /// `exec`: do not put the agent in a PID namespace (the fallback machines without user
+    /// namespaces get; `HUNKGATE_SANDBOX_PIDNS=off` in the hub's environment forces it).
+    #[serde(default)]
+    pub no_pid_namespace: bool,
+    /// `exec`: stdin stays open as the hub's lifeline, and its EOF stops the agent. Without it
+    /// (short commands), stdin is ignored after the request.
+    #[serde(default)]
+    pub lifeline: bool,
+}
+
+/// How a base path is stored (the wire's copy of the store's mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EntryMode {
+    File,
+    Executable,
+    Symlink,
+}
+
+/// One path of a run's base: its mode and blob id (hex).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BaseEntry {
+    pub path: String,
+    pub mode: EntryMode,
+    pub oid: String,
+}
+
+/// What `lstat` said about a path, as far as change detection goes (git's index fields).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileStat {
+    pub mtime_s: i64,
+    pub mtime_ns: u32,
+    pub ctime_s: i64,
+    pub ctime_ns: u32,
+    pub size: u64,
+    pub ino: u64,
+    /// `st_mode`: file type and permission bits.
+    pub mode: u32,
+}
+
+/// What a sync left in a sandbox slot: the stat of every base path right after it was
+/// written, and the sync's own timestamp (the mtime of the sandbox's fresh `.git/index`,
+/// written after every file). A path whose stat still matches, and whose mtime and ctime are
+/// strictly older than `stamp`, still holds what the sync wrote; any other is compared by
+/// content (git's racy-timestamp rule: a write in the same clock tick as the sync could keep
+/// every stat field).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyncRecord {
+    pub stamp_s: i64,
+    pub stamp_ns: u32,
+    pub files: Vec<(String, FileStat)>,
+}
+
+/// The helper's answer to `prepare`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrepareReply {
+    pub record: SyncRecord,
+    /// Files written (the rest already held the base).
+    pub written: u64,
+}
 
 /// Largest request header accepted (argv, environment and the base's path list).
 pub const MAX_HEADER: u64 = 64 * 1024 * 1024;
@@ -51,6 +157,16 @@ pub enum Frame {
         path: String,
         reason: String,
     },
+    /// A snapshot path that still holds exactly its base entry (the helper checked its stat
+    /// against the sync record, or its content against the base blob).
+    Unchanged {
+        path: String,
+    },
+    /// `prepare`: a blob of the base, by id (hex, in the path field), for the helper to store.
+    Blob {
+        oid: String,
+        bytes: Vec<u8>,
+    },
     End,
 }
 
@@ -58,6 +174,8 @@ const TAG_FILE: u8 = b'F';
 const TAG_EXEC: u8 = b'X';
 const TAG_LINK: u8 = b'L';
 const TAG_SKIP: u8 = b'S';
+const TAG_SAME: u8 = b'U';
+const TAG_BLOB: u8 = b'B';
 const TAG_END: u8 = b'E';
 
 pub fn write_header<T: serde::Serialize>(w: &mut impl Write, header: &T) -> std::io::Result<()> {
@@ -90,6 +208,8 @@ pub fn write_frame(w: &mut impl Write, frame: &Frame) -> std::io::Result<()> {
         } => (if *executable { TAG_EXEC } else { TAG_FILE }, path, bytes),
         Frame::Symlink { path, target } => (TAG_LINK, path, target),
         Frame::Skipped { path, reason } => (TAG_SKIP, path, reason.as_bytes()),
+        Frame::Unchanged { path } => (TAG_SAME, path, &[]),
+        Frame::Blob { oid, bytes } => (TAG_BLOB, oid, bytes),
         Frame::End => (TAG_END, "", &[]),
     };
     w.write_all(&[tag])?;
@@ -119,10 +239,10 @@ pub fn read_frame(r: &mut impl Read, max_payload: u64) -> Result<Frame, WireErro
     let mut len = [0u8; 8];
     read_exact(r, &mut len)?;
     let payload_len = u64::from_be_bytes(len);
-    let max = if tag[0] == TAG_SKIP {
-        MAX_REASON
-    } else {
-        max_payload
+    let max = match tag[0] {
+        TAG_SKIP => MAX_REASON,
+        TAG_SAME | TAG_END => 0,
+        _ => max_payload,
     };
     if payload_len > max {
         return Err(WireError::TooLong {
@@ -146,7 +266,12 @@ pub fn read_frame(r: &mut impl Read, max_payload: u64) -> Result<Frame, WireErro
             path,
             reason: String::from_utf8_lossy(&payload).into_owned(),
         },
-        TAG_END if path.is_empty() && payload.is_empty() => Frame::End,
+        TAG_SAME => Frame::Unchanged { path },
+        TAG_BLOB => Frame::Blob {
+            oid: path,
+            bytes: payload,
+        },
+        TAG_END if path.is_empty() => Frame::End,
         other => return Err(WireError::Malformed(format!("unknown frame tag {other}"))),
     })
 }
@@ -195,6 +320,13 @@ mod tests {
             Frame::Skipped {
                 path: "fifo".into(),
                 reason: "fifo skipped".into(),
+            },
+            Frame::Unchanged {
+                path: "same.txt".into(),
+            },
+            Frame::Blob {
+                oid: "ab".repeat(20),
+                bytes: b"blob\n".to_vec(),
             },
             Frame::End,
         ];

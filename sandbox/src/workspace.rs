@@ -3,23 +3,21 @@
 //! Every agent-facing operation goes through [`Sandbox`], so the isolation mode can change (the
 //! hub's own user with [`LocalSandbox`], a dedicated sandbox user with
 //! [`UserSandbox`](crate::user::UserSandbox)) without the hub noticing.
+//!
+//! **Layer:** the sandbox abstraction. It imports [`crate::sync`] and what is below it
+//! (`snapshot`, `statcache`, `store`, `beneath`, `wire`) and [`crate::tools`]'s request
+//! types — nothing of the user-isolation side (`user`, `helper`), which builds on it.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::beneath::{Beneath, FsError};
-use crate::snapshot::{snapshot_sandbox, walk_not_ignored, Snapshot, SnapshotError};
-use crate::store::{FlatTree, Mode, Store, StoreError};
+use crate::snapshot::{snapshot_sandbox, Snapshot, SnapshotError};
+use crate::store::{FlatTree, Store, StoreError};
+use crate::sync::{recall, record_for, sync_slot, SyncError};
 use crate::tools::{ToolReply, ToolRequest};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
-    #[error("preparing sandbox {dir}: {source}")]
-    Fs {
-        dir: PathBuf,
-        #[source]
-        source: FsError,
-    },
     #[error("preparing sandbox {dir}: {source}")]
     Io {
         dir: PathBuf,
@@ -27,11 +25,15 @@ pub enum SandboxError {
         source: std::io::Error,
     },
     #[error(transparent)]
+    Sync(#[from] SyncError),
+    #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
     Snapshot(#[from] SnapshotError),
+    /// What an isolation backend built on this trait reports (the sandbox helper's errors,
+    /// [`crate::user::HelperError`]), kept as the source.
     #[error(transparent)]
-    Helper(#[from] crate::user::HelperError),
+    Backend(Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// How an agent process is started and, above all, stopped.
@@ -95,97 +97,6 @@ impl LocalSandbox {
     pub fn new(dir: PathBuf) -> Self {
         Self { dir }
     }
-
-    fn sync_to(&self, store: &Store, base: &FlatTree) -> Result<(), SandboxError> {
-        std::fs::create_dir_all(&self.dir).map_err(|source| SandboxError::Io {
-            dir: self.dir.clone(),
-            source,
-        })?;
-        sync_dir(&self.dir, store, base)
-    }
-}
-
-/// Bring the existing directory `dir` to exactly `base` (blobs read from `store`), leaving
-/// ignored files alone. Nothing is followed: every write goes through [`Beneath`].
-pub fn sync_dir(dir: &Path, store: &Store, base: &FlatTree) -> Result<(), SandboxError> {
-    let fs_err = |source| SandboxError::Fs {
-        dir: dir.to_path_buf(),
-        source,
-    };
-    let root = Beneath::open(dir).map_err(fs_err)?;
-    // What is there now (not ignored), so leftovers of an earlier run disappear.
-    let current = walk_not_ignored(dir, false);
-    for path in current.iter().filter(|p| !base.contains_key(*p)) {
-        root.remove_entry(path).map_err(fs_err)?;
-    }
-    for (path, entry) in base {
-        let bytes = store.read_blob(entry.oid)?;
-        match entry.mode {
-            Mode::Symlink => root.symlink(path, &bytes).map_err(fs_err)?,
-            Mode::File | Mode::Executable => {
-                let exec = entry.mode == Mode::Executable;
-                let same = matches!(
-                    root.read(path, u64::MAX),
-                    Ok(Some((ref cur, cur_exec))) if *cur == bytes && cur_exec == exec
-                );
-                if !same {
-                    if matches!(root.kind(path), Ok(Some(crate::beneath::Kind::Symlink))) {
-                        root.remove_entry(path).map_err(fs_err)?;
-                    }
-                    root.write_atomic(path, &bytes, exec).map_err(fs_err)?;
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Give the sandbox a fresh `.git` whose HEAD is the base and whose index matches it, so agents
-/// that expect a repository (aider, `git diff` in a tool loop) find one with a clean status.
-///
-/// It is recreated from nothing on every run: the previous agent may have planted hooks, filters
-/// or an fsmonitor in it, and the hub never opens a repository the agent could have configured.
-pub fn reset_git(dir: &Path, store: &Store, base: &FlatTree) -> Result<(), SandboxError> {
-    let repo = fresh_git(dir)?;
-    for entry in base.values() {
-        repo.write_blob(&store.read_blob(entry.oid)?)?;
-    }
-    commit_base(dir, &repo, base)
-}
-
-/// Replace whatever `.git` (and `.jj`) the sandbox has — directory, file or symlink, never
-/// followed — with a new, empty repository.
-pub fn fresh_git(dir: &Path) -> Result<Store, SandboxError> {
-    let git_dir = dir.join(".git");
-    let io = |source| SandboxError::Io {
-        dir: dir.to_path_buf(),
-        source,
-    };
-    // A previous run's jj metadata goes too: jj is re-initialised on top of the fresh .git.
-    for meta in [&git_dir, &dir.join(".jj")] {
-        match std::fs::symlink_metadata(meta) {
-            Ok(m) if m.is_dir() => std::fs::remove_dir_all(meta).map_err(io)?,
-            Ok(_) => std::fs::remove_file(meta).map_err(io)?,
-            Err(_) => {}
-        }
-    }
-    Ok(Store::init_worktree(dir)?)
-}
-
-/// Commit `base` (whose blobs are already in `repo`) as `main`, point HEAD at it and write the
-/// index, so that `git status` in the sandbox is clean.
-pub fn commit_base(dir: &Path, repo: &Store, base: &FlatTree) -> Result<(), SandboxError> {
-    let git_dir = dir.join(".git");
-    let io = |source| SandboxError::Io {
-        dir: dir.to_path_buf(),
-        source,
-    };
-    let tree = repo.write_tree(base)?;
-    let commit = repo.commit(tree, &[], "hunkgate: your checkout as of this run\n")?;
-    repo.set_ref("refs/heads/main", commit)?;
-    std::fs::write(git_dir.join("HEAD"), "ref: refs/heads/main\n").map_err(io)?;
-    repo.write_index(tree)?;
-    Ok(())
 }
 
 impl Sandbox for LocalSandbox {
@@ -194,28 +105,18 @@ impl Sandbox for LocalSandbox {
     }
 
     fn prepare(&self, store: &Store, base: &FlatTree) -> Result<(), SandboxError> {
-        let synced = self.sync_to(store, base);
-        let synced = match synced {
-            Ok(()) => Ok(()),
-            Err(first) => {
-                // The agent may have left shapes an in-place sync cannot fix (a directory where
-                // the base has a file): start from an empty directory instead.
-                tracing::warn!(error = %first, dir = %self.dir.display(), "resetting sandbox from scratch");
-                if self.dir.exists() {
-                    std::fs::remove_dir_all(&self.dir).map_err(|source| SandboxError::Io {
-                        dir: self.dir.clone(),
-                        source,
-                    })?;
-                }
-                self.sync_to(store, base)
-            }
-        };
-        synced?;
-        reset_git(&self.dir, store, base)
+        // Same user: the sandbox's .git borrows the store's objects instead of copying them.
+        let objects = store.path().join("objects");
+        sync_slot(&self.dir, base, Some(&objects), |oid| {
+            Ok(Some(store.read_blob(oid)?))
+        })?;
+        Ok(())
     }
 
     fn snapshot(&self, store: &Store, base: &FlatTree, cap: u64) -> Result<Snapshot, SandboxError> {
-        Ok(snapshot_sandbox(&self.dir, base, store, cap)?)
+        let synced = recall(&self.dir);
+        let record = record_for(synced.as_deref(), base);
+        Ok(snapshot_sandbox(&self.dir, base, store, cap, record)?)
     }
 
     fn command(&self, argv: &[String], env: &[(String, String)]) -> tokio::process::Command {
@@ -243,7 +144,7 @@ impl Sandbox for LocalSandbox {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Entry;
+    use crate::store::{Entry, Mode};
 
     #[test]
     fn prepare_brings_sandbox_to_exactly_the_base() {
@@ -313,5 +214,13 @@ mod tests {
             String::from_utf8_lossy(&out.stdout),
             "hunkgate: your checkout as of this run\n"
         );
+        // Its blobs are there (borrowed from the store), so the agent's `git diff` works.
+        let out = std::process::Command::new("git")
+            .current_dir(sb.workdir())
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .args(["cat-file", "-p", "HEAD:a.txt"])
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "a\n");
     }
 }

@@ -892,3 +892,28 @@ async fn builtin_agent_tools_run_as_the_sandbox_user_and_never_see_the_key() {
     );
     assert!(!hub.log_text().contains(KEY));
 }
+
+/// The incremental sandbox sync under user isolation: the helper writes only what differs and
+/// reads back only what changed, and still every change is seen (see
+/// [`crate::runs::sandbox_sync_sees_every_change`]).
+#[test]
+fn sandbox_sync_sees_every_change_under_user_isolation() {
+    if !require_root("sandbox_sync_sees_every_change_under_user_isolation") {
+        return;
+    }
+    let s = Setup::new(false).unwrap();
+    let out = s.shared.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let agent = s
+        .script("sync.sh", &crate::runs::sync_agent_body(&out))
+        .unwrap();
+    let hub = s.hub(false, &["--max-runs", "1"]).unwrap();
+    crate::runs::sandbox_sync_sees_every_change(
+        &hub,
+        &agent,
+        &out,
+        |f, b| s.ws.write(f, b).unwrap(),
+        &s.ws.repo(),
+    );
+}

@@ -698,3 +698,155 @@ async fn hunk_descriptions_are_capped_per_hunk_and_in_total() {
     let size = s.to_string().len();
     assert!(size < 512 * 1024, "the suggestion is {size} bytes");
 }
+
+/// Files the sandbox-sync scenario starts from (every one 11 bytes, so a same-size edit fits).
+pub(crate) const SYNC_FILES: &[&str] = &[
+    "keep.txt",
+    "same.txt",
+    "edit.txt",
+    "mode.txt",
+    "gone.txt",
+    "tolink.txt",
+    "todir.txt",
+    "user.txt",
+];
+
+/// The agent of [`sandbox_sync_sees_every_change`]: `dirty` leaves edits and a stray file in
+/// the slot; `changes` writes what it finds to `<out>/seen`, then makes one change of each
+/// kind — among them a same-size edit whose mtime it puts back (`touch -r`), which only ctime
+/// (or the racy rule) can reveal.
+pub(crate) fn sync_agent_body(out: &std::path::Path) -> String {
+    format!(
+        r#"
+case "$HUNKGATE_PROMPT" in
+dirty)
+  for f in {files}; do echo dirt >> "$f"; done
+  echo stray > stray.txt ;;
+changes)
+  for f in {files}; do printf '%s:' "$f"; cat "$f"; done > {out}/seen
+  if test -e stray.txt; then echo stray-left >> {out}/seen; fi
+  touch -r same.txt .ref
+  printf 'abcdefghij\n' > same.txt
+  touch -r .ref same.txt
+  rm .ref
+  echo more >> edit.txt
+  chmod +x mode.txt
+  rm gone.txt
+  rm tolink.txt && ln -s keep.txt tolink.txt
+  rm todir.txt && mkdir todir.txt && echo inner > todir.txt/inner
+  echo new > new.txt ;;
+esac"#,
+        files = SYNC_FILES.join(" "),
+        out = out.display()
+    )
+}
+
+fn start_and_wait(hub: &hunkgate_tests::Hub, prompt: &str, agent: &std::path::Path) -> Value {
+    let r = hub
+        .curl()
+        .post(
+            "/runs",
+            &json!({"prompt": prompt, "agent": agent.display().to_string()}),
+        )
+        .unwrap();
+    assert_eq!(r.status, 200, "POST /runs: {}", r.body);
+    let id = r.body["run_id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let r = hub.curl().get(&format!("/runs/{id}")).unwrap();
+        if !matches!(r.body["status"].as_str(), Some("queued" | "working") | None) {
+            return r.body;
+        }
+        assert!(Instant::now() < deadline, "run {id}: {}", r.body);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Two runs in the same sandbox slot (the hub must run with `--max-runs 1`): the second starts
+/// from exactly the new base — the first run's edits and stray file gone, the user's same-size
+/// edit with its mtime put back present — and every kind of change its agent makes is in the
+/// suggestion. `agent` runs [`sync_agent_body`]; `write` writes a file of the user's checkout.
+pub(crate) fn sandbox_sync_sees_every_change(
+    hub: &hunkgate_tests::Hub,
+    agent: &std::path::Path,
+    out: &std::path::Path,
+    write: impl Fn(&str, &[u8]),
+    checkout: &std::path::Path,
+) {
+    for f in SYNC_FILES {
+        write(f, b"0123456789\n");
+    }
+    let r = start_and_wait(hub, "dirty", agent);
+    assert_eq!(r["status"], "ready", "{r}\n{}", hub.log_text());
+    // The user edits user.txt keeping its size, and puts its mtime back.
+    let user = checkout.join("user.txt");
+    let mtime = std::fs::metadata(&user).unwrap().modified().unwrap();
+    write("user.txt", b"USER-EDIT!\n");
+    std::fs::File::options()
+        .append(true)
+        .open(&user)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    let r = start_and_wait(hub, "changes", agent);
+    assert_eq!(r["status"], "ready", "{r}\n{}", hub.log_text());
+    let expected_seen: String = SYNC_FILES
+        .iter()
+        .map(|f| {
+            let body = if *f == "user.txt" {
+                "USER-EDIT!\n"
+            } else {
+                "0123456789\n"
+            };
+            format!("{f}:{body}")
+        })
+        .collect();
+    assert_eq!(
+        std::fs::read_to_string(out.join("seen")).unwrap(),
+        expected_seen,
+        "the second run's sandbox holds exactly the new base"
+    );
+    let sid = r["suggestion_ids"][0].as_str().unwrap();
+    let s = hub.curl().get(&format!("/suggestions/{sid}")).unwrap().body;
+    let mut files: Vec<String> = s["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap().to_string())
+        .collect();
+    files.sort();
+    assert_eq!(
+        files,
+        vec![
+            "edit.txt",
+            "gone.txt",
+            "mode.txt",
+            "new.txt",
+            "same.txt",
+            "todir.txt",
+            "todir.txt/inner",
+            "tolink.txt"
+        ],
+        "{s}"
+    );
+    let diffs = s["hunks"].to_string();
+    assert!(diffs.contains("+abcdefghij"), "the back-dated edit: {s}");
+}
+
+#[test]
+fn sandbox_sync_sees_every_change_without_isolation() {
+    let ws = Workspace::new(&[("README", b"sync\n")]).unwrap();
+    let out = ws.path("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let agent = ws.agent_script("sync.sh", &sync_agent_body(&out)).unwrap();
+    let hub = ws
+        .serve(&["--isolation", "none", "--max-runs", "1"])
+        .unwrap();
+    sandbox_sync_sees_every_change(
+        &hub,
+        &agent,
+        &out,
+        |f, b| ws.write(f, b).unwrap(),
+        &ws.repo(),
+    );
+}

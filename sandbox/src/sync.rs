@@ -1,0 +1,666 @@
+//! Bringing a sandbox slot to a run's base, writing only what differs — shared by
+//! [`LocalSandbox`](crate::workspace::LocalSandbox) (in the hub, `--isolation none`) and the
+//! sandbox helper (as the sandbox user, `--isolation user`).
+//!
+//! A sync leaves a [`SyncRecord`]: the stat of every base path right after the sync, and the
+//! sync's stamp. The next sync of the slot, and the read-back after the run
+//! ([`crate::snapshot::snapshot_sandbox`], the helper's `snapshot`), trust a path whose stat
+//! still matches and is strictly older than the stamp; every other path is compared by content
+//! (its git blob id against the base's), so an agent that rewrites a file and puts its size and
+//! mtime back (`touch -d`) is still seen: its ctime moved, or, within the sync's clock tick,
+//! the racy rule sends it to the content comparison.
+//!
+//! The sandbox's own `.git` is recreated on every sync (the agent may have planted hooks,
+//! filters or an fsmonitor in it), but its loose objects are carried over — after checking
+//! that they are plain directories, and dropping packs and `info/` (alternates) — so only the
+//! base's new blobs are written into it.
+//!
+//! Records live in this process ([`remember`], [`recall`]), keyed by the slot's directory: a
+//! hub restart forgets them and the next sync compares every file by content once.
+//!
+//! **Layer:** imports [`crate::wire`], [`crate::beneath`], [`crate::store`],
+//! [`crate::statcache`] and [`crate::snapshot`]; nothing of `workspace`, `user` or `helper`.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use gix::hash::ObjectId;
+
+use crate::beneath::{Beneath, FsError, Kind};
+use crate::snapshot::walk_not_ignored;
+use crate::statcache::{file_stat, is_racy, mtime_of};
+use crate::store::{blob_id, Entry, FlatTree, Mode, Store, StoreError};
+use crate::wire::{BaseEntry, EntryMode, FileStat, PrepareReply, SyncRecord};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error("preparing sandbox {dir}: {source}")]
+    Fs {
+        dir: PathBuf,
+        #[source]
+        source: FsError,
+    },
+    #[error("preparing sandbox {dir}: {source}")]
+    Io {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("preparing sandbox {dir}: blob {oid} of the base is not in the sandbox's objects and was not sent (a full prepare fixes it)")]
+    MissingBlob { dir: PathBuf, oid: ObjectId },
+    #[error("preparing sandbox {dir}: a blob sent as {oid} hashes to {got}")]
+    BadBlob {
+        dir: PathBuf,
+        oid: ObjectId,
+        got: ObjectId,
+    },
+}
+
+/// The base as the wire carries it.
+pub fn base_to_wire(base: &FlatTree) -> Vec<BaseEntry> {
+    base.iter()
+        .map(|(path, e)| BaseEntry {
+            path: path.clone(),
+            mode: match e.mode {
+                Mode::File => EntryMode::File,
+                Mode::Executable => EntryMode::Executable,
+                Mode::Symlink => EntryMode::Symlink,
+            },
+            oid: e.oid.to_string(),
+        })
+        .collect()
+}
+
+/// The base from the wire; every path is checked to be one hunkgate can represent.
+pub fn base_from_wire(base: &[BaseEntry]) -> Result<FlatTree, (String, String)> {
+    let mut out = FlatTree::new();
+    for e in base {
+        crate::beneath::components(&e.path).map_err(|err| (e.path.clone(), err.to_string()))?;
+        let oid = ObjectId::from_hex(e.oid.as_bytes())
+            .map_err(|err| (e.path.clone(), format!("bad blob id: {err}")))?;
+        let mode = match e.mode {
+            EntryMode::File => Mode::File,
+            EntryMode::Executable => Mode::Executable,
+            EntryMode::Symlink => Mode::Symlink,
+        };
+        out.insert(e.path.clone(), Entry { mode, oid });
+    }
+    Ok(out)
+}
+
+/// What the last sync of a slot wrote and reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Synced {
+    pub base: FlatTree,
+    pub record: SyncRecord,
+}
+
+fn records() -> &'static Mutex<HashMap<PathBuf, Arc<Synced>>> {
+    static RECORDS: std::sync::OnceLock<Mutex<HashMap<PathBuf, Arc<Synced>>>> =
+        std::sync::OnceLock::new();
+    RECORDS.get_or_init(Default::default)
+}
+
+/// Remember the last sync of the slot at `dir` (None forgets it: a sync that failed halfway).
+pub fn remember(dir: &Path, synced: Option<Synced>) {
+    if let Ok(mut map) = records().lock() {
+        match synced {
+            Some(s) => map.insert(dir.to_path_buf(), Arc::new(s)),
+            None => map.remove(dir),
+        };
+    }
+}
+
+/// The last sync of the slot at `dir`, if this process made one.
+pub fn recall(dir: &Path) -> Option<Arc<Synced>> {
+    records().lock().ok()?.get(dir).cloned()
+}
+
+/// The record of `synced` if it was made for exactly `base` (else None: compare everything).
+pub fn record_for<'a>(synced: Option<&'a Synced>, base: &FlatTree) -> Option<&'a SyncRecord> {
+    synced.filter(|s| s.base == *base).map(|s| &s.record)
+}
+
+/// Replace whatever `.git` (and `.jj`) the sandbox has — directory, file or symlink, never
+/// followed — with a new, empty repository, carrying over the old one's loose objects (see
+/// the module docs).
+///
+/// With `alternate` (an objects directory the sandbox's user may read: the hub's store, under
+/// `--isolation none`), the new repository borrows its objects instead of copying them.
+/// `keep_objects` false starts from no objects at all (the fallback after a failed sync: a
+/// damaged object must not wedge the slot forever).
+pub fn fresh_git(
+    dir: &Path,
+    alternate: Option<&Path>,
+    keep_objects: bool,
+) -> Result<Store, SyncError> {
+    let git_dir = dir.join(".git");
+    let io = |source| SyncError::Io {
+        dir: dir.to_path_buf(),
+        source,
+    };
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let keep = dir.with_file_name(format!(".{name}.objects"));
+    remove_any(&keep).map_err(io)?;
+    let objects = git_dir.join("objects");
+    let real_dir = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
+    if keep_objects && real_dir(&git_dir) && real_dir(&objects) {
+        std::fs::rename(&objects, &keep).map_err(io)?;
+        if let Err(e) = keep_loose_only(&keep) {
+            tracing::warn!(error = %e, dir = %keep.display(), "dropping the sandbox's old objects");
+            remove_any(&keep).map_err(io)?;
+        }
+    }
+    // A previous run's jj metadata goes too: jj is re-initialised on top of the fresh .git.
+    for meta in [&git_dir, &dir.join(".jj")] {
+        remove_any(meta).map_err(io)?;
+    }
+    Store::init_worktree(dir)?;
+    if real_dir(&keep) {
+        std::fs::remove_dir_all(&objects).map_err(io)?;
+        std::fs::rename(&keep, &objects).map_err(io)?;
+    }
+    if let Some(alt) = alternate {
+        std::fs::create_dir_all(objects.join("info")).map_err(io)?;
+        std::fs::write(
+            objects.join("info").join("alternates"),
+            format!("{}\n", alt.display()),
+        )
+        .map_err(io)?;
+    }
+    Ok(Store::open_existing(dir)?)
+}
+
+/// Remove a file, symlink or directory tree at `p` (nothing followed); absent is fine.
+fn remove_any(p: &Path) -> std::io::Result<()> {
+    match std::fs::symlink_metadata(p) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(p),
+        Ok(_) => std::fs::remove_file(p),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Keep only `xx/` fan-out directories (real directories, two hex digits) of an objects
+/// directory, and in them only regular files: no packs, no `info/alternates`, no symlinks.
+fn keep_loose_only(objects: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(objects)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let fanout = name.len() == 2
+            && name
+                .to_str()
+                .is_some_and(|n| n.bytes().all(|b| b.is_ascii_hexdigit()));
+        let path = entry.path();
+        if !fanout || !entry.file_type()?.is_dir() {
+            remove_any(&path)?;
+            continue;
+        }
+        for obj in std::fs::read_dir(&path)? {
+            let obj = obj?;
+            if !obj.file_type()?.is_file() {
+                remove_any(&obj.path())?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Make sure every blob of `base` is in the sandbox's repository, taking missing ones from
+/// `source` (the hub's store, for a local sandbox). Blobs in `known` (the previous base's,
+/// whose objects were kept) are not even looked up.
+pub fn ensure_blobs(
+    dir: &Path,
+    repo: &Store,
+    base: &FlatTree,
+    known: &HashSet<ObjectId>,
+    mut source: impl FnMut(ObjectId) -> Result<Option<Vec<u8>>, SyncError>,
+) -> Result<(), SyncError> {
+    let mut seen = HashSet::new();
+    for entry in base.values() {
+        if known.contains(&entry.oid) || !seen.insert(entry.oid) || repo.has_object(entry.oid) {
+            continue;
+        }
+        let bytes = source(entry.oid)?.ok_or_else(|| SyncError::MissingBlob {
+            dir: dir.to_path_buf(),
+            oid: entry.oid,
+        })?;
+        store_blob(dir, repo, entry.oid, &bytes)?;
+    }
+    Ok(())
+}
+
+/// Write a blob that claims to be `oid` into `repo`, refusing one that is not.
+pub fn store_blob(dir: &Path, repo: &Store, oid: ObjectId, bytes: &[u8]) -> Result<(), SyncError> {
+    let got = repo.write_blob(bytes)?;
+    if got != oid {
+        return Err(SyncError::BadBlob {
+            dir: dir.to_path_buf(),
+            oid,
+            got,
+        });
+    }
+    Ok(())
+}
+
+/// Bring the files of `dir` to exactly `base` (whose blobs are all in `repo`, see
+/// [`ensure_blobs`]), leaving ignored files alone, then commit the base in the sandbox's
+/// repository. Only paths whose stat differs from `record` (or is racy), and then only those
+/// whose content differs, are written. Nothing is followed: every write goes through
+/// [`Beneath`].
+pub fn sync_files(
+    dir: &Path,
+    repo: &Store,
+    base: &FlatTree,
+    record: Option<&SyncRecord>,
+) -> Result<PrepareReply, SyncError> {
+    let fs_err = |source| SyncError::Fs {
+        dir: dir.to_path_buf(),
+        source,
+    };
+    let root = Beneath::open_scratch(dir).map_err(fs_err)?;
+    // What is there now (not ignored), so leftovers of an earlier run disappear.
+    let current = walk_not_ignored(dir, false);
+    for path in current.iter().filter(|p| !base.contains_key(*p)) {
+        root.remove_entry(path).map_err(fs_err)?;
+    }
+    let stamp = record.map(|r| (r.stamp_s, r.stamp_ns));
+    let recorded: HashMap<&str, &FileStat> = record
+        .map(|r| r.files.iter().map(|(p, s)| (p.as_str(), s)).collect())
+        .unwrap_or_default();
+    let mut files = Vec::with_capacity(base.len());
+    let mut written = 0;
+    let mut dirs = crate::beneath::DirCache::default();
+    for (path, entry) in base {
+        let st = root.lstat_cached(path, &mut dirs).map_err(fs_err)?;
+        let stat = st.as_ref().map(file_stat);
+        let trusted = match (stat, recorded.get(path.as_str()), stamp) {
+            (Some(now), Some(was), Some(stamp)) => now == **was && !is_racy(was, stamp),
+            _ => false,
+        };
+        let holds = trusted
+            || match st.as_ref().map(crate::beneath::kind_of) {
+                Some(Kind::File { executable, .. }) if entry.mode != Mode::Symlink => {
+                    executable == (entry.mode == Mode::Executable)
+                        && matches!(root.read(path, u64::MAX), Ok(Some((ref b, _))) if blob_id(b) == entry.oid)
+                }
+                Some(Kind::Symlink) if entry.mode == Mode::Symlink => {
+                    matches!(root.read_link(path), Ok(Some(ref t)) if blob_id(t) == entry.oid)
+                }
+                _ => false,
+            };
+        if holds {
+            if let Some(stat) = stat {
+                files.push((path.clone(), stat));
+            }
+            continue;
+        }
+        let bytes = repo.read_blob(entry.oid)?;
+        match entry.mode {
+            Mode::Symlink => root.symlink(path, &bytes).map_err(fs_err)?,
+            Mode::File | Mode::Executable => {
+                if matches!(root.kind(path), Ok(Some(Kind::Symlink | Kind::Other(_)))) {
+                    root.remove_entry(path).map_err(fs_err)?;
+                }
+                root.write_atomic(path, &bytes, entry.mode == Mode::Executable)
+                    .map_err(fs_err)?;
+            }
+        }
+        written += 1;
+        if let Some(st) = root.lstat(path).map_err(fs_err)? {
+            files.push((path.clone(), file_stat(&st)));
+        }
+    }
+    commit_base(dir, repo, base)?;
+    // The index is written last: its mtime is the sync's stamp (every file written is no
+    // newer), from the same filesystem clock as the files' own timestamps.
+    let (stamp_s, stamp_ns) =
+        mtime_of(&dir.join(".git").join("index")).ok_or_else(|| SyncError::Io {
+            dir: dir.to_path_buf(),
+            source: std::io::Error::other("the sandbox's fresh .git/index is missing"),
+        })?;
+    Ok(PrepareReply {
+        record: SyncRecord {
+            stamp_s,
+            stamp_ns,
+            files,
+        },
+        written,
+    })
+}
+
+/// Commit `base` (whose blobs are already in `repo`) as `main`, point HEAD at it and write the
+/// index, so that `git status` in the sandbox is clean.
+pub fn commit_base(dir: &Path, repo: &Store, base: &FlatTree) -> Result<(), SyncError> {
+    let git_dir = dir.join(".git");
+    let io = |source| SyncError::Io {
+        dir: dir.to_path_buf(),
+        source,
+    };
+    let tree = repo.write_tree(base)?;
+    let commit = repo.commit(tree, &[], "hunkgate: your checkout as of this run\n")?;
+    repo.set_ref("refs/heads/main", commit)?;
+    std::fs::write(git_dir.join("HEAD"), "ref: refs/heads/main\n").map_err(io)?;
+    repo.write_index(tree)?;
+    Ok(())
+}
+
+/// Empty `dir` except its `.git` (the fallback when an in-place sync cannot fix what the agent
+/// left, such as a directory where the base has a file).
+pub fn clear_except_git(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_name() == ".git" {
+            continue;
+        }
+        // file_type does not follow symlinks; remove_dir_all does not follow them inside.
+        remove_any(&entry.path())?;
+    }
+    Ok(())
+}
+
+/// A whole sync of the slot `dir` with blobs from `source` (and, with `alternate`, borrowed
+/// from that objects directory): fresh `.git` (objects kept), missing blobs, files, commit; on
+/// failure every blob is checked again, the directory is emptied (but for `.git`) and synced
+/// from nothing. The record is remembered for the next sync and the read-back.
+pub fn sync_slot(
+    dir: &Path,
+    base: &FlatTree,
+    alternate: Option<&Path>,
+    mut source: impl FnMut(ObjectId) -> Result<Option<Vec<u8>>, SyncError>,
+) -> Result<PrepareReply, SyncError> {
+    let previous = recall(dir);
+    remember(dir, None);
+    std::fs::create_dir_all(dir).map_err(|source| SyncError::Io {
+        dir: dir.to_path_buf(),
+        source,
+    })?;
+    let repo = fresh_git(dir, alternate, true)?;
+    let known: HashSet<ObjectId> = previous
+        .as_deref()
+        .map(|s| s.base.values().map(|e| e.oid).collect())
+        .unwrap_or_default();
+    ensure_blobs(dir, &repo, base, &known, &mut source)?;
+    let record = previous
+        .as_deref()
+        .map(|s| rebase_record(s, base))
+        .filter(|r| !r.files.is_empty());
+    let reply = match sync_files(dir, &repo, base, record.as_ref()) {
+        Ok(reply) => reply,
+        Err(first) => {
+            // The agent may have left shapes an in-place sync cannot fix (a directory where
+            // the base has a file), or deleted or damaged objects: start from nothing.
+            tracing::warn!(error = %first, dir = %dir.display(), "resetting sandbox from scratch");
+            let repo = fresh_git(dir, alternate, false)?;
+            ensure_blobs(dir, &repo, base, &HashSet::new(), &mut source)?;
+            clear_except_git(dir).map_err(|source| SyncError::Io {
+                dir: dir.to_path_buf(),
+                source,
+            })?;
+            sync_files(dir, &repo, base, None)?
+        }
+    };
+    remember(
+        dir,
+        Some(Synced {
+            base: base.clone(),
+            record: reply.record.clone(),
+        }),
+    );
+    Ok(reply)
+}
+
+/// The part of a previous sync's record that still speaks for `base`: paths whose entry did
+/// not change (a path whose blob changed must be written whatever its stat says).
+pub fn rebase_record(prev: &Synced, base: &FlatTree) -> SyncRecord {
+    SyncRecord {
+        stamp_s: prev.record.stamp_s,
+        stamp_ns: prev.record.stamp_ns,
+        files: prev
+            .record
+            .files
+            .iter()
+            .filter(|(p, _)| prev.base.contains_key(p) && prev.base.get(p) == base.get(p))
+            .cloned()
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::{snapshot_sandbox, DEFAULT_FILE_CAP};
+    use std::os::unix::fs::{symlink, PermissionsExt};
+    use std::time::SystemTime;
+
+    /// What `LocalSandbox` does (this layer cannot name it).
+    fn prepare(store: &Store, dir: &Path, base: &FlatTree) {
+        sync_slot(dir, base, None, |oid| Ok(Some(store.read_blob(oid)?))).unwrap();
+    }
+
+    fn read_back(store: &Store, dir: &Path, base: &FlatTree) -> FlatTree {
+        let synced = recall(dir);
+        let record = record_for(synced.as_deref(), base);
+        snapshot_sandbox(dir, base, store, DEFAULT_FILE_CAP, record)
+            .unwrap()
+            .tree
+    }
+
+    fn tree(store: &Store, files: &[(&str, Mode, &str)]) -> FlatTree {
+        files
+            .iter()
+            .map(|(p, mode, body)| {
+                let oid = store.write_blob(body.as_bytes()).unwrap();
+                (p.to_string(), Entry { mode: *mode, oid })
+            })
+            .collect()
+    }
+
+    /// Move the remembered sync's stamp `secs` later (what time passing between the sync and
+    /// the agent's edits does), so the stat path — not only the content path — is exercised.
+    fn shift_stamp(dir: &Path, secs: i64) {
+        let mut s = (*recall(dir).unwrap()).clone();
+        s.record.stamp_s += secs;
+        remember(dir, Some(s));
+    }
+
+    fn set_mtime(path: &Path, t: SystemTime) {
+        std::fs::File::options()
+            .append(true)
+            .open(path)
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+    }
+
+    #[test]
+    fn readback_sees_every_kind_of_agent_change() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let f = Mode::File;
+        let base = tree(
+            &store,
+            &[
+                ("grown.txt", f, "0123456789\n"),
+                ("backdated.txt", f, "0123456789\n"),
+                ("chmod.txt", f, "0123456789\n"),
+                ("deleted.txt", f, "0123456789\n"),
+                ("to_link.txt", f, "0123456789\n"),
+                ("to_dir", f, "0123456789\n"),
+                ("untouched.txt", f, "0123456789\n"),
+                ("run.sh", Mode::Executable, "#!/bin/sh\n"),
+                ("link", Mode::Symlink, "untouched.txt"),
+            ],
+        );
+        let dir = tmp.path().join("sb");
+        prepare(&store, &dir, &base);
+        shift_stamp(&dir, 5);
+        // Nothing changed: everything comes back as the base.
+        assert_eq!(read_back(&store, &dir, &base), base);
+
+        let p = |n: &str| dir.join(n);
+        let mtime = std::fs::metadata(p("backdated.txt"))
+            .unwrap()
+            .modified()
+            .unwrap();
+        std::fs::write(p("grown.txt"), "0123456789 and more\n").unwrap();
+        // Same size, mtime put back (touch -d): only ctime tells.
+        std::fs::write(p("backdated.txt"), "abcdefghij\n").unwrap();
+        set_mtime(&p("backdated.txt"), mtime);
+        std::fs::set_permissions(p("chmod.txt"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(p("run.sh"), std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::remove_file(p("deleted.txt")).unwrap();
+        std::fs::remove_file(p("to_link.txt")).unwrap();
+        symlink("untouched.txt", p("to_link.txt")).unwrap();
+        std::fs::remove_file(p("to_dir")).unwrap();
+        std::fs::create_dir(p("to_dir")).unwrap();
+        std::fs::write(p("to_dir/inner.txt"), "inner\n").unwrap();
+        std::fs::remove_file(p("link")).unwrap();
+        symlink("grown.txt", p("link")).unwrap();
+        std::fs::write(p("new.txt"), "new\n").unwrap();
+
+        let got = read_back(&store, &dir, &base);
+        // The oracle: a read-back that trusts no stat at all.
+        let full = snapshot_sandbox(&dir, &base, &store, DEFAULT_FILE_CAP, None)
+            .unwrap()
+            .tree;
+        assert_eq!(got, full);
+        let blob = |n: &str| store.read_blob(got[n].oid).unwrap();
+        assert_eq!(blob("grown.txt"), b"0123456789 and more\n");
+        assert_eq!(blob("backdated.txt"), b"abcdefghij\n");
+        assert_eq!(got["chmod.txt"].mode, Mode::Executable);
+        assert_eq!(got["run.sh"].mode, Mode::File);
+        assert!(!got.contains_key("deleted.txt"));
+        assert_eq!(got["to_link.txt"].mode, Mode::Symlink);
+        assert!(!got.contains_key("to_dir"));
+        assert_eq!(blob("to_dir/inner.txt"), b"inner\n");
+        assert_eq!(blob("link"), b"grown.txt");
+        assert_eq!(blob("new.txt"), b"new\n");
+        assert_eq!(got["untouched.txt"], base["untouched.txt"]);
+
+        // The next prepare puts every one of them back, and the read-back agrees.
+        prepare(&store, &dir, &base);
+        assert_eq!(read_back(&store, &dir, &base), base);
+        assert!(!p("new.txt").exists());
+    }
+
+    #[test]
+    fn an_identical_stat_inside_the_sync_tick_is_compared_by_content() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let base = tree(&store, &[("a.txt", Mode::File, "before\n")]);
+        let dir = tmp.path().join("sb");
+        prepare(&store, &dir, &base);
+        // An agent write the stat cannot show (same size, and — forged here, as a write in the
+        // sync's own clock tick would leave it — the very stat the sync recorded).
+        std::fs::write(dir.join("a.txt"), "after!\n").unwrap();
+        let now = crate::statcache::file_stat(&nix::sys::stat::lstat(&dir.join("a.txt")).unwrap());
+        let forge = |stamp_s: i64| {
+            let mut s = (*recall(&dir).unwrap()).clone();
+            s.record.files = vec![("a.txt".into(), now)];
+            (s.record.stamp_s, s.record.stamp_ns) = (stamp_s, now.ctime_ns);
+            remember(&dir, Some(s));
+        };
+        forge(now.ctime_s);
+        let got = read_back(&store, &dir, &base);
+        assert_eq!(store.read_blob(got["a.txt"].oid).unwrap(), b"after!\n");
+        // Positive control: the same forged record with a stamp a second later is trusted, and
+        // the change is missed — only the racy rule caught it.
+        forge(now.ctime_s + 1);
+        let got = read_back(&store, &dir, &base);
+        assert_eq!(got["a.txt"], base["a.txt"]);
+    }
+
+    #[test]
+    fn prepare_writes_only_what_differs_and_keeps_only_plain_objects() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let f = Mode::File;
+        let base1 = tree(
+            &store,
+            &[
+                ("a.txt", f, "a\n"),
+                ("b.txt", f, "b\n"),
+                ("c.txt", f, "c\n"),
+            ],
+        );
+        let base2 = tree(
+            &store,
+            &[
+                ("a.txt", f, "a\n"),
+                ("b.txt", f, "b2\n"),
+                ("c.txt", f, "c\n"),
+            ],
+        );
+        let dir = tmp.path().join("sb");
+        let asked = std::cell::Cell::new(0);
+        let source = |oid| {
+            asked.set(asked.get() + 1);
+            Ok(Some(store.read_blob(oid)?))
+        };
+        assert_eq!(sync_slot(&dir, &base1, None, source).unwrap().written, 3);
+        assert_eq!(asked.replace(0), 3);
+        shift_stamp(&dir, 5);
+        assert_eq!(sync_slot(&dir, &base1, None, source).unwrap().written, 0);
+        assert_eq!(asked.replace(0), 0, "the sandbox's objects were kept");
+
+        // The agent edits a file (touch -d) and plants things in .git.
+        let mtime = std::fs::metadata(dir.join("a.txt"))
+            .unwrap()
+            .modified()
+            .unwrap();
+        std::fs::write(dir.join("a.txt"), "A\n").unwrap();
+        set_mtime(&dir.join("a.txt"), mtime);
+        let git = dir.join(".git");
+        std::fs::write(git.join("hooks/post-checkout"), "#!/bin/sh\n").unwrap();
+        std::fs::create_dir_all(git.join("objects/info")).unwrap();
+        std::fs::write(git.join("objects/info/alternates"), "/etc\n").unwrap();
+        symlink("/etc", git.join("objects/zz")).unwrap();
+        let reply = sync_slot(&dir, &base2, None, source).unwrap();
+        assert_eq!(
+            reply.written, 2,
+            "a.txt restored, b.txt changed, c.txt left alone"
+        );
+        assert_eq!(asked.get(), 1, "only the new blob was asked for");
+        assert_eq!(std::fs::read(dir.join("a.txt")).unwrap(), b"a\n");
+        assert_eq!(std::fs::read(dir.join("b.txt")).unwrap(), b"b2\n");
+        assert!(!git.join("hooks/post-checkout").exists());
+        assert!(!git.join("objects/info/alternates").exists());
+        assert!(std::fs::symlink_metadata(git.join("objects/zz")).is_err());
+        // The fresh .git has the new base checked in, with a clean status.
+        let out = std::process::Command::new("git")
+            .current_dir(&dir)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .args(["status", "--porcelain"])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+    }
+
+    #[test]
+    fn a_damaged_object_in_the_kept_objects_does_not_wedge_the_slot() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let base = tree(&store, &[("a.txt", Mode::File, "a\n")]);
+        let dir = tmp.path().join("sb");
+        prepare(&store, &dir, &base);
+        // The agent damages the blob's loose object and changes the file, so the next sync
+        // must rewrite it from that object.
+        let hex = base["a.txt"].oid.to_string();
+        let obj = dir.join(".git/objects").join(&hex[..2]).join(&hex[2..]);
+        std::fs::set_permissions(&obj, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::write(&obj, b"garbage").unwrap();
+        std::fs::write(dir.join("a.txt"), "changed\n").unwrap();
+        prepare(&store, &dir, &base);
+        assert_eq!(std::fs::read(dir.join("a.txt")).unwrap(), b"a\n");
+        assert_eq!(read_back(&store, &dir, &base), base);
+    }
+}
