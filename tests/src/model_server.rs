@@ -317,7 +317,10 @@ mod tests {
         let s = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 9\r\n\r\n{\"a\":\"b\"}GET /v1/models HTTP/1.1\r\n\r\n";
         assert_eq!(
             super::request_lines(s),
-            ["POST /v1/chat/completions HTTP/1.1", "GET /v1/models HTTP/1.1"]
+            [
+                "POST /v1/chat/completions HTTP/1.1",
+                "GET /v1/models HTTP/1.1"
+            ]
         );
     }
 }
