@@ -36,7 +36,7 @@ OPENCODE_CONFIG_CONTENT=$(cat <<EOF
       "npm": "@ai-sdk/openai-compatible",
       "name": "local model server",
       "options": {"baseURL": "$url", "apiKey": "x"},
-      "models": {"$model": {"name": "$model", "tool_call": true, "limit": {"context": 8192, "output": 512}}}
+      "models": {"$model": {"name": "$model", "tool_call": true, "limit": {"context": 8192, "output": 256}}}
     }
   },
   "model": "hunkgate-local/$model",
