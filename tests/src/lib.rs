@@ -853,6 +853,7 @@ impl Workspace {
 
 pub mod fake_llm;
 pub mod hub_bench;
+pub mod model_server;
 pub mod isolation {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};

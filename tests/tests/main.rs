@@ -18,6 +18,7 @@ mod mcp;
 mod nvim;
 mod protocol;
 mod readme;
+mod real_agents;
 mod real_models;
 mod review;
 mod runs;

