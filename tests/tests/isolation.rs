@@ -958,6 +958,9 @@ r done yes
     let b_id = start_run(&hub, &b, None)?;
     wait_until("agent B to start", Duration::from_secs(30), || {
         marks.join("b-started").exists()
+            && processes_of(s.agent.uid)
+                .iter()
+                .any(|(_, cmd)| cmd.starts_with("sh -c sleep 300"))
     })?;
     let b_proc = processes_of(s.agent.uid)
         .into_iter()
