@@ -322,8 +322,26 @@ async fn a_run_in_progress_does_not_outlive_the_hub() {
 /// clean copy and finds no write from it.
 #[tokio::test]
 async fn kill9_of_the_hub_leaves_no_agent_child_writing_into_a_reused_slot() {
+    leftover_writer(true).await;
+}
+
+/// The same where no PID namespace can be had (forced with `HUNKGATE_SANDBOX_PIDNS=off`): the
+/// child outlives the hub (the control that this is the fallback), and the restarted hub never
+/// hands its slot to the next run — the next run gets another slot, whose sandbox holds no
+/// write from it.
+#[tokio::test]
+async fn without_a_pid_namespace_a_slot_with_a_live_leftover_is_not_reused() {
+    leftover_writer(false).await;
+}
+
+async fn leftover_writer(pid_namespace: bool) {
     let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
-    let marker = format!("hunkgate-bgwriter-{}", std::process::id());
+    let env: &[(&str, &str)] = if pid_namespace {
+        &[]
+    } else {
+        &[("HUNKGATE_SANDBOX_PIDNS", "off")]
+    };
+    let marker = format!("hunkgate-bgwriter-{}-{pid_namespace}", std::process::id());
     let agent = ws
         .agent_script(
             "writer.sh",
@@ -333,7 +351,7 @@ async fn kill9_of_the_hub_leaves_no_agent_child_writing_into_a_reused_slot() {
         )
         .unwrap();
     let writes = ws.state().join("sandboxes/0/bg-writes");
-    let mut hub = ws.serve(&[]).unwrap();
+    let mut hub = ws.serve_env(&[], env).unwrap();
     let mut c = hub.ws().await.unwrap();
     c.start_run("write", &format!("{} {{prompt}}", agent.display()), None)
         .await
@@ -351,32 +369,65 @@ async fn kill9_of_the_hub_leaves_no_agent_child_writing_into_a_reused_slot() {
     assert_eq!(processes_marked(&marker).len(), 1, "positive control");
 
     hub.kill9();
-    wait_until("the agent's child to die with the hub", SECS5, || {
-        processes_marked(&marker).is_empty()
-    })
-    .unwrap_or_else(|e| panic!("{e}: {:?}", processes_marked(&marker)));
-    let after_kill = size();
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(
-        size(),
-        after_kill,
-        "something still writes into the sandbox"
-    );
+    let leftover = if pid_namespace {
+        wait_until("the agent's child to die with the hub", SECS5, || {
+            processes_marked(&marker).is_empty()
+        })
+        .unwrap_or_else(|e| panic!("{e}: {:?}", processes_marked(&marker)));
+        let after_kill = size();
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(
+            size(),
+            after_kill,
+            "something still writes into the sandbox"
+        );
+        None
+    } else {
+        // The fallback cannot kill it: it is still there, still writing.
+        let before = size();
+        wait_until("the leftover to write again", SECS5, || size() > before).unwrap();
+        let leftover = processes_marked(&marker);
+        assert_eq!(
+            leftover.len(),
+            1,
+            "control: no PID namespace, so it survives"
+        );
+        Some(leftover[0].0)
+    };
 
-    let hub = ws.serve(&[]).unwrap();
+    let hub = ws.serve_env(&[], env).unwrap();
     let mut c = hub.ws().await.unwrap();
     let seen = ws.path("seen");
     let next = ws
         .agent_script(
             "next.sh",
             &format!(
-                "sleep 0.3\nls -a > {seen}\necho b > a.txt",
+                "sleep 0.3\npwd > {seen}\nls -a >> {seen}\necho b > a.txt",
                 seen = seen.display()
             ),
         )
         .unwrap();
     let suggestion = run_agent(&hub, &mut c, &next, "next").await.unwrap();
     let listing = std::fs::read_to_string(&seen).unwrap();
+    if let Some(pid) = leftover {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        assert!(
+            !listing
+                .lines()
+                .next()
+                .unwrap_or("")
+                .ends_with("/sandboxes/0"),
+            "the slot of a live leftover was reused: {listing}"
+        );
+        assert!(
+            hub.log_text().contains("using another"),
+            "{}",
+            hub.log_text()
+        );
+    }
     assert!(
         !listing.lines().any(|l| l == "bg-writes"),
         "the next run's sandbox holds the old child's writes: {listing}"
@@ -386,7 +437,9 @@ async fn kill9_of_the_hub_leaves_no_agent_child_writing_into_a_reused_slot() {
         suggestion.to_string().contains("a.txt") && !suggestion.to_string().contains("bg-writes"),
         "{suggestion}"
     );
-    assert!(processes_marked(&marker).is_empty());
+    if pid_namespace {
+        assert!(processes_marked(&marker).is_empty());
+    }
 }
 
 /// A run the hub stopped under: `interrupted` (not the agent's failure, not the user's cancel),
