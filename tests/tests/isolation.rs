@@ -942,7 +942,7 @@ all_env() {{ cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n'; }}
 r own_token_found "$(all_env | grep -c -x -F "HUNKGATE_AGENT_TOKEN=$HUNKGATE_AGENT_TOKEN")"
 all_env | sed 's/^/ENVIRON /'
 cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' '\n' | sed 's/^/CMDLINE /'
-r b_visible "$(cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' '\n' | grep -c {b_marker})"
+r b_visible "$(cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' '\n' | grep -c '[h]{b_rest}')"
 cat /proc/$B/environ 2>&1 | tr '\0' '\n' | sed 's/^/B_ENVIRON /'
 cat /proc/$B/cmdline 2>&1 | tr '\0' '\n' | sed 's/^/B_CMDLINE /'
 ls -l /proc/$B/fd/ 2>&1 | sed 's/^/B_FD /'
@@ -953,6 +953,8 @@ unshare -Urmpf --mount-proc sh -c 'cat /proc/[0-9]*/environ' 2>&1 | tr '\0' '\n'
 r done yes
 "#,
             bpid = bpid_file.display(),
+            // `[h]unkgate-…`: a pattern that does not match the grep running it.
+            b_rest = &b_marker[1..],
         ),
     )?;
     let b_id = start_run(&hub, &b, None)?;
