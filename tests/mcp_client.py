@@ -103,12 +103,9 @@ async def agent(bin_path, out_dir):
             res["no_such_suggestion"] = await call(
                 s, "get_feedback", {"suggestion_id": "ffffffff"}
             )
-            res["wrong_type"] = await call_expecting_error(
-                s, "publish_suggestion", {"description": 5}
-            )
-            res["unknown_field"] = await call_expecting_error(
-                s, "get_feedback", {"suggestion": sid}
-            )
+            # Bad arguments are tool results from MCP 2025-11-25 on (SEP-1303).
+            res["wrong_type"] = await call(s, "publish_suggestion", {"description": 5})
+            res["unknown_field"] = await call(s, "get_feedback", {"suggestion": sid})
             res["unknown_tool"] = await call_expecting_error(s, "delete_everything", {})
             write_json(os.path.join(out_dir, "published.json"), res)
 

@@ -3,6 +3,8 @@
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
+use crate::protocol::ErrorCode;
+
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
     #[error("{0}")]
@@ -11,7 +13,7 @@ pub enum AppError {
     NotFound(String),
     /// The request is valid but the state does not allow it (a conflicting file, a decided hunk).
     #[error("{message}")]
-    Conflict { code: &'static str, message: String },
+    Conflict { code: ErrorCode, message: String },
     #[error("{0}")]
     NoChanges(String),
     #[error("{0}")]
@@ -26,17 +28,22 @@ pub enum AppError {
 
 impl AppError {
     /// The machine-readable code clients switch on (documented in protocol.md).
-    pub fn code(&self) -> &'static str {
+    pub fn error_code(&self) -> ErrorCode {
         match self {
-            AppError::BadRequest(_) => "bad_request",
-            AppError::NotFound(_) => "not_found",
-            AppError::Conflict { code, .. } => code,
-            AppError::NoChanges(_) => "no_changes",
-            AppError::Unauthorized(_) => "unauthorized",
-            AppError::Forbidden(_) => "forbidden",
-            AppError::TooLarge(_) => "too_large",
-            AppError::Internal(_) => "internal",
+            AppError::BadRequest(_) => ErrorCode::BadRequest,
+            AppError::NotFound(_) => ErrorCode::NotFound,
+            AppError::Conflict { code, .. } => *code,
+            AppError::NoChanges(_) => ErrorCode::NoChanges,
+            AppError::Unauthorized(_) => ErrorCode::Unauthorized,
+            AppError::Forbidden(_) => ErrorCode::Forbidden,
+            AppError::TooLarge(_) => ErrorCode::TooLarge,
+            AppError::Internal(_) => ErrorCode::Internal,
         }
+    }
+
+    /// [`AppError::error_code`] as it is on the wire.
+    pub fn code(&self) -> &'static str {
+        self.error_code().as_str()
     }
 
     pub fn status(&self) -> StatusCode {

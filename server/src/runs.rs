@@ -319,7 +319,7 @@ impl Hub {
             RunState::Queued | RunState::Working | RunState::WaitingForUser
         ) {
             return Err(AppError::Conflict {
-                code: "finished",
+                code: ErrorCode::Finished,
                 message: format!("run {run_id} already finished ({:?})", view.status)
                     .to_lowercase(),
             });
@@ -620,7 +620,7 @@ impl Hub {
             .get(run_id)
             .cloned()
             .ok_or_else(|| AppError::Conflict {
-                code: "not_running",
+                code: ErrorCode::NotRunning,
                 message: format!("run {run_id} is not running; only a running agent can publish"),
             })?;
         let filter = if globs.is_empty() {
@@ -1025,7 +1025,7 @@ impl Hub {
                 r.error = err.clone();
             }
         })?;
-        use crate::agent::tool_loop::Stop;
+        use crate::agent::tools::Stop;
         if stop == Stop::Cancelled {
             self.update_run(run_id, |r| r.status = RunState::Cancelled)?;
             self.run_error(

@@ -15,6 +15,7 @@ use crate::model::now;
 use crate::model::session::{
     ContextKind, ContextRow, Entry, EntryKind, SessionRec, SessionStatus, MAX_CONTEXT_ROW,
 };
+use crate::protocol::ErrorCode;
 use crate::protocol::{HunkState, RunView};
 use crate::store::journal::Record;
 
@@ -265,7 +266,7 @@ impl Hub {
         self.update_session(&id, |s| {
             if s.status == SessionStatus::Archived {
                 return Err(AppError::Conflict {
-                    code: "archived",
+                    code: ErrorCode::Archived,
                     message: format!("session {} is archived; start a new one", s.id),
                 });
             }

@@ -852,6 +852,7 @@ impl Workspace {
 }
 
 pub mod fake_llm;
+pub mod hub_bench;
 pub mod isolation {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};

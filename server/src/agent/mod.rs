@@ -4,3 +4,5 @@
 
 pub mod provider;
 pub mod tool_loop;
+pub mod tools;
+pub mod wire;

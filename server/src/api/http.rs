@@ -14,12 +14,13 @@ use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
+use crate::api::dispatch::{dispatch, Reply};
 use crate::error::AppError;
 use crate::hub::auth::{bearer, check_host, check_origin, constant_time_eq};
 use crate::hub::Hub;
 use crate::protocol::{
-    AgentStatusCmd, CompleteCmd, FeedbackAllCmd, FeedbackCmd, PublishCmd, RollbackCmd, RunCmd,
-    SuggestionSummary, SERVICE,
+    AgentStatusCmd, ClientMsg, CompleteCmd, FeedbackAllCmd, FeedbackCmd, GetCmd, ListCmd,
+    PublishCmd, RollbackCmd, RunCmd, SuggestionSummary, SERVICE,
 };
 
 /// Largest request body (and WebSocket message) accepted: room for a modified diff of a big file.
@@ -148,16 +149,22 @@ async fn list_suggestions(
     q: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, AppError> {
     let Query(q) = q.map_err(|e| AppError::BadRequest(e.body_text()))?;
-    Ok(Json(json!({ "suggestions": hub.list(q.all)? })))
+    let msg = ClientMsg::List(ListCmd {
+        all: Some(q.all),
+        id: None,
+    });
+    answer(&hub, msg).await
 }
 
 async fn get_suggestion(
     State(hub): State<Arc<Hub>>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, AppError> {
-    Ok(Json(
-        serde_json::to_value(hub.get(&id)?).map_err(|e| AppError::Internal(e.to_string()))?,
-    ))
+    let msg = ClientMsg::Get(GetCmd {
+        suggestion_id: id,
+        id: None,
+    });
+    answer(&hub, msg).await
 }
 
 fn ok(mut data: Value) -> Json<Value> {
@@ -167,25 +174,22 @@ fn ok(mut data: Value) -> Json<Value> {
     Json(data)
 }
 
+/// Carry out a command; its reply is the body as it is (reads).
+async fn answer(hub: &Arc<Hub>, msg: ClientMsg) -> Result<Json<Value>, AppError> {
+    Ok(Json(dispatch(hub, msg).await?.into_data()?))
+}
+
+/// Carry out a command; its reply with `"success": true` is the body (changes).
+async fn done(hub: &Arc<Hub>, msg: ClientMsg) -> Result<Json<Value>, AppError> {
+    Ok(ok(dispatch(hub, msg).await?.into_data()?))
+}
+
 async fn feedback(
     State(hub): State<Arc<Hub>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, AppError> {
     let cmd: FeedbackCmd = parse_json(body)?;
-    let res = hub
-        .blocking(move |hub| {
-            hub.decide(
-                &cmd.suggestion_id,
-                &cmd.hunk_id,
-                cmd.action,
-                cmd.modified_diff.as_deref(),
-                cmd.comment.as_deref(),
-            )
-        })
-        .await?;
-    Ok(ok(
-        serde_json::to_value(res).map_err(|e| AppError::Internal(e.to_string()))?
-    ))
+    done(&hub, ClientMsg::Feedback(cmd)).await
 }
 
 async fn feedback_all(
@@ -193,17 +197,7 @@ async fn feedback_all(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, AppError> {
     let cmd: FeedbackAllCmd = parse_json(body)?;
-    let res = hub
-        .blocking(move |hub| {
-            hub.decide_all(
-                &cmd.suggestion_id,
-                cmd.action,
-                cmd.file.as_deref(),
-                cmd.comment.as_deref(),
-            )
-        })
-        .await?;
-    Ok(ok(res))
+    done(&hub, ClientMsg::FeedbackAll(cmd)).await
 }
 
 async fn complete(
@@ -211,10 +205,7 @@ async fn complete(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, AppError> {
     let cmd: CompleteCmd = parse_json(body)?;
-    let res = hub
-        .blocking(move |hub| hub.complete(&cmd.suggestion_id, cmd.action))
-        .await?;
-    Ok(ok(res))
+    done(&hub, ClientMsg::Complete(cmd)).await
 }
 
 async fn start_run(
@@ -222,10 +213,7 @@ async fn start_run(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, AppError> {
     let cmd: RunCmd = parse_json(body)?;
-    let view = hub.start_run(&cmd)?;
-    Ok(ok(
-        serde_json::to_value(view).map_err(|e| AppError::Internal(e.to_string()))?
-    ))
+    done(&hub, ClientMsg::Run(cmd)).await
 }
 
 async fn list_runs(State(hub): State<Arc<Hub>>) -> Result<Json<Value>, AppError> {
@@ -245,8 +233,14 @@ async fn cancel_run(
     State(hub): State<Arc<Hub>>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, AppError> {
-    let view = hub.cancel_run(&id)?;
-    Ok(ok(json!({ "run_id": view.run_id, "cancelling": true })))
+    let msg = ClientMsg::Cancel(crate::protocol::CancelCmd {
+        run_id: id,
+        id: None,
+    });
+    match dispatch(&hub, msg).await? {
+        Reply::Run(view) => Ok(ok(json!({ "run_id": view.run_id, "cancelling": true }))),
+        other => Ok(ok(other.into_data()?)),
+    }
 }
 
 async fn get_checkpoint(
@@ -284,10 +278,11 @@ async fn rollback(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, AppError> {
     let cmd: RollbackCmd = parse_json(body)?;
-    let res = hub
-        .blocking(move |hub| hub.rollback(&id, cmd.mode, &cmd.hunk_ids, cmd.confirm))
-        .await?;
-    Ok(ok(res))
+    let msg = ClientMsg::Rollback {
+        checkpoint_id: id,
+        cmd,
+    };
+    done(&hub, msg).await
 }
 
 #[derive(serde::Deserialize)]
@@ -301,22 +296,11 @@ async fn events(
     q: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, AppError> {
     let Query(q) = q.map_err(|e| AppError::BadRequest(e.body_text()))?;
-    Ok(Json(replay_data(&hub, q.since)))
-}
-
-/// `{"seq", "epoch", "complete", "events": [...]}` for a replay request.
-pub fn replay_data(hub: &Hub, since: u64) -> Value {
-    let (events, complete) = hub.bus.since(since);
-    let events: Vec<Value> = events
-        .iter()
-        .filter_map(|e| serde_json::from_str(&e.json).ok())
-        .collect();
-    json!({
-        "seq": hub.bus.current(),
-        "epoch": hub.epoch,
-        "complete": complete,
-        "events": events,
-    })
+    let msg = ClientMsg::Replay(crate::protocol::ReplayCmd {
+        since: q.since,
+        id: None,
+    });
+    answer(&hub, msg).await
 }
 
 fn agent_run(caller: Option<axum::Extension<Caller>>) -> Result<String, AppError> {
@@ -333,19 +317,7 @@ async fn agent_publish(
 ) -> Result<Json<Value>, AppError> {
     let run_id = agent_run(caller)?;
     let cmd: PublishCmd = parse_json(body)?;
-    let view = hub
-        .publish(
-            &run_id,
-            &cmd.description,
-            &cmd.files,
-            &cmd.hunk_descriptions,
-        )
-        .await?;
-    Ok(ok(json!({
-        "suggestion_id": view.id,
-        "hunk_count": view.hunk_count,
-        "files": view.files,
-    })))
+    done(&hub, ClientMsg::Publish { run_id, cmd }).await
 }
 
 async fn agent_status(
@@ -355,8 +327,7 @@ async fn agent_status(
 ) -> Result<Json<Value>, AppError> {
     let run_id = agent_run(caller)?;
     let cmd: AgentStatusCmd = parse_json(body)?;
-    hub.agent_status(&run_id, &cmd.message, cmd.status.as_deref())?;
-    Ok(ok(json!({ "sent": true })))
+    done(&hub, ClientMsg::AgentStatus { run_id, cmd }).await
 }
 
 async fn agent_suggestions(
@@ -430,18 +401,14 @@ async fn clarify_run(
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, AppError> {
-    let cmd: crate::protocol::ClarifyCmd = parse_json(body)?;
+    let mut cmd: crate::protocol::ClarifyCmd = parse_json(body)?;
     if cmd.run_id.as_deref().is_some_and(|r| r != id) {
         return Err(AppError::BadRequest(
             "run_id in the body differs from the path".into(),
         ));
     }
-    Ok(ok(hub.answer(
-        &id,
-        cmd.question_id.as_deref(),
-        cmd.answer.as_deref(),
-        cmd.skip,
-    )?))
+    cmd.run_id = Some(id);
+    done(&hub, ClientMsg::Clarify(cmd)).await
 }
 
 fn to_json<T: serde::Serialize>(v: &T) -> Result<Value, AppError> {
@@ -536,5 +503,5 @@ async fn session_run(
         ));
     }
     cmd.session_id = Some(id);
-    Ok(ok(to_json(&hub.start_run(&cmd)?)?))
+    done(&hub, ClientMsg::Run(cmd)).await
 }

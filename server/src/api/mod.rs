@@ -1,7 +1,15 @@
-//! The hub's network face: REST and WebSocket handlers, and `run(listener, shutdown)`.
+//! The hub's network face: REST and WebSocket handlers over one command table, and
+//! `run(listener, shutdown)`.
 //!
-//! Layer 8: may import everything but `cli`.
+//! Layer 10: may import everything but `mcp` and `cli`.
+//!
+//! - [`dispatch`]: every client command ([`crate::protocol::ClientMsg`]) carried out, once;
+//! - [`ws`]: the WebSocket connection (hello, events, a response per command), over any
+//!   `Sink`/`Stream`;
+//! - [`http`]: the REST routes, their guard (host, origin, tokens) and thin handlers;
+//! - [`server`]: opening the state dir and journal, recovery, serving until shutdown.
 
+pub mod dispatch;
 pub mod http;
 pub mod server;
 pub mod ws;

@@ -21,7 +21,10 @@ use crate::hub::events::Bus;
 use crate::hub::registry::Runs;
 use crate::hub::{Hub, State};
 use crate::model::decision::DecisionRec;
-use crate::protocol::RunState;
+use crate::model::feedback::FeedbackRecord;
+use crate::model::run::RunRec;
+use crate::model::suggestion::Suggestion;
+use crate::protocol::{Event, RunState};
 use crate::store::feedback::FeedbackLog;
 use crate::store::journal::{Journal, Record};
 
@@ -92,6 +95,98 @@ pub struct Started {
     _lock: nix::fcntl::Flock<std::fs::File>,
 }
 
+/// The state a journal describes, and the decision prepared but not committed in it.
+struct Replayed {
+    suggestions: BTreeMap<String, Suggestion>,
+    order: Vec<String>,
+    runs: BTreeMap<String, RunRec>,
+    pending: Vec<DecisionRec>,
+    seq_upto: u64,
+    sessions: crate::hub::registry::Sessions,
+}
+
+fn replay(records: Vec<Record>) -> anyhow::Result<Replayed> {
+    let mut r = Replayed {
+        suggestions: BTreeMap::new(),
+        order: Vec::new(),
+        runs: BTreeMap::new(),
+        pending: Vec::new(),
+        seq_upto: 0,
+        sessions: Default::default(),
+    };
+    for rec in records {
+        match rec {
+            Record::Run(run) => {
+                r.runs.insert(run.run_id.clone(), *run);
+            }
+            Record::Suggestion(s) => {
+                if !r.suggestions.contains_key(&s.id) {
+                    r.order.push(s.id.clone());
+                }
+                r.suggestions.insert(s.id.clone(), *s);
+            }
+            // Decisions are made one at a time, and one that stays in the checkout is committed
+            // before the next is prepared: an earlier prepare still open here was taken back
+            // (its abort could not be written) or failed half way and was reported; recovering
+            // it would overwrite later decisions.
+            Record::Decision(d) => {
+                r.pending.clear();
+                r.pending.push(*d);
+            }
+            Record::Prepare(p) => {
+                r.pending.clear();
+                r.pending.push(p.into_decision(&r.suggestions));
+            }
+            Record::Commit { decision } => {
+                if let Some(i) = r.pending.iter().position(|p| p.decision == decision) {
+                    let d = r.pending.remove(i);
+                    d.apply(&mut r.suggestions)
+                        .map_err(|e| anyhow::anyhow!("replaying the journal: {e}"))?;
+                }
+            }
+            Record::Abort { decision } => r.pending.retain(|p| p.decision != decision),
+            Record::Seq { upto } => r.seq_upto = r.seq_upto.max(upto),
+            rec @ (Record::Session(_) | Record::History(_)) => r.sessions.replay(rec),
+        }
+    }
+    Ok(r)
+}
+
+/// Finish what a crash left between `prepare` and `commit`. Each recovered feedback line
+/// carries the seq of the event that announces it: the first ones this hub hands out.
+fn recover_pending(
+    cfg: &ServeConfig,
+    store: &Store,
+    pending: Vec<DecisionRec>,
+    feedback_path: &Path,
+    suggestions: &mut BTreeMap<String, Suggestion>,
+    seq_upto: u64,
+) -> anyhow::Result<(Vec<FeedbackRecord>, Vec<Event>)> {
+    if pending.is_empty() {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let root = Beneath::open(&cfg.repo)?;
+    let recovered = recover(&root, store, pending, feedback_path, suggestions)
+        .map_err(|e| anyhow::anyhow!("recovering unfinished decisions: {e}"))?;
+    let (mut feedback_lines, events): (Vec<_>, Vec<_>) = recovered.into_iter().unzip();
+    for (i, f) in feedback_lines.iter_mut().enumerate() {
+        f.seq = seq_upto + 1 + i as u64;
+    }
+    Ok((feedback_lines, events))
+}
+
+/// Runs that were working when the hub stopped are over: not a failure of the agent, the hub
+/// went away under it. Nothing resumes them, but their session and history stay for the next run.
+fn interrupt_unfinished(runs: &mut BTreeMap<String, RunRec>) {
+    for run in runs.values_mut() {
+        if !run.finished() {
+            run.status = RunState::Interrupted;
+            run.question = None;
+            run.error = Some(crate::runs::INTERRUPTED.into());
+        }
+    }
+}
+
 /// Open everything and rebuild state; does not serve yet.
 pub fn open_hub(
     mut cfg: ServeConfig,
@@ -110,72 +205,26 @@ pub fn open_hub(
     let journal_path = cfg.state_dir.join("state.jsonl");
     let feedback_path = cfg.state_dir.join("feedback.jsonl");
 
-    let records = Journal::read(&journal_path)?;
-    let mut suggestions = BTreeMap::new();
-    let mut order = Vec::new();
-    let mut runs = BTreeMap::new();
-    let mut pending: Vec<DecisionRec> = Vec::new();
-    let mut seq_upto = 0u64;
-    let mut sessions = crate::hub::registry::Sessions::default();
-    for rec in records {
-        match rec {
-            Record::Run(r) => {
-                runs.insert(r.run_id.clone(), *r);
-            }
-            Record::Suggestion(s) => {
-                if !suggestions.contains_key(&s.id) {
-                    order.push(s.id.clone());
-                }
-                suggestions.insert(s.id.clone(), *s);
-            }
-            // Decisions are made one at a time, and one that stays in the checkout is committed
-            // before the next is prepared: an earlier prepare still open here was taken back
-            // (its abort could not be written) or failed half way and was reported; recovering
-            // it would overwrite later decisions.
-            Record::Decision(d) => {
-                pending.clear();
-                pending.push(*d);
-            }
-            Record::Prepare(p) => {
-                pending.clear();
-                pending.push(p.into_decision(&suggestions));
-            }
-            Record::Commit { decision } => {
-                if let Some(i) = pending.iter().position(|p| p.decision == decision) {
-                    let d = pending.remove(i);
-                    d.apply(&mut suggestions)
-                        .map_err(|e| anyhow::anyhow!("replaying the journal: {e}"))?;
-                }
-            }
-            Record::Abort { decision } => pending.retain(|p| p.decision != decision),
-            Record::Seq { upto } => seq_upto = seq_upto.max(upto),
-            rec @ (Record::Session(_) | Record::History(_)) => sessions.replay(rec),
-        }
-    }
-    let mut recovered = Vec::new();
-    if !pending.is_empty() {
-        let root = Beneath::open(&cfg.repo)?;
-        recovered = recover(&root, &store, pending, &feedback_path, &mut suggestions)
-            .map_err(|e| anyhow::anyhow!("recovering unfinished decisions: {e}"))?;
-    }
-    // Each recovered feedback line carries the seq of the event that announces it below: the
-    // first ones this hub hands out.
-    let (mut feedback_lines, recovered_events): (Vec<_>, Vec<_>) = recovered.into_iter().unzip();
-    for (i, f) in feedback_lines.iter_mut().enumerate() {
-        f.seq = seq_upto + 1 + i as u64;
-    }
+    let Replayed {
+        mut suggestions,
+        order,
+        mut runs,
+        pending,
+        seq_upto,
+        sessions,
+    } = replay(Journal::read(&journal_path)?)?;
+    let (feedback_lines, recovered_events) = recover_pending(
+        &cfg,
+        &store,
+        pending,
+        &feedback_path,
+        &mut suggestions,
+        seq_upto,
+    )?;
     let mut feedback = FeedbackLog::open(&feedback_path)
         .with_context(|| format!("opening {}", feedback_path.display()))?;
     feedback.append(&feedback_lines)?;
-    for run in runs.values_mut() {
-        if !run.finished() {
-            // Not a failure of the agent: the hub went away under it. The run is over (nothing
-            // resumes it), but its session and history stay for the next run.
-            run.status = RunState::Interrupted;
-            run.question = None;
-            run.error = Some(crate::runs::INTERRUPTED.into());
-        }
-    }
+    interrupt_unfinished(&mut runs);
     // Compact: one record per run and suggestion, the sessions, then the sequence mark.
     let state = State {
         suggestions,

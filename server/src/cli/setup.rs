@@ -108,17 +108,31 @@ fn print_report(user: &str, findings: &[Finding]) {
 /// behalf).
 fn check(name: &str, hub: &SandboxUser, exe: &Path) -> Vec<Finding> {
     let mut out = Vec::new();
+    if let Some(user) = check_account(name, hub, exe, &mut out) {
+        check_helper(name, hub, exe, &user, &mut out);
+    }
+    out
+}
+
+/// The account: it exists, is not root nor the hub's user, has no login shell, a private home,
+/// cannot replace the binary, shares no group with the hub's user.
+fn check_account(
+    name: &str,
+    hub: &SandboxUser,
+    exe: &Path,
+    out: &mut Vec<Finding>,
+) -> Option<SandboxUser> {
     let user = match SandboxUser::lookup(name) {
         Ok(Some(u)) => u,
         Ok(None) => {
             out.push(missing(format!(
                 "the sandbox user {name} does not exist: `sudo hunkgate setup --user {name}` creates it"
             )));
-            return out;
+            return None;
         }
         Err(e) => {
             out.push(missing(e.to_string()));
-            return out;
+            return None;
         }
     };
     if user.uid == 0 || user.uid == hub.uid {
@@ -126,7 +140,7 @@ fn check(name: &str, hub: &SandboxUser, exe: &Path) -> Vec<Finding> {
             "the sandbox user {name} (uid {}) must be neither root nor the hub's user {}",
             user.uid, hub.name
         )));
-        return out;
+        return None;
     }
     out.push(ok(format!(
         "the sandbox user {name} exists (uid {}, gid {})",
@@ -166,6 +180,18 @@ fn check(name: &str, hub: &SandboxUser, exe: &Path) -> Vec<Finding> {
             hub.name
         )));
     }
+    Some(user)
+}
+
+/// The helper: the hub's user can start it as the sandbox user (directly as root, else through
+/// sudo), and whether agents get a PID namespace.
+fn check_helper(
+    name: &str,
+    hub: &SandboxUser,
+    exe: &Path,
+    user: &SandboxUser,
+    out: &mut Vec<Finding>,
+) {
     let me = nix::unistd::getuid().as_raw();
     let launch = if hub.uid == 0 {
         out.push(ok(
@@ -179,7 +205,7 @@ fn check(name: &str, hub: &SandboxUser, exe: &Path) -> Vec<Finding> {
                 out.push(missing(
                     "sudo is not installed (the hub is not root, so it needs sudo to start the sandbox helper)",
                 ));
-                return out;
+                return;
             }
         }
     };
@@ -188,7 +214,7 @@ fn check(name: &str, hub: &SandboxUser, exe: &Path) -> Vec<Finding> {
             "cannot test the helper for {} from this user: run the check as {} or as root",
             hub.name, hub.name
         )));
-        return out;
+        return;
     }
     let iso = UserIsolation {
         user: user.clone(),
@@ -221,7 +247,6 @@ fn check(name: &str, hub: &SandboxUser, exe: &Path) -> Vec<Finding> {
         }
         Err(e) => out.push(missing(e.to_string())),
     }
-    out
 }
 
 /// Ask before changing the system; `--yes` answers for scripts.

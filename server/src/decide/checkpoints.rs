@@ -27,6 +27,7 @@ use crate::model::decision::{HunkChange, LineRec};
 use crate::model::fileop::Cur;
 use crate::model::fileop::FileOp;
 use crate::model::suggestion::{oid, HunkRec, Side, Suggestion};
+use crate::protocol::ErrorCode;
 use crate::protocol::{AppliedAction, Event, HunkKind, HunkState, RollbackMode};
 
 #[derive(Debug, Serialize)]
@@ -230,44 +231,7 @@ impl Hub {
         let mut st = self.lock()?;
         let sid = Self::resolve_id(&st, id)?;
         let s = &st.suggestions[&sid];
-        match mode {
-            RollbackMode::HardAll if !confirm => {
-                return Err(AppError::BadRequest(format!(
-                    "hard rollback puts {} file(s) back to the checkpoint and discards every later edit to them; send \"confirm\": true",
-                    affected(s).len()
-                )))
-            }
-            RollbackMode::HardAll if !hunk_ids.is_empty() => {
-                return Err(AppError::BadRequest(
-                    "hard_all rolls back every affected file; use scoped_selected to choose hunks".into(),
-                ))
-            }
-            RollbackMode::ScopedSelected if hunk_ids.is_empty() => {
-                return Err(AppError::BadRequest("scoped_selected needs hunk_ids".into()))
-            }
-            _ => {}
-        }
-        if mode == RollbackMode::ScopedSelected {
-            for h in hunk_ids {
-                match s.hunk(h) {
-                    None => {
-                        return Err(AppError::NotFound(format!(
-                            "checkpoint {sid} has no hunk {h:?}"
-                        )))
-                    }
-                    Some(rec) if !rec.state.applied() => {
-                        return Err(AppError::BadRequest(
-                            format!(
-                            "hunk {h} is {:?}, not applied; only applied hunks can be rolled back",
-                            rec.state
-                        )
-                            .to_lowercase(),
-                        ))
-                    }
-                    Some(_) => {}
-                }
-            }
-        }
+        check_rollback(s, mode, hunk_ids, confirm)?;
         self.bus.emit(Event::RollbackStarted {
             seq: 0,
             checkpoint_id: sid.clone(),
@@ -293,7 +257,7 @@ impl Hub {
                 });
                 return Err(match e {
                     PlanError::Conflict(_) => AppError::Conflict {
-                        code: "conflict",
+                        code: ErrorCode::Conflict,
                         message: format!("rollback refused, nothing was changed: {message}"),
                     },
                     other => ierr(other),
@@ -448,4 +412,53 @@ fn rolled_back(s: &Suggestion, pick: impl Fn(&HunkRec) -> bool) -> Vec<HunkChang
             c
         })
         .collect()
+}
+
+/// Refuse a rollback that is malformed or not confirmed, before anything is announced.
+fn check_rollback(
+    s: &Suggestion,
+    mode: RollbackMode,
+    hunk_ids: &[String],
+    confirm: bool,
+) -> Result<(), AppError> {
+    let sid = &s.id;
+    match mode {
+        RollbackMode::HardAll if !confirm => {
+            return Err(AppError::BadRequest(format!(
+                "hard rollback puts {} file(s) back to the checkpoint and discards every later edit to them; send \"confirm\": true",
+                affected(s).len()
+            )))
+        }
+        RollbackMode::HardAll if !hunk_ids.is_empty() => {
+            return Err(AppError::BadRequest(
+                "hard_all rolls back every affected file; use scoped_selected to choose hunks".into(),
+            ))
+        }
+        RollbackMode::ScopedSelected if hunk_ids.is_empty() => {
+            return Err(AppError::BadRequest("scoped_selected needs hunk_ids".into()))
+        }
+        _ => {}
+    }
+    if mode == RollbackMode::ScopedSelected {
+        for h in hunk_ids {
+            match s.hunk(h) {
+                None => {
+                    return Err(AppError::NotFound(format!(
+                        "checkpoint {sid} has no hunk {h:?}"
+                    )))
+                }
+                Some(rec) if !rec.state.applied() => {
+                    return Err(AppError::BadRequest(
+                        format!(
+                            "hunk {h} is {:?}, not applied; only applied hunks can be rolled back",
+                            rec.state
+                        )
+                        .to_lowercase(),
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    Ok(())
 }

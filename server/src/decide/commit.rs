@@ -1,7 +1,8 @@
 //! Committing a decision: journal `prepare` → checkout → feedback lines → journal `commit` →
 //! events, and what happens when a step after the checkout write fails.
 
-use crate::decide::apply::{self, execute, ExecError, PlanError};
+use crate::decide::apply::PlanError;
+use crate::decide::execute::{self, execute, ExecError};
 use crate::error::AppError;
 use crate::hub::{test_hooks, Hub, State};
 use crate::model::decision::{Closing, DecisionRec, HunkChange, LineRec};
@@ -158,7 +159,7 @@ impl Hub {
             return Ok(());
         };
         let undone = match &root {
-            Some(root) => apply::undo(root, &self.store, &rec.ops),
+            Some(root) => execute::undo(root, &self.store, &rec.ops),
             None => Ok(()),
         };
         match undone {
@@ -202,7 +203,7 @@ impl Hub {
                 self.abort(id);
                 Err(match *e {
                     PlanError::Conflict(message) => AppError::Conflict {
-                        code: "conflict",
+                        code: ErrorCode::Conflict,
                         message,
                     },
                     other => AppError::Internal(format!(

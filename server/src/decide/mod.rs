@@ -6,8 +6,11 @@
 pub mod apply;
 pub mod checkpoints;
 pub mod commit;
+pub mod execute;
+pub mod finalize;
 pub mod recover;
 pub mod review;
+pub mod steps;
 
 #[cfg(test)]
 mod tests;

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use hunkgate_sandbox::beneath::Beneath;
 use hunkgate_sandbox::store::Store;
 
-use crate::decide::apply::{execute, op_state, OpState};
+use crate::decide::execute::{execute, op_state, OpState};
 use crate::hub::Hub;
 use crate::model::decision::{DecisionRec, LineRec};
 use crate::model::feedback::FeedbackRecord;

@@ -3,18 +3,17 @@
 
 use std::collections::BTreeMap;
 
-use hunkgate_patch::{apply_hunk, parse_file_header, parse_hunks, Hunk};
-use hunkgate_sandbox::store::{Entry, FlatTree, Mode};
+use hunkgate_patch::{parse_file_header, parse_hunks, Hunk};
 
 use crate::decide::apply::{
     self, merge_ops, plan_forward, plan_forward_over, plan_reverse, Overlay, PlanError,
 };
 use crate::decide::commit::Decision;
+use crate::decide::steps::{conflict_parts, decision_for, step_parts, Counts};
 use crate::error::AppError;
 use crate::hub::{DecisionResult, Hub, State};
 use crate::model::decision::{Closing, HunkChange, LineRec};
-use crate::model::fileop::FileOp;
-use crate::model::suggestion::{oid, HunkRec, Suggestion};
+use crate::model::suggestion::{HunkRec, Suggestion};
 use crate::protocol::{
     AppliedAction, BulkAction, CompleteAction, ErrorCode, Event, FeedbackAction, HunkKind,
     HunkState,
@@ -92,17 +91,17 @@ impl Hub {
             Ok(()) => {}
             // The file changed between the plan and the write: a conflict like any other.
             Err(AppError::Conflict {
-                code: "conflict",
+                code: ErrorCode::Conflict,
                 message,
             }) if ask.action.forward() => {
                 return self.record_conflict(&mut st, &sid, idx, &id, ask, message);
             }
             Err(AppError::Conflict {
-                code: "conflict",
+                code: ErrorCode::Conflict,
                 message,
             }) => {
                 return Err(AppError::Conflict {
-                    code: "conflict",
+                    code: ErrorCode::Conflict,
                     message: format!("cannot {} hunk {hunk_id}: {message}", ask.action.word()),
                 })
             }
@@ -171,7 +170,7 @@ impl Hub {
         match plan_reverse(&root, &self.store, rec, Self::offset_for(s, rec)) {
             Ok(plan) => Ok(Step::Planned(target, plan, act)),
             Err(PlanError::Conflict(msg)) => Err(AppError::Conflict {
-                code: "conflict",
+                code: ErrorCode::Conflict,
                 message: format!("cannot undo hunk {}: {msg}", rec.id),
             }),
             Err(e) => Err(AppError::Internal(e.to_string())),
@@ -194,7 +193,7 @@ impl Hub {
         d.change(change).line(line, event);
         self.commit(st, d)?;
         Err(AppError::Conflict {
-            code: "conflict",
+            code: ErrorCode::Conflict,
             message: msg,
         })
     }
@@ -242,7 +241,8 @@ impl Hub {
         match self.commit(&mut st, d) {
             Ok(()) => {}
             Err(AppError::Conflict {
-                code: "conflict", ..
+                code: ErrorCode::Conflict,
+                ..
             }) => {
                 drop(st);
                 return self.decide_each(&sid, &picked, &ask, &decision);
@@ -304,7 +304,7 @@ impl Hub {
                         let (change, line, event) = conflict_parts(s, i, ask, &msg);
                         d.change(change).line(line, event);
                         let e = AppError::Conflict {
-                            code: "conflict",
+                            code: ErrorCode::Conflict,
                             message: msg,
                         };
                         failed.push(serde_json::json!({"hunk_id": rec.id, "error": e.to_string()}));
@@ -379,7 +379,7 @@ impl Hub {
         let s = &st.suggestions[&sid];
         if let Some(how) = &s.closed {
             return Err(AppError::Conflict {
-                code: "closed",
+                code: ErrorCode::Closed,
                 message: format!("suggestion {sid} was already completed ({how})"),
             });
         }
@@ -442,104 +442,13 @@ impl Hub {
             "reviewed_commit": reviewed_commit,
         }))
     }
-
-    /// The base tree with exactly the applied hunks applied, committed on top of the run.
-    fn reviewed_commit(&self, s: &Suggestion) -> Result<String, AppError> {
-        let ierr = |e: &dyn std::fmt::Display| AppError::Internal(e.to_string());
-        let base_id = oid(&s.base_commit).ok_or_else(|| ierr(&"bad base commit id"))?;
-        let run_id = oid(&s.run_commit).ok_or_else(|| ierr(&"bad run commit id"))?;
-        let mut tree: FlatTree = self.store.read_tree(base_id).map_err(|e| ierr(&e))?;
-        let mut by_file: BTreeMap<&str, Vec<&HunkRec>> = BTreeMap::new();
-        for h in s.hunks.iter().filter(|h| h.state.applied()) {
-            by_file.entry(h.file.as_str()).or_default().push(h);
-        }
-        for (file, hunks) in by_file {
-            for h in &hunks {
-                match h.kind {
-                    HunkKind::Rename => {
-                        if let Some(from) = &h.old_path {
-                            tree.remove(from);
-                        }
-                        put_side(&mut tree, file, h.new.as_ref());
-                    }
-                    HunkKind::Binary | HunkKind::Symlink => {
-                        put_side(&mut tree, file, h.new.as_ref())
-                    }
-                    HunkKind::Mode => {
-                        if let (Some(e), Some(n)) = (tree.get_mut(file), h.new.as_ref()) {
-                            e.mode = n.mode;
-                        }
-                    }
-                    HunkKind::Modify | HunkKind::Create | HunkKind::Delete => {}
-                }
-            }
-            let mut line_hunks: Vec<&Hunk> = hunks
-                .iter()
-                .filter(|h| {
-                    matches!(
-                        h.kind,
-                        HunkKind::Modify | HunkKind::Create | HunkKind::Delete
-                    )
-                })
-                .filter_map(|h| h.applied.as_ref().or(h.patch.as_ref()))
-                .collect();
-            if line_hunks.is_empty() {
-                continue;
-            }
-            line_hunks.sort_by_key(|h| h.old_start);
-            let entry = tree.get(file).copied();
-            let mut text = match entry {
-                Some(e) => String::from_utf8(self.store.read_blob(e.oid).map_err(|e| ierr(&e))?)
-                    .map_err(|e| ierr(&e))?,
-                None => String::new(),
-            };
-            let mut offset = 0isize;
-            for h in line_hunks {
-                let applied = apply_hunk(&text, h, offset).map_err(|e| ierr(&e))?;
-                offset += h.delta();
-                text = applied.text;
-            }
-            let deleted = hunks
-                .iter()
-                .any(|h| h.kind == HunkKind::Delete && h.state == HunkState::Accepted);
-            if deleted && text.is_empty() {
-                tree.remove(file);
-            } else {
-                let oid = self
-                    .store
-                    .write_blob(text.as_bytes())
-                    .map_err(|e| ierr(&e))?;
-                let mode = entry
-                    .map(|e| e.mode)
-                    .or_else(|| hunks.iter().find_map(|h| h.new.as_ref().map(|s| s.mode)))
-                    .unwrap_or(Mode::File);
-                tree.insert(file.to_string(), Entry { mode, oid });
-            }
-        }
-        let tree_id = self.store.write_tree(&tree).map_err(|e| ierr(&e))?;
-        let commit = self
-            .store
-            .commit(
-                tree_id,
-                &[run_id],
-                &format!("reviewed: {}\n\nsuggestion {}\n", s.description, s.id),
-            )
-            .map_err(|e| ierr(&e))?;
-        self.store
-            .set_ref(
-                &format!("refs/hunkgate/suggestions/{}/reviewed", s.id),
-                commit,
-            )
-            .map_err(|e| ierr(&e))?;
-        Ok(commit.to_string())
-    }
 }
 
 /// What the user asked for one hunk.
-struct Ask<'a> {
-    action: FeedbackAction,
-    modified_diff: Option<&'a str>,
-    comment: Option<&'a str>,
+pub(crate) struct Ask<'a> {
+    pub(crate) action: FeedbackAction,
+    pub(crate) modified_diff: Option<&'a str>,
+    pub(crate) comment: Option<&'a str>,
 }
 
 /// A planned decision on one hunk, or the conflict that stops it.
@@ -550,7 +459,7 @@ enum Step {
 
 fn already(message: String) -> AppError {
     AppError::Conflict {
-        code: "already_decided",
+        code: ErrorCode::AlreadyDecided,
         message: message.to_lowercase(),
     }
 }
@@ -558,7 +467,7 @@ fn already(message: String) -> AppError {
 fn ensure_open(s: &Suggestion) -> Result<(), AppError> {
     match &s.closed {
         Some(how) => Err(AppError::Conflict {
-            code: "closed",
+            code: ErrorCode::Closed,
             message: format!("suggestion {} was already completed ({how})", s.id),
         }),
         None => Ok(()),
@@ -604,128 +513,6 @@ fn modified_hunk(ask: &Ask, rec: &HunkRec) -> Result<Option<Hunk>, AppError> {
 
 fn internal(e: impl std::fmt::Display) -> AppError {
     AppError::Internal(e.to_string())
-}
-
-/// A suggestion's reviewed and applied hunks, kept up to date as a decision is planned.
-struct Counts {
-    reviewed: usize,
-    applied: usize,
-}
-
-impl Counts {
-    fn of(s: &Suggestion) -> Self {
-        Counts {
-            reviewed: s.reviewed_count(),
-            applied: s.hunks.iter().filter(|h| h.state.applied()).count(),
-        }
-    }
-
-    /// A hunk goes from `before` to `after`.
-    fn shift(&mut self, before: HunkState, after: HunkState) {
-        self.reviewed = self.reviewed + after.reviewed() as usize - before.reviewed() as usize;
-        self.applied = self.applied + after.applied() as usize - before.applied() as usize;
-    }
-}
-
-/// The decision that carries out a planned step on hunk `idx`: its delta, its feedback line
-/// with the `hunk.applied` event, and the suggestion's new status. Counts are those after the
-/// decision, worked out without copying the suggestion.
-fn decision_for(
-    s: &Suggestion,
-    idx: usize,
-    mut d: Decision,
-    ask: &Ask,
-    modified: &Option<Hunk>,
-    planned: (HunkState, apply::Plan, AppliedAction),
-) -> Decision {
-    let mut counts = Counts::of(s);
-    let (ops, change, line, event) = step_parts(s, idx, ask, modified, planned, &mut counts);
-    d.ops(ops)
-        .change(change)
-        .line(line, event)
-        .event(Hub::status_event(s, counts.reviewed, counts.applied));
-    d
-}
-
-/// The parts of one hunk's step: file operations, delta, feedback line and its event (with
-/// `counts` moved on by this hunk).
-fn step_parts(
-    s: &Suggestion,
-    idx: usize,
-    ask: &Ask,
-    modified: &Option<Hunk>,
-    (state, plan, act): (HunkState, apply::Plan, AppliedAction),
-    counts: &mut Counts,
-) -> (Vec<FileOp>, HunkChange, LineRec, Event) {
-    let rec = &s.hunks[idx];
-    let change = HunkChange {
-        suggestion_id: s.id.clone(),
-        index: idx,
-        hunk_id: rec.id.clone(),
-        state,
-        applied: if state.applied() { plan.applied } else { None },
-        conflict: None,
-        comment: ask.comment.map(str::to_string),
-        perm: if state.applied() { plan.perm } else { None },
-    };
-    let outcome = match act {
-        AppliedAction::Accepted => "applied",
-        AppliedAction::Modified => "modified",
-        AppliedAction::Rejected => "rejected",
-        AppliedAction::Undone => "undone",
-    };
-    let mut line = LineRec::new(s, rec, ask.action.word(), outcome);
-    line.comment = ask.comment.map(str::to_string);
-    line.modified_diff = modified.as_ref().map(|h| h.to_unified());
-    counts.shift(rec.state, state);
-    let event = Event::HunkApplied {
-        seq: 0,
-        suggestion_id: s.id.clone(),
-        hunk_id: rec.id.clone(),
-        action: act,
-        file: rec.file.clone(),
-        state,
-        reviewed_count: counts.reviewed,
-        hunk_count: s.hunks.len(),
-    };
-    (plan.ops, change, line, event)
-}
-
-/// Hunk `idx` conflicts: its delta (state `conflict`, the message), feedback line and
-/// `apply_failed` event.
-fn conflict_parts(
-    s: &Suggestion,
-    idx: usize,
-    ask: &Ask,
-    msg: &str,
-) -> (HunkChange, LineRec, Event) {
-    let rec = &s.hunks[idx];
-    let mut change = HunkChange::keep(&s.id, idx, rec, HunkState::Conflict);
-    change.conflict = Some(msg.to_string());
-    let mut line = LineRec::new(s, rec, ask.action.word(), "conflict");
-    line.comment = ask.comment.map(str::to_string);
-    line.modified_diff = ask.modified_diff.map(str::to_string);
-    line.error = Some(msg.to_string());
-    let event = Event::Error {
-        seq: 0,
-        code: ErrorCode::ApplyFailed,
-        message: msg.to_string(),
-        suggestion_id: Some(s.id.clone()),
-        hunk_id: Some(rec.id.clone()),
-        run_id: Some(s.run_id.clone()),
-    };
-    (change, line, event)
-}
-
-fn put_side(tree: &mut FlatTree, path: &str, side: Option<&crate::model::suggestion::Side>) {
-    match side.and_then(|s| oid(&s.oid).map(|o| (s.mode, o))) {
-        Some((mode, oid)) => {
-            tree.insert(path.to_string(), Entry { mode, oid });
-        }
-        None => {
-            tree.remove(path);
-        }
-    }
 }
 
 /// Parse the user's edited diff for one hunk: a single hunk, optionally with file headers that

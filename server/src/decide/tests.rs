@@ -15,6 +15,7 @@ use crate::decide::commit::Decision;
 use crate::error::AppError;
 use crate::hub::Hub;
 use crate::model::suggestion::{build_hunks, Suggestion};
+use crate::protocol::ErrorCode;
 use crate::protocol::{FeedbackAction, HunkState, RollbackMode};
 use crate::store::journal::{Journal, Record};
 
@@ -149,7 +150,9 @@ impl Fixture {
     }
 }
 
-fn two_hunks() -> (Vec<(&'static str, String)>, Vec<(&'static str, String)>) {
+type Files = Vec<(&'static str, String)>;
+
+fn two_hunks() -> (Files, Files) {
     (
         vec![("a.txt", numbered(40, &[]))],
         vec![("a.txt", numbered(40, &[(5, "five"), (30, "thirty")]))],
@@ -239,7 +242,7 @@ fn a_stale_base_is_a_conflict_that_changes_nothing() {
         matches!(
             &err,
             AppError::Conflict {
-                code: "conflict",
+                code: ErrorCode::Conflict,
                 ..
             }
         ),
@@ -357,7 +360,7 @@ fn prepare_only(f: &Fixture, sid: &str, i: usize, write_files: bool) {
     hub.journal_append(&Record::Decision(Box::new(d.record().clone())))
         .unwrap();
     if write_files {
-        crate::decide::apply::execute(&root, &hub.store, d.file_ops()).unwrap();
+        crate::decide::execute::execute(&root, &hub.store, d.file_ops()).unwrap();
     }
 }
 

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::AppError;
 use crate::model::chat::{Provider, ProviderError};
 use crate::model::session::{Entry, SessionRec};
+use crate::protocol::ErrorCode;
 use crate::store::journal::Record;
 
 /// What a run in progress needs for `publish`.
@@ -94,7 +95,7 @@ impl Runs {
         let mut q = self.questions.lock().map_err(|_| poisoned())?;
         if q.contains_key(run_id) {
             return Err(AppError::Conflict {
-                code: "question_pending",
+                code: ErrorCode::QuestionPending,
                 message: "one question at a time: the last one is not answered yet".into(),
             });
         }
@@ -112,13 +113,13 @@ impl Runs {
         let mut q = self.questions.lock().map_err(|_| poisoned())?;
         let Some((qid, _)) = q.get(run_id) else {
             return Err(AppError::Conflict {
-                code: "no_question",
+                code: ErrorCode::NoQuestion,
                 message: format!("run {run_id} is not waiting for an answer"),
             });
         };
         if question_id.is_some_and(|given| given != qid) {
             return Err(AppError::Conflict {
-                code: "stale_question",
+                code: ErrorCode::StaleQuestion,
                 message: format!(
                     "question {qid} is the one pending, not {}",
                     question_id.unwrap_or("")

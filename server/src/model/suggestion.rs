@@ -204,6 +204,8 @@ fn text_of(store: &Store, entry: &Entry) -> Result<Option<String>, StoreError> {
     }
 }
 
+type Changed<'a> = BTreeMap<&'a str, (Option<&'a Entry>, Option<&'a Entry>)>;
+
 /// Diff two trees into hunk records (ids filled in with `suggestion_id`), in path order.
 /// `only` restricts the result to paths it accepts (the agent's `--files` globs).
 pub fn build_hunks(
@@ -213,7 +215,7 @@ pub fn build_hunks(
     run: &FlatTree,
     only: &dyn Fn(&str) -> bool,
 ) -> Result<Vec<HunkRec>, StoreError> {
-    let mut changed: BTreeMap<&str, (Option<&Entry>, Option<&Entry>)> = BTreeMap::new();
+    let mut changed: Changed = BTreeMap::new();
     for (path, e) in base {
         if run.get(path) != Some(e) {
             changed.insert(path, (Some(e), run.get(path)));
@@ -225,30 +227,7 @@ pub fn build_hunks(
         }
     }
     changed.retain(|p, _| only(p));
-
-    // Exact renames: a deleted and an added path with the same blob and mode.
-    let mut renames: BTreeMap<String, String> = BTreeMap::new();
-    {
-        let deleted: Vec<(&str, &Entry)> = changed
-            .iter()
-            .filter_map(|(p, (o, n))| match (o, n) {
-                (Some(o), None) => Some((*p, *o)),
-                _ => None,
-            })
-            .collect();
-        let mut used = BTreeSet::new();
-        for (p, (o, n)) in &changed {
-            if let (None, Some(n)) = (o, n) {
-                if let Some((from, _)) = deleted
-                    .iter()
-                    .find(|(dp, de)| de.oid == n.oid && de.mode == n.mode && !used.contains(dp))
-                {
-                    used.insert(*from);
-                    renames.insert(p.to_string(), from.to_string());
-                }
-            }
-        }
-    }
+    let renames = exact_renames(&changed);
     let renamed_from: BTreeSet<String> = renames.values().cloned().collect();
 
     let mut out = Vec::new();
@@ -256,7 +235,6 @@ pub fn build_hunks(
         if renamed_from.contains(*path) {
             continue;
         }
-        let mut recs: Vec<HunkRec> = Vec::new();
         let mk = |kind: HunkKind, patch: Option<Hunk>| HunkRec {
             id: String::new(),
             file: path.to_string(),
@@ -273,56 +251,18 @@ pub fn build_hunks(
             conflict: None,
             description: None,
         };
-        if let Some(from) = renames.get(*path) {
-            let mut rec = mk(HunkKind::Rename, None);
-            rec.old_path = Some(from.clone());
-            rec.old = Side::of(base.get(from));
-            recs.push(rec);
-        } else {
-            let is_link = |e: &Option<&Entry>| e.map(|e| e.mode == Mode::Symlink).unwrap_or(false);
-            if is_link(old) || is_link(new) {
-                // A symlink's target is shown as a one-line text; file <-> symlink swaps are
-                // whole-entry changes handled by the same record.
-                let old_t = old.map(|e| store.read_blob(e.oid)).transpose()?;
-                let new_t = new.map(|e| store.read_blob(e.oid)).transpose()?;
-                let show = |b: Option<Vec<u8>>| {
-                    b.map(|b| String::from_utf8_lossy(&b).into_owned())
-                        .unwrap_or_default()
-                };
-                let (o, n) = (show(old_t), show(new_t));
-                let patch = diff_hunks(&o, &n, CONTEXT).into_iter().next();
-                recs.push(mk(HunkKind::Symlink, patch));
-            } else {
-                let old_text = old.map(|e| text_of(store, e)).transpose()?;
-                let new_text = new.map(|e| text_of(store, e)).transpose()?;
-                let binary = matches!(old_text, Some(None)) || matches!(new_text, Some(None));
-                if binary {
-                    recs.push(mk(HunkKind::Binary, None));
-                } else {
-                    let o = old_text.flatten().unwrap_or_default();
-                    let n = new_text.flatten().unwrap_or_default();
-                    match (old, new) {
-                        (None, Some(_)) => {
-                            let patch = diff_hunks("", &n, CONTEXT).into_iter().next();
-                            recs.push(mk(HunkKind::Create, patch));
-                        }
-                        (Some(_), None) => {
-                            let patch = diff_hunks(&o, "", CONTEXT).into_iter().next();
-                            recs.push(mk(HunkKind::Delete, patch));
-                        }
-                        (Some(oe), Some(ne)) => {
-                            if oe.mode != ne.mode {
-                                recs.push(mk(HunkKind::Mode, None));
-                            }
-                            for h in diff_hunks(&o, &n, CONTEXT) {
-                                recs.push(mk(HunkKind::Modify, Some(h)));
-                            }
-                        }
-                        (None, None) => {}
-                    }
-                }
+        let recs = match renames.get(*path) {
+            Some(from) => {
+                let mut rec = mk(HunkKind::Rename, None);
+                rec.old_path = Some(from.clone());
+                rec.old = Side::of(base.get(from));
+                vec![rec]
             }
-        }
+            None => path_hunks(store, *old, *new)?
+                .into_iter()
+                .map(|(kind, patch)| mk(kind, patch))
+                .collect(),
+        };
         for (i, mut rec) in recs.into_iter().enumerate() {
             rec.index = i;
             rec.id = format!("{suggestion_id}:{path}:{i}");
@@ -330,6 +270,83 @@ pub fn build_hunks(
         }
     }
     Ok(out)
+}
+
+/// Exact renames: a deleted and an added path with the same blob and mode (new → old path).
+fn exact_renames(changed: &Changed) -> BTreeMap<String, String> {
+    let deleted: Vec<(&str, &Entry)> = changed
+        .iter()
+        .filter_map(|(p, (o, n))| match (o, n) {
+            (Some(o), None) => Some((*p, *o)),
+            _ => None,
+        })
+        .collect();
+    let mut used = BTreeSet::new();
+    let mut renames = BTreeMap::new();
+    for (p, (o, n)) in changed {
+        if let (None, Some(n)) = (o, n) {
+            if let Some((from, _)) = deleted
+                .iter()
+                .find(|(dp, de)| de.oid == n.oid && de.mode == n.mode && !used.contains(dp))
+            {
+                used.insert(*from);
+                renames.insert(p.to_string(), from.to_string());
+            }
+        }
+    }
+    renames
+}
+
+/// The hunks (kind, line patch) of one path that changed from `old` to `new` (not a rename).
+fn path_hunks(
+    store: &Store,
+    old: Option<&Entry>,
+    new: Option<&Entry>,
+) -> Result<Vec<(HunkKind, Option<Hunk>)>, StoreError> {
+    let is_link = |e: Option<&Entry>| e.is_some_and(|e| e.mode == Mode::Symlink);
+    if is_link(old) || is_link(new) {
+        // A symlink's target is shown as a one-line text; file <-> symlink swaps are
+        // whole-entry changes handled by the same record.
+        let show = |e: Option<&Entry>| -> Result<String, StoreError> {
+            Ok(match e {
+                Some(e) => String::from_utf8_lossy(&store.read_blob(e.oid)?).into_owned(),
+                None => String::new(),
+            })
+        };
+        let (o, n) = (show(old)?, show(new)?);
+        let patch = diff_hunks(&o, &n, CONTEXT).into_iter().next();
+        return Ok(vec![(HunkKind::Symlink, patch)]);
+    }
+    let old_text = old.map(|e| text_of(store, e)).transpose()?;
+    let new_text = new.map(|e| text_of(store, e)).transpose()?;
+    if matches!(old_text, Some(None)) || matches!(new_text, Some(None)) {
+        return Ok(vec![(HunkKind::Binary, None)]);
+    }
+    let o = old_text.flatten().unwrap_or_default();
+    let n = new_text.flatten().unwrap_or_default();
+    Ok(match (old, new) {
+        (None, Some(_)) => vec![(
+            HunkKind::Create,
+            diff_hunks("", &n, CONTEXT).into_iter().next(),
+        )],
+        (Some(_), None) => vec![(
+            HunkKind::Delete,
+            diff_hunks(&o, "", CONTEXT).into_iter().next(),
+        )],
+        (Some(oe), Some(ne)) => {
+            let mut out = Vec::new();
+            if oe.mode != ne.mode {
+                out.push((HunkKind::Mode, None));
+            }
+            out.extend(
+                diff_hunks(&o, &n, CONTEXT)
+                    .into_iter()
+                    .map(|h| (HunkKind::Modify, Some(h))),
+            );
+            out
+        }
+        (None, None) => Vec::new(),
+    })
 }
 
 /// Longest hunk description kept (it is the agent's text, shown to the user).

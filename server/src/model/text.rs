@@ -18,3 +18,28 @@ pub fn one_line(s: &str, max: usize) -> String {
         flat
     }
 }
+
+/// An error and its sources, one after another.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(inner) = src {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        src = inner.source();
+    }
+    s
+}
+
+/// At most `max` characters, control characters but newlines blanked, `…` when cut.
+pub fn shorten(s: &str, max: usize) -> String {
+    let mut out: String = s
+        .chars()
+        .map(|c| if c.is_control() && c != '\n' { ' ' } else { c })
+        .take(max)
+        .collect();
+    if s.chars().count() > max {
+        out.push('…');
+    }
+    out
+}

@@ -6,6 +6,11 @@
 
 use serde::{Deserialize, Serialize};
 
+mod command;
+mod reply;
+pub use command::*;
+pub use reply::*;
+
 pub const PROTOCOL_VERSION: u32 = 1;
 pub const SERVICE: &str = "hunkgate";
 
@@ -244,14 +249,82 @@ pub struct Question {
 // ---------------------------------------------------------------------------------------------
 // Events (server -> client). Every event carries `seq`.
 
+/// Every error code the hub sends: in `error` events and in error responses (`code`).
+/// Clients switch on these; the message beside them is for people.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
+    /// a run failed (event).
     ExperimentFailed,
+    /// the sandbox could not be brought to the checkout (event).
     SyncFailed,
+    /// jj failed (event).
     JjError,
+    /// a hunk did not apply (event).
     ApplyFailed,
+    /// anything else (event).
     Unknown,
+    /// the request is malformed or not allowed as sent.
+    BadRequest,
+    /// no such suggestion, hunk, run, session or checkpoint.
+    NotFound,
+    /// the checkout no longer matches what the hunk expects.
+    Conflict,
+    /// the hunk is already decided: undo it first.
+    AlreadyDecided,
+    /// the suggestion was already completed.
+    Closed,
+    /// the session is archived.
+    Archived,
+    /// the run is already over.
+    Finished,
+    /// the run is not in progress.
+    NotRunning,
+    /// the run is waiting for an answer already.
+    QuestionPending,
+    /// the run is not waiting for an answer.
+    NoQuestion,
+    /// the answer names a question that is not the pending one.
+    StaleQuestion,
+    /// the run changed nothing.
+    NoChanges,
+    /// no or wrong token.
+    Unauthorized,
+    /// the token may not do this (an agent token on the reviewer API).
+    Forbidden,
+    /// a body or frame over the size limit.
+    TooLarge,
+    /// the hub failed; its log has the cause.
+    Internal,
+}
+
+impl ErrorCode {
+    /// The code as it is on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::ExperimentFailed => "experiment_failed",
+            ErrorCode::SyncFailed => "sync_failed",
+            ErrorCode::JjError => "jj_error",
+            ErrorCode::ApplyFailed => "apply_failed",
+            ErrorCode::Unknown => "unknown",
+            ErrorCode::BadRequest => "bad_request",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::Conflict => "conflict",
+            ErrorCode::AlreadyDecided => "already_decided",
+            ErrorCode::Closed => "closed",
+            ErrorCode::Archived => "archived",
+            ErrorCode::Finished => "finished",
+            ErrorCode::NotRunning => "not_running",
+            ErrorCode::QuestionPending => "question_pending",
+            ErrorCode::NoQuestion => "no_question",
+            ErrorCode::StaleQuestion => "stale_question",
+            ErrorCode::NoChanges => "no_changes",
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::Forbidden => "forbidden",
+            ErrorCode::TooLarge => "too_large",
+            ErrorCode::Internal => "internal",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -643,7 +716,7 @@ pub struct ClarifyCmd {
 /// The answer the agent gets when the user skips a question (seed 000 §21).
 pub const NO_USER_ANSWER: &str = "no_user_answer";
 
-/// The WebSocket command types, for error messages.
+/// The WebSocket command types (the deserializable variants of [`ClientMsg`]), for error messages.
 pub const COMMAND_TYPES: &[&str] = &[
     "feedback",
     "feedback_all",

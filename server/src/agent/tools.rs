@@ -1,0 +1,615 @@
+//! The built-in agent's pure part: the tools the model may call (schemas), validating and
+//! parsing its calls, summaries for status lines, the notes it leaves on hunks, and the cap on
+//! command output it is shown. No I/O; the driver is [`crate::agent::tool_loop`].
+
+use hunkgate_sandbox::tools::{validate_edit, FileTool};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::config::provider::LoopLimits;
+use crate::model::chat::{ToolCall, ToolSpec};
+use crate::model::text::one_line;
+use crate::protocol::HunkNote;
+
+/// Why the loop ended (the run's `stop_reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    Finished,
+    Answered,
+    BudgetExhausted,
+    SchemaRetriesExhausted,
+    ProviderError,
+    Timeout,
+    Cancelled,
+}
+
+impl Stop {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stop::Finished => "finished",
+            Stop::Answered => "answered",
+            Stop::BudgetExhausted => "budget_exhausted",
+            Stop::SchemaRetriesExhausted => "schema_retries_exhausted",
+            Stop::ProviderError => "provider_error",
+            Stop::Timeout => "timeout",
+            Stop::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// A validated tool call.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    File(FileTool),
+    RunCommand {
+        command: String,
+        timeout_secs: Option<u64>,
+    },
+    Clarify {
+        question: String,
+    },
+    SuggestionStatus {
+        suggestion_id: Option<String>,
+    },
+    Finish {
+        description: String,
+        hunk_descriptions: Vec<HunkNote>,
+    },
+}
+
+fn schema(props: Value, required: &[&str]) -> Value {
+    json!({"type": "object", "properties": props, "required": required, "additionalProperties": false})
+}
+
+/// The tools offered to the model, with their JSON Schemas.
+pub fn tool_specs() -> Vec<ToolSpec> {
+    let path = json!({"type": "string", "description": "Path relative to the repository root, e.g. src/main.rs"});
+    vec![
+        ToolSpec {
+            name: "list_files",
+            description: "List the project's files (.gitignore respected).",
+            parameters: schema(
+                json!({"prefix": {"type": "string", "description": "Only under this directory"},
+                       "glob": {"type": "string", "description": "Only paths matching this glob, e.g. **/*.rs"}}),
+                &[],
+            ),
+        },
+        ToolSpec {
+            name: "read_file",
+            description: "Read a text file (or a line range of it). Returns its lines and file_hash, which edit_file needs as expected_hash.",
+            parameters: schema(
+                json!({"file_path": path, "start_line": {"type": "integer", "minimum": 1},
+                       "end_line": {"type": "integer", "minimum": 1},
+                       "max_bytes": {"type": "integer", "minimum": 1}}),
+                &["file_path"],
+            ),
+        },
+        ToolSpec {
+            name: "search_project",
+            description: "Search the project's text files for a literal string (case-insensitive unless it has capitals). Returns snippets with line ranges.",
+            parameters: schema(
+                json!({"query": {"type": "string"}, "glob": {"type": "string"},
+                       "limit": {"type": "integer", "minimum": 1}}),
+                &["query"],
+            ),
+        },
+        ToolSpec {
+            name: "edit_file",
+            description: "Edit a line range of a file. operation: replace (lines start_line..=end_line become new_text), insert (new_text goes before start_line; one past the last line appends), delete (removes start_line..=end_line; no new_text). expected_hash is the file_hash from your last read_file or edit_file of this file; line numbers refer to that version.",
+            parameters: schema(
+                json!({"file_path": path,
+                       "operation": {"type": "string", "enum": ["replace", "insert", "delete"]},
+                       "start_line": {"type": "integer", "minimum": 1},
+                       "end_line": {"type": "integer", "minimum": 1},
+                       "new_text": {"type": "string"},
+                       "expected_hash": {"type": "string", "description": "sha256:<hex> as returned by read_file"},
+                       "rationale": {"type": "string", "description": "Why: shown to the user beside the change"},
+                       "edit_id": {"type": "string"}}),
+                &["file_path", "operation", "start_line", "expected_hash"],
+            ),
+        },
+        ToolSpec {
+            name: "write_file",
+            description: "Create a file, or replace a whole file (pass expected_hash when it exists).",
+            parameters: schema(
+                json!({"file_path": path, "content": {"type": "string"},
+                       "expected_hash": {"type": "string"}}),
+                &["file_path", "content"],
+            ),
+        },
+        ToolSpec {
+            name: "move_file",
+            description: "Move or rename a file.",
+            parameters: schema(
+                json!({"from_path": path, "to_path": path}),
+                &["from_path", "to_path"],
+            ),
+        },
+        ToolSpec {
+            name: "delete_file",
+            description: "Delete a file.",
+            parameters: schema(json!({"file_path": path}), &["file_path"]),
+        },
+        ToolSpec {
+            name: "run_command",
+            description: "Run a shell command in the repository root (tests, builds, linters). Output is capped; there is a timeout.",
+            parameters: schema(
+                json!({"command": {"type": "string"}, "timeout_secs": {"type": "integer", "minimum": 1}}),
+                &["command"],
+            ),
+        },
+        ToolSpec {
+            name: "clarify_user",
+            description: "Ask the user one question and wait for the answer. The answer is no_user_answer if they skip it.",
+            parameters: schema(json!({"question": {"type": "string"}}), &["question"]),
+        },
+        ToolSpec {
+            name: "suggestion_status",
+            description: "The user's decisions on this session's earlier suggestions: which hunks were accepted, rejected or modified, with comments.",
+            parameters: schema(json!({"suggestion_id": {"type": "string"}}), &[]),
+        },
+        ToolSpec {
+            name: "finish",
+            description: "End the run: your changes are published to the user for review, hunk by hunk.",
+            parameters: schema(
+                json!({"description": {"type": "string", "description": "One line: what the change does"},
+                       "hunk_descriptions": {"type": "array", "items": {"type": "object",
+                           "properties": {"file": {"type": "string"}, "line": {"type": "integer"}, "description": {"type": "string"}},
+                           "required": ["file", "description"], "additionalProperties": false}}}),
+                &["description"],
+            ),
+        },
+    ]
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CommandArgs {
+    command: String,
+    timeout_secs: Option<u64>,
+}
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClarifyArgs {
+    question: String,
+}
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StatusArgs {
+    suggestion_id: Option<String>,
+}
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FinishArgs {
+    description: String,
+    #[serde(default)]
+    hunk_descriptions: Vec<HunkNote>,
+}
+
+fn args<T: serde::de::DeserializeOwned>(name: &str, v: Value) -> Result<T, String> {
+    serde_json::from_value(v).map_err(|e| format!("invalid arguments for {name}: {e}"))
+}
+
+fn non_empty(what: &str, s: &str) -> Result<(), String> {
+    if s.trim().is_empty() {
+        Err(format!("{what} is empty"))
+    } else {
+        Ok(())
+    }
+}
+
+/// Validate a tool call against its schema. The error text goes back to the model (and counts
+/// against `max_schema_retries`).
+pub fn parse_call(call: &ToolCall) -> Result<Action, String> {
+    let raw = call.arguments.trim();
+    let v: Value = if raw.is_empty() {
+        json!({})
+    } else {
+        serde_json::from_str(raw).map_err(|e| {
+            format!(
+                "the arguments of {} are not valid JSON ({e}); send one JSON object",
+                call.name
+            )
+        })?
+    };
+    if !v.is_object() {
+        return Err(format!(
+            "the arguments of {} must be a JSON object",
+            call.name
+        ));
+    }
+    let name = call.name.as_str();
+    Ok(match name {
+        "list_files" | "read_file" | "search_project" | "edit_file" | "write_file"
+        | "move_file" | "delete_file" => {
+            // The tool's name is its tag: the arguments must be exactly that variant's fields.
+            let mut tagged = v;
+            tagged["tool"] = json!(name);
+            let tool: FileTool = args(name, tagged)?;
+            match &tool {
+                FileTool::ReadFile { file_path, .. } | FileTool::WriteFile { file_path, .. } => {
+                    non_empty("file_path", file_path)?
+                }
+                FileTool::SearchProject { query, .. } => non_empty("query", query)?,
+                FileTool::EditFile(e) => {
+                    non_empty("file_path", &e.file_path)?;
+                    validate_edit(e).map_err(|err| format!("invalid edit: {err}"))?;
+                }
+                _ => {}
+            }
+            Action::File(tool)
+        }
+        "run_command" => {
+            let a: CommandArgs = args(name, v)?;
+            non_empty("command", &a.command)?;
+            Action::RunCommand {
+                command: a.command,
+                timeout_secs: a.timeout_secs,
+            }
+        }
+        "clarify_user" => {
+            let a: ClarifyArgs = args(name, v)?;
+            non_empty("question", &a.question)?;
+            Action::Clarify {
+                question: a.question,
+            }
+        }
+        "suggestion_status" => {
+            let a: StatusArgs = args(name, v)?;
+            Action::SuggestionStatus {
+                suggestion_id: a.suggestion_id,
+            }
+        }
+        "finish" => {
+            let a: FinishArgs = args(name, v)?;
+            non_empty("description", &a.description)?;
+            Action::Finish {
+                description: a.description,
+                hunk_descriptions: a.hunk_descriptions,
+            }
+        }
+        other => {
+            let names: Vec<&str> = tool_specs().iter().map(|t| t.name).collect();
+            return Err(format!(
+                "there is no tool {other:?}; the tools are {}",
+                names.join(", ")
+            ));
+        }
+    })
+}
+
+/// What a call is about, for `tool.call.requested` and status lines.
+pub fn summarize_request(name: &str, action: Option<&Action>) -> String {
+    let detail = match action {
+        Some(Action::File(t)) => match t {
+            FileTool::ListFiles { prefix, glob } => {
+                format!(
+                    "{}{}",
+                    prefix.as_deref().unwrap_or("."),
+                    glob.as_deref().map(|g| format!(" {g}")).unwrap_or_default()
+                )
+            }
+            FileTool::ReadFile {
+                file_path,
+                start_line,
+                end_line,
+                ..
+            } => match (start_line, end_line) {
+                (None, None) => file_path.clone(),
+                (s, e) => format!(
+                    "{file_path}:{}-{}",
+                    s.unwrap_or(1),
+                    e.map(|e| e.to_string()).unwrap_or_default()
+                ),
+            },
+            FileTool::SearchProject { query, .. } => format!("{query:?}"),
+            FileTool::EditFile(e) => format!(
+                "{} {:?} {}{}",
+                e.file_path,
+                e.operation,
+                e.start_line,
+                e.end_line.map(|l| format!("-{l}")).unwrap_or_default()
+            )
+            .to_lowercase(),
+            FileTool::WriteFile { file_path, .. } | FileTool::DeleteFile { file_path } => {
+                file_path.clone()
+            }
+            FileTool::MoveFile { from_path, to_path } => format!("{from_path} -> {to_path}"),
+        },
+        Some(Action::RunCommand { command, .. }) => command.clone(),
+        Some(Action::Clarify { question }) => question.clone(),
+        Some(Action::SuggestionStatus { suggestion_id }) => {
+            suggestion_id.clone().unwrap_or_default()
+        }
+        Some(Action::Finish { description, .. }) => description.clone(),
+        None => String::new(),
+    };
+    one_line(&format!("{name} {detail}"), 160)
+}
+
+/// What came of a call, for `tool.call.completed`.
+pub fn summarize_result(result: &Value) -> String {
+    let count = |k: &str| result[k].as_array().map(|a| a.len());
+    let s = if let Some(n) = count("files") {
+        format!("{n} file(s)")
+    } else if let Some(n) = count("results") {
+        format!("{n} result(s)")
+    } else if let (Some(s), Some(e)) = (result["start_line"].as_u64(), result["end_line"].as_u64())
+    {
+        format!("lines {s}-{e} of {}", result["total_lines"])
+    } else if let Some(n) = result["changed_line_count"].as_u64() {
+        format!("{n} line(s) now at {}", result["changed_start_line"])
+    } else if let Some(code) = result["exit_code"].as_i64() {
+        format!("exit {code}")
+    } else if let Some(a) = result["answer"].as_str() {
+        format!("answer: {a}")
+    } else {
+        "ok".to_string()
+    };
+    one_line(&s, 160)
+}
+
+/// Hunk descriptions gathered from edit rationales, kept pointing at the right lines while
+/// later edits move them.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Notes(pub Vec<HunkNote>);
+
+impl Notes {
+    /// Record a successful file tool call.
+    pub fn track(&mut self, tool: &FileTool, result: &Value) {
+        match tool {
+            FileTool::EditFile(e) => {
+                let path = result["file_path"]
+                    .as_str()
+                    .unwrap_or(&e.file_path)
+                    .to_string();
+                let old_len = match e.operation {
+                    hunkgate_sandbox::tools::Operation::Insert => 0,
+                    _ => e.end_line.unwrap_or(e.start_line) + 1 - e.start_line,
+                };
+                let new_len = result["changed_line_count"].as_u64().unwrap_or(0) as usize;
+                let old_end = e.start_line + old_len;
+                for n in self.0.iter_mut().filter(|n| n.file == path) {
+                    if let Some(line) = n.line.as_mut() {
+                        if *line >= old_end {
+                            *line = (*line + new_len).saturating_sub(old_len).max(1);
+                        } else if *line >= e.start_line {
+                            *line = e.start_line;
+                        }
+                    }
+                }
+                if let Some(r) = e.rationale.as_deref().filter(|r| !r.trim().is_empty()) {
+                    self.0.push(HunkNote {
+                        file: path,
+                        line: Some(e.start_line),
+                        description: r.trim().to_string(),
+                    });
+                }
+            }
+            FileTool::WriteFile { file_path, .. } => {
+                // A whole-file write moves every line: keep the words, drop the positions.
+                for n in self.0.iter_mut().filter(|n| &n.file == file_path) {
+                    n.line = None;
+                }
+            }
+            FileTool::MoveFile { from_path, to_path } => {
+                for n in self.0.iter_mut().filter(|n| &n.file == from_path) {
+                    n.file = to_path.clone();
+                }
+            }
+            FileTool::DeleteFile { file_path } => self.0.retain(|n| &n.file != file_path),
+            _ => {}
+        }
+    }
+}
+
+pub(crate) fn system_prompt(limits: &LoopLimits) -> String {
+    format!(
+        "You are a coding agent working in a sandbox copy of the user's repository. Nothing you \
+         do reaches the user's files directly: when you call finish, your changes are shown to \
+         the user hunk by hunk, and they accept, modify or reject each one.\n\
+         - Paths are relative to the repository root. Line numbers start at 1.\n\
+         - Read a file before you edit it. edit_file needs the file_hash of the version you \
+         read as expected_hash; after an edit, use the file_hash it returns (and its new line \
+         numbers) for the next edit of that file.\n\
+         - Make focused edits, each with a short rationale; they are shown beside the hunks.\n\
+         - You may run tests or builds with run_command.\n\
+         - If the request is ambiguous, ask one question with clarify_user.\n\
+         - You have at most {} tool calls in this run. When the work is done, call finish with \
+         a one-line description of the change.",
+        limits.max_tool_calls
+    )
+}
+
+/// A command's output as it streams by, in bounded memory: the first `max / 2` bytes and the
+/// last lines up to `max / 2` bytes (where test failures and the final status usually are).
+#[derive(Debug)]
+pub struct OutputCap {
+    max: usize,
+    head: String,
+    tail: std::collections::VecDeque<String>,
+    tail_bytes: usize,
+    cut: usize,
+}
+
+impl OutputCap {
+    pub fn new(max: usize) -> Self {
+        Self {
+            max: max.max(2),
+            head: String::new(),
+            tail: std::collections::VecDeque::new(),
+            tail_bytes: 0,
+            cut: 0,
+        }
+    }
+
+    pub fn push(&mut self, line: &str) {
+        let line = format!("{line}\n");
+        if self.tail.is_empty() && self.head.len() + line.len() <= self.max / 2 {
+            self.head.push_str(&line);
+            return;
+        }
+        self.tail_bytes += line.len();
+        self.tail.push_back(line);
+        while self.tail_bytes > self.max / 2 {
+            match self.tail.pop_front() {
+                Some(old) => {
+                    self.tail_bytes -= old.len();
+                    self.cut += old.len();
+                }
+                None => break,
+            }
+        }
+    }
+
+    pub fn finish(self) -> String {
+        let tail: String = self.tail.into_iter().collect();
+        if self.cut == 0 {
+            format!("{}{tail}", self.head)
+        } else {
+            format!("{}[… {} bytes cut …]\n{tail}", self.head, self.cut)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(name: &str, args: &str) -> ToolCall {
+        ToolCall {
+            tool_call_id: "c".into(),
+            name: name.into(),
+            arguments: args.into(),
+        }
+    }
+
+    #[test]
+    fn calls_are_validated_against_their_schemas() {
+        let hash = format!("sha256:{}", "a".repeat(64));
+        let good = format!(
+            r#"{{"file_path":"a.rs","operation":"replace","start_line":1,"end_line":2,"new_text":"x","expected_hash":"{hash}"}}"#
+        );
+        assert!(matches!(
+            parse_call(&call("edit_file", &good)),
+            Ok(Action::File(FileTool::EditFile(_)))
+        ));
+        let cases = [
+            ("edit_file", "{\"file_path\": \"a.rs\"", "not valid JSON"),
+            ("edit_file", "[1]", "JSON object"),
+            (
+                "edit_file",
+                r#"{"file_path":"a.rs","operation":"rewrite","start_line":1,"expected_hash":"x"}"#,
+                "unknown variant",
+            ),
+            (
+                "edit_file",
+                &good.replace("\"end_line\":2,", ""),
+                "needs end_line",
+            ),
+            ("edit_file", &good.replace(&hash, "abc"), "sha256"),
+            (
+                "edit_file",
+                &good.replace("}", ",\"extra\":1}"),
+                "unknown field",
+            ),
+            ("read_file", r#"{"file_path": 7}"#, "invalid type"),
+            (
+                "list_files",
+                r#"{"prefix": "a", "bogus": 1}"#,
+                "unknown field",
+            ),
+            ("read_file", r#"{"file_path": " "}"#, "empty"),
+            ("rm_rf", "{}", "no tool \"rm_rf\""),
+            ("finish", "{}", "missing field `description`"),
+        ];
+        for (name, a, want) in cases {
+            let err = parse_call(&call(name, a)).unwrap_err();
+            assert!(err.contains(want), "{name} {a}: {err}");
+        }
+        // Empty arguments are an empty object (servers send "" for no-argument calls).
+        assert!(matches!(
+            parse_call(&call("list_files", "")),
+            Ok(Action::File(FileTool::ListFiles { .. }))
+        ));
+        // Every offered tool parses.
+        for spec in tool_specs() {
+            let err = parse_call(&call(spec.name, "{}"));
+            assert!(
+                err.as_ref().err().is_none_or(|e| !e.contains("no tool")),
+                "{}",
+                spec.name
+            );
+        }
+    }
+
+    #[test]
+    fn notes_follow_later_edits() {
+        use hunkgate_sandbox::tools::Operation;
+        let edit = |start, end: Option<usize>, op, text: &str, why: Option<&str>| {
+            FileTool::EditFile(hunkgate_sandbox::tools::ProposedEdit {
+                file_path: "a.rs".into(),
+                operation: op,
+                start_line: start,
+                end_line: end,
+                new_text: text.into(),
+                expected_hash: String::new(),
+                rationale: why.map(str::to_string),
+                edit_id: None,
+            })
+        };
+        let mut n = Notes::default();
+        n.track(
+            &edit(20, Some(20), Operation::Replace, "x", Some("late")),
+            &json!({"changed_line_count": 1}),
+        );
+        // Three lines inserted above it push it down by three.
+        n.track(
+            &edit(5, None, Operation::Insert, "a\nb\nc", Some("early")),
+            &json!({"changed_line_count": 3}),
+        );
+        // Two lines deleted above it pull it up by two.
+        n.track(
+            &edit(1, Some(2), Operation::Delete, "", None),
+            &json!({"changed_line_count": 0}),
+        );
+        let lines: Vec<(Option<usize>, &str)> =
+            n.0.iter()
+                .map(|x| (x.line, x.description.as_str()))
+                .collect();
+        assert_eq!(lines, vec![(Some(21), "late"), (Some(3), "early")]);
+        n.track(
+            &FileTool::MoveFile {
+                from_path: "a.rs".into(),
+                to_path: "b.rs".into(),
+            },
+            &json!({}),
+        );
+        assert!(n.0.iter().all(|x| x.file == "b.rs"));
+        n.track(
+            &FileTool::DeleteFile {
+                file_path: "b.rs".into(),
+            },
+            &json!({}),
+        );
+        assert!(n.0.is_empty());
+    }
+
+    #[test]
+    fn long_output_keeps_head_and_tail() {
+        let mut cap = OutputCap::new(100);
+        for i in 0..1000 {
+            cap.push(&i.to_string());
+        }
+        let c = cap.finish();
+        assert!(
+            c.starts_with("0\n1\n") && c.ends_with("998\n999\n") && c.contains("bytes cut"),
+            "{c}"
+        );
+        assert!(c.len() < 150, "{}", c.len());
+        let mut small = OutputCap::new(100);
+        small.push("only");
+        assert_eq!(small.finish(), "only\n");
+        assert_eq!(one_line("a\n\tb  c\x1b", 100), "a b c");
+    }
+}

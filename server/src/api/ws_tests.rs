@@ -1,0 +1,305 @@
+//! The WebSocket handler driven through channels (no socket): hello, commands and their replies,
+//! bad and oversized frames, events, replay and resync, shutdown. Plus the real endpoint once, for
+//! the token check in front of the upgrade.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::{CancellationToken, PollSender};
+
+use super::*;
+use crate::api::server::{open_hub, Started};
+use crate::config::ServeConfig;
+use crate::protocol::Event;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// A hub on a fresh git repository and state dir (kept as long as the fixture lives).
+pub(crate) struct Fixture {
+    _tmp: tempfile::TempDir,
+    started: Started,
+}
+
+impl Fixture {
+    pub(crate) fn new(port: u16) -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        let git = std::process::Command::new("git")
+            .args(["init", "-q"])
+            .current_dir(&repo)
+            .status()
+            .unwrap();
+        assert!(git.success());
+        let cfg = ServeConfig {
+            repo,
+            host: "127.0.0.1".into(),
+            port,
+            state_dir: tmp.path().join("state"),
+            agent: None,
+            agent_timeout: Duration::from_secs(60),
+            agent_env: Vec::new(),
+            allowed_origins: Vec::new(),
+            mirror_refs: false,
+            vcs: hunkgate_sandbox::jj::Vcs::Git,
+            isolation: crate::isolation::Isolation::None,
+            provider: None,
+            limits: Default::default(),
+            max_concurrent_runs: 1,
+        };
+        let started = open_hub(cfg, port, CancellationToken::new()).unwrap();
+        Self { _tmp: tmp, started }
+    }
+
+    pub(crate) fn hub(&self) -> &Arc<Hub> {
+        &self.started.hub
+    }
+}
+
+/// One client of [`connection`], through channels.
+struct Client {
+    to_hub: mpsc::Sender<Result<Message, std::io::Error>>,
+    from_hub: mpsc::Receiver<Message>,
+    task: JoinHandle<()>,
+}
+
+impl Client {
+    /// `capacity`: how many frames the hub may send before it waits for this client to read.
+    fn connect(hub: &Arc<Hub>, capacity: usize) -> Self {
+        let (to_hub, inbox) = mpsc::channel(16);
+        let (outbox, from_hub) = mpsc::channel(capacity);
+        let read = Box::pin(futures_util::stream::unfold(inbox, |mut rx| async move {
+            rx.recv().await.map(|m| (m, rx))
+        }));
+        let task = tokio::spawn(connection(hub.clone(), PollSender::new(outbox), read));
+        Self {
+            to_hub,
+            from_hub,
+            task,
+        }
+    }
+
+    async fn send(&self, msg: Message) {
+        self.to_hub.send(Ok(msg)).await.expect("hub reads");
+    }
+
+    async fn next(&mut self) -> Message {
+        tokio::time::timeout(WAIT, self.from_hub.recv())
+            .await
+            .expect("a frame in time")
+            .expect("connection open")
+    }
+
+    async fn next_json(&mut self) -> Value {
+        match self.next().await {
+            Message::Text(t) => serde_json::from_str(t.as_str()).expect("JSON frame"),
+            other => panic!("not a text frame: {other:?}"),
+        }
+    }
+
+    /// Send a command and return its response (events before it are skipped).
+    async fn call(&mut self, cmd: Value) -> Value {
+        self.send(Message::Text(cmd.to_string().into())).await;
+        loop {
+            let v = self.next_json().await;
+            if v["type"] == "response" {
+                return v;
+            }
+        }
+    }
+
+    /// Leave, and wait until the hub is done with this connection.
+    async fn close(self) {
+        let Client {
+            to_hub,
+            from_hub,
+            task,
+        } = self;
+        drop((to_hub, from_hub));
+        tokio::time::timeout(WAIT, task)
+            .await
+            .expect("connection ends")
+            .unwrap();
+    }
+}
+
+fn status(i: usize) -> Event {
+    Event::Status {
+        seq: 0,
+        suggestion_id: None,
+        run_id: Some("r1".into()),
+        status: "working".into(),
+        message: format!("step {i}"),
+    }
+}
+
+#[tokio::test]
+async fn hello_then_events_after_it_and_the_client_count() {
+    let fx = Fixture::new(0);
+    let hub = fx.hub();
+    hub.bus.emit(status(0));
+    let mut c = Client::connect(hub, 16);
+    let hello = c.next_json().await;
+    assert_eq!(hello["type"], "hello");
+    assert_eq!(hello["service"], SERVICE);
+    assert_eq!(hello["protocol"], PROTOCOL_VERSION);
+    assert_eq!(hello["epoch"], hub.epoch.as_str());
+    let seq = hello["seq"].as_u64().unwrap();
+    assert_eq!(seq, hub.bus.current());
+    assert_eq!(hub.ws_clients.load(Ordering::Relaxed), 1);
+    // The event before the hello is not pushed; the one after it is.
+    hub.bus.emit(status(1));
+    let ev = c.next_json().await;
+    assert_eq!(ev["type"], "suggestion.status");
+    assert_eq!(ev["message"], "step 1");
+    assert_eq!(ev["seq"], seq + 1);
+    c.close().await;
+    assert_eq!(hub.ws_clients.load(Ordering::Relaxed), 0);
+}
+
+#[tokio::test]
+async fn commands_get_their_replies_with_the_id_echoed() {
+    let fx = Fixture::new(0);
+    let mut c = Client::connect(fx.hub(), 16);
+    c.next_json().await; // hello
+    let r = c.call(json!({"type": "ping", "id": {"n": 1}})).await;
+    assert_eq!(r["success"], true, "{r}");
+    assert_eq!(r["id"], json!({"n": 1}));
+    assert_eq!(r["data"]["pong"], true);
+    let r = c.call(json!({"type": "list", "id": 2, "all": true})).await;
+    assert_eq!(r["data"], json!({"suggestions": []}), "{r}");
+    // A command the hub refuses: the code of its error, the id still echoed.
+    let r = c
+        .call(json!({"type": "get", "id": 3, "suggestionId": "nope"}))
+        .await;
+    assert_eq!(
+        (r["success"].clone(), r["code"].clone()),
+        (json!(false), json!("not_found"))
+    );
+    assert_eq!(r["id"], 3);
+    c.close().await;
+}
+
+#[tokio::test]
+async fn bad_and_oversized_frames_get_errors_and_the_connection_stays() {
+    let fx = Fixture::new(0);
+    let mut c = Client::connect(fx.hub(), 16);
+    c.next_json().await;
+    c.send(Message::Binary(vec![1u8, 2].into())).await;
+    let r = c.next_json().await;
+    assert_eq!(r["code"], "bad_request", "{r}");
+    assert!(r["error"].as_str().unwrap().contains("binary"), "{r}");
+    c.send(Message::Text("{not json".into())).await;
+    let r = c.next_json().await;
+    assert_eq!(r["code"], "bad_request", "{r}");
+    assert!(r.get("id").is_none(), "{r}");
+    let r = c.call(json!({"type": "frobnicate", "id": "u"})).await;
+    assert_eq!(
+        (r["code"].as_str(), r["id"].as_str()),
+        (Some("bad_request"), Some("u"))
+    );
+    assert!(r["error"].as_str().unwrap().contains("feedback_all"), "{r}");
+    let r = c
+        .call(json!({"type": "feedback", "suggestionId": "x"}))
+        .await;
+    assert_eq!(r["code"], "bad_request", "{r}");
+    assert!(r["error"]
+        .as_str()
+        .unwrap()
+        .starts_with("invalid \"feedback\" command"));
+    // Over the limit by one byte: too large; at the limit: an ordinary (unknown-field) error.
+    for (len, code) in [(MAX_BODY + 1, "too_large"), (MAX_BODY, "bad_request")] {
+        let head = json!({"type": "ping", "pad": ""}).to_string();
+        let pad = "x".repeat(len - head.len());
+        let frame = json!({"type": "ping", "pad": pad}).to_string();
+        assert_eq!(frame.len(), len);
+        let r = c.call(serde_json::from_str(&frame).unwrap()).await;
+        assert_eq!(r["code"], code, "{len} bytes");
+    }
+    let r = c.call(json!({"type": "ping"})).await;
+    assert_eq!(r["success"], true, "still usable: {r}");
+    c.close().await;
+}
+
+#[tokio::test]
+async fn replay_returns_what_was_missed_and_a_slow_client_is_told_to_resync() {
+    let fx = Fixture::new(0);
+    let hub = fx.hub();
+    for i in 0..3 {
+        hub.bus.emit(status(i));
+    }
+    // Room for one frame only: the hub waits on this client while events pile up.
+    let mut c = Client::connect(hub, 1);
+    let hello = c.next_json().await;
+    let r = c.call(json!({"type": "replay", "since": 1})).await;
+    let events = r["data"]["events"].as_array().unwrap();
+    assert_eq!(events.len(), 2, "{r}");
+    assert_eq!(events[0]["seq"], 2);
+    assert_eq!(r["data"]["complete"], true);
+    assert_eq!(r["data"]["seq"], hello["seq"]);
+    for i in 0..3000 {
+        hub.bus.emit(status(i));
+    }
+    let mut seen = 0;
+    let resync = loop {
+        let v = c.next_json().await;
+        if v["type"] == "resync" {
+            break v;
+        }
+        seen += 1;
+        assert!(seen < 3000, "no resync");
+    };
+    assert!(
+        resync["reason"].as_str().unwrap().contains("dropped"),
+        "{resync}"
+    );
+    // After the resync the stream goes on, and a ping still gets its answer.
+    let r = c.call(json!({"type": "ping"})).await;
+    assert_eq!(r["success"], true);
+    c.close().await;
+}
+
+#[tokio::test]
+async fn shutdown_closes_with_going_away() {
+    let fx = Fixture::new(0);
+    let mut c = Client::connect(fx.hub(), 16);
+    c.next_json().await;
+    fx.hub().shutdown.cancel();
+    match c.next().await {
+        Message::Close(Some(f)) => assert_eq!(f.code, 1001),
+        other => panic!("expected a close frame, got {other:?}"),
+    }
+    c.close().await;
+}
+
+#[tokio::test]
+async fn the_real_endpoint_wants_the_token_before_the_hello() {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let fx = Fixture::new(port);
+    let app = crate::api::http::router(fx.hub().clone());
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let url = format!("ws://127.0.0.1:{port}/ws");
+    match tokio_tungstenite::connect_async(url.as_str()).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
+            assert_eq!(resp.status(), 401)
+        }
+        other => panic!("connected without a token: {:?}", other.map(|_| ())),
+    }
+    let mut req = url.as_str().into_client_request().unwrap();
+    let bearer = format!("Bearer {}", fx.hub().reviewer_token);
+    req.headers_mut()
+        .insert("authorization", bearer.parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    let hello = tokio::time::timeout(WAIT, ws.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let hello: Value = serde_json::from_str(hello.to_text().unwrap()).unwrap();
+    assert_eq!(hello["type"], "hello");
+    server.abort();
+}

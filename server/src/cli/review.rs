@@ -1,0 +1,262 @@
+//! The reviewer's commands on suggestions: `list`, `show`, `accept`, `reject`, `undo`,
+//! `complete`. Each prints the hub's reply read into the protocol's types (or, with `--json`,
+//! the reply as it came); everything the agent wrote goes through [`visible`] first.
+
+use std::process::ExitCode;
+
+use clap::ValueEnum;
+use serde_json::json;
+
+use crate::cli::term::{short, visible, visible_line, wire};
+use crate::cli::{reviewer_client, typed, ClientArgs};
+use crate::protocol::{
+    BulkReply, CompleteReply, DecisionReply, SuggestionList, SuggestionSummary, SuggestionView,
+};
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Completion {
+    Finalize,
+    Discard,
+}
+
+pub async fn list(all: bool, client: ClientArgs) -> anyhow::Result<ExitCode> {
+    let c = reviewer_client(&client)?;
+    let v = c
+        .get(&format!(
+            "/suggestions{}",
+            if all { "?all=true" } else { "" }
+        ))
+        .await?;
+    if client.json {
+        println!("{v}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let list: SuggestionList = typed(v)?;
+    if list.suggestions.is_empty() {
+        println!("no suggestions");
+    }
+    for s in &list.suggestions {
+        println!("{}", summary_line(s));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `<id8>  <state>  <reviewed>/<hunks>  <description>  (<files>)`.
+fn summary_line(s: &SuggestionSummary) -> String {
+    let state = match &s.closed {
+        Some(closed) => visible_line(closed),
+        None => wire(&s.status),
+    };
+    let files: Vec<String> = s.files.iter().map(|f| visible_line(f)).collect();
+    format!(
+        "{}  {:<8} {}/{}  {}  ({})",
+        short(&s.id),
+        state,
+        s.reviewed_count,
+        s.hunk_count,
+        visible_line(&s.description),
+        files.join(", ")
+    )
+}
+
+pub async fn show(id: String, client: ClientArgs) -> anyhow::Result<ExitCode> {
+    let c = reviewer_client(&client)?;
+    let v = c.get(&format!("/suggestions/{id}")).await?;
+    if client.json {
+        println!("{v}");
+    } else {
+        print_suggestion(&typed(v)?);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A suggestion and its hunks, every line of agent text made visible.
+pub fn print_suggestion(s: &SuggestionView) {
+    println!(
+        "suggestion {}  {}  {}/{} reviewed{}",
+        visible_line(&s.id),
+        wire(&s.status),
+        s.reviewed_count,
+        s.hunk_count,
+        s.closed
+            .as_deref()
+            .map(|c| format!(" ({})", visible_line(c)))
+            .unwrap_or_default()
+    );
+    // Every line of the description indented, so none can pass for a hunk header.
+    for line in s.description.split('\n') {
+        println!("  {}", visible(line));
+    }
+    if !s.skipped.is_empty() {
+        println!("  skipped (not reviewed, never changed by this suggestion):");
+        for f in &s.skipped {
+            println!("    {}: {}", visible_line(&f.path), visible_line(&f.reason));
+        }
+    }
+    for (i, h) in s.hunks.iter().enumerate() {
+        println!(
+            "\n[{i}] {:<9} {:<7} {}",
+            wire(&h.state),
+            wire(&h.kind),
+            visible_line(&h.id)
+        );
+        if let Some(d) = &h.description {
+            for line in d.split('\n') {
+                println!("    # {}", visible(line));
+            }
+        }
+        if let Some(c) = &h.conflict {
+            println!("    conflict: {}", visible_line(c));
+        }
+        print!("{}", visible(&h.diff));
+    }
+}
+
+/// `accept` / `reject` / `undo`: the named hunks one by one, or every pending one at once.
+pub async fn decide(
+    client: ClientArgs,
+    id: String,
+    hunks: Vec<String>,
+    action: &str,
+    comment: Option<String>,
+) -> anyhow::Result<ExitCode> {
+    let failed = if hunks.is_empty() {
+        decide_all(&client, id, action, comment).await?
+    } else {
+        decide_each(&client, id, hunks, action, comment).await?
+    };
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Returns whether any hunk failed.
+async fn decide_all(
+    client: &ClientArgs,
+    id: String,
+    action: &str,
+    comment: Option<String>,
+) -> anyhow::Result<bool> {
+    let c = reviewer_client(client)?;
+    let v = c
+        .post(
+            "/feedback/all",
+            json!({"suggestion_id": id, "action": action, "comment": comment}),
+        )
+        .await?;
+    if client.json {
+        println!("{v}");
+    }
+    let r: BulkReply = typed(v)?;
+    if !client.json {
+        for d in &r.decided {
+            println!("{:<9} {}", wire(&d.state), visible_line(&d.hunk_id));
+        }
+        for f in &r.failed {
+            println!(
+                "FAILED    {}: {}",
+                visible_line(&f.hunk_id),
+                visible_line(&f.error)
+            );
+        }
+        println!("{} hunks remaining", r.remaining_hunks);
+    }
+    Ok(!r.failed.is_empty())
+}
+
+/// Returns whether any hunk failed; each failure is reported and the rest still decided.
+async fn decide_each(
+    client: &ClientArgs,
+    id: String,
+    hunks: Vec<String>,
+    action: &str,
+    comment: Option<String>,
+) -> anyhow::Result<bool> {
+    let c = reviewer_client(client)?;
+    let mut failed = false;
+    for h in hunks {
+        let body = json!({"suggestion_id": id, "hunk_id": h, "action": action, "comment": comment});
+        let reply = match c.post("/feedback", body).await {
+            Ok(v) if client.json => {
+                println!("{v}");
+                continue;
+            }
+            Ok(v) => typed::<DecisionReply>(v),
+            Err(e) => Err(e.into()),
+        };
+        match reply {
+            Ok(r) => println!("{:<9} {}", wire(&r.hunk.state), visible_line(&r.hunk.id)),
+            Err(e) => {
+                failed = true;
+                eprintln!("{}: {}", visible_line(&h), visible(&e.to_string()));
+            }
+        }
+    }
+    Ok(failed)
+}
+
+pub async fn complete(
+    id: String,
+    action: Completion,
+    client: ClientArgs,
+) -> anyhow::Result<ExitCode> {
+    let c = reviewer_client(&client)?;
+    let (action, done) = match action {
+        Completion::Finalize => ("finalize", "finalized"),
+        Completion::Discard => ("discard", "discarded"),
+    };
+    let v = c
+        .post("/complete", json!({"suggestion_id": id, "action": action}))
+        .await?;
+    if client.json {
+        println!("{v}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let r: CompleteReply = typed(v)?;
+    println!(
+        "{done} {}: {}/{} hunks applied{}",
+        short(&r.suggestion_id),
+        r.applied_hunks,
+        r.hunk_count,
+        r.reviewed_commit
+            .as_deref()
+            .map(|c| format!(
+                ", checkpoint {}",
+                visible_line(&c.chars().take(12).collect::<String>())
+            ))
+            .unwrap_or_default()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::SuggestionStatus;
+
+    fn summary(closed: Option<&str>) -> SuggestionSummary {
+        SuggestionSummary {
+            id: "0123456789abcdef".into(),
+            jj_change_id: String::new(),
+            description: "Shout\x1b[2K\nlines".into(),
+            files: vec!["a.txt".into(), "b\x07.txt".into()],
+            hunk_count: 2,
+            reviewed_count: 1,
+            status: SuggestionStatus::Partial,
+            closed: closed.map(str::to_string),
+            run_id: "r".into(),
+            created_at: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_summary_line_shows_state_counts_and_agent_text_made_visible() {
+        assert_eq!(
+            summary_line(&summary(None)),
+            "01234567  partial  1/2  Shout^[[2K^Jlines  (a.txt, b^G.txt)"
+        );
+        assert!(summary_line(&summary(Some("finalize"))).starts_with("01234567  finalize 1/2"));
+    }
+}

@@ -1,0 +1,218 @@
+//! `hunkgate serve`: resolve the configuration (flags > environment > file > defaults), bind,
+//! and serve until Ctrl-C or SIGTERM.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::{Args, ValueEnum};
+use hunkgate_sandbox::jj::Vcs;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{self, ServeConfig};
+
+#[derive(Clone, Copy, ValueEnum)]
+enum VcsArg {
+    Git,
+    Jj,
+}
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// The repository to serve (default: the git repository containing the current directory).
+    #[arg(long)]
+    repo: Option<PathBuf>,
+    /// Address to bind (env HUNKGATE_HOST or SUGGESTION_MANAGER_HOST; default 127.0.0.1).
+    #[arg(long)]
+    host: Option<String>,
+    /// Port (env HUNKGATE_PORT or SUGGESTION_MANAGER_PORT; default 4097; 0 picks a free one).
+    #[arg(long)]
+    port: Option<u16>,
+    /// Where the token, journal, feedback log and checkpoints live.
+    #[arg(long, env = "HUNKGATE_STATE_DIR")]
+    state_dir: Option<PathBuf>,
+    /// Default agent command template, e.g. 'claude -p {prompt}'.
+    #[arg(long)]
+    agent: Option<String>,
+    /// Seconds before an agent run is killed (default 1800).
+    #[arg(long)]
+    agent_timeout: Option<u64>,
+    /// Pass this environment variable through to agents (repeatable).
+    #[arg(long = "agent-env")]
+    agent_env: Vec<String>,
+    /// Allow requests carrying this Origin header (repeatable).
+    #[arg(long = "allow-origin")]
+    allow_origin: Vec<String>,
+    /// Version control in the sandbox: each run as a jj change, or plain git (default: jj when
+    /// the repository has a .jj directory).
+    #[arg(long, value_enum)]
+    vcs: Option<VcsArg>,
+    /// Also write each run's commits into your repository as refs/hunkgate/runs/<id>/{base,head}.
+    #[arg(long)]
+    mirror_refs: bool,
+    /// Config file (default $XDG_CONFIG_HOME/hunkgate/config.toml, or $HUNKGATE_CONFIG).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Who agents run as: `user` (the sandbox user; the default once `hunkgate setup` ran) or
+    /// `none` (as you, development only).
+    #[arg(long, value_enum)]
+    isolation: Option<crate::isolation::IsolationMode>,
+    /// The sandbox user (default hunkgate-agent).
+    #[arg(long)]
+    sandbox_user: Option<String>,
+    /// `none`: agents get a network namespace of their own, with no network (Linux, needs
+    /// --isolation user).
+    #[arg(long, value_enum)]
+    agent_network: Option<crate::isolation::AgentNetwork>,
+    /// The built-in agent's model server: any OpenAI-compatible base URL, e.g.
+    /// http://127.0.0.1:11434/v1 (Ollama) or http://127.0.0.1:8080/v1 (llama.cpp).
+    #[arg(long, env = "HUNKGATE_PROVIDER_URL")]
+    provider_url: Option<String>,
+    /// The built-in agent's default model (a run may name another).
+    #[arg(long, env = "HUNKGATE_MODEL")]
+    model: Option<String>,
+    /// Environment variable holding the provider's API key (default HUNKGATE_API_KEY).
+    #[arg(long)]
+    api_key_env: Option<String>,
+    /// File (mode 600) holding the provider's API key.
+    #[arg(long)]
+    api_key_file: Option<PathBuf>,
+    /// Most tool calls one built-in agent run may make (default 12).
+    #[arg(long)]
+    max_tool_calls: Option<usize>,
+    /// Agent runs at a time (default: the number of CPU cores); later runs wait, `queued`, and
+    /// start in the order they were posted.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    max_runs: Option<u64>,
+}
+
+pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let cfg = serve_config(args)?;
+    let (host, port) = (&cfg.host, cfg.port);
+    let addr = if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .with_context(|| format!("binding {addr} (is another hub running? try --port)"))?;
+    let actual = listener.local_addr()?;
+    if !actual.ip().is_loopback() {
+        tracing::warn!(%actual, "listening beyond loopback: anyone who can reach this address and has the token can change your checkout");
+    }
+    announce(&cfg, actual);
+    let shutdown = CancellationToken::new();
+    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    crate::api::server::run(listener, cfg, shutdown).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Flags > environment > config file > defaults.
+fn serve_config(args: ServeArgs) -> anyhow::Result<ServeConfig> {
+    let file = config::load_file(args.config.as_deref())?;
+    let repo = super::repo_root(args.repo)?;
+    let detected_vcs = Vcs::detect(&repo);
+    let host = config::resolve_host(args.host, &file);
+    let port = config::resolve_port(args.port, &file)?;
+    let state_dir = match args.state_dir {
+        Some(d) => d,
+        None => config::default_state_dir(&repo)?,
+    };
+    let mut agent_env = file.agent_env.clone();
+    agent_env.extend(args.agent_env);
+    let provider = config::resolve_provider(
+        config::ProviderFlags {
+            base_url: args.provider_url,
+            model: args.model,
+            api_key_env: args.api_key_env,
+            api_key_file: args.api_key_file,
+        },
+        &file.provider,
+    )?;
+    if let Some(crate::config::provider::KeySource::Env(var)) =
+        provider.as_ref().map(|p| &p.key_source)
+    {
+        if agent_env.iter().any(|e| e == var) {
+            bail!("--agent-env {var}: that variable holds the model provider's API key, which never reaches an agent");
+        }
+    }
+    let limits = file.limits.resolve(args.max_tool_calls);
+    let max_concurrent_runs =
+        config::resolve_max_runs(args.max_runs.map(|n| n as usize), &file.limits);
+    let mut allowed_origins = file.allowed_origins.clone();
+    allowed_origins.extend(args.allow_origin);
+    let isolation = crate::isolation::resolve(
+        args.isolation.or(file.isolation),
+        args.sandbox_user
+            .as_deref()
+            .or(file.sandbox_user.as_deref())
+            .unwrap_or(hunkgate_sandbox::user::DEFAULT_USER),
+        args.agent_network
+            .or(file.agent_network)
+            .unwrap_or(crate::isolation::AgentNetwork::Host),
+        &agent_env,
+    )?;
+    let cfg = ServeConfig {
+        repo,
+        host,
+        port,
+        state_dir,
+        agent: args.agent.or(file.agent.clone()),
+        agent_timeout: Duration::from_secs(
+            args.agent_timeout
+                .or(file.agent_timeout_secs)
+                .unwrap_or(config::DEFAULT_AGENT_TIMEOUT_SECS),
+        ),
+        agent_env,
+        allowed_origins,
+        mirror_refs: args.mirror_refs || file.mirror_refs,
+        vcs: match args.vcs {
+            Some(VcsArg::Git) => Vcs::Git,
+            Some(VcsArg::Jj) => Vcs::Jj,
+            None => file.vcs.unwrap_or(detected_vcs),
+        },
+        isolation,
+        provider,
+        limits,
+        max_concurrent_runs,
+    };
+    Ok(cfg)
+}
+
+/// What is served where, and which agent runs, on stderr.
+fn announce(cfg: &ServeConfig, actual: std::net::SocketAddr) {
+    eprintln!(
+        "hunkgate: serving {} on http://{actual} (state: {})",
+        cfg.repo.display(),
+        cfg.state_dir.display()
+    );
+    if let Some(p) = &cfg.provider {
+        eprintln!(
+            "hunkgate: built-in agent: {} at {} ({})",
+            if p.model.is_empty() {
+                "(model per run)"
+            } else {
+                &p.model
+            },
+            p.base_url,
+            p.key_source
+        );
+    } else if cfg.agent.is_none() {
+        eprintln!("hunkgate: no default agent; runs need \"agent\", or start with --agent 'claude -p {{prompt}}' or --provider-url for the built-in agent");
+    }
+}
+
+/// Ctrl-C or SIGTERM: stop serving (runs are stopped, the hub exits cleanly).
+async fn cancel_on_signal(shutdown: CancellationToken) {
+    let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+    else {
+        return;
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    shutdown.cancel();
+}

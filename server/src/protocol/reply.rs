@@ -1,0 +1,66 @@
+//! The `data` of command responses that are not one of the views (REST bodies carry the same
+//! fields plus `"success": true`), typed for clients such as the CLI.
+
+use serde::{Deserialize, Serialize};
+
+use super::{CompleteAction, HunkState, HunkView, RunView, SuggestionSummary};
+
+/// `feedback`: one decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DecisionReply {
+    pub applied: bool,
+    pub remaining_hunks: usize,
+    pub hunk: HunkView,
+}
+
+/// `feedback_all`: every pending hunk (of one file) decided, each on its own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BulkReply {
+    pub suggestion_id: String,
+    pub decided: Vec<BulkDecided>,
+    pub failed: Vec<BulkFailed>,
+    pub remaining_hunks: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BulkDecided {
+    pub hunk_id: String,
+    pub state: HunkState,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BulkFailed {
+    pub hunk_id: String,
+    pub error: String,
+}
+
+/// `complete`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompleteReply {
+    pub suggestion_id: String,
+    pub action: CompleteAction,
+    pub applied_hunks: usize,
+    pub hunk_count: usize,
+    #[serde(default)]
+    pub reviewed_commit: Option<String>,
+}
+
+/// `list` / `GET /suggestions`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SuggestionList {
+    pub suggestions: Vec<SuggestionSummary>,
+}
+
+/// `GET /runs`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunList {
+    pub runs: Vec<RunView>,
+}
+
+/// `POST /agent/publish`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublishReply {
+    pub suggestion_id: String,
+    pub hunk_count: usize,
+    pub files: Vec<String>,
+}

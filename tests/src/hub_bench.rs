@@ -1,0 +1,1528 @@
+//! The hub benchmark of issue #12: a synthetic repository, the real `hunkgate` binary driven
+//! through its public HTTP and WebSocket API only, and each step next to the git CLI doing the
+//! same step, in one run.
+//!
+//! `tests/benches/hub.rs` runs it at full scale against the release binary and prints the
+//! table; `tests/tests/bench_smoke.rs` runs the very same code at a tiny scale against the debug
+//! binary and checks that every figure was produced and is sane, so it cannot rot. Figures only:
+//! nothing here compares a time with a threshold.
+//!
+//! What it does, per isolation mode (`--isolation none`, and `--isolation user` when the sandbox
+//! user is set up):
+//!
+//! 1. a hub on a fresh state dir; its RSS idle;
+//! 2. three runs through `POST /runs`: the first (cold store) with an agent that changes
+//!    `agent_files` files in `hunks_per_file` places each, a warm one with an agent that changes
+//!    one file in `small_hunks` places, a warm one with an agent that changes nothing. Each agent
+//!    prints its own start and exit time (`date +%s%N`), read back from `<state>/runs/<id>.log`;
+//!    `suggestion.ready` is timed where a WebSocket client receives it. Beside them:
+//!    `git stash create` on the same dirty checkout (first and warm) and `git diff base head` on
+//!    the hub's own checkpoint store;
+//! 3. `git apply --check` of every hunk of both suggestions, then WebSocket `accept` of each of
+//!    them, one at a time from one client (the small suggestion `small_rounds` times, undoing
+//!    between rounds), with the journal's size before and after; every file is then compared
+//!    with what the agent wrote;
+//! 4. `fanout_clients` WebSocket clients listen while one more client makes `fanout_decisions`
+//!    decisions; each event's arrival at each client is compared with its first arrival, and
+//!    every client's seqs are checked against the hub's own `replay` for gaps;
+//! 5. a second hub on a fresh state dir, one run whose agent publishes `rss_suggestions`
+//!    suggestions of `rss_hunks` hunks each (through `POST /agent/publish`), and the hub's RSS.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{anyhow, bail, ensure, Context, Result};
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::{hermetic_env, Hub, Workspace, Ws};
+
+/// The scale and the modes of one benchmark run.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Committed files in the synthetic repository.
+    pub files: usize,
+    /// Lines per file.
+    pub lines: usize,
+    /// Files with an uncommitted edit of the user's.
+    pub dirty: usize,
+    /// Files the big agent changes.
+    pub agent_files: usize,
+    /// Hunks per changed file.
+    pub hunks_per_file: usize,
+    /// Hunks of the small suggestion (all in one file).
+    pub small_hunks: usize,
+    /// How many times the small suggestion's hunks are accepted (undone in between).
+    pub small_rounds: usize,
+    /// Suggestions on the hub whose memory is measured.
+    pub rss_suggestions: usize,
+    /// Hunks per such suggestion (a multiple of `hunks_per_file`).
+    pub rss_hunks: usize,
+    /// WebSocket clients of the fan-out measurement.
+    pub fanout_clients: usize,
+    /// Decisions made while they listen (each announces two events).
+    pub fanout_decisions: usize,
+    /// Repetitions of each warm git command (the median is reported).
+    pub git_samples: usize,
+    /// Run under `--isolation none`.
+    pub isolation_none: bool,
+    /// Run under `--isolation user` with this sandbox user (None: do not).
+    pub isolation_user: Option<String>,
+    /// The `hunkgate` binary.
+    pub bin: PathBuf,
+}
+
+impl Config {
+    /// The figures of issue #12: 10,000 files × 200 lines, 100 dirty, 100 × 10 hunks, a 10-hunk
+    /// suggestion, 100 suggestions × 100 hunks, 100 clients.
+    pub fn issue_scale(bin: PathBuf) -> Self {
+        Self {
+            files: 10_000,
+            lines: 200,
+            dirty: 100,
+            agent_files: 100,
+            hunks_per_file: 10,
+            small_hunks: 10,
+            small_rounds: 5,
+            rss_suggestions: 100,
+            rss_hunks: 100,
+            fanout_clients: 100,
+            fanout_decisions: 50,
+            git_samples: 5,
+            isolation_none: true,
+            isolation_user: Some("hunkgate-agent".into()),
+            bin,
+        }
+    }
+
+    /// The issue's scale with every `HUNKGATE_BENCH_*` variable applied (see the README).
+    pub fn from_env(bin: PathBuf) -> Result<Self> {
+        let mut c = Self::issue_scale(bin);
+        let num = |name: &str, default: usize| -> Result<usize> {
+            match std::env::var(name) {
+                Ok(v) => v
+                    .trim()
+                    .replace(['_', ','], "")
+                    .parse()
+                    .with_context(|| format!("{name}={v:?} is not a whole number")),
+                Err(_) => Ok(default),
+            }
+        };
+        c.files = num("HUNKGATE_BENCH_FILES", c.files)?;
+        c.lines = num("HUNKGATE_BENCH_LINES", c.lines)?;
+        c.dirty = num("HUNKGATE_BENCH_DIRTY", c.dirty)?;
+        c.agent_files = num("HUNKGATE_BENCH_AGENT_FILES", c.agent_files)?;
+        c.hunks_per_file = num("HUNKGATE_BENCH_HUNKS_PER_FILE", c.hunks_per_file)?;
+        c.small_hunks = num("HUNKGATE_BENCH_SMALL_HUNKS", c.small_hunks)?;
+        c.small_rounds = num("HUNKGATE_BENCH_SMALL_ROUNDS", c.small_rounds)?;
+        c.rss_suggestions = num("HUNKGATE_BENCH_RSS_SUGGESTIONS", c.rss_suggestions)?;
+        c.rss_hunks = num("HUNKGATE_BENCH_RSS_HUNKS", c.rss_hunks)?;
+        c.fanout_clients = num("HUNKGATE_BENCH_CLIENTS", c.fanout_clients)?;
+        c.fanout_decisions = num("HUNKGATE_BENCH_FANOUT_DECISIONS", c.fanout_decisions)?;
+        c.git_samples = num("HUNKGATE_BENCH_GIT_SAMPLES", c.git_samples)?;
+        if let Ok(u) = std::env::var("HUNKGATE_BENCH_SANDBOX_USER") {
+            c.isolation_user = Some(u);
+        }
+        match std::env::var("HUNKGATE_BENCH_ISOLATION").as_deref() {
+            Err(_) | Ok("both") => {}
+            Ok("none") => c.isolation_user = None,
+            Ok("user") => c.isolation_none = false,
+            Ok(other) => bail!("HUNKGATE_BENCH_ISOLATION={other:?}: use none, user or both"),
+        }
+        Ok(c)
+    }
+
+    /// Lines between two changes of a file with `hunks` changes.
+    fn spacing(&self, hunks: usize) -> usize {
+        self.lines / hunks.max(1)
+    }
+
+    fn validate(&self) -> Result<()> {
+        ensure!(
+            self.files > 0 && self.files < 100_000,
+            "files must be 1..99,999 (HUNKGATE_BENCH_FILES)"
+        );
+        for (what, hunks) in [
+            ("HUNKGATE_BENCH_HUNKS_PER_FILE", self.hunks_per_file),
+            ("HUNKGATE_BENCH_SMALL_HUNKS", self.small_hunks),
+        ] {
+            // Git merges two changes into one hunk when 6 or fewer lines separate them.
+            ensure!(
+                hunks > 0 && self.spacing(hunks) >= 8,
+                "{what}={hunks}: {} lines per file leave fewer than 8 lines between changes; \
+                 raise HUNKGATE_BENCH_LINES or lower the hunks",
+                self.lines
+            );
+        }
+        ensure!(
+            self.rss_hunks > 0 && self.rss_hunks.is_multiple_of(self.hunks_per_file),
+            "HUNKGATE_BENCH_RSS_HUNKS={} must be a multiple of the hunks per file ({})",
+            self.rss_hunks,
+            self.hunks_per_file
+        );
+        ensure!(
+            self.small_rounds > 0,
+            "HUNKGATE_BENCH_SMALL_ROUNDS must be at least 1"
+        );
+        ensure!(
+            self.fanout_clients >= 2 && self.fanout_decisions > 0,
+            "the fan-out needs at least 2 clients and 1 decision"
+        );
+        ensure!(
+            self.git_samples > 0,
+            "HUNKGATE_BENCH_GIT_SAMPLES must be at least 1"
+        );
+        let needed = self.slots_needed();
+        ensure!(
+            needed <= self.files,
+            "{needed} distinct files are needed (dirty {} + agent {} + small 1 + {} × {} for memory), \
+             more than the {} files of the repository",
+            self.dirty,
+            self.agent_files,
+            self.rss_suggestions,
+            self.rss_hunks / self.hunks_per_file,
+            self.files
+        );
+        Ok(())
+    }
+
+    fn rss_files_per_suggestion(&self) -> usize {
+        self.rss_hunks / self.hunks_per_file
+    }
+
+    fn slots_needed(&self) -> usize {
+        self.dirty + self.agent_files + 1 + self.rss_suggestions * self.rss_files_per_suggestion()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The synthetic repository.
+
+/// Files are numbered 0..files; "slots" (dirty files, the agent's, …) are spread over them with
+/// a stride coprime to the file count, so the changes land in many directories.
+struct Layout {
+    files: usize,
+    lines: usize,
+    stride: usize,
+}
+
+impl Layout {
+    fn new(files: usize, lines: usize) -> Self {
+        fn gcd(a: usize, b: usize) -> usize {
+            if b == 0 {
+                a
+            } else {
+                gcd(b, a % b)
+            }
+        }
+        let mut stride = 7919;
+        while gcd(stride, files) != 1 {
+            stride += 1;
+        }
+        Self {
+            files,
+            lines,
+            stride,
+        }
+    }
+
+    fn file_of_slot(&self, slot: usize) -> usize {
+        (slot * self.stride) % self.files
+    }
+
+    fn path(n: usize) -> String {
+        format!("d{:03}/f{n:05}.txt", n / 100)
+    }
+
+    /// Line `i` (1-based) of file `n`; each holds the word `line` exactly once.
+    fn line(n: usize, i: usize) -> String {
+        format!("f{n:05} line {i} lorem ipsum dolor sit amet\n")
+    }
+
+    fn base(&self, n: usize) -> String {
+        (1..=self.lines).map(|i| Self::line(n, i)).collect()
+    }
+
+    /// The lines (1-based) an agent changes in a file with `hunks` changes.
+    fn changed_lines(&self, hunks: usize) -> Vec<usize> {
+        let spacing = self.lines / hunks;
+        (0..hunks).map(|k| k * spacing + spacing / 2 + 1).collect()
+    }
+
+    /// The file as an agent leaves it: `line` → `LINE` on the changed lines.
+    fn agent(&self, n: usize, hunks: usize) -> String {
+        let changed: BTreeSet<usize> = self.changed_lines(hunks).into_iter().collect();
+        (1..=self.lines)
+            .map(|i| {
+                let l = Self::line(n, i);
+                if changed.contains(&i) {
+                    l.replacen("line", "LINE", 1)
+                } else {
+                    l
+                }
+            })
+            .collect()
+    }
+
+    /// The user's uncommitted edit: one line in the middle.
+    fn user_edit(&self, n: usize) -> String {
+        let mid = self.lines / 2;
+        (1..=self.lines)
+            .map(|i| {
+                let l = Self::line(n, i);
+                if i == mid {
+                    l.replace('\n', " (user edit)\n")
+                } else {
+                    l
+                }
+            })
+            .collect()
+    }
+
+    /// `sed -i` arguments (without the files) that make the agent's change.
+    fn sed_args(&self, hunks: usize) -> String {
+        self.changed_lines(hunks)
+            .iter()
+            .map(|l| format!(" -e {l}s/line/LINE/"))
+            .collect()
+    }
+}
+
+/// Which files play which part.
+struct Parts {
+    dirty: Vec<usize>,
+    agent: Vec<usize>,
+    small: usize,
+    /// First slot of the memory suggestions' files.
+    rss_first_slot: usize,
+}
+
+fn parts(cfg: &Config, layout: &Layout) -> Parts {
+    let mut slot = 0..;
+    let mut take = |n: usize| -> Vec<usize> {
+        (0..n)
+            .map(|_| layout.file_of_slot(slot.next().unwrap_or_default()))
+            .collect()
+    };
+    let dirty = take(cfg.dirty);
+    let agent = take(cfg.agent_files);
+    let small = take(1)[0];
+    Parts {
+        dirty,
+        agent,
+        small,
+        rss_first_slot: cfg.dirty + cfg.agent_files + 1,
+    }
+}
+
+fn build_repository(cfg: &Config, layout: &Layout, parts: &Parts) -> Result<Workspace> {
+    let dir = tempfile::Builder::new()
+        .prefix("hunkgate-bench-")
+        .tempdir()?;
+    let ws = Workspace { dir };
+    std::fs::create_dir_all(ws.repo())?;
+    std::fs::create_dir_all(ws.home())?;
+    ws.git(&["init", "-q", "-b", "main"])?;
+    for n in 0..cfg.files {
+        let p = ws.repo().join(Layout::path(n));
+        if n % 100 == 0 {
+            std::fs::create_dir_all(p.parent().expect("a directory"))?;
+        }
+        std::fs::write(&p, layout.base(n)).with_context(|| p.display().to_string())?;
+    }
+    ws.git(&["add", "-A"])?;
+    ws.git(&["commit", "-q", "-m", "synthetic repository"])?;
+    for &n in &parts.dirty {
+        ws.write(&Layout::path(n), layout.user_edit(n).as_bytes())?;
+    }
+    Ok(ws)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The figures.
+
+/// Resident memory of a process, from `/proc/<pid>/status`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Memory {
+    pub rss_kib: u64,
+    pub hwm_kib: u64,
+}
+
+/// A run started through `POST /runs`.
+#[derive(Debug, Clone)]
+pub struct RunFigures {
+    /// `POST /runs` sent → the agent's own first line (`date +%s%N`).
+    pub start: Duration,
+    /// The agent's last line → `suggestion.ready` at a WebSocket client (None: no suggestion).
+    pub ready: Option<Duration>,
+    pub hunk_count: usize,
+}
+
+/// Everything measured under one isolation mode.
+#[derive(Debug, Clone)]
+pub struct ModeFigures {
+    /// `none` or `user`.
+    pub mode: String,
+    pub idle: Memory,
+    /// Cold store, the big agent.
+    pub first_run: RunFigures,
+    /// The small agent and the agent that changes nothing.
+    pub warm_runs: Vec<RunFigures>,
+    pub stash_first: Duration,
+    pub stash_warm: Duration,
+    pub diff_big: Duration,
+    pub diff_small: Duration,
+    pub accept_small: Vec<Duration>,
+    pub accept_big: Vec<Duration>,
+    pub apply_check_small: Vec<Duration>,
+    pub apply_check_big: Vec<Duration>,
+    /// Single-hunk accepts per second over the whole big review, one client, one at a time.
+    pub decisions_per_sec: f64,
+    /// Mean bytes of a hunk's `diff` in each suggestion.
+    pub diff_bytes_small: f64,
+    pub diff_bytes_big: f64,
+    /// Growth of `state.jsonl` per accept.
+    pub journal_per_decision_small: f64,
+    pub journal_per_decision_big: f64,
+    /// `state.jsonl` before and after the whole big review.
+    pub journal_before_review: u64,
+    pub journal_after_review: u64,
+    /// Files whose content was checked after the reviews (the agent's version landed, the
+    /// user's edits kept).
+    pub files_verified: usize,
+    pub fanout: Fanout,
+    pub loaded: Memory,
+    pub loaded_suggestions: usize,
+    pub loaded_hunks: usize,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Fanout {
+    pub clients: usize,
+    /// Events every client should have seen (per the hub's `replay`).
+    pub events: usize,
+    /// For each event and each client but the first to get it: how much later it got it.
+    pub delays: Vec<Duration>,
+    /// Seqs a client never got without a `resync` telling it so.
+    pub lost: usize,
+    pub resyncs: usize,
+}
+
+/// The result of a benchmark run.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub cfg: Config,
+    pub modes: Vec<ModeFigures>,
+    /// Modes not run, and why.
+    pub skipped: Vec<(String, String)>,
+    /// Repository build time (files written, `git add -A`, `git commit`).
+    pub setup: Duration,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Small helpers.
+
+fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default()
+}
+
+fn ns_between(a: u128, b: u128) -> Duration {
+    Duration::from_nanos(b.saturating_sub(a).min(u64::MAX as u128) as u64)
+}
+
+/// Nearest-rank percentile of unsorted samples.
+pub fn percentile(samples: &[Duration], p: f64) -> Duration {
+    if samples.is_empty() {
+        return Duration::ZERO;
+    }
+    let mut v = samples.to_vec();
+    v.sort();
+    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
+    v[rank.clamp(1, v.len()) - 1]
+}
+
+pub fn memory_of(pid: u32) -> Result<Memory> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("reading /proc/{pid}/status"))?;
+    let field = |name: &str| -> Result<u64> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| anyhow!("no {name} in /proc/{pid}/status"))
+    };
+    Ok(Memory {
+        rss_kib: field("VmRSS:")?,
+        hwm_kib: field("VmHWM:")?,
+    })
+}
+
+fn git_cmd(home: &Path, dir: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new("git");
+    hermetic_env(&mut cmd, home);
+    cmd.current_dir(dir).args(args);
+    cmd
+}
+
+/// Run git, time it (output read through a pipe, as a user's terminal would), check success.
+fn time_git(mut cmd: Command) -> Result<Duration> {
+    let t = Instant::now();
+    let out = cmd.stdin(Stdio::null()).output()?;
+    let d = t.elapsed();
+    if !out.status.success() {
+        bail!("{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(d)
+}
+
+fn median_of(n: usize, mut f: impl FnMut() -> Result<Duration>) -> Result<Duration> {
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        v.push(f()?);
+    }
+    Ok(percentile(&v, 50.0))
+}
+
+fn journal_len(state: &Path) -> u64 {
+    std::fs::metadata(state.join("state.jsonl"))
+        .map(|m| m.len())
+        .unwrap_or(0)
+}
+
+fn progress(msg: impl AsRef<str>) {
+    eprintln!("[hub bench] {}", msg.as_ref());
+}
+
+/// The hub's public HTTP API, in process (so a request's time is the hub's, not curl's start).
+struct Http {
+    client: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+impl Http {
+    fn new(hub: &Hub) -> Result<Self> {
+        Ok(Self {
+            client: reqwest::Client::builder().no_proxy().build()?,
+            base: hub.url.clone(),
+            token: hub.token.clone(),
+        })
+    }
+
+    async fn get(&self, path: &str) -> Result<Value> {
+        let r = self
+            .client
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+            .send()
+            .await?;
+        let status = r.status();
+        let body: Value = r.json().await?;
+        ensure!(status.is_success(), "GET {path}: {status} {body}");
+        Ok(body)
+    }
+
+    async fn post(&self, path: &str, body: &Value) -> Result<Value> {
+        let r = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+            .json(body)
+            .send()
+            .await?;
+        let status = r.status();
+        let body: Value = r.json().await?;
+        ensure!(status.is_success(), "POST {path}: {status} {body}");
+        Ok(body)
+    }
+
+    async fn wait_run(&self, run_id: &str, timeout: Duration) -> Result<Value> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let run = self.get(&format!("/runs/{run_id}")).await?;
+            if !matches!(
+                run["status"].as_str(),
+                Some("queued" | "working" | "waiting_for_user")
+            ) {
+                return Ok(run);
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "run {run_id} still running after {timeout:?}: {run}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// `sh -c '<script>'` as an agent template: the script holds no single quote and no `{prompt}`.
+fn sh_template(script: &str) -> String {
+    debug_assert!(!script.contains('\'') && !script.contains("{prompt}"));
+    format!("sh -c 'set -e; echo hgbench-start $(date +%s%N); {script}; echo hgbench-end $(date +%s%N)'")
+}
+
+/// The agent's own start and end stamps, from its output log.
+fn agent_stamps(state: &Path, run_id: &str) -> Result<(u128, u128)> {
+    let log = state.join("runs").join(format!("{run_id}.log"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let stamp = |tag: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("out {tag} ")))
+                .and_then(|n| n.trim().parse::<u128>().ok())
+        };
+        if let (Some(a), Some(b)) = (stamp("hgbench-start"), stamp("hgbench-end")) {
+            return Ok((a, b));
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "no hgbench-start/-end lines in {}: {text}",
+            log.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Start a run with `POST /runs`; when `expect_suggestion`, wait for its `suggestion.ready` on
+/// `ws` and time it, else wait for the run to end.
+async fn timed_run(
+    hub: &Hub,
+    http: &Http,
+    ws: &mut Ws,
+    template: &str,
+    expect_suggestion: bool,
+) -> Result<(RunFigures, Option<Value>)> {
+    let posted = now_ns();
+    let r = http
+        .post("/runs", &json!({"prompt": "hgbench", "agent": template}))
+        .await?;
+    let run_id = r["run_id"]
+        .as_str()
+        .ok_or_else(|| anyhow!("no run_id in {r}"))?
+        .to_string();
+    let mut suggestion = None;
+    let mut ready_at = None;
+    if expect_suggestion {
+        let rid = run_id.clone();
+        let ev = ws
+            .next_matching(
+                |v| {
+                    (v["type"] == "suggestion.ready" && v["suggestion"]["run_id"] == rid.as_str())
+                        || (v["type"] == "suggestion.error" && v["run_id"] == rid.as_str())
+                },
+                Duration::from_secs(3600),
+            )
+            .await
+            .with_context(|| hub.log_text())?;
+        ready_at = Some(now_ns());
+        ensure!(
+            ev["type"] == "suggestion.ready",
+            "run {run_id} failed: {ev}\n{}",
+            hub.log_text()
+        );
+        suggestion = Some(ev["suggestion"].clone());
+    }
+    let run = http.wait_run(&run_id, Duration::from_secs(3600)).await?;
+    let want = if expect_suggestion {
+        "ready"
+    } else {
+        "no_changes"
+    };
+    ensure!(
+        run["status"] == want,
+        "run {run_id} ended {} (expected {want}): {run}",
+        run["status"]
+    );
+    let (start, end) = agent_stamps(&hub.state, &run_id)?;
+    let hunk_count = suggestion
+        .as_ref()
+        .and_then(|s| s["hunk_count"].as_u64())
+        .unwrap_or(0) as usize;
+    Ok((
+        RunFigures {
+            start: ns_between(posted, start),
+            ready: ready_at.map(|r| ns_between(end, r)),
+            hunk_count,
+        },
+        suggestion,
+    ))
+}
+
+/// `git diff base head` in the hub's checkpoint store (median of `n`).
+fn git_diff(ws: &Workspace, state: &Path, s: &Value, n: usize) -> Result<Duration> {
+    let git_dir = state.join("checkpoints.git");
+    let base = s["base_commit"].as_str().unwrap_or_default().to_string();
+    let head = s["run_commit"].as_str().unwrap_or_default().to_string();
+    ensure!(
+        !base.is_empty() && !head.is_empty(),
+        "no base_commit/run_commit in the suggestion"
+    );
+    median_of(n, || {
+        let mut cmd = git_cmd(&ws.home(), &ws.repo(), &["--git-dir"]);
+        cmd.arg(&git_dir).args(["diff", "--no-color", &base, &head]);
+        time_git(cmd)
+    })
+}
+
+/// The hunks of a suggestion: (id, file, diff).
+fn hunks_of(s: &Value) -> Result<Vec<(String, String, String)>> {
+    s["hunks"]
+        .as_array()
+        .ok_or_else(|| anyhow!("no hunks in the suggestion"))?
+        .iter()
+        .map(|h| {
+            Ok((
+                h["id"].as_str().ok_or_else(|| anyhow!("hunk id"))?.into(),
+                h["file"]
+                    .as_str()
+                    .ok_or_else(|| anyhow!("hunk file"))?
+                    .into(),
+                h["diff"]
+                    .as_str()
+                    .ok_or_else(|| anyhow!("hunk diff"))?
+                    .into(),
+            ))
+        })
+        .collect()
+}
+
+/// `git apply --check` of each hunk alone, in the user's checkout (before it is accepted).
+fn apply_checks(ws: &Workspace, hunks: &[(String, String, String)]) -> Result<Vec<Duration>> {
+    let dir = ws.path("patches");
+    std::fs::create_dir_all(&dir)?;
+    let mut out = Vec::with_capacity(hunks.len());
+    for (i, (_, file, diff)) in hunks.iter().enumerate() {
+        let p = dir.join(format!("{i}.diff"));
+        let nl = if diff.ends_with('\n') { "" } else { "\n" };
+        std::fs::write(&p, format!("--- a/{file}\n+++ b/{file}\n{diff}{nl}"))?;
+        let mut cmd = git_cmd(&ws.home(), &ws.repo(), &["apply", "--check"]);
+        cmd.arg(&p);
+        out.push(time_git(cmd)?);
+    }
+    Ok(out)
+}
+
+/// Decide each hunk over `ws`, one at a time; returns each round trip.
+async fn decide_each(
+    ws: &mut Ws,
+    suggestion: &str,
+    hunks: &[(String, String, String)],
+    action: &str,
+    state_after: &str,
+) -> Result<Vec<Duration>> {
+    let mut out = Vec::with_capacity(hunks.len());
+    for (id, _, _) in hunks {
+        let t = Instant::now();
+        let r = ws.decide(suggestion, id, action).await?;
+        out.push(t.elapsed());
+        ensure!(r["success"] == true, "{action} {id}: {r}");
+        ensure!(
+            r["data"]["hunk"]["state"] == state_after,
+            "{action} {id} left the hunk {} (expected {state_after}): {r}",
+            r["data"]["hunk"]["state"]
+        );
+    }
+    Ok(out)
+}
+
+fn check_file(ws: &Workspace, n: usize, want: &str, what: &str) -> Result<()> {
+    let path = Layout::path(n);
+    let got = ws.read_string(&path)?;
+    ensure!(
+        got == want,
+        "{path}: {what} is not what the checkout holds:\n{got}"
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fan-out.
+
+struct Listener {
+    hello_seq: u64,
+    /// (seq, arrival) of every event.
+    arrivals: Vec<(u64, Instant)>,
+    resyncs: usize,
+}
+
+async fn listen(mut ws: Ws, mut target: tokio::sync::watch::Receiver<u64>) -> Result<Listener> {
+    let hello_seq = ws.hello()["seq"].as_u64().unwrap_or(0);
+    let mut l = Listener {
+        hello_seq,
+        arrivals: Vec::new(),
+        resyncs: 0,
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    let mut max_seen = hello_seq;
+    loop {
+        let want = *target.borrow();
+        if want > 0 && max_seen >= want {
+            break;
+        }
+        tokio::select! {
+            msg = ws.stream.next() => {
+                let at = Instant::now();
+                let msg = msg.ok_or_else(|| anyhow!("a fan-out client's connection closed"))??;
+                let Message::Text(text) = msg else { continue };
+                let v: Value = serde_json::from_str(&text)?;
+                if v["type"] == "resync" {
+                    l.resyncs += 1;
+                }
+                if let Some(seq) = v["seq"].as_u64() {
+                    if v["type"] != "response" {
+                        l.arrivals.push((seq, at));
+                        max_seen = max_seen.max(seq);
+                    }
+                }
+            }
+            changed = target.changed() => { changed?; }
+            _ = tokio::time::sleep_until(deadline) => break,
+        }
+    }
+    Ok(l)
+}
+
+async fn fanout(
+    hub: &Hub,
+    driver: &mut Ws,
+    cfg: &Config,
+    suggestion: &str,
+    hunks: &[(String, String, String)],
+) -> Result<Fanout> {
+    let (tx, rx) = tokio::sync::watch::channel(0u64);
+    let mut tasks = Vec::new();
+    for _ in 0..cfg.fanout_clients {
+        let ws = hub.ws().await?;
+        tasks.push(tokio::spawn(listen(ws, rx.clone())));
+    }
+    let start_seq = driver.call(json!({"type": "ping"})).await?["data"]["seq"]
+        .as_u64()
+        .unwrap_or(0);
+    for d in 0..cfg.fanout_decisions {
+        let (id, _, _) = &hunks[(d / 2) % hunks.len()];
+        let (action, after) = if d % 2 == 0 {
+            ("undo", "pending")
+        } else {
+            ("accept", "accepted")
+        };
+        decide_each(
+            driver,
+            suggestion,
+            &[(id.clone(), String::new(), String::new())],
+            action,
+            after,
+        )
+        .await?;
+    }
+    let pong = driver.call(json!({"type": "ping"})).await?;
+    let last = pong["data"]["seq"]
+        .as_u64()
+        .ok_or_else(|| anyhow!("no seq in {pong}"))?;
+    tx.send(last)?;
+    let mut listeners = Vec::new();
+    for t in tasks {
+        listeners.push(t.await??);
+    }
+    // What every client should have got: the hub's own record of the events.
+    let replay = driver
+        .call(json!({"type": "replay", "since": start_seq}))
+        .await?;
+    let mut expected: BTreeSet<u64> = replay["data"]["events"]
+        .as_array()
+        .map(|evs| evs.iter().filter_map(|e| e["seq"].as_u64()).collect())
+        .unwrap_or_default();
+    if replay["data"]["complete"] != true {
+        // The replay buffer no longer reaches back: fall back to what any client saw.
+        for l in &listeners {
+            expected.extend(l.arrivals.iter().map(|(s, _)| *s));
+        }
+    }
+    expected.retain(|s| *s > start_seq && *s <= last);
+    let mut first: HashMap<u64, Instant> = HashMap::new();
+    for l in &listeners {
+        for (seq, at) in &l.arrivals {
+            first
+                .entry(*seq)
+                .and_modify(|f| *f = (*f).min(*at))
+                .or_insert(*at);
+        }
+    }
+    let mut out = Fanout {
+        clients: listeners.len(),
+        events: expected.len(),
+        ..Fanout::default()
+    };
+    for l in &listeners {
+        out.resyncs += l.resyncs;
+        let got: BTreeSet<u64> = l.arrivals.iter().map(|(s, _)| *s).collect();
+        if l.resyncs == 0 {
+            out.lost += expected
+                .iter()
+                .filter(|s| **s > l.hello_seq && !got.contains(s))
+                .count();
+        }
+        for (seq, at) in &l.arrivals {
+            if !expected.contains(seq) {
+                continue;
+            }
+            let d = at.duration_since(first[seq]);
+            // The first client to get an event is the reference, not a sample.
+            if !d.is_zero() {
+                out.delays.push(d);
+            }
+        }
+    }
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------------
+// One isolation mode.
+
+fn remove_user_sandboxes(user: &str, state_name: &str) {
+    // Under --isolation user the sandboxes live in the sandbox user's home, named after the
+    // state dir; a root benchmark removes what it left there.
+    if !nix::unistd::geteuid().is_root() {
+        return;
+    }
+    let Ok(Some(u)) = nix::unistd::User::from_name(user) else {
+        return;
+    };
+    let Ok(entries) = std::fs::read_dir(u.dir.join("sandboxes")) else {
+        return;
+    };
+    for e in entries.flatten() {
+        if e.file_name()
+            .to_string_lossy()
+            .starts_with(&format!("{state_name}-"))
+        {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+async fn run_mode(
+    cfg: &Config,
+    layout: &Layout,
+    parts: &Parts,
+    ws: &Workspace,
+    mode: &str,
+    extra: &[&str],
+) -> Result<ModeFigures> {
+    let tag = format!("hgbench-{}-{mode}", std::process::id());
+    let state_a = ws.path(&format!("{tag}-a"));
+    let hub = Hub::start_in(
+        &ws.repo(),
+        &ws.home(),
+        &state_a,
+        &ws.path(&format!("{tag}-a.log")),
+        extra,
+        &[],
+    )?;
+    let result = review_hub(cfg, layout, parts, ws, &hub, mode).await;
+    drop(hub);
+    if let Some(u) = &cfg.isolation_user {
+        remove_user_sandboxes(u, &format!("{tag}-a"));
+    }
+    let mut figures = result?;
+    // The journal of a slow hub can be large; the next hub needs the disk more than this does.
+    let _ = std::fs::remove_dir_all(&state_a);
+
+    progress(format!(
+        "[{mode}] memory: a fresh hub, one run publishing {} suggestions × {} hunks",
+        cfg.rss_suggestions, cfg.rss_hunks
+    ));
+    let state_b = ws.path(&format!("{tag}-b"));
+    let hub = Hub::start_in(
+        &ws.repo(),
+        &ws.home(),
+        &state_b,
+        &ws.path(&format!("{tag}-b.log")),
+        extra,
+        &[],
+    )?;
+    let loaded = loaded_memory(cfg, layout, parts, &hub).await;
+    drop(hub);
+    if let Some(u) = &cfg.isolation_user {
+        remove_user_sandboxes(u, &format!("{tag}-b"));
+    }
+    let (mem, suggestions, hunks) = loaded?;
+    let _ = std::fs::remove_dir_all(&state_b);
+    figures.loaded = mem;
+    figures.loaded_suggestions = suggestions;
+    figures.loaded_hunks = hunks;
+    Ok(figures)
+}
+
+async fn review_hub(
+    cfg: &Config,
+    layout: &Layout,
+    parts: &Parts,
+    ws: &Workspace,
+    hub: &Hub,
+    mode: &str,
+) -> Result<ModeFigures> {
+    let pid = hub.child.id();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let idle = memory_of(pid)?;
+    let http = Http::new(hub)?;
+    let mut client = hub.ws().await?;
+
+    // Runs.
+    progress(format!(
+        "[{mode}] run 1 (first, cold store): {} files × {} hunks",
+        cfg.agent_files, cfg.hunks_per_file
+    ));
+    let big_files: Vec<String> = parts.agent.iter().map(|n| Layout::path(*n)).collect();
+    let big_template = sh_template(&format!(
+        "sed -i{} {}",
+        layout.sed_args(cfg.hunks_per_file),
+        big_files.join(" ")
+    ));
+    let (first_run, big) = timed_run(hub, &http, &mut client, &big_template, true).await?;
+    let big = big.ok_or_else(|| anyhow!("no suggestion"))?;
+    ensure!(
+        first_run.hunk_count == cfg.agent_files * cfg.hunks_per_file,
+        "the big suggestion has {} hunks, expected {}",
+        first_run.hunk_count,
+        cfg.agent_files * cfg.hunks_per_file
+    );
+    let stash = || time_git(git_cmd(&ws.home(), &ws.repo(), &["stash", "create"]));
+    let stash_first = stash()?;
+    let stash_warm = median_of(cfg.git_samples, stash)?;
+    let diff_big = git_diff(ws, &hub.state, &big, cfg.git_samples)?;
+
+    progress(format!(
+        "[{mode}] run 2 (warm): 1 file × {} hunks",
+        cfg.small_hunks
+    ));
+    let small_template = sh_template(&format!(
+        "sed -i{} {}",
+        layout.sed_args(cfg.small_hunks),
+        Layout::path(parts.small)
+    ));
+    let (run2, small) = timed_run(hub, &http, &mut client, &small_template, true).await?;
+    let small = small.ok_or_else(|| anyhow!("no suggestion"))?;
+    ensure!(
+        run2.hunk_count == cfg.small_hunks,
+        "the small suggestion has {} hunks, expected {}",
+        run2.hunk_count,
+        cfg.small_hunks
+    );
+    let diff_small = git_diff(ws, &hub.state, &small, cfg.git_samples)?;
+    progress(format!(
+        "[{mode}] run 3 (warm): an agent that changes nothing"
+    ));
+    let (run3, _) = timed_run(hub, &http, &mut client, &sh_template("true"), false).await?;
+
+    // The small suggestion, accepted `small_rounds` times.
+    let small_id = small["id"].as_str().unwrap_or_default().to_string();
+    let small_hunks = hunks_of(&small)?;
+    let apply_check_small = apply_checks(ws, &small_hunks)?;
+    progress(format!(
+        "[{mode}] accepting the {}-hunk suggestion {} times",
+        cfg.small_hunks, cfg.small_rounds
+    ));
+    let mut accept_small = Vec::new();
+    let mut journal_per_decision_small = 0.0;
+    for round in 0..cfg.small_rounds {
+        let before = journal_len(&hub.state);
+        accept_small
+            .extend(decide_each(&mut client, &small_id, &small_hunks, "accept", "accepted").await?);
+        if round == 0 {
+            journal_per_decision_small =
+                journal_len(&hub.state).saturating_sub(before) as f64 / small_hunks.len() as f64;
+        }
+        check_file(
+            ws,
+            parts.small,
+            &layout.agent(parts.small, cfg.small_hunks),
+            "the small agent's version",
+        )?;
+        if round + 1 < cfg.small_rounds {
+            decide_each(&mut client, &small_id, &small_hunks, "undo", "pending").await?;
+            check_file(ws, parts.small, &layout.base(parts.small), "the base")?;
+        }
+    }
+
+    // The big review.
+    let big_id = big["id"].as_str().unwrap_or_default().to_string();
+    let big_hunks = hunks_of(&big)?;
+    progress(format!(
+        "[{mode}] git apply --check of each of the {} hunks",
+        big_hunks.len()
+    ));
+    let apply_check_big = apply_checks(ws, &big_hunks)?;
+    progress(format!(
+        "[{mode}] accepting the {} hunks one at a time",
+        big_hunks.len()
+    ));
+    let journal_before_review = journal_len(&hub.state);
+    let t = Instant::now();
+    let accept_big = decide_each(&mut client, &big_id, &big_hunks, "accept", "accepted").await?;
+    let review_time = t.elapsed();
+    let journal_after_review = journal_len(&hub.state);
+    let mut files_verified = 0;
+    for &n in &parts.agent {
+        check_file(
+            ws,
+            n,
+            &layout.agent(n, cfg.hunks_per_file),
+            "the agent's version",
+        )?;
+        files_verified += 1;
+    }
+    for &n in &parts.dirty {
+        check_file(ws, n, &layout.user_edit(n), "the user's edit")?;
+        files_verified += 1;
+    }
+    check_file(
+        ws,
+        parts.small,
+        &layout.agent(parts.small, cfg.small_hunks),
+        "the small agent's version",
+    )?;
+    files_verified += 1;
+
+    progress(format!(
+        "[{mode}] fan-out: {} clients, {} decisions",
+        cfg.fanout_clients, cfg.fanout_decisions
+    ));
+    let fanout = fanout(hub, &mut client, cfg, &small_id, &small_hunks).await?;
+
+    let mean_len = |h: &[(String, String, String)]| {
+        h.iter().map(|(_, _, d)| d.len()).sum::<usize>() as f64 / h.len().max(1) as f64
+    };
+    Ok(ModeFigures {
+        mode: mode.to_string(),
+        idle,
+        first_run,
+        warm_runs: vec![run2, run3],
+        stash_first,
+        stash_warm,
+        diff_big,
+        diff_small,
+        decisions_per_sec: accept_big.len() as f64 / review_time.as_secs_f64(),
+        accept_small,
+        accept_big,
+        apply_check_small,
+        apply_check_big,
+        diff_bytes_small: mean_len(&small_hunks),
+        diff_bytes_big: mean_len(&big_hunks),
+        journal_per_decision_small,
+        journal_per_decision_big: journal_after_review.saturating_sub(journal_before_review) as f64
+            / big_hunks.len().max(1) as f64,
+        journal_before_review,
+        journal_after_review,
+        files_verified,
+        fanout,
+        loaded: Memory::default(),
+        loaded_suggestions: 0,
+        loaded_hunks: 0,
+    })
+}
+
+/// One run whose agent publishes `rss_suggestions` suggestions through `/agent/publish`; the
+/// hub's memory once they are all there.
+async fn loaded_memory(
+    cfg: &Config,
+    layout: &Layout,
+    parts: &Parts,
+    hub: &Hub,
+) -> Result<(Memory, usize, usize)> {
+    let http = Http::new(hub)?;
+    let per = cfg.rss_files_per_suggestion();
+    let script = format!(
+        "i=0; while [ $i -lt {s} ]; do \
+           paths=; json=; k=0; \
+           while [ $k -lt {per} ]; do \
+             n=$(( (({first} + i*{per} + k) * {stride}) % {files} )); \
+             p=$(printf d%03d/f%05d.txt $((n/100)) $n); \
+             paths=\"$paths $p\"; json=\"$json,\\\"$p\\\"\"; k=$((k+1)); \
+           done; \
+           sed -i{sed} $paths; \
+           curl -sS -f -o /dev/null -X POST -H \"Authorization: Bearer $HUNKGATE_AGENT_TOKEN\" \
+             -H \"Content-Type: application/json\" \
+             --data-binary \"{{\\\"description\\\":\\\"hgbench $i\\\",\\\"files\\\":[${{json#,}}]}}\" \
+             \"$HUNKGATE_URL/agent/publish\"; \
+           i=$((i+1)); \
+         done",
+        s = cfg.rss_suggestions,
+        first = parts.rss_first_slot,
+        stride = layout.stride,
+        files = layout.files,
+        sed = layout.sed_args(cfg.hunks_per_file),
+    );
+    let r = http
+        .post(
+            "/runs",
+            &json!({"prompt": "hgbench memory", "agent": sh_template(&script)}),
+        )
+        .await?;
+    let run_id = r["run_id"].as_str().unwrap_or_default().to_string();
+    let run = http.wait_run(&run_id, Duration::from_secs(3600)).await?;
+    ensure!(
+        run["status"] == "ready",
+        "the publishing run ended {}: {run}\n{}",
+        run["status"],
+        hub.log_text()
+    );
+    let list = http.get("/suggestions").await?;
+    let sugs = list["suggestions"].as_array().cloned().unwrap_or_default();
+    let hunks: usize = sugs
+        .iter()
+        .map(|s| s["hunk_count"].as_u64().unwrap_or(0) as usize)
+        .sum();
+    ensure!(
+        sugs.len() == cfg.rss_suggestions && hunks == cfg.rss_suggestions * cfg.rss_hunks,
+        "expected {} suggestions × {} hunks, the hub has {} suggestions, {hunks} hunks",
+        cfg.rss_suggestions,
+        cfg.rss_hunks,
+        sugs.len()
+    );
+    Ok((memory_of(hub.child.id())?, sugs.len(), hunks))
+}
+
+/// Whether `--isolation user` can run with `user`, from `hunkgate setup --check`.
+fn user_mode_ready(cfg: &Config, user: &str) -> Result<(), String> {
+    if nix::unistd::User::from_name(user).ok().flatten().is_none() {
+        return Err(format!(
+            "the sandbox user {user} does not exist (create it with `hunkgate setup --install`, \
+             or name another with HUNKGATE_BENCH_SANDBOX_USER)"
+        ));
+    }
+    let out = Command::new(&cfg.bin)
+        .args(["setup", "--check", "--user", user])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("running {} setup --check: {e}", cfg.bin.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "`hunkgate setup --check --user {user}` reports: {}{}",
+            String::from_utf8_lossy(&out.stdout).trim(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(())
+}
+
+/// Run the whole benchmark.
+pub async fn run(cfg: &Config) -> Result<Report> {
+    cfg.validate()?;
+    ensure!(
+        cfg.bin.exists(),
+        "{} is missing: build it (`cargo build --release -p hunkgate --bins`)",
+        cfg.bin.display()
+    );
+    let layout = Layout::new(cfg.files, cfg.lines);
+    let parts = parts(cfg, &layout);
+    progress(format!(
+        "building the repository: {} files × {} lines, {} with uncommitted edits",
+        cfg.files, cfg.lines, cfg.dirty
+    ));
+    let t = Instant::now();
+    let ws = build_repository(cfg, &layout, &parts)?;
+    let setup = t.elapsed();
+    let mut modes = Vec::new();
+    let mut skipped = Vec::new();
+    if cfg.isolation_none {
+        modes.push(run_mode(cfg, &layout, &parts, &ws, "none", &["--isolation", "none"]).await?);
+    }
+    if let Some(user) = &cfg.isolation_user {
+        match user_mode_ready(cfg, user) {
+            Ok(()) => {
+                // The checkout is back where it was: the earlier mode's accepts are undone by
+                // restoring the files (the same content, new mtimes).
+                restore(&ws, &layout, &parts)?;
+                modes.push(
+                    run_mode(
+                        cfg,
+                        &layout,
+                        &parts,
+                        &ws,
+                        "user",
+                        &["--isolation", "user", "--sandbox-user", user],
+                    )
+                    .await?,
+                );
+            }
+            Err(why) => {
+                progress(format!("--isolation user skipped: {why}"));
+                skipped.push(("user".to_string(), why));
+            }
+        }
+    }
+    Ok(Report {
+        cfg: cfg.clone(),
+        modes,
+        skipped,
+        setup,
+    })
+}
+
+/// Put the checkout back to the committed files plus the user's edits.
+fn restore(ws: &Workspace, layout: &Layout, parts: &Parts) -> Result<()> {
+    for &n in parts.agent.iter().chain(std::iter::once(&parts.small)) {
+        ws.write(&Layout::path(n), layout.base(n).as_bytes())?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The table.
+
+fn ms(d: Duration) -> String {
+    let ms = d.as_secs_f64() * 1e3;
+    if ms >= 10_000.0 {
+        format!("{:.1} s", ms / 1e3)
+    } else if ms >= 1_000.0 {
+        format!("{:.2} s", ms / 1e3)
+    } else if ms >= 100.0 {
+        format!("{ms:.0} ms")
+    } else if ms >= 10.0 {
+        format!("{ms:.1} ms")
+    } else {
+        format!("{ms:.2} ms")
+    }
+}
+
+fn ratio(a: Duration, b: Duration) -> String {
+    if b.is_zero() {
+        return "–".into();
+    }
+    let r = a.as_secs_f64() / b.as_secs_f64();
+    if r >= 10.0 {
+        format!("{r:.0}×")
+    } else {
+        format!("{r:.2}×")
+    }
+}
+
+fn bytes(n: f64) -> String {
+    if n >= 1e9 {
+        format!("{:.3} GB", n / 1e9)
+    } else if n >= 1024.0 * 1024.0 {
+        format!("{:.1} MB", n / 1e6)
+    } else if n >= 10_000.0 {
+        format!("{:.0} KB", n / 1e3)
+    } else {
+        format!("{} B", thousands(n.round() as usize))
+    }
+}
+
+fn mib(kib: u64) -> String {
+    format!("{:.1} MiB", kib as f64 / 1024.0)
+}
+
+fn thousands(n: usize) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+impl Report {
+    /// The markdown table of one mode: step | hunkgate | git | ratio | target.
+    pub fn table(&self, m: &ModeFigures) -> String {
+        let c = &self.cfg;
+        let big = thousands(c.agent_files * c.hunks_per_file);
+        let small = thousands(c.small_hunks);
+        let mut rows: Vec<[String; 5]> = Vec::new();
+        let mut row = |a: String, b: String, g: String, r: String, t: &str| {
+            rows.push([a, b, g, r, t.to_string()])
+        };
+        row(
+            "`POST /runs` → agent started, first run (cold store)".into(),
+            ms(m.first_run.start),
+            format!("`git stash create` {} (first)", ms(m.stash_first)),
+            ratio(m.first_run.start, m.stash_first),
+            "≤ 3 s",
+        );
+        let warm: Vec<String> = m.warm_runs.iter().map(|r| ms(r.start)).collect();
+        let warm_ratio: Vec<String> = m
+            .warm_runs
+            .iter()
+            .map(|r| ratio(r.start, m.stash_warm))
+            .collect();
+        row(
+            "`POST /runs` → agent started, warm (runs 2 and 3)".into(),
+            warm.join(", "),
+            format!("`git stash create` {} (warm, median)", ms(m.stash_warm)),
+            warm_ratio.join(", "),
+            "≤ 1× git",
+        );
+        if let Some(r) = m.first_run.ready {
+            row(
+                format!("agent exit → `suggestion.ready` at a WebSocket client, {big} hunks"),
+                ms(r),
+                format!("`git diff base head` {}", ms(m.diff_big)),
+                ratio(r, m.diff_big),
+                "≤ 1× git (stretch 0.5×)",
+            );
+        }
+        if let Some(r) = m.warm_runs.first().and_then(|r| r.ready) {
+            row(
+                format!("agent exit → `suggestion.ready`, {small} hunks"),
+                ms(r),
+                format!("`git diff base head` {}", ms(m.diff_small)),
+                ratio(r, m.diff_small),
+                "≤ 1× git (stretch 0.5×)",
+            );
+        }
+        for (label, acc, chk) in [
+            (&small, &m.accept_small, &m.apply_check_small),
+            (&big, &m.accept_big, &m.apply_check_big),
+        ] {
+            let p50 = percentile(acc, 50.0);
+            let p99 = percentile(acc, 99.0);
+            let g50 = percentile(chk, 50.0);
+            row(
+                format!(
+                    "WebSocket `accept` of one hunk → response, {label}-hunk suggestion ({} accepts)",
+                    thousands(acc.len())
+                ),
+                format!("p50 {}, p99 {}", ms(p50), ms(p99)),
+                format!("`git apply --check` of that hunk, p50 {}", ms(g50)),
+                format!("{} (p50), {} (p99)", ratio(p50, g50), ratio(p99, g50)),
+                "p50 ≤ 2 ms, p99 ≤ 10 ms",
+            );
+        }
+        row(
+            format!("single-hunk decisions/s, one client ({big} accepts in a row)"),
+            format!("{:.0}/s", m.decisions_per_sec),
+            String::new(),
+            String::new(),
+            "≥ 300/s",
+        );
+        for (label, per, diff) in [
+            (&small, m.journal_per_decision_small, m.diff_bytes_small),
+            (&big, m.journal_per_decision_big, m.diff_bytes_big),
+        ] {
+            row(
+                format!("`state.jsonl` bytes per accept, {label}-hunk suggestion"),
+                bytes(per),
+                format!("(the hunk's diff: {})", bytes(diff)),
+                String::new(),
+                &format!("≤ 1 KiB + 2× diff = {}", bytes(1024.0 + 2.0 * diff)),
+            );
+        }
+        row(
+            format!("`state.jsonl` after the whole {big}-hunk review (and the 3 runs and {small}-hunk rounds before it)"),
+            format!(
+                "{} (the review added {})",
+                bytes(m.journal_after_review as f64),
+                bytes(
+                    m.journal_after_review
+                        .saturating_sub(m.journal_before_review) as f64
+                )
+            ),
+            String::new(),
+            String::new(),
+            "< 5 MB",
+        );
+        row(
+            "hub RSS, idle (fresh start)".into(),
+            format!("{} (peak {})", mib(m.idle.rss_kib), mib(m.idle.hwm_kib)),
+            String::new(),
+            String::new(),
+            "≤ 15 MiB",
+        );
+        row(
+            format!(
+                "hub RSS with {} suggestions × {} hunks",
+                thousands(m.loaded_suggestions),
+                thousands(
+                    m.loaded_hunks
+                        .checked_div(m.loaded_suggestions)
+                        .unwrap_or_default()
+                )
+            ),
+            format!("{} (peak {})", mib(m.loaded.rss_kib), mib(m.loaded.hwm_kib)),
+            String::new(),
+            String::new(),
+            "≤ 64 MiB",
+        );
+        let f = &m.fanout;
+        row(
+            format!(
+                "fan-out to {} WebSocket clients: delay after the first client ({} events)",
+                f.clients, f.events
+            ),
+            format!(
+                "p50 {}, p99 {}",
+                ms(percentile(&f.delays, 50.0)),
+                ms(percentile(&f.delays, 99.0))
+            ),
+            String::new(),
+            String::new(),
+            "p99 ≤ 5 ms",
+        );
+        row(
+            "fan-out: events lost without a `resync`".into(),
+            format!(
+                "{} of {} ({} resyncs)",
+                thousands(f.lost),
+                thousands(f.events * f.clients),
+                f.resyncs
+            ),
+            String::new(),
+            String::new(),
+            "0",
+        );
+        let mut out = String::from(
+            "| step | hunkgate | git | ratio | target (#12) |\n|---|---|---|---|---|\n",
+        );
+        for r in rows {
+            out.push_str(&format!("| {} |\n", r.join(" | ")));
+        }
+        out
+    }
+
+    /// The whole report: the scale, then one table per isolation mode.
+    pub fn markdown(&self) -> String {
+        let c = &self.cfg;
+        let mut out = format!(
+            "Synthetic repository: {} files × {} lines ({} with uncommitted edits), built and \
+             committed in {}; an agent changing {} files × {} hunks, one changing 1 file × {} \
+             hunks; {} CPU cores; {}.\n",
+            thousands(c.files),
+            c.lines,
+            thousands(c.dirty),
+            ms(self.setup),
+            thousands(c.agent_files),
+            c.hunks_per_file,
+            c.small_hunks,
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(0),
+            git_version(),
+        );
+        for m in &self.modes {
+            out.push_str(&format!("\n`--isolation {}`:\n\n{}", m.mode, self.table(m)));
+        }
+        for (mode, why) in &self.skipped {
+            out.push_str(&format!("\n`--isolation {mode}`: skipped — {why}\n"));
+        }
+        out
+    }
+}
+
+fn git_version() -> String {
+    Command::new("git")
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|_| "git (version unknown)".into())
+}

@@ -1,0 +1,140 @@
+//! The hub benchmark (`tests/benches/hub.rs`) at a tiny scale against the debug binary: every
+//! figure is produced and sane — counts, every accept landed, no event lost — so the benchmark
+//! cannot rot. Timings are never compared with anything here.
+
+use std::time::Duration;
+
+use hunkgate_tests::hub_bench::{self, Config, ModeFigures};
+
+fn tiny() -> Config {
+    Config {
+        files: 50,
+        lines: 200,
+        dirty: 5,
+        agent_files: 5,
+        hunks_per_file: 10,
+        small_hunks: 10,
+        small_rounds: 2,
+        rss_suggestions: 3,
+        rss_hunks: 20,
+        fanout_clients: 5,
+        fanout_decisions: 6,
+        git_samples: 2,
+        isolation_none: true,
+        // The isolation suite covers `--isolation user`; here the figures' plumbing is checked.
+        isolation_user: None,
+        bin: hunkgate_tests::hunkgate_bin(),
+    }
+}
+
+fn check_mode(cfg: &Config, m: &ModeFigures) {
+    let positive = |what: &str, d: Duration| assert!(!d.is_zero(), "{what} is zero: {m:#?}");
+    assert_eq!(m.mode, "none");
+    positive("first run start", m.first_run.start);
+    assert_eq!(m.first_run.hunk_count, cfg.agent_files * cfg.hunks_per_file);
+    positive(
+        "first run ready",
+        m.first_run.ready.expect("the first run's suggestion.ready"),
+    );
+    assert_eq!(m.warm_runs.len(), 2, "{m:#?}");
+    assert_eq!(m.warm_runs[0].hunk_count, cfg.small_hunks);
+    assert!(m.warm_runs[0].ready.is_some(), "{m:#?}");
+    assert_eq!(
+        m.warm_runs[1].hunk_count, 0,
+        "the third agent changes nothing"
+    );
+    assert!(m.warm_runs[1].ready.is_none(), "{m:#?}");
+    for r in &m.warm_runs {
+        positive("warm run start", r.start);
+    }
+    for (what, d) in [
+        ("git stash create (first)", m.stash_first),
+        ("git stash create (warm)", m.stash_warm),
+        ("git diff (big)", m.diff_big),
+        ("git diff (small)", m.diff_small),
+    ] {
+        positive(what, d);
+    }
+    assert_eq!(m.accept_small.len(), cfg.small_hunks * cfg.small_rounds);
+    assert_eq!(m.accept_big.len(), cfg.agent_files * cfg.hunks_per_file);
+    assert_eq!(m.apply_check_small.len(), cfg.small_hunks);
+    assert_eq!(m.apply_check_big.len(), m.accept_big.len());
+    assert!(m.decisions_per_sec > 0.0 && m.decisions_per_sec.is_finite());
+    // Every accept landed: the agents' versions, the user's edits kept (checked by the bench
+    // itself, which fails otherwise; here, that it checked them all).
+    assert_eq!(m.files_verified, cfg.agent_files + cfg.dirty + 1);
+    // A decision is journaled before it is answered.
+    assert!(m.diff_bytes_small > 0.0 && m.diff_bytes_big > 0.0, "{m:#?}");
+    assert!(m.journal_per_decision_small > 0.0, "{m:#?}");
+    assert!(m.journal_per_decision_big > 0.0, "{m:#?}");
+    assert!(m.journal_after_review > m.journal_before_review, "{m:#?}");
+    // Memory, from /proc.
+    assert!(
+        m.idle.rss_kib > 0 && m.idle.hwm_kib >= m.idle.rss_kib,
+        "{m:#?}"
+    );
+    assert!(
+        m.loaded.rss_kib > 0 && m.loaded.hwm_kib >= m.loaded.rss_kib,
+        "{m:#?}"
+    );
+    assert_eq!(m.loaded_suggestions, cfg.rss_suggestions);
+    assert_eq!(m.loaded_hunks, cfg.rss_suggestions * cfg.rss_hunks);
+    // The fan-out: every client got every event; each decision announces at least one.
+    let f = &m.fanout;
+    assert_eq!(f.clients, cfg.fanout_clients);
+    assert!(f.events >= cfg.fanout_decisions, "{f:#?}");
+    assert_eq!(f.lost, 0, "events lost: {f:#?}");
+    assert_eq!(f.resyncs, 0, "{f:#?}");
+    // One delay per event and client after the first, but for exact ties.
+    assert!(
+        f.delays.len() <= f.events * (f.clients - 1) && f.delays.len() >= f.events,
+        "{} delays for {} events × {} clients",
+        f.delays.len(),
+        f.events,
+        f.clients
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hub_benchmark_produces_every_figure() {
+    let cfg = tiny();
+    let report = hub_bench::run(&cfg).await.expect("the benchmark runs");
+    assert_eq!(report.modes.len(), 1, "{:#?}", report.skipped);
+    check_mode(&cfg, &report.modes[0]);
+    let md = report.markdown();
+    println!("{md}");
+    for step in [
+        "`POST /runs` → agent started, first run",
+        "agent exit → `suggestion.ready`",
+        "WebSocket `accept` of one hunk",
+        "decisions/s",
+        "bytes per accept",
+        "after the whole",
+        "hub RSS, idle",
+        "hub RSS with 3 suggestions × 20 hunks",
+        "fan-out to 5 WebSocket clients",
+        "events lost without a `resync`",
+    ] {
+        assert!(md.contains(step), "no row {step:?} in\n{md}");
+    }
+    assert!(!md.contains("NaN") && !md.contains("inf"), "{md}");
+}
+
+/// A scale the benchmark cannot build is refused with what to change, before anything runs.
+#[tokio::test]
+async fn an_impossible_scale_is_refused_with_the_fix() {
+    let mut cfg = tiny();
+    cfg.files = 10;
+    let err = hub_bench::run(&cfg)
+        .await
+        .expect_err("too few files")
+        .to_string();
+    assert!(err.contains("distinct files are needed"), "{err}");
+    let mut cfg = tiny();
+    cfg.hunks_per_file = 40;
+    let err = hub_bench::run(&cfg)
+        .await
+        .expect_err("hunks too dense")
+        .to_string();
+    assert!(err.contains("HUNKGATE_BENCH_LINES"), "{err}");
+}
