@@ -395,12 +395,21 @@ pub async fn run(
                 .process_group(0);
             #[cfg(target_os = "linux")]
             // SAFETY: pre_exec runs in the forked child before exec; prctl is async-signal-safe.
-            unsafe {
-                cmd.pre_exec(|| {
-                    // If the hub dies (even kill -9), the agent's group leader is told to go too.
-                    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-                        .map_err(std::io::Error::from)
-                });
+            {
+                let plan = (!pidns::disabled()).then(pidns::Plan::new);
+                unsafe {
+                    cmd.pre_exec(move || {
+                        // If the hub dies (even kill -9), the agent's group leader is told to go
+                        // too, and with it the PID namespace the agent runs in, when one can be
+                        // made here: then nothing the agent started outlives the hub.
+                        nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                            .map_err(std::io::Error::from)?;
+                        if let Some(plan) = &plan {
+                            pidns::enter_for_process_group(plan)?;
+                        }
+                        Ok(())
+                    });
+                }
             }
             None
         }
@@ -581,6 +590,341 @@ pub fn scrubbed_env(extra: &[String]) -> Vec<(String, String)> {
             ALLOW.contains(&k.as_str()) || k.starts_with("LC_") || extra.iter().any(|e| e == k)
         })
         .collect()
+}
+
+/// Whether agents can get a PID namespace with a private `/proc` here (see [`pidns`]).
+pub fn private_proc_possible() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        pidns::can_make_private_proc()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        false
+    }
+}
+
+/// In a namespace's init: mount a `/proc` that shows only this PID namespace (see [`pidns`]).
+pub fn mount_private_proc() -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        pidns::mount_private_proc()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "PID namespaces exist only on Linux",
+        ))
+    }
+}
+
+/// PID (and mount) namespaces for agents, on Linux.
+///
+/// Two uses:
+/// - `--isolation none`: the hub puts the agent in a PID namespace of its own (through an
+///   unprivileged user namespace, or directly when the hub is root) whose init dies with the
+///   hub, so even `kill -9` of the hub takes every process the agent started with it
+///   ([`enter_for_process_group`]).
+/// - `--isolation user`: the helper's namespace init mounts a fresh `/proc` in a mount
+///   namespace of its own ([`mount_private_proc`]), so an agent sees only its own namespace's
+///   processes — never another run's agent, whose environment holds that run's token.
+#[cfg(target_os = "linux")]
+pub mod pidns {
+    use nix::libc;
+
+    /// `HUNKGATE_SANDBOX_PIDNS=off`: no PID namespaces for agents, as machines without
+    /// (unprivileged) user namespaces must run — so that fallback can be exercised anywhere.
+    pub fn disabled() -> bool {
+        std::env::var_os("HUNKGATE_SANDBOX_PIDNS").is_some_and(|v| v == "off")
+    }
+
+    /// What [`enter_for_process_group`] needs, prepared before the fork (nothing may be
+    /// allocated after it).
+    #[derive(Clone)]
+    pub struct Plan {
+        user: bool,
+        uid_map: Vec<u8>,
+        gid_map: Vec<u8>,
+    }
+
+    impl Plan {
+        pub fn new() -> Self {
+            let uid = nix::unistd::geteuid().as_raw();
+            let gid = nix::unistd::getegid().as_raw();
+            Self {
+                // Root makes a PID namespace directly; anyone else through a user namespace
+                // that maps only themselves (so files keep their owners).
+                user: uid != 0,
+                uid_map: format!("{uid} {uid} 1\n").into_bytes(),
+                gid_map: format!("{gid} {gid} 1\n").into_bytes(),
+            }
+        }
+    }
+
+    impl Default for Plan {
+        fn default() -> Self {
+            Self::new()
+        }
+    }
+
+    fn last() -> std::io::Error {
+        std::io::Error::last_os_error()
+    }
+
+    /// Write `bytes` to a file under `/proc/self` (`path` NUL-terminated).
+    unsafe fn write_proc(path: &[u8], bytes: &[u8]) -> std::io::Result<()> {
+        let fd = libc::open(path.as_ptr().cast(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return Err(last());
+        }
+        let n = libc::write(fd, bytes.as_ptr().cast(), bytes.len());
+        let err = last();
+        libc::close(fd);
+        if n != bytes.len() as isize {
+            return Err(err);
+        }
+        Ok(())
+    }
+
+    /// Close every descriptor except those in `keep` (which must be sorted).
+    unsafe fn close_all_but(keep: &[libc::c_int]) {
+        let mut from: libc::c_uint = 0;
+        for &k in keep {
+            if k as libc::c_uint > from {
+                libc::syscall(libc::SYS_close_range, from, k as libc::c_uint - 1, 0);
+            }
+            from = k as libc::c_uint + 1;
+        }
+        libc::syscall(libc::SYS_close_range, from, libc::c_uint::MAX, 0);
+    }
+
+    unsafe fn waitpid_retry(pid: libc::pid_t, status: &mut libc::c_int) -> libc::pid_t {
+        loop {
+            let r = libc::waitpid(pid, status, 0);
+            if r >= 0 || *last().raw_os_error().as_ref().unwrap_or(&0) != libc::EINTR {
+                return r;
+            }
+        }
+    }
+
+    /// Die the way `status` says a child died: by the same signal, or with the same code.
+    unsafe fn exit_like(kind: u8, value: u8) -> ! {
+        if kind == 1 {
+            let sig = value as libc::c_int;
+            libc::signal(sig, libc::SIG_DFL);
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, sig);
+            libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            libc::kill(libc::getpid(), sig);
+            libc::_exit(128 + sig);
+        }
+        libc::_exit(value as libc::c_int)
+    }
+
+    /// In the forked child of the hub, before exec (`--isolation none`): enter a fresh PID
+    /// namespace and arrange the processes so that the agent's whole tree lives in it.
+    ///
+    /// Three processes result: this one (the hub's child and the process group's leader) waits
+    /// and then exits exactly like the agent; its child is the namespace's init (PID 1), which
+    /// reaps orphans and exits when the agent does — the kernel then kills everything left in
+    /// the namespace; and its grandchild returns from here and becomes the agent. Each dies with
+    /// its parent (`PR_SET_PDEATHSIG`), and this one with the hub, so `kill -9` of the hub ends
+    /// the whole tree. All three stay in the hub's process group, so the hub's SIGTERM and
+    /// SIGKILL to the group still reach the agent directly.
+    ///
+    /// Returns `Ok(false)` (and changes nothing) when no namespace can be made here; the caller
+    /// then runs the agent as a plain process group.
+    ///
+    /// # Safety
+    /// Only in a forked child before exec: it forks, and makes only async-signal-safe calls.
+    pub unsafe fn enter_for_process_group(plan: &Plan) -> std::io::Result<bool> {
+        let flags = if plan.user {
+            libc::CLONE_NEWUSER | libc::CLONE_NEWPID
+        } else {
+            libc::CLONE_NEWPID
+        };
+        if libc::unshare(flags) != 0 {
+            return Ok(false);
+        }
+        if plan.user {
+            write_proc(b"/proc/self/setgroups\0", b"deny")?;
+            write_proc(b"/proc/self/uid_map\0", &plan.uid_map)?;
+            write_proc(b"/proc/self/gid_map\0", &plan.gid_map)?;
+        }
+        // status: init -> this process (how the agent ended); guard: EOF tells init we died.
+        let mut status = [0 as libc::c_int; 2];
+        let mut guard = [0 as libc::c_int; 2];
+        if libc::pipe2(status.as_mut_ptr(), libc::O_CLOEXEC) != 0
+            || libc::pipe2(guard.as_mut_ptr(), libc::O_CLOEXEC) != 0
+        {
+            return Err(last());
+        }
+        let init = libc::fork();
+        if init < 0 {
+            return Err(last());
+        }
+        if init == 0 {
+            // PID 1 of the new namespace.
+            libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            );
+            libc::close(guard[1]);
+            libc::close(status[0]);
+            // Our parent may have died before the line above: then the guard reads EOF.
+            let mut pfd = libc::pollfd {
+                fd: guard[0],
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            if libc::poll(&mut pfd, 1, 0) > 0 {
+                libc::_exit(1);
+            }
+            let agent = libc::fork();
+            if agent < 0 {
+                return Err(last());
+            }
+            if agent == 0 {
+                libc::close(guard[0]);
+                libc::close(status[1]);
+                return Ok(true);
+            }
+            // The init: nothing of the hub's (its pipes, std's exec-error pipe) stays open here.
+            let mut keep = [guard[0], status[1]];
+            keep.sort_unstable();
+            close_all_but(&keep);
+            loop {
+                let mut st: libc::c_int = 0;
+                let r = waitpid_retry(-1, &mut st);
+                if r < 0 {
+                    libc::_exit(127);
+                }
+                if r == agent {
+                    let report: [u8; 2] = if libc::WIFSIGNALED(st) {
+                        [1, libc::WTERMSIG(st) as u8]
+                    } else {
+                        [0, libc::WEXITSTATUS(st) as u8]
+                    };
+                    libc::write(status[1], report.as_ptr().cast(), 2);
+                    libc::_exit(report[1] as libc::c_int);
+                }
+            }
+        }
+        // The hub's child: wait for the init and end like the agent did. The hub's SIGTERM
+        // to the group is for the agent; this process waits for its verdict.
+        // The guard's write end stays open for as long as this process lives.
+        let mut keep = [status[0], guard[1]];
+        keep.sort_unstable();
+        close_all_but(&keep);
+        libc::signal(libc::SIGTERM, libc::SIG_IGN);
+        let mut st: libc::c_int = 0;
+        waitpid_retry(init, &mut st);
+        let mut report = [0u8; 2];
+        if libc::read(status[0], report.as_mut_ptr().cast(), 2) == 2 {
+            exit_like(report[0], report[1]);
+        }
+        if libc::WIFSIGNALED(st) {
+            exit_like(1, libc::WTERMSIG(st) as u8);
+        }
+        libc::_exit(libc::WEXITSTATUS(st))
+    }
+
+    /// In a namespace's init, right after the helper unshared user, PID and mount namespaces:
+    /// keep mounts from propagating back, and mount a `/proc` that shows this PID namespace
+    /// only.
+    pub fn mount_private_proc() -> std::io::Result<()> {
+        let fail = |what: &str| {
+            let e = last();
+            std::io::Error::new(e.kind(), format!("{what}: {e}"))
+        };
+        // SAFETY: mount(2) with constant NUL-terminated strings.
+        unsafe {
+            if libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ) != 0
+            {
+                return Err(fail("making the agent's mounts private"));
+            }
+            if libc::mount(
+                c"proc".as_ptr(),
+                c"/proc".as_ptr(),
+                c"proc".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                std::ptr::null(),
+            ) != 0
+            {
+                return Err(fail("mounting a private /proc for the agent"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether this process could give an agent a PID namespace with a private `/proc`: user,
+    /// PID and mount namespaces made unprivileged, and `/proc` mounted inside (tried in a
+    /// throwaway child; the kernel refuses that mount where `/proc` is partly masked, as in
+    /// many containers).
+    pub fn can_make_private_proc() -> bool {
+        if disabled() {
+            return false;
+        }
+        let plan = Plan::new();
+        // SAFETY: the child makes only system calls and exits; nothing is allocated after fork.
+        unsafe {
+            let pid = libc::fork();
+            if pid < 0 {
+                return false;
+            }
+            if pid == 0 {
+                if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::CLONE_NEWNS) != 0
+                    || write_proc(b"/proc/self/setgroups\0", b"deny").is_err()
+                    || write_proc(b"/proc/self/uid_map\0", &plan.uid_map).is_err()
+                    || write_proc(b"/proc/self/gid_map\0", &plan.gid_map).is_err()
+                {
+                    libc::_exit(1);
+                }
+                let init = libc::fork();
+                if init < 0 {
+                    libc::_exit(1);
+                }
+                if init == 0 {
+                    let ok = libc::mount(
+                        std::ptr::null(),
+                        c"/".as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_REC | libc::MS_PRIVATE,
+                        std::ptr::null(),
+                    ) == 0
+                        && libc::mount(
+                            c"proc".as_ptr(),
+                            c"/proc".as_ptr(),
+                            c"proc".as_ptr(),
+                            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                            std::ptr::null(),
+                        ) == 0;
+                    libc::_exit(if ok { 0 } else { 1 });
+                }
+                let mut st = 0;
+                waitpid_retry(init, &mut st);
+                libc::_exit(if libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0 {
+                    0
+                } else {
+                    1
+                });
+            }
+            let mut st = 0;
+            waitpid_retry(pid, &mut st);
+            libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0
+        }
+    }
 }
 
 #[cfg(test)]
@@ -788,7 +1132,9 @@ mod tests {
         let sb = crate::workspace::LocalSandbox::new(tmp.path().to_path_buf());
         let pidfile = tmp.path().join("bg.pid");
         let script = format!(
-            "sleep 30 & echo $! > {}; echo started; wait",
+            // The agent may be in a PID namespace of its own, where `$!` is not our pid: the
+            // child reads its pid from /proc, which is still the machine's, before `exec`.
+            "sh -c 'echo $(cut -d\" \" -f4 /proc/self/stat) > {}; exec sleep 30' & echo started; wait",
             pidfile.display()
         );
         let argv = vec!["sh".to_string(), "-c".to_string(), script];
@@ -815,6 +1161,26 @@ mod tests {
                 .map(|s| s.contains(") Z "))
                 .unwrap_or(true);
         assert!(!alive, "background process {pid} survived the timeout");
+    }
+
+    /// However the agent runs (in a PID namespace or not), the hub sees it end as it did.
+    #[tokio::test]
+    async fn a_signal_that_kills_the_agent_is_reported_as_such() {
+        let tmp = tempfile::tempdir().unwrap();
+        let sb = crate::workspace::LocalSandbox::new(tmp.path().to_path_buf());
+        let argv = vec!["sh".into(), "-c".into(), "echo hi; kill -9 $$".into()];
+        let mut lines = Vec::new();
+        let out = run(
+            &sb,
+            &argv,
+            &[],
+            Duration::from_secs(10),
+            CancellationToken::new(),
+            |_, l| lines.push(l.to_string()),
+        )
+        .await;
+        assert_eq!(out.exit, Exit::Signal(9));
+        assert_eq!(lines, vec!["hi"]);
     }
 
     #[tokio::test]

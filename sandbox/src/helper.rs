@@ -122,10 +122,15 @@ fn run(op: &str) -> Result<ExitCode, HelperFailure> {
         "probe" => {
             check_my_home(&home)?;
             println!(
-                "ok uid={} home={} pidns={}",
+                "ok uid={} home={} pidns={} privateproc={}",
                 nix::unistd::getuid(),
                 home.display(),
                 if can_make_pid_namespace() {
+                    "yes"
+                } else {
+                    "no"
+                },
+                if crate::agent::private_proc_possible() {
                     "yes"
                 } else {
                     "no"
@@ -445,10 +450,16 @@ fn enter_namespaces(req: &Request) -> Result<bool, HelperFailure> {
     if req.network_none {
         flags |= libc::CLONE_NEWNET;
     }
+    if req.private_proc {
+        flags |= libc::CLONE_NEWNS;
+    }
     // SAFETY: unshare with integer flags; the helper is single-threaded, as a user namespace
     // requires.
     if unsafe { libc::unshare(flags) } != 0 {
         let e = std::io::Error::last_os_error();
+        if req.private_proc {
+            return Err(sys("making the agent's PID namespace with a private /proc")(e));
+        }
         if req.network_none {
             return Err(HelperFailure::NoNetns(e.to_string()));
         }
@@ -568,6 +579,12 @@ fn init_main(req: &Request, dir: &Path, guard: std::os::fd::OwnedFd) -> i32 {
             0,
             0,
         );
+    }
+    if req.private_proc {
+        if let Err(e) = crate::agent::mount_private_proc() {
+            eprintln!("hunkgate: refusing to start the agent: {e}");
+            return HELPER_FAILED as i32;
+        }
     }
     let agent = match spawn_agent(req, dir) {
         Ok(pid) => pid,

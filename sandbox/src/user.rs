@@ -278,6 +278,11 @@ pub struct UserIsolation {
     pub helper_exe: PathBuf,
     /// `--agent-network none`: the agent gets a fresh network namespace (Linux).
     pub network_none: bool,
+    /// Each agent gets a PID namespace made by the helper (through an unprivileged user
+    /// namespace) with a private `/proc`: it sees no process outside its own run, so it cannot
+    /// read another run's agent token from `/proc/<pid>/environ`. Set by [`Self::establish`]
+    /// when the helper's probe shows it works; without it, see [`Self::caveats`].
+    pub private_proc: bool,
 }
 
 /// The absolute path of this binary, as the sudoers rule names it.
@@ -354,14 +359,32 @@ impl UserIsolation {
                 sudo: find_sudo().ok_or(UserError::NoSudo)?,
             }
         };
-        let iso = Self {
+        let mut iso = Self {
             user,
             launch,
             helper_exe,
             network_none,
+            private_proc: false,
         };
-        iso.probe()?;
+        let answer = iso.probe()?;
+        iso.private_proc =
+            !pid_namespace_disabled() && answer.split_whitespace().any(|w| w == "privateproc=yes");
         Ok(iso)
+    }
+
+    /// What this isolation cannot guarantee here, for `serve` to say at start (empty when
+    /// everything holds).
+    pub fn caveats(&self) -> Vec<String> {
+        if self.private_proc {
+            return Vec::new();
+        }
+        vec![
+            format!(
+                "agents of concurrent runs all run as {} and see each other in /proc: one agent could read another run's agent token (HUNKGATE_AGENT_TOKEN) from /proc/<pid>/environ.",
+                self.user.name
+            ),
+            "Each agent gets a private /proc only where the sandbox user can make user namespaces (sysctl kernel.unprivileged_userns_clone=1 and user.max_user_namespaces > 0, no AppArmor restriction such as Ubuntu's kernel.apparmor_restrict_unprivileged_userns, /proc not masked as in some containers); `hunkgate setup --check` tells. Until then, run one agent at a time (--max-runs 1).".into(),
+        ]
     }
 
     /// Start `sandbox-helper probe` and check it answers as the sandbox user.
@@ -452,7 +475,9 @@ impl UserIsolation {
                 let mut cmd = std::process::Command::new(&self.helper_exe);
                 cmd.args(["sandbox-helper", op]);
                 let (uid, gid) = (self.user.uid, self.user.gid);
-                let ns = if exec {
+                // With a private /proc the helper makes every namespace itself (a root hub's
+                // PID namespace would leave the agent the machine's /proc).
+                let ns = if exec && !self.private_proc {
                     namespace_flags(self.network_none, !pid_namespace_disabled())
                 } else {
                     0
@@ -802,9 +827,13 @@ impl UserSandbox {
         request.env = env;
         request.timeout_ms = timeout.as_millis().min(u64::MAX as u128) as u64;
         request.network_none = self.iso.network_none;
-        // A root hub already put the helper in fresh namespaces; through sudo, the helper
-        // makes its own (user + PID, and network when asked).
-        request.namespaces_ready = self.iso.launch == Launch::Direct && cfg!(target_os = "linux");
+        // The helper makes its own namespaces (user + PID + mount with a private /proc, and
+        // network when asked) when it can; otherwise a root hub already put it in fresh PID
+        // (and network) namespaces.
+        request.namespaces_ready = self.iso.launch == Launch::Direct
+            && cfg!(target_os = "linux")
+            && !self.iso.private_proc;
+        request.private_proc = self.iso.private_proc;
         request.nproc = AGENT_NPROC;
         request.lifeline = lifeline;
         request.no_pid_namespace = pid_namespace_disabled();

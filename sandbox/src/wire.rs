@@ -60,6 +60,10 @@ pub struct Request {
     /// namespaces get; `HUNKGATE_SANDBOX_PIDNS=off` in the hub's environment forces it).
     #[serde(default)]
     pub no_pid_namespace: bool,
+    /// `exec`: make the PID namespace here (user + PID + mount) and mount a private `/proc`
+    /// in it, or fail: other runs' agents, and their tokens, must stay out of sight.
+    #[serde(default)]
+    pub private_proc: bool,
     /// `exec`: stdin stays open as the hub's lifeline, and its EOF stops the agent. Without it
     /// (short commands), stdin is ignored after the request.
     #[serde(default)]

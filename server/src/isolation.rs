@@ -86,6 +86,9 @@ pub fn resolve(
     let iso = UserIsolation::establish(user, network_none).with_context(|| {
         format!("--isolation user (sandbox user {user:?}); `hunkgate setup --check --user {user}` says what is missing, `--isolation none` runs without isolation")
     })?;
+    for line in iso.caveats() {
+        eprintln!("hunkgate: WARNING: {line}");
+    }
     Ok(Isolation::User(iso))
 }
 

@@ -379,7 +379,8 @@ impl Hub {
         }
         self.update_run(run_id, |r| r.base_commit = Some(base_commit.to_string()))?;
 
-        let slot = self.runs.acquire_slot()?;
+        let local = matches!(self.cfg.isolation, crate::isolation::Isolation::None);
+        let slot = self.runs.acquire_slot(local)?;
         let sandbox: Arc<dyn Sandbox> = match &self.cfg.isolation {
             crate::isolation::Isolation::None => Arc::new(LocalSandbox::new(
                 self.runs.sandbox_root.join(slot.to_string()),

@@ -7,6 +7,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use hunkgate_tests::fake_llm::{FakeLlm, Recorded, Reply};
+use hunkgate_tests::isolation::processes_of;
 use hunkgate_tests::{
     hunk_id, numbered, pid_alive, run_agent, wait_run_finished, wait_until, Hub, Pause, Workspace,
     Ws,
@@ -262,16 +263,26 @@ async fn kill9_right_after_an_acknowledged_decision_keeps_it() {
     assert_log_sane(&ws, 4);
 }
 
+/// Processes of this user whose command line contains `marker` (the agent may run in a PID
+/// namespace of its own, so the pids it sees are not ours: it is found by what it runs).
+fn processes_marked(marker: &str) -> Vec<(i32, String)> {
+    processes_of(nix::unistd::getuid().as_raw())
+        .into_iter()
+        .filter(|(_, cmd)| cmd.contains(marker))
+        .collect()
+}
+
 #[tokio::test]
 async fn a_run_in_progress_does_not_outlive_the_hub() {
     let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
-    let pids = ws.path("pids");
+    let started = ws.path("started");
+    let marker = format!("hunkgate-outlive-{}", std::process::id());
     let agent = ws
         .agent_script(
             "agent.sh",
             &format!(
-                "sleep 300 &\necho $! > {p}.tmp\necho $$ >> {p}.tmp\nmv {p}.tmp {p}\nwait",
-                p = pids.display()
+                "sh -c 'sleep 300' {marker}-bg &\ntouch {s}\nexec sh -c 'wait; sleep 300' {marker}-leader",
+                s = started.display()
             ),
         )
         .unwrap();
@@ -282,15 +293,13 @@ async fn a_run_in_progress_does_not_outlive_the_hub() {
         .await
         .unwrap();
     wait_until("the agent to start", Duration::from_secs(20), || {
-        pids.exists()
+        started.exists() && processes_marked(&marker).len() >= 2
     })
     .unwrap();
-    let pids: Vec<u32> = std::fs::read_to_string(&pids)
-        .unwrap()
-        .lines()
-        .map(|l| l.parse().unwrap())
+    let pids: Vec<u32> = processes_marked(&marker)
+        .iter()
+        .map(|(p, _)| *p as u32)
         .collect();
-    assert_eq!(pids.len(), 2);
     assert!(pids.iter().all(|p| pid_alive(*p)), "positive control");
 
     hub.stop().unwrap();
@@ -304,6 +313,133 @@ async fn a_run_in_progress_does_not_outlive_the_hub() {
     let run = wait_run_finished(&hub, &run_id, SECS5).await.unwrap();
     assert_interrupted(&run);
     assert_eq!(ws.read("a.txt").unwrap(), b"a\n");
+}
+
+/// `--isolation none`: an agent leaves a child behind that writes into the sandbox every 50 ms,
+/// in a new session and ignoring SIGTERM and SIGHUP; the hub is killed with `kill -9`. The
+/// agent runs in a PID namespace whose init dies with the hub, so the child dies too: it is
+/// gone, the sandbox stops changing, and the next run, which reuses the slot, starts from a
+/// clean copy and finds no write from it.
+#[tokio::test]
+async fn kill9_of_the_hub_leaves_no_agent_child_writing_into_a_reused_slot() {
+    leftover_writer(true).await;
+}
+
+/// The same where no PID namespace can be had (forced with `HUNKGATE_SANDBOX_PIDNS=off`): the
+/// child outlives the hub (the control that this is the fallback), and the restarted hub never
+/// hands its slot to the next run — the next run gets another slot, whose sandbox holds no
+/// write from it.
+#[tokio::test]
+async fn without_a_pid_namespace_a_slot_with_a_live_leftover_is_not_reused() {
+    leftover_writer(false).await;
+}
+
+async fn leftover_writer(pid_namespace: bool) {
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    let env: &[(&str, &str)] = if pid_namespace {
+        &[]
+    } else {
+        &[("HUNKGATE_SANDBOX_PIDNS", "off")]
+    };
+    let marker = format!("hunkgate-bgwriter-{}-{pid_namespace}", std::process::id());
+    let agent = ws
+        .agent_script(
+            "writer.sh",
+            &format!(
+                "setsid sh -c 'trap \"\" TERM HUP; while :; do date +%s%N >> \"$1/bg-writes\"; sleep 0.05; done' {marker} \"$PWD\" </dev/null >/dev/null 2>&1 &\nsleep 300"
+            ),
+        )
+        .unwrap();
+    let writes = ws.state().join("sandboxes/0/bg-writes");
+    let mut hub = ws.serve_env(&[], env).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    c.start_run("write", &format!("{} {{prompt}}", agent.display()), None)
+        .await
+        .unwrap();
+    // Positive control: the child runs and writes into slot 0.
+    let size = || std::fs::metadata(&writes).map(|m| m.len()).unwrap_or(0);
+    wait_until(
+        "the child to write into the sandbox",
+        Duration::from_secs(20),
+        || size() > 0,
+    )
+    .unwrap_or_else(|e| panic!("{e}: {}", hub.log_text()));
+    let first = size();
+    wait_until("the child to write again", SECS5, || size() > first).unwrap();
+    assert_eq!(processes_marked(&marker).len(), 1, "positive control");
+
+    hub.kill9();
+    let leftover = if pid_namespace {
+        wait_until("the agent's child to die with the hub", SECS5, || {
+            processes_marked(&marker).is_empty()
+        })
+        .unwrap_or_else(|e| panic!("{e}: {:?}", processes_marked(&marker)));
+        let after_kill = size();
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(
+            size(),
+            after_kill,
+            "something still writes into the sandbox"
+        );
+        None
+    } else {
+        // The fallback cannot kill it: it is still there, still writing.
+        let before = size();
+        wait_until("the leftover to write again", SECS5, || size() > before).unwrap();
+        let leftover = processes_marked(&marker);
+        assert_eq!(
+            leftover.len(),
+            1,
+            "control: no PID namespace, so it survives"
+        );
+        Some(leftover[0].0)
+    };
+
+    let hub = ws.serve_env(&[], env).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let seen = ws.path("seen");
+    let next = ws
+        .agent_script(
+            "next.sh",
+            &format!(
+                "sleep 0.3\npwd > {seen}\nls -a >> {seen}\necho b > a.txt",
+                seen = seen.display()
+            ),
+        )
+        .unwrap();
+    let suggestion = run_agent(&hub, &mut c, &next, "next").await.unwrap();
+    let listing = std::fs::read_to_string(&seen).unwrap();
+    if let Some(pid) = leftover {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        assert!(
+            !listing
+                .lines()
+                .next()
+                .unwrap_or("")
+                .ends_with("/sandboxes/0"),
+            "the slot of a live leftover was reused: {listing}"
+        );
+        assert!(
+            hub.log_text().contains("using another"),
+            "{}",
+            hub.log_text()
+        );
+    }
+    assert!(
+        !listing.lines().any(|l| l == "bg-writes"),
+        "the next run's sandbox holds the old child's writes: {listing}"
+    );
+    assert!(listing.lines().any(|l| l == "a.txt"), "control: {listing}");
+    assert!(
+        suggestion.to_string().contains("a.txt") && !suggestion.to_string().contains("bg-writes"),
+        "{suggestion}"
+    );
+    if pid_namespace {
+        assert!(processes_marked(&marker).is_empty());
+    }
 }
 
 /// A run the hub stopped under: `interrupted` (not the agent's failure, not the user's cancel),

@@ -421,3 +421,330 @@ async fn a_rename_whose_source_cannot_be_removed_changes_nothing() {
     assert!(!ws.exists("old/a.txt"));
     assert_eq!(state_of(&hub, &sid, &hid), "accepted");
 }
+
+/// A disk that fails with EIO on demand. This kernel has no device-mapper (`error`, `flakey`)
+/// and no block-layer fault injection, so the fault is made the closest real way: an ext4 file
+/// system on a loop device whose backing file is then made immutable (`chattr +i`). The loop
+/// driver's writes to it fail, the block layer reports `BLK_STS_IOERR`, and ext4 answers the
+/// next `fsync` (or metadata write) with EIO — "Buffer I/O error on device loopN" in the kernel
+/// log, exactly as a dying disk. Reads keep working from the page cache and the disk.
+struct FailingDisk {
+    on: PathBuf,
+    image: PathBuf,
+    device: String,
+    _backing: tempfile::TempDir,
+}
+
+impl FailingDisk {
+    /// An empty ext4 file system mounted on `on`, holding a copy of what `on` held.
+    fn mount_over(on: &Path) -> Self {
+        // The backing file must live on a file system that enforces `chattr +i` on files already
+        // open (ext4, xfs, btrfs do; tmpfs does not): the test's own temporary directory.
+        let backing = tempfile::tempdir_in(on.parent().unwrap()).unwrap();
+        let image = backing.path().join("disk.img");
+        run(Command::new("truncate").args(["-s", "64M"]).arg(&image));
+        let out = Command::new("losetup")
+            .args(["--find", "--show"])
+            .arg(&image)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "losetup: {out:?}");
+        let device = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        let disk = Self {
+            on: on.to_path_buf(),
+            image,
+            device,
+            _backing: backing,
+        };
+        run(Command::new("mkfs.ext4").args(["-q", "-F", "-O", "^has_journal", &disk.device]));
+        let stage = disk._backing.path().join("stage");
+        std::fs::create_dir(&stage).unwrap();
+        run(Command::new("mount").arg(&disk.device).arg(&stage));
+        std::fs::create_dir_all(on).unwrap();
+        run(Command::new("cp").arg("-a").arg(on.join(".")).arg(&stage));
+        run(Command::new("umount").arg(&stage));
+        let meta = std::fs::metadata(on).unwrap();
+        run(Command::new("mount").arg(&disk.device).arg(on));
+        // The new file system's root takes the mode and owner of the directory it covers.
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        std::fs::set_permissions(on, std::fs::Permissions::from_mode(meta.mode() & 0o7777))
+            .unwrap();
+        std::os::unix::fs::chown(on, Some(meta.uid()), Some(meta.gid())).unwrap();
+        disk
+    }
+
+    /// From now on every write reaching the disk fails with EIO. Checked, not assumed: a
+    /// probe file's `fsync` must fail with EIO.
+    fn fail(&self) {
+        run(&mut Command::new("sync"));
+        run(Command::new("chattr").arg("+i").arg(&self.image));
+        use std::io::Write;
+        let probe = self.on.join(".eio-probe");
+        let mut f = std::fs::File::create(&probe).unwrap();
+        f.write_all(&[7u8; 65536]).unwrap();
+        let err = f
+            .sync_all()
+            .expect_err("positive control: fsync on the failing disk");
+        assert_eq!(err.raw_os_error(), Some(nix::libc::EIO), "{err}");
+        drop(f);
+        let _ = std::fs::remove_file(&probe);
+    }
+
+    fn heal(&self) {
+        run(Command::new("chattr").arg("-i").arg(&self.image));
+    }
+
+    /// Unmount and mount again: what is read from now on comes from the disk itself, not from
+    /// the page cache of before (everything open on it must be closed first).
+    fn remount(&self) {
+        run(Command::new("umount").arg(&self.on));
+        run(Command::new("mount").arg(&self.device).arg(&self.on));
+    }
+}
+
+impl Drop for FailingDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("chattr").arg("-i").arg(&self.image).status();
+        let _ = Command::new("umount").arg("-l").arg(&self.on).status();
+        let _ = Command::new("losetup").arg("-d").arg(&self.device).status();
+    }
+}
+
+fn require_root_eio(test: &str) -> bool {
+    hunkgate_tests::require_root_for(test, "loop devices, mount, chattr")
+}
+
+/// The error a failed decision answers with names the fault.
+fn assert_clear_io_error(r: &hunkgate_tests::curl::Reply, what: &[&str]) {
+    assert!(r.status >= 400, "{} {}", r.status, r.body);
+    let message = r.body["error"].as_str().unwrap_or_default().to_string() + &r.body.to_string();
+    assert!(
+        what.iter().any(|w| message.contains(w)),
+        "the error should say {what:?}: {} {}",
+        r.status,
+        r.body
+    );
+}
+
+/// EIO under the state directory in the middle of a review: the decision is answered with an
+/// error naming the fault, changes nothing (checkout, hunk state, feedback log), and after the
+/// disk is healed and the hub restarted (the file system unmounted and mounted again between,
+/// so the hub reads what really reached the disk), the same accept applies the hunk exactly
+/// once, and a second accept is refused.
+#[tokio::test]
+async fn eio_under_the_state_directory_changes_nothing_and_a_restart_recovers() {
+    if !require_root_eio("eio_under_the_state_directory_changes_nothing_and_a_restart_recovers") {
+        return;
+    }
+    let ws = Workspace::new(&[("a.txt", numbered(10).as_bytes())]).unwrap();
+    std::fs::create_dir_all(ws.state()).unwrap();
+    std::fs::set_permissions(
+        ws.state(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    let disk = FailingDisk::mount_over(&ws.state());
+    let mut hub = ws.serve(&[]).unwrap();
+    let (sid, hid) = appending_suggestion(&ws, &hub).await;
+
+    disk.fail();
+    let r = accept(&hub, &sid, &hid);
+    assert_clear_io_error(&r, &["Input/output error", "os error 5"]);
+    assert_eq!(ws.read_string("a.txt").unwrap(), numbered(10));
+    hub.kill9();
+    disk.heal();
+    disk.remount();
+    assert_journal_whole(&ws.state());
+
+    let hub = ws.serve(&[]).unwrap();
+    assert_eq!(state_of(&hub, &sid, &hid), "pending");
+    assert!(ws.feedback_log().unwrap().is_empty());
+    let r = accept(&hub, &sid, &hid);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(ws.read_string("a.txt").unwrap(), numbered(11));
+    assert_eq!(accept(&hub, &sid, &hid).body["code"], "already_decided");
+    assert_eq!(ws.read_string("a.txt").unwrap(), numbered(11));
+    assert_eq!(ws.feedback_log().unwrap().len(), 1);
+    drop(hub);
+    drop(disk);
+}
+
+/// EIO under the checkout: the accept's write cannot be made durable, so it is answered with
+/// an error and the file stays as it was — also on the disk itself (the checkout is unmounted
+/// and mounted again before it is read). Healed and restarted, the accept applies once.
+#[tokio::test]
+async fn eio_under_the_checkout_changes_nothing_and_a_restart_recovers() {
+    if !require_root_eio("eio_under_the_checkout_changes_nothing_and_a_restart_recovers") {
+        return;
+    }
+    let ws = Workspace::new(&[("a.txt", numbered(10).as_bytes())]).unwrap();
+    let disk = FailingDisk::mount_over(&ws.repo());
+    assert_eq!(ws.read_string("a.txt").unwrap(), numbered(10));
+    let mut hub = ws.serve(&[]).unwrap();
+    let (sid, hid) = appending_suggestion(&ws, &hub).await;
+
+    disk.fail();
+    let r = accept(&hub, &sid, &hid);
+    assert_clear_io_error(&r, &["Input/output error", "os error 5"]);
+    assert_eq!(state_of(&hub, &sid, &hid), "pending");
+    assert!(ws.feedback_log().unwrap().is_empty());
+    hub.kill9();
+    disk.heal();
+    disk.remount();
+    assert_eq!(ws.read_string("a.txt").unwrap(), numbered(10));
+    let stray: Vec<String> = std::fs::read_dir(ws.repo())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "a.txt" && n != ".git" && n != "lost+found")
+        .collect();
+    assert!(stray.is_empty(), "left in the checkout: {stray:?}");
+
+    let hub = ws.serve(&[]).unwrap();
+    assert_eq!(state_of(&hub, &sid, &hid), "pending");
+    let r = accept(&hub, &sid, &hid);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(ws.read_string("a.txt").unwrap(), numbered(11));
+    assert_eq!(accept(&hub, &sid, &hid).body["code"], "already_decided");
+    assert_eq!(ws.read_string("a.txt").unwrap(), numbered(11));
+    assert_eq!(ws.feedback_log().unwrap().len(), 1);
+    drop(hub);
+    drop(disk);
+}
+
+/// A directory made read-only with a read-only bind mount, undone on drop.
+struct ReadOnly(PathBuf);
+
+impl ReadOnly {
+    fn set(dir: &Path) -> Self {
+        run(Command::new("mount").arg("--bind").arg(dir).arg(dir));
+        let guard = Self(dir.to_path_buf());
+        run(Command::new("mount")
+            .args(["-o", "remount,bind,ro"])
+            .arg(dir));
+        guard
+    }
+}
+
+impl Drop for ReadOnly {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// The checkout becomes read-only (a read-only bind mount: root, which CI runs as, ignores
+/// mode bits): an accept is answered with an error naming the read-only file system and
+/// changes nothing; writable again, and after a restart, the accept applies once.
+#[tokio::test]
+async fn a_read_only_checkout_changes_nothing_and_a_restart_recovers() {
+    if !require_root_eio("a_read_only_checkout_changes_nothing_and_a_restart_recovers") {
+        return;
+    }
+    let ws = Workspace::new(&[("a.txt", numbered(10).as_bytes())]).unwrap();
+    let mut hub = ws.serve(&[]).unwrap();
+    let (sid, hid) = appending_suggestion(&ws, &hub).await;
+
+    let ro = ReadOnly::set(&ws.repo());
+    assert!(
+        std::fs::write(ws.repo().join("probe"), b"x").is_err(),
+        "positive control: the checkout is read-only"
+    );
+    let r = accept(&hub, &sid, &hid);
+    assert_clear_io_error(&r, &["Read-only file system", "os error 30"]);
+    assert_eq!(state_of(&hub, &sid, &hid), "pending");
+    assert!(ws.feedback_log().unwrap().is_empty());
+    assert_eq!(ws.read_string("a.txt").unwrap(), numbered(10));
+    drop(ro);
+
+    hub.kill9();
+    let hub = ws.serve(&[]).unwrap();
+    assert_eq!(state_of(&hub, &sid, &hid), "pending");
+    let r = accept(&hub, &sid, &hid);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(ws.read_string("a.txt").unwrap(), numbered(11));
+    assert_eq!(accept(&hub, &sid, &hid).body["code"], "already_decided");
+    assert_eq!(ws.feedback_log().unwrap().len(), 1);
+}
+
+/// Start `serve` on `ws` and expect it to exit with an error (the harness's `Hub::start` would
+/// read a previous hub's address, which a read-only state dir keeps); returns its output.
+fn serve_refused(ws: &Workspace) -> String {
+    let mut cmd = Command::new(hunkgate_tests::hunkgate_bin());
+    hunkgate_tests::hermetic_env(&mut cmd, &ws.home());
+    let mut child = cmd
+        .current_dir(ws.repo())
+        .args(["serve", "--port", "0", "--isolation", "none", "--state-dir"])
+        .arg(ws.state())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + SECS10;
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("a hub on a read-only state dir kept running");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = child.wait_with_output().unwrap();
+    assert!(!status.success());
+    String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout)
+}
+
+/// The state directory becomes read-only while the hub runs (a read-only bind mount over it):
+/// the files the hub already holds open stay writable, so a decision either completes —
+/// durably: the checkout, the hunk state and the feedback log agree — or is answered with an
+/// error naming the read-only file system and changes nothing. A hub started on the read-only
+/// state directory refuses with a message naming it; writable again, the restarted hub shows
+/// the same state, and nothing is ever applied twice.
+#[tokio::test]
+async fn a_read_only_state_directory_changes_nothing_and_a_restart_recovers() {
+    if !require_root_eio("a_read_only_state_directory_changes_nothing_and_a_restart_recovers") {
+        return;
+    }
+    let ws = Workspace::new(&[("a.txt", numbered(10).as_bytes())]).unwrap();
+    let mut hub = ws.serve(&[]).unwrap();
+    let (sid, hid) = appending_suggestion(&ws, &hub).await;
+
+    let ro = ReadOnly::set(&ws.state());
+    assert!(
+        std::fs::write(ws.state().join("probe"), b"x").is_err(),
+        "positive control: the state directory is read-only"
+    );
+    let r = accept(&hub, &sid, &hid);
+    let applied = if r.status == 200 {
+        assert_eq!(ws.read_string("a.txt").unwrap(), numbered(11));
+        assert_eq!(state_of(&hub, &sid, &hid), "accepted");
+        assert_eq!(ws.feedback_log().unwrap().len(), 1);
+        true
+    } else {
+        assert_clear_io_error(&r, &["Read-only file system", "os error 30"]);
+        assert_eq!(ws.read_string("a.txt").unwrap(), numbered(10));
+        assert_eq!(state_of(&hub, &sid, &hid), "pending");
+        assert!(ws.feedback_log().unwrap().is_empty());
+        false
+    };
+    hub.kill9();
+    let err = serve_refused(&ws);
+    assert!(
+        err.contains("Read-only file system") || err.contains("os error 30"),
+        "{err}"
+    );
+    drop(ro);
+
+    let hub = ws.serve(&[]).unwrap();
+    if !applied {
+        assert_eq!(state_of(&hub, &sid, &hid), "pending");
+        let r = accept(&hub, &sid, &hid);
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    assert_eq!(state_of(&hub, &sid, &hid), "accepted");
+    assert_eq!(ws.read_string("a.txt").unwrap(), numbered(11));
+    assert_eq!(accept(&hub, &sid, &hid).body["code"], "already_decided");
+    assert_eq!(ws.read_string("a.txt").unwrap(), numbered(11));
+    assert_eq!(ws.feedback_log().unwrap().len(), 1);
+}

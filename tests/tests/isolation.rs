@@ -917,3 +917,142 @@ fn sandbox_sync_sees_every_change_under_user_isolation() {
         &s.ws.repo(),
     );
 }
+
+/// Two concurrent runs under `--isolation user`: agent B sits with its token in its environment;
+/// agent A, running as the same sandbox user, tries every way to get it — every process's
+/// environ and cmdline, B's environ, fds and cmdline by B's pid (which the test hands it),
+/// signals and `ptrace` to that pid, a nested user namespace that unmounts `/proc` to reveal
+/// the machine's, and a nested PID namespace with its own `/proc`. It dumps everything it finds
+/// into its output; B's token must appear nowhere in it. Positive controls: A finds its own
+/// token the same way, the test (root) reads B's token from B's environ, and with the private
+/// `/proc` forced off (`HUNKGATE_SANDBOX_PIDNS=off`, as on machines without unprivileged user
+/// namespaces) the very same A does find B's token — and `serve` said so at start.
+fn check_tokens_stay_private(root_hub: bool, private: bool) -> Result<()> {
+    let s = Setup::new(root_hub)?;
+    let env: &[(&str, &str)] = if private {
+        &[]
+    } else {
+        &[("HUNKGATE_SANDBOX_PIDNS", "off")]
+    };
+    let hub = s.hub_env(false, &[], env)?;
+    let warned = hub
+        .log_text()
+        .contains("could read another run's agent token");
+    anyhow::ensure!(
+        warned != private,
+        "serve must warn exactly when agents share /proc (private: {private}): {}",
+        hub.log_text()
+    );
+    let marks = s.shared.path().join("marks");
+    std::fs::create_dir(&marks)?;
+    std::fs::set_permissions(&marks, std::fs::Permissions::from_mode(0o1777))?;
+    let b_marker = format!("hunkgate-token-b-{}", std::process::id());
+    let b = s.script(
+        "b.sh",
+        &format!(
+            "touch {m}/b-started\nexec sh -c 'sleep 300; : {b_marker}' {b_marker}",
+            m = marks.display()
+        ),
+    )?;
+    let bpid_file = s.shared.path().join("bpid");
+    let a = s.script(
+        "a.sh",
+        &format!(
+            r#"
+r() {{ echo "RESULT $1 $2"; }}
+while [ ! -s {bpid} ]; do sleep 0.05; done
+B=$(cat {bpid})
+r own_token "$HUNKGATE_AGENT_TOKEN"
+all_env() {{ cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n'; }}
+r own_token_found "$(all_env | grep -c -x -F "HUNKGATE_AGENT_TOKEN=$HUNKGATE_AGENT_TOKEN")"
+all_env | sed 's/^/ENVIRON /'
+cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' '\n' | sed 's/^/CMDLINE /'
+r b_visible "$(cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' '\n' | grep -c '[h]{b_rest}')"
+cat /proc/$B/environ 2>&1 | tr '\0' '\n' | sed 's/^/B_ENVIRON /'
+cat /proc/$B/cmdline 2>&1 | tr '\0' '\n' | sed 's/^/B_CMDLINE /'
+ls -l /proc/$B/fd/ 2>&1 | sed 's/^/B_FD /'
+kill -0 $B 2>/dev/null && r kill_b ALLOWED || r kill_b denied
+r ptrace_b "$(perl -MConfig -e '$n = $Config{{archname}} =~ /aarch64/ ? 117 : 101; $r = syscall($n, 16, $ARGV[0], 0, 0); print $r == -1 ? "denied" : "ALLOWED"' $B)"
+unshare -Urm sh -c "umount -l /proc; cat /proc/[0-9]*/environ /proc/$B/environ" 2>&1 | tr '\0' '\n' | sed 's/^/UMOUNT /'
+unshare -Urmpf --mount-proc sh -c 'cat /proc/[0-9]*/environ' 2>&1 | tr '\0' '\n' | sed 's/^/NESTED /'
+r done yes
+"#,
+            bpid = bpid_file.display(),
+            // `[h]unkgate-…`: a pattern that does not match the grep running it.
+            b_rest = &b_marker[1..],
+        ),
+    )?;
+    let b_id = start_run(&hub, &b, None)?;
+    wait_until("agent B to start", Duration::from_secs(30), || {
+        marks.join("b-started").exists()
+            && processes_of(s.agent.uid)
+                .iter()
+                .any(|(_, cmd)| cmd.starts_with("sh -c sleep 300"))
+    })?;
+    let b_proc = processes_of(s.agent.uid)
+        .into_iter()
+        .find(|(_, cmd)| cmd.starts_with("sh -c sleep 300"))
+        .ok_or_else(|| anyhow!("agent B not found: {:?}", processes_of(s.agent.uid)))?;
+    // Control: B's token is there, in B's environment, for whoever may read it.
+    let b_env = std::fs::read(format!("/proc/{}/environ", b_proc.0))?;
+    let b_token = String::from_utf8_lossy(&b_env)
+        .split('\0')
+        .find_map(|kv| kv.strip_prefix("HUNKGATE_AGENT_TOKEN="))
+        .map(str::to_string)
+        .ok_or_else(|| anyhow!("no token in agent B's environment"))?;
+    anyhow::ensure!(b_token.len() >= 16, "B's token: {b_token:?}");
+    std::fs::write(&bpid_file, b_proc.0.to_string())?;
+
+    let a_run = run_to_end(&hub, &a, None)?;
+    let log = run_log(&hub, a_run["run_id"].as_str().unwrap_or_default())?;
+    let res = results(&log);
+    let get = |k: &str| res.get(k).map(String::as_str).unwrap_or("<missing>");
+    let ctx = || format!("agent A's log:\n{log}\nhub log:\n{}", hub.log_text());
+    anyhow::ensure!(get("done") == "yes", "A did not finish: {}", ctx());
+    // Control: A reads its own token the way it tried to read B's.
+    anyhow::ensure!(get("own_token") != b_token, "{}", ctx());
+    anyhow::ensure!(get("own_token_found") != "0", "{}", ctx());
+    let leaked = log.contains(&b_token);
+    if private {
+        anyhow::ensure!(!leaked, "agent A found agent B's token: {}", ctx());
+        anyhow::ensure!(get("b_visible") == "0", "{}", ctx());
+        anyhow::ensure!(get("kill_b") == "denied", "{}", ctx());
+        anyhow::ensure!(get("ptrace_b") == "denied", "{}", ctx());
+    } else {
+        // Without a private /proc the same probe succeeds: it is not denied for lack of trying.
+        anyhow::ensure!(leaked, "control: A should see B's token here: {}", ctx());
+        anyhow::ensure!(get("b_visible") != "0", "{}", ctx());
+    }
+    let r = hub
+        .curl()
+        .post(&format!("/runs/{b_id}/cancel"), &json!({}))?;
+    anyhow::ensure!(r.status == 200, "{}", r.body);
+    wait_no_process_of(&s.agent, Duration::from_secs(10))?;
+    Ok(())
+}
+
+#[test]
+fn an_agent_cannot_read_a_concurrent_agents_token() {
+    if !require_root("an_agent_cannot_read_a_concurrent_agents_token") {
+        return;
+    }
+    check_tokens_stay_private(false, true).unwrap();
+}
+
+#[test]
+fn an_agent_cannot_read_a_concurrent_agents_token_when_the_hub_is_root() {
+    if !require_root("an_agent_cannot_read_a_concurrent_agents_token_when_the_hub_is_root") {
+        return;
+    }
+    check_tokens_stay_private(true, true).unwrap();
+}
+
+/// The control of the two above: without a private `/proc` the probe does find the token, and
+/// `serve` warned about it at start.
+#[test]
+fn without_a_private_proc_serve_warns_that_tokens_are_visible() {
+    if !require_root("without_a_private_proc_serve_warns_that_tokens_are_visible") {
+        return;
+    }
+    check_tokens_stay_private(false, false).unwrap();
+}

@@ -221,6 +221,7 @@ fn check_helper(
         launch: launch.clone(),
         helper_exe: exe.to_path_buf(),
         network_none: false,
+        private_proc: false,
     };
     let as_hub = (me == 0 && hub.uid != 0).then_some(hub);
     match iso.probe_as(as_hub) {
@@ -237,6 +238,11 @@ fn check_helper(
             } else {
                 // Not fatal: the helper then tracks the tree as a child subreaper.
                 out.push(ok("NOTE: no unprivileged user namespaces here, so agents run without a PID namespace; the helper still kills every descendant it can find, but an agent that deliberately kills its own helper can leave processes behind (allow user namespaces, or run the hub as root, to close that)"));
+            }
+            if answer.contains("privateproc=yes") {
+                out.push(ok("each agent sees only its own processes (a private /proc): no agent can read another run's token"));
+            } else {
+                out.push(ok("NOTE: agents cannot get a private /proc here (no unprivileged user, PID and mount namespaces, or a masked /proc), so one agent could read a concurrent run's token from /proc; allow user namespaces, or run one agent at a time (--max-runs 1)"));
             }
         }
         Err(e) => out.push(missing(e.to_string())),

@@ -141,14 +141,34 @@ impl Runs {
     }
 
     /// A sandbox directory no other run is using; reused across runs so build caches survive.
-    pub(crate) fn acquire_slot(&self) -> Result<usize, AppError> {
+    ///
+    /// `local`: the slots are directories under `sandbox_root` that agents run in as the hub's
+    /// own user (`--isolation none`). A slot where some process still has its working directory
+    /// is then skipped: an agent's child left by an earlier hub (killed with `kill -9` where no
+    /// PID namespace could be had) must never write into the sandbox of the next run.
+    pub(crate) fn acquire_slot(&self, local: bool) -> Result<usize, AppError> {
         let mut slots = self.slots.lock().map_err(|_| poisoned())?;
-        if let Some(i) = slots.iter().position(|busy| !busy) {
+        for i in 0.. {
+            if i == slots.len() {
+                slots.push(false);
+            }
+            if slots[i] {
+                continue;
+            }
+            if local {
+                if let Some(pid) = process_inside(&self.sandbox_root.join(i.to_string())) {
+                    tracing::warn!(
+                        slot = i,
+                        pid,
+                        "a process left by an earlier run still works in this sandbox; using another"
+                    );
+                    continue;
+                }
+            }
             slots[i] = true;
             return Ok(i);
         }
-        slots.push(true);
-        Ok(slots.len() - 1)
+        unreachable!("an unbounded range ends only by returning")
     }
 
     pub(crate) fn release_slot(&self, i: usize) {
@@ -205,4 +225,15 @@ impl Sessions {
         }
         out
     }
+}
+
+/// Some process whose working directory is `dir` or beneath it (Linux; elsewhere none is found).
+fn process_inside(dir: &std::path::Path) -> Option<i32> {
+    let dir = dir.canonicalize().ok()?;
+    let procs = std::fs::read_dir("/proc").ok()?;
+    procs.flatten().find_map(|entry| {
+        let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
+        let cwd = std::fs::read_link(entry.path().join("cwd")).ok()?;
+        cwd.starts_with(&dir).then_some(pid)
+    })
 }
