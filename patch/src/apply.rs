@@ -379,9 +379,9 @@ mod tests {
 
     #[test]
     fn a_header_start_beyond_isize_max_neither_panics_nor_wraps() {
-        // Found by fuzzing (fuzz/seeds/apply/regression-huge-start): `old_start as isize`
-        // wrapped to a negative number, and adding the offset overflowed (a panic in debug
-        // builds, and in release a wrapped index that could place the hunk at line 0).
+        // Found while writing the fuzz targets (regression seed fuzz/seeds/apply/huge-start):
+        // `old_start as isize` wrapped to a negative number, and adding the offset overflowed
+        // (a panic in debug builds; in release a wrapped index could place the hunk at line 0).
         let h = hunk("@@ -9223372036854775809 +1 @@\n-a\n+b\n");
         for offset in [isize::MIN, -1, 0, 1, isize::MAX] {
             // The expected place does not exist, so the search finds the only "a".

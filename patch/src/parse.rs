@@ -715,9 +715,10 @@ mod tests {
 
     #[test]
     fn no_newline_marker_after_an_empty_line_is_refused() {
-        // Found by fuzzing (fuzz/seeds/modified/regression-empty-unterminated): "+" and the
-        // marker parsed as an added line "" that counted in the header but added nothing, so
-        // an accepted `modify` with it could not be undone.
+        // Found while writing the fuzz targets (regression seed
+        // fuzz/seeds/parse/empty-unterminated): "+" and the marker parsed as an added line ""
+        // that counted in the header but added nothing, so an accepted `modify` with it could
+        // not be undone.
         for (diff, line) in [
             ("@@ -1 +1 @@\n-a\n+\n\\ No newline at end of file\n", 4),
             ("@@ -1 +1 @@\n-\n\\ No newline at end of file\n+a\n", 3),
