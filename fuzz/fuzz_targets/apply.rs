@@ -26,7 +26,10 @@ impl Text {
         match self {
             Text::Raw(s) => s.clone(),
             Text::Lines(picks, unterminated) => {
-                let mut s: String = picks.iter().map(|&b| ALPHABET[usize::from(b % 8)]).collect();
+                let mut s: String = picks
+                    .iter()
+                    .map(|&b| ALPHABET[usize::from(b % 8)])
+                    .collect();
                 if *unterminated {
                     s.pop();
                 }
@@ -68,11 +71,22 @@ fuzz_target!(|input: Input| {
     let hunks = diff_hunks(old, new, context);
     assert_eq!(hunks.is_empty(), old == new);
     for h in &hunks {
-        assert_eq!(parse_hunks(&h.to_unified()).as_deref(), Ok(std::slice::from_ref(h)));
+        assert_eq!(
+            parse_hunks(&h.to_unified()).as_deref(),
+            Ok(std::slice::from_ref(h))
+        );
     }
-    assert_eq!(apply_all(old, &hunks).as_deref(), Ok(new), "hunks: {hunks:?}");
+    assert_eq!(
+        apply_all(old, &hunks).as_deref(),
+        Ok(new),
+        "hunks: {hunks:?}"
+    );
     let back: Vec<Hunk> = hunks.iter().map(Hunk::reversed).collect();
-    assert_eq!(apply_all(new, &back).as_deref(), Ok(old), "reversed: {back:?}");
+    assert_eq!(
+        apply_all(new, &back).as_deref(),
+        Ok(old),
+        "reversed: {back:?}"
+    );
 
     // The hub accepts hunks one at a time, in the reviewer's order; each one's offset is the
     // sum of the deltas of the already-applied hunks above it (Hub::offset_for).

@@ -53,7 +53,16 @@ struct Input {
 }
 
 fn render(picks: &[u8], crlf: bool, unterminated: bool) -> String {
-    const ALPHABET: [&str; 8] = ["fn a() {", "}", "", "    x += 1;", "    y", "b", "a", "// c"];
+    const ALPHABET: [&str; 8] = [
+        "fn a() {",
+        "}",
+        "",
+        "    x += 1;",
+        "    y",
+        "b",
+        "a",
+        "// c",
+    ];
     let end = if crlf { "\r\n" } else { "\n" };
     let mut s = String::new();
     for &b in picks {
@@ -78,7 +87,8 @@ fuzz_target!(|input: Input| {
     }
     let rec = &hunks[usize::from(input.pick) % hunks.len()];
     // The agent's hunks apply in any order; this one's offset is 0 because none above is applied.
-    let agent_applied = apply_hunk(&base, rec, 0).expect("the agent's own hunk applies to its base");
+    let agent_applied =
+        apply_hunk(&base, rec, 0).expect("the agent's own hunk applies to its base");
 
     let body = match &input.typed {
         Typed::Agent => rec.to_unified(),
@@ -134,13 +144,23 @@ fuzz_target!(|input: Input| {
         _ => false,
     };
     if same_as_agent && offset == 0 {
-        assert_eq!(applied.at, agent_applied.at, "the retyped hunk landed elsewhere");
-        assert_eq!(applied.text, agent_applied.text, "the retyped hunk changed the file differently");
+        assert_eq!(
+            applied.at, agent_applied.at,
+            "the retyped hunk landed elsewhere"
+        );
+        assert_eq!(
+            applied.text, agent_applied.text,
+            "the retyped hunk changed the file differently"
+        );
     }
 
     // Undo: the reversed hunk at the place it landed gives the original back exactly.
     let rev = h.reversed();
-    let nominal = if rev.old_lines().is_empty() { rev.old_start } else { rev.old_start.saturating_sub(1) };
+    let nominal = if rev.old_lines().is_empty() {
+        rev.old_start
+    } else {
+        rev.old_start.saturating_sub(1)
+    };
     let Some(undo_offset) = (applied.at as isize).checked_sub_unsigned(nominal) else {
         return;
     };

@@ -22,12 +22,18 @@ fuzz_target!(|data: &[u8]| {
     let again = parse_hunks(&printed).unwrap_or_else(|e| {
         panic!("printed hunks do not parse: {e}\ninput: {text:?}\nprinted: {printed:?}")
     });
-    assert_eq!(again, hunks, "parse -> print -> parse changed the hunks; printed: {printed:?}");
+    assert_eq!(
+        again, hunks,
+        "parse -> print -> parse changed the hunks; printed: {printed:?}"
+    );
     let reprinted: String = again.iter().map(Hunk::to_unified).collect();
     assert_eq!(reprinted, printed);
     // One hunk at a time too: that is how the hub stores and shows them.
     for h in &hunks {
-        assert_eq!(parse_hunks(&h.to_unified()).as_deref(), Ok(std::slice::from_ref(h)));
+        assert_eq!(
+            parse_hunks(&h.to_unified()).as_deref(),
+            Ok(std::slice::from_ref(h))
+        );
     }
     for h in &hunks {
         applies_to_its_own_old_side(h);
@@ -37,10 +43,19 @@ fuzz_target!(|data: &[u8]| {
     // hunk prints and parses like any other.
     for h in &hunks {
         let r = h.reversed();
-        assert_eq!((r.old_lines(), r.new_lines()), (h.new_lines(), h.old_lines()));
-        assert_eq!((r.old_start, r.old_len, r.new_start, r.new_len), (h.new_start, h.new_len, h.old_start, h.old_len));
+        assert_eq!(
+            (r.old_lines(), r.new_lines()),
+            (h.new_lines(), h.old_lines())
+        );
+        assert_eq!(
+            (r.old_start, r.old_len, r.new_start, r.new_len),
+            (h.new_start, h.new_len, h.old_start, h.old_len)
+        );
         let rr = r.reversed();
-        assert_eq!((rr.old_lines(), rr.new_lines()), (h.old_lines(), h.new_lines()));
+        assert_eq!(
+            (rr.old_lines(), rr.new_lines()),
+            (h.old_lines(), h.new_lines())
+        );
         assert_eq!(rr.reversed(), r);
         assert_eq!(parse_hunks(&r.to_unified()), Ok(vec![r]));
     }
@@ -54,7 +69,8 @@ fn applies_to_its_own_old_side(h: &Hunk) {
     for offset in [0, -1, 1, isize::MIN, isize::MAX] {
         let result = apply_hunk(&old, h, offset);
         if !old.is_empty() {
-            let applied = result.unwrap_or_else(|e| panic!("{h:?} on its old side, offset {offset}: {e}"));
+            let applied =
+                result.unwrap_or_else(|e| panic!("{h:?} on its old side, offset {offset}: {e}"));
             assert_eq!((applied.at, applied.text.as_str()), (0, new.as_str()));
         }
     }
@@ -73,13 +89,23 @@ fn check_well_formed(h: &Hunk) {
     assert_eq!(new.len(), h.new_len);
     for side in [&old, &new] {
         if let Some((_, init)) = side.split_last() {
-            assert!(init.iter().all(|l| l.ends_with('\n')), "unterminated line inside a side: {h:?}");
+            assert!(
+                init.iter().all(|l| l.ends_with('\n')),
+                "unterminated line inside a side: {h:?}"
+            );
         }
     }
-    assert!(h.lines.iter().all(|l| match l {
-        HunkLine::Context(t) | HunkLine::Remove(t) | HunkLine::Add(t) => !t[..t.len().saturating_sub(1)].contains('\n'),
-    }), "a body line holds a newline before its end: {h:?}");
-    assert!(h.lines.iter().all(|l| !l.text().is_empty()), "an empty line without newline: {h:?}");
+    assert!(
+        h.lines.iter().all(|l| match l {
+            HunkLine::Context(t) | HunkLine::Remove(t) | HunkLine::Add(t) =>
+                !t[..t.len().saturating_sub(1)].contains('\n'),
+        }),
+        "a body line holds a newline before its end: {h:?}"
+    );
+    assert!(
+        h.lines.iter().all(|l| !l.text().is_empty()),
+        "an empty line without newline: {h:?}"
+    );
     assert!(h.old_start != 0 || h.old_len == 0);
     assert!(h.new_start != 0 || h.new_len == 0);
 }

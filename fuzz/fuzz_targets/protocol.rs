@@ -54,12 +54,22 @@ fn websocket(text: &str) {
         return;
     };
     let _id = value.get("id").cloned();
-    let Some(ty) = value.get("type").and_then(Value::as_str).map(str::to_string) else {
+    let Some(ty) = value
+        .get("type")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+    else {
         return;
     };
     match ty.as_str() {
         "feedback" => same_as_rest::<FeedbackCmd>(&value, text, |c| {
-            (c.suggestion_id, c.hunk_id, c.action, c.modified_diff, c.comment)
+            (
+                c.suggestion_id,
+                c.hunk_id,
+                c.action,
+                c.modified_diff,
+                c.comment,
+            )
         }),
         "feedback_all" => same_as_rest::<FeedbackAllCmd>(&value, text, |c| {
             (c.suggestion_id, c.action, c.file, c.comment)
@@ -81,7 +91,10 @@ fn websocket(text: &str) {
                 .and_then(Value::as_str);
         }
         "cancel" => {
-            let _ = value.get("runId").or_else(|| value.get("run_id")).and_then(Value::as_str);
+            let _ = value
+                .get("runId")
+                .or_else(|| value.get("run_id"))
+                .and_then(Value::as_str);
         }
         "replay" => {
             let _ = value.get("since").and_then(Value::as_u64);
@@ -117,7 +130,11 @@ fn round_trip<T: DeserializeOwned + Serialize + PartialEq + std::fmt::Debug>(dat
         return;
     };
     let json = serde_json::to_string(&v).expect("a decoded message re-encodes");
-    let back: T = serde_json::from_str(&json)
-        .unwrap_or_else(|e| panic!("re-encoded {} does not decode: {e}: {json}", std::any::type_name::<T>()));
+    let back: T = serde_json::from_str(&json).unwrap_or_else(|e| {
+        panic!(
+            "re-encoded {} does not decode: {e}: {json}",
+            std::any::type_name::<T>()
+        )
+    });
     assert_eq!(back, v, "{json}");
 }
