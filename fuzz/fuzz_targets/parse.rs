@@ -98,7 +98,7 @@ fn check_well_formed(h: &Hunk) {
     assert!(
         h.lines.iter().all(|l| match l {
             HunkLine::Context(t) | HunkLine::Remove(t) | HunkLine::Add(t) =>
-                !t[..t.len().saturating_sub(1)].contains('\n'),
+                !t.strip_suffix('\n').unwrap_or(t).contains('\n'),
         }),
         "a body line holds a newline before its end: {h:?}"
     );
