@@ -62,7 +62,7 @@ fn websocket(text: &str) {
         return;
     };
     match ty.as_str() {
-        "feedback" => same_as_rest::<FeedbackCmd>(&value, text, |c| {
+        "feedback" => same_as_rest::<FeedbackCmd, _>(&value, text, |c| {
             (
                 c.suggestion_id,
                 c.hunk_id,
@@ -71,14 +71,14 @@ fn websocket(text: &str) {
                 c.comment,
             )
         }),
-        "feedback_all" => same_as_rest::<FeedbackAllCmd>(&value, text, |c| {
+        "feedback_all" => same_as_rest::<FeedbackAllCmd, _>(&value, text, |c| {
             (c.suggestion_id, c.action, c.file, c.comment)
         }),
-        "complete" => same_as_rest::<CompleteCmd>(&value, text, |c| (c.suggestion_id, c.action)),
-        "run" => same_as_rest::<RunCmd>(&value, text, |c| {
+        "complete" => same_as_rest::<CompleteCmd, _>(&value, text, |c| (c.suggestion_id, c.action)),
+        "run" => same_as_rest::<RunCmd, _>(&value, text, |c| {
             (c.prompt, c.agent, c.model, c.session_id, c.timeout_secs)
         }),
-        "clarify" => same_as_rest::<ClarifyCmd>(&value, text, |c| {
+        "clarify" => same_as_rest::<ClarifyCmd, _>(&value, text, |c| {
             (c.run_id, c.question_id, c.answer, c.skip)
         }),
         "list" => {
