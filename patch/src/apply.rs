@@ -56,7 +56,7 @@ pub fn apply_hunk(text: &str, hunk: &Hunk, offset: isize) -> Result<Applied, App
         start: hunk.old_start,
     };
 
-    let expected = usize::try_from(nominal_index(hunk) as isize + offset).ok();
+    let expected = expected_index(hunk, offset);
 
     let at = if old.is_empty() {
         match expected {
@@ -103,6 +103,14 @@ fn nominal_index(hunk: &Hunk) -> usize {
     }
 }
 
+/// The header's index moved by `offset`, or `None` when that is before the file's start or
+/// not a number at all: the parser takes any `usize` start, so a hand-typed header can name a
+/// line far beyond `isize::MAX`, and such a hunk is only looked for by the search.
+fn expected_index(hunk: &Hunk, offset: isize) -> Option<usize> {
+    let nominal = isize::try_from(nominal_index(hunk)).ok()?;
+    usize::try_from(nominal.checked_add(offset)?).ok()
+}
+
 /// Whether the hunk's old lines are exactly at `lines[at..]` and replacing them with `new`
 /// keeps every line whole.
 fn fits(lines: &[&str], old: &[&str], new: &[&str], at: usize) -> bool {
@@ -139,7 +147,12 @@ pub fn apply_all(text: &str, hunks: &[Hunk]) -> Result<String, ApplyError> {
         // Measured from the body rather than the header counts, because the body is what
         // apply_hunk actually put in the text.
         let delta = hunk.new_lines().len() as isize - hunk.old_lines().len() as isize;
-        offset = applied.at as isize - nominal_index(hunk) as isize + delta;
+        // Saturating: a header with an absurd start (see `expected_index`) gives an absurd
+        // offset, which only makes the next hunk miss its expected place and be searched for.
+        let nominal = isize::try_from(nominal_index(hunk)).unwrap_or(isize::MAX);
+        offset = (applied.at as isize)
+            .saturating_sub(nominal)
+            .saturating_add(delta);
         text = applied.text;
     }
     Ok(text)
@@ -361,6 +374,37 @@ mod tests {
         assert_eq!(
             apply_hunk("a", &h, 0).unwrap_err(),
             ApplyError::NoMatch { start: 1 }
+        );
+    }
+
+    #[test]
+    fn a_header_start_beyond_isize_max_neither_panics_nor_wraps() {
+        // Found while writing the fuzz targets (regression seed fuzz/seeds/apply/huge-start):
+        // `old_start as isize` wrapped to a negative number, and adding the offset overflowed
+        // (a panic in debug builds; in release a wrapped index could place the hunk at line 0).
+        let h = hunk("@@ -9223372036854775809 +1 @@\n-a\n+b\n");
+        for offset in [isize::MIN, -1, 0, 1, isize::MAX] {
+            // The expected place does not exist, so the search finds the only "a".
+            assert_eq!(apply_hunk("x\na\n", &h, offset).unwrap().at, 1);
+        }
+        let insertion = hunk("@@ -18446744073709551615,0 +1 @@\n+b\n");
+        for offset in [isize::MIN, -1, 0, 1, 2, isize::MAX] {
+            assert_eq!(
+                apply_hunk("a\n", &insertion, offset).unwrap_err(),
+                ApplyError::NoMatch { start: usize::MAX },
+                "offset {offset}"
+            );
+        }
+        // The offset carried past such a hunk saturates: the next hunk is searched for.
+        let hunks = parse_hunks(
+            "@@ -9223372036854775809 +1 @@\n-a\n+b\n@@ -9223372036854775810 +2 @@\n-c\n+d\n",
+        )
+        .unwrap();
+        assert_eq!(apply_all("a\nc\n", &hunks).unwrap(), "b\nd\n");
+        // Positive control: an ordinary header still applies where it says.
+        assert_eq!(
+            apply_all("a\na\n", &[hunk("@@ -2 +2 @@\n-a\n+b\n")]).unwrap(),
+            "a\nb\n"
         );
     }
 

@@ -111,8 +111,10 @@ impl Hunk {
 
     /// How many lines the file grows by when this hunk is applied (`new_len - old_len`).
     pub fn delta(&self) -> isize {
-        // Line counts of real text never come near isize::MAX, so the casts cannot wrap.
-        self.new_len as isize - self.old_len as isize
+        // Counts of parsed or computed hunks match their bodies, so they are small; a hunk
+        // deserialized with absurd counts saturates instead of wrapping.
+        let signed = |n: usize| isize::try_from(n).unwrap_or(isize::MAX);
+        signed(self.new_len).saturating_sub(signed(self.old_len))
     }
 
     /// The hunk as unified-diff text: `"@@ -a,b +c,d @@\n"` then the body (`" ctx"`, `"-old"`,
@@ -276,6 +278,11 @@ mod tests {
         assert_eq!(h.reversed().delta(), -1);
         h.new_len = 0;
         assert_eq!(h.delta(), -5);
+        h.new_len = usize::MAX;
+        assert_eq!(h.delta(), isize::MAX - 5);
+        h.old_len = usize::MAX;
+        h.new_len = 0;
+        assert_eq!(h.delta(), -isize::MAX);
     }
 
     #[test]

@@ -68,6 +68,12 @@ pub enum ParseError {
         "line {line}: misplaced \"\\ No newline at end of file\": expected it right after the last line of the old or new side of a hunk"
     )]
     MisplacedNoNewline { line: usize },
+    /// A "\ No newline at end of file" marker after an empty line: a line without a newline
+    /// has at least one character, so the pair describes no line at all.
+    #[error(
+        "line {line}: \"\\ No newline at end of file\" follows an empty line, which leaves a line with no text and no newline: drop the marker (or the empty line before it)"
+    )]
+    EmptyUnterminatedLine { line: usize },
     /// The text contains no hunk at all.
     #[error("line {line}: no hunk found: expected a \"@@ -OLD_START,OLD_COUNT +NEW_START,NEW_COUNT @@\" header")]
     NoHunks {
@@ -235,6 +241,11 @@ pub fn parse_hunks(diff: &str) -> Result<Vec<Hunk>, ParseError> {
                 if t.pop() != Some('\n') {
                     // Two markers in a row: the line had already lost its newline.
                     return Err(ParseError::MisplacedNoNewline { line: line_no });
+                }
+                if t.is_empty() {
+                    // "+" then the marker would count as a line but add nothing: the header
+                    // would lie, and the hunk applied could never be undone.
+                    return Err(ParseError::EmptyUnterminatedLine { line: line_no });
                 }
                 let body_index = hunk.body.len() - 1;
                 hunk.markers.push((line_no, body_index));
@@ -699,6 +710,29 @@ mod tests {
         assert_eq!(
             parse_hunks(diff).unwrap()[0].lines,
             vec![rem("a"), add("a\n"), add("b\n")]
+        );
+    }
+
+    #[test]
+    fn no_newline_marker_after_an_empty_line_is_refused() {
+        // Found while writing the fuzz targets (regression seed
+        // fuzz/seeds/parse/empty-unterminated): "+" and the marker parsed as an added line ""
+        // that counted in the header but added nothing, so an accepted `modify` with it could
+        // not be undone.
+        for (diff, line) in [
+            ("@@ -1 +1 @@\n-a\n+\n\\ No newline at end of file\n", 4),
+            ("@@ -1 +1 @@\n-\n\\ No newline at end of file\n+a\n", 3),
+            ("@@ -1,2 +1,2 @@\n a\n \n\\ No newline at end of file\n", 4),
+            ("@@ -1,2 +1,2 @@\n a\n\n\\ No newline at end of file\n", 4),
+        ] {
+            let err = parse_hunks(diff).unwrap_err();
+            assert_eq!(err, ParseError::EmptyUnterminatedLine { line }, "{diff:?}");
+            assert!(err.to_string().contains("drop the marker"), "{err}");
+        }
+        // Positive control: a one-character line without newline is fine.
+        assert_eq!(
+            parse_hunks("@@ -1 +1 @@\n-a\n+b\n\\ No newline at end of file\n").unwrap()[0].lines,
+            vec![rem("a\n"), add("b")]
         );
     }
 

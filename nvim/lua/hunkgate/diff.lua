@@ -142,6 +142,11 @@ function M.build_modified(hunk, edited)
   for i, text in ipairs(edited) do
     new[i] = { kind = '+', text = (text:gsub('\r', '')), eol = i < #edited or new_eol }
   end
+  -- An empty last line without a newline is no line at all: the file ends right after the line
+  -- before it (the hub refuses "+" followed by "\ No newline at end of file").
+  if #new > 0 and not new[#new].eol and new[#new].text == '' then
+    new[#new] = nil
+  end
 
   local prefix = 0
   while prefix < #old and prefix < #new and same(old[prefix + 1], new[prefix + 1]) do

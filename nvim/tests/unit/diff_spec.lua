@@ -101,6 +101,15 @@ test('build_modified: keeps a missing final newline on the new side', function()
   eq('@@ -1,1 +1,1 @@\n-x\n\\ No newline at end of file\n+x\n', diff.format(diff.build_modified(g, { 'x' })))
 end)
 
+test('build_modified: an emptied last line without newline ends the file after the line before', function()
+  local h = hunk('@@ -1,2 +1,2 @@\n a\n-b\n+c\n\\ No newline at end of file\n')
+  eq('@@ -1,2 +1,1 @@\n a\n-b\n', diff.format(diff.build_modified(h, { 'a', '' })))
+  eq('@@ -1,2 +0,0 @@\n-a\n-b\n', diff.format(diff.build_modified(h, { '' })))
+  -- Positive control: with a final newline an empty line is a line.
+  local k = hunk('@@ -1,2 +1,2 @@\n a\n-b\n+c\n')
+  eq('@@ -1,2 +1,2 @@\n a\n-b\n+\n', diff.format(diff.build_modified(k, { 'a', '' })))
+end)
+
 test('formatted hunks round-trip through parse', function()
   local h = hunk('@@ -2,3 +2,3 @@\n a\n-b\n+B\n c\n')
   local m = diff.build_modified(h, { 'a', 'bb', 'c' })
