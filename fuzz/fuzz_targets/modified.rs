@@ -1,11 +1,11 @@
 //! `modified_diff` validation: what the hub does with a user-typed diff for one hunk (`modify`).
 //!
-//! The hub (server/src/hub.rs `parse_modified`, private) reads the file header, requires any
-//! path it names to be the hunk's own file, parses the text and requires exactly one hunk; then
-//! (server/src/apply.rs `plan_forward` with `adapt_endings`, also private) adopts CRLF when a
-//! hand-typed LF hunk lands on CRLF lines, and applies it with exact context. This target runs
-//! the same steps through the patch crate's public API on an original text and one of the
-//! agent's hunks, with the user's text derived from that hunk or typed by the fuzzer.
+//! The hub (server/src/decide/review.rs `parse_modified`) reads the file header, requires any
+//! path it names to be the hunk's own file, parses the text and requires exactly one hunk
+//! (`hunkgate_patch::parse_one_hunk`); then (decide/apply.rs `plan_forward`) it adopts CRLF when
+//! a hand-typed LF hunk lands on CRLF lines (`hunkgate_patch::adopt_line_endings`), and applies
+//! it with exact context. This target runs those same functions on an original text and one of
+//! the agent's hunks, with the user's text derived from that hunk or typed by the fuzzer.
 //!
 //! Properties: no panic; an accepted modification puts exactly its new lines in place of its
 //! old lines, and undoing it (the reversed hunk at the same place) gives the original back byte
@@ -14,7 +14,9 @@
 #![no_main]
 
 use arbitrary::Arbitrary;
-use hunkgate_patch::{apply_hunk, diff_hunks, parse_file_header, parse_hunks, split_lines, Hunk};
+use hunkgate_patch::{
+    adopt_line_endings, apply_hunk, diff_hunks, parse_one_hunk, split_lines, Hunk,
+};
 use libfuzzer_sys::fuzz_target;
 
 const FILE: &str = "src/main.rs";
@@ -170,46 +172,17 @@ fuzz_target!(|input: Input| {
     assert_eq!(undone.text, base);
 });
 
-/// hub.rs `parse_modified`: headers must name the hunk's own file; exactly one hunk.
+/// The hub's `parse_modified` after its kind check: the patch crate's `parse_one_hunk`.
 fn validate(text: &str) -> Option<Hunk> {
     if text.trim().is_empty() {
         return None;
     }
-    let (old, new) = parse_file_header(text);
-    if [old, new].into_iter().flatten().any(|p| p != FILE) {
-        return None;
-    }
-    let mut hunks = parse_hunks(text).ok()?;
-    (hunks.len() == 1).then(|| hunks.remove(0))
+    parse_one_hunk(text, FILE).ok()
 }
 
-/// apply.rs `adapt_endings` for a user-typed hunk (the only kind it adapts).
+/// The hub's `adapt_endings` for a user-typed hunk: the patch crate's `adopt_line_endings`.
 fn adapt_endings(h: &Hunk, text: &str, offset: isize) -> Result<Hunk, ()> {
-    let has_cr = h.lines.iter().any(|l| l.text().contains('\r'));
-    if has_cr || !text.contains("\r\n") {
-        return Ok(h.clone());
-    }
-    let lf_text = text.replace("\r\n", "\n");
-    let at = apply_hunk(&lf_text, h, offset).map_err(|_| ())?.at;
-    let lines = split_lines(text);
-    let old = h.old_lines().len();
-    let region = if old > 0 {
-        &lines[at..(at + old).min(lines.len())]
-    } else {
-        &lines[at.saturating_sub(1)..(at + 1).min(lines.len())]
-    };
-    let ends: Vec<bool> = region
-        .iter()
-        .filter(|l| l.ends_with('\n'))
-        .map(|l| l.ends_with("\r\n"))
-        .collect();
-    if ends.is_empty() || ends.iter().all(|crlf| !crlf) {
-        Ok(h.clone())
-    } else if ends.iter().all(|crlf| *crlf) {
-        Ok(h.with_line_ending("\r\n"))
-    } else {
-        Err(())
-    }
+    adopt_line_endings(h, text, offset).map_err(|_| ())
 }
 
 fn check_applied(before: &str, h: &Hunk, after: &str, at: usize) {

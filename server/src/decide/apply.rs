@@ -5,7 +5,7 @@
 //! repository, outside `.git`, and never through a symlink. Each operation carries fingerprints
 //! of the file before and after, which is what crash recovery compares against.
 
-use hunkgate_patch::{apply_hunk, split_lines, Hunk};
+use hunkgate_patch::{adopt_line_endings, apply_hunk, EndingsError, Hunk};
 use hunkgate_sandbox::beneath::{Beneath, FsError, Kind};
 use hunkgate_sandbox::store::{Mode, Store, StoreError};
 
@@ -532,36 +532,15 @@ fn adapt_endings(
     offset: isize,
     user_typed: bool,
 ) -> Result<Hunk, PlanError> {
-    let has_cr = h.lines.iter().any(|l| l.text().contains('\r'));
-    if !user_typed || has_cr || !text.contains("\r\n") {
+    if !user_typed {
         return Ok(h.clone());
     }
-    let lf_text = text.replace("\r\n", "\n");
-    let at = apply_hunk(&lf_text, h, offset)
-        .or_else(|e| conflict(format!("{path}: {e} (your copy changed since the run)")))?
-        .at;
-    let lines = split_lines(text);
-    let old = h.old_lines().len();
-    // The lines the hunk replaces; for a pure insertion, its neighbours.
-    let region = if old > 0 {
-        &lines[at..(at + old).min(lines.len())]
-    } else {
-        &lines[at.saturating_sub(1)..(at + 1).min(lines.len())]
-    };
-    let ends: Vec<bool> = region
-        .iter()
-        .filter(|l| l.ends_with('\n'))
-        .map(|l| l.ends_with("\r\n"))
-        .collect();
-    if ends.is_empty() || ends.iter().all(|crlf| !crlf) {
-        Ok(h.clone())
-    } else if ends.iter().all(|crlf| *crlf) {
-        Ok(h.with_line_ending("\r\n"))
-    } else {
-        conflict(format!(
+    adopt_line_endings(h, text, offset).or_else(|e| match e {
+        EndingsError::Apply(e) => conflict(format!("{path}: {e} (your copy changed since the run)")),
+        EndingsError::Mixed => conflict(format!(
             "{path}: the lines your diff changes mix CRLF and LF endings; send it with the file's exact line endings"
-        ))
-    }
+        )),
+    })
 }
 
 /// Plan putting `side` (a checkpoint's base: a file, a symlink, or absence) at `path`, whatever

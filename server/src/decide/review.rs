@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use hunkgate_patch::{parse_file_header, parse_hunks, Hunk};
+use hunkgate_patch::{parse_one_hunk, Hunk, OneHunkError};
 
 use crate::decide::apply::{
     self, merge_ops, plan_forward, plan_forward_over, plan_reverse, Overlay, PlanError,
@@ -530,22 +530,16 @@ fn parse_modified(text: &str, rec: &HunkRec) -> Result<Hunk, AppError> {
             .to_lowercase(),
         ));
     }
-    let (old, new) = parse_file_header(text);
-    for p in [old, new].into_iter().flatten() {
-        if p != rec.file {
-            return Err(AppError::BadRequest(format!(
+    parse_one_hunk(text, &rec.file).map_err(|e| {
+        AppError::BadRequest(match e {
+            OneHunkError::OtherFile(p) => format!(
                 "modifiedDiff names file {p:?} but hunk {} is in {:?}",
                 rec.id, rec.file
-            )));
-        }
-    }
-    let mut hunks =
-        parse_hunks(text).map_err(|e| AppError::BadRequest(format!("modifiedDiff: {e}")))?;
-    if hunks.len() != 1 {
-        return Err(AppError::BadRequest(format!(
-            "modifiedDiff must hold exactly one hunk, found {}",
-            hunks.len()
-        )));
-    }
-    Ok(hunks.remove(0))
+            ),
+            OneHunkError::Parse(e) => format!("modifiedDiff: {e}"),
+            OneHunkError::Count(n) => {
+                format!("modifiedDiff must hold exactly one hunk, found {n}")
+            }
+        })
+    })
 }
