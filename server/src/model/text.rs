@@ -43,3 +43,17 @@ pub fn shorten(s: &str, max: usize) -> String {
     }
     out
 }
+
+/// The first non-blank line, trimmed, at most 100 characters (`…` when cut).
+pub fn first_line(s: &str) -> String {
+    let line = s
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
+    let mut out: String = line.chars().take(100).collect();
+    if line.chars().count() > 100 {
+        out.push('…');
+    }
+    out
+}

@@ -1,0 +1,373 @@
+//! Agent runs: snapshot the checkout as a base commit, bring a sandbox to it, run the agent,
+//! record what it left as the run commit, and publish the difference as a suggestion.
+//!
+//! `mod.rs` starts, queues and cancels runs; `exec.rs` runs the agent in its sandbox;
+//! `builtin.rs` drives the built-in agent; `publish.rs` turns a sandbox into a suggestion.
+
+mod builtin;
+mod exec;
+mod publish;
+
+pub use exec::{LOG_HEAD, LOG_TAIL};
+pub use publish::{MAX_DESCRIPTIONS_TOTAL, MAX_HUNK_DESCRIPTION};
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hunkgate_sandbox::agent::build_argv;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::AppError;
+use crate::hub::registry::poisoned;
+use crate::hub::Hub;
+use crate::model::now;
+use crate::model::run::RunRec;
+use crate::model::text::first_line;
+use crate::protocol::{ErrorCode, Event, RunCmd, RunState, RunView};
+use crate::store::journal::Record;
+
+/// The `error` of an `interrupted` run.
+pub const INTERRUPTED: &str = "interrupted: the hub restarted while this run was in progress; \
+its suggestions, session and history are kept, start the session's next run to go on";
+
+/// A run's place in the gate: a slot once `holding`, a place in the queue before. Dropping it
+/// gives either back (also when the run's task ends early or panics).
+struct Slot {
+    hub: Arc<Hub>,
+    run_id: String,
+    holding: bool,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Ok(mut g) = self.hub.runs.gate.lock() {
+            if self.holding {
+                g.running = g.running.saturating_sub(1);
+            } else {
+                g.queue.retain(|r| r != &self.run_id);
+            }
+        }
+        self.hub.runs.gate_changed.notify_waiters();
+    }
+}
+
+impl Hub {
+    pub fn update_run(
+        &self,
+        run_id: &str,
+        f: impl FnOnce(&mut RunRec),
+    ) -> Result<RunRec, AppError> {
+        let mut st = self.lock()?;
+        let run = st
+            .runs
+            .get_mut(run_id)
+            .ok_or_else(|| AppError::NotFound(format!("no run {run_id:?}")))?;
+        let was_running = !run.finished();
+        f(run);
+        // A run stopped because the hub itself is shutting down was not cancelled by anyone:
+        // it was interrupted, and says so (the hub marks those it finds unfinished at start
+        // the same way).
+        if was_running && run.status == RunState::Cancelled && self.shutdown.is_cancelled() {
+            run.status = RunState::Interrupted;
+            run.question = None;
+            run.error = Some(INTERRUPTED.into());
+        }
+        let rec = run.clone();
+        self.journal_append(&Record::Run(Box::new(rec.clone())))?;
+        Ok(rec)
+    }
+
+    pub fn run_view(&self, run_id: &str) -> Result<RunView, AppError> {
+        let st = self.lock()?;
+        st.runs
+            .get(run_id)
+            .cloned()
+            .ok_or_else(|| AppError::NotFound(format!("no run {run_id:?}")))
+    }
+
+    pub fn list_runs(&self) -> Result<Vec<RunView>, AppError> {
+        let st = self.lock()?;
+        let mut runs: Vec<RunView> = st.runs.values().cloned().collect();
+        runs.sort_by(|a, b| a.created_at.cmp(&b.created_at));
+        Ok(runs)
+    }
+
+    /// `suggestion.error` for a run that failed (or was cancelled).
+    fn run_error(&self, run_id: &str, code: ErrorCode, message: String) {
+        self.bus.emit(Event::Error {
+            seq: 0,
+            code,
+            message,
+            suggestion_id: None,
+            hunk_id: None,
+            run_id: Some(run_id.to_string()),
+        });
+    }
+
+    fn run_status(&self, run_id: &str, status: &str, message: String) {
+        self.bus.emit(Event::Status {
+            seq: 0,
+            suggestion_id: None,
+            run_id: Some(run_id.to_string()),
+            status: status.to_string(),
+            message,
+        });
+    }
+
+    /// Which agent a run gets: the request's, the session's model, the hub's default.
+    fn resolve_driver(
+        &self,
+        cmd: &RunCmd,
+        session_model: Option<&str>,
+    ) -> Result<Driver, AppError> {
+        let builtin = |model: Option<&str>| -> Result<Driver, AppError> {
+            let Some(p) = &self.cfg.provider else {
+                return Err(AppError::BadRequest(
+                    "the built-in agent needs a model server: start the hub with --provider-url (e.g. http://127.0.0.1:11434/v1 for Ollama) or [provider] base_url".into(),
+                ));
+            };
+            let model = model
+                .or(session_model)
+                .map(str::to_string)
+                .unwrap_or_else(|| p.model.clone());
+            if model.trim().is_empty() {
+                return Err(AppError::BadRequest(
+                    "no model: pass \"model\" with the run, or start the hub with --model".into(),
+                ));
+            }
+            Ok(Driver::Builtin { model })
+        };
+        match (cmd.agent.as_deref(), cmd.model.as_deref()) {
+            (Some(BUILTIN), m) | (None, m @ Some(_)) => builtin(m),
+            (Some(_), Some(_)) => Err(AppError::BadRequest(
+                "\"model\" is for the built-in agent; an agent command chooses its own".into(),
+            )),
+            (Some(t), None) => Ok(Driver::Command(t.to_string())),
+            (None, None) => match self.cfg.agent.as_deref() {
+                _ if session_model.is_some() => builtin(None),
+                Some(BUILTIN) => builtin(None),
+                Some(t) => Ok(Driver::Command(t.to_string())),
+                None if self.cfg.provider.is_some() => builtin(None),
+                None => Err(AppError::BadRequest(
+                    "no agent configured: pass \"agent\" (e.g. \"claude -p {prompt}\"), or start the hub with --agent, or with --provider-url for the built-in agent".into(),
+                )),
+            },
+        }
+    }
+
+    /// Queue a run of an agent on a prompt, in a session (a new one unless named).
+    pub fn start_run(self: &Arc<Self>, cmd: &RunCmd) -> Result<RunView, AppError> {
+        let prompt = cmd.prompt.as_str();
+        if prompt.trim().is_empty() {
+            return Err(AppError::BadRequest("prompt is empty".into()));
+        }
+        let session_model = match &cmd.session_id {
+            Some(id) => self.session_view(id)?.session.model,
+            None => None,
+        };
+        let driver = self.resolve_driver(cmd, session_model.as_deref())?;
+        if let Driver::Command(template) = &driver {
+            // Refuse a broken template now rather than as a failed run later.
+            build_argv(template, prompt).map_err(|e| AppError::BadRequest(e.to_string()))?;
+        }
+        let timeout = Duration::from_secs(
+            cmd.timeout_secs
+                .unwrap_or(self.cfg.agent_timeout.as_secs())
+                .max(1),
+        );
+        let run_id = uuid::Uuid::new_v4().to_string();
+        let session = self.session_for_run(cmd.session_id.as_deref(), prompt, &run_id)?;
+        let run = RunRec {
+            run_id,
+            status: RunState::Queued,
+            prompt: prompt.to_string(),
+            agent: Some(match &driver {
+                Driver::Command(t) => t.clone(),
+                Driver::Builtin { model } => format!("{BUILTIN}:{model}"),
+            }),
+            suggestion_ids: Vec::new(),
+            base_commit: None,
+            error: None,
+            created_at: now(),
+            last_message: None,
+            session_id: Some(session.id),
+            model: match &driver {
+                Driver::Builtin { model } => Some(model.clone()),
+                Driver::Command(_) => None,
+            },
+            stop_reason: None,
+            usage: None,
+            question: None,
+        };
+        {
+            let mut st = self.lock()?;
+            self.journal_append(&Record::Run(Box::new(run.clone())))?;
+            st.runs.insert(run.run_id.clone(), run.clone());
+        }
+        self.history(
+            &run.run_id,
+            crate::model::session::Entry::message("user", prompt),
+        );
+        let cancel = self.shutdown.child_token();
+        self.runs
+            .cancels
+            .lock()
+            .map_err(|_| poisoned())?
+            .insert(run.run_id.clone(), cancel.clone());
+        let ahead = {
+            let mut g = self.runs.gate.lock().map_err(|_| poisoned())?;
+            g.queue.push_back(run.run_id.clone());
+            (g.running + g.queue.len()).saturating_sub(self.cfg.max_concurrent_runs.max(1))
+        };
+        let waiting = if ahead > 0 {
+            format!(
+                " (waiting for a free slot: {} run{} at a time, {ahead} waiting)",
+                self.cfg.max_concurrent_runs.max(1),
+                if self.cfg.max_concurrent_runs == 1 {
+                    ""
+                } else {
+                    "s"
+                }
+            )
+        } else {
+            String::new()
+        };
+        self.run_status(
+            &run.run_id,
+            "queued",
+            format!("Run queued: {}{waiting}", first_line(prompt)),
+        );
+        let hub = self.clone();
+        let run_id = run.run_id.clone();
+        let prompt = prompt.to_string();
+        self.tasks.spawn(async move {
+            let result = match hub.wait_for_slot(&run_id, &cancel).await {
+                Some(slot) => {
+                    let r = hub
+                        .run_task(&run_id, &driver, &prompt, timeout, cancel)
+                        .await;
+                    drop(slot);
+                    r
+                }
+                None => {
+                    let _ = hub.update_run(&run_id, |r| {
+                        r.status = RunState::Cancelled;
+                        r.error = Some("cancelled while queued".into());
+                    });
+                    hub.run_error(
+                        &run_id,
+                        ErrorCode::ExperimentFailed,
+                        "agent cancelled while queued".into(),
+                    );
+                    Ok(())
+                }
+            };
+            if let Err(e) = result {
+                let msg = e.to_string();
+                let _ = hub.update_run(&run_id, |r| {
+                    r.status = RunState::Failed;
+                    r.error = Some(msg.clone());
+                });
+                hub.run_error(&run_id, ErrorCode::ExperimentFailed, msg);
+            }
+            if let Ok(mut c) = hub.runs.cancels.lock() {
+                c.remove(&run_id);
+            }
+            hub.runs.forget_question(&run_id);
+            if let Ok(v) = hub.run_view(&run_id) {
+                hub.history(
+                    &run_id,
+                    crate::model::session::Entry::message("system", &outcome_line(&v)),
+                );
+            }
+        });
+        Ok(run.clone())
+    }
+
+    /// Wait until `run_id` is first in the queue and a slot is free (`max_concurrent_runs`), or
+    /// until it is cancelled (None: it left the queue).
+    async fn wait_for_slot(
+        self: &Arc<Self>,
+        run_id: &str,
+        cancel: &CancellationToken,
+    ) -> Option<Slot> {
+        let mut slot = Slot {
+            hub: self.clone(),
+            run_id: run_id.to_string(),
+            holding: false,
+        };
+        let max = self.cfg.max_concurrent_runs.max(1);
+        loop {
+            let changed = self.runs.gate_changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            {
+                let mut g = self.runs.gate.lock().ok()?;
+                if g.running < max && g.queue.front().map(String::as_str) == Some(run_id) {
+                    g.queue.pop_front();
+                    g.running += 1;
+                    slot.holding = true;
+                    return Some(slot);
+                }
+            }
+            tokio::select! {
+                _ = &mut changed => {}
+                _ = cancel.cancelled() => return None,
+            }
+        }
+    }
+
+    pub fn cancel_run(&self, run_id: &str) -> Result<RunView, AppError> {
+        let view = self.run_view(run_id)?;
+        if !matches!(
+            view.status,
+            RunState::Queued | RunState::Working | RunState::WaitingForUser
+        ) {
+            return Err(AppError::Conflict {
+                code: ErrorCode::Finished,
+                message: format!("run {run_id} already finished ({:?})", view.status)
+                    .to_lowercase(),
+            });
+        }
+        if let Some(token) = self
+            .runs
+            .cancels
+            .lock()
+            .map_err(|_| poisoned())?
+            .get(run_id)
+        {
+            token.cancel();
+        }
+        Ok(view)
+    }
+}
+
+pub const BUILTIN: &str = "builtin";
+
+/// What drives a run: an agent command in the sandbox, or the hub's own tool loop.
+#[derive(Debug, Clone)]
+enum Driver {
+    Command(String),
+    Builtin { model: String },
+}
+
+/// How a run ended, in one line for its session's history.
+fn outcome_line(v: &RunView) -> String {
+    let mut s = format!(
+        "Run ended: {}",
+        serde_json::to_value(v.status)
+            .ok()
+            .and_then(|x| x.as_str().map(str::to_string))
+            .unwrap_or_default()
+    );
+    if let Some(r) = &v.stop_reason {
+        s.push_str(&format!(" ({r})"));
+    }
+    if !v.suggestion_ids.is_empty() {
+        s.push_str(&format!("; suggestion {}", v.suggestion_ids.join(", ")));
+    }
+    if let Some(e) = &v.error {
+        s.push_str(&format!("; error: {e}"));
+    }
+    s
+}

@@ -1,0 +1,327 @@
+//! Publishing: what an agent left in its sandbox becomes a suggestion (hunks, notes, skipped
+//! files), and what an agent may see and say of its run.
+
+use std::sync::Arc;
+
+use hunkgate_sandbox::agent::scrubbed_env;
+use hunkgate_sandbox::jj::{self};
+use hunkgate_sandbox::snapshot::DEFAULT_FILE_CAP;
+use hunkgate_sandbox::store::FlatTree;
+
+use crate::error::AppError;
+use crate::hub::registry::poisoned;
+use crate::hub::Hub;
+use crate::model::now;
+use crate::model::run::RunRec;
+use crate::model::suggestion::{attach_notes, build_hunks, Suggestion};
+use crate::protocol::{ErrorCode, Event, HunkNote, RunState, SuggestionView};
+
+impl Hub {
+    pub fn url(&self) -> String {
+        let host = if self.cfg.host.contains(':') {
+            format!("[{}]", self.cfg.host)
+        } else {
+            self.cfg.host.clone()
+        };
+        format!("http://{host}:{}", self.cfg.port)
+    }
+
+    /// Turn the sandbox's current state into a suggestion (the agent's `publish`, or the hub's
+    /// when the agent exits).
+    pub async fn publish(
+        self: &Arc<Self>,
+        run_id: &str,
+        description: &str,
+        globs: &[String],
+        notes: &[HunkNote],
+    ) -> Result<SuggestionView, AppError> {
+        if description.trim().is_empty() {
+            return Err(AppError::BadRequest("description is empty".into()));
+        }
+        let active = self
+            .runs
+            .active
+            .lock()
+            .map_err(|_| poisoned())?
+            .get(run_id)
+            .cloned()
+            .ok_or_else(|| AppError::Conflict {
+                code: ErrorCode::NotRunning,
+                message: format!("run {run_id} is not running; only a running agent can publish"),
+            })?;
+        let filter = if globs.is_empty() {
+            None
+        } else {
+            let mut b = globset::GlobSetBuilder::new();
+            for g in globs {
+                b.add(
+                    globset::Glob::new(g)
+                        .map_err(|e| AppError::BadRequest(format!("--files {g:?}: {e}")))?,
+                );
+            }
+            Some(b.build().map_err(|e| AppError::BadRequest(e.to_string()))?)
+        };
+        let rid = run_id.to_string();
+        let desc = description.to_string();
+        let notes = notes.to_vec();
+        let (prompt, agent) = {
+            let st = self.lock()?;
+            let r = st.runs.get(run_id);
+            (r.map(|r| r.prompt.clone()), r.and_then(|r| r.agent.clone()))
+        };
+        let jj_change = active.change_id.clone();
+        let jj_sandbox = active.sandbox.clone();
+        let suggestion = self
+            .blocking(move |hub| {
+                let ierr = |e: &dyn std::fmt::Display| AppError::Internal(e.to_string());
+                let mut snap = active
+                    .sandbox
+                    .snapshot(&hub.store, &active.base_tree, DEFAULT_FILE_CAP)
+                    .map_err(|e| ierr(&e))?;
+                let only = |p: &str| filter.as_ref().is_none_or(|f| f.is_match(p));
+                let skipped = keep_skipped_as_base(&mut snap, &active.base_tree, &only);
+                if snap.tree == active.base_tree {
+                    let mut msg = "The agent made no changes".to_string();
+                    if !skipped.is_empty() {
+                        msg.push_str(&format!(
+                            " that hunkgate can review; left out: {}",
+                            skipped_list(&skipped)
+                        ));
+                    }
+                    return Err(AppError::NoChanges(msg));
+                }
+                let sid = uuid::Uuid::new_v4().to_string();
+                let mut hunks = build_hunks(&hub.store, &sid, &active.base_tree, &snap.tree, &only)
+                    .map_err(|e| ierr(&e))?;
+                let notes = if notes.len() > MAX_NOTES {
+                    tracing::info!(
+                        dropped = notes.len() - MAX_NOTES,
+                        "hunk descriptions beyond the first {MAX_NOTES} are ignored"
+                    );
+                    &notes[..MAX_NOTES]
+                } else {
+                    &notes[..]
+                };
+                let unmatched = attach_notes(&mut hunks, notes);
+                cap_descriptions(&mut hunks);
+                if !unmatched.is_empty() {
+                    tracing::info!(?unmatched, "hunk descriptions that match no hunk");
+                }
+                if hunks.is_empty() {
+                    return Err(AppError::NoChanges(
+                        "No changes match the given files".into(),
+                    ));
+                }
+                let tree = hub.store.write_tree(&snap.tree).map_err(|e| ierr(&e))?;
+                let commit = hub
+                    .store
+                    .commit(
+                        tree,
+                        &[active.base_commit],
+                        &format!("suggestion: {desc}\n\nrun {rid}\n"),
+                    )
+                    .map_err(|e| ierr(&e))?;
+                hub.store
+                    .set_ref(&format!("refs/hunkgate/runs/{rid}/head"), commit)
+                    .and_then(|_| {
+                        hub.store
+                            .set_ref(&format!("refs/hunkgate/suggestions/{sid}/run"), commit)
+                    })
+                    .map_err(|e| ierr(&e))?;
+                hub.mirror_ref(&format!("refs/hunkgate/runs/{rid}/head"), commit);
+                Ok(Suggestion {
+                    id: sid,
+                    run_id: rid,
+                    description: desc,
+                    base_commit: active.base_commit.to_string(),
+                    run_commit: commit.to_string(),
+                    change_id: active.change_id.clone(),
+                    created_at: now(),
+                    agent,
+                    prompt,
+                    hunks,
+                    closed: None,
+                    reviewed_commit: None,
+                    skipped,
+                })
+            })
+            .await?;
+        if let Some(change) = &jj_change {
+            // Best effort: the change keeps its provisional description if this fails.
+            if let Err(e) = jj::describe(
+                jj_sandbox.as_ref(),
+                &scrubbed_env(&self.cfg.agent_env),
+                change,
+                description,
+            )
+            .await
+            {
+                tracing::warn!(error = %e, "describing the run's jj change");
+            }
+        }
+        let sid = suggestion.id.clone();
+        let files = suggestion.files().len();
+        let hunks = suggestion.hunks.len();
+        let view = self.add_suggestion(suggestion)?;
+        self.update_run(run_id, |r| r.suggestion_ids.push(sid.clone()))?;
+        self.bus.emit(Event::Status {
+            seq: 0,
+            suggestion_id: Some(sid),
+            run_id: Some(run_id.to_string()),
+            status: "ready".into(),
+            message: format!(
+                "Suggestion ready: {} ({hunks} hunk{} in {files} file{}){}",
+                view.description,
+                if hunks == 1 { "" } else { "s" },
+                if files == 1 { "" } else { "s" },
+                if view.skipped.is_empty() {
+                    String::new()
+                } else {
+                    format!("; left out: {}", skipped_list(&view.skipped))
+                }
+            ),
+        });
+        if self.run_view(run_id)?.status == RunState::Working && !self.is_agent_running(run_id) {
+            self.update_run(run_id, |r| r.status = RunState::Ready)?;
+        }
+        Ok(view)
+    }
+
+    fn is_agent_running(&self, run_id: &str) -> bool {
+        self.runs
+            .agent_tokens
+            .lock()
+            .map(|t| t.values().any(|r| r == run_id))
+            .unwrap_or(false)
+    }
+
+    /// A status line from the agent (`hunkgate status`).
+    pub fn agent_status(
+        &self,
+        run_id: &str,
+        message: &str,
+        status: Option<&str>,
+    ) -> Result<(), AppError> {
+        let message: String = message.trim().chars().take(500).collect();
+        if message.is_empty() {
+            return Err(AppError::BadRequest("status message is empty".into()));
+        }
+        let status = status.unwrap_or("working");
+        if status.is_empty()
+            || status.len() > 32
+            || !status
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            return Err(AppError::BadRequest(format!(
+                "status {status:?} must be one short word"
+            )));
+        }
+        let m = message.clone();
+        self.update_run(run_id, |r| r.last_message = Some(m))?;
+        self.run_status(run_id, status, message);
+        Ok(())
+    }
+}
+
+/// Files the sandbox snapshot left out (over the size cap, FIFOs and other special files,
+/// names that are not UTF-8) are not part of what the agent left as far as review goes: a base
+/// file among them keeps its base version in the run tree — so it is never offered as a
+/// deletion, and accepting everything cannot remove it — and every one of them (those `only`
+/// lets through) is returned to be shown on the suggestion.
+fn keep_skipped_as_base(
+    snap: &mut hunkgate_sandbox::snapshot::Snapshot,
+    base: &FlatTree,
+    only: &dyn Fn(&str) -> bool,
+) -> Vec<crate::protocol::SkippedFile> {
+    let mut out = Vec::new();
+    for s in std::mem::take(&mut snap.skipped) {
+        if let Some(entry) = base.get(&s.path) {
+            snap.tree.insert(s.path.clone(), *entry);
+        }
+        if only(&s.path) {
+            out.push(crate::protocol::SkippedFile {
+                path: s.path,
+                reason: s.reason,
+            });
+        }
+    }
+    out
+}
+
+/// At most this many hunk descriptions are read from one publish.
+const MAX_NOTES: usize = 256;
+/// A hunk's description (every note that landed on it) is cut at this many characters.
+pub const MAX_HUNK_DESCRIPTION: usize = 4000;
+/// All hunk descriptions of one suggestion together: past this many bytes, the descriptions of
+/// the remaining hunks are dropped (one description can land on every hunk of a file, so a
+/// small publish must not turn into a huge suggestion).
+pub const MAX_DESCRIPTIONS_TOTAL: usize = 64 * 1024;
+
+/// Apply [`MAX_HUNK_DESCRIPTION`] and [`MAX_DESCRIPTIONS_TOTAL`], saying so in the text.
+fn cap_descriptions(hunks: &mut [crate::model::suggestion::HunkRec]) {
+    let mut total = 0usize;
+    let mut dropped = 0usize;
+    for h in hunks.iter_mut() {
+        let Some(d) = h.description.as_mut() else {
+            continue;
+        };
+        if d.chars().count() > MAX_HUNK_DESCRIPTION {
+            let cut: String = d.chars().take(MAX_HUNK_DESCRIPTION).collect();
+            *d = format!("{cut}… [hunkgate: description cut at {MAX_HUNK_DESCRIPTION} characters]");
+        }
+        if total + d.len() > MAX_DESCRIPTIONS_TOTAL {
+            dropped += 1;
+            *d = format!(
+                "[hunkgate: description dropped: this suggestion's hunk descriptions exceed {} KiB]",
+                MAX_DESCRIPTIONS_TOTAL / 1024
+            );
+        }
+        total += d.len();
+    }
+    if dropped > 0 {
+        tracing::info!(dropped, "hunk descriptions over the per-suggestion budget");
+    }
+}
+
+/// Up to five skipped files, for a message.
+fn skipped_list(skipped: &[crate::protocol::SkippedFile]) -> String {
+    let mut names: Vec<String> = skipped
+        .iter()
+        .take(5)
+        .map(|s| format!("{} ({})", s.path, s.reason))
+        .collect();
+    if skipped.len() > 5 {
+        names.push(format!("and {} more", skipped.len() - 5));
+    }
+    names.join(", ")
+}
+
+impl Hub {
+    /// The suggestions the agent of `run_id` may see: its run's own, and those of the other runs
+    /// of its session.
+    pub fn agent_suggestions(&self, run_id: &str) -> Result<Vec<SuggestionView>, AppError> {
+        let st = self.lock()?;
+        let run = st
+            .runs
+            .get(run_id)
+            .ok_or_else(|| AppError::NotFound(format!("no run {run_id:?}")))?;
+        let runs: Vec<&RunRec> = match &run.session_id {
+            Some(sess) => st
+                .runs
+                .values()
+                .filter(|r| r.session_id.as_deref() == Some(sess))
+                .collect(),
+            None => vec![run],
+        };
+        let ids: std::collections::HashSet<&String> =
+            runs.iter().flat_map(|r| r.suggestion_ids.iter()).collect();
+        Ok(st
+            .order
+            .iter()
+            .filter(|id| ids.contains(id))
+            .filter_map(|id| st.suggestions.get(id))
+            .map(|s| s.view())
+            .collect())
+    }
+}
