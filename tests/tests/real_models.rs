@@ -258,3 +258,71 @@ async fn llama_server_with_jinja_streamed_and_not() {
         assert_plumbing(&format!("stream={stream}"), &run, &events, &server);
     }
 }
+
+/// The eval suite itself against the small real model, as CI runs it: `hunkgate-evals run` with
+/// the hub's built-in agent on one task, through llama.cpp's `llama-server --jinja`. Whatever the
+/// model scores is recorded (printed, and in the results line); no threshold on its quality.
+/// What must hold is the harness: one result line for the pair, the model really called, the
+/// run ended by itself or by the time limit with a stop reason, and the task's checks ran.
+#[test]
+fn the_eval_suite_runs_with_the_small_model_and_records_its_score() {
+    let kind = Kind::LlamaServer;
+    if !installed(
+        "the_eval_suite_runs_with_the_small_model_and_records_its_score",
+        &kind,
+    ) {
+        return;
+    }
+    let server = ModelServer::start(kind);
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let evals = root.join("target/debug/hunkgate-evals");
+    assert!(
+        evals.exists(),
+        "{} is missing: cargo build --workspace --bins",
+        evals.display()
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("results.jsonl");
+    let status = std::process::Command::new(&evals)
+        .current_dir(&root)
+        .args([
+            "run",
+            "--provider-url",
+            &server.base_url(),
+            "--model",
+            "local",
+        ])
+        .args([
+            "--task",
+            "fix-typo",
+            "--jobs",
+            "1",
+            "--run-timeout",
+            "240",
+            "--quiet",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success(), "hunkgate-evals run failed: {status}");
+    let text = std::fs::read_to_string(&out).unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1, "one line for the one pair: {text}");
+    let r = &lines[0];
+    eprintln!("the small model's eval result (recorded, no threshold): {r}");
+    assert_eq!(r["task"], "fix-typo");
+    assert_eq!(r["model"], "local");
+    assert!(r["success"].is_boolean(), "{r}");
+    assert!(
+        r["prompt_tokens"].as_u64().unwrap_or(0) > 0,
+        "the model server was never called: {r}"
+    );
+    assert!(
+        r["stop_reason"].is_string() || r["error"].is_string(),
+        "the run says how it ended: {r}"
+    );
+}
