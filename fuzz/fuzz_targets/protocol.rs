@@ -26,6 +26,7 @@ fuzz_target!(|data: &[u8]| {
     rest(data);
     if let Ok(text) = std::str::from_utf8(data) {
         websocket(text);
+        hub_parser(text);
     }
     round_trip::<Hello>(data);
     round_trip::<Response>(data);
@@ -46,6 +47,15 @@ fn rest(data: &[u8]) {
     let _ = serde_json::from_slice::<AgentStatusCmd>(data);
     let _ = serde_json::from_slice::<RollbackCmd>(data);
     let _ = serde_json::from_slice::<ClarifyCmd>(data);
+}
+
+/// The hub's own WebSocket parser (`protocol::parse_client_msg`, what `api::ws` runs): no
+/// panic, and like REST it refuses an object that names a key twice.
+fn hub_parser(text: &str) {
+    let parsed = hunkgate::protocol::parse_client_msg(text);
+    if parsed.msg.is_ok() && has_duplicate_top_level_key(text) {
+        panic!("the WebSocket parser took a message with a duplicated key: {text:?}");
+    }
 }
 
 /// `ws::handle`: a JSON value, its `id` and string `type`, then the typed command for that type.
@@ -115,9 +125,8 @@ fn same_as_rest<T: DeserializeOwned, K: PartialEq + std::fmt::Debug>(
     let via_value = serde_json::from_value::<T>(value.clone()).map(&key);
     let direct = serde_json::from_str::<T>(text).map(&key);
     if has_duplicate_top_level_key(text) {
-        // Known difference, left to the hub's owners: a `Value` keeps the last of duplicated
-        // keys, so the WebSocket path takes `{"action":"reject","action":"accept"}` as an
-        // accept, while REST refuses the duplicate field. Only the no-panic property holds.
+        // A `Value` keeps the last of duplicated keys; the hub's parser refuses such a message
+        // before it gets there (checked in `hub_parser`), as REST does.
         return;
     }
     match (via_value, direct) {

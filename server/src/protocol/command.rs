@@ -150,13 +150,75 @@ pub fn parse_client_msg(text: &str) -> Parsed {
         Some(t) if !COMMAND_TYPES.contains(&t) => Err(ParseError::UnknownType(t.to_string())),
         Some(t) => {
             let kind = t.to_string();
-            serde_json::from_value(value).map_err(|e| ParseError::Invalid {
-                kind,
-                reason: e.to_string(),
-            })
+            // A key named twice: REST's typed bodies refuse it, so the WebSocket does too
+            // (a `Value` would quietly keep the last one).
+            match serde_json::from_str::<UniqueKeys>(text) {
+                Err(e) => Err(ParseError::Invalid {
+                    kind,
+                    reason: e.to_string(),
+                }),
+                Ok(UniqueKeys) => serde_json::from_value(value).map_err(|e| ParseError::Invalid {
+                    kind,
+                    reason: e.to_string(),
+                }),
+            }
         }
     };
     Parsed { id, msg }
+}
+
+/// Any JSON value in which no object names a key twice, at any depth.
+struct UniqueKeys;
+
+impl<'de> Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(UniqueKeysVisitor)
+    }
+}
+
+struct UniqueKeysVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UniqueKeysVisitor {
+    type Value = UniqueKeys;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+    fn visit_unit<E>(self) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<UniqueKeys, A::Error> {
+        while a.next_element::<UniqueKeys>()?.is_some() {}
+        Ok(UniqueKeys)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<UniqueKeys, A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(key) = a.next_key::<String>()? {
+            if !seen.insert(key.clone()) {
+                return Err(serde::de::Error::custom(format!("duplicate field `{key}`")));
+            }
+            a.next_value::<UniqueKeys>()?;
+        }
+        Ok(UniqueKeys)
+    }
 }
 
 #[cfg(test)]
@@ -166,6 +228,24 @@ mod tests {
 
     fn parse(v: serde_json::Value) -> Parsed {
         parse_client_msg(&v.to_string())
+    }
+
+    #[test]
+    fn a_key_named_twice_is_refused_as_rest_refuses_it() {
+        let twice = r#"{"type":"feedback","suggestionId":"s","hunkId":"h","action":"reject","action":"accept"}"#;
+        match parse_client_msg(twice).msg {
+            Err(ParseError::Invalid { kind, reason }) => {
+                assert_eq!(kind, "feedback");
+                assert!(reason.contains("duplicate field `action`"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Positive control: the same command with the key once is a command.
+        let once = r#"{"type":"feedback","suggestionId":"s","hunkId":"h","action":"accept"}"#;
+        assert!(parse_client_msg(once).msg.is_ok());
+        // Nested objects and arrays are checked too.
+        assert!(serde_json::from_str::<UniqueKeys>(r#"{"a":[{"b":1,"b":2}]}"#).is_err());
+        assert!(serde_json::from_str::<UniqueKeys>(r#"{"a":[{"b":1,"c":2}],"d":null}"#).is_ok());
     }
 
     #[test]
