@@ -100,7 +100,10 @@ mod tests {
             adopt_line_endings(&lf, "a\r\nb\nc\r\n", 0),
             Err(EndingsError::Mixed)
         );
-        // Positive control for the mixed case: the same file where b's line agrees.
-        assert!(adopt_line_endings(&lf, "a\r\nb\r\nc\n", 0).is_ok());
+        // Positive control for the mixed case: an LF line outside the hunk's lines is fine.
+        assert_eq!(
+            adopt_line_endings(&lf, "a\r\nb\r\nc\r\nd\n", 0).unwrap(),
+            lf.with_line_ending("\r\n")
+        );
     }
 }
