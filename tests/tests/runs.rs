@@ -117,12 +117,13 @@ async fn an_agent_that_changes_nothing_leaves_no_suggestion() {
 
 /// An agent that starts a background child, records both pids, and sleeps. The agent may run
 /// in a PID namespace of its own, where `$$` and `$!` are not the pids the test sees: each
-/// process reads its own from `/proc/self/stat` (the machine's `/proc`), before `exec`.
+/// process reads its own from `/proc/self/stat` (the machine's `/proc`), before `exec`. A second
+/// run in the same workspace must not read the first run's (dead) child from a stale `.bg` file.
 fn sleeper(ws: &Workspace, pids: &std::path::Path) -> std::path::PathBuf {
     ws.agent_script(
         "sleeper.sh",
         &format!(
-            "sh -c 'read -r me _ < /proc/self/stat; echo $me > {p}.bg; exec sleep 300' &\nwhile [ ! -s {p}.bg ]; do sleep 0.01; done\nread -r me _ < /proc/self/stat\ncat {p}.bg > {p}.tmp\necho $me >> {p}.tmp\nmv {p}.tmp {p}\nsleep 300",
+            "rm -f {p}.bg\nsh -c 'read -r me _ < /proc/self/stat; echo $me > {p}.bg; exec sleep 300' &\nwhile [ ! -s {p}.bg ]; do sleep 0.01; done\nread -r me _ < /proc/self/stat\ncat {p}.bg > {p}.tmp\necho $me >> {p}.tmp\nmv {p}.tmp {p}\nsleep 300",
             p = pids.display()
         ),
     )
