@@ -144,10 +144,10 @@ impl Hub {
             .collect();
         match found.as_slice() {
             [one] => Ok((*one).clone()),
-            [] => Err(AppError::NotFound(format!(
+            [] => Err(AppError::not_found(format!(
                 "no session {id:?}; GET /sessions lists them"
             ))),
-            _ => Err(AppError::BadRequest(format!(
+            _ => Err(AppError::bad_request(format!(
                 "{id:?} matches several sessions; give more of the id"
             ))),
         }
@@ -236,7 +236,7 @@ impl Hub {
             let before = s.context.len();
             s.context.retain(|r| r.id != ctx_id);
             if s.context.len() == before {
-                return Err(AppError::NotFound(format!(
+                return Err(AppError::not_found(format!(
                     "no context row {ctx_id:?} in this session"
                 )));
             }
@@ -265,10 +265,10 @@ impl Hub {
         let rid = run_id.to_string();
         self.update_session(&id, |s| {
             if s.status == SessionStatus::Archived {
-                return Err(AppError::Conflict {
-                    code: ErrorCode::Archived,
-                    message: format!("session {} is archived; start a new one", s.id),
-                });
+                return Err(AppError::conflict(
+                    ErrorCode::Archived,
+                    format!("session {} is archived; start a new one", s.id),
+                ));
             }
             if s.title.is_empty() {
                 s.title = title_of(prompt);

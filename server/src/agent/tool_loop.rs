@@ -454,7 +454,7 @@ impl Hub {
             (_, true) => NO_USER_ANSWER.to_string(),
             (Some(a), false) if !a.is_empty() => a.chars().take(8000).collect(),
             _ => {
-                return Err(AppError::BadRequest(
+                return Err(AppError::bad_request(
                     "give \"answer\", or \"skip\": true to let the agent go on without one".into(),
                 ))
             }

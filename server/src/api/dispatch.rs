@@ -46,7 +46,7 @@ impl Reply {
 }
 
 fn to_data<T: serde::Serialize>(v: T) -> Result<Value, AppError> {
-    serde_json::to_value(v).map_err(|e| AppError::Internal(e.to_string()))
+    serde_json::to_value(v).map_err(|e| AppError::failed("encoding the reply", e))
 }
 
 /// Carry out one command. Decisions run on the blocking pool (they write and fsync).
@@ -87,7 +87,7 @@ pub async fn dispatch(hub: &Arc<Hub>, msg: ClientMsg) -> Result<Reply, AppError>
             let run = cmd
                 .run_id
                 .as_deref()
-                .ok_or_else(|| AppError::BadRequest("\"clarify\" needs runId".into()))?;
+                .ok_or_else(|| AppError::bad_request("\"clarify\" needs runId".into()))?;
             hub.answer(
                 run,
                 cmd.question_id.as_deref(),

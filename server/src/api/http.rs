@@ -64,7 +64,7 @@ pub fn router(hub: Arc<Hub>) -> Router {
         .route("/agent/suggestions", get(agent_suggestions))
         .route("/agent/suggestions/{id}", get(agent_suggestion))
         .route("/agent/feedback", get(agent_feedback))
-        .fallback(|| async { AppError::NotFound("no such endpoint; see protocol.md".into()) })
+        .fallback(|| async { AppError::not_found("no such endpoint; see protocol.md".into()) })
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(middleware::from_fn_with_state(hub.clone(), guard))
         .with_state(hub)
@@ -84,7 +84,7 @@ async fn guard(State(hub): State<Arc<Hub>>, mut req: Request, next: Next) -> Res
         return next.run(req).await;
     }
     let Some(token) = bearer(headers) else {
-        return AppError::Unauthorized(
+        return AppError::unauthorized(
             "missing Authorization: Bearer <token> (the token is in the hub's state dir)".into(),
         )
         .into_response();
@@ -94,19 +94,19 @@ async fn guard(State(hub): State<Arc<Hub>>, mut req: Request, next: Next) -> Res
     } else if let Some(run_id) = hub.runs.run_for_token(token) {
         Caller::Agent { run_id }
     } else {
-        return AppError::Unauthorized("invalid token".into()).into_response();
+        return AppError::unauthorized("invalid token".into()).into_response();
     };
     let agent_route = path.starts_with("/agent/");
     match (&caller, agent_route) {
         (Caller::Reviewer, false) | (Caller::Agent { .. }, true) => {}
         (Caller::Agent { .. }, false) => {
-            return AppError::Forbidden(
+            return AppError::forbidden(
                 "the agent token may only use /agent/* (its own run and session)".into(),
             )
             .into_response()
         }
         (Caller::Reviewer, true) => {
-            return AppError::Forbidden(
+            return AppError::forbidden(
                 "/agent/* is for the agent of a running run (its HUNKGATE_AGENT_TOKEN)".into(),
             )
             .into_response()
@@ -120,13 +120,13 @@ async fn guard(State(hub): State<Arc<Hub>>, mut req: Request, next: Next) -> Res
 pub fn parse_json<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, AppError> {
     let body = body.map_err(|e| {
         if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
-            AppError::TooLarge(format!("request body is larger than {MAX_BODY} bytes"))
+            AppError::too_large(format!("request body is larger than {MAX_BODY} bytes"))
         } else {
-            AppError::BadRequest(e.body_text())
+            AppError::bad_request(e.body_text())
         }
     })?;
     serde_json::from_slice(&body)
-        .map_err(|e| AppError::BadRequest(format!("invalid JSON body: {e}")))
+        .map_err(|e| AppError::bad_request(format!("invalid JSON body: {e}")))
 }
 
 async fn health(State(hub): State<Arc<Hub>>) -> Json<Value> {
@@ -148,7 +148,7 @@ async fn list_suggestions(
     State(hub): State<Arc<Hub>>,
     q: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, AppError> {
-    let Query(q) = q.map_err(|e| AppError::BadRequest(e.body_text()))?;
+    let Query(q) = q.map_err(|e| AppError::bad_request(e.body_text()))?;
     let msg = ClientMsg::List(ListCmd {
         all: Some(q.all),
         id: None,
@@ -225,7 +225,8 @@ async fn get_run(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, AppError> {
     Ok(Json(
-        serde_json::to_value(hub.run_view(&id)?).map_err(|e| AppError::Internal(e.to_string()))?,
+        serde_json::to_value(hub.run_view(&id)?)
+            .map_err(|e| AppError::failed("encoding the reply", e))?,
     ))
 }
 
@@ -249,7 +250,7 @@ async fn get_checkpoint(
 ) -> Result<Json<Value>, AppError> {
     let view = hub.blocking(move |hub| hub.checkpoint(&id)).await?;
     Ok(Json(
-        serde_json::to_value(view).map_err(|e| AppError::Internal(e.to_string()))?,
+        serde_json::to_value(view).map_err(|e| AppError::failed("encoding the reply", e))?,
     ))
 }
 
@@ -264,7 +265,7 @@ async fn get_diff3(
     q: Result<Query<Diff3Query>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, AppError> {
     let Query(q) = q.map_err(|e| {
-        AppError::BadRequest(format!("{} (diff3 needs ?file_path=...)", e.body_text()))
+        AppError::bad_request(format!("{} (diff3 needs ?file_path=...)", e.body_text()))
     })?;
     Ok(Json(
         hub.blocking(move |hub| hub.diff3(&id, &q.file_path))
@@ -295,7 +296,7 @@ async fn events(
     State(hub): State<Arc<Hub>>,
     q: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, AppError> {
-    let Query(q) = q.map_err(|e| AppError::BadRequest(e.body_text()))?;
+    let Query(q) = q.map_err(|e| AppError::bad_request(e.body_text()))?;
     let msg = ClientMsg::Replay(crate::protocol::ReplayCmd {
         since: q.since,
         id: None,
@@ -306,7 +307,7 @@ async fn events(
 fn agent_run(caller: Option<axum::Extension<Caller>>) -> Result<String, AppError> {
     match caller.map(|c| c.0) {
         Some(Caller::Agent { run_id }) => Ok(run_id),
-        _ => Err(AppError::Forbidden("agent token required".into())),
+        _ => Err(AppError::forbidden("agent token required".into())),
     }
 }
 
@@ -356,10 +357,10 @@ fn agent_pick(
         .collect();
     match found.len() {
         1 => Ok(found.remove(0)),
-        0 => Err(AppError::NotFound(format!(
+        0 => Err(AppError::not_found(format!(
             "no suggestion {id:?} of this run or its session"
         ))),
-        n => Err(AppError::BadRequest(format!(
+        n => Err(AppError::bad_request(format!(
             "{id:?} matches {n} suggestions; give more of the id"
         ))),
     }
@@ -387,7 +388,7 @@ async fn agent_feedback(
     q: Result<Query<FeedbackQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, AppError> {
     let run_id = agent_run(caller)?;
-    let Query(q) = q.map_err(|e| AppError::BadRequest(e.body_text()))?;
+    let Query(q) = q.map_err(|e| AppError::bad_request(e.body_text()))?;
     let views = match q.suggestion_id {
         Some(id) => vec![agent_pick(&hub, &run_id, &id)?],
         None => hub.agent_suggestions(&run_id)?,
@@ -403,7 +404,7 @@ async fn clarify_run(
 ) -> Result<Json<Value>, AppError> {
     let mut cmd: crate::protocol::ClarifyCmd = parse_json(body)?;
     if cmd.run_id.as_deref().is_some_and(|r| r != id) {
-        return Err(AppError::BadRequest(
+        return Err(AppError::bad_request(
             "run_id in the body differs from the path".into(),
         ));
     }
@@ -412,7 +413,7 @@ async fn clarify_run(
 }
 
 fn to_json<T: serde::Serialize>(v: &T) -> Result<Value, AppError> {
-    serde_json::to_value(v).map_err(|e| AppError::Internal(e.to_string()))
+    serde_json::to_value(v).map_err(|e| AppError::failed("encoding the reply", e))
 }
 
 async fn create_session(
@@ -469,7 +470,7 @@ async fn session_history(
     Path(id): Path<String>,
     q: Result<Query<HistoryQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, AppError> {
-    let Query(q) = q.map_err(|e| AppError::BadRequest(e.body_text()))?;
+    let Query(q) = q.map_err(|e| AppError::bad_request(e.body_text()))?;
     Ok(Json(to_json(
         &hub.session_history(&id, q.kind, q.cursor, q.limit)?,
     )?))
@@ -498,7 +499,7 @@ async fn session_run(
 ) -> Result<Json<Value>, AppError> {
     let mut cmd: RunCmd = parse_json(body)?;
     if cmd.session_id.as_deref().is_some_and(|s| s != id) {
-        return Err(AppError::BadRequest(
+        return Err(AppError::bad_request(
             "session_id in the body differs from the path".into(),
         ));
     }

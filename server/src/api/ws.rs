@@ -173,7 +173,10 @@ pub async fn handle(hub: &Arc<Hub>, text: &str) -> Resp {
     };
     match dispatch(hub, msg).await.and_then(|r| r.into_data()) {
         Ok(data) => Resp::ok(id, data),
-        Err(e) => Resp::err(id, e.code(), e.to_string()),
+        Err(e) => {
+            e.report();
+            Resp::err(id, e.code(), e.to_string())
+        }
     }
 }
 

@@ -21,7 +21,7 @@ use sha2::{Digest, Sha256};
 
 use crate::decide::apply::{plan_restore, plan_reverse, plan_reverse_lines, read_cur, PlanError};
 use crate::decide::commit::Decision;
-use crate::error::AppError;
+use crate::error::{AppError, Kind};
 use crate::hub::{Hub, State};
 use crate::model::decision::{HunkChange, LineRec};
 use crate::model::fileop::Cur;
@@ -62,8 +62,8 @@ fn sha_tag(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
 }
 
-fn ierr(e: impl std::fmt::Display) -> AppError {
-    AppError::Internal(e.to_string())
+fn store_err(e: hunkgate_sandbox::store::StoreError) -> AppError {
+    AppError::failed("reading the checkpoint store", e)
 }
 
 /// Every path a suggestion touches, with the hunks touching it (a rename touches two).
@@ -119,8 +119,9 @@ impl Hub {
     }
 
     fn base_tree(&self, s: &Suggestion) -> Result<FlatTree, AppError> {
-        let id = oid(&s.base_commit).ok_or_else(|| ierr("corrupt base commit id"))?;
-        self.store.read_tree(id).map_err(ierr)
+        let id = oid(&s.base_commit)
+            .ok_or_else(|| AppError::internal("a suggestion has a corrupt base commit id"))?;
+        self.store.read_tree(id).map_err(store_err)
     }
 
     pub fn checkpoint(&self, id: &str) -> Result<CheckpointView, AppError> {
@@ -133,7 +134,7 @@ impl Hub {
         let mut files = Vec::new();
         for (path, hunks) in affected(&s) {
             let base_hash = match base.get(&path) {
-                Some(e) => Some(sha_tag(&self.store.read_blob(e.oid).map_err(ierr)?)),
+                Some(e) => Some(sha_tag(&self.store.read_blob(e.oid).map_err(store_err)?)),
                 None => None,
             };
             let (current_hash, unreadable) = current(&root, &path);
@@ -170,15 +171,17 @@ impl Hub {
         let s = st.suggestions[&sid].clone();
         drop(st);
         if !affected(&s).contains_key(file_path) {
-            return Err(AppError::NotFound(format!(
+            return Err(AppError::not_found(format!(
                 "checkpoint {sid} does not affect {file_path:?}; GET /checkpoints/{sid} lists its files"
             )));
         }
         let base = self.base_tree(&s)?;
-        let run = self
-            .store
-            .read_tree(oid(&s.run_commit).ok_or_else(|| ierr("corrupt run commit id"))?)
-            .map_err(ierr)?;
+        let run =
+            self.store
+                .read_tree(oid(&s.run_commit).ok_or_else(|| {
+                    AppError::internal("a suggestion has a corrupt run commit id")
+                })?)
+                .map_err(store_err)?;
         let mut binary = false;
         let mut text = |bytes: Option<Vec<u8>>| -> Option<String> {
             let b = bytes?;
@@ -192,7 +195,7 @@ impl Hub {
         let blob = |t: &FlatTree| -> Result<Option<Vec<u8>>, AppError> {
             t.get(file_path)
                 .filter(|e| e.mode != Mode::Symlink)
-                .map(|e| self.store.read_blob(e.oid).map_err(ierr))
+                .map(|e| self.store.read_blob(e.oid).map_err(store_err))
                 .transpose()
         };
         let base_text = text(blob(&base)?);
@@ -256,11 +259,11 @@ impl Hub {
                     message: message.clone(),
                 });
                 return Err(match e {
-                    PlanError::Conflict(_) => AppError::Conflict {
-                        code: ErrorCode::Conflict,
-                        message: format!("rollback refused, nothing was changed: {message}"),
-                    },
-                    other => ierr(other),
+                    PlanError::Conflict(_) => AppError::conflict(
+                        ErrorCode::Conflict,
+                        format!("rollback refused, nothing was changed: {message}"),
+                    ),
+                    other => AppError::failed("planning the rollback", other),
                 });
             }
         };
@@ -305,12 +308,10 @@ impl Hub {
                 mode,
                 message: e.to_string(),
             });
-            return Err(match e {
-                AppError::Conflict { code, message } => AppError::Conflict {
-                    code,
-                    message: format!("rollback refused, nothing was changed: {message}"),
-                },
-                other => other,
+            return Err(if e.kind() == Kind::Conflict {
+                e.map_message(|m| format!("rollback refused, nothing was changed: {m}"))
+            } else {
+                e
             });
         }
         drop(st);
@@ -424,18 +425,18 @@ fn check_rollback(
     let sid = &s.id;
     match mode {
         RollbackMode::HardAll if !confirm => {
-            return Err(AppError::BadRequest(format!(
+            return Err(AppError::bad_request(format!(
                 "hard rollback puts {} file(s) back to the checkpoint and discards every later edit to them; send \"confirm\": true",
                 affected(s).len()
             )))
         }
         RollbackMode::HardAll if !hunk_ids.is_empty() => {
-            return Err(AppError::BadRequest(
+            return Err(AppError::bad_request(
                 "hard_all rolls back every affected file; use scoped_selected to choose hunks".into(),
             ))
         }
         RollbackMode::ScopedSelected if hunk_ids.is_empty() => {
-            return Err(AppError::BadRequest("scoped_selected needs hunk_ids".into()))
+            return Err(AppError::bad_request("scoped_selected needs hunk_ids".into()))
         }
         _ => {}
     }
@@ -443,12 +444,12 @@ fn check_rollback(
         for h in hunk_ids {
             match s.hunk(h) {
                 None => {
-                    return Err(AppError::NotFound(format!(
+                    return Err(AppError::not_found(format!(
                         "checkpoint {sid} has no hunk {h:?}"
                     )))
                 }
                 Some(rec) if !rec.state.applied() => {
-                    return Err(AppError::BadRequest(
+                    return Err(AppError::bad_request(
                         format!(
                             "hunk {h} is {:?}, not applied; only applied hunks can be rolled back",
                             rec.state

@@ -113,13 +113,13 @@ impl Hub {
         self.flush_unfinished()?;
         let (rec, events) = decision.all_events();
         rec.check(&st.suggestions)
-            .map_err(|e| AppError::Internal(e.to_string()))?;
+            .map_err(|e| AppError::failed("checking the decision against the state", e))?;
         let record = Record::Decision(Box::new(rec));
         self.journal_append(&record).map_err(|e| {
-            AppError::Internal(format!("recording the decision: {e}; nothing was changed"))
+            e.map_message(|m| format!("recording the decision: {m}; nothing was changed"))
         })?;
         let Record::Decision(rec) = record else {
-            return Err(AppError::Internal("journal record mix-up".into()));
+            return Err(AppError::internal("journal record mix-up"));
         };
         let id = rec.decision.clone();
 
@@ -154,7 +154,7 @@ impl Hub {
             .emit_durably(events, |seqs| self.log_and_commit(&id, &mut feedback, seqs));
         let Err((e, events)) = committed else {
             rec.apply(&mut st.suggestions)
-                .map_err(|e| AppError::Internal(e.to_string()))?;
+                .map_err(|e| AppError::failed("applying the decision to the state", e))?;
             self.compact_if_due(st);
             return Ok(());
         };
@@ -165,16 +165,16 @@ impl Hub {
         match undone {
             Ok(()) => {
                 self.abort(&id);
-                Err(AppError::Internal(format!(
-                    "{e}; the decision was taken back, nothing was changed"
-                )))
+                Err(e.map_message(|m| {
+                    format!("{m}; the decision was taken back, nothing was changed")
+                }))
             }
             Err(u) => {
                 // The checkout keeps the change and it cannot be taken back (the file changed
                 // again meanwhile): the decision stands. Its feedback line and commit are written
                 // before the next decision, or from the prepare record on the next start.
                 rec.apply(&mut st.suggestions)
-                    .map_err(|e| AppError::Internal(e.to_string()))?;
+                    .map_err(|e| AppError::failed("applying the decision to the state", e))?;
                 let seqs: Vec<u64> = events.into_iter().map(|ev| self.bus.emit(ev)).collect();
                 for (f, seq) in feedback.iter_mut().zip(&seqs) {
                     f.seq = *seq;
@@ -182,8 +182,8 @@ impl Hub {
                 if let Ok(mut q) = self.unfinished.lock() {
                     q.push((id, feedback));
                 }
-                Err(AppError::Internal(format!(
-                    "{e}; the change is in your checkout and stays (taking it back failed: {u}); it is recorded once the state directory can be written again"
+                Err(e.map_message(|m| format!(
+                    "{m}; the change is in your checkout and stays (taking it back failed: {u}); it is recorded once the state directory can be written again"
                 )))
             }
         }
@@ -202,18 +202,15 @@ impl Hub {
             Err(ExecError::Undone(e)) => {
                 self.abort(id);
                 Err(match *e {
-                    PlanError::Conflict(message) => AppError::Conflict {
-                        code: ErrorCode::Conflict,
-                        message,
-                    },
-                    other => AppError::Internal(format!(
-                        "writing your checkout failed, so nothing was changed: {other}"
-                    )),
+                    PlanError::Conflict(message) => {
+                        AppError::conflict(ErrorCode::Conflict, message)
+                    }
+                    other => AppError::failed("writing your checkout (nothing was changed)", other),
                 })
             }
             Err(e @ ExecError::Stuck { .. }) => {
                 let files: Vec<&str> = ops.iter().map(|o| o.path.as_str()).collect();
-                Err(AppError::Internal(format!(
+                Err(AppError::internal(format!(
                     "writing your checkout failed half way: {e}; check {}",
                     files.join(", ")
                 )))
@@ -243,20 +240,19 @@ impl Hub {
         for (i, f) in feedback.iter_mut().enumerate() {
             f.seq = seqs.get(i).or(seqs.last()).copied().unwrap_or(0);
         }
-        let mut log = self
-            .feedback
-            .lock()
-            .map_err(|_| AppError::Internal("feedback lock poisoned".into()))?;
+        let mut log = self.feedback.lock().map_err(|_| {
+            AppError::internal("the feedback lock is poisoned (a thread panicked); restart the hub")
+        })?;
         let mark = log
             .append(feedback)
-            .map_err(|e| AppError::Internal(format!("writing the feedback log: {e}")))?;
+            .map_err(|e| AppError::failed("writing the feedback log", e))?;
         if let Err(e) = self.journal_append(&Record::Commit {
             decision: decision.to_string(),
         }) {
             if let Err(t) = log.truncate_to(mark) {
                 tracing::error!(error = %t, "taking an uncommitted decision out of the feedback log");
             }
-            return Err(AppError::Internal(format!("recording the decision: {e}")));
+            return Err(e.map_message(|m| format!("recording the decision: {m}")));
         }
         Ok(())
     }
@@ -264,15 +260,16 @@ impl Hub {
     /// Record decisions that stand in the checkout but whose feedback lines and commit could not
     /// be written, before anything else is decided.
     pub(crate) fn flush_unfinished(&self) -> Result<(), AppError> {
-        let mut q = self
-            .unfinished
-            .lock()
-            .map_err(|_| AppError::Internal("lock poisoned".into()))?;
+        let mut q = self.unfinished.lock().map_err(|_| {
+            AppError::internal(
+                "the unfinished-decisions lock is poisoned (a thread panicked); restart the hub",
+            )
+        })?;
         while let Some((decision, feedback)) = q.first_mut() {
             let seqs: Vec<u64> = feedback.iter().map(|f| f.seq).collect();
             self.log_and_commit(decision, feedback, &seqs).map_err(|e| {
-                AppError::Internal(format!(
-                    "an earlier decision is not recorded yet ({e}); nothing was changed: free space in the state directory and try again"
+                e.map_message(|m| format!(
+                    "an earlier decision is not recorded yet ({m}); nothing was changed: free space in the state directory and try again"
                 ))
             })?;
             q.remove(0);

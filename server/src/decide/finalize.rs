@@ -14,7 +14,9 @@ use crate::protocol::{HunkKind, HunkState};
 impl Hub {
     /// The base tree with exactly the applied hunks applied, committed on top of the run.
     pub(crate) fn reviewed_commit(&self, s: &Suggestion) -> Result<String, AppError> {
-        let ierr = |e: &dyn std::fmt::Display| AppError::Internal(e.to_string());
+        let ierr = |e: &dyn std::fmt::Display| {
+            AppError::internal(format!("writing the reviewed commit of {}: {e}", s.id))
+        };
         let base_id = oid(&s.base_commit).ok_or_else(|| ierr(&"bad base commit id"))?;
         let run_id = oid(&s.run_commit).ok_or_else(|| ierr(&"bad run commit id"))?;
         let mut tree: FlatTree = self.store.read_tree(base_id).map_err(|e| ierr(&e))?;

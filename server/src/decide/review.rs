@@ -90,20 +90,13 @@ impl Hub {
         match self.commit(&mut st, d) {
             Ok(()) => {}
             // The file changed between the plan and the write: a conflict like any other.
-            Err(AppError::Conflict {
-                code: ErrorCode::Conflict,
-                message,
-            }) if ask.action.forward() => {
+            Err(e) if e.error_code() == ErrorCode::Conflict && ask.action.forward() => {
+                let message = e.message().to_string();
                 return self.record_conflict(&mut st, &sid, idx, &id, ask, message);
             }
-            Err(AppError::Conflict {
-                code: ErrorCode::Conflict,
-                message,
-            }) => {
-                return Err(AppError::Conflict {
-                    code: ErrorCode::Conflict,
-                    message: format!("cannot {} hunk {hunk_id}: {message}", ask.action.word()),
-                })
+            Err(e) if e.error_code() == ErrorCode::Conflict => {
+                let word = ask.action.word();
+                return Err(e.map_message(|m| format!("cannot {word} hunk {hunk_id}: {m}")));
             }
             Err(e) => return Err(e),
         }
@@ -147,7 +140,7 @@ impl Hub {
                     AppliedAction::Accepted,
                 )),
                 Err(PlanError::Conflict(msg)) => Ok(Step::Conflict(msg)),
-                Err(e) => Err(AppError::Internal(e.to_string())),
+                Err(e) => Err(AppError::failed("planning the hunk", e)),
             };
         }
         let (target, act) = if action == FeedbackAction::Reject {
@@ -169,11 +162,11 @@ impl Hub {
         let root = self.checkout()?;
         match plan_reverse(&root, &self.store, rec, Self::offset_for(s, rec)) {
             Ok(plan) => Ok(Step::Planned(target, plan, act)),
-            Err(PlanError::Conflict(msg)) => Err(AppError::Conflict {
-                code: ErrorCode::Conflict,
-                message: format!("cannot undo hunk {}: {msg}", rec.id),
-            }),
-            Err(e) => Err(AppError::Internal(e.to_string())),
+            Err(PlanError::Conflict(msg)) => Err(AppError::conflict(
+                ErrorCode::Conflict,
+                format!("cannot undo hunk {}: {msg}", rec.id),
+            )),
+            Err(e) => Err(AppError::failed("planning the undo", e)),
         }
     }
 
@@ -192,10 +185,7 @@ impl Hub {
         let mut d = Decision::with_id(decision.to_string());
         d.change(change).line(line, event);
         self.commit(st, d)?;
-        Err(AppError::Conflict {
-            code: ErrorCode::Conflict,
-            message: msg,
-        })
+        Err(AppError::conflict(ErrorCode::Conflict, msg))
     }
 
     /// Accept or reject every pending (or conflicting) hunk, optionally of one file, as one
@@ -216,7 +206,7 @@ impl Hub {
         ensure_open(s)?;
         if let Some(f) = file {
             if !s.hunks.iter().any(|h| h.file == f) {
-                return Err(AppError::NotFound(format!(
+                return Err(AppError::not_found(format!(
                     "suggestion {sid} has no hunks in {f}"
                 )));
             }
@@ -240,10 +230,7 @@ impl Hub {
         let decision = d.id().to_string();
         match self.commit(&mut st, d) {
             Ok(()) => {}
-            Err(AppError::Conflict {
-                code: ErrorCode::Conflict,
-                ..
-            }) => {
+            Err(e) if e.error_code() == ErrorCode::Conflict => {
                 drop(st);
                 return self.decide_each(&sid, &picked, &ask, &decision);
             }
@@ -290,7 +277,9 @@ impl Hub {
                 match plan_forward_over(&overlay, &root, &self.store, rec, hunk, offset, false) {
                     Ok(plan) => {
                         for op in &plan.ops {
-                            overlay.record(&self.store, op).map_err(internal)?;
+                            overlay
+                                .record(&self.store, op)
+                                .map_err(|e| AppError::failed("reading the checkout", e))?;
                         }
                         if let Some(a) = &plan.applied {
                             shifts
@@ -303,14 +292,11 @@ impl Hub {
                     Err(PlanError::Conflict(msg)) => {
                         let (change, line, event) = conflict_parts(s, i, ask, &msg);
                         d.change(change).line(line, event);
-                        let e = AppError::Conflict {
-                            code: ErrorCode::Conflict,
-                            message: msg,
-                        };
+                        let e = AppError::conflict(ErrorCode::Conflict, msg);
                         failed.push(serde_json::json!({"hunk_id": rec.id, "error": e.to_string()}));
                         continue;
                     }
-                    Err(e) => return Err(internal(e)),
+                    Err(e) => return Err(AppError::failed("planning the hunks", e)),
                 }
             } else {
                 (
@@ -378,10 +364,10 @@ impl Hub {
         let sid = Self::resolve_id(&st, suggestion_id)?;
         let s = &st.suggestions[&sid];
         if let Some(how) = &s.closed {
-            return Err(AppError::Conflict {
-                code: ErrorCode::Closed,
-                message: format!("suggestion {sid} was already completed ({how})"),
-            });
+            return Err(AppError::conflict(
+                ErrorCode::Closed,
+                format!("suggestion {sid} was already completed ({how})"),
+            ));
         }
         let via = match action {
             CompleteAction::Finalize => "finalize",
@@ -458,18 +444,15 @@ enum Step {
 }
 
 fn already(message: String) -> AppError {
-    AppError::Conflict {
-        code: ErrorCode::AlreadyDecided,
-        message: message.to_lowercase(),
-    }
+    AppError::conflict(ErrorCode::AlreadyDecided, message.to_lowercase())
 }
 
 fn ensure_open(s: &Suggestion) -> Result<(), AppError> {
     match &s.closed {
-        Some(how) => Err(AppError::Conflict {
-            code: ErrorCode::Closed,
-            message: format!("suggestion {} was already completed ({how})", s.id),
-        }),
+        Some(how) => Err(AppError::conflict(
+            ErrorCode::Closed,
+            format!("suggestion {} was already completed ({how})", s.id),
+        )),
         None => Ok(()),
     }
 }
@@ -486,14 +469,14 @@ fn find_hunk(s: &Suggestion, hunk_id: &str) -> Result<usize, AppError> {
                 .position(|h| hunk_id == format!("{}:{}", h.file, h.index))
                 .or_else(|| hunk_id.parse::<usize>().ok().filter(|i| *i < s.hunks.len()))
         })
-        .ok_or_else(|| AppError::NotFound(format!("suggestion {} has no hunk {hunk_id:?}", s.id)))
+        .ok_or_else(|| AppError::not_found(format!("suggestion {} has no hunk {hunk_id:?}", s.id)))
 }
 
 /// The user's own version of the hunk (`modify`), checked against it.
 fn modified_hunk(ask: &Ask, rec: &HunkRec) -> Result<Option<Hunk>, AppError> {
     if ask.action != FeedbackAction::Modify {
         if ask.modified_diff.is_some() {
-            return Err(AppError::BadRequest(format!(
+            return Err(AppError::bad_request(format!(
                 "modifiedDiff is only allowed with action \"modify\", not {:?}",
                 ask.action.word()
             )));
@@ -504,15 +487,11 @@ fn modified_hunk(ask: &Ask, rec: &HunkRec) -> Result<Option<Hunk>, AppError> {
         .modified_diff
         .filter(|d| !d.trim().is_empty())
         .ok_or_else(|| {
-            AppError::BadRequest(
+            AppError::bad_request(
                 "action \"modify\" needs modifiedDiff (modified_diff over HTTP)".into(),
             )
         })?;
     parse_modified(text, rec).map(Some)
-}
-
-fn internal(e: impl std::fmt::Display) -> AppError {
-    AppError::Internal(e.to_string())
 }
 
 /// Parse the user's edited diff for one hunk: a single hunk, optionally with file headers that
@@ -522,7 +501,7 @@ fn parse_modified(text: &str, rec: &HunkRec) -> Result<Hunk, AppError> {
         rec.kind,
         HunkKind::Modify | HunkKind::Create | HunkKind::Delete
     ) {
-        return Err(AppError::BadRequest(
+        return Err(AppError::bad_request(
             format!(
                 "hunk {} is a {:?} change; it can be accepted or rejected, not modified",
                 rec.id, rec.kind
@@ -531,7 +510,7 @@ fn parse_modified(text: &str, rec: &HunkRec) -> Result<Hunk, AppError> {
         ));
     }
     parse_one_hunk(text, &rec.file).map_err(|e| {
-        AppError::BadRequest(match e {
+        AppError::bad_request(match e {
             OneHunkError::OtherFile(p) => format!(
                 "modifiedDiff names file {p:?} but hunk {} is in {:?}",
                 rec.id, rec.file

@@ -12,7 +12,6 @@ use tokio_util::sync::CancellationToken;
 use crate::api::server::{open_hub, Started};
 use crate::config::ServeConfig;
 use crate::decide::commit::Decision;
-use crate::error::AppError;
 use crate::hub::Hub;
 use crate::model::suggestion::{build_hunks, Suggestion};
 use crate::protocol::ErrorCode;
@@ -238,16 +237,7 @@ fn a_stale_base_is_a_conflict_that_changes_nothing() {
         .hub()
         .decide("s1", &s.hunks[0].id, FeedbackAction::Accept, None, None)
         .unwrap_err();
-    assert!(
-        matches!(
-            &err,
-            AppError::Conflict {
-                code: ErrorCode::Conflict,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
+    assert_eq!(err.error_code(), ErrorCode::Conflict, "{err:?}");
     assert_eq!(f.read("a.txt"), mine, "the checkout is untouched");
     assert_eq!(f.state("s1", 0), HunkState::Conflict);
     // Positive control: the other hunk's context is intact and it applies.
@@ -309,7 +299,7 @@ fn hard_rollback_restores_the_base_and_rejects_later_hunks_on_the_file() {
         .hub()
         .rollback("s1", RollbackMode::HardAll, &[], false)
         .unwrap_err();
-    assert!(matches!(err, AppError::BadRequest(_)), "needs confirm");
+    assert_eq!(err.error_code(), ErrorCode::BadRequest, "needs confirm");
     f.hub()
         .rollback("s1", RollbackMode::HardAll, &[], true)
         .unwrap();

@@ -59,7 +59,7 @@ pub fn load_or_create_token(path: &Path) -> std::io::Result<String> {
 /// Host must name this server: 127.0.0.1, localhost or [::1] (or the bound host) with its port.
 pub fn check_host(headers: &HeaderMap, bound_host: &str, port: u16) -> Result<(), AppError> {
     let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
-        return Err(AppError::Forbidden("missing Host header".into()));
+        return Err(AppError::forbidden("missing Host header".into()));
     };
     let host = host.to_ascii_lowercase();
     let mut names = vec![
@@ -79,7 +79,7 @@ pub fn check_host(headers: &HeaderMap, bound_host: &str, port: u16) -> Result<()
     if ok {
         Ok(())
     } else {
-        Err(AppError::Forbidden(format!(
+        Err(AppError::forbidden(format!(
             "Host {host:?} does not name this server; use http://127.0.0.1:{port}"
         )))
     }
@@ -94,7 +94,7 @@ pub fn check_origin(headers: &HeaderMap, allowed: &[String]) -> Result<(), AppEr
             if allowed.iter().any(|a| a == o) {
                 Ok(())
             } else {
-                Err(AppError::Forbidden(format!(
+                Err(AppError::forbidden(format!(
                     "Origin {o:?} is not allowed (start the hub with --allow-origin to allow it)"
                 )))
             }

@@ -87,9 +87,9 @@ pub struct DecisionResult {
 
 impl Hub {
     pub fn lock(&self) -> Result<MutexGuard<'_, State>, AppError> {
-        self.state
-            .lock()
-            .map_err(|_| AppError::Internal("state lock poisoned".into()))
+        self.state.lock().map_err(|_| {
+            AppError::internal("the state lock is poisoned (a thread panicked); restart the hub")
+        })
     }
 
     /// Compact the journal to a snapshot of `st` once it has grown enough (see
@@ -117,9 +117,13 @@ impl Hub {
     pub fn journal_append(&self, rec: &Record) -> Result<(), AppError> {
         self.journal
             .lock()
-            .map_err(|_| AppError::Internal("journal lock poisoned".into()))?
+            .map_err(|_| {
+                AppError::internal(
+                    "the journal lock is poisoned (a thread panicked); restart the hub",
+                )
+            })?
             .append(rec)
-            .map_err(|e| AppError::Internal(e.to_string()))
+            .map_err(|e| AppError::failed("writing the journal", e))
     }
 
     /// Run blocking work (file I/O, fsync, gix) off the async workers.
@@ -130,11 +134,16 @@ impl Hub {
         let hub = self.clone();
         tokio::task::spawn_blocking(move || f(&hub))
             .await
-            .map_err(|e| AppError::Internal(format!("worker failed: {e}")))?
+            .map_err(|e| AppError::failed("a blocking worker", e))?
     }
 
     pub fn checkout(&self) -> Result<Beneath, AppError> {
-        Beneath::open(&self.cfg.repo).map_err(|e| AppError::Internal(e.to_string()))
+        Beneath::open(&self.cfg.repo).map_err(|e| {
+            AppError::failed(
+                &format!("opening the checkout {}", self.cfg.repo.display()),
+                e,
+            )
+        })
     }
 
     pub fn list(&self, all: bool) -> Result<Vec<SuggestionSummary>, AppError> {
@@ -160,10 +169,10 @@ impl Hub {
             .collect();
         match matches.as_slice() {
             [one] if !id.is_empty() => Ok((*one).clone()),
-            [] | [_] => Err(AppError::NotFound(format!(
+            [] | [_] => Err(AppError::not_found(format!(
                 "no suggestion {id:?}; `hunkgate list` shows them"
             ))),
-            _ => Err(AppError::BadRequest(format!(
+            _ => Err(AppError::bad_request(format!(
                 "{id:?} matches {} suggestions; give more of the id",
                 matches.len()
             ))),

@@ -54,7 +54,7 @@ pub(crate) struct Gate {
 }
 
 pub(crate) fn poisoned() -> AppError {
-    AppError::Internal("run bookkeeping lock poisoned".into())
+    AppError::internal("the run bookkeeping lock is poisoned (a thread panicked); restart the hub")
 }
 
 impl Runs {
@@ -94,10 +94,10 @@ impl Runs {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let mut q = self.questions.lock().map_err(|_| poisoned())?;
         if q.contains_key(run_id) {
-            return Err(AppError::Conflict {
-                code: ErrorCode::QuestionPending,
-                message: "one question at a time: the last one is not answered yet".into(),
-            });
+            return Err(AppError::conflict(
+                ErrorCode::QuestionPending,
+                "one question at a time: the last one is not answered yet".into(),
+            ));
         }
         q.insert(run_id.to_string(), (question_id.to_string(), tx));
         Ok(rx)
@@ -112,22 +112,24 @@ impl Runs {
     ) -> Result<String, AppError> {
         let mut q = self.questions.lock().map_err(|_| poisoned())?;
         let Some((qid, _)) = q.get(run_id) else {
-            return Err(AppError::Conflict {
-                code: ErrorCode::NoQuestion,
-                message: format!("run {run_id} is not waiting for an answer"),
-            });
+            return Err(AppError::conflict(
+                ErrorCode::NoQuestion,
+                format!("run {run_id} is not waiting for an answer"),
+            ));
         };
         if question_id.is_some_and(|given| given != qid) {
-            return Err(AppError::Conflict {
-                code: ErrorCode::StaleQuestion,
-                message: format!(
+            return Err(AppError::conflict(
+                ErrorCode::StaleQuestion,
+                format!(
                     "question {qid} is the one pending, not {}",
                     question_id.unwrap_or("")
                 ),
-            });
+            ));
         }
         let Some((qid, tx)) = q.remove(run_id) else {
-            return Err(AppError::Internal("question vanished".into()));
+            return Err(AppError::internal(format!(
+                "run {run_id}: its pending question vanished while answering"
+            )));
         };
         // The run may have been cancelled meanwhile; then nobody listens, which is fine.
         let _ = tx.send(answer);

@@ -50,7 +50,7 @@ pub struct ContextRow {
 
 impl ContextRow {
     pub fn validate(&self) -> Result<(), AppError> {
-        let bad = |m: &str| Err(AppError::BadRequest(format!("context row: {m}")));
+        let bad = |m: &str| Err(AppError::bad_request(format!("context row: {m}")));
         if let Some(p) = &self.file_path {
             if let Err(e) = hunkgate_sandbox::beneath::components(p) {
                 return bad(&e.to_string());

@@ -1,7 +1,7 @@
 //! Text helpers shared by every layer that shows agent text to people: one place, so every
 //! view flattens and cuts text the same way.
 //!
-//! May import: nothing of the crate.
+//! May import: `error` (whose `error_chain` it re-exports).
 
 /// One printable line, at most `max` characters (agent text goes to status lines).
 pub fn one_line(s: &str, max: usize) -> String {
@@ -19,17 +19,7 @@ pub fn one_line(s: &str, max: usize) -> String {
     }
 }
 
-/// An error and its sources, one after another.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(inner) = src {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
-        src = inner.source();
-    }
-    s
-}
+pub use crate::error::error_chain;
 
 /// At most `max` characters, control characters but newlines blanked, `…` when cut.
 pub fn shorten(s: &str, max: usize) -> String {

@@ -25,7 +25,7 @@ impl Hub {
         sandbox: Arc<dyn Sandbox>,
     ) -> Result<(), AppError> {
         let Some(pcfg) = &self.cfg.provider else {
-            return Err(AppError::BadRequest(
+            return Err(AppError::bad_request(
                 "the built-in agent has no model server configured".into(),
             ));
         };
@@ -37,7 +37,7 @@ impl Hub {
                         as Arc<dyn crate::model::chat::Provider>,
                 )
             })
-            .map_err(|e| AppError::Internal(e.to_string()))?;
+            .map_err(|e| AppError::failed("setting up the model provider", e))?;
         let rid = run_id.to_string();
         let context = self.blocking(move |hub| hub.session_context(&rid)).await?;
         self.run_status(
@@ -108,7 +108,8 @@ impl Hub {
             .unwrap_or_else(|| first_line(prompt));
         match self.publish(run_id, &description, &[], &end.notes).await {
             Ok(_) => Ok(()),
-            Err(AppError::NoChanges(msg)) => {
+            Err(e) if e.error_code() == ErrorCode::NoChanges => {
+                let msg = e.message().to_string();
                 if stop == Stop::ProviderError {
                     let message = end.error.unwrap_or_default();
                     self.update_run(run_id, |r| r.status = RunState::Failed)?;

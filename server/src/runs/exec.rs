@@ -35,9 +35,10 @@ impl Hub {
         let (base_commit, base_tree, skipped) = self
             .blocking(move |hub| {
                 let snap = snapshot_checkout(&hub.cfg.repo, &hub.store, DEFAULT_FILE_CAP)
-                    .map_err(|e| AppError::Internal(format!("snapshotting the checkout: {e}")))?;
-                let ierr =
-                    |e: hunkgate_sandbox::store::StoreError| AppError::Internal(e.to_string());
+                    .map_err(|e| AppError::failed("snapshotting the checkout", e))?;
+                let ierr = |e: hunkgate_sandbox::store::StoreError| {
+                    AppError::failed("writing the run's base to the checkpoint store", e)
+                };
                 let tree = hub.store.write_tree(&snap.tree).map_err(ierr)?;
                 let commit = hub
                     .store
@@ -112,7 +113,7 @@ impl Hub {
             let tree = base_tree.clone();
             self.blocking(move |hub| {
                 sb.prepare(&hub.store, &tree)
-                    .map_err(|e| AppError::Internal(e.to_string()))
+                    .map_err(|e| AppError::failed("preparing the sandbox", e))
             })
             .await?;
         }
@@ -162,7 +163,8 @@ impl Hub {
             .map_err(|_| poisoned())?
             .insert(agent_token.clone(), run_id.to_string());
 
-        let argv = build_argv(template, prompt).map_err(|e| AppError::BadRequest(e.to_string()))?;
+        let argv =
+            build_argv(template, prompt).map_err(|e| AppError::bad_request(e.to_string()))?;
         let mut env = scrubbed_env(&self.cfg.agent_env);
         env.push(("HUNKGATE_PROMPT".into(), prompt.to_string()));
         env.push(("HUNKGATE_RUN_ID".into(), run_id.to_string()));
@@ -267,7 +269,8 @@ impl Hub {
         }
         match self.publish(run_id, &first_line(prompt), &[], &[]).await {
             Ok(_) => {}
-            Err(AppError::NoChanges(msg)) => {
+            Err(e) if e.error_code() == ErrorCode::NoChanges => {
+                let msg = e.message().to_string();
                 self.update_run(run_id, |r| r.status = RunState::NoChanges)?;
                 self.run_status(run_id, "no_changes", msg);
             }

@@ -61,7 +61,7 @@ impl Hub {
         let run = st
             .runs
             .get_mut(run_id)
-            .ok_or_else(|| AppError::NotFound(format!("no run {run_id:?}")))?;
+            .ok_or_else(|| AppError::not_found(format!("no run {run_id:?}")))?;
         let was_running = !run.finished();
         f(run);
         // A run stopped because the hub itself is shutting down was not cancelled by anyone:
@@ -82,7 +82,7 @@ impl Hub {
         st.runs
             .get(run_id)
             .cloned()
-            .ok_or_else(|| AppError::NotFound(format!("no run {run_id:?}")))
+            .ok_or_else(|| AppError::not_found(format!("no run {run_id:?}")))
     }
 
     pub fn list_runs(&self) -> Result<Vec<RunView>, AppError> {
@@ -122,7 +122,7 @@ impl Hub {
     ) -> Result<Driver, AppError> {
         let builtin = |model: Option<&str>| -> Result<Driver, AppError> {
             let Some(p) = &self.cfg.provider else {
-                return Err(AppError::BadRequest(
+                return Err(AppError::bad_request(
                     "the built-in agent needs a model server: start the hub with --provider-url (e.g. http://127.0.0.1:11434/v1 for Ollama) or [provider] base_url".into(),
                 ));
             };
@@ -131,7 +131,7 @@ impl Hub {
                 .map(str::to_string)
                 .unwrap_or_else(|| p.model.clone());
             if model.trim().is_empty() {
-                return Err(AppError::BadRequest(
+                return Err(AppError::bad_request(
                     "no model: pass \"model\" with the run, or start the hub with --model".into(),
                 ));
             }
@@ -139,7 +139,7 @@ impl Hub {
         };
         match (cmd.agent.as_deref(), cmd.model.as_deref()) {
             (Some(BUILTIN), m) | (None, m @ Some(_)) => builtin(m),
-            (Some(_), Some(_)) => Err(AppError::BadRequest(
+            (Some(_), Some(_)) => Err(AppError::bad_request(
                 "\"model\" is for the built-in agent; an agent command chooses its own".into(),
             )),
             (Some(t), None) => Ok(Driver::Command(t.to_string())),
@@ -148,7 +148,7 @@ impl Hub {
                 Some(BUILTIN) => builtin(None),
                 Some(t) => Ok(Driver::Command(t.to_string())),
                 None if self.cfg.provider.is_some() => builtin(None),
-                None => Err(AppError::BadRequest(
+                None => Err(AppError::bad_request(
                     "no agent configured: pass \"agent\" (e.g. \"claude -p {prompt}\"), or start the hub with --agent, or with --provider-url for the built-in agent".into(),
                 )),
             },
@@ -159,7 +159,7 @@ impl Hub {
     pub fn start_run(self: &Arc<Self>, cmd: &RunCmd) -> Result<RunView, AppError> {
         let prompt = cmd.prompt.as_str();
         if prompt.trim().is_empty() {
-            return Err(AppError::BadRequest("prompt is empty".into()));
+            return Err(AppError::bad_request("prompt is empty".into()));
         }
         let session_model = match &cmd.session_id {
             Some(id) => self.session_view(id)?.session.model,
@@ -168,7 +168,7 @@ impl Hub {
         let driver = self.resolve_driver(cmd, session_model.as_deref())?;
         if let Driver::Command(template) = &driver {
             // Refuse a broken template now rather than as a failed run later.
-            build_argv(template, prompt).map_err(|e| AppError::BadRequest(e.to_string()))?;
+            build_argv(template, prompt).map_err(|e| AppError::bad_request(e.to_string()))?;
         }
         let timeout = Duration::from_secs(
             cmd.timeout_secs
@@ -263,6 +263,7 @@ impl Hub {
                 }
             };
             if let Err(e) = result {
+                e.report();
                 let msg = e.to_string();
                 let _ = hub.update_run(&run_id, |r| {
                     r.status = RunState::Failed;
@@ -323,11 +324,10 @@ impl Hub {
             view.status,
             RunState::Queued | RunState::Working | RunState::WaitingForUser
         ) {
-            return Err(AppError::Conflict {
-                code: ErrorCode::Finished,
-                message: format!("run {run_id} already finished ({:?})", view.status)
-                    .to_lowercase(),
-            });
+            return Err(AppError::conflict(
+                ErrorCode::Finished,
+                format!("run {run_id} already finished ({:?})", view.status).to_lowercase(),
+            ));
         }
         if let Some(token) = self
             .runs

@@ -36,7 +36,7 @@ impl Hub {
         notes: &[HunkNote],
     ) -> Result<SuggestionView, AppError> {
         if description.trim().is_empty() {
-            return Err(AppError::BadRequest("description is empty".into()));
+            return Err(AppError::bad_request("description is empty".into()));
         }
         let active = self
             .runs
@@ -45,9 +45,11 @@ impl Hub {
             .map_err(|_| poisoned())?
             .get(run_id)
             .cloned()
-            .ok_or_else(|| AppError::Conflict {
-                code: ErrorCode::NotRunning,
-                message: format!("run {run_id} is not running; only a running agent can publish"),
+            .ok_or_else(|| {
+                AppError::conflict(
+                    ErrorCode::NotRunning,
+                    format!("run {run_id} is not running; only a running agent can publish"),
+                )
             })?;
         let filter = if globs.is_empty() {
             None
@@ -56,10 +58,13 @@ impl Hub {
             for g in globs {
                 b.add(
                     globset::Glob::new(g)
-                        .map_err(|e| AppError::BadRequest(format!("--files {g:?}: {e}")))?,
+                        .map_err(|e| AppError::bad_request(format!("--files {g:?}: {e}")))?,
                 );
             }
-            Some(b.build().map_err(|e| AppError::BadRequest(e.to_string()))?)
+            Some(
+                b.build()
+                    .map_err(|e| AppError::bad_request(e.to_string()))?,
+            )
         };
         let rid = run_id.to_string();
         let desc = description.to_string();
@@ -73,7 +78,9 @@ impl Hub {
         let jj_sandbox = active.sandbox.clone();
         let suggestion = self
             .blocking(move |hub| {
-                let ierr = |e: &dyn std::fmt::Display| AppError::Internal(e.to_string());
+                let ierr = |e: &dyn std::fmt::Display| {
+                    AppError::internal(format!("publishing the run's changes: {e}"))
+                };
                 let mut snap = active
                     .sandbox
                     .snapshot(&hub.store, &active.base_tree, DEFAULT_FILE_CAP)
@@ -88,7 +95,7 @@ impl Hub {
                             skipped_list(&skipped)
                         ));
                     }
-                    return Err(AppError::NoChanges(msg));
+                    return Err(AppError::no_changes(msg));
                 }
                 let sid = uuid::Uuid::new_v4().to_string();
                 let mut hunks = build_hunks(&hub.store, &sid, &active.base_tree, &snap.tree, &only)
@@ -108,7 +115,7 @@ impl Hub {
                     tracing::info!(?unmatched, "hunk descriptions that match no hunk");
                 }
                 if hunks.is_empty() {
-                    return Err(AppError::NoChanges(
+                    return Err(AppError::no_changes(
                         "No changes match the given files".into(),
                     ));
                 }
@@ -204,7 +211,7 @@ impl Hub {
     ) -> Result<(), AppError> {
         let message: String = message.trim().chars().take(500).collect();
         if message.is_empty() {
-            return Err(AppError::BadRequest("status message is empty".into()));
+            return Err(AppError::bad_request("status message is empty".into()));
         }
         let status = status.unwrap_or("working");
         if status.is_empty()
@@ -213,7 +220,7 @@ impl Hub {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_')
         {
-            return Err(AppError::BadRequest(format!(
+            return Err(AppError::bad_request(format!(
                 "status {status:?} must be one short word"
             )));
         }
@@ -305,7 +312,7 @@ impl Hub {
         let run = st
             .runs
             .get(run_id)
-            .ok_or_else(|| AppError::NotFound(format!("no run {run_id:?}")))?;
+            .ok_or_else(|| AppError::not_found(format!("no run {run_id:?}")))?;
         let runs: Vec<&RunRec> = match &run.session_id {
             Some(sess) => st
                 .runs
