@@ -407,7 +407,7 @@ impl Ws {
                 v.parse()?,
             );
         }
-        let (stream, _) = tokio_tungstenite::connect_async(req).await?;
+        let (stream, _) = tokio_tungstenite::connect_async_with_config(req, None, true).await?;
         let mut ws = Self {
             stream,
             seen: Vec::new(),

@@ -411,6 +411,8 @@ function M.tcp_connect(host, port, cb)
           tcp:close()
           return try_next()
         end
+        -- Small frames (a decision, its reply) must not wait for the peer's delayed ACK.
+        tcp:nodelay(true)
         cb(nil, tcp)
       end)
     end

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use axum::serve::ListenerExt as _;
 use hunkgate_sandbox::beneath::Beneath;
 use hunkgate_sandbox::store::Store;
 use tokio::net::TcpListener;
@@ -277,6 +278,13 @@ pub async fn run(
     write_private(&hub_json, info.to_string().as_bytes())?;
     tracing::info!(url = %hub.url(), repo = %hub.cfg.repo.display(), state = %hub.cfg.state_dir.display(), "hunkgate hub listening");
     let app = crate::api::http::router(hub.clone());
+    // Replies and events are small frames: without TCP_NODELAY, one written while the peer
+    // still holds back its ACK of the previous one waits for it (up to 40 ms on Linux).
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "setting TCP_NODELAY on a connection");
+        }
+    });
     let served = axum::serve(listener, app)
         .with_graceful_shutdown({
             let s = shutdown.clone();

@@ -229,7 +229,7 @@ impl HubClient {
                 .parse()
                 .map_err(|_| ClientError::BadToken)?,
         );
-        let (ws, _) = tokio_tungstenite::connect_async(req)
+        let (ws, _) = tokio_tungstenite::connect_async_with_config(req, None, true)
             .await
             .map_err(ws_err)?;
         Ok(ws)
