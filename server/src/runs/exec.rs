@@ -10,7 +10,6 @@ use hunkgate_sandbox::snapshot::{snapshot_checkout, DEFAULT_FILE_CAP};
 use hunkgate_sandbox::store::FlatTree;
 use hunkgate_sandbox::workspace::{LocalSandbox, Sandbox};
 use hunkgate_sandbox::ObjectId;
-use tokio_util::sync::CancellationToken;
 
 use crate::error::AppError;
 use crate::hub::registry::{poisoned, Active};
@@ -21,73 +20,26 @@ use crate::protocol::{ErrorCode, RunState};
 use super::*;
 
 impl Hub {
-    pub(super) async fn run_task(
-        self: &Arc<Self>,
-        run_id: &str,
-        driver: &Driver,
-        prompt: &str,
-        timeout: Duration,
-        cancel: CancellationToken,
-    ) -> Result<(), AppError> {
+    /// A run that has its slot: its base snapshotted, a sandbox slot taken, the agent run in it,
+    /// and the slot and live bookkeeping given back however it ends.
+    pub(super) async fn run_task(self: &Arc<Self>, job: RunJob) -> Result<(), AppError> {
+        let run_id = job.run_id.as_str();
         self.update_run(run_id, |r| r.status = RunState::Working)?;
         self.run_status(run_id, "working", "Snapshotting your checkout".into());
-        let rid = run_id.to_string();
-        let (base_commit, base_tree, skipped) = self
-            .blocking(move |hub| {
-                let snap = snapshot_checkout(&hub.cfg.repo, &hub.store, DEFAULT_FILE_CAP)
-                    .map_err(|e| AppError::failed("snapshotting the checkout", e))?;
-                let ierr = |e: hunkgate_sandbox::store::StoreError| {
-                    AppError::failed("writing the run's base to the checkpoint store", e)
-                };
-                let tree = hub.store.write_tree(&snap.tree).map_err(ierr)?;
-                let commit = hub
-                    .store
-                    .commit(tree, &[], &format!("base of run {rid}\n"))
-                    .map_err(ierr)?;
-                hub.store
-                    .set_ref(&format!("refs/hunkgate/runs/{rid}/base"), commit)
-                    .map_err(ierr)?;
-                hub.mirror_ref(&format!("refs/hunkgate/runs/{rid}/base"), commit);
-                Ok((commit, snap.tree, snap.skipped))
-            })
-            .await?;
+        let (base_commit, base_tree, skipped) = self.snapshot_base(run_id).await?;
         if !skipped.is_empty() {
-            let names: Vec<String> = skipped
-                .iter()
-                .take(5)
-                .map(|s| format!("{} ({})", s.path, s.reason))
-                .collect();
-            self.run_status(
-                run_id,
-                "working",
-                format!("Left out of the snapshot: {}", names.join(", ")),
-            );
+            self.run_status(run_id, "working", snapshot_skipped_message(&skipped));
         }
         self.update_run(run_id, |r| r.base_commit = Some(base_commit.to_string()))?;
 
         let local = matches!(self.cfg.isolation, crate::isolation::Isolation::None);
         let slot = self.runs.acquire_slot(local)?;
-        let sandbox: Arc<dyn Sandbox> = match &self.cfg.isolation {
-            crate::isolation::Isolation::None => Arc::new(LocalSandbox::new(
-                self.runs.sandbox_root.join(slot.to_string()),
-            )),
-            // In the sandbox user's home, reached only through the sandbox helper.
-            crate::isolation::Isolation::User(iso) => {
-                Arc::new(iso.sandbox(&crate::isolation::sandbox_key(&self.cfg.state_dir), slot))
-            }
+        let sandbox = self.sandbox_for_slot(slot);
+        let base = RunBase {
+            commit: base_commit,
+            tree: base_tree,
         };
-        let result = self
-            .run_in_sandbox(
-                run_id,
-                driver,
-                prompt,
-                timeout,
-                cancel,
-                base_commit,
-                base_tree,
-                sandbox,
-            )
-            .await;
+        let result = self.run_in_sandbox(&job, base, sandbox).await;
         self.runs.release_slot(slot);
         if let Ok(mut a) = self.runs.active.lock() {
             a.remove(run_id);
@@ -95,22 +47,59 @@ impl Hub {
         result
     }
 
-    #[allow(clippy::too_many_arguments)]
-    async fn run_in_sandbox(
+    /// Snapshot the checkout into the checkpoint store as the run's base commit (and its
+    /// `refs/hunkgate/runs/<run>/base`); the files the snapshot left out come back too.
+    async fn snapshot_base(
         self: &Arc<Self>,
         run_id: &str,
-        driver: &Driver,
-        prompt: &str,
-        timeout: Duration,
-        cancel: CancellationToken,
-        base_commit: ObjectId,
-        base_tree: FlatTree,
+    ) -> Result<(ObjectId, FlatTree, Vec<SkippedEntry>), AppError> {
+        let rid = run_id.to_string();
+        self.blocking(move |hub| {
+            let snap = snapshot_checkout(&hub.cfg.repo, &hub.store, DEFAULT_FILE_CAP)
+                .map_err(|e| AppError::failed("snapshotting the checkout", e))?;
+            let ierr = |e: hunkgate_sandbox::store::StoreError| {
+                AppError::failed("writing the run's base to the checkpoint store", e)
+            };
+            let tree = hub.store.write_tree(&snap.tree).map_err(ierr)?;
+            let commit = hub
+                .store
+                .commit(tree, &[], &format!("base of run {rid}\n"))
+                .map_err(ierr)?;
+            hub.store
+                .set_ref(&format!("refs/hunkgate/runs/{rid}/base"), commit)
+                .map_err(ierr)?;
+            hub.mirror_ref(&format!("refs/hunkgate/runs/{rid}/base"), commit);
+            Ok((commit, snap.tree, snap.skipped))
+        })
+        .await
+    }
+
+    /// The sandbox of slot `slot` under the hub's isolation.
+    fn sandbox_for_slot(&self, slot: usize) -> Arc<dyn Sandbox> {
+        match &self.cfg.isolation {
+            crate::isolation::Isolation::None => Arc::new(LocalSandbox::new(
+                self.runs.sandbox_root.join(slot.to_string()),
+            )),
+            // In the sandbox user's home, reached only through the sandbox helper.
+            crate::isolation::Isolation::User(iso) => {
+                Arc::new(iso.sandbox(&crate::isolation::sandbox_key(&self.cfg.state_dir), slot))
+            }
+        }
+    }
+
+    /// The sandbox brought to the base, the run made active (publishable), then its driver:
+    /// the built-in agent or an agent command.
+    async fn run_in_sandbox(
+        self: &Arc<Self>,
+        job: &RunJob,
+        base: RunBase,
         sandbox: Arc<dyn Sandbox>,
     ) -> Result<(), AppError> {
+        let run_id = job.run_id.as_str();
         self.run_status(run_id, "working", "Preparing the sandbox".into());
         {
             let sb = sandbox.clone();
-            let tree = base_tree.clone();
+            let tree = base.tree.clone();
             self.blocking(move |hub| {
                 sb.prepare(&hub.store, &tree)
                     .map_err(|e| AppError::failed("preparing the sandbox", e))
@@ -121,19 +110,18 @@ impl Hub {
             match jj::start_change(
                 sandbox.as_ref(),
                 &scrubbed_env(&self.cfg.agent_env),
-                &first_line(prompt),
+                &first_line(&job.prompt),
             )
             .await
             {
                 Ok(id) => Some(id),
                 Err(e) => {
-                    let msg = e.to_string();
-                    self.update_run(run_id, |r| {
-                        r.status = RunState::Failed;
-                        r.error = Some(msg.clone());
-                    })?;
-                    self.run_error(run_id, ErrorCode::JjError, msg);
-                    return Ok(());
+                    return self.fail_run(
+                        run_id,
+                        RunState::Failed,
+                        ErrorCode::JjError,
+                        e.to_string(),
+                    )
                 }
             }
         } else {
@@ -142,20 +130,45 @@ impl Hub {
         self.runs.active.lock().map_err(|_| poisoned())?.insert(
             run_id.to_string(),
             Arc::new(Active {
-                base_commit,
-                base_tree,
+                base_commit: base.commit,
+                base_tree: base.tree,
                 sandbox: sandbox.clone(),
                 change_id,
             }),
         );
-        let template = match driver {
-            Driver::Command(t) => t.as_str(),
-            Driver::Builtin { model } => {
-                return self
-                    .drive_builtin(run_id, model, prompt, timeout, cancel, sandbox)
-                    .await;
-            }
-        };
+        match &job.driver {
+            Driver::Command(template) => self.run_agent_command(job, template, sandbox).await,
+            Driver::Builtin { model } => self.drive_builtin(job, model, sandbox).await,
+        }
+    }
+
+    /// Mark the run ended in `state` with `message` as its error, and say so as a
+    /// `suggestion.error` with `code`.
+    fn fail_run(
+        &self,
+        run_id: &str,
+        state: RunState,
+        code: ErrorCode,
+        message: String,
+    ) -> Result<(), AppError> {
+        let msg = message.clone();
+        self.update_run(run_id, |r| {
+            r.status = state;
+            r.error = Some(msg);
+        })?;
+        self.run_error(run_id, code, message);
+        Ok(())
+    }
+
+    /// An agent command's run: the process in the sandbox with its own agent token, then a
+    /// failure, or what it left published.
+    async fn run_agent_command(
+        self: &Arc<Self>,
+        job: &RunJob,
+        template: &str,
+        sandbox: Arc<dyn Sandbox>,
+    ) -> Result<(), AppError> {
+        let run_id = job.run_id.as_str();
         let agent_token = crate::hub::auth::random_token();
         self.runs
             .agent_tokens
@@ -164,12 +177,8 @@ impl Hub {
             .insert(agent_token.clone(), run_id.to_string());
 
         let argv =
-            build_argv(template, prompt).map_err(|e| AppError::bad_request(e.to_string()))?;
-        let mut env = scrubbed_env(&self.cfg.agent_env);
-        env.push(("HUNKGATE_PROMPT".into(), prompt.to_string()));
-        env.push(("HUNKGATE_RUN_ID".into(), run_id.to_string()));
-        env.push(("HUNKGATE_URL".into(), self.url()));
-        env.push(("HUNKGATE_AGENT_TOKEN".into(), agent_token.clone()));
+            build_argv(template, &job.prompt).map_err(|e| AppError::bad_request(e.to_string()))?;
+        let env = self.agent_env(job, &agent_token);
         self.run_status(
             run_id,
             "working",
@@ -179,24 +188,48 @@ impl Hub {
                 sandbox.isolation()
             ),
         );
-        let log_path = self
-            .cfg
-            .state_dir
-            .join("runs")
-            .join(format!("{run_id}.log"));
-        let mut log = std::fs::create_dir_all(log_path.parent().unwrap_or(&self.cfg.state_dir))
-            .and_then(|_| std::fs::File::create(&log_path))
-            .ok()
-            .map(RunLog::new);
+        let outcome = self
+            .run_agent_process(job, sandbox.as_ref(), &argv, &env)
+            .await;
+        if let Ok(mut t) = self.runs.agent_tokens.lock() {
+            t.remove(&agent_token);
+        }
+        if let Some((state, message)) = agent_failure(&outcome) {
+            return self.fail_run(run_id, state, ErrorCode::ExperimentFailed, message);
+        }
+        self.publish_after_exit(run_id, &job.prompt).await
+    }
+
+    /// The agent command's environment: the scrubbed host environment, then the run's prompt,
+    /// id, hub URL and agent token.
+    fn agent_env(&self, job: &RunJob, agent_token: &str) -> Vec<(String, String)> {
+        let mut env = scrubbed_env(&self.cfg.agent_env);
+        env.push(("HUNKGATE_PROMPT".into(), job.prompt.clone()));
+        env.push(("HUNKGATE_RUN_ID".into(), job.run_id.clone()));
+        env.push(("HUNKGATE_URL".into(), self.url()));
+        env.push(("HUNKGATE_AGENT_TOKEN".into(), agent_token.to_string()));
+        env
+    }
+
+    /// Run the agent process to its end: every output line to the run's log, and some of them
+    /// as status lines.
+    async fn run_agent_process(
+        self: &Arc<Self>,
+        job: &RunJob,
+        sandbox: &dyn Sandbox,
+        argv: &[String],
+        env: &[(String, String)],
+    ) -> agent::Outcome {
+        let mut log = self.open_run_log(&job.run_id);
         let mut last_emit: Option<Instant> = None;
         let hub = self.clone();
-        let rid = run_id.to_string();
+        let rid = job.run_id.clone();
         let outcome = agent::run(
-            sandbox.as_ref(),
-            &argv,
-            &env,
-            timeout,
-            cancel,
+            sandbox,
+            argv,
+            env,
+            job.timeout,
+            job.cancel.clone(),
             |stream, line| {
                 if let Some(f) = log.as_mut() {
                     let tag = if stream == agent::Stream::Stderr {
@@ -221,42 +254,29 @@ impl Hub {
         if let Some(log) = log.take() {
             log.finish();
         }
-        if let Ok(mut t) = self.runs.agent_tokens.lock() {
-            t.remove(&agent_token);
-        }
+        outcome
+    }
 
-        match &outcome.exit {
-            Exit::Code(0) => {}
-            exit => {
-                let state = if *exit == Exit::Cancelled {
-                    RunState::Cancelled
-                } else {
-                    RunState::Failed
-                };
-                let tail: Vec<&str> = outcome
-                    .stderr_tail
-                    .lines()
-                    .rev()
-                    .take(20)
-                    .collect::<Vec<_>>()
-                    .into_iter()
-                    .rev()
-                    .collect();
-                let mut message = format!("agent {exit}");
-                if !tail.is_empty() {
-                    message.push_str(": ");
-                    message.push_str(&tail.join("\n"));
-                }
-                let msg = message.clone();
-                self.update_run(run_id, |r| {
-                    r.status = state;
-                    r.error = Some(msg);
-                })?;
-                self.run_error(run_id, ErrorCode::ExperimentFailed, message);
-                return Ok(());
-            }
-        }
+    /// The run's output log, `<state>/runs/<run>.log` (None when it cannot be created).
+    fn open_run_log(&self, run_id: &str) -> Option<RunLog> {
+        let log_path = self
+            .cfg
+            .state_dir
+            .join("runs")
+            .join(format!("{run_id}.log"));
+        std::fs::create_dir_all(log_path.parent().unwrap_or(&self.cfg.state_dir))
+            .and_then(|_| std::fs::File::create(&log_path))
+            .ok()
+            .map(RunLog::new)
+    }
 
+    /// After an agent command exited 0: `ready` if it published already, else what it left
+    /// becomes a suggestion (or the run ends `no_changes`).
+    async fn publish_after_exit(
+        self: &Arc<Self>,
+        run_id: &str,
+        prompt: &str,
+    ) -> Result<(), AppError> {
         let already = self.run_view(run_id)?.suggestion_ids.len();
         if already > 0 {
             self.update_run(run_id, |r| r.status = RunState::Ready)?;
@@ -278,6 +298,54 @@ impl Hub {
         }
         Ok(())
     }
+}
+
+/// The run's base in the checkpoint store: its commit and tree.
+struct RunBase {
+    commit: ObjectId,
+    tree: FlatTree,
+}
+
+/// A file the checkout snapshot left out.
+type SkippedEntry = hunkgate_sandbox::snapshot::Skipped;
+
+/// The status line naming (up to five of) the files the base snapshot left out.
+fn snapshot_skipped_message(skipped: &[SkippedEntry]) -> String {
+    let names: Vec<String> = skipped
+        .iter()
+        .take(5)
+        .map(|s| format!("{} ({})", s.path, s.reason))
+        .collect();
+    format!("Left out of the snapshot: {}", names.join(", "))
+}
+
+/// How an agent command that did not exit 0 ends its run: `cancelled` or `failed`, with its
+/// exit and the last 20 lines of its stderr. None when it exited 0.
+fn agent_failure(outcome: &agent::Outcome) -> Option<(RunState, String)> {
+    let exit = &outcome.exit;
+    if *exit == Exit::Code(0) {
+        return None;
+    }
+    let state = if *exit == Exit::Cancelled {
+        RunState::Cancelled
+    } else {
+        RunState::Failed
+    };
+    let tail: Vec<&str> = outcome
+        .stderr_tail
+        .lines()
+        .rev()
+        .take(20)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    let mut message = format!("agent {exit}");
+    if !tail.is_empty() {
+        message.push_str(": ");
+        message.push_str(&tail.join("\n"));
+    }
+    Some((state, message))
 }
 
 /// The first this many bytes of an agent's output go to its log as they come.
@@ -344,5 +412,60 @@ impl RunLog {
         for l in self.tail.drain(..) {
             let _ = self.file.write_all(l.as_bytes());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(exit: Exit, stderr_tail: &str) -> agent::Outcome {
+        agent::Outcome {
+            exit,
+            stderr_tail: stderr_tail.into(),
+            stdout_tail: String::new(),
+        }
+    }
+
+    #[test]
+    fn only_a_zero_exit_is_not_a_failure() {
+        assert!(agent_failure(&outcome(Exit::Code(0), "noise")).is_none());
+        assert_eq!(
+            agent_failure(&outcome(Exit::Code(2), "")),
+            Some((RunState::Failed, "agent exited with status 2".into()))
+        );
+        assert_eq!(
+            agent_failure(&outcome(Exit::Cancelled, "bye")),
+            Some((RunState::Cancelled, "agent cancelled: bye".into()))
+        );
+    }
+
+    #[test]
+    fn a_failure_keeps_the_last_twenty_stderr_lines() {
+        let stderr: Vec<String> = (1..=25).map(|i| format!("line {i}")).collect();
+        let (state, message) = agent_failure(&outcome(Exit::TimedOut, &stderr.join("\n"))).unwrap();
+        assert_eq!(state, RunState::Failed);
+        assert_eq!(
+            message,
+            format!("agent timed out: {}", stderr[5..].join("\n"))
+        );
+    }
+
+    #[test]
+    fn the_snapshot_message_names_at_most_five_files() {
+        let skipped: Vec<SkippedEntry> = (0..7)
+            .map(|i| SkippedEntry {
+                path: format!("f{i}"),
+                reason: "fifo".into(),
+            })
+            .collect();
+        assert_eq!(
+            snapshot_skipped_message(&skipped[..1]),
+            "Left out of the snapshot: f0 (fifo)"
+        );
+        assert_eq!(
+            snapshot_skipped_message(&skipped),
+            "Left out of the snapshot: f0 (fifo), f1 (fifo), f2 (fifo), f3 (fifo), f4 (fifo)"
+        );
     }
 }

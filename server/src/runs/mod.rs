@@ -157,6 +157,46 @@ impl Hub {
 
     /// Queue a run of an agent on a prompt, in a session (a new one unless named).
     pub fn start_run(self: &Arc<Self>, cmd: &RunCmd) -> Result<RunView, AppError> {
+        let (driver, timeout) = self.plan_run(cmd)?;
+        let prompt = cmd.prompt.as_str();
+        let run_id = uuid::Uuid::new_v4().to_string();
+        let session = self.session_for_run(cmd.session_id.as_deref(), prompt, &run_id)?;
+        let run = new_run_rec(run_id, prompt, &driver, session.id);
+        {
+            let mut st = self.lock()?;
+            self.journal_append(&Record::Run(Box::new(run.clone())))?;
+            st.runs.insert(run.run_id.clone(), run.clone());
+        }
+        self.history(
+            &run.run_id,
+            crate::model::session::Entry::message("user", prompt),
+        );
+        let cancel = self.shutdown.child_token();
+        self.runs
+            .cancels
+            .lock()
+            .map_err(|_| poisoned())?
+            .insert(run.run_id.clone(), cancel.clone());
+        let ahead = self.enqueue(&run.run_id)?;
+        self.run_status(
+            &run.run_id,
+            "queued",
+            queued_message(prompt, ahead, self.cfg.max_concurrent_runs),
+        );
+        let hub = self.clone();
+        let job = RunJob {
+            run_id: run.run_id.clone(),
+            driver,
+            prompt: prompt.to_string(),
+            timeout,
+            cancel,
+        };
+        self.tasks.spawn(async move { hub.drive_queued(job).await });
+        Ok(run.clone())
+    }
+
+    /// Check a run request and choose its agent and time limit, before anything is recorded.
+    fn plan_run(&self, cmd: &RunCmd) -> Result<(Driver, Duration), AppError> {
         let prompt = cmd.prompt.as_str();
         if prompt.trim().is_empty() {
             return Err(AppError::bad_request("prompt is empty".into()));
@@ -175,114 +215,65 @@ impl Hub {
                 .unwrap_or(self.cfg.agent_timeout.as_secs())
                 .max(1),
         );
-        let run_id = uuid::Uuid::new_v4().to_string();
-        let session = self.session_for_run(cmd.session_id.as_deref(), prompt, &run_id)?;
-        let run = RunRec {
-            run_id,
-            status: RunState::Queued,
-            prompt: prompt.to_string(),
-            agent: Some(match &driver {
-                Driver::Command(t) => t.clone(),
-                Driver::Builtin { model } => format!("{BUILTIN}:{model}"),
-            }),
-            suggestion_ids: Vec::new(),
-            base_commit: None,
-            error: None,
-            created_at: now(),
-            last_message: None,
-            session_id: Some(session.id),
-            model: match &driver {
-                Driver::Builtin { model } => Some(model.clone()),
-                Driver::Command(_) => None,
-            },
-            stop_reason: None,
-            usage: None,
-            question: None,
-        };
-        {
-            let mut st = self.lock()?;
-            self.journal_append(&Record::Run(Box::new(run.clone())))?;
-            st.runs.insert(run.run_id.clone(), run.clone());
-        }
-        self.history(
-            &run.run_id,
-            crate::model::session::Entry::message("user", prompt),
-        );
-        let cancel = self.shutdown.child_token();
-        self.runs
-            .cancels
-            .lock()
-            .map_err(|_| poisoned())?
-            .insert(run.run_id.clone(), cancel.clone());
-        let ahead = {
-            let mut g = self.runs.gate.lock().map_err(|_| poisoned())?;
-            g.queue.push_back(run.run_id.clone());
-            (g.running + g.queue.len()).saturating_sub(self.cfg.max_concurrent_runs.max(1))
-        };
-        let waiting = if ahead > 0 {
-            format!(
-                " (waiting for a free slot: {} run{} at a time, {ahead} waiting)",
-                self.cfg.max_concurrent_runs.max(1),
-                if self.cfg.max_concurrent_runs == 1 {
-                    ""
-                } else {
-                    "s"
-                }
-            )
-        } else {
-            String::new()
-        };
-        self.run_status(
-            &run.run_id,
-            "queued",
-            format!("Run queued: {}{waiting}", first_line(prompt)),
-        );
-        let hub = self.clone();
-        let run_id = run.run_id.clone();
-        let prompt = prompt.to_string();
-        self.tasks.spawn(async move {
-            let result = match hub.wait_for_slot(&run_id, &cancel).await {
-                Some(slot) => {
-                    let r = hub
-                        .run_task(&run_id, &driver, &prompt, timeout, cancel)
-                        .await;
-                    drop(slot);
-                    r
-                }
-                None => {
-                    let _ = hub.update_run(&run_id, |r| {
-                        r.status = RunState::Cancelled;
-                        r.error = Some("cancelled while queued".into());
-                    });
-                    hub.run_error(
-                        &run_id,
-                        ErrorCode::ExperimentFailed,
-                        "agent cancelled while queued".into(),
-                    );
-                    Ok(())
-                }
-            };
-            if let Err(e) = result {
-                e.report();
-                let msg = e.to_string();
-                let _ = hub.update_run(&run_id, |r| {
-                    r.status = RunState::Failed;
-                    r.error = Some(msg.clone());
+        Ok((driver, timeout))
+    }
+
+    /// Put `run_id` at the back of the queue; how many runs are ahead of it beyond the free
+    /// slots.
+    fn enqueue(&self, run_id: &str) -> Result<usize, AppError> {
+        let mut g = self.runs.gate.lock().map_err(|_| poisoned())?;
+        g.queue.push_back(run_id.to_string());
+        Ok((g.running + g.queue.len()).saturating_sub(self.cfg.max_concurrent_runs.max(1)))
+    }
+
+    /// A queued run's task: wait for a slot, run it, record how it ended, and forget its live
+    /// bookkeeping.
+    async fn drive_queued(self: Arc<Self>, job: RunJob) {
+        let run_id = job.run_id.clone();
+        let result = match self.wait_for_slot(&run_id, &job.cancel).await {
+            Some(slot) => {
+                let r = self.run_task(job).await;
+                drop(slot);
+                r
+            }
+            None => {
+                let _ = self.update_run(&run_id, |r| {
+                    r.status = RunState::Cancelled;
+                    r.error = Some("cancelled while queued".into());
                 });
-                hub.run_error(&run_id, ErrorCode::ExperimentFailed, msg);
-            }
-            if let Ok(mut c) = hub.runs.cancels.lock() {
-                c.remove(&run_id);
-            }
-            hub.runs.forget_question(&run_id);
-            if let Ok(v) = hub.run_view(&run_id) {
-                hub.history(
+                self.run_error(
                     &run_id,
-                    crate::model::session::Entry::message("system", &outcome_line(&v)),
+                    ErrorCode::ExperimentFailed,
+                    "agent cancelled while queued".into(),
                 );
+                Ok(())
             }
-        });
-        Ok(run.clone())
+        };
+        if let Err(e) = result {
+            e.report();
+            let msg = e.to_string();
+            let _ = self.update_run(&run_id, |r| {
+                r.status = RunState::Failed;
+                r.error = Some(msg.clone());
+            });
+            self.run_error(&run_id, ErrorCode::ExperimentFailed, msg);
+        }
+        self.forget_run(&run_id);
+    }
+
+    /// Drop a finished run's cancel token and open question, and note its outcome in its
+    /// session's history.
+    fn forget_run(&self, run_id: &str) {
+        if let Ok(mut c) = self.runs.cancels.lock() {
+            c.remove(run_id);
+        }
+        self.runs.forget_question(run_id);
+        if let Ok(v) = self.run_view(run_id) {
+            self.history(
+                run_id,
+                crate::model::session::Entry::message("system", &outcome_line(&v)),
+            );
+        }
     }
 
     /// Wait until `run_id` is first in the queue and a slot is free (`max_concurrent_runs`), or
@@ -351,6 +342,55 @@ enum Driver {
     Builtin { model: String },
 }
 
+/// What a queued run needs once it gets a slot.
+struct RunJob {
+    run_id: String,
+    driver: Driver,
+    prompt: String,
+    timeout: Duration,
+    cancel: CancellationToken,
+}
+
+/// A new run's record, `queued`.
+fn new_run_rec(run_id: String, prompt: &str, driver: &Driver, session_id: String) -> RunRec {
+    RunRec {
+        run_id,
+        status: RunState::Queued,
+        prompt: prompt.to_string(),
+        agent: Some(match driver {
+            Driver::Command(t) => t.clone(),
+            Driver::Builtin { model } => format!("{BUILTIN}:{model}"),
+        }),
+        suggestion_ids: Vec::new(),
+        base_commit: None,
+        error: None,
+        created_at: now(),
+        last_message: None,
+        session_id: Some(session_id),
+        model: match driver {
+            Driver::Builtin { model } => Some(model.clone()),
+            Driver::Command(_) => None,
+        },
+        stop_reason: None,
+        usage: None,
+        question: None,
+    }
+}
+
+/// The `queued` status line: the prompt, and the wait when `ahead` runs are before it.
+fn queued_message(prompt: &str, ahead: usize, max_concurrent_runs: usize) -> String {
+    let waiting = if ahead > 0 {
+        format!(
+            " (waiting for a free slot: {} run{} at a time, {ahead} waiting)",
+            max_concurrent_runs.max(1),
+            if max_concurrent_runs == 1 { "" } else { "s" }
+        )
+    } else {
+        String::new()
+    };
+    format!("Run queued: {}{waiting}", first_line(prompt))
+}
+
 /// How a run ended, in one line for its session's history.
 fn outcome_line(v: &RunView) -> String {
     let mut s = format!(
@@ -370,4 +410,44 @@ fn outcome_line(v: &RunView) -> String {
         s.push_str(&format!("; error: {e}"));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_run_names_its_agent_and_model() {
+        let cmd = Driver::Command("claude -p {prompt}".into());
+        let r = new_run_rec("r1".into(), "do it", &cmd, "s1".into());
+        assert_eq!(r.status, RunState::Queued);
+        assert_eq!(r.agent.as_deref(), Some("claude -p {prompt}"));
+        assert_eq!(r.model, None);
+        assert_eq!(r.session_id.as_deref(), Some("s1"));
+        assert_eq!(r.prompt, "do it");
+        let builtin = Driver::Builtin {
+            model: "gemma".into(),
+        };
+        let r = new_run_rec("r2".into(), "do it", &builtin, "s1".into());
+        assert_eq!(r.agent.as_deref(), Some("builtin:gemma"));
+        assert_eq!(r.model.as_deref(), Some("gemma"));
+    }
+
+    #[test]
+    fn the_queued_message_says_the_wait_only_when_there_is_one() {
+        assert_eq!(queued_message("fix it\nmore", 0, 2), "Run queued: fix it");
+        assert_eq!(
+            queued_message("fix it", 3, 1),
+            "Run queued: fix it (waiting for a free slot: 1 run at a time, 3 waiting)"
+        );
+        assert_eq!(
+            queued_message("fix it", 1, 2),
+            "Run queued: fix it (waiting for a free slot: 2 runs at a time, 1 waiting)"
+        );
+        // A limit of 0 acts as 1, and the message keeps saying "runs" as it always did.
+        assert_eq!(
+            queued_message("fix it", 1, 0),
+            "Run queued: fix it (waiting for a free slot: 1 runs at a time, 1 waiting)"
+        );
+    }
 }

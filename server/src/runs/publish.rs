@@ -7,9 +7,11 @@ use hunkgate_sandbox::agent::scrubbed_env;
 use hunkgate_sandbox::jj::{self};
 use hunkgate_sandbox::snapshot::DEFAULT_FILE_CAP;
 use hunkgate_sandbox::store::FlatTree;
+use hunkgate_sandbox::workspace::Sandbox;
+use hunkgate_sandbox::ObjectId;
 
 use crate::error::AppError;
-use crate::hub::registry::poisoned;
+use crate::hub::registry::{poisoned, Active};
 use crate::hub::Hub;
 use crate::model::now;
 use crate::model::run::RunRec;
@@ -38,8 +40,37 @@ impl Hub {
         if description.trim().is_empty() {
             return Err(AppError::bad_request("description is empty".into()));
         }
-        let active = self
-            .runs
+        let active = self.active_run(run_id)?;
+        let filter = file_filter(globs)?;
+        let (prompt, agent) = {
+            let st = self.lock()?;
+            let r = st.runs.get(run_id);
+            (r.map(|r| r.prompt.clone()), r.and_then(|r| r.agent.clone()))
+        };
+        let jj_change = active.change_id.clone();
+        let jj_sandbox = active.sandbox.clone();
+        let draft = Draft {
+            run_id: run_id.to_string(),
+            description: description.to_string(),
+            notes: notes.to_vec(),
+            filter,
+            active,
+            prompt,
+            agent,
+        };
+        let suggestion = self
+            .blocking(move |hub| hub.build_suggestion(draft))
+            .await?;
+        if let Some(change) = &jj_change {
+            self.describe_jj_change(jj_sandbox.as_ref(), change, description)
+                .await;
+        }
+        self.announce_suggestion(run_id, suggestion)
+    }
+
+    /// The live state of `run_id`, which only a running agent has.
+    fn active_run(&self, run_id: &str) -> Result<Arc<Active>, AppError> {
+        self.runs
             .active
             .lock()
             .map_err(|_| poisoned())?
@@ -50,122 +81,113 @@ impl Hub {
                     ErrorCode::NotRunning,
                     format!("run {run_id} is not running; only a running agent can publish"),
                 )
-            })?;
-        let filter = if globs.is_empty() {
-            None
-        } else {
-            let mut b = globset::GlobSetBuilder::new();
-            for g in globs {
-                b.add(
-                    globset::Glob::new(g)
-                        .map_err(|e| AppError::bad_request(format!("--files {g:?}: {e}")))?,
-                );
-            }
-            Some(
-                b.build()
-                    .map_err(|e| AppError::bad_request(e.to_string()))?,
-            )
-        };
-        let rid = run_id.to_string();
-        let desc = description.to_string();
-        let notes = notes.to_vec();
-        let (prompt, agent) = {
-            let st = self.lock()?;
-            let r = st.runs.get(run_id);
-            (r.map(|r| r.prompt.clone()), r.and_then(|r| r.agent.clone()))
-        };
-        let jj_change = active.change_id.clone();
-        let jj_sandbox = active.sandbox.clone();
-        let suggestion = self
-            .blocking(move |hub| {
-                let ierr = |e: &dyn std::fmt::Display| {
-                    AppError::internal(format!("publishing the run's changes: {e}"))
-                };
-                let mut snap = active
-                    .sandbox
-                    .snapshot(&hub.store, &active.base_tree, DEFAULT_FILE_CAP)
-                    .map_err(|e| ierr(&e))?;
-                let only = |p: &str| filter.as_ref().is_none_or(|f| f.is_match(p));
-                let skipped = keep_skipped_as_base(&mut snap, &active.base_tree, &only);
-                if snap.tree == active.base_tree {
-                    let mut msg = "The agent made no changes".to_string();
-                    if !skipped.is_empty() {
-                        msg.push_str(&format!(
-                            " that hunkgate can review; left out: {}",
-                            skipped_list(&skipped)
-                        ));
-                    }
-                    return Err(AppError::no_changes(msg));
-                }
-                let sid = uuid::Uuid::new_v4().to_string();
-                let mut hunks = build_hunks(&hub.store, &sid, &active.base_tree, &snap.tree, &only)
-                    .map_err(|e| ierr(&e))?;
-                let notes = if notes.len() > MAX_NOTES {
-                    tracing::info!(
-                        dropped = notes.len() - MAX_NOTES,
-                        "hunk descriptions beyond the first {MAX_NOTES} are ignored"
-                    );
-                    &notes[..MAX_NOTES]
-                } else {
-                    &notes[..]
-                };
-                let unmatched = attach_notes(&mut hunks, notes);
-                cap_descriptions(&mut hunks);
-                if !unmatched.is_empty() {
-                    tracing::info!(?unmatched, "hunk descriptions that match no hunk");
-                }
-                if hunks.is_empty() {
-                    return Err(AppError::no_changes(
-                        "No changes match the given files".into(),
-                    ));
-                }
-                let tree = hub.store.write_tree(&snap.tree).map_err(|e| ierr(&e))?;
-                let commit = hub
-                    .store
-                    .commit(
-                        tree,
-                        &[active.base_commit],
-                        &format!("suggestion: {desc}\n\nrun {rid}\n"),
-                    )
-                    .map_err(|e| ierr(&e))?;
-                hub.store
-                    .set_ref(&format!("refs/hunkgate/runs/{rid}/head"), commit)
-                    .and_then(|_| {
-                        hub.store
-                            .set_ref(&format!("refs/hunkgate/suggestions/{sid}/run"), commit)
-                    })
-                    .map_err(|e| ierr(&e))?;
-                hub.mirror_ref(&format!("refs/hunkgate/runs/{rid}/head"), commit);
-                Ok(Suggestion {
-                    id: sid,
-                    run_id: rid,
-                    description: desc,
-                    base_commit: active.base_commit.to_string(),
-                    run_commit: commit.to_string(),
-                    change_id: active.change_id.clone(),
-                    created_at: now(),
-                    agent,
-                    prompt,
-                    hunks,
-                    closed: None,
-                    reviewed_commit: None,
-                    skipped,
-                })
             })
-            .await?;
-        if let Some(change) = &jj_change {
-            // Best effort: the change keeps its provisional description if this fails.
-            if let Err(e) = jj::describe(
-                jj_sandbox.as_ref(),
-                &scrubbed_env(&self.cfg.agent_env),
-                change,
-                description,
-            )
-            .await
-            {
-                tracing::warn!(error = %e, "describing the run's jj change");
-            }
+    }
+
+    /// The suggestion for what the sandbox holds now against the run's base, its run commit
+    /// written to the checkpoint store (a `no_changes` error when there is nothing to review).
+    fn build_suggestion(&self, draft: Draft) -> Result<Suggestion, AppError> {
+        let Draft {
+            run_id: rid,
+            description: desc,
+            notes,
+            filter,
+            active,
+            prompt,
+            agent,
+        } = draft;
+        let mut snap = active
+            .sandbox
+            .snapshot(&self.store, &active.base_tree, DEFAULT_FILE_CAP)
+            .map_err(|e| publish_error(&e))?;
+        let only = |p: &str| filter.as_ref().is_none_or(|f| f.is_match(p));
+        let skipped = keep_skipped_as_base(&mut snap, &active.base_tree, &only);
+        if snap.tree == active.base_tree {
+            return Err(AppError::no_changes(no_changes_message(&skipped)));
         }
+        let sid = uuid::Uuid::new_v4().to_string();
+        let mut hunks = build_hunks(&self.store, &sid, &active.base_tree, &snap.tree, &only)
+            .map_err(|e| publish_error(&e))?;
+        let unmatched = attach_notes(&mut hunks, capped_notes(&notes));
+        cap_descriptions(&mut hunks);
+        if !unmatched.is_empty() {
+            tracing::info!(?unmatched, "hunk descriptions that match no hunk");
+        }
+        if hunks.is_empty() {
+            return Err(AppError::no_changes(
+                "No changes match the given files".into(),
+            ));
+        }
+        let commit = self.commit_run_head(&rid, &sid, &desc, &active, &snap.tree)?;
+        Ok(Suggestion {
+            id: sid,
+            run_id: rid,
+            description: desc,
+            base_commit: active.base_commit.to_string(),
+            run_commit: commit.to_string(),
+            change_id: active.change_id.clone(),
+            created_at: now(),
+            agent,
+            prompt,
+            hunks,
+            closed: None,
+            reviewed_commit: None,
+            skipped,
+        })
+    }
+
+    /// Write `tree` as the run's head commit (on the base) and point the run's head ref and the
+    /// suggestion's run ref at it.
+    fn commit_run_head(
+        &self,
+        rid: &str,
+        sid: &str,
+        desc: &str,
+        active: &Active,
+        tree: &FlatTree,
+    ) -> Result<ObjectId, AppError> {
+        let tree = self.store.write_tree(tree).map_err(|e| publish_error(&e))?;
+        let commit = self
+            .store
+            .commit(
+                tree,
+                &[active.base_commit],
+                &format!("suggestion: {desc}\n\nrun {rid}\n"),
+            )
+            .map_err(|e| publish_error(&e))?;
+        self.store
+            .set_ref(&format!("refs/hunkgate/runs/{rid}/head"), commit)
+            .and_then(|_| {
+                self.store
+                    .set_ref(&format!("refs/hunkgate/suggestions/{sid}/run"), commit)
+            })
+            .map_err(|e| publish_error(&e))?;
+        self.mirror_ref(&format!("refs/hunkgate/runs/{rid}/head"), commit);
+        Ok(commit)
+    }
+
+    /// Give the run's jj change the suggestion's description; best effort: the change keeps
+    /// its provisional description if this fails.
+    async fn describe_jj_change(&self, sandbox: &dyn Sandbox, change: &str, description: &str) {
+        if let Err(e) = jj::describe(
+            sandbox,
+            &scrubbed_env(&self.cfg.agent_env),
+            change,
+            description,
+        )
+        .await
+        {
+            tracing::warn!(error = %e, "describing the run's jj change");
+        }
+    }
+
+    /// Add the suggestion to the hub and its run, say it is ready, and mark the run `ready` if
+    /// its agent is no longer running.
+    fn announce_suggestion(
+        &self,
+        run_id: &str,
+        suggestion: Suggestion,
+    ) -> Result<SuggestionView, AppError> {
         let sid = suggestion.id.clone();
         let files = suggestion.files().len();
         let hunks = suggestion.hunks.len();
@@ -176,17 +198,7 @@ impl Hub {
             suggestion_id: Some(sid),
             run_id: Some(run_id.to_string()),
             status: "ready".into(),
-            message: format!(
-                "Suggestion ready: {} ({hunks} hunk{} in {files} file{}){}",
-                view.description,
-                if hunks == 1 { "" } else { "s" },
-                if files == 1 { "" } else { "s" },
-                if view.skipped.is_empty() {
-                    String::new()
-                } else {
-                    format!("; left out: {}", skipped_list(&view.skipped))
-                }
-            ),
+            message: ready_message(&view.description, &view.skipped, hunks, files),
         });
         if self.run_view(run_id)?.status == RunState::Working && !self.is_agent_running(run_id) {
             self.update_run(run_id, |r| r.status = RunState::Ready)?;
@@ -229,6 +241,85 @@ impl Hub {
         self.run_status(run_id, status, message);
         Ok(())
     }
+}
+
+/// What `publish` takes from the request and the run into the blocking worker that builds the
+/// suggestion.
+struct Draft {
+    run_id: String,
+    description: String,
+    notes: Vec<HunkNote>,
+    filter: Option<globset::GlobSet>,
+    active: Arc<Active>,
+    prompt: Option<String>,
+    agent: Option<String>,
+}
+
+/// A failure while publishing the run's changes (an internal error).
+fn publish_error(e: &dyn std::fmt::Display) -> AppError {
+    AppError::internal(format!("publishing the run's changes: {e}"))
+}
+
+/// The `--files` globs as one matcher (None: every file).
+fn file_filter(globs: &[String]) -> Result<Option<globset::GlobSet>, AppError> {
+    if globs.is_empty() {
+        return Ok(None);
+    }
+    let mut b = globset::GlobSetBuilder::new();
+    for g in globs {
+        b.add(
+            globset::Glob::new(g)
+                .map_err(|e| AppError::bad_request(format!("--files {g:?}: {e}")))?,
+        );
+    }
+    Ok(Some(
+        b.build()
+            .map_err(|e| AppError::bad_request(e.to_string()))?,
+    ))
+}
+
+/// The first [`MAX_NOTES`] hunk descriptions (logging how many more were ignored).
+fn capped_notes(notes: &[HunkNote]) -> &[HunkNote] {
+    if notes.len() > MAX_NOTES {
+        tracing::info!(
+            dropped = notes.len() - MAX_NOTES,
+            "hunk descriptions beyond the first {MAX_NOTES} are ignored"
+        );
+        &notes[..MAX_NOTES]
+    } else {
+        notes
+    }
+}
+
+/// The `no_changes` message when the sandbox equals the base, naming what was left out.
+fn no_changes_message(skipped: &[crate::protocol::SkippedFile]) -> String {
+    let mut msg = "The agent made no changes".to_string();
+    if !skipped.is_empty() {
+        msg.push_str(&format!(
+            " that hunkgate can review; left out: {}",
+            skipped_list(skipped)
+        ));
+    }
+    msg
+}
+
+/// The `ready` status line of a new suggestion: its description, size, and what was left out.
+fn ready_message(
+    description: &str,
+    skipped: &[crate::protocol::SkippedFile],
+    hunks: usize,
+    files: usize,
+) -> String {
+    format!(
+        "Suggestion ready: {description} ({hunks} hunk{} in {files} file{}){}",
+        if hunks == 1 { "" } else { "s" },
+        if files == 1 { "" } else { "s" },
+        if skipped.is_empty() {
+            String::new()
+        } else {
+            format!("; left out: {}", skipped_list(skipped))
+        }
+    )
 }
 
 /// Files the sandbox snapshot left out (over the size cap, FIFOs and other special files,
@@ -330,5 +421,68 @@ impl Hub {
             .filter_map(|id| st.suggestions.get(id))
             .map(|s| s.view())
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::SkippedFile;
+
+    fn skipped(n: usize) -> Vec<SkippedFile> {
+        (0..n)
+            .map(|i| SkippedFile {
+                path: format!("f{i}"),
+                reason: "too large".into(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn file_filter_matches_only_the_globs_and_names_a_bad_one() {
+        assert!(file_filter(&[]).unwrap().is_none());
+        let f = file_filter(&["src/*.rs".into()]).unwrap().unwrap();
+        assert!(f.is_match("src/a.rs"));
+        assert!(!f.is_match("README.md"));
+        let e = file_filter(&["a[".into()]).unwrap_err();
+        assert_eq!(e.error_code(), ErrorCode::BadRequest);
+        assert!(
+            e.message().starts_with("--files \"a[\": "),
+            "{}",
+            e.message()
+        );
+    }
+
+    #[test]
+    fn notes_beyond_the_cap_are_ignored() {
+        let note = HunkNote {
+            file: "a".into(),
+            line: None,
+            description: "d".into(),
+        };
+        assert_eq!(capped_notes(&vec![note.clone(); 3]).len(), 3);
+        assert_eq!(capped_notes(&vec![note; MAX_NOTES + 2]).len(), MAX_NOTES);
+    }
+
+    #[test]
+    fn no_changes_names_what_was_left_out() {
+        assert_eq!(no_changes_message(&[]), "The agent made no changes");
+        assert_eq!(
+            no_changes_message(&skipped(1)),
+            "The agent made no changes that hunkgate can review; left out: f0 (too large)"
+        );
+    }
+
+    #[test]
+    fn ready_message_counts_hunks_and_files_and_lists_at_most_five_skipped() {
+        assert_eq!(
+            ready_message("fix", &[], 1, 1),
+            "Suggestion ready: fix (1 hunk in 1 file)"
+        );
+        assert_eq!(
+            ready_message("fix", &skipped(7), 3, 2),
+            "Suggestion ready: fix (3 hunks in 2 files); left out: f0 (too large), \
+             f1 (too large), f2 (too large), f3 (too large), f4 (too large), and 2 more"
+        );
     }
 }
