@@ -107,84 +107,113 @@ fn code_words(words: &[String]) -> Vec<(usize, CodeKind)> {
         if name == "busybox" {
             continue;
         }
-        let mut j = i + 1;
-        let mut code_flag = false;
-        while let Some(w) = words.get(j) {
-            if w == "--" {
-                j += 1;
-                break;
+        match code_argument(words, i + 1, interp) {
+            CodeArg::Inline(j) => {
+                out.push((j, CodeKind::Refused(format!("the code argument of {name}"))));
             }
-            let short = (w.starts_with('-') || w.starts_with('+')) && !w.starts_with("--");
-            if w.starts_with("--") {
-                // Long options; these take a value.
-                if matches!(w.as_str(), "--rcfile" | "--init-file" | "--command") {
-                    if w == "--command" {
-                        code_flag = true;
-                        j += 1;
-                        break;
-                    }
-                    j += 1;
-                }
-                j += 1;
-                continue;
+            CodeArg::Word(j) => {
+                let kind = if posix {
+                    CodeKind::PosixScript
+                } else {
+                    CodeKind::Refused(format!("the script of {name}"))
+                };
+                out.push((j, kind));
             }
-            if !short || w.len() < 2 {
-                break;
-            }
-            let flags = &w[1..];
-            let is_code = if interp {
-                flags.contains('c') || flags.contains('e') || flags.contains('E')
-            } else {
-                flags.contains('c')
-            };
-            if is_code {
-                code_flag = true;
-                // `perl -e CODE`, `python -cCODE`: the code may follow in the same word.
-                if interp {
-                    let pos = flags.find(['c', 'e', 'E']).unwrap_or(0);
-                    if pos + 1 < flags.len() {
-                        out.push((j, CodeKind::Refused(format!("the code argument of {name}"))));
-                        code_flag = false;
-                    }
-                }
-                j += 1;
-                if interp {
-                    break;
-                }
-                continue;
-            }
-            // `-o pipefail`, `-O extglob`: the option's value is the next word.
-            if !interp && (flags.ends_with('o') || flags.ends_with('O')) {
-                j += 1;
-            }
-            j += 1;
-        }
-        if code_flag && j < words.len() {
-            let kind = if posix {
-                CodeKind::PosixScript
-            } else {
-                CodeKind::Refused(format!("the script of {name}"))
-            };
-            out.push((j, kind));
+            CodeArg::None => {}
         }
     }
     out
 }
 
+/// Where the code is in a shell's or interpreter's arguments.
+#[derive(Debug, PartialEq, Eq)]
+enum CodeArg {
+    /// No code flag, or nothing after it.
+    None,
+    /// In the code flag's own word, at this index (`python -cCODE`, `perl -eCODE`).
+    Inline(usize),
+    /// The word at this index.
+    Word(usize),
+}
+
+/// Scan the options of a shell (or, with `interp`, an interpreter) that start at `words[from]`
+/// for its code flag (`-c`, `--command`; also `-e`/`-E` for interpreters) and say where the
+/// code is.
+fn code_argument(words: &[String], from: usize, interp: bool) -> CodeArg {
+    let mut j = from;
+    let mut code_flag = false;
+    while let Some(w) = words.get(j) {
+        if w == "--" {
+            j += 1;
+            break;
+        }
+        let short = (w.starts_with('-') || w.starts_with('+')) && !w.starts_with("--");
+        if w.starts_with("--") {
+            // Long options; these take a value.
+            if matches!(w.as_str(), "--rcfile" | "--init-file" | "--command") {
+                if w == "--command" {
+                    code_flag = true;
+                    j += 1;
+                    break;
+                }
+                j += 1;
+            }
+            j += 1;
+            continue;
+        }
+        if !short || w.len() < 2 {
+            break;
+        }
+        let flags = &w[1..];
+        let is_code = if interp {
+            flags.contains('c') || flags.contains('e') || flags.contains('E')
+        } else {
+            flags.contains('c')
+        };
+        if is_code {
+            code_flag = true;
+            // `perl -e CODE`, `python -cCODE`: the code may follow in the same word.
+            if interp {
+                let pos = flags.find(['c', 'e', 'E']).unwrap_or(0);
+                if pos + 1 < flags.len() {
+                    return CodeArg::Inline(j);
+                }
+            }
+            j += 1;
+            if interp {
+                break;
+            }
+            continue;
+        }
+        // `-o pipefail`, `-O extglob`: the option's value is the next word.
+        if !interp && (flags.ends_with('o') || flags.ends_with('O')) {
+            j += 1;
+        }
+        j += 1;
+    }
+    if code_flag && j < words.len() {
+        CodeArg::Word(j)
+    } else {
+        CodeArg::None
+    }
+}
+
+/// Where a character of a POSIX shell script stands.
+#[derive(Clone, Copy, PartialEq)]
+enum Ctx {
+    /// Top level, `$( … )` or `` ` … ` ``: plain shell words.
+    Plain,
+    Subshell,
+    Backtick,
+    Single,
+    /// `$'…'`: single-quoted with backslash escapes.
+    AnsiC,
+    Double,
+}
+
 /// Replace each `{prompt}` in a POSIX shell script by a reference to [`PROMPT_VAR`], quoted for
 /// the context it stands in. The prompt's text itself never enters the script.
 fn posix_script_with_prompt_var(script: &str) -> String {
-    #[derive(Clone, Copy, PartialEq)]
-    enum Ctx {
-        /// Top level, `$( … )` or `` ` … ` ``: plain shell words.
-        Plain,
-        Subshell,
-        Backtick,
-        Single,
-        /// `$'…'`: single-quoted with backslash escapes.
-        AnsiC,
-        Double,
-    }
     let unquoted = format!("\"${{{PROMPT_VAR}}}\"");
     let in_double = format!("${{{PROMPT_VAR}}}");
     let in_single = format!("'\"${{{PROMPT_VAR}}}\"'");
@@ -202,42 +231,7 @@ fn posix_script_with_prompt_var(script: &str) -> String {
             rest = after;
             continue;
         }
-        let mut take = c.len_utf8();
-        match (top, c) {
-            (Ctx::Single, '\'') | (Ctx::AnsiC, '\'') | (Ctx::Double, '"') => {
-                stack.pop();
-            }
-            (Ctx::Backtick, '`') => {
-                stack.pop();
-            }
-            (Ctx::Subshell, ')') => {
-                stack.pop();
-            }
-            (Ctx::Single, _) => {}
-            (_, '\\') => {
-                // The escaped character is taken as it is.
-                take += rest[1..].chars().next().map_or(0, char::len_utf8);
-            }
-            (Ctx::Double, '$') if rest[1..].starts_with('(') => {
-                stack.push(Ctx::Subshell);
-                take += 1;
-            }
-            (Ctx::Double, '`') => stack.push(Ctx::Backtick),
-            (Ctx::Double, _) | (Ctx::AnsiC, _) => {}
-            (_, '$') if rest[1..].starts_with('(') => {
-                stack.push(Ctx::Subshell);
-                take += 1;
-            }
-            (_, '$') if rest[1..].starts_with('\'') => {
-                stack.push(Ctx::AnsiC);
-                take += 1;
-            }
-            (_, '\'') => stack.push(Ctx::Single),
-            (_, '"') => stack.push(Ctx::Double),
-            (_, '`') => stack.push(Ctx::Backtick),
-            (Ctx::Subshell, '(') => stack.push(Ctx::Subshell),
-            _ => {}
-        }
+        let take = step_quoting(&mut stack, top, c, rest);
         out.push_str(&rest[..take]);
         rest = &rest[take..];
         if stack.is_empty() {
@@ -245,6 +239,49 @@ fn posix_script_with_prompt_var(script: &str) -> String {
         }
     }
     out
+}
+
+/// Follow the quoting context over `c`, the first character of `rest` (`top` is the current
+/// context): pop the context it closes or push the one it opens. Returns how many bytes of
+/// `rest` go as they are (the character, with what it escapes or the rest of its opener).
+fn step_quoting(stack: &mut Vec<Ctx>, top: Ctx, c: char, rest: &str) -> usize {
+    let mut take = c.len_utf8();
+    match (top, c) {
+        (Ctx::Single, '\'') | (Ctx::AnsiC, '\'') | (Ctx::Double, '"') => {
+            stack.pop();
+        }
+        (Ctx::Backtick, '`') => {
+            stack.pop();
+        }
+        (Ctx::Subshell, ')') => {
+            stack.pop();
+        }
+        (Ctx::Single, _) => {}
+        (_, '\\') => {
+            // The escaped character is taken as it is.
+            take += rest[1..].chars().next().map_or(0, char::len_utf8);
+        }
+        (Ctx::Double, '$') if rest[1..].starts_with('(') => {
+            stack.push(Ctx::Subshell);
+            take += 1;
+        }
+        (Ctx::Double, '`') => stack.push(Ctx::Backtick),
+        (Ctx::Double, _) | (Ctx::AnsiC, _) => {}
+        (_, '$') if rest[1..].starts_with('(') => {
+            stack.push(Ctx::Subshell);
+            take += 1;
+        }
+        (_, '$') if rest[1..].starts_with('\'') => {
+            stack.push(Ctx::AnsiC);
+            take += 1;
+        }
+        (_, '\'') => stack.push(Ctx::Single),
+        (_, '"') => stack.push(Ctx::Double),
+        (_, '`') => stack.push(Ctx::Backtick),
+        (Ctx::Subshell, '(') => stack.push(Ctx::Subshell),
+        _ => {}
+    }
+    take
 }
 
 /// How an agent process ended.
@@ -1210,5 +1247,33 @@ mod tests {
         )
         .await;
         assert!(matches!(out.exit, Exit::SpawnFailed(_)));
+    }
+
+    #[test]
+    fn code_arguments_are_found_after_the_options() {
+        let words = |t: &str| shell_words::split(t).unwrap();
+        // (template, scan from, interpreter?) -> where the code is
+        let cases = [
+            ("sh -c x", 1, false, CodeArg::Word(2)),
+            ("bash -lc x", 1, false, CodeArg::Word(2)),
+            ("sh -c -- x", 1, false, CodeArg::Word(3)),
+            ("bash -o pipefail -c x", 1, false, CodeArg::Word(4)),
+            ("bash --rcfile r -c x", 1, false, CodeArg::Word(4)),
+            ("bash --command x", 1, false, CodeArg::Word(2)),
+            ("sh x.sh", 1, false, CodeArg::None),
+            ("sh -c", 1, false, CodeArg::None),
+            ("python -c x", 1, true, CodeArg::Word(2)),
+            ("perl -e x", 1, true, CodeArg::Word(2)),
+            ("python -cx", 1, true, CodeArg::Inline(1)),
+            ("python -u -c x", 1, true, CodeArg::Word(3)),
+            ("python script.py", 1, true, CodeArg::None),
+        ];
+        for (template, from, interp, want) in cases {
+            assert_eq!(
+                code_argument(&words(template), from, interp),
+                want,
+                "{template}"
+            );
+        }
     }
 }
