@@ -422,206 +422,311 @@ fn read_text(fs: &Beneath, path: &str, cap: u64) -> Result<(String, bool), ToolE
 fn run(root: &Path, tool: &FileTool, limits: &ToolLimits) -> Result<Value, ToolError> {
     let fs = Beneath::open(root)?;
     match tool {
-        FileTool::ListFiles { prefix, glob } => {
-            let prefix = match prefix.as_deref().map(str::trim) {
-                None | Some("") | Some(".") | Some("./") => None,
-                Some(p) => Some(clean(p)?),
-            };
-            let matcher = glob_matcher(glob.as_deref())?;
-            let mut files = Vec::new();
-            let mut total = 0usize;
-            for path in crate::snapshot::walk_not_ignored(root, false) {
-                if let Some(p) = &prefix {
-                    if !(path == *p || path.starts_with(&format!("{p}/"))) {
-                        continue;
-                    }
-                }
-                if matcher.as_ref().is_some_and(|m| !m.is_match(&path)) {
-                    continue;
-                }
-                total += 1;
-                if files.len() < limits.max_list_files {
-                    files.push(path);
-                }
-            }
-            Ok(json!({
-                "files": files,
-                "total": total,
-                "truncated": total > files.len(),
-            }))
-        }
+        FileTool::ListFiles { prefix, glob } => list_files(root, prefix, glob, limits),
         FileTool::ReadFile {
             file_path,
             start_line,
             end_line,
             max_bytes,
         } => {
-            let path = clean(file_path)?;
-            let (text, _) = read_text(&fs, &path, limits.max_file_bytes)?;
-            let lines = lines_of(&text);
-            let total = lines.len();
-            let start = start_line.unwrap_or(1).max(1);
-            if start > total.max(1) {
-                return Err(ToolError::Invalid(format!(
-                    "start_line {start} is past the end of {path}, which has {total} lines"
-                )));
-            }
-            let max_bytes = max_bytes
-                .unwrap_or(limits.max_read_bytes)
-                .min(limits.max_read_bytes) as usize;
-            let wanted_end = end_line.unwrap_or(total).min(total);
-            if wanted_end < start && total > 0 {
-                return Err(ToolError::Invalid(format!(
-                    "end_line {wanted_end} is before start_line {start}"
-                )));
-            }
-            let mut content = String::new();
-            let mut end = start.saturating_sub(1);
-            for l in lines.iter().skip(start - 1).take(wanted_end + 1 - start) {
-                if end + 1 - start >= limits.max_read_lines || content.len() + l.len() > max_bytes {
-                    break;
-                }
-                content.push_str(l);
-                end += 1;
-            }
-            let truncated = end < wanted_end;
-            let mut out = json!({
-                "file_path": path,
-                "content": content,
-                "start_line": start,
-                "end_line": end,
-                "total_lines": total,
-                "file_hash": file_hash(text.as_bytes()),
-                "truncated": truncated,
-            });
-            if truncated {
-                out["next_start_line"] = json!(end + 1);
-            }
-            Ok(out)
+            let window = ReadWindow {
+                start_line: *start_line,
+                end_line: *end_line,
+                max_bytes: *max_bytes,
+            };
+            read_file(&fs, file_path, window, limits)
         }
         FileTool::SearchProject { query, glob, limit } => {
             search(root, &fs, query, glob.as_deref(), *limit, limits)
         }
-        FileTool::EditFile(edit) => {
-            let path = clean(&edit.file_path)?;
-            let (text, exec) = read_text(&fs, &path, limits.max_file_bytes)?;
-            let applied = apply_edit(&text, edit)?;
-            fs.write_atomic(&path, applied.text.as_bytes(), exec)?;
-            let lines = lines_of(&applied.text);
-            let from = applied.start_line.saturating_sub(4);
-            let to = (applied.start_line + applied.line_count + 2).min(lines.len());
-            let preview: String = lines
-                .get(from..to)
-                .unwrap_or(&[])
-                .iter()
-                .enumerate()
-                .map(|(i, l)| format!("{:>5}| {}", from + i + 1, l.trim_end_matches(['\n', '\r'])))
-                .collect::<Vec<_>>()
-                .join("\n");
-            Ok(json!({
-                "file_path": path,
-                "file_hash": file_hash(applied.text.as_bytes()),
-                "total_lines": lines.len(),
-                "changed_start_line": applied.start_line,
-                "changed_line_count": applied.line_count,
-                "preview": preview,
-            }))
-        }
+        FileTool::EditFile(edit) => edit_file(&fs, edit, limits),
         FileTool::WriteFile {
             file_path,
             content,
             expected_hash,
-        } => {
-            let path = clean(file_path)?;
-            let mut exec = false;
-            let existed = match fs.kind(&path)? {
-                None => false,
-                Some(Kind::File { executable, .. }) => {
-                    exec = executable;
-                    true
-                }
-                Some(_) => {
-                    return Err(ToolError::Unsupported {
-                        path,
-                        why: "exists and is not a regular file",
-                    })
-                }
-            };
-            if let Some(expected) = expected_hash {
-                if !valid_hash(expected) {
-                    return Err(EditError::BadHash(expected.clone()).into());
-                }
-                let current = fs
-                    .read(&path, limits.max_file_bytes)?
-                    .map(|(b, _)| file_hash(&b))
-                    .ok_or_else(|| ToolError::NotFound(path.clone()))?;
-                if !current.eq_ignore_ascii_case(expected) {
-                    return Err(EditError::HashMismatch {
-                        expected: expected.clone(),
-                        actual: current,
-                    }
-                    .into());
-                }
-            }
-            fs.write_atomic(&path, content.as_bytes(), exec)?;
-            Ok(json!({
-                "file_path": path,
-                "created": !existed,
-                "bytes": content.len(),
-                "file_hash": file_hash(content.as_bytes()),
-            }))
+        } => write_file(&fs, file_path, content, expected_hash.as_deref(), limits),
+        FileTool::MoveFile { from_path, to_path } => move_file(&fs, from_path, to_path),
+        FileTool::DeleteFile { file_path } => delete_file(&fs, file_path),
+    }
+}
+
+/// `list_files`: the project's paths not ignored by git, under `prefix` and matching `glob`,
+/// capped at `max_list_files` (with the total count).
+fn list_files(
+    root: &Path,
+    prefix: &Option<String>,
+    glob: &Option<String>,
+    limits: &ToolLimits,
+) -> Result<Value, ToolError> {
+    let prefix = match prefix.as_deref().map(str::trim) {
+        None | Some("") | Some(".") | Some("./") => None,
+        Some(p) => Some(clean(p)?),
+    };
+    let matcher = glob_matcher(glob.as_deref())?;
+    let mut files = Vec::new();
+    let mut total = 0usize;
+    for path in crate::snapshot::walk_not_ignored(root, false) {
+        if !under_prefix(&path, prefix.as_deref()) {
+            continue;
         }
-        FileTool::MoveFile { from_path, to_path } => {
-            let from = clean(from_path)?;
-            let to = clean(to_path)?;
-            if from == to {
-                return Err(ToolError::Invalid(format!(
-                    "{from}: moving a file onto itself"
-                )));
-            }
-            if fs.kind(&to)?.is_some() {
-                return Err(ToolError::Invalid(format!(
-                    "{to} already exists; delete it first if you mean to replace it"
-                )));
-            }
-            match fs.kind(&from)? {
-                None => return Err(ToolError::NotFound(from)),
-                Some(Kind::Symlink) => {
-                    let target = fs
-                        .read_link(&from)?
-                        .ok_or_else(|| ToolError::NotFound(from.clone()))?;
-                    fs.symlink(&to, &target)?;
-                }
-                Some(Kind::File { .. }) => {
-                    let (bytes, exec) = fs
-                        .read(&from, u64::MAX)?
-                        .ok_or_else(|| ToolError::NotFound(from.clone()))?;
-                    fs.write_atomic(&to, &bytes, exec)?;
-                }
-                Some(_) => {
-                    return Err(ToolError::Unsupported {
-                        path: from,
-                        why: "is not a regular file",
-                    })
-                }
-            }
-            fs.remove_file(&from)?;
-            Ok(json!({ "from_path": from, "to_path": to }))
+        if matcher.as_ref().is_some_and(|m| !m.is_match(&path)) {
+            continue;
         }
-        FileTool::DeleteFile { file_path } => {
-            let path = clean(file_path)?;
-            match fs.kind(&path)? {
-                None => Err(ToolError::NotFound(path)),
-                Some(Kind::File { .. }) | Some(Kind::Symlink) => {
-                    fs.remove_file(&path)?;
-                    Ok(json!({ "file_path": path, "deleted": true }))
-                }
-                Some(_) => Err(ToolError::Unsupported {
-                    path,
-                    why: "is not a file; only files are deleted",
-                }),
-            }
+        total += 1;
+        if files.len() < limits.max_list_files {
+            files.push(path);
         }
+    }
+    Ok(json!({
+        "files": files,
+        "total": total,
+        "truncated": total > files.len(),
+    }))
+}
+
+/// Whether `path` is `prefix` itself or inside it (every path is, without a prefix).
+fn under_prefix(path: &str, prefix: Option<&str>) -> bool {
+    match prefix {
+        None => true,
+        Some(p) => path == p || path.starts_with(&format!("{p}/")),
+    }
+}
+
+/// The lines `read_file` was asked for, as the model sent them.
+#[derive(Debug, Clone, Copy)]
+struct ReadWindow {
+    start_line: Option<usize>,
+    end_line: Option<usize>,
+    max_bytes: Option<u64>,
+}
+
+/// The lines `read_file` returns, within the caps.
+#[derive(Debug, PartialEq, Eq)]
+struct ReadSlice {
+    content: String,
+    start: usize,
+    /// Last line returned (`start - 1` when none was).
+    end: usize,
+    /// Last line asked for; the slice is truncated when `end` is before it.
+    wanted_end: usize,
+    /// Lines in the whole file.
+    total: usize,
+}
+
+/// Cut the lines `window` asks for out of `text` (pure), stopping at `max_read_lines` lines
+/// or the byte cap, whichever comes first.
+fn read_slice(
+    text: &str,
+    path: &str,
+    window: ReadWindow,
+    limits: &ToolLimits,
+) -> Result<ReadSlice, ToolError> {
+    let lines = lines_of(text);
+    let total = lines.len();
+    let start = window.start_line.unwrap_or(1).max(1);
+    if start > total.max(1) {
+        return Err(ToolError::Invalid(format!(
+            "start_line {start} is past the end of {path}, which has {total} lines"
+        )));
+    }
+    let max_bytes = window
+        .max_bytes
+        .unwrap_or(limits.max_read_bytes)
+        .min(limits.max_read_bytes) as usize;
+    let wanted_end = window.end_line.unwrap_or(total).min(total);
+    if wanted_end < start && total > 0 {
+        return Err(ToolError::Invalid(format!(
+            "end_line {wanted_end} is before start_line {start}"
+        )));
+    }
+    let mut content = String::new();
+    let mut end = start.saturating_sub(1);
+    for l in lines.iter().skip(start - 1).take(wanted_end + 1 - start) {
+        if end + 1 - start >= limits.max_read_lines || content.len() + l.len() > max_bytes {
+            break;
+        }
+        content.push_str(l);
+        end += 1;
+    }
+    Ok(ReadSlice {
+        content,
+        start,
+        end,
+        wanted_end,
+        total,
+    })
+}
+
+/// `read_file`: a window of a text file's lines, with the whole file's hash for later edits.
+fn read_file(
+    fs: &Beneath,
+    file_path: &str,
+    window: ReadWindow,
+    limits: &ToolLimits,
+) -> Result<Value, ToolError> {
+    let path = clean(file_path)?;
+    let (text, _) = read_text(fs, &path, limits.max_file_bytes)?;
+    let slice = read_slice(&text, &path, window, limits)?;
+    let truncated = slice.end < slice.wanted_end;
+    let mut out = json!({
+        "file_path": path,
+        "content": slice.content,
+        "start_line": slice.start,
+        "end_line": slice.end,
+        "total_lines": slice.total,
+        "file_hash": file_hash(text.as_bytes()),
+        "truncated": truncated,
+    });
+    if truncated {
+        out["next_start_line"] = json!(slice.end + 1);
+    }
+    Ok(out)
+}
+
+/// `edit_file`: apply one line-range edit checked against the file's hash, and write it.
+fn edit_file(fs: &Beneath, edit: &ProposedEdit, limits: &ToolLimits) -> Result<Value, ToolError> {
+    let path = clean(&edit.file_path)?;
+    let (text, exec) = read_text(fs, &path, limits.max_file_bytes)?;
+    let applied = apply_edit(&text, edit)?;
+    fs.write_atomic(&path, applied.text.as_bytes(), exec)?;
+    Ok(json!({
+        "file_path": path,
+        "file_hash": file_hash(applied.text.as_bytes()),
+        "total_lines": lines_of(&applied.text).len(),
+        "changed_start_line": applied.start_line,
+        "changed_line_count": applied.line_count,
+        "preview": edit_preview(&applied),
+    }))
+}
+
+/// The changed lines of an applied edit with up to three lines of context on each side,
+/// numbered like `   12| text`.
+fn edit_preview(applied: &Applied) -> String {
+    let lines = lines_of(&applied.text);
+    let from = applied.start_line.saturating_sub(4);
+    let to = (applied.start_line + applied.line_count + 2).min(lines.len());
+    lines
+        .get(from..to)
+        .unwrap_or(&[])
+        .iter()
+        .enumerate()
+        .map(|(i, l)| format!("{:>5}| {}", from + i + 1, l.trim_end_matches(['\n', '\r'])))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `write_file`: create or overwrite a regular file (keeping its executable bit), first
+/// checking `expected_hash` against the current content when one is given.
+fn write_file(
+    fs: &Beneath,
+    file_path: &str,
+    content: &str,
+    expected_hash: Option<&str>,
+    limits: &ToolLimits,
+) -> Result<Value, ToolError> {
+    let path = clean(file_path)?;
+    let mut exec = false;
+    let existed = match fs.kind(&path)? {
+        None => false,
+        Some(Kind::File { executable, .. }) => {
+            exec = executable;
+            true
+        }
+        Some(_) => {
+            return Err(ToolError::Unsupported {
+                path,
+                why: "exists and is not a regular file",
+            })
+        }
+    };
+    if let Some(expected) = expected_hash {
+        check_current_hash(fs, &path, expected, limits)?;
+    }
+    fs.write_atomic(&path, content.as_bytes(), exec)?;
+    Ok(json!({
+        "file_path": path,
+        "created": !existed,
+        "bytes": content.len(),
+        "file_hash": file_hash(content.as_bytes()),
+    }))
+}
+
+/// Refuse unless the file at `path` exists and hashes to `expected`.
+fn check_current_hash(
+    fs: &Beneath,
+    path: &str,
+    expected: &str,
+    limits: &ToolLimits,
+) -> Result<(), ToolError> {
+    if !valid_hash(expected) {
+        return Err(EditError::BadHash(expected.to_string()).into());
+    }
+    let current = fs
+        .read(path, limits.max_file_bytes)?
+        .map(|(b, _)| file_hash(&b))
+        .ok_or_else(|| ToolError::NotFound(path.to_string()))?;
+    if !current.eq_ignore_ascii_case(expected) {
+        return Err(EditError::HashMismatch {
+            expected: expected.to_string(),
+            actual: current,
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// `move_file`: move a file or symlink to a path that does not exist yet.
+fn move_file(fs: &Beneath, from_path: &str, to_path: &str) -> Result<Value, ToolError> {
+    let from = clean(from_path)?;
+    let to = clean(to_path)?;
+    if from == to {
+        return Err(ToolError::Invalid(format!(
+            "{from}: moving a file onto itself"
+        )));
+    }
+    if fs.kind(&to)?.is_some() {
+        return Err(ToolError::Invalid(format!(
+            "{to} already exists; delete it first if you mean to replace it"
+        )));
+    }
+    match fs.kind(&from)? {
+        None => return Err(ToolError::NotFound(from)),
+        Some(Kind::Symlink) => {
+            let target = fs
+                .read_link(&from)?
+                .ok_or_else(|| ToolError::NotFound(from.clone()))?;
+            fs.symlink(&to, &target)?;
+        }
+        Some(Kind::File { .. }) => {
+            let (bytes, exec) = fs
+                .read(&from, u64::MAX)?
+                .ok_or_else(|| ToolError::NotFound(from.clone()))?;
+            fs.write_atomic(&to, &bytes, exec)?;
+        }
+        Some(_) => {
+            return Err(ToolError::Unsupported {
+                path: from,
+                why: "is not a regular file",
+            })
+        }
+    }
+    fs.remove_file(&from)?;
+    Ok(json!({ "from_path": from, "to_path": to }))
+}
+
+/// `delete_file`: remove a file or symlink (never a directory).
+fn delete_file(fs: &Beneath, file_path: &str) -> Result<Value, ToolError> {
+    let path = clean(file_path)?;
+    match fs.kind(&path)? {
+        None => Err(ToolError::NotFound(path)),
+        Some(Kind::File { .. }) | Some(Kind::Symlink) => {
+            fs.remove_file(&path)?;
+            Ok(json!({ "file_path": path, "deleted": true }))
+        }
+        Some(_) => Err(ToolError::Unsupported {
+            path,
+            why: "is not a file; only files are deleted",
+        }),
     }
 }
 
