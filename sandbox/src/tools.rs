@@ -255,35 +255,13 @@ pub fn apply_edit(text: &str, edit: &ProposedEdit) -> Result<Applied, EditError>
     }
     let lines = lines_of(text);
     let total = lines.len();
-    let start = edit.start_line;
-    let (from, to) = match edit.operation {
-        Operation::Insert => {
-            if start > total + 1 {
-                return Err(EditError::InsertOutOfRange { start, total });
-            }
-            (start - 1, start - 1)
-        }
-        Operation::Replace | Operation::Delete => {
-            let end = edit.end_line.unwrap_or(start);
-            if end > total {
-                return Err(EditError::OutOfRange { start, end, total });
-            }
-            (start - 1, end)
-        }
-    };
+    let (from, to) = edit_span(edit, total)?;
     let eol = if hunkgate_patch::line_ending(text) == "\r\n" {
         "\r\n"
     } else {
         "\n"
     };
-    let mut new_lines: Vec<String> = Vec::new();
-    if !edit.new_text.is_empty() {
-        let normalized = edit.new_text.replace("\r\n", "\n");
-        let body = normalized.strip_suffix('\n').unwrap_or(&normalized);
-        for l in body.split('\n') {
-            new_lines.push(format!("{l}{eol}"));
-        }
-    }
+    let mut new_lines = terminated_lines(&edit.new_text, eol);
     // A file without a final newline keeps that shape when the edit reaches its end.
     let ends_open = !text.is_empty() && !text.ends_with('\n');
     let at_end = ends_open && to == total;
@@ -307,22 +285,60 @@ pub fn apply_edit(text: &str, edit: &ProposedEdit) -> Result<Applied, EditError>
         out.push_str(l);
     }
     if at_end && new_lines.is_empty() {
-        // The unterminated last line was deleted: the line before it now ends the file, as
-        // unterminated — unless it is blank, which would make it vanish.
-        let blank =
-            out.ends_with("\n\n") || out.ends_with("\n\r\n") || out == "\n" || out == "\r\n";
-        if out.ends_with('\n') && !blank {
-            out.pop();
-            if out.ends_with('\r') {
-                out.pop();
-            }
-        }
+        unterminate_last_line(&mut out);
     }
     Ok(Applied {
         text: out,
-        start_line: start,
+        start_line: edit.start_line,
         line_count: new_lines.len(),
     })
+}
+
+/// The 0-based half-open range of the file's `total` lines that `edit` replaces (empty for
+/// an insert), or why it is outside the file.
+fn edit_span(edit: &ProposedEdit, total: usize) -> Result<(usize, usize), EditError> {
+    let start = edit.start_line;
+    match edit.operation {
+        Operation::Insert => {
+            if start > total + 1 {
+                return Err(EditError::InsertOutOfRange { start, total });
+            }
+            Ok((start - 1, start - 1))
+        }
+        Operation::Replace | Operation::Delete => {
+            let end = edit.end_line.unwrap_or(start);
+            if end > total {
+                return Err(EditError::OutOfRange { start, end, total });
+            }
+            Ok((start - 1, end))
+        }
+    }
+}
+
+/// `new_text` as lines each ending in `eol` (whatever line endings it came with); none when
+/// it is empty.
+fn terminated_lines(new_text: &str, eol: &str) -> Vec<String> {
+    if new_text.is_empty() {
+        return Vec::new();
+    }
+    let normalized = new_text.replace("\r\n", "\n");
+    let body = normalized.strip_suffix('\n').unwrap_or(&normalized);
+    body.split('\n').map(|l| format!("{l}{eol}")).collect()
+}
+
+/// After the unterminated last line was deleted: the line before it now ends the file, as
+/// unterminated — unless it is blank, which would make it vanish.
+fn unterminate_last_line(out: &mut String) {
+    let blank = out.ends_with("\n\n")
+        || out.ends_with("\n\r\n")
+        || out.as_str() == "\n"
+        || out.as_str() == "\r\n";
+    if out.ends_with('\n') && !blank {
+        out.pop();
+        if out.ends_with('\r') {
+            out.pop();
+        }
+    }
 }
 
 /// Why a tool call failed; the text goes back to the model.
@@ -747,12 +763,7 @@ fn search(
         .unwrap_or(limits.max_search_results_default)
         .clamp(1, limits.max_search_results_cap.max(1));
     let matcher = glob_matcher(glob)?;
-    let sensitive = query.chars().any(char::is_uppercase);
-    let needle = if sensitive {
-        query.to_string()
-    } else {
-        query.to_lowercase()
-    };
+    let needle = Needle::new(query);
     // Context around each hit, within the snippet cap.
     let context = (limits.max_search_snippet_lines.saturating_sub(1) / 2).min(2);
     let mut results = Vec::new();
@@ -761,49 +772,18 @@ fn search(
         if matcher.as_ref().is_some_and(|m| !m.is_match(&path)) {
             continue;
         }
-        let Ok(Some(Kind::File { size, .. })) = fs.kind(&path) else {
-            continue;
-        };
-        if size > limits.max_file_bytes {
-            continue;
-        }
-        let Ok(Some((bytes, _))) = fs.read(&path, limits.max_file_bytes) else {
-            continue;
-        };
-        if !hunkgate_patch::is_text(&bytes) {
-            continue;
-        }
-        let Ok(text) = String::from_utf8(bytes) else {
+        let Some(text) = read_searchable(fs, &path, limits) else {
             continue;
         };
         let lines: Vec<&str> = text.lines().collect();
         let hits: Vec<usize> = lines
             .iter()
             .enumerate()
-            .filter(|(_, l)| {
-                if sensitive {
-                    l.contains(&needle)
-                } else {
-                    l.to_lowercase().contains(&needle)
-                }
-            })
+            .filter(|(_, l)| needle.is_in(l))
             .map(|(i, _)| i)
             .collect();
-        // Merge hits whose snippets touch, keeping each under the snippet cap.
-        let mut i = 0;
-        while i < hits.len() {
-            let from = hits[i].saturating_sub(context);
-            let mut to = (hits[i] + context).min(lines.len() - 1);
-            let mut j = i + 1;
-            while j < hits.len()
-                && hits[j].saturating_sub(context) <= to + 1
-                && (hits[j] + context).min(lines.len() - 1) + 1 - from
-                    <= limits.max_search_snippet_lines.max(1)
-            {
-                to = (hits[j] + context).min(lines.len() - 1);
-                j += 1;
-            }
-            let to = to.min(from + limits.max_search_snippet_lines.max(1) - 1);
+        let max_lines = limits.max_search_snippet_lines;
+        for (from, to) in snippet_ranges(&hits, lines.len(), context, max_lines) {
             if results.len() == limit {
                 truncated = true;
                 break 'files;
@@ -814,10 +794,83 @@ fn search(
                 "end_line": to + 1,
                 "snippet": lines[from..=to].join("\n"),
             }));
-            i = j;
         }
     }
     Ok(json!({ "results": results, "truncated": truncated }))
+}
+
+/// A search query with smart case: case-sensitive only when it has an upper-case letter.
+struct Needle {
+    text: String,
+    sensitive: bool,
+}
+
+impl Needle {
+    fn new(query: &str) -> Self {
+        let sensitive = query.chars().any(char::is_uppercase);
+        let text = if sensitive {
+            query.to_string()
+        } else {
+            query.to_lowercase()
+        };
+        Self { text, sensitive }
+    }
+
+    /// Whether `line` contains the query.
+    fn is_in(&self, line: &str) -> bool {
+        if self.sensitive {
+            line.contains(&self.text)
+        } else {
+            line.to_lowercase().contains(&self.text)
+        }
+    }
+}
+
+/// The text of the regular file at `path` if search looks into it: not larger than
+/// `max_file_bytes`, text and UTF-8; `None` for anything else or anything unreadable.
+fn read_searchable(fs: &Beneath, path: &str, limits: &ToolLimits) -> Option<String> {
+    let Ok(Some(Kind::File { size, .. })) = fs.kind(path) else {
+        return None;
+    };
+    if size > limits.max_file_bytes {
+        return None;
+    }
+    let Ok(Some((bytes, _))) = fs.read(path, limits.max_file_bytes) else {
+        return None;
+    };
+    if !hunkgate_patch::is_text(&bytes) {
+        return None;
+    }
+    String::from_utf8(bytes).ok()
+}
+
+/// The snippets (0-based inclusive line ranges) around `hits`, ascending line numbers in a
+/// file of `len` lines: `context` lines each side of a hit, hits whose snippets touch merged
+/// while the merged snippet fits `max_lines`, and every snippet cut to `max_lines`.
+fn snippet_ranges(
+    hits: &[usize],
+    len: usize,
+    context: usize,
+    max_lines: usize,
+) -> Vec<(usize, usize)> {
+    let max_lines = max_lines.max(1);
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < hits.len() {
+        let from = hits[i].saturating_sub(context);
+        let mut to = (hits[i] + context).min(len - 1);
+        let mut j = i + 1;
+        while j < hits.len()
+            && hits[j].saturating_sub(context) <= to + 1
+            && (hits[j] + context).min(len - 1) + 1 - from <= max_lines
+        {
+            to = (hits[j] + context).min(len - 1);
+            j += 1;
+        }
+        out.push((from, to.min(from + max_lines - 1)));
+        i = j;
+    }
+    out
 }
 
 #[cfg(test)]
