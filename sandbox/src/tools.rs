@@ -1030,8 +1030,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn list_read_search_respect_gitignore_and_caps() {
+    /// A project with an ignored `target/`, hits for "fixme" in several cases, and a 30-line
+    /// file; returns it with its numbered file's content.
+    fn project() -> (tempfile::TempDir, String) {
         let numbered: String = (1..=30).map(|i| format!("line {i}\n")).collect();
         let tmp = sandbox(&[
             (".gitignore", "target/\n"),
@@ -1040,11 +1041,13 @@ mod tests {
             ("target/out.rs", "// fixme\n"),
             ("docs/x.md", "FIXME: write\n"),
         ]);
-        let limits = ToolLimits {
-            max_read_lines: 10,
-            ..ToolLimits::default()
-        };
-        let run = |t: FileTool| execute(tmp.path(), &t, &limits);
+        (tmp, numbered)
+    }
+
+    #[test]
+    fn list_files_respects_gitignore_and_prefix() {
+        let (tmp, _) = project();
+        let run = |t: FileTool| execute(tmp.path(), &t, &ToolLimits::default());
         let files = ok(run(FileTool::ListFiles {
             prefix: Some("./src".into()),
             glob: None,
@@ -1059,25 +1062,45 @@ mod tests {
             json!(["src/a.rs", "src/b.rs"]),
             "ignored target/ is left out"
         );
+    }
 
-        let read = ok(run(FileTool::ReadFile {
-            file_path: "src/b.rs".into(),
-            start_line: Some(5),
-            end_line: None,
-            max_bytes: None,
-        }));
+    #[test]
+    fn read_file_is_capped_at_max_read_lines() {
+        let (tmp, numbered) = project();
+        let limits = ToolLimits {
+            max_read_lines: 10,
+            ..ToolLimits::default()
+        };
+        let read = ok(execute(
+            tmp.path(),
+            &FileTool::ReadFile {
+                file_path: "src/b.rs".into(),
+                start_line: Some(5),
+                end_line: None,
+                max_bytes: None,
+            },
+            &limits,
+        ));
         assert_eq!(read["start_line"], 5);
         assert_eq!(read["end_line"], 14, "capped at max_read_lines");
         assert_eq!(read["truncated"], true);
         assert_eq!(read["next_start_line"], 15);
         assert_eq!(read["file_hash"], json!(file_hash(numbered.as_bytes())));
         assert!(read["content"].as_str().unwrap().starts_with("line 5\n"));
+    }
 
-        let found = ok(run(FileTool::SearchProject {
-            query: "fixme".into(),
-            glob: None,
-            limit: None,
-        }));
+    #[test]
+    fn search_is_smart_case_skips_ignored_files_and_caps() {
+        let (tmp, _) = project();
+        let search = |query: &str, glob: Option<&str>, limit: Option<usize>| {
+            let tool = FileTool::SearchProject {
+                query: query.into(),
+                glob: glob.map(Into::into),
+                limit,
+            };
+            ok(execute(tmp.path(), &tool, &ToolLimits::default()))
+        };
+        let found = search("fixme", None, None);
         let hits: Vec<&str> = found["results"]
             .as_array()
             .unwrap()
@@ -1091,17 +1114,9 @@ mod tests {
         );
         assert_eq!(found["results"][1]["start_line"], 1);
         assert_eq!(found["results"][1]["end_line"], 3);
-        let exact = ok(run(FileTool::SearchProject {
-            query: "FIXME".into(),
-            glob: None,
-            limit: None,
-        }));
+        let exact = search("FIXME", None, None);
         assert_eq!(exact["results"].as_array().unwrap().len(), 1);
-        let capped = ok(run(FileTool::SearchProject {
-            query: "line".into(),
-            glob: Some("src/*.rs".into()),
-            limit: Some(1),
-        }));
+        let capped = search("line", Some("src/*.rs"), Some(1));
         assert_eq!(capped["results"][0]["start_line"], 1);
         assert_eq!(capped["results"][0]["end_line"], 20, "snippets are capped");
         assert_eq!(capped["results"].as_array().unwrap().len(), 1);
@@ -1109,7 +1124,7 @@ mod tests {
     }
 
     #[test]
-    fn writes_stay_inside_the_sandbox() {
+    fn paths_outside_the_sandbox_are_refused() {
         let tmp = sandbox(&[("a.txt", "one\ntwo\n")]);
         let outside = tempfile::tempdir().unwrap();
         std::fs::write(outside.path().join("secret"), "s\n").unwrap();
@@ -1152,30 +1167,33 @@ mod tests {
             std::fs::read_to_string(tmp.path().join("new/dir/b.txt")).unwrap(),
             "b\n"
         );
-        let hash = file_hash(b"one\ntwo\n");
-        let e = ok(run(FileTool::EditFile(ProposedEdit {
+    }
+
+    /// `edit_file` replacing line 2 of `a.txt` by `TWO`, against `expected_hash`.
+    fn replace_line_2(expected_hash: &str) -> FileTool {
+        FileTool::EditFile(ProposedEdit {
             file_path: "a.txt".into(),
             operation: Operation::Replace,
             start_line: 2,
             end_line: Some(2),
             new_text: "TWO".into(),
-            expected_hash: hash.clone(),
+            expected_hash: expected_hash.into(),
             rationale: None,
             edit_id: None,
-        })));
+        })
+    }
+
+    #[test]
+    fn edit_move_and_delete_change_the_sandbox() {
+        let tmp = sandbox(&[("a.txt", "one\ntwo\n")]);
+        let limits = ToolLimits::default();
+        let run = |t: FileTool| execute(tmp.path(), &t, &limits);
+        let hash = file_hash(b"one\ntwo\n");
+        let e = ok(run(replace_line_2(&hash)));
         assert_eq!(e["file_hash"], json!(file_hash(b"one\nTWO\n")));
         assert!(e["preview"].as_str().unwrap().contains("2| TWO"));
         // The same edit again is stale now.
-        let stale = err(run(FileTool::EditFile(ProposedEdit {
-            file_path: "a.txt".into(),
-            operation: Operation::Replace,
-            start_line: 2,
-            end_line: Some(2),
-            new_text: "TWO".into(),
-            expected_hash: hash,
-            rationale: None,
-            edit_id: None,
-        })));
+        let stale = err(run(replace_line_2(&hash)));
         assert!(stale.contains("read_file it again"), "{stale}");
         ok(run(FileTool::MoveFile {
             from_path: "a.txt".into(),
@@ -1194,5 +1212,104 @@ mod tests {
             file_path: "moved/a.txt".into(),
         }));
         assert!(e.contains("no such file"), "{e}");
+    }
+
+    #[test]
+    fn snippets_merge_touching_hits_and_stay_under_the_cap() {
+        // (hits, lines in the file, context, max lines) -> snippets
+        type Case = (
+            &'static [usize],
+            usize,
+            usize,
+            usize,
+            &'static [(usize, usize)],
+        );
+        let cases: &[Case] = &[
+            (&[], 10, 2, 20, &[]),
+            (&[0], 1, 2, 20, &[(0, 0)]),
+            (&[5], 30, 2, 20, &[(3, 7)]),
+            // Snippets that touch (7 and 8) merge; a gap keeps them apart.
+            (&[5, 10], 30, 2, 20, &[(3, 12)]),
+            (&[5, 11], 30, 2, 20, &[(3, 7), (9, 13)]),
+            (&[5, 20], 30, 2, 20, &[(3, 7), (18, 22)]),
+            // A merge that would pass the cap starts a new snippet.
+            (&[0, 3, 6], 30, 2, 6, &[(0, 5), (4, 8)]),
+            // A snippet is cut to the cap even alone.
+            (&[5], 30, 2, 1, &[(3, 3)]),
+            (&[29], 30, 2, 20, &[(27, 29)]),
+        ];
+        for (hits, len, context, max, want) in cases {
+            assert_eq!(
+                snippet_ranges(hits, *len, *context, *max),
+                want.to_vec(),
+                "{hits:?} in {len} lines, context {context}, max {max}"
+            );
+        }
+    }
+
+    #[test]
+    fn needles_are_smart_case() {
+        let lower = Needle::new("fixme");
+        assert!(lower.is_in("// FIXME later") && lower.is_in("fixme"));
+        let upper = Needle::new("FIXME");
+        assert!(upper.is_in("// FIXME later"));
+        assert!(
+            !upper.is_in("// fixme later"),
+            "an upper-case letter makes it exact"
+        );
+    }
+
+    #[test]
+    fn read_slices_stop_at_either_cap() {
+        let text: String = (1..=10).map(|i| format!("l{i}\n")).collect();
+        let window = |start, end, max_bytes| ReadWindow {
+            start_line: start,
+            end_line: end,
+            max_bytes,
+        };
+        let limits = ToolLimits {
+            max_read_lines: 4,
+            ..ToolLimits::default()
+        };
+        let s = read_slice(&text, "f", window(Some(2), None, None), &limits).unwrap();
+        assert_eq!(
+            (s.content.as_str(), s.start, s.end),
+            ("l2\nl3\nl4\nl5\n", 2, 5)
+        );
+        assert_eq!((s.wanted_end, s.total), (10, 10));
+        let s = read_slice(&text, "f", window(None, Some(9), Some(7)), &limits).unwrap();
+        assert_eq!(
+            (s.content.as_str(), s.end, s.wanted_end),
+            ("l1\nl2\n", 2, 9)
+        );
+        let s = read_slice(&text, "f", window(Some(3), Some(4), None), &limits).unwrap();
+        assert_eq!((s.content.as_str(), s.end), ("l3\nl4\n", 4), "nothing cut");
+        let past = read_slice(&text, "f", window(Some(11), None, None), &limits);
+        assert!(matches!(past, Err(ToolError::Invalid(m)) if m.contains("past the end of f")));
+        let back = read_slice(&text, "f", window(Some(5), Some(4), None), &limits);
+        assert!(matches!(back, Err(ToolError::Invalid(m)) if m.contains("before start_line")));
+        let empty = read_slice("", "f", window(None, None, None), &limits).unwrap();
+        assert_eq!((empty.start, empty.end, empty.total), (1, 0, 0));
+    }
+
+    #[test]
+    fn new_text_takes_the_file_line_ending() {
+        assert_eq!(terminated_lines("", "\n"), Vec::<String>::new());
+        assert_eq!(terminated_lines("a\r\nb", "\n"), ["a\n", "b\n"]);
+        assert_eq!(terminated_lines("a\nb\n", "\r\n"), ["a\r\n", "b\r\n"]);
+        assert_eq!(terminated_lines("\n", "\n"), ["\n"]);
+    }
+
+    #[test]
+    fn edit_previews_show_numbered_context() {
+        let applied = Applied {
+            text: (1..=10).map(|i| format!("l{i}\n")).collect(),
+            start_line: 6,
+            line_count: 1,
+        };
+        let want = "    3| l3\n    4| l4\n    5| l5\n    6| l6\n    7| l7\n    8| l8\n    9| l9";
+        assert_eq!(edit_preview(&applied), want);
+        assert!(under_prefix("src/a.rs", Some("src")) && under_prefix("src", Some("src")));
+        assert!(!under_prefix("srcx/a.rs", Some("src")) && under_prefix("x", None));
     }
 }
