@@ -107,84 +107,113 @@ fn code_words(words: &[String]) -> Vec<(usize, CodeKind)> {
         if name == "busybox" {
             continue;
         }
-        let mut j = i + 1;
-        let mut code_flag = false;
-        while let Some(w) = words.get(j) {
-            if w == "--" {
-                j += 1;
-                break;
+        match code_argument(words, i + 1, interp) {
+            CodeArg::Inline(j) => {
+                out.push((j, CodeKind::Refused(format!("the code argument of {name}"))));
             }
-            let short = (w.starts_with('-') || w.starts_with('+')) && !w.starts_with("--");
-            if w.starts_with("--") {
-                // Long options; these take a value.
-                if matches!(w.as_str(), "--rcfile" | "--init-file" | "--command") {
-                    if w == "--command" {
-                        code_flag = true;
-                        j += 1;
-                        break;
-                    }
-                    j += 1;
-                }
-                j += 1;
-                continue;
+            CodeArg::Word(j) => {
+                let kind = if posix {
+                    CodeKind::PosixScript
+                } else {
+                    CodeKind::Refused(format!("the script of {name}"))
+                };
+                out.push((j, kind));
             }
-            if !short || w.len() < 2 {
-                break;
-            }
-            let flags = &w[1..];
-            let is_code = if interp {
-                flags.contains('c') || flags.contains('e') || flags.contains('E')
-            } else {
-                flags.contains('c')
-            };
-            if is_code {
-                code_flag = true;
-                // `perl -e CODE`, `python -cCODE`: the code may follow in the same word.
-                if interp {
-                    let pos = flags.find(['c', 'e', 'E']).unwrap_or(0);
-                    if pos + 1 < flags.len() {
-                        out.push((j, CodeKind::Refused(format!("the code argument of {name}"))));
-                        code_flag = false;
-                    }
-                }
-                j += 1;
-                if interp {
-                    break;
-                }
-                continue;
-            }
-            // `-o pipefail`, `-O extglob`: the option's value is the next word.
-            if !interp && (flags.ends_with('o') || flags.ends_with('O')) {
-                j += 1;
-            }
-            j += 1;
-        }
-        if code_flag && j < words.len() {
-            let kind = if posix {
-                CodeKind::PosixScript
-            } else {
-                CodeKind::Refused(format!("the script of {name}"))
-            };
-            out.push((j, kind));
+            CodeArg::None => {}
         }
     }
     out
 }
 
+/// Where the code is in a shell's or interpreter's arguments.
+#[derive(Debug, PartialEq, Eq)]
+enum CodeArg {
+    /// No code flag, or nothing after it.
+    None,
+    /// In the code flag's own word, at this index (`python -cCODE`, `perl -eCODE`).
+    Inline(usize),
+    /// The word at this index.
+    Word(usize),
+}
+
+/// Scan the options of a shell (or, with `interp`, an interpreter) that start at `words[from]`
+/// for its code flag (`-c`, `--command`; also `-e`/`-E` for interpreters) and say where the
+/// code is.
+fn code_argument(words: &[String], from: usize, interp: bool) -> CodeArg {
+    let mut j = from;
+    let mut code_flag = false;
+    while let Some(w) = words.get(j) {
+        if w == "--" {
+            j += 1;
+            break;
+        }
+        let short = (w.starts_with('-') || w.starts_with('+')) && !w.starts_with("--");
+        if w.starts_with("--") {
+            // Long options; these take a value.
+            if matches!(w.as_str(), "--rcfile" | "--init-file" | "--command") {
+                if w == "--command" {
+                    code_flag = true;
+                    j += 1;
+                    break;
+                }
+                j += 1;
+            }
+            j += 1;
+            continue;
+        }
+        if !short || w.len() < 2 {
+            break;
+        }
+        let flags = &w[1..];
+        let is_code = if interp {
+            flags.contains('c') || flags.contains('e') || flags.contains('E')
+        } else {
+            flags.contains('c')
+        };
+        if is_code {
+            code_flag = true;
+            // `perl -e CODE`, `python -cCODE`: the code may follow in the same word.
+            if interp {
+                let pos = flags.find(['c', 'e', 'E']).unwrap_or(0);
+                if pos + 1 < flags.len() {
+                    return CodeArg::Inline(j);
+                }
+            }
+            j += 1;
+            if interp {
+                break;
+            }
+            continue;
+        }
+        // `-o pipefail`, `-O extglob`: the option's value is the next word.
+        if !interp && (flags.ends_with('o') || flags.ends_with('O')) {
+            j += 1;
+        }
+        j += 1;
+    }
+    if code_flag && j < words.len() {
+        CodeArg::Word(j)
+    } else {
+        CodeArg::None
+    }
+}
+
+/// Where a character of a POSIX shell script stands.
+#[derive(Clone, Copy, PartialEq)]
+enum Ctx {
+    /// Top level, `$( … )` or `` ` … ` ``: plain shell words.
+    Plain,
+    Subshell,
+    Backtick,
+    Single,
+    /// `$'…'`: single-quoted with backslash escapes.
+    AnsiC,
+    Double,
+}
+
 /// Replace each `{prompt}` in a POSIX shell script by a reference to [`PROMPT_VAR`], quoted for
 /// the context it stands in. The prompt's text itself never enters the script.
 fn posix_script_with_prompt_var(script: &str) -> String {
-    #[derive(Clone, Copy, PartialEq)]
-    enum Ctx {
-        /// Top level, `$( … )` or `` ` … ` ``: plain shell words.
-        Plain,
-        Subshell,
-        Backtick,
-        Single,
-        /// `$'…'`: single-quoted with backslash escapes.
-        AnsiC,
-        Double,
-    }
     let unquoted = format!("\"${{{PROMPT_VAR}}}\"");
     let in_double = format!("${{{PROMPT_VAR}}}");
     let in_single = format!("'\"${{{PROMPT_VAR}}}\"'");
@@ -202,42 +231,7 @@ fn posix_script_with_prompt_var(script: &str) -> String {
             rest = after;
             continue;
         }
-        let mut take = c.len_utf8();
-        match (top, c) {
-            (Ctx::Single, '\'') | (Ctx::AnsiC, '\'') | (Ctx::Double, '"') => {
-                stack.pop();
-            }
-            (Ctx::Backtick, '`') => {
-                stack.pop();
-            }
-            (Ctx::Subshell, ')') => {
-                stack.pop();
-            }
-            (Ctx::Single, _) => {}
-            (_, '\\') => {
-                // The escaped character is taken as it is.
-                take += rest[1..].chars().next().map_or(0, char::len_utf8);
-            }
-            (Ctx::Double, '$') if rest[1..].starts_with('(') => {
-                stack.push(Ctx::Subshell);
-                take += 1;
-            }
-            (Ctx::Double, '`') => stack.push(Ctx::Backtick),
-            (Ctx::Double, _) | (Ctx::AnsiC, _) => {}
-            (_, '$') if rest[1..].starts_with('(') => {
-                stack.push(Ctx::Subshell);
-                take += 1;
-            }
-            (_, '$') if rest[1..].starts_with('\'') => {
-                stack.push(Ctx::AnsiC);
-                take += 1;
-            }
-            (_, '\'') => stack.push(Ctx::Single),
-            (_, '"') => stack.push(Ctx::Double),
-            (_, '`') => stack.push(Ctx::Backtick),
-            (Ctx::Subshell, '(') => stack.push(Ctx::Subshell),
-            _ => {}
-        }
+        let take = step_quoting(&mut stack, top, c, rest);
         out.push_str(&rest[..take]);
         rest = &rest[take..];
         if stack.is_empty() {
@@ -245,6 +239,49 @@ fn posix_script_with_prompt_var(script: &str) -> String {
         }
     }
     out
+}
+
+/// Follow the quoting context over `c`, the first character of `rest` (`top` is the current
+/// context): pop the context it closes or push the one it opens. Returns how many bytes of
+/// `rest` go as they are (the character, with what it escapes or the rest of its opener).
+fn step_quoting(stack: &mut Vec<Ctx>, top: Ctx, c: char, rest: &str) -> usize {
+    let mut take = c.len_utf8();
+    match (top, c) {
+        (Ctx::Single, '\'') | (Ctx::AnsiC, '\'') | (Ctx::Double, '"') => {
+            stack.pop();
+        }
+        (Ctx::Backtick, '`') => {
+            stack.pop();
+        }
+        (Ctx::Subshell, ')') => {
+            stack.pop();
+        }
+        (Ctx::Single, _) => {}
+        (_, '\\') => {
+            // The escaped character is taken as it is.
+            take += rest[1..].chars().next().map_or(0, char::len_utf8);
+        }
+        (Ctx::Double, '$') if rest[1..].starts_with('(') => {
+            stack.push(Ctx::Subshell);
+            take += 1;
+        }
+        (Ctx::Double, '`') => stack.push(Ctx::Backtick),
+        (Ctx::Double, _) | (Ctx::AnsiC, _) => {}
+        (_, '$') if rest[1..].starts_with('(') => {
+            stack.push(Ctx::Subshell);
+            take += 1;
+        }
+        (_, '$') if rest[1..].starts_with('\'') => {
+            stack.push(Ctx::AnsiC);
+            take += 1;
+        }
+        (_, '\'') => stack.push(Ctx::Single),
+        (_, '"') => stack.push(Ctx::Double),
+        (_, '`') => stack.push(Ctx::Backtick),
+        (Ctx::Subshell, '(') => stack.push(Ctx::Subshell),
+        _ => {}
+    }
+    take
 }
 
 /// How an agent process ended.
@@ -379,45 +416,13 @@ pub async fn run(
     env: &[(String, String)],
     timeout: Duration,
     cancel: CancellationToken,
-    mut on_line: impl FnMut(Stream, &str) + Send,
+    on_line: impl FnMut(Stream, &str) + Send,
 ) -> Outcome {
     let AgentCommand {
         command: mut cmd,
         stop,
     } = sandbox.agent_command(argv, env, timeout);
-    cmd.stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let lifeline_request = match stop {
-        Stop::ProcessGroup => {
-            cmd.stdin(Stdio::null())
-                // Its own process group, so a timeout or cancel reaches every grandchild too.
-                .process_group(0);
-            #[cfg(target_os = "linux")]
-            // SAFETY: pre_exec runs in the forked child before exec; prctl is async-signal-safe.
-            {
-                let plan = (!pidns::disabled()).then(pidns::Plan::new);
-                unsafe {
-                    cmd.pre_exec(move || {
-                        // If the hub dies (even kill -9), the agent's group leader is told to go
-                        // too, and with it the PID namespace the agent runs in, when one can be
-                        // made here: then nothing the agent started outlives the hub.
-                        nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-                            .map_err(std::io::Error::from)?;
-                        if let Some(plan) = &plan {
-                            pidns::enter_for_process_group(plan)?;
-                        }
-                        Ok(())
-                    });
-                }
-            }
-            None
-        }
-        Stop::Lifeline { request } => {
-            cmd.stdin(Stdio::piped());
-            Some(request)
-        }
-    };
+    let lifeline_request = prepare_command(&mut cmd, stop);
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
@@ -428,37 +433,105 @@ pub async fn run(
             }
         }
     };
-    // The lifeline: the request goes down the supervisor's stdin, which then stays open until
-    // `close_lifeline` is dropped (or this process dies, which closes it too).
-    let mut close_lifeline: Option<tokio::sync::oneshot::Sender<()>> = None;
-    if let (Some(request), Some(mut stdin)) = (lifeline_request, child.stdin.take()) {
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        close_lifeline = Some(tx);
-        tokio::spawn(async move {
-            use tokio::io::AsyncWriteExt;
-            // A supervisor that died before reading its request shows up as its exit status.
-            if stdin.write_all(&request).await.is_ok() {
-                let _ = stdin.flush().await;
-                let _ = rx.await;
-            }
-            drop(stdin);
-        });
-    }
+    let close_lifeline = match (lifeline_request, child.stdin.take()) {
+        (Some(request), Some(stdin)) => Some(hold_lifeline(request, stdin)),
+        _ => None,
+    };
     let supervised = close_lifeline.is_some();
     let pid = child.id().map(|id| nix::unistd::Pid::from_raw(id as i32));
-    let pgid = if supervised { None } else { pid };
-    let stdout = child.stdout.take();
-    let stderr = child.stderr.take();
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<(Stream, String)>(256);
+    let rx = spawn_line_readers(child.stdout.take(), child.stderr.take());
+    let mut agent = Agent {
+        child,
+        pid,
+        pgid: if supervised { None } else { pid },
+        supervised,
+        close_lifeline,
+    };
+    let mut output = Output {
+        rx,
+        tails: Tails::default(),
+        on_line,
+    };
+    let (status, forced) = agent.wait(&mut output, timeout, &cancel).await;
+    agent.clean_up();
+    output.drain().await;
+    output.into_outcome(forced.unwrap_or_else(|| exit_of(status)))
+}
+
+/// Set up the agent's pipes and how it is stopped; returns the request for its supervisor's
+/// lifeline, if it has one.
+fn prepare_command(cmd: &mut tokio::process::Command, stop: Stop) -> Option<Vec<u8>> {
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    match stop {
+        Stop::ProcessGroup => {
+            cmd.stdin(Stdio::null())
+                // Its own process group, so a timeout or cancel reaches every grandchild too.
+                .process_group(0);
+            #[cfg(target_os = "linux")]
+            die_with_the_hub(cmd);
+            None
+        }
+        Stop::Lifeline { request } => {
+            cmd.stdin(Stdio::piped());
+            Some(request)
+        }
+    }
+}
+
+/// Make the agent's group leader die with the hub, and enter a PID namespace when one can
+/// be made here.
+#[cfg(target_os = "linux")]
+fn die_with_the_hub(cmd: &mut tokio::process::Command) {
+    let plan = (!pidns::disabled()).then(pidns::Plan::new);
+    // SAFETY: pre_exec runs in the forked child before exec; prctl is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            // If the hub dies (even kill -9), the agent's group leader is told to go
+            // too, and with it the PID namespace the agent runs in, when one can be
+            // made here: then nothing the agent started outlives the hub.
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                .map_err(std::io::Error::from)?;
+            if let Some(plan) = &plan {
+                pidns::enter_for_process_group(plan)?;
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Send `request` down the supervisor's stdin and keep it open as the lifeline until the
+/// returned sender is dropped (or this process dies, which closes it too).
+fn hold_lifeline(
+    request: Vec<u8>,
+    mut stdin: tokio::process::ChildStdin,
+) -> tokio::sync::oneshot::Sender<()> {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        // A supervisor that died before reading its request shows up as its exit status.
+        if stdin.write_all(&request).await.is_ok() {
+            let _ = stdin.flush().await;
+            let _ = rx.await;
+        }
+        drop(stdin);
+    });
+    tx
+}
+
+type Pipe = Box<dyn tokio::io::AsyncRead + Send + Unpin>;
+
+/// Read the agent's stdout and stderr line by line on their own tasks; the lines arrive on
+/// the returned channel, which closes when both pipes have.
+fn spawn_line_readers(
+    stdout: Option<tokio::process::ChildStdout>,
+    stderr: Option<tokio::process::ChildStderr>,
+) -> tokio::sync::mpsc::Receiver<(Stream, String)> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<(Stream, String)>(256);
     for (stream, pipe) in [
-        (
-            Stream::Stdout,
-            stdout.map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
-        ),
-        (
-            Stream::Stderr,
-            stderr.map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
-        ),
+        (Stream::Stdout, stdout.map(|s| Box::new(s) as Pipe)),
+        (Stream::Stderr, stderr.map(|s| Box::new(s) as Pipe)),
     ] {
         if let Some(pipe) = pipe {
             let tx = tx.clone();
@@ -471,68 +544,125 @@ pub async fn run(
             });
         }
     }
-    drop(tx);
+    rx
+}
 
-    let mut tails = Tails::default();
-    let deadline = tokio::time::sleep(timeout);
-    tokio::pin!(deadline);
-    let mut forced: Option<Exit> = None;
-    let mut lines_open = true;
-    // When a stopped supervisor has not exited by then, it is killed outright.
-    let hard_kill = tokio::time::sleep(Duration::from_secs(365 * 24 * 3600));
-    tokio::pin!(hard_kill);
-    let mut hard_kill_armed = false;
-    let status = loop {
-        // Each branch says whether the run must be stopped now, and why.
-        let stop = tokio::select! {
-            line = rx.recv(), if lines_open => {
-                match line {
-                    Some((stream, line)) => {
-                        tails.record(stream, &line);
-                        on_line(stream, &line);
+/// A started agent (or the supervisor running it) and what it takes to stop it.
+struct Agent {
+    child: tokio::process::Child,
+    pid: Option<nix::unistd::Pid>,
+    /// Its process group, when the hub signals the group itself (no supervisor).
+    pgid: Option<nix::unistd::Pid>,
+    /// Whether a supervisor runs it (fixed at start; `close_lifeline` is taken on stop).
+    supervised: bool,
+    /// Keeps the supervisor's lifeline open; dropping it closes the lifeline.
+    close_lifeline: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Agent {
+    /// Wait for the agent to exit while passing its output on; on timeout or cancel, stop it
+    /// (and kill a supervisor that has not exited [`SUPERVISOR_GRACE`] later). Returns its
+    /// wait status and why it was stopped, if it was.
+    async fn wait<F: FnMut(Stream, &str)>(
+        &mut self,
+        output: &mut Output<F>,
+        timeout: Duration,
+        cancel: &CancellationToken,
+    ) -> (std::io::Result<std::process::ExitStatus>, Option<Exit>) {
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        let mut forced: Option<Exit> = None;
+        let mut lines_open = true;
+        // When a stopped supervisor has not exited by then, it is killed outright.
+        let hard_kill = tokio::time::sleep(Duration::from_secs(365 * 24 * 3600));
+        tokio::pin!(hard_kill);
+        let mut hard_kill_armed = false;
+        let status = loop {
+            // Each branch says whether the run must be stopped now, and why.
+            let stop = tokio::select! {
+                line = output.rx.recv(), if lines_open => {
+                    match line {
+                        Some((stream, line)) => output.deliver(stream, &line),
+                        None => lines_open = false,
                     }
-                    None => lines_open = false,
+                    None
                 }
-                None
-            }
-            status = child.wait() => break status,
-            _ = &mut deadline, if forced.is_none() => Some(Exit::TimedOut),
-            _ = cancel.cancelled(), if forced.is_none() => Some(Exit::Cancelled),
-            _ = &mut hard_kill, if hard_kill_armed => {
-                hard_kill_armed = false;
-                tracing::warn!("the sandbox supervisor did not stop in time; killing it");
-                let _ = child.start_kill();
-                None
+                status = self.child.wait() => break status,
+                _ = &mut deadline, if forced.is_none() => Some(Exit::TimedOut),
+                _ = cancel.cancelled(), if forced.is_none() => Some(Exit::Cancelled),
+                _ = &mut hard_kill, if hard_kill_armed => {
+                    hard_kill_armed = false;
+                    tracing::warn!("the sandbox supervisor did not stop in time; killing it");
+                    let _ = self.child.start_kill();
+                    None
+                }
+            };
+            if let Some(why) = stop {
+                forced = Some(why);
+                if self.supervised {
+                    stop_supervisor(self.pid, &mut self.close_lifeline);
+                    hard_kill
+                        .as_mut()
+                        .reset(tokio::time::Instant::now() + SUPERVISOR_GRACE);
+                    hard_kill_armed = true;
+                } else {
+                    kill_group(self.pgid).await;
+                }
             }
         };
-        if let Some(why) = stop {
-            forced = Some(why);
-            if supervised {
-                stop_supervisor(pid, &mut close_lifeline);
-                hard_kill
-                    .as_mut()
-                    .reset(tokio::time::Instant::now() + SUPERVISOR_GRACE);
-                hard_kill_armed = true;
-            } else {
-                kill_group(pgid).await;
-            }
-        }
-    };
-    // The supervisor has exited, having killed the agent's tree; close the lifeline.
-    drop(close_lifeline);
-    // The leader is gone; make sure nothing it spawned outlives the run.
-    if let Some(pgid) = pgid {
-        let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+        (status, forced)
     }
-    // Drain what the readers still hold (bounded: the pipes close once the group is dead).
-    let drain = async {
-        while let Some((stream, line)) = rx.recv().await {
-            tails.record(stream, &line);
-            on_line(stream, &line);
+
+    /// After the agent (or its supervisor) has exited: close the lifeline, and kill whatever
+    /// the group leader left behind.
+    fn clean_up(&mut self) {
+        // The supervisor has exited, having killed the agent's tree; close the lifeline.
+        drop(self.close_lifeline.take());
+        // The leader is gone; make sure nothing it spawned outlives the run.
+        if let Some(pgid) = self.pgid {
+            let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
         }
-    };
-    let _ = tokio::time::timeout(Duration::from_secs(2), drain).await;
-    let exit = forced.unwrap_or_else(|| match status {
+    }
+}
+
+/// The agent's output lines as the readers pass them on, and the tails kept for the outcome.
+struct Output<F> {
+    rx: tokio::sync::mpsc::Receiver<(Stream, String)>,
+    tails: Tails,
+    on_line: F,
+}
+
+impl<F: FnMut(Stream, &str)> Output<F> {
+    /// Keep `line` in its stream's tail and hand it to `on_line`.
+    fn deliver(&mut self, stream: Stream, line: &str) {
+        self.tails.record(stream, line);
+        (self.on_line)(stream, line);
+    }
+
+    /// Pass on what the readers still hold, for at most two seconds (bounded anyway: the
+    /// pipes close once the agent's group is dead).
+    async fn drain(&mut self) {
+        let drain = async {
+            while let Some((stream, line)) = self.rx.recv().await {
+                self.deliver(stream, &line);
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(2), drain).await;
+    }
+
+    /// The run's outcome: how it ended, and the tails of its output.
+    fn into_outcome(self, exit: Exit) -> Outcome {
+        Outcome {
+            exit,
+            stderr_tail: Vec::from(self.tails.stderr).join("\n"),
+            stdout_tail: Vec::from(self.tails.stdout).join("\n"),
+        }
+    }
+}
+
+/// What an agent's wait status says about how it ended.
+fn exit_of(status: std::io::Result<std::process::ExitStatus>) -> Exit {
+    match status {
         Ok(st) => {
             use std::os::unix::process::ExitStatusExt;
             match (st.code(), st.signal()) {
@@ -542,11 +672,6 @@ pub async fn run(
             }
         }
         Err(e) => Exit::SpawnFailed(e.to_string()),
-    });
-    Outcome {
-        exit,
-        stderr_tail: Vec::from(tails.stderr).join("\n"),
-        stdout_tail: Vec::from(tails.stdout).join("\n"),
     }
 }
 
@@ -1210,5 +1335,44 @@ mod tests {
         )
         .await;
         assert!(matches!(out.exit, Exit::SpawnFailed(_)));
+    }
+
+    #[test]
+    fn wait_statuses_become_exits() {
+        use std::os::unix::process::ExitStatusExt;
+        let status = |raw| Ok(std::process::ExitStatus::from_raw(raw));
+        assert_eq!(exit_of(status(0)), Exit::Code(0));
+        assert_eq!(exit_of(status(3 << 8)), Exit::Code(3));
+        assert_eq!(exit_of(status(9)), Exit::Signal(9));
+        let failed = exit_of(Err(std::io::Error::other("no child")));
+        assert_eq!(failed, Exit::SpawnFailed("no child".into()));
+    }
+
+    #[test]
+    fn code_arguments_are_found_after_the_options() {
+        let words = |t: &str| shell_words::split(t).unwrap();
+        // (template, scan from, interpreter?) -> where the code is
+        let cases = [
+            ("sh -c x", 1, false, CodeArg::Word(2)),
+            ("bash -lc x", 1, false, CodeArg::Word(2)),
+            ("sh -c -- x", 1, false, CodeArg::Word(3)),
+            ("bash -o pipefail -c x", 1, false, CodeArg::Word(4)),
+            ("bash --rcfile r -c x", 1, false, CodeArg::Word(4)),
+            ("bash --command x", 1, false, CodeArg::Word(2)),
+            ("sh x.sh", 1, false, CodeArg::None),
+            ("sh -c", 1, false, CodeArg::None),
+            ("python -c x", 1, true, CodeArg::Word(2)),
+            ("perl -e x", 1, true, CodeArg::Word(2)),
+            ("python -cx", 1, true, CodeArg::Inline(1)),
+            ("python -u -c x", 1, true, CodeArg::Word(3)),
+            ("python script.py", 1, true, CodeArg::None),
+        ];
+        for (template, from, interp, want) in cases {
+            assert_eq!(
+                code_argument(&words(template), from, interp),
+                want,
+                "{template}"
+            );
+        }
     }
 }

@@ -156,82 +156,116 @@ pub fn capture_each<E>(
 ) -> Result<(), E> {
     let mut dirs = crate::beneath::DirCache::default();
     for path in candidates {
-        let skip = |reason: String| {
-            Captured::Skipped(Skipped {
-                path: path.clone(),
-                reason,
-            })
-        };
-        if crate::beneath::components(&path).is_err() {
-            sink(skip("path hunkgate cannot represent".into()))?;
-            continue;
+        if let Some(captured) = capture_one(root, &mut dirs, path, cap, &mut check) {
+            sink(captured)?;
         }
-        let st = match root.lstat_cached(&path, &mut dirs) {
-            Ok(Some(st)) => st,
-            Ok(None) => continue,
-            Err(e) => {
-                sink(skip(e.to_string()))?;
-                continue;
-            }
-        };
-        let stat = file_stat(&st);
-        let how = match crate::beneath::kind_of(&st) {
-            Kind::Dir => continue,
-            Kind::Other(what) => {
-                sink(skip(format!("{what} skipped")))?;
-                continue;
-            }
-            Kind::File { size, .. } if size > cap => {
-                sink(skip(format!("larger than {cap} bytes")))?;
-                continue;
-            }
-            Kind::File { .. } | Kind::Symlink => check(&path, &stat),
-        };
-        if let Check::Trust(entry) = how {
-            sink(Captured::Unchanged { path, entry, stat })?;
-            continue;
-        }
-        let read = if matches!(crate::beneath::kind_of(&st), Kind::Symlink) {
-            root.read_link(&path)
-                .map(|t| t.map(|target| (target, Mode::Symlink, stat)))
-        } else {
-            root.read_stat(&path, cap).map(|r| {
-                r.map(|(bytes, exec, st)| {
-                    let mode = if exec { Mode::Executable } else { Mode::File };
-                    (bytes, mode, file_stat(&st))
-                })
-            })
-        };
-        let (bytes, mode, stat) = match read {
-            Ok(Some(got)) => got,
-            // Vanished between the stat and the read: report, don't guess.
-            Ok(None) => continue,
-            Err(e) => {
-                sink(skip(e.to_string()))?;
-                continue;
-            }
-        };
-        if let Check::Compare(entry) = how {
-            if entry.mode == mode && blob_id(&bytes) == entry.oid {
-                sink(Captured::Unchanged { path, entry, stat })?;
-                continue;
-            }
-        }
-        sink(match mode {
-            Mode::Symlink => Captured::Symlink {
-                path,
-                target: bytes,
-                stat,
-            },
-            Mode::File | Mode::Executable => Captured::File {
-                path,
-                bytes,
-                executable: mode == Mode::Executable,
-                stat,
-            },
-        })?;
     }
     Ok(())
+}
+
+/// Capture one candidate path as [`capture_each`] describes; `None` when it is left out.
+fn capture_one(
+    root: &Beneath,
+    dirs: &mut crate::beneath::DirCache,
+    path: String,
+    cap: u64,
+    check: &mut impl FnMut(&str, &FileStat) -> Check,
+) -> Option<Captured> {
+    let skip = |reason: String| {
+        Captured::Skipped(Skipped {
+            path: path.clone(),
+            reason,
+        })
+    };
+    if crate::beneath::components(&path).is_err() {
+        return Some(skip("path hunkgate cannot represent".into()));
+    }
+    let st = match root.lstat_cached(&path, dirs) {
+        Ok(Some(st)) => st,
+        Ok(None) => return None,
+        Err(e) => return Some(skip(e.to_string())),
+    };
+    let stat = file_stat(&st);
+    let how = match crate::beneath::kind_of(&st) {
+        Kind::Dir => return None,
+        Kind::Other(what) => return Some(skip(format!("{what} skipped"))),
+        Kind::File { size, .. } if size > cap => {
+            return Some(skip(format!("larger than {cap} bytes")))
+        }
+        Kind::File { .. } | Kind::Symlink => check(&path, &stat),
+    };
+    if let Check::Trust(entry) = how {
+        return Some(Captured::Unchanged { path, entry, stat });
+    }
+    match read_entry(root, &path, &st, stat, cap) {
+        Ok(Some(read)) => Some(captured_from(path, how, read)),
+        // Vanished between the stat and the read: report, don't guess.
+        Ok(None) => None,
+        Err(e) => Some(skip(e.to_string())),
+    }
+}
+
+/// A regular file's content or a symlink's target, as read.
+struct ReadEntry {
+    bytes: Vec<u8>,
+    mode: Mode,
+    /// For a file, its stat taken on the open file; for a symlink, its `lstat`.
+    stat: FileStat,
+}
+
+/// Read the file (up to `cap` bytes) or symlink at `path`, whose `lstat` is `st`; `None` if it
+/// vanished.
+fn read_entry(
+    root: &Beneath,
+    path: &str,
+    st: &nix::sys::stat::FileStat,
+    stat: FileStat,
+    cap: u64,
+) -> Result<Option<ReadEntry>, FsError> {
+    if matches!(crate::beneath::kind_of(st), Kind::Symlink) {
+        root.read_link(path).map(|t| {
+            t.map(|target| ReadEntry {
+                bytes: target,
+                mode: Mode::Symlink,
+                stat,
+            })
+        })
+    } else {
+        root.read_stat(path, cap).map(|r| {
+            r.map(|(bytes, exec, st)| {
+                let mode = if exec { Mode::Executable } else { Mode::File };
+                ReadEntry {
+                    bytes,
+                    mode,
+                    stat: file_stat(&st),
+                }
+            })
+        })
+    }
+}
+
+/// What was read at `path`, as [`capture_each`] reports it: [`Captured::Unchanged`] when
+/// `how` compares it with an entry it is exactly.
+fn captured_from(path: String, how: Check, read: ReadEntry) -> Captured {
+    let ReadEntry { bytes, mode, stat } = read;
+    if let Check::Compare(entry) = how {
+        if entry.mode == mode && blob_id(&bytes) == entry.oid {
+            return Captured::Unchanged { path, entry, stat };
+        }
+    }
+    match mode {
+        Mode::Symlink => Captured::Symlink {
+            path,
+            target: bytes,
+            stat,
+        },
+        Mode::File | Mode::Executable => Captured::File {
+            path,
+            bytes,
+            executable: mode == Mode::Executable,
+            stat,
+        },
+    }
 }
 
 /// Store one captured item into `snap`; returns the entry it got.
@@ -823,5 +857,43 @@ mod tests {
             assert_eq!(cache.lookup("a.txt", &other, &store), None, "{field}");
         }
         assert_eq!(cache.lookup("b.txt", &stat, &store), None);
+    }
+
+    #[test]
+    fn read_entries_compare_by_mode_and_content() {
+        let read = |bytes: &[u8], mode| ReadEntry {
+            bytes: bytes.to_vec(),
+            mode,
+            stat: FileStat::default(),
+        };
+        let entry = Entry {
+            mode: Mode::File,
+            oid: blob_id(b"x\n"),
+        };
+        let same = captured_from("a".into(), Check::Compare(entry), read(b"x\n", Mode::File));
+        assert!(matches!(same, Captured::Unchanged { entry: e, .. } if e == entry));
+        // Positive controls: other content, another mode, or no entry to compare with.
+        let edited = captured_from("a".into(), Check::Compare(entry), read(b"y\n", Mode::File));
+        assert!(matches!(
+            edited,
+            Captured::File {
+                executable: false,
+                ..
+            }
+        ));
+        let exec = captured_from(
+            "a".into(),
+            Check::Compare(entry),
+            read(b"x\n", Mode::Executable),
+        );
+        assert!(matches!(
+            exec,
+            Captured::File {
+                executable: true,
+                ..
+            }
+        ));
+        let link = captured_from("a".into(), Check::Read, read(b"x\n", Mode::Symlink));
+        assert!(matches!(link, Captured::Symlink { target, .. } if target == b"x\n"));
     }
 }

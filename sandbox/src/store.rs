@@ -370,41 +370,47 @@ pub(crate) fn isolated_open_options() -> gix::open::Options {
 mod tests {
     use super::*;
 
+    /// Run git on the bare repository at `git_dir` (no user config) and return its stdout;
+    /// fails the test if git does.
+    fn git(git_dir: &Path, args: &[&str]) -> String {
+        let out = std::process::Command::new("git")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .arg("--git-dir")
+            .arg(git_dir)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// A tree with every mode and a deep path, its blobs written to `store`; returns the tree
+    /// and the id of the blob `a\n`.
+    fn sample_tree(store: &Store) -> (FlatTree, ObjectId) {
+        let a = store.write_blob(b"a\n").unwrap();
+        let b = store.write_blob(b"#!/bin/sh\n").unwrap();
+        let mut tree = FlatTree::new();
+        for (path, mode, oid) in [
+            ("a.txt", Mode::File, a),
+            ("bin/run", Mode::Executable, b),
+            ("bin/link", Mode::Symlink, a),
+            ("a/b/c/d.txt", Mode::File, b),
+        ] {
+            tree.insert(path.into(), Entry { mode, oid });
+        }
+        (tree, a)
+    }
+
     #[test]
     fn flat_tree_roundtrip_and_commit() {
         let tmp = tempfile::tempdir().unwrap();
         let store = Store::open_or_init(&tmp.path().join("store.git")).unwrap();
-        let a = store.write_blob(b"a\n").unwrap();
-        let b = store.write_blob(b"#!/bin/sh\n").unwrap();
-        let mut tree = FlatTree::new();
-        tree.insert(
-            "a.txt".into(),
-            Entry {
-                mode: Mode::File,
-                oid: a,
-            },
-        );
-        tree.insert(
-            "bin/run".into(),
-            Entry {
-                mode: Mode::Executable,
-                oid: b,
-            },
-        );
-        tree.insert(
-            "bin/link".into(),
-            Entry {
-                mode: Mode::Symlink,
-                oid: a,
-            },
-        );
-        tree.insert(
-            "a/b/c/d.txt".into(),
-            Entry {
-                mode: Mode::File,
-                oid: b,
-            },
-        );
+        let (tree, a) = sample_tree(&store);
         let tree_id = store.write_tree(&tree).unwrap();
         let commit = store.commit(tree_id, &[], "base").unwrap();
         store.set_ref("refs/hunkgate/runs/x/base", commit).unwrap();
@@ -414,51 +420,39 @@ mod tests {
         assert_eq!(store.commit_tree(commit).unwrap(), tree_id);
 
         // Compare with git itself: the store is a valid repository with the same tree.
-        let out = std::process::Command::new("git")
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .arg("--git-dir")
-            .arg(store.path())
-            .args([
+        let listed = git(
+            store.path(),
+            &[
                 "ls-tree",
                 "-r",
                 "--format=%(objectmode) %(path)",
                 "refs/hunkgate/runs/x/base",
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+            ],
         );
         assert_eq!(
-            String::from_utf8(out.stdout).unwrap(),
+            listed,
             "100644 a.txt\n100644 a/b/c/d.txt\n100644 bin/link\n100755 bin/run\n"
                 .replace("100644 bin/link", "120000 bin/link")
         );
+        // Reopening finds the same objects.
+        drop(store);
+        let store = Store::open_or_init(&tmp.path().join("store.git")).unwrap();
+        assert!(store.has_object(commit));
+    }
+
+    #[test]
+    fn copied_commits_bring_everything_they_need() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store.git")).unwrap();
+        let (tree, _) = sample_tree(&store);
+        let tree_id = store.write_tree(&tree).unwrap();
+        let commit = store.commit(tree_id, &[], "base").unwrap();
         // Mirroring into another repository copies the commit with everything it needs.
         let other = Store::open_or_init(&tmp.path().join("other.git")).unwrap();
         let child = store.commit(tree_id, &[commit], "child").unwrap();
         store.copy_commit_into(&other, child).unwrap();
         other.set_ref("refs/hunkgate/runs/x/head", child).unwrap();
-        let out = std::process::Command::new("git")
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .arg("--git-dir")
-            .arg(other.path())
-            .args(["fsck", "--strict", "--no-dangling"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        git(other.path(), &["fsck", "--strict", "--no-dangling"]);
         assert_eq!(other.read_tree(child).unwrap(), tree);
-        // Reopening finds the same objects.
-        drop(store);
-        let store = Store::open_or_init(&tmp.path().join("store.git")).unwrap();
-        assert!(store.has_object(commit));
     }
 }

@@ -255,35 +255,13 @@ pub fn apply_edit(text: &str, edit: &ProposedEdit) -> Result<Applied, EditError>
     }
     let lines = lines_of(text);
     let total = lines.len();
-    let start = edit.start_line;
-    let (from, to) = match edit.operation {
-        Operation::Insert => {
-            if start > total + 1 {
-                return Err(EditError::InsertOutOfRange { start, total });
-            }
-            (start - 1, start - 1)
-        }
-        Operation::Replace | Operation::Delete => {
-            let end = edit.end_line.unwrap_or(start);
-            if end > total {
-                return Err(EditError::OutOfRange { start, end, total });
-            }
-            (start - 1, end)
-        }
-    };
+    let (from, to) = edit_span(edit, total)?;
     let eol = if hunkgate_patch::line_ending(text) == "\r\n" {
         "\r\n"
     } else {
         "\n"
     };
-    let mut new_lines: Vec<String> = Vec::new();
-    if !edit.new_text.is_empty() {
-        let normalized = edit.new_text.replace("\r\n", "\n");
-        let body = normalized.strip_suffix('\n').unwrap_or(&normalized);
-        for l in body.split('\n') {
-            new_lines.push(format!("{l}{eol}"));
-        }
-    }
+    let mut new_lines = terminated_lines(&edit.new_text, eol);
     // A file without a final newline keeps that shape when the edit reaches its end.
     let ends_open = !text.is_empty() && !text.ends_with('\n');
     let at_end = ends_open && to == total;
@@ -307,22 +285,60 @@ pub fn apply_edit(text: &str, edit: &ProposedEdit) -> Result<Applied, EditError>
         out.push_str(l);
     }
     if at_end && new_lines.is_empty() {
-        // The unterminated last line was deleted: the line before it now ends the file, as
-        // unterminated — unless it is blank, which would make it vanish.
-        let blank =
-            out.ends_with("\n\n") || out.ends_with("\n\r\n") || out == "\n" || out == "\r\n";
-        if out.ends_with('\n') && !blank {
-            out.pop();
-            if out.ends_with('\r') {
-                out.pop();
-            }
-        }
+        unterminate_last_line(&mut out);
     }
     Ok(Applied {
         text: out,
-        start_line: start,
+        start_line: edit.start_line,
         line_count: new_lines.len(),
     })
+}
+
+/// The 0-based half-open range of the file's `total` lines that `edit` replaces (empty for
+/// an insert), or why it is outside the file.
+fn edit_span(edit: &ProposedEdit, total: usize) -> Result<(usize, usize), EditError> {
+    let start = edit.start_line;
+    match edit.operation {
+        Operation::Insert => {
+            if start > total + 1 {
+                return Err(EditError::InsertOutOfRange { start, total });
+            }
+            Ok((start - 1, start - 1))
+        }
+        Operation::Replace | Operation::Delete => {
+            let end = edit.end_line.unwrap_or(start);
+            if end > total {
+                return Err(EditError::OutOfRange { start, end, total });
+            }
+            Ok((start - 1, end))
+        }
+    }
+}
+
+/// `new_text` as lines each ending in `eol` (whatever line endings it came with); none when
+/// it is empty.
+fn terminated_lines(new_text: &str, eol: &str) -> Vec<String> {
+    if new_text.is_empty() {
+        return Vec::new();
+    }
+    let normalized = new_text.replace("\r\n", "\n");
+    let body = normalized.strip_suffix('\n').unwrap_or(&normalized);
+    body.split('\n').map(|l| format!("{l}{eol}")).collect()
+}
+
+/// After the unterminated last line was deleted: the line before it now ends the file, as
+/// unterminated — unless it is blank, which would make it vanish.
+fn unterminate_last_line(out: &mut String) {
+    let blank = out.ends_with("\n\n")
+        || out.ends_with("\n\r\n")
+        || out.as_str() == "\n"
+        || out.as_str() == "\r\n";
+    if out.ends_with('\n') && !blank {
+        out.pop();
+        if out.ends_with('\r') {
+            out.pop();
+        }
+    }
 }
 
 /// Why a tool call failed; the text goes back to the model.
@@ -422,206 +438,311 @@ fn read_text(fs: &Beneath, path: &str, cap: u64) -> Result<(String, bool), ToolE
 fn run(root: &Path, tool: &FileTool, limits: &ToolLimits) -> Result<Value, ToolError> {
     let fs = Beneath::open(root)?;
     match tool {
-        FileTool::ListFiles { prefix, glob } => {
-            let prefix = match prefix.as_deref().map(str::trim) {
-                None | Some("") | Some(".") | Some("./") => None,
-                Some(p) => Some(clean(p)?),
-            };
-            let matcher = glob_matcher(glob.as_deref())?;
-            let mut files = Vec::new();
-            let mut total = 0usize;
-            for path in crate::snapshot::walk_not_ignored(root, false) {
-                if let Some(p) = &prefix {
-                    if !(path == *p || path.starts_with(&format!("{p}/"))) {
-                        continue;
-                    }
-                }
-                if matcher.as_ref().is_some_and(|m| !m.is_match(&path)) {
-                    continue;
-                }
-                total += 1;
-                if files.len() < limits.max_list_files {
-                    files.push(path);
-                }
-            }
-            Ok(json!({
-                "files": files,
-                "total": total,
-                "truncated": total > files.len(),
-            }))
-        }
+        FileTool::ListFiles { prefix, glob } => list_files(root, prefix, glob, limits),
         FileTool::ReadFile {
             file_path,
             start_line,
             end_line,
             max_bytes,
         } => {
-            let path = clean(file_path)?;
-            let (text, _) = read_text(&fs, &path, limits.max_file_bytes)?;
-            let lines = lines_of(&text);
-            let total = lines.len();
-            let start = start_line.unwrap_or(1).max(1);
-            if start > total.max(1) {
-                return Err(ToolError::Invalid(format!(
-                    "start_line {start} is past the end of {path}, which has {total} lines"
-                )));
-            }
-            let max_bytes = max_bytes
-                .unwrap_or(limits.max_read_bytes)
-                .min(limits.max_read_bytes) as usize;
-            let wanted_end = end_line.unwrap_or(total).min(total);
-            if wanted_end < start && total > 0 {
-                return Err(ToolError::Invalid(format!(
-                    "end_line {wanted_end} is before start_line {start}"
-                )));
-            }
-            let mut content = String::new();
-            let mut end = start.saturating_sub(1);
-            for l in lines.iter().skip(start - 1).take(wanted_end + 1 - start) {
-                if end + 1 - start >= limits.max_read_lines || content.len() + l.len() > max_bytes {
-                    break;
-                }
-                content.push_str(l);
-                end += 1;
-            }
-            let truncated = end < wanted_end;
-            let mut out = json!({
-                "file_path": path,
-                "content": content,
-                "start_line": start,
-                "end_line": end,
-                "total_lines": total,
-                "file_hash": file_hash(text.as_bytes()),
-                "truncated": truncated,
-            });
-            if truncated {
-                out["next_start_line"] = json!(end + 1);
-            }
-            Ok(out)
+            let window = ReadWindow {
+                start_line: *start_line,
+                end_line: *end_line,
+                max_bytes: *max_bytes,
+            };
+            read_file(&fs, file_path, window, limits)
         }
         FileTool::SearchProject { query, glob, limit } => {
             search(root, &fs, query, glob.as_deref(), *limit, limits)
         }
-        FileTool::EditFile(edit) => {
-            let path = clean(&edit.file_path)?;
-            let (text, exec) = read_text(&fs, &path, limits.max_file_bytes)?;
-            let applied = apply_edit(&text, edit)?;
-            fs.write_atomic(&path, applied.text.as_bytes(), exec)?;
-            let lines = lines_of(&applied.text);
-            let from = applied.start_line.saturating_sub(4);
-            let to = (applied.start_line + applied.line_count + 2).min(lines.len());
-            let preview: String = lines
-                .get(from..to)
-                .unwrap_or(&[])
-                .iter()
-                .enumerate()
-                .map(|(i, l)| format!("{:>5}| {}", from + i + 1, l.trim_end_matches(['\n', '\r'])))
-                .collect::<Vec<_>>()
-                .join("\n");
-            Ok(json!({
-                "file_path": path,
-                "file_hash": file_hash(applied.text.as_bytes()),
-                "total_lines": lines.len(),
-                "changed_start_line": applied.start_line,
-                "changed_line_count": applied.line_count,
-                "preview": preview,
-            }))
-        }
+        FileTool::EditFile(edit) => edit_file(&fs, edit, limits),
         FileTool::WriteFile {
             file_path,
             content,
             expected_hash,
-        } => {
-            let path = clean(file_path)?;
-            let mut exec = false;
-            let existed = match fs.kind(&path)? {
-                None => false,
-                Some(Kind::File { executable, .. }) => {
-                    exec = executable;
-                    true
-                }
-                Some(_) => {
-                    return Err(ToolError::Unsupported {
-                        path,
-                        why: "exists and is not a regular file",
-                    })
-                }
-            };
-            if let Some(expected) = expected_hash {
-                if !valid_hash(expected) {
-                    return Err(EditError::BadHash(expected.clone()).into());
-                }
-                let current = fs
-                    .read(&path, limits.max_file_bytes)?
-                    .map(|(b, _)| file_hash(&b))
-                    .ok_or_else(|| ToolError::NotFound(path.clone()))?;
-                if !current.eq_ignore_ascii_case(expected) {
-                    return Err(EditError::HashMismatch {
-                        expected: expected.clone(),
-                        actual: current,
-                    }
-                    .into());
-                }
-            }
-            fs.write_atomic(&path, content.as_bytes(), exec)?;
-            Ok(json!({
-                "file_path": path,
-                "created": !existed,
-                "bytes": content.len(),
-                "file_hash": file_hash(content.as_bytes()),
-            }))
+        } => write_file(&fs, file_path, content, expected_hash.as_deref(), limits),
+        FileTool::MoveFile { from_path, to_path } => move_file(&fs, from_path, to_path),
+        FileTool::DeleteFile { file_path } => delete_file(&fs, file_path),
+    }
+}
+
+/// `list_files`: the project's paths not ignored by git, under `prefix` and matching `glob`,
+/// capped at `max_list_files` (with the total count).
+fn list_files(
+    root: &Path,
+    prefix: &Option<String>,
+    glob: &Option<String>,
+    limits: &ToolLimits,
+) -> Result<Value, ToolError> {
+    let prefix = match prefix.as_deref().map(str::trim) {
+        None | Some("") | Some(".") | Some("./") => None,
+        Some(p) => Some(clean(p)?),
+    };
+    let matcher = glob_matcher(glob.as_deref())?;
+    let mut files = Vec::new();
+    let mut total = 0usize;
+    for path in crate::snapshot::walk_not_ignored(root, false) {
+        if !under_prefix(&path, prefix.as_deref()) {
+            continue;
         }
-        FileTool::MoveFile { from_path, to_path } => {
-            let from = clean(from_path)?;
-            let to = clean(to_path)?;
-            if from == to {
-                return Err(ToolError::Invalid(format!(
-                    "{from}: moving a file onto itself"
-                )));
-            }
-            if fs.kind(&to)?.is_some() {
-                return Err(ToolError::Invalid(format!(
-                    "{to} already exists; delete it first if you mean to replace it"
-                )));
-            }
-            match fs.kind(&from)? {
-                None => return Err(ToolError::NotFound(from)),
-                Some(Kind::Symlink) => {
-                    let target = fs
-                        .read_link(&from)?
-                        .ok_or_else(|| ToolError::NotFound(from.clone()))?;
-                    fs.symlink(&to, &target)?;
-                }
-                Some(Kind::File { .. }) => {
-                    let (bytes, exec) = fs
-                        .read(&from, u64::MAX)?
-                        .ok_or_else(|| ToolError::NotFound(from.clone()))?;
-                    fs.write_atomic(&to, &bytes, exec)?;
-                }
-                Some(_) => {
-                    return Err(ToolError::Unsupported {
-                        path: from,
-                        why: "is not a regular file",
-                    })
-                }
-            }
-            fs.remove_file(&from)?;
-            Ok(json!({ "from_path": from, "to_path": to }))
+        if matcher.as_ref().is_some_and(|m| !m.is_match(&path)) {
+            continue;
         }
-        FileTool::DeleteFile { file_path } => {
-            let path = clean(file_path)?;
-            match fs.kind(&path)? {
-                None => Err(ToolError::NotFound(path)),
-                Some(Kind::File { .. }) | Some(Kind::Symlink) => {
-                    fs.remove_file(&path)?;
-                    Ok(json!({ "file_path": path, "deleted": true }))
-                }
-                Some(_) => Err(ToolError::Unsupported {
-                    path,
-                    why: "is not a file; only files are deleted",
-                }),
-            }
+        total += 1;
+        if files.len() < limits.max_list_files {
+            files.push(path);
         }
+    }
+    Ok(json!({
+        "files": files,
+        "total": total,
+        "truncated": total > files.len(),
+    }))
+}
+
+/// Whether `path` is `prefix` itself or inside it (every path is, without a prefix).
+fn under_prefix(path: &str, prefix: Option<&str>) -> bool {
+    match prefix {
+        None => true,
+        Some(p) => path == p || path.starts_with(&format!("{p}/")),
+    }
+}
+
+/// The lines `read_file` was asked for, as the model sent them.
+#[derive(Debug, Clone, Copy)]
+struct ReadWindow {
+    start_line: Option<usize>,
+    end_line: Option<usize>,
+    max_bytes: Option<u64>,
+}
+
+/// The lines `read_file` returns, within the caps.
+#[derive(Debug, PartialEq, Eq)]
+struct ReadSlice {
+    content: String,
+    start: usize,
+    /// Last line returned (`start - 1` when none was).
+    end: usize,
+    /// Last line asked for; the slice is truncated when `end` is before it.
+    wanted_end: usize,
+    /// Lines in the whole file.
+    total: usize,
+}
+
+/// Cut the lines `window` asks for out of `text` (pure), stopping at `max_read_lines` lines
+/// or the byte cap, whichever comes first.
+fn read_slice(
+    text: &str,
+    path: &str,
+    window: ReadWindow,
+    limits: &ToolLimits,
+) -> Result<ReadSlice, ToolError> {
+    let lines = lines_of(text);
+    let total = lines.len();
+    let start = window.start_line.unwrap_or(1).max(1);
+    if start > total.max(1) {
+        return Err(ToolError::Invalid(format!(
+            "start_line {start} is past the end of {path}, which has {total} lines"
+        )));
+    }
+    let max_bytes = window
+        .max_bytes
+        .unwrap_or(limits.max_read_bytes)
+        .min(limits.max_read_bytes) as usize;
+    let wanted_end = window.end_line.unwrap_or(total).min(total);
+    if wanted_end < start && total > 0 {
+        return Err(ToolError::Invalid(format!(
+            "end_line {wanted_end} is before start_line {start}"
+        )));
+    }
+    let mut content = String::new();
+    let mut end = start.saturating_sub(1);
+    for l in lines.iter().skip(start - 1).take(wanted_end + 1 - start) {
+        if end + 1 - start >= limits.max_read_lines || content.len() + l.len() > max_bytes {
+            break;
+        }
+        content.push_str(l);
+        end += 1;
+    }
+    Ok(ReadSlice {
+        content,
+        start,
+        end,
+        wanted_end,
+        total,
+    })
+}
+
+/// `read_file`: a window of a text file's lines, with the whole file's hash for later edits.
+fn read_file(
+    fs: &Beneath,
+    file_path: &str,
+    window: ReadWindow,
+    limits: &ToolLimits,
+) -> Result<Value, ToolError> {
+    let path = clean(file_path)?;
+    let (text, _) = read_text(fs, &path, limits.max_file_bytes)?;
+    let slice = read_slice(&text, &path, window, limits)?;
+    let truncated = slice.end < slice.wanted_end;
+    let mut out = json!({
+        "file_path": path,
+        "content": slice.content,
+        "start_line": slice.start,
+        "end_line": slice.end,
+        "total_lines": slice.total,
+        "file_hash": file_hash(text.as_bytes()),
+        "truncated": truncated,
+    });
+    if truncated {
+        out["next_start_line"] = json!(slice.end + 1);
+    }
+    Ok(out)
+}
+
+/// `edit_file`: apply one line-range edit checked against the file's hash, and write it.
+fn edit_file(fs: &Beneath, edit: &ProposedEdit, limits: &ToolLimits) -> Result<Value, ToolError> {
+    let path = clean(&edit.file_path)?;
+    let (text, exec) = read_text(fs, &path, limits.max_file_bytes)?;
+    let applied = apply_edit(&text, edit)?;
+    fs.write_atomic(&path, applied.text.as_bytes(), exec)?;
+    Ok(json!({
+        "file_path": path,
+        "file_hash": file_hash(applied.text.as_bytes()),
+        "total_lines": lines_of(&applied.text).len(),
+        "changed_start_line": applied.start_line,
+        "changed_line_count": applied.line_count,
+        "preview": edit_preview(&applied),
+    }))
+}
+
+/// The changed lines of an applied edit with up to three lines of context on each side,
+/// numbered like `   12| text`.
+fn edit_preview(applied: &Applied) -> String {
+    let lines = lines_of(&applied.text);
+    let from = applied.start_line.saturating_sub(4);
+    let to = (applied.start_line + applied.line_count + 2).min(lines.len());
+    lines
+        .get(from..to)
+        .unwrap_or(&[])
+        .iter()
+        .enumerate()
+        .map(|(i, l)| format!("{:>5}| {}", from + i + 1, l.trim_end_matches(['\n', '\r'])))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `write_file`: create or overwrite a regular file (keeping its executable bit), first
+/// checking `expected_hash` against the current content when one is given.
+fn write_file(
+    fs: &Beneath,
+    file_path: &str,
+    content: &str,
+    expected_hash: Option<&str>,
+    limits: &ToolLimits,
+) -> Result<Value, ToolError> {
+    let path = clean(file_path)?;
+    let mut exec = false;
+    let existed = match fs.kind(&path)? {
+        None => false,
+        Some(Kind::File { executable, .. }) => {
+            exec = executable;
+            true
+        }
+        Some(_) => {
+            return Err(ToolError::Unsupported {
+                path,
+                why: "exists and is not a regular file",
+            })
+        }
+    };
+    if let Some(expected) = expected_hash {
+        check_current_hash(fs, &path, expected, limits)?;
+    }
+    fs.write_atomic(&path, content.as_bytes(), exec)?;
+    Ok(json!({
+        "file_path": path,
+        "created": !existed,
+        "bytes": content.len(),
+        "file_hash": file_hash(content.as_bytes()),
+    }))
+}
+
+/// Refuse unless the file at `path` exists and hashes to `expected`.
+fn check_current_hash(
+    fs: &Beneath,
+    path: &str,
+    expected: &str,
+    limits: &ToolLimits,
+) -> Result<(), ToolError> {
+    if !valid_hash(expected) {
+        return Err(EditError::BadHash(expected.to_string()).into());
+    }
+    let current = fs
+        .read(path, limits.max_file_bytes)?
+        .map(|(b, _)| file_hash(&b))
+        .ok_or_else(|| ToolError::NotFound(path.to_string()))?;
+    if !current.eq_ignore_ascii_case(expected) {
+        return Err(EditError::HashMismatch {
+            expected: expected.to_string(),
+            actual: current,
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// `move_file`: move a file or symlink to a path that does not exist yet.
+fn move_file(fs: &Beneath, from_path: &str, to_path: &str) -> Result<Value, ToolError> {
+    let from = clean(from_path)?;
+    let to = clean(to_path)?;
+    if from == to {
+        return Err(ToolError::Invalid(format!(
+            "{from}: moving a file onto itself"
+        )));
+    }
+    if fs.kind(&to)?.is_some() {
+        return Err(ToolError::Invalid(format!(
+            "{to} already exists; delete it first if you mean to replace it"
+        )));
+    }
+    match fs.kind(&from)? {
+        None => return Err(ToolError::NotFound(from)),
+        Some(Kind::Symlink) => {
+            let target = fs
+                .read_link(&from)?
+                .ok_or_else(|| ToolError::NotFound(from.clone()))?;
+            fs.symlink(&to, &target)?;
+        }
+        Some(Kind::File { .. }) => {
+            let (bytes, exec) = fs
+                .read(&from, u64::MAX)?
+                .ok_or_else(|| ToolError::NotFound(from.clone()))?;
+            fs.write_atomic(&to, &bytes, exec)?;
+        }
+        Some(_) => {
+            return Err(ToolError::Unsupported {
+                path: from,
+                why: "is not a regular file",
+            })
+        }
+    }
+    fs.remove_file(&from)?;
+    Ok(json!({ "from_path": from, "to_path": to }))
+}
+
+/// `delete_file`: remove a file or symlink (never a directory).
+fn delete_file(fs: &Beneath, file_path: &str) -> Result<Value, ToolError> {
+    let path = clean(file_path)?;
+    match fs.kind(&path)? {
+        None => Err(ToolError::NotFound(path)),
+        Some(Kind::File { .. }) | Some(Kind::Symlink) => {
+            fs.remove_file(&path)?;
+            Ok(json!({ "file_path": path, "deleted": true }))
+        }
+        Some(_) => Err(ToolError::Unsupported {
+            path,
+            why: "is not a file; only files are deleted",
+        }),
     }
 }
 
@@ -642,12 +763,7 @@ fn search(
         .unwrap_or(limits.max_search_results_default)
         .clamp(1, limits.max_search_results_cap.max(1));
     let matcher = glob_matcher(glob)?;
-    let sensitive = query.chars().any(char::is_uppercase);
-    let needle = if sensitive {
-        query.to_string()
-    } else {
-        query.to_lowercase()
-    };
+    let needle = Needle::new(query);
     // Context around each hit, within the snippet cap.
     let context = (limits.max_search_snippet_lines.saturating_sub(1) / 2).min(2);
     let mut results = Vec::new();
@@ -656,49 +772,18 @@ fn search(
         if matcher.as_ref().is_some_and(|m| !m.is_match(&path)) {
             continue;
         }
-        let Ok(Some(Kind::File { size, .. })) = fs.kind(&path) else {
-            continue;
-        };
-        if size > limits.max_file_bytes {
-            continue;
-        }
-        let Ok(Some((bytes, _))) = fs.read(&path, limits.max_file_bytes) else {
-            continue;
-        };
-        if !hunkgate_patch::is_text(&bytes) {
-            continue;
-        }
-        let Ok(text) = String::from_utf8(bytes) else {
+        let Some(text) = read_searchable(fs, &path, limits) else {
             continue;
         };
         let lines: Vec<&str> = text.lines().collect();
         let hits: Vec<usize> = lines
             .iter()
             .enumerate()
-            .filter(|(_, l)| {
-                if sensitive {
-                    l.contains(&needle)
-                } else {
-                    l.to_lowercase().contains(&needle)
-                }
-            })
+            .filter(|(_, l)| needle.is_in(l))
             .map(|(i, _)| i)
             .collect();
-        // Merge hits whose snippets touch, keeping each under the snippet cap.
-        let mut i = 0;
-        while i < hits.len() {
-            let from = hits[i].saturating_sub(context);
-            let mut to = (hits[i] + context).min(lines.len() - 1);
-            let mut j = i + 1;
-            while j < hits.len()
-                && hits[j].saturating_sub(context) <= to + 1
-                && (hits[j] + context).min(lines.len() - 1) + 1 - from
-                    <= limits.max_search_snippet_lines.max(1)
-            {
-                to = (hits[j] + context).min(lines.len() - 1);
-                j += 1;
-            }
-            let to = to.min(from + limits.max_search_snippet_lines.max(1) - 1);
+        let max_lines = limits.max_search_snippet_lines;
+        for (from, to) in snippet_ranges(&hits, lines.len(), context, max_lines) {
             if results.len() == limit {
                 truncated = true;
                 break 'files;
@@ -709,10 +794,83 @@ fn search(
                 "end_line": to + 1,
                 "snippet": lines[from..=to].join("\n"),
             }));
-            i = j;
         }
     }
     Ok(json!({ "results": results, "truncated": truncated }))
+}
+
+/// A search query with smart case: case-sensitive only when it has an upper-case letter.
+struct Needle {
+    text: String,
+    sensitive: bool,
+}
+
+impl Needle {
+    fn new(query: &str) -> Self {
+        let sensitive = query.chars().any(char::is_uppercase);
+        let text = if sensitive {
+            query.to_string()
+        } else {
+            query.to_lowercase()
+        };
+        Self { text, sensitive }
+    }
+
+    /// Whether `line` contains the query.
+    fn is_in(&self, line: &str) -> bool {
+        if self.sensitive {
+            line.contains(&self.text)
+        } else {
+            line.to_lowercase().contains(&self.text)
+        }
+    }
+}
+
+/// The text of the regular file at `path` if search looks into it: not larger than
+/// `max_file_bytes`, text and UTF-8; `None` for anything else or anything unreadable.
+fn read_searchable(fs: &Beneath, path: &str, limits: &ToolLimits) -> Option<String> {
+    let Ok(Some(Kind::File { size, .. })) = fs.kind(path) else {
+        return None;
+    };
+    if size > limits.max_file_bytes {
+        return None;
+    }
+    let Ok(Some((bytes, _))) = fs.read(path, limits.max_file_bytes) else {
+        return None;
+    };
+    if !hunkgate_patch::is_text(&bytes) {
+        return None;
+    }
+    String::from_utf8(bytes).ok()
+}
+
+/// The snippets (0-based inclusive line ranges) around `hits`, ascending line numbers in a
+/// file of `len` lines: `context` lines each side of a hit, hits whose snippets touch merged
+/// while the merged snippet fits `max_lines`, and every snippet cut to `max_lines`.
+fn snippet_ranges(
+    hits: &[usize],
+    len: usize,
+    context: usize,
+    max_lines: usize,
+) -> Vec<(usize, usize)> {
+    let max_lines = max_lines.max(1);
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < hits.len() {
+        let from = hits[i].saturating_sub(context);
+        let mut to = (hits[i] + context).min(len - 1);
+        let mut j = i + 1;
+        while j < hits.len()
+            && hits[j].saturating_sub(context) <= to + 1
+            && (hits[j] + context).min(len - 1) + 1 - from <= max_lines
+        {
+            to = (hits[j] + context).min(len - 1);
+            j += 1;
+        }
+        out.push((from, to.min(from + max_lines - 1)));
+        i = j;
+    }
+    out
 }
 
 #[cfg(test)]
@@ -872,8 +1030,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn list_read_search_respect_gitignore_and_caps() {
+    /// A project with an ignored `target/`, hits for "fixme" in several cases, and a 30-line
+    /// file; returns it with its numbered file's content.
+    fn project() -> (tempfile::TempDir, String) {
         let numbered: String = (1..=30).map(|i| format!("line {i}\n")).collect();
         let tmp = sandbox(&[
             (".gitignore", "target/\n"),
@@ -882,11 +1041,13 @@ mod tests {
             ("target/out.rs", "// fixme\n"),
             ("docs/x.md", "FIXME: write\n"),
         ]);
-        let limits = ToolLimits {
-            max_read_lines: 10,
-            ..ToolLimits::default()
-        };
-        let run = |t: FileTool| execute(tmp.path(), &t, &limits);
+        (tmp, numbered)
+    }
+
+    #[test]
+    fn list_files_respects_gitignore_and_prefix() {
+        let (tmp, _) = project();
+        let run = |t: FileTool| execute(tmp.path(), &t, &ToolLimits::default());
         let files = ok(run(FileTool::ListFiles {
             prefix: Some("./src".into()),
             glob: None,
@@ -901,25 +1062,45 @@ mod tests {
             json!(["src/a.rs", "src/b.rs"]),
             "ignored target/ is left out"
         );
+    }
 
-        let read = ok(run(FileTool::ReadFile {
-            file_path: "src/b.rs".into(),
-            start_line: Some(5),
-            end_line: None,
-            max_bytes: None,
-        }));
+    #[test]
+    fn read_file_is_capped_at_max_read_lines() {
+        let (tmp, numbered) = project();
+        let limits = ToolLimits {
+            max_read_lines: 10,
+            ..ToolLimits::default()
+        };
+        let read = ok(execute(
+            tmp.path(),
+            &FileTool::ReadFile {
+                file_path: "src/b.rs".into(),
+                start_line: Some(5),
+                end_line: None,
+                max_bytes: None,
+            },
+            &limits,
+        ));
         assert_eq!(read["start_line"], 5);
         assert_eq!(read["end_line"], 14, "capped at max_read_lines");
         assert_eq!(read["truncated"], true);
         assert_eq!(read["next_start_line"], 15);
         assert_eq!(read["file_hash"], json!(file_hash(numbered.as_bytes())));
         assert!(read["content"].as_str().unwrap().starts_with("line 5\n"));
+    }
 
-        let found = ok(run(FileTool::SearchProject {
-            query: "fixme".into(),
-            glob: None,
-            limit: None,
-        }));
+    #[test]
+    fn search_is_smart_case_skips_ignored_files_and_caps() {
+        let (tmp, _) = project();
+        let search = |query: &str, glob: Option<&str>, limit: Option<usize>| {
+            let tool = FileTool::SearchProject {
+                query: query.into(),
+                glob: glob.map(Into::into),
+                limit,
+            };
+            ok(execute(tmp.path(), &tool, &ToolLimits::default()))
+        };
+        let found = search("fixme", None, None);
         let hits: Vec<&str> = found["results"]
             .as_array()
             .unwrap()
@@ -933,17 +1114,9 @@ mod tests {
         );
         assert_eq!(found["results"][1]["start_line"], 1);
         assert_eq!(found["results"][1]["end_line"], 3);
-        let exact = ok(run(FileTool::SearchProject {
-            query: "FIXME".into(),
-            glob: None,
-            limit: None,
-        }));
+        let exact = search("FIXME", None, None);
         assert_eq!(exact["results"].as_array().unwrap().len(), 1);
-        let capped = ok(run(FileTool::SearchProject {
-            query: "line".into(),
-            glob: Some("src/*.rs".into()),
-            limit: Some(1),
-        }));
+        let capped = search("line", Some("src/*.rs"), Some(1));
         assert_eq!(capped["results"][0]["start_line"], 1);
         assert_eq!(capped["results"][0]["end_line"], 20, "snippets are capped");
         assert_eq!(capped["results"].as_array().unwrap().len(), 1);
@@ -951,7 +1124,7 @@ mod tests {
     }
 
     #[test]
-    fn writes_stay_inside_the_sandbox() {
+    fn paths_outside_the_sandbox_are_refused() {
         let tmp = sandbox(&[("a.txt", "one\ntwo\n")]);
         let outside = tempfile::tempdir().unwrap();
         std::fs::write(outside.path().join("secret"), "s\n").unwrap();
@@ -994,30 +1167,33 @@ mod tests {
             std::fs::read_to_string(tmp.path().join("new/dir/b.txt")).unwrap(),
             "b\n"
         );
-        let hash = file_hash(b"one\ntwo\n");
-        let e = ok(run(FileTool::EditFile(ProposedEdit {
+    }
+
+    /// `edit_file` replacing line 2 of `a.txt` by `TWO`, against `expected_hash`.
+    fn replace_line_2(expected_hash: &str) -> FileTool {
+        FileTool::EditFile(ProposedEdit {
             file_path: "a.txt".into(),
             operation: Operation::Replace,
             start_line: 2,
             end_line: Some(2),
             new_text: "TWO".into(),
-            expected_hash: hash.clone(),
+            expected_hash: expected_hash.into(),
             rationale: None,
             edit_id: None,
-        })));
+        })
+    }
+
+    #[test]
+    fn edit_move_and_delete_change_the_sandbox() {
+        let tmp = sandbox(&[("a.txt", "one\ntwo\n")]);
+        let limits = ToolLimits::default();
+        let run = |t: FileTool| execute(tmp.path(), &t, &limits);
+        let hash = file_hash(b"one\ntwo\n");
+        let e = ok(run(replace_line_2(&hash)));
         assert_eq!(e["file_hash"], json!(file_hash(b"one\nTWO\n")));
         assert!(e["preview"].as_str().unwrap().contains("2| TWO"));
         // The same edit again is stale now.
-        let stale = err(run(FileTool::EditFile(ProposedEdit {
-            file_path: "a.txt".into(),
-            operation: Operation::Replace,
-            start_line: 2,
-            end_line: Some(2),
-            new_text: "TWO".into(),
-            expected_hash: hash,
-            rationale: None,
-            edit_id: None,
-        })));
+        let stale = err(run(replace_line_2(&hash)));
         assert!(stale.contains("read_file it again"), "{stale}");
         ok(run(FileTool::MoveFile {
             from_path: "a.txt".into(),
@@ -1036,5 +1212,104 @@ mod tests {
             file_path: "moved/a.txt".into(),
         }));
         assert!(e.contains("no such file"), "{e}");
+    }
+
+    #[test]
+    fn snippets_merge_touching_hits_and_stay_under_the_cap() {
+        // (hits, lines in the file, context, max lines) -> snippets
+        type Case = (
+            &'static [usize],
+            usize,
+            usize,
+            usize,
+            &'static [(usize, usize)],
+        );
+        let cases: &[Case] = &[
+            (&[], 10, 2, 20, &[]),
+            (&[0], 1, 2, 20, &[(0, 0)]),
+            (&[5], 30, 2, 20, &[(3, 7)]),
+            // Snippets that touch (7 and 8) merge; a gap keeps them apart.
+            (&[5, 10], 30, 2, 20, &[(3, 12)]),
+            (&[5, 11], 30, 2, 20, &[(3, 7), (9, 13)]),
+            (&[5, 20], 30, 2, 20, &[(3, 7), (18, 22)]),
+            // A merge that would pass the cap starts a new snippet.
+            (&[0, 3, 6], 30, 2, 6, &[(0, 5), (4, 8)]),
+            // A snippet is cut to the cap even alone.
+            (&[5], 30, 2, 1, &[(3, 3)]),
+            (&[29], 30, 2, 20, &[(27, 29)]),
+        ];
+        for (hits, len, context, max, want) in cases {
+            assert_eq!(
+                snippet_ranges(hits, *len, *context, *max),
+                want.to_vec(),
+                "{hits:?} in {len} lines, context {context}, max {max}"
+            );
+        }
+    }
+
+    #[test]
+    fn needles_are_smart_case() {
+        let lower = Needle::new("fixme");
+        assert!(lower.is_in("// FIXME later") && lower.is_in("fixme"));
+        let upper = Needle::new("FIXME");
+        assert!(upper.is_in("// FIXME later"));
+        assert!(
+            !upper.is_in("// fixme later"),
+            "an upper-case letter makes it exact"
+        );
+    }
+
+    #[test]
+    fn read_slices_stop_at_either_cap() {
+        let text: String = (1..=10).map(|i| format!("l{i}\n")).collect();
+        let window = |start, end, max_bytes| ReadWindow {
+            start_line: start,
+            end_line: end,
+            max_bytes,
+        };
+        let limits = ToolLimits {
+            max_read_lines: 4,
+            ..ToolLimits::default()
+        };
+        let s = read_slice(&text, "f", window(Some(2), None, None), &limits).unwrap();
+        assert_eq!(
+            (s.content.as_str(), s.start, s.end),
+            ("l2\nl3\nl4\nl5\n", 2, 5)
+        );
+        assert_eq!((s.wanted_end, s.total), (10, 10));
+        let s = read_slice(&text, "f", window(None, Some(9), Some(7)), &limits).unwrap();
+        assert_eq!(
+            (s.content.as_str(), s.end, s.wanted_end),
+            ("l1\nl2\n", 2, 9)
+        );
+        let s = read_slice(&text, "f", window(Some(3), Some(4), None), &limits).unwrap();
+        assert_eq!((s.content.as_str(), s.end), ("l3\nl4\n", 4), "nothing cut");
+        let past = read_slice(&text, "f", window(Some(11), None, None), &limits);
+        assert!(matches!(past, Err(ToolError::Invalid(m)) if m.contains("past the end of f")));
+        let back = read_slice(&text, "f", window(Some(5), Some(4), None), &limits);
+        assert!(matches!(back, Err(ToolError::Invalid(m)) if m.contains("before start_line")));
+        let empty = read_slice("", "f", window(None, None, None), &limits).unwrap();
+        assert_eq!((empty.start, empty.end, empty.total), (1, 0, 0));
+    }
+
+    #[test]
+    fn new_text_takes_the_file_line_ending() {
+        assert_eq!(terminated_lines("", "\n"), Vec::<String>::new());
+        assert_eq!(terminated_lines("a\r\nb", "\n"), ["a\n", "b\n"]);
+        assert_eq!(terminated_lines("a\nb\n", "\r\n"), ["a\r\n", "b\r\n"]);
+        assert_eq!(terminated_lines("\n", "\n"), ["\n"]);
+    }
+
+    #[test]
+    fn edit_previews_show_numbered_context() {
+        let applied = Applied {
+            text: (1..=10).map(|i| format!("l{i}\n")).collect(),
+            start_line: 6,
+            line_count: 1,
+        };
+        let want = "    3| l3\n    4| l4\n    5| l5\n    6| l6\n    7| l7\n    8| l8\n    9| l9";
+        assert_eq!(edit_preview(&applied), want);
+        assert!(under_prefix("src/a.rs", Some("src")) && under_prefix("src", Some("src")));
+        assert!(!under_prefix("srcx/a.rs", Some("src")) && under_prefix("x", None));
     }
 }

@@ -531,18 +531,7 @@ impl UserIsolation {
             source,
         })?;
         let pid = child.id() as i32;
-        let (mut stdin, mut stdout, mut stderr) =
-            match (child.stdin.take(), child.stdout.take(), child.stderr.take()) {
-                (Some(a), Some(b), Some(c)) => (a, b, c),
-                _ => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(HelperError::Protocol {
-                        op,
-                        message: "no pipes to the helper".into(),
-                    });
-                }
-            };
+        let (mut stdin, mut stdout, stderr) = take_pipes(&mut child, op)?;
         let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
         let (result, stderr_text, stuck) = std::thread::scope(|s| {
             let writer = s.spawn(move || {
@@ -550,31 +539,8 @@ impl UserIsolation {
                 drop(stdin);
                 r
             });
-            let errors = s.spawn(move || {
-                use std::io::Read;
-                let mut buf = Vec::new();
-                let _ = (&mut stderr).take(64 * 1024).read_to_end(&mut buf);
-                // Keep draining so the helper never blocks on a full stderr pipe.
-                let _ = std::io::copy(&mut stderr, &mut std::io::sink());
-                String::from_utf8_lossy(&buf).trim().to_string()
-            });
-            let watchdog = s.spawn(move || {
-                match done_rx.recv_timeout(HELPER_DEADLINE) {
-                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                        // Not reaped yet (the main thread waits for us first), so the pid is
-                        // still the helper's. SIGCONT wakes one an agent stopped; sudo relays
-                        // both; SIGKILL ends sudo itself.
-                        use nix::sys::signal::{kill, Signal};
-                        let p = nix::unistd::Pid::from_raw(pid);
-                        let _ = kill(p, Signal::SIGTERM);
-                        let _ = kill(p, Signal::SIGCONT);
-                        std::thread::sleep(Duration::from_secs(2));
-                        let _ = kill(p, Signal::SIGKILL);
-                        true
-                    }
-                    _ => false,
-                }
-            });
+            let errors = s.spawn(move || read_helper_stderr(stderr));
+            let watchdog = s.spawn(move || kill_if_stuck(pid, done_rx));
             let result = read(&mut stdout);
             // Drain whatever is left so the helper can finish writing and exit.
             let _ = std::io::copy(&mut stdout, &mut std::io::sink());
@@ -582,47 +548,139 @@ impl UserIsolation {
             let _ = done_tx.send(());
             let stuck = watchdog.join().unwrap_or(false);
             let stderr_text = errors.join().unwrap_or_default();
-            let result = match (result, write_result) {
-                (Ok(v), Ok(Ok(()))) => Ok(v),
-                (Err(e), _) => Err(e),
-                (Ok(_), Ok(Err(e))) => Err(HelperError::Stream {
-                    op,
-                    source: WireError::Io(e),
-                    stderr: String::new(),
-                }),
-                (Ok(_), Err(_)) => Err(HelperError::Protocol {
-                    op,
-                    message: "the writer thread panicked".into(),
-                }),
-            };
-            (result, stderr_text, stuck)
+            (
+                exchange_result(op, result, write_result),
+                stderr_text,
+                stuck,
+            )
         });
         let status = child.wait().map_err(|source| HelperError::Spawn {
             cmd: self.describe(op),
             source,
         })?;
-        if stuck {
-            return Err(HelperError::Stuck {
-                op,
-                secs: HELPER_DEADLINE.as_secs(),
-            });
-        }
-        if !status.success() {
-            return Err(HelperError::Failed {
-                op,
-                status: status.to_string(),
-                stderr: stderr_text,
-            });
-        }
-        result.map_err(|e| match e {
-            HelperError::Stream { op, source, .. } => HelperError::Stream {
-                op,
-                source,
-                stderr: stderr_text.clone(),
-            },
-            e => e,
-        })
+        let end = HelperEnd {
+            status,
+            stuck,
+            stderr: stderr_text,
+        };
+        helper_verdict(op, end, result)
     }
+}
+
+/// The helper's three pipes; a helper started without them is killed and reaped.
+fn take_pipes(
+    child: &mut std::process::Child,
+    op: &'static str,
+) -> Result<
+    (
+        std::process::ChildStdin,
+        std::process::ChildStdout,
+        std::process::ChildStderr,
+    ),
+    HelperError,
+> {
+    match (child.stdin.take(), child.stdout.take(), child.stderr.take()) {
+        (Some(a), Some(b), Some(c)) => Ok((a, b, c)),
+        _ => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(HelperError::Protocol {
+                op,
+                message: "no pipes to the helper".into(),
+            })
+        }
+    }
+}
+
+/// The first 64 KiB of the helper's stderr, trimmed; the rest is read and dropped.
+fn read_helper_stderr(mut stderr: std::process::ChildStderr) -> String {
+    use std::io::Read;
+    let mut buf = Vec::new();
+    let _ = (&mut stderr).take(64 * 1024).read_to_end(&mut buf);
+    // Keep draining so the helper never blocks on a full stderr pipe.
+    let _ = std::io::copy(&mut stderr, &mut std::io::sink());
+    String::from_utf8_lossy(&buf).trim().to_string()
+}
+
+/// Kill the helper `pid` unless `done` is signalled within [`HELPER_DEADLINE`]; returns
+/// whether it was killed.
+fn kill_if_stuck(pid: i32, done: std::sync::mpsc::Receiver<()>) -> bool {
+    match done.recv_timeout(HELPER_DEADLINE) {
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            // Not reaped yet (the main thread waits for us first), so the pid is
+            // still the helper's. SIGCONT wakes one an agent stopped; sudo relays
+            // both; SIGKILL ends sudo itself.
+            use nix::sys::signal::{kill, Signal};
+            let p = nix::unistd::Pid::from_raw(pid);
+            let _ = kill(p, Signal::SIGTERM);
+            let _ = kill(p, Signal::SIGCONT);
+            std::thread::sleep(Duration::from_secs(2));
+            let _ = kill(p, Signal::SIGKILL);
+            true
+        }
+        _ => false,
+    }
+}
+
+/// The exchange's result from what `read` made of stdout and how feeding stdin went: the
+/// reader's error first, then the writer's.
+fn exchange_result<T>(
+    op: &'static str,
+    result: Result<T, HelperError>,
+    write_result: std::thread::Result<std::io::Result<()>>,
+) -> Result<T, HelperError> {
+    match (result, write_result) {
+        (Ok(v), Ok(Ok(()))) => Ok(v),
+        (Err(e), _) => Err(e),
+        (Ok(_), Ok(Err(e))) => Err(HelperError::Stream {
+            op,
+            source: WireError::Io(e),
+            stderr: String::new(),
+        }),
+        (Ok(_), Err(_)) => Err(HelperError::Protocol {
+            op,
+            message: "the writer thread panicked".into(),
+        }),
+    }
+}
+
+/// How a helper process ended.
+struct HelperEnd {
+    status: std::process::ExitStatus,
+    /// Whether it was killed for taking longer than [`HELPER_DEADLINE`].
+    stuck: bool,
+    /// What it wrote to stderr (capped).
+    stderr: String,
+}
+
+/// The operation's outcome: stuck or failed helpers are errors whatever they sent, and a
+/// stream error carries the helper's stderr.
+fn helper_verdict<T>(
+    op: &'static str,
+    end: HelperEnd,
+    result: Result<T, HelperError>,
+) -> Result<T, HelperError> {
+    if end.stuck {
+        return Err(HelperError::Stuck {
+            op,
+            secs: HELPER_DEADLINE.as_secs(),
+        });
+    }
+    if !end.status.success() {
+        return Err(HelperError::Failed {
+            op,
+            status: end.status.to_string(),
+            stderr: end.stderr,
+        });
+    }
+    result.map_err(|e| match e {
+        HelperError::Stream { op, source, .. } => HelperError::Stream {
+            op,
+            source,
+            stderr: end.stderr,
+        },
+        e => e,
+    })
 }
 
 /// Namespaces a root hub puts the helper's children in (the helper's first child becomes
@@ -1156,5 +1214,63 @@ mod tests {
     fn sanitize_strips_control_characters() {
         assert_eq!(sanitize("a\x1b[2Jb\nc", 100), "a?[2Jb?c");
         assert_eq!(sanitize("abcdef", 3), "abc");
+    }
+
+    #[test]
+    fn the_exchange_reports_the_reader_first_then_the_writer() {
+        let ok: Result<u8, HelperError> = Ok(1);
+        assert!(matches!(
+            exchange_result("op", Ok::<u8, HelperError>(1), Ok(Ok(()))),
+            Ok(1)
+        ));
+        let reader = HelperError::Protocol {
+            op: "op",
+            message: "bad frame".into(),
+        };
+        let broken_pipe = || Ok(Err(std::io::Error::from(std::io::ErrorKind::BrokenPipe)));
+        let e = exchange_result::<u8>("op", Err(reader), broken_pipe()).unwrap_err();
+        assert!(e.to_string().contains("bad frame"), "{e}");
+        let e = exchange_result("op", ok, broken_pipe()).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                HelperError::Stream {
+                    source: WireError::Io(_),
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let e = exchange_result("op", Ok::<u8, HelperError>(1), Err(Box::new(()))).unwrap_err();
+        assert!(e.to_string().contains("writer thread panicked"), "{e}");
+    }
+
+    #[test]
+    fn stuck_or_failed_helpers_are_errors_whatever_they_sent() {
+        use std::os::unix::process::ExitStatusExt;
+        let end = |raw, stuck| HelperEnd {
+            status: std::process::ExitStatus::from_raw(raw),
+            stuck,
+            stderr: "helper says".into(),
+        };
+        // Positive control: a helper that exited 0 in time gives what was read.
+        assert!(matches!(
+            helper_verdict("op", end(0, false), Ok::<u8, HelperError>(7)),
+            Ok(7)
+        ));
+        let e = helper_verdict("op", end(9, true), Ok::<u8, HelperError>(7)).unwrap_err();
+        assert!(matches!(e, HelperError::Stuck { op: "op", .. }), "{e}");
+        let e = helper_verdict("op", end(1 << 8, false), Ok::<u8, HelperError>(7)).unwrap_err();
+        assert!(
+            matches!(&e, HelperError::Failed { stderr, .. } if stderr == "helper says"),
+            "{e}"
+        );
+        let stream = HelperError::Stream {
+            op: "op",
+            source: WireError::Io(std::io::Error::from(std::io::ErrorKind::UnexpectedEof)),
+            stderr: String::new(),
+        };
+        let e = helper_verdict::<u8>("op", end(0, false), Err(stream)).unwrap_err();
+        assert!(e.to_string().ends_with("(helper said: helper says)"), "{e}");
     }
 }
