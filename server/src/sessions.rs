@@ -129,28 +129,13 @@ impl Hub {
     }
 
     fn session_id(st: &crate::hub::State, id: &str) -> Result<String, AppError> {
-        if st.sessions.sessions.contains_key(id) {
-            return Ok(id.to_string());
-        }
-        let found: Vec<&String> = st
-            .sessions
-            .sessions
-            .keys()
-            .filter(|k| {
-                !id.is_empty()
-                    && (k.starts_with(id)
-                        || k.strip_prefix("sess_").is_some_and(|r| r.starts_with(id)))
-            })
-            .collect();
-        match found.as_slice() {
-            [one] => Ok((*one).clone()),
-            [] => Err(AppError::not_found(format!(
-                "no session {id:?}; GET /sessions lists them"
-            ))),
-            _ => Err(AppError::bad_request(format!(
-                "{id:?} matches several sessions; give more of the id"
-            ))),
-        }
+        crate::model::resolve_id(
+            id,
+            st.sessions.sessions.keys(),
+            "sess_",
+            "session",
+            "GET /sessions lists them",
+        )
     }
 
     pub fn session_view(&self, id: &str) -> Result<SessionView, AppError> {

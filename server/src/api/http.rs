@@ -20,11 +20,8 @@ use crate::hub::auth::{bearer, check_host, check_origin, constant_time_eq};
 use crate::hub::Hub;
 use crate::protocol::{
     AgentStatusCmd, ClientMsg, CompleteCmd, FeedbackAllCmd, FeedbackCmd, GetCmd, ListCmd,
-    PublishCmd, RollbackCmd, RunCmd, SuggestionSummary, SERVICE,
+    PublishCmd, RollbackCmd, RunCmd, SuggestionSummary, MAX_BODY, SERVICE,
 };
-
-/// Largest request body (and WebSocket message) accepted: room for a modified diff of a big file.
-pub const MAX_BODY: usize = 8 * 1024 * 1024;
 
 /// Which token a request carried.
 #[derive(Clone, Debug)]
@@ -350,20 +347,17 @@ fn agent_pick(
     run_id: &str,
     id: &str,
 ) -> Result<crate::protocol::SuggestionView, AppError> {
-    let mut found: Vec<_> = hub
-        .agent_suggestions(run_id)?
-        .into_iter()
-        .filter(|s| !id.is_empty() && s.id.starts_with(id))
-        .collect();
-    match found.len() {
-        1 => Ok(found.remove(0)),
-        0 => Err(AppError::not_found(format!(
-            "no suggestion {id:?} of this run or its session"
-        ))),
-        n => Err(AppError::bad_request(format!(
-            "{id:?} matches {n} suggestions; give more of the id"
-        ))),
-    }
+    let mut views = hub.agent_suggestions(run_id)?;
+    let ids: Vec<String> = views.iter().map(|s| s.id.clone()).collect();
+    let id = crate::model::resolve_id(
+        id,
+        &ids,
+        "",
+        "suggestion",
+        "an agent sees only those of its run and session",
+    )?;
+    let at = ids.iter().position(|k| *k == id).unwrap_or_default();
+    Ok(views.swap_remove(at))
 }
 
 async fn agent_suggestion(

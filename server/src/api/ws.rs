@@ -15,16 +15,12 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::api::dispatch::dispatch;
-use crate::api::http::MAX_BODY;
 use crate::hub::events::Sent;
 use crate::hub::Hub;
 use crate::protocol::{
-    parse_client_msg, Hello, ParseError, Response as Resp, PROTOCOL_VERSION, SERVICE,
+    parse_client_msg, Hello, ParseError, Response as Resp, HARD_LIMIT, MAX_BODY, PROTOCOL_VERSION,
+    SERVICE,
 };
-
-/// Frames above this close the connection (the WebSocket "message too big" close); messages
-/// between [`MAX_BODY`] and this get an error response and the connection stays usable.
-pub const HARD_LIMIT: usize = 64 * 1024 * 1024;
 
 pub async fn upgrade(State(hub): State<Arc<Hub>>, ws: WebSocketUpgrade) -> Response {
     ws.max_message_size(HARD_LIMIT)

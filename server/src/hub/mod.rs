@@ -159,24 +159,13 @@ impl Hub {
 
     /// Find a suggestion by id or unique id prefix (the CLI's short ids).
     pub fn resolve_id(st: &State, id: &str) -> Result<String, AppError> {
-        if st.suggestions.contains_key(id) {
-            return Ok(id.to_string());
-        }
-        let matches: Vec<&String> = st
-            .suggestions
-            .keys()
-            .filter(|k| k.starts_with(id))
-            .collect();
-        match matches.as_slice() {
-            [one] if !id.is_empty() => Ok((*one).clone()),
-            [] | [_] => Err(AppError::not_found(format!(
-                "no suggestion {id:?}; `hunkgate list` shows them"
-            ))),
-            _ => Err(AppError::bad_request(format!(
-                "{id:?} matches {} suggestions; give more of the id",
-                matches.len()
-            ))),
-        }
+        crate::model::resolve_id(
+            id,
+            st.suggestions.keys(),
+            "",
+            "suggestion",
+            "`hunkgate list` shows them",
+        )
     }
 
     pub fn get(&self, id: &str) -> Result<SuggestionView, AppError> {

@@ -16,6 +16,14 @@ pub use reply::*;
 pub const PROTOCOL_VERSION: u32 = 1;
 pub const SERVICE: &str = "hunkgate";
 
+/// Largest request body and WebSocket message accepted: room for a modified diff of a big file.
+/// Larger ones get `too_large` and change nothing.
+pub const MAX_BODY: usize = 8 * 1024 * 1024;
+
+/// WebSocket frames above this close the connection (the "message too big" close); messages
+/// between [`MAX_BODY`] and this get a `too_large` response and the connection stays usable.
+pub const HARD_LIMIT: usize = 64 * 1024 * 1024;
+
 // ---------------------------------------------------------------------------------------------
 // Views: what clients see of suggestions and hunks.
 

@@ -21,7 +21,7 @@ use super::{tools, McpError};
 
 /// Longest message read from stdin: the hub takes no request body larger than this, so no tool
 /// call that is longer could succeed anyway.
-pub const MAX_MESSAGE: usize = crate::api::http::MAX_BODY;
+pub const MAX_MESSAGE: usize = crate::protocol::MAX_BODY;
 
 const PARSE_ERROR: i64 = -32700;
 const INVALID_REQUEST: i64 = -32600;
