@@ -13,6 +13,8 @@ use crate::model::fileop::{sha, Cur, FileOp, Fp, Op};
 use crate::model::suggestion::{oid, HunkRec, Side};
 use crate::protocol::{HunkKind, HunkState};
 
+pub use crate::decide::overlay::{merge_ops, Overlay};
+
 /// Files larger than this in the checkout are not patched.
 pub const CHECKOUT_FILE_CAP: u64 = 256 * 1024 * 1024;
 
@@ -75,57 +77,9 @@ struct Ctx<'a> {
     overlay: &'a Overlay,
 }
 
-/// The checkout as a decision's earlier operations leave it: path → what is there then.
-#[derive(Debug, Default)]
-pub struct Overlay(std::collections::HashMap<String, Cur>);
-
-impl Overlay {
-    /// Note what `op` leaves at its path.
-    pub fn record(&mut self, store: &Store, op: &FileOp) -> Result<(), PlanError> {
-        let blob = |oid: &str| -> Result<Vec<u8>, PlanError> {
-            let id = crate::model::suggestion::oid(oid)
-                .ok_or_else(|| PlanError::Conflict(format!("corrupt object id {oid}")))?;
-            Ok(store.read_blob(id)?)
-        };
-        let now = match &op.op {
-            Op::Write { oid, exec, .. } => Cur::File {
-                bytes: blob(oid)?,
-                exec: *exec,
-            },
-            Op::Symlink { oid } => Cur::Link(blob(oid)?),
-            Op::Remove => Cur::Absent,
-            Op::SetExec { exec } => match self.0.remove(&op.path) {
-                Some(Cur::File { bytes, .. }) => Cur::File { bytes, exec: *exec },
-                // Not planned over before: it is read from the checkout when needed.
-                _ => return Ok(()),
-            },
-        };
-        self.0.insert(op.path.clone(), now);
-        Ok(())
-    }
-}
-
-/// One operation per path where a later operation fully decides the path's content (a write,
-/// a symlink, a removal): the first one's `pre` and the last one's result. So a bulk decision
-/// writes each file once, and verifies it against what was there before the decision.
-pub fn merge_ops(ops: Vec<FileOp>) -> Vec<FileOp> {
-    let mut out: Vec<FileOp> = Vec::with_capacity(ops.len());
-    for op in ops {
-        let absolute = !matches!(op.op, Op::SetExec { .. });
-        match out.iter_mut().rev().find(|o| o.path == op.path) {
-            Some(prev) if absolute => {
-                prev.op = op.op;
-                prev.post = op.post;
-            }
-            _ => out.push(op),
-        }
-    }
-    out
-}
-
 impl Ctx<'_> {
     fn cur(&self, path: &str) -> Result<Cur, PlanError> {
-        if let Some(planned) = self.overlay.0.get(path) {
+        if let Some(planned) = self.overlay.get(path) {
             return Ok(planned.clone());
         }
         match read_cur(self.root, path) {
