@@ -11,7 +11,9 @@ use hunkgate_sandbox::store::{Mode, Store, StoreError};
 
 use crate::model::fileop::{sha, Cur, FileOp, Fp, Op};
 use crate::model::suggestion::{oid, HunkRec, Side};
-use crate::protocol::HunkKind;
+use crate::protocol::{HunkKind, HunkState};
+
+pub use crate::decide::overlay::{merge_ops, Overlay};
 
 /// Files larger than this in the checkout are not patched.
 pub const CHECKOUT_FILE_CAP: u64 = 256 * 1024 * 1024;
@@ -75,57 +77,9 @@ struct Ctx<'a> {
     overlay: &'a Overlay,
 }
 
-/// The checkout as a decision's earlier operations leave it: path → what is there then.
-#[derive(Debug, Default)]
-pub struct Overlay(std::collections::HashMap<String, Cur>);
-
-impl Overlay {
-    /// Note what `op` leaves at its path.
-    pub fn record(&mut self, store: &Store, op: &FileOp) -> Result<(), PlanError> {
-        let blob = |oid: &str| -> Result<Vec<u8>, PlanError> {
-            let id = crate::model::suggestion::oid(oid)
-                .ok_or_else(|| PlanError::Conflict(format!("corrupt object id {oid}")))?;
-            Ok(store.read_blob(id)?)
-        };
-        let now = match &op.op {
-            Op::Write { oid, exec, .. } => Cur::File {
-                bytes: blob(oid)?,
-                exec: *exec,
-            },
-            Op::Symlink { oid } => Cur::Link(blob(oid)?),
-            Op::Remove => Cur::Absent,
-            Op::SetExec { exec } => match self.0.remove(&op.path) {
-                Some(Cur::File { bytes, .. }) => Cur::File { bytes, exec: *exec },
-                // Not planned over before: it is read from the checkout when needed.
-                _ => return Ok(()),
-            },
-        };
-        self.0.insert(op.path.clone(), now);
-        Ok(())
-    }
-}
-
-/// One operation per path where a later operation fully decides the path's content (a write,
-/// a symlink, a removal): the first one's `pre` and the last one's result. So a bulk decision
-/// writes each file once, and verifies it against what was there before the decision.
-pub fn merge_ops(ops: Vec<FileOp>) -> Vec<FileOp> {
-    let mut out: Vec<FileOp> = Vec::with_capacity(ops.len());
-    for op in ops {
-        let absolute = !matches!(op.op, Op::SetExec { .. });
-        match out.iter_mut().rev().find(|o| o.path == op.path) {
-            Some(prev) if absolute => {
-                prev.op = op.op;
-                prev.post = op.post;
-            }
-            _ => out.push(op),
-        }
-    }
-    out
-}
-
 impl Ctx<'_> {
     fn cur(&self, path: &str) -> Result<Cur, PlanError> {
-        if let Some(planned) = self.overlay.0.get(path) {
+        if let Some(planned) = self.overlay.get(path) {
             return Ok(planned.clone());
         }
         match read_cur(self.root, path) {
@@ -254,6 +208,14 @@ pub fn plan_forward(
     )
 }
 
+/// What a forward plan applies: the hunk (the agent's, or the user's modified version), the line
+/// shift from this suggestion's already-applied hunks above it, and whether the user typed it.
+struct Forward<'h> {
+    hunk: Option<&'h Hunk>,
+    offset: isize,
+    user_typed: bool,
+}
+
 /// [`plan_forward`] against the checkout as `overlay` says earlier steps leave it.
 pub fn plan_forward_over(
     overlay: &Overlay,
@@ -269,102 +231,131 @@ pub fn plan_forward_over(
         store,
         overlay,
     };
-    let path = rec.file.as_str();
+    let fwd = Forward {
+        hunk,
+        offset,
+        user_typed,
+    };
     match rec.kind {
-        HunkKind::Modify => {
-            let Some(h) = hunk else {
-                return conflict("hunk has no diff");
-            };
-            let cur = cx.cur(path)?;
-            let text = text_of(path, &cur)?;
-            let h = adapt_endings(path, h, text, offset, user_typed)?;
-            let applied = apply_hunk(text, &h, offset)
-                .or_else(|e| conflict(format!("{path}: {e} (your copy changed since the run)")))?;
-            let exec = matches!(cur, Cur::File { exec: true, .. });
-            let op = cx.write(path, &cur, applied.text.as_bytes(), exec)?;
-            Ok(Plan {
-                ops: vec![op],
-                applied: Some(h),
-                perm: None,
-            })
-        }
-        HunkKind::Create => {
-            let cur = cx.cur(path)?;
-            if cur != Cur::Absent {
-                return conflict(format!("{path} already exists in your checkout"));
-            }
-            let content = match hunk {
-                Some(h) => {
-                    apply_hunk("", h, 0)
-                        .or_else(|e| conflict(format!("{path}: {e}")))?
-                        .text
-                }
-                None => String::new(),
-            };
-            let exec = rec
-                .new
-                .as_ref()
-                .map(|s| s.mode == Mode::Executable)
-                .unwrap_or(false);
-            let op = cx.write(path, &cur, content.as_bytes(), exec)?;
-            Ok(Plan {
-                ops: vec![op],
-                applied: hunk.cloned(),
-                perm: None,
-            })
-        }
-        HunkKind::Delete => {
-            let cur = cx.cur(path)?;
-            let text = text_of(path, &cur)?;
-            let Some(h) = hunk else {
-                return conflict("hunk has no diff");
-            };
-            let h = adapt_endings(path, h, text, 0, user_typed)?;
-            let result = apply_hunk(text, &h, 0)
-                .or_else(|e| conflict(format!("{path}: {e} (your copy changed since the run)")))?;
-            let removes = result.text.is_empty() && Some(&h) == rec.patch.as_ref();
-            let op = if removes {
-                cx.remove(path, &cur)?
-            } else {
-                let exec = matches!(cur, Cur::File { exec: true, .. });
-                cx.write(path, &cur, result.text.as_bytes(), exec)?
-            };
-            Ok(Plan {
-                ops: vec![op],
-                applied: Some(h),
-                perm: if removes {
-                    root.perm(path).ok().flatten()
-                } else {
-                    None
-                },
-            })
-        }
+        HunkKind::Modify => forward_modify(&cx, rec, &fwd),
+        HunkKind::Create => forward_create(&cx, rec, hunk),
+        HunkKind::Delete => forward_delete(&cx, rec, &fwd),
         HunkKind::Binary | HunkKind::Symlink => {
             if hunk.is_some() && hunk != rec.patch.as_ref() {
                 return conflict(
                     "binary files and symlinks can only be accepted or rejected whole",
                 );
             }
-            let op = cx.swap(path, rec.old.as_ref(), rec.new.as_ref(), "run")?;
-            Ok(Plan {
-                ops: vec![op],
-                applied: rec.patch.clone(),
-                perm: None,
-            })
+            whole_plan(&cx, rec, false)
         }
-        HunkKind::Rename => {
-            let from = rec.old_path.as_deref().unwrap_or_default();
-            let mut write = cx.swap(path, None, rec.new.as_ref(), "run")?;
-            // The new name gets the old file's permission bits, not git's defaults.
-            with_perm(&mut write, root.perm(from).ok().flatten());
-            let remove = cx.swap(from, rec.old.as_ref(), None, "run")?;
-            Ok(Plan {
-                ops: vec![write, remove],
-                applied: None,
-                perm: None,
-            })
-        }
+        HunkKind::Rename => rename_plan(&cx, rec, false),
         HunkKind::Mode => mode_plan(&cx, rec, false),
+    }
+}
+
+impl Plan {
+    /// A plan of one operation, with no permission bits to keep.
+    fn one(op: FileOp, applied: Option<Hunk>) -> Plan {
+        Plan {
+            ops: vec![op],
+            applied,
+            perm: None,
+        }
+    }
+}
+
+/// Apply a line hunk to the text file at its path; the file keeps its executable bit.
+fn forward_modify(cx: &Ctx, rec: &HunkRec, fwd: &Forward) -> Result<Plan, PlanError> {
+    let path = rec.file.as_str();
+    let Some(h) = fwd.hunk else {
+        return conflict("hunk has no diff");
+    };
+    let cur = cx.cur(path)?;
+    let text = text_of(path, &cur)?;
+    let h = adapt_endings(path, h, text, fwd.offset, fwd.user_typed)?;
+    let applied = apply_hunk(text, &h, fwd.offset)
+        .or_else(|e| conflict(format!("{path}: {e} (your copy changed since the run)")))?;
+    let op = cx.write(path, &cur, applied.text.as_bytes(), is_exec(&cur))?;
+    Ok(Plan::one(op, Some(h)))
+}
+
+/// Create the file a hunk adds, where nothing is in the checkout yet.
+fn forward_create(cx: &Ctx, rec: &HunkRec, hunk: Option<&Hunk>) -> Result<Plan, PlanError> {
+    let path = rec.file.as_str();
+    let cur = cx.cur(path)?;
+    if cur != Cur::Absent {
+        return conflict(format!("{path} already exists in your checkout"));
+    }
+    let content = created_text(path, hunk)?;
+    let op = cx.write(path, &cur, content.as_bytes(), side_exec(rec.new.as_ref()))?;
+    Ok(Plan::one(op, hunk.cloned()))
+}
+
+/// Take the lines of a deleted file out. The file itself goes only when the agent's whole hunk
+/// empties it (and then its permission bits are kept on the plan); otherwise it is a write.
+fn forward_delete(cx: &Ctx, rec: &HunkRec, fwd: &Forward) -> Result<Plan, PlanError> {
+    let path = rec.file.as_str();
+    let cur = cx.cur(path)?;
+    let text = text_of(path, &cur)?;
+    let Some(h) = fwd.hunk else {
+        return conflict("hunk has no diff");
+    };
+    let h = adapt_endings(path, h, text, 0, fwd.user_typed)?;
+    let result = apply_hunk(text, &h, 0)
+        .or_else(|e| conflict(format!("{path}: {e} (your copy changed since the run)")))?;
+    let removes = result.text.is_empty() && Some(&h) == rec.patch.as_ref();
+    let op = if removes {
+        cx.remove(path, &cur)?
+    } else {
+        cx.write(path, &cur, result.text.as_bytes(), is_exec(&cur))?
+    };
+    Ok(Plan {
+        ops: vec![op],
+        applied: Some(h),
+        perm: if removes {
+            cx.root.perm(path).ok().flatten()
+        } else {
+            None
+        },
+    })
+}
+
+/// The text of the file a create hunk makes (empty for an empty file: no hunk).
+fn created_text(path: &str, hunk: Option<&Hunk>) -> Result<String, PlanError> {
+    match hunk {
+        Some(h) => Ok(apply_hunk("", h, 0)
+            .or_else(|e| conflict(format!("{path}: {e}")))?
+            .text),
+        None => Ok(String::new()),
+    }
+}
+
+/// Is `cur` an executable file?
+fn is_exec(cur: &Cur) -> bool {
+    matches!(cur, Cur::File { exec: true, .. })
+}
+
+/// Is `side` an executable file? (Absence and symlinks are not.)
+fn side_exec(side: Option<&Side>) -> bool {
+    side.is_some_and(|s| s.mode == Mode::Executable)
+}
+
+/// The run's (old, new) sides of `rec`, swapped when undoing: (what the checkout must hold,
+/// what it gets).
+fn directed(rec: &HunkRec, reverse: bool) -> (Option<&Side>, Option<&Side>) {
+    if reverse {
+        (rec.new.as_ref(), rec.old.as_ref())
+    } else {
+        (rec.old.as_ref(), rec.new.as_ref())
+    }
+}
+
+/// The moment the checkout must not have changed since, as conflict messages name it.
+fn since(reverse: bool) -> &'static str {
+    if reverse {
+        "hunk was applied"
+    } else {
+        "run"
     }
 }
 
@@ -375,22 +366,47 @@ fn with_perm(op: &mut FileOp, perm: Option<u32>) {
     }
 }
 
+/// Swap a binary file or a symlink whole: the run's old side for its new one (or back, when
+/// `reverse`), verified against the checkout.
+fn whole_plan(cx: &Ctx, rec: &HunkRec, reverse: bool) -> Result<Plan, PlanError> {
+    let (from, to) = directed(rec, reverse);
+    let op = cx.swap(rec.file.as_str(), from, to, since(reverse))?;
+    Ok(Plan::one(
+        op,
+        if reverse { None } else { rec.patch.clone() },
+    ))
+}
+
+/// Move a renamed file from its old name to its new one (or back, when `reverse`): a write of the
+/// name it comes to, then a removal of the name it leaves, both verified against the checkout.
+fn rename_plan(cx: &Ctx, rec: &HunkRec, reverse: bool) -> Result<Plan, PlanError> {
+    let old_name = rec.old_path.as_deref().unwrap_or_default();
+    let (leaves, comes) = if reverse {
+        (rec.file.as_str(), old_name)
+    } else {
+        (old_name, rec.file.as_str())
+    };
+    let (from, to) = directed(rec, reverse);
+    let mut write = cx.swap(comes, None, to, since(reverse))?;
+    // The name it comes to gets the permission bits of the name it leaves, not git's defaults.
+    with_perm(&mut write, cx.root.perm(leaves).ok().flatten());
+    let remove = cx.swap(leaves, from, None, since(reverse))?;
+    Ok(Plan {
+        ops: vec![write, remove],
+        applied: None,
+        perm: None,
+    })
+}
+
+/// Flip the executable bit of a file as the run did (or back, when `reverse`).
 fn mode_plan(cx: &Ctx, rec: &HunkRec, reverse: bool) -> Result<Plan, PlanError> {
     let path = rec.file.as_str();
-    let exec_of = |s: &Option<Side>| {
-        s.as_ref()
-            .map(|s| s.mode == Mode::Executable)
-            .unwrap_or(false)
-    };
-    let (from, to) = if reverse {
-        (exec_of(&rec.new), exec_of(&rec.old))
-    } else {
-        (exec_of(&rec.old), exec_of(&rec.new))
-    };
+    let (from, to) = directed(rec, reverse);
+    let (from, to) = (side_exec(from), side_exec(to));
     let cur = cx.cur(path)?;
     match &cur {
-        Cur::File { bytes, exec } if *exec == from => Ok(Plan {
-            ops: vec![FileOp {
+        Cur::File { bytes, exec } if *exec == from => Ok(Plan::one(
+            FileOp {
                 path: path.to_string(),
                 op: Op::SetExec { exec: to },
                 pre: Fp::of(&cur),
@@ -399,10 +415,9 @@ fn mode_plan(cx: &Ctx, rec: &HunkRec, reverse: bool) -> Result<Plan, PlanError> 
                     exec: to,
                 },
                 pre_oid: None,
-            }],
-            applied: None,
-            perm: None,
-        }),
+            },
+            None,
+        )),
         Cur::File { .. } => conflict(format!("{path}: its executable bit changed since the run")),
         _ => conflict(format!("{path} is no longer a regular file")),
     }
@@ -421,80 +436,67 @@ pub fn plan_reverse(
         store,
         overlay: &overlay,
     };
-    let path = rec.file.as_str();
     match rec.kind {
-        HunkKind::Modify | HunkKind::Delete | HunkKind::Create => {
-            let applied = rec.applied.as_ref().or(rec.patch.as_ref());
-            let cur = cx.cur(path)?;
-            if rec.kind == HunkKind::Create && rec.state == crate::protocol::HunkState::Accepted {
-                // Undoing a created file removes it, if it is still what was created.
-                let expect = match applied {
-                    Some(h) => apply_hunk("", h, 0).map(|a| a.text).unwrap_or_default(),
-                    None => String::new(),
-                };
-                return match &cur {
-                    Cur::File { bytes, .. } if *bytes == expect.as_bytes() => Ok(Plan {
-                        ops: vec![cx.remove(path, &cur)?],
-                        applied: None,
-                        perm: None,
-                    }),
-                    _ => conflict(format!(
-                        "{path} changed since it was created; not removing it"
-                    )),
-                };
-            }
-            let text = match (&cur, rec.kind) {
-                // Undoing a delete: the file comes back from nothing.
-                (Cur::Absent, HunkKind::Delete) => "",
-                _ => text_of(path, &cur)?,
-            };
-            let Some(applied) = applied else {
-                return conflict("hunk has no diff");
-            };
-            let rev = reversal(applied);
-            let result = apply_hunk(text, &rev, offset)
-                .or_else(|e| conflict(format!("{path}: {e} (the applied lines changed since)")))?;
-            let exec = match (&cur, &rec.old) {
-                (Cur::File { exec, .. }, _) => *exec,
-                (_, Some(s)) => s.mode == Mode::Executable,
-                _ => false,
-            };
-            let op = if result.text.is_empty() && rec.kind == HunkKind::Create {
-                cx.remove(path, &cur)?
-            } else {
-                let mut op = cx.write(path, &cur, result.text.as_bytes(), exec)?;
-                if cur == Cur::Absent {
-                    // An undone delete: the file comes back with the mode it had.
-                    with_perm(&mut op, rec.perm);
-                }
-                op
-            };
-            Ok(Plan {
-                ops: vec![op],
-                applied: None,
-                perm: None,
-            })
-        }
-        HunkKind::Binary | HunkKind::Symlink => {
-            let op = cx.swap(path, rec.new.as_ref(), rec.old.as_ref(), "hunk was applied")?;
-            Ok(Plan {
-                ops: vec![op],
-                applied: None,
-                perm: None,
-            })
-        }
-        HunkKind::Rename => {
-            let from = rec.old_path.as_deref().unwrap_or_default();
-            let mut restore = cx.swap(from, None, rec.old.as_ref(), "hunk was applied")?;
-            with_perm(&mut restore, root.perm(path).ok().flatten());
-            let remove = cx.swap(path, rec.new.as_ref(), None, "hunk was applied")?;
-            Ok(Plan {
-                ops: vec![restore, remove],
-                applied: None,
-                perm: None,
-            })
-        }
+        HunkKind::Create if rec.state == HunkState::Accepted => reverse_created(&cx, rec),
+        HunkKind::Modify | HunkKind::Delete | HunkKind::Create => reverse_lines(&cx, rec, offset),
+        HunkKind::Binary | HunkKind::Symlink => whole_plan(&cx, rec, true),
+        HunkKind::Rename => rename_plan(&cx, rec, true),
         HunkKind::Mode => mode_plan(&cx, rec, true),
+    }
+}
+
+/// Undo an accepted create: remove the file, if it is still exactly what was created.
+fn reverse_created(cx: &Ctx, rec: &HunkRec) -> Result<Plan, PlanError> {
+    let path = rec.file.as_str();
+    let applied = rec.applied.as_ref().or(rec.patch.as_ref());
+    let cur = cx.cur(path)?;
+    let expect = created_text(path, applied).unwrap_or_default();
+    match &cur {
+        Cur::File { bytes, .. } if *bytes == expect.as_bytes() => {
+            Ok(Plan::one(cx.remove(path, &cur)?, None))
+        }
+        _ => conflict(format!(
+            "{path} changed since it was created; not removing it"
+        )),
+    }
+}
+
+/// Reverse-apply the applied line hunk of a modified, deleted or (modified) created file. An
+/// undone delete brings the file back from nothing, with the mode it had; a created file that
+/// the undo empties is removed.
+fn reverse_lines(cx: &Ctx, rec: &HunkRec, offset: isize) -> Result<Plan, PlanError> {
+    let path = rec.file.as_str();
+    let applied = rec.applied.as_ref().or(rec.patch.as_ref());
+    let cur = cx.cur(path)?;
+    let text = match (&cur, rec.kind) {
+        (Cur::Absent, HunkKind::Delete) => "",
+        _ => text_of(path, &cur)?,
+    };
+    let Some(applied) = applied else {
+        return conflict("hunk has no diff");
+    };
+    let result = apply_hunk(text, &reversal(applied), offset)
+        .or_else(|e| conflict(format!("{path}: {e} (the applied lines changed since)")))?;
+    let op = if result.text.is_empty() && rec.kind == HunkKind::Create {
+        cx.remove(path, &cur)?
+    } else {
+        let exec = restored_exec(&cur, rec.old.as_ref());
+        let mut op = cx.write(path, &cur, result.text.as_bytes(), exec)?;
+        if cur == Cur::Absent {
+            with_perm(&mut op, rec.perm);
+        }
+        op
+    };
+    Ok(Plan::one(op, None))
+}
+
+/// The executable bit a file gets back when a hunk on it is undone: the file's own while it
+/// exists, else (an undone delete) the run's old side's.
+fn restored_exec(cur: &Cur, old: Option<&Side>) -> bool {
+    match (cur, old) {
+        (Cur::File { exec, .. }, _) => *exec,
+        (_, Some(s)) => s.mode == Mode::Executable,
+        _ => false,
     }
 }
 
@@ -594,6 +596,9 @@ pub fn plan_reverse_lines(
             .or_else(|e| conflict(format!("{path}: {e} (newer edits overlap this hunk)")))?
             .text;
     }
-    let exec = matches!(cur, Cur::File { exec: true, .. });
-    cx.write(path, &cur, text.as_bytes(), exec)
+    cx.write(path, &cur, text.as_bytes(), is_exec(&cur))
 }
+
+#[cfg(test)]
+#[path = "apply_tests.rs"]
+mod tests;

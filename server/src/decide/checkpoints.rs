@@ -248,66 +248,15 @@ impl Hub {
         let (ops, changes) = match planned {
             Ok(p) => p,
             Err(e) => {
-                let message = match &e {
-                    PlanError::Conflict(m) => m.clone(),
-                    other => other.to_string(),
-                };
-                self.bus.emit(Event::RollbackFailed {
-                    seq: 0,
-                    checkpoint_id: sid.clone(),
-                    mode,
-                    message: message.clone(),
-                });
-                return Err(match e {
-                    PlanError::Conflict(_) => AppError::conflict(
-                        ErrorCode::Conflict,
-                        format!("rollback refused, nothing was changed: {message}"),
-                    ),
-                    other => AppError::failed("planning the rollback", other),
-                });
+                let (message, err) = plan_refusal(e);
+                self.rollback_failed(&sid, mode, message);
+                return Err(err);
             }
         };
-        let via = match mode {
-            RollbackMode::HardAll => "hard_all",
-            RollbackMode::ScopedSelected => "scoped_selected",
-        };
-        let files: Vec<String> = ops.iter().map(|o| o.path.clone()).collect();
-        let rolled_ids: Vec<String> = changes.iter().map(|c| c.hunk_id.clone()).collect();
-        let mut d = Decision::new();
-        d.ops(ops);
-        for change in changes {
-            let sugg = &st.suggestions[&change.suggestion_id];
-            let rec = &sugg.hunks[change.index];
-            let mut line = LineRec::new(sugg, rec, "rollback", "rejected");
-            line.via = Some(via.into());
-            // Applied and rejected hunks both count as reviewed: the count stays.
-            let event = Event::HunkApplied {
-                seq: 0,
-                suggestion_id: sugg.id.clone(),
-                hunk_id: rec.id.clone(),
-                action: AppliedAction::Rejected,
-                file: rec.file.clone(),
-                state: HunkState::Rejected,
-                reviewed_count: sugg.reviewed_count(),
-                hunk_count: sugg.hunks.len(),
-            };
-            d.change(change).line(line, event);
-        }
-        d.event(Event::RollbackCompleted {
-            seq: 0,
-            checkpoint_id: sid.clone(),
-            mode,
-            files: files.clone(),
-            hunk_ids: rolled_ids.clone(),
-        });
+        let (d, done) = rollback_decision(&st, &sid, mode, ops, changes);
         // The events go with the decision, so each feedback line carries its event's seq.
         if let Err(e) = self.commit(&mut st, d) {
-            self.bus.emit(Event::RollbackFailed {
-                seq: 0,
-                checkpoint_id: sid.clone(),
-                mode,
-                message: e.to_string(),
-            });
+            self.rollback_failed(&sid, mode, e.to_string());
             return Err(if e.kind() == Kind::Conflict {
                 e.map_message(|m| format!("rollback refused, nothing was changed: {m}"))
             } else {
@@ -318,9 +267,19 @@ impl Hub {
         Ok(serde_json::json!({
             "checkpoint_id": sid,
             "mode": mode,
-            "files": files,
-            "hunk_ids": rolled_ids,
+            "files": done.files,
+            "hunk_ids": done.hunk_ids,
         }))
+    }
+
+    /// Announce that the rollback of checkpoint `sid` failed, and why.
+    fn rollback_failed(&self, sid: &str, mode: RollbackMode, message: String) {
+        self.bus.emit(Event::RollbackFailed {
+            seq: 0,
+            checkpoint_id: sid.to_string(),
+            mode,
+            message,
+        });
     }
 
     /// Every affected file back to base; applied hunks of this and later suggestions on them
@@ -415,6 +374,77 @@ fn rolled_back(s: &Suggestion, pick: impl Fn(&HunkRec) -> bool) -> Vec<HunkChang
         .collect()
 }
 
+/// What a rollback changes: the files it writes and the hunks it rejects.
+#[derive(Debug)]
+struct RolledBack {
+    files: Vec<String>,
+    hunk_ids: Vec<String>,
+}
+
+/// Why a rollback cannot be planned: the message `rollback_failed` carries, and the error the
+/// caller gets (a conflict says nothing was changed).
+fn plan_refusal(e: PlanError) -> (String, AppError) {
+    let message = match &e {
+        PlanError::Conflict(m) => m.clone(),
+        other => other.to_string(),
+    };
+    let err = match e {
+        PlanError::Conflict(_) => AppError::conflict(
+            ErrorCode::Conflict,
+            format!("rollback refused, nothing was changed: {message}"),
+        ),
+        other => AppError::failed("planning the rollback", other),
+    };
+    (message, err)
+}
+
+/// The decision a planned rollback of checkpoint `sid` commits: its operations, each rolled-back
+/// hunk as rejected (with its feedback line and `hunk_applied` event), then `rollback_completed`.
+fn rollback_decision(
+    st: &State,
+    sid: &str,
+    mode: RollbackMode,
+    ops: Vec<FileOp>,
+    changes: Vec<HunkChange>,
+) -> (Decision, RolledBack) {
+    let via = match mode {
+        RollbackMode::HardAll => "hard_all",
+        RollbackMode::ScopedSelected => "scoped_selected",
+    };
+    let done = RolledBack {
+        files: ops.iter().map(|o| o.path.clone()).collect(),
+        hunk_ids: changes.iter().map(|c| c.hunk_id.clone()).collect(),
+    };
+    let mut d = Decision::new();
+    d.ops(ops);
+    for change in changes {
+        let sugg = &st.suggestions[&change.suggestion_id];
+        let rec = &sugg.hunks[change.index];
+        let mut line = LineRec::new(sugg, rec, "rollback", "rejected");
+        line.via = Some(via.into());
+        // Applied and rejected hunks both count as reviewed: the count stays.
+        let event = Event::HunkApplied {
+            seq: 0,
+            suggestion_id: sugg.id.clone(),
+            hunk_id: rec.id.clone(),
+            action: AppliedAction::Rejected,
+            file: rec.file.clone(),
+            state: HunkState::Rejected,
+            reviewed_count: sugg.reviewed_count(),
+            hunk_count: sugg.hunks.len(),
+        };
+        d.change(change).line(line, event);
+    }
+    d.event(Event::RollbackCompleted {
+        seq: 0,
+        checkpoint_id: sid.to_string(),
+        mode,
+        files: done.files.clone(),
+        hunk_ids: done.hunk_ids.clone(),
+    });
+    (d, done)
+}
+
 /// Refuse a rollback that is malformed or not confirmed, before anything is announced.
 fn check_rollback(
     s: &Suggestion,
@@ -462,4 +492,33 @@ fn check_rollback(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_conflicting_plan_is_refused_saying_nothing_was_changed() {
+        let (message, err) = plan_refusal(PlanError::Conflict("a changed since the run".into()));
+        assert_eq!(message, "a changed since the run");
+        assert_eq!(err.kind(), Kind::Conflict);
+        assert_eq!(err.error_code(), ErrorCode::Conflict);
+        assert_eq!(
+            err.message(),
+            "rollback refused, nothing was changed: a changed since the run"
+        );
+    }
+
+    #[test]
+    fn a_plan_that_failed_otherwise_is_a_failure_not_a_conflict() {
+        let fs = hunkgate_sandbox::beneath::FsError::Io {
+            path: "a".into(),
+            source: std::io::Error::other("disk on fire"),
+        };
+        let (message, err) = plan_refusal(PlanError::Fs(fs));
+        assert_eq!(message, "a: disk on fire");
+        assert_eq!(err.kind(), Kind::Internal);
+        assert_eq!(err.message(), "planning the rollback: a: disk on fire");
+    }
 }

@@ -1,10 +1,15 @@
 //! The reviewed checkpoint: the base tree with exactly the applied hunks applied, committed on
 //! top of the run when a suggestion is completed with `finalize`.
+//!
+//! What the tree becomes is worked out apart from the store: whole-entry hunks (renames, binary
+//! files, symlinks, modes) change the tree in memory, line hunks fold over a file's text; only
+//! reading and writing blobs, the tree and the commit touch the store.
 
 use std::collections::BTreeMap;
 
-use hunkgate_patch::{apply_hunk, Hunk};
+use hunkgate_patch::{apply_hunk, ApplyError, Hunk};
 use hunkgate_sandbox::store::{Entry, FlatTree, Mode};
+use hunkgate_sandbox::ObjectId;
 
 use crate::error::AppError;
 use crate::hub::Hub;
@@ -14,80 +19,60 @@ use crate::protocol::{HunkKind, HunkState};
 impl Hub {
     /// The base tree with exactly the applied hunks applied, committed on top of the run.
     pub(crate) fn reviewed_commit(&self, s: &Suggestion) -> Result<String, AppError> {
-        let ierr = |e: &dyn std::fmt::Display| {
-            AppError::internal(format!("writing the reviewed commit of {}: {e}", s.id))
-        };
+        let ierr = |e: &dyn std::fmt::Display| reviewed_err(s, e);
         let base_id = oid(&s.base_commit).ok_or_else(|| ierr(&"bad base commit id"))?;
         let run_id = oid(&s.run_commit).ok_or_else(|| ierr(&"bad run commit id"))?;
         let mut tree: FlatTree = self.store.read_tree(base_id).map_err(|e| ierr(&e))?;
-        let mut by_file: BTreeMap<&str, Vec<&HunkRec>> = BTreeMap::new();
-        for h in s.hunks.iter().filter(|h| h.state.applied()) {
-            by_file.entry(h.file.as_str()).or_default().push(h);
+        for (file, hunks) in applied_by_file(s) {
+            put_entry_hunks(&mut tree, file, &hunks);
+            self.put_line_hunks(s, &mut tree, file, &hunks)?;
         }
-        for (file, hunks) in by_file {
-            for h in &hunks {
-                match h.kind {
-                    HunkKind::Rename => {
-                        if let Some(from) = &h.old_path {
-                            tree.remove(from);
-                        }
-                        put_side(&mut tree, file, h.new.as_ref());
-                    }
-                    HunkKind::Binary | HunkKind::Symlink => {
-                        put_side(&mut tree, file, h.new.as_ref())
-                    }
-                    HunkKind::Mode => {
-                        if let (Some(e), Some(n)) = (tree.get_mut(file), h.new.as_ref()) {
-                            e.mode = n.mode;
-                        }
-                    }
-                    HunkKind::Modify | HunkKind::Create | HunkKind::Delete => {}
-                }
-            }
-            let mut line_hunks: Vec<&Hunk> = hunks
-                .iter()
-                .filter(|h| {
-                    matches!(
-                        h.kind,
-                        HunkKind::Modify | HunkKind::Create | HunkKind::Delete
-                    )
-                })
-                .filter_map(|h| h.applied.as_ref().or(h.patch.as_ref()))
-                .collect();
-            if line_hunks.is_empty() {
-                continue;
-            }
-            line_hunks.sort_by_key(|h| h.old_start);
-            let entry = tree.get(file).copied();
-            let mut text = match entry {
-                Some(e) => String::from_utf8(self.store.read_blob(e.oid).map_err(|e| ierr(&e))?)
-                    .map_err(|e| ierr(&e))?,
-                None => String::new(),
-            };
-            let mut offset = 0isize;
-            for h in line_hunks {
-                let applied = apply_hunk(&text, h, offset).map_err(|e| ierr(&e))?;
-                offset += h.delta();
-                text = applied.text;
-            }
-            let deleted = hunks
-                .iter()
-                .any(|h| h.kind == HunkKind::Delete && h.state == HunkState::Accepted);
-            if deleted && text.is_empty() {
-                tree.remove(file);
-            } else {
-                let oid = self
-                    .store
-                    .write_blob(text.as_bytes())
-                    .map_err(|e| ierr(&e))?;
-                let mode = entry
-                    .map(|e| e.mode)
-                    .or_else(|| hunks.iter().find_map(|h| h.new.as_ref().map(|s| s.mode)))
-                    .unwrap_or(Mode::File);
-                tree.insert(file.to_string(), Entry { mode, oid });
-            }
+        self.commit_reviewed(s, &tree, run_id)
+    }
+
+    /// Fold a file's applied line hunks over its text in `tree` and store the result; a file an
+    /// accepted delete leaves empty goes from the tree instead.
+    fn put_line_hunks(
+        &self,
+        s: &Suggestion,
+        tree: &mut FlatTree,
+        file: &str,
+        hunks: &[&HunkRec],
+    ) -> Result<(), AppError> {
+        let ierr = |e: &dyn std::fmt::Display| reviewed_err(s, e);
+        let line_hunks = line_hunks(hunks);
+        if line_hunks.is_empty() {
+            return Ok(());
         }
-        let tree_id = self.store.write_tree(&tree).map_err(|e| ierr(&e))?;
+        let entry = tree.get(file).copied();
+        let text = match entry {
+            Some(e) => String::from_utf8(self.store.read_blob(e.oid).map_err(|e| ierr(&e))?)
+                .map_err(|e| ierr(&e))?,
+            None => String::new(),
+        };
+        let text = apply_line_hunks(text, &line_hunks).map_err(|e| ierr(&e))?;
+        if deletes_file(hunks) && text.is_empty() {
+            tree.remove(file);
+        } else {
+            let oid = self
+                .store
+                .write_blob(text.as_bytes())
+                .map_err(|e| ierr(&e))?;
+            let mode = reviewed_mode(entry, hunks);
+            tree.insert(file.to_string(), Entry { mode, oid });
+        }
+        Ok(())
+    }
+
+    /// Commit `tree` on top of the run, under the suggestion's `reviewed` ref; its id.
+    fn commit_reviewed(
+        &self,
+        s: &Suggestion,
+        tree: &FlatTree,
+        run_id: ObjectId,
+    ) -> Result<String, AppError> {
+        let ierr = |e: &dyn std::fmt::Display| reviewed_err(s, e);
+        let tree_id = self.store.write_tree(tree).map_err(|e| ierr(&e))?;
         let commit = self
             .store
             .commit(
@@ -106,6 +91,86 @@ impl Hub {
     }
 }
 
+/// The internal error for a reviewed commit of `s` that could not be written, saying why.
+fn reviewed_err(s: &Suggestion, e: &dyn std::fmt::Display) -> AppError {
+    AppError::internal(format!("writing the reviewed commit of {}: {e}", s.id))
+}
+
+/// The applied hunks of `s`, by the file they are on (a rename's is on its new name).
+fn applied_by_file(s: &Suggestion) -> BTreeMap<&str, Vec<&HunkRec>> {
+    let mut by_file: BTreeMap<&str, Vec<&HunkRec>> = BTreeMap::new();
+    for h in s.hunks.iter().filter(|h| h.state.applied()) {
+        by_file.entry(h.file.as_str()).or_default().push(h);
+    }
+    by_file
+}
+
+/// Apply a file's whole-entry hunks to `tree`: a rename moves the entry, a binary file or a
+/// symlink takes its new side, a mode change takes the new mode. Line hunks are left alone.
+fn put_entry_hunks(tree: &mut FlatTree, file: &str, hunks: &[&HunkRec]) {
+    for h in hunks {
+        match h.kind {
+            HunkKind::Rename => {
+                if let Some(from) = &h.old_path {
+                    tree.remove(from);
+                }
+                put_side(tree, file, h.new.as_ref());
+            }
+            HunkKind::Binary | HunkKind::Symlink => put_side(tree, file, h.new.as_ref()),
+            HunkKind::Mode => {
+                if let (Some(e), Some(n)) = (tree.get_mut(file), h.new.as_ref()) {
+                    e.mode = n.mode;
+                }
+            }
+            HunkKind::Modify | HunkKind::Create | HunkKind::Delete => {}
+        }
+    }
+}
+
+/// What was applied of a file's line hunks (the user's version where modified), top to bottom.
+fn line_hunks<'a>(hunks: &[&'a HunkRec]) -> Vec<&'a Hunk> {
+    let mut line_hunks: Vec<&Hunk> = hunks
+        .iter()
+        .filter(|h| {
+            matches!(
+                h.kind,
+                HunkKind::Modify | HunkKind::Create | HunkKind::Delete
+            )
+        })
+        .filter_map(|h| h.applied.as_ref().or(h.patch.as_ref()))
+        .collect();
+    line_hunks.sort_by_key(|h| h.old_start);
+    line_hunks
+}
+
+/// `text` with `hunks` (sorted top to bottom, in base line numbers) applied in turn, each moved
+/// by what the ones above it added or removed.
+fn apply_line_hunks(mut text: String, hunks: &[&Hunk]) -> Result<String, ApplyError> {
+    let mut offset = 0isize;
+    for h in hunks {
+        let applied = apply_hunk(&text, h, offset)?;
+        offset += h.delta();
+        text = applied.text;
+    }
+    Ok(text)
+}
+
+/// Is one of a file's hunks an accepted delete (so the file goes when nothing is left of it)?
+fn deletes_file(hunks: &[&HunkRec]) -> bool {
+    hunks
+        .iter()
+        .any(|h| h.kind == HunkKind::Delete && h.state == HunkState::Accepted)
+}
+
+/// The mode of a file the reviewed tree holds: the base's, else the one the run gave it, else
+/// a plain file's.
+fn reviewed_mode(entry: Option<Entry>, hunks: &[&HunkRec]) -> Mode {
+    entry
+        .map(|e| e.mode)
+        .or_else(|| hunks.iter().find_map(|h| h.new.as_ref().map(|s| s.mode)))
+        .unwrap_or(Mode::File)
+}
+
 fn put_side(tree: &mut FlatTree, path: &str, side: Option<&crate::model::suggestion::Side>) {
     match side.and_then(|s| oid(&s.oid).map(|o| (s.mode, o))) {
         Some((mode, oid)) => {
@@ -114,5 +179,99 @@ fn put_side(tree: &mut FlatTree, path: &str, side: Option<&crate::model::suggest
         None => {
             tree.remove(path);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hunkgate_patch::parse_hunks;
+    use hunkgate_sandbox::store::blob_id;
+    use serde_json::json;
+
+    use super::*;
+    use crate::model::suggestion::Side;
+
+    fn entry(mode: Mode, bytes: &[u8]) -> Entry {
+        Entry {
+            mode,
+            oid: blob_id(bytes),
+        }
+    }
+
+    /// An applied hunk of `kind` on `file`.
+    fn rec(kind: &str, file: &str) -> HunkRec {
+        serde_json::from_value(json!({
+            "id": format!("s:{file}:0"), "file": file, "index": 0, "kind": kind, "state": "accepted",
+        }))
+        .unwrap()
+    }
+
+    fn side(mode: Mode, bytes: &[u8]) -> Option<Side> {
+        Some(Side {
+            mode,
+            oid: blob_id(bytes).to_string(),
+        })
+    }
+
+    #[test]
+    fn whole_entry_hunks_move_swap_and_chmod_entries() {
+        let mut tree = FlatTree::new();
+        tree.insert("old".into(), entry(Mode::File, b"x"));
+        tree.insert("run.sh".into(), entry(Mode::File, b"y"));
+        tree.insert("lines".into(), entry(Mode::File, b"z"));
+        let mut rename = rec("rename", "new");
+        rename.old_path = Some("old".into());
+        rename.new = side(Mode::File, b"x");
+        put_entry_hunks(&mut tree, "new", &[&rename]);
+        let mut chmod = rec("mode", "run.sh");
+        chmod.new = side(Mode::Executable, b"y");
+        put_entry_hunks(&mut tree, "run.sh", &[&chmod]);
+        let mut bin = rec("binary", "gone.bin");
+        bin.new = None;
+        put_entry_hunks(&mut tree, "gone.bin", &[&bin]);
+        // Line hunks are not whole-entry changes.
+        put_entry_hunks(&mut tree, "lines", &[&rec("modify", "lines")]);
+        let mut want = FlatTree::new();
+        want.insert("new".into(), entry(Mode::File, b"x"));
+        want.insert("run.sh".into(), entry(Mode::Executable, b"y"));
+        want.insert("lines".into(), entry(Mode::File, b"z"));
+        assert_eq!(tree, want);
+    }
+
+    #[test]
+    fn line_hunks_apply_top_down_each_moved_by_those_above() {
+        let hunks = parse_hunks("@@ -1 +1,2 @@\n a\n+a2\n@@ -3 +4 @@\n-c\n+C\n").unwrap();
+        let mut top = rec("modify", "f");
+        top.patch = Some(hunks[0].clone());
+        let mut below = rec("modify", "f");
+        below.patch = Some(hunks[1].clone());
+        // The user's version, where modified, is what counts.
+        let mut user = hunks[1].clone();
+        user.lines[1] = hunkgate_patch::HunkLine::Add("user's C\n".into());
+        below.applied = Some(user);
+        let binary = rec("binary", "f");
+        let sorted = line_hunks(&[&below, &top, &binary]);
+        assert_eq!(sorted.len(), 2);
+        let text = apply_line_hunks("a\nb\nc\n".into(), &sorted).unwrap();
+        assert_eq!(text, "a\na2\nb\nuser's C\n");
+    }
+
+    #[test]
+    fn a_file_keeps_its_base_mode_else_the_runs() {
+        let mut created = rec("create", "f");
+        created.new = side(Mode::Executable, b"");
+        let base = Some(entry(Mode::File, b"x"));
+        assert_eq!(reviewed_mode(base, &[&created]), Mode::File);
+        assert_eq!(reviewed_mode(None, &[&created]), Mode::Executable);
+        assert_eq!(reviewed_mode(None, &[&rec("modify", "f")]), Mode::File);
+    }
+
+    #[test]
+    fn only_an_accepted_delete_removes_the_file() {
+        let mut delete = rec("delete", "f");
+        assert!(deletes_file(&[&rec("modify", "f"), &delete]));
+        delete.state = HunkState::Modified;
+        assert!(!deletes_file(&[&delete]));
+        assert!(!deletes_file(&[&rec("modify", "f")]));
     }
 }
