@@ -45,6 +45,11 @@ pub fn resolve_id<'a>(
     }
 }
 
+/// Now, as the RFC 3339 UTC timestamp every record carries.
+pub fn now() -> String {
+    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::resolve_id;
@@ -82,9 +87,4 @@ mod tests {
         let keys: Vec<String> = ["ab", "abc"].map(String::from).to_vec();
         assert_eq!(resolve_id("ab", &keys, "", "suggestion", "").unwrap(), "ab");
     }
-}
-
-/// Now, as the RFC 3339 UTC timestamp every record carries.
-pub fn now() -> String {
-    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
 }
