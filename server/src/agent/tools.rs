@@ -484,6 +484,39 @@ mod tests {
         }
     }
 
+    /// The schemas are sent to the model on every step: any change to them, even key order
+    /// or a word of a description, is a wire change and must be deliberate.
+    #[test]
+    fn tool_specs_on_the_wire_are_pinned() {
+        use sha2::{Digest, Sha256};
+        let wire = serde_json::to_string(&tool_specs()).unwrap();
+        let names: Vec<&str> = tool_specs().iter().map(|t| t.name).collect();
+        assert_eq!(
+            names,
+            [
+                "list_files",
+                "read_file",
+                "search_project",
+                "edit_file",
+                "write_file",
+                "move_file",
+                "delete_file",
+                "run_command",
+                "clarify_user",
+                "suggestion_status",
+                "finish"
+            ]
+        );
+        assert_eq!(
+            (wire.len(), hex::encode(Sha256::digest(wire.as_bytes()))),
+            (
+                4581,
+                String::from("b8184d6ea3bf89ea2c1e52da7bf6982e3678e727860df4725012dc9ff98869aa")
+            ),
+            "{wire}"
+        );
+    }
+
     #[test]
     fn calls_are_validated_against_their_schemas() {
         let hash = format!("sha256:{}", "a".repeat(64));
