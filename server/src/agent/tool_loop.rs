@@ -197,7 +197,10 @@ impl Hub {
         let summary = summarize_request(&call.name, parsed.as_ref().ok());
         let action = match parsed {
             Ok(a) => a,
-            Err(why) => return self.refuse_invalid_call(run, call, &summary, &why, state),
+            Err(why) => {
+                let call = SummarizedCall { call, summary };
+                return self.refuse_invalid_call(run, &call, &why, state);
+            }
         };
         if let Action::Finish {
             description,
@@ -221,7 +224,8 @@ impl Hub {
                 .push(tool_message(call, &json!({"ok": false, "error": msg})));
             return Next::StopAfter(Stop::BudgetExhausted);
         }
-        self.run_tool(run, call, &summary, &action, state).await
+        self.run_tool(run, &SummarizedCall { call, summary }, &action, state)
+            .await
     }
 
     /// Answer a call that failed validation with the reason, counting it against
@@ -229,11 +233,11 @@ impl Hub {
     fn refuse_invalid_call(
         &self,
         run: &BuiltinRun,
-        call: &ToolCall,
-        summary: &str,
+        call: &SummarizedCall<'_>,
         why: &str,
         state: &mut LoopState,
     ) -> Next {
+        let SummarizedCall { call, summary } = call;
         state.schema_failures += 1;
         self.add_usage(&run.run_id, |u| u.schema_failures += 1);
         let msg = invalid_call_message(why, state.schema_failures, run.limits.max_schema_retries);
@@ -253,11 +257,11 @@ impl Hub {
     async fn run_tool(
         self: &Arc<Self>,
         run: &BuiltinRun,
-        call: &ToolCall,
-        summary: &str,
+        call: &SummarizedCall<'_>,
         action: &Action,
         state: &mut LoopState,
     ) -> Next {
+        let SummarizedCall { call, summary } = call;
         state.used += 1;
         self.add_usage(&run.run_id, |u| u.tool_calls += 1);
         self.bus.emit(Event::ToolRequested {
@@ -265,32 +269,23 @@ impl Hub {
             run_id: run.run_id.clone(),
             tool_call_id: call.tool_call_id.clone(),
             name: call.name.clone(),
-            summary: summary.to_string(),
+            summary: summary.clone(),
         });
         tracing::info!(run = %run.run_id, tool = %call.name, %summary, "tool call");
         let started = Instant::now();
         let outcome = self.execute(run, action).await;
         let ms = started.elapsed().as_millis() as u64;
+        if let Ok(result) = &outcome {
+            state.track(action, result);
+        }
         let calls_left = run.limits.max_tool_calls - state.used;
-        let (ok, payload, result_summary) = match outcome {
-            Ok(result) => {
-                state.track(action, &result);
-                let s = summarize_result(&result);
-                (
-                    true,
-                    json!({"ok": true, "result": result, "calls_left": calls_left}),
-                    s,
-                )
-            }
-            Err(ToolFailure::Cancelled) => return Next::Cancelled,
-            Err(ToolFailure::Message(e)) => {
-                let s = one_line(&e, 200);
-                (
-                    false,
-                    json!({"ok": false, "error": e, "calls_left": calls_left}),
-                    s,
-                )
-            }
+        let Some(ToolAnswer {
+            ok,
+            payload,
+            summary: result_summary,
+        }) = tool_answer(outcome, calls_left)
+        else {
+            return Next::Cancelled;
         };
         tracing::info!(run = %run.run_id, tool = %call.name, ok, ms, result = %result_summary, "tool done");
         self.emit_tool(&run.run_id, call, summary, ok, &result_summary, ms);
@@ -600,9 +595,46 @@ impl LoopState {
         }
     }
 
+    /// How the loop ended, with the notes it gathered.
     fn finish(mut self) -> LoopEnd {
         self.end.notes = self.notes.0;
         self.end
+    }
+}
+
+/// A call being answered, with what it is about (for events, status lines and history).
+struct SummarizedCall<'a> {
+    call: &'a ToolCall,
+    summary: String,
+}
+
+/// How a tool call is answered: whether it worked, what the model is sent, and the one-line
+/// result for events and history.
+#[derive(Debug, PartialEq)]
+struct ToolAnswer {
+    ok: bool,
+    payload: Value,
+    summary: String,
+}
+
+/// The answer to a tool that ran (or failed), with the calls left in the budget; none if the
+/// run was cancelled while it ran.
+fn tool_answer(outcome: Result<Value, ToolFailure>, calls_left: usize) -> Option<ToolAnswer> {
+    match outcome {
+        Ok(result) => {
+            let summary = summarize_result(&result);
+            Some(ToolAnswer {
+                ok: true,
+                payload: json!({"ok": true, "result": result, "calls_left": calls_left}),
+                summary,
+            })
+        }
+        Err(ToolFailure::Cancelled) => None,
+        Err(ToolFailure::Message(e)) => Some(ToolAnswer {
+            ok: false,
+            summary: one_line(&e, 200),
+            payload: json!({"ok": false, "error": e, "calls_left": calls_left}),
+        }),
     }
 }
 
@@ -718,6 +750,29 @@ mod tests {
         );
         let killed = failure(command_result(Exit::Signal(9), "x", t));
         assert!(killed.starts_with("the command ") && killed.ends_with("; output:\nx"));
+    }
+
+    #[test]
+    fn tool_answers_carry_the_result_or_error_and_the_calls_left() {
+        let ok = tool_answer(Ok(json!({"exit_code": 0, "output": ""})), 4).unwrap();
+        assert_eq!(
+            ok,
+            ToolAnswer {
+                ok: true,
+                payload: json!({"ok": true, "result": {"exit_code": 0, "output": ""}, "calls_left": 4}),
+                summary: "exit 0".into(),
+            }
+        );
+        let err = tool_answer(Err(ToolFailure::Message("no such\nfile".into())), 0).unwrap();
+        assert_eq!(
+            err,
+            ToolAnswer {
+                ok: false,
+                payload: json!({"ok": false, "error": "no such\nfile", "calls_left": 0}),
+                summary: one_line("no such\nfile", 200),
+            }
+        );
+        assert!(tool_answer(Err(ToolFailure::Cancelled), 3).is_none());
     }
 
     #[test]
