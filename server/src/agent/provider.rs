@@ -232,96 +232,123 @@ impl Provider for OpenAiCompatible {
                     _ = cancel.cancelled() => return Err(ProviderError::Cancelled),
                     r = self.attempt(&body, request.model) => r,
                 };
-                if let Err(refusal) = &outcome {
-                    if stream && !request.tools.is_empty() && refusal.refuses_streaming() {
-                        // Not a failure of the model: ask again, unstreamed, at once.
-                        self.no_streamed_tools
-                            .store(true, std::sync::atomic::Ordering::Relaxed);
-                        tracing::warn!(
-                            url = %self.url(),
-                            "the model provider does not stream answers that may call tools; \
-                             sending those unstreamed from now on"
-                        );
-                        stream = false;
-                        body = self.body(&request, false);
-                        attempts -= 1;
-                        continue;
-                    }
-                    if !stale_retried && refusal.is_stale_connection() {
-                        stale_retried = true;
-                        attempts -= 1;
-                        continue;
-                    }
-                }
-                let (wait, last) = match outcome {
+                let failure = match outcome {
                     Ok((mut result, streamed)) => {
                         result.latency_ms = started.elapsed().as_millis() as u64;
                         result.attempts = attempts;
                         result.streamed = streamed;
                         return Ok(result);
                     }
-                    Err(Attempt::Fatal(e)) => return Err(e),
-                    Err(Attempt::StreamRefused(message)) => {
-                        return Err(ProviderError::Malformed(message))
-                    }
-                    Err(Attempt::Status {
-                        status,
-                        message,
-                        raw,
-                        retry_after,
-                    }) => {
-                        if let Some(e) = classify(status, &message, &raw, request.model, &self.cfg)
-                        {
-                            return Err(e);
-                        }
-                        let retryable = matches!(status, 408 | 409 | 425 | 429 | 500..=599);
-                        let e = ProviderError::GaveUp {
-                            attempts,
-                            status,
-                            message,
-                        };
-                        if !retryable {
-                            return Err(match e {
-                                ProviderError::GaveUp {
-                                    status, message, ..
-                                } => ProviderError::Http { status, message },
-                                e => e,
-                            });
-                        }
-                        (retry_after, e)
-                    }
-                    Err(Attempt::Timeout) => (
-                        None,
-                        ProviderError::Timeout {
-                            url: self.url(),
-                            secs: self.cfg.request_timeout.as_secs(),
-                            attempts,
-                        },
-                    ),
-                    Err(Attempt::Connect(message)) => (
-                        None,
-                        ProviderError::Unreachable {
-                            url: self.url(),
-                            attempts,
-                            message,
-                        },
-                    ),
+                    Err(failure) => failure,
+                };
+                if stream && !request.tools.is_empty() && failure.refuses_streaming() {
+                    // Not a failure of the model: ask again, unstreamed, at once.
+                    self.stop_streaming_tools();
+                    stream = false;
+                    body = self.body(&request, false);
+                    attempts -= 1;
+                    continue;
+                }
+                if !stale_retried && failure.is_stale_connection() {
+                    stale_retried = true;
+                    attempts -= 1;
+                    continue;
+                }
+                let (wait, last) = match self.judge(failure, attempts, request.model) {
+                    Verdict::GiveUp(e) => return Err(e),
+                    Verdict::Retry { wait, error } => (wait, error),
                 };
                 if attempts > self.cfg.max_retries {
                     return Err(last);
                 }
-                let backoff = wait.unwrap_or_else(|| {
-                    self.cfg
-                        .retry_base
-                        .saturating_mul(1u32 << (attempts - 1).min(10))
-                        .min(Duration::from_secs(60))
-                });
+                let backoff = self.backoff(wait, attempts);
                 tracing::warn!(attempt = attempts, error = %last, ?backoff, "model call failed; retrying");
                 tokio::select! {
                     _ = cancel.cancelled() => return Err(ProviderError::Cancelled),
                     _ = tokio::time::sleep(backoff) => {}
                 }
             }
+        })
+    }
+}
+
+/// What to do after an attempt failed: give up with an error, or try again (after the
+/// server's `Retry-After`, if it sent one) and report `error` if that was the last try.
+#[derive(Debug)]
+enum Verdict {
+    GiveUp(ProviderError),
+    Retry {
+        wait: Option<Duration>,
+        error: ProviderError,
+    },
+}
+
+impl OpenAiCompatible {
+    /// Remember, for the life of this provider, that the server will not stream answers that
+    /// may call tools.
+    fn stop_streaming_tools(&self) {
+        self.no_streamed_tools
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        tracing::warn!(
+            url = %self.url(),
+            "the model provider does not stream answers that may call tools; \
+             sending those unstreamed from now on"
+        );
+    }
+
+    /// Whether the `attempts`-th failed attempt is worth retrying, and the error it stands for.
+    fn judge(&self, failure: Attempt, attempts: u32, model: &str) -> Verdict {
+        match failure {
+            Attempt::Fatal(e) => Verdict::GiveUp(e),
+            Attempt::StreamRefused(message) => Verdict::GiveUp(ProviderError::Malformed(message)),
+            Attempt::Status {
+                status,
+                message,
+                raw,
+                retry_after,
+            } => {
+                if let Some(e) = classify(status, &message, &raw, model, &self.cfg) {
+                    return Verdict::GiveUp(e);
+                }
+                if !matches!(status, 408 | 409 | 425 | 429 | 500..=599) {
+                    return Verdict::GiveUp(ProviderError::Http { status, message });
+                }
+                Verdict::Retry {
+                    wait: retry_after,
+                    error: ProviderError::GaveUp {
+                        attempts,
+                        status,
+                        message,
+                    },
+                }
+            }
+            Attempt::Timeout => Verdict::Retry {
+                wait: None,
+                error: ProviderError::Timeout {
+                    url: self.url(),
+                    secs: self.cfg.request_timeout.as_secs(),
+                    attempts,
+                },
+            },
+            Attempt::Connect(message) => Verdict::Retry {
+                wait: None,
+                error: ProviderError::Unreachable {
+                    url: self.url(),
+                    attempts,
+                    message,
+                },
+            },
+        }
+    }
+
+    /// How long to wait before the next attempt: the server's `wait` if it gave one, else
+    /// `retry_base` doubled per attempt so far, at most a minute.
+    fn backoff(&self, wait: Option<Duration>, attempts: u32) -> Duration {
+        wait.unwrap_or_else(|| {
+            self.cfg
+                .retry_base
+                .saturating_mul(1u32 << (attempts - 1).min(10))
+                .min(Duration::from_secs(60))
         })
     }
 }
@@ -562,6 +589,78 @@ content
         ));
         assert!(matches!(c(422, "{}"), Some(ProviderError::Rejected { .. })));
         assert!(c(503, r#"{"error":{"message":"loading model"}}"#).is_none());
+    }
+
+    #[test]
+    fn only_transient_failures_are_retried() {
+        let p = OpenAiCompatible::new(test_config()).unwrap();
+        let status = |status, body: &str| Attempt::Status {
+            status,
+            message: error_message(body),
+            raw: body.to_string(),
+            retry_after: Some(Duration::from_secs(3)),
+        };
+        let v = p.judge(status(503, r#"{"error":"busy"}"#), 2, "m");
+        assert!(
+            matches!(&v, Verdict::Retry { wait: Some(w), error: ProviderError::GaveUp { attempts: 2, status: 503, .. } } if w.as_secs() == 3),
+            "{v:?}"
+        );
+        let v = p.judge(status(404, r#"{"error":"no route"}"#), 1, "m");
+        assert!(
+            matches!(&v, Verdict::GiveUp(ProviderError::Http { status: 404, message }) if message == "no route"),
+            "{v:?}"
+        );
+        let v = p.judge(status(401, "{}"), 1, "m");
+        assert!(
+            matches!(v, Verdict::GiveUp(ProviderError::Auth { .. })),
+            "{v:?}"
+        );
+        let v = p.judge(Attempt::Timeout, 1, "m");
+        assert!(
+            matches!(
+                &v,
+                Verdict::Retry {
+                    wait: None,
+                    error: ProviderError::Timeout {
+                        secs: 1,
+                        attempts: 1,
+                        ..
+                    }
+                }
+            ),
+            "{v:?}"
+        );
+        let v = p.judge(Attempt::Connect("refused".into()), 1, "m");
+        assert!(
+            matches!(
+                &v,
+                Verdict::Retry {
+                    error: ProviderError::Unreachable { .. },
+                    ..
+                }
+            ),
+            "{v:?}"
+        );
+        let v = p.judge(Attempt::StreamRefused("closed".into()), 1, "m");
+        assert!(
+            matches!(v, Verdict::GiveUp(ProviderError::Malformed(_))),
+            "{v:?}"
+        );
+    }
+
+    #[test]
+    fn backoff_doubles_from_the_base_up_to_a_minute_unless_the_server_says() {
+        let p = OpenAiCompatible::new(ProviderConfig {
+            retry_base: Duration::from_millis(500),
+            ..test_config()
+        })
+        .unwrap();
+        let ms = |wait, attempts| p.backoff(wait, attempts).as_millis();
+        assert_eq!(ms(None, 1), 500);
+        assert_eq!(ms(None, 2), 1000);
+        assert_eq!(ms(None, 4), 4000);
+        assert_eq!(ms(None, 30), 60_000);
+        assert_eq!(ms(Some(Duration::from_secs(2)), 4), 2000);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hunkgate_sandbox::agent::{self, scrubbed_env, Exit, Stream};
-use hunkgate_sandbox::tools::{ToolReply, ToolRequest};
+use hunkgate_sandbox::tools::{FileTool, ToolReply, ToolRequest};
 use hunkgate_sandbox::workspace::Sandbox;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
@@ -23,7 +23,9 @@ use crate::agent::tools::{
 use crate::config::provider::LoopLimits;
 use crate::error::AppError;
 use crate::hub::Hub;
-use crate::model::chat::{Message, Provider, StepRequest, StopReason, ToolCall};
+use crate::model::chat::{
+    Message, Provider, StepRequest, StepResult, StopReason, ToolCall, ToolSpec,
+};
 use crate::model::session::Entry;
 use crate::model::text::one_line;
 use crate::protocol::{Event, HunkNote, Question, RunState, RunUsage, NO_USER_ANSWER};
@@ -70,206 +72,229 @@ impl Hub {
     /// Drive the built-in agent until it finishes or a limit ends it.
     pub async fn run_builtin(self: &Arc<Self>, run: BuiltinRun) -> LoopEnd {
         let specs = tool_specs();
-        let mut messages = vec![Message::System {
-            content: system_prompt(&run.limits),
-        }];
-        messages.extend(run.context.iter().cloned());
-        messages.push(Message::User {
-            content: run.prompt.clone(),
-        });
-        let mut end = LoopEnd {
-            stop: Stop::Answered,
-            description: None,
-            notes: Vec::new(),
-            error: None,
-            edits: 0,
-        };
-        let mut notes = Notes::default();
-        let mut used = 0usize;
-        let mut schema_failures = 0u32;
-        'steps: loop {
-            let remaining = run.deadline.saturating_duration_since(Instant::now());
-            if remaining.is_zero() {
-                end.stop = Stop::Timeout;
-                break;
-            }
-            let step = tokio::select! {
-                r = run.provider.run_step(
-                    StepRequest { model: &run.model, messages: &messages, tools: &specs },
-                    &run.cancel,
-                ) => r,
-                _ = tokio::time::sleep(remaining) => {
-                    end.stop = Stop::Timeout;
+        let mut state = LoopState::new(opening_messages(&run));
+        loop {
+            let step = match self.next_step(&run, &specs, &state.messages).await {
+                Ok(step) => step,
+                Err(ended) => {
+                    state.end.stop = ended.stop;
+                    state.end.error = ended.error;
                     break;
                 }
             };
-            let step = match step {
-                Ok(s) => s,
-                Err(crate::model::chat::ProviderError::Cancelled) => {
-                    end.stop = Stop::Cancelled;
-                    break;
-                }
-                Err(e) => {
-                    tracing::warn!(run = %run.run_id, error = %e, "model call failed");
-                    end.stop = Stop::ProviderError;
-                    end.error = Some(e.to_string());
-                    break;
-                }
-            };
-            let usage = step.usage.clone().unwrap_or_default();
-            self.add_usage(&run.run_id, |u| {
-                u.model_calls += 1;
-                u.prompt_tokens += usage.prompt_tokens;
-                u.completion_tokens += usage.completion_tokens;
-                u.model_ms += step.latency_ms;
-                u.retries += u64::from(step.attempts.saturating_sub(1));
-            });
-            tracing::info!(
-                run = %run.run_id, model = %step.model, latency_ms = step.latency_ms,
-                prompt_tokens = usage.prompt_tokens, completion_tokens = usage.completion_tokens,
-                tool_calls = step.tool_calls.len(), streamed = step.streamed, "model step"
-            );
-            if let Some(text) = &step.assistant_message {
-                self.history(
-                    &run.run_id,
-                    Entry::message("assistant", text).with_model(&step.model, &usage),
-                );
-                self.tool_event_status(&run.run_id, one_line(text, 200));
-            }
-            messages.push(Message::Assistant {
+            self.record_step(&run.run_id, &step);
+            state.messages.push(Message::Assistant {
                 content: step.assistant_message.clone(),
                 tool_calls: step.tool_calls.clone(),
             });
             if step.tool_calls.is_empty() {
-                end.stop = Stop::Answered;
-                end.description = step
-                    .assistant_message
-                    .as_deref()
-                    .map(|t| one_line(t.lines().next().unwrap_or(""), 100))
-                    .filter(|d| !d.is_empty());
-                if step.stop_reason == StopReason::Length {
-                    end.error = Some("the model's answer was cut at max_tokens".into());
-                }
+                state.answered(&step);
                 break;
             }
-            // Every call gets an answer (the API requires one per tool_call_id), even those
-            // after the loop has decided to stop.
-            let mut stop_after: Option<Stop> = None;
-            for call in &step.tool_calls {
-                if let Some(stop) = stop_after {
-                    messages.push(tool_message(
-                        call,
-                        &json!({"ok": false, "error": format!("not run: the run is ending ({})", stop.as_str())}),
-                    ));
-                    continue;
-                }
-                if run.cancel.is_cancelled() {
-                    end.stop = Stop::Cancelled;
-                    break 'steps;
-                }
-                let parsed = parse_call(call);
-                let summary = summarize_request(&call.name, parsed.as_ref().ok());
-                let action = match parsed {
-                    Ok(a) => a,
-                    Err(why) => {
-                        schema_failures += 1;
-                        self.add_usage(&run.run_id, |u| u.schema_failures += 1);
-                        let left = run
-                            .limits
-                            .max_schema_retries
-                            .saturating_sub(schema_failures);
-                        let msg =
-                            format!("{why} (invalid call {schema_failures}; {left} more allowed)");
-                        self.emit_tool(&run.run_id, call, &summary, false, &one_line(&msg, 200), 0);
-                        self.history(&run.run_id, Entry::tool(&call.name, &summary, false, &msg));
-                        messages.push(tool_message(call, &json!({"ok": false, "error": msg})));
-                        if schema_failures > run.limits.max_schema_retries {
-                            stop_after = Some(Stop::SchemaRetriesExhausted);
-                        }
-                        continue;
-                    }
-                };
-                if let Action::Finish {
-                    description,
-                    hunk_descriptions,
-                } = &action
-                {
-                    end.description = Some(one_line(description, 200));
-                    notes.0.extend(hunk_descriptions.iter().cloned());
-                    self.emit_tool(&run.run_id, call, &summary, true, "publishing", 0);
-                    messages.push(tool_message(
-                        call,
-                        &json!({"ok": true, "result": {"published": true}}),
-                    ));
-                    stop_after = Some(Stop::Finished);
-                    continue;
-                }
-                if used >= run.limits.max_tool_calls {
-                    let msg = format!(
-                        "tool budget exhausted ({} calls); the run ends and your edits so far are published",
-                        run.limits.max_tool_calls
-                    );
-                    self.emit_tool(&run.run_id, call, &summary, false, &msg, 0);
-                    messages.push(tool_message(call, &json!({"ok": false, "error": msg})));
-                    stop_after = Some(Stop::BudgetExhausted);
-                    continue;
-                }
-                used += 1;
-                self.add_usage(&run.run_id, |u| u.tool_calls += 1);
-                self.bus.emit(Event::ToolRequested {
-                    seq: 0,
-                    run_id: run.run_id.clone(),
-                    tool_call_id: call.tool_call_id.clone(),
-                    name: call.name.clone(),
-                    summary: summary.clone(),
-                });
-                tracing::info!(run = %run.run_id, tool = %call.name, %summary, "tool call");
-                let started = Instant::now();
-                let outcome = self.execute(&run, &action).await;
-                let ms = started.elapsed().as_millis() as u64;
-                let (ok, payload, result_summary) = match outcome {
-                    Ok(result) => {
-                        if let Action::File(t) = &action {
-                            notes.track(t, &result);
-                            if t.writes() {
-                                end.edits += 1;
-                            }
-                        }
-                        let s = summarize_result(&result);
-                        (
-                            true,
-                            json!({"ok": true, "result": result, "calls_left": run.limits.max_tool_calls - used}),
-                            s,
-                        )
-                    }
-                    Err(ToolFailure::Cancelled) => {
-                        end.stop = Stop::Cancelled;
-                        break 'steps;
-                    }
-                    Err(ToolFailure::Message(e)) => {
-                        let s = one_line(&e, 200);
-                        (
-                            false,
-                            json!({"ok": false, "error": e, "calls_left": run.limits.max_tool_calls - used}),
-                            s,
-                        )
-                    }
-                };
-                tracing::info!(run = %run.run_id, tool = %call.name, ok, ms, result = %result_summary, "tool done");
-                self.emit_tool(&run.run_id, call, &summary, ok, &result_summary, ms);
-                self.history(
-                    &run.run_id,
-                    Entry::tool(&call.name, &summary, ok, &result_summary),
-                );
-                messages.push(tool_message(call, &payload));
-            }
-            if let Some(stop) = stop_after {
-                end.stop = stop;
+            if let Some(stop) = self
+                .run_tool_calls(&run, &step.tool_calls, &mut state)
+                .await
+            {
+                state.end.stop = stop;
                 break;
             }
         }
-        end.notes = notes.0;
-        end
+        state.finish()
+    }
+
+    /// The model's next step, unless the deadline passes, the run is cancelled or the provider
+    /// fails first.
+    async fn next_step(
+        &self,
+        run: &BuiltinRun,
+        specs: &[ToolSpec],
+        messages: &[Message],
+    ) -> Result<StepResult, Ended> {
+        let remaining = run.deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return Err(Ended::by(Stop::Timeout));
+        }
+        let step = tokio::select! {
+            r = run.provider.run_step(
+                StepRequest { model: &run.model, messages, tools: specs },
+                &run.cancel,
+            ) => r,
+            _ = tokio::time::sleep(remaining) => return Err(Ended::by(Stop::Timeout)),
+        };
+        match step {
+            Ok(s) => Ok(s),
+            Err(crate::model::chat::ProviderError::Cancelled) => Err(Ended::by(Stop::Cancelled)),
+            Err(e) => {
+                tracing::warn!(run = %run.run_id, error = %e, "model call failed");
+                Err(Ended {
+                    stop: Stop::ProviderError,
+                    error: Some(e.to_string()),
+                })
+            }
+        }
+    }
+
+    /// Count a model step in the run's usage, log it, and show its text to the user.
+    fn record_step(&self, run_id: &str, step: &StepResult) {
+        let usage = step.usage.clone().unwrap_or_default();
+        self.add_usage(run_id, |u| {
+            u.model_calls += 1;
+            u.prompt_tokens += usage.prompt_tokens;
+            u.completion_tokens += usage.completion_tokens;
+            u.model_ms += step.latency_ms;
+            u.retries += u64::from(step.attempts.saturating_sub(1));
+        });
+        tracing::info!(
+            run = %run_id, model = %step.model, latency_ms = step.latency_ms,
+            prompt_tokens = usage.prompt_tokens, completion_tokens = usage.completion_tokens,
+            tool_calls = step.tool_calls.len(), streamed = step.streamed, "model step"
+        );
+        if let Some(text) = &step.assistant_message {
+            self.history(
+                run_id,
+                Entry::message("assistant", text).with_model(&step.model, &usage),
+            );
+            self.tool_event_status(run_id, one_line(text, 200));
+        }
+    }
+
+    /// Answer every call of a step, in order; the stop that ends the loop after this step, if
+    /// any. Every call gets an answer (the API requires one per tool_call_id), even those after
+    /// the loop has decided to stop — except when the run is cancelled, which ends it at once.
+    async fn run_tool_calls(
+        self: &Arc<Self>,
+        run: &BuiltinRun,
+        calls: &[ToolCall],
+        state: &mut LoopState,
+    ) -> Option<Stop> {
+        let mut stop_after: Option<Stop> = None;
+        for call in calls {
+            if let Some(stop) = stop_after {
+                state.messages.push(not_run_message(call, stop));
+                continue;
+            }
+            match self.run_tool_call(run, call, state).await {
+                Next::Continue => {}
+                Next::StopAfter(stop) => stop_after = Some(stop),
+                Next::Cancelled => return Some(Stop::Cancelled),
+            }
+        }
+        stop_after
+    }
+
+    /// Validate one call and answer it: an invalid call, `finish`, a call over the budget, or a
+    /// tool that runs.
+    async fn run_tool_call(
+        self: &Arc<Self>,
+        run: &BuiltinRun,
+        call: &ToolCall,
+        state: &mut LoopState,
+    ) -> Next {
+        if run.cancel.is_cancelled() {
+            return Next::Cancelled;
+        }
+        let parsed = parse_call(call);
+        let summary = summarize_request(&call.name, parsed.as_ref().ok());
+        let action = match parsed {
+            Ok(a) => a,
+            Err(why) => {
+                let call = SummarizedCall { call, summary };
+                return self.refuse_invalid_call(run, &call, &why, state);
+            }
+        };
+        if let Action::Finish {
+            description,
+            hunk_descriptions,
+        } = &action
+        {
+            state.end.description = Some(one_line(description, 200));
+            state.notes.0.extend(hunk_descriptions.iter().cloned());
+            self.emit_tool(&run.run_id, call, &summary, true, "publishing", 0);
+            state.messages.push(tool_message(
+                call,
+                &json!({"ok": true, "result": {"published": true}}),
+            ));
+            return Next::StopAfter(Stop::Finished);
+        }
+        if state.used >= run.limits.max_tool_calls {
+            let msg = budget_exhausted_message(run.limits.max_tool_calls);
+            self.emit_tool(&run.run_id, call, &summary, false, &msg, 0);
+            state
+                .messages
+                .push(tool_message(call, &json!({"ok": false, "error": msg})));
+            return Next::StopAfter(Stop::BudgetExhausted);
+        }
+        self.run_tool(run, &SummarizedCall { call, summary }, &action, state)
+            .await
+    }
+
+    /// Answer a call that failed validation with the reason, counting it against
+    /// `max_schema_retries`.
+    fn refuse_invalid_call(
+        &self,
+        run: &BuiltinRun,
+        call: &SummarizedCall<'_>,
+        why: &str,
+        state: &mut LoopState,
+    ) -> Next {
+        let SummarizedCall { call, summary } = call;
+        state.schema_failures += 1;
+        self.add_usage(&run.run_id, |u| u.schema_failures += 1);
+        let msg = invalid_call_message(why, state.schema_failures, run.limits.max_schema_retries);
+        self.emit_tool(&run.run_id, call, summary, false, &one_line(&msg, 200), 0);
+        self.history(&run.run_id, Entry::tool(&call.name, summary, false, &msg));
+        state
+            .messages
+            .push(tool_message(call, &json!({"ok": false, "error": msg})));
+        if state.schema_failures > run.limits.max_schema_retries {
+            Next::StopAfter(Stop::SchemaRetriesExhausted)
+        } else {
+            Next::Continue
+        }
+    }
+
+    /// Run a valid tool call within the budget, and answer it with its result or error.
+    async fn run_tool(
+        self: &Arc<Self>,
+        run: &BuiltinRun,
+        call: &SummarizedCall<'_>,
+        action: &Action,
+        state: &mut LoopState,
+    ) -> Next {
+        let SummarizedCall { call, summary } = call;
+        state.used += 1;
+        self.add_usage(&run.run_id, |u| u.tool_calls += 1);
+        self.bus.emit(Event::ToolRequested {
+            seq: 0,
+            run_id: run.run_id.clone(),
+            tool_call_id: call.tool_call_id.clone(),
+            name: call.name.clone(),
+            summary: summary.clone(),
+        });
+        tracing::info!(run = %run.run_id, tool = %call.name, %summary, "tool call");
+        let started = Instant::now();
+        let outcome = self.execute(run, action).await;
+        let ms = started.elapsed().as_millis() as u64;
+        if let Ok(result) = &outcome {
+            state.track(action, result);
+        }
+        let calls_left = run.limits.max_tool_calls - state.used;
+        let Some(ToolAnswer {
+            ok,
+            payload,
+            summary: result_summary,
+        }) = tool_answer(outcome, calls_left)
+        else {
+            return Next::Cancelled;
+        };
+        tracing::info!(run = %run.run_id, tool = %call.name, ok, ms, result = %result_summary, "tool done");
+        self.emit_tool(&run.run_id, call, summary, ok, &result_summary, ms);
+        self.history(
+            &run.run_id,
+            Entry::tool(&call.name, summary, ok, &result_summary),
+        );
+        state.messages.push(tool_message(call, &payload));
+        Next::Continue
     }
 
     fn emit_tool(
@@ -297,94 +322,80 @@ impl Hub {
         );
     }
 
+    /// Run a validated tool call: file tools and commands in the sandbox, questions and
+    /// decisions in the hub.
     async fn execute(
         self: &Arc<Self>,
         run: &BuiltinRun,
         action: &Action,
     ) -> Result<Value, ToolFailure> {
         match action {
-            Action::File(tool) => {
-                let sandbox = run.sandbox.clone();
-                let request = ToolRequest {
-                    tool: tool.clone(),
-                    limits: run.limits.tools.clone(),
-                };
-                let reply = tokio::task::spawn_blocking(move || sandbox.tool(&request))
-                    .await
-                    .map_err(|e| ToolFailure::Message(format!("the tool worker failed: {e}")))?;
-                match reply {
-                    Ok(ToolReply::Ok { result }) => Ok(result),
-                    Ok(ToolReply::Error { message }) => Err(ToolFailure::Message(message)),
-                    Err(e) => {
-                        tracing::warn!(run = %run.run_id, error = %e, "sandbox tool failed");
-                        Err(ToolFailure::Message(format!(
-                            "the sandbox could not run the tool: {e}"
-                        )))
-                    }
-                }
-            }
+            Action::File(tool) => run_file_tool(run, tool).await,
             Action::RunCommand {
                 command,
                 timeout_secs,
-            } => {
-                let limit = run.limits.command_timeout;
-                let timeout = timeout_secs
-                    .map(Duration::from_secs)
-                    .unwrap_or(limit)
-                    .min(limit)
-                    .min(run.deadline.saturating_duration_since(Instant::now()))
-                    .max(Duration::from_secs(1));
-                let argv = vec!["/bin/sh".to_string(), "-c".to_string(), command.clone()];
-                let env = scrubbed_env(&self.cfg.agent_env);
-                let mut out = OutputCap::new(run.limits.max_command_output);
-                let outcome = agent::run(
-                    run.sandbox.as_ref(),
-                    &argv,
-                    &env,
-                    timeout,
-                    run.cancel.child_token(),
-                    |stream, line| {
-                        if stream == Stream::Stderr {
-                            out.push(&format!("[stderr] {line}"));
-                        } else {
-                            out.push(line);
-                        }
-                    },
-                )
-                .await;
-                if run.cancel.is_cancelled() {
-                    return Err(ToolFailure::Cancelled);
-                }
-                let output = out.finish();
-                match outcome.exit {
-                    Exit::Code(code) => Ok(json!({"exit_code": code, "output": output})),
-                    Exit::TimedOut => Err(ToolFailure::Message(format!(
-                        "the command timed out after {}s and was killed; output so far:\n{output}",
-                        timeout.as_secs()
-                    ))),
-                    other => Err(ToolFailure::Message(format!(
-                        "the command {other}; output:\n{output}"
-                    ))),
-                }
-            }
+            } => self.run_command(run, command, *timeout_secs).await,
             Action::Clarify { question } => self.clarify(&run.run_id, question, &run.cancel).await,
             Action::SuggestionStatus { suggestion_id } => {
-                let views = self
-                    .agent_suggestions(&run.run_id)
-                    .map_err(|e| ToolFailure::Message(e.to_string()))?;
-                let decisions: Vec<crate::model::run::Decisions> = views
-                    .iter()
-                    .filter(|s| {
-                        suggestion_id
-                            .as_deref()
-                            .is_none_or(|id| s.id.starts_with(id))
-                    })
-                    .map(Into::into)
-                    .collect();
-                Ok(json!({ "suggestions": decisions }))
+                self.suggestion_status(&run.run_id, suggestion_id.as_deref())
             }
             Action::Finish { .. } => Ok(json!({})),
         }
+    }
+
+    /// Run a shell command in the sandbox, as the sandbox user with a scrubbed environment,
+    /// keeping the head and tail of its output.
+    async fn run_command(
+        &self,
+        run: &BuiltinRun,
+        command: &str,
+        timeout_secs: Option<u64>,
+    ) -> Result<Value, ToolFailure> {
+        let timeout = command_timeout(
+            timeout_secs,
+            run.limits.command_timeout,
+            run.deadline.saturating_duration_since(Instant::now()),
+        );
+        let argv = vec!["/bin/sh".to_string(), "-c".to_string(), command.to_string()];
+        let env = scrubbed_env(&self.cfg.agent_env);
+        let mut out = OutputCap::new(run.limits.max_command_output);
+        let outcome = agent::run(
+            run.sandbox.as_ref(),
+            &argv,
+            &env,
+            timeout,
+            run.cancel.child_token(),
+            |stream, line| {
+                if stream == Stream::Stderr {
+                    out.push(&format!("[stderr] {line}"));
+                } else {
+                    out.push(line);
+                }
+            },
+        )
+        .await;
+        if run.cancel.is_cancelled() {
+            return Err(ToolFailure::Cancelled);
+        }
+        command_result(outcome.exit, &out.finish(), timeout)
+    }
+
+    /// The user's decisions on this session's suggestions, or on those whose id starts with
+    /// `suggestion_id`.
+    fn suggestion_status(
+        &self,
+        run_id: &str,
+        suggestion_id: Option<&str>,
+    ) -> Result<Value, ToolFailure> {
+        let views = self
+            .agent_suggestions(run_id)
+            .map_err(|e| ToolFailure::Message(e.to_string()))?;
+        let decisions: Vec<crate::model::run::Decisions> = views
+            .iter()
+            .filter(|s| suggestion_id.is_none_or(|id| s.id.starts_with(id)))
+            .map(Into::into)
+            .collect();
+        Ok(json!({ "suggestions": decisions }))
     }
 
     /// Ask the user and wait (no timeout, seed 000 §21) for the answer, a skip, or cancel.
@@ -486,10 +497,317 @@ enum ToolFailure {
     Cancelled,
 }
 
+/// Run a file tool in the sandbox, as the sandbox user, off the async runtime.
+async fn run_file_tool(run: &BuiltinRun, tool: &FileTool) -> Result<Value, ToolFailure> {
+    let sandbox = run.sandbox.clone();
+    let request = ToolRequest {
+        tool: tool.clone(),
+        limits: run.limits.tools.clone(),
+    };
+    let reply = tokio::task::spawn_blocking(move || sandbox.tool(&request))
+        .await
+        .map_err(|e| ToolFailure::Message(format!("the tool worker failed: {e}")))?;
+    match reply {
+        Ok(ToolReply::Ok { result }) => Ok(result),
+        Ok(ToolReply::Error { message }) => Err(ToolFailure::Message(message)),
+        Err(e) => {
+            tracing::warn!(run = %run.run_id, error = %e, "sandbox tool failed");
+            Err(ToolFailure::Message(format!(
+                "the sandbox could not run the tool: {e}"
+            )))
+        }
+    }
+}
+
+/// How long a command may run: what the model asked for, at most the configured limit and
+/// what is left of the run, and at least a second.
+fn command_timeout(requested_secs: Option<u64>, limit: Duration, remaining: Duration) -> Duration {
+    requested_secs
+        .map(Duration::from_secs)
+        .unwrap_or(limit)
+        .min(limit)
+        .min(remaining)
+        .max(Duration::from_secs(1))
+}
+
+/// The answer to a command from how it exited and its (capped) output.
+fn command_result(exit: Exit, output: &str, timeout: Duration) -> Result<Value, ToolFailure> {
+    match exit {
+        Exit::Code(code) => Ok(json!({"exit_code": code, "output": output})),
+        Exit::TimedOut => Err(ToolFailure::Message(format!(
+            "the command timed out after {}s and was killed; output so far:\n{output}",
+            timeout.as_secs()
+        ))),
+        other => Err(ToolFailure::Message(format!(
+            "the command {other}; output:\n{output}"
+        ))),
+    }
+}
+
+/// What the loop carries from step to step: the conversation, how it is ending, the notes
+/// gathered so far, and the counts the limits apply to.
+struct LoopState {
+    messages: Vec<Message>,
+    end: LoopEnd,
+    notes: Notes,
+    /// Tool calls run (counted against `max_tool_calls`).
+    used: usize,
+    /// Invalid calls (counted against `max_schema_retries`).
+    schema_failures: u32,
+}
+
+impl LoopState {
+    fn new(messages: Vec<Message>) -> Self {
+        Self {
+            messages,
+            end: LoopEnd {
+                stop: Stop::Answered,
+                description: None,
+                notes: Vec::new(),
+                error: None,
+                edits: 0,
+            },
+            notes: Notes::default(),
+            used: 0,
+            schema_failures: 0,
+        }
+    }
+
+    /// The model answered without calling a tool: its first line describes the run.
+    fn answered(&mut self, step: &StepResult) {
+        self.end.stop = Stop::Answered;
+        self.end.description = step
+            .assistant_message
+            .as_deref()
+            .and_then(answer_description);
+        if step.stop_reason == StopReason::Length {
+            self.end.error = Some("the model's answer was cut at max_tokens".into());
+        }
+    }
+
+    /// Follow a successful file tool's effect on the notes and the count of edits.
+    fn track(&mut self, action: &Action, result: &Value) {
+        if let Action::File(t) = action {
+            self.notes.track(t, result);
+            if t.writes() {
+                self.end.edits += 1;
+            }
+        }
+    }
+
+    /// How the loop ended, with the notes it gathered.
+    fn finish(mut self) -> LoopEnd {
+        self.end.notes = self.notes.0;
+        self.end
+    }
+}
+
+/// A call being answered, with what it is about (for events, status lines and history).
+struct SummarizedCall<'a> {
+    call: &'a ToolCall,
+    summary: String,
+}
+
+/// How a tool call is answered: whether it worked, what the model is sent, and the one-line
+/// result for events and history.
+#[derive(Debug, PartialEq)]
+struct ToolAnswer {
+    ok: bool,
+    payload: Value,
+    summary: String,
+}
+
+/// The answer to a tool that ran (or failed), with the calls left in the budget; none if the
+/// run was cancelled while it ran.
+fn tool_answer(outcome: Result<Value, ToolFailure>, calls_left: usize) -> Option<ToolAnswer> {
+    match outcome {
+        Ok(result) => {
+            let summary = summarize_result(&result);
+            Some(ToolAnswer {
+                ok: true,
+                payload: json!({"ok": true, "result": result, "calls_left": calls_left}),
+                summary,
+            })
+        }
+        Err(ToolFailure::Cancelled) => None,
+        Err(ToolFailure::Message(e)) => Some(ToolAnswer {
+            ok: false,
+            summary: one_line(&e, 200),
+            payload: json!({"ok": false, "error": e, "calls_left": calls_left}),
+        }),
+    }
+}
+
+/// How the loop ended when it could not get a step from the model.
+struct Ended {
+    stop: Stop,
+    error: Option<String>,
+}
+
+impl Ended {
+    fn by(stop: Stop) -> Self {
+        Self { stop, error: None }
+    }
+}
+
+/// What one tool call means for the rest of its step.
+enum Next {
+    /// Answer the next call.
+    Continue,
+    /// Answer the remaining calls with "not run", then end the loop with this stop.
+    StopAfter(Stop),
+    /// The run was cancelled: end the loop at once.
+    Cancelled,
+}
+
+/// The conversation a run opens with: the system prompt, the session's context, the prompt.
+fn opening_messages(run: &BuiltinRun) -> Vec<Message> {
+    let mut messages = vec![Message::System {
+        content: system_prompt(&run.limits),
+    }];
+    messages.extend(run.context.iter().cloned());
+    messages.push(Message::User {
+        content: run.prompt.clone(),
+    });
+    messages
+}
+
+/// The run's description from the model's final answer: its first line, shortened; none if
+/// that line is empty.
+fn answer_description(text: &str) -> Option<String> {
+    Some(one_line(text.lines().next().unwrap_or(""), 100)).filter(|d| !d.is_empty())
+}
+
+/// The answer to a call that comes after the loop decided to stop.
+fn not_run_message(call: &ToolCall, stop: Stop) -> Message {
+    tool_message(
+        call,
+        &json!({"ok": false, "error": format!("not run: the run is ending ({})", stop.as_str())}),
+    )
+}
+
+/// What the model is told about its `failures`-th invalid call.
+fn invalid_call_message(why: &str, failures: u32, max_retries: u32) -> String {
+    let left = max_retries.saturating_sub(failures);
+    format!("{why} (invalid call {failures}; {left} more allowed)")
+}
+
+/// What the model is told when it calls a tool after spending its budget.
+fn budget_exhausted_message(max_tool_calls: usize) -> String {
+    format!(
+        "tool budget exhausted ({max_tool_calls} calls); the run ends and your edits so far are published"
+    )
+}
+
 fn tool_message(call: &ToolCall, payload: &Value) -> Message {
     Message::Tool {
         tool_call_id: call.tool_call_id.clone(),
         name: call.name.clone(),
         content: payload.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failure(r: Result<Value, ToolFailure>) -> String {
+        match r {
+            Err(ToolFailure::Message(m)) => m,
+            Err(ToolFailure::Cancelled) => panic!("cancelled"),
+            Ok(v) => panic!("ok: {v}"),
+        }
+    }
+
+    #[test]
+    fn command_timeouts_are_bounded_by_the_limit_and_the_deadline() {
+        let s = Duration::from_secs;
+        // (asked, limit, left of the run, expected)
+        let cases = [
+            (None, s(60), s(600), s(60)),
+            (Some(5), s(60), s(600), s(5)),
+            (Some(500), s(60), s(600), s(60)),
+            (Some(30), s(60), s(10), s(10)),
+            (None, s(60), Duration::ZERO, s(1)),
+        ];
+        for (asked, limit, left, want) in cases {
+            assert_eq!(command_timeout(asked, limit, left), want, "{asked:?}");
+        }
+    }
+
+    #[test]
+    fn only_a_command_that_exits_is_a_result() {
+        let t = Duration::from_secs(7);
+        assert_eq!(
+            command_result(Exit::Code(3), "out\n", t).ok().unwrap(),
+            json!({"exit_code": 3, "output": "out\n"})
+        );
+        let timed_out = failure(command_result(Exit::TimedOut, "so far", t));
+        assert!(
+            timed_out.starts_with("the command timed out after 7s and was killed")
+                && timed_out.ends_with("output so far:\nso far"),
+            "{timed_out}"
+        );
+        let killed = failure(command_result(Exit::Signal(9), "x", t));
+        assert!(killed.starts_with("the command ") && killed.ends_with("; output:\nx"));
+    }
+
+    #[test]
+    fn tool_answers_carry_the_result_or_error_and_the_calls_left() {
+        let ok = tool_answer(Ok(json!({"exit_code": 0, "output": ""})), 4).unwrap();
+        assert_eq!(
+            ok,
+            ToolAnswer {
+                ok: true,
+                payload: json!({"ok": true, "result": {"exit_code": 0, "output": ""}, "calls_left": 4}),
+                summary: "exit 0".into(),
+            }
+        );
+        let err = tool_answer(Err(ToolFailure::Message("no such\nfile".into())), 0).unwrap();
+        assert_eq!(
+            err,
+            ToolAnswer {
+                ok: false,
+                payload: json!({"ok": false, "error": "no such\nfile", "calls_left": 0}),
+                summary: one_line("no such\nfile", 200),
+            }
+        );
+        assert!(tool_answer(Err(ToolFailure::Cancelled), 3).is_none());
+    }
+
+    #[test]
+    fn the_answer_names_the_run_and_refusals_say_what_is_left() {
+        assert_eq!(
+            answer_description("Fixed the bug.\nDetails…").as_deref(),
+            Some("Fixed the bug.")
+        );
+        assert_eq!(answer_description(""), None);
+        assert_eq!(answer_description("\nsecond line"), None);
+        assert_eq!(
+            invalid_call_message("bad", 2, 5),
+            "bad (invalid call 2; 3 more allowed)"
+        );
+        assert_eq!(
+            invalid_call_message("bad", 7, 5),
+            "bad (invalid call 7; 0 more allowed)"
+        );
+        let call = ToolCall {
+            tool_call_id: "c1".into(),
+            name: "read_file".into(),
+            arguments: "{}".into(),
+        };
+        let Message::Tool {
+            tool_call_id,
+            content,
+            ..
+        } = not_run_message(&call, Stop::Finished)
+        else {
+            panic!("not a tool message")
+        };
+        assert_eq!(tool_call_id, "c1");
+        assert_eq!(
+            serde_json::from_str::<Value>(&content).unwrap(),
+            json!({"ok": false, "error": "not run: the run is ending (finished)"})
+        );
     }
 }

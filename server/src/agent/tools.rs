@@ -61,105 +61,168 @@ fn schema(props: Value, required: &[&str]) -> Value {
     json!({"type": "object", "properties": props, "required": required, "additionalProperties": false})
 }
 
-/// The tools offered to the model, with their JSON Schemas.
+/// The tools offered to the model, with their JSON Schemas, in the order they are offered.
 pub fn tool_specs() -> Vec<ToolSpec> {
-    let path = json!({"type": "string", "description": "Path relative to the repository root, e.g. src/main.rs"});
-    vec![
-        ToolSpec {
-            name: "list_files",
-            description: "List the project's files (.gitignore respected).",
-            parameters: schema(
-                json!({"prefix": {"type": "string", "description": "Only under this directory"},
-                       "glob": {"type": "string", "description": "Only paths matching this glob, e.g. **/*.rs"}}),
-                &[],
-            ),
-        },
-        ToolSpec {
-            name: "read_file",
-            description: "Read a text file (or a line range of it). Returns its lines and file_hash, which edit_file needs as expected_hash.",
-            parameters: schema(
-                json!({"file_path": path, "start_line": {"type": "integer", "minimum": 1},
-                       "end_line": {"type": "integer", "minimum": 1},
-                       "max_bytes": {"type": "integer", "minimum": 1}}),
-                &["file_path"],
-            ),
-        },
-        ToolSpec {
-            name: "search_project",
-            description: "Search the project's text files for a literal string (case-insensitive unless it has capitals). Returns snippets with line ranges.",
-            parameters: schema(
-                json!({"query": {"type": "string"}, "glob": {"type": "string"},
-                       "limit": {"type": "integer", "minimum": 1}}),
-                &["query"],
-            ),
-        },
-        ToolSpec {
-            name: "edit_file",
-            description: "Edit a line range of a file. operation: replace (lines start_line..=end_line become new_text), insert (new_text goes before start_line; one past the last line appends), delete (removes start_line..=end_line; no new_text). expected_hash is the file_hash from your last read_file or edit_file of this file; line numbers refer to that version.",
-            parameters: schema(
-                json!({"file_path": path,
-                       "operation": {"type": "string", "enum": ["replace", "insert", "delete"]},
-                       "start_line": {"type": "integer", "minimum": 1},
-                       "end_line": {"type": "integer", "minimum": 1},
-                       "new_text": {"type": "string"},
-                       "expected_hash": {"type": "string", "description": "sha256:<hex> as returned by read_file"},
-                       "rationale": {"type": "string", "description": "Why: shown to the user beside the change"},
-                       "edit_id": {"type": "string"}}),
-                &["file_path", "operation", "start_line", "expected_hash"],
-            ),
-        },
-        ToolSpec {
-            name: "write_file",
-            description: "Create a file, or replace a whole file (pass expected_hash when it exists).",
-            parameters: schema(
-                json!({"file_path": path, "content": {"type": "string"},
-                       "expected_hash": {"type": "string"}}),
-                &["file_path", "content"],
-            ),
-        },
-        ToolSpec {
-            name: "move_file",
-            description: "Move or rename a file.",
-            parameters: schema(
-                json!({"from_path": path, "to_path": path}),
-                &["from_path", "to_path"],
-            ),
-        },
-        ToolSpec {
-            name: "delete_file",
-            description: "Delete a file.",
-            parameters: schema(json!({"file_path": path}), &["file_path"]),
-        },
-        ToolSpec {
-            name: "run_command",
-            description: "Run a shell command in the repository root (tests, builds, linters). Output is capped; there is a timeout.",
-            parameters: schema(
-                json!({"command": {"type": "string"}, "timeout_secs": {"type": "integer", "minimum": 1}}),
-                &["command"],
-            ),
-        },
-        ToolSpec {
-            name: "clarify_user",
-            description: "Ask the user one question and wait for the answer. The answer is no_user_answer if they skip it.",
-            parameters: schema(json!({"question": {"type": "string"}}), &["question"]),
-        },
-        ToolSpec {
-            name: "suggestion_status",
-            description: "The user's decisions on this session's earlier suggestions: which hunks were accepted, rejected or modified, with comments.",
-            parameters: schema(json!({"suggestion_id": {"type": "string"}}), &[]),
-        },
-        ToolSpec {
-            name: "finish",
-            description: "End the run: your changes are published to the user for review, hunk by hunk.",
-            parameters: schema(
-                json!({"description": {"type": "string", "description": "One line: what the change does"},
-                       "hunk_descriptions": {"type": "array", "items": {"type": "object",
-                           "properties": {"file": {"type": "string"}, "line": {"type": "integer"}, "description": {"type": "string"}},
-                           "required": ["file", "description"], "additionalProperties": false}}}),
-                &["description"],
-            ),
-        },
+    [
+        list_files_spec,
+        read_file_spec,
+        search_project_spec,
+        edit_file_spec,
+        write_file_spec,
+        move_file_spec,
+        delete_file_spec,
+        run_command_spec,
+        clarify_user_spec,
+        suggestion_status_spec,
+        finish_spec,
     ]
+    .iter()
+    .map(|spec| spec())
+    .collect()
+}
+
+/// The schema of an argument that names a file in the repository.
+fn path_param() -> Value {
+    json!({"type": "string", "description": "Path relative to the repository root, e.g. src/main.rs"})
+}
+
+/// `list_files`: the project's files, optionally under a prefix or matching a glob.
+fn list_files_spec() -> ToolSpec {
+    ToolSpec {
+        name: "list_files",
+        description: "List the project's files (.gitignore respected).",
+        parameters: schema(
+            json!({"prefix": {"type": "string", "description": "Only under this directory"},
+                   "glob": {"type": "string", "description": "Only paths matching this glob, e.g. **/*.rs"}}),
+            &[],
+        ),
+    }
+}
+
+/// `read_file`: a file or a line range of it, with the hash edits need.
+fn read_file_spec() -> ToolSpec {
+    ToolSpec {
+        name: "read_file",
+        description: "Read a text file (or a line range of it). Returns its lines and file_hash, which edit_file needs as expected_hash.",
+        parameters: schema(
+            json!({"file_path": path_param(), "start_line": {"type": "integer", "minimum": 1},
+                   "end_line": {"type": "integer", "minimum": 1},
+                   "max_bytes": {"type": "integer", "minimum": 1}}),
+            &["file_path"],
+        ),
+    }
+}
+
+/// `search_project`: a literal search over the project's text files.
+fn search_project_spec() -> ToolSpec {
+    ToolSpec {
+        name: "search_project",
+        description: "Search the project's text files for a literal string (case-insensitive unless it has capitals). Returns snippets with line ranges.",
+        parameters: schema(
+            json!({"query": {"type": "string"}, "glob": {"type": "string"},
+                   "limit": {"type": "integer", "minimum": 1}}),
+            &["query"],
+        ),
+    }
+}
+
+/// `edit_file`: replace, insert or delete a line range of a file read before.
+fn edit_file_spec() -> ToolSpec {
+    ToolSpec {
+        name: "edit_file",
+        description: "Edit a line range of a file. operation: replace (lines start_line..=end_line become new_text), insert (new_text goes before start_line; one past the last line appends), delete (removes start_line..=end_line; no new_text). expected_hash is the file_hash from your last read_file or edit_file of this file; line numbers refer to that version.",
+        parameters: schema(
+            json!({"file_path": path_param(),
+                   "operation": {"type": "string", "enum": ["replace", "insert", "delete"]},
+                   "start_line": {"type": "integer", "minimum": 1},
+                   "end_line": {"type": "integer", "minimum": 1},
+                   "new_text": {"type": "string"},
+                   "expected_hash": {"type": "string", "description": "sha256:<hex> as returned by read_file"},
+                   "rationale": {"type": "string", "description": "Why: shown to the user beside the change"},
+                   "edit_id": {"type": "string"}}),
+            &["file_path", "operation", "start_line", "expected_hash"],
+        ),
+    }
+}
+
+/// `write_file`: create a file or replace all of it.
+fn write_file_spec() -> ToolSpec {
+    ToolSpec {
+        name: "write_file",
+        description: "Create a file, or replace a whole file (pass expected_hash when it exists).",
+        parameters: schema(
+            json!({"file_path": path_param(), "content": {"type": "string"},
+                   "expected_hash": {"type": "string"}}),
+            &["file_path", "content"],
+        ),
+    }
+}
+
+/// `move_file`: move or rename a file.
+fn move_file_spec() -> ToolSpec {
+    ToolSpec {
+        name: "move_file",
+        description: "Move or rename a file.",
+        parameters: schema(
+            json!({"from_path": path_param(), "to_path": path_param()}),
+            &["from_path", "to_path"],
+        ),
+    }
+}
+
+/// `delete_file`: delete a file.
+fn delete_file_spec() -> ToolSpec {
+    ToolSpec {
+        name: "delete_file",
+        description: "Delete a file.",
+        parameters: schema(json!({"file_path": path_param()}), &["file_path"]),
+    }
+}
+
+/// `run_command`: a shell command in the repository root, with capped output and a timeout.
+fn run_command_spec() -> ToolSpec {
+    ToolSpec {
+        name: "run_command",
+        description: "Run a shell command in the repository root (tests, builds, linters). Output is capped; there is a timeout.",
+        parameters: schema(
+            json!({"command": {"type": "string"}, "timeout_secs": {"type": "integer", "minimum": 1}}),
+            &["command"],
+        ),
+    }
+}
+
+/// `clarify_user`: one question to the user, answered or skipped.
+fn clarify_user_spec() -> ToolSpec {
+    ToolSpec {
+        name: "clarify_user",
+        description: "Ask the user one question and wait for the answer. The answer is no_user_answer if they skip it.",
+        parameters: schema(json!({"question": {"type": "string"}}), &["question"]),
+    }
+}
+
+/// `suggestion_status`: the user's decisions on the session's earlier suggestions.
+fn suggestion_status_spec() -> ToolSpec {
+    ToolSpec {
+        name: "suggestion_status",
+        description: "The user's decisions on this session's earlier suggestions: which hunks were accepted, rejected or modified, with comments.",
+        parameters: schema(json!({"suggestion_id": {"type": "string"}}), &[]),
+    }
+}
+
+/// `finish`: end the run and publish its changes, with a description and per-hunk notes.
+fn finish_spec() -> ToolSpec {
+    ToolSpec {
+        name: "finish",
+        description:
+            "End the run: your changes are published to the user for review, hunk by hunk.",
+        parameters: schema(
+            json!({"description": {"type": "string", "description": "One line: what the change does"},
+                   "hunk_descriptions": {"type": "array", "items": {"type": "object",
+                       "properties": {"file": {"type": "string"}, "line": {"type": "integer"}, "description": {"type": "string"}},
+                       "required": ["file", "description"], "additionalProperties": false}}}),
+            &["description"],
+        ),
+    }
 }
 
 #[derive(Deserialize)]
@@ -201,44 +264,11 @@ fn non_empty(what: &str, s: &str) -> Result<(), String> {
 /// Validate a tool call against its schema. The error text goes back to the model (and counts
 /// against `max_schema_retries`).
 pub fn parse_call(call: &ToolCall) -> Result<Action, String> {
-    let raw = call.arguments.trim();
-    let v: Value = if raw.is_empty() {
-        json!({})
-    } else {
-        serde_json::from_str(raw).map_err(|e| {
-            format!(
-                "the arguments of {} are not valid JSON ({e}); send one JSON object",
-                call.name
-            )
-        })?
-    };
-    if !v.is_object() {
-        return Err(format!(
-            "the arguments of {} must be a JSON object",
-            call.name
-        ));
-    }
+    let v = parse_arguments(call)?;
     let name = call.name.as_str();
     Ok(match name {
         "list_files" | "read_file" | "search_project" | "edit_file" | "write_file"
-        | "move_file" | "delete_file" => {
-            // The tool's name is its tag: the arguments must be exactly that variant's fields.
-            let mut tagged = v;
-            tagged["tool"] = json!(name);
-            let tool: FileTool = args(name, tagged)?;
-            match &tool {
-                FileTool::ReadFile { file_path, .. } | FileTool::WriteFile { file_path, .. } => {
-                    non_empty("file_path", file_path)?
-                }
-                FileTool::SearchProject { query, .. } => non_empty("query", query)?,
-                FileTool::EditFile(e) => {
-                    non_empty("file_path", &e.file_path)?;
-                    validate_edit(e).map_err(|err| format!("invalid edit: {err}"))?;
-                }
-                _ => {}
-            }
-            Action::File(tool)
-        }
+        | "move_file" | "delete_file" => Action::File(parse_file_tool(name, v)?),
         "run_command" => {
             let a: CommandArgs = args(name, v)?;
             non_empty("command", &a.command)?;
@@ -276,6 +306,49 @@ pub fn parse_call(call: &ToolCall) -> Result<Action, String> {
             ));
         }
     })
+}
+
+/// A call's arguments as one JSON object (empty arguments are `{}`).
+fn parse_arguments(call: &ToolCall) -> Result<Value, String> {
+    let raw = call.arguments.trim();
+    let v: Value = if raw.is_empty() {
+        json!({})
+    } else {
+        serde_json::from_str(raw).map_err(|e| {
+            format!(
+                "the arguments of {} are not valid JSON ({e}); send one JSON object",
+                call.name
+            )
+        })?
+    };
+    if !v.is_object() {
+        return Err(format!(
+            "the arguments of {} must be a JSON object",
+            call.name
+        ));
+    }
+    Ok(v)
+}
+
+/// A file tool named `name`: the arguments must be exactly that variant's fields, with the
+/// paths, query and edit it needs present and valid.
+fn parse_file_tool(name: &str, v: Value) -> Result<FileTool, String> {
+    // The tool's name is its tag.
+    let mut tagged = v;
+    tagged["tool"] = json!(name);
+    let tool: FileTool = args(name, tagged)?;
+    match &tool {
+        FileTool::ReadFile { file_path, .. } | FileTool::WriteFile { file_path, .. } => {
+            non_empty("file_path", file_path)?
+        }
+        FileTool::SearchProject { query, .. } => non_empty("query", query)?,
+        FileTool::EditFile(e) => {
+            non_empty("file_path", &e.file_path)?;
+            validate_edit(e).map_err(|err| format!("invalid edit: {err}"))?;
+        }
+        _ => {}
+    }
+    Ok(tool)
 }
 
 /// What a call is about, for `tool.call.requested` and status lines.
@@ -482,6 +555,39 @@ mod tests {
             name: name.into(),
             arguments: args.into(),
         }
+    }
+
+    /// The schemas are sent to the model on every step: any change to them, even key order
+    /// or a word of a description, is a wire change and must be deliberate.
+    #[test]
+    fn tool_specs_on_the_wire_are_pinned() {
+        use sha2::{Digest, Sha256};
+        let wire = serde_json::to_string(&tool_specs()).unwrap();
+        let names: Vec<&str> = tool_specs().iter().map(|t| t.name).collect();
+        assert_eq!(
+            names,
+            [
+                "list_files",
+                "read_file",
+                "search_project",
+                "edit_file",
+                "write_file",
+                "move_file",
+                "delete_file",
+                "run_command",
+                "clarify_user",
+                "suggestion_status",
+                "finish"
+            ]
+        );
+        assert_eq!(
+            (wire.len(), hex::encode(Sha256::digest(wire.as_bytes()))),
+            (
+                4581,
+                String::from("b8184d6ea3bf89ea2c1e52da7bf6982e3678e727860df4725012dc9ff98869aa")
+            ),
+            "{wire}"
+        );
     }
 
     #[test]
