@@ -56,7 +56,7 @@ pub struct LoopEnd {
 
 impl Hub {
     fn tool_event_status(&self, run_id: &str, message: String) {
-        self.bus.emit(Event::Status {
+        self.bus().emit(Event::Status {
             seq: 0,
             suggestion_id: None,
             run_id: Some(run_id.to_string()),
@@ -264,7 +264,7 @@ impl Hub {
         let SummarizedCall { call, summary } = call;
         state.used += 1;
         self.add_usage(&run.run_id, |u| u.tool_calls += 1);
-        self.bus.emit(Event::ToolRequested {
+        self.bus().emit(Event::ToolRequested {
             seq: 0,
             run_id: run.run_id.clone(),
             tool_call_id: call.tool_call_id.clone(),
@@ -306,7 +306,7 @@ impl Hub {
         result: &str,
         ms: u64,
     ) {
-        self.bus.emit(Event::ToolCompleted {
+        self.bus().emit(Event::ToolCompleted {
             seq: 0,
             run_id: run_id.to_string(),
             tool_call_id: call.tool_call_id.clone(),
@@ -357,7 +357,7 @@ impl Hub {
             run.deadline.saturating_duration_since(Instant::now()),
         );
         let argv = vec!["/bin/sh".to_string(), "-c".to_string(), command.to_string()];
-        let env = scrubbed_env(&self.cfg.agent_env);
+        let env = scrubbed_env(&self.cfg().agent_env);
         let mut out = OutputCap::new(run.limits.max_command_output);
         let outcome = agent::run(
             run.sandbox.as_ref(),
@@ -408,7 +408,7 @@ impl Hub {
         let question_id = format!("q_{}", uuid::Uuid::new_v4().simple());
         let question: String = question.trim().chars().take(2000).collect();
         let rx = self
-            .runs
+            .runs()
             .ask(run_id, &question_id)
             .map_err(|e| ToolFailure::Message(e.to_string()))?;
         let q = Question {
@@ -423,13 +423,13 @@ impl Hub {
             run_id,
             Entry::message("assistant", &format!("Question: {question}")),
         );
-        self.bus.emit(Event::ClarificationRequested {
+        self.bus().emit(Event::ClarificationRequested {
             seq: 0,
             run_id: run_id.to_string(),
             question_id: question_id.clone(),
             question: question.clone(),
         });
-        self.bus.emit(Event::Status {
+        self.bus().emit(Event::Status {
             seq: 0,
             suggestion_id: None,
             run_id: Some(run_id.to_string()),
@@ -440,7 +440,7 @@ impl Hub {
             a = rx => a.ok(),
             _ = cancel.cancelled() => None,
         };
-        self.runs.forget_question(run_id);
+        self.runs().forget_question(run_id);
         let _ = self.update_run(run_id, |r| {
             if r.status == RunState::WaitingForUser {
                 r.status = RunState::Working;
@@ -472,7 +472,7 @@ impl Hub {
         };
         // An unknown run is a 404, not "not waiting".
         self.run_view(run_id)?;
-        let qid = self.runs.reply(run_id, question_id, text.clone())?;
+        let qid = self.runs().reply(run_id, question_id, text.clone())?;
         // Working again from the moment the answer is accepted, not when the loop wakes up.
         let _ = self.update_run(run_id, |r| {
             if r.status == RunState::WaitingForUser {
@@ -480,7 +480,7 @@ impl Hub {
             }
             r.question = None;
         });
-        self.bus.emit(Event::ClarificationReceived {
+        self.bus().emit(Event::ClarificationReceived {
             seq: 0,
             run_id: run_id.to_string(),
             question_id: qid.clone(),

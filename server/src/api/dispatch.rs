@@ -98,7 +98,7 @@ pub async fn dispatch(hub: &Arc<Hub>, msg: ClientMsg) -> Result<Reply, AppError>
         }
         ClientMsg::Replay(cmd) => Ok(Reply::Json(replay_data(hub, cmd.since))),
         ClientMsg::Ping(_) => Ok(Reply::Pong {
-            seq: hub.bus.current(),
+            seq: hub.bus().current(),
         }),
         ClientMsg::Rollback { checkpoint_id, cmd } => hub
             .blocking(move |hub| hub.rollback(&checkpoint_id, cmd.mode, &cmd.hunk_ids, cmd.confirm))
@@ -122,14 +122,14 @@ pub async fn dispatch(hub: &Arc<Hub>, msg: ClientMsg) -> Result<Reply, AppError>
 
 /// `{"seq", "epoch", "complete", "events": [...]}` for a replay request.
 pub fn replay_data(hub: &Hub, since: u64) -> Value {
-    let (events, complete) = hub.bus.since(since);
+    let (events, complete) = hub.bus().since(since);
     let events: Vec<Value> = events
         .iter()
         .filter_map(|e| serde_json::from_str(&e.json).ok())
         .collect();
     json!({
-        "seq": hub.bus.current(),
-        "epoch": hub.epoch,
+        "seq": hub.bus().current(),
+        "epoch": hub.epoch(),
         "complete": complete,
         "events": events,
     })

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 
 use crate::api::dispatch::{dispatch, Reply};
 use crate::error::AppError;
-use crate::hub::auth::{bearer, check_host, check_origin, constant_time_eq};
+use crate::hub::auth::{bearer, check_host, check_origin};
 use crate::hub::Hub;
 use crate::protocol::{
     AgentStatusCmd, ClientMsg, CompleteCmd, FeedbackAllCmd, FeedbackCmd, GetCmd, ListCmd,
@@ -71,8 +71,8 @@ pub fn router(hub: Arc<Hub>) -> Router {
 /// agent token for `/agent/*` (and nothing else).
 async fn guard(State(hub): State<Arc<Hub>>, mut req: Request, next: Next) -> Response {
     let headers = req.headers();
-    if let Err(e) = check_host(headers, &hub.cfg.host, hub.cfg.port)
-        .and_then(|_| check_origin(headers, &hub.cfg.allowed_origins))
+    if let Err(e) = check_host(headers, &hub.cfg().host, hub.cfg().port)
+        .and_then(|_| check_origin(headers, &hub.cfg().allowed_origins))
     {
         return e.into_response();
     }
@@ -86,9 +86,9 @@ async fn guard(State(hub): State<Arc<Hub>>, mut req: Request, next: Next) -> Res
         )
         .into_response();
     };
-    let caller = if constant_time_eq(token.as_bytes(), hub.reviewer_token.as_bytes()) {
+    let caller = if hub.is_reviewer_token(token) {
         Caller::Reviewer
-    } else if let Some(run_id) = hub.runs.run_for_token(token) {
+    } else if let Some(run_id) = hub.runs().run_for_token(token) {
         Caller::Agent { run_id }
     } else {
         return AppError::unauthorized("invalid token".into()).into_response();
@@ -130,7 +130,7 @@ async fn health(State(hub): State<Arc<Hub>>) -> Json<Value> {
     Json(json!({
         "healthy": true,
         "service": SERVICE,
-        "wsClients": hub.ws_clients.load(Ordering::Relaxed),
+        "wsClients": hub.ws_clients().load(Ordering::Relaxed),
         "version": env!("CARGO_PKG_VERSION"),
     }))
 }

@@ -4,8 +4,7 @@
 use std::collections::BTreeMap;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
-use std::sync::atomic::AtomicUsize;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
@@ -14,13 +13,10 @@ use hunkgate_sandbox::beneath::Beneath;
 use hunkgate_sandbox::store::Store;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use crate::config::ServeConfig;
 use crate::decide::recover::recover;
-use crate::hub::events::Bus;
-use crate::hub::registry::Runs;
-use crate::hub::{Hub, State};
+use crate::hub::{Hub, Parts, State};
 use crate::model::decision::DecisionRec;
 use crate::model::feedback::FeedbackRecord;
 use crate::model::run::RunRec;
@@ -234,26 +230,19 @@ pub fn open_hub(
         sessions,
     };
     let compact = state.records(seq_upto + feedback_lines.len() as u64);
-    let journal = Arc::new(Mutex::new(Journal::rewrite(&journal_path, &compact)?));
-
-    let sandbox_root = cfg.state_dir.join("sandboxes");
-    let hub = Arc::new(Hub {
-        store,
-        bus: Bus::new(journal.clone(), seq_upto),
-        journal,
-        feedback: Mutex::new(feedback),
-        state: Mutex::new(state),
-        reviewer_token: token,
-        epoch: uuid::Uuid::new_v4().to_string(),
-        ws_clients: AtomicUsize::new(0),
-        runs: Runs::new(sandbox_root),
-        tasks: TaskTracker::new(),
-        shutdown,
+    let journal = Journal::rewrite(&journal_path, &compact)?;
+    let hub = Arc::new(Hub::new(Parts {
         cfg,
-        unfinished: Mutex::new(Vec::new()),
-    });
+        store,
+        journal,
+        seq_upto,
+        feedback,
+        state,
+        reviewer_token: token,
+        shutdown,
+    }));
     for (ev, line) in recovered_events.into_iter().zip(&feedback_lines) {
-        let seq = hub.bus.emit(ev);
+        let seq = hub.bus().emit(ev);
         debug_assert_eq!(seq, line.seq);
     }
     Ok(Started { hub, _lock: lock })
@@ -268,15 +257,15 @@ pub async fn run(
     let port = listener.local_addr()?.port();
     let started = open_hub(cfg, port, shutdown.clone())?;
     let hub = started.hub.clone();
-    let hub_json = hub.cfg.state_dir.join("hub.json");
+    let hub_json = hub.cfg().state_dir.join("hub.json");
     let info = serde_json::json!({
         "url": hub.url(),
         "pid": std::process::id(),
         "version": env!("CARGO_PKG_VERSION"),
-        "repo": hub.cfg.repo,
+        "repo": hub.cfg().repo,
     });
     write_private(&hub_json, info.to_string().as_bytes())?;
-    tracing::info!(url = %hub.url(), repo = %hub.cfg.repo.display(), state = %hub.cfg.state_dir.display(), "hunkgate hub listening");
+    tracing::info!(url = %hub.url(), repo = %hub.cfg().repo.display(), state = %hub.cfg().state_dir.display(), "hunkgate hub listening");
     let app = crate::api::http::router(hub.clone());
     // Replies and events are small frames: without TCP_NODELAY, one written while the peer
     // still holds back its ACK of the previous one waits for it (up to 40 ms on Linux).
@@ -292,8 +281,8 @@ pub async fn run(
         })
         .await;
     // Runs hold child tokens of `shutdown`, so their agents are being killed now.
-    hub.tasks.close();
-    if tokio::time::timeout(Duration::from_secs(10), hub.tasks.wait())
+    hub.tasks().close();
+    if tokio::time::timeout(Duration::from_secs(10), hub.tasks().wait())
         .await
         .is_err()
     {

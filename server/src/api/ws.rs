@@ -35,7 +35,7 @@ struct ClientCount(Arc<Hub>);
 
 impl Drop for ClientCount {
     fn drop(&mut self) {
-        self.0.ws_clients.fetch_sub(1, Ordering::Relaxed);
+        self.0.ws_clients().fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -46,20 +46,20 @@ where
     R: Stream<Item = Result<Message, E>> + Unpin,
     E: Display,
 {
-    hub.ws_clients.fetch_add(1, Ordering::Relaxed);
+    hub.ws_clients().fetch_add(1, Ordering::Relaxed);
     let _count = ClientCount(hub.clone());
     // Subscribe before reading `current` so no event falls between hello and the stream.
-    let events = hub.bus.subscribe();
+    let events = hub.bus().subscribe();
     let hello = Hello {
         kind: "hello".into(),
         service: SERVICE.into(),
         version: env!("CARGO_PKG_VERSION").into(),
         protocol: PROTOCOL_VERSION,
-        seq: hub.bus.current(),
-        epoch: hub.epoch.clone(),
+        seq: hub.bus().current(),
+        epoch: hub.epoch().to_string(),
     };
     let (tx, rx) = mpsc::channel::<String>(64);
-    let sending = send_loop(write, hello, events, rx, hub.shutdown.clone());
+    let sending = send_loop(write, hello, events, rx, hub.shutdown().clone());
     tokio::join!(sending, receive_loop(&hub, read, tx));
 }
 
@@ -123,7 +123,7 @@ where
     loop {
         let msg = tokio::select! {
             m = stream.next() => m,
-            _ = hub.shutdown.cancelled() => break,
+            _ = hub.shutdown().cancelled() => break,
         };
         let reply = match msg {
             Some(Ok(Message::Text(text))) => handle(hub, text.as_str()).await,

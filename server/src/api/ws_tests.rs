@@ -139,24 +139,24 @@ fn status(i: usize) -> Event {
 async fn hello_then_events_after_it_and_the_client_count() {
     let fx = Fixture::new(0);
     let hub = fx.hub();
-    hub.bus.emit(status(0));
+    hub.bus().emit(status(0));
     let mut c = Client::connect(hub, 16);
     let hello = c.next_json().await;
     assert_eq!(hello["type"], "hello");
     assert_eq!(hello["service"], SERVICE);
     assert_eq!(hello["protocol"], PROTOCOL_VERSION);
-    assert_eq!(hello["epoch"], hub.epoch.as_str());
+    assert_eq!(hello["epoch"], hub.epoch());
     let seq = hello["seq"].as_u64().unwrap();
-    assert_eq!(seq, hub.bus.current());
-    assert_eq!(hub.ws_clients.load(Ordering::Relaxed), 1);
+    assert_eq!(seq, hub.bus().current());
+    assert_eq!(hub.ws_clients().load(Ordering::Relaxed), 1);
     // The event before the hello is not pushed; the one after it is.
-    hub.bus.emit(status(1));
+    hub.bus().emit(status(1));
     let ev = c.next_json().await;
     assert_eq!(ev["type"], "suggestion.status");
     assert_eq!(ev["message"], "step 1");
     assert_eq!(ev["seq"], seq + 1);
     c.close().await;
-    assert_eq!(hub.ws_clients.load(Ordering::Relaxed), 0);
+    assert_eq!(hub.ws_clients().load(Ordering::Relaxed), 0);
 }
 
 #[tokio::test]
@@ -228,7 +228,7 @@ async fn replay_returns_what_was_missed_and_a_slow_client_is_told_to_resync() {
     let fx = Fixture::new(0);
     let hub = fx.hub();
     for i in 0..3 {
-        hub.bus.emit(status(i));
+        hub.bus().emit(status(i));
     }
     // Room for one frame only: the hub waits on this client while events pile up.
     let mut c = Client::connect(hub, 1);
@@ -240,7 +240,7 @@ async fn replay_returns_what_was_missed_and_a_slow_client_is_told_to_resync() {
     assert_eq!(r["data"]["complete"], true);
     assert_eq!(r["data"]["seq"], hello["seq"]);
     for i in 0..3000 {
-        hub.bus.emit(status(i));
+        hub.bus().emit(status(i));
     }
     let mut seen = 0;
     let resync = loop {
@@ -266,7 +266,7 @@ async fn shutdown_closes_with_going_away() {
     let fx = Fixture::new(0);
     let mut c = Client::connect(fx.hub(), 16);
     c.next_json().await;
-    fx.hub().shutdown.cancel();
+    fx.hub().shutdown().cancel();
     match c.next().await {
         Message::Close(Some(f)) => assert_eq!(f.code, 1001),
         other => panic!("expected a close frame, got {other:?}"),
@@ -290,7 +290,8 @@ async fn the_real_endpoint_wants_the_token_before_the_hello() {
         other => panic!("connected without a token: {:?}", other.map(|_| ())),
     }
     let mut req = url.as_str().into_client_request().unwrap();
-    let bearer = format!("Bearer {}", fx.hub().reviewer_token);
+    let token = std::fs::read_to_string(fx.hub().cfg().state_dir.join("token")).unwrap();
+    let bearer = format!("Bearer {}", token.trim());
     req.headers_mut()
         .insert("authorization", bearer.parse().unwrap());
     let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();

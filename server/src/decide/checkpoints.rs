@@ -105,12 +105,12 @@ impl Hub {
     /// objects and a ref under `refs/hunkgate/` are written there — never the index, HEAD or a
     /// branch — and a failure is reported, not fatal: the hub's own store has the commit.
     pub fn mirror_ref(&self, name: &str, commit: hunkgate_sandbox::ObjectId) {
-        if !self.cfg.mirror_refs {
+        if !self.cfg().mirror_refs {
             return;
         }
         let result =
-            hunkgate_sandbox::store::Store::open_existing(&self.cfg.repo).and_then(|user| {
-                self.store.copy_commit_into(&user, commit)?;
+            hunkgate_sandbox::store::Store::open_existing(&self.cfg().repo).and_then(|user| {
+                self.store().copy_commit_into(&user, commit)?;
                 user.set_ref(name, commit)
             });
         if let Err(e) = result {
@@ -121,7 +121,7 @@ impl Hub {
     fn base_tree(&self, s: &Suggestion) -> Result<FlatTree, AppError> {
         let id = oid(&s.base_commit)
             .ok_or_else(|| AppError::internal("a suggestion has a corrupt base commit id"))?;
-        self.store.read_tree(id).map_err(store_err)
+        self.store().read_tree(id).map_err(store_err)
     }
 
     pub fn checkpoint(&self, id: &str) -> Result<CheckpointView, AppError> {
@@ -134,7 +134,7 @@ impl Hub {
         let mut files = Vec::new();
         for (path, hunks) in affected(&s) {
             let base_hash = match base.get(&path) {
-                Some(e) => Some(sha_tag(&self.store.read_blob(e.oid).map_err(store_err)?)),
+                Some(e) => Some(sha_tag(&self.store().read_blob(e.oid).map_err(store_err)?)),
                 None => None,
             };
             let (current_hash, unreadable) = current(&root, &path);
@@ -177,7 +177,7 @@ impl Hub {
         }
         let base = self.base_tree(&s)?;
         let run =
-            self.store
+            self.store()
                 .read_tree(oid(&s.run_commit).ok_or_else(|| {
                     AppError::internal("a suggestion has a corrupt run commit id")
                 })?)
@@ -195,7 +195,7 @@ impl Hub {
         let blob = |t: &FlatTree| -> Result<Option<Vec<u8>>, AppError> {
             t.get(file_path)
                 .filter(|e| e.mode != Mode::Symlink)
-                .map(|e| self.store.read_blob(e.oid).map_err(store_err))
+                .map(|e| self.store().read_blob(e.oid).map_err(store_err))
                 .transpose()
         };
         let base_text = text(blob(&base)?);
@@ -235,7 +235,7 @@ impl Hub {
         let sid = Self::resolve_id(&st, id)?;
         let s = &st.suggestions[&sid];
         check_rollback(s, mode, hunk_ids, confirm)?;
-        self.bus.emit(Event::RollbackStarted {
+        self.bus().emit(Event::RollbackStarted {
             seq: 0,
             checkpoint_id: sid.clone(),
             mode,
@@ -274,7 +274,7 @@ impl Hub {
 
     /// Announce that the rollback of checkpoint `sid` failed, and why.
     fn rollback_failed(&self, sid: &str, mode: RollbackMode, message: String) {
-        self.bus.emit(Event::RollbackFailed {
+        self.bus().emit(Event::RollbackFailed {
             seq: 0,
             checkpoint_id: sid.to_string(),
             mode,
@@ -298,7 +298,8 @@ impl Hub {
         let paths: Vec<String> = affected(s).into_keys().collect();
         let mut ops = Vec::new();
         for path in &paths {
-            if let Some(op) = plan_restore(&root, &self.store, path, side_of(&base, path).as_ref())?
+            if let Some(op) =
+                plan_restore(&root, self.store(), path, side_of(&base, path).as_ref())?
             {
                 ops.push(op);
             }
@@ -350,11 +351,11 @@ impl Hub {
                         .push((a, base_start, offset));
                 }
             } else {
-                ops.extend(plan_reverse(&root, &self.store, rec, offset)?.ops);
+                ops.extend(plan_reverse(&root, self.store(), rec, offset)?.ops);
             }
         }
         for (path, hunks) in lines {
-            ops.push(plan_reverse_lines(&root, &self.store, path, hunks)?);
+            ops.push(plan_reverse_lines(&root, self.store(), path, hunks)?);
         }
         Ok((ops, rolled_back(s, |h| hunk_ids.contains(&h.id))))
     }

@@ -150,7 +150,7 @@ impl Hub {
             })
             .collect();
         let committed = self
-            .bus
+            .bus()
             .emit_durably(events, |seqs| self.log_and_commit(&id, &mut feedback, seqs));
         let Err((e, events)) = committed else {
             rec.apply(&mut st.suggestions)
@@ -159,7 +159,7 @@ impl Hub {
             return Ok(());
         };
         let undone = match &root {
-            Some(root) => execute::undo(root, &self.store, &rec.ops),
+            Some(root) => execute::undo(root, self.store(), &rec.ops),
             None => Ok(()),
         };
         match undone {
@@ -175,11 +175,11 @@ impl Hub {
                 // before the next decision, or from the prepare record on the next start.
                 rec.apply(&mut st.suggestions)
                     .map_err(|e| AppError::failed("applying the decision to the state", e))?;
-                let seqs: Vec<u64> = events.into_iter().map(|ev| self.bus.emit(ev)).collect();
+                let seqs: Vec<u64> = events.into_iter().map(|ev| self.bus().emit(ev)).collect();
                 for (f, seq) in feedback.iter_mut().zip(&seqs) {
                     f.seq = *seq;
                 }
-                if let Ok(mut q) = self.unfinished.lock() {
+                if let Ok(mut q) = self.unfinished().lock() {
                     q.push((id, feedback));
                 }
                 Err(e.map_message(|m| format!(
@@ -197,7 +197,7 @@ impl Hub {
         id: &str,
         ops: &[FileOp],
     ) -> Result<(), AppError> {
-        match execute(root, &self.store, ops) {
+        match execute(root, self.store(), ops) {
             Ok(()) => Ok(()),
             Err(ExecError::Undone(e)) => {
                 self.abort(id);
@@ -240,9 +240,7 @@ impl Hub {
         for (i, f) in feedback.iter_mut().enumerate() {
             f.seq = seqs.get(i).or(seqs.last()).copied().unwrap_or(0);
         }
-        let mut log = self.feedback.lock().map_err(|_| {
-            AppError::internal("the feedback lock is poisoned (a thread panicked); restart the hub")
-        })?;
+        let mut log = self.feedback_log()?;
         let mark = log
             .append(feedback)
             .map_err(|e| AppError::failed("writing the feedback log", e))?;
@@ -260,7 +258,7 @@ impl Hub {
     /// Record decisions that stand in the checkout but whose feedback lines and commit could not
     /// be written, before anything else is decided.
     pub(crate) fn flush_unfinished(&self) -> Result<(), AppError> {
-        let mut q = self.unfinished.lock().map_err(|_| {
+        let mut q = self.unfinished().lock().map_err(|_| {
             AppError::internal(
                 "the unfinished-decisions lock is poisoned (a thread panicked); restart the hub",
             )

@@ -22,7 +22,7 @@ impl Hub {
         let ierr = |e: &dyn std::fmt::Display| reviewed_err(s, e);
         let base_id = oid(&s.base_commit).ok_or_else(|| ierr(&"bad base commit id"))?;
         let run_id = oid(&s.run_commit).ok_or_else(|| ierr(&"bad run commit id"))?;
-        let mut tree: FlatTree = self.store.read_tree(base_id).map_err(|e| ierr(&e))?;
+        let mut tree: FlatTree = self.store().read_tree(base_id).map_err(|e| ierr(&e))?;
         for (file, hunks) in applied_by_file(s) {
             put_entry_hunks(&mut tree, file, &hunks);
             self.put_line_hunks(s, &mut tree, file, &hunks)?;
@@ -46,7 +46,7 @@ impl Hub {
         }
         let entry = tree.get(file).copied();
         let text = match entry {
-            Some(e) => String::from_utf8(self.store.read_blob(e.oid).map_err(|e| ierr(&e))?)
+            Some(e) => String::from_utf8(self.store().read_blob(e.oid).map_err(|e| ierr(&e))?)
                 .map_err(|e| ierr(&e))?,
             None => String::new(),
         };
@@ -55,7 +55,7 @@ impl Hub {
             tree.remove(file);
         } else {
             let oid = self
-                .store
+                .store()
                 .write_blob(text.as_bytes())
                 .map_err(|e| ierr(&e))?;
             let mode = reviewed_mode(entry, hunks);
@@ -72,16 +72,16 @@ impl Hub {
         run_id: ObjectId,
     ) -> Result<String, AppError> {
         let ierr = |e: &dyn std::fmt::Display| reviewed_err(s, e);
-        let tree_id = self.store.write_tree(tree).map_err(|e| ierr(&e))?;
+        let tree_id = self.store().write_tree(tree).map_err(|e| ierr(&e))?;
         let commit = self
-            .store
+            .store()
             .commit(
                 tree_id,
                 &[run_id],
                 &format!("reviewed: {}\n\nsuggestion {}\n", s.description, s.id),
             )
             .map_err(|e| ierr(&e))?;
-        self.store
+        self.store()
             .set_ref(
                 &format!("refs/hunkgate/suggestions/{}/reviewed", s.id),
                 commit,

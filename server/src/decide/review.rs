@@ -128,7 +128,7 @@ impl Hub {
             let hunk = modified.or(rec.patch.as_ref());
             let offset = Self::offset_for(s, rec);
             let root = self.checkout()?;
-            return match plan_forward(&root, &self.store, rec, hunk, offset, modified.is_some()) {
+            return match plan_forward(&root, self.store(), rec, hunk, offset, modified.is_some()) {
                 Ok(plan) if modified.is_some() => Ok(Step::Planned(
                     HunkState::Modified,
                     plan,
@@ -160,7 +160,7 @@ impl Hub {
             return Ok(Step::Planned(target, apply::Plan::default(), act));
         }
         let root = self.checkout()?;
-        match plan_reverse(&root, &self.store, rec, Self::offset_for(s, rec)) {
+        match plan_reverse(&root, self.store(), rec, Self::offset_for(s, rec)) {
             Ok(plan) => Ok(Step::Planned(target, plan, act)),
             Err(PlanError::Conflict(msg)) => Err(AppError::conflict(
                 ErrorCode::Conflict,
@@ -274,11 +274,11 @@ impl Hub {
                         v.iter().filter(|(at, _)| *at < start).map(|(_, d)| d).sum()
                     });
                 let hunk = rec.patch.as_ref();
-                match plan_forward_over(&overlay, &root, &self.store, rec, hunk, offset, false) {
+                match plan_forward_over(&overlay, &root, self.store(), rec, hunk, offset, false) {
                     Ok(plan) => {
                         for op in &plan.ops {
                             overlay
-                                .record(&self.store, op)
+                                .record(self.store(), op)
                                 .map_err(|e| AppError::failed("reading the checkout", e))?;
                         }
                         if let Some(a) = &plan.applied {

@@ -88,7 +88,7 @@ impl Fixture {
         files
             .iter()
             .map(|(p, t)| {
-                let oid = self.hub().store.write_blob(t.as_bytes()).unwrap();
+                let oid = self.hub().store().write_blob(t.as_bytes()).unwrap();
                 (
                     p.to_string(),
                     Entry {
@@ -102,7 +102,7 @@ impl Fixture {
 
     /// Publish the change from `base` to `run` as suggestion `id`.
     fn suggest(&self, id: &str, base: &[(&str, String)], run: &[(&str, String)]) -> Suggestion {
-        let store = &self.hub().store;
+        let store = self.hub().store();
         let (b, r) = (self.tree(base), self.tree(run));
         let bc = store
             .commit(store.write_tree(&b).unwrap(), &[], "base")
@@ -325,7 +325,7 @@ fn prepare_only(f: &Fixture, sid: &str, i: usize, write_files: bool) {
     let root = hub.checkout().unwrap();
     let plan = crate::decide::apply::plan_forward(
         &root,
-        &hub.store,
+        hub.store(),
         &s.hunks[i],
         s.hunks[i].patch.as_ref(),
         0,
@@ -350,7 +350,7 @@ fn prepare_only(f: &Fixture, sid: &str, i: usize, write_files: bool) {
     hub.journal_append(&Record::Decision(Box::new(d.record().clone())))
         .unwrap();
     if write_files {
-        crate::decide::execute::execute(&root, &hub.store, d.file_ops()).unwrap();
+        crate::decide::execute::execute(&root, hub.store(), d.file_ops()).unwrap();
     }
 }
 
@@ -399,11 +399,7 @@ fn the_journal_is_compacted_online_and_replays_to_the_same_state() {
     assert_eq!(s.hunks.len(), 40);
     let published = f.journal_len();
     // Compact as soon as the journal passes its published size: every few decisions.
-    f.hub()
-        .journal
-        .lock()
-        .unwrap()
-        .set_compact_min(published + 2048);
+    f.hub().set_journal_compact_min(published + 2048);
     for h in &s.hunks {
         f.hub()
             .decide("s1", &h.id, FeedbackAction::Accept, None, None)

@@ -59,22 +59,123 @@ impl State {
     }
 }
 
+/// The shared handle every layer above works through. Its fields are private: state is reached
+/// through [`Hub::lock`], the journal through [`Hub::journal_append`] and the compaction here,
+/// the feedback log through [`Hub::feedback_log`]; the rest through read-only accessors.
 pub struct Hub {
-    pub cfg: ServeConfig,
-    pub store: Store,
-    pub bus: Bus,
-    pub journal: Arc<Mutex<Journal>>,
-    pub feedback: Mutex<FeedbackLog>,
-    pub state: Mutex<State>,
-    pub reviewer_token: String,
-    pub epoch: String,
-    pub ws_clients: AtomicUsize,
-    pub runs: Runs,
-    pub tasks: TaskTracker,
-    pub shutdown: CancellationToken,
+    cfg: ServeConfig,
+    store: Store,
+    bus: Bus,
+    journal: Arc<Mutex<Journal>>,
+    feedback: Mutex<FeedbackLog>,
+    state: Mutex<State>,
+    reviewer_token: String,
+    epoch: String,
+    ws_clients: AtomicUsize,
+    runs: Runs,
+    tasks: TaskTracker,
+    shutdown: CancellationToken,
     /// Decisions that stand in the checkout but whose feedback lines and `commit` could not be
     /// written yet (decision id, lines): written before the next decision.
-    pub unfinished: Mutex<Vec<(String, Vec<FeedbackRecord>)>>,
+    unfinished: Mutex<Vec<(String, Vec<FeedbackRecord>)>>,
+}
+
+/// What [`Hub::new`] is made from: the state recovered from the state directory.
+pub struct Parts {
+    pub cfg: ServeConfig,
+    pub store: Store,
+    pub journal: Journal,
+    /// The last event sequence number the journal knows.
+    pub seq_upto: u64,
+    pub feedback: FeedbackLog,
+    pub state: State,
+    pub reviewer_token: String,
+    pub shutdown: CancellationToken,
+}
+
+impl Hub {
+    pub fn new(p: Parts) -> Hub {
+        let journal = Arc::new(Mutex::new(p.journal));
+        let sandbox_root = p.cfg.state_dir.join("sandboxes");
+        Hub {
+            bus: Bus::new(journal.clone(), p.seq_upto),
+            journal,
+            store: p.store,
+            feedback: Mutex::new(p.feedback),
+            state: Mutex::new(p.state),
+            reviewer_token: p.reviewer_token,
+            epoch: uuid::Uuid::new_v4().to_string(),
+            ws_clients: AtomicUsize::new(0),
+            runs: Runs::new(sandbox_root),
+            tasks: TaskTracker::new(),
+            shutdown: p.shutdown,
+            cfg: p.cfg,
+            unfinished: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn cfg(&self) -> &ServeConfig {
+        &self.cfg
+    }
+
+    /// The checkpoint store (only the hub writes it).
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The event bus, with its replay buffer.
+    pub fn bus(&self) -> &Bus {
+        &self.bus
+    }
+
+    /// The running agents: slots, queue, cancel tokens, agent tokens, pending questions.
+    pub fn runs(&self) -> &Runs {
+        &self.runs
+    }
+
+    /// The tasks the hub waits for on shutdown.
+    pub fn tasks(&self) -> &TaskTracker {
+        &self.tasks
+    }
+
+    /// Fires when the hub shuts down.
+    pub fn shutdown(&self) -> &CancellationToken {
+        &self.shutdown
+    }
+
+    /// Changes on every start: a client that sees a new epoch resyncs.
+    pub fn epoch(&self) -> &str {
+        &self.epoch
+    }
+
+    /// Open WebSocket connections.
+    pub fn ws_clients(&self) -> &AtomicUsize {
+        &self.ws_clients
+    }
+
+    /// Whether `token` is the reviewer's (compared in constant time).
+    pub fn is_reviewer_token(&self, token: &str) -> bool {
+        crate::hub::auth::constant_time_eq(token.as_bytes(), self.reviewer_token.as_bytes())
+    }
+
+    /// The feedback log, locked.
+    pub(crate) fn feedback_log(&self) -> Result<MutexGuard<'_, FeedbackLog>, AppError> {
+        self.feedback.lock().map_err(|_| {
+            AppError::internal("the feedback lock is poisoned (a thread panicked); restart the hub")
+        })
+    }
+
+    /// Compact the journal once it passes `bytes` (tests; the hub reads
+    /// `HUNKGATE_JOURNAL_COMPACT_MIN`).
+    #[cfg(test)]
+    pub(crate) fn set_journal_compact_min(&self, bytes: u64) {
+        self.journal.lock().unwrap().set_compact_min(bytes);
+    }
+
+    /// Decisions written to the checkout whose feedback lines and commit are still owed.
+    pub(crate) fn unfinished(&self) -> &Mutex<Vec<(String, Vec<FeedbackRecord>)>> {
+        &self.unfinished
+    }
 }
 
 /// The outcome of one decision, as answered to the client.

@@ -46,7 +46,7 @@ impl Hub {
                 context,
                 sandbox,
                 provider,
-                limits: self.cfg.limits.clone(),
+                limits: self.cfg().limits.clone(),
                 cancel: job.cancel.clone(),
                 deadline: Instant::now() + job.timeout,
             })
@@ -61,7 +61,7 @@ impl Hub {
             );
             return Ok(());
         }
-        let why = early_stop_reason(&end, &self.cfg.limits, job.timeout);
+        let why = early_stop_reason(&end, &self.cfg().limits, job.timeout);
         if let Some(why) = &why {
             self.run_status(
                 run_id,
@@ -75,12 +75,12 @@ impl Hub {
 
     /// The model provider for the built-in agent (made once, then shared by its runs).
     fn builtin_provider(&self) -> Result<Arc<dyn Provider>, AppError> {
-        let Some(pcfg) = &self.cfg.provider else {
+        let Some(pcfg) = &self.cfg().provider else {
             return Err(AppError::bad_request(
                 "the built-in agent has no model server configured".into(),
             ));
         };
-        self.runs
+        self.runs()
             .provider(|| {
                 Ok(
                     Arc::new(crate::agent::provider::OpenAiCompatible::new(pcfg.clone())?)

@@ -32,16 +32,16 @@ impl Hub {
         }
         self.update_run(run_id, |r| r.base_commit = Some(base_commit.to_string()))?;
 
-        let local = matches!(self.cfg.isolation, crate::isolation::Isolation::None);
-        let slot = self.runs.acquire_slot(local)?;
+        let local = matches!(self.cfg().isolation, crate::isolation::Isolation::None);
+        let slot = self.runs().acquire_slot(local)?;
         let sandbox = self.sandbox_for_slot(slot);
         let base = RunBase {
             commit: base_commit,
             tree: base_tree,
         };
         let result = self.run_in_sandbox(&job, base, sandbox).await;
-        self.runs.release_slot(slot);
-        if let Ok(mut a) = self.runs.active.lock() {
+        self.runs().release_slot(slot);
+        if let Ok(mut a) = self.runs().active.lock() {
             a.remove(run_id);
         }
         result
@@ -55,17 +55,17 @@ impl Hub {
     ) -> Result<(ObjectId, FlatTree, Vec<SkippedEntry>), AppError> {
         let rid = run_id.to_string();
         self.blocking(move |hub| {
-            let snap = snapshot_checkout(&hub.cfg.repo, &hub.store, DEFAULT_FILE_CAP)
+            let snap = snapshot_checkout(&hub.cfg().repo, hub.store(), DEFAULT_FILE_CAP)
                 .map_err(|e| AppError::failed("snapshotting the checkout", e))?;
             let ierr = |e: hunkgate_sandbox::store::StoreError| {
                 AppError::failed("writing the run's base to the checkpoint store", e)
             };
-            let tree = hub.store.write_tree(&snap.tree).map_err(ierr)?;
+            let tree = hub.store().write_tree(&snap.tree).map_err(ierr)?;
             let commit = hub
-                .store
+                .store()
                 .commit(tree, &[], &format!("base of run {rid}\n"))
                 .map_err(ierr)?;
-            hub.store
+            hub.store()
                 .set_ref(&format!("refs/hunkgate/runs/{rid}/base"), commit)
                 .map_err(ierr)?;
             hub.mirror_ref(&format!("refs/hunkgate/runs/{rid}/base"), commit);
@@ -76,13 +76,13 @@ impl Hub {
 
     /// The sandbox of slot `slot` under the hub's isolation.
     fn sandbox_for_slot(&self, slot: usize) -> Arc<dyn Sandbox> {
-        match &self.cfg.isolation {
+        match &self.cfg().isolation {
             crate::isolation::Isolation::None => Arc::new(LocalSandbox::new(
-                self.runs.sandbox_root.join(slot.to_string()),
+                self.runs().sandbox_root.join(slot.to_string()),
             )),
             // In the sandbox user's home, reached only through the sandbox helper.
             crate::isolation::Isolation::User(iso) => {
-                Arc::new(iso.sandbox(&crate::isolation::sandbox_key(&self.cfg.state_dir), slot))
+                Arc::new(iso.sandbox(&crate::isolation::sandbox_key(&self.cfg().state_dir), slot))
             }
         }
     }
@@ -101,15 +101,15 @@ impl Hub {
             let sb = sandbox.clone();
             let tree = base.tree.clone();
             self.blocking(move |hub| {
-                sb.prepare(&hub.store, &tree)
+                sb.prepare(hub.store(), &tree)
                     .map_err(|e| AppError::failed("preparing the sandbox", e))
             })
             .await?;
         }
-        let change_id = if self.cfg.vcs == Vcs::Jj {
+        let change_id = if self.cfg().vcs == Vcs::Jj {
             match jj::start_change(
                 sandbox.as_ref(),
-                &scrubbed_env(&self.cfg.agent_env),
+                &scrubbed_env(&self.cfg().agent_env),
                 &first_line(&job.prompt),
             )
             .await
@@ -127,7 +127,7 @@ impl Hub {
         } else {
             None
         };
-        self.runs.active.lock().map_err(|_| poisoned())?.insert(
+        self.runs().active.lock().map_err(|_| poisoned())?.insert(
             run_id.to_string(),
             Arc::new(Active {
                 base_commit: base.commit,
@@ -170,7 +170,7 @@ impl Hub {
     ) -> Result<(), AppError> {
         let run_id = job.run_id.as_str();
         let agent_token = crate::hub::auth::random_token();
-        self.runs
+        self.runs()
             .agent_tokens
             .lock()
             .map_err(|_| poisoned())?
@@ -191,7 +191,7 @@ impl Hub {
         let outcome = self
             .run_agent_process(job, sandbox.as_ref(), &argv, &env)
             .await;
-        if let Ok(mut t) = self.runs.agent_tokens.lock() {
+        if let Ok(mut t) = self.runs().agent_tokens.lock() {
             t.remove(&agent_token);
         }
         if let Some((state, message)) = agent_failure(&outcome) {
@@ -203,7 +203,7 @@ impl Hub {
     /// The agent command's environment: the scrubbed host environment, then the run's prompt,
     /// id, hub URL and agent token.
     fn agent_env(&self, job: &RunJob, agent_token: &str) -> Vec<(String, String)> {
-        let mut env = scrubbed_env(&self.cfg.agent_env);
+        let mut env = scrubbed_env(&self.cfg().agent_env);
         env.push(("HUNKGATE_PROMPT".into(), job.prompt.clone()));
         env.push(("HUNKGATE_RUN_ID".into(), job.run_id.clone()));
         env.push(("HUNKGATE_URL".into(), self.url()));
@@ -260,11 +260,11 @@ impl Hub {
     /// The run's output log, `<state>/runs/<run>.log` (None when it cannot be created).
     fn open_run_log(&self, run_id: &str) -> Option<RunLog> {
         let log_path = self
-            .cfg
+            .cfg()
             .state_dir
             .join("runs")
             .join(format!("{run_id}.log"));
-        std::fs::create_dir_all(log_path.parent().unwrap_or(&self.cfg.state_dir))
+        std::fs::create_dir_all(log_path.parent().unwrap_or(&self.cfg().state_dir))
             .and_then(|_| std::fs::File::create(&log_path))
             .ok()
             .map(RunLog::new)

@@ -40,14 +40,14 @@ struct Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        if let Ok(mut g) = self.hub.runs.gate.lock() {
+        if let Ok(mut g) = self.hub.runs().gate.lock() {
             if self.holding {
                 g.running = g.running.saturating_sub(1);
             } else {
                 g.queue.retain(|r| r != &self.run_id);
             }
         }
-        self.hub.runs.gate_changed.notify_waiters();
+        self.hub.runs().gate_changed.notify_waiters();
     }
 }
 
@@ -67,7 +67,7 @@ impl Hub {
         // A run stopped because the hub itself is shutting down was not cancelled by anyone:
         // it was interrupted, and says so (the hub marks those it finds unfinished at start
         // the same way).
-        if was_running && run.status == RunState::Cancelled && self.shutdown.is_cancelled() {
+        if was_running && run.status == RunState::Cancelled && self.shutdown().is_cancelled() {
             run.status = RunState::Interrupted;
             run.question = None;
             run.error = Some(INTERRUPTED.into());
@@ -94,7 +94,7 @@ impl Hub {
 
     /// `suggestion.error` for a run that failed (or was cancelled).
     fn run_error(&self, run_id: &str, code: ErrorCode, message: String) {
-        self.bus.emit(Event::Error {
+        self.bus().emit(Event::Error {
             seq: 0,
             code,
             message,
@@ -105,7 +105,7 @@ impl Hub {
     }
 
     fn run_status(&self, run_id: &str, status: &str, message: String) {
-        self.bus.emit(Event::Status {
+        self.bus().emit(Event::Status {
             seq: 0,
             suggestion_id: None,
             run_id: Some(run_id.to_string()),
@@ -121,7 +121,7 @@ impl Hub {
         session_model: Option<&str>,
     ) -> Result<Driver, AppError> {
         let builtin = |model: Option<&str>| -> Result<Driver, AppError> {
-            let Some(p) = &self.cfg.provider else {
+            let Some(p) = &self.cfg().provider else {
                 return Err(AppError::bad_request(
                     "the built-in agent needs a model server: start the hub with --provider-url (e.g. http://127.0.0.1:11434/v1 for Ollama) or [provider] base_url".into(),
                 ));
@@ -143,11 +143,11 @@ impl Hub {
                 "\"model\" is for the built-in agent; an agent command chooses its own".into(),
             )),
             (Some(t), None) => Ok(Driver::Command(t.to_string())),
-            (None, None) => match self.cfg.agent.as_deref() {
+            (None, None) => match self.cfg().agent.as_deref() {
                 _ if session_model.is_some() => builtin(None),
                 Some(BUILTIN) => builtin(None),
                 Some(t) => Ok(Driver::Command(t.to_string())),
-                None if self.cfg.provider.is_some() => builtin(None),
+                None if self.cfg().provider.is_some() => builtin(None),
                 None => Err(AppError::bad_request(
                     "no agent configured: pass \"agent\" (e.g. \"claude -p {prompt}\"), or start the hub with --agent, or with --provider-url for the built-in agent".into(),
                 )),
@@ -171,8 +171,8 @@ impl Hub {
             &run.run_id,
             crate::model::session::Entry::message("user", prompt),
         );
-        let cancel = self.shutdown.child_token();
-        self.runs
+        let cancel = self.shutdown().child_token();
+        self.runs()
             .cancels
             .lock()
             .map_err(|_| poisoned())?
@@ -181,7 +181,7 @@ impl Hub {
         self.run_status(
             &run.run_id,
             "queued",
-            queued_message(prompt, ahead, self.cfg.max_concurrent_runs),
+            queued_message(prompt, ahead, self.cfg().max_concurrent_runs),
         );
         let hub = self.clone();
         let job = RunJob {
@@ -191,7 +191,8 @@ impl Hub {
             timeout,
             cancel,
         };
-        self.tasks.spawn(async move { hub.drive_queued(job).await });
+        self.tasks()
+            .spawn(async move { hub.drive_queued(job).await });
         Ok(run.clone())
     }
 
@@ -212,7 +213,7 @@ impl Hub {
         }
         let timeout = Duration::from_secs(
             cmd.timeout_secs
-                .unwrap_or(self.cfg.agent_timeout.as_secs())
+                .unwrap_or(self.cfg().agent_timeout.as_secs())
                 .max(1),
         );
         Ok((driver, timeout))
@@ -221,9 +222,9 @@ impl Hub {
     /// Put `run_id` at the back of the queue; how many runs are ahead of it beyond the free
     /// slots.
     fn enqueue(&self, run_id: &str) -> Result<usize, AppError> {
-        let mut g = self.runs.gate.lock().map_err(|_| poisoned())?;
+        let mut g = self.runs().gate.lock().map_err(|_| poisoned())?;
         g.queue.push_back(run_id.to_string());
-        Ok((g.running + g.queue.len()).saturating_sub(self.cfg.max_concurrent_runs.max(1)))
+        Ok((g.running + g.queue.len()).saturating_sub(self.cfg().max_concurrent_runs.max(1)))
     }
 
     /// A queued run's task: wait for a slot, run it, record how it ended, and forget its live
@@ -264,10 +265,10 @@ impl Hub {
     /// Drop a finished run's cancel token and open question, and note its outcome in its
     /// session's history.
     fn forget_run(&self, run_id: &str) {
-        if let Ok(mut c) = self.runs.cancels.lock() {
+        if let Ok(mut c) = self.runs().cancels.lock() {
             c.remove(run_id);
         }
-        self.runs.forget_question(run_id);
+        self.runs().forget_question(run_id);
         if let Ok(v) = self.run_view(run_id) {
             self.history(
                 run_id,
@@ -288,13 +289,13 @@ impl Hub {
             run_id: run_id.to_string(),
             holding: false,
         };
-        let max = self.cfg.max_concurrent_runs.max(1);
+        let max = self.cfg().max_concurrent_runs.max(1);
         loop {
-            let changed = self.runs.gate_changed.notified();
+            let changed = self.runs().gate_changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
             {
-                let mut g = self.runs.gate.lock().ok()?;
+                let mut g = self.runs().gate.lock().ok()?;
                 if g.running < max && g.queue.front().map(String::as_str) == Some(run_id) {
                     g.queue.pop_front();
                     g.running += 1;
@@ -321,7 +322,7 @@ impl Hub {
             ));
         }
         if let Some(token) = self
-            .runs
+            .runs()
             .cancels
             .lock()
             .map_err(|_| poisoned())?

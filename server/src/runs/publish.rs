@@ -20,12 +20,12 @@ use crate::protocol::{ErrorCode, Event, HunkNote, RunState, SuggestionView};
 
 impl Hub {
     pub fn url(&self) -> String {
-        let host = if self.cfg.host.contains(':') {
-            format!("[{}]", self.cfg.host)
+        let host = if self.cfg().host.contains(':') {
+            format!("[{}]", self.cfg().host)
         } else {
-            self.cfg.host.clone()
+            self.cfg().host.clone()
         };
-        format!("http://{host}:{}", self.cfg.port)
+        format!("http://{host}:{}", self.cfg().port)
     }
 
     /// Turn the sandbox's current state into a suggestion (the agent's `publish`, or the hub's
@@ -70,7 +70,7 @@ impl Hub {
 
     /// The live state of `run_id`, which only a running agent has.
     fn active_run(&self, run_id: &str) -> Result<Arc<Active>, AppError> {
-        self.runs
+        self.runs()
             .active
             .lock()
             .map_err(|_| poisoned())?
@@ -98,7 +98,7 @@ impl Hub {
         } = draft;
         let mut snap = active
             .sandbox
-            .snapshot(&self.store, &active.base_tree, DEFAULT_FILE_CAP)
+            .snapshot(self.store(), &active.base_tree, DEFAULT_FILE_CAP)
             .map_err(|e| publish_error(&e))?;
         let only = |p: &str| filter.as_ref().is_none_or(|f| f.is_match(p));
         let skipped = keep_skipped_as_base(&mut snap, &active.base_tree, &only);
@@ -106,7 +106,7 @@ impl Hub {
             return Err(AppError::no_changes(no_changes_message(&skipped)));
         }
         let sid = uuid::Uuid::new_v4().to_string();
-        let mut hunks = build_hunks(&self.store, &sid, &active.base_tree, &snap.tree, &only)
+        let mut hunks = build_hunks(self.store(), &sid, &active.base_tree, &snap.tree, &only)
             .map_err(|e| publish_error(&e))?;
         let unmatched = attach_notes(&mut hunks, capped_notes(&notes));
         cap_descriptions(&mut hunks);
@@ -146,19 +146,22 @@ impl Hub {
         active: &Active,
         tree: &FlatTree,
     ) -> Result<ObjectId, AppError> {
-        let tree = self.store.write_tree(tree).map_err(|e| publish_error(&e))?;
+        let tree = self
+            .store()
+            .write_tree(tree)
+            .map_err(|e| publish_error(&e))?;
         let commit = self
-            .store
+            .store()
             .commit(
                 tree,
                 &[active.base_commit],
                 &format!("suggestion: {desc}\n\nrun {rid}\n"),
             )
             .map_err(|e| publish_error(&e))?;
-        self.store
+        self.store()
             .set_ref(&format!("refs/hunkgate/runs/{rid}/head"), commit)
             .and_then(|_| {
-                self.store
+                self.store()
                     .set_ref(&format!("refs/hunkgate/suggestions/{sid}/run"), commit)
             })
             .map_err(|e| publish_error(&e))?;
@@ -171,7 +174,7 @@ impl Hub {
     async fn describe_jj_change(&self, sandbox: &dyn Sandbox, change: &str, description: &str) {
         if let Err(e) = jj::describe(
             sandbox,
-            &scrubbed_env(&self.cfg.agent_env),
+            &scrubbed_env(&self.cfg().agent_env),
             change,
             description,
         )
@@ -193,7 +196,7 @@ impl Hub {
         let hunks = suggestion.hunks.len();
         let view = self.add_suggestion(suggestion)?;
         self.update_run(run_id, |r| r.suggestion_ids.push(sid.clone()))?;
-        self.bus.emit(Event::Status {
+        self.bus().emit(Event::Status {
             seq: 0,
             suggestion_id: Some(sid),
             run_id: Some(run_id.to_string()),
@@ -207,7 +210,7 @@ impl Hub {
     }
 
     fn is_agent_running(&self, run_id: &str) -> bool {
-        self.runs
+        self.runs()
             .agent_tokens
             .lock()
             .map(|t| t.values().any(|r| r == run_id))
