@@ -267,14 +267,7 @@ pub async fn run(
     write_private(&hub_json, info.to_string().as_bytes())?;
     tracing::info!(url = %hub.url(), repo = %hub.cfg().repo.display(), state = %hub.cfg().state_dir.display(), "hunkgate hub listening");
     let app = crate::api::http::router(hub.clone());
-    // Replies and events are small frames: without TCP_NODELAY, one written while the peer
-    // still holds back its ACK of the previous one waits for it (up to 40 ms on Linux).
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "setting TCP_NODELAY on a connection");
-        }
-    });
-    let served = axum::serve(listener, app)
+    let served = axum::serve(without_nagle(listener), app)
         .with_graceful_shutdown({
             let s = shutdown.clone();
             async move { s.cancelled().await }
@@ -293,6 +286,43 @@ pub async fn run(
     served.context("serving")
 }
 
+/// `listener` with TCP_NODELAY set on every connection it accepts. Replies and events are small
+/// frames written back to back (a decision's events, then its reply): with Nagle's algorithm
+/// on, the later ones wait until the client ACKs the first, and clients delay ACKs by up to
+/// 40 ms — which was the whole of an accept's round trip before this.
+pub fn without_nagle(
+    listener: TcpListener,
+) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr> {
+    listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "setting TCP_NODELAY on a connection");
+        }
+    })
+}
+
 pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     crate::store::journal::write_file_atomic(path, bytes, 0o600)
+}
+
+#[cfg(test)]
+mod nagle_tests {
+    use axum::serve::Listener;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn accepted_connections_have_nagle_off() {
+        let plain = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = plain.local_addr().unwrap();
+        let mut wrapped = without_nagle(plain);
+        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (io, _) = wrapped.accept().await;
+        assert!(io.nodelay().unwrap());
+        // Positive control: a socket accepted without the wrapper has Nagle on.
+        let mut plain = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = plain.local_addr().unwrap();
+        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (io, _) = Listener::accept(&mut plain).await;
+        assert!(!io.nodelay().unwrap());
+    }
 }
