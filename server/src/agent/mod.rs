@@ -3,6 +3,7 @@
 //! Layer 6: may import everything below `runs`.
 
 pub mod provider;
+pub mod run_tool;
 pub mod tool_loop;
 pub mod tools;
 pub mod wire;
