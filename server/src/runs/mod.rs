@@ -380,11 +380,11 @@ fn new_run_rec(run_id: String, prompt: &str, driver: &Driver, session_id: String
 
 /// The `queued` status line: the prompt, and the wait when `ahead` runs are before it.
 fn queued_message(prompt: &str, ahead: usize, max_concurrent_runs: usize) -> String {
+    let slots = max_concurrent_runs.max(1);
     let waiting = if ahead > 0 {
         format!(
-            " (waiting for a free slot: {} run{} at a time, {ahead} waiting)",
-            max_concurrent_runs.max(1),
-            if max_concurrent_runs == 1 { "" } else { "s" }
+            " (waiting for a free slot: {slots} run{} at a time, {ahead} waiting)",
+            if slots == 1 { "" } else { "s" }
         )
     } else {
         String::new()
@@ -445,10 +445,10 @@ mod tests {
             queued_message("fix it", 1, 2),
             "Run queued: fix it (waiting for a free slot: 2 runs at a time, 1 waiting)"
         );
-        // A limit of 0 acts as 1, and the message keeps saying "runs" as it always did.
+        // A limit of 0 acts as 1.
         assert_eq!(
             queued_message("fix it", 1, 0),
-            "Run queued: fix it (waiting for a free slot: 1 runs at a time, 1 waiting)"
+            "Run queued: fix it (waiting for a free slot: 1 run at a time, 1 waiting)"
         );
     }
 }
