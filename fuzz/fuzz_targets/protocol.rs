@@ -8,11 +8,10 @@
 //! re-encodes and decodes to an equal value.
 #![no_main]
 
-use hunkgate::api::http::MAX_BODY;
 use hunkgate::protocol::{
     AgentStatusCmd, ClarifyCmd, CompleteCmd, Event, FeedbackAllCmd, FeedbackCmd, Hello, HunkNote,
     PublishCmd, Response, RollbackCmd, RunCmd, RunView, SuggestionSummary, SuggestionView,
-    COMMAND_TYPES,
+    COMMAND_TYPES, MAX_BODY,
 };
 use libfuzzer_sys::fuzz_target;
 use serde::de::DeserializeOwned;
