@@ -750,9 +750,9 @@ pub fn mount_private_proc() -> std::io::Result<()> {
 /// - `--isolation none`: the hub puts the agent in a PID namespace of its own (through an
 ///   unprivileged user namespace, or directly when the hub is root) whose init dies with the
 ///   hub, so even `kill -9` of the hub takes every process the agent started with it
-///   ([`enter_for_process_group`]).
+///   ([`pidns::enter_for_process_group`]).
 /// - `--isolation user`: the helper's namespace init mounts a fresh `/proc` in a mount
-///   namespace of its own ([`mount_private_proc`]), so an agent sees only its own namespace's
+///   namespace of its own ([`pidns::mount_private_proc`]), so an agent sees only its own namespace's
 ///   processes — never another run's agent, whose environment holds that run's token.
 #[cfg(target_os = "linux")]
 pub mod pidns {

@@ -3,7 +3,7 @@
 //! runs together so the next one learns what the user kept of the last.
 //!
 //! Sessions and their history are journaled like runs and suggestions, so they survive a
-//! restart. Stored text is bounded ([`MAX_ENTRY`]) — history is for people and models to read,
+//! restart. Stored text is bounded ([`MAX_ENTRY`](crate::model::session::MAX_ENTRY)) — history is for people and models to read,
 //! not an archive of whole files.
 
 use serde::{Deserialize, Serialize};

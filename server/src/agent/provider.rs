@@ -3,7 +3,7 @@
 //! llama.cpp's server.
 //!
 //! Everything provider-specific stays in the adapter: the loop in [`crate::agent::tool_loop`] sees only
-//! the canonical [`Message`], [`ToolCall`] and [`StepResult`]. The API key lives in a [`Secret`]
+//! the canonical [`Message`](crate::model::chat::Message), [`ToolCall`](crate::model::chat::ToolCall) and [`StepResult`]. The API key lives in a [`Secret`](crate::config::provider::Secret)
 //! that never prints, is sent only in the `Authorization` header, and never reaches a sandbox.
 
 use std::time::{Duration, Instant};

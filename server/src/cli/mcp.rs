@@ -3,8 +3,8 @@
 //!
 //! The protocol is the official Rust SDK's (`rmcp`): the handshake, version negotiation,
 //! `ping`, cancellation, unknown methods. This module adds what is hunkgate's own: four tools
-//! over the agent API (`/agent/*`, with the run's `HUNKGATE_AGENT_TOKEN`) in [`tools`], and in
-//! [`stdio`] a newline-delimited stdio transport that bounds each line and answers input rmcp
+//! over the agent API (`/agent/*`, with the run's `HUNKGATE_AGENT_TOKEN`) in `tools`, and in
+//! `stdio` a newline-delimited stdio transport that bounds each line and answers input rmcp
 //! would drop silently (not JSON, too long) with a JSON-RPC error. Nothing but protocol messages
 //! is ever written to stdout (logs go to stderr).
 

@@ -14,7 +14,7 @@ use crate::store::journal::Record;
 
 /// A decision being built: file operations, hunk-state deltas, and each feedback line paired
 /// with the event that announces it at the moment it is added (so the line gets that event's
-/// `seq`). Nothing happens until [`Hub::commit`].
+/// `seq`). Nothing happens until `Hub::commit`.
 #[derive(Debug)]
 pub struct Decision {
     rec: DecisionRec,

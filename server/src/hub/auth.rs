@@ -56,7 +56,7 @@ pub fn load_or_create_token(path: &Path) -> std::io::Result<String> {
     Ok(token)
 }
 
-/// Host must name this server: 127.0.0.1, localhost or [::1] (or the bound host) with its port.
+/// Host must name this server: 127.0.0.1, localhost or `[::1]` (or the bound host) with its port.
 pub fn check_host(headers: &HeaderMap, bound_host: &str, port: u16) -> Result<(), AppError> {
     let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
         return Err(AppError::forbidden("missing Host header".into()));

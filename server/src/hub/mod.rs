@@ -61,7 +61,7 @@ impl State {
 
 /// The shared handle every layer above works through. Its fields are private: state is reached
 /// through [`Hub::lock`], the journal through [`Hub::journal_append`] and the compaction here,
-/// the feedback log through [`Hub::feedback_log`]; the rest through read-only accessors.
+/// the feedback log through `Hub::feedback_log`; the rest through read-only accessors.
 pub struct Hub {
     cfg: ServeConfig,
     store: Store,
