@@ -128,7 +128,11 @@ impl Scenario {
     }
 
     fn mark(&self, name: &str, content: &str) {
-        std::fs::write(self.out.join(name), content).unwrap();
+        // Written aside and renamed: Neovim reads a marker as soon as it exists.
+        let path = self.out.join(name);
+        let tmp = self.out.join(format!("{name}.tmp"));
+        std::fs::write(&tmp, content).unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
     }
 
     /// Wait for the scenario to finish and require success.

@@ -93,9 +93,13 @@ end
 
 --- Markers coordinate with the Rust side of the test.
 function M.mark(name, content)
-  local f = assert(io.open(M.out .. '/' .. name, 'wb'))
+  -- Write aside and rename: the Rust side reads the marker as soon as it exists, and must
+  -- never see it created but not yet written (it once read an empty suggestion id).
+  local path = M.out .. '/' .. name
+  local f = assert(io.open(path .. '.tmp', 'wb'))
   f:write(content or '')
   f:close()
+  assert(os.rename(path .. '.tmp', path))
   M.log('marker:', name)
 end
 
