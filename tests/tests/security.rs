@@ -486,3 +486,44 @@ fn a_state_dir_of_another_user_is_refused() {
         .unwrap_or_default();
     assert!(err.contains("belongs to uid 65534"), "{err}");
 }
+
+/// `GET /agent/suggestions/:id` finds the run's own suggestion by a unique id prefix, as the
+/// reviewer API does, and answers `not_found` (404) for an id it cannot see.
+#[tokio::test]
+async fn an_agent_reads_its_own_suggestion_by_id_prefix() {
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    let results = ws.path("agent-results");
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            &format!(
+                r#"out={out}
+auth="Authorization: Bearer $HUNKGATE_AGENT_TOKEN"
+echo changed > a.txt
+resp=$(curl -s -H "$auth" -H 'Content-Type: application/json' --data '{{"description":"mid-run"}}' "$HUNKGATE_URL/agent/publish")
+id=$(printf '%s' "$resp" | sed -n 's/.*"suggestion_id":"\([0-9a-f-]*\)".*/\1/p')
+short=$(printf '%s' "$id" | cut -c1-8)
+echo "$id" > $out
+curl -s -H "$auth" "$HUNKGATE_URL/agent/suggestions/$short" >> $out
+echo >> $out
+curl -s -o /dev/null -w '%{{http_code}}' -H "$auth" "$HUNKGATE_URL/agent/suggestions/ffffffff-nope" >> $out"#,
+                out = results.display(),
+            ),
+        )
+        .unwrap();
+    let hub = ws.serve(&[]).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let s = run_agent(&hub, &mut c, &agent, "peek").await.unwrap();
+    let run = s["run_id"].as_str().unwrap();
+    wait_run_finished(&hub, run, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let got = std::fs::read_to_string(&results).unwrap();
+    let mut lines = got.lines();
+    let id = lines.next().unwrap();
+    assert_eq!(id.len(), 36, "{got}");
+    let found: Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    assert_eq!(found["suggestion"]["id"], id, "{got}");
+    assert_eq!(found["suggestion"]["files"], json!(["a.txt"]), "{got}");
+    assert_eq!(lines.next(), Some("404"), "{got}");
+}

@@ -347,17 +347,18 @@ fn agent_pick(
     run_id: &str,
     id: &str,
 ) -> Result<crate::protocol::SuggestionView, AppError> {
-    let mut views = hub.agent_suggestions(run_id)?;
-    let ids: Vec<String> = views.iter().map(|s| s.id.clone()).collect();
+    let views = hub.agent_suggestions(run_id)?;
     let id = crate::model::resolve_id(
         id,
-        &ids,
+        views.iter().map(|v| &v.id),
         "",
         "suggestion",
         "an agent sees only those of its run and session",
     )?;
-    let at = ids.iter().position(|k| *k == id).unwrap_or_default();
-    Ok(views.swap_remove(at))
+    views
+        .into_iter()
+        .find(|v| v.id == id)
+        .ok_or_else(|| AppError::internal("a resolved suggestion vanished"))
 }
 
 async fn agent_suggestion(
