@@ -352,6 +352,75 @@ static STOP: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_stop_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
+    wake::poke();
+}
+
+/// A self-pipe that wakes the waiting loops (the supervisor's and the namespace init's) the
+/// moment a child exits or a stop signal arrives, rather than at their next poll timeout:
+/// an agent's exit reaches the hub at once, which is most of a publish's latency otherwise.
+mod wake {
+    use nix::libc;
+    use std::sync::atomic::{AtomicI32, Ordering};
+
+    static READ: AtomicI32 = AtomicI32::new(-1);
+    static WRITE: AtomicI32 = AtomicI32::new(-1);
+
+    extern "C" fn on_child(_: libc::c_int) {
+        poke();
+    }
+
+    /// Make the pipe readable (async-signal-safe: one `write` to a non-blocking pipe; a full
+    /// pipe already wakes the reader).
+    pub(super) fn poke() {
+        let fd = WRITE.load(Ordering::SeqCst);
+        if fd >= 0 {
+            // SAFETY: write(2) of one byte from a static buffer.
+            unsafe { libc::write(fd, b"!".as_ptr().cast(), 1) };
+        }
+    }
+
+    /// A fresh pipe for this process (a forked child must not share its parent's: either
+    /// could swallow the other's wake-up) and SIGCHLD pokes it.
+    pub(super) fn install() -> std::io::Result<()> {
+        let mut fds = [-1; 2];
+        // SAFETY: pipe(2) into a two-element array; fcntl on the descriptors it returned.
+        unsafe {
+            if libc::pipe(fds.as_mut_ptr()) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            for fd in fds {
+                libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK);
+                libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+            }
+        }
+        for old in [READ.swap(fds[0], Ordering::SeqCst), WRITE.swap(fds[1], Ordering::SeqCst)] {
+            if old >= 0 {
+                // SAFETY: the previous pipe's descriptors, owned by these statics alone.
+                unsafe { libc::close(old) };
+            }
+        }
+        use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+        let action = SigAction::new(
+            SigHandler::Handler(on_child),
+            SaFlags::SA_RESTART | SaFlags::SA_NOCLDSTOP,
+            SigSet::empty(),
+        );
+        // SAFETY: the handler only writes to a pipe, which is async-signal-safe.
+        unsafe { sigaction(Signal::SIGCHLD, &action) }.map_err(std::io::Error::from)?;
+        Ok(())
+    }
+
+    /// The read end (-1 before [`install`]).
+    pub(super) fn fd() -> libc::c_int {
+        READ.load(Ordering::SeqCst)
+    }
+
+    /// Empty the pipe (every wake-up is handled by the caller's next pass).
+    pub(super) fn drain() {
+        let mut buf = [0u8; 64];
+        // SAFETY: reading into a stack buffer of the given length from a non-blocking fd.
+        while unsafe { libc::read(fd(), buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
+    }
 }
 
 fn catch_stop_signals() -> Result<(), HelperFailure> {
@@ -586,6 +655,8 @@ fn init_main(req: &Request, dir: &Path, guard: std::os::fd::OwnedFd) -> i32 {
             return HELPER_FAILED as i32;
         }
     }
+    // Without the pipe the loop below still sees the agent's exit, at its next timeout.
+    let _ = wake::install();
     let agent = match spawn_agent(req, dir) {
         Ok(pid) => pid,
         Err(e) => {
@@ -706,17 +777,29 @@ enum Readable {
     Closed,
 }
 
-/// Wait up to `ms` for `fd` to become readable; report EOF or a hang-up as `Closed` (data is
-/// read and discarded: the lifeline carries none after the request).
+/// Wait up to `ms` for `fd` to become readable, or for a [`wake`] (a child exited, a stop
+/// signal came: reported as `No`, for the caller's loop to look); report EOF or a hang-up as
+/// `Closed` (data is read and discarded: the lifeline carries none after the request).
 fn wait_readable(fd: libc::c_int, ms: libc::c_int) -> Readable {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd on the stack.
-    let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-    if n <= 0 {
+    let mut pfds = [
+        libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: wake::fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    // SAFETY: two pollfds on the stack (a negative fd is ignored by poll).
+    let n = unsafe { libc::poll(pfds.as_mut_ptr(), 2, ms) };
+    if pfds[1].revents != 0 {
+        wake::drain();
+    }
+    let pfd = &pfds[0];
+    if n <= 0 || pfd.revents == 0 {
         return Readable::No;
     }
     if pfd.revents & libc::POLLNVAL != 0 {
@@ -738,6 +821,8 @@ fn supervise(child: Pid, pid_ns: bool, deadline: Option<Instant>, lifeline: bool
     let mut stopping_since: Option<Instant> = None;
     let mut killed = false;
     let mut lifeline_open = lifeline;
+    // Without the pipe the loop below still sees the child's exit, at its next timeout.
+    let _ = wake::install();
     loop {
         loop {
             match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
@@ -757,7 +842,8 @@ fn supervise(child: Pid, pid_ns: bool, deadline: Option<Instant>, lifeline: bool
                 lifeline_open = false;
             }
         } else {
-            std::thread::sleep(Duration::from_millis(100));
+            // No descriptor but the wake-up pipe: a child's exit or a signal, or the timeout.
+            wait_readable(-1, 100);
         }
         let stop = STOP.load(Ordering::SeqCst)
             || (lifeline && !lifeline_open)

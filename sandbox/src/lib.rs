@@ -2,7 +2,8 @@
 //!
 //! - [`beneath`]: file access confined beneath a directory, never through a symlink — used to
 //!   read the sandbox as data and to write the user's checkout.
-//! - [`store`]: the checkpoint store, a bare git repository only the hub writes (gix, in-process).
+//! - [`store`]: the checkpoint store, a bare git repository only the hub writes (gix, in-process);
+//!   [`pack`] writes a batch of its blobs as one pack.
 //! - [`statcache`]: stat data, git's racy rule, and the stat cache that lets a checkout
 //!   snapshot read only new or changed files.
 //! - [`snapshot`]: a checkout or a sandbox captured into the store as a tree.
@@ -17,7 +18,7 @@
 //!   touches its sandbox; [`wire`] is the byte stream between the two.
 //!
 //! Modules import only downward, in the order of `LAYERS` (the `layering` test below fails on
-//! any other import): `wire` → `beneath` → `store` → `statcache` → `snapshot` → `tools`,
+//! any other import): `wire`, `pack` → `beneath` → `store` → `statcache` → `snapshot` → `tools`,
 //! `sync` → `workspace` → `agent`, `jj` → `user`, `helper`. So the wire contract is a leaf, the
 //! sandbox trait knows nothing of user isolation, and the hub's side (`user`) and the helper
 //! never import each other.
@@ -26,6 +27,7 @@ pub mod agent;
 pub mod beneath;
 pub mod helper;
 pub mod jj;
+pub mod pack;
 pub mod snapshot;
 pub mod statcache;
 pub mod store;
@@ -50,7 +52,7 @@ mod layering {
     //! 6. `agent`, `jj`: processes and jj changes in any sandbox;
     //! 7. `user`, `helper`: the two ends of user isolation, which never import each other.
     const LAYERS: &[&[&str]] = &[
-        &["wire"],
+        &["wire", "pack"],
         &["beneath"],
         &["store"],
         &["statcache"],

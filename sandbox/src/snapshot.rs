@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use crate::beneath::{Beneath, FsError, Kind};
 use crate::statcache::{file_stat, is_racy, StatCache};
-use crate::store::{blob_id, Entry, FlatTree, Mode, Store, StoreError};
+use crate::store::{blob_id, BlobBatch, Entry, FlatTree, Mode, Store, StoreError};
 use crate::wire::{FileStat, SyncRecord};
 
 /// Files larger than this are left out of snapshots (and reported).
@@ -268,9 +268,9 @@ fn captured_from(path: String, how: Check, read: ReadEntry) -> Captured {
     }
 }
 
-/// Store one captured item into `snap`; returns the entry it got.
+/// Store one captured item into `snap` (its blob into `blobs`); returns the entry it got.
 pub fn store_captured(
-    store: &Store,
+    blobs: &mut BlobBatch<'_>,
     snap: &mut Snapshot,
     item: Captured,
 ) -> Result<Option<(String, FileStat, Entry)>, StoreError> {
@@ -281,7 +281,7 @@ pub fn store_captured(
             executable,
             stat,
         } => {
-            let oid = store.write_blob(&bytes)?;
+            let oid = blobs.write_blob(&bytes)?;
             let mode = if executable {
                 Mode::Executable
             } else {
@@ -290,7 +290,7 @@ pub fn store_captured(
             (path, stat, Entry { mode, oid })
         }
         Captured::Symlink { path, target, stat } => {
-            let oid = store.write_blob(&target)?;
+            let oid = blobs.write_blob(&target)?;
             let mode = Mode::Symlink;
             (path, stat, Entry { mode, oid })
         }
@@ -314,6 +314,7 @@ fn capture(
 ) -> Result<Snapshot, SnapshotError> {
     let mut snap = Snapshot::default();
     let mut seen = Vec::new();
+    let mut blobs = store.batch();
     {
         let cache_ref = cache.as_deref();
         capture_each(
@@ -325,13 +326,15 @@ fn capture(
                 None => Check::Read,
             },
             |item| {
-                if let Some(got) = store_captured(store, &mut snap, item)? {
+                if let Some(got) = store_captured(&mut blobs, &mut snap, item)? {
                     seen.push(got);
                 }
                 Ok::<_, StoreError>(())
             },
         )?;
     }
+    // Before the cache names them: a cache entry's blob is always in the store.
+    blobs.finish()?;
     if let Some(cache) = cache {
         for (path, stat, entry) in seen {
             cache.record(&path, stat, entry);
@@ -453,13 +456,15 @@ pub fn snapshot_sandbox(
     let (candidates, unnamed) = sandbox_candidates(dir, base.keys());
     let root = Beneath::open(dir)?;
     let mut snap = Snapshot::default();
+    let mut blobs = store.batch();
     capture_each(
         &root,
         candidates,
         cap,
         readback_check(base, record),
-        |item| store_captured(store, &mut snap, item).map(drop),
+        |item| store_captured(&mut blobs, &mut snap, item).map(drop),
     )?;
+    blobs.finish()?;
     snap.skipped.extend(unnamed);
     Ok(snap)
 }

@@ -63,6 +63,10 @@ pub enum StoreError {
 pub struct Store {
     repo: gix::ThreadSafeRepository,
     path: PathBuf,
+    /// Objects this handle wrote or found, so that asking again costs no `stat` of a loose
+    /// object. Nothing ever deletes an object from a store while it is open (hunkgate neither
+    /// prunes nor repacks), so an id once present stays present.
+    present: std::sync::Mutex<std::collections::HashSet<ObjectId>>,
 }
 
 const IDENTITY_NAME: &str = "hunkgate";
@@ -85,6 +89,7 @@ impl Store {
         Ok(Self {
             repo: repo.into_sync(),
             path: path.to_path_buf(),
+            present: Default::default(),
         })
     }
 
@@ -99,6 +104,7 @@ impl Store {
         Ok(Self {
             repo: repo.into_sync(),
             path: dir.join(".git"),
+            present: Default::default(),
         })
     }
 
@@ -129,8 +135,9 @@ impl Store {
 
     pub fn write_blob(&self, bytes: &[u8]) -> Result<ObjectId, StoreError> {
         let repo = self.local();
-        let id = repo.write_blob(bytes).map_err(|e| self.err(e))?;
-        Ok(id.detach())
+        let id = repo.write_blob(bytes).map_err(|e| self.err(e))?.detach();
+        self.remember(id);
+        Ok(id)
     }
 
     pub fn read_blob(&self, oid: ObjectId) -> Result<Vec<u8>, StoreError> {
@@ -147,18 +154,78 @@ impl Store {
     }
 
     /// Write a flat tree as nested git trees; returns the root tree id.
+    ///
+    /// Every tree is built from the sorted map in one pass, deepest first, and written as is:
+    /// unlike gix's tree editor, nothing looks up whether each entry's object exists (10,000
+    /// `stat`s of loose objects per snapshot). Every caller writes or checks the blobs first
+    /// (a snapshot stores what it read; a sandbox sync ensures the base's blobs). Path
+    /// components are still validated as git would (no `.git`, `..`, empty names), and a path
+    /// that is both a file and a directory is refused.
     pub fn write_tree(&self, tree: &FlatTree) -> Result<ObjectId, StoreError> {
+        use gix::objs::tree::Entry as TreeEntry;
         let repo = self.local();
-        let mut editor = repo
-            .edit_tree(ObjectId::empty_tree(repo.object_hash()))
-            .map_err(|e| self.err(e))?;
+        let validate = gix::validate::path::component::Options {
+            protect_windows: cfg!(windows),
+            protect_hfs: cfg!(target_os = "macos"),
+            protect_ntfs: true,
+        };
+        let check = |name: &str, path: &str, symlink: bool| {
+            let mode = symlink.then_some(gix::validate::path::component::Mode::Symlink);
+            gix::validate::path::component(name.into(), mode, validate)
+                .map(|_| ())
+                .map_err(|e| self.err(format!("{path}: {e}")))
+        };
+        // Directory ("" for the root) -> its entries so far.
+        let mut dirs: BTreeMap<&str, Vec<TreeEntry>> = BTreeMap::new();
+        dirs.insert("", Vec::new());
         for (path, entry) in tree {
-            editor
-                .upsert(path.as_str(), entry.mode.kind(), entry.oid)
-                .map_err(|e| self.err(format!("{path}: {e}")))?;
+            let (dir, name) = path.rsplit_once('/').unwrap_or(("", path.as_str()));
+            if path.starts_with('/') {
+                // The root's name is "": a leading '/' is an empty first component.
+                check("", path, false)?;
+            }
+            check(name, path, entry.mode == Mode::Symlink)?;
+            // Every ancestor directory gets a tree, however deep the first file in it is.
+            let mut d = dir;
+            while !dirs.contains_key(d) {
+                dirs.insert(d, Vec::new());
+                d = d.rsplit_once('/').map_or("", |(p, _)| p);
+            }
+            dirs.entry(dir).or_default().push(TreeEntry {
+                mode: entry.mode.kind().into(),
+                filename: name.into(),
+                oid: entry.oid,
+            });
         }
-        let id = editor.write().map_err(|e| self.err(e))?;
-        Ok(id.detach())
+        // A child directory sorts after its parent (the parent is its prefix), so walking the
+        // directories backwards writes every subtree before the tree that names it.
+        let order: Vec<&str> = dirs.keys().rev().copied().collect();
+        for dir in order {
+            let mut entries = dirs.remove(dir).unwrap_or_default();
+            entries.sort();
+            if let Some(w) = entries.windows(2).find(|w| w[0].filename == w[1].filename) {
+                let name = match dir {
+                    "" => w[0].filename.to_string(),
+                    _ => format!("{dir}/{}", w[0].filename),
+                };
+                return Err(self.err(format!("{name}: a path is both a file and a directory")));
+            }
+            let id = repo
+                .write_object(&gix::objs::Tree { entries })
+                .map_err(|e| self.err(e))?
+                .detach();
+            if dir.is_empty() {
+                return Ok(id);
+            }
+            let (parent, name) = dir.rsplit_once('/').unwrap_or(("", dir));
+            check(name, dir, false)?;
+            dirs.entry(parent).or_default().push(TreeEntry {
+                mode: EntryKind::Tree.into(),
+                filename: name.into(),
+                oid: id,
+            });
+        }
+        Err(self.err("no root tree was written"))
     }
 
     /// Read a tree (by tree or commit id) back into a flat map. Submodule entries are skipped:
@@ -298,6 +365,7 @@ impl Store {
         Ok(Self {
             repo: repo.into_sync(),
             path: path.to_path_buf(),
+            present: Default::default(),
         })
     }
 
@@ -342,8 +410,96 @@ impl Store {
         Ok(())
     }
 
+    /// Whether the store has `oid`; an id found once is remembered by this handle.
     pub fn has_object(&self, oid: ObjectId) -> bool {
-        self.local().has_object(oid)
+        if self.known(oid) {
+            return true;
+        }
+        let found = self.local().has_object(oid);
+        if found {
+            self.remember(oid);
+        }
+        found
+    }
+
+    /// Whether this handle already knows the store has `oid` (no lookup on disk).
+    fn known(&self, oid: ObjectId) -> bool {
+        self.present.lock().is_ok_and(|p| p.contains(&oid))
+    }
+
+    /// Blobs to write together (see [`BlobBatch`]).
+    pub fn batch(&self) -> BlobBatch<'_> {
+        BlobBatch {
+            store: self,
+            held: Vec::new(),
+            pack: None,
+            ids: Default::default(),
+        }
+    }
+
+    fn remember(&self, oid: ObjectId) {
+        if let Ok(mut p) = self.present.lock() {
+            p.insert(oid);
+        }
+    }
+}
+
+/// Blobs written together ([`Store::batch`]): the first [`BlobBatch::PACK_AT`] are held, and
+/// written loose if the batch ends there; from then on they go into one pack
+/// ([`crate::pack`]), so a snapshot of thousands of new files creates two files, not
+/// thousands. The blobs are readable once [`BlobBatch::finish`] returns; a batch dropped
+/// unfinished writes nothing (its temporary pack is removed).
+pub struct BlobBatch<'s> {
+    store: &'s Store,
+    held: Vec<(ObjectId, Vec<u8>)>,
+    pack: Option<crate::pack::PackWriter>,
+    ids: std::collections::HashSet<ObjectId>,
+}
+
+impl BlobBatch<'_> {
+    /// Up to this many new blobs are written loose; more make a pack (many tiny packs would
+    /// slow every lookup down).
+    pub const PACK_AT: usize = 64;
+
+    /// Add a blob; returns its id. A blob the store or the batch has already costs nothing.
+    pub fn write_blob(&mut self, bytes: &[u8]) -> Result<ObjectId, StoreError> {
+        let oid = blob_id(bytes);
+        if self.ids.contains(&oid) || self.store.known(oid) {
+            return Ok(oid);
+        }
+        self.ids.insert(oid);
+        if let Some(pack) = self.pack.as_mut() {
+            pack.add_blob(oid, bytes).map_err(|e| self.store.err(e))?;
+            return Ok(oid);
+        }
+        self.held.push((oid, bytes.to_vec()));
+        if self.held.len() > Self::PACK_AT {
+            let mut pack = crate::pack::PackWriter::new(&self.store.path.join("objects/pack"))
+                .map_err(|e| self.store.err(format!("starting a pack: {e}")))?;
+            for (oid, bytes) in self.held.drain(..) {
+                pack.add_blob(oid, &bytes).map_err(|e| self.store.err(e))?;
+            }
+            self.pack = Some(pack);
+        }
+        Ok(oid)
+    }
+
+    /// Write what the batch holds: loose objects, or the pack and its index.
+    pub fn finish(self) -> Result<(), StoreError> {
+        for (_, bytes) in &self.held {
+            self.store.write_blob(bytes)?;
+        }
+        if let Some(pack) = self.pack {
+            let n = pack.len();
+            let path = pack
+                .finish()
+                .map_err(|e| self.store.err(format!("writing a pack: {e}")))?;
+            tracing::debug!(objects = n, pack = %path.display(), "wrote a pack");
+        }
+        for oid in self.ids {
+            self.store.remember(oid);
+        }
+        Ok(())
     }
 }
 
@@ -438,6 +594,153 @@ mod tests {
         drop(store);
         let store = Store::open_or_init(&tmp.path().join("store.git")).unwrap();
         assert!(store.has_object(commit));
+    }
+
+    /// Git's tree order puts `a/` after `a.c` and `a-b` but before `a0`; deep directories
+    /// that hold only directories need trees too. The tree ids must be git's own.
+    #[test]
+    fn trees_are_the_ones_git_writes_for_the_same_paths() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store.git")).unwrap();
+        let x = store.write_blob(b"x\n").unwrap();
+        let paths = [
+            "a", "a-b", "a.c", "a0", "b/a/x", "b/a-b", "b/a.c/y", "b/a0", "c/d/e/f/g", "c/d.e",
+            "z/1", "z/10", "z/1/", "\u{e9}t\u{e9}/\u{fc}",
+        ];
+        let mut tree = FlatTree::new();
+        for (i, path) in paths.iter().enumerate() {
+            if path.ends_with('/') {
+                continue;
+            }
+            let mode = [Mode::File, Mode::Executable, Mode::Symlink][i % 3];
+            tree.insert(path.to_string(), Entry { mode, oid: x });
+        }
+        // "a" cannot be a file beside "a/..." paths; it has none here.
+        let ours = store.write_tree(&tree).unwrap();
+        let index_info: String = tree
+            .iter()
+            .map(|(p, e)| format!("{} {}\t{p}\n", e.mode.octal(), e.oid))
+            .collect();
+        let index = tmp.path().join("index");
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg("git update-index --index-info && git write-tree")
+            .env("GIT_DIR", store.path())
+            .env("GIT_INDEX_FILE", &index)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut c| {
+                use std::io::Write;
+                c.stdin.take().unwrap().write_all(index_info.as_bytes())?;
+                c.wait_with_output()
+            })
+            .unwrap();
+        assert!(out.status.success());
+        assert_eq!(String::from_utf8(out.stdout).unwrap().trim(), ours.to_string());
+        assert_eq!(store.read_tree(ours).unwrap(), tree);
+        git(store.path(), &["fsck", "--no-dangling"]);
+        // The empty tree is git's empty tree.
+        assert_eq!(
+            store.write_tree(&FlatTree::new()).unwrap(),
+            ObjectId::empty_tree(gix::hash::Kind::Sha1)
+        );
+    }
+
+    #[test]
+    fn a_tree_git_would_refuse_is_not_written() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store.git")).unwrap();
+        let x = store.write_blob(b"x\n").unwrap();
+        let tree_of = |paths: &[&str]| -> FlatTree {
+            paths
+                .iter()
+                .map(|p| (p.to_string(), Entry { mode: Mode::File, oid: x }))
+                .collect()
+        };
+        // Positive control: the same shapes with harmless names are written.
+        store.write_tree(&tree_of(&["a/b", "c/d/e"])).unwrap();
+        for (paths, says) in [
+            (&["a", "a/b"][..], "a: a path is both a file and a directory"),
+            (&["x/y", "x/y/z"][..], "x/y: a path is both a file and a directory"),
+            (&[".git/config"][..], ".git"),
+            (&["a/.GIT/hooks"][..], ".git"),
+            (&["a/../b"][..], "Relative"),
+            (&["a//b"][..], "empty"),
+            (&["/abs"][..], "empty"),
+        ] {
+            let err = store.write_tree(&tree_of(paths)).unwrap_err().to_string();
+            assert!(err.contains(says), "{paths:?}: {err}");
+        }
+    }
+
+    fn packs_in(store: &Store) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(store.path().join("objects/pack"))
+            .map(|d| {
+                d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+
+    /// Past `PACK_AT` new blobs a batch writes one pack that git verifies and both git and this
+    /// same open store read back; a small batch stays loose; an unfinished one leaves nothing.
+    #[test]
+    fn a_big_batch_of_blobs_is_one_pack_git_reads() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store.git")).unwrap();
+        // Read something first, so the store has loaded its (empty) set of packs.
+        let early = store.write_blob(b"early\n").unwrap();
+        assert_eq!(store.read_blob(early).unwrap(), b"early\n");
+
+        let n = BlobBatch::PACK_AT * 3;
+        let bodies: Vec<Vec<u8>> = (0..n)
+            .map(|i| format!("blob {i}\n").repeat(i % 50 + 1).into_bytes())
+            .collect();
+        let mut batch = store.batch();
+        let mut ids = Vec::new();
+        for body in &bodies {
+            ids.push(batch.write_blob(body).unwrap());
+        }
+        // A repeat and a blob the store has cost nothing.
+        assert_eq!(batch.write_blob(&bodies[0]).unwrap(), ids[0]);
+        assert_eq!(batch.write_blob(b"early\n").unwrap(), early);
+        batch.finish().unwrap();
+
+        let packs = packs_in(&store);
+        assert_eq!(packs.len(), 2, "one .pack and its .idx: {packs:?}");
+        assert!(packs[0].ends_with(".idx") && packs[1].ends_with(".pack"));
+        let pack = store.path().join("objects/pack").join(&packs[1]);
+        let verified = git(store.path(), &["verify-pack", "-v", pack.to_str().unwrap()]);
+        assert_eq!(verified.lines().filter(|l| l.contains(" blob ")).count(), n);
+        for (id, body) in ids.iter().zip(&bodies).step_by(37) {
+            assert_eq!(blob_id(body), *id);
+            assert_eq!(&store.read_blob(*id).unwrap(), body);
+            assert_eq!(git(store.path(), &["cat-file", "blob", &id.to_string()]).as_bytes(), &body[..]);
+        }
+        // Not loose: only the early blob is.
+        let loose = |id: &ObjectId| {
+            let hex = id.to_string();
+            store.path().join("objects").join(&hex[..2]).join(&hex[2..]).exists()
+        };
+        assert!(loose(&early) && !ids.iter().any(loose));
+
+        // A small batch is written loose; an unfinished big one writes nothing.
+        let mut small = store.batch();
+        let few = small.write_blob(b"few\n").unwrap();
+        small.finish().unwrap();
+        assert!(loose(&few));
+        let mut dropped = store.batch();
+        for i in 0..n {
+            dropped.write_blob(format!("dropped {i}\n").as_bytes()).unwrap();
+        }
+        drop(dropped);
+        assert_eq!(packs_in(&store), packs, "no pack and no temporary file left");
+        git(store.path(), &["fsck", "--no-dangling"]);
     }
 
     #[test]

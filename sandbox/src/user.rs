@@ -962,6 +962,7 @@ fn read_snapshot(
     cap: u64,
 ) -> Result<Snapshot, HelperError> {
     let mut snap = Snapshot::default();
+    let mut blobs = store.batch();
     let stream = |source| HelperError::Stream {
         op: "snapshot",
         source,
@@ -1010,16 +1011,17 @@ fn read_snapshot(
                 } else {
                     Mode::File
                 },
-                oid: store.write_blob(&bytes)?,
+                oid: blobs.write_blob(&bytes)?,
             },
             Frame::Symlink { target, .. } => Entry {
                 mode: Mode::Symlink,
-                oid: store.write_blob(&target)?,
+                oid: blobs.write_blob(&target)?,
             },
             Frame::Skipped { .. } | Frame::Blob { .. } | Frame::End => continue,
         };
         snap.tree.insert(path, entry);
     }
+    blobs.finish()?;
     Ok(snap)
 }
 

@@ -26,7 +26,9 @@ impl Hub {
         let run_id = job.run_id.as_str();
         self.update_run(run_id, |r| r.status = RunState::Working)?;
         self.run_status(run_id, "working", "Snapshotting your checkout".into());
+        let started = Instant::now();
         let (base_commit, base_tree, skipped) = self.snapshot_base(run_id).await?;
+        tracing::debug!(run = run_id, ms = started.elapsed().as_millis() as u64, "base snapshot");
         if !skipped.is_empty() {
             self.run_status(run_id, "working", snapshot_skipped_message(&skipped));
         }
@@ -100,11 +102,13 @@ impl Hub {
         {
             let sb = sandbox.clone();
             let tree = base.tree.clone();
+            let started = Instant::now();
             self.blocking(move |hub| {
                 sb.prepare(hub.store(), &tree)
                     .map_err(|e| AppError::failed("preparing the sandbox", e))
             })
             .await?;
+            tracing::debug!(run = run_id, ms = started.elapsed().as_millis() as u64, "sandbox prepared");
         }
         let change_id = if self.cfg().vcs == Vcs::Jj {
             match jj::start_change(
@@ -191,6 +195,7 @@ impl Hub {
         let outcome = self
             .run_agent_process(job, sandbox.as_ref(), &argv, &env)
             .await;
+        tracing::debug!(run = run_id, exit = ?outcome.exit, "agent process ended");
         if let Ok(mut t) = self.runs().agent_tokens.lock() {
             t.remove(&agent_token);
         }

@@ -96,10 +96,13 @@ impl Hub {
             prompt,
             agent,
         } = draft;
+        let started = std::time::Instant::now();
         let mut snap = active
             .sandbox
             .snapshot(self.store(), &active.base_tree, DEFAULT_FILE_CAP)
             .map_err(|e| publish_error(&e))?;
+        let ms = |t: std::time::Instant| t.elapsed().as_millis() as u64;
+        tracing::debug!(run = rid, ms = ms(started), "sandbox read back");
         let only = |p: &str| filter.as_ref().is_none_or(|f| f.is_match(p));
         let skipped = keep_skipped_as_base(&mut snap, &active.base_tree, &only);
         if snap.tree == active.base_tree {
@@ -118,7 +121,9 @@ impl Hub {
                 "No changes match the given files".into(),
             ));
         }
+        tracing::debug!(run = rid, ms = ms(started), hunks = hunks.len(), "hunks built");
         let commit = self.commit_run_head(&rid, &sid, &desc, &active, &snap.tree)?;
+        tracing::debug!(run = rid, ms = ms(started), "run commit written");
         Ok(Suggestion {
             id: sid,
             run_id: rid,
