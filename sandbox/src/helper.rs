@@ -393,7 +393,10 @@ mod wake {
                 libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
             }
         }
-        for old in [READ.swap(fds[0], Ordering::SeqCst), WRITE.swap(fds[1], Ordering::SeqCst)] {
+        for old in [
+            READ.swap(fds[0], Ordering::SeqCst),
+            WRITE.swap(fds[1], Ordering::SeqCst),
+        ] {
             if old >= 0 {
                 // SAFETY: the previous pipe's descriptors, owned by these statics alone.
                 unsafe { libc::close(old) };

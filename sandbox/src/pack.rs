@@ -208,7 +208,11 @@ mod tests {
         let idx = index_v2(&mut entries, ObjectId::null(gix::hash::Kind::Sha1)).unwrap();
         let offsets_at = 8 + 1024 + 2 * 20 + 2 * 4;
         let word = |at: usize| u32::from_be_bytes(idx[at..at + 4].try_into().unwrap());
-        assert_eq!(word(8 + 4 * 255), 2, "the last fan-out entry counts every object");
+        assert_eq!(
+            word(8 + 4 * 255),
+            2,
+            "the last fan-out entry counts every object"
+        );
         assert_eq!(word(offsets_at), 12);
         assert_eq!(word(offsets_at + 4), 0x8000_0000);
         let big = u64::from_be_bytes(idx[offsets_at + 8..offsets_at + 16].try_into().unwrap());

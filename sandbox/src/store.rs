@@ -604,8 +604,20 @@ mod tests {
         let store = Store::open_or_init(&tmp.path().join("store.git")).unwrap();
         let x = store.write_blob(b"x\n").unwrap();
         let paths = [
-            "a", "a-b", "a.c", "a0", "b/a/x", "b/a-b", "b/a.c/y", "b/a0", "c/d/e/f/g", "c/d.e",
-            "z/1", "z/10", "z/1/", "\u{e9}t\u{e9}/\u{fc}",
+            "a",
+            "a-b",
+            "a.c",
+            "a0",
+            "b/a/x",
+            "b/a-b",
+            "b/a.c/y",
+            "b/a0",
+            "c/d/e/f/g",
+            "c/d.e",
+            "z/1",
+            "z/10",
+            "z/1/",
+            "\u{e9}t\u{e9}/\u{fc}",
         ];
         let mut tree = FlatTree::new();
         for (i, path) in paths.iter().enumerate() {
@@ -639,7 +651,10 @@ mod tests {
             })
             .unwrap();
         assert!(out.status.success());
-        assert_eq!(String::from_utf8(out.stdout).unwrap().trim(), ours.to_string());
+        assert_eq!(
+            String::from_utf8(out.stdout).unwrap().trim(),
+            ours.to_string()
+        );
         assert_eq!(store.read_tree(ours).unwrap(), tree);
         git(store.path(), &["fsck", "--no-dangling"]);
         // The empty tree is git's empty tree.
@@ -657,14 +672,28 @@ mod tests {
         let tree_of = |paths: &[&str]| -> FlatTree {
             paths
                 .iter()
-                .map(|p| (p.to_string(), Entry { mode: Mode::File, oid: x }))
+                .map(|p| {
+                    (
+                        p.to_string(),
+                        Entry {
+                            mode: Mode::File,
+                            oid: x,
+                        },
+                    )
+                })
                 .collect()
         };
         // Positive control: the same shapes with harmless names are written.
         store.write_tree(&tree_of(&["a/b", "c/d/e"])).unwrap();
         for (paths, says) in [
-            (&["a", "a/b"][..], "a: a path is both a file and a directory"),
-            (&["x/y", "x/y/z"][..], "x/y: a path is both a file and a directory"),
+            (
+                &["a", "a/b"][..],
+                "a: a path is both a file and a directory",
+            ),
+            (
+                &["x/y", "x/y/z"][..],
+                "x/y: a path is both a file and a directory",
+            ),
             (&[".git/config"][..], ".git"),
             (&["a/.GIT/hooks"][..], ".git"),
             (&["a/../b"][..], "Relative"),
@@ -720,12 +749,20 @@ mod tests {
         for (id, body) in ids.iter().zip(&bodies).step_by(37) {
             assert_eq!(blob_id(body), *id);
             assert_eq!(&store.read_blob(*id).unwrap(), body);
-            assert_eq!(git(store.path(), &["cat-file", "blob", &id.to_string()]).as_bytes(), &body[..]);
+            assert_eq!(
+                git(store.path(), &["cat-file", "blob", &id.to_string()]).as_bytes(),
+                &body[..]
+            );
         }
         // Not loose: only the early blob is.
         let loose = |id: &ObjectId| {
             let hex = id.to_string();
-            store.path().join("objects").join(&hex[..2]).join(&hex[2..]).exists()
+            store
+                .path()
+                .join("objects")
+                .join(&hex[..2])
+                .join(&hex[2..])
+                .exists()
         };
         assert!(loose(&early) && !ids.iter().any(loose));
 
@@ -736,10 +773,16 @@ mod tests {
         assert!(loose(&few));
         let mut dropped = store.batch();
         for i in 0..n {
-            dropped.write_blob(format!("dropped {i}\n").as_bytes()).unwrap();
+            dropped
+                .write_blob(format!("dropped {i}\n").as_bytes())
+                .unwrap();
         }
         drop(dropped);
-        assert_eq!(packs_in(&store), packs, "no pack and no temporary file left");
+        assert_eq!(
+            packs_in(&store),
+            packs,
+            "no pack and no temporary file left"
+        );
         git(store.path(), &["fsck", "--no-dangling"]);
     }
 

@@ -49,6 +49,7 @@ fn check_mode(cfg: &Config, m: &ModeFigures) {
     }
     for (what, d) in [
         ("git stash create (first)", m.stash_first),
+        ("git worktree add (first)", m.checkout_first),
         ("git stash create (warm)", m.stash_warm),
         ("git diff (big)", m.diff_big),
         ("git diff (small)", m.diff_small),

@@ -68,7 +68,9 @@ fn text(s: String) -> Message {
 }
 
 /// The hello, then replies and events in the order they come, until the replies end (the
-/// receiving side is done), the client is gone or the hub shuts down.
+/// receiving side is done), the client is gone or the hub shuts down. Whatever is already
+/// waiting when one frame goes out (a decision's reply and its events, a burst of events) goes
+/// with it in one write: frames are fed, and flushed once nothing more is ready.
 async fn send_loop<W: Sink<Message> + Unpin>(
     mut sink: W,
     hello: Hello,
@@ -97,20 +99,90 @@ async fn send_loop<W: Sink<Message> + Unpin>(
                 Some(t) => text(t),
                 None => break,
             },
-            ev = events.recv() => match ev {
-                Ok(sent) if sent.seq <= hello_seq => continue,
-                Ok(sent) => text(sent.json.to_string()),
-                Err(broadcast::error::RecvError::Lagged(n)) => text(json!({
-                    "type": "resync",
-                    "reason": format!("{n} events were dropped because this client read too slowly"),
-                    "epoch": "",
-                }).to_string()),
-                Err(broadcast::error::RecvError::Closed) => break,
+            ev = events.recv() => match event_frame(ev, hello_seq) {
+                Next::Send(m) => m,
+                Next::Skip => continue,
+                Next::End => break,
             },
         };
-        if sink.send(out).await.is_err() {
+        if sink.feed(out).await.is_err() {
             break;
         }
+        let mut ended = false;
+        // Bounded, so a flood of events cannot hold back the flush.
+        for _ in 0..MAX_BATCH {
+            let Some(next) = ready_frame(&mut replies, &mut events, hello_seq) else {
+                break;
+            };
+            match next {
+                Next::Send(m) => {
+                    if sink.feed(m).await.is_err() {
+                        return;
+                    }
+                }
+                Next::Skip => {}
+                Next::End => {
+                    ended = true;
+                    break;
+                }
+            }
+        }
+        if sink.flush().await.is_err() || ended {
+            break;
+        }
+    }
+}
+
+/// At most this many frames go out in one write.
+const MAX_BATCH: usize = 64;
+
+/// What the send loop does with one item.
+enum Next {
+    Send(Message),
+    Skip,
+    End,
+}
+
+/// An event as a frame: a `resync` when this client fell behind, nothing for one the hello
+/// already covered.
+fn event_frame(ev: Result<Sent, broadcast::error::RecvError>, hello_seq: u64) -> Next {
+    match ev {
+        Ok(sent) if sent.seq <= hello_seq => Next::Skip,
+        Ok(sent) => Next::Send(text(sent.json.to_string())),
+        Err(broadcast::error::RecvError::Lagged(n)) => Next::Send(text(
+            json!({
+                "type": "resync",
+                "reason": format!("{n} events were dropped because this client read too slowly"),
+                "epoch": "",
+            })
+            .to_string(),
+        )),
+        Err(broadcast::error::RecvError::Closed) => Next::End,
+    }
+}
+
+/// A reply or an event that is ready now (replies first, as in the loop's own order); None
+/// when nothing is.
+fn ready_frame(
+    replies: &mut mpsc::Receiver<String>,
+    events: &mut broadcast::Receiver<Sent>,
+    hello_seq: u64,
+) -> Option<Next> {
+    use tokio::sync::broadcast::error::TryRecvError as B;
+    use tokio::sync::mpsc::error::TryRecvError as M;
+    match replies.try_recv() {
+        Ok(t) => return Some(Next::Send(text(t))),
+        Err(M::Disconnected) => return Some(Next::End),
+        Err(M::Empty) => {}
+    }
+    match events.try_recv() {
+        Ok(sent) => Some(event_frame(Ok(sent), hello_seq)),
+        Err(B::Lagged(n)) => Some(event_frame(
+            Err(broadcast::error::RecvError::Lagged(n)),
+            hello_seq,
+        )),
+        Err(B::Closed) => Some(Next::End),
+        Err(B::Empty) => None,
     }
 }
 

@@ -304,3 +304,96 @@ async fn the_real_endpoint_wants_the_token_before_the_hello() {
     assert_eq!(hello["type"], "hello");
     server.abort();
 }
+
+/// A sink that records every frame and every flush that ended a write.
+#[derive(Clone, Default)]
+struct Recorder(Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Sink<Message> for Recorder {
+    type Error = std::io::Error;
+    fn poll_ready(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+    fn start_send(self: std::pin::Pin<&mut Self>, m: Message) -> Result<(), Self::Error> {
+        let v: Value = serde_json::from_str(m.to_text().unwrap_or("{}")).unwrap_or_default();
+        let name = v["type"].as_str().unwrap_or("?").to_string();
+        self.0.lock().unwrap().push(name);
+        Ok(())
+    }
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        let mut log = self.0.lock().unwrap();
+        if log.last().is_some_and(|l| l != "|") {
+            log.push("|".into());
+        }
+        std::task::Poll::Ready(Ok(()))
+    }
+    fn poll_close(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.poll_flush(cx)
+    }
+}
+
+/// A reply and the events already waiting behind it go out in one write, in order; an event
+/// the hello covered is not sent; a later event is a write of its own.
+#[tokio::test]
+async fn frames_that_are_ready_together_go_out_in_one_write() {
+    let (events_tx, events) = broadcast::channel(16);
+    let (replies_tx, replies) = mpsc::channel(16);
+    let event = |seq: u64| Sent {
+        seq,
+        json: format!(r#"{{"type":"event{seq}","seq":{seq}}}"#).into(),
+    };
+    let hello = Hello {
+        kind: "hello".into(),
+        service: SERVICE.into(),
+        version: "0".into(),
+        protocol: PROTOCOL_VERSION,
+        seq: 1,
+        epoch: "e".into(),
+    };
+    replies_tx
+        .send(r#"{"type":"response"}"#.to_string())
+        .await
+        .unwrap();
+    for seq in 1..=4 {
+        events_tx.send(event(seq)).unwrap();
+    }
+    let sink = Recorder::default();
+    let log = sink.0.clone();
+    let task = tokio::spawn(send_loop(
+        sink,
+        hello,
+        events,
+        replies,
+        CancellationToken::new(),
+    ));
+    let wait_for = |n: usize| {
+        let log = log.clone();
+        async move {
+            tokio::time::timeout(WAIT, async {
+                while log.lock().unwrap().len() < n {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            })
+            .await
+            .expect("the frames were not sent");
+        }
+    };
+    wait_for(7).await;
+    events_tx.send(event(5)).unwrap();
+    wait_for(9).await;
+    drop(replies_tx);
+    task.await.unwrap();
+    assert_eq!(
+        *log.lock().unwrap(),
+        ["hello", "|", "response", "event2", "event3", "event4", "|", "event5", "|"]
+    );
+}

@@ -28,7 +28,11 @@ impl Hub {
         self.run_status(run_id, "working", "Snapshotting your checkout".into());
         let started = Instant::now();
         let (base_commit, base_tree, skipped) = self.snapshot_base(run_id).await?;
-        tracing::debug!(run = run_id, ms = started.elapsed().as_millis() as u64, "base snapshot");
+        tracing::debug!(
+            run = run_id,
+            ms = started.elapsed().as_millis() as u64,
+            "base snapshot"
+        );
         if !skipped.is_empty() {
             self.run_status(run_id, "working", snapshot_skipped_message(&skipped));
         }
@@ -108,7 +112,11 @@ impl Hub {
                     .map_err(|e| AppError::failed("preparing the sandbox", e))
             })
             .await?;
-            tracing::debug!(run = run_id, ms = started.elapsed().as_millis() as u64, "sandbox prepared");
+            tracing::debug!(
+                run = run_id,
+                ms = started.elapsed().as_millis() as u64,
+                "sandbox prepared"
+            );
         }
         let change_id = if self.cfg().vcs == Vcs::Jj {
             match jj::start_change(

@@ -121,7 +121,12 @@ impl Hub {
                 "No changes match the given files".into(),
             ));
         }
-        tracing::debug!(run = rid, ms = ms(started), hunks = hunks.len(), "hunks built");
+        tracing::debug!(
+            run = rid,
+            ms = ms(started),
+            hunks = hunks.len(),
+            "hunks built"
+        );
         let commit = self.commit_run_head(&rid, &sid, &desc, &active, &snap.tree)?;
         tracing::debug!(run = rid, ms = ms(started), "run commit written");
         Ok(Suggestion {
