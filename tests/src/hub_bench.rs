@@ -485,7 +485,8 @@ fn time_git(mut cmd: Command) -> Result<Duration> {
     Ok(d)
 }
 
-/// Time `git worktree add --detach` of HEAD into a fresh directory (then remove it).
+/// Time `git worktree add --detach` of HEAD into a fresh directory (then remove it, and wait
+/// for the disk).
 fn git_checkout(ws: &Workspace, mode: &str) -> Result<Duration> {
     let dir = ws.path(&format!("git-checkout-{mode}"));
     let dir_s = dir.to_string_lossy().into_owned();
@@ -499,6 +500,10 @@ fn git_checkout(ws: &Workspace, mode: &str) -> Result<Duration> {
         &ws.repo(),
         &["worktree", "remove", "--force", &dir_s],
     ))?;
+    // Its tens of megabytes must not still be on their way to the disk while the steps after
+    // it time their fsyncs.
+    let synced = Command::new("sync").status()?;
+    ensure!(synced.success(), "sync failed: {synced}");
     Ok(d)
 }
 
