@@ -145,7 +145,7 @@ fn index_v2(
     entries: &mut [(ObjectId, u64, u32)],
     pack_checksum: ObjectId,
 ) -> std::io::Result<Vec<u8>> {
-    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    entries.sort_by_key(|e| e.0);
     let mut out = Vec::with_capacity(1072 + entries.len() * 28);
     out.extend_from_slice(b"\xfftOc\0\0\0\x02");
     let mut fanout = [0u32; 256];
