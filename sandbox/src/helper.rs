@@ -288,7 +288,7 @@ fn prepare(
         }
     }
     crate::sync::ensure_blobs(&dir, &repo, &base, &Default::default(), |_| Ok(None))?;
-    let reply = match sync_files(&dir, &repo, &base, req.record.as_ref()) {
+    let reply = match sync_files(&dir, &repo, &base, req.record.as_ref(), None) {
         Ok(reply) => reply,
         Err(first) => {
             // The agent may have left shapes an in-place sync cannot fix (a directory where
@@ -302,7 +302,7 @@ fn prepare(
                 path: dir.clone(),
                 problem: e.to_string(),
             })?;
-            sync_files(&dir, &repo, &base, None)?
+            sync_files(&dir, &repo, &base, None, None)?
         }
     };
     wire::write_header(out, &reply).map_err(HelperFailure::Output)

@@ -9,6 +9,8 @@
 //! - [`snapshot`]: a checkout or a sandbox captured into the store as a tree.
 //! - [`sync`]: bringing a sandbox slot to a base writing only what differs, and the stat record
 //!   that lets the read-back after a run read only what the agent changed.
+//! - [`watch`]: change notification (inotify) for a local slot, so that the read-back and the
+//!   next sync look only where something happened.
 //! - [`workspace`]: the [`Sandbox`](workspace::Sandbox) interface and its same-user implementation.
 //! - [`agent`]: command templates and agent processes (process groups, timeouts, cancellation).
 //! - [`tools`]: the built-in agent's file tools, run inside the sandbox as the sandbox user.
@@ -18,8 +20,8 @@
 //!   touches its sandbox; [`wire`] is the byte stream between the two.
 //!
 //! Modules import only downward, in the order of `LAYERS` (the `layering` test below fails on
-//! any other import): `wire`, `pack` → `beneath` → `store` → `statcache` → `snapshot` → `tools`,
-//! `sync` → `workspace` → `agent`, `jj` → `user`, `helper`. So the wire contract is a leaf, the
+//! any other import): `wire`, `pack`, `watch` → `beneath` → `store` → `statcache` → `snapshot`
+//! → `tools`, `sync` → `workspace` → `agent`, `jj` → `user`, `helper`. So the wire contract is a leaf, the
 //! sandbox trait knows nothing of user isolation, and the hub's side (`user`) and the helper
 //! never import each other.
 
@@ -34,6 +36,7 @@ pub mod store;
 pub mod sync;
 pub mod tools;
 pub mod user;
+pub mod watch;
 pub mod wire;
 pub mod workspace;
 
@@ -44,7 +47,7 @@ mod layering {
     //! Each module may import (`crate::x`) only modules of a lower layer. The layers, bottom
     //! up — a new module must be given one here:
     //!
-    //! 1. `wire`: the hub↔helper contract, a leaf;
+    //! 1. `wire`: the hub↔helper contract, a leaf; `pack` and `watch`, leaves too;
     //! 2. `beneath`, then `store`: confined file access, the checkpoint store;
     //! 3. `statcache`, then `snapshot`: stat data, reading trees as data;
     //! 4. `tools`, `sync`: the agent's file tools; bringing a slot to a base;
@@ -52,7 +55,7 @@ mod layering {
     //! 6. `agent`, `jj`: processes and jj changes in any sandbox;
     //! 7. `user`, `helper`: the two ends of user isolation, which never import each other.
     const LAYERS: &[&[&str]] = &[
-        &["wire", "pack"],
+        &["wire", "pack", "watch"],
         &["beneath"],
         &["store"],
         &["statcache"],

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use crate::beneath::{Beneath, FsError, Kind};
 use crate::statcache::{file_stat, is_racy, StatCache};
 use crate::store::{blob_id, BlobBatch, Entry, FlatTree, Mode, Store, StoreError};
+use crate::watch::{Dirty, Within};
 use crate::wire::{FileStat, SyncRecord};
 
 /// Files larger than this are left out of snapshots (and reported).
@@ -69,9 +70,30 @@ const NOT_UTF8: &str = "file name is not UTF-8: hunkgate cannot review it";
 /// [`walk_not_ignored`], also reporting the files it leaves out because their names are not
 /// UTF-8 (never silently: a file left out of a snapshot must not look deleted or absent).
 pub(crate) fn walk_reporting(root: &Path, user_excludes: bool) -> (BTreeSet<String>, Vec<Skipped>) {
+    let w = walk(root, user_excludes, None);
+    (w.files, w.skipped)
+}
+
+/// What a walk found.
+#[derive(Debug, Default)]
+pub(crate) struct Walked {
+    /// Files (and symlinks, and other non-directories) not ignored.
+    pub files: BTreeSet<String>,
+    /// Names it could not carry (not UTF-8), to be reported.
+    pub skipped: Vec<Skipped>,
+    /// The directories it entered (`""` is the root).
+    pub dirs: Vec<String>,
+}
+
+/// Walk `root` as git would list it: `.gitignore` files apply (and with `user_excludes` the
+/// user's global excludes and `.git/info/exclude`), `.git` and `.jj` are never entered, nothing
+/// is followed. With `within`, only the directories it [enters](Within::enters) are entered —
+/// the directories where change notification saw something (see [`crate::watch`]) and the way
+/// to them, each read with the same ignore rules as a whole walk would read it.
+pub(crate) fn walk(root: &Path, user_excludes: bool, within: Option<Within>) -> Walked {
     use std::os::unix::ffi::OsStrExt;
-    let mut out = BTreeSet::new();
-    let mut skipped = Vec::new();
+    let mut out = Walked::default();
+    let base = root.to_path_buf();
     let walker = ignore::WalkBuilder::new(root)
         .hidden(false)
         .follow_links(false)
@@ -82,27 +104,40 @@ pub(crate) fn walk_reporting(root: &Path, user_excludes: bool) -> (BTreeSet<Stri
         .git_exclude(user_excludes)
         .ignore(false)
         // VCS metadata is never content: .git, and jj's .jj.
-        .filter_entry(|e| e.file_name() != ".git" && e.file_name() != ".jj")
+        .filter_entry(move |e| {
+            if e.file_name() == ".git" || e.file_name() == ".jj" {
+                return false;
+            }
+            match &within {
+                Some(within) if e.file_type().is_some_and(|t| t.is_dir()) => e
+                    .path()
+                    .strip_prefix(&base)
+                    .ok()
+                    .and_then(|rel| rel.to_str())
+                    .is_some_and(|rel| within.enters(rel)),
+                _ => true,
+            }
+        })
         .build();
     for entry in walker.flatten() {
         let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
-        if is_dir {
+        let Ok(rel) = entry.path().strip_prefix(root) else {
             continue;
-        }
-        if let Ok(rel) = entry.path().strip_prefix(root) {
-            match rel.to_str() {
-                Some("") => {}
-                Some(s) => {
-                    out.insert(s.to_string());
-                }
-                None => skipped.push(Skipped {
-                    path: shown_name(rel.as_os_str().as_bytes()),
-                    reason: NOT_UTF8.into(),
-                }),
+        };
+        match rel.to_str() {
+            Some(s) if is_dir => out.dirs.push(s.to_string()),
+            Some("") => {}
+            Some(s) => {
+                out.files.insert(s.to_string());
             }
+            None if is_dir => {}
+            None => out.skipped.push(Skipped {
+                path: shown_name(rel.as_os_str().as_bytes()),
+                reason: NOT_UTF8.into(),
+            }),
         }
     }
-    (out, skipped)
+    out
 }
 
 /// One candidate path, read as data (see [`capture_each`]).
@@ -446,16 +481,32 @@ pub fn snapshot_checkout_cached(
 /// ignored by the tree's own .gitignore files. With the `record` of the sync that wrote `base`
 /// there, only paths whose stat changed (or is racy) are read, and a base path read back with
 /// its base content is not stored again.
+///
+/// With `dirty` as well — what change notification saw since that sync (see [`crate::watch`]) —
+/// only the paths it covers are even looked at: the other base paths are taken as the sync
+/// wrote them, and new files are looked for only in the directories where something happened.
 pub fn snapshot_sandbox(
     dir: &Path,
     base: &FlatTree,
     store: &Store,
     cap: u64,
     record: Option<&SyncRecord>,
+    dirty: Option<&Dirty>,
 ) -> Result<Snapshot, SnapshotError> {
-    let (candidates, unnamed) = sandbox_candidates(dir, base.keys());
     let root = Beneath::open(dir)?;
     let mut snap = Snapshot::default();
+    let (candidates, unnamed) = match (record, dirty) {
+        (Some(record), Some(dirty)) => {
+            let split = split_by_dirty(dir, base, record, dirty);
+            for (path, _) in split.untouched {
+                if let Some(entry) = base.get(&path) {
+                    snap.tree.insert(path, *entry);
+                }
+            }
+            (split.candidates, split.skipped)
+        }
+        _ => sandbox_candidates(dir, base.keys()),
+    };
     let mut blobs = store.batch();
     capture_each(
         &root,
@@ -467,6 +518,50 @@ pub fn snapshot_sandbox(
     blobs.finish()?;
     snap.skipped.extend(unnamed);
     Ok(snap)
+}
+
+/// A sandbox's paths split by what change notification saw (see [`split_by_dirty`]).
+#[derive(Debug, Default)]
+pub struct DirtySplit {
+    /// Paths to look at: base paths the dirty set covers (or the record lacks), and the files
+    /// a walk of the dirty directories found.
+    pub candidates: BTreeSet<String>,
+    /// Names that walk could not carry.
+    pub skipped: Vec<Skipped>,
+    /// Base paths nothing touched, with the stat the record has for them.
+    pub untouched: Vec<(String, FileStat)>,
+}
+
+/// Split the paths of the sandbox `dir` into those that may differ from what the sync of
+/// `record` (for `base`) left — per `dirty`, what change notification saw since — and those
+/// nothing touched.
+pub fn split_by_dirty(
+    dir: &Path,
+    base: &FlatTree,
+    record: &SyncRecord,
+    dirty: &Dirty,
+) -> DirtySplit {
+    let walked = walk(dir, false, Some(dirty.within()));
+    let mut candidates = walked.files;
+    let mut untouched = Vec::with_capacity(record.files.len());
+    let mut recorded = std::collections::HashSet::with_capacity(record.files.len());
+    for (path, stat) in &record.files {
+        if base.contains_key(path) && !dirty.covers(path) {
+            candidates.remove(path);
+            untouched.push((path.clone(), *stat));
+        }
+        recorded.insert(path.as_str());
+    }
+    for path in base.keys() {
+        if !recorded.contains(path.as_str()) || dirty.covers(path) {
+            candidates.insert(path.clone());
+        }
+    }
+    DirtySplit {
+        candidates,
+        skipped: walked.skipped,
+        untouched,
+    }
 }
 
 /// Find the repository root containing `start`: the nearest directory holding `.jj` (a jj
@@ -586,7 +681,7 @@ mod tests {
         std::fs::write(dir.join("target/junk"), "x\n").unwrap();
         let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
         let snap =
-            snapshot_sandbox(&dir, &FlatTree::new(), &store, DEFAULT_FILE_CAP, None).unwrap();
+            snapshot_sandbox(&dir, &FlatTree::new(), &store, DEFAULT_FILE_CAP, None, None).unwrap();
         let paths: Vec<&str> = snap.tree.keys().map(|s| s.as_str()).collect();
         assert_eq!(paths, vec![".gitignore", "hidden.txt"]);
     }

@@ -28,9 +28,10 @@ use std::sync::{Arc, Mutex};
 use gix::hash::ObjectId;
 
 use crate::beneath::{Beneath, FsError, Kind};
-use crate::snapshot::walk_not_ignored;
+use crate::snapshot::{split_by_dirty, walk_not_ignored};
 use crate::statcache::{file_stat, is_racy, mtime_of};
 use crate::store::{blob_id, Entry, FlatTree, Mode, Store, StoreError};
+use crate::watch::Dirty;
 use crate::wire::{BaseEntry, EntryMode, FileStat, PrepareReply, SyncRecord};
 
 #[derive(Debug, thiserror::Error)]
@@ -254,30 +255,45 @@ pub fn store_blob(dir: &Path, repo: &Store, oid: ObjectId, bytes: &[u8]) -> Resu
 /// repository. Only paths whose stat differs from `record` (or is racy), and then only those
 /// whose content differs, are written. Nothing is followed: every write goes through
 /// [`Beneath`].
+///
+/// With `dirty` (what change notification saw since the sync of `record`, and every path whose
+/// base entry changed since: see [`sync_slot`]), paths it does not cover are not even looked
+/// at, and leftovers are looked for only where it saw something.
 pub fn sync_files(
     dir: &Path,
     repo: &Store,
     base: &FlatTree,
     record: Option<&SyncRecord>,
+    dirty: Option<&Dirty>,
 ) -> Result<PrepareReply, SyncError> {
     let fs_err = |source| SyncError::Fs {
         dir: dir.to_path_buf(),
         source,
     };
     let root = Beneath::open_scratch(dir).map_err(fs_err)?;
+    let mut files = Vec::with_capacity(base.len());
     // What is there now (not ignored), so leftovers of an earlier run disappear.
-    let current = walk_not_ignored(dir, false);
+    let (current, untouched) = match (record, dirty) {
+        (Some(record), Some(dirty)) => {
+            let split = split_by_dirty(dir, base, record, dirty);
+            (split.candidates, split.untouched)
+        }
+        _ => (walk_not_ignored(dir, false), Vec::new()),
+    };
     for path in current.iter().filter(|p| !base.contains_key(*p)) {
         root.remove_entry(path).map_err(fs_err)?;
     }
+    let skip: HashSet<&str> = untouched.iter().map(|(p, _)| p.as_str()).collect();
     let stamp = record.map(|r| (r.stamp_s, r.stamp_ns));
     let recorded: HashMap<&str, &FileStat> = record
         .map(|r| r.files.iter().map(|(p, s)| (p.as_str(), s)).collect())
         .unwrap_or_default();
-    let mut files = Vec::with_capacity(base.len());
     let mut written = 0;
     let mut dirs = crate::beneath::DirCache::default();
     for (path, entry) in base {
+        if skip.contains(path.as_str()) {
+            continue;
+        }
         let st = root.lstat_cached(path, &mut dirs).map_err(fs_err)?;
         let stat = st.as_ref().map(file_stat);
         let trusted = match (stat, recorded.get(path.as_str()), stamp) {
@@ -317,6 +333,7 @@ pub fn sync_files(
             files.push((path.clone(), file_stat(&st)));
         }
     }
+    files.extend(untouched);
     commit_base(dir, repo, base)?;
     // The index is written last: its mtime is the sync's stamp (every file written is no
     // newer), from the same filesystem clock as the files' own timestamps.
@@ -369,10 +386,14 @@ pub fn clear_except_git(dir: &Path) -> std::io::Result<()> {
 /// from that objects directory): fresh `.git` (objects kept), missing blobs, files, commit; on
 /// failure every blob is checked again, the directory is emptied (but for `.git`) and synced
 /// from nothing. The record is remembered for the next sync and the read-back.
+///
+/// `dirty` is what change notification saw in the slot since its last sync (see
+/// [`crate::watch`]); None looks at every file.
 pub fn sync_slot(
     dir: &Path,
     base: &FlatTree,
     alternate: Option<&Path>,
+    dirty: Option<&Dirty>,
     mut source: impl FnMut(ObjectId) -> Result<Option<Vec<u8>>, SyncError>,
 ) -> Result<PrepareReply, SyncError> {
     let previous = recall(dir);
@@ -391,7 +412,13 @@ pub fn sync_slot(
         .as_deref()
         .map(|s| rebase_record(s, base))
         .filter(|r| !r.files.is_empty());
-    let reply = match sync_files(dir, &repo, base, record.as_ref()) {
+    // What may differ from `base` now: what change notification saw since the last sync, and
+    // every path whose base entry changed since.
+    let dirty = match (previous.as_deref(), dirty) {
+        (Some(prev), Some(seen)) if record.is_some() => Some(with_base_changes(seen, prev, base)),
+        _ => None,
+    };
+    let reply = match sync_files(dir, &repo, base, record.as_ref(), dirty.as_ref()) {
         Ok(reply) => reply,
         Err(first) => {
             // The agent may have left shapes an in-place sync cannot fix (a directory where
@@ -403,7 +430,7 @@ pub fn sync_slot(
                 dir: dir.to_path_buf(),
                 source,
             })?;
-            sync_files(dir, &repo, base, None)?
+            sync_files(dir, &repo, base, None, None)?
         }
     };
     remember(
@@ -414,6 +441,27 @@ pub fn sync_slot(
         }),
     );
     Ok(reply)
+}
+
+/// `seen` (what changed in the slot since the sync of `prev`) plus every path whose entry
+/// differs between `prev`'s base and `base`; a changed `.gitignore` makes its directory a dirty
+/// tree (files there may be ignored or not now).
+pub fn with_base_changes(seen: &Dirty, prev: &Synced, base: &FlatTree) -> Dirty {
+    let mut dirty = seen.clone();
+    let changed = |(p, e): (&String, &Entry), other: &FlatTree| other.get(p) != Some(e);
+    let delta = prev
+        .base
+        .iter()
+        .filter(|kv| changed(*kv, base))
+        .chain(base.iter().filter(|kv| changed(*kv, &prev.base)));
+    for (path, _) in delta {
+        match path.rsplit_once('/') {
+            Some((parent, ".gitignore")) => dirty.trees.insert(parent.to_string()),
+            None if path == ".gitignore" => dirty.trees.insert(String::new()),
+            _ => dirty.paths.insert(path.clone()),
+        };
+    }
+    dirty
 }
 
 /// The part of a previous sync's record that still speaks for `base`: paths whose entry did
@@ -441,13 +489,13 @@ mod tests {
 
     /// What `LocalSandbox` does (this layer cannot name it).
     fn prepare(store: &Store, dir: &Path, base: &FlatTree) {
-        sync_slot(dir, base, None, |oid| Ok(Some(store.read_blob(oid)?))).unwrap();
+        sync_slot(dir, base, None, None, |oid| Ok(Some(store.read_blob(oid)?))).unwrap();
     }
 
     fn read_back(store: &Store, dir: &Path, base: &FlatTree) -> FlatTree {
         let synced = recall(dir);
         let record = record_for(synced.as_deref(), base);
-        snapshot_sandbox(dir, base, store, DEFAULT_FILE_CAP, record)
+        snapshot_sandbox(dir, base, store, DEFAULT_FILE_CAP, record, None)
             .unwrap()
             .tree
     }
@@ -527,7 +575,7 @@ mod tests {
 
         let got = read_back(&store, &dir, &base);
         // The oracle: a read-back that trusts no stat at all.
-        let full = snapshot_sandbox(&dir, &base, &store, DEFAULT_FILE_CAP, None)
+        let full = snapshot_sandbox(&dir, &base, &store, DEFAULT_FILE_CAP, None, None)
             .unwrap()
             .tree;
         assert_eq!(got, full);
@@ -604,10 +652,16 @@ mod tests {
             asked.set(asked.get() + 1);
             Ok(Some(store.read_blob(oid)?))
         };
-        assert_eq!(sync_slot(&dir, &base1, None, source).unwrap().written, 3);
+        assert_eq!(
+            sync_slot(&dir, &base1, None, None, source).unwrap().written,
+            3
+        );
         assert_eq!(asked.replace(0), 3);
         shift_stamp(&dir, 5);
-        assert_eq!(sync_slot(&dir, &base1, None, source).unwrap().written, 0);
+        assert_eq!(
+            sync_slot(&dir, &base1, None, None, source).unwrap().written,
+            0
+        );
         assert_eq!(asked.replace(0), 0, "the sandbox's objects were kept");
 
         // The agent edits a file (touch -d) and plants things in .git.
@@ -622,7 +676,7 @@ mod tests {
         std::fs::create_dir_all(git.join("objects/info")).unwrap();
         std::fs::write(git.join("objects/info/alternates"), "/etc\n").unwrap();
         symlink("/etc", git.join("objects/zz")).unwrap();
-        let reply = sync_slot(&dir, &base2, None, source).unwrap();
+        let reply = sync_slot(&dir, &base2, None, None, source).unwrap();
         assert_eq!(
             reply.written, 2,
             "a.txt restored, b.txt changed, c.txt left alone"

@@ -11,10 +11,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::snapshot::{snapshot_sandbox, Snapshot, SnapshotError};
+use crate::snapshot::{snapshot_sandbox, walk, Snapshot, SnapshotError};
 use crate::store::{FlatTree, Store, StoreError};
 use crate::sync::{recall, record_for, sync_slot, SyncError};
 use crate::tools::{ToolReply, ToolRequest};
+use crate::watch::{Dirty, Watch};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
@@ -99,6 +100,53 @@ impl LocalSandbox {
     }
 }
 
+/// The change-notification watch of each local slot (see [`crate::watch`]), kept from one
+/// sync to the next: started (or cleared) right after a sync, asked at the read-back and at
+/// the next sync. Like the sync records, it lives in this process; a restarted hub starts
+/// without, and its first sync of a slot looks at every file.
+fn watches() -> &'static std::sync::Mutex<std::collections::HashMap<PathBuf, Watch>> {
+    static WATCHES: std::sync::OnceLock<
+        std::sync::Mutex<std::collections::HashMap<PathBuf, Watch>>,
+    > = std::sync::OnceLock::new();
+    WATCHES.get_or_init(Default::default)
+}
+
+/// Take the slot's watch out (a sync that fails leaves the slot without one).
+fn take_watch(dir: &Path) -> Option<Watch> {
+    watches().lock().ok()?.remove(dir)
+}
+
+fn put_watch(watch: Watch) {
+    if let Ok(mut map) = watches().lock() {
+        map.insert(watch.root().to_path_buf(), watch);
+    }
+}
+
+/// What the slot's watch saw since the last sync; None if there is no watch or it cannot tell.
+fn changes_in(dir: &Path) -> Option<Dirty> {
+    let mut map = watches().lock().ok()?;
+    let watch = map.get_mut(dir)?;
+    let dirty = watch.changes().cloned();
+    if dirty.is_none() {
+        tracing::debug!(dir = %dir.display(), why = watch.lost(), "reading back every file");
+    }
+    dirty
+}
+
+/// A watch on every directory of the slot that is not ignored; None (every file is looked at)
+/// where there is no change notification or it cannot be set up (such as too few inotify
+/// watches allowed).
+fn start_watch(dir: &Path) -> Option<Watch> {
+    let dirs = walk(dir, false, None).dirs;
+    match Watch::start(dir, dirs.iter().map(String::as_str)) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            tracing::debug!(dir = %dir.display(), error = %e, "no change notification for this sandbox");
+            None
+        }
+    }
+}
+
 impl Sandbox for LocalSandbox {
     fn workdir(&self) -> &Path {
         &self.dir
@@ -107,16 +155,38 @@ impl Sandbox for LocalSandbox {
     fn prepare(&self, store: &Store, base: &FlatTree) -> Result<(), SandboxError> {
         // Same user: the sandbox's .git borrows the store's objects instead of copying them.
         let objects = store.path().join("objects");
-        sync_slot(&self.dir, base, Some(&objects), |oid| {
+        let mut watch = take_watch(&self.dir);
+        let dirty = watch.as_mut().and_then(|w| w.changes().cloned());
+        sync_slot(&self.dir, base, Some(&objects), dirty.as_ref(), |oid| {
             Ok(Some(store.read_blob(oid)?))
         })?;
+        // From here on, what the agent changes is seen as it happens.
+        let keep = dirty.is_some() && watch.as_mut().is_some_and(|w| !w.needs_restart());
+        let watch = match watch {
+            Some(mut w) if keep => {
+                w.clear();
+                Some(w)
+            }
+            _ => start_watch(&self.dir),
+        };
+        if let Some(w) = watch {
+            put_watch(w);
+        }
         Ok(())
     }
 
     fn snapshot(&self, store: &Store, base: &FlatTree, cap: u64) -> Result<Snapshot, SandboxError> {
         let synced = recall(&self.dir);
         let record = record_for(synced.as_deref(), base);
-        Ok(snapshot_sandbox(&self.dir, base, store, cap, record)?)
+        let dirty = record.and_then(|_| changes_in(&self.dir));
+        Ok(snapshot_sandbox(
+            &self.dir,
+            base,
+            store,
+            cap,
+            record,
+            dirty.as_ref(),
+        )?)
     }
 
     fn command(&self, argv: &[String], env: &[(String, String)]) -> tokio::process::Command {
@@ -222,5 +292,130 @@ mod tests {
             .output()
             .unwrap();
         assert_eq!(String::from_utf8_lossy(&out.stdout), "a\n");
+    }
+
+    fn tree_of(store: &Store, files: &[(&str, Mode, &str)]) -> FlatTree {
+        files
+            .iter()
+            .map(|(p, mode, body)| {
+                let oid = store.write_blob(body.as_bytes()).unwrap();
+                (p.to_string(), Entry { mode: *mode, oid })
+            })
+            .collect()
+    }
+
+    /// The oracle: a read-back that trusts neither the sync's record nor change notification.
+    fn full_look(sb: &LocalSandbox, store: &Store, base: &FlatTree) -> FlatTree {
+        snapshot_sandbox(sb.workdir(), base, store, u64::MAX, None, None)
+            .unwrap()
+            .tree
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_watched_slot_reads_back_and_syncs_exactly_like_a_full_look() {
+        use std::os::unix::fs::{symlink, PermissionsExt};
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let f = Mode::File;
+        let base = tree_of(
+            &store,
+            &[
+                (".gitignore", f, "*.o\nbuild/\n"),
+                ("src/a.rs", f, "a\n"),
+                ("src/b.rs", f, "b\n"),
+                ("src/deep/c.rs", f, "c\n"),
+                ("docs/x.md", f, "0123456789\n"),
+                ("keep.txt", f, "keep\n"),
+                ("gone/only.txt", f, "only\n"),
+                ("run.sh", Mode::Executable, "#!/bin/sh\n"),
+                ("link", Mode::Symlink, "keep.txt"),
+            ],
+        );
+        let sb = LocalSandbox::new(tmp.path().join("sb"));
+        sb.prepare(&store, &base).unwrap();
+        let dir = sb.workdir().to_path_buf();
+        let p = |n: &str| dir.join(n);
+        assert_eq!(
+            changes_in(&dir),
+            Some(Dirty::default()),
+            "watched, and quiet"
+        );
+        assert_eq!(sb.snapshot(&store, &base, u64::MAX).unwrap().tree, base);
+
+        // An agent does a bit of everything.
+        let mtime = std::fs::metadata(p("docs/x.md"))
+            .unwrap()
+            .modified()
+            .unwrap();
+        std::fs::write(p("src/a.rs"), "a changed\n").unwrap();
+        std::fs::remove_file(p("src/b.rs")).unwrap();
+        std::fs::write(p("src/new.rs"), "new\n").unwrap();
+        std::fs::write(p("src/new.o"), "ignored\n").unwrap();
+        std::fs::create_dir_all(p("pkg/inner")).unwrap();
+        std::fs::write(p("pkg/mod.rs"), "mod\n").unwrap();
+        std::fs::write(p("pkg/inner/x.rs"), "x\n").unwrap();
+        std::fs::create_dir(p("build")).unwrap();
+        std::fs::write(p("build/out.txt"), "ignored\n").unwrap();
+        std::fs::remove_dir_all(p("gone")).unwrap();
+        std::fs::set_permissions(p("run.sh"), std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::remove_file(p("link")).unwrap();
+        symlink("src/a.rs", p("link")).unwrap();
+        // Same size, mtime put back.
+        std::fs::write(p("docs/x.md"), "abcdefghij\n").unwrap();
+        std::fs::File::options()
+            .append(true)
+            .open(p("docs/x.md"))
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+        let dirty = changes_in(&dir).expect("the watch still knows");
+        assert!(!dirty.covers("keep.txt") && !dirty.covers("src/deep/c.rs"));
+
+        let got = sb.snapshot(&store, &base, u64::MAX).unwrap().tree;
+        assert_eq!(got, full_look(&sb, &store, &base));
+        let blob = |t: &FlatTree, n: &str| store.read_blob(t[n].oid).unwrap();
+        assert_eq!(blob(&got, "src/a.rs"), b"a changed\n");
+        assert_eq!(blob(&got, "docs/x.md"), b"abcdefghij\n");
+        assert_eq!(blob(&got, "pkg/inner/x.rs"), b"x\n");
+        assert_eq!(blob(&got, "link"), b"src/a.rs");
+        assert_eq!(got["run.sh"].mode, Mode::File);
+        for absent in ["src/b.rs", "gone/only.txt", "src/new.o", "build/out.txt"] {
+            assert!(!got.contains_key(absent), "{absent}");
+        }
+
+        // The next base differs too: a file changed by the user, one removed, one in a new
+        // directory, and a rule more in .gitignore. The sync looks only where something
+        // happened or the base changed, and leaves exactly the new base.
+        let mut base2 = base.clone();
+        base2.extend(tree_of(
+            &store,
+            &[
+                ("keep.txt", f, "keep, edited by the user\n"),
+                ("newdir/n.txt", f, "n\n"),
+                (".gitignore", f, "*.o\nbuild/\n*.tmp\n"),
+            ],
+        ));
+        base2.remove("src/deep/c.rs");
+        sb.prepare(&store, &base2).unwrap();
+        assert_eq!(full_look(&sb, &store, &base2), base2);
+        assert_eq!(sb.snapshot(&store, &base2, u64::MAX).unwrap().tree, base2);
+        assert!(!p("src/new.rs").exists() && !p("pkg/mod.rs").exists());
+        assert!(p("build/out.txt").exists(), "ignored files stay");
+
+        // Positive control that the read-back really trusts the watch, and the limit the
+        // module documents: a write through a hard link made outside the sandbox makes no
+        // event, so only a full look sees it.
+        std::fs::hard_link(p("keep.txt"), tmp.path().join("outside")).unwrap();
+        std::fs::write(tmp.path().join("outside"), "written from outside\n").unwrap();
+        assert_eq!(sb.snapshot(&store, &base2, u64::MAX).unwrap().tree, base2);
+        assert_ne!(full_look(&sb, &store, &base2), base2);
+        // The next sync after the watch gave up (a renamed directory) looks at every file
+        // again, and repairs that one too.
+        std::fs::rename(p("src"), p("src2")).unwrap();
+        assert_eq!(changes_in(&dir), None);
+        sb.prepare(&store, &base2).unwrap();
+        assert_eq!(full_look(&sb, &store, &base2), base2);
+        assert_eq!(changes_in(&dir), Some(Dirty::default()), "watched again");
     }
 }

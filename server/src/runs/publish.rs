@@ -204,7 +204,13 @@ impl Hub {
         let sid = suggestion.id.clone();
         let files = suggestion.files().len();
         let hunks = suggestion.hunks.len();
+        let started = std::time::Instant::now();
         let view = self.add_suggestion(suggestion)?;
+        tracing::debug!(
+            run = run_id,
+            ms = started.elapsed().as_millis() as u64,
+            "suggestion journaled"
+        );
         self.update_run(run_id, |r| r.suggestion_ids.push(sid.clone()))?;
         self.bus().emit(Event::Status {
             seq: 0,
@@ -216,6 +222,11 @@ impl Hub {
         if self.run_view(run_id)?.status == RunState::Working && !self.is_agent_running(run_id) {
             self.update_run(run_id, |r| r.status = RunState::Ready)?;
         }
+        tracing::debug!(
+            run = run_id,
+            ms = started.elapsed().as_millis() as u64,
+            "suggestion announced"
+        );
         Ok(view)
     }
 

@@ -1,0 +1,428 @@
+//! Change notification for a sandbox slot: which paths may have changed since a point in time,
+//! so that the read-back after a run and the next sync look at those paths only, instead of
+//! walking and `lstat`ing the whole sandbox (what git's fsmonitor does for `git status`).
+//!
+//! A [`Watch`] holds an inotify watch on every (not ignored) directory of the slot, started or
+//! cleared right after a sync. Each event names a path in a watched directory; [`Dirty`]
+//! collects them: `paths` (a file or symlink created, written, removed, renamed or `chmod`ed)
+//! and `trees` (a directory created or removed, a directory's own attributes, a `.gitignore`
+//! changed: everything beneath may differ, and is walked).
+//!
+//! The watch gives up — [`Watch::changes`] says `None`, and the caller falls back to looking at
+//! every file — when the kernel dropped events (queue overflow), a watched directory was
+//! renamed (its path, which events are named by, went stale) or the slot's root went away.
+//!
+//! **What it cannot see.** inotify reports writes made through a path inside a watched
+//! directory. A write through a hard link made from outside the sandbox, or through a shared
+//! `mmap`, makes no event. So the watch is used only under `--isolation none`, where the agent
+//! runs as the hub's own user and could write anything anyway; the cost of a missed change is
+//! that change missing from the suggestion (never something unreviewed reaching the checkout:
+//! what is applied is what was read back and shown). Under `--isolation user` every read-back
+//! and sync still looks at every file. Only Linux has inotify; elsewhere
+//! [`Watch::start`] fails and the callers look at every file.
+//!
+//! **Layer:** a leaf: it imports nothing else of this crate.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+
+/// Paths that may have changed beneath a slot, `/`-separated and relative to it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Dirty {
+    /// Files, symlinks or other non-directories an event named (each may be new, changed or
+    /// gone).
+    pub paths: BTreeSet<String>,
+    /// Directories whose whole content may have changed (`""` is the slot itself).
+    pub trees: BTreeSet<String>,
+}
+
+impl Dirty {
+    /// Whether `path` (a file's path) may have changed: it was named, or it lies in a dirty
+    /// tree.
+    pub fn covers(&self, path: &str) -> bool {
+        self.paths.contains(path) || ancestors(path).any(|d| self.trees.contains(d))
+    }
+
+    /// Nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.paths.is_empty() && self.trees.is_empty()
+    }
+
+    /// The directories a walk must enter to find every changed path that still exists: the
+    /// parents of named paths (and their ancestors, to reach them), and the dirty trees (and
+    /// their ancestors). A walk asks [`Within::enters`] of each directory it meets.
+    pub fn within(&self) -> Within {
+        let mut listed = BTreeSet::new();
+        for p in &self.paths {
+            listed.extend(ancestors(p).map(str::to_string));
+        }
+        for t in &self.trees {
+            listed.insert(t.clone());
+            listed.extend(ancestors(t).map(str::to_string));
+        }
+        Within {
+            trees: self.trees.clone(),
+            listed,
+        }
+    }
+
+    fn add_tree(&mut self, dir: String) {
+        self.trees.insert(dir);
+    }
+}
+
+/// Which directories a walk restricted to a [`Dirty`] enters (see [`Dirty::within`]).
+#[derive(Debug, Clone)]
+pub struct Within {
+    trees: BTreeSet<String>,
+    listed: BTreeSet<String>,
+}
+
+impl Within {
+    /// Whether a walk enters the directory `dir` (relative; `""` is the root).
+    pub fn enters(&self, dir: &str) -> bool {
+        self.listed.contains(dir)
+            || self.trees.contains(dir)
+            || ancestors(dir).any(|d| self.trees.contains(d))
+    }
+}
+
+/// The proper ancestors of a relative path, nearest first, ending with `""` (the root).
+fn ancestors(path: &str) -> impl Iterator<Item = &str> {
+    let mut rest = Some(path);
+    std::iter::from_fn(move || {
+        let p = rest?;
+        match p.rfind('/') {
+            Some(i) => {
+                rest = Some(&p[..i]);
+                Some(&p[..i])
+            }
+            None if p.is_empty() => {
+                rest = None;
+                None
+            }
+            None => {
+                rest = None;
+                Some("")
+            }
+        }
+    })
+}
+
+fn join(dir: &str, name: &str) -> String {
+    if dir.is_empty() {
+        name.to_string()
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+/// An inotify watch over the directories of one slot, and what it has seen since it was
+/// started or last cleared.
+#[derive(Debug)]
+pub struct Watch {
+    root: PathBuf,
+    #[cfg(target_os = "linux")]
+    inotify: nix::sys::inotify::Inotify,
+    /// Watch descriptor → the directory it watches, relative to the root.
+    #[cfg(target_os = "linux")]
+    dirs: HashMap<nix::sys::inotify::WatchDescriptor, String>,
+    #[cfg(not(target_os = "linux"))]
+    dirs: HashMap<i32, String>,
+    dirty: Dirty,
+    /// Why the watch can no longer tell what changed (`None` while it can).
+    lost: Option<&'static str>,
+    /// A directory was created or removed: the set of watched directories is out of date, so
+    /// the watch must be started again after the next sync.
+    reshaped: bool,
+}
+
+impl Watch {
+    /// Watch `dirs` (relative to `root`, `""` being the root itself; every directory that is
+    /// not ignored), from now on. No directory is followed through a symlink.
+    #[cfg(target_os = "linux")]
+    pub fn start<'a>(
+        root: &Path,
+        dirs: impl IntoIterator<Item = &'a str>,
+    ) -> std::io::Result<Watch> {
+        use nix::sys::inotify::{InitFlags, Inotify};
+        let inotify = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK)?;
+        let mut w = Watch {
+            root: root.to_path_buf(),
+            inotify,
+            dirs: HashMap::new(),
+            dirty: Dirty::default(),
+            lost: None,
+            reshaped: false,
+        };
+        for dir in dirs {
+            let wd = w
+                .inotify
+                .add_watch(&root.join(dir), watch_flags())
+                .map_err(std::io::Error::from)?;
+            w.dirs.insert(wd, dir.to_string());
+        }
+        Ok(w)
+    }
+
+    /// Change notification is Linux's inotify only: elsewhere there is no watch.
+    #[cfg(not(target_os = "linux"))]
+    pub fn start<'a>(
+        _root: &Path,
+        _dirs: impl IntoIterator<Item = &'a str>,
+    ) -> std::io::Result<Watch> {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "change notification needs Linux's inotify",
+        ))
+    }
+
+    /// The slot this watch covers.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// What may have changed since the watch was started or cleared; `None` when the watch
+    /// cannot tell (see the module docs), and the caller must look at everything.
+    pub fn changes(&mut self) -> Option<&Dirty> {
+        self.drain();
+        match self.lost {
+            Some(_) => None,
+            None => Some(&self.dirty),
+        }
+    }
+
+    /// Why the watch cannot tell what changed, if it cannot.
+    pub fn lost(&self) -> Option<&'static str> {
+        self.lost
+    }
+
+    /// Whether the watch must be started again (it is lost, or directories came or went)
+    /// rather than [`clear`](Self::clear)ed after a sync.
+    pub fn needs_restart(&mut self) -> bool {
+        self.drain();
+        self.lost.is_some() || self.reshaped
+    }
+
+    /// Forget what was seen so far (after a sync brought the slot back to a known state): the
+    /// events of the sync's own writes are read and dropped.
+    pub fn clear(&mut self) {
+        self.drain();
+        self.dirty = Dirty::default();
+    }
+
+    /// Read every queued event into `dirty`.
+    #[cfg(target_os = "linux")]
+    fn drain(&mut self) {
+        use nix::sys::inotify::AddWatchFlags as F;
+        loop {
+            let events = match self.inotify.read_events() {
+                Ok(events) => events,
+                Err(nix::errno::Errno::EAGAIN) => return,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(_) => {
+                    self.lost = Some("reading change notifications failed");
+                    return;
+                }
+            };
+            if events.is_empty() {
+                return;
+            }
+            for ev in events {
+                if ev.mask.contains(F::IN_Q_OVERFLOW) {
+                    self.lost = Some("the kernel dropped change notifications (too many)");
+                    continue;
+                }
+                let Some(dir) = self.dirs.get(&ev.wd).cloned() else {
+                    continue;
+                };
+                if ev.mask.intersects(F::IN_MOVE_SELF | F::IN_UNMOUNT) {
+                    self.lost = Some("a watched directory was moved or unmounted");
+                    continue;
+                }
+                if ev.mask.contains(F::IN_IGNORED) || ev.mask.contains(F::IN_DELETE_SELF) {
+                    // The directory is gone; its parent's event names it as a dirty tree.
+                    self.dirs.remove(&ev.wd);
+                    if dir.is_empty() {
+                        self.lost = Some("the sandbox directory itself was removed");
+                    }
+                    self.reshaped = true;
+                    continue;
+                }
+                let Some(name) = ev.name.as_ref() else {
+                    // An event on the directory itself (its mode or owner): what it holds may
+                    // read differently now.
+                    self.dirty.add_tree(dir);
+                    continue;
+                };
+                let Some(name) = name.to_str() else {
+                    // A name hunkgate cannot carry: the walk of its directory reports it.
+                    self.dirty.add_tree(dir);
+                    continue;
+                };
+                if name == ".git" || name == ".jj" {
+                    // VCS metadata is never content (the walk never enters it either); the
+                    // sync recreates the slot's .git each time.
+                    continue;
+                }
+                let path = join(&dir, name);
+                if ev.mask.contains(F::IN_ISDIR) {
+                    if ev.mask.contains(F::IN_MOVED_FROM) {
+                        self.lost = Some("a directory was renamed");
+                    }
+                    self.reshaped = true;
+                    self.dirty.add_tree(path);
+                } else if name == ".gitignore" {
+                    // Other files of this directory may be ignored or not now.
+                    self.dirty.add_tree(dir);
+                } else {
+                    self.dirty.paths.insert(path);
+                }
+            }
+        }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn drain(&mut self) {}
+}
+
+/// What a watched directory reports: entries created, written, removed, renamed, their
+/// attributes; the directory's own removal or move. Never through a symlink, only directories.
+#[cfg(target_os = "linux")]
+fn watch_flags() -> nix::sys::inotify::AddWatchFlags {
+    use nix::sys::inotify::AddWatchFlags as F;
+    F::IN_CREATE
+        | F::IN_DELETE
+        | F::IN_MODIFY
+        | F::IN_ATTRIB
+        | F::IN_CLOSE_WRITE
+        | F::IN_MOVED_FROM
+        | F::IN_MOVED_TO
+        | F::IN_DELETE_SELF
+        | F::IN_MOVE_SELF
+        | F::IN_DONT_FOLLOW
+        | F::IN_ONLYDIR
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(items: &[&str]) -> BTreeSet<String> {
+        items.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn ancestors_run_from_the_nearest_to_the_root() {
+        assert_eq!(ancestors("a/b/c").collect::<Vec<_>>(), vec!["a/b", "a", ""]);
+        assert_eq!(ancestors("a").collect::<Vec<_>>(), vec![""]);
+        assert_eq!(ancestors("").count(), 0);
+    }
+
+    #[test]
+    fn a_dirty_set_covers_named_paths_and_whatever_lies_in_its_trees() {
+        let d = Dirty {
+            paths: set(&["a/x.txt"]),
+            trees: set(&["b/c"]),
+        };
+        assert!(d.covers("a/x.txt"));
+        assert!(d.covers("b/c/deep/file"));
+        assert!(!d.covers("a/y.txt"), "a sibling of a named path");
+        assert!(!d.covers("b/cc/file"), "a prefix that is not a directory");
+        assert!(!d.covers("b/file"), "beside a tree, not in it");
+        let w = d.within();
+        for dir in ["", "a", "b", "b/c", "b/c/deep"] {
+            assert!(w.enters(dir), "{dir}");
+        }
+        for dir in ["a/sub", "b/other", "z"] {
+            assert!(!w.enters(dir), "{dir}");
+        }
+        let all = Dirty {
+            paths: BTreeSet::new(),
+            trees: set(&[""]),
+        };
+        assert!(all.covers("any/thing") && all.within().enters("any/where"));
+    }
+
+    #[cfg(target_os = "linux")]
+    fn settle(w: &mut Watch) -> Dirty {
+        w.changes().cloned().expect("the watch still knows")
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn every_kind_of_change_is_named_and_clear_forgets_them() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        for f in ["top.txt", "a/x.txt", "a/y.txt", "a/b/z.txt", "a/b/mode.sh"] {
+            std::fs::write(root.join(f), "base\n").unwrap();
+        }
+        let mut w = Watch::start(root, ["", "a", "a/b"]).unwrap();
+        assert!(settle(&mut w).is_empty(), "nothing happened yet");
+
+        std::fs::write(root.join("a/x.txt"), "changed\n").unwrap();
+        std::fs::remove_file(root.join("a/y.txt")).unwrap();
+        std::fs::write(root.join("new.txt"), "new\n").unwrap();
+        std::fs::rename(root.join("top.txt"), root.join("a/b/moved.txt")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(
+            root.join("a/b/mode.sh"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("x.txt", root.join("a/link")).unwrap();
+        let d = settle(&mut w);
+        assert_eq!(
+            d.paths,
+            set(&[
+                "a/b/mode.sh",
+                "a/b/moved.txt",
+                "a/link",
+                "a/x.txt",
+                "a/y.txt",
+                "new.txt",
+                "top.txt"
+            ])
+        );
+        assert!(d.trees.is_empty());
+        assert!(!w.needs_restart(), "no directory came or went");
+        w.clear();
+        assert!(settle(&mut w).is_empty(), "cleared");
+        // The slot's .git (recreated by every sync) is not content.
+        std::fs::create_dir(root.join(".git")).unwrap();
+        std::fs::write(root.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::remove_dir_all(root.join(".git")).unwrap();
+        assert!(settle(&mut w).is_empty() && !w.needs_restart());
+
+        // Untouched paths stay out; a new directory is a tree; a .gitignore dirties its dir.
+        std::fs::create_dir(root.join("a/new")).unwrap();
+        std::fs::write(root.join("a/new/inside.txt"), "x").unwrap();
+        std::fs::write(root.join("a/b/.gitignore"), "*.o\n").unwrap();
+        let d = settle(&mut w);
+        assert_eq!(d.trees, set(&["a/b", "a/new"]));
+        assert!(d.covers("a/new/inside.txt") && d.covers("a/b/z.txt"));
+        assert!(!d.covers("a/x.txt"));
+        assert!(w.needs_restart(), "a directory was created");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_watch_gives_up_when_it_cannot_tell() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        // Positive control: a file change is named, the watch still knows.
+        let mut w = Watch::start(root, ["", "a", "a/b"]).unwrap();
+        std::fs::write(root.join("a/b/f"), "x").unwrap();
+        assert!(w.changes().is_some_and(|d| d.covers("a/b/f")));
+        // A renamed directory: the paths of its watched subdirectories went stale.
+        std::fs::rename(root.join("a"), root.join("renamed")).unwrap();
+        assert!(w.changes().is_none());
+        assert!(w.lost().is_some() && w.needs_restart());
+        // A symlinked directory is never watched through.
+        std::fs::create_dir(root.join("real")).unwrap();
+        std::os::unix::fs::symlink("real", root.join("link")).unwrap();
+        assert!(Watch::start(root, ["link"]).is_err());
+    }
+}
