@@ -108,14 +108,23 @@ impl Store {
         })
     }
 
-    /// Write the index of a non-bare repository so that it matches `tree` (stat data is left
-    /// empty; git refreshes it on the next `git status`).
-    pub fn write_index(&self, tree: ObjectId) -> Result<(), StoreError> {
-        let repo = self.local();
-        let mut index = repo.index_from_tree(&tree).map_err(|e| self.err(e))?;
-        index
-            .write(gix::index::write::Options::default())
-            .map_err(|e| self.err(e))
+    /// Write the index of a non-bare repository so that it holds exactly `tree` — the flat
+    /// form of the tree just committed, so no object is read back — with the stat data `stat`
+    /// gives for each path (owned by this process's user and group), so that `git status`
+    /// there is clean without hashing every file again. A path without stat data gets none,
+    /// and git looks at it on the next `git status`; a wrong stat only makes git look too.
+    /// Git's index version 2, no extensions, written to `index.lock` and renamed into place.
+    pub fn write_index_of(
+        &self,
+        tree: &FlatTree,
+        stat: impl Fn(&str) -> Option<crate::wire::FileStat>,
+    ) -> Result<(), StoreError> {
+        let index = self.local().index_path();
+        let io = |e: std::io::Error| self.err(format!("writing {}: {e}", index.display()));
+        let bytes = index_v2(tree, stat).map_err(io)?;
+        let lock = index.with_extension("lock");
+        std::fs::write(&lock, &bytes).map_err(io)?;
+        std::fs::rename(&lock, &index).map_err(io)
     }
 
     pub fn path(&self) -> &Path {
@@ -501,6 +510,63 @@ impl BlobBatch<'_> {
         }
         Ok(())
     }
+}
+
+/// `tree` as a git index, version 2 (see [`Store::write_index_of`]): entries in byte order
+/// of their paths (a [`FlatTree`]'s order), each 62 bytes of stat data, id and flags, then the
+/// path and 1–8 NUL bytes to a multiple of 8; a SHA-1 of it all at the end.
+fn index_v2(
+    tree: &FlatTree,
+    stat: impl Fn(&str) -> Option<crate::wire::FileStat>,
+) -> std::io::Result<Vec<u8>> {
+    let count = u32::try_from(tree.len()).map_err(std::io::Error::other)?;
+    let (uid, gid) = (
+        nix::unistd::geteuid().as_raw(),
+        nix::unistd::getegid().as_raw(),
+    );
+    let mut out = Vec::with_capacity(12 + tree.len() * 96 + 20);
+    out.extend_from_slice(b"DIRC");
+    out.extend_from_slice(&2u32.to_be_bytes());
+    out.extend_from_slice(&count.to_be_bytes());
+    for (path, entry) in tree {
+        let st = stat(path);
+        let mode: u32 = match entry.mode {
+            Mode::File => 0o100644,
+            Mode::Executable => 0o100755,
+            Mode::Symlink => 0o120000,
+        };
+        // Git keeps the low 32 bits of each field.
+        let fields: [u32; 10] = match st {
+            Some(st) => [
+                st.ctime_s as u32,
+                st.ctime_ns,
+                st.mtime_s as u32,
+                st.mtime_ns,
+                0,
+                st.ino as u32,
+                mode,
+                uid,
+                gid,
+                st.size as u32,
+            ],
+            None => [0, 0, 0, 0, 0, 0, mode, 0, 0, 0],
+        };
+        let start = out.len();
+        for f in fields {
+            out.extend_from_slice(&f.to_be_bytes());
+        }
+        out.extend_from_slice(entry.oid.as_bytes());
+        let flags = path.len().min(0xfff) as u16;
+        out.extend_from_slice(&flags.to_be_bytes());
+        out.extend_from_slice(path.as_bytes());
+        let len = out.len() - start;
+        out.resize(start + (len + 8) / 8 * 8, 0);
+    }
+    let mut hasher = gix::hash::hasher(gix::hash::Kind::Sha1);
+    hasher.update(&out);
+    let sum = hasher.try_finalize().map_err(std::io::Error::other)?;
+    out.extend_from_slice(sum.as_bytes());
+    Ok(out)
 }
 
 /// The git blob id of `bytes` (what [`Store::write_blob`] would return), without writing.

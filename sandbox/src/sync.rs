@@ -334,7 +334,8 @@ pub fn sync_files(
         }
     }
     files.extend(untouched);
-    commit_base(dir, repo, base)?;
+    let stats: HashMap<&str, FileStat> = files.iter().map(|(p, s)| (p.as_str(), *s)).collect();
+    commit_base(dir, repo, base, |p| stats.get(p).copied())?;
     // The index is written last: its mtime is the sync's stamp (every file written is no
     // newer), from the same filesystem clock as the files' own timestamps.
     let (stamp_s, stamp_ns) =
@@ -353,8 +354,14 @@ pub fn sync_files(
 }
 
 /// Commit `base` (whose blobs are already in `repo`) as `main`, point HEAD at it and write the
-/// index, so that `git status` in the sandbox is clean.
-pub fn commit_base(dir: &Path, repo: &Store, base: &FlatTree) -> Result<(), SyncError> {
+/// index with the files' stat data (`stat`), so that `git status` in the sandbox is clean
+/// without hashing every file.
+pub fn commit_base(
+    dir: &Path,
+    repo: &Store,
+    base: &FlatTree,
+    stat: impl Fn(&str) -> Option<FileStat>,
+) -> Result<(), SyncError> {
     let git_dir = dir.join(".git");
     let io = |source| SyncError::Io {
         dir: dir.to_path_buf(),
@@ -364,7 +371,7 @@ pub fn commit_base(dir: &Path, repo: &Store, base: &FlatTree) -> Result<(), Sync
     let commit = repo.commit(tree, &[], "hunkgate: your checkout as of this run\n")?;
     repo.set_ref("refs/heads/main", commit)?;
     std::fs::write(git_dir.join("HEAD"), "ref: refs/heads/main\n").map_err(io)?;
-    repo.write_index(tree)?;
+    repo.write_index_of(base, stat)?;
     Ok(())
 }
 
@@ -448,25 +455,48 @@ pub fn sync_slot(
 /// tree (files there may be ignored or not now).
 pub fn with_base_changes(seen: &Dirty, prev: &Synced, base: &FlatTree) -> Dirty {
     let mut dirty = seen.clone();
-    let changed = |(p, e): (&String, &Entry), other: &FlatTree| other.get(p) != Some(e);
-    let delta = prev
-        .base
-        .iter()
-        .filter(|kv| changed(*kv, base))
-        .chain(base.iter().filter(|kv| changed(*kv, &prev.base)));
-    for (path, _) in delta {
+    for path in changed_paths(&prev.base, base) {
         match path.rsplit_once('/') {
             Some((parent, ".gitignore")) => dirty.trees.insert(parent.to_string()),
             None if path == ".gitignore" => dirty.trees.insert(String::new()),
-            _ => dirty.paths.insert(path.clone()),
+            _ => dirty.paths.insert(path.to_string()),
         };
     }
     dirty
 }
 
+/// The paths whose entry differs between `a` and `b` (added, removed or changed), in order, in
+/// one pass over both.
+pub fn changed_paths<'a>(a: &'a FlatTree, b: &'a FlatTree) -> Vec<&'a str> {
+    use std::cmp::Ordering;
+    let mut out = Vec::new();
+    let (mut x, mut y) = (a.iter().peekable(), b.iter().peekable());
+    loop {
+        let step = match (x.peek(), y.peek()) {
+            (None, None) => break,
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (Some((pa, _)), Some((pb, _))) => pa.cmp(pb),
+        };
+        match step {
+            Ordering::Less => out.push(x.next().map(|(p, _)| p.as_str()).unwrap_or_default()),
+            Ordering::Greater => out.push(y.next().map(|(p, _)| p.as_str()).unwrap_or_default()),
+            Ordering::Equal => {
+                if let (Some((p, ea)), Some((_, eb))) = (x.next(), y.next()) {
+                    if ea != eb {
+                        out.push(p.as_str());
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
 /// The part of a previous sync's record that still speaks for `base`: paths whose entry did
 /// not change (a path whose blob changed must be written whatever its stat says).
 pub fn rebase_record(prev: &Synced, base: &FlatTree) -> SyncRecord {
+    let changed: HashSet<&str> = changed_paths(&prev.base, base).into_iter().collect();
     SyncRecord {
         stamp_s: prev.record.stamp_s,
         stamp_ns: prev.record.stamp_ns,
@@ -474,7 +504,8 @@ pub fn rebase_record(prev: &Synced, base: &FlatTree) -> SyncRecord {
             .record
             .files
             .iter()
-            .filter(|(p, _)| prev.base.contains_key(p) && prev.base.get(p) == base.get(p))
+            // A record names only paths of its base (one from a helper is checked here).
+            .filter(|(p, _)| !changed.contains(p.as_str()) && prev.base.contains_key(p))
             .cloned()
             .collect(),
     }
@@ -716,5 +747,99 @@ mod tests {
         prepare(&store, &dir, &base);
         assert_eq!(std::fs::read(dir.join("a.txt")).unwrap(), b"a\n");
         assert_eq!(read_back(&store, &dir, &base), base);
+    }
+
+    fn git_out(dir: &Path, args: &[&str]) -> String {
+        let out = std::process::Command::new("git")
+            .current_dir(dir)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    #[test]
+    fn the_sandbox_index_is_the_base_with_stat_data_git_trusts() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let f = Mode::File;
+        // Orderings git is particular about, an executable, a symlink, a long name.
+        let long = format!("deep/{}/{}.txt", "n".repeat(200), "m".repeat(200));
+        let base = tree(
+            &store,
+            &[
+                ("a-b", f, "1\n"),
+                ("a/b", f, "2\n"),
+                ("a.c", f, "3\n"),
+                ("a0", f, "4\n"),
+                ("run.sh", Mode::Executable, "#!/bin/sh\n"),
+                ("link", Mode::Symlink, "a0"),
+                (long.as_str(), f, "5\n"),
+            ],
+        );
+        let dir = tmp.path().join("sb");
+        prepare(&store, &dir, &base);
+        // git reads our index as exactly the base...
+        // In the index's order, the paths' byte order, which is the base's.
+        let want: Vec<String> = base
+            .iter()
+            .map(|(p, e)| {
+                let mode = match e.mode {
+                    Mode::File => "100644",
+                    Mode::Executable => "100755",
+                    Mode::Symlink => "120000",
+                };
+                format!("{mode} {} 0\t{p}", e.oid)
+            })
+            .collect();
+        let listed: Vec<String> = git_out(&dir, &["ls-files", "-s"])
+            .lines()
+            .map(str::to_string)
+            .collect();
+        assert_eq!(listed, want);
+        // ...and trusts its stat data: diff-files, which compares stat data without hashing,
+        // sees nothing to look at.
+        assert_eq!(git_out(&dir, &["diff-files", "--name-only"]), "");
+        assert_eq!(git_out(&dir, &["status", "--porcelain"]), "");
+        // Positive control: the same index without stat data is all stat-dirty to git.
+        let repo = Store::open_existing(&dir).unwrap();
+        repo.write_index_of(&base, |_| None).unwrap();
+        assert_eq!(git_out(&dir, &["diff-files", "--name-only"]).lines().count(), base.len());
+        // An edit after the sync is seen, by stat.
+        std::fs::write(dir.join("a0"), "changed\n").unwrap();
+        prepare(&store, &dir, &base);
+        std::fs::write(dir.join("a-b"), "changed too\n").unwrap();
+        assert_eq!(git_out(&dir, &["diff-files", "--name-only"]), "a-b\n");
+    }
+
+    proptest::proptest! {
+        /// The one-pass delta of two sorted trees is what comparing them path by path gives.
+        #[test]
+        fn changed_paths_is_the_naive_comparison(
+            a in proptest::collection::btree_map("[ab]{1,2}(/[ab]{1,2})?", 0u8..3, 0..12),
+            b in proptest::collection::btree_map("[ab]{1,2}(/[ab]{1,2})?", 0u8..3, 0..12),
+        ) {
+            let tree = |m: &std::collections::BTreeMap<String, u8>| -> FlatTree {
+                m.iter()
+                    .map(|(p, v)| {
+                        let oid = ObjectId::from_bytes_or_panic(&[*v; 20]);
+                        (p.clone(), Entry { mode: Mode::File, oid })
+                    })
+                    .collect()
+            };
+            let (ta, tb) = (tree(&a), tree(&b));
+            let mut naive: Vec<&str> = ta
+                .keys()
+                .chain(tb.keys())
+                .filter(|p| ta.get(*p) != tb.get(*p))
+                .map(String::as_str)
+                .collect();
+            naive.sort();
+            naive.dedup();
+            proptest::prop_assert_eq!(changed_paths(&ta, &tb), naive);
+        }
     }
 }
