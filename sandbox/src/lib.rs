@@ -9,6 +9,8 @@
 //! - [`snapshot`]: a checkout or a sandbox captured into the store as a tree.
 //! - [`sync`]: bringing a sandbox slot to a base writing only what differs, and the stat record
 //!   that lets the read-back after a run read only what the agent changed.
+//! - [`checkout`]: the user's checkout snapshotted at the cost of what changed, under change
+//!   notification (the hub keeps one [`checkout::CheckoutWatch`]).
 //! - [`watch`]: change notification (inotify) for a local slot, so that the read-back and the
 //!   next sync look only where something happened.
 //! - [`workspace`]: the [`Sandbox`](workspace::Sandbox) interface and its same-user implementation.
@@ -21,12 +23,13 @@
 //!
 //! Modules import only downward, in the order of `LAYERS` (the `layering` test below fails on
 //! any other import): `wire`, `pack`, `watch` → `beneath` → `store` → `statcache` → `snapshot`
-//! → `tools`, `sync` → `workspace` → `agent`, `jj` → `user`, `helper`. So the wire contract is a leaf, the
-//! sandbox trait knows nothing of user isolation, and the hub's side (`user`) and the helper
-//! never import each other.
+//! → `tools`, `sync`, `checkout` → `workspace` → `agent`, `jj` → `user`, `helper`. So the
+//! wire contract is a leaf, the sandbox trait knows nothing of user isolation, and the hub's
+//! side (`user`) and the helper never import each other.
 
 pub mod agent;
 pub mod beneath;
+pub mod checkout;
 pub mod helper;
 pub mod jj;
 pub mod pack;
@@ -50,7 +53,8 @@ mod layering {
     //! 1. `wire`: the hub↔helper contract, a leaf; `pack` and `watch`, leaves too;
     //! 2. `beneath`, then `store`: confined file access, the checkpoint store;
     //! 3. `statcache`, then `snapshot`: stat data, reading trees as data;
-    //! 4. `tools`, `sync`: the agent's file tools; bringing a slot to a base;
+    //! 4. `tools`, `sync`, `checkout`: the agent's file tools; bringing a slot to a base; the
+    //!    checkout snapshotted under change notification;
     //! 5. `workspace`: the `Sandbox` trait and the same-user sandbox;
     //! 6. `agent`, `jj`: processes and jj changes in any sandbox;
     //! 7. `user`, `helper`: the two ends of user isolation, which never import each other.
@@ -60,7 +64,7 @@ mod layering {
         &["store"],
         &["statcache"],
         &["snapshot"],
-        &["tools", "sync"],
+        &["tools", "sync", "checkout"],
         &["workspace"],
         &["agent", "jj"],
         &["user", "helper"],

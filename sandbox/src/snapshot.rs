@@ -339,14 +339,18 @@ pub fn store_captured(
     Ok(Some((path, stat, entry)))
 }
 
-/// Read each candidate path as data and store it, taking unchanged files from `cache`.
+/// A path as a snapshot stored it: the stat it had, and its entry.
+pub type Stored = (String, FileStat, Entry);
+
+/// Read each candidate path as data and store it, taking unchanged files from `cache`; also
+/// what was stored for each path, with its stat.
 fn capture(
     root: &Beneath,
     candidates: BTreeSet<String>,
     store: &Store,
     cap: u64,
     cache: Option<&mut StatCache>,
-) -> Result<Snapshot, SnapshotError> {
+) -> Result<(Snapshot, Vec<Stored>), SnapshotError> {
     let mut snap = Snapshot::default();
     let mut seen = Vec::new();
     let mut blobs = store.batch();
@@ -371,14 +375,14 @@ fn capture(
     // Before the cache names them: a cache entry's blob is always in the store.
     blobs.finish()?;
     if let Some(cache) = cache {
-        for (path, stat, entry) in seen {
-            cache.record(&path, stat, entry);
+        for (path, stat, entry) in &seen {
+            cache.record(path, *stat, *entry);
         }
         if let Err(e) = cache.save() {
             tracing::warn!(error = %e, "cannot write the snapshot stat cache; the next snapshot reads every file");
         }
     }
-    Ok(snap)
+    Ok((snap, seen))
 }
 
 /// What a sandbox read-back does with `path`, given the run's `base` and the stat record of
@@ -436,45 +440,71 @@ pub fn snapshot_checkout_cached(
     repo_root: &Path,
     store: &Store,
     cap: u64,
-    mut cache: Option<&mut StatCache>,
+    cache: Option<&mut StatCache>,
 ) -> Result<Snapshot, SnapshotError> {
-    let (mut candidates, unnamed) = walk_reporting(repo_root, true);
-    let with_unnamed = |mut snap: Snapshot| {
-        snap.skipped.extend(unnamed.iter().cloned());
-        snap
-    };
-    let repo = match gix::open_opts(repo_root, gix::open::Options::isolated()) {
-        Ok(repo) => repo,
+    Ok(checkout_parts(repo_root, store, cap, cache)?.snap)
+}
+
+/// A whole checkout snapshot and what it was made of.
+pub(crate) struct CheckoutParts {
+    pub snap: Snapshot,
+    /// Every file stored, with the stat it had.
+    pub seen: Vec<Stored>,
+    /// The directories the walk entered.
+    pub dirs: Vec<String>,
+    /// The paths the index tracks (None: a jj repository without a colocated .git).
+    pub tracked: Option<std::collections::HashSet<String>>,
+}
+
+/// [`snapshot_checkout_cached`], also returning what the snapshot was made of.
+pub(crate) fn checkout_parts(
+    repo_root: &Path,
+    store: &Store,
+    cap: u64,
+    cache: Option<&mut StatCache>,
+) -> Result<CheckoutParts, SnapshotError> {
+    let walked = walk(repo_root, true, None);
+    let mut candidates = walked.files;
+    let tracked = match gix::open_opts(repo_root, gix::open::Options::isolated()) {
+        Ok(repo) => Some(tracked_paths(&repo, repo_root)?),
         // A jj repository without a colocated .git: jj tracks every file that is not ignored,
         // which is exactly the walk.
-        Err(_) if repo_root.join(".jj").is_dir() => {
-            let root = Beneath::open(repo_root)?;
-            return capture(&root, candidates, store, cap, cache.as_deref_mut()).map(with_unnamed);
-        }
+        Err(_) if repo_root.join(".jj").is_dir() => None,
         Err(_) => {
             return Err(SnapshotError::NotARepo {
                 path: repo_root.display().to_string(),
             })
         }
     };
+    candidates.extend(tracked.iter().flatten().cloned());
+    let root = Beneath::open(repo_root)?;
+    let (mut snap, seen) = capture(&root, candidates, store, cap, cache)?;
+    snap.skipped.extend(walked.skipped);
+    snap.skipped.dedup();
+    Ok(CheckoutParts {
+        snap,
+        seen,
+        dirs: walked.dirs,
+        tracked,
+    })
+}
+
+/// The paths the index of `repo` tracks, submodules (gitlinks) aside: directories of their own
+/// repository are not reviewed.
+pub(crate) fn tracked_paths(
+    repo: &gix::Repository,
+    repo_root: &Path,
+) -> Result<std::collections::HashSet<String>, SnapshotError> {
     let index = repo.index_or_empty().map_err(|e| SnapshotError::Index {
         path: repo_root.display().to_string(),
         message: e.to_string(),
     })?;
-    for entry in index.entries() {
-        // Submodules (gitlinks) are directories of their own repository: not reviewed.
-        if entry.mode == gix::index::entry::Mode::COMMIT {
-            continue;
-        }
-        let path = entry.path(&index);
-        if let Ok(s) = std::str::from_utf8(path) {
-            candidates.insert(s.to_string());
-        }
-    }
-    let root = Beneath::open(repo_root)?;
-    let mut snap = with_unnamed(capture(&root, candidates, store, cap, cache)?);
-    snap.skipped.dedup();
-    Ok(snap)
+    Ok(index
+        .entries()
+        .iter()
+        .filter(|e| e.mode != gix::index::entry::Mode::COMMIT)
+        .filter_map(|e| std::str::from_utf8(e.path(&index)).ok().map(str::to_string))
+        .collect())
 }
 
 /// Snapshot a sandbox directory: `base` paths (tracked by construction) plus untracked files not

@@ -757,7 +757,11 @@ mod tests {
             .args(args)
             .output()
             .unwrap();
-        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8(out.stdout).unwrap()
     }
 
@@ -807,7 +811,12 @@ mod tests {
         // Positive control: the same index without stat data is all stat-dirty to git.
         let repo = Store::open_existing(&dir).unwrap();
         repo.write_index_of(&base, |_| None).unwrap();
-        assert_eq!(git_out(&dir, &["diff-files", "--name-only"]).lines().count(), base.len());
+        assert_eq!(
+            git_out(&dir, &["diff-files", "--name-only"])
+                .lines()
+                .count(),
+            base.len()
+        );
         // An edit after the sync is seen, by stat.
         std::fs::write(dir.join("a0"), "changed\n").unwrap();
         prepare(&store, &dir, &base);

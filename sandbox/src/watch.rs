@@ -204,6 +204,39 @@ impl Watch {
         self.lost.is_some() || self.reshaped
     }
 
+    /// What may have changed since the watch was started or last taken from, forgetting it
+    /// (what happens from now on goes to the next take); `None` when the watch cannot tell.
+    pub fn take(&mut self) -> Option<Dirty> {
+        self.drain();
+        match self.lost {
+            Some(_) => None,
+            None => Some(std::mem::take(&mut self.dirty)),
+        }
+    }
+
+    /// Whether directories came or went since the watch was started (new ones are not
+    /// watched: the watch must be started again to see inside them).
+    pub fn reshaped(&mut self) -> bool {
+        self.drain();
+        self.reshaped
+    }
+
+    /// Watch one more directory (relative to the root) from now on.
+    #[cfg(target_os = "linux")]
+    pub fn add(&mut self, dir: &str) -> std::io::Result<()> {
+        let wd = self
+            .inotify
+            .add_watch(&self.root.join(dir), watch_flags())
+            .map_err(std::io::Error::from)?;
+        self.dirs.insert(wd, dir.to_string());
+        Ok(())
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    pub fn add(&mut self, _dir: &str) -> std::io::Result<()> {
+        Ok(())
+    }
+
     /// Forget what was seen so far (after a sync brought the slot back to a known state): the
     /// events of the sync's own writes are read and dropped.
     pub fn clear(&mut self) {

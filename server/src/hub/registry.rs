@@ -45,6 +45,9 @@ pub struct Runs {
     pub(crate) gate: Mutex<Gate>,
     /// Woken whenever a slot frees or a queued run leaves the queue.
     pub(crate) gate_changed: tokio::sync::Notify,
+    /// The checkout's last snapshot and the change-notification watch that lets the next one
+    /// look only at what changed (held for the whole snapshot: snapshots take turns).
+    pub(crate) checkout: Mutex<Option<hunkgate_sandbox::checkout::CheckoutWatch>>,
 }
 
 #[derive(Default)]
@@ -69,6 +72,7 @@ impl Runs {
             provider: std::sync::OnceLock::new(),
             gate: Mutex::new(Gate::default()),
             gate_changed: tokio::sync::Notify::new(),
+            checkout: Mutex::new(None),
         }
     }
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use hunkgate_sandbox::agent::{self, build_argv, scrubbed_env, Exit};
 use hunkgate_sandbox::jj::{self, Vcs};
-use hunkgate_sandbox::snapshot::{snapshot_checkout, DEFAULT_FILE_CAP};
+use hunkgate_sandbox::snapshot::DEFAULT_FILE_CAP;
 use hunkgate_sandbox::store::FlatTree;
 use hunkgate_sandbox::workspace::{LocalSandbox, Sandbox};
 use hunkgate_sandbox::ObjectId;
@@ -61,8 +61,17 @@ impl Hub {
     ) -> Result<(ObjectId, FlatTree, Vec<SkippedEntry>), AppError> {
         let rid = run_id.to_string();
         self.blocking(move |hub| {
-            let snap = snapshot_checkout(&hub.cfg().repo, hub.store(), DEFAULT_FILE_CAP)
-                .map_err(|e| AppError::failed("snapshotting the checkout", e))?;
+            let (snap, how) = {
+                let mut watch = hub.runs().checkout.lock().map_err(|_| poisoned())?;
+                hunkgate_sandbox::checkout::snapshot(
+                    &hub.cfg().repo,
+                    hub.store(),
+                    DEFAULT_FILE_CAP,
+                    &mut watch,
+                )
+                .map_err(|e| AppError::failed("snapshotting the checkout", e))?
+            };
+            tracing::debug!(run = rid, ?how, "checkout snapshot");
             let ierr = |e: hunkgate_sandbox::store::StoreError| {
                 AppError::failed("writing the run's base to the checkpoint store", e)
             };
