@@ -288,8 +288,8 @@ fn prepare(
         }
     }
     crate::sync::ensure_blobs(&dir, &repo, &base, &Default::default(), |_| Ok(None))?;
-    let reply = match sync_files(&dir, &repo, &base, req.record.as_ref(), None) {
-        Ok(reply) => reply,
+    let reply = match sync_files(&dir, &repo, &base, req.record.as_ref(), None, None) {
+        Ok((reply, _)) => reply,
         Err(first) => {
             // The agent may have left shapes an in-place sync cannot fix (a directory where
             // the base has a file): empty the directory, keeping only the new .git, and sync
@@ -302,7 +302,7 @@ fn prepare(
                 path: dir.clone(),
                 problem: e.to_string(),
             })?;
-            sync_files(&dir, &repo, &base, None, None)?
+            sync_files(&dir, &repo, &base, None, None, None)?.0
         }
     };
     wire::write_header(out, &reply).map_err(HelperFailure::Output)

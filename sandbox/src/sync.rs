@@ -97,6 +97,8 @@ pub fn base_from_wire(base: &[BaseEntry]) -> Result<FlatTree, (String, String)> 
 pub struct Synced {
     pub base: FlatTree,
     pub record: SyncRecord,
+    /// The id of `base` as a tree, when this process wrote it.
+    pub tree: Option<ObjectId>,
 }
 
 fn records() -> &'static Mutex<HashMap<PathBuf, Arc<Synced>>> {
@@ -258,14 +260,16 @@ pub fn store_blob(dir: &Path, repo: &Store, oid: ObjectId, bytes: &[u8]) -> Resu
 ///
 /// With `dirty` (what change notification saw since the sync of `record`, and every path whose
 /// base entry changed since: see [`sync_slot`]), paths it does not cover are not even looked
-/// at, and leftovers are looked for only where it saw something.
+/// at, and leftovers are looked for only where it saw something. `known_tree` is `base`'s tree
+/// id if the caller knows it (see [`commit_base`]); the tree id is returned with the reply.
 pub fn sync_files(
     dir: &Path,
     repo: &Store,
     base: &FlatTree,
     record: Option<&SyncRecord>,
     dirty: Option<&Dirty>,
-) -> Result<PrepareReply, SyncError> {
+    known_tree: Option<ObjectId>,
+) -> Result<(PrepareReply, ObjectId), SyncError> {
     let fs_err = |source| SyncError::Fs {
         dir: dir.to_path_buf(),
         source,
@@ -335,7 +339,7 @@ pub fn sync_files(
     }
     files.extend(untouched);
     let stats: HashMap<&str, FileStat> = files.iter().map(|(p, s)| (p.as_str(), *s)).collect();
-    commit_base(dir, repo, base, |p| stats.get(p).copied())?;
+    let tree = commit_base(dir, repo, base, known_tree, |p| stats.get(p).copied())?;
     // The index is written last: its mtime is the sync's stamp (every file written is no
     // newer), from the same filesystem clock as the files' own timestamps.
     let (stamp_s, stamp_ns) =
@@ -343,36 +347,42 @@ pub fn sync_files(
             dir: dir.to_path_buf(),
             source: std::io::Error::other("the sandbox's fresh .git/index is missing"),
         })?;
-    Ok(PrepareReply {
+    let reply = PrepareReply {
         record: SyncRecord {
             stamp_s,
             stamp_ns,
             files,
         },
         written,
-    })
+    };
+    Ok((reply, tree))
 }
 
 /// Commit `base` (whose blobs are already in `repo`) as `main`, point HEAD at it and write the
 /// index with the files' stat data (`stat`), so that `git status` in the sandbox is clean
-/// without hashing every file.
+/// without hashing every file. `known_tree`, `base`'s tree id from an earlier sync, is used
+/// as it is if `repo` has it; the tree id is returned.
 pub fn commit_base(
     dir: &Path,
     repo: &Store,
     base: &FlatTree,
+    known_tree: Option<ObjectId>,
     stat: impl Fn(&str) -> Option<FileStat>,
-) -> Result<(), SyncError> {
+) -> Result<ObjectId, SyncError> {
     let git_dir = dir.join(".git");
     let io = |source| SyncError::Io {
         dir: dir.to_path_buf(),
         source,
     };
-    let tree = repo.write_tree(base)?;
+    let tree = match known_tree {
+        Some(tree) if repo.has_object(tree) => tree,
+        _ => repo.write_tree(base)?,
+    };
     let commit = repo.commit(tree, &[], "hunkgate: your checkout as of this run\n")?;
     repo.set_ref("refs/heads/main", commit)?;
     std::fs::write(git_dir.join("HEAD"), "ref: refs/heads/main\n").map_err(io)?;
     repo.write_index_of(base, stat)?;
-    Ok(())
+    Ok(tree)
 }
 
 /// Empty `dir` except its `.git` (the fallback when an in-place sync cannot fix what the agent
@@ -409,7 +419,9 @@ pub fn sync_slot(
         dir: dir.to_path_buf(),
         source,
     })?;
-    let repo = fresh_git(dir, alternate, true)?;
+    // With an alternate (the hub's store) every blob and tree of a base is there already:
+    // nothing of the old .git is worth keeping.
+    let repo = fresh_git(dir, alternate, alternate.is_none())?;
     let known: HashSet<ObjectId> = previous
         .as_deref()
         .map(|s| s.base.values().map(|e| e.oid).collect())
@@ -425,7 +437,19 @@ pub fn sync_slot(
         (Some(prev), Some(seen)) if record.is_some() => Some(with_base_changes(seen, prev, base)),
         _ => None,
     };
-    let reply = match sync_files(dir, &repo, base, record.as_ref(), dirty.as_ref()) {
+    let known_tree = previous
+        .as_deref()
+        .filter(|p| p.base == *base)
+        .and_then(|p| p.tree);
+    let synced = sync_files(
+        dir,
+        &repo,
+        base,
+        record.as_ref(),
+        dirty.as_ref(),
+        known_tree,
+    );
+    let (reply, tree) = match synced {
         Ok(reply) => reply,
         Err(first) => {
             // The agent may have left shapes an in-place sync cannot fix (a directory where
@@ -437,7 +461,7 @@ pub fn sync_slot(
                 dir: dir.to_path_buf(),
                 source,
             })?;
-            sync_files(dir, &repo, base, None, None)?
+            sync_files(dir, &repo, base, None, None, None)?
         }
     };
     remember(
@@ -445,6 +469,7 @@ pub fn sync_slot(
         Some(Synced {
             base: base.clone(),
             record: reply.record.clone(),
+            tree: Some(tree),
         }),
     );
     Ok(reply)

@@ -1064,6 +1064,7 @@ impl Sandbox for UserSandbox {
             Some(Synced {
                 base: base.clone(),
                 record,
+                tree: None,
             }),
         );
         Ok(())
