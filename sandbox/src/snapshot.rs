@@ -525,15 +525,35 @@ pub fn snapshot_sandbox(
 ) -> Result<Snapshot, SnapshotError> {
     let root = Beneath::open(dir)?;
     let mut snap = Snapshot::default();
+    let mut only_these = None;
     let (candidates, unnamed) = match (record, dirty) {
         (Some(record), Some(dirty)) => {
-            let split = split_by_dirty(dir, base, record, dirty);
-            for (path, _) in split.untouched {
-                if let Some(entry) = base.get(&path) {
-                    snap.tree.insert(path, *entry);
-                }
+            // The base, but for what the dirty set covers: those are looked at.
+            let walked = walk(dir, false, Some(dirty.within()));
+            let covered = dirty.covered_keys(base);
+            snap.tree = base.clone();
+            for p in &covered {
+                snap.tree.remove(*p);
             }
-            (split.candidates, split.skipped)
+            let mut candidates: BTreeSet<String> =
+                covered.into_iter().map(str::to_string).collect();
+            candidates.extend(
+                walked
+                    .files
+                    .into_iter()
+                    .filter(|p| !base.contains_key(p) || dirty.covers(p)),
+            );
+            only_these = Some(SyncRecord {
+                stamp_s: record.stamp_s,
+                stamp_ns: record.stamp_ns,
+                files: record
+                    .files
+                    .iter()
+                    .filter(|(p, _)| candidates.contains(p))
+                    .cloned()
+                    .collect(),
+            });
+            (candidates, walked.skipped)
         }
         _ => sandbox_candidates(dir, base.keys()),
     };
@@ -542,7 +562,7 @@ pub fn snapshot_sandbox(
         &root,
         candidates,
         cap,
-        readback_check(base, record),
+        readback_check(base, only_these.as_ref().or(record)),
         |item| store_captured(&mut blobs, &mut snap, item).map(drop),
     )?;
     blobs.finish()?;

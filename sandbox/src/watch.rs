@@ -23,7 +23,7 @@
 //!
 //! **Layer:** a leaf: it imports nothing else of this crate.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 /// Paths that may have changed beneath a slot, `/`-separated and relative to it.
@@ -64,6 +64,30 @@ impl Dirty {
             trees: self.trees.clone(),
             listed,
         }
+    }
+
+    /// The keys of `map` (a tree: paths in order) this set covers, found by lookups and range
+    /// scans rather than by asking of every key.
+    pub fn covered_keys<'a, V>(&self, map: &'a BTreeMap<String, V>) -> BTreeSet<&'a str> {
+        let mut out = BTreeSet::new();
+        for p in &self.paths {
+            if let Some((k, _)) = map.get_key_value(p) {
+                out.insert(k.as_str());
+            }
+        }
+        for t in &self.trees {
+            if t.is_empty() {
+                out.extend(map.keys().map(String::as_str));
+                continue;
+            }
+            let prefix = format!("{t}/");
+            out.extend(
+                map.range(prefix.clone()..)
+                    .take_while(|(k, _)| k.starts_with(&prefix))
+                    .map(|(k, _)| k.as_str()),
+            );
+        }
+        out
     }
 
     fn add_tree(&mut self, dir: String) {
@@ -370,11 +394,31 @@ mod tests {
         for dir in ["a/sub", "b/other", "z"] {
             assert!(!w.enters(dir), "{dir}");
         }
+        let map: BTreeMap<String, ()> = [
+            "a/x.txt",
+            "a/y.txt",
+            "b/c",
+            "b/c/deep/file",
+            "b/cc/f",
+            "b/file",
+        ]
+        .iter()
+        .map(|p| (p.to_string(), ()))
+        .collect();
+        let covered: Vec<&str> = d.covered_keys(&map).into_iter().collect();
+        let asked: Vec<&str> = map
+            .keys()
+            .map(String::as_str)
+            .filter(|p| d.covers(p))
+            .collect();
+        assert_eq!(covered, asked);
+        assert_eq!(covered, vec!["a/x.txt", "b/c/deep/file"]);
         let all = Dirty {
             paths: BTreeSet::new(),
             trees: set(&[""]),
         };
         assert!(all.covers("any/thing") && all.within().enters("any/where"));
+        assert_eq!(all.covered_keys(&map).len(), map.len());
     }
 
     #[cfg(target_os = "linux")]
