@@ -266,7 +266,7 @@ fn prepare(
     // be written straight into it as they arrive.
     // A full prepare (no record: the first, or the hub's retry after a failure) starts from
     // no objects, so a damaged one cannot wedge the slot.
-    let repo = fresh_git(&dir, None, req.record.is_some())?;
+    let (repo, mut known) = fresh_git(&dir, None, req.record.is_some())?;
     loop {
         match wire::read_frame(input, u64::MAX)? {
             Frame::Blob { oid, bytes } => {
@@ -277,6 +277,7 @@ fn prepare(
                     }
                 })?;
                 store_blob(&dir, &repo, id, &bytes)?;
+                known.insert(id);
             }
             Frame::End => break,
             other => {
@@ -287,7 +288,9 @@ fn prepare(
             }
         }
     }
-    crate::sync::ensure_blobs(&dir, &repo, &base, &Default::default(), |_| Ok(None))?;
+    // Every blob of the base must be here now: kept (found by name as the old objects were
+    // carried over, no `stat` each) or just sent.
+    crate::sync::ensure_blobs(&dir, &repo, &base, &known, |_| Ok(None))?;
     let reply = match sync_files(&dir, &repo, &base, req.record.as_ref(), None, None) {
         Ok((reply, _)) => reply,
         Err(first) => {

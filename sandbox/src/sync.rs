@@ -135,11 +135,13 @@ pub fn record_for<'a>(synced: Option<&'a Synced>, base: &FlatTree) -> Option<&'a
 /// `--isolation none`), the new repository borrows its objects instead of copying them.
 /// `keep_objects` false starts from no objects at all (the fallback after a failed sync: a
 /// damaged object must not wedge the slot forever).
+/// Returns the new repository and the ids of the loose objects it kept (by name: what
+/// [`Store::has_object`] would find there, without a `stat` each).
 pub fn fresh_git(
     dir: &Path,
     alternate: Option<&Path>,
     keep_objects: bool,
-) -> Result<Store, SyncError> {
+) -> Result<(Store, HashSet<ObjectId>), SyncError> {
     let git_dir = dir.join(".git");
     let io = |source| SyncError::Io {
         dir: dir.to_path_buf(),
@@ -153,11 +155,15 @@ pub fn fresh_git(
     remove_any(&keep).map_err(io)?;
     let objects = git_dir.join("objects");
     let real_dir = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
+    let mut kept = HashSet::new();
     if keep_objects && real_dir(&git_dir) && real_dir(&objects) {
         std::fs::rename(&objects, &keep).map_err(io)?;
-        if let Err(e) = keep_loose_only(&keep) {
-            tracing::warn!(error = %e, dir = %keep.display(), "dropping the sandbox's old objects");
-            remove_any(&keep).map_err(io)?;
+        match keep_loose_only(&keep) {
+            Ok(ids) => kept = ids,
+            Err(e) => {
+                tracing::warn!(error = %e, dir = %keep.display(), "dropping the sandbox's old objects");
+                remove_any(&keep).map_err(io)?;
+            }
         }
     }
     // A previous run's jj metadata goes too: jj is re-initialised on top of the fresh .git.
@@ -177,7 +183,7 @@ pub fn fresh_git(
         )
         .map_err(io)?;
     }
-    Ok(Store::open_existing(dir)?)
+    Ok((Store::open_existing(dir)?, kept))
 }
 
 /// Remove a file, symlink or directory tree at `p` (nothing followed); absent is fine.
@@ -192,7 +198,9 @@ fn remove_any(p: &Path) -> std::io::Result<()> {
 
 /// Keep only `xx/` fan-out directories (real directories, two hex digits) of an objects
 /// directory, and in them only regular files: no packs, no `info/alternates`, no symlinks.
-fn keep_loose_only(objects: &Path) -> std::io::Result<()> {
+/// Returns the ids the kept files are named by.
+fn keep_loose_only(objects: &Path) -> std::io::Result<HashSet<ObjectId>> {
+    let mut ids = HashSet::new();
     for entry in std::fs::read_dir(objects)? {
         let entry = entry?;
         let name = entry.file_name();
@@ -205,14 +213,20 @@ fn keep_loose_only(objects: &Path) -> std::io::Result<()> {
             remove_any(&path)?;
             continue;
         }
+        let prefix = name.to_string_lossy().into_owned();
         for obj in std::fs::read_dir(&path)? {
             let obj = obj?;
             if !obj.file_type()?.is_file() {
                 remove_any(&obj.path())?;
+                continue;
+            }
+            let hex = format!("{prefix}{}", obj.file_name().to_string_lossy());
+            if let Ok(id) = ObjectId::from_hex(hex.as_bytes()) {
+                ids.insert(id);
             }
         }
     }
-    Ok(())
+    Ok(ids)
 }
 
 /// Make sure every blob of `base` is in the sandbox's repository, taking missing ones from
@@ -421,11 +435,8 @@ pub fn sync_slot(
     })?;
     // With an alternate (the hub's store) every blob and tree of a base is there already:
     // nothing of the old .git is worth keeping.
-    let repo = fresh_git(dir, alternate, alternate.is_none())?;
-    let known: HashSet<ObjectId> = previous
-        .as_deref()
-        .map(|s| s.base.values().map(|e| e.oid).collect())
-        .unwrap_or_default();
+    let (repo, mut known) = fresh_git(dir, alternate, alternate.is_none())?;
+    known.extend(previous.iter().flat_map(|s| s.base.values().map(|e| e.oid)));
     ensure_blobs(dir, &repo, base, &known, &mut source)?;
     let record = previous
         .as_deref()
@@ -455,7 +466,7 @@ pub fn sync_slot(
             // The agent may have left shapes an in-place sync cannot fix (a directory where
             // the base has a file), or deleted or damaged objects: start from nothing.
             tracing::warn!(error = %first, dir = %dir.display(), "resetting sandbox from scratch");
-            let repo = fresh_git(dir, alternate, false)?;
+            let (repo, _) = fresh_git(dir, alternate, false)?;
             ensure_blobs(dir, &repo, base, &HashSet::new(), &mut source)?;
             clear_except_git(dir).map_err(|source| SyncError::Io {
                 dir: dir.to_path_buf(),
@@ -743,6 +754,17 @@ mod tests {
         assert!(!git.join("hooks/post-checkout").exists());
         assert!(!git.join("objects/info/alternates").exists());
         assert!(std::fs::symlink_metadata(git.join("objects/zz")).is_err());
+        // The objects kept are named as they are found: every blob of the base, and not one
+        // the agent deleted (positive control: it was there before).
+        let (_, kept) = fresh_git(&dir, None, true).unwrap();
+        for e in base2.values() {
+            assert!(kept.contains(&e.oid), "{}", e.oid);
+        }
+        let victim = base2["b.txt"].oid.to_hex().to_string();
+        std::fs::remove_file(git.join("objects").join(&victim[..2]).join(&victim[2..])).unwrap();
+        let (_, kept) = fresh_git(&dir, None, true).unwrap();
+        assert!(!kept.contains(&base2["b.txt"].oid) && kept.contains(&base2["a.txt"].oid));
+        sync_slot(&dir, &base2, None, None, source).unwrap();
         // The fresh .git has the new base checked in, with a clean status.
         let out = std::process::Command::new("git")
             .current_dir(&dir)
