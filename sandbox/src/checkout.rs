@@ -275,22 +275,8 @@ impl CheckoutWatch {
 mod tests {
     use super::*;
     use crate::snapshot::{snapshot_checkout_cached, DEFAULT_FILE_CAP};
+    use crate::store::test_support::{commit, git_in as git};
     use std::os::unix::fs::{symlink, PermissionsExt};
-
-    fn git(dir: &Path, args: &[&str]) {
-        let st = std::process::Command::new("git")
-            .current_dir(dir)
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            st.status.success(),
-            "{}",
-            String::from_utf8_lossy(&st.stderr)
-        );
-    }
 
     /// Snapshot with `state` and check it against the oracle, a whole snapshot that trusts no
     /// cache; how it was made.
@@ -338,18 +324,7 @@ mod tests {
             std::fs::write(repo.join(p), body).unwrap();
         }
         git(&repo, &["add", "-A"]);
-        git(
-            &repo,
-            &[
-                "-c",
-                "user.name=t",
-                "-c",
-                "user.email=t@t",
-                "commit",
-                "-qm",
-                "init",
-            ],
-        );
+        commit(&repo, "init");
         let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
         let p = |n: &str| repo.join(n);
         let mut state = None;

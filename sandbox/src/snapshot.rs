@@ -639,19 +639,8 @@ pub fn discover_repo_root(start: &Path) -> Result<std::path::PathBuf, SnapshotEr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::test_support::{commit, git_in as git};
     use std::os::unix::fs::symlink;
-    use std::process::Command;
-
-    fn git(dir: &Path, args: &[&str]) {
-        let st = Command::new("git")
-            .current_dir(dir)
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .args(args)
-            .status()
-            .unwrap();
-        assert!(st.success());
-    }
 
     #[test]
     fn checkout_snapshot_sees_what_the_user_sees() {
@@ -666,18 +655,7 @@ mod tests {
         git(&repo, &["add", "."]);
         git(&repo, &["add", "-f", "forced.txt"]);
         std::fs::write(repo.join(".gitignore"), "ignored.txt\nbuild/\nforced.txt\n").unwrap();
-        git(
-            &repo,
-            &[
-                "-c",
-                "user.name=t",
-                "-c",
-                "user.email=t@t",
-                "commit",
-                "-qm",
-                "init",
-            ],
-        );
+        commit(&repo, "init");
         std::fs::write(repo.join("tracked.txt"), "edited, uncommitted\n").unwrap();
         std::fs::remove_file(repo.join("deleted.txt")).unwrap();
         std::fs::write(repo.join("untracked.txt"), "new\n").unwrap();

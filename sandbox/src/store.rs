@@ -588,27 +588,55 @@ pub(crate) fn isolated_open_options() -> gix::open::Options {
     ])
 }
 
+/// Helpers shared by the crate's test modules (kept here, so that every module above `store`
+/// may use them without breaking the layering).
 #[cfg(test)]
-mod tests {
+pub(crate) mod test_support {
     use super::*;
 
-    /// Run git on the bare repository at `git_dir` (no user config) and return its stdout;
-    /// fails the test if git does.
-    fn git(git_dir: &Path, args: &[&str]) -> String {
+    /// Run git in `dir` with no user or system config and return its stdout; fails the test
+    /// if git does.
+    pub(crate) fn git_in(dir: &Path, args: &[&str]) -> String {
         let out = std::process::Command::new("git")
+            .current_dir(dir)
             .env("GIT_CONFIG_GLOBAL", "/dev/null")
             .env("GIT_CONFIG_NOSYSTEM", "1")
-            .arg("--git-dir")
-            .arg(git_dir)
             .args(args)
             .output()
             .unwrap();
         assert!(
             out.status.success(),
-            "{}",
+            "git {args:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
         String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Commit what is staged in the repository at `dir`, as a test identity.
+    pub(crate) fn commit(dir: &Path, message: &str) {
+        let id = ["-c", "user.name=t", "-c", "user.email=t@t"];
+        git_in(dir, &[&id[..], &["commit", "-qm", message]].concat());
+    }
+
+    /// The flat tree of `files` (path, mode, content), their blobs written to `store`.
+    pub(crate) fn tree(store: &Store, files: &[(&str, Mode, &str)]) -> FlatTree {
+        files
+            .iter()
+            .map(|(p, mode, body)| {
+                let oid = store.write_blob(body.as_bytes()).unwrap();
+                (p.to_string(), Entry { mode: *mode, oid })
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Run git on the bare repository at `git_dir`.
+    fn git(git_dir: &Path, args: &[&str]) -> String {
+        test_support::git_in(git_dir, &[&["--git-dir", "."], args].concat())
     }
 
     /// A tree with every mode and a deep path, its blobs written to `store`; returns the tree

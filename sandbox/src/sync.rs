@@ -551,6 +551,7 @@ pub fn rebase_record(prev: &Synced, base: &FlatTree) -> SyncRecord {
 mod tests {
     use super::*;
     use crate::snapshot::{snapshot_sandbox, DEFAULT_FILE_CAP};
+    use crate::store::test_support::{git_in as git_out, tree};
     use std::os::unix::fs::{symlink, PermissionsExt};
     use std::time::SystemTime;
 
@@ -565,16 +566,6 @@ mod tests {
         snapshot_sandbox(dir, base, store, DEFAULT_FILE_CAP, record, None)
             .unwrap()
             .tree
-    }
-
-    fn tree(store: &Store, files: &[(&str, Mode, &str)]) -> FlatTree {
-        files
-            .iter()
-            .map(|(p, mode, body)| {
-                let oid = store.write_blob(body.as_bytes()).unwrap();
-                (p.to_string(), Entry { mode: *mode, oid })
-            })
-            .collect()
     }
 
     /// Move the remembered sync's stamp `secs` later (what time passing between the sync and
@@ -794,22 +785,6 @@ mod tests {
         prepare(&store, &dir, &base);
         assert_eq!(std::fs::read(dir.join("a.txt")).unwrap(), b"a\n");
         assert_eq!(read_back(&store, &dir, &base), base);
-    }
-
-    fn git_out(dir: &Path, args: &[&str]) -> String {
-        let out = std::process::Command::new("git")
-            .current_dir(dir)
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "git {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
     }
 
     #[test]

@@ -216,6 +216,7 @@ impl Sandbox for LocalSandbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::test_support::tree;
     use crate::store::{Entry, Mode};
 
     #[test]
@@ -296,16 +297,6 @@ mod tests {
         assert_eq!(String::from_utf8_lossy(&out.stdout), "a\n");
     }
 
-    fn tree_of(store: &Store, files: &[(&str, Mode, &str)]) -> FlatTree {
-        files
-            .iter()
-            .map(|(p, mode, body)| {
-                let oid = store.write_blob(body.as_bytes()).unwrap();
-                (p.to_string(), Entry { mode: *mode, oid })
-            })
-            .collect()
-    }
-
     /// The oracle: a read-back that trusts neither the sync's record nor change notification.
     fn full_look(sb: &LocalSandbox, store: &Store, base: &FlatTree) -> FlatTree {
         snapshot_sandbox(sb.workdir(), base, store, u64::MAX, None, None)
@@ -320,7 +311,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
         let f = Mode::File;
-        let base = tree_of(
+        let base = tree(
             &store,
             &[
                 (".gitignore", f, "*.o\nbuild/\n"),
@@ -390,7 +381,7 @@ mod tests {
         // directory, and a rule more in .gitignore. The sync looks only where something
         // happened or the base changed, and leaves exactly the new base.
         let mut base2 = base.clone();
-        base2.extend(tree_of(
+        base2.extend(tree(
             &store,
             &[
                 ("keep.txt", f, "keep, edited by the user\n"),
