@@ -438,14 +438,20 @@ pub fn sync_slot(
     let (repo, mut known) = fresh_git(dir, alternate, alternate.is_none())?;
     known.extend(previous.iter().flat_map(|s| s.base.values().map(|e| e.oid)));
     ensure_blobs(dir, &repo, base, &known, &mut source)?;
+    // The base's delta since the last sync, found once: it limits the old record, and it is
+    // part of what may differ now.
+    let changed = previous
+        .as_deref()
+        .map(|prev| changed_paths(&prev.base, base))
+        .unwrap_or_default();
     let record = previous
         .as_deref()
-        .map(|s| rebase_record(s, base))
+        .map(|prev| rebase_onto(prev, &changed))
         .filter(|r| !r.files.is_empty());
     // What may differ from `base` now: what change notification saw since the last sync, and
     // every path whose base entry changed since.
-    let dirty = match (previous.as_deref(), dirty) {
-        (Some(prev), Some(seen)) if record.is_some() => Some(with_base_changes(seen, prev, base)),
+    let dirty = match dirty {
+        Some(seen) if record.is_some() => Some(with_base_changes(seen, &changed)),
         _ => None,
     };
     let known_tree = previous
@@ -486,12 +492,12 @@ pub fn sync_slot(
     Ok(reply)
 }
 
-/// `seen` (what changed in the slot since the sync of `prev`) plus every path whose entry
-/// differs between `prev`'s base and `base`; a changed `.gitignore` makes its directory a dirty
-/// tree (files there may be ignored or not now).
-pub fn with_base_changes(seen: &Dirty, prev: &Synced, base: &FlatTree) -> Dirty {
+/// `seen` (what changed in the slot since the last sync) plus `changed`, the paths whose base
+/// entry differs since (see [`changed_paths`]); a changed `.gitignore` makes its directory a
+/// dirty tree (files there may be ignored or not now).
+pub fn with_base_changes(seen: &Dirty, changed: &[&str]) -> Dirty {
     let mut dirty = seen.clone();
-    for path in changed_paths(&prev.base, base) {
+    for &path in changed {
         match path.rsplit_once('/') {
             Some((parent, ".gitignore")) => dirty.trees.insert(parent.to_string()),
             None if path == ".gitignore" => dirty.trees.insert(String::new()),
@@ -532,7 +538,12 @@ pub fn changed_paths<'a>(a: &'a FlatTree, b: &'a FlatTree) -> Vec<&'a str> {
 /// The part of a previous sync's record that still speaks for `base`: paths whose entry did
 /// not change (a path whose blob changed must be written whatever its stat says).
 pub fn rebase_record(prev: &Synced, base: &FlatTree) -> SyncRecord {
-    let changed: HashSet<&str> = changed_paths(&prev.base, base).into_iter().collect();
+    rebase_onto(prev, &changed_paths(&prev.base, base))
+}
+
+/// [`rebase_record`] given the paths whose entry `changed` since `prev`'s base.
+fn rebase_onto(prev: &Synced, changed: &[&str]) -> SyncRecord {
+    let changed: HashSet<&str> = changed.iter().copied().collect();
     SyncRecord {
         stamp_s: prev.record.stamp_s,
         stamp_ns: prev.record.stamp_ns,
