@@ -529,31 +529,13 @@ pub fn snapshot_sandbox(
     let (candidates, unnamed) = match (record, dirty) {
         (Some(record), Some(dirty)) => {
             // The base, but for what the dirty set covers: those are looked at.
-            let walked = walk(dir, false, Some(dirty.within()));
-            let covered = dirty.covered_keys(base);
+            let split = split_by_dirty(dir, base, record, dirty);
             snap.tree = base.clone();
-            for p in &covered {
-                snap.tree.remove(*p);
+            for p in &split.candidates {
+                snap.tree.remove(p);
             }
-            let mut candidates: BTreeSet<String> =
-                covered.into_iter().map(str::to_string).collect();
-            candidates.extend(
-                walked
-                    .files
-                    .into_iter()
-                    .filter(|p| !base.contains_key(p) || dirty.covers(p)),
-            );
-            only_these = Some(SyncRecord {
-                stamp_s: record.stamp_s,
-                stamp_ns: record.stamp_ns,
-                files: record
-                    .files
-                    .iter()
-                    .filter(|(p, _)| candidates.contains(p))
-                    .cloned()
-                    .collect(),
-            });
-            (candidates, walked.skipped)
+            only_these = Some(split.looked);
+            (split.candidates, split.skipped)
         }
         _ => sandbox_candidates(dir, base.keys()),
     };
@@ -574,17 +556,20 @@ pub fn snapshot_sandbox(
 #[derive(Debug, Default)]
 pub struct DirtySplit {
     /// Paths to look at: base paths the dirty set covers (or the record lacks), and the files
-    /// a walk of the dirty directories found.
+    /// a walk of the dirty directories found that are new or covered.
     pub candidates: BTreeSet<String>,
     /// Names that walk could not carry.
     pub skipped: Vec<Skipped>,
+    /// The record, cut down to the candidates it has a stat for.
+    pub looked: SyncRecord,
     /// Base paths nothing touched, with the stat the record has for them.
     pub untouched: Vec<(String, FileStat)>,
 }
 
 /// Split the paths of the sandbox `dir` into those that may differ from what the sync of
 /// `record` (for `base`) left — per `dirty`, what change notification saw since — and those
-/// nothing touched.
+/// nothing touched. The covered base paths are found by range scans of `base`, not by asking
+/// of every path.
 pub fn split_by_dirty(
     dir: &Path,
     base: &FlatTree,
@@ -592,24 +577,46 @@ pub fn split_by_dirty(
     dirty: &Dirty,
 ) -> DirtySplit {
     let walked = walk(dir, false, Some(dirty.within()));
-    let mut candidates = walked.files;
+    let mut candidates: BTreeSet<String> = dirty
+        .covered_keys(base)
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+    candidates.extend(
+        walked
+            .files
+            .into_iter()
+            .filter(|p| !base.contains_key(p) || dirty.covers(p)),
+    );
+    let mut looked = Vec::new();
     let mut untouched = Vec::with_capacity(record.files.len());
-    let mut recorded = std::collections::HashSet::with_capacity(record.files.len());
+    let mut recorded = 0;
     for (path, stat) in &record.files {
-        if base.contains_key(path) && !dirty.covers(path) {
-            candidates.remove(path);
+        if !base.contains_key(path) {
+            continue;
+        }
+        recorded += 1;
+        if candidates.contains(path) {
+            looked.push((path.clone(), *stat));
+        } else {
             untouched.push((path.clone(), *stat));
         }
-        recorded.insert(path.as_str());
     }
-    for path in base.keys() {
-        if !recorded.contains(path.as_str()) || dirty.covers(path) {
-            candidates.insert(path.clone());
-        }
+    // A sync records each base path once: fewer than the base means some are missing, and
+    // those are looked at too.
+    if recorded < base.len() {
+        let has: std::collections::HashSet<&str> =
+            record.files.iter().map(|(p, _)| p.as_str()).collect();
+        candidates.extend(base.keys().filter(|p| !has.contains(p.as_str())).cloned());
     }
     DirtySplit {
         candidates,
         skipped: walked.skipped,
+        looked: SyncRecord {
+            stamp_s: record.stamp_s,
+            stamp_ns: record.stamp_ns,
+            files: looked,
+        },
         untouched,
     }
 }

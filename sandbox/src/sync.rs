@@ -291,27 +291,31 @@ pub fn sync_files(
     let root = Beneath::open_scratch(dir).map_err(fs_err)?;
     let mut files = Vec::with_capacity(base.len());
     // What is there now (not ignored), so leftovers of an earlier run disappear.
-    let (current, untouched) = match (record, dirty) {
+    // With a dirty set, only its candidates are looked at, against the record cut down to
+    // them; the untouched paths keep their recorded stat.
+    let (current, untouched, looked) = match (record, dirty) {
         (Some(record), Some(dirty)) => {
             let split = split_by_dirty(dir, base, record, dirty);
-            (split.candidates, split.untouched)
+            (split.candidates, split.untouched, Some(split.looked))
         }
-        _ => (walk_not_ignored(dir, false), Vec::new()),
+        _ => (walk_not_ignored(dir, false), Vec::new(), None),
     };
     for path in current.iter().filter(|p| !base.contains_key(*p)) {
         root.remove_entry(path).map_err(fs_err)?;
     }
-    let skip: HashSet<&str> = untouched.iter().map(|(p, _)| p.as_str()).collect();
     let stamp = record.map(|r| (r.stamp_s, r.stamp_ns));
-    let recorded: HashMap<&str, &FileStat> = record
+    let recorded: HashMap<&str, &FileStat> = looked
+        .as_ref()
+        .or(record)
         .map(|r| r.files.iter().map(|(p, s)| (p.as_str(), s)).collect())
         .unwrap_or_default();
+    let examine: Box<dyn Iterator<Item = (&String, &Entry)>> = match looked {
+        Some(_) => Box::new(current.iter().filter_map(|p| base.get_key_value(p))),
+        None => Box::new(base.iter()),
+    };
     let mut written = 0;
     let mut dirs = crate::beneath::DirCache::default();
-    for (path, entry) in base {
-        if skip.contains(path.as_str()) {
-            continue;
-        }
+    for (path, entry) in examine {
         let st = root.lstat_cached(path, &mut dirs).map_err(fs_err)?;
         let stat = st.as_ref().map(file_stat);
         let trusted = match (stat, recorded.get(path.as_str()), stamp) {
