@@ -275,7 +275,7 @@ impl CheckoutWatch {
 mod tests {
     use super::*;
     use crate::snapshot::{snapshot_checkout_cached, DEFAULT_FILE_CAP};
-    use crate::store::test_support::{commit, git_in as git};
+    use crate::store::test_support::{commit, git_in as git, set_mtime};
     use std::os::unix::fs::{symlink, PermissionsExt};
 
     /// Snapshot with `state` and check it against the oracle, a whole snapshot that trusts no
@@ -379,12 +379,7 @@ mod tests {
             .modified()
             .unwrap();
         std::fs::write(p("src/a.rs"), "A EDITED\n").unwrap();
-        std::fs::File::options()
-            .append(true)
-            .open(p("src/a.rs"))
-            .unwrap()
-            .set_modified(mtime)
-            .unwrap();
+        set_mtime(&p("src/a.rs"), mtime);
         changed(check(&repo, &store, &mut state));
 
         // What the watch cannot follow sends the next snapshot back to a whole one, which

@@ -646,7 +646,7 @@ pub fn discover_repo_root(start: &Path) -> Result<std::path::PathBuf, SnapshotEr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::test_support::{commit, git_in as git};
+    use crate::store::test_support::{commit, git_in as git, set_mtime};
     use std::os::unix::fs::symlink;
 
     #[test]
@@ -725,12 +725,7 @@ mod tests {
     /// seconds after the files (what the passage of time does between two runs).
     fn age_cache(store: &Store) {
         let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
-        std::fs::File::options()
-            .append(true)
-            .open(stat_cache_path(store))
-            .unwrap()
-            .set_modified(later)
-            .unwrap();
+        set_mtime(&stat_cache_path(store), later);
     }
 
     fn cached_snapshot(repo: &Path, store: &Store) -> (Snapshot, usize, Option<String>) {
@@ -738,15 +733,6 @@ mod tests {
         let snap =
             snapshot_checkout_cached(repo, store, DEFAULT_FILE_CAP, Some(&mut cache)).unwrap();
         (snap, cache.hits(), cache.ignored.clone())
-    }
-
-    fn set_mtime(path: &Path, t: std::time::SystemTime) {
-        std::fs::File::options()
-            .append(true)
-            .open(path)
-            .unwrap()
-            .set_modified(t)
-            .unwrap();
     }
 
     fn committed_repo(tmp: &Path, files: &[(&str, &str)]) -> std::path::PathBuf {

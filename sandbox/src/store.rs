@@ -612,6 +612,16 @@ pub(crate) mod test_support {
         String::from_utf8(out.stdout).unwrap()
     }
 
+    /// Set the mtime of the file at `path` (what `touch -d` does).
+    pub(crate) fn set_mtime(path: &Path, t: std::time::SystemTime) {
+        std::fs::File::options()
+            .append(true)
+            .open(path)
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+    }
+
     /// Commit what is staged in the repository at `dir`, as a test identity.
     pub(crate) fn commit(dir: &Path, message: &str) {
         let id = ["-c", "user.name=t", "-c", "user.email=t@t"];

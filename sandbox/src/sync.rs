@@ -566,9 +566,8 @@ fn rebase_onto(prev: &Synced, changed: &[&str]) -> SyncRecord {
 mod tests {
     use super::*;
     use crate::snapshot::{snapshot_sandbox, DEFAULT_FILE_CAP};
-    use crate::store::test_support::{git_in as git_out, tree};
+    use crate::store::test_support::{git_in as git_out, set_mtime, tree};
     use std::os::unix::fs::{symlink, PermissionsExt};
-    use std::time::SystemTime;
 
     /// What `LocalSandbox` does (this layer cannot name it).
     fn prepare(store: &Store, dir: &Path, base: &FlatTree) {
@@ -589,15 +588,6 @@ mod tests {
         let mut s = (*recall(dir).unwrap()).clone();
         s.record.stamp_s += secs;
         remember(dir, Some(s));
-    }
-
-    fn set_mtime(path: &Path, t: SystemTime) {
-        std::fs::File::options()
-            .append(true)
-            .open(path)
-            .unwrap()
-            .set_modified(t)
-            .unwrap();
     }
 
     #[test]

@@ -216,7 +216,7 @@ impl Sandbox for LocalSandbox {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::test_support::tree;
+    use crate::store::test_support::{set_mtime, tree};
     use crate::store::{Entry, Mode};
 
     #[test]
@@ -356,12 +356,7 @@ mod tests {
         symlink("src/a.rs", p("link")).unwrap();
         // Same size, mtime put back.
         std::fs::write(p("docs/x.md"), "abcdefghij\n").unwrap();
-        std::fs::File::options()
-            .append(true)
-            .open(p("docs/x.md"))
-            .unwrap()
-            .set_modified(mtime)
-            .unwrap();
+        set_mtime(&p("docs/x.md"), mtime);
         let dirty = changes_in(&dir).expect("the watch still knows");
         assert!(!dirty.covers("keep.txt") && !dirty.covers("src/deep/c.rs"));
 
