@@ -99,8 +99,8 @@ impl Default for Decision {
 }
 
 impl Hub {
-    /// Durably commit a decision: journal `prepare`, change files, log feedback and journal
-    /// `commit` (fsynced), then adopt the new hunk states and announce. All of it holds, or
+    /// Durably commit a decision: journal `prepare` (fsynced), change files, log feedback
+    /// (fsynced) and journal `commit`, then adopt the new hunk states and announce. All of it holds, or
     /// none of it does:
     /// - a `prepare` that cannot be written changes nothing;
     /// - a file operation that fails (or finds its file changed since the plan) takes back the
@@ -229,7 +229,11 @@ impl Hub {
     }
 
     /// Write a decision's feedback lines (each with the seq of the event announcing it: events
-    /// are built in the same order as the lines, extra events come after) and its `commit`.
+    /// are built in the same order as the lines, extra events come after), fsynced, then its
+    /// `commit`. Once the lines are durable so is the decision: a crash that loses the `commit`
+    /// leaves a `prepare` whose lines are all logged, which recovery counts as committed
+    /// ([`crate::decide::recover`]). So a `commit` after lines is not fsynced on its own (the
+    /// journal's next append makes it durable); one without lines is.
     /// If the commit cannot be written the lines are taken back out of the log.
     pub(crate) fn log_and_commit(
         &self,
@@ -244,9 +248,18 @@ impl Hub {
         let mark = log
             .append(feedback)
             .map_err(|e| AppError::failed("writing the feedback log", e))?;
-        if let Err(e) = self.journal_append(&Record::Commit {
+        let commit = Record::Commit {
             decision: decision.to_string(),
-        }) {
+        };
+        let committed = self.journal().and_then(|mut j| {
+            let written = if feedback.is_empty() {
+                j.append(&commit)
+            } else {
+                j.write_unsynced(&commit)
+            };
+            written.map_err(|e| AppError::failed("writing the journal", e))
+        });
+        if let Err(e) = committed {
             if let Err(t) = log.truncate_to(mark) {
                 tracing::error!(error = %t, "taking an uncommitted decision out of the feedback log");
             }

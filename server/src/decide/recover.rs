@@ -1,5 +1,7 @@
 //! Crash recovery: a decision whose `prepare` reached the journal but whose `commit` did not is
-//! finished or taken back at start, by comparing the checkout with the recorded fingerprints.
+//! committed when its feedback lines are logged (the `commit` was written after them and lost
+//! with the crash), else finished or taken back at start, by comparing the checkout with the
+//! recorded fingerprints.
 
 use std::collections::BTreeMap;
 
@@ -62,6 +64,13 @@ fn finish(
             tracing::info!(decision = %d.decision, "dropping an unfinished decision (it changed no file and was not logged)");
             return Ok(false);
         }
+        return Ok(true);
+    }
+    if !d.lines.is_empty() && d.lines.iter().all(&is_logged) {
+        // The lines are logged (fsynced) only once every file operation is done, and the
+        // `commit` written after them is fsynced by the next append: this is a committed
+        // decision whose `commit` the crash lost. The files may have changed since; it stands.
+        tracing::info!(decision = %d.decision, "a decision whose commit was lost is committed (its feedback lines are logged)");
         return Ok(true);
     }
     let states: Result<Vec<OpState>, _> = d.ops.iter().map(|op| op_state(root, op)).collect();

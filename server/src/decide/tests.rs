@@ -488,3 +488,48 @@ fn accept_all_records_a_conflicting_hunk_and_applies_the_rest() {
         .collect();
     assert_eq!(outcomes, ["applied", "conflict", "applied"]);
 }
+
+#[test]
+fn a_decision_whose_commit_a_crash_lost_stands_when_its_lines_are_logged() {
+    let (base, run) = two_hunks();
+    let mut f = Fixture::new(&base);
+    let s = f.suggest("s1", &base, &run);
+    f.hub()
+        .decide("s1", &s.hunks[0].id, FeedbackAction::Accept, None, None)
+        .unwrap();
+    // The `commit` is the journal's last record, written after the fsynced feedback line and
+    // not fsynced itself: cut it off, as a crash before the next append could.
+    let journal = f.tmp.path().join("state/state.jsonl");
+    let bytes = std::fs::read(&journal).unwrap();
+    let last = bytes[..bytes.len() - 1]
+        .iter()
+        .rposition(|b| *b == b'\n')
+        .map_or(0, |i| i + 1);
+    let tail: serde_json::Value = serde_json::from_slice(&bytes[last..]).unwrap();
+    assert_eq!(tail["t"], "commit", "{tail}");
+    std::fs::write(&journal, &bytes[..last]).unwrap();
+    // And the user edits the file before the hub starts again: the decision still stands.
+    let edited = numbered(40, &[(5, "five"), (20, "mine")]);
+    std::fs::write(f.path("a.txt"), &edited).unwrap();
+    f.reopen();
+    assert_eq!(f.state("s1", 0), HunkState::Accepted);
+    assert_eq!(f.state("s1", 1), HunkState::Pending);
+    assert_eq!(f.read("a.txt"), edited, "nothing written again");
+    assert_eq!(f.feedback().len(), 1, "logged once");
+
+    // Control: a prepare whose line is not logged is judged by the files (here: nothing was
+    // written, so it is dropped), and the remaining hunk still applies once.
+    prepare_only(&f, "s1", 1, false);
+    f.reopen();
+    assert_eq!(f.state("s1", 1), HunkState::Pending);
+    let r = f
+        .hub()
+        .decide("s1", &s.hunks[1].id, FeedbackAction::Accept, None, None)
+        .unwrap();
+    assert!(r.applied);
+    assert_eq!(
+        f.read("a.txt"),
+        numbered(40, &[(5, "five"), (20, "mine"), (30, "thirty")])
+    );
+    assert_eq!(f.feedback().len(), 2);
+}

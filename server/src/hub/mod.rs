@@ -216,15 +216,16 @@ impl Hub {
     }
 
     pub fn journal_append(&self, rec: &Record) -> Result<(), AppError> {
-        self.journal
-            .lock()
-            .map_err(|_| {
-                AppError::internal(
-                    "the journal lock is poisoned (a thread panicked); restart the hub",
-                )
-            })?
+        self.journal()?
             .append(rec)
             .map_err(|e| AppError::failed("writing the journal", e))
+    }
+
+    /// The journal itself, for a commit that writes and fsyncs it beside the feedback log.
+    pub(crate) fn journal(&self) -> Result<std::sync::MutexGuard<'_, Journal>, AppError> {
+        self.journal.lock().map_err(|_| {
+            AppError::internal("the journal lock is poisoned (a thread panicked); restart the hub")
+        })
     }
 
     /// Run blocking work (file I/O, fsync, gix) off the async workers.

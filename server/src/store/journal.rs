@@ -33,6 +33,9 @@ pub enum Record {
     Decision(Box<DecisionRec>),
     /// The whole-suggestion `prepare` of journals written before decision records (read only).
     Prepare(Box<Prepared>),
+    /// Written after the decision's feedback lines are fsynced, and fsynced itself only by
+    /// the next append when there are lines (a lost one is made up for by the lines: see
+    /// `decide::recover`).
     Commit {
         decision: String,
     },
@@ -118,6 +121,8 @@ pub struct AppendFile {
     path: PathBuf,
     /// Length of the file up to the end of the last good append.
     len: u64,
+    /// Whether something was written since the last fsync ([`AppendFile::write_unsynced`]).
+    dirty: bool,
 }
 
 impl AppendFile {
@@ -133,6 +138,7 @@ impl AppendFile {
             file,
             path: path.to_path_buf(),
             len,
+            dirty: false,
         })
     }
 
@@ -152,21 +158,40 @@ impl AppendFile {
     /// Append `buf` and fsync. On any error (a short write on a full disk, a failed fsync) the
     /// file is cut back to where it was, and the error is returned: the bytes never count.
     pub fn append(&mut self, buf: &[u8]) -> std::io::Result<()> {
-        if buf.is_empty() {
-            return Ok(());
+        let mark = self.len;
+        self.write_unsynced(buf)?;
+        if let Err(e) = self.sync() {
+            self.cut_back(mark);
+            return Err(e);
         }
-        let result = self.file.write_all(buf).and_then(|_| self.file.sync_data());
-        match result {
-            Ok(()) => {
-                self.len += buf.len() as u64;
-                Ok(())
-            }
-            Err(e) => {
-                if let Err(t) = self.truncate_to(self.len) {
-                    tracing::error!(path = %self.path.display(), error = %t, "cutting off a failed append");
-                }
-                Err(e)
-            }
+        Ok(())
+    }
+
+    /// Append `buf` without an fsync: it is on disk after the next [`AppendFile::append`] (or
+    /// [`AppendFile::sync`]), and a later append that fails is cut off behind it, never before
+    /// it. A failed write is cut off again and returned.
+    pub fn write_unsynced(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        if let Err(e) = self.file.write_all(buf) {
+            self.cut_back(self.len);
+            return Err(e);
+        }
+        self.len += buf.len() as u64;
+        self.dirty = !buf.is_empty() || self.dirty;
+        Ok(())
+    }
+
+    /// Fsync what was written since the last fsync.
+    pub fn sync(&mut self) -> std::io::Result<()> {
+        if self.dirty {
+            self.file.sync_data()?;
+            self.dirty = false;
+        }
+        Ok(())
+    }
+
+    fn cut_back(&mut self, mark: u64) {
+        if let Err(t) = self.truncate_to(mark) {
+            tracing::error!(path = %self.path.display(), error = %t, "cutting off a failed append");
         }
     }
 
@@ -175,6 +200,7 @@ impl AppendFile {
         self.file.set_len(len)?;
         self.file.sync_all()?;
         self.len = len;
+        self.dirty = false;
         Ok(())
     }
 }
@@ -344,11 +370,26 @@ impl Journal {
 
     /// Append one record and fsync before returning. A failed append leaves nothing behind.
     pub fn append(&mut self, record: &Record) -> Result<(), JournalError> {
+        let line = self.line(record)?;
+        let path = self.file.path().to_path_buf();
+        self.file.append(&line).map_err(|e| Self::io(&path, e))
+    }
+
+    /// Write one record without an fsync: the next [`Journal::append`] makes it durable (see
+    /// [`AppendFile::write_unsynced`]).
+    pub fn write_unsynced(&mut self, record: &Record) -> Result<(), JournalError> {
+        let line = self.line(record)?;
+        let path = self.file.path().to_path_buf();
+        self.file
+            .write_unsynced(&line)
+            .map_err(|e| Self::io(&path, e))
+    }
+
+    fn line(&self, record: &Record) -> Result<Vec<u8>, JournalError> {
         let mut line =
             serde_json::to_vec(record).map_err(|e| Self::io(self.file.path(), e.into()))?;
         line.push(b'\n');
-        let path = self.file.path().to_path_buf();
-        self.file.append(&line).map_err(|e| Self::io(&path, e))
+        Ok(line)
     }
 }
 
@@ -455,6 +496,22 @@ mod tests {
             1,
             "nothing new to keep aside"
         );
+    }
+
+    #[test]
+    fn an_unsynced_record_counts_before_the_next_append() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("state.jsonl");
+        let mut j = Journal::rewrite(&p, &[commit("a")]).unwrap();
+        j.write_unsynced(&commit("b")).unwrap();
+        let after_b = j.len();
+        assert_eq!(after_b, std::fs::metadata(&p).unwrap().len());
+        j.append(&commit("c")).unwrap();
+        assert_eq!(decisions(&Journal::read(&p).unwrap()), ["a", "b", "c"]);
+        // A mark taken after the unsynced record keeps it: a later append that fails is cut
+        // back behind it, never before it.
+        j.file.truncate_to(after_b).unwrap();
+        assert_eq!(decisions(&Journal::read(&p).unwrap()), ["a", "b"]);
     }
 
     #[test]
