@@ -91,10 +91,10 @@ pub(crate) struct Walked {
 /// the directories where change notification saw something (see [`crate::watch`]) and the way
 /// to them, each read with the same ignore rules as a whole walk would read it.
 pub(crate) fn walk(root: &Path, user_excludes: bool, within: Option<Within>) -> Walked {
-    use std::os::unix::ffi::OsStrExt;
-    let mut out = Walked::default();
+    let restricted = within.is_some();
     let base = root.to_path_buf();
-    let walker = ignore::WalkBuilder::new(root)
+    let mut builder = ignore::WalkBuilder::new(root);
+    builder
         .hidden(false)
         .follow_links(false)
         .parents(false)
@@ -117,27 +117,52 @@ pub(crate) fn walk(root: &Path, user_excludes: bool, within: Option<Within>) -> 
                     .is_some_and(|rel| within.enters(rel)),
                 _ => true,
             }
+        });
+    let mut out = Walked::default();
+    if !restricted {
+        for entry in builder.build().flatten() {
+            out.take(root, &entry);
+        }
+        return out;
+    }
+    // The sequential walker opens every directory before its filter can skip it (a hundred
+    // `open`s to reach the one directory that changed); the parallel one asks the filter first
+    // and reads only what it enters. One worker: the point is what is not read.
+    let found = std::sync::Mutex::new(Walked::default());
+    builder.threads(1).build_parallel().run(|| {
+        Box::new(|entry| {
+            if let (Ok(entry), Ok(mut out)) = (entry, found.lock()) {
+                out.take(root, &entry);
+            }
+            ignore::WalkState::Continue
         })
-        .build();
-    for entry in walker.flatten() {
+    });
+    let mut out = found.into_inner().unwrap_or_else(|p| p.into_inner());
+    out.dirs.sort();
+    out.skipped.sort_by(|a, b| a.path.cmp(&b.path));
+    out
+}
+
+impl Walked {
+    fn take(&mut self, root: &Path, entry: &ignore::DirEntry) {
+        use std::os::unix::ffi::OsStrExt;
         let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
         let Ok(rel) = entry.path().strip_prefix(root) else {
-            continue;
+            return;
         };
         match rel.to_str() {
-            Some(s) if is_dir => out.dirs.push(s.to_string()),
+            Some(s) if is_dir => self.dirs.push(s.to_string()),
             Some("") => {}
             Some(s) => {
-                out.files.insert(s.to_string());
+                self.files.insert(s.to_string());
             }
             None if is_dir => {}
-            None => out.skipped.push(Skipped {
+            None => self.skipped.push(Skipped {
                 path: shown_name(rel.as_os_str().as_bytes()),
                 reason: NOT_UTF8.into(),
             }),
         }
     }
-    out
 }
 
 /// One candidate path, read as data (see [`capture_each`]).

@@ -184,9 +184,12 @@ impl Store {
                 .map(|_| ())
                 .map_err(|e| self.err(format!("{path}: {e}")))
         };
-        // Directory ("" for the root) -> its entries so far.
+        // Directory ("" for the root) -> its entries so far. The flat tree is sorted by path,
+        // so a directory's files mostly come in one run: its entries are collected aside and
+        // handed to the map when the directory changes, not looked up once per file.
         let mut dirs: BTreeMap<&str, Vec<TreeEntry>> = BTreeMap::new();
         dirs.insert("", Vec::new());
+        let mut run: (&str, Vec<TreeEntry>) = ("", Vec::new());
         for (path, entry) in tree {
             let (dir, name) = path.rsplit_once('/').unwrap_or(("", path.as_str()));
             if path.starts_with('/') {
@@ -194,18 +197,24 @@ impl Store {
                 check("", path, false)?;
             }
             check(name, path, entry.mode == Mode::Symlink)?;
-            // Every ancestor directory gets a tree, however deep the first file in it is.
-            let mut d = dir;
-            while !dirs.contains_key(d) {
-                dirs.insert(d, Vec::new());
-                d = d.rsplit_once('/').map_or("", |(p, _)| p);
+            if dir != run.0 {
+                let (done, entries) = std::mem::replace(&mut run, (dir, Vec::new()));
+                dirs.entry(done).or_default().extend(entries);
+                // Every ancestor directory gets a tree, however deep the first file in it is.
+                let mut d = dir;
+                while !dirs.contains_key(d) {
+                    dirs.insert(d, Vec::new());
+                    d = d.rsplit_once('/').map_or("", |(p, _)| p);
+                }
             }
-            dirs.entry(dir).or_default().push(TreeEntry {
+            run.1.push(TreeEntry {
                 mode: entry.mode.kind().into(),
                 filename: name.into(),
                 oid: entry.oid,
             });
         }
+        dirs.entry(run.0).or_default().extend(run.1);
+        let mut buf = Vec::new();
         // A child directory sorts after its parent (the parent is its prefix), so walking the
         // directories backwards writes every subtree before the tree that names it.
         let order: Vec<&str> = dirs.keys().rev().copied().collect();
@@ -219,10 +228,7 @@ impl Store {
                 };
                 return Err(self.err(format!("{name}: a path is both a file and a directory")));
             }
-            let id = repo
-                .write_object(&gix::objs::Tree { entries })
-                .map_err(|e| self.err(e))?
-                .detach();
+            let id = self.write_tree_object(&repo, gix::objs::Tree { entries }, &mut buf)?;
             if dir.is_empty() {
                 return Ok(id);
             }
@@ -235,6 +241,27 @@ impl Store {
             });
         }
         Err(self.err("no root tree was written"))
+    }
+
+    /// Write one tree object, unless this handle knows the store has it: most trees of a
+    /// snapshot are the last snapshot's, and hashing one costs less than asking the object
+    /// database (a `stat` of a loose object) whether it is there.
+    fn write_tree_object(
+        &self,
+        repo: &gix::Repository,
+        tree: gix::objs::Tree,
+        buf: &mut Vec<u8>,
+    ) -> Result<ObjectId, StoreError> {
+        use gix::objs::WriteTo;
+        buf.clear();
+        tree.write_to(&mut *buf).map_err(|e| self.err(e))?;
+        let id = gix::objs::compute_hash(repo.object_hash(), gix::objs::Kind::Tree, buf)
+            .map_err(|e| self.err(e))?;
+        if !self.known(id) {
+            repo.write_object(&tree).map_err(|e| self.err(e))?;
+            self.remember(id);
+        }
+        Ok(id)
     }
 
     /// Read a tree (by tree or commit id) back into a flat map. Submodule entries are skipped:
