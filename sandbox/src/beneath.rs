@@ -476,6 +476,46 @@ impl Beneath {
         result
     }
 
+    /// Remove the temporary files [`Beneath::write_atomic_with`] left beside `path` when the
+    /// process writing them died between creating and renaming one (a `kill -9`): regular
+    /// files named `.hg-<pid>-<n>-<nanos>.tmp` whose `<pid>` is neither this process nor one
+    /// alive. Anything else — another name, a live writer's file, a symlink — is left alone.
+    /// Returns how many were removed.
+    pub fn remove_stale_temps(&self, path: &str) -> Result<usize, FsError> {
+        let parts = components(path)?;
+        let Some(dir) = self.parent_dir(path, &parts, false)? else {
+            return Ok(0);
+        };
+        let listing = nix::dir::Dir::from_fd(
+            nix::fcntl::openat(dir.as_fd(), ".", DIR_FLAGS, Mode::empty())
+                .map_err(|e| FsError::io(path, e))?,
+        )
+        .map_err(|e| FsError::io(path, e))?;
+        let mut stale = Vec::new();
+        for entry in listing.into_iter().flatten() {
+            let name = entry.file_name().to_bytes();
+            let Some(pid) = temp_writer(name) else {
+                continue;
+            };
+            if writer_gone(pid) {
+                stale.push(entry.file_name().to_owned());
+            }
+        }
+        let mut removed = 0;
+        for name in stale {
+            let regular =
+                nix::sys::stat::fstatat(dir.as_fd(), name.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
+                    .is_ok_and(|st| matches!(kind_of(&st), Kind::File { .. }));
+            if regular
+                && nix::unistd::unlinkat(dir.as_fd(), name.as_c_str(), UnlinkatFlags::NoRemoveDir)
+                    .is_ok()
+            {
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
     /// Remove a regular file, then any directories it leaves empty (as `git apply` does).
     pub fn remove_file(&self, path: &str) -> Result<(), FsError> {
         let parts = components(path)?;
@@ -598,6 +638,31 @@ fn map_dir_err(path: &str, e: Errno) -> FsError {
 
 /// A temporary file name for an atomic write: `.hg-<random>.tmp`, at most 40 bytes whatever the
 /// target's name, hidden, and unique per process and call.
+/// Whether no process `pid` (other than this one) is alive to finish its temporary file.
+fn writer_gone(pid: u32) -> bool {
+    let Ok(raw) = i32::try_from(pid) else {
+        return false;
+    };
+    if raw <= 0 || pid == std::process::id() {
+        return false;
+    }
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), None) == Err(Errno::ESRCH)
+}
+
+/// The writer's pid in a name [`temp_name`] made: `.hg-<pid>-<n>-<nanos>.tmp`.
+fn temp_writer(name: &[u8]) -> Option<u32> {
+    let inner = name.strip_prefix(b".hg-")?.strip_suffix(b".tmp")?;
+    let inner = std::str::from_utf8(inner).ok()?;
+    let mut fields = inner.split('-');
+    let pid = fields.next()?.parse().ok()?;
+    let rest: Vec<&str> = fields.collect();
+    (rest.len() == 2
+        && rest
+            .iter()
+            .all(|f| !f.is_empty() && f.bytes().all(|b| b.is_ascii_digit())))
+    .then_some(pid)
+}
+
 pub fn temp_name() -> String {
     format!(".hg-{}.tmp", random_suffix())
 }
@@ -621,6 +686,40 @@ fn random_suffix() -> String {
 mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
+
+    #[test]
+    fn only_a_dead_writers_temporary_files_are_removed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().join("d");
+        std::fs::create_dir(&d).unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let me = std::process::id();
+        let names = [
+            format!(".hg-{dead}-3-123.tmp"),
+            format!(".hg-{me}-1-5.tmp"),
+            ".hg-1-1-5.tmp".to_string(),
+            ".hg-notes.tmp".to_string(),
+            format!(".hg-{dead}-3.tmp"),
+            "a.txt".to_string(),
+        ];
+        for n in &names {
+            std::fs::write(d.join(n), b"x").unwrap();
+        }
+        symlink("a.txt", d.join(format!(".hg-{dead}-4-1.tmp"))).unwrap();
+        let root = Beneath::open(tmp.path()).unwrap();
+        assert_eq!(root.remove_stale_temps("d/a.txt").unwrap(), 1);
+        assert!(
+            !d.join(&names[0]).exists(),
+            "the dead writer's file is gone"
+        );
+        for n in &names[1..] {
+            assert!(d.join(n).exists(), "{n} was kept");
+        }
+        assert!(d.join(format!(".hg-{dead}-4-1.tmp")).is_symlink());
+        assert_eq!(root.remove_stale_temps("missing/a.txt").unwrap(), 0);
+    }
 
     #[test]
     fn components_refuse_hostile_paths() {

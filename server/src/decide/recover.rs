@@ -32,6 +32,18 @@ pub fn recover(
         |decision: &str, l: &LineRec| logged.contains(&(decision.to_string(), l.hunk_id.clone()));
     let mut to_log = Vec::new();
     for d in pending {
+        // A write the crash interrupted may have left its temporary file beside the file.
+        for op in &d.ops {
+            match root.remove_stale_temps(&op.path) {
+                Ok(0) => {}
+                Ok(n) => {
+                    tracing::info!(path = %op.path, removed = n, "removed temporary files an interrupted write left")
+                }
+                Err(e) => {
+                    tracing::warn!(path = %op.path, error = %e, "looking for temporary files an interrupted write left")
+                }
+            }
+        }
         if !finish(root, store, &d, |l| is_logged(&d.decision, l))? {
             continue;
         }

@@ -382,7 +382,23 @@ fn a_prepare_that_wrote_nothing_is_dropped_on_restart() {
     let mut f = Fixture::new(&base);
     f.suggest("s1", &base, &run);
     prepare_only(&f, "s1", 0, false);
+    // What a kill -9 between creating the temporary file and renaming it leaves (its writer,
+    // a finished process, is gone), beside a file of the user's with a look-alike name.
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let left = f.path(&format!(".hg-{dead}-0-1.tmp"));
+    std::fs::write(&left, "half").unwrap();
+    std::fs::write(f.path(".hg-mine.tmp"), "mine").unwrap();
     f.reopen();
+    assert!(
+        !left.exists(),
+        "the interrupted write's temporary file is gone"
+    );
+    assert_eq!(
+        std::fs::read_to_string(f.path(".hg-mine.tmp")).unwrap(),
+        "mine"
+    );
     assert_eq!(f.state("s1", 0), HunkState::Pending);
     assert_eq!(f.read("a.txt"), numbered(40, &[]));
     assert!(f.feedback().is_empty());
