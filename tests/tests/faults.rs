@@ -321,6 +321,25 @@ async fn a_file_saved_while_an_accept_writes_it_is_kept() {
     assert_eq!(ws.read_string("a.txt").unwrap(), numbered(11));
 }
 
+/// Wait until `journal` has not grown for 300 ms (at most 10 s).
+fn settle_journal(journal: &Path) {
+    let deadline = std::time::Instant::now() + SECS10;
+    let len = || std::fs::metadata(journal).map(|m| m.len()).unwrap_or(0);
+    let mut last = len();
+    let mut since = std::time::Instant::now();
+    while since.elapsed() < Duration::from_millis(300) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the journal never settled"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let now = len();
+        if now != last {
+            (last, since) = (now, std::time::Instant::now());
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_save_racing_an_accept_is_never_lost() {
     if !require_root("a_save_racing_an_accept_is_never_lost") {
@@ -347,6 +366,10 @@ async fn a_save_racing_an_accept_is_never_lost() {
     let s = run_agent(&hub, &mut c, &agent, "append").await.unwrap();
     let sid = s["id"].as_str().unwrap().to_string();
     let journal = ws.state().join("state.jsonl");
+    // The run goes on journaling its own records (its status, its session's history) after
+    // `suggestion.ready`: the writer below must be set off by the decision's `prepare`, not by
+    // those, or it saves before the accept even starts.
+    settle_journal(&journal);
     for i in 0..4 {
         let file = format!("f{i}.txt");
         let hid = hunk_id(&s, &file, 0);
