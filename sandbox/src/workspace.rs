@@ -160,7 +160,6 @@ impl Sandbox for LocalSandbox {
         sync_slot(&self.dir, base, Some(&objects), dirty.as_ref(), |oid| {
             Ok(Some(store.read_blob(oid)?))
         })?;
-        eprintln!("TT sync_slot done");
         // From here on, what the agent changes is seen as it happens.
         let keep = dirty.is_some() && watch.as_mut().is_some_and(|w| !w.needs_restart());
         let watch = match watch {
@@ -173,7 +172,6 @@ impl Sandbox for LocalSandbox {
         if let Some(w) = watch {
             put_watch(w);
         }
-        eprintln!("TT watch done");
         Ok(())
     }
 

@@ -58,22 +58,13 @@ impl Hub {
             prompt,
             agent,
         };
-        let Some(change) = jj_change else {
-            // Announced on the same blocking worker that built it: no hand-off back to the
-            // async runtime between the last write and `suggestion.ready`.
-            let rid = run_id.to_string();
-            return self
-                .blocking(move |hub| {
-                    let suggestion = hub.build_suggestion(draft)?;
-                    hub.announce_suggestion(&rid, suggestion)
-                })
-                .await;
-        };
         let suggestion = self
             .blocking(move |hub| hub.build_suggestion(draft))
             .await?;
-        self.describe_jj_change(jj_sandbox.as_ref(), &change, description)
-            .await;
+        if let Some(change) = &jj_change {
+            self.describe_jj_change(jj_sandbox.as_ref(), change, description)
+                .await;
+        }
         self.announce_suggestion(run_id, suggestion)
     }
 
