@@ -115,6 +115,48 @@ async fn an_agent_that_changes_nothing_leaves_no_suggestion() {
     assert_eq!(all_suggestions(&hub).len(), 1);
 }
 
+/// A client that reacts to `suggestion.ready` or to the run's `ready` status by reading the run
+/// (as `hunkgate run` does) finds the run already `ready` and holding the suggestion: the hub
+/// records both before it says so. The hub is held just after sending `suggestion.ready`, so
+/// the read cannot win a race it would otherwise only rarely win.
+#[tokio::test]
+async fn a_run_read_on_its_ready_events_is_already_ready() {
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    let agent = ws.agent_script("agent.sh", "echo edited > a.txt").unwrap();
+    let (hub, pauses) = ws.serve_pausable().unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let pause = hunkgate_tests::Pause::arm(&pauses, "suggestion-ready");
+    let run = c.start_run("edit", &template(&agent), None).await.unwrap();
+    let ready = c
+        .event(
+            "suggestion.ready",
+            |v| v["suggestion"]["run_id"] == run.as_str(),
+            SECS,
+        )
+        .await
+        .unwrap();
+    pause.reached();
+    let r = hub.curl().get(&format!("/runs/{run}")).unwrap().body;
+    assert_eq!(r["status"], "ready", "read on suggestion.ready: {r}");
+    assert_eq!(
+        r["suggestion_ids"],
+        json!([ready["suggestion"]["id"]]),
+        "{r}"
+    );
+    pause.release();
+    let st = c
+        .event(
+            "suggestion.status",
+            |v| v["run_id"] == run.as_str() && v["status"] == "ready",
+            SECS,
+        )
+        .await
+        .unwrap();
+    assert_eq!(st["suggestion_id"], ready["suggestion"]["id"], "{st}");
+    let r = hub.curl().get(&format!("/runs/{run}")).unwrap().body;
+    assert_eq!(r["status"], "ready", "read on the ready status: {r}");
+}
+
 /// An agent that starts a background child, records both pids, and sleeps. The agent may run
 /// in a PID namespace of its own, where `$$` and `$!` are not the pids the test sees: each
 /// process reads its own from `/proc/self/stat` (the machine's `/proc`), before `exec`. A second

@@ -278,16 +278,30 @@ impl Hub {
 
     /// Add a new suggestion (durably) and announce it.
     pub fn add_suggestion(&self, s: Suggestion) -> Result<SuggestionView, AppError> {
+        let view = self.record_suggestion(s)?;
+        self.emit_suggestion_ready(&view);
+        Ok(view)
+    }
+
+    /// Journal the new suggestion and add it to the state, without saying so to clients yet
+    /// (see [`Hub::emit_suggestion_ready`]): whatever else a client will read when it reacts
+    /// to `suggestion.ready` (its run, say) is recorded in between.
+    pub(crate) fn record_suggestion(&self, s: Suggestion) -> Result<SuggestionView, AppError> {
         let mut st = self.lock()?;
         self.journal_append(&Record::Suggestion(Box::new(s.clone())))?;
         let view = s.view();
         st.order.push(s.id.clone());
         st.suggestions.insert(s.id.clone(), s);
-        drop(st);
+        Ok(view)
+    }
+
+    /// `suggestion.ready` and `checkpoint.created` for a recorded suggestion.
+    pub(crate) fn emit_suggestion_ready(&self, view: &SuggestionView) {
         self.bus.emit(Event::Ready {
             seq: 0,
             suggestion: Box::new(view.clone()),
         });
+        test_hooks::pause("suggestion-ready");
         self.bus.emit(Event::CheckpointCreated {
             seq: 0,
             checkpoint_id: view.id.clone(),
@@ -295,7 +309,6 @@ impl Hub {
             run_id: view.run_id.clone(),
             affected_files: view.files.clone(),
         });
-        Ok(view)
     }
 }
 
@@ -304,7 +317,8 @@ impl Hub {
 /// waits (at most a minute) until the `.pause` file is gone, so a test can bring about a real
 /// fault (fill a disk, make a file immutable, edit a file) at exactly that moment. Points:
 /// `before-write` (after the `prepare` is fsynced, before the checkout is written) and
-/// `before-commit` (after the checkout is written, before the feedback line and `commit`).
+/// `before-commit` (after the checkout is written, before the feedback line and `commit`);
+/// `suggestion-ready`, right after a new suggestion's `suggestion.ready` is sent.
 pub mod test_hooks {
     #[cfg(debug_assertions)]
     pub fn pause(point: &str) {
@@ -317,9 +331,17 @@ pub mod test_hooks {
             return;
         }
         let _ = std::fs::write(dir.join(format!("{point}.reached")), b"");
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while gate.exists() && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(5));
+        let wait = || {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            while gate.exists() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        };
+        // A point reached on one of the runtime's workers hands that worker's other tasks
+        // on, so the hub keeps serving the test's requests while it waits.
+        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(wait),
+            _ => wait(),
         }
     }
 

@@ -194,8 +194,10 @@ impl Hub {
         }
     }
 
-    /// Add the suggestion to the hub and its run, say it is ready, and mark the run `ready` if
-    /// its agent is no longer running.
+    /// Add the suggestion to the hub and its run, mark the run `ready` if its agent is no
+    /// longer running, and only then say the suggestion is ready: a client that reacts to
+    /// `suggestion.ready` or the `ready` status by reading the run (as `hunkgate run` does)
+    /// finds it already up to date.
     fn announce_suggestion(
         &self,
         run_id: &str,
@@ -205,13 +207,20 @@ impl Hub {
         let files = suggestion.files().len();
         let hunks = suggestion.hunks.len();
         let started = std::time::Instant::now();
-        let view = self.add_suggestion(suggestion)?;
+        let view = self.record_suggestion(suggestion)?;
         tracing::debug!(
             run = run_id,
             ms = started.elapsed().as_millis() as u64,
             "suggestion journaled"
         );
-        self.update_run(run_id, |r| r.suggestion_ids.push(sid.clone()))?;
+        let agent_done = !self.is_agent_running(run_id);
+        self.update_run(run_id, |r| {
+            r.suggestion_ids.push(sid.clone());
+            if r.status == RunState::Working && agent_done {
+                r.status = RunState::Ready;
+            }
+        })?;
+        self.emit_suggestion_ready(&view);
         self.bus().emit(Event::Status {
             seq: 0,
             suggestion_id: Some(sid),
@@ -219,9 +228,6 @@ impl Hub {
             status: "ready".into(),
             message: ready_message(&view.description, &view.skipped, hunks, files),
         });
-        if self.run_view(run_id)?.status == RunState::Working && !self.is_agent_running(run_id) {
-            self.update_run(run_id, |r| r.status = RunState::Ready)?;
-        }
         tracing::debug!(
             run = run_id,
             ms = started.elapsed().as_millis() as u64,
