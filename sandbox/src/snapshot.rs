@@ -15,7 +15,9 @@ use std::path::{Path, PathBuf};
 
 use crate::beneath::{Beneath, FsError, Kind};
 use crate::statcache::{file_stat, is_racy, StatCache};
-use crate::store::{blob_id, BlobBatch, Entry, FlatTree, Mode, Store, StoreError};
+use crate::store::{
+    blob_id, changes_between, BlobBatch, Changes, Entry, FlatTree, Mode, Store, StoreError,
+};
 use crate::watch::{Dirty, Within};
 use crate::wire::{FileStat, SyncRecord};
 
@@ -32,6 +34,38 @@ pub struct Skipped {
 pub struct Snapshot {
     pub tree: FlatTree,
     pub skipped: Vec<Skipped>,
+}
+
+/// A sandbox read back against the base it was synced to: only what differs, so that what
+/// follows (hunks, the run's tree) costs what the agent changed, not what the repository holds.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ReadBack {
+    /// What differs from the base. A base path that could not be read as a file or symlink
+    /// (too large, a FIFO, …) is gone here and named in `skipped`.
+    pub changes: Changes,
+    pub skipped: Vec<Skipped>,
+}
+
+impl ReadBack {
+    /// The read-back of a sandbox that holds exactly `tree`.
+    pub fn between(base: &FlatTree, tree: &FlatTree, skipped: Vec<Skipped>) -> Self {
+        Self {
+            changes: changes_between(base, tree),
+            skipped,
+        }
+    }
+
+    /// Everything the sandbox holds: `base` with the changes.
+    pub fn tree(&self, base: &FlatTree) -> FlatTree {
+        let mut tree = base.clone();
+        for (path, entry) in &self.changes {
+            match entry {
+                Some(e) => tree.insert(path.clone(), *e),
+                None => tree.remove(path),
+            };
+        }
+        tree
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -547,34 +581,45 @@ pub fn snapshot_sandbox(
     cap: u64,
     record: Option<&SyncRecord>,
     dirty: Option<&Dirty>,
-) -> Result<Snapshot, SnapshotError> {
+) -> Result<ReadBack, SnapshotError> {
     let root = Beneath::open(dir)?;
-    let mut snap = Snapshot::default();
-    let mut only_these = None;
-    let (candidates, unnamed) = match (record, dirty) {
+    // What was read (or trusted) of the candidates only; every other base path is as the
+    // sync left it.
+    let mut got = Snapshot::default();
+    let (candidates, unnamed, looked) = match (record, dirty) {
         (Some(record), Some(dirty)) => {
-            // The base, but for what the dirty set covers: those are looked at.
             let split = split_by_dirty(dir, base, record, dirty);
-            snap.tree = base.clone();
-            for p in &split.candidates {
-                snap.tree.remove(p);
-            }
-            only_these = Some(split.looked);
-            (split.candidates, split.skipped)
+            (split.candidates, split.skipped, Some(split.looked))
         }
-        _ => sandbox_candidates(dir, base.keys()),
+        _ => {
+            let (candidates, skipped) = sandbox_candidates(dir, base.keys());
+            (candidates, skipped, None)
+        }
     };
+    // Only a restricted read-back needs its candidates again (a full one compares all).
+    let restricted = looked.as_ref().map(|_| candidates.clone());
     let mut blobs = store.batch();
     capture_each(
         &root,
         candidates,
         cap,
-        readback_check(base, only_these.as_ref().or(record)),
-        |item| store_captured(&mut blobs, &mut snap, item).map(drop),
+        readback_check(base, looked.as_ref().or(record)),
+        |item| store_captured(&mut blobs, &mut got, item).map(drop),
     )?;
     blobs.finish()?;
-    snap.skipped.extend(unnamed);
-    Ok(snap)
+    let changes = match restricted {
+        Some(paths) => paths
+            .into_iter()
+            .filter_map(|p| {
+                let now = got.tree.get(&p).copied();
+                (base.get(&p).copied() != now).then_some((p, now))
+            })
+            .collect(),
+        None => changes_between(base, &got.tree),
+    };
+    let mut skipped = got.skipped;
+    skipped.extend(unnamed);
+    Ok(ReadBack { changes, skipped })
 }
 
 /// A sandbox's paths split by what change notification saw (see [`split_by_dirty`]).
@@ -587,14 +632,15 @@ pub struct DirtySplit {
     pub skipped: Vec<Skipped>,
     /// The record, cut down to the candidates it has a stat for.
     pub looked: SyncRecord,
-    /// Base paths nothing touched, with the stat the record has for them.
-    pub untouched: Vec<(String, FileStat)>,
 }
 
-/// Split the paths of the sandbox `dir` into those that may differ from what the sync of
-/// `record` (for `base`) left — per `dirty`, what change notification saw since — and those
-/// nothing touched. The covered base paths are found by range scans of `base`, not by asking
-/// of every path.
+/// Pick out the paths of the sandbox `dir` that may differ from what the sync of `record`
+/// (for `base`) left — per `dirty`, what change notification saw since; every other base path
+/// is as that sync left it. The covered base paths are found by range scans of `base`, not by
+/// asking of every path.
+///
+/// `record` must be the record of a sync for exactly `base` (see [`crate::sync::record_for`]),
+/// which names only base paths, each once (the hub checks a helper's record for that).
 pub fn split_by_dirty(
     dir: &Path,
     base: &FlatTree,
@@ -613,23 +659,15 @@ pub fn split_by_dirty(
             .into_iter()
             .filter(|p| !base.contains_key(p) || dirty.covers(p)),
     );
-    let mut looked = Vec::new();
-    let mut untouched = Vec::with_capacity(record.files.len());
-    let mut recorded = 0;
-    for (path, stat) in &record.files {
-        if !base.contains_key(path) {
-            continue;
-        }
-        recorded += 1;
-        if candidates.contains(path) {
-            looked.push((path.clone(), *stat));
-        } else {
-            untouched.push((path.clone(), *stat));
-        }
-    }
-    // A sync records each base path once: fewer than the base means some are missing, and
-    // those are looked at too.
-    if recorded < base.len() {
+    let looked = record
+        .files
+        .iter()
+        .filter(|(p, _)| candidates.contains(p))
+        .cloned()
+        .collect();
+    // A sync records each base path at most once: fewer than the base means some are
+    // missing, and those are looked at too.
+    if record.files.len() < base.len() {
         let has: std::collections::HashSet<&str> =
             record.files.iter().map(|(p, _)| p.as_str()).collect();
         candidates.extend(base.keys().filter(|p| !has.contains(p.as_str())).cloned());
@@ -642,7 +680,6 @@ pub fn split_by_dirty(
             stamp_ns: record.stamp_ns,
             files: looked,
         },
-        untouched,
     }
 }
 
@@ -742,7 +779,7 @@ mod tests {
         let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
         let snap =
             snapshot_sandbox(&dir, &FlatTree::new(), &store, DEFAULT_FILE_CAP, None, None).unwrap();
-        let paths: Vec<&str> = snap.tree.keys().map(|s| s.as_str()).collect();
+        let paths: Vec<&str> = snap.changes.keys().map(|s| s.as_str()).collect();
         assert_eq!(paths, vec![".gitignore", "hidden.txt"]);
     }
 

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use gix::bstr::ByteSlice;
 use gix::hash::ObjectId;
 use gix::objs::tree::EntryKind;
 
@@ -46,6 +47,40 @@ pub struct Entry {
 
 /// A whole tree as `repository-relative path -> entry`, sorted by path.
 pub type FlatTree = BTreeMap<String, Entry>;
+
+/// How a tree differs from a base: each path whose entry differs, with its new entry, or None
+/// where the path is gone.
+pub type Changes = BTreeMap<String, Option<Entry>>;
+
+/// What differs between `base` and `tree`, in one merged pass over the two sorted maps.
+pub fn changes_between(base: &FlatTree, tree: &FlatTree) -> Changes {
+    let mut out = Changes::new();
+    let (mut b, mut t) = (base.iter().peekable(), tree.iter().peekable());
+    loop {
+        match (b.peek(), t.peek()) {
+            (None, None) => return out,
+            (Some((bp, _)), Some((tp, _))) if bp < tp => {
+                out.insert((*bp).clone(), None);
+                b.next();
+            }
+            (Some((bp, be)), Some((tp, te))) if bp == tp => {
+                if be != te {
+                    out.insert((*tp).clone(), Some(**te));
+                }
+                b.next();
+                t.next();
+            }
+            (_, Some((tp, te))) => {
+                out.insert((*tp).clone(), Some(**te));
+                t.next();
+            }
+            (Some((bp, _)), None) => {
+                out.insert((*bp).clone(), None);
+                b.next();
+            }
+        }
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -173,17 +208,7 @@ impl Store {
     pub fn write_tree(&self, tree: &FlatTree) -> Result<ObjectId, StoreError> {
         use gix::objs::tree::Entry as TreeEntry;
         let repo = self.local();
-        let validate = gix::validate::path::component::Options {
-            protect_windows: cfg!(windows),
-            protect_hfs: cfg!(target_os = "macos"),
-            protect_ntfs: true,
-        };
-        let check = |name: &str, path: &str, symlink: bool| {
-            let mode = symlink.then_some(gix::validate::path::component::Mode::Symlink);
-            gix::validate::path::component(name.into(), mode, validate)
-                .map(|_| ())
-                .map_err(|e| self.err(format!("{path}: {e}")))
-        };
+        let check = |name: &str, path: &str, symlink: bool| self.check_name(name, path, symlink);
         // Directory ("" for the root) -> its entries so far. The flat tree is sorted by path,
         // so a directory's files mostly come in one run: its entries are collected aside and
         // handed to the map when the directory changes, not looked up once per file.
@@ -228,7 +253,7 @@ impl Store {
                 };
                 return Err(self.err(format!("{name}: a path is both a file and a directory")));
             }
-            let id = self.write_tree_object(&repo, gix::objs::Tree { entries }, &mut buf)?;
+            let id = self.write_tree_object(&repo, &gix::objs::Tree { entries }, &mut buf)?;
             if dir.is_empty() {
                 return Ok(id);
             }
@@ -243,13 +268,64 @@ impl Store {
         Err(self.err("no root tree was written"))
     }
 
+    /// Write the tree `base` (a tree id) with `changes` made to it; returns the new root tree id.
+    ///
+    /// Only the trees on the way to a changed path are read, rebuilt and written; every other
+    /// subtree keeps its id, so the cost follows the change, not the repository (git's
+    /// cache-tree idea). A directory left empty disappears, as git has no empty trees. The same
+    /// flat tree written whole by [`Store::write_tree`] gets the same id. Names are validated
+    /// as [`Store::write_tree`] does; blobs are not looked up (the caller stored them).
+    pub fn edit_tree(&self, base: ObjectId, changes: &Changes) -> Result<ObjectId, StoreError> {
+        let repo = self.local();
+        let mut editor = repo.edit_tree(base).map_err(|e| self.err(e))?.detach();
+        // Removals first: a file that replaces a directory (or the other way round) is then
+        // an upsert into a clean place.
+        for (path, _) in changes.iter().filter(|(_, e)| e.is_none()) {
+            editor
+                .remove(components(path))
+                .map_err(|e| self.err(format!("{path}: {e}")))?;
+        }
+        for (path, entry) in changes {
+            if let Some(entry) = entry {
+                editor
+                    .upsert(components(path), entry.mode.kind(), entry.oid)
+                    .map_err(|e| self.err(format!("{path}: {e}")))?;
+            }
+        }
+        let mut buf = Vec::new();
+        editor.write(|tree| {
+            for e in &tree.entries {
+                let name = e
+                    .filename
+                    .to_str()
+                    .map_err(|_| self.err(format!("{}: a name that is not UTF-8", e.filename)))?;
+                self.check_name(name, name, e.mode.is_link())?;
+            }
+            self.write_tree_object(&repo, tree, &mut buf)
+        })
+    }
+
+    /// Validate one path component as git would (no `.git`, `..`, empty names); `path` names
+    /// it in the error.
+    fn check_name(&self, name: &str, path: &str, symlink: bool) -> Result<(), StoreError> {
+        let validate = gix::validate::path::component::Options {
+            protect_windows: cfg!(windows),
+            protect_hfs: cfg!(target_os = "macos"),
+            protect_ntfs: true,
+        };
+        let mode = symlink.then_some(gix::validate::path::component::Mode::Symlink);
+        gix::validate::path::component(name.into(), mode, validate)
+            .map(|_| ())
+            .map_err(|e| self.err(format!("{path}: {e}")))
+    }
+
     /// Write one tree object, unless this handle knows the store has it: most trees of a
     /// snapshot are the last snapshot's, and hashing one costs less than asking the object
     /// database (a `stat` of a loose object) whether it is there.
     fn write_tree_object(
         &self,
         repo: &gix::Repository,
-        tree: gix::objs::Tree,
+        tree: &gix::objs::Tree,
         buf: &mut Vec<u8>,
     ) -> Result<ObjectId, StoreError> {
         use gix::objs::WriteTo;
@@ -258,7 +334,7 @@ impl Store {
         let id = gix::objs::compute_hash(repo.object_hash(), gix::objs::Kind::Tree, buf)
             .map_err(|e| self.err(e))?;
         if !self.known(id) {
-            repo.write_object(&tree).map_err(|e| self.err(e))?;
+            repo.write_object(tree).map_err(|e| self.err(e))?;
             self.remember(id);
         }
         Ok(id)
@@ -667,6 +743,11 @@ pub(crate) mod test_support {
     }
 }
 
+/// The components of a slash-separated path, as the tree editor takes them.
+fn components(path: &str) -> impl Iterator<Item = &gix::bstr::BStr> {
+    path.split('/').map(|c| c.as_bytes().as_bstr())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -793,6 +874,84 @@ mod tests {
             store.write_tree(&FlatTree::new()).unwrap(),
             ObjectId::empty_tree(gix::hash::Kind::Sha1)
         );
+    }
+
+    /// A flat tree from generated paths, with a path that is also a directory of another
+    /// dropped (a file system cannot hold both).
+    fn valid_tree(store: &Store, paths: BTreeMap<String, u8>) -> FlatTree {
+        let blobs: Vec<ObjectId> = (0..3)
+            .map(|i| store.write_blob(format!("{i}\n").as_bytes()).unwrap())
+            .collect();
+        let dirs: std::collections::HashSet<String> = paths
+            .keys()
+            .flat_map(|p| {
+                p.match_indices('/')
+                    .map(|(i, _)| p[..i].to_string())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        paths
+            .into_iter()
+            .filter(|(p, _)| !dirs.contains(p))
+            .map(|(p, k)| {
+                let mode = [Mode::File, Mode::Executable, Mode::Symlink][k as usize % 3];
+                let oid = blobs[k as usize / 3 % 3];
+                (p, Entry { mode, oid })
+            })
+            .collect()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+        /// Editing the base's tree by the changes gives exactly the tree written whole: files
+        /// that become directories and back, directories emptied, new nested directories.
+        #[test]
+        fn an_edited_tree_is_the_tree_written_whole(
+            a in proptest::collection::btree_map("[ab]{1,2}(/[ab]{1,2}){0,2}", 0u8..9, 0..14),
+            b in proptest::collection::btree_map("[ab]{1,2}(/[ab]{1,2}){0,2}", 0u8..9, 0..14),
+        ) {
+            let tmp = tempfile::tempdir().unwrap();
+            let store = Store::open_or_init(&tmp.path().join("store.git")).unwrap();
+            let (base, target) = (valid_tree(&store, a), valid_tree(&store, b));
+            let base_id = store.write_tree(&base).unwrap();
+            let changes = changes_between(&base, &target);
+            let edited = store.edit_tree(base_id, &changes).unwrap();
+            proptest::prop_assert_eq!(edited, store.write_tree(&target).unwrap());
+            proptest::prop_assert_eq!(store.read_tree(edited).unwrap(), target);
+        }
+    }
+
+    #[test]
+    fn an_edit_git_would_refuse_is_not_written() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store.git")).unwrap();
+        let x = store.write_blob(b"x\n").unwrap();
+        let file = Entry {
+            mode: Mode::File,
+            oid: x,
+        };
+        let base = store
+            .write_tree(&[("src/a".to_string(), file)].into())
+            .unwrap();
+        let edit = |path: &str| {
+            let changes: Changes = [(path.to_string(), Some(file))].into();
+            store.edit_tree(base, &changes)
+        };
+        // Positive control: an ordinary new path is written, in its place.
+        let ok = edit("src/b").unwrap();
+        assert_eq!(
+            store.read_tree(ok).unwrap().keys().collect::<Vec<_>>(),
+            ["src/a", "src/b"]
+        );
+        for bad in [
+            "src/.git/config",
+            ".git/hooks/pre-commit",
+            "src/../x",
+            "src/./x",
+            "a//b",
+        ] {
+            assert!(edit(bad).is_err(), "{bad} was written");
+        }
     }
 
     #[test]

@@ -296,7 +296,13 @@ pub fn sync_files(
     let (current, untouched, looked) = match (record, dirty) {
         (Some(record), Some(dirty)) => {
             let split = split_by_dirty(dir, base, record, dirty);
-            (split.candidates, split.untouched, Some(split.looked))
+            let untouched: Vec<(String, FileStat)> = record
+                .files
+                .iter()
+                .filter(|(p, _)| !split.candidates.contains(p))
+                .cloned()
+                .collect();
+            (split.candidates, untouched, Some(split.looked))
         }
         _ => (walk_not_ignored(dir, false), Vec::new(), None),
     };
@@ -579,7 +585,7 @@ mod tests {
         let record = record_for(synced.as_deref(), base);
         snapshot_sandbox(dir, base, store, DEFAULT_FILE_CAP, record, None)
             .unwrap()
-            .tree
+            .tree(base)
     }
 
     /// Move the remembered sync's stamp `secs` later (what time passing between the sync and
@@ -640,7 +646,7 @@ mod tests {
         // The oracle: a read-back that trusts no stat at all.
         let full = snapshot_sandbox(&dir, &base, &store, DEFAULT_FILE_CAP, None, None)
             .unwrap()
-            .tree;
+            .tree(&base);
         assert_eq!(got, full);
         let blob = |n: &str| store.read_blob(got[n].oid).unwrap();
         assert_eq!(blob("grown.txt"), b"0123456789 and more\n");

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use nix::libc;
 
-use crate::snapshot::{Skipped, Snapshot};
+use crate::snapshot::{ReadBack, Skipped, Snapshot};
 use crate::store::{Entry, FlatTree, Mode, Store};
 use crate::sync::{base_to_wire, rebase_record, recall, record_for, remember, Synced};
 use crate::wire::{self, Frame, PrepareReply, Request, SyncRecord, WireError, AGENT_NPROC};
@@ -1070,7 +1070,7 @@ impl Sandbox for UserSandbox {
         Ok(())
     }
 
-    fn snapshot(&self, store: &Store, base: &FlatTree, cap: u64) -> Result<Snapshot, SandboxError> {
+    fn snapshot(&self, store: &Store, base: &FlatTree, cap: u64) -> Result<ReadBack, SandboxError> {
         let mut request = self.request();
         request.cap = cap;
         request.base = base_to_wire(base);
@@ -1084,7 +1084,7 @@ impl Sandbox for UserSandbox {
             },
             |r| read_snapshot(&mut std::io::BufReader::new(r), store, base, cap),
         )?;
-        Ok(snap)
+        Ok(ReadBack::between(base, &snap.tree, snap.skipped))
     }
 
     fn tool(&self, tool: &ToolRequest) -> Result<ToolReply, SandboxError> {

@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::snapshot::{snapshot_sandbox, walk, Snapshot, SnapshotError};
+use crate::snapshot::{snapshot_sandbox, walk, ReadBack, SnapshotError};
 use crate::store::{FlatTree, Store, StoreError};
 use crate::sync::{recall, record_for, sync_slot, SyncError};
 use crate::tools::{ToolReply, ToolRequest};
@@ -62,7 +62,7 @@ pub trait Sandbox: Send + Sync + std::fmt::Debug {
     /// files such as build caches so the agent's builds stay incremental.
     fn prepare(&self, store: &Store, base: &FlatTree) -> Result<(), SandboxError>;
     /// Read the sandbox as data into the store.
-    fn snapshot(&self, store: &Store, base: &FlatTree, cap: u64) -> Result<Snapshot, SandboxError>;
+    fn snapshot(&self, store: &Store, base: &FlatTree, cap: u64) -> Result<ReadBack, SandboxError>;
     /// A plain command that runs `argv` inside the sandbox, as the sandbox's user, with exactly
     /// `env` as its environment (short helper commands such as jj; the caller owns stdout and
     /// stderr, and under user isolation stdin is taken by the helper's request).
@@ -175,7 +175,7 @@ impl Sandbox for LocalSandbox {
         Ok(())
     }
 
-    fn snapshot(&self, store: &Store, base: &FlatTree, cap: u64) -> Result<Snapshot, SandboxError> {
+    fn snapshot(&self, store: &Store, base: &FlatTree, cap: u64) -> Result<ReadBack, SandboxError> {
         let synced = recall(&self.dir);
         let record = record_for(synced.as_deref(), base);
         let dirty = record.and_then(|_| changes_in(&self.dir));
@@ -260,7 +260,8 @@ mod tests {
             "ignored caches survive"
         );
         let snap = sb.snapshot(&store, &base, u64::MAX).unwrap();
-        assert_eq!(snap.tree, base);
+        assert_eq!(snap.tree(&base), base);
+        assert!(snap.changes.is_empty(), "{:?}", snap.changes);
         // The agent finds a repository whose HEAD is the base and whose status is clean.
         let out = std::process::Command::new("git")
             .current_dir(sb.workdir())
@@ -299,7 +300,7 @@ mod tests {
     fn full_look(sb: &LocalSandbox, store: &Store, base: &FlatTree) -> FlatTree {
         snapshot_sandbox(sb.workdir(), base, store, u64::MAX, None, None)
             .unwrap()
-            .tree
+            .tree(base)
     }
 
     #[cfg(target_os = "linux")]
@@ -332,7 +333,10 @@ mod tests {
             Some(Dirty::default()),
             "watched, and quiet"
         );
-        assert_eq!(sb.snapshot(&store, &base, u64::MAX).unwrap().tree, base);
+        assert_eq!(
+            sb.snapshot(&store, &base, u64::MAX).unwrap().tree(&base),
+            base
+        );
 
         // An agent does a bit of everything.
         let mtime = std::fs::metadata(p("docs/x.md"))
@@ -358,7 +362,7 @@ mod tests {
         let dirty = changes_in(&dir).expect("the watch still knows");
         assert!(!dirty.covers("keep.txt") && !dirty.covers("src/deep/c.rs"));
 
-        let got = sb.snapshot(&store, &base, u64::MAX).unwrap().tree;
+        let got = sb.snapshot(&store, &base, u64::MAX).unwrap().tree(&base);
         assert_eq!(got, full_look(&sb, &store, &base));
         let blob = |t: &FlatTree, n: &str| store.read_blob(t[n].oid).unwrap();
         assert_eq!(blob(&got, "src/a.rs"), b"a changed\n");
@@ -385,7 +389,10 @@ mod tests {
         base2.remove("src/deep/c.rs");
         sb.prepare(&store, &base2).unwrap();
         assert_eq!(full_look(&sb, &store, &base2), base2);
-        assert_eq!(sb.snapshot(&store, &base2, u64::MAX).unwrap().tree, base2);
+        assert_eq!(
+            sb.snapshot(&store, &base2, u64::MAX).unwrap().tree(&base2),
+            base2
+        );
         assert!(!p("src/new.rs").exists() && !p("pkg/mod.rs").exists());
         assert!(p("build/out.txt").exists(), "ignored files stay");
 
@@ -394,7 +401,10 @@ mod tests {
         // event, so only a full look sees it.
         std::fs::hard_link(p("keep.txt"), tmp.path().join("outside")).unwrap();
         std::fs::write(tmp.path().join("outside"), "written from outside\n").unwrap();
-        assert_eq!(sb.snapshot(&store, &base2, u64::MAX).unwrap().tree, base2);
+        assert_eq!(
+            sb.snapshot(&store, &base2, u64::MAX).unwrap().tree(&base2),
+            base2
+        );
         assert_ne!(full_look(&sb, &store, &base2), base2);
         // The next sync after the watch gave up (a renamed directory) looks at every file
         // again, and repairs that one too.

@@ -110,7 +110,8 @@ impl Fixture {
         let rc = store
             .commit(store.write_tree(&r).unwrap(), &[bc], "run")
             .unwrap();
-        let hunks = build_hunks(store, id, &b, &r, &|_| true).unwrap();
+        let changes = hunkgate_sandbox::store::changes_between(&b, &r);
+        let hunks = build_hunks(store, id, &b, &changes, &|_| true).unwrap();
         let s = Suggestion {
             id: id.into(),
             run_id: format!("run-{id}"),

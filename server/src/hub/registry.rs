@@ -23,6 +23,8 @@ use crate::store::journal::Record;
 pub(crate) struct Active {
     pub(crate) base_commit: ObjectId,
     pub(crate) base_tree: FlatTree,
+    /// The id of `base_tree` in the checkpoint store.
+    pub(crate) base_tree_id: ObjectId,
     pub(crate) sandbox: Arc<dyn Sandbox>,
     /// The run's jj change, when the sandbox uses jj.
     pub(crate) change_id: Option<String>,

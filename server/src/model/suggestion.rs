@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use hunkgate_patch::{diff_hunks, is_text, Hunk};
+use hunkgate_sandbox::store::Changes;
 use hunkgate_sandbox::store::{Entry, FlatTree, Mode, Store, StoreError};
 use hunkgate_sandbox::ObjectId;
 use serde::{Deserialize, Serialize};
@@ -206,26 +207,20 @@ fn text_of(store: &Store, entry: &Entry) -> Result<Option<String>, StoreError> {
 
 type Changed<'a> = BTreeMap<&'a str, (Option<&'a Entry>, Option<&'a Entry>)>;
 
-/// Diff two trees into hunk records (ids filled in with `suggestion_id`), in path order.
-/// `only` restricts the result to paths it accepts (the agent's `--files` globs).
+/// The hunk records (ids filled in with `suggestion_id`) of `changes` made to `base`, in path
+/// order. `only` restricts the result to paths it accepts (the agent's `--files` globs).
 pub fn build_hunks(
     store: &Store,
     suggestion_id: &str,
     base: &FlatTree,
-    run: &FlatTree,
+    changes: &Changes,
     only: &dyn Fn(&str) -> bool,
 ) -> Result<Vec<HunkRec>, StoreError> {
-    let mut changed: Changed = BTreeMap::new();
-    for (path, e) in base {
-        if run.get(path) != Some(e) {
-            changed.insert(path, (Some(e), run.get(path)));
-        }
-    }
-    for (path, e) in run {
-        if !base.contains_key(path) {
-            changed.insert(path, (None, Some(e)));
-        }
-    }
+    let mut changed: Changed = changes
+        .iter()
+        .filter(|(path, new)| base.get(*path) != new.as_ref())
+        .map(|(path, new)| (path.as_str(), (base.get(path), new.as_ref())))
+        .collect();
     changed.retain(|p, _| only(p));
     let renames = exact_renames(&changed);
     let renamed_from: BTreeSet<String> = renames.values().cloned().collect();

@@ -27,7 +27,7 @@ impl Hub {
         self.update_run(run_id, |r| r.status = RunState::Working)?;
         self.run_status(run_id, "working", "Snapshotting your checkout".into());
         let started = Instant::now();
-        let (base_commit, base_tree, skipped) = self.snapshot_base(run_id).await?;
+        let (base, skipped) = self.snapshot_base(run_id).await?;
         tracing::debug!(
             run = run_id,
             ms = started.elapsed().as_millis() as u64,
@@ -36,15 +36,11 @@ impl Hub {
         if !skipped.is_empty() {
             self.run_status(run_id, "working", snapshot_skipped_message(&skipped));
         }
-        self.update_run(run_id, |r| r.base_commit = Some(base_commit.to_string()))?;
+        self.update_run(run_id, |r| r.base_commit = Some(base.commit.to_string()))?;
 
         let local = matches!(self.cfg().isolation, crate::isolation::Isolation::None);
         let slot = self.runs().acquire_slot(local)?;
         let sandbox = self.sandbox_for_slot(slot);
-        let base = RunBase {
-            commit: base_commit,
-            tree: base_tree,
-        };
         let result = self.run_in_sandbox(&job, base, sandbox).await;
         self.runs().release_slot(slot);
         if let Ok(mut a) = self.runs().active.lock() {
@@ -58,7 +54,7 @@ impl Hub {
     async fn snapshot_base(
         self: &Arc<Self>,
         run_id: &str,
-    ) -> Result<(ObjectId, FlatTree, Vec<SkippedEntry>), AppError> {
+    ) -> Result<(RunBase, Vec<SkippedEntry>), AppError> {
         let rid = run_id.to_string();
         self.blocking(move |hub| {
             let (snap, how) = {
@@ -84,7 +80,14 @@ impl Hub {
                 .set_ref(&format!("refs/hunkgate/runs/{rid}/base"), commit)
                 .map_err(ierr)?;
             hub.mirror_ref(&format!("refs/hunkgate/runs/{rid}/base"), commit);
-            Ok((commit, snap.tree, snap.skipped))
+            Ok((
+                RunBase {
+                    commit,
+                    tree: snap.tree,
+                    tree_id: tree,
+                },
+                snap.skipped,
+            ))
         })
         .await
     }
@@ -153,6 +156,7 @@ impl Hub {
             Arc::new(Active {
                 base_commit: base.commit,
                 base_tree: base.tree,
+                base_tree_id: base.tree_id,
                 sandbox: sandbox.clone(),
                 change_id,
             }),
@@ -326,6 +330,8 @@ impl Hub {
 struct RunBase {
     commit: ObjectId,
     tree: FlatTree,
+    /// The id of `tree` in the checkpoint store.
+    tree_id: ObjectId,
 }
 
 /// A file the checkout snapshot left out.

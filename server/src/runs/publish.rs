@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use hunkgate_sandbox::agent::scrubbed_env;
 use hunkgate_sandbox::jj::{self};
-use hunkgate_sandbox::snapshot::DEFAULT_FILE_CAP;
+use hunkgate_sandbox::snapshot::{ReadBack, DEFAULT_FILE_CAP};
+use hunkgate_sandbox::store::Changes;
 use hunkgate_sandbox::store::FlatTree;
 use hunkgate_sandbox::workspace::Sandbox;
 use hunkgate_sandbox::ObjectId;
@@ -97,19 +98,24 @@ impl Hub {
             agent,
         } = draft;
         let started = std::time::Instant::now();
-        let mut snap = active
+        let mut back = active
             .sandbox
             .snapshot(self.store(), &active.base_tree, DEFAULT_FILE_CAP)
             .map_err(|e| publish_error(&e))?;
         let ms = |t: std::time::Instant| t.elapsed().as_millis() as u64;
-        tracing::debug!(run = rid, ms = ms(started), "sandbox read back");
+        tracing::debug!(
+            run = rid,
+            ms = ms(started),
+            changed = back.changes.len(),
+            "sandbox read back"
+        );
         let only = |p: &str| filter.as_ref().is_none_or(|f| f.is_match(p));
-        let skipped = keep_skipped_as_base(&mut snap, &active.base_tree, &only);
-        if snap.tree == active.base_tree {
+        let skipped = keep_skipped_as_base(&mut back, &active.base_tree, &only);
+        if back.changes.is_empty() {
             return Err(AppError::no_changes(no_changes_message(&skipped)));
         }
         let sid = uuid::Uuid::new_v4().to_string();
-        let mut hunks = build_hunks(self.store(), &sid, &active.base_tree, &snap.tree, &only)
+        let mut hunks = build_hunks(self.store(), &sid, &active.base_tree, &back.changes, &only)
             .map_err(|e| publish_error(&e))?;
         let unmatched = attach_notes(&mut hunks, capped_notes(&notes));
         cap_descriptions(&mut hunks);
@@ -127,7 +133,7 @@ impl Hub {
             hunks = hunks.len(),
             "hunks built"
         );
-        let commit = self.commit_run_head(&rid, &sid, &desc, &active, &snap.tree)?;
+        let commit = self.commit_run_head(&rid, &sid, &desc, &active, &back.changes)?;
         tracing::debug!(run = rid, ms = ms(started), "run commit written");
         Ok(Suggestion {
             id: sid,
@@ -146,19 +152,19 @@ impl Hub {
         })
     }
 
-    /// Write `tree` as the run's head commit (on the base) and point the run's head ref and the
-    /// suggestion's run ref at it.
+    /// Write the base with `changes` as the run's head commit (on the base) and point the run's
+    /// head ref and the suggestion's run ref at it.
     fn commit_run_head(
         &self,
         rid: &str,
         sid: &str,
         desc: &str,
         active: &Active,
-        tree: &FlatTree,
+        changes: &Changes,
     ) -> Result<ObjectId, AppError> {
         let tree = self
             .store()
-            .write_tree(tree)
+            .edit_tree(active.base_tree_id, changes)
             .map_err(|e| publish_error(&e))?;
         let commit = self
             .store()
@@ -358,14 +364,14 @@ fn ready_message(
 /// deletion, and accepting everything cannot remove it — and every one of them (those `only`
 /// lets through) is returned to be shown on the suggestion.
 fn keep_skipped_as_base(
-    snap: &mut hunkgate_sandbox::snapshot::Snapshot,
+    back: &mut ReadBack,
     base: &FlatTree,
     only: &dyn Fn(&str) -> bool,
 ) -> Vec<crate::protocol::SkippedFile> {
     let mut out = Vec::new();
-    for s in std::mem::take(&mut snap.skipped) {
-        if let Some(entry) = base.get(&s.path) {
-            snap.tree.insert(s.path.clone(), *entry);
+    for s in std::mem::take(&mut back.skipped) {
+        if base.contains_key(&s.path) {
+            back.changes.remove(&s.path);
         }
         if only(&s.path) {
             out.push(crate::protocol::SkippedFile {
