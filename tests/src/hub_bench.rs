@@ -27,6 +27,11 @@
 //!    every client's seqs are checked against the hub's own `replay` for gaps;
 //! 5. a second hub on a fresh state dir, one run whose agent publishes `rss_suggestions`
 //!    suggestions of `rss_hunks` hunks each (through `POST /agent/publish`), and the hub's RSS.
+//!
+//! Before each timed step — the hub's and git's alike — the benchmark runs `sync`, and each
+//! agent runs `sync` before its end stamp: a user's steps are seconds to minutes apart, so no
+//! step should pay for the write-back of the step before it (without this, the figures of one
+//! machine swing by several times from run to run).
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -502,8 +507,7 @@ fn git_checkout(ws: &Workspace, mode: &str) -> Result<Duration> {
     ))?;
     // Its tens of megabytes must not still be on their way to the disk while the steps after
     // it time their fsyncs.
-    let synced = Command::new("sync").status()?;
-    ensure!(synced.success(), "sync failed: {synced}");
+    settle()?;
     Ok(d)
 }
 
@@ -588,9 +592,21 @@ impl Http {
 }
 
 /// `sh -c '<script>'` as an agent template: the script holds no single quote and no `{prompt}`.
+/// The agent's work ends with `sync`, before its end stamp: a real agent works for minutes,
+/// long enough for the kernel to write back what the sandbox sync and the agent wrote, and the
+/// publish timed from the end stamp must not pay for that write-back instead.
 fn sh_template(script: &str) -> String {
     debug_assert!(!script.contains('\'') && !script.contains("{prompt}"));
-    format!("sh -c 'set -e; echo hgbench-start $(date +%s%N); {script}; echo hgbench-end $(date +%s%N)'")
+    format!("sh -c 'set -e; echo hgbench-start $(date +%s%N); {script}; sync; echo hgbench-end $(date +%s%N)'")
+}
+
+/// Wait until everything written so far is on the disk (`sync`), so that the step timed next
+/// — the hub's or git's — does not pay for the write-back of the step before it. A user's
+/// steps are seconds to minutes apart; the benchmark's follow each other at once.
+fn settle() -> Result<()> {
+    let synced = Command::new("sync").status()?;
+    ensure!(synced.success(), "sync failed: {synced}");
+    Ok(())
 }
 
 /// The agent's own start and end stamps, from its output log.
@@ -625,6 +641,7 @@ async fn timed_run(
     template: &str,
     expect_suggestion: bool,
 ) -> Result<(RunFigures, Option<Value>)> {
+    settle()?;
     let posted = now_ns();
     let r = http
         .post("/runs", &json!({"prompt": "hgbench", "agent": template}))
@@ -1019,7 +1036,10 @@ async fn review_hub(
         first_run.hunk_count,
         cfg.agent_files * cfg.hunks_per_file
     );
-    let stash = || time_git(git_cmd(&ws.home(), &ws.repo(), &["stash", "create"]));
+    let stash = || {
+        settle()?;
+        time_git(git_cmd(&ws.home(), &ws.repo(), &["stash", "create"]))
+    };
     let stash_first = stash()?;
     let checkout_first = git_checkout(ws, mode)?;
     let stash_warm = median_of(cfg.git_samples, stash)?;
@@ -1059,6 +1079,7 @@ async fn review_hub(
     let mut accept_small = Vec::new();
     let mut journal_per_decision_small = 0.0;
     for round in 0..cfg.small_rounds {
+        settle()?;
         let before = journal_len(&hub.state);
         accept_small
             .extend(decide_each(&mut client, &small_id, &small_hunks, "accept", "accepted").await?);
@@ -1090,6 +1111,7 @@ async fn review_hub(
         "[{mode}] accepting the {} hunks one at a time",
         big_hunks.len()
     ));
+    settle()?;
     let journal_before_review = journal_len(&hub.state);
     let t = Instant::now();
     let accept_big = decide_each(&mut client, &big_id, &big_hunks, "accept", "accepted").await?;
@@ -1121,6 +1143,7 @@ async fn review_hub(
         "[{mode}] fan-out: {} clients, {} decisions",
         cfg.fanout_clients, cfg.fanout_decisions
     ));
+    settle()?;
     let fanout = fanout(hub, &mut client, cfg, &small_id, &small_hunks).await?;
 
     let mean_len = |h: &[(String, String, String)]| {
