@@ -288,10 +288,15 @@ impl Hub {
     /// to `suggestion.ready` (its run, say) is recorded in between.
     pub(crate) fn record_suggestion(&self, s: Suggestion) -> Result<SuggestionView, AppError> {
         let mut st = self.lock()?;
-        self.journal_append(&Record::Suggestion(Box::new(s.clone())))?;
+        // Journaled as it is, then taken back out of the record: no copy of its hunks.
+        let rec = Record::Suggestion(Box::new(s));
+        self.journal_append(&rec)?;
+        let Record::Suggestion(s) = rec else {
+            unreachable!("the record was made as a suggestion just above")
+        };
         let view = s.view();
         st.order.push(s.id.clone());
-        st.suggestions.insert(s.id.clone(), s);
+        st.suggestions.insert(s.id.clone(), *s);
         Ok(view)
     }
 
