@@ -24,7 +24,7 @@
 //! `snapshot`, `tools` and what is below them — never [`crate::user`] (the hub's side) nor
 //! [`crate::workspace`].
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
@@ -322,6 +322,8 @@ fn snapshot(req: &Request, home: &Path, out: &mut impl Write) -> Result<(), Help
     })?;
     // Files whose names cannot be carried are reported, never silently left out.
     let unnamed = unnamed.into_iter().map(Captured::Skipped);
+    // Every path something was found for: a base path left out of it is gone.
+    let mut found: HashSet<String> = HashSet::with_capacity(base.len());
     let mut sink = |item: Captured| -> Result<(), HelperFailure> {
         let frame = match item {
             Captured::File {
@@ -329,17 +331,31 @@ fn snapshot(req: &Request, home: &Path, out: &mut impl Write) -> Result<(), Help
                 bytes,
                 executable,
                 ..
-            } => Frame::File {
-                path,
-                bytes,
-                executable,
-            },
-            Captured::Symlink { path, target, .. } => Frame::Symlink { path, target },
-            Captured::Unchanged { path, .. } => Frame::Unchanged { path },
-            Captured::Skipped(s) => Frame::Skipped {
-                path: s.path,
-                reason: s.reason,
-            },
+            } => {
+                found.insert(path.clone());
+                Frame::File {
+                    path,
+                    bytes,
+                    executable,
+                }
+            }
+            Captured::Symlink { path, target, .. } => {
+                found.insert(path.clone());
+                Frame::Symlink { path, target }
+            }
+            // Not sent: a base path the helper says nothing of is unchanged, so a read-back
+            // costs frames for what changed, not for the whole base.
+            Captured::Unchanged { path, .. } => {
+                found.insert(path);
+                return Ok(());
+            }
+            Captured::Skipped(s) => {
+                found.insert(s.path.clone());
+                Frame::Skipped {
+                    path: s.path,
+                    reason: s.reason,
+                }
+            }
         };
         wire::write_frame(out, &frame).map_err(HelperFailure::Output)
     };
@@ -347,7 +363,11 @@ fn snapshot(req: &Request, home: &Path, out: &mut impl Write) -> Result<(), Help
         sink(item)?;
     }
     let check = readback_check(&base, req.record.as_ref());
-    capture_each(&root, candidates, req.cap, check, sink)?;
+    capture_each(&root, candidates, req.cap, check, &mut sink)?;
+    for path in base.keys().filter(|p| !found.contains(*p)) {
+        let frame = Frame::Gone { path: path.clone() };
+        wire::write_frame(out, &frame).map_err(HelperFailure::Output)?;
+    }
     wire::write_frame(out, &Frame::End).map_err(HelperFailure::Output)
 }
 

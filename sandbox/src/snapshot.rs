@@ -47,14 +47,6 @@ pub struct ReadBack {
 }
 
 impl ReadBack {
-    /// The read-back of a sandbox that holds exactly `tree`.
-    pub fn between(base: &FlatTree, tree: &FlatTree, skipped: Vec<Skipped>) -> Self {
-        Self {
-            changes: changes_between(base, tree),
-            skipped,
-        }
-    }
-
     /// Everything the sandbox holds: `base` with the changes.
     pub fn tree(&self, base: &FlatTree) -> FlatTree {
         let mut tree = base.clone();

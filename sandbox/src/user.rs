@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use nix::libc;
 
-use crate::snapshot::{ReadBack, Skipped, Snapshot};
+use crate::snapshot::{ReadBack, Skipped};
 use crate::store::{Entry, FlatTree, Mode, Store};
 use crate::sync::{base_to_wire, rebase_record, recall, record_for, remember, Synced};
 use crate::wire::{self, Frame, PrepareReply, Request, SyncRecord, WireError, AGENT_NPROC};
@@ -954,14 +954,16 @@ fn checked_record(record: SyncRecord, base: &FlatTree) -> Result<SyncRecord, Hel
 }
 
 /// Read a `snapshot` stream from the helper. Everything in it is the agent's word: paths are
-/// checked, each may come once, an unchanged path must be a base path, lengths are bounded.
+/// checked, each may come once, an unchanged or gone path must be a base path, lengths are
+/// bounded. A base path the stream does not name is unchanged.
 fn read_snapshot(
     r: &mut impl std::io::Read,
     store: &Store,
     base: &FlatTree,
     cap: u64,
-) -> Result<Snapshot, HelperError> {
-    let mut snap = Snapshot::default();
+) -> Result<ReadBack, HelperError> {
+    let mut back = ReadBack::default();
+    let mut seen = std::collections::HashSet::new();
     let mut blobs = store.batch();
     let stream = |source| HelperError::Stream {
         op: "snapshot",
@@ -971,16 +973,11 @@ fn read_snapshot(
     loop {
         let frame = wire::read_frame(r, cap).map_err(stream)?;
         let path = match &frame {
-            Frame::File { path, .. } | Frame::Symlink { path, .. } | Frame::Unchanged { path } => {
-                path.clone()
-            }
-            Frame::Skipped { path, reason } => {
-                snap.skipped.push(Skipped {
-                    path: sanitize(path, 300),
-                    reason: sanitize(reason, 300),
-                });
-                continue;
-            }
+            Frame::File { path, .. }
+            | Frame::Symlink { path, .. }
+            | Frame::Unchanged { path }
+            | Frame::Gone { path }
+            | Frame::Skipped { path, .. } => path.clone(),
             Frame::Blob { .. } => {
                 return Err(HelperError::Protocol {
                     op: "snapshot",
@@ -993,16 +990,37 @@ fn read_snapshot(
             path: sanitize(&path, 300),
             why: why.into(),
         };
+        if let Frame::Skipped { reason, .. } = &frame {
+            // A name it could not carry may not be a path at all: reported, never stored.
+            back.skipped.push(Skipped {
+                path: sanitize(&path, 300),
+                reason: sanitize(reason, 300),
+            });
+            if base.contains_key(&path) && seen.insert(path.clone()) {
+                back.changes.insert(path, None);
+            }
+            continue;
+        }
         if let Err(e) = crate::beneath::components(&path) {
             return Err(bad(&e.to_string()));
         }
-        if snap.tree.contains_key(&path) {
+        if !seen.insert(path.clone()) {
             return Err(bad("sent twice"));
         }
         let entry = match frame {
-            Frame::Unchanged { .. } => *base
-                .get(&path)
-                .ok_or_else(|| bad("reported unchanged but not in the base"))?,
+            Frame::Unchanged { .. } => {
+                if !base.contains_key(&path) {
+                    return Err(bad("reported unchanged but not in the base"));
+                }
+                continue;
+            }
+            Frame::Gone { .. } => {
+                if !base.contains_key(&path) {
+                    return Err(bad("reported gone but not in the base"));
+                }
+                back.changes.insert(path, None);
+                continue;
+            }
             Frame::File {
                 bytes, executable, ..
             } => Entry {
@@ -1019,10 +1037,13 @@ fn read_snapshot(
             },
             Frame::Skipped { .. } | Frame::Blob { .. } | Frame::End => continue,
         };
-        snap.tree.insert(path, entry);
+        if base.get(&path) != Some(&entry) {
+            back.changes.insert(path, Some(entry));
+        }
     }
     blobs.finish()?;
-    Ok(snap)
+    back.skipped.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(back)
 }
 
 /// Make a helper-sent reason printable and short: it is agent-controlled text.
@@ -1084,7 +1105,7 @@ impl Sandbox for UserSandbox {
             },
             |r| read_snapshot(&mut std::io::BufReader::new(r), store, base, cap),
         )?;
-        Ok(ReadBack::between(base, &snap.tree, snap.skipped))
+        Ok(snap)
     }
 
     fn tool(&self, tool: &ToolRequest) -> Result<ToolReply, SandboxError> {
@@ -1275,5 +1296,99 @@ mod tests {
         };
         let e = helper_verdict::<u8>("op", end(0, false), Err(stream)).unwrap_err();
         assert!(e.to_string().ends_with("(helper said: helper says)"), "{e}");
+    }
+
+    /// A snapshot stream names only what changed: a base path it leaves out is unchanged, a
+    /// `Gone` one deleted. Everything in it is still the agent's word.
+    #[test]
+    fn a_snapshot_stream_is_read_as_changes_and_checked() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let file = |bytes: &[u8]| Entry {
+            mode: Mode::File,
+            oid: store.write_blob(bytes).unwrap(),
+        };
+        let base: FlatTree = [
+            ("same.txt", file(b"same\n")),
+            ("edited.txt", file(b"old\n")),
+            ("rewritten.txt", file(b"as before\n")),
+            ("deleted.txt", file(b"bye\n")),
+            ("fifo", file(b"was a file\n")),
+        ]
+        .into_iter()
+        .map(|(p, e)| (p.to_string(), e))
+        .collect();
+        let stream = |frames: &[Frame]| {
+            let mut buf = Vec::new();
+            for f in frames {
+                wire::write_frame(&mut buf, f).unwrap();
+            }
+            buf
+        };
+        let read = |frames: &[Frame]| {
+            read_snapshot(&mut stream(frames).as_slice(), &store, &base, 1 << 20)
+        };
+        let f = |path: &str, bytes: &[u8]| Frame::File {
+            path: path.into(),
+            bytes: bytes.to_vec(),
+            executable: false,
+        };
+        let gone = |path: &str| Frame::Gone { path: path.into() };
+        let back = read(&[
+            f("edited.txt", b"new\n"),
+            f("rewritten.txt", b"as before\n"),
+            f("added.txt", b"added\n"),
+            Frame::Unchanged {
+                path: "same.txt".into(),
+            },
+            gone("deleted.txt"),
+            Frame::Skipped {
+                path: "fifo".into(),
+                reason: "fifo skipped".into(),
+            },
+            Frame::End,
+        ])
+        .unwrap();
+        let changed: Vec<(&str, Option<Vec<u8>>)> = back
+            .changes
+            .iter()
+            .map(|(p, e)| (p.as_str(), e.map(|e| store.read_blob(e.oid).unwrap())))
+            .collect();
+        assert_eq!(
+            changed,
+            [
+                ("added.txt", Some(b"added\n".to_vec())),
+                ("deleted.txt", None),
+                ("edited.txt", Some(b"new\n".to_vec())),
+                ("fifo", None),
+            ]
+        );
+        assert_eq!(back.skipped.len(), 1);
+        assert_eq!(back.skipped[0].path, "fifo");
+        // An empty stream: nothing changed.
+        assert_eq!(read(&[Frame::End]).unwrap(), ReadBack::default());
+
+        let refused = |frames: &[Frame], why: &str| {
+            let e = read(frames).unwrap_err().to_string();
+            assert!(e.contains(why), "{frames:?}: {e}");
+        };
+        refused(&[gone("nowhere.txt"), Frame::End], "gone but not in the base");
+        refused(
+            &[
+                Frame::Unchanged {
+                    path: "nowhere.txt".into(),
+                },
+                Frame::End,
+            ],
+            "unchanged but not in the base",
+        );
+        refused(
+            &[f("edited.txt", b"a"), gone("edited.txt"), Frame::End],
+            "sent twice",
+        );
+        refused(&[f("../escape", b"x"), Frame::End], "'..' component");
+        refused(&[gone(".git/config"), Frame::End], "points into .git");
+        // Cut short: an error, never "everything after the cut is unchanged".
+        refused(&[f("edited.txt", b"new\n")], "ended early");
     }
 }

@@ -162,8 +162,15 @@ pub enum Frame {
         reason: String,
     },
     /// A snapshot path that still holds exactly its base entry (the helper checked its stat
-    /// against the sync record, or its content against the base blob).
+    /// against the sync record, or its content against the base blob). The helper no longer
+    /// sends these — a base path it says nothing about is unchanged — but the hub still takes
+    /// them, from the helper of an older binary.
     Unchanged {
+        path: String,
+    },
+    /// A snapshot's base path that the sandbox no longer has as a file or symlink (deleted,
+    /// or a directory now).
+    Gone {
         path: String,
     },
     /// `prepare`: a blob of the base, by id (hex, in the path field), for the helper to store.
@@ -179,6 +186,7 @@ const TAG_EXEC: u8 = b'X';
 const TAG_LINK: u8 = b'L';
 const TAG_SKIP: u8 = b'S';
 const TAG_SAME: u8 = b'U';
+const TAG_GONE: u8 = b'D';
 const TAG_BLOB: u8 = b'B';
 const TAG_END: u8 = b'E';
 
@@ -213,6 +221,7 @@ pub fn write_frame(w: &mut impl Write, frame: &Frame) -> std::io::Result<()> {
         Frame::Symlink { path, target } => (TAG_LINK, path, target),
         Frame::Skipped { path, reason } => (TAG_SKIP, path, reason.as_bytes()),
         Frame::Unchanged { path } => (TAG_SAME, path, &[]),
+        Frame::Gone { path } => (TAG_GONE, path, &[]),
         Frame::Blob { oid, bytes } => (TAG_BLOB, oid, bytes),
         Frame::End => (TAG_END, "", &[]),
     };
@@ -245,7 +254,7 @@ pub fn read_frame(r: &mut impl Read, max_payload: u64) -> Result<Frame, WireErro
     let payload_len = u64::from_be_bytes(len);
     let max = match tag[0] {
         TAG_SKIP => MAX_REASON,
-        TAG_SAME | TAG_END => 0,
+        TAG_SAME | TAG_GONE | TAG_END => 0,
         _ => max_payload,
     };
     if payload_len > max {
@@ -271,6 +280,7 @@ pub fn read_frame(r: &mut impl Read, max_payload: u64) -> Result<Frame, WireErro
             reason: String::from_utf8_lossy(&payload).into_owned(),
         },
         TAG_SAME => Frame::Unchanged { path },
+        TAG_GONE => Frame::Gone { path },
         TAG_BLOB => Frame::Blob {
             oid: path,
             bytes: payload,
@@ -327,6 +337,9 @@ mod tests {
             },
             Frame::Unchanged {
                 path: "same.txt".into(),
+            },
+            Frame::Gone {
+                path: "deleted.txt".into(),
             },
             Frame::Blob {
                 oid: "ab".repeat(20),
