@@ -352,7 +352,7 @@ pub fn sync_files(
                 if matches!(root.kind(path), Ok(Some(Kind::Symlink | Kind::Other(_)))) {
                     root.remove_entry(path).map_err(fs_err)?;
                 }
-                root.write_atomic(path, &bytes, entry.mode == Mode::Executable)
+                root.write_scratch(path, &bytes, entry.mode == Mode::Executable)
                     .map_err(fs_err)?;
             }
         }

@@ -1372,7 +1372,10 @@ mod tests {
             let e = read(frames).unwrap_err().to_string();
             assert!(e.contains(why), "{frames:?}: {e}");
         };
-        refused(&[gone("nowhere.txt"), Frame::End], "gone but not in the base");
+        refused(
+            &[gone("nowhere.txt"), Frame::End],
+            "gone but not in the base",
+        );
         refused(
             &[
                 Frame::Unchanged {
