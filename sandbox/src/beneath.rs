@@ -855,6 +855,14 @@ mod tests {
             b"secret"
         );
         assert!(p("link").is_symlink() && p("dir").is_dir());
+        // A hard link to a file elsewhere is cut, not written through.
+        std::fs::hard_link(outside.path().join("secret"), p("hard")).unwrap();
+        b.write_scratch("hard", b"base\n", false).unwrap();
+        assert_eq!(std::fs::read(p("hard")).unwrap(), b"base\n");
+        assert_eq!(
+            std::fs::read(outside.path().join("secret")).unwrap(),
+            b"secret"
+        );
 
         // A durable tree writes atomically instead.
         let durable = Beneath::open(tmp.path()).unwrap();
