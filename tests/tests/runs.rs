@@ -22,6 +22,17 @@ async fn run_error(c: &mut Ws, run_id: &str) -> Value {
         .unwrap()
 }
 
+/// The `suggestion.ready` of a suggestion of `run_id`.
+async fn ready_of(c: &mut Ws, run_id: &str) -> Value {
+    c.event(
+        "suggestion.ready",
+        |v| v["suggestion"]["run_id"] == run_id,
+        SECS,
+    )
+    .await
+    .unwrap()
+}
+
 fn all_suggestions(hub: &hunkgate_tests::Hub) -> Vec<Value> {
     hub.curl().get("/suggestions?all=true").unwrap().body["suggestions"]
         .as_array()
@@ -127,14 +138,7 @@ async fn a_run_read_on_its_ready_events_is_already_ready() {
     let mut c = hub.ws().await.unwrap();
     let pause = hunkgate_tests::Pause::arm(&pauses, "suggestion-ready");
     let run = c.start_run("edit", &template(&agent), None).await.unwrap();
-    let ready = c
-        .event(
-            "suggestion.ready",
-            |v| v["suggestion"]["run_id"] == run.as_str(),
-            SECS,
-        )
-        .await
-        .unwrap();
+    let ready = ready_of(&mut c, &run).await;
     pause.reached();
     let r = hub.curl().get(&format!("/runs/{run}")).unwrap().body;
     assert_eq!(r["status"], "ready", "read on suggestion.ready: {r}");
@@ -386,14 +390,7 @@ async fn the_agent_reports_status_and_publishes_its_own_suggestion() {
         .await
         .unwrap();
     assert_eq!(st["status"], "testing");
-    let ready = c
-        .event(
-            "suggestion.ready",
-            |v| v["suggestion"]["run_id"] == run.as_str(),
-            SECS,
-        )
-        .await
-        .unwrap();
+    let ready = ready_of(&mut c, &run).await;
     let s = &ready["suggestion"];
     assert_eq!(s["description"], "Tidy src");
     assert_eq!(
