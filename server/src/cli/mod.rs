@@ -180,6 +180,7 @@ pub fn main() -> ExitCode {
         // Before any thread exists: the helper forks without exec (a PID namespace's init).
         return hunkgate_sandbox::helper::main(op);
     }
+    hunkgate_sandbox::limit_malloc_arenas();
     init_logging();
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
