@@ -141,16 +141,16 @@ fn run(op: &str) -> Result<ExitCode, HelperFailure> {
         "prepare" => {
             check_my_home(&home)?;
             let mut input = std::io::BufReader::new(std::io::stdin().lock());
-            let req: Request = wire::read_header(&mut input)?;
+            let req: Request = wire::read_request(&mut input)?;
             let stdout = std::io::stdout();
-            let mut out = stdout.lock();
+            let mut out = std::io::BufWriter::new(stdout.lock());
             prepare(&req, &home, &mut input, &mut out)?;
             out.flush().map_err(HelperFailure::Output)?;
             Ok(ExitCode::SUCCESS)
         }
         "snapshot" => {
             check_my_home(&home)?;
-            let req: Request = wire::read_header(&mut std::io::stdin().lock())?;
+            let req: Request = wire::read_request(&mut std::io::stdin().lock())?;
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
             snapshot(&req, &home, &mut out)?;
@@ -160,7 +160,7 @@ fn run(op: &str) -> Result<ExitCode, HelperFailure> {
         "tool" => {
             check_my_home(&home)?;
             let mut input = std::io::stdin().lock();
-            let req: Request = wire::read_header(&mut input)?;
+            let req: Request = wire::read_request(&mut input)?;
             let tool: crate::tools::ToolRequest = wire::read_header(&mut input)?;
             let dir = sandbox_dir(&home, &req, false)?;
             let reply = crate::tools::execute(&dir, &tool.tool, &tool.limits);
@@ -172,7 +172,7 @@ fn run(op: &str) -> Result<ExitCode, HelperFailure> {
         }
         "exec" => {
             check_my_home(&home)?;
-            let req: Request = wire::read_header(&mut std::io::stdin().lock())?;
+            let req: Request = wire::read_request(&mut std::io::stdin().lock())?;
             exec(&req, &home)
         }
         other => Err(HelperFailure::UnknownOp(other.to_string())),
@@ -308,7 +308,7 @@ fn prepare(
             sync_files(&dir, &repo, &base, None, None, None)?.0
         }
     };
-    wire::write_header(out, &reply).map_err(HelperFailure::Output)
+    wire::write_prepare_reply(out, &reply).map_err(HelperFailure::Output)
 }
 
 fn snapshot(req: &Request, home: &Path, out: &mut impl Write) -> Result<(), HelperFailure> {

@@ -826,7 +826,7 @@ impl UserSandbox {
             "prepare",
             |w| {
                 let mut w = std::io::BufWriter::new(w);
-                wire::write_header(&mut w, &request)?;
+                wire::write_request(&mut w, &request)?;
                 let mut sent = std::collections::HashSet::new();
                 for entry in base.values() {
                     if known.contains(&entry.oid) || !sent.insert(entry.oid) {
@@ -843,13 +843,13 @@ impl UserSandbox {
                 w.flush()
             },
             |r| {
-                wire::read_header::<PrepareReply>(&mut std::io::BufReader::new(r)).map_err(
-                    |source| HelperError::Stream {
+                wire::read_prepare_reply(&mut std::io::BufReader::new(r)).map_err(|source| {
+                    HelperError::Stream {
                         op: "prepare",
                         source,
                         stderr: String::new(),
-                    },
-                )
+                    }
+                })
             },
         )
     }
@@ -897,7 +897,7 @@ impl UserSandbox {
         request.no_pid_namespace = pid_namespace_disabled();
         let mut bytes = Vec::new();
         // Serializing strings and integers into a Vec cannot fail.
-        let _ = wire::write_header(&mut bytes, &request);
+        let _ = wire::write_request(&mut bytes, &request);
         bytes
     }
 }
@@ -1100,7 +1100,7 @@ impl Sandbox for UserSandbox {
             "snapshot",
             |w| {
                 let mut w = std::io::BufWriter::new(w);
-                wire::write_header(&mut w, &request)?;
+                wire::write_request(&mut w, &request)?;
                 w.flush()
             },
             |r| read_snapshot(&mut std::io::BufReader::new(r), store, base, cap),
@@ -1114,7 +1114,7 @@ impl Sandbox for UserSandbox {
             "tool",
             |w| {
                 let mut w = std::io::BufWriter::new(w);
-                wire::write_header(&mut w, &request)?;
+                wire::write_request(&mut w, &request)?;
                 wire::write_header(&mut w, tool)?;
                 w.flush()
             },
