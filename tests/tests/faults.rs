@@ -757,9 +757,16 @@ async fn a_read_only_state_directory_changes_nothing_and_a_restart_recovers() {
         err.contains("Read-only file system") || err.contains("os error 30"),
         "{err}"
     );
+    // It never said it was serving (a hub that started says so: the control below).
+    assert!(!err.contains("hunkgate: serving"), "{err}");
     drop(ro);
 
     let hub = ws.serve(&[]).unwrap();
+    assert!(
+        hub.log_text().contains("hunkgate: serving"),
+        "{}",
+        hub.log_text()
+    );
     if !applied {
         assert_eq!(state_of(&hub, &sid, &hid), "pending");
         let r = accept(&hub, &sid, &hid);

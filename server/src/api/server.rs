@@ -254,6 +254,17 @@ pub async fn run(
     cfg: ServeConfig,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    run_then(listener, cfg, shutdown, |_| {}).await
+}
+
+/// [`run`], calling `ready` once the hub is open (its state read, recovered and writable) and
+/// `hub.json` written, right before it serves: a hub that cannot start never says it serves.
+pub async fn run_then(
+    listener: TcpListener,
+    cfg: ServeConfig,
+    shutdown: CancellationToken,
+    ready: impl FnOnce(&ServeConfig),
+) -> anyhow::Result<()> {
     let port = listener.local_addr()?.port();
     let started = open_hub(cfg, port, shutdown.clone())?;
     let hub = started.hub.clone();
@@ -265,6 +276,7 @@ pub async fn run(
         "repo": hub.cfg().repo,
     });
     write_private(&hub_json, info.to_string().as_bytes())?;
+    ready(hub.cfg());
     tracing::info!(url = %hub.url(), repo = %hub.cfg().repo.display(), state = %hub.cfg().state_dir.display(), "hunkgate hub listening");
     let app = crate::api::http::router(hub.clone());
     let served = axum::serve(without_nagle(listener), app)

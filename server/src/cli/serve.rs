@@ -102,10 +102,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if !actual.ip().is_loopback() {
         tracing::warn!(%actual, "listening beyond loopback: anyone who can reach this address and has the token can change your checkout");
     }
-    announce(&cfg, actual);
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
-    crate::api::server::run(listener, cfg, shutdown).await?;
+    crate::api::server::run_then(listener, cfg, shutdown, |cfg| announce(cfg, actual)).await?;
     Ok(ExitCode::SUCCESS)
 }
 
