@@ -267,6 +267,9 @@ fn prepare(
     // A full prepare (no record: the first, or the hub's retry after a failure) starts from
     // no objects, so a damaged one cannot wedge the slot.
     let (repo, mut known) = fresh_git(&dir, None, req.record.is_some())?;
+    // A full prepare sends every blob of the base: written as one pack, not 10,000 loose
+    // objects (an inode each).
+    let mut blobs = repo.scratch_batch();
     loop {
         match wire::read_frame(input, u64::MAX)? {
             Frame::Blob { oid, bytes } => {
@@ -276,7 +279,7 @@ fn prepare(
                         why: format!("not a blob id: {e}"),
                     }
                 })?;
-                store_blob(&dir, &repo, id, &bytes)?;
+                store_blob(&dir, &mut blobs, id, &bytes)?;
                 known.insert(id);
             }
             Frame::End => break,
@@ -288,6 +291,7 @@ fn prepare(
             }
         }
     }
+    blobs.finish().map_err(SyncError::from)?;
     // Every blob of the base must be here now: kept (found by name as the old objects were
     // carried over, no `stat` each) or just sent.
     crate::sync::ensure_blobs(&dir, &repo, &base, &known, |_| Ok(None))?;

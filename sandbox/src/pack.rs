@@ -31,11 +31,23 @@ pub struct PackWriter {
     deflate: flate2::write::ZlibEncoder<Vec<u8>>,
     /// Entries not yet written to the file (written a megabyte at a time).
     pending: Vec<u8>,
+    /// Whether `finish` fsyncs the pack, its index and the directory (not for a sandbox's
+    /// scratch repository, which a crash may lose).
+    durable: bool,
 }
 
 impl PackWriter {
     /// Start a pack in `pack_dir` (a repository's `objects/pack`, created if missing).
     pub fn new(pack_dir: &Path) -> std::io::Result<Self> {
+        Self::start(pack_dir, true)
+    }
+
+    /// [`PackWriter::new`] for a scratch repository: nothing is fsynced.
+    pub fn scratch(pack_dir: &Path) -> std::io::Result<Self> {
+        Self::start(pack_dir, false)
+    }
+
+    fn start(pack_dir: &Path, durable: bool) -> std::io::Result<Self> {
         std::fs::create_dir_all(pack_dir)?;
         let mut file = tempfile::Builder::new()
             .prefix("tmp_pack_")
@@ -49,6 +61,7 @@ impl PackWriter {
             offset: 12,
             deflate: flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast()),
             pending: Vec::new(),
+            durable,
         })
     }
 
@@ -104,21 +117,27 @@ impl PackWriter {
         let checksum = hasher.try_finalize().map_err(std::io::Error::other)?;
         file.seek(SeekFrom::End(0))?;
         file.write_all(checksum.as_bytes())?;
-        file.sync_all()?;
+        if self.durable {
+            file.sync_all()?;
+        }
 
         let index = index_v2(&mut self.entries, checksum)?;
         let mut idx = tempfile::Builder::new()
             .prefix("tmp_idx_")
             .tempfile_in(&self.dir)?;
         idx.write_all(&index)?;
-        idx.as_file().sync_all()?;
+        if self.durable {
+            idx.as_file().sync_all()?;
+        }
 
         let name = format!("pack-{}", checksum.to_hex());
         let pack_path = self.dir.join(format!("{name}.pack"));
         self.file.persist(&pack_path).map_err(|e| e.error)?;
         idx.persist(self.dir.join(format!("{name}.idx")))
             .map_err(|e| e.error)?;
-        std::fs::File::open(&self.dir)?.sync_all()?;
+        if self.durable {
+            std::fs::File::open(&self.dir)?.sync_all()?;
+        }
         Ok(pack_path)
     }
 }

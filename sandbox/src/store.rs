@@ -546,6 +546,15 @@ impl Store {
             held: Vec::new(),
             pack: None,
             ids: Default::default(),
+            durable: true,
+        }
+    }
+
+    /// [`Store::batch`] for a scratch repository (a sandbox's): its pack is not fsynced.
+    pub fn scratch_batch(&self) -> BlobBatch<'_> {
+        BlobBatch {
+            durable: false,
+            ..self.batch()
         }
     }
 
@@ -566,6 +575,7 @@ pub struct BlobBatch<'s> {
     held: Vec<(ObjectId, Vec<u8>)>,
     pack: Option<crate::pack::PackWriter>,
     ids: std::collections::HashSet<ObjectId>,
+    durable: bool,
 }
 
 impl BlobBatch<'_> {
@@ -586,8 +596,14 @@ impl BlobBatch<'_> {
         }
         self.held.push((oid, bytes.to_vec()));
         if self.held.len() > Self::PACK_AT {
-            let mut pack = crate::pack::PackWriter::new(&self.store.path.join("objects/pack"))
-                .map_err(|e| self.store.err(format!("starting a pack: {e}")))?;
+            // The repository's own objects directory: a worktree store's `path` is the worktree.
+            let dir = self.store.local().git_dir().join("objects").join("pack");
+            let pack = if self.durable {
+                crate::pack::PackWriter::new(&dir)
+            } else {
+                crate::pack::PackWriter::scratch(&dir)
+            };
+            let mut pack = pack.map_err(|e| self.store.err(format!("starting a pack: {e}")))?;
             for (oid, bytes) in self.held.drain(..) {
                 pack.add_blob(oid, &bytes).map_err(|e| self.store.err(e))?;
             }

@@ -11,9 +11,11 @@
 //! the racy rule sends it to the content comparison.
 //!
 //! The sandbox's own `.git` is recreated on every sync (the agent may have planted hooks,
-//! filters or an fsmonitor in it), but its loose objects are carried over — after checking
-//! that they are plain directories, and dropping packs and `info/` (alternates) — so only the
-//! base's new blobs are written into it.
+//! filters or an fsmonitor in it), but its objects are carried over — loose objects in plain
+//! fan-out directories and packs whose index reads, dropping everything else, `info/`
+//! (alternates) included — so only the base's new blobs are written into it. A blob taken
+//! from them is checked against its id before it is written into the sandbox: the agent
+//! could have rewritten any of them.
 //!
 //! Records live in this process ([`remember`], [`recall`]), keyed by the slot's directory: a
 //! hub restart forgets them and the next sync compares every file by content once.
@@ -30,7 +32,7 @@ use gix::hash::ObjectId;
 use crate::beneath::{Beneath, FsError, Kind};
 use crate::snapshot::{split_by_dirty, walk_not_ignored};
 use crate::statcache::{file_stat, is_racy, mtime_of};
-use crate::store::{blob_id, Entry, FlatTree, Mode, Store, StoreError};
+use crate::store::{blob_id, BlobBatch, Entry, FlatTree, Mode, Store, StoreError};
 use crate::watch::Dirty;
 use crate::wire::{BaseEntry, EntryMode, FileStat, PrepareReply, SyncRecord};
 
@@ -52,7 +54,7 @@ pub enum SyncError {
     Store(#[from] StoreError),
     #[error("preparing sandbox {dir}: blob {oid} of the base is not in the sandbox's objects and was not sent (a full prepare fixes it)")]
     MissingBlob { dir: PathBuf, oid: ObjectId },
-    #[error("preparing sandbox {dir}: a blob sent as {oid} hashes to {got}")]
+    #[error("preparing sandbox {dir}: the blob given as {oid} hashes to {got}")]
     BadBlob {
         dir: PathBuf,
         oid: ObjectId,
@@ -158,7 +160,7 @@ pub fn fresh_git(
     let mut kept = HashSet::new();
     if keep_objects && real_dir(&git_dir) && real_dir(&objects) {
         std::fs::rename(&objects, &keep).map_err(io)?;
-        match keep_loose_only(&keep) {
+        match kept_objects(&keep) {
             Ok(ids) => kept = ids,
             Err(e) => {
                 tracing::warn!(error = %e, dir = %keep.display(), "dropping the sandbox's old objects");
@@ -196,20 +198,27 @@ fn remove_any(p: &Path) -> std::io::Result<()> {
     }
 }
 
-/// Keep only `xx/` fan-out directories (real directories, two hex digits) of an objects
-/// directory, and in them only regular files: no packs, no `info/alternates`, no symlinks.
-/// Returns the ids the kept files are named by.
-fn keep_loose_only(objects: &Path) -> std::io::Result<HashSet<ObjectId>> {
+/// Keep of an objects directory only what a later sync may use, each checked to be a plain
+/// file: `xx/` fan-out directories (real directories, two hex digits) and the regular files in
+/// them, and in `pack/` the `pack-<hex>.pack` and `.idx` pairs whose index reads. No `info/`
+/// (alternates), no symlinks, nothing else. Returns the ids kept: by name for loose objects,
+/// from the index for packs (no `stat` per object either way).
+fn kept_objects(objects: &Path) -> std::io::Result<HashSet<ObjectId>> {
     let mut ids = HashSet::new();
     for entry in std::fs::read_dir(objects)? {
         let entry = entry?;
         let name = entry.file_name();
+        let path = entry.path();
+        let is_dir = entry.file_type()?.is_dir();
+        if is_dir && name == "pack" {
+            keep_packs(&path, &mut ids)?;
+            continue;
+        }
         let fanout = name.len() == 2
             && name
                 .to_str()
                 .is_some_and(|n| n.bytes().all(|b| b.is_ascii_hexdigit()));
-        let path = entry.path();
-        if !fanout || !entry.file_type()?.is_dir() {
+        if !fanout || !is_dir {
             remove_any(&path)?;
             continue;
         }
@@ -229,6 +238,53 @@ fn keep_loose_only(objects: &Path) -> std::io::Result<HashSet<ObjectId>> {
     Ok(ids)
 }
 
+/// [`kept_objects`] for `objects/pack`: a pair is kept, and its ids added to `ids`, only when
+/// both files are regular files and the index reads; everything else there is removed.
+fn keep_packs(dir: &Path, ids: &mut HashSet<ObjectId>) -> std::io::Result<()> {
+    // pack name → (has .pack, has .idx)
+    let mut pairs: std::collections::BTreeMap<String, (bool, bool)> = Default::default();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let stem = name
+            .strip_suffix(".pack")
+            .map(|s| (s, true))
+            .or_else(|| name.strip_suffix(".idx").map(|s| (s, false)))
+            .filter(|(s, _)| {
+                s.strip_prefix("pack-")
+                    .is_some_and(|h| h.len() == 40 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+            });
+        match stem {
+            Some((stem, is_pack)) if entry.file_type()?.is_file() => {
+                let pair = pairs.entry(stem.to_string()).or_default();
+                if is_pack {
+                    pair.0 = true;
+                } else {
+                    pair.1 = true;
+                }
+            }
+            _ => remove_any(&entry.path())?,
+        }
+    }
+    for (stem, pair) in pairs {
+        let idx = dir.join(format!("{stem}.idx"));
+        let read = match pair {
+            (true, true) => gix::odb::pack::index::File::at(&idx, gix::hash::Kind::Sha1).ok(),
+            _ => None,
+        };
+        match read {
+            Some(index) => {
+                ids.extend((0..index.num_objects()).map(|i| index.oid_at_index(i).to_owned()))
+            }
+            None => {
+                remove_any(&dir.join(format!("{stem}.pack")))?;
+                remove_any(&idx)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Make sure every blob of `base` is in the sandbox's repository, taking missing ones from
 /// `source` (the hub's store, for a local sandbox). Blobs in `known` (the previous base's,
 /// whose objects were kept) are not even looked up.
@@ -240,6 +296,7 @@ pub fn ensure_blobs(
     mut source: impl FnMut(ObjectId) -> Result<Option<Vec<u8>>, SyncError>,
 ) -> Result<(), SyncError> {
     let mut seen = HashSet::new();
+    let mut blobs = repo.scratch_batch();
     for entry in base.values() {
         if known.contains(&entry.oid) || !seen.insert(entry.oid) || repo.has_object(entry.oid) {
             continue;
@@ -248,14 +305,19 @@ pub fn ensure_blobs(
             dir: dir.to_path_buf(),
             oid: entry.oid,
         })?;
-        store_blob(dir, repo, entry.oid, &bytes)?;
+        store_blob(dir, &mut blobs, entry.oid, &bytes)?;
     }
-    Ok(())
+    Ok(blobs.finish()?)
 }
 
-/// Write a blob that claims to be `oid` into `repo`, refusing one that is not.
-pub fn store_blob(dir: &Path, repo: &Store, oid: ObjectId, bytes: &[u8]) -> Result<(), SyncError> {
-    let got = repo.write_blob(bytes)?;
+/// Write a blob that claims to be `oid` into `blobs`, refusing one that is not.
+pub fn store_blob(
+    dir: &Path,
+    blobs: &mut BlobBatch<'_>,
+    oid: ObjectId,
+    bytes: &[u8],
+) -> Result<(), SyncError> {
+    let got = blobs.write_blob(bytes)?;
     if got != oid {
         return Err(SyncError::BadBlob {
             dir: dir.to_path_buf(),
@@ -346,6 +408,15 @@ pub fn sync_files(
             continue;
         }
         let bytes = repo.read_blob(entry.oid)?;
+        // Kept objects are the agent's to rewrite: only what hashes to the base's id is written.
+        let got = blob_id(&bytes);
+        if got != entry.oid {
+            return Err(SyncError::BadBlob {
+                dir: dir.to_path_buf(),
+                oid: entry.oid,
+                got,
+            });
+        }
         match entry.mode {
             Mode::Symlink => root.symlink(path, &bytes).map_err(fs_err)?,
             Mode::File | Mode::Executable => {
@@ -796,6 +867,88 @@ mod tests {
         prepare(&store, &dir, &base);
         assert_eq!(std::fs::read(dir.join("a.txt")).unwrap(), b"a\n");
         assert_eq!(read_back(&store, &dir, &base), base);
+    }
+
+    /// A loose object file holding the blob `content`, zlib-compressed as git writes it.
+    fn loose_object(content: &[u8]) -> Vec<u8> {
+        use std::io::Write;
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+        z.write_all(format!("blob {}\0", content.len()).as_bytes())
+            .unwrap();
+        z.write_all(content).unwrap();
+        z.finish().unwrap()
+    }
+
+    #[test]
+    fn a_rewritten_kept_object_is_never_written_into_the_sandbox() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let base = tree(&store, &[("a.txt", Mode::File, "a\n")]);
+        let dir = tmp.path().join("sb");
+        prepare(&store, &dir, &base);
+        // The agent rewrites the blob's loose object into a well-formed object of other
+        // content, and changes the file, so the next sync must write it from that object.
+        let oid = base["a.txt"].oid;
+        let hex = oid.to_string();
+        let obj = dir.join(".git/objects").join(&hex[..2]).join(&hex[2..]);
+        std::fs::set_permissions(&obj, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::write(&obj, loose_object(b"evil\n")).unwrap();
+        std::fs::write(dir.join("a.txt"), "changed\n").unwrap();
+        // Control: read by its id, the object now gives the agent's content.
+        let planted = Store::open_existing(&dir).unwrap().read_blob(oid).unwrap();
+        assert_eq!(planted, b"evil\n");
+        prepare(&store, &dir, &base);
+        assert_eq!(std::fs::read(dir.join("a.txt")).unwrap(), b"a\n");
+        assert_eq!(read_back(&store, &dir, &base), base);
+    }
+
+    #[test]
+    fn packs_are_kept_when_their_index_reads_and_nothing_else_in_pack_is() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("sb");
+        std::fs::create_dir_all(&dir).unwrap();
+        let (repo, _) = fresh_git(&dir, None, false).unwrap();
+        let mut batch = repo.scratch_batch();
+        let packed: Vec<ObjectId> = (0..=BlobBatch::PACK_AT)
+            .map(|i| batch.write_blob(format!("blob {i}\n").as_bytes()).unwrap())
+            .collect();
+        batch.finish().unwrap();
+        let loose = repo.write_blob(b"loose\n").unwrap();
+        let pack_dir = dir.join(".git/objects/pack");
+        let real: Vec<String> = std::fs::read_dir(&pack_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(real.len(), 2, "one pack and its index: {real:?}");
+        // What the agent adds: junk, a pack without its index, a pair whose index is
+        // garbage, and a symlink named like an index.
+        let name = |c: char| format!("pack-{}", c.to_string().repeat(40));
+        std::fs::write(pack_dir.join("junk.txt"), "x").unwrap();
+        std::fs::write(pack_dir.join(format!("{}.pack", name('a'))), "x").unwrap();
+        std::fs::write(pack_dir.join(format!("{}.pack", name('b'))), "x").unwrap();
+        std::fs::write(pack_dir.join(format!("{}.idx", name('b'))), "garbage").unwrap();
+        symlink("/etc/passwd", pack_dir.join(format!("{}.idx", name('c')))).unwrap();
+        std::fs::write(pack_dir.join(format!("{}.pack", name('c'))), "x").unwrap();
+
+        let (repo, kept) = fresh_git(&dir, None, true).unwrap();
+        for id in packed.iter().chain([&loose]) {
+            assert!(kept.contains(id), "{id} kept");
+        }
+        assert_eq!(kept.len(), packed.len() + 1);
+        let mut left: Vec<String> = std::fs::read_dir(&pack_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        let mut want = real.clone();
+        want.sort();
+        assert_eq!(left, want, "only the real pair is left");
+        // The kept pack is read by the new repository.
+        assert_eq!(repo.read_blob(packed[3]).unwrap(), b"blob 3\n");
+        // Not keeping objects (the fallback) drops the pack too.
+        let (_, kept) = fresh_git(&dir, None, false).unwrap();
+        assert!(kept.is_empty());
+        assert!(!pack_dir.exists() || std::fs::read_dir(&pack_dir).unwrap().next().is_none());
     }
 
     #[test]
