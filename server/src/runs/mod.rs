@@ -260,6 +260,8 @@ impl Hub {
             self.run_error(&run_id, ErrorCode::ExperimentFailed, msg);
         }
         self.forget_run(&run_id);
+        // The run's snapshots, sandbox exchanges and read-backs are freed now.
+        tokio::task::spawn_blocking(hunkgate_sandbox::return_freed_memory);
     }
 
     /// Drop a finished run's cancel token and open question, and note its outcome in its

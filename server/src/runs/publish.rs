@@ -66,7 +66,10 @@ impl Hub {
             self.describe_jj_change(jj_sandbox.as_ref(), change, description)
                 .await;
         }
-        self.announce_suggestion(run_id, suggestion)
+        let view = self.announce_suggestion(run_id, suggestion);
+        // A publish allocates in proportion to the change and frees most of it again.
+        tokio::task::spawn_blocking(hunkgate_sandbox::return_freed_memory);
+        view
     }
 
     /// The live state of `run_id`, which only a running agent has.
