@@ -364,6 +364,8 @@ pub struct RunFigures {
     /// The agent's last line → `suggestion.ready` at a WebSocket client (None: no suggestion).
     pub ready: Option<Duration>,
     pub hunk_count: usize,
+    /// The disk right before the run (see [`fsync_probe`]).
+    pub disk: Duration,
 }
 
 /// Everything measured under one isolation mode.
@@ -405,6 +407,10 @@ pub struct ModeFigures {
     pub loaded: Memory,
     pub loaded_suggestions: usize,
     pub loaded_hunks: usize,
+    /// The disk right before the first round of small accepts and the big review (see
+    /// [`fsync_probe`]).
+    pub disk_small: Duration,
+    pub disk_big: Duration,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -609,6 +615,29 @@ fn settle() -> Result<()> {
     Ok(())
 }
 
+/// How the disk is doing right now: the median of five `fdatasync`s of a 4 KiB write to a
+/// file beside the hub's state dir (same filesystem). Taken right after the `sync` before a
+/// timed step, it tells a slow step of the hub from a slow disk: on the project's machine an
+/// idle disk answers in about 0.2 ms, and some runs find it at several milliseconds for tens
+/// of seconds after a burst of writes, whatever the benchmark does before.
+fn fsync_probe(state: &Path) -> Result<Duration> {
+    use std::io::{Seek, Write};
+    let path = state.with_file_name("fsync-probe");
+    let mut f = std::fs::File::create(&path)?;
+    let block = [0x5au8; 4096];
+    let mut samples = Vec::with_capacity(5);
+    for _ in 0..5 {
+        f.rewind()?;
+        let t = Instant::now();
+        f.write_all(&block)?;
+        f.sync_data()?;
+        samples.push(t.elapsed());
+    }
+    drop(f);
+    std::fs::remove_file(&path)?;
+    Ok(percentile(&samples, 50.0))
+}
+
 /// The agent's own start and end stamps, from its output log.
 fn agent_stamps(state: &Path, run_id: &str) -> Result<(u128, u128)> {
     let log = state.join("runs").join(format!("{run_id}.log"));
@@ -642,6 +671,7 @@ async fn timed_run(
     expect_suggestion: bool,
 ) -> Result<(RunFigures, Option<Value>)> {
     settle()?;
+    let disk = fsync_probe(&hub.state)?;
     let posted = now_ns();
     let r = http
         .post("/runs", &json!({"prompt": "hgbench", "agent": template}))
@@ -693,6 +723,7 @@ async fn timed_run(
             start: ns_between(posted, start),
             ready: ready_at.map(|r| ns_between(end, r)),
             hunk_count,
+            disk,
         },
         suggestion,
     ))
@@ -1078,8 +1109,12 @@ async fn review_hub(
     ));
     let mut accept_small = Vec::new();
     let mut journal_per_decision_small = 0.0;
+    let mut disk_small = Duration::ZERO;
     for round in 0..cfg.small_rounds {
         settle()?;
+        if round == 0 {
+            disk_small = fsync_probe(&hub.state)?;
+        }
         let before = journal_len(&hub.state);
         accept_small
             .extend(decide_each(&mut client, &small_id, &small_hunks, "accept", "accepted").await?);
@@ -1112,6 +1147,7 @@ async fn review_hub(
         big_hunks.len()
     ));
     settle()?;
+    let disk_big = fsync_probe(&hub.state)?;
     let journal_before_review = journal_len(&hub.state);
     let t = Instant::now();
     let accept_big = decide_each(&mut client, &big_id, &big_hunks, "accept", "accepted").await?;
@@ -1176,6 +1212,8 @@ async fn review_hub(
         loaded: Memory::default(),
         loaded_suggestions: 0,
         loaded_hunks: 0,
+        disk_small,
+        disk_big,
     })
 }
 
@@ -1541,6 +1579,18 @@ impl Report {
         for r in rows {
             out.push_str(&format!("| {} |\n", r.join(" | ")));
         }
+        let runs: Vec<String> = std::iter::once(&m.first_run)
+            .chain(&m.warm_runs)
+            .enumerate()
+            .map(|(i, r)| format!("run {} {}", i + 1, ms(r.disk)))
+            .collect();
+        out.push_str(&format!(
+            "\nThe disk right before each step (`fdatasync` of a 4 KiB write, median of 5): {}, \
+             {small}-hunk accepts {}, {big}-hunk accepts {}.\n",
+            runs.join(", "),
+            ms(m.disk_small),
+            ms(m.disk_big)
+        ));
         out
     }
 

@@ -115,6 +115,7 @@ async fn the_hub_benchmark_produces_every_figure() {
         "hub RSS with 3 suggestions × 20 hunks",
         "fan-out to 5 WebSocket clients",
         "events lost without a `resync`",
+        "The disk right before each step",
     ] {
         assert!(md.contains(step), "no row {step:?} in\n{md}");
     }
