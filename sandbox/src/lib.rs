@@ -66,7 +66,8 @@ pub fn limit_malloc_arenas() {
 /// that allocates in proportion to a change and frees most of it again — a publish, a run —
 /// the freed blocks otherwise stay resident wherever they sit in the heap, so the hub's RSS
 /// depended on which worker thread freed what: 53–73 MiB with the same 100 suggestions × 100
-/// hunks in the hub benchmark. A no-op elsewhere than on glibc Linux.
+/// hunks in the hub benchmark. It takes 0.05–0.6 ms with that heap, on a blocking thread.
+/// A no-op elsewhere than on glibc Linux.
 pub fn return_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only returns free pages of glibc's own arenas to the kernel, under

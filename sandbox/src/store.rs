@@ -276,6 +276,17 @@ impl Store {
     /// flat tree written whole by [`Store::write_tree`] gets the same id. Names are validated
     /// as [`Store::write_tree`] does; blobs are not looked up (the caller stored them).
     pub fn edit_tree(&self, base: ObjectId, changes: &Changes) -> Result<ObjectId, StoreError> {
+        // Each new entry's path is checked whole first, so a refusal names the path, not
+        // only the component (the trees written below are checked again, name by name).
+        for (path, entry) in changes {
+            if let Some(entry) = entry {
+                let mut parts = path.split('/').peekable();
+                while let Some(part) = parts.next() {
+                    let link = parts.peek().is_none() && entry.mode == Mode::Symlink;
+                    self.check_name(part, path, link)?;
+                }
+            }
+        }
         let repo = self.local();
         let mut editor = repo.edit_tree(base).map_err(|e| self.err(e))?.detach();
         // Removals first: a file that replaces a directory (or the other way round) is then
@@ -966,7 +977,8 @@ mod tests {
             "src/./x",
             "a//b",
         ] {
-            assert!(edit(bad).is_err(), "{bad} was written");
+            let err = edit(bad).expect_err(bad).to_string();
+            assert!(err.contains(bad), "the error names the path {bad}: {err}");
         }
     }
 
