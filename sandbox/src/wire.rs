@@ -204,38 +204,50 @@ const TAG_END: u8 = b'E';
 
 pub fn write_header<T: serde::Serialize>(w: &mut impl Write, header: &T) -> std::io::Result<()> {
     let json = serde_json::to_vec(header).map_err(std::io::Error::other)?;
-    w.write_all(&(json.len() as u32).to_be_bytes())?;
-    w.write_all(&json)
+    write_block(w, &json)
 }
 
 pub fn read_header<T: serde::de::DeserializeOwned>(r: &mut impl Read) -> Result<T, WireError> {
+    let bytes = read_block(r, "a header")?;
+    serde_json::from_slice(&bytes).map_err(|e| WireError::Malformed(format!("header: {e}")))
+}
+
+/// A block of bytes after its `u32` length, refused over [`MAX_HEADER`] before it is read.
+fn read_block(r: &mut impl Read, what: &'static str) -> Result<Vec<u8>, WireError> {
     let mut len = [0u8; 4];
     read_exact(r, &mut len)?;
     let len = u32::from_be_bytes(len) as u64;
     if len > MAX_HEADER {
         return Err(WireError::TooLong {
-            what: "a header",
+            what,
             len,
             max: MAX_HEADER,
         });
     }
-    let bytes = read_bytes(r, len)?;
-    serde_json::from_slice(&bytes).map_err(|e| WireError::Malformed(format!("header: {e}")))
+    read_bytes(r, len)
 }
 
-/// Write a request: its JSON header, then its base and record tables (see the module docs).
+/// `bytes` after their `u32` length.
+fn write_block(w: &mut impl Write, bytes: &[u8]) -> std::io::Result<()> {
+    let len = u32::try_from(bytes.len()).map_err(std::io::Error::other)?;
+    w.write_all(&len.to_be_bytes())?;
+    w.write_all(bytes)
+}
+
+/// Write a request: its JSON header, then its base and record tables (see the module docs),
+/// as one block that is read whole and parsed in memory.
 pub fn write_request(w: &mut impl Write, req: &Request) -> std::io::Result<()> {
     write_header(w, req)?;
     let mut table = Vec::new();
     write_base(&mut table, &req.base)?;
     write_record(&mut table, req.record.as_ref())?;
-    write_table(w, &table)
+    write_block(w, &table)
 }
 
 /// Read a request written by [`write_request`].
 pub fn read_request(r: &mut impl Read) -> Result<Request, WireError> {
     let mut req: Request = read_header(r)?;
-    let table = read_table(r)?;
+    let table = read_block(r, "a table")?;
     let mut t = table.as_slice();
     req.base = read_base(&mut t)?;
     req.record = read_record(&mut t)?;
@@ -248,40 +260,19 @@ pub fn write_prepare_reply(w: &mut impl Write, reply: &PrepareReply) -> std::io:
     write_header(w, reply)?;
     let mut table = Vec::new();
     write_record(&mut table, Some(&reply.record))?;
-    write_table(w, &table)
+    write_block(w, &table)
 }
 
 /// Read the helper's answer to `prepare` (hostile data: the table's length is checked against
 /// [`MAX_HEADER`] before it is read, and every count and length inside against what is left).
 pub fn read_prepare_reply(r: &mut impl Read) -> Result<PrepareReply, WireError> {
     let mut reply: PrepareReply = read_header(r)?;
-    let table = read_table(r)?;
+    let table = read_block(r, "a table")?;
     let mut t = table.as_slice();
     reply.record = read_record(&mut t)?
         .ok_or_else(|| WireError::Malformed("the prepare answer has no sync record".into()))?;
     table_end(t)?;
     Ok(reply)
-}
-
-/// The tables travel as one length-prefixed block (`u32`), read whole and parsed in memory.
-fn write_table(w: &mut impl Write, table: &[u8]) -> std::io::Result<()> {
-    let len = u32::try_from(table.len()).map_err(std::io::Error::other)?;
-    w.write_all(&len.to_be_bytes())?;
-    w.write_all(table)
-}
-
-fn read_table(r: &mut impl Read) -> Result<Vec<u8>, WireError> {
-    let mut len = [0u8; 4];
-    read_exact(r, &mut len)?;
-    let len = u32::from_be_bytes(len) as u64;
-    if len > MAX_HEADER {
-        return Err(WireError::TooLong {
-            what: "a table",
-            len,
-            max: MAX_HEADER,
-        });
-    }
-    read_bytes(r, len)
 }
 
 fn table_end(rest: &[u8]) -> Result<(), WireError> {
