@@ -902,6 +902,56 @@ mod tests {
         assert_eq!(read_back(&store, &dir, &base), base);
     }
 
+    /// A base of more blobs than a batch keeps loose: the first sync writes them as a pack and
+    /// writes every file from it; the next one keeps the pack and asks for no blob.
+    #[test]
+    fn a_large_base_goes_into_one_pack_that_later_syncs_keep() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let n = BlobBatch::PACK_AT + 36;
+        let files: Vec<(String, String)> = (0..n)
+            .map(|i| (format!("d{}/f{i}.txt", i % 7), format!("file {i}\n")))
+            .collect();
+        let spec: Vec<(&str, Mode, &str)> = files
+            .iter()
+            .map(|(p, c)| (p.as_str(), Mode::File, c.as_str()))
+            .collect();
+        let base = tree(&store, &spec);
+        let dir = tmp.path().join("sb");
+        let asked = std::cell::Cell::new(0);
+        let source = |oid| {
+            asked.set(asked.get() + 1);
+            Ok(Some(store.read_blob(oid)?))
+        };
+        assert_eq!(
+            sync_slot(&dir, &base, None, None, source).unwrap().written,
+            n as u64
+        );
+        assert_eq!(asked.replace(0), n);
+        let packs = || {
+            std::fs::read_dir(dir.join(".git/objects/pack"))
+                .map(|d| d.flatten().count())
+                .unwrap_or(0)
+        };
+        assert_eq!(packs(), 2, "one pack and its index");
+        for (p, c) in &files {
+            assert_eq!(std::fs::read_to_string(dir.join(p)).unwrap(), *c);
+        }
+        // The agent deletes a file: the next sync writes it back from the kept pack.
+        std::fs::remove_file(dir.join(&files[5].0)).unwrap();
+        assert_eq!(
+            sync_slot(&dir, &base, None, None, source).unwrap().written,
+            1
+        );
+        assert_eq!(asked.get(), 0, "every blob came from the kept pack");
+        assert_eq!(
+            std::fs::read_to_string(dir.join(&files[5].0)).unwrap(),
+            files[5].1
+        );
+        assert_eq!(packs(), 2);
+        assert_eq!(read_back(&store, &dir, &base), base);
+    }
+
     #[test]
     fn packs_are_kept_when_their_index_reads_and_nothing_else_in_pack_is() {
         let tmp = tempfile::tempdir().unwrap();
