@@ -618,8 +618,8 @@ fn settle() -> Result<()> {
 /// How the disk is doing right now: the median of five `fdatasync`s of a 4 KiB write to a
 /// file beside the hub's state dir (same filesystem). Taken right after the `sync` before a
 /// timed step, it tells a slow step of the hub from a slow disk: on the project's machine an
-/// idle disk answers in about 0.2 ms, and some runs find it at several milliseconds for tens
-/// of seconds after a burst of writes, whatever the benchmark does before.
+/// idle disk answers in about 0.1 ms, and one run found it at 4 ms right before its first run
+/// (which then took three times as long as in the runs before it).
 fn fsync_probe(state: &Path) -> Result<Duration> {
     use std::io::{Seek, Write};
     let path = state.with_file_name("fsync-probe");
