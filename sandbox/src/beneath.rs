@@ -415,42 +415,12 @@ impl Beneath {
             .parent_dir(path, &parts, true)?
             .ok_or_else(|| FsError::io(path, Errno::ENOENT))?;
         let name = parts[parts.len() - 1];
-        // A file being replaced keeps its permission bits (a 0600 secret stays 0600); only the
-        // executable bits follow `executable`. New files get 0644 / 0755 like git's checkout.
-        let mut existing_mode = None;
-        match nix::sys::stat::fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
-            Ok(st) => {
-                regular(path, kind_of(&st))?;
-                existing_mode = Some(mode_bits(&st) & 0o7777);
-            }
-            Err(Errno::ENOENT) => {}
-            Err(e) => return Err(FsError::io(path, e)),
-        }
+        let mode = file_mode(existing_file_mode(&dir, name, path)?, new_perm, executable);
         // Short and independent of the name: `.{name}.tmp` would not fit a 250-byte name.
         let tmp = temp_name();
-        let fd = nix::fcntl::openat(
-            dir.as_fd(),
-            tmp.as_str(),
-            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            Mode::from_bits_truncate(0o600),
-        )
-        .map_err(|e| FsError::io(path, e))?;
+        let mut file = create_new(&dir, &tmp, path)?;
         let result = (|| -> Result<(), FsError> {
-            let mut file = std::fs::File::from(fd);
-            file.write_all(bytes).map_err(|e| FsError::Io {
-                path: path.to_string(),
-                source: e,
-            })?;
-            let mode = match existing_mode {
-                Some(m) => with_exec(m, executable),
-                None if new_perm.is_some() => {
-                    with_exec(new_perm.unwrap_or(0o644) & 0o777, executable)
-                }
-                None if executable => 0o755,
-                None => 0o644,
-            };
-            nix::sys::stat::fchmod(file.as_fd(), Mode::from_bits_truncate(mode as _))
-                .map_err(|e| FsError::io(path, e))?;
+            fill(&mut file, path, bytes, mode)?;
             if self.durable {
                 file.sync_all().map_err(|e| FsError::Io {
                     path: path.to_string(),
@@ -494,31 +464,18 @@ impl Beneath {
             .parent_dir(path, &parts, true)?
             .ok_or_else(|| FsError::io(path, Errno::ENOENT))?;
         let name = parts[parts.len() - 1];
-        let mode = match nix::sys::stat::fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
-            Ok(st) => {
-                regular(path, kind_of(&st))?;
-                nix::unistd::unlinkat(dir.as_fd(), name, UnlinkatFlags::NoRemoveDir)
-                    .map_err(|e| FsError::io(path, e))?;
-                with_exec(mode_bits(&st) & 0o7777, executable)
-            }
-            Err(Errno::ENOENT) if executable => 0o755,
-            Err(Errno::ENOENT) => 0o644,
-            Err(e) => return Err(FsError::io(path, e)),
-        };
-        let fd = nix::fcntl::openat(
-            dir.as_fd(),
-            name,
-            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            Mode::from_bits_truncate(0o600),
+        let existing = existing_file_mode(&dir, name, path)?;
+        if existing.is_some() {
+            nix::unistd::unlinkat(dir.as_fd(), name, UnlinkatFlags::NoRemoveDir)
+                .map_err(|e| FsError::io(path, e))?;
+        }
+        let mut file = create_new(&dir, name, path)?;
+        fill(
+            &mut file,
+            path,
+            bytes,
+            file_mode(existing, None, executable),
         )
-        .map_err(|e| FsError::io(path, e))?;
-        let mut file = std::fs::File::from(fd);
-        file.write_all(bytes).map_err(|e| FsError::Io {
-            path: path.to_string(),
-            source: e,
-        })?;
-        nix::sys::stat::fchmod(file.as_fd(), Mode::from_bits_truncate(mode as _))
-            .map_err(|e| FsError::io(path, e))
     }
 
     /// Remove the temporary files [`Beneath::write_atomic_with`] left beside `path` when the
@@ -664,6 +621,54 @@ impl Beneath {
 }
 
 /// Set executable bits where the file is readable (git's 0644 <-> 0755), or clear them all.
+/// The permission bits of the regular file `name` in `dir`, None if nothing is there; an error
+/// if something else is (a symlink, a directory: never written through or over).
+fn existing_file_mode(dir: &OwnedFd, name: &str, path: &str) -> Result<Option<u32>, FsError> {
+    match nix::sys::stat::fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(st) => {
+            regular(path, kind_of(&st))?;
+            Ok(Some(mode_bits(&st) & 0o7777))
+        }
+        Err(Errno::ENOENT) => Ok(None),
+        Err(e) => Err(FsError::io(path, e)),
+    }
+}
+
+/// The permission bits a written file gets: a replaced file keeps its own (a 0600 secret stays
+/// 0600) and only the executable bits follow `executable`; a new file gets `new_perm` likewise,
+/// or 0644 / 0755 like git's checkout.
+fn file_mode(existing: Option<u32>, new_perm: Option<u32>, executable: bool) -> u32 {
+    match (existing, new_perm) {
+        (Some(m), _) => with_exec(m, executable),
+        (None, Some(p)) => with_exec(p & 0o777, executable),
+        (None, None) if executable => 0o755,
+        (None, None) => 0o644,
+    }
+}
+
+/// Create `name` in `dir`: never over anything, never through a symlink, private until
+/// [`fill`] gives it its mode.
+fn create_new(dir: &OwnedFd, name: &str, path: &str) -> Result<std::fs::File, FsError> {
+    let fd = nix::fcntl::openat(
+        dir.as_fd(),
+        name,
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(0o600),
+    )
+    .map_err(|e| FsError::io(path, e))?;
+    Ok(std::fs::File::from(fd))
+}
+
+/// Write `bytes` into a file [`create_new`] made and give it `mode`.
+fn fill(file: &mut std::fs::File, path: &str, bytes: &[u8], mode: u32) -> Result<(), FsError> {
+    file.write_all(bytes).map_err(|e| FsError::Io {
+        path: path.to_string(),
+        source: e,
+    })?;
+    nix::sys::stat::fchmod(file.as_fd(), Mode::from_bits_truncate(mode as _))
+        .map_err(|e| FsError::io(path, e))
+}
+
 fn with_exec(mode: u32, executable: bool) -> u32 {
     if executable {
         mode | ((mode & 0o444) >> 2)

@@ -659,6 +659,17 @@ mod tests {
             .tree(base)
     }
 
+    /// A blob source from `store` that counts in `asked` how many blobs it was asked for.
+    fn counting_source<'a>(
+        store: &'a Store,
+        asked: &'a std::cell::Cell<usize>,
+    ) -> impl Fn(ObjectId) -> Result<Option<Vec<u8>>, SyncError> + Copy + 'a {
+        move |oid| {
+            asked.set(asked.get() + 1);
+            Ok(Some(store.read_blob(oid)?))
+        }
+    }
+
     /// Move the remembered sync's stamp `secs` later (what time passing between the sync and
     /// the agent's edits does), so the stat path — not only the content path — is exercised.
     fn shift_stamp(dir: &Path, secs: i64) {
@@ -788,10 +799,7 @@ mod tests {
         );
         let dir = tmp.path().join("sb");
         let asked = std::cell::Cell::new(0);
-        let source = |oid| {
-            asked.set(asked.get() + 1);
-            Ok(Some(store.read_blob(oid)?))
-        };
+        let source = counting_source(&store, &asked);
         assert_eq!(
             sync_slot(&dir, &base1, None, None, source).unwrap().written,
             3
@@ -919,10 +927,7 @@ mod tests {
         let base = tree(&store, &spec);
         let dir = tmp.path().join("sb");
         let asked = std::cell::Cell::new(0);
-        let source = |oid| {
-            asked.set(asked.get() + 1);
-            Ok(Some(store.read_blob(oid)?))
-        };
+        let source = counting_source(&store, &asked);
         assert_eq!(
             sync_slot(&dir, &base, None, None, source).unwrap().written,
             n as u64
