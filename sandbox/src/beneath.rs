@@ -446,15 +446,19 @@ impl Beneath {
         result
     }
 
-    /// Write a regular file of a scratch tree (see [`Beneath::open_scratch`]): the old file,
-    /// if any, is unlinked and the new one created in its place (`O_EXCL`, never through a
-    /// symlink), keeping the old permission bits but for the executable ones, like
-    /// [`Beneath::write_atomic`]. Not atomic — a reader may see no file for a moment — which a
-    /// sandbox being synced, with no agent running in it, does not mind; in exchange it avoids
-    /// the rename over an existing file, which ext4 answers by writing the new file's data out
-    /// at once (`auto_da_alloc`), a tenth of a millisecond per file. Like the rename, the
-    /// unlink cuts a hard link the agent may have made to the file: the new bytes never reach
-    /// another name of the old inode. A durable tree gets [`Beneath::write_atomic`].
+    /// Write a regular file of a scratch tree (see [`Beneath::open_scratch`]), keeping the old
+    /// permission bits but for the executable ones, like [`Beneath::write_atomic`]. Not atomic
+    /// — a reader may see a half-written file for a moment — which a sandbox being synced, with
+    /// no agent running in it, does not mind.
+    ///
+    /// A regular file of this process's user that has no other name (one link) is overwritten
+    /// in place: its blocks are reused, where a new file costs an inode (ext4 without a journal
+    /// spends a third of a millisecond finding one) and a rename over the old one makes ext4
+    /// write the data out at once (`auto_da_alloc`). Anything else — a file with hard links
+    /// (the agent may have linked it from elsewhere), someone else's file, one the kernel
+    /// refuses to open for writing (a running program) — is unlinked and created anew
+    /// (`O_EXCL`, never through a symlink), so the new bytes never reach another name of an
+    /// inode. A durable tree gets [`Beneath::write_atomic`].
     pub fn write_scratch(&self, path: &str, bytes: &[u8], executable: bool) -> Result<(), FsError> {
         if self.durable {
             return self.write_atomic(path, bytes, executable);
@@ -465,7 +469,10 @@ impl Beneath {
             .ok_or_else(|| FsError::io(path, Errno::ENOENT))?;
         let name = parts[parts.len() - 1];
         let existing = existing_file_mode(&dir, name, path)?;
-        if existing.is_some() {
+        if let Some(mode) = existing {
+            if overwrite_sole_link(&dir, name, bytes, file_mode(Some(mode), None, executable)) {
+                return Ok(());
+            }
             nix::unistd::unlinkat(dir.as_fd(), name, UnlinkatFlags::NoRemoveDir)
                 .map_err(|e| FsError::io(path, e))?;
         }
@@ -659,6 +666,31 @@ fn create_new(dir: &OwnedFd, name: &str, path: &str) -> Result<std::fs::File, Fs
     Ok(std::fs::File::from(fd))
 }
 
+/// Overwrite `name` in `dir` with `bytes` and give it `mode`, when it is a regular file of this
+/// process's user with no other name; whether it was (see [`Beneath::write_scratch`]). Opened
+/// without following a symlink and without blocking (a FIFO swapped in fails), checked on the
+/// open descriptor. False leaves the file to be replaced: what a failure half-way wrote goes
+/// with it.
+fn overwrite_sole_link(dir: &OwnedFd, name: &str, bytes: &[u8], mode: u32) -> bool {
+    let Ok(fd) = nix::fcntl::openat(
+        dir.as_fd(),
+        name,
+        OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return false;
+    };
+    let mut file = std::fs::File::from(fd);
+    let sole = nix::sys::stat::fstat(file.as_fd()).is_ok_and(|st| {
+        matches!(kind_of(&st), Kind::File { .. })
+            && st.st_nlink == 1
+            && st.st_uid == nix::unistd::geteuid().as_raw()
+    });
+    sole && file.write_all(bytes).is_ok()
+        && file.set_len(bytes.len() as u64).is_ok()
+        && nix::sys::stat::fchmod(file.as_fd(), Mode::from_bits_truncate(mode as _)).is_ok()
+}
+
 /// Write `bytes` into a file [`create_new`] made and give it `mode`.
 fn fill(file: &mut std::fs::File, path: &str, bytes: &[u8], mode: u32) -> Result<(), FsError> {
     file.write_all(bytes).map_err(|e| FsError::Io {
@@ -823,8 +855,9 @@ mod tests {
         assert_eq!(b.read("a/b/c.txt", 100).unwrap(), None);
     }
 
-    /// A scratch tree's file is replaced in place (not renamed over), keeping its permission
-    /// bits but the executable ones, and never through a symlink or into a directory.
+    /// A scratch tree's file is written in place (not renamed over) — overwritten when it is the
+    /// file's only name, else replaced — keeping its permission bits but the executable ones,
+    /// and never through a symlink, into a directory or into another name of its inode.
     #[test]
     fn scratch_writes_replace_in_place_and_follow_nothing() {
         use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -847,6 +880,16 @@ mod tests {
         );
         // No temporary file is left beside it.
         assert_eq!(std::fs::read_dir(p("a")).unwrap().count(), 1);
+        // Its only name: overwritten, the same inode, cut to the new length.
+        let ino = |n: &str| std::fs::symlink_metadata(p(n)).unwrap().ino();
+        let before = ino("a/new.txt");
+        b.write_scratch("a/new.txt", b"short\n", true).unwrap();
+        assert_eq!(std::fs::read(p("a/new.txt")).unwrap(), b"short\n");
+        assert_eq!(
+            ino("a/new.txt"),
+            before,
+            "a sole link is overwritten in place"
+        );
 
         std::fs::write(outside.path().join("secret"), b"secret").unwrap();
         symlink(outside.path().join("secret"), p("link")).unwrap();
@@ -862,12 +905,27 @@ mod tests {
         assert!(p("link").is_symlink() && p("dir").is_dir());
         // A hard link to a file elsewhere is cut, not written through.
         std::fs::hard_link(outside.path().join("secret"), p("hard")).unwrap();
+        let linked = ino("hard");
         b.write_scratch("hard", b"base\n", false).unwrap();
         assert_eq!(std::fs::read(p("hard")).unwrap(), b"base\n");
+        assert_ne!(
+            ino("hard"),
+            linked,
+            "a file with another name gets a new inode"
+        );
         assert_eq!(
             std::fs::read(outside.path().join("secret")).unwrap(),
             b"secret"
         );
+        // Someone else's file (root can make one) is replaced by one of ours, not written into.
+        if nix::unistd::geteuid().is_root() {
+            std::fs::write(p("theirs"), b"theirs\n").unwrap();
+            std::os::unix::fs::chown(p("theirs"), Some(65534), Some(65534)).unwrap();
+            b.write_scratch("theirs", b"ours\n", false).unwrap();
+            assert_eq!(std::fs::read(p("theirs")).unwrap(), b"ours\n");
+            // (Its inode number may be reused: the owner tells the files apart.)
+            assert_eq!(std::fs::symlink_metadata(p("theirs")).unwrap().uid(), 0);
+        }
 
         // A durable tree writes atomically instead.
         let durable = Beneath::open(tmp.path()).unwrap();

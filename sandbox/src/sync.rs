@@ -516,9 +516,12 @@ pub fn sync_slot(
     })?;
     // With an alternate (the hub's store) every blob and tree of a base is there already:
     // nothing of the old .git is worth keeping.
+    let start = std::time::Instant::now();
     let (repo, mut known) = fresh_git(dir, alternate, alternate.is_none())?;
+    let git_done = start.elapsed();
     known.extend(previous.iter().flat_map(|s| s.base.values().map(|e| e.oid)));
     ensure_blobs(dir, &repo, base, &known, &mut source)?;
+    let blobs_done = start.elapsed();
     // The base's delta since the last sync, found once: it limits the old record, and it is
     // part of what may differ now.
     let changed = previous
@@ -562,6 +565,15 @@ pub fn sync_slot(
             sync_files(dir, &repo, base, None, None, None)?
         }
     };
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    tracing::debug!(
+        dir = %dir.display(),
+        git_ms = ms(git_done),
+        blobs_ms = ms(blobs_done - git_done),
+        files_ms = ms(start.elapsed() - blobs_done),
+        written = reply.written,
+        "sandbox synced"
+    );
     remember(
         dir,
         Some(Synced {
