@@ -144,39 +144,96 @@ pub(crate) fn walk(root: &Path, user_excludes: bool, within: Option<Within>) -> 
                 _ => true,
             }
         });
+    // The parallel walker: a whole walk shares its directories among a few threads (reading
+    // 10,000 entries is most of a sandbox read-back); a restricted one gets one worker, the
+    // point there being what is not read (the sequential walker opens every directory before
+    // its filter can skip it, the parallel one asks the filter first).
+    let threads = if restricted {
+        1
+    } else {
+        std::thread::available_parallelism().map_or(1, |n| n.get().min(WALK_THREADS))
+    };
+    let found = std::sync::Mutex::new(Vec::new());
+    builder
+        .threads(threads)
+        .build_parallel()
+        .visit(&mut Collect {
+            root,
+            found: &found,
+        });
+    let parts = found.into_inner().unwrap_or_else(|p| p.into_inner());
     let mut out = Walked::default();
-    if !restricted {
-        for entry in builder.build().flatten() {
-            out.take(root, &entry);
-        }
-        return out;
+    for part in parts {
+        out.files.extend(part.files);
+        out.dirs.extend(part.dirs);
+        out.skipped.extend(part.skipped);
     }
-    // The sequential walker opens every directory before its filter can skip it (a hundred
-    // `open`s to reach the one directory that changed); the parallel one asks the filter first
-    // and reads only what it enters. One worker: the point is what is not read.
-    let found = std::sync::Mutex::new(Walked::default());
-    builder.threads(1).build_parallel().run(|| {
-        Box::new(|entry| {
-            if let (Ok(entry), Ok(mut out)) = (entry, found.lock()) {
-                out.take(root, &entry);
-            }
-            ignore::WalkState::Continue
-        })
-    });
-    let mut out = found.into_inner().unwrap_or_else(|p| p.into_inner());
     out.dirs.sort();
     out.skipped.sort_by(|a, b| a.path.cmp(&b.path));
     out
+}
+
+/// At most this many threads walk a tree at once (see [`walk`]).
+const WALK_THREADS: usize = 4;
+
+/// What each thread of [`walk`] found, kept apart (no lock per entry) and handed over when the
+/// thread's visitor is dropped at the end of the walk.
+struct Collect<'a> {
+    root: &'a Path,
+    found: &'a std::sync::Mutex<Vec<Walked>>,
+}
+
+/// One thread's share of a [`walk`].
+struct CollectOne<'a> {
+    root: &'a Path,
+    found: &'a std::sync::Mutex<Vec<Walked>>,
+    mine: Walked,
+}
+
+impl<'s> ignore::ParallelVisitorBuilder<'s> for Collect<'s> {
+    fn build(&mut self) -> Box<dyn ignore::ParallelVisitor + 's> {
+        Box::new(CollectOne {
+            root: self.root,
+            found: self.found,
+            mine: Walked::default(),
+        })
+    }
+}
+
+impl ignore::ParallelVisitor for CollectOne<'_> {
+    fn visit(&mut self, entry: Result<ignore::DirEntry, ignore::Error>) -> ignore::WalkState {
+        if let Ok(entry) = entry {
+            self.mine.take(self.root, &entry);
+        }
+        ignore::WalkState::Continue
+    }
+}
+
+impl Drop for CollectOne<'_> {
+    fn drop(&mut self) {
+        let mine = std::mem::take(&mut self.mine);
+        match self.found.lock() {
+            Ok(mut found) => found.push(mine),
+            Err(poisoned) => poisoned.into_inner().push(mine),
+        }
+    }
 }
 
 impl Walked {
     fn take(&mut self, root: &Path, entry: &ignore::DirEntry) {
         use std::os::unix::ffi::OsStrExt;
         let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
-        let Ok(rel) = entry.path().strip_prefix(root) else {
+        // The walker builds each path as `root` + `/` + names: its relative part is a byte
+        // slice (`Path::strip_prefix` compares component by component, a tenth of a walk).
+        let (path, root) = (
+            entry.path().as_os_str().as_bytes(),
+            root.as_os_str().as_bytes(),
+        );
+        let Some(rel) = path.strip_prefix(root) else {
             return;
         };
-        match rel.to_str() {
+        let rel = rel.strip_prefix(b"/").unwrap_or(rel);
+        match std::str::from_utf8(rel).ok() {
             Some(s) if is_dir => self.dirs.push(s.to_string()),
             Some("") => {}
             Some(s) => {
@@ -184,7 +241,7 @@ impl Walked {
             }
             None if is_dir => {}
             None => self.skipped.push(Skipped {
-                path: shown_name(rel.as_os_str().as_bytes()),
+                path: shown_name(rel),
                 reason: NOT_UTF8.into(),
             }),
         }
@@ -233,6 +290,7 @@ pub enum Check {
 /// turned into directories are left out.
 ///
 /// The sandbox helper streams these to the hub; the hub's own snapshots store them directly.
+/// The `lstat`s come first, all at once ([`Beneath::lstat_many`]).
 pub fn capture_each<E>(
     root: &Beneath,
     candidates: BTreeSet<String>,
@@ -240,20 +298,22 @@ pub fn capture_each<E>(
     mut check: impl FnMut(&str, &FileStat) -> Check,
     mut sink: impl FnMut(Captured) -> Result<(), E>,
 ) -> Result<(), E> {
-    let mut dirs = crate::beneath::DirCache::default();
-    for path in candidates {
-        if let Some(captured) = capture_one(root, &mut dirs, path, cap, &mut check) {
+    let candidates: Vec<String> = candidates.into_iter().collect();
+    let stats = root.lstat_many(&candidates);
+    for (path, st) in candidates.into_iter().zip(stats) {
+        if let Some(captured) = capture_one(root, path, st, cap, &mut check) {
             sink(captured)?;
         }
     }
     Ok(())
 }
 
-/// Capture one candidate path as [`capture_each`] describes; `None` when it is left out.
+/// Capture one candidate path, whose `lstat` was `st`, as [`capture_each`] describes; `None`
+/// when it is left out.
 fn capture_one(
     root: &Beneath,
-    dirs: &mut crate::beneath::DirCache,
     path: String,
+    st: crate::beneath::LstatResult,
     cap: u64,
     check: &mut impl FnMut(&str, &FileStat) -> Check,
 ) -> Option<Captured> {
@@ -266,7 +326,7 @@ fn capture_one(
     if crate::beneath::components(&path).is_err() {
         return Some(skip("path hunkgate cannot represent".into()));
     }
-    let st = match root.lstat_cached(&path, dirs) {
+    let st = match st {
         Ok(Some(st)) => st,
         Ok(None) => return None,
         Err(e) => return Some(skip(e.to_string())),
@@ -465,7 +525,12 @@ pub fn sandbox_candidates<'a>(
     base_paths: impl IntoIterator<Item = &'a String>,
 ) -> (BTreeSet<String>, Vec<Skipped>) {
     let (mut candidates, skipped) = walk_reporting(dir, false);
-    candidates.extend(base_paths.into_iter().cloned());
+    // Most base paths were walked already: looked up, not cloned and dropped again.
+    for path in base_paths {
+        if !candidates.contains(path) {
+            candidates.insert(path.clone());
+        }
+    }
     (candidates, skipped)
 }
 
@@ -755,6 +820,59 @@ mod tests {
         );
         assert_eq!(snap.skipped.len(), 1, "{:?}", snap.skipped);
         assert_eq!(snap.skipped[0].path, "fifo");
+    }
+
+    /// A whole walk is shared among threads: it must find exactly what one thread going through
+    /// the tree in order finds — every file not ignored (nested `.gitignore`s apply to their own
+    /// directory), every directory entered, the names it cannot carry — in sorted order.
+    #[test]
+    fn a_parallel_walk_finds_what_a_sequential_one_does() {
+        use std::os::unix::ffi::OsStrExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        let mut want_files = BTreeSet::new();
+        let mut want_dirs = vec![String::new()];
+        for d in 0..40 {
+            let dir = format!("d{d:02}");
+            std::fs::create_dir_all(root.join(&dir).join("sub")).unwrap();
+            want_dirs.push(dir.clone());
+            want_dirs.push(format!("{dir}/sub"));
+            for f in 0..30 {
+                std::fs::write(root.join(&dir).join(format!("f{f}.txt")), "x").unwrap();
+                want_files.insert(format!("{dir}/f{f}.txt"));
+            }
+            std::fs::write(root.join(&dir).join("sub/deep.log"), "x").unwrap();
+            if d % 2 == 0 {
+                // Ignores its own directory's logs, not its siblings'.
+                std::fs::write(root.join(&dir).join(".gitignore"), "*.log\n").unwrap();
+                want_files.insert(format!("{dir}/.gitignore"));
+            } else {
+                want_files.insert(format!("{dir}/sub/deep.log"));
+            }
+        }
+        std::fs::create_dir(root.join(".git")).unwrap();
+        std::fs::write(root.join(".git/HEAD"), "not content").unwrap();
+        let odd = std::ffi::OsStr::from_bytes(b"d07/bad-\xff");
+        std::fs::write(root.join(odd), "x").unwrap();
+        want_dirs.sort();
+
+        let w = walk(root, false, None);
+        assert_eq!(w.files, want_files);
+        assert_eq!(w.dirs, want_dirs);
+        let skipped: Vec<&str> = w.skipped.iter().map(|s| s.path.as_str()).collect();
+        assert_eq!(skipped, ["d07/bad-\\xff"]);
+        // A restricted walk (one worker) agrees on what it enters.
+        let dirty = crate::watch::Dirty {
+            paths: ["d03/f1.txt".to_string()].into(),
+            ..Default::default()
+        };
+        let part = walk(root, false, Some(dirty.within()));
+        let d03: BTreeSet<String> = want_files
+            .iter()
+            .filter(|p| p.starts_with("d03/") && !p.starts_with("d03/sub/"))
+            .cloned()
+            .collect();
+        assert_eq!(part.files, d03);
     }
 
     #[test]

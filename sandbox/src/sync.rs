@@ -377,14 +377,19 @@ pub fn sync_files(
         .or(record)
         .map(|r| r.files.iter().map(|(p, s)| (p.as_str(), s)).collect())
         .unwrap_or_default();
-    let examine: Box<dyn Iterator<Item = (&String, &Entry)>> = match looked {
-        Some(_) => Box::new(current.iter().filter_map(|p| base.get_key_value(p))),
-        None => Box::new(base.iter()),
+    let examine: Vec<(&String, &Entry)> = match looked {
+        Some(_) => current
+            .iter()
+            .filter_map(|p| base.get_key_value(p))
+            .collect(),
+        None => base.iter().collect(),
     };
+    // Every `lstat` first, all at once (see `Beneath::lstat_many`).
+    let paths: Vec<&str> = examine.iter().map(|(p, _)| p.as_str()).collect();
+    let stats = root.lstat_many(&paths);
     let mut written = 0;
-    let mut dirs = crate::beneath::DirCache::default();
-    for (path, entry) in examine {
-        let st = root.lstat_cached(path, &mut dirs).map_err(fs_err)?;
+    for ((path, entry), st) in examine.into_iter().zip(stats) {
+        let st = st.map_err(fs_err)?;
         let stat = st.as_ref().map(file_stat);
         let trusted = match (stat, recorded.get(path.as_str()), stamp) {
             (Some(now), Some(was), Some(stamp)) => now == **was && !is_racy(was, stamp),
