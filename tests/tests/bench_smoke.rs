@@ -51,6 +51,7 @@ fn check_mode(cfg: &Config, m: &ModeFigures) {
         ("git stash create (first)", m.stash_first),
         ("git worktree add (first)", m.checkout_first),
         ("git stash create (warm)", m.stash_warm),
+        ("git status (warm)", m.status_warm),
         ("git diff (big)", m.diff_big),
         ("git diff (small)", m.diff_small),
     ] {
