@@ -141,19 +141,19 @@ fn run(op: &str) -> Result<ExitCode, HelperFailure> {
         "prepare" => {
             check_my_home(&home)?;
             let mut input = std::io::BufReader::new(std::io::stdin().lock());
-            let req: Request = wire::read_request(&mut input)?;
+            let mut req: Request = wire::read_request(&mut input)?;
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
-            prepare(&req, &home, &mut input, &mut out)?;
+            prepare(&mut req, &home, &mut input, &mut out)?;
             out.flush().map_err(HelperFailure::Output)?;
             Ok(ExitCode::SUCCESS)
         }
         "snapshot" => {
             check_my_home(&home)?;
-            let req: Request = wire::read_request(&mut std::io::stdin().lock())?;
+            let mut req: Request = wire::read_request(&mut std::io::stdin().lock())?;
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
-            snapshot(&req, &home, &mut out)?;
+            snapshot(&mut req, &home, &mut out)?;
             out.flush().map_err(HelperFailure::Output)?;
             Ok(ExitCode::SUCCESS)
         }
@@ -254,14 +254,14 @@ fn sandbox_dir(home: &Path, req: &Request, create: bool) -> Result<PathBuf, Help
 }
 
 fn prepare(
-    req: &Request,
+    req: &mut Request,
     home: &Path,
     input: &mut impl Read,
     out: &mut impl Write,
 ) -> Result<(), HelperFailure> {
     let dir = sandbox_dir(home, req, true)?;
-    let base =
-        base_from_wire(&req.base).map_err(|(path, why)| HelperFailure::BadPath { path, why })?;
+    let base = base_from_wire(std::mem::take(&mut req.base))
+        .map_err(|(path, why)| HelperFailure::BadPath { path, why })?;
     // A new .git first (keeping the old one's loose objects), so the blobs the hub sends can
     // be written straight into it as they arrive.
     // A full prepare (no record: the first, or the hub's retry after a failure) starts from
@@ -315,10 +315,10 @@ fn prepare(
     wire::write_prepare_reply(out, &reply).map_err(HelperFailure::Output)
 }
 
-fn snapshot(req: &Request, home: &Path, out: &mut impl Write) -> Result<(), HelperFailure> {
+fn snapshot(req: &mut Request, home: &Path, out: &mut impl Write) -> Result<(), HelperFailure> {
     let dir = sandbox_dir(home, req, false)?;
-    let base =
-        base_from_wire(&req.base).map_err(|(path, why)| HelperFailure::BadPath { path, why })?;
+    let base = base_from_wire(std::mem::take(&mut req.base))
+        .map_err(|(path, why)| HelperFailure::BadPath { path, why })?;
     let (candidates, unnamed): (BTreeSet<String>, _) = sandbox_candidates(&dir, base.keys());
     let root = Beneath::open(&dir).map_err(|e| HelperFailure::Dir {
         path: dir.clone(),

@@ -77,21 +77,26 @@ pub fn base_to_wire(base: &FlatTree) -> Vec<BaseEntry> {
         .collect()
 }
 
-/// The base from the wire; every path is checked to be one hunkgate can represent.
-pub fn base_from_wire(base: &[BaseEntry]) -> Result<FlatTree, (String, String)> {
-    let mut out = FlatTree::new();
+/// The base from the wire; every path is checked to be one hunkgate can represent. The paths
+/// are moved, not copied, and the map is built in one go from the (sorted) list.
+pub fn base_from_wire(base: Vec<BaseEntry>) -> Result<FlatTree, (String, String)> {
+    let mut entries = Vec::with_capacity(base.len());
     for e in base {
-        crate::beneath::components(&e.path).map_err(|err| (e.path.clone(), err.to_string()))?;
-        let oid = ObjectId::from_hex(e.oid.as_bytes())
-            .map_err(|err| (e.path.clone(), format!("bad blob id: {err}")))?;
+        if let Err(err) = crate::beneath::components(&e.path) {
+            return Err((e.path, err.to_string()));
+        }
+        let oid = match ObjectId::from_hex(e.oid.as_bytes()) {
+            Ok(oid) => oid,
+            Err(err) => return Err((e.path, format!("bad blob id: {err}"))),
+        };
         let mode = match e.mode {
             EntryMode::File => Mode::File,
             EntryMode::Executable => Mode::Executable,
             EntryMode::Symlink => Mode::Symlink,
         };
-        out.insert(e.path.clone(), Entry { mode, oid });
+        entries.push((e.path, Entry { mode, oid }));
     }
-    Ok(out)
+    Ok(entries.into_iter().collect())
 }
 
 /// What the last sync of a slot wrote and reported.
@@ -662,6 +667,34 @@ mod tests {
     use crate::snapshot::{snapshot_sandbox, DEFAULT_FILE_CAP};
     use crate::store::test_support::{git_in as git_out, set_mtime, tree};
     use std::os::unix::fs::{symlink, PermissionsExt};
+
+    /// The base the helper is sent comes back as it was; a path hunkgate refuses or a blob id
+    /// that is not one is refused, naming the path.
+    #[test]
+    fn a_base_from_the_wire_is_the_base_or_refused() {
+        let oid = |n: u8| ObjectId::from_bytes_or_panic(&[n; 20]);
+        let base: FlatTree = [
+            ("a.txt", Mode::File, 1),
+            ("bin/run", Mode::Executable, 2),
+            ("dir/link", Mode::Symlink, 3),
+            ("dir/ünï cödé", Mode::File, 4),
+        ]
+        .into_iter()
+        .map(|(p, mode, n)| (p.to_string(), Entry { mode, oid: oid(n) }))
+        .collect();
+        assert_eq!(base_from_wire(base_to_wire(&base)).unwrap(), base);
+        for bad in ["../x", ".git/config", "/etc/passwd", "a//b", "dir/./x", ""] {
+            let mut wire = base_to_wire(&base);
+            wire[1].path = bad.to_string();
+            let (path, _) = base_from_wire(wire).unwrap_err();
+            assert_eq!(path, bad);
+        }
+        let mut wire = base_to_wire(&base);
+        wire[2].oid = "not hex".into();
+        let (path, why) = base_from_wire(wire).unwrap_err();
+        assert_eq!(path, "dir/link");
+        assert!(why.contains("bad blob id"), "{why}");
+    }
 
     /// What `LocalSandbox` does (this layer cannot name it).
     fn prepare(store: &Store, dir: &Path, base: &FlatTree) {
