@@ -272,9 +272,9 @@ impl Beneath {
 
     /// [`Beneath::lstat_cached`] of each of `paths` (best sorted, so that neighbours share a
     /// directory), in order. A long list is split into contiguous runs taken by a few threads
-    /// at once: an `lstat` is a system call of a microsecond or two, and 10,000 of them one
-    /// after the other are most of a sandbox's read-back (git's `core.preloadIndex` does the
-    /// same for `git status`).
+    /// at once ([`crate::io_threads`]): an `lstat` is a system call of a microsecond or two,
+    /// and 10,000 of them one after the other are most of a sandbox's read-back (git's
+    /// `core.preloadIndex` does the same for `git status`).
     pub fn lstat_many<P: AsRef<str> + Sync>(&self, paths: &[P]) -> Vec<LstatResult> {
         let one = |run: &[P]| -> Vec<LstatResult> {
             let mut dirs = DirCache::default();
@@ -282,9 +282,7 @@ impl Beneath {
                 .map(|p| self.lstat_cached(p.as_ref(), &mut dirs))
                 .collect()
         };
-        let threads = std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .min(Self::LSTAT_THREADS);
+        let threads = crate::io_threads();
         if threads < 2 || paths.len() < Self::LSTAT_PARALLEL_FROM {
             return one(paths);
         }
@@ -308,8 +306,6 @@ impl Beneath {
         })
     }
 
-    /// At most this many threads take part in [`Beneath::lstat_many`].
-    const LSTAT_THREADS: usize = 4;
     /// [`Beneath::lstat_many`] of fewer paths stays on the calling thread (a thread costs
     /// tens of microseconds to start).
     const LSTAT_PARALLEL_FROM: usize = 512;

@@ -148,11 +148,7 @@ pub(crate) fn walk(root: &Path, user_excludes: bool, within: Option<Within>) -> 
     // 10,000 entries is most of a sandbox read-back); a restricted one gets one worker, the
     // point there being what is not read (the sequential walker opens every directory before
     // its filter can skip it, the parallel one asks the filter first).
-    let threads = if restricted {
-        1
-    } else {
-        std::thread::available_parallelism().map_or(1, |n| n.get().min(WALK_THREADS))
-    };
+    let threads = if restricted { 1 } else { crate::io_threads() };
     let found = std::sync::Mutex::new(Vec::new());
     builder
         .threads(threads)
@@ -172,9 +168,6 @@ pub(crate) fn walk(root: &Path, user_excludes: bool, within: Option<Within>) -> 
     out.skipped.sort_by(|a, b| a.path.cmp(&b.path));
     out
 }
-
-/// At most this many threads walk a tree at once (see [`walk`]).
-const WALK_THREADS: usize = 4;
 
 /// What each thread of [`walk`] found, kept apart (no lock per entry) and handed over when the
 /// thread's visitor is dropped at the end of the walk.

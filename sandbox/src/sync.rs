@@ -323,6 +323,11 @@ pub fn store_blob(
     bytes: &[u8],
 ) -> Result<(), SyncError> {
     let got = blobs.write_blob(bytes)?;
+    blob_is(dir, oid, got)
+}
+
+/// A blob that claims to be `oid` and hashes to `got` is only taken when the two agree.
+fn blob_is(dir: &Path, oid: ObjectId, got: ObjectId) -> Result<(), SyncError> {
     if got != oid {
         return Err(SyncError::BadBlob {
             dir: dir.to_path_buf(),
@@ -419,14 +424,7 @@ pub fn sync_files(
         }
         let bytes = repo.read_blob(entry.oid)?;
         // Kept objects are the agent's to rewrite: only what hashes to the base's id is written.
-        let got = blob_id(&bytes);
-        if got != entry.oid {
-            return Err(SyncError::BadBlob {
-                dir: dir.to_path_buf(),
-                oid: entry.oid,
-                got,
-            });
-        }
+        blob_is(dir, entry.oid, blob_id(&bytes))?;
         match entry.mode {
             Mode::Symlink => root.symlink(path, &bytes).map_err(fs_err)?,
             Mode::File | Mode::Executable => {
