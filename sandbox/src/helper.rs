@@ -24,7 +24,7 @@
 //! `snapshot`, `tools` and what is below them — never [`crate::user`] (the hub's side) nor
 //! [`crate::workspace`].
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
@@ -40,7 +40,7 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use crate::beneath::Beneath;
-use crate::snapshot::{capture_each, readback_check, sandbox_candidates, Captured};
+use crate::snapshot::{capture_each, readback_check, sandbox_candidates_since, Captured};
 use crate::sync::{base_from_wire, clear_except_git, fresh_git, store_blob, sync_files, SyncError};
 use crate::wire::{self, Frame, Request, WireError};
 
@@ -319,11 +319,12 @@ fn snapshot(req: &mut Request, home: &Path, out: &mut impl Write) -> Result<(), 
     let dir = sandbox_dir(home, req, false)?;
     let base = base_from_wire(std::mem::take(&mut req.base))
         .map_err(|(path, why)| HelperFailure::BadPath { path, why })?;
-    let (candidates, unnamed): (BTreeSet<String>, _) = sandbox_candidates(&dir, base.keys());
     let root = Beneath::open(&dir).map_err(|e| HelperFailure::Dir {
         path: dir.clone(),
         problem: e.to_string(),
     })?;
+    let found = sandbox_candidates_since(&dir, &root, &base, req.record.as_ref());
+    let (candidates, unnamed) = (found.paths, found.skipped);
     // Files whose names cannot be carried are reported, never silently left out.
     let unnamed = unnamed.into_iter().map(Captured::Skipped);
     // Every path something was found for: a base path left out of it is gone.

@@ -527,6 +527,173 @@ pub fn sandbox_candidates<'a>(
     (candidates, skipped)
 }
 
+/// The paths a read-back after a sync looks at (see [`sandbox_candidates_since`]).
+#[derive(Debug, Default)]
+pub struct Candidates {
+    /// Base paths and the untracked files found (not ignored).
+    pub paths: BTreeSet<String>,
+    /// Files whose names cannot be carried, to be reported as skipped.
+    pub skipped: Vec<Skipped>,
+    /// How many directories were read; None when every one was (no directory record, or it
+    /// could not be used).
+    pub dirs_read: Option<usize>,
+}
+
+/// Whether `path` is a `.gitignore` file (one a walk reads for its rules).
+fn is_gitignore(path: &str) -> bool {
+    path == ".gitignore" || path.ends_with("/.gitignore")
+}
+
+/// [`sandbox_candidates`] in a sandbox synced to `base` with `record`: with the record's
+/// directories (see [`SyncRecord::dirs`]), only the directories whose stat changed since the
+/// sync (or is racy), the way to them and the new ones in them are read for new files — git's
+/// untracked cache. Every base path is a candidate either way: its own `lstat` tells whether it
+/// changed.
+///
+/// A directory's entries cannot change without its ctime changing, and no one but root can set
+/// a ctime. What the directory record cannot vouch for is the ignore rules, so every directory
+/// is read when a base `.gitignore` changed (or is racy) or a new one turns up.
+pub fn sandbox_candidates_since(
+    dir: &Path,
+    root: &Beneath,
+    base: &FlatTree,
+    record: Option<&SyncRecord>,
+) -> Candidates {
+    let whole = || {
+        let (paths, skipped) = sandbox_candidates(dir, base.keys());
+        Candidates {
+            paths,
+            skipped,
+            dirs_read: None,
+        }
+    };
+    let Some(record) = record.filter(|r| !r.dirs.is_empty()) else {
+        return whole();
+    };
+    let stamp = (record.stamp_s, record.stamp_ns);
+    let holds = |was: &FileStat, now: Option<FileStat>| {
+        now.is_some_and(|now| now == *was && !is_racy(was, stamp))
+    };
+    let recorded: HashMap<&str, &FileStat> =
+        record.files.iter().map(|(p, s)| (p.as_str(), s)).collect();
+    let ignores: Vec<&str> = base
+        .keys()
+        .map(String::as_str)
+        .filter(|p| is_gitignore(p))
+        .collect();
+    let rules_hold = ignores
+        .iter()
+        .zip(root.lstat_many(&ignores))
+        .all(|(p, now)| {
+            let now = now.ok().flatten().map(|st| file_stat(&st));
+            recorded.get(p).is_some_and(|was| holds(was, now))
+        });
+    if !rules_hold {
+        return whole();
+    }
+    let (top, below): (Vec<_>, Vec<_>) = record.dirs.iter().partition(|(p, _)| p.is_empty());
+    let below_paths: Vec<&str> = below.iter().map(|(p, _)| p.as_str()).collect();
+    let mut changed: Vec<&str> = below
+        .iter()
+        .zip(root.lstat_many(&below_paths))
+        .filter(|((_, was), now)| {
+            let now = now.as_ref().ok().and_then(|n| n.as_ref()).map(file_stat);
+            !holds(was, now)
+        })
+        .map(|((p, _), _)| p.as_str())
+        .collect();
+    let root_now = nix::sys::stat::lstat(dir).ok().map(|st| file_stat(&st));
+    if !top.iter().any(|(_, was)| holds(was, root_now)) {
+        changed.push("");
+    }
+    let known = record.dirs.iter().map(|(p, _)| p.clone()).collect();
+    let walked = walk(dir, false, Some(Within::changed_dirs(changed, known)));
+    if walked
+        .files
+        .iter()
+        .any(|p| is_gitignore(p) && !base.contains_key(p))
+    {
+        return whole();
+    }
+    let dirs_read = walked.dirs.len();
+    let mut paths = walked.files;
+    for path in base.keys() {
+        if !paths.contains(path) {
+            paths.insert(path.clone());
+        }
+    }
+    Candidates {
+        paths,
+        skipped: walked.skipped,
+        dirs_read: Some(dirs_read),
+    }
+}
+
+/// The directory record of a sync (see [`SyncRecord::dirs`]) that found `walked` (every
+/// directory a whole walk entered before it wrote anything) and wrote `base`: each of those,
+/// and each directory of a base path, with its stat now. Empty — every directory is read then —
+/// when a directory holds a `.gitignore` that is not a base path (its rules could change
+/// unseen) or there are more directories than a record is worth.
+pub fn dir_record(
+    dir: &Path,
+    root: &Beneath,
+    base: &FlatTree,
+    walked: Vec<String>,
+) -> Vec<(String, FileStat)> {
+    let mut dirs: BTreeSet<String> = walked.into_iter().collect();
+    dirs.insert(String::new());
+    for path in base.keys() {
+        let mut d = path.as_str();
+        while let Some(i) = d.rfind('/') {
+            d = &d[..i];
+            if dirs.contains(d) {
+                break;
+            }
+            dirs.insert(d.to_string());
+        }
+    }
+    if dirs.len() > base.len().saturating_mul(2) + 4096 {
+        return Vec::new();
+    }
+    let below: Vec<&str> = dirs
+        .iter()
+        .map(String::as_str)
+        .filter(|d| !d.is_empty())
+        .collect();
+    let ignores: Vec<String> = dirs
+        .iter()
+        .map(|d| {
+            if d.is_empty() {
+                ".gitignore".to_string()
+            } else {
+                format!("{d}/.gitignore")
+            }
+        })
+        .filter(|p| !base.contains_key(p))
+        .collect();
+    if root
+        .lstat_many(&ignores)
+        .iter()
+        .any(|r| !matches!(r, Ok(None)))
+    {
+        return Vec::new();
+    }
+    let is_dir = |st: &nix::sys::stat::FileStat| matches!(crate::beneath::kind_of(st), Kind::Dir);
+    let mut out = Vec::with_capacity(dirs.len());
+    match nix::sys::stat::lstat(dir) {
+        Ok(st) if is_dir(&st) => out.push((String::new(), file_stat(&st))),
+        _ => return Vec::new(),
+    }
+    for (d, st) in below.iter().zip(root.lstat_many(&below)) {
+        if let Ok(Some(st)) = st {
+            if is_dir(&st) {
+                out.push((d.to_string(), file_stat(&st)));
+            }
+        }
+    }
+    out
+}
+
 /// Where [`snapshot_checkout`] keeps its stat cache: a file inside the store's directory (the
 /// hub's state dir), so a cache always goes with the store its blob ids point into.
 pub fn stat_cache_path(store: &Store) -> PathBuf {
@@ -642,8 +809,8 @@ pub fn snapshot_sandbox(
             (split.candidates, split.skipped, Some(split.looked))
         }
         _ => {
-            let (candidates, skipped) = sandbox_candidates(dir, base.keys());
-            (candidates, skipped, None)
+            let found = sandbox_candidates_since(dir, &root, base, record);
+            (found.paths, found.skipped, None)
         }
     };
     // Only a restricted read-back needs its candidates again (a full one compares all).
@@ -729,6 +896,7 @@ pub fn split_by_dirty(
             stamp_s: record.stamp_s,
             stamp_ns: record.stamp_ns,
             files: looked,
+            dirs: Vec::new(),
         },
     }
 }

@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use gix::hash::ObjectId;
 
 use crate::beneath::{Beneath, FsError, Kind};
-use crate::snapshot::{split_by_dirty, walk_not_ignored};
+use crate::snapshot::{dir_record, split_by_dirty, walk};
 use crate::statcache::{file_stat, is_racy, mtime_of};
 use crate::store::{blob_id, BlobBatch, Entry, FlatTree, Mode, Store, StoreError};
 use crate::watch::Dirty;
@@ -365,7 +365,8 @@ pub fn sync_files(
     // What is there now (not ignored), so leftovers of an earlier run disappear.
     // With a dirty set, only its candidates are looked at, against the record cut down to
     // them; the untouched paths keep their recorded stat.
-    let (current, untouched, looked) = match (record, dirty) {
+    // A whole walk also lists the directories, for the record (None: no directory record).
+    let (current, untouched, looked, walked_dirs) = match (record, dirty) {
         (Some(record), Some(dirty)) => {
             let split = split_by_dirty(dir, base, record, dirty);
             let untouched: Vec<(String, FileStat)> = record
@@ -374,9 +375,15 @@ pub fn sync_files(
                 .filter(|(p, _)| !split.candidates.contains(p))
                 .cloned()
                 .collect();
-            (split.candidates, untouched, Some(split.looked))
+            (split.candidates, untouched, Some(split.looked), None)
         }
-        _ => (walk_not_ignored(dir, false), Vec::new(), None),
+        _ => {
+            let w = walk(dir, false, None);
+            // A name the walk cannot carry stays (and is reported by every read-back): its
+            // directory must be read each time.
+            let dirs = w.skipped.is_empty().then_some(w.dirs);
+            (w.files, Vec::new(), None, dirs)
+        }
     };
     for path in current.iter().filter(|p| !base.contains_key(*p)) {
         root.remove_entry(path).map_err(fs_err)?;
@@ -450,11 +457,15 @@ pub fn sync_files(
             dir: dir.to_path_buf(),
             source: std::io::Error::other("the sandbox's fresh .git/index is missing"),
         })?;
+    let dirs = walked_dirs
+        .map(|walked| dir_record(dir, &root, base, walked))
+        .unwrap_or_default();
     let reply = PrepareReply {
         record: SyncRecord {
             stamp_s,
             stamp_ns,
             files,
+            dirs,
         },
         written,
     };
@@ -656,6 +667,8 @@ fn rebase_onto(prev: &Synced, changed: &[&str]) -> SyncRecord {
             .filter(|(p, _)| !changed.contains(p.as_str()) && prev.base.contains_key(p))
             .cloned()
             .collect(),
+        // Only a read-back uses the directories, and only those of the sync just done.
+        dirs: Vec::new(),
     }
 }
 
@@ -724,6 +737,162 @@ mod tests {
         let mut s = (*recall(dir).unwrap()).clone();
         s.record.stamp_s += secs;
         remember(dir, Some(s));
+    }
+
+    /// A read-back after a sync reads only the directories whose stat changed since (git's
+    /// untracked cache), yet finds exactly what reading every directory finds — the oracle,
+    /// asked after each change: a new file, a new directory, a directory whose mtime was put
+    /// back, a renamed directory, a racy directory; and every directory is read again once the
+    /// ignore rules may have changed (a new `.gitignore`, a base one edited in place).
+    #[test]
+    fn a_read_back_reads_only_changed_directories_yet_finds_every_new_file() {
+        use crate::snapshot::{sandbox_candidates, sandbox_candidates_since, Candidates};
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let f = Mode::File;
+        let base = tree(
+            &store,
+            &[
+                (".gitignore", f, "*.log\n"),
+                ("a/1.txt", f, "1\n"),
+                ("a/b/2.txt", f, "2\n"),
+                ("a/b/c/3.txt", f, "3\n"),
+                ("d/4.txt", f, "4\n"),
+                ("e/5.txt", f, "5\n"),
+                ("f/6.txt", f, "6\n"),
+            ],
+        );
+        let dir = tmp.path().join("sb");
+        prepare(&store, &dir, &base);
+        // An ignored file (a build's, say) that later syncs leave alone, in a directory of
+        // its own.
+        std::fs::create_dir_all(dir.join("f/g")).unwrap();
+        std::fs::write(dir.join("f/g/old.log"), "log\n").unwrap();
+        prepare(&store, &dir, &base);
+        assert!(dir.join("f/g/old.log").exists());
+        let recorded = recall(&dir).unwrap().record.dirs.clone();
+        let names: Vec<&str> = recorded.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(names, ["", "a", "a/b", "a/b/c", "d", "e", "f", "f/g"]);
+        let root = Beneath::open(&dir).unwrap();
+        let check = |what: &str, cached: bool| -> Candidates {
+            let synced = recall(&dir);
+            let record = record_for(synced.as_deref(), &base);
+            let got = sandbox_candidates_since(&dir, &root, &base, record);
+            let (paths, skipped) = sandbox_candidates(&dir, base.keys());
+            assert_eq!(got.paths, paths, "{what}");
+            assert_eq!(got.skipped.len(), skipped.len(), "{what}");
+            assert_eq!(
+                got.dirs_read.is_some(),
+                cached,
+                "{what}: {:?}",
+                got.dirs_read
+            );
+            got
+        };
+
+        shift_stamp(&dir, 5);
+        // Nothing changed: only the slot itself is read.
+        assert_eq!(check("nothing changed", true).dirs_read, Some(1));
+        std::fs::write(dir.join("d/new.txt"), "n\n").unwrap();
+        let got = check("a new file", true);
+        assert!(got.paths.contains("d/new.txt"));
+        assert_eq!(got.dirs_read, Some(2), "the slot and d");
+        std::fs::create_dir_all(dir.join("e/new/deeper")).unwrap();
+        std::fs::write(dir.join("e/new/deeper/x.txt"), "x\n").unwrap();
+        assert!(check("a new directory", true)
+            .paths
+            .contains("e/new/deeper/x.txt"));
+        // Same mtime as recorded (touch -d): only the ctime tells.
+        let mtime = std::fs::metadata(dir.join("a/b"))
+            .unwrap()
+            .modified()
+            .unwrap();
+        std::fs::write(dir.join("a/b/sneaky.txt"), "s\n").unwrap();
+        std::fs::File::open(dir.join("a/b"))
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+        assert_eq!(
+            std::fs::metadata(dir.join("a/b"))
+                .unwrap()
+                .modified()
+                .unwrap(),
+            mtime
+        );
+        assert!(check("mtime put back", true)
+            .paths
+            .contains("a/b/sneaky.txt"));
+        std::fs::rename(dir.join("a/b/c"), dir.join("a/b/c2")).unwrap();
+        assert!(check("a directory renamed", true)
+            .paths
+            .contains("a/b/c2/3.txt"));
+
+        // New rules in a changed directory un-ignore a file in one that did not change.
+        std::fs::write(dir.join("f/.gitignore"), "!old.log\n").unwrap();
+        assert!(check("a new .gitignore", false)
+            .paths
+            .contains("f/g/old.log"));
+        std::fs::remove_file(dir.join("f/.gitignore")).unwrap();
+        assert!(!check("the .gitignore gone again", true)
+            .paths
+            .contains("f/g/old.log"));
+        // The base's own rules edited in place: no directory changes, every one is read.
+        std::fs::write(dir.join(".gitignore"), "*.tmp\n").unwrap();
+        assert!(check("a base .gitignore edited", false)
+            .paths
+            .contains("f/g/old.log"));
+    }
+
+    /// A directory whose stat is not strictly older than the sync's stamp may have changed in
+    /// the same clock tick without its stat showing it: it is read again.
+    #[test]
+    fn a_racy_directory_is_read_again() {
+        use crate::snapshot::sandbox_candidates_since;
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let base = tree(
+            &store,
+            &[
+                ("a/1.txt", Mode::File, "1\n"),
+                ("d/4.txt", Mode::File, "4\n"),
+            ],
+        );
+        let dir = tmp.path().join("sb");
+        prepare(&store, &dir, &base);
+        let root = Beneath::open(&dir).unwrap();
+        let synced = (*recall(&dir).unwrap()).clone();
+        let (_, d) = synced.record.dirs.iter().find(|(p, _)| p == "d").unwrap();
+        let read_with_stamp = |stamp: (i64, u32)| {
+            let mut record = synced.record.clone();
+            (record.stamp_s, record.stamp_ns) = stamp;
+            sandbox_candidates_since(&dir, &root, &base, Some(&record)).dirs_read
+        };
+        assert_eq!(read_with_stamp((d.ctime_s + 5, 0)), Some(1));
+        let racy = read_with_stamp((d.ctime_s, d.ctime_ns)).unwrap();
+        assert!(racy >= 2, "the slot and d at least: {racy}");
+    }
+
+    /// A sync vouches for no directory holding a `.gitignore` that is not a base path (its
+    /// rules could change unseen): its record has no directories, and every read-back reads
+    /// every directory.
+    #[test]
+    fn a_stray_gitignore_leaves_no_directory_record() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let base = tree(
+            &store,
+            &[
+                (".gitignore", Mode::File, ".gitignore\n"),
+                ("a/1.txt", Mode::File, "1\n"),
+            ],
+        );
+        let dir = tmp.path().join("sb");
+        prepare(&store, &dir, &base);
+        assert!(!recall(&dir).unwrap().record.dirs.is_empty());
+        // Ignored by the base's rules, so the sync leaves it; yet a walk reads its rules.
+        std::fs::write(dir.join("a/.gitignore"), "*\n").unwrap();
+        prepare(&store, &dir, &base);
+        assert!(recall(&dir).unwrap().record.dirs.is_empty());
     }
 
     #[test]

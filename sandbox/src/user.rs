@@ -939,7 +939,9 @@ fn stdin_from_bytes(bytes: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The helper's stat record of a prepare, checked: only base paths, each at most once.
+/// The helper's stat record of a prepare, checked: only base paths, each at most once; and
+/// directories that are paths hunkgate can name (or `""`, the slot), each at most once, no
+/// more of them than a sync records (see [`crate::snapshot::dir_record`]).
 fn checked_record(record: SyncRecord, base: &FlatTree) -> Result<SyncRecord, HelperError> {
     let mut seen = std::collections::HashSet::new();
     for (path, _) in &record.files {
@@ -947,6 +949,22 @@ fn checked_record(record: SyncRecord, base: &FlatTree) -> Result<SyncRecord, Hel
             return Err(HelperError::BadPath {
                 path: sanitize(path, 300),
                 why: "not a base path, or reported twice, in the prepare's record".into(),
+            });
+        }
+    }
+    if record.dirs.len() > base.len().saturating_mul(2) + 4096 {
+        return Err(HelperError::Protocol {
+            op: "prepare",
+            message: format!("{} directories in the record", record.dirs.len()),
+        });
+    }
+    let mut seen = std::collections::HashSet::new();
+    for (path, _) in &record.dirs {
+        let named = path.is_empty() || crate::beneath::components(path).is_ok();
+        if !named || !seen.insert(path.as_str()) {
+            return Err(HelperError::BadPath {
+                path: sanitize(path, 300),
+                why: "not a directory path, or reported twice, in the prepare's record".into(),
             });
         }
     }
@@ -1267,6 +1285,40 @@ mod tests {
         );
         let e = exchange_result("op", Ok::<u8, HelperError>(1), Err(Box::new(()))).unwrap_err();
         assert!(e.to_string().contains("writer thread panicked"), "{e}");
+    }
+
+    /// A prepare's record is the agent's word: its directories must be paths hunkgate can
+    /// name (or the slot itself), each once, and no more than a sync records.
+    #[test]
+    fn a_record_with_hostile_directories_is_refused() {
+        let entry = crate::store::Entry {
+            mode: crate::store::Mode::File,
+            oid: gix::hash::ObjectId::null(gix::hash::Kind::Sha1),
+        };
+        let base: FlatTree = [("a/1.txt".to_string(), entry)].into_iter().collect();
+        let st = crate::wire::FileStat::default();
+        let with_dirs = |dirs: &[&str]| SyncRecord {
+            files: vec![("a/1.txt".into(), st)],
+            dirs: dirs.iter().map(|d| (d.to_string(), st)).collect(),
+            ..SyncRecord::default()
+        };
+        // Control: the slot and a directory in it.
+        assert!(checked_record(with_dirs(&["", "a"]), &base).is_ok());
+        for bad in [
+            &["", "a", "a"][..],
+            &["../up"],
+            &[".git"],
+            &["/etc"],
+            &["a//b"],
+        ] {
+            assert!(
+                checked_record(with_dirs(bad), &base).is_err(),
+                "{bad:?} was taken"
+            );
+        }
+        let many: Vec<String> = (0..5000).map(|i| format!("d{i}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert!(checked_record(with_dirs(&many), &base).is_err());
     }
 
     #[test]

@@ -18,12 +18,13 @@
 //! runs as the hub's own user and could write anything anyway; the cost of a missed change is
 //! that change missing from the suggestion (never something unreviewed reaching the checkout:
 //! what is applied is what was read back and shown). Under `--isolation user` every read-back
-//! and sync still looks at every file. Only Linux has inotify; elsewhere
+//! and sync still looks at every file (a read-back reads again only the directories whose stat
+//! changed since the sync: see [`crate::wire::SyncRecord::dirs`] and [`Within::changed_dirs`]). Only Linux has inotify; elsewhere
 //! [`Watch::start`] fails and the callers look at every file.
 //!
 //! **Layer:** a leaf: it imports nothing else of this crate.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 /// Paths that may have changed beneath a slot, `/`-separated and relative to it.
@@ -63,6 +64,7 @@ impl Dirty {
         Within {
             trees: self.trees.clone(),
             listed,
+            known: None,
         }
     }
 
@@ -100,6 +102,9 @@ impl Dirty {
 pub struct Within {
     trees: BTreeSet<String>,
     listed: BTreeSet<String>,
+    /// With [`Within::changed_dirs`]: the directories known before; any other is new and
+    /// entered.
+    known: Option<HashSet<String>>,
 }
 
 impl Within {
@@ -108,6 +113,27 @@ impl Within {
         self.listed.contains(dir)
             || self.trees.contains(dir)
             || ancestors(dir).any(|d| self.trees.contains(d))
+            || self.known.as_ref().is_some_and(|k| !k.contains(dir))
+    }
+
+    /// A walk that reads the directories in `changed` (and the way to them) and every
+    /// directory not in `known` — a new one, found in a changed directory — but no other:
+    /// what a read-back needs when the directories outside `changed` are known to hold the
+    /// same entries as when `known` was listed (see [`crate::wire::SyncRecord::dirs`]).
+    pub fn changed_dirs<'a>(
+        changed: impl IntoIterator<Item = &'a str>,
+        known: HashSet<String>,
+    ) -> Self {
+        let mut listed = BTreeSet::new();
+        for d in changed {
+            listed.insert(d.to_string());
+            listed.extend(ancestors(d).map(str::to_string));
+        }
+        Within {
+            trees: BTreeSet::new(),
+            listed,
+            known: Some(known),
+        }
     }
 }
 

@@ -8,7 +8,8 @@
 //! bytes) holding two tables: the base (`u32` count, then
 //! per path `mode: u8` (`f`, `x` or `l`), the blob id as `u8` length + hex, the path as `u32`
 //! length + bytes) and the sync record (`u8` 0 = none, or 1, the stamp as `i64` seconds + `u32`
-//! nanoseconds, a `u32` count, then per path the path as above and the seven [`FileStat`]
+//! nanoseconds, then two stat tables — the files', then the directories' ([`SyncRecord::dirs`]) —
+//! each a `u32` count, then per path the path as above and the seven [`FileStat`]
 //! fields: `i64, u32, i64, u32, u64, u64, u32`), all big-endian; a `prepare` answer is a JSON
 //! header and a table block with a record table. A block must end exactly where its tables
 //! do. The tables carry 10,000 paths in a tenth of the time JSON takes
@@ -116,11 +117,19 @@ pub struct FileStat {
 /// strictly older than `stamp`, still holds what the sync wrote; any other is compared by
 /// content (git's racy-timestamp rule: a write in the same clock tick as the sync could keep
 /// every stat field).
+///
+/// `dirs` is the stat of every directory a read-back would enter (`""` is the slot itself),
+/// taken after the sync (git's untracked cache): a directory whose stat still matches, and is
+/// not racy, has the same entries as then — only base files and ignored ones, since the sync
+/// removed everything else — so a read-back looking for new files need not read it. Empty
+/// when the sync could not vouch for every directory (then every directory is read).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SyncRecord {
     pub stamp_s: i64,
     pub stamp_ns: u32,
     pub files: Vec<(String, FileStat)>,
+    #[serde(default)]
+    pub dirs: Vec<(String, FileStat)>,
 }
 
 /// The helper's answer to `prepare`.
@@ -311,9 +320,15 @@ fn write_record(w: &mut Vec<u8>, record: Option<&SyncRecord>) -> std::io::Result
     w.push(1);
     w.extend_from_slice(&rec.stamp_s.to_be_bytes());
     w.extend_from_slice(&rec.stamp_ns.to_be_bytes());
-    let count = u32::try_from(rec.files.len()).map_err(std::io::Error::other)?;
+    write_stats(w, &rec.files)?;
+    write_stats(w, &rec.dirs)
+}
+
+/// A count, then each path with its stat.
+fn write_stats(w: &mut Vec<u8>, stats: &[(String, FileStat)]) -> std::io::Result<()> {
+    let count = u32::try_from(stats.len()).map_err(std::io::Error::other)?;
     w.extend_from_slice(&count.to_be_bytes());
-    for (path, st) in &rec.files {
+    for (path, st) in stats {
         write_path(w, path)?;
         w.extend_from_slice(&st.mtime_s.to_be_bytes());
         w.extend_from_slice(&st.mtime_ns.to_be_bytes());
@@ -399,8 +414,20 @@ fn read_record(t: &mut &[u8]) -> Result<Option<SyncRecord>, WireError> {
     }
     let stamp_s = i64::from_be_bytes(take_array(t)?);
     let stamp_ns = u32::from_be_bytes(take_array(t)?);
+    let files = read_stats(t)?;
+    let dirs = read_stats(t)?;
+    Ok(Some(SyncRecord {
+        stamp_s,
+        stamp_ns,
+        files,
+        dirs,
+    }))
+}
+
+/// What [`write_stats`] wrote.
+fn read_stats(t: &mut &[u8]) -> Result<Vec<(String, FileStat)>, WireError> {
     let count = u32::from_be_bytes(take_array(t)?);
-    let mut files = Vec::with_capacity(capacity(count, t.len(), 48));
+    let mut out = Vec::with_capacity(capacity(count, t.len(), 48));
     for _ in 0..count {
         let path = take_path(t)?;
         let st = FileStat {
@@ -412,13 +439,9 @@ fn read_record(t: &mut &[u8]) -> Result<Option<SyncRecord>, WireError> {
             ino: u64::from_be_bytes(take_array(t)?),
             mode: u32::from_be_bytes(take_array(t)?),
         };
-        files.push((path, st));
+        out.push((path, st));
     }
-    Ok(Some(SyncRecord {
-        stamp_s,
-        stamp_ns,
-        files,
-    }))
+    Ok(out)
 }
 
 pub fn write_frame(w: &mut impl Write, frame: &Frame) -> std::io::Result<()> {
@@ -641,6 +664,7 @@ mod tests {
                     .enumerate()
                     .map(|(i, p)| (p.to_string(), stat(i as u64)))
                     .collect(),
+                dirs: vec![("".into(), stat(99)), ("dir".into(), stat(98))],
             }),
             ..Request::default()
         }
@@ -755,6 +779,8 @@ mod tests {
             t.extend(len.to_be_bytes());
             t.extend(path);
             t.extend([0u8; 44]);
+            // No directories.
+            t.extend(0u32.to_be_bytes());
             answer_with(&t)
         };
         assert!(read_prepare_reply(&mut &record_with_path(b"ok", 2)[..]).is_ok());
