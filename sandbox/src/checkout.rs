@@ -239,9 +239,10 @@ impl CheckoutWatch {
             let root = Beneath::open(&self.root)?;
             let mut blobs = store.batch();
             let mut seen = Vec::new();
+            let candidates: Vec<String> = candidates.into_iter().collect();
             capture_each(
                 &root,
-                candidates,
+                &candidates,
                 cap,
                 // Dirty paths are read: their stat says nothing the watch did not.
                 |_, _| Check::Read,

@@ -24,7 +24,7 @@
 //! `snapshot`, `tools` and what is below them — never [`crate::user`] (the hub's side) nor
 //! [`crate::workspace`].
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
@@ -315,7 +315,7 @@ fn prepare(
     wire::write_prepare_reply(out, &reply).map_err(HelperFailure::Output)
 }
 
-fn snapshot(req: &mut Request, home: &Path, out: &mut impl Write) -> Result<(), HelperFailure> {
+fn snapshot<W: Write>(req: &mut Request, home: &Path, out: &mut W) -> Result<(), HelperFailure> {
     let dir = sandbox_dir(home, req, false)?;
     let base = base_from_wire(std::mem::take(&mut req.base))
         .map_err(|(path, why)| HelperFailure::BadPath { path, why })?;
@@ -324,55 +324,61 @@ fn snapshot(req: &mut Request, home: &Path, out: &mut impl Write) -> Result<(), 
         problem: e.to_string(),
     })?;
     let found = sandbox_candidates_since(&dir, &root, &base, req.record.as_ref());
-    let (candidates, unnamed) = (found.paths, found.skipped);
-    // Files whose names cannot be carried are reported, never silently left out.
-    let unnamed = unnamed.into_iter().map(Captured::Skipped);
-    // Every path something was found for: a base path left out of it is gone.
-    let mut found: HashSet<String> = HashSet::with_capacity(base.len());
+    // Files whose names cannot be carried (never base paths: those are UTF-8) are reported,
+    // never silently left out.
+    for s in &found.skipped {
+        let frame = Frame::Skipped {
+            path: s.path.clone(),
+            reason: s.reason.clone(),
+        };
+        wire::write_frame(out, &frame).map_err(HelperFailure::Output)?;
+    }
+    // Every base path is a candidate, and the candidates are captured in order: a base path
+    // that comes back with nothing (gone, or a directory now) is named as gone before the
+    // next path that does.
+    let mut base_paths = base.keys().peekable();
+    let mut gone_before = |path: Option<&str>, out: &mut W| -> Result<(), HelperFailure> {
+        while let Some(b) = base_paths.next_if(|b| path.is_none_or(|p| b.as_str() <= p)) {
+            if Some(b.as_str()) != path {
+                let frame = Frame::Gone { path: b.clone() };
+                wire::write_frame(out, &frame).map_err(HelperFailure::Output)?;
+            }
+        }
+        Ok(())
+    };
     let mut sink = |item: Captured| -> Result<(), HelperFailure> {
+        let path = match &item {
+            Captured::File { path, .. }
+            | Captured::Symlink { path, .. }
+            | Captured::Unchanged { path, .. } => path,
+            Captured::Skipped(s) => &s.path,
+        };
+        gone_before(Some(path), out)?;
         let frame = match item {
             Captured::File {
                 path,
                 bytes,
                 executable,
                 ..
-            } => {
-                found.insert(path.clone());
-                Frame::File {
-                    path,
-                    bytes,
-                    executable,
-                }
-            }
-            Captured::Symlink { path, target, .. } => {
-                found.insert(path.clone());
-                Frame::Symlink { path, target }
-            }
+            } => Frame::File {
+                path,
+                bytes,
+                executable,
+            },
+            Captured::Symlink { path, target, .. } => Frame::Symlink { path, target },
             // Not sent: a base path the helper says nothing of is unchanged, so a read-back
             // costs frames for what changed, not for the whole base.
-            Captured::Unchanged { path, .. } => {
-                found.insert(path);
-                return Ok(());
-            }
-            Captured::Skipped(s) => {
-                found.insert(s.path.clone());
-                Frame::Skipped {
-                    path: s.path,
-                    reason: s.reason,
-                }
-            }
+            Captured::Unchanged { .. } => return Ok(()),
+            Captured::Skipped(s) => Frame::Skipped {
+                path: s.path,
+                reason: s.reason,
+            },
         };
         wire::write_frame(out, &frame).map_err(HelperFailure::Output)
     };
-    for item in unnamed {
-        sink(item)?;
-    }
     let check = readback_check(&base, req.record.as_ref());
-    capture_each(&root, candidates, req.cap, check, &mut sink)?;
-    for path in base.keys().filter(|p| !found.contains(*p)) {
-        let frame = Frame::Gone { path: path.clone() };
-        wire::write_frame(out, &frame).map_err(HelperFailure::Output)?;
-    }
+    capture_each(&root, &found.with_base(&base), req.cap, check, &mut sink)?;
+    gone_before(None, out)?;
     wire::write_frame(out, &Frame::End).map_err(HelperFailure::Output)
 }
 

@@ -284,17 +284,16 @@ pub enum Check {
 ///
 /// The sandbox helper streams these to the hub; the hub's own snapshots store them directly.
 /// The `lstat`s come first, all at once ([`Beneath::lstat_many`]).
-pub fn capture_each<E>(
+pub fn capture_each<E, P: AsRef<str> + Sync>(
     root: &Beneath,
-    candidates: BTreeSet<String>,
+    candidates: &[P],
     cap: u64,
     mut check: impl FnMut(&str, &FileStat) -> Check,
     mut sink: impl FnMut(Captured) -> Result<(), E>,
 ) -> Result<(), E> {
-    let candidates: Vec<String> = candidates.into_iter().collect();
-    let stats = root.lstat_many(&candidates);
-    for (path, st) in candidates.into_iter().zip(stats) {
-        if let Some(captured) = capture_one(root, path, st, cap, &mut check) {
+    let stats = root.lstat_many(candidates);
+    for (path, st) in candidates.iter().zip(stats) {
+        if let Some(captured) = capture_one(root, path.as_ref(), st, cap, &mut check) {
             sink(captured)?;
         }
     }
@@ -305,18 +304,18 @@ pub fn capture_each<E>(
 /// when it is left out.
 fn capture_one(
     root: &Beneath,
-    path: String,
+    path: &str,
     st: crate::beneath::LstatResult,
     cap: u64,
     check: &mut impl FnMut(&str, &FileStat) -> Check,
 ) -> Option<Captured> {
     let skip = |reason: String| {
         Captured::Skipped(Skipped {
-            path: path.clone(),
+            path: path.to_string(),
             reason,
         })
     };
-    if crate::beneath::components(&path).is_err() {
+    if crate::beneath::components(path).is_err() {
         return Some(skip("path hunkgate cannot represent".into()));
     }
     let st = match st {
@@ -331,13 +330,14 @@ fn capture_one(
         Kind::File { size, .. } if size > cap => {
             return Some(skip(format!("larger than {cap} bytes")))
         }
-        Kind::File { .. } | Kind::Symlink => check(&path, &stat),
+        Kind::File { .. } | Kind::Symlink => check(path, &stat),
     };
     if let Check::Trust(entry) = how {
+        let path = path.to_string();
         return Some(Captured::Unchanged { path, entry, stat });
     }
-    match read_entry(root, &path, &st, stat, cap) {
-        Ok(Some(read)) => Some(captured_from(path, how, read)),
+    match read_entry(root, path, &st, stat, cap) {
+        Ok(Some(read)) => Some(captured_from(path.to_string(), how, read)),
         // Vanished between the stat and the read: report, don't guess.
         Ok(None) => None,
         Err(e) => Some(skip(e.to_string())),
@@ -460,9 +460,10 @@ fn capture(
     let mut blobs = store.batch();
     {
         let cache_ref = cache.as_deref();
+        let candidates: Vec<String> = candidates.into_iter().collect();
         capture_each(
             root,
-            candidates,
+            &candidates,
             cap,
             |path, stat| match cache_ref.and_then(|c| c.lookup(path, stat, store)) {
                 Some(entry) => Check::Trust(entry),
@@ -530,8 +531,8 @@ pub fn sandbox_candidates<'a>(
 /// The paths a read-back after a sync looks at (see [`sandbox_candidates_since`]).
 #[derive(Debug, Default)]
 pub struct Candidates {
-    /// Base paths and the untracked files found (not ignored).
-    pub paths: BTreeSet<String>,
+    /// The files found that are not base paths (and not ignored), in order.
+    pub new: Vec<String>,
     /// Files whose names cannot be carried, to be reported as skipped.
     pub skipped: Vec<Skipped>,
     /// How many directories were read; None when every one was (no directory record, or it
@@ -560,9 +561,12 @@ pub fn sandbox_candidates_since(
     record: Option<&SyncRecord>,
 ) -> Candidates {
     let whole = || {
-        let (paths, skipped) = sandbox_candidates(dir, base.keys());
+        let (files, skipped) = walk_reporting(dir, false);
         Candidates {
-            paths,
+            new: files
+                .into_iter()
+                .filter(|p| !base.contains_key(p))
+                .collect(),
             skipped,
             dirs_read: None,
         }
@@ -615,17 +619,30 @@ pub fn sandbox_candidates_since(
     {
         return whole();
     }
-    let dirs_read = walked.dirs.len();
-    let mut paths = walked.files;
-    for path in base.keys() {
-        if !paths.contains(path) {
-            paths.insert(path.clone());
-        }
-    }
     Candidates {
-        paths,
+        new: walked
+            .files
+            .into_iter()
+            .filter(|p| !base.contains_key(p))
+            .collect(),
         skipped: walked.skipped,
-        dirs_read: Some(dirs_read),
+        dirs_read: Some(walked.dirs.len()),
+    }
+}
+
+impl Candidates {
+    /// Every path a read-back looks at — `base`'s and the new ones — in order, borrowed.
+    pub fn with_base<'a>(&'a self, base: &'a FlatTree) -> Vec<&'a str> {
+        let mut out = Vec::with_capacity(base.len() + self.new.len());
+        let mut new = self.new.iter().map(String::as_str).peekable();
+        for path in base.keys().map(String::as_str) {
+            while let Some(n) = new.next_if(|n| *n < path) {
+                out.push(n);
+            }
+            out.push(path);
+        }
+        out.extend(new);
+        out
     }
 }
 
@@ -810,15 +827,17 @@ pub fn snapshot_sandbox(
         }
         _ => {
             let found = sandbox_candidates_since(dir, &root, base, record);
-            (found.paths, found.skipped, None)
+            let paths = found.with_base(base).into_iter().map(String::from);
+            (paths.collect(), found.skipped, None)
         }
     };
     // Only a restricted read-back needs its candidates again (a full one compares all).
     let restricted = looked.as_ref().map(|_| candidates.clone());
     let mut blobs = store.batch();
+    let candidates: Vec<String> = candidates.into_iter().collect();
     capture_each(
         &root,
-        candidates,
+        &candidates,
         cap,
         readback_check(base, looked.as_ref().or(record)),
         |item| store_captured(&mut blobs, &mut got, item).map(drop),
