@@ -34,7 +34,7 @@ use crate::snapshot::{dir_record, split_by_dirty, walk};
 use crate::statcache::{file_stat, is_racy, mtime_of};
 use crate::store::{blob_id, BlobBatch, Entry, FlatTree, Mode, Store, StoreError};
 use crate::watch::Dirty;
-use crate::wire::{BaseEntry, EntryMode, FileStat, PrepareReply, SyncRecord};
+use crate::wire::{BaseEntry, BaseRef, EntryMode, FileStat, PrepareReply, SyncRecord};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SyncError {
@@ -75,6 +75,19 @@ pub fn base_to_wire(base: &FlatTree) -> Vec<BaseEntry> {
             oid: e.oid.to_string(),
         })
         .collect()
+}
+
+/// The base as [`crate::wire::write_request_with`] writes it, borrowed.
+pub fn base_refs(base: &FlatTree) -> impl ExactSizeIterator<Item = BaseRef<'_>> {
+    base.iter().map(|(path, e)| BaseRef {
+        path,
+        mode: match e.mode {
+            Mode::File => EntryMode::File,
+            Mode::Executable => EntryMode::Executable,
+            Mode::Symlink => EntryMode::Symlink,
+        },
+        oid: e.oid.as_bytes(),
+    })
 }
 
 /// The base from the wire; every path is checked to be one hunkgate can represent. The paths

@@ -29,7 +29,7 @@ use nix::libc;
 
 use crate::snapshot::{ReadBack, Skipped};
 use crate::store::{Entry, FlatTree, Mode, Store};
-use crate::sync::{base_to_wire, rebase_record, recall, record_for, remember, Synced};
+use crate::sync::{base_refs, rebase_record, recall, record_for, remember, Synced};
 use crate::wire::{self, Frame, PrepareReply, Request, SyncRecord, WireError, AGENT_NPROC};
 use crate::workspace::{AgentCommand, Sandbox, SandboxError, Stop};
 
@@ -816,9 +816,7 @@ impl UserSandbox {
         previous: Option<&Synced>,
         record: Option<SyncRecord>,
     ) -> Result<PrepareReply, HelperError> {
-        let mut request = self.request();
-        request.base = base_to_wire(base);
-        request.record = record;
+        let request = self.request();
         let known: std::collections::HashSet<_> = previous
             .map(|s| s.base.values().map(|e| e.oid).collect())
             .unwrap_or_default();
@@ -826,7 +824,7 @@ impl UserSandbox {
             "prepare",
             |w| {
                 let mut w = std::io::BufWriter::new(w);
-                wire::write_request(&mut w, &request)?;
+                wire::write_request_with(&mut w, &request, base_refs(base), record.as_ref())?;
                 let mut sent = std::collections::HashSet::new();
                 for entry in base.values() {
                     if known.contains(&entry.oid) || !sent.insert(entry.oid) {
@@ -1112,13 +1110,13 @@ impl Sandbox for UserSandbox {
     fn snapshot(&self, store: &Store, base: &FlatTree, cap: u64) -> Result<ReadBack, SandboxError> {
         let mut request = self.request();
         request.cap = cap;
-        request.base = base_to_wire(base);
-        request.record = record_for(recall(&self.workdir).as_deref(), base).cloned();
+        let synced = recall(&self.workdir);
+        let record = record_for(synced.as_deref(), base);
         let snap = self.iso.run_helper(
             "snapshot",
             |w| {
                 let mut w = std::io::BufWriter::new(w);
-                wire::write_request(&mut w, &request)?;
+                wire::write_request_with(&mut w, &request, base_refs(base), record)?;
                 w.flush()
             },
             |r| read_snapshot(&mut std::io::BufReader::new(r), store, base, cap),
