@@ -538,6 +538,8 @@ pub struct Candidates {
     /// How many directories were read; None when every one was (no directory record, or it
     /// could not be used).
     pub dirs_read: Option<usize>,
+    /// The directories read (`""` is the slot) — with [`Candidates::dirs_read`], only those.
+    pub dirs: Vec<String>,
 }
 
 /// Whether `path` is a `.gitignore` file (one a walk reads for its rules).
@@ -561,14 +563,16 @@ pub fn sandbox_candidates_since(
     record: Option<&SyncRecord>,
 ) -> Candidates {
     let whole = || {
-        let (files, skipped) = walk_reporting(dir, false);
+        let walked = walk(dir, false, None);
         Candidates {
-            new: files
+            new: walked
+                .files
                 .into_iter()
                 .filter(|p| !base.contains_key(p))
                 .collect(),
-            skipped,
+            skipped: walked.skipped,
             dirs_read: None,
+            dirs: walked.dirs,
         }
     };
     let Some(record) = record.filter(|r| !r.dirs.is_empty()) else {
@@ -627,6 +631,7 @@ pub fn sandbox_candidates_since(
             .collect(),
         skipped: walked.skipped,
         dirs_read: Some(walked.dirs.len()),
+        dirs: walked.dirs,
     }
 }
 

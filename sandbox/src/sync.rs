@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use gix::hash::ObjectId;
 
 use crate::beneath::{Beneath, FsError, Kind};
-use crate::snapshot::{dir_record, split_by_dirty, walk};
+use crate::snapshot::{dir_record, sandbox_candidates_since, split_by_dirty};
 use crate::statcache::{file_stat, is_racy, mtime_of};
 use crate::store::{blob_id, BlobBatch, Entry, FlatTree, Mode, Store, StoreError};
 use crate::watch::Dirty;
@@ -391,11 +391,26 @@ pub fn sync_files(
             (split.candidates, untouched, Some(split.looked), None)
         }
         _ => {
-            let w = walk(dir, false, None);
+            // Leftovers are looked for where the directory record says something may have
+            // changed since the sync before (everywhere without one): what a read-back does.
+            let found = sandbox_candidates_since(dir, &root, base, record);
             // A name the walk cannot carry stays (and is reported by every read-back): its
             // directory must be read each time.
-            let dirs = w.skipped.is_empty().then_some(w.dirs);
-            (w.files, Vec::new(), None, dirs)
+            let dirs = found.skipped.is_empty().then(|| {
+                let mut dirs = found.dirs;
+                if found.dirs_read.is_some() {
+                    // The directories not read again are still there, or gone: the record
+                    // made after this sync `lstat`s every one.
+                    dirs.extend(
+                        record
+                            .into_iter()
+                            .flat_map(|r| &r.dirs)
+                            .map(|(d, _)| d.clone()),
+                    );
+                }
+                dirs
+            });
+            (found.new.into_iter().collect(), Vec::new(), None, dirs)
         }
     };
     for path in current.iter().filter(|p| !base.contains_key(*p)) {
@@ -680,8 +695,9 @@ fn rebase_onto(prev: &Synced, changed: &[&str]) -> SyncRecord {
             .filter(|(p, _)| !changed.contains(p.as_str()) && prev.base.contains_key(p))
             .cloned()
             .collect(),
-        // Only a read-back uses the directories, and only those of the sync just done.
-        dirs: Vec::new(),
+        // The directories' stats do not depend on the base: a changed base `.gitignore` is
+        // not in the files above, which makes the next walk a whole one.
+        dirs: prev.record.dirs.clone(),
     }
 }
 
@@ -859,6 +875,52 @@ mod tests {
         assert!(check("a base .gitignore edited", false)
             .new
             .contains(&"f/g/old.log".into()));
+    }
+
+    /// A sync after a sync looks for leftovers where the directory record says something
+    /// changed: every file the agent left is gone again — in the slot itself, in a directory
+    /// whose mtime it put back, in a new directory — and the next record still names every
+    /// directory there is.
+    #[test]
+    fn a_sync_finds_every_leftover_through_the_directory_record() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let f = Mode::File;
+        let base = tree(
+            &store,
+            &[
+                ("a/1.txt", f, "1\n"),
+                ("a/b/2.txt", f, "2\n"),
+                ("d/4.txt", f, "4\n"),
+            ],
+        );
+        let dir = tmp.path().join("sb");
+        prepare(&store, &dir, &base);
+        shift_stamp(&dir, 5);
+        std::fs::write(dir.join("stray.txt"), "s\n").unwrap();
+        let mtime = std::fs::metadata(dir.join("a/b"))
+            .unwrap()
+            .modified()
+            .unwrap();
+        std::fs::write(dir.join("a/b/sneaky.txt"), "s\n").unwrap();
+        std::fs::File::open(dir.join("a/b"))
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+        std::fs::create_dir_all(dir.join("x/y")).unwrap();
+        std::fs::write(dir.join("x/y/deep.txt"), "s\n").unwrap();
+        std::fs::remove_dir_all(dir.join("d")).unwrap();
+        prepare(&store, &dir, &base);
+        for gone in ["stray.txt", "a/b/sneaky.txt", "x/y/deep.txt"] {
+            assert!(!dir.join(gone).exists(), "{gone} is left");
+        }
+        assert_eq!(std::fs::read(dir.join("d/4.txt")).unwrap(), b"4\n");
+        let synced = recall(&dir).unwrap();
+        let names: Vec<&str> = synced.record.dirs.iter().map(|(p, _)| p.as_str()).collect();
+        // x and x/y went with the file that was in them (as `git apply` prunes).
+        assert!(!dir.join("x").exists());
+        assert_eq!(names, ["", "a", "a/b", "d"]);
+        assert_eq!(read_back(&store, &dir, &base), base);
     }
 
     /// A directory whose stat is not strictly older than the sync's stamp may have changed in
