@@ -562,19 +562,7 @@ pub fn sandbox_candidates_since(
     base: &FlatTree,
     record: Option<&SyncRecord>,
 ) -> Candidates {
-    let whole = || {
-        let walked = walk(dir, false, None);
-        Candidates {
-            new: walked
-                .files
-                .into_iter()
-                .filter(|p| !base.contains_key(p))
-                .collect(),
-            skipped: walked.skipped,
-            dirs_read: None,
-            dirs: walked.dirs,
-        }
-    };
+    let whole = || Candidates::found(walk(dir, false, None), base, false);
     let Some(record) = record.filter(|r| !r.dirs.is_empty()) else {
         return whole();
     };
@@ -623,19 +611,24 @@ pub fn sandbox_candidates_since(
     {
         return whole();
     }
-    Candidates {
-        new: walked
-            .files
-            .into_iter()
-            .filter(|p| !base.contains_key(p))
-            .collect(),
-        skipped: walked.skipped,
-        dirs_read: Some(walked.dirs.len()),
-        dirs: walked.dirs,
-    }
+    Candidates::found(walked, base, true)
 }
 
 impl Candidates {
+    /// What `walked` found beside `base`; `restricted`: it read only some directories.
+    fn found(walked: Walked, base: &FlatTree, restricted: bool) -> Self {
+        Candidates {
+            new: walked
+                .files
+                .into_iter()
+                .filter(|p| !base.contains_key(p))
+                .collect(),
+            skipped: walked.skipped,
+            dirs_read: restricted.then_some(walked.dirs.len()),
+            dirs: walked.dirs,
+        }
+    }
+
     /// Every path a read-back looks at — `base`'s and the new ones — in order, borrowed.
     pub fn with_base<'a>(&'a self, base: &'a FlatTree) -> Vec<&'a str> {
         let mut out = Vec::with_capacity(base.len() + self.new.len());

@@ -749,6 +749,29 @@ mod tests {
             .tree(base)
     }
 
+    /// A store, and a slot synced to a base of `files` (kept alive by the returned directory).
+    fn synced_slot(files: &[(&str, Mode, &str)]) -> (tempfile::TempDir, Store, FlatTree, PathBuf) {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let base = tree(&store, files);
+        let dir = tmp.path().join("sb");
+        prepare(&store, &dir, &base);
+        (tmp, store, base, dir)
+    }
+
+    /// Add a file to `dir/sub` and put the directory's mtime back (`touch -d`): only its ctime
+    /// tells.
+    fn sneak_in(dir: &Path, sub: &str, name: &str) {
+        let sub = dir.join(sub);
+        let mtime = std::fs::metadata(&sub).unwrap().modified().unwrap();
+        std::fs::write(sub.join(name), "s\n").unwrap();
+        std::fs::File::open(&sub)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+        assert_eq!(std::fs::metadata(&sub).unwrap().modified().unwrap(), mtime);
+    }
+
     /// A blob source from `store` that counts in `asked` how many blobs it was asked for.
     fn counting_source<'a>(
         store: &'a Store,
@@ -776,23 +799,16 @@ mod tests {
     #[test]
     fn a_read_back_reads_only_changed_directories_yet_finds_every_new_file() {
         use crate::snapshot::{sandbox_candidates, sandbox_candidates_since, Candidates};
-        let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
         let f = Mode::File;
-        let base = tree(
-            &store,
-            &[
-                (".gitignore", f, "*.log\n"),
-                ("a/1.txt", f, "1\n"),
-                ("a/b/2.txt", f, "2\n"),
-                ("a/b/c/3.txt", f, "3\n"),
-                ("d/4.txt", f, "4\n"),
-                ("e/5.txt", f, "5\n"),
-                ("f/6.txt", f, "6\n"),
-            ],
-        );
-        let dir = tmp.path().join("sb");
-        prepare(&store, &dir, &base);
+        let (_tmp, store, base, dir) = synced_slot(&[
+            (".gitignore", f, "*.log\n"),
+            ("a/1.txt", f, "1\n"),
+            ("a/b/2.txt", f, "2\n"),
+            ("a/b/c/3.txt", f, "3\n"),
+            ("d/4.txt", f, "4\n"),
+            ("e/5.txt", f, "5\n"),
+            ("f/6.txt", f, "6\n"),
+        ]);
         // An ignored file (a build's, say) that later syncs leave alone, in a directory of
         // its own.
         std::fs::create_dir_all(dir.join("f/g")).unwrap();
@@ -836,23 +852,8 @@ mod tests {
         assert!(check("a new directory", true)
             .new
             .contains(&"e/new/deeper/x.txt".into()));
-        // Same mtime as recorded (touch -d): only the ctime tells.
-        let mtime = std::fs::metadata(dir.join("a/b"))
-            .unwrap()
-            .modified()
-            .unwrap();
-        std::fs::write(dir.join("a/b/sneaky.txt"), "s\n").unwrap();
-        std::fs::File::open(dir.join("a/b"))
-            .unwrap()
-            .set_modified(mtime)
-            .unwrap();
-        assert_eq!(
-            std::fs::metadata(dir.join("a/b"))
-                .unwrap()
-                .modified()
-                .unwrap(),
-            mtime
-        );
+        // Same mtime as recorded: only the ctime tells.
+        sneak_in(&dir, "a/b", "sneaky.txt");
         assert!(check("mtime put back", true)
             .new
             .contains(&"a/b/sneaky.txt".into()));
@@ -883,30 +884,15 @@ mod tests {
     /// directory there is.
     #[test]
     fn a_sync_finds_every_leftover_through_the_directory_record() {
-        let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
         let f = Mode::File;
-        let base = tree(
-            &store,
-            &[
-                ("a/1.txt", f, "1\n"),
-                ("a/b/2.txt", f, "2\n"),
-                ("d/4.txt", f, "4\n"),
-            ],
-        );
-        let dir = tmp.path().join("sb");
-        prepare(&store, &dir, &base);
+        let (_tmp, store, base, dir) = synced_slot(&[
+            ("a/1.txt", f, "1\n"),
+            ("a/b/2.txt", f, "2\n"),
+            ("d/4.txt", f, "4\n"),
+        ]);
         shift_stamp(&dir, 5);
         std::fs::write(dir.join("stray.txt"), "s\n").unwrap();
-        let mtime = std::fs::metadata(dir.join("a/b"))
-            .unwrap()
-            .modified()
-            .unwrap();
-        std::fs::write(dir.join("a/b/sneaky.txt"), "s\n").unwrap();
-        std::fs::File::open(dir.join("a/b"))
-            .unwrap()
-            .set_modified(mtime)
-            .unwrap();
+        sneak_in(&dir, "a/b", "sneaky.txt");
         std::fs::create_dir_all(dir.join("x/y")).unwrap();
         std::fs::write(dir.join("x/y/deep.txt"), "s\n").unwrap();
         std::fs::remove_dir_all(dir.join("d")).unwrap();
@@ -928,17 +914,10 @@ mod tests {
     #[test]
     fn a_racy_directory_is_read_again() {
         use crate::snapshot::sandbox_candidates_since;
-        let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
-        let base = tree(
-            &store,
-            &[
-                ("a/1.txt", Mode::File, "1\n"),
-                ("d/4.txt", Mode::File, "4\n"),
-            ],
-        );
-        let dir = tmp.path().join("sb");
-        prepare(&store, &dir, &base);
+        let (_tmp, _store, base, dir) = synced_slot(&[
+            ("a/1.txt", Mode::File, "1\n"),
+            ("d/4.txt", Mode::File, "4\n"),
+        ]);
         let root = Beneath::open(&dir).unwrap();
         let synced = (*recall(&dir).unwrap()).clone();
         let (_, d) = synced.record.dirs.iter().find(|(p, _)| p == "d").unwrap();
@@ -957,17 +936,10 @@ mod tests {
     /// every directory.
     #[test]
     fn a_stray_gitignore_leaves_no_directory_record() {
-        let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
-        let base = tree(
-            &store,
-            &[
-                (".gitignore", Mode::File, ".gitignore\n"),
-                ("a/1.txt", Mode::File, "1\n"),
-            ],
-        );
-        let dir = tmp.path().join("sb");
-        prepare(&store, &dir, &base);
+        let (_tmp, store, base, dir) = synced_slot(&[
+            (".gitignore", Mode::File, ".gitignore\n"),
+            ("a/1.txt", Mode::File, "1\n"),
+        ]);
         assert!(!recall(&dir).unwrap().record.dirs.is_empty());
         // Ignored by the base's rules, so the sync leaves it; yet a walk reads its rules.
         std::fs::write(dir.join("a/.gitignore"), "*\n").unwrap();
