@@ -248,6 +248,20 @@ impl Hub {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The log once `holds` says yes of it, or as it is after 10 seconds. A hub says it serves
+    /// right after it writes `hub.json`, which is what [`Hub::wait_ready`] waits for: a check of
+    /// its startup lines must wait for them.
+    pub fn log_when(&self, holds: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let text = self.log_text();
+            if holds(&text) || Instant::now() > deadline {
+                return text;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// kill -9: no cleanup, no flush.
     pub fn kill9(&mut self) {
         let _ = self.child.kill();

@@ -762,11 +762,8 @@ async fn a_read_only_state_directory_changes_nothing_and_a_restart_recovers() {
     drop(ro);
 
     let hub = ws.serve(&[]).unwrap();
-    assert!(
-        hub.log_text().contains("hunkgate: serving"),
-        "{}",
-        hub.log_text()
-    );
+    let log = hub.log_when(|l| l.contains("hunkgate: serving"));
+    assert!(log.contains("hunkgate: serving"), "{log}");
     if !applied {
         assert_eq!(state_of(&hub, &sid, &hid), "pending");
         let r = accept(&hub, &sid, &hid);
