@@ -514,6 +514,8 @@ pub fn readback_check<'a>(
 /// The paths a sandbox snapshot looks at: `base` paths (tracked by construction) plus untracked
 /// files not ignored by the tree's own .gitignore files.
 /// Files whose names cannot be carried are returned beside them, to be reported as skipped.
+/// Every directory is read: the oracle the tests hold [`sandbox_candidates_since`] to.
+#[cfg(test)]
 pub fn sandbox_candidates<'a>(
     dir: &Path,
     base_paths: impl IntoIterator<Item = &'a String>,
@@ -667,7 +669,7 @@ pub fn dir_record(
             dirs.insert(d.to_string());
         }
     }
-    if dirs.len() > base.len().saturating_mul(2) + 4096 {
+    if dirs.len() > SyncRecord::max_dirs(base.len()) {
         return Vec::new();
     }
     let below: Vec<&str> = dirs

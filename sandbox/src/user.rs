@@ -950,7 +950,7 @@ fn checked_record(record: SyncRecord, base: &FlatTree) -> Result<SyncRecord, Hel
             });
         }
     }
-    if record.dirs.len() > base.len().saturating_mul(2) + 4096 {
+    if record.dirs.len() > SyncRecord::max_dirs(base.len()) {
         return Err(HelperError::Protocol {
             op: "prepare",
             message: format!("{} directories in the record", record.dirs.len()),

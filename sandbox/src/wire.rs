@@ -132,6 +132,14 @@ pub struct SyncRecord {
     pub dirs: Vec<(String, FileStat)>,
 }
 
+impl SyncRecord {
+    /// The most directories a record of a `base_paths`-path base holds: a sync records none
+    /// beyond it, and the hub refuses a record with more.
+    pub fn max_dirs(base_paths: usize) -> usize {
+        base_paths.saturating_mul(2) + 4096
+    }
+}
+
 /// The helper's answer to `prepare`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PrepareReply {
