@@ -549,7 +549,7 @@ fn is_gitignore(path: &str) -> bool {
     path == ".gitignore" || path.ends_with("/.gitignore")
 }
 
-/// [`sandbox_candidates`] in a sandbox synced to `base` with `record`: with the record's
+/// The candidates of a read-back (base paths and new files) in a sandbox synced to `base` with `record`: with the record's
 /// directories (see [`SyncRecord::dirs`]), only the directories whose stat changed since the
 /// sync (or is racy), the way to them and the new ones in them are read for new files — git's
 /// untracked cache. Every base path is a candidate either way: its own `lstat` tells whether it
