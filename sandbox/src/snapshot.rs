@@ -549,10 +549,10 @@ fn is_gitignore(path: &str) -> bool {
     path == ".gitignore" || path.ends_with("/.gitignore")
 }
 
-/// The candidates of a read-back (base paths and new files) in a sandbox synced to `base` with `record`: with the record's
-/// directories (see [`SyncRecord::dirs`]), only the directories whose stat changed since the
-/// sync (or is racy), the way to them and the new ones in them are read for new files — git's
-/// untracked cache. Every base path is a candidate either way: its own `lstat` tells whether it
+/// The candidates of a read-back (base paths and new files) in a sandbox synced to `base`
+/// with `record`: with the record's directories (see [`SyncRecord::dirs`]), only the
+/// directories whose stat changed since the sync (or is racy), the way to them and the new
+/// ones in them are read for new files — git's untracked cache. Every base path is a candidate either way: its own `lstat` tells whether it
 /// changed.
 ///
 /// A directory's entries cannot change without its ctime changing, and no one but root can set
@@ -572,8 +572,13 @@ pub fn sandbox_candidates_since(
     let holds = |was: &FileStat, now: Option<FileStat>| {
         now.is_some_and(|now| now == *was && !is_racy(was, stamp))
     };
-    let recorded: HashMap<&str, &FileStat> =
-        record.files.iter().map(|(p, s)| (p.as_str(), s)).collect();
+    // Only the rules' own entries: no map of the whole record for a handful of lookups.
+    let recorded: HashMap<&str, &FileStat> = record
+        .files
+        .iter()
+        .filter(|(p, _)| is_gitignore(p))
+        .map(|(p, s)| (p.as_str(), s))
+        .collect();
     let ignores: Vec<&str> = base
         .keys()
         .map(String::as_str)
