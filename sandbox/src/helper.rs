@@ -41,6 +41,7 @@ use nix::unistd::Pid;
 
 use crate::beneath::Beneath;
 use crate::snapshot::{capture_each, readback_check, sandbox_candidates_since, Captured};
+use crate::store::FlatTree;
 use crate::sync::{base_from_wire, clear_except_git, fresh_git, store_blob, sync_files, SyncError};
 use crate::wire::{self, Frame, Request, WireError};
 
@@ -150,10 +151,22 @@ fn run(op: &str) -> Result<ExitCode, HelperFailure> {
         }
         "snapshot" => {
             check_my_home(&home)?;
-            let mut req: Request = wire::read_request(&mut std::io::stdin().lock())?;
+            let mut input = std::io::stdin().lock();
+            let mut req: Request = wire::read_request(&mut input)?;
+            let base = base_from_wire(std::mem::take(&mut req.base))
+                .map_err(|(path, why)| HelperFailure::BadPath { path, why })?;
+            if req.standby {
+                // Waiting while the agent runs as this same user: out of its reach.
+                not_dumpable()?;
+                match wire::read_go(&mut input)? {
+                    Some(cap) => req.cap = cap,
+                    // The hub wants no read-back after all.
+                    None => return Ok(ExitCode::SUCCESS),
+                }
+            }
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
-            snapshot(&mut req, &home, &mut out)?;
+            snapshot(&req, &base, &home, &mut out)?;
             out.flush().map_err(HelperFailure::Output)?;
             Ok(ExitCode::SUCCESS)
         }
@@ -315,15 +328,20 @@ fn prepare(
     wire::write_prepare_reply(out, &reply).map_err(HelperFailure::Output)
 }
 
-fn snapshot<W: Write>(req: &mut Request, home: &Path, out: &mut W) -> Result<(), HelperFailure> {
+/// Read the sandbox back (see [`crate::snapshot::snapshot_sandbox`]): only what differs from
+/// `base` (the request's, already read) goes out, as frames.
+fn snapshot<W: Write>(
+    req: &Request,
+    base: &FlatTree,
+    home: &Path,
+    out: &mut W,
+) -> Result<(), HelperFailure> {
     let dir = sandbox_dir(home, req, false)?;
-    let base = base_from_wire(std::mem::take(&mut req.base))
-        .map_err(|(path, why)| HelperFailure::BadPath { path, why })?;
     let root = Beneath::open(&dir).map_err(|e| HelperFailure::Dir {
         path: dir.clone(),
         problem: e.to_string(),
     })?;
-    let found = sandbox_candidates_since(&dir, &root, &base, req.record.as_ref());
+    let found = sandbox_candidates_since(&dir, &root, base, req.record.as_ref());
     // Files whose names cannot be carried (never base paths: those are UTF-8) are reported,
     // never silently left out.
     for s in &found.skipped {
@@ -376,8 +394,8 @@ fn snapshot<W: Write>(req: &mut Request, home: &Path, out: &mut W) -> Result<(),
         };
         wire::write_frame(out, &frame).map_err(HelperFailure::Output)
     };
-    let check = readback_check(&base, req.record.as_ref());
-    capture_each(&root, &found.with_base(&base), req.cap, check, &mut sink)?;
+    let check = readback_check(base, req.record.as_ref());
+    capture_each(&root, &found.with_base(base), req.cap, check, &mut sink)?;
     gone_before(None, out)?;
     wire::write_frame(out, &Frame::End).map_err(HelperFailure::Output)
 }
@@ -522,6 +540,21 @@ fn exec(req: &Request, home: &Path) -> Result<ExitCode, HelperFailure> {
     // Whatever the agent left running dies now, whether it exited or was stopped.
     kill_tree(Signal::SIGKILL);
     exit_like(status)
+}
+
+/// Make this process one that processes of the same user cannot trace or read the memory of
+/// (`PR_SET_DUMPABLE` 0; Linux only: elsewhere a standby read-back is never asked for).
+fn not_dumpable() -> Result<(), HelperFailure> {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: prctl with integer arguments.
+        if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+            return Err(sys("prctl(PR_SET_DUMPABLE)")(
+                std::io::Error::last_os_error(),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn set_no_new_privs() -> Result<(), HelperFailure> {

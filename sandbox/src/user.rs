@@ -23,6 +23,7 @@ use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nix::libc;
@@ -447,7 +448,17 @@ impl UserIsolation {
                 .join("sandboxes")
                 .join(key)
                 .join(slot.to_string()),
+            standby: Arc::default(),
         }
+    }
+
+    /// Whether the agent always runs in a PID namespace of its own, where it can see no
+    /// process outside its run, let alone signal or trace one: then a read-back helper may
+    /// wait beside it ([`Standby`]).
+    fn agent_walled_off(&self) -> bool {
+        cfg!(target_os = "linux")
+            && !pid_namespace_disabled()
+            && (self.private_proc || self.launch == Launch::Direct)
     }
 
     fn describe(&self, op: &str) -> String {
@@ -522,6 +533,12 @@ impl UserIsolation {
         feed: impl FnOnce(&mut dyn Write) -> std::io::Result<()> + Send,
         read: impl FnOnce(&mut dyn std::io::Read) -> Result<T, HelperError>,
     ) -> Result<T, HelperError> {
+        let helper = self.spawn_helper(op)?;
+        self.exchange(op, helper, feed, read)
+    }
+
+    /// The helper for `op`, started, with its three pipes.
+    fn spawn_helper(&self, op: &'static str) -> Result<Helper, HelperError> {
         let mut cmd = self.helper_command(op, false);
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -530,8 +547,19 @@ impl UserIsolation {
             cmd: self.describe(op),
             source,
         })?;
+        let (stdin, stdout, stderr) = take_pipes(&mut child, op)?;
+        Ok((child, stdin, stdout, stderr))
+    }
+
+    /// [`Self::run_helper`]'s exchange with a helper already started.
+    fn exchange<T: Send>(
+        &self,
+        op: &'static str,
+        (mut child, mut stdin, mut stdout, stderr): Helper,
+        feed: impl FnOnce(&mut dyn Write) -> std::io::Result<()> + Send,
+        read: impl FnOnce(&mut dyn std::io::Read) -> Result<T, HelperError>,
+    ) -> Result<T, HelperError> {
         let pid = child.id() as i32;
-        let (mut stdin, mut stdout, stderr) = take_pipes(&mut child, op)?;
         let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
         let (result, stderr_text, stuck) = std::thread::scope(|s| {
             let writer = s.spawn(move || {
@@ -566,6 +594,14 @@ impl UserIsolation {
         helper_verdict(op, end, result)
     }
 }
+
+/// A helper process and its stdin, stdout and stderr.
+type Helper = (
+    std::process::Child,
+    std::process::ChildStdin,
+    std::process::ChildStdout,
+    std::process::ChildStderr,
+);
 
 /// The helper's three pipes; a helper started without them is killed and reaped.
 fn take_pipes(
@@ -804,6 +840,128 @@ pub struct UserSandbox {
     key: String,
     slot: usize,
     workdir: PathBuf,
+    /// The read-back helper started after the last prepare, if it still waits.
+    standby: Arc<Mutex<Option<Standby>>>,
+}
+
+/// A `snapshot` helper started right after a prepare, while the agent runs: it has read its
+/// request (the base and the sync record, 10,000 paths in a large repository) and waits for
+/// the go signal ([`wire::write_go`]), so the read-back at the run's end costs only the look
+/// at the sandbox. Only where the agent is walled off in a PID namespace
+/// ([`UserIsolation::agent_walled_off`]); the helper also makes itself non-dumpable while it
+/// waits. Dropped unused, it is told to go away (its stdin closed) and reaped.
+struct Standby {
+    /// The sync whose base and record it was sent.
+    synced: Arc<Synced>,
+    /// Taken by [`Standby::read_back`]; what is left at drop is dismissed.
+    parts: Option<StandbyParts>,
+}
+
+struct StandbyParts {
+    /// Writing the request; gives the helper's stdin back for the go signal.
+    writer: std::thread::JoinHandle<std::io::Result<std::process::ChildStdin>>,
+    child: std::process::Child,
+    stdout: std::process::ChildStdout,
+    stderr: std::process::ChildStderr,
+}
+
+impl std::fmt::Debug for Standby {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Standby")
+            .field("pid", &self.parts.as_ref().map(|p| p.child.id()))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Standby {
+    /// Start the read-back helper for the slot `sandbox` was just synced to (`synced`).
+    fn start(sandbox: &UserSandbox, synced: Arc<Synced>) -> Result<Self, HelperError> {
+        let (child, mut stdin, stdout, stderr) = sandbox.iso.spawn_helper("snapshot")?;
+        let mut request = sandbox.request();
+        request.standby = true;
+        let sent = synced.clone();
+        let writer = std::thread::spawn(move || {
+            let mut w = std::io::BufWriter::new(&mut stdin);
+            wire::write_request_with(&mut w, &request, base_refs(&sent.base), Some(&sent.record))?;
+            w.flush()?;
+            drop(w);
+            Ok(stdin)
+        });
+        Ok(Standby {
+            synced,
+            parts: Some(StandbyParts {
+                writer,
+                child,
+                stdout,
+                stderr,
+            }),
+        })
+    }
+
+    /// Go: the read-back, as [`UserSandbox::snapshot`] reads it.
+    fn read_back(
+        mut self,
+        iso: &UserIsolation,
+        store: &Store,
+        base: &FlatTree,
+        cap: u64,
+    ) -> Result<ReadBack, HelperError> {
+        let Some(StandbyParts {
+            writer,
+            child,
+            stdout,
+            stderr,
+        }) = self.parts.take()
+        else {
+            return Err(HelperError::Protocol {
+                op: "snapshot",
+                message: "the standby read-back was used already".into(),
+            });
+        };
+        let stdin = match writer.join() {
+            Ok(Ok(stdin)) => stdin,
+            failed => {
+                drop((stdout, stderr));
+                reap(child);
+                return Err(match failed {
+                    Ok(Err(e)) => HelperError::Stream {
+                        op: "snapshot",
+                        source: WireError::Io(e),
+                        stderr: String::new(),
+                    },
+                    _ => HelperError::Protocol {
+                        op: "snapshot",
+                        message: "the writer thread panicked".into(),
+                    },
+                });
+            }
+        };
+        iso.exchange(
+            "snapshot",
+            (child, stdin, stdout, stderr),
+            |mut w| wire::write_go(&mut w, cap),
+            |r| read_snapshot(&mut std::io::BufReader::new(r), store, base, cap),
+        )
+    }
+}
+
+impl Drop for Standby {
+    /// Not wanted after all: its stdin closes once the request is written (the writer's
+    /// thread ends), which ends the helper; it is reaped from a thread of its own.
+    fn drop(&mut self) {
+        if let Some(parts) = self.parts.take() {
+            std::thread::spawn(move || {
+                drop(parts.writer.join());
+                drop((parts.stdout, parts.stderr));
+                reap(parts.child);
+            });
+        }
+    }
+}
+
+/// Wait for a helper whose pipes are closed (its cue to exit).
+fn reap(mut child: std::process::Child) {
+    let _ = child.wait();
 }
 
 impl UserSandbox {
@@ -850,6 +1008,41 @@ impl UserSandbox {
                 })
             },
         )
+    }
+
+    /// Start the run's read-back helper now ([`Standby`]), from a thread of its own: the
+    /// prepare is done, and the agent should not wait for this.
+    fn ready_read_back(&self) {
+        if !self.iso.agent_walled_off() {
+            return;
+        }
+        let Some(synced) = recall(&self.workdir) else {
+            return;
+        };
+        let me = UserSandbox {
+            iso: self.iso.clone(),
+            key: self.key.clone(),
+            slot: self.slot,
+            workdir: self.workdir.clone(),
+            standby: self.standby.clone(),
+        };
+        std::thread::spawn(move || match Standby::start(&me, synced) {
+            Ok(standby) => {
+                if let Ok(mut slot) = me.standby.lock() {
+                    *slot = Some(standby);
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "no standby read-back"),
+        });
+    }
+
+    /// The standby read-back, if there is one and it was made for `synced` (the slot's sync,
+    /// when its record holds for the base being read back).
+    fn take_standby(&self, synced: Option<&Arc<Synced>>) -> Option<Standby> {
+        let standby = self.standby.lock().ok()?.take()?;
+        synced
+            .is_some_and(|s| Arc::ptr_eq(s, &standby.synced))
+            .then_some(standby)
     }
 
     fn request(&self) -> Request {
@@ -1104,6 +1297,7 @@ impl Sandbox for UserSandbox {
                 tree: None,
             }),
         );
+        self.ready_read_back();
         Ok(())
     }
 
@@ -1112,6 +1306,21 @@ impl Sandbox for UserSandbox {
         request.cap = cap;
         let synced = recall(&self.workdir);
         let record = record_for(synced.as_deref(), base);
+        if let Some(standby) = self.take_standby(synced.as_ref().filter(|_| record.is_some())) {
+            match standby.read_back(&self.iso, store, base, cap) {
+                Ok(snap) => {
+                    tracing::debug!(
+                        slot = self.slot,
+                        "sandbox read back by the helper that stood by"
+                    );
+                    return Ok(snap);
+                }
+                // Whatever went wrong with it, a helper started now reads the sandbox anew.
+                Err(e) => {
+                    tracing::warn!(error = %e, "the standby read-back failed; starting another")
+                }
+            }
+        }
         let snap = self.iso.run_helper(
             "snapshot",
             |w| {

@@ -18,6 +18,10 @@
 //! end frame matters: a stream cut short (the helper crashed or was killed) must read as an
 //! error, never as a snapshot in which every file after the cut was deleted.
 //!
+//! A `snapshot` request with `standby` set is sent while the agent still runs: the helper
+//! reads it, then waits for the go signal (`G` and the file cap as a `u64`) before it looks
+//! at the sandbox, so a read-back at the run's end starts with the request already read.
+//!
 //! The hub reads what the helper writes as hostile data: the helper runs as the sandbox user,
 //! which the agent controls. Every length is checked against a limit before anything is
 //! allocated, and paths are validated by the caller with [`crate::beneath::components`].
@@ -50,6 +54,11 @@ pub struct Request {
     /// the header, like `base`.
     #[serde(skip)]
     pub record: Option<SyncRecord>,
+    /// `snapshot`: a read-back made ready ahead of time. After the request the helper waits
+    /// for [`write_go`]'s go signal (which carries the file cap), and reads the sandbox only
+    /// then; end of input instead ends it quietly, having read nothing.
+    #[serde(default)]
+    pub standby: bool,
     /// `exec`: the agent's argv and its whole environment.
     #[serde(default)]
     pub argv: Vec<String>,
@@ -218,6 +227,7 @@ const TAG_SAME: u8 = b'U';
 const TAG_GONE: u8 = b'D';
 const TAG_BLOB: u8 = b'B';
 const TAG_END: u8 = b'E';
+const TAG_GO: u8 = b'G';
 
 pub fn write_header<T: serde::Serialize>(w: &mut impl Write, header: &T) -> std::io::Result<()> {
     let json = serde_json::to_vec(header).map_err(std::io::Error::other)?;
@@ -312,6 +322,28 @@ pub fn read_request(r: &mut impl Read) -> Result<Request, WireError> {
     req.record = read_record(&mut t)?;
     table_end(t)?;
     Ok(req)
+}
+
+/// The go signal for a `standby` snapshot: `G`, then the cap as a big-endian `u64`.
+pub fn write_go(w: &mut impl Write, cap: u64) -> std::io::Result<()> {
+    w.write_all(&[TAG_GO])?;
+    w.write_all(&cap.to_be_bytes())?;
+    w.flush()
+}
+
+/// Wait for [`write_go`]'s signal: the cap it carries, or None when the input ended first (the
+/// hub no longer wants this read-back).
+pub fn read_go(r: &mut impl Read) -> Result<Option<u64>, WireError> {
+    let mut tag = [0u8; 1];
+    if r.read(&mut tag)? == 0 {
+        return Ok(None);
+    }
+    if tag[0] != TAG_GO {
+        return Err(WireError::Malformed(format!("go signal {}", tag[0])));
+    }
+    let mut cap = [0u8; 8];
+    read_exact(r, &mut cap)?;
+    Ok(Some(u64::from_be_bytes(cap)))
 }
 
 /// Write the helper's answer to `prepare`: its JSON header, then the record table.
@@ -753,6 +785,37 @@ mod tests {
         write_request_with(&mut borrowed, &header, refs, req.record.as_ref()).unwrap();
         assert_eq!(owned, borrowed);
         assert!(same(&read_request(&mut &borrowed[..]).unwrap(), &req));
+    }
+
+    /// A standby request is read whole before the go signal, which carries the cap; the end
+    /// of input instead is "not wanted", and anything else is an error.
+    #[test]
+    fn a_standby_request_waits_for_the_go_signal() {
+        let mut req = sample_request();
+        req.standby = true;
+        let mut buf = Vec::new();
+        write_request(&mut buf, &req).unwrap();
+        let request_len = buf.len();
+        write_go(&mut buf, 12_345).unwrap();
+        let mut r = &buf[..];
+        let back = read_request(&mut r).unwrap();
+        assert!(back.standby && same(&req, &back), "{back:?}");
+        assert_eq!(r.len(), buf.len() - request_len);
+        assert_eq!(read_go(&mut r).unwrap(), Some(12_345));
+        assert_eq!(read_go(&mut r).unwrap(), None, "nothing after the signal");
+        // Dismissed: the request, then nothing.
+        let mut r = &buf[..request_len];
+        read_request(&mut r).unwrap();
+        assert_eq!(read_go(&mut r).unwrap(), None);
+        // Cut short, or not a go signal at all.
+        assert!(matches!(
+            read_go(&mut &buf[request_len..request_len + 4]),
+            Err(WireError::Truncated)
+        ));
+        assert!(matches!(
+            read_go(&mut &b"E\0\0\0\0\0\0\0\0"[..]),
+            Err(WireError::Malformed(_))
+        ));
     }
 
     #[test]

@@ -1056,3 +1056,126 @@ fn without_a_private_proc_serve_warns_that_tokens_are_visible() {
     }
     check_tokens_stay_private(false, false).unwrap();
 }
+
+/// The read-back helper that waits beside a running agent (the sandbox crate's `Standby`: it
+/// reads the base and the sync record while the agent works, so the read-back at the run's end
+/// only looks at the sandbox) runs as the sandbox user, like the agent, yet is out of its
+/// reach. The agent is told the helper's pid and tries to signal it, stop it, kill it, trace it
+/// and read its memory; every attempt fails, and the run's change comes back through that very
+/// helper. Controls: the test (root) sees the helper waiting, as the sandbox user and
+/// non-dumpable (its `/proc` entries are root's), and the agent can signal a process of its
+/// own the same way.
+#[test]
+fn the_waiting_read_back_helper_is_out_of_the_agents_reach() {
+    if !require_root("the_waiting_read_back_helper_is_out_of_the_agents_reach") {
+        return;
+    }
+    check_standby(false).unwrap();
+}
+
+/// The control of the one above: a waiting read-back helper that dies (here root kills it)
+/// costs nothing but its head start — the hub says so and reads the sandbox with a new helper,
+/// and the change still comes back.
+#[test]
+fn a_read_back_helper_killed_while_waiting_is_replaced() {
+    if !require_root("a_read_back_helper_killed_while_waiting_is_replaced") {
+        return;
+    }
+    check_standby(true).unwrap();
+}
+
+fn check_standby(kill_it: bool) -> Result<()> {
+    let s = Setup::new(true)?;
+    let hub = s.hub_env(
+        false,
+        &["--max-runs", "1"],
+        &[("HUNKGATE_LOG", "warn,hunkgate_sandbox::user=debug")],
+    )?;
+    let pid_file = s.shared.path().join("standby-pid");
+    let agent = s.script(
+        "standby.sh",
+        &format!(
+            r#"
+r() {{ echo "RESULT $1 $2"; }}
+while [ ! -s {pid} ]; do sleep 0.05; done
+P=$(cat {pid})
+sleep 30 & S=$!
+kill -0 $S 2>/dev/null && r signal_own allowed || r signal_own DENIED
+kill $S
+kill -0 $P 2>/dev/null && r signal ALLOWED || r signal denied
+kill -STOP $P 2>/dev/null && r stop ALLOWED || r stop denied
+kill -9 $P 2>/dev/null && r kill ALLOWED || r kill denied
+r ptrace "$(perl -MConfig -e '$n = $Config{{archname}} =~ /aarch64/ ? 117 : 101; $r = syscall($n, 16, $ARGV[0], 0, 0); print $r == -1 ? "denied" : "ALLOWED"' $P)"
+head -c 16 /proc/$P/mem >/dev/null 2>&1 && r mem ALLOWED || r mem denied
+echo "changed by the agent" >> hello.txt
+r done yes
+"#,
+            pid = pid_file.display()
+        ),
+    )?;
+    let id = start_run(&hub, &agent, None)?;
+    let is_standby = |cmd: &str| cmd.contains("sandbox-helper snapshot");
+    wait_until(
+        "the read-back helper to wait",
+        Duration::from_secs(30),
+        || {
+            processes_of(s.agent.uid)
+                .iter()
+                .any(|(_, cmd)| is_standby(cmd))
+        },
+    )?;
+    let (pid, _) = processes_of(s.agent.uid)
+        .into_iter()
+        .find(|(_, cmd)| is_standby(cmd))
+        .ok_or_else(|| anyhow!("no read-back helper: {:?}", processes_of(s.agent.uid)))?;
+    // Control: it is the sandbox user's process (processes_of goes by the real uid), and
+    // non-dumpable: the kernel gives its /proc entries to root.
+    let owner = std::fs::metadata(format!("/proc/{pid}/status"))?.uid();
+    anyhow::ensure!(
+        owner == 0,
+        "the waiting helper is dumpable: /proc/{pid} is uid {owner}'s"
+    );
+    if kill_it {
+        let pid = nix::unistd::Pid::from_raw(pid);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL)?;
+        wait_until("the helper to be gone", Duration::from_secs(10), || {
+            !processes_of(s.agent.uid)
+                .iter()
+                .any(|(p, _)| *p == pid.as_raw())
+        })?;
+    }
+    std::fs::write(&pid_file, pid.to_string())?;
+    let run = wait_run(&hub, &id, Duration::from_secs(90))?;
+    let log = run_log(&hub, &id)?;
+    let res = results(&log);
+    let get = |k: &str| res.get(k).map(String::as_str).unwrap_or("<missing>");
+    let ctx = || {
+        format!(
+            "run: {run}\nagent's log:\n{log}\nhub log:\n{}",
+            hub.log_text()
+        )
+    };
+    anyhow::ensure!(get("done") == "yes", "the agent did not finish: {}", ctx());
+    anyhow::ensure!(get("signal_own") == "allowed", "{}", ctx());
+    for attempt in ["signal", "stop", "kill", "ptrace", "mem"] {
+        anyhow::ensure!(get(attempt) == "denied", "{attempt}: {}", ctx());
+    }
+    anyhow::ensure!(run["status"] == "ready", "{}", ctx());
+    let log_text = hub.log_text();
+    let stood_by = log_text.contains("read back by the helper that stood by");
+    let replaced = log_text.contains("the standby read-back failed; starting another");
+    anyhow::ensure!(
+        (stood_by, replaced) == (!kill_it, kill_it),
+        "read back by the waiting helper: {stood_by}, by a new one: {replaced}: {}",
+        ctx()
+    );
+    let sid = run["suggestion_ids"][0].as_str().unwrap_or_default();
+    let sug = hub.curl().get(&format!("/suggestions/{sid}"))?;
+    anyhow::ensure!(
+        sug.body.to_string().contains("changed by the agent"),
+        "the change is not in the suggestion: {}",
+        sug.body
+    );
+    wait_no_process_of(&s.agent, Duration::from_secs(10))?;
+    Ok(())
+}
