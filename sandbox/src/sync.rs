@@ -23,6 +23,7 @@
 //! **Layer:** imports [`crate::wire`], [`crate::beneath`], [`crate::store`],
 //! [`crate::statcache`] and [`crate::snapshot`]; nothing of `workspace`, `user` or `helper`.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -593,7 +594,7 @@ pub fn sync_slot(
         dir,
         &repo,
         base,
-        record.as_ref(),
+        record.as_deref(),
         dirty.as_ref(),
         known_tree,
     );
@@ -675,30 +676,32 @@ pub fn changed_paths<'a>(a: &'a FlatTree, b: &'a FlatTree) -> Vec<&'a str> {
     out
 }
 
-/// The part of a previous sync's record that still speaks for `base`: paths whose entry did
-/// not change (a path whose blob changed must be written whatever its stat says).
-pub fn rebase_record(prev: &Synced, base: &FlatTree) -> SyncRecord {
-    rebase_onto(prev, &changed_paths(&prev.base, base))
-}
-
-/// [`rebase_record`] given the paths whose entry `changed` since `prev`'s base.
-fn rebase_onto(prev: &Synced, changed: &[&str]) -> SyncRecord {
+/// The part of a previous sync's record that still speaks for the new base, given the paths
+/// whose entry `changed` since `prev`'s base (see [`changed_paths`]): those whose entry did
+/// not change (a path whose blob changed must be written whatever its stat says). The record
+/// itself, borrowed, when none did.
+///
+/// A record names only paths of its base, each once: the hub's own syncs make it so, and a
+/// helper's record is checked for it on arrival (`checked_record` in [`crate::user`]).
+pub fn rebase_onto<'a>(prev: &'a Synced, changed: &[&str]) -> Cow<'a, SyncRecord> {
+    if changed.is_empty() {
+        return Cow::Borrowed(&prev.record);
+    }
     let changed: HashSet<&str> = changed.iter().copied().collect();
-    SyncRecord {
+    Cow::Owned(SyncRecord {
         stamp_s: prev.record.stamp_s,
         stamp_ns: prev.record.stamp_ns,
         files: prev
             .record
             .files
             .iter()
-            // A record names only paths of its base (one from a helper is checked here).
-            .filter(|(p, _)| !changed.contains(p.as_str()) && prev.base.contains_key(p))
+            .filter(|(p, _)| !changed.contains(p.as_str()))
             .cloned()
             .collect(),
         // The directories' stats do not depend on the base: a changed base `.gitignore` is
         // not in the files above, which makes the next walk a whole one.
         dirs: prev.record.dirs.clone(),
-    }
+    })
 }
 
 #[cfg(test)]

@@ -30,7 +30,7 @@ use nix::libc;
 
 use crate::snapshot::{ReadBack, Skipped};
 use crate::store::{Entry, FlatTree, Mode, Store};
-use crate::sync::{base_refs, rebase_record, recall, record_for, remember, Synced};
+use crate::sync::{base_refs, changed_paths, rebase_onto, recall, record_for, remember, Synced};
 use crate::wire::{self, Frame, PrepareReply, Request, SyncRecord, WireError, AGENT_NPROC};
 use crate::workspace::{AgentCommand, Sandbox, SandboxError, Stop};
 
@@ -966,26 +966,28 @@ fn reap(mut child: std::process::Child) {
 
 impl UserSandbox {
     /// One `prepare` exchange: the base listing and `record` in the header, then the blobs the
-    /// helper cannot already have (those not in `previous`'s base, whose objects it kept).
+    /// helper may lack: with `changed` (the paths whose entry differs from the last sync's
+    /// base, whose objects the helper kept), theirs; without, every one.
     fn prepare_with(
         &self,
         store: &Store,
         base: &FlatTree,
-        previous: Option<&Synced>,
-        record: Option<SyncRecord>,
+        changed: Option<&[&str]>,
+        record: Option<&SyncRecord>,
     ) -> Result<PrepareReply, HelperError> {
         let request = self.request();
-        let known: std::collections::HashSet<_> = previous
-            .map(|s| s.base.values().map(|e| e.oid).collect())
-            .unwrap_or_default();
+        let entries: Box<dyn Iterator<Item = &Entry> + Send> = match changed {
+            Some(paths) => Box::new(paths.iter().filter_map(|p| base.get(*p))),
+            None => Box::new(base.values()),
+        };
         self.iso.run_helper(
             "prepare",
             |w| {
                 let mut w = std::io::BufWriter::new(w);
-                wire::write_request_with(&mut w, &request, base_refs(base), record.as_ref())?;
+                wire::write_request_with(&mut w, &request, base_refs(base), record)?;
                 let mut sent = std::collections::HashSet::new();
-                for entry in base.values() {
-                    if known.contains(&entry.oid) || !sent.insert(entry.oid) {
+                for entry in entries {
+                    if !sent.insert(entry.oid) {
                         continue;
                     }
                     let bytes = store.read_blob(entry.oid).map_err(std::io::Error::other)?;
@@ -1134,12 +1136,15 @@ fn stdin_from_bytes(bytes: &[u8]) -> std::io::Result<()> {
 /// directories that are paths hunkgate can name (or `""`, the slot), each at most once, no
 /// more of them than a sync records (see [`crate::snapshot::dir_record`]).
 fn checked_record(record: SyncRecord, base: &FlatTree) -> Result<SyncRecord, HelperError> {
-    let mut seen = std::collections::HashSet::new();
+    // The helper lists them in the base's order: one pass beside the base's sorted keys, each
+    // match taken past, refuses a stranger, a repeat and a path out of order alike.
+    let mut keys = base.keys();
     for (path, _) in &record.files {
-        if !base.contains_key(path) || !seen.insert(path.as_str()) {
+        if !keys.any(|k| k == path) {
             return Err(HelperError::BadPath {
                 path: sanitize(path, 300),
-                why: "not a base path, or reported twice, in the prepare's record".into(),
+                why: "not a base path, reported twice or out of order, in the prepare's record"
+                    .into(),
             });
         }
     }
@@ -1269,26 +1274,44 @@ impl Sandbox for UserSandbox {
     }
 
     fn prepare(&self, store: &Store, base: &FlatTree) -> Result<(), SandboxError> {
+        let started = std::time::Instant::now();
         let previous = recall(&self.workdir);
         remember(&self.workdir, None);
+        // The base's delta since the last sync: it limits the old record, and only its blobs
+        // can be new to the helper.
+        let changed = previous
+            .as_deref()
+            .map(|prev| changed_paths(&prev.base, base));
         let record = previous
             .as_deref()
-            .map(|s| rebase_record(s, base))
+            .zip(changed.as_deref())
+            .map(|(prev, changed)| rebase_onto(prev, changed))
             .filter(|r| !r.files.is_empty());
         // Blobs are left out only alongside a record: without one the helper starts from no
         // objects.
-        let previous = previous.filter(|_| record.is_some());
-        let reply = match self.prepare_with(store, base, previous.as_deref(), record) {
+        let changed = changed.filter(|_| record.is_some());
+        let planned = started.elapsed();
+        let reply = match self.prepare_with(store, base, changed.as_deref(), record.as_deref()) {
             Ok(reply) => reply,
             // The helper may lack a blob the agent deleted from the sandbox's objects, or the
             // slot may be in a shape an in-place sync cannot fix: once more, sending everything.
-            Err(e) if previous.is_some() => {
+            Err(e) if changed.is_some() => {
                 tracing::warn!(error = %e, "incremental sandbox prepare failed; sending the whole base");
                 self.prepare_with(store, base, None, None)?
             }
             Err(e) => return Err(e.into()),
         };
+        let exchanged = started.elapsed();
         let record = checked_record(reply.record, base)?;
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        tracing::debug!(
+            slot = self.slot,
+            plan_ms = ms(planned),
+            helper_ms = ms(exchanged - planned),
+            check_ms = ms(started.elapsed() - exchanged),
+            written = reply.written,
+            "sandbox synced by the helper"
+        );
         remember(
             &self.workdir,
             Some(Synced {
@@ -1526,6 +1549,44 @@ mod tests {
         let many: Vec<String> = (0..5000).map(|i| format!("d{i}")).collect();
         let many: Vec<&str> = many.iter().map(String::as_str).collect();
         assert!(checked_record(with_dirs(&many), &base).is_err());
+    }
+
+    /// A record's files must be base paths, each once, in the base's order (as the helper
+    /// lists them); any subset of the base in that order is taken.
+    #[test]
+    fn a_record_with_hostile_files_is_refused() {
+        let entry = crate::store::Entry {
+            mode: crate::store::Mode::File,
+            oid: gix::hash::ObjectId::null(gix::hash::Kind::Sha1),
+        };
+        let base: FlatTree = ["a", "b/1", "b/2", "c"]
+            .into_iter()
+            .map(|p| (p.to_string(), entry))
+            .collect();
+        let st = crate::wire::FileStat::default();
+        let with_files = |files: &[&str]| SyncRecord {
+            files: files.iter().map(|f| (f.to_string(), st)).collect(),
+            ..SyncRecord::default()
+        };
+        for good in [&["a", "b/1", "b/2", "c"][..], &["b/2"], &["a", "c"], &[]] {
+            assert!(
+                checked_record(with_files(good), &base).is_ok(),
+                "{good:?} was refused"
+            );
+        }
+        for bad in [
+            &["a", "x"][..],
+            &["b"],
+            &["a", "a"],
+            &["c", "a"],
+            &["b/2", "b/1"],
+            &["../a"],
+        ] {
+            assert!(
+                checked_record(with_files(bad), &base).is_err(),
+                "{bad:?} was taken"
+            );
+        }
     }
 
     #[test]
