@@ -38,6 +38,13 @@ pub enum PathError {
 /// `.git` is refused in any letter case because case-insensitive file systems (macOS) resolve
 /// `.GIT` to the repository's own metadata.
 pub fn components(path: &str) -> Result<Vec<&str>, PathError> {
+    check_path(path)?;
+    Ok(path.split('/').collect())
+}
+
+/// What [`components`] checks, without collecting the components: for the hot loops that
+/// only need to know a path is one hunkgate may touch.
+pub fn check_path(path: &str) -> Result<(), PathError> {
     if path.is_empty() {
         return Err(PathError::Empty);
     }
@@ -47,9 +54,8 @@ pub fn components(path: &str) -> Result<Vec<&str>, PathError> {
     if path.starts_with('/') {
         return Err(PathError::Absolute(path.to_string()));
     }
-    let parts: Vec<&str> = path.split('/').collect();
-    for part in &parts {
-        if part.is_empty() || *part == "." || *part == ".." {
+    for part in path.split('/') {
+        if part.is_empty() || part == "." || part == ".." {
             return Err(PathError::Traversal(path.to_string()));
         }
         let trimmed = part.trim_end_matches(['.', ' ']);
@@ -57,7 +63,7 @@ pub fn components(path: &str) -> Result<Vec<&str>, PathError> {
             return Err(PathError::GitDir(path.to_string()));
         }
     }
-    Ok(parts)
+    Ok(())
 }
 
 /// Errors of confined file access; each names the path and what to do about it.
@@ -331,19 +337,20 @@ impl Beneath {
         path: &str,
         cache: &mut DirCache,
     ) -> Result<Option<nix::sys::stat::FileStat>, FsError> {
-        let parts = components(path)?;
-        let parent = &path[..path.len() - parts[parts.len() - 1].len()];
+        check_path(path)?;
+        let name = path.rsplit('/').next().unwrap_or(path);
+        let parent = &path[..path.len() - name.len()];
         let dir = match &cache.0 {
             Some((p, fd)) if p == parent => fd,
             _ => {
                 cache.0 = None;
+                let parts: Vec<&str> = path.split('/').collect();
                 let Some(fd) = self.parent_dir(path, &parts, false)? else {
                     return Ok(None);
                 };
                 &cache.0.insert((parent.to_string(), fd)).1
             }
         };
-        let name = parts[parts.len() - 1];
         match nix::sys::stat::fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
             Ok(st) => Ok(Some(st)),
             Err(Errno::ENOENT) | Err(Errno::ENOTDIR) => Ok(None),

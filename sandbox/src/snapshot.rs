@@ -315,7 +315,7 @@ fn capture_one(
             reason,
         })
     };
-    if crate::beneath::components(path).is_err() {
+    if crate::beneath::check_path(path).is_err() {
         return Some(skip("path hunkgate cannot represent".into()));
     }
     let st = match st {
@@ -492,23 +492,59 @@ fn capture(
 
 /// What a sandbox read-back does with `path`, given the run's `base` and the stat record of
 /// the sync that wrote it (see [`crate::wire::SyncRecord`]).
+///
+/// Asked in path order (as [`capture_each`] is, with sorted candidates), it walks the base and
+/// the record beside the questions, without a lookup each; a question out of order (or asked
+/// again) is answered by a lookup of the base, without the record's word: by content.
 pub fn readback_check<'a>(
     base: &'a FlatTree,
     record: Option<&'a SyncRecord>,
 ) -> impl FnMut(&str, &FileStat) -> Check + 'a {
     let stamp = record.map(|r| (r.stamp_s, r.stamp_ns));
-    let recorded: HashMap<&str, &FileStat> = record
-        .map(|r| r.files.iter().map(|(p, s)| (p.as_str(), s)).collect())
-        .unwrap_or_default();
-    move |path, stat| match base.get(path) {
-        None => Check::Read,
-        Some(entry) => match (recorded.get(path), stamp) {
-            (Some(was), Some(stamp)) if *was == stat && !is_racy(was, stamp) => {
-                Check::Trust(*entry)
-            }
-            _ => Check::Compare(*entry),
-        },
+    let files = record.map(|r| r.files.as_slice()).unwrap_or_default();
+    // A helper's record lists its base in order; one made from a dirty set may not, and is
+    // then looked up instead.
+    let recorded: Option<HashMap<&str, &FileStat>> = (!files.is_sorted_by(|a, b| a.0 < b.0))
+        .then(|| files.iter().map(|(p, s)| (p.as_str(), s)).collect());
+    let mut bases = base.iter().peekable();
+    let mut recs = files.iter().map(|(p, s)| (p, s)).peekable();
+    let mut last = String::new();
+    move |path, stat| {
+        // Strictly after every question before it (the cursors are past those): a repeat is
+        // answered by a lookup, too.
+        let in_order = path > last.as_str();
+        let (entry, was) = if in_order {
+            last.clear();
+            last.push_str(path);
+            let entry = seek(&mut bases, path);
+            let was = match &recorded {
+                Some(map) => map.get(path).copied(),
+                None => seek(&mut recs, path),
+            };
+            (entry, was)
+        } else {
+            (base.get(path), None)
+        };
+        match entry {
+            None => Check::Read,
+            Some(entry) => match (was, stamp) {
+                (Some(was), Some(stamp)) if *was == *stat && !is_racy(was, stamp) => {
+                    Check::Trust(*entry)
+                }
+                _ => Check::Compare(*entry),
+            },
+        }
     }
+}
+
+/// Move the sorted `it` to `path`: its value if `path` is there, leaving the cursor on the
+/// first key not before it either way.
+fn seek<'a, V>(
+    it: &mut std::iter::Peekable<impl Iterator<Item = (&'a String, V)>>,
+    path: &str,
+) -> Option<V> {
+    while it.next_if(|(p, _)| p.as_str() < path).is_some() {}
+    it.next_if(|(p, _)| p.as_str() == path).map(|(_, v)| v)
 }
 
 /// The paths a sandbox snapshot looks at: `base` paths (tracked by construction) plus untracked
@@ -1373,5 +1409,73 @@ mod tests {
         ));
         let link = captured_from("a".into(), Check::Read, read(b"x\n", Mode::Symlink));
         assert!(matches!(link, Captured::Symlink { target, .. } if target == b"x\n"));
+    }
+
+    proptest::proptest! {
+        /// The read-back's check walking the base and the record beside sorted questions says
+        /// what looking each path up says; out of order, or with a record out of order, it
+        /// still names the base entry and never trusts a stat the lookup would not.
+        #[test]
+        fn readback_check_is_the_lookup(
+            base in proptest::collection::btree_map("[abc]{1,2}(/[abc]{1,2})?", 0u8..3, 0..16),
+            recorded in proptest::collection::vec((0usize..16, 0u8..3, proptest::bool::ANY), 0..16),
+            asked in proptest::collection::vec(("[abc]{1,2}(/[abc]{1,2})?", 0u8..3), 0..24),
+            sort_asked in proptest::bool::ANY,
+            shuffle_record in proptest::bool::ANY,
+        ) {
+            let base: FlatTree = base
+                .into_iter()
+                .map(|(p, n)| (p, Entry { mode: Mode::File, oid: gix::hash::ObjectId::from_bytes_or_panic(&[n; 20]) }))
+                .collect();
+            let paths: Vec<&String> = base.keys().collect();
+            let stat = |n: u8, racy: bool| FileStat {
+                mtime_s: if racy { 100 } else { 10 },
+                size: n as u64,
+                ..FileStat::default()
+            };
+            let mut files: Vec<(String, FileStat)> = recorded
+                .iter()
+                .filter_map(|&(i, n, racy)| paths.get(i).map(|p| ((*p).clone(), stat(n, racy))))
+                .collect::<std::collections::BTreeMap<_, _>>()
+                .into_iter()
+                .collect();
+            if shuffle_record {
+                files.reverse();
+            }
+            let record = SyncRecord { stamp_s: 50, stamp_ns: 0, files, dirs: Vec::new() };
+            let mut asked: Vec<(String, FileStat)> = asked
+                .into_iter()
+                .map(|(p, n)| (p, stat(n, false)))
+                .chain(paths.iter().map(|p| ((*p).clone(), stat(1, false))))
+                .collect();
+            if sort_asked {
+                asked.sort_by(|a, b| a.0.cmp(&b.0));
+                asked.dedup_by(|a, b| a.0 == b.0);
+            }
+            let lookup = |path: &str, st: &FileStat| match base.get(path) {
+                None => Check::Read,
+                Some(entry) => match record.files.iter().find(|(p, _)| p == path) {
+                    Some((_, was)) if was == st && !is_racy(was, (50, 0)) => Check::Trust(*entry),
+                    _ => Check::Compare(*entry),
+                },
+            };
+            let mut check = readback_check(&base, Some(&record));
+            for (path, st) in &asked {
+                let (got, want) = (check(path, st), lookup(path, st));
+                if sort_asked {
+                    proptest::prop_assert_eq!(got, want, "{}", path);
+                } else {
+                    let entry = |c: Check| match c {
+                        Check::Read => None,
+                        Check::Trust(e) | Check::Compare(e) => Some(e),
+                    };
+                    proptest::prop_assert_eq!(entry(got), entry(want), "{}", path);
+                    proptest::prop_assert!(
+                        !matches!(got, Check::Trust(_)) || got == want,
+                        "{} trusted against the lookup's {:?}", path, want
+                    );
+                }
+            }
+        }
     }
 }
