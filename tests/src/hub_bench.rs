@@ -25,7 +25,11 @@
 //! 4. `fanout_clients` WebSocket clients listen while one more client makes `fanout_decisions`
 //!    decisions; each event's arrival at each client is compared with its first arrival, and
 //!    every client's seqs are checked against the hub's own `replay` for gaps;
-//! 5. a second hub on a fresh state dir, one run whose agent publishes `rss_suggestions`
+//! 5. a fourth run, warm, whose agent undoes the first agent's change in the same places: a
+//!    publish of as many hunks from a hub that has run before (the first run's publish comes
+//!    right after its sandbox's first 10,000 files were written), beside `git diff base head`
+//!    of its suggestion;
+//! 6. a second hub on a fresh state dir, one run whose agent publishes `rss_suggestions`
 //!    suggestions of `rss_hunks` hunks each (through `POST /agent/publish`), and the hub's RSS.
 //!
 //! Before each timed step — the hub's and git's alike — the benchmark runs `sync`, and each
@@ -294,6 +298,14 @@ impl Layout {
             .map(|l| format!(" -e {l}s/line/LINE/"))
             .collect()
     }
+
+    /// The sed that undoes [`Layout::sed_args`]: the same lines, the same size of change.
+    fn undo_sed_args(&self, hunks: usize) -> String {
+        self.changed_lines(hunks)
+            .iter()
+            .map(|l| format!(" -e {l}s/LINE/line/"))
+            .collect()
+    }
 }
 
 /// Which files play which part.
@@ -376,6 +388,9 @@ pub struct ModeFigures {
     pub idle: Memory,
     /// Cold store, the big agent.
     pub first_run: RunFigures,
+    /// The big agent's change undone, after the reviews: a publish of as many hunks from a
+    /// warm hub (run 4).
+    pub warm_big: RunFigures,
     /// The small agent and the agent that changes nothing.
     pub warm_runs: Vec<RunFigures>,
     pub stash_first: Duration,
@@ -388,6 +403,7 @@ pub struct ModeFigures {
     /// sandbox helper's under `--isolation user`).
     pub status_warm: Duration,
     pub diff_big: Duration,
+    pub diff_big_warm: Duration,
     pub diff_small: Duration,
     pub accept_small: Vec<Duration>,
     pub accept_big: Vec<Duration>,
@@ -1190,6 +1206,25 @@ async fn review_hub(
     settle()?;
     let fanout = fanout(hub, &mut client, cfg, &small_id, &small_hunks).await?;
 
+    progress(format!(
+        "[{mode}] run 4 (warm): {} files × {} hunks again, the big agent's change undone",
+        cfg.agent_files, cfg.hunks_per_file
+    ));
+    let undo_template = sh_template(&format!(
+        "sed -i{} {}",
+        layout.undo_sed_args(cfg.hunks_per_file),
+        big_files.join(" ")
+    ));
+    let (warm_big, undone) = timed_run(hub, &http, &mut client, &undo_template, true).await?;
+    let undone = undone.ok_or_else(|| anyhow!("no suggestion"))?;
+    ensure!(
+        warm_big.hunk_count == first_run.hunk_count,
+        "the undoing suggestion has {} hunks, expected {}",
+        warm_big.hunk_count,
+        first_run.hunk_count
+    );
+    let diff_big_warm = git_diff(ws, &hub.state, &undone, cfg.git_samples)?;
+
     let mean_len = |h: &[(String, String, String)]| {
         h.iter().map(|(_, _, d)| d.len()).sum::<usize>() as f64 / h.len().max(1) as f64
     };
@@ -1197,12 +1232,14 @@ async fn review_hub(
         mode: mode.to_string(),
         idle,
         first_run,
+        warm_big,
         warm_runs: vec![run2, run3],
         stash_first,
         checkout_first,
         stash_warm,
         status_warm,
         diff_big,
+        diff_big_warm,
         diff_small,
         decisions_per_sec: accept_big.len() as f64 / review_time.as_secs_f64(),
         accept_small,
@@ -1488,6 +1525,19 @@ impl Report {
                 "≤ 1× git (stretch 0.5×)",
             );
         }
+        if let Some(r) = m.warm_big.ready {
+            row(
+                format!("agent exit → `suggestion.ready`, {big} hunks, warm (run 4)"),
+                ms(r),
+                self.diff_and_status(m, m.diff_big_warm),
+                format!(
+                    "{} ({} `git status`)",
+                    ratio(r, m.diff_big_warm),
+                    ratio(r, m.status_warm)
+                ),
+                "≤ 1× git (stretch 0.5×)",
+            );
+        }
         if let Some(r) = m.warm_runs.first().and_then(|r| r.ready) {
             row(
                 format!("agent exit → `suggestion.ready`, {small} hunks"),
@@ -1609,6 +1659,7 @@ impl Report {
         }
         let runs: Vec<String> = std::iter::once(&m.first_run)
             .chain(&m.warm_runs)
+            .chain([&m.warm_big])
             .enumerate()
             .map(|(i, r)| format!("run {} {}", i + 1, ms(r.disk)))
             .collect();

@@ -37,6 +37,13 @@ fn check_mode(cfg: &Config, m: &ModeFigures) {
         m.first_run.ready.expect("the first run's suggestion.ready"),
     );
     assert_eq!(m.warm_runs.len(), 2, "{m:#?}");
+    assert_eq!(m.warm_big.hunk_count, m.first_run.hunk_count);
+    positive(
+        "the warm big publish",
+        m.warm_big
+            .ready
+            .expect("the warm big run's suggestion.ready"),
+    );
     assert_eq!(m.warm_runs[0].hunk_count, cfg.small_hunks);
     assert!(m.warm_runs[0].ready.is_some(), "{m:#?}");
     assert_eq!(
@@ -53,6 +60,7 @@ fn check_mode(cfg: &Config, m: &ModeFigures) {
         ("git stash create (warm)", m.stash_warm),
         ("git status (warm)", m.status_warm),
         ("git diff (big)", m.diff_big),
+        ("git diff (big, warm)", m.diff_big_warm),
         ("git diff (small)", m.diff_small),
     ] {
         positive(what, d);
