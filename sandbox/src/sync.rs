@@ -31,8 +31,10 @@ use std::sync::{Arc, Mutex};
 use gix::hash::ObjectId;
 
 use crate::beneath::{Beneath, FsError, Kind};
-use crate::snapshot::{dir_record, sandbox_candidates_since, split_by_dirty};
-use crate::statcache::{file_stat, is_racy, mtime_of};
+use crate::snapshot::{
+    dir_record, readback_check, sandbox_candidates_since, split_by_dirty, Check,
+};
+use crate::statcache::{file_stat, mtime_of};
 use crate::store::{blob_id, BlobBatch, Entry, FlatTree, Mode, Store, StoreError};
 use crate::watch::Dirty;
 use crate::wire::{BaseEntry, BaseRef, EntryMode, FileStat, PrepareReply, SyncRecord};
@@ -417,12 +419,8 @@ pub fn sync_files(
     for path in current.iter().filter(|p| !base.contains_key(*p)) {
         root.remove_entry(path).map_err(fs_err)?;
     }
-    let stamp = record.map(|r| (r.stamp_s, r.stamp_ns));
-    let recorded: HashMap<&str, &FileStat> = looked
-        .as_ref()
-        .or(record)
-        .map(|r| r.files.iter().map(|(p, s)| (p.as_str(), s)).collect())
-        .unwrap_or_default();
+    // Whether a path's stat vouches for the base entry: asked in path order, as the read-back's.
+    let mut check = readback_check(base, looked.as_ref().or(record));
     let examine: Vec<(&String, &Entry)> = match looked {
         Some(_) => current
             .iter()
@@ -437,10 +435,7 @@ pub fn sync_files(
     for ((path, entry), st) in examine.into_iter().zip(stats) {
         let st = st.map_err(fs_err)?;
         let stat = st.as_ref().map(file_stat);
-        let trusted = match (stat, recorded.get(path.as_str()), stamp) {
-            (Some(now), Some(was), Some(stamp)) => now == **was && !is_racy(was, stamp),
-            _ => false,
-        };
+        let trusted = stat.is_some_and(|now| matches!(check(path, &now), Check::Trust(_)));
         let holds = trusted
             || match st.as_ref().map(crate::beneath::kind_of) {
                 Some(Kind::File { executable, .. }) if entry.mode != Mode::Symlink => {
