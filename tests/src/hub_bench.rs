@@ -1512,44 +1512,37 @@ impl Report {
             warm_ratio.join(", "),
             "≤ 1× git",
         );
-        if let Some(r) = m.first_run.ready {
-            row(
+        let publishes = [
+            (
                 format!("agent exit → `suggestion.ready` at a WebSocket client, {big} hunks"),
-                ms(r),
-                self.diff_and_status(m, m.diff_big),
-                format!(
-                    "{} ({} `git status`)",
-                    ratio(r, m.diff_big),
-                    ratio(r, m.status_warm)
-                ),
-                "≤ 1× git (stretch 0.5×)",
-            );
-        }
-        if let Some(r) = m.warm_big.ready {
-            row(
+                m.first_run.ready,
+                m.diff_big,
+            ),
+            (
                 format!("agent exit → `suggestion.ready`, {big} hunks, warm (run 4)"),
-                ms(r),
-                self.diff_and_status(m, m.diff_big_warm),
-                format!(
-                    "{} ({} `git status`)",
-                    ratio(r, m.diff_big_warm),
-                    ratio(r, m.status_warm)
-                ),
-                "≤ 1× git (stretch 0.5×)",
-            );
-        }
-        if let Some(r) = m.warm_runs.first().and_then(|r| r.ready) {
-            row(
+                m.warm_big.ready,
+                m.diff_big_warm,
+            ),
+            (
                 format!("agent exit → `suggestion.ready`, {small} hunks"),
-                ms(r),
-                self.diff_and_status(m, m.diff_small),
-                format!(
-                    "{} ({} `git status`)",
-                    ratio(r, m.diff_small),
-                    ratio(r, m.status_warm)
-                ),
-                "≤ 1× git (stretch 0.5×)",
-            );
+                m.warm_runs.first().and_then(|r| r.ready),
+                m.diff_small,
+            ),
+        ];
+        for (label, ready, diff) in publishes {
+            if let Some(r) = ready {
+                row(
+                    label,
+                    ms(r),
+                    self.diff_and_status(m, diff),
+                    format!(
+                        "{} ({} `git status`)",
+                        ratio(r, diff),
+                        ratio(r, m.status_warm)
+                    ),
+                    "≤ 1× git (stretch 0.5×)",
+                );
+            }
         }
         for (label, acc, chk) in [
             (&small, &m.accept_small, &m.apply_check_small),
