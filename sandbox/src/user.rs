@@ -874,10 +874,13 @@ impl std::fmt::Debug for Standby {
 }
 
 impl Standby {
-    /// Start the read-back helper for the slot `sandbox` was just synced to (`synced`).
-    fn start(sandbox: &UserSandbox, synced: Arc<Synced>) -> Result<Self, HelperError> {
-        let (child, mut stdin, stdout, stderr) = sandbox.iso.spawn_helper("snapshot")?;
-        let mut request = sandbox.request();
+    /// Start the read-back helper of `request`'s slot, just synced to `synced`.
+    fn start(
+        iso: &UserIsolation,
+        mut request: Request,
+        synced: Arc<Synced>,
+    ) -> Result<Self, HelperError> {
+        let (child, mut stdin, stdout, stderr) = iso.spawn_helper("snapshot")?;
         request.standby = true;
         let sent = synced.clone();
         let writer = std::thread::spawn(move || {
@@ -1021,16 +1024,10 @@ impl UserSandbox {
         let Some(synced) = recall(&self.workdir) else {
             return;
         };
-        let me = UserSandbox {
-            iso: self.iso.clone(),
-            key: self.key.clone(),
-            slot: self.slot,
-            workdir: self.workdir.clone(),
-            standby: self.standby.clone(),
-        };
-        std::thread::spawn(move || match Standby::start(&me, synced) {
+        let (iso, request, waiting) = (self.iso.clone(), self.request(), self.standby.clone());
+        std::thread::spawn(move || match Standby::start(&iso, request, synced) {
             Ok(standby) => {
-                if let Ok(mut slot) = me.standby.lock() {
+                if let Ok(mut slot) = waiting.lock() {
                     *slot = Some(standby);
                 }
             }
