@@ -6,7 +6,11 @@
 //! - `prepare`: receive the run's base as frames on stdin and make the sandbox hold exactly that,
 //!   with a fresh `.git` (like [`LocalSandbox`](crate::workspace::LocalSandbox) does).
 //! - `snapshot`: read the sandbox as data (no symlink followed, FIFOs and devices skipped, files
-//!   over the cap skipped) and stream it to stdout; the hub re-checks every byte.
+//!   over the cap skipped) and stream it to stdout; the hub re-checks every byte. As a
+//!   standby (see [`crate::wire`]'s module docs) it is started before the run's sync, watches
+//!   the slot with inotify ([`crate::watch`]) while the agent runs, out of its reach
+//!   (non-dumpable, outside the agent's PID namespace), and at the hub's go reads back only
+//!   where its watch saw something happen.
 //! - `tool`: run one of the built-in agent's file tools ([`crate::tools`]) in the sandbox and
 //!   answer with its JSON result.
 //! - `exec`: run the agent and own its whole process tree. The agent gets a new session (no
@@ -26,7 +30,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -40,9 +44,12 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use crate::beneath::Beneath;
-use crate::snapshot::{capture_each, readback_check, sandbox_candidates_since, Captured};
+use crate::snapshot::{
+    capture_each, readback_check, sandbox_candidates_since, split_by_dirty, Captured,
+};
 use crate::store::FlatTree;
 use crate::sync::{base_from_wire, clear_except_git, fresh_git, store_blob, sync_files, SyncError};
+use crate::watch::Watch;
 use crate::wire::{self, Frame, Request, WireError};
 
 /// Errors inside the helper; printed on its stderr, which the hub shows to the user.
@@ -151,22 +158,38 @@ fn run(op: &str) -> Result<ExitCode, HelperFailure> {
         }
         "snapshot" => {
             check_my_home(&home)?;
-            let mut input = std::io::stdin().lock();
+            // A reader of our own, so that a standby can tell whether input is buffered.
+            let stdin = std::io::stdin().as_fd().try_clone_to_owned();
+            let mut input =
+                std::io::BufReader::new(std::fs::File::from(stdin.map_err(sys("dup(stdin)"))?));
             let mut req: Request = wire::read_request(&mut input)?;
-            let base = base_from_wire(std::mem::take(&mut req.base))
-                .map_err(|(path, why)| HelperFailure::BadPath { path, why })?;
-            if req.standby {
+            let standby = req.standby;
+            let mut watch = None;
+            if standby {
                 // Waiting while the agent runs as this same user: out of its reach.
                 not_dumpable()?;
-                match wire::read_go(&mut input)? {
+                watch = watch_slot(&home, &req);
+                let mut out = std::io::stdout().lock();
+                wire::write_watching(&mut out, watch.is_some()).map_err(HelperFailure::Output)?;
+                // The run's own request, once its sync is done.
+                req = wire::read_request(&mut input)?;
+            }
+            let base = base_from_wire(std::mem::take(&mut req.base))
+                .map_err(|(path, why)| HelperFailure::BadPath { path, why })?;
+            let mut dirty = None;
+            if standby {
+                match wait_for_go(&mut input, &mut watch)? {
                     Some(cap) => req.cap = cap,
                     // The hub wants no read-back after all.
                     None => return Ok(ExitCode::SUCCESS),
                 }
+                dirty = watch
+                    .as_mut()
+                    .and_then(|w| seen_since_sync(w, req.record.as_ref()));
             }
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
-            snapshot(&req, &base, &home, &mut out)?;
+            snapshot(&req, &base, &home, dirty.as_ref(), &mut out)?;
             out.flush().map_err(HelperFailure::Output)?;
             Ok(ExitCode::SUCCESS)
         }
@@ -328,12 +351,104 @@ fn prepare(
     wire::write_prepare_reply(out, &reply).map_err(HelperFailure::Output)
 }
 
+/// A standby's watch over its slot (see [`crate::watch`]): on the directories the hub named,
+/// those of the last sync, from before this run's sync (so from before the agent starts).
+/// None — the read-back looks at every file — when there is nothing to watch, a name is not
+/// a plain relative path, or inotify cannot watch them all.
+fn watch_slot(home: &Path, req: &Request) -> Option<Watch> {
+    let plain = |d: &String| d.is_empty() || crate::beneath::check_path(d).is_ok();
+    if req.watch.is_empty() || req.watch.len() > MAX_WATCHED || !req.watch.iter().all(plain) {
+        return None;
+    }
+    let dir = sandbox_dir(home, req, false).ok()?;
+    match Watch::start_present(&dir, req.watch.iter().map(String::as_str)) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            eprintln!("hunkgate sandbox-helper: no change notification ({e})");
+            None
+        }
+    }
+}
+
+/// The most directories a standby watches, and the most paths its watch collects before it
+/// gives up on it (and the read-back looks at every file).
+const MAX_WATCHED: usize = 100_000;
+
+/// Wait for the hub's go signal ([`wire::read_go`]). Meanwhile the watch's events are read as
+/// they come, so the kernel's queue does not overflow while the agent works; a watch that
+/// loses track, or collects more than [`MAX_WATCHED`] paths, is dropped.
+fn wait_for_go(
+    input: &mut std::io::BufReader<std::fs::File>,
+    watch: &mut Option<Watch>,
+) -> Result<Option<u64>, HelperFailure> {
+    #[cfg(target_os = "linux")]
+    while input.buffer().is_empty() {
+        let Some(w) = watch.as_mut() else {
+            break;
+        };
+        let mut pfds = [
+            libc::pollfd {
+                fd: input.get_ref().as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: w.fd().as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two pollfds on the stack.
+        if unsafe { libc::poll(pfds.as_mut_ptr(), 2, -1) } < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            break;
+        }
+        if pfds[1].revents != 0 {
+            let keeps = w
+                .changes()
+                .is_some_and(|d| d.paths.len() + d.trees.len() <= MAX_WATCHED);
+            if !keeps {
+                *watch = None;
+            }
+        }
+        if pfds[0].revents != 0 {
+            break;
+        }
+    }
+    Ok(wire::read_go(input)?)
+}
+
+/// What may differ from the sync of `record`, by the watch that started before it: None — look
+/// at every file — when the watch lost track, or the sync left no directory record (then the
+/// sandbox's directories are not all known). A directory of the record the watch does not
+/// hold (the sync made it, or it was missing when the watch started) may have changed
+/// throughout.
+fn seen_since_sync(
+    watch: &mut Watch,
+    record: Option<&crate::wire::SyncRecord>,
+) -> Option<crate::watch::Dirty> {
+    let record = record.filter(|r| !r.dirs.is_empty())?;
+    let mut dirty = watch.take()?;
+    let watched: std::collections::HashSet<&str> = watch.watched().collect();
+    for (d, _) in &record.dirs {
+        if !watched.contains(d.as_str()) {
+            dirty.trees.insert(d.clone());
+        }
+    }
+    Some(dirty)
+}
+
 /// Read the sandbox back (see [`crate::snapshot::snapshot_sandbox`]): only what differs from
-/// `base` (the request's, already read) goes out, as frames.
+/// `base` (the request's, already read) goes out, as frames. With `dirty` (what a watch saw
+/// since the sync of the request's record), only the paths it covers are looked at: every
+/// other base path is as the sync left it.
 fn snapshot<W: Write>(
     req: &Request,
     base: &FlatTree,
     home: &Path,
+    dirty: Option<&crate::watch::Dirty>,
     out: &mut W,
 ) -> Result<(), HelperFailure> {
     let dir = sandbox_dir(home, req, false)?;
@@ -341,24 +456,39 @@ fn snapshot<W: Write>(
         path: dir.clone(),
         problem: e.to_string(),
     })?;
-    let found = sandbox_candidates_since(&dir, &root, base, req.record.as_ref());
+    let (split, found);
+    let (candidates, skipped, looked): (Vec<&str>, _, _) = match (dirty, req.record.as_ref()) {
+        (Some(dirty), Some(record)) => {
+            split = split_by_dirty(&dir, base, record, dirty);
+            let candidates = split.candidates.iter().map(String::as_str).collect();
+            (candidates, &split.skipped, Some(&split.looked))
+        }
+        _ => {
+            found = sandbox_candidates_since(&dir, &root, base, req.record.as_ref());
+            (found.with_base(base), &found.skipped, None)
+        }
+    };
     // Files whose names cannot be carried (never base paths: those are UTF-8) are reported,
     // never silently left out.
-    for s in &found.skipped {
+    for s in skipped {
         let frame = Frame::Skipped {
             path: s.path.clone(),
             reason: s.reason.clone(),
         };
         wire::write_frame(out, &frame).map_err(HelperFailure::Output)?;
     }
-    // Every base path is a candidate, and the candidates are captured in order: a base path
-    // that comes back with nothing (gone, or a directory now) is named as gone before the
-    // next path that does.
-    let mut base_paths = base.keys().peekable();
+    // The candidates are captured in order: a base path among them that comes back with
+    // nothing (gone, or a directory now) is named as gone before the next path that does.
+    // (Every base path is a candidate of a whole read-back.)
+    let base_paths: Box<dyn Iterator<Item = &str>> = match looked {
+        Some(_) => Box::new(candidates.iter().copied().filter(|p| base.contains_key(*p))),
+        None => Box::new(base.keys().map(String::as_str)),
+    };
+    let mut base_paths = base_paths.peekable();
     let mut gone_before = |path: Option<&str>, out: &mut W| -> Result<(), HelperFailure> {
-        while let Some(b) = base_paths.next_if(|b| path.is_none_or(|p| b.as_str() <= p)) {
-            if Some(b.as_str()) != path {
-                let frame = Frame::Gone { path: b.clone() };
+        while let Some(b) = base_paths.next_if(|b| path.is_none_or(|p| *b <= p)) {
+            if Some(b) != path {
+                let frame = Frame::Gone { path: b.into() };
                 wire::write_frame(out, &frame).map_err(HelperFailure::Output)?;
             }
         }
@@ -394,8 +524,8 @@ fn snapshot<W: Write>(
         };
         wire::write_frame(out, &frame).map_err(HelperFailure::Output)
     };
-    let check = readback_check(base, req.record.as_ref());
-    capture_each(&root, &found.with_base(base), req.cap, check, &mut sink)?;
+    let check = readback_check(base, looked.or(req.record.as_ref()));
+    capture_each(&root, &candidates, req.cap, check, &mut sink)?;
     gone_before(None, out)?;
     wire::write_frame(out, &Frame::End).map_err(HelperFailure::Output)
 }

@@ -534,7 +534,7 @@ impl UserIsolation {
         read: impl FnOnce(&mut dyn std::io::Read) -> Result<T, HelperError>,
     ) -> Result<T, HelperError> {
         let helper = self.spawn_helper(op)?;
-        self.exchange(op, helper, feed, read)
+        self.exchange(op, helper, Exit::Wait, feed, read)
     }
 
     /// The helper for `op`, started, with its three pipes.
@@ -551,48 +551,75 @@ impl UserIsolation {
         Ok((child, stdin, stdout, stderr))
     }
 
-    /// [`Self::run_helper`]'s exchange with a helper already started.
+    /// [`Self::run_helper`]'s exchange with a helper already started. With [`Exit::Wait`] the
+    /// helper's exit is part of the verdict; with [`Exit::Reap`] an answer `read` accepted is
+    /// returned at once, and the helper is reaped from a thread of its own.
     fn exchange<T: Send>(
         &self,
         op: &'static str,
         (mut child, mut stdin, mut stdout, stderr): Helper,
+        exit: Exit,
         feed: impl FnOnce(&mut dyn Write) -> std::io::Result<()> + Send,
         read: impl FnOnce(&mut dyn std::io::Read) -> Result<T, HelperError>,
     ) -> Result<T, HelperError> {
         let pid = child.id() as i32;
         let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-        let (result, stderr_text, stuck) = std::thread::scope(|s| {
+        let errors = std::thread::spawn(move || read_helper_stderr(stderr));
+        let watchdog = std::thread::spawn(move || kill_if_stuck(pid, done_rx));
+        let result = std::thread::scope(|s| {
             let writer = s.spawn(move || {
                 let r = feed(&mut stdin);
                 drop(stdin);
                 r
             });
-            let errors = s.spawn(move || read_helper_stderr(stderr));
-            let watchdog = s.spawn(move || kill_if_stuck(pid, done_rx));
             let result = read(&mut stdout);
-            // Drain whatever is left so the helper can finish writing and exit.
+            if exit == Exit::Wait || result.is_err() {
+                // Drain whatever is left so the helper can finish writing and exit.
+                let _ = std::io::copy(&mut stdout, &mut std::io::sink());
+            }
+            exchange_result(op, result, writer.join())
+        });
+        // What is left once the helper's answer is in: its exit.
+        let describe = self.describe(op);
+        let end = move || -> Result<HelperEnd, HelperError> {
             let _ = std::io::copy(&mut stdout, &mut std::io::sink());
-            let write_result = writer.join();
             let _ = done_tx.send(());
             let stuck = watchdog.join().unwrap_or(false);
-            let stderr_text = errors.join().unwrap_or_default();
-            (
-                exchange_result(op, result, write_result),
-                stderr_text,
+            let stderr = errors.join().unwrap_or_default();
+            let status = child.wait().map_err(|source| HelperError::Spawn {
+                cmd: describe,
+                source,
+            })?;
+            Ok(HelperEnd {
+                status,
                 stuck,
-            )
-        });
-        let status = child.wait().map_err(|source| HelperError::Spawn {
-            cmd: self.describe(op),
-            source,
-        })?;
-        let end = HelperEnd {
-            status,
-            stuck,
-            stderr: stderr_text,
+                stderr,
+            })
         };
-        helper_verdict(op, end, result)
+        match (exit, result) {
+            (Exit::Reap, Ok(answer)) => {
+                std::thread::spawn(move || {
+                    if let Err(e) = end().and_then(|end| helper_verdict(op, end, Ok(()))) {
+                        tracing::warn!(error = %e, "the {op} helper failed after its answer");
+                    }
+                });
+                Ok(answer)
+            }
+            (_, result) => helper_verdict(op, end()?, result),
+        }
     }
+}
+
+/// What [`UserIsolation::exchange`] does once the helper's answer is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Exit {
+    /// Wait for the helper to exit: a helper that fails or is killed is an error whatever it
+    /// sent.
+    Wait,
+    /// The answer is complete by itself (a stream closed by its end frame, which a helper
+    /// that failed midway never writes): return it, and reap the helper from a thread. A
+    /// standby's exit can take milliseconds: closing its inotify watch waits for the kernel.
+    Reap,
 }
 
 /// A helper process and its stdin, stdout and stderr.
@@ -844,25 +871,71 @@ pub struct UserSandbox {
     standby: Arc<Mutex<Option<Standby>>>,
 }
 
-/// A `snapshot` helper started right after a prepare, while the agent runs: it has read its
-/// request (the base and the sync record, 10,000 paths in a large repository) and waits for
-/// the go signal ([`wire::write_go`]), so the read-back at the run's end costs only the look
-/// at the sandbox. Only where the agent is walled off in a PID namespace
-/// ([`UserIsolation::agent_walled_off`]); the helper also makes itself non-dumpable while it
-/// waits. Dropped unused, it is told to go away (its stdin closed) and reaped.
+/// A `snapshot` helper started as a prepare begins, which waits for the run's end: it puts an
+/// inotify watch on the slot's directories (those of the last sync) before the sync writes
+/// anything, so before the agent starts, and reports whether it could ([`wire::write_watching`]);
+/// once the sync is done it is sent the run's request (the base and the sync record, 10,000
+/// paths in a large repository) and reads it while the agent works; at the run's end the go
+/// signal ([`wire::write_go`]) makes it look only where its watch saw something happen (or at
+/// everything, when it is not watching). Only where the agent is walled off in a PID namespace
+/// ([`UserIsolation::agent_walled_off`]); the helper also makes itself non-dumpable before it
+/// answers. Dropped unused, it is told to go away (its stdin closed) and reaped.
 struct Standby {
-    /// The sync whose base and record it was sent.
-    synced: Arc<Synced>,
+    /// The sync whose base and record it was sent ([`Standby::send`]).
+    synced: Option<Arc<Synced>>,
     /// Taken by [`Standby::read_back`]; what is left at drop is dismissed.
     parts: Option<StandbyParts>,
 }
 
 struct StandbyParts {
-    /// Writing the request; gives the helper's stdin back for the go signal.
-    writer: std::thread::JoinHandle<std::io::Result<std::process::ChildStdin>>,
+    feed: Feed,
     child: std::process::Child,
     stdout: std::process::ChildStdout,
     stderr: std::process::ChildStderr,
+}
+
+/// The standby helper's stdin, held by the thread writing a request to it (which gives it
+/// back).
+struct Feed(std::thread::JoinHandle<std::io::Result<std::process::ChildStdin>>);
+
+impl Feed {
+    /// Write `request` (with `synced`'s base and record, if any) from a thread of its own: a
+    /// request larger than the pipe must not hold up the caller.
+    fn write(
+        stdin: std::process::ChildStdin,
+        request: Request,
+        synced: Option<Arc<Synced>>,
+    ) -> Feed {
+        Feed(std::thread::spawn(move || {
+            let mut stdin = stdin;
+            let mut w = std::io::BufWriter::new(&mut stdin);
+            match &synced {
+                Some(s) => {
+                    wire::write_request_with(&mut w, &request, base_refs(&s.base), Some(&s.record))?
+                }
+                None => wire::write_request(&mut w, &request)?,
+            }
+            w.flush()?;
+            drop(w);
+            Ok(stdin)
+        }))
+    }
+
+    /// The stdin, once what was being written is written.
+    fn stdin(self) -> Result<std::process::ChildStdin, HelperError> {
+        match self.0.join() {
+            Ok(Ok(stdin)) => Ok(stdin),
+            Ok(Err(e)) => Err(HelperError::Stream {
+                op: "snapshot",
+                source: WireError::Io(e),
+                stderr: String::new(),
+            }),
+            Err(_) => Err(HelperError::Protocol {
+                op: "snapshot",
+                message: "the writer thread panicked".into(),
+            }),
+        }
+    }
 }
 
 impl std::fmt::Debug for Standby {
@@ -873,32 +946,78 @@ impl std::fmt::Debug for Standby {
     }
 }
 
+/// How long a prepare that is done waits for its standby to say whether it watches, before
+/// it goes on without (the standby has had the whole sync to get there).
+const STANDBY_ANSWER: Duration = Duration::from_secs(2);
+
 impl Standby {
-    /// Start the read-back helper of `request`'s slot, just synced to `synced`.
+    /// Start the read-back helper of `request`'s slot, watching `watch` (its directories
+    /// before the sync; none to watch when empty).
     fn start(
         iso: &UserIsolation,
         mut request: Request,
-        synced: Arc<Synced>,
+        watch: Vec<String>,
     ) -> Result<Self, HelperError> {
-        let (child, mut stdin, stdout, stderr) = iso.spawn_helper("snapshot")?;
+        let (child, stdin, stdout, stderr) = iso.spawn_helper("snapshot")?;
         request.standby = true;
-        let sent = synced.clone();
-        let writer = std::thread::spawn(move || {
-            let mut w = std::io::BufWriter::new(&mut stdin);
-            wire::write_request_with(&mut w, &request, base_refs(&sent.base), Some(&sent.record))?;
-            w.flush()?;
-            drop(w);
-            Ok(stdin)
-        });
+        request.watch = watch;
         Ok(Standby {
-            synced,
+            synced: None,
             parts: Some(StandbyParts {
-                writer,
+                feed: Feed::write(stdin, request, None),
                 child,
                 stdout,
                 stderr,
             }),
         })
+    }
+
+    /// Whether the helper watches the slot: its answer, waited for up to `wait`. An error
+    /// (no answer in time, or a malformed one) means it must not be used: a watch that
+    /// started late would not have seen the agent's first changes.
+    fn watching(&mut self, wait: Duration) -> Result<bool, HelperError> {
+        let protocol = |message: String| HelperError::Protocol {
+            op: "snapshot",
+            message,
+        };
+        let parts = self
+            .parts
+            .as_mut()
+            .ok_or_else(|| protocol("the standby read-back was used already".into()))?;
+        if !readable_within(std::os::fd::AsRawFd::as_raw_fd(&parts.stdout), wait) {
+            return Err(protocol(format!(
+                "no answer to the standby request within {} s",
+                wait.as_secs()
+            )));
+        }
+        wire::read_watching(&mut parts.stdout).map_err(|source| HelperError::Stream {
+            op: "snapshot",
+            source,
+            stderr: String::new(),
+        })
+    }
+
+    /// Send the run's request: `request` with `synced`'s base and record, for it to read
+    /// while the agent works.
+    fn send(&mut self, request: Request, synced: Arc<Synced>) -> Result<(), HelperError> {
+        let parts = self.parts.take().ok_or_else(|| HelperError::Protocol {
+            op: "snapshot",
+            message: "the standby read-back was used already".into(),
+        })?;
+        let stdin = match parts.feed.stdin() {
+            Ok(stdin) => stdin,
+            Err(e) => {
+                drop((parts.stdout, parts.stderr));
+                reap(parts.child);
+                return Err(e);
+            }
+        };
+        self.parts = Some(StandbyParts {
+            feed: Feed::write(stdin, request, Some(synced.clone())),
+            ..parts
+        });
+        self.synced = Some(synced);
+        Ok(())
     }
 
     /// Go: the read-back, as [`UserSandbox::snapshot`] reads it.
@@ -910,7 +1029,7 @@ impl Standby {
         cap: u64,
     ) -> Result<ReadBack, HelperError> {
         let Some(StandbyParts {
-            writer,
+            feed,
             child,
             stdout,
             stderr,
@@ -921,27 +1040,18 @@ impl Standby {
                 message: "the standby read-back was used already".into(),
             });
         };
-        let stdin = match writer.join() {
-            Ok(Ok(stdin)) => stdin,
-            failed => {
+        let stdin = match feed.stdin() {
+            Ok(stdin) => stdin,
+            Err(e) => {
                 drop((stdout, stderr));
                 reap(child);
-                return Err(match failed {
-                    Ok(Err(e)) => HelperError::Stream {
-                        op: "snapshot",
-                        source: WireError::Io(e),
-                        stderr: String::new(),
-                    },
-                    _ => HelperError::Protocol {
-                        op: "snapshot",
-                        message: "the writer thread panicked".into(),
-                    },
-                });
+                return Err(e);
             }
         };
         iso.exchange(
             "snapshot",
             (child, stdin, stdout, stderr),
+            Exit::Reap,
             |mut w| wire::write_go(&mut w, cap),
             |r| read_snapshot(&mut std::io::BufReader::new(r), store, base, cap),
         )
@@ -949,15 +1059,39 @@ impl Standby {
 }
 
 impl Drop for Standby {
-    /// Not wanted after all: its stdin closes once the request is written (the writer's
-    /// thread ends), which ends the helper; it is reaped from a thread of its own.
+    /// Not wanted after all: its stdin closes once what was being written is written, which
+    /// ends the helper; it is reaped from a thread of its own.
     fn drop(&mut self) {
         if let Some(parts) = self.parts.take() {
             std::thread::spawn(move || {
-                drop(parts.writer.join());
+                drop(parts.feed.stdin());
                 drop((parts.stdout, parts.stderr));
                 reap(parts.child);
             });
+        }
+    }
+}
+
+/// Whether `fd` becomes readable (or hangs up) within `wait`.
+fn readable_within(fd: libc::c_int, wait: Duration) -> bool {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = libc::c_int::try_from(left.as_millis()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: one pollfd on the stack.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n > 0 {
+            return true;
+        }
+        let interrupted =
+            n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted;
+        if !interrupted || left.is_zero() {
+            return false;
         }
     }
 }
@@ -1015,32 +1149,46 @@ impl UserSandbox {
         )
     }
 
-    /// Start the run's read-back helper now ([`Standby`]), from a thread of its own: the
-    /// prepare is done, and the agent should not wait for this.
-    fn ready_read_back(&self) {
+    /// Start the run's read-back helper ([`Standby`]) as a prepare begins, watching the slot's
+    /// directories as `previous` (the last sync) left them. Any standby left from before is
+    /// dismissed.
+    fn stand_by(&self, previous: Option<&Synced>) -> Option<Standby> {
+        drop(self.standby.lock().ok()?.take());
         if !self.iso.agent_walled_off() {
-            return;
+            return None;
         }
-        let Some(synced) = recall(&self.workdir) else {
-            return;
-        };
-        let (iso, request, waiting) = (self.iso.clone(), self.request(), self.standby.clone());
-        std::thread::spawn(move || match Standby::start(&iso, request, synced) {
-            Ok(standby) => {
-                if let Ok(mut slot) = waiting.lock() {
+        let watch = previous
+            .map(|p| p.record.dirs.iter().map(|(d, _)| d.clone()).collect())
+            .unwrap_or_default();
+        Standby::start(&self.iso, self.request(), watch)
+            .inspect_err(|e| tracing::debug!(error = %e, "no standby read-back"))
+            .ok()
+    }
+
+    /// Once the sync is done: the standby, if it answered in time, is sent the run's request
+    /// and kept for the read-back.
+    fn keep_standby(&self, mut standby: Standby, synced: Arc<Synced>) {
+        let kept = standby
+            .watching(STANDBY_ANSWER)
+            .and_then(|watching| standby.send(self.request(), synced).map(|()| watching));
+        match kept {
+            Ok(watching) => {
+                tracing::debug!(slot = self.slot, watching, "a read-back helper stands by");
+                if let Ok(mut slot) = self.standby.lock() {
                     *slot = Some(standby);
                 }
             }
-            Err(e) => tracing::debug!(error = %e, "no standby read-back"),
-        });
+            Err(e) => tracing::warn!(error = %e, "the standby read-back is not used"),
+        }
     }
 
     /// The standby read-back, if there is one and it was made for `synced` (the slot's sync,
     /// when its record holds for the base being read back).
     fn take_standby(&self, synced: Option<&Arc<Synced>>) -> Option<Standby> {
         let standby = self.standby.lock().ok()?.take()?;
+        let made_for = standby.synced.as_ref()?;
         synced
-            .is_some_and(|s| Arc::ptr_eq(s, &standby.synced))
+            .is_some_and(|s| Arc::ptr_eq(s, made_for))
             .then_some(standby)
     }
 
@@ -1274,6 +1422,7 @@ impl Sandbox for UserSandbox {
         let started = std::time::Instant::now();
         let previous = recall(&self.workdir);
         remember(&self.workdir, None);
+        let standby = self.stand_by(previous.as_deref());
         // The base's delta since the last sync: it limits the old record, and only its blobs
         // can be new to the helper.
         let changed = previous
@@ -1317,7 +1466,9 @@ impl Sandbox for UserSandbox {
                 tree: None,
             }),
         );
-        self.ready_read_back();
+        if let Some((standby, synced)) = standby.zip(recall(&self.workdir)) {
+            self.keep_standby(standby, synced);
+        }
         Ok(())
     }
 

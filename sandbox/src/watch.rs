@@ -14,13 +14,18 @@
 //!
 //! **What it cannot see.** inotify reports writes made through a path inside a watched
 //! directory. A write through a hard link made from outside the sandbox, or through a shared
-//! `mmap`, makes no event. So the watch is used only under `--isolation none`, where the agent
-//! runs as the hub's own user and could write anything anyway; the cost of a missed change is
-//! that change missing from the suggestion (never something unreviewed reaching the checkout:
-//! what is applied is what was read back and shown). Under `--isolation user` every read-back
-//! and sync still looks at every file (a read-back reads again only the directories whose stat
-//! changed since the sync: see [`crate::wire::SyncRecord::dirs`] and [`Within::changed_dirs`]). Only Linux has inotify; elsewhere
-//! [`Watch::start`] fails and the callers look at every file.
+//! `mmap` after its file was closed, makes no event. The cost of a missed change is that
+//! change missing from the suggestion — never something unreviewed reaching the checkout: what
+//! is applied is what was read back and shown — and the next sync, which `lstat`s what it
+//! writes over, puts the file back to the base. Under `--isolation none` the hub keeps a watch
+//! per slot from one sync to the next (the agent runs as the hub's own user there and could
+//! write anything anyway). Under `--isolation user` the watch is held by the read-back's
+//! standby helper (see [`crate::helper`]), as the sandbox user but out of the agent's reach,
+//! from before the run's sync to the run's end; the agent can only make it give up (flood
+//! it, rename a directory), and then that read-back looks at every file. A sync under `user`
+//! always looks at every file (reading again only the directories whose stat changed: see
+//! [`crate::wire::SyncRecord::dirs`] and [`Within::changed_dirs`]). Only Linux has inotify;
+//! elsewhere [`Watch::start`] fails and the callers look at every file.
 //!
 //! **Layer:** a leaf: it imports nothing else of this crate.
 
@@ -213,6 +218,51 @@ impl Watch {
             w.dirs.insert(wd, dir.to_string());
         }
         Ok(w)
+    }
+
+    /// Watch those of `dirs` that are directories now, like [`Watch::start`]; one that is
+    /// missing (or not a directory) is left unwatched — see [`Watch::watched`] — rather than
+    /// failing the whole watch.
+    #[cfg(target_os = "linux")]
+    pub fn start_present<'a>(
+        root: &Path,
+        dirs: impl IntoIterator<Item = &'a str>,
+    ) -> std::io::Result<Watch> {
+        let mut w = Watch::start(root, [])?;
+        for dir in dirs {
+            match w.add(dir) {
+                Ok(()) => {}
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(nix::libc::ENOENT | nix::libc::ENOTDIR)
+                    ) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(w)
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    pub fn start_present<'a>(
+        root: &Path,
+        dirs: impl IntoIterator<Item = &'a str>,
+    ) -> std::io::Result<Watch> {
+        Watch::start(root, dirs)
+    }
+
+    /// The directories watched now (relative to the root): each was when the watch started
+    /// (or it was added) and has not gone since.
+    pub fn watched(&self) -> impl Iterator<Item = &str> {
+        self.dirs.values().map(String::as_str)
+    }
+
+    /// The inotify descriptor, readable when events are queued (to wait on beside other
+    /// input).
+    #[cfg(target_os = "linux")]
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.inotify.as_fd()
     }
 
     /// Change notification is Linux's inotify only: elsewhere there is no watch.

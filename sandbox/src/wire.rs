@@ -18,9 +18,14 @@
 //! end frame matters: a stream cut short (the helper crashed or was killed) must read as an
 //! error, never as a snapshot in which every file after the cut was deleted.
 //!
-//! A `snapshot` request with `standby` set is sent while the agent still runs: the helper
-//! reads it, then waits for the go signal (`G` and the file cap as a `u64`) before it looks
-//! at the sandbox, so a read-back at the run's end starts with the request already read.
+//! A `snapshot` request with `standby` set is sent as a run's sync begins, before the agent
+//! starts. It names the directories to watch (`watch`, the last sync's directory record); the
+//! helper puts an inotify watch on them and answers one byte, `W` (watching) or `N` (not: no
+//! change notification, or none asked for). Then it reads a second, ordinary request — the
+//! run's base and sync record, sent once the sync is done — and waits for the go signal (`G`
+//! and the file cap as a `u64`) before it looks at the sandbox. So a read-back at the run's
+//! end starts with its request already read and, while watching, looks only where something
+//! happened since before the sync (see [`crate::watch`]).
 //!
 //! The hub reads what the helper writes as hostile data: the helper runs as the sandbox user,
 //! which the agent controls. Every length is checked against a limit before anything is
@@ -59,6 +64,11 @@ pub struct Request {
     /// then; end of input instead ends it quietly, having read nothing.
     #[serde(default)]
     pub standby: bool,
+    /// `snapshot` with `standby`: the directories of the slot to watch from now on (relative,
+    /// `""` the slot itself); the helper answers [`write_watching`] before it reads the
+    /// run's own request. Empty: nothing to watch.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub watch: Vec<String>,
     /// `exec`: the agent's argv and its whole environment.
     #[serde(default)]
     pub argv: Vec<String>,
@@ -228,6 +238,8 @@ const TAG_GONE: u8 = b'D';
 const TAG_BLOB: u8 = b'B';
 const TAG_END: u8 = b'E';
 const TAG_GO: u8 = b'G';
+const TAG_WATCHING: u8 = b'W';
+const TAG_NOT_WATCHING: u8 = b'N';
 
 pub fn write_header<T: serde::Serialize>(w: &mut impl Write, header: &T) -> std::io::Result<()> {
     let json = serde_json::to_vec(header).map_err(std::io::Error::other)?;
@@ -344,6 +356,28 @@ pub fn read_go(r: &mut impl Read) -> Result<Option<u64>, WireError> {
     let mut cap = [0u8; 8];
     read_exact(r, &mut cap)?;
     Ok(Some(u64::from_be_bytes(cap)))
+}
+
+/// A standby helper's answer to its first request: whether it watches the slot (`W`) or not
+/// (`N`).
+pub fn write_watching(w: &mut impl Write, watching: bool) -> std::io::Result<()> {
+    w.write_all(&[if watching {
+        TAG_WATCHING
+    } else {
+        TAG_NOT_WATCHING
+    }])?;
+    w.flush()
+}
+
+/// Read [`write_watching`]'s answer.
+pub fn read_watching(r: &mut impl Read) -> Result<bool, WireError> {
+    let mut tag = [0u8; 1];
+    read_exact(r, &mut tag)?;
+    match tag[0] {
+        TAG_WATCHING => Ok(true),
+        TAG_NOT_WATCHING => Ok(false),
+        other => Err(WireError::Malformed(format!("watch answer {other}"))),
+    }
 }
 
 /// Write the helper's answer to `prepare`: its JSON header, then the record table.
@@ -816,6 +850,31 @@ mod tests {
             read_go(&mut &b"E\0\0\0\0\0\0\0\0"[..]),
             Err(WireError::Malformed(_))
         ));
+    }
+
+    /// The watch answer is one byte either way; anything else, or nothing, is an error.
+    #[test]
+    fn a_standby_answers_whether_it_watches() {
+        for watching in [true, false] {
+            let mut buf = Vec::new();
+            write_watching(&mut buf, watching).unwrap();
+            assert_eq!(buf.len(), 1);
+            assert_eq!(read_watching(&mut &buf[..]).unwrap(), watching);
+        }
+        assert!(matches!(
+            read_watching(&mut &b""[..]),
+            Err(WireError::Truncated)
+        ));
+        assert!(matches!(
+            read_watching(&mut &b"G"[..]),
+            Err(WireError::Malformed(_))
+        ));
+        let mut req = sample_request();
+        req.standby = true;
+        req.watch = vec![String::new(), "src".into(), "src/a b".into()];
+        let mut buf = Vec::new();
+        write_request(&mut buf, &req).unwrap();
+        assert_eq!(read_request(&mut &buf[..]).unwrap().watch, req.watch);
     }
 
     #[test]

@@ -1179,3 +1179,127 @@ r done yes
     wait_no_process_of(&s.agent, Duration::from_secs(10))?;
     Ok(())
 }
+
+/// The read-back helper that waits beside the agent watches the slot (inotify, from before the
+/// run's sync), so the read-back at the run's end looks only where something happened. Every
+/// kind of change is still seen — an edit deep in a watched directory, a removal, a new
+/// directory, and a new file in `build/`, a directory the last sync did not know (it holds only
+/// ignored files the first run left), so it was never watched and is read whole. What a watch
+/// cannot see — a write through a hard link the agent made outside the sandbox — is not in
+/// the suggestion, so it can never reach the checkout, and the next run's sync puts the
+/// file back (its stat changed). Control: the hub logs that the second run's helper watched.
+#[test]
+fn a_watching_read_back_sees_every_change_and_nothing_it_missed_lands() {
+    if !require_root("a_watching_read_back_sees_every_change_and_nothing_it_missed_lands") {
+        return;
+    }
+    watching_read_back().unwrap();
+}
+
+fn watching_read_back() -> Result<()> {
+    let s = Setup::new(false)?;
+    for (f, body) in [
+        (".gitignore", "*.o\n"),
+        ("src/deep/a.txt", "a\n"),
+        ("src/b.txt", "b\n"),
+        ("keep.txt", "keep\n"),
+    ] {
+        s.ws.write(f, body.as_bytes())?;
+    }
+    let out = s.shared.path().join("out");
+    std::fs::create_dir_all(&out)?;
+    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o777))?;
+    let agent = s.script(
+        "watched.sh",
+        &format!(
+            r#"
+case "$HUNKGATE_PROMPT" in
+first)
+  mkdir build && echo obj > build/x.o
+  echo first >> hello.txt ;;
+second)
+  echo deep >> src/deep/a.txt
+  rm src/b.txt
+  mkdir -p src/deep/new && echo n > src/deep/new/n.txt
+  echo made > build/new.c
+  ln keep.txt "$HOME/outside-link" && echo sneaky >> "$HOME/outside-link" && rm "$HOME/outside-link"
+  echo linked > {out}/linked ;;
+third)
+  cat keep.txt > {out}/keep ;;
+esac"#,
+            out = out.display()
+        ),
+    )?;
+    let hub = s.hub_env(
+        false,
+        &["--max-runs", "1"],
+        &[("HUNKGATE_LOG", "warn,hunkgate_sandbox::user=debug")],
+    )?;
+    let run = |prompt: &str, status: &str| -> Result<Value> {
+        let id = hub
+            .curl()
+            .post(
+                "/runs",
+                &json!({"prompt": prompt, "agent": agent.display().to_string()}),
+            )?
+            .body["run_id"]
+            .as_str()
+            .ok_or_else(|| anyhow!("no run id"))?
+            .to_string();
+        let r = wait_run(&hub, &id, Duration::from_secs(90))?;
+        anyhow::ensure!(r["status"] == status, "{r}\n{}", hub.log_text());
+        Ok(r)
+    };
+    run("first", "ready")?;
+    let r = run("second", "ready")?;
+    let ctx = || hub.log_text();
+    anyhow::ensure!(
+        std::fs::read_to_string(out.join("linked")).is_ok(),
+        "the agent could not write through its hard link: {}",
+        ctx()
+    );
+    let watched = ctx()
+        .lines()
+        .filter(|l| l.contains("a read-back helper stands by"))
+        .map(|l| l.contains("watching=true"))
+        .collect::<Vec<_>>();
+    anyhow::ensure!(
+        watched == [false, true],
+        "the first run has no sync to watch from, the second watches: {watched:?}\n{}",
+        ctx()
+    );
+    anyhow::ensure!(
+        ctx().contains("read back by the helper that stood by"),
+        "{}",
+        ctx()
+    );
+    let sid = r["suggestion_ids"][0].as_str().unwrap_or_default();
+    let sug = hub.curl().get(&format!("/suggestions/{sid}"))?.body;
+    let mut files: Vec<String> = sug["files"]
+        .as_array()
+        .ok_or_else(|| anyhow!("no files: {sug}"))?
+        .iter()
+        .filter_map(|f| f.as_str().map(str::to_string))
+        .collect();
+    files.sort();
+    anyhow::ensure!(
+        files
+            == [
+                "build/new.c",
+                "src/b.txt",
+                "src/deep/a.txt",
+                "src/deep/new/n.txt"
+            ],
+        "{files:?}: {sug}\n{}",
+        ctx()
+    );
+    // What the watch missed is in no suggestion, and the next run starts from the base.
+    run("third", "no_changes")?;
+    anyhow::ensure!(
+        std::fs::read_to_string(out.join("keep"))? == "keep\n",
+        "the sandbox kept the unseen write"
+    );
+    anyhow::ensure!(std::fs::read_to_string(s.ws.repo().join("keep.txt"))? == "keep\n");
+    wait_no_process_of(&s.agent, Duration::from_secs(10))?;
+    Ok(())
+}
