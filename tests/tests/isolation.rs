@@ -1187,7 +1187,9 @@ r done yes
 /// ignored files the first run left), so it was never watched and is read whole. What a watch
 /// cannot see — a write through a hard link the agent made outside the sandbox — is not in
 /// the suggestion, so it can never reach the checkout, and the next run's sync puts the
-/// file back (its stat changed). Control: the hub logs that the second run's helper watched.
+/// file back (its stat changed). Controls: the hub logs that the second run's helper watched;
+/// and when the agent renames a directory, the watch gives up and that read-back looks at every
+/// file, so the same write through a hard link is in the suggestion.
 #[test]
 fn a_watching_read_back_sees_every_change_and_nothing_it_missed_lands() {
     if !require_root("a_watching_read_back_sees_every_change_and_nothing_it_missed_lands") {
@@ -1226,6 +1228,9 @@ second)
   echo linked > {out}/linked ;;
 third)
   cat keep.txt > {out}/keep ;;
+fourth)
+  mv src/deep src/moved
+  ln keep.txt "$HOME/outside-link" && echo sneaky >> "$HOME/outside-link" && rm "$HOME/outside-link" ;;
 esac"#,
             out = out.display()
         ),
@@ -1300,6 +1305,24 @@ esac"#,
         "the sandbox kept the unseen write"
     );
     anyhow::ensure!(std::fs::read_to_string(s.ws.repo().join("keep.txt"))? == "keep\n");
+    // A renamed directory makes the watch give up: that read-back looks at every file, and
+    // so it does see the write through the hard link (and the move, shown as a rename).
+    let r = run("fourth", "ready")?;
+    let sid = r["suggestion_ids"][0].as_str().unwrap_or_default();
+    let sug = hub.curl().get(&format!("/suggestions/{sid}"))?.body;
+    let mut files: Vec<&str> = sug["files"]
+        .as_array()
+        .ok_or_else(|| anyhow!("no files: {sug}"))?
+        .iter()
+        .filter_map(|f| f.as_str())
+        .collect();
+    files.sort();
+    anyhow::ensure!(
+        files == ["keep.txt", "src/moved/a.txt"],
+        "{files:?}: {sug}\n{}",
+        ctx()
+    );
+    anyhow::ensure!(sug.to_string().contains("+sneaky"), "{sug}");
     wait_no_process_of(&s.agent, Duration::from_secs(10))?;
     Ok(())
 }
