@@ -168,17 +168,32 @@ fn run(op: &str) -> Result<ExitCode, HelperFailure> {
             if standby {
                 // Waiting while the agent runs as this same user: out of its reach.
                 not_dumpable()?;
-                watch = watch_slot(&home, &req);
+                watch = watch_slot(&home, &req, &req.watch, None);
+                wait_for_input(&mut input, &mut watch);
+                let Some(more) = wire::read_synced(&mut input)? else {
+                    // The hub wants no read-back after all.
+                    return Ok(ExitCode::SUCCESS);
+                };
+                // The directories the sync made (all of them, after no earlier sync).
+                if watch.is_some() || req.watch.is_empty() {
+                    watch = watch_slot(&home, &req, &more, watch);
+                }
+                // What the sync itself wrote, its record accounts for.
+                if let Some(w) = watch.as_mut() {
+                    w.clear();
+                }
+                watch = watch.filter(|w| w.lost().is_none());
                 let mut out = std::io::stdout().lock();
                 wire::write_watching(&mut out, watch.is_some()).map_err(HelperFailure::Output)?;
-                // The run's own request, once its sync is done.
+                // The run's own request.
                 req = wire::read_request(&mut input)?;
             }
             let base = base_from_wire(std::mem::take(&mut req.base))
                 .map_err(|(path, why)| HelperFailure::BadPath { path, why })?;
             let mut dirty = None;
             if standby {
-                match wait_for_go(&mut input, &mut watch)? {
+                wait_for_input(&mut input, &mut watch);
+                match wire::read_go(&mut input)? {
                     Some(cap) => req.cap = cap,
                     // The hub wants no read-back after all.
                     None => return Ok(ExitCode::SUCCESS),
@@ -351,17 +366,24 @@ fn prepare(
     wire::write_prepare_reply(out, &reply).map_err(HelperFailure::Output)
 }
 
-/// A standby's watch over its slot (see [`crate::watch`]): on the directories the hub named,
-/// those of the last sync, from before this run's sync (so from before the agent starts).
-/// None — the read-back looks at every file — when there is nothing to watch, a name is not
-/// a plain relative path, or inotify cannot watch them all.
-fn watch_slot(home: &Path, req: &Request) -> Option<Watch> {
+/// A standby's watch over its slot (see [`crate::watch`]): `watch` with `dirs` added (the
+/// directories the hub named: those of the last sync, before this run's sync; then those the
+/// sync made), or a new watch on `dirs`. Either way before the agent starts. None — the
+/// read-back looks at every file — when there is nothing to watch, a name is not a plain
+/// relative path, or inotify cannot watch them all.
+fn watch_slot(home: &Path, req: &Request, dirs: &[String], watch: Option<Watch>) -> Option<Watch> {
     let plain = |d: &String| d.is_empty() || crate::beneath::check_path(d).is_ok();
-    if req.watch.is_empty() || req.watch.len() > MAX_WATCHED || !req.watch.iter().all(plain) {
+    if (watch.is_none() && dirs.is_empty()) || dirs.len() > MAX_WATCHED || !dirs.iter().all(plain) {
         return None;
     }
-    let dir = sandbox_dir(home, req, false).ok()?;
-    match Watch::start_present(&dir, req.watch.iter().map(String::as_str)) {
+    let added = match watch {
+        Some(mut w) => dirs.iter().try_for_each(|d| w.add_present(d)).map(|()| w),
+        None => {
+            let dir = sandbox_dir(home, req, false).ok()?;
+            Watch::start_present(&dir, dirs.iter().map(String::as_str))
+        }
+    };
+    match added {
         Ok(w) => Some(w),
         Err(e) => {
             eprintln!("hunkgate sandbox-helper: no change notification ({e})");
@@ -374,13 +396,11 @@ fn watch_slot(home: &Path, req: &Request) -> Option<Watch> {
 /// gives up on it (and the read-back looks at every file).
 const MAX_WATCHED: usize = 100_000;
 
-/// Wait for the hub's go signal ([`wire::read_go`]). Meanwhile the watch's events are read as
-/// they come, so the kernel's queue does not overflow while the agent works; a watch that
-/// loses track, or collects more than [`MAX_WATCHED`] paths, is dropped.
-fn wait_for_go(
-    input: &mut std::io::BufReader<std::fs::File>,
-    watch: &mut Option<Watch>,
-) -> Result<Option<u64>, HelperFailure> {
+/// Wait for the hub's next word (the end of the sync, the go signal) to be there to read.
+/// Meanwhile the watch's events are read as they come, so the kernel's queue does not
+/// overflow while the sync writes or the agent works; a watch that loses track, or collects
+/// more than [`MAX_WATCHED`] paths, is dropped.
+fn wait_for_input(input: &mut std::io::BufReader<std::fs::File>, watch: &mut Option<Watch>) {
     #[cfg(target_os = "linux")]
     while input.buffer().is_empty() {
         let Some(w) = watch.as_mut() else {
@@ -417,7 +437,6 @@ fn wait_for_go(
             break;
         }
     }
-    Ok(wire::read_go(input)?)
 }
 
 /// What may differ from the sync of `record`, by the watch that started before it: None — look

@@ -873,15 +873,18 @@ pub struct UserSandbox {
 
 /// A `snapshot` helper started as a prepare begins, which waits for the run's end: it puts an
 /// inotify watch on the slot's directories (those of the last sync) before the sync writes
-/// anything, so before the agent starts, and reports whether it could ([`wire::write_watching`]);
-/// once the sync is done it is sent the run's request (the base and the sync record, 10,000
-/// paths in a large repository) and reads it while the agent works; at the run's end the go
-/// signal ([`wire::write_go`]) makes it look only where its watch saw something happen (or at
-/// everything, when it is not watching). Only where the agent is walled off in a PID namespace
+/// anything. Once the sync is done, and before the agent starts, it is told so
+/// ([`wire::write_synced`]: it forgets the sync's own writes) and answers whether it watches
+/// ([`wire::write_watching`]); then it is sent the run's request (the base and the sync
+/// record, 10,000 paths in a large repository) and reads it while the agent works; at the
+/// run's end the go signal ([`wire::write_go`]) makes it look only where its watch saw
+/// something happen (or at everything, when it is not watching). Only where the agent is walled off in a PID namespace
 /// ([`UserIsolation::agent_walled_off`]); the helper also makes itself non-dumpable before it
 /// answers. Dropped unused, it is told to go away (its stdin closed) and reaped.
 struct Standby {
-    /// The sync whose base and record it was sent ([`Standby::send`]).
+    /// The directories its request named to watch, sorted.
+    named: Vec<String>,
+    /// The sync whose base and record it was sent ([`Standby::sync_done`]).
     synced: Option<Arc<Synced>>,
     /// Taken by [`Standby::read_back`]; what is left at drop is dismissed.
     parts: Option<StandbyParts>,
@@ -960,8 +963,11 @@ impl Standby {
     ) -> Result<Self, HelperError> {
         let (child, stdin, stdout, stderr) = iso.spawn_helper("snapshot")?;
         request.standby = true;
+        let mut named = watch.clone();
+        named.sort_unstable();
         request.watch = watch;
         Ok(Standby {
+            named,
             synced: None,
             parts: Some(StandbyParts {
                 feed: Feed::write(stdin, request, None),
@@ -972,52 +978,87 @@ impl Standby {
         })
     }
 
-    /// Whether the helper watches the slot: its answer, waited for up to `wait`. An error
-    /// (no answer in time, or a malformed one) means it must not be used: a watch that
-    /// started late would not have seen the agent's first changes.
-    fn watching(&mut self, wait: Duration) -> Result<bool, HelperError> {
+    /// The run's sync is done: tell the helper ([`wire::write_synced`]; it forgets what its
+    /// watch saw of the sync's own writes), wait up to `wait` for its answer — whether it
+    /// watches the slot — and send it the run's request (`request` with `synced`'s base and
+    /// record) to read while the agent works. An error (no answer in time, or a malformed one)
+    /// means it must not be used: a watch that starts late would miss the agent's first
+    /// changes.
+    fn sync_done(
+        &mut self,
+        wait: Duration,
+        request: Request,
+        synced: Arc<Synced>,
+    ) -> Result<bool, HelperError> {
         let protocol = |message: String| HelperError::Protocol {
             op: "snapshot",
             message,
         };
         let parts = self
             .parts
-            .as_mut()
+            .take()
             .ok_or_else(|| protocol("the standby read-back was used already".into()))?;
-        if !readable_within(std::os::fd::AsRawFd::as_raw_fd(&parts.stdout), wait) {
-            return Err(protocol(format!(
-                "no answer to the standby request within {} s",
+        let deadline = std::time::Instant::now() + wait;
+        let late = || {
+            protocol(format!(
+                "no answer from the standby within {} s",
                 wait.as_secs()
-            )));
+            ))
+        };
+        while !parts.feed.0.is_finished() {
+            if std::time::Instant::now() >= deadline {
+                // Dismissed at drop.
+                self.parts = Some(parts);
+                return Err(late());
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
-        wire::read_watching(&mut parts.stdout).map_err(|source| HelperError::Stream {
+        let StandbyParts {
+            feed,
+            child,
+            mut stdout,
+            stderr,
+        } = parts;
+        let stream = |source| HelperError::Stream {
             op: "snapshot",
             source,
             stderr: String::new(),
-        })
-    }
-
-    /// Send the run's request: `request` with `synced`'s base and record, for it to read
-    /// while the agent works.
-    fn send(&mut self, request: Request, synced: Arc<Synced>) -> Result<(), HelperError> {
-        let parts = self.parts.take().ok_or_else(|| HelperError::Protocol {
-            op: "snapshot",
-            message: "the standby read-back was used already".into(),
-        })?;
-        let stdin = match parts.feed.stdin() {
-            Ok(stdin) => stdin,
-            Err(e) => {
-                drop((parts.stdout, parts.stderr));
-                reap(parts.child);
-                return Err(e);
-            }
         };
-        self.parts = Some(StandbyParts {
-            feed: Feed::write(stdin, request, Some(synced.clone())),
-            ..parts
+        // The directories of the sync that the request did not name: to be watched too.
+        let more: Vec<&str> = synced
+            .record
+            .dirs
+            .iter()
+            .map(|(d, _)| d.as_str())
+            .filter(|d| self.named.binary_search_by(|n| n.as_str().cmp(d)).is_err())
+            .collect();
+        let answer = feed.stdin().and_then(|mut stdin| {
+            wire::write_synced(&mut stdin, &more).map_err(|e| stream(WireError::Io(e)))?;
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if !readable_within(std::os::fd::AsRawFd::as_raw_fd(&stdout), left) {
+                return Err(late());
+            }
+            let watching = wire::read_watching(&mut stdout).map_err(stream)?;
+            Ok((stdin, watching))
         });
-        self.synced = Some(synced);
-        Ok(())
+        match answer {
+            Ok((stdin, watching)) => {
+                self.parts = Some(StandbyParts {
+                    feed: Feed::write(stdin, request, Some(synced.clone())),
+                    child,
+                    stdout,
+                    stderr,
+                });
+                self.synced = Some(synced);
+                Ok(watching)
+            }
+            Err(e) => {
+                // Its stdin is closed: it ends.
+                drop((stdout, stderr));
+                std::thread::spawn(move || reap(child));
+                Err(e)
+            }
+        }
     }
 
     /// Go: the read-back, as [`UserSandbox::snapshot`] reads it.
@@ -1165,13 +1206,10 @@ impl UserSandbox {
             .ok()
     }
 
-    /// Once the sync is done: the standby, if it answered in time, is sent the run's request
-    /// and kept for the read-back.
+    /// Once the sync is done: the standby is told so, and kept for the read-back if it
+    /// answered in time.
     fn keep_standby(&self, mut standby: Standby, synced: Arc<Synced>) {
-        let kept = standby
-            .watching(STANDBY_ANSWER)
-            .and_then(|watching| standby.send(self.request(), synced).map(|()| watching));
-        match kept {
+        match standby.sync_done(STANDBY_ANSWER, self.request(), synced) {
             Ok(watching) => {
                 tracing::debug!(slot = self.slot, watching, "a read-back helper stands by");
                 if let Ok(mut slot) = self.standby.lock() {

@@ -223,32 +223,15 @@ impl Watch {
     /// Watch those of `dirs` that are directories now, like [`Watch::start`]; one that is
     /// missing (or not a directory) is left unwatched — see [`Watch::watched`] — rather than
     /// failing the whole watch.
-    #[cfg(target_os = "linux")]
     pub fn start_present<'a>(
         root: &Path,
         dirs: impl IntoIterator<Item = &'a str>,
     ) -> std::io::Result<Watch> {
         let mut w = Watch::start(root, [])?;
         for dir in dirs {
-            match w.add(dir) {
-                Ok(()) => {}
-                Err(e)
-                    if matches!(
-                        e.raw_os_error(),
-                        Some(nix::libc::ENOENT | nix::libc::ENOTDIR)
-                    ) => {}
-                Err(e) => return Err(e),
-            }
+            w.add_present(dir)?;
         }
         Ok(w)
-    }
-
-    #[cfg(not(target_os = "linux"))]
-    pub fn start_present<'a>(
-        root: &Path,
-        dirs: impl IntoIterator<Item = &'a str>,
-    ) -> std::io::Result<Watch> {
-        Watch::start(root, dirs)
     }
 
     /// The directories watched now (relative to the root): each was when the watch started
@@ -335,6 +318,22 @@ impl Watch {
     #[cfg(not(target_os = "linux"))]
     pub fn add(&mut self, _dir: &str) -> std::io::Result<()> {
         Ok(())
+    }
+
+    /// Like [`Watch::add`], but a directory that is missing (or not a directory) is left
+    /// unwatched rather than an error.
+    pub fn add_present(&mut self, dir: &str) -> std::io::Result<()> {
+        match self.add(dir) {
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(nix::libc::ENOENT | nix::libc::ENOTDIR)
+                ) =>
+            {
+                Ok(())
+            }
+            other => other,
+        }
     }
 
     /// Forget what was seen so far (after a sync brought the slot back to a known state): the

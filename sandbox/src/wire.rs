@@ -20,12 +20,15 @@
 //!
 //! A `snapshot` request with `standby` set is sent as a run's sync begins, before the agent
 //! starts. It names the directories to watch (`watch`, the last sync's directory record); the
-//! helper puts an inotify watch on them and answers one byte, `W` (watching) or `N` (not: no
-//! change notification, or none asked for). Then it reads a second, ordinary request — the
-//! run's base and sync record, sent once the sync is done — and waits for the go signal (`G`
-//! and the file cap as a `u64`) before it looks at the sandbox. So a read-back at the run's
-//! end starts with its request already read and, while watching, looks only where something
-//! happened since before the sync (see [`crate::watch`]).
+//! helper puts an inotify watch on them. Once the sync is done, the hub sends `S` (synced),
+//! with the directories the sync left that were not named before (a JSON list): the helper
+//! watches those too, forgets what its watch saw so far (the sync's own writes, which the
+//! sync's record accounts for) and answers one byte, `W` (watching) or `N` (not: no change
+//! notification, none asked for, or the watch already lost track); only then does the agent
+//! start. Then the helper reads a second, ordinary request — the run's base and sync record —
+//! and waits for the go signal (`G` and the file cap as a `u64`) before it looks at the
+//! sandbox. So a read-back at the run's end starts with its request already read and, while
+//! watching, looks only where something happened since the sync (see [`crate::watch`]).
 //!
 //! The hub reads what the helper writes as hostile data: the helper runs as the sandbox user,
 //! which the agent controls. Every length is checked against a limit before anything is
@@ -239,6 +242,7 @@ const TAG_BLOB: u8 = b'B';
 const TAG_END: u8 = b'E';
 const TAG_GO: u8 = b'G';
 const TAG_WATCHING: u8 = b'W';
+const TAG_SYNCED: u8 = b'S';
 const TAG_NOT_WATCHING: u8 = b'N';
 
 pub fn write_header<T: serde::Serialize>(w: &mut impl Write, header: &T) -> std::io::Result<()> {
@@ -358,7 +362,29 @@ pub fn read_go(r: &mut impl Read) -> Result<Option<u64>, WireError> {
     Ok(Some(u64::from_be_bytes(cap)))
 }
 
-/// A standby helper's answer to its first request: whether it watches the slot (`W`) or not
+/// The hub's word to a standby helper that the run's sync is done: `S`, then a JSON header
+/// naming the directories the sync left that the standby request did not (`more`: the
+/// sync made them, or there was no earlier sync), to be watched from now on.
+pub fn write_synced(w: &mut impl Write, more: &[&str]) -> std::io::Result<()> {
+    w.write_all(&[TAG_SYNCED])?;
+    write_header(w, &more)?;
+    w.flush()
+}
+
+/// Wait for [`write_synced`]'s word: the directories to watch as well, or None when the input
+/// ended first (the hub no longer wants this read-back).
+pub fn read_synced(r: &mut impl Read) -> Result<Option<Vec<String>>, WireError> {
+    let mut tag = [0u8; 1];
+    if r.read(&mut tag)? == 0 {
+        return Ok(None);
+    }
+    match tag[0] {
+        TAG_SYNCED => Ok(Some(read_header(r)?)),
+        other => Err(WireError::Malformed(format!("synced signal {other}"))),
+    }
+}
+
+/// A standby helper's answer to [`write_synced`]: whether it watches the slot (`W`) or not
 /// (`N`).
 pub fn write_watching(w: &mut impl Write, watching: bool) -> std::io::Result<()> {
     w.write_all(&[if watching {
@@ -852,9 +878,10 @@ mod tests {
         ));
     }
 
-    /// The watch answer is one byte either way; anything else, or nothing, is an error.
+    /// The synced word and the watch answer are one byte each; anything else is an error, and
+    /// so is no answer (the end of input before the word is a dismissal).
     #[test]
-    fn a_standby_answers_whether_it_watches() {
+    fn a_standby_hears_the_sync_is_done_and_answers_whether_it_watches() {
         for watching in [true, false] {
             let mut buf = Vec::new();
             write_watching(&mut buf, watching).unwrap();
@@ -864,6 +891,21 @@ mod tests {
         assert!(matches!(
             read_watching(&mut &b""[..]),
             Err(WireError::Truncated)
+        ));
+        let mut buf = Vec::new();
+        write_synced(&mut buf, &["", "src/new"]).unwrap();
+        write_synced(&mut buf, &[]).unwrap();
+        let mut r = &buf[..];
+        assert_eq!(read_synced(&mut r).unwrap().unwrap(), ["", "src/new"]);
+        assert_eq!(read_synced(&mut r).unwrap().unwrap(), Vec::<String>::new());
+        assert_eq!(read_synced(&mut r).unwrap(), None, "dismissed");
+        assert!(matches!(
+            read_synced(&mut &buf[..3]),
+            Err(WireError::Truncated)
+        ));
+        assert!(matches!(
+            read_synced(&mut &b"W"[..]),
+            Err(WireError::Malformed(_))
         ));
         assert!(matches!(
             read_watching(&mut &b"G"[..]),

@@ -1073,8 +1073,8 @@ fn the_waiting_read_back_helper_is_out_of_the_agents_reach() {
     check_standby(false).unwrap();
 }
 
-/// The control of the one above: a waiting read-back helper that dies (here root kills it)
-/// costs nothing but its head start — the hub says so and reads the sandbox with a new helper,
+/// The control of the one above: a waiting read-back helper that dies while the agent runs
+/// (here root kills it) costs nothing but its head start — the hub says so and reads the sandbox with a new helper,
 /// and the change still comes back.
 #[test]
 fn a_read_back_helper_killed_while_waiting_is_replaced() {
@@ -1092,11 +1092,16 @@ fn check_standby(kill_it: bool) -> Result<()> {
         &[("HUNKGATE_LOG", "warn,hunkgate_sandbox::user=debug")],
     )?;
     let pid_file = s.shared.path().join("standby-pid");
+    let marks = s.shared.path().join("marks");
+    std::fs::create_dir_all(&marks)?;
+    std::fs::set_permissions(&marks, std::fs::Permissions::from_mode(0o777))?;
+    let started = marks.join("started");
     let agent = s.script(
         "standby.sh",
         &format!(
             r#"
 r() {{ echo "RESULT $1 $2"; }}
+echo yes > {started}
 while [ ! -s {pid} ]; do sleep 0.05; done
 P=$(cat {pid})
 sleep 30 & S=$!
@@ -1110,20 +1115,16 @@ head -c 16 /proc/$P/mem >/dev/null 2>&1 && r mem ALLOWED || r mem denied
 echo "changed by the agent" >> hello.txt
 r done yes
 "#,
-            pid = pid_file.display()
+            pid = pid_file.display(),
+            started = started.display()
         ),
     )?;
     let id = start_run(&hub, &agent, None)?;
     let is_standby = |cmd: &str| cmd.contains("sandbox-helper snapshot");
-    wait_until(
-        "the read-back helper to wait",
-        Duration::from_secs(30),
-        || {
-            processes_of(s.agent.uid)
-                .iter()
-                .any(|(_, cmd)| is_standby(cmd))
-        },
-    )?;
+    // The helper starts with the run's sync; the agent, once it is ready.
+    wait_until("the agent to start", Duration::from_secs(30), || {
+        started.exists()
+    })?;
     let (pid, _) = processes_of(s.agent.uid)
         .into_iter()
         .find(|(_, cmd)| is_standby(cmd))
@@ -1187,7 +1188,8 @@ r done yes
 /// ignored files the first run left), so it was never watched and is read whole. What a watch
 /// cannot see — a write through a hard link the agent made outside the sandbox — is not in
 /// the suggestion, so it can never reach the checkout, and the next run's sync puts the
-/// file back (its stat changed). Controls: the hub logs that the second run's helper watched;
+/// file back (its stat changed). Controls: the hub logs that each run's helper watched (the
+/// first run's from the end of its sync, which named every directory);
 /// and when the agent renames a directory, the watch gives up and that read-back looks at every
 /// file, so the same write through a hard link is in the suggestion.
 #[test]
@@ -1269,8 +1271,8 @@ esac"#,
         .map(|l| l.contains("watching=true"))
         .collect::<Vec<_>>();
     anyhow::ensure!(
-        watched == [false, true],
-        "the first run has no sync to watch from, the second watches: {watched:?}\n{}",
+        watched == [true, true],
+        "both runs' helpers watch, the first from the end of its sync: {watched:?}\n{}",
         ctx()
     );
     anyhow::ensure!(
