@@ -7,8 +7,9 @@
 //!   with a fresh `.git` (like [`LocalSandbox`](crate::workspace::LocalSandbox) does).
 //! - `snapshot`: read the sandbox as data (no symlink followed, FIFOs and devices skipped, files
 //!   over the cap skipped) and stream it to stdout; the hub re-checks every byte. As a
-//!   standby (see [`crate::wire`]'s module docs) it is started before the run's sync, watches
-//!   the slot with inotify ([`crate::watch`]) while the agent runs, out of its reach
+//!   standby (see [`crate::wire`]'s module docs) it is started as the run's sync begins,
+//!   watches the slot with inotify ([`crate::watch`]) from the sync's end, before the agent
+//!   starts, to the run's end, out of its reach
 //!   (non-dumpable, outside the agent's PID namespace), and at the hub's go reads back only
 //!   where its watch saw something happen.
 //! - `tool`: run one of the built-in agent's file tools ([`crate::tools`]) in the sandbox and
@@ -168,21 +169,12 @@ fn run(op: &str) -> Result<ExitCode, HelperFailure> {
             if standby {
                 // Waiting while the agent runs as this same user: out of its reach.
                 not_dumpable()?;
-                watch = watch_slot(&home, &req, &req.watch, None);
-                wait_for_input(&mut input, &mut watch);
-                let Some(more) = wire::read_synced(&mut input)? else {
+                let Some(dirs) = wire::read_synced(&mut input)? else {
                     // The hub wants no read-back after all.
                     return Ok(ExitCode::SUCCESS);
                 };
-                // The directories the sync made (all of them, after no earlier sync).
-                if watch.is_some() || req.watch.is_empty() {
-                    watch = watch_slot(&home, &req, &more, watch);
-                }
-                // What the sync itself wrote, its record accounts for.
-                if let Some(w) = watch.as_mut() {
-                    w.clear();
-                }
-                watch = watch.filter(|w| w.lost().is_none());
+                // The sync is done and the agent not started yet.
+                watch = watch_slot(&home, &req, &dirs);
                 let mut out = std::io::stdout().lock();
                 wire::write_watching(&mut out, watch.is_some()).map_err(HelperFailure::Output)?;
                 // The run's own request.
@@ -366,24 +358,17 @@ fn prepare(
     wire::write_prepare_reply(out, &reply).map_err(HelperFailure::Output)
 }
 
-/// A standby's watch over its slot (see [`crate::watch`]): `watch` with `dirs` added (the
-/// directories the hub named: those of the last sync, before this run's sync; then those the
-/// sync made), or a new watch on `dirs`. Either way before the agent starts. None — the
+/// A standby's watch over its slot (see [`crate::watch`]), on `dirs`: the directories the
+/// sync left, named by the hub once the sync is done and before the agent starts. None — the
 /// read-back looks at every file — when there is nothing to watch, a name is not a plain
 /// relative path, or inotify cannot watch them all.
-fn watch_slot(home: &Path, req: &Request, dirs: &[String], watch: Option<Watch>) -> Option<Watch> {
+fn watch_slot(home: &Path, req: &Request, dirs: &[String]) -> Option<Watch> {
     let plain = |d: &String| d.is_empty() || crate::beneath::check_path(d).is_ok();
-    if (watch.is_none() && dirs.is_empty()) || dirs.len() > MAX_WATCHED || !dirs.iter().all(plain) {
+    if dirs.is_empty() || dirs.len() > MAX_WATCHED || !dirs.iter().all(plain) {
         return None;
     }
-    let added = match watch {
-        Some(mut w) => dirs.iter().try_for_each(|d| w.add_present(d)).map(|()| w),
-        None => {
-            let dir = sandbox_dir(home, req, false).ok()?;
-            Watch::start_present(&dir, dirs.iter().map(String::as_str))
-        }
-    };
-    match added {
+    let dir = sandbox_dir(home, req, false).ok()?;
+    match Watch::start_present(&dir, dirs.iter().map(String::as_str)) {
         Ok(w) => Some(w),
         Err(e) => {
             eprintln!("hunkgate sandbox-helper: no change notification ({e})");
@@ -396,10 +381,9 @@ fn watch_slot(home: &Path, req: &Request, dirs: &[String], watch: Option<Watch>)
 /// gives up on it (and the read-back looks at every file).
 const MAX_WATCHED: usize = 100_000;
 
-/// Wait for the hub's next word (the end of the sync, the go signal) to be there to read.
-/// Meanwhile the watch's events are read as they come, so the kernel's queue does not
-/// overflow while the sync writes or the agent works; a watch that loses track, or collects
-/// more than [`MAX_WATCHED`] paths, is dropped.
+/// Wait for the hub's go signal to be there to read. Meanwhile the watch's events are read as
+/// they come, so the kernel's queue does not overflow while the agent works; a watch that
+/// loses track, or collects more than [`MAX_WATCHED`] paths, is dropped.
 fn wait_for_input(input: &mut std::io::BufReader<std::fs::File>, watch: &mut Option<Watch>) {
     #[cfg(target_os = "linux")]
     while input.buffer().is_empty() {
@@ -439,11 +423,10 @@ fn wait_for_input(input: &mut std::io::BufReader<std::fs::File>, watch: &mut Opt
     }
 }
 
-/// What may differ from the sync of `record`, by the watch that started before it: None — look
-/// at every file — when the watch lost track, or the sync left no directory record (then the
-/// sandbox's directories are not all known). A directory of the record the watch does not
-/// hold (the sync made it, or it was missing when the watch started) may have changed
-/// throughout.
+/// What may differ from the sync of `record`, by the watch started right after it: None —
+/// look at every file — when the watch lost track, or the sync left no directory record (then
+/// the sandbox's directories are not all known). A directory of the record the watch does
+/// not hold (it was gone when the watch started) may have changed throughout.
 fn seen_since_sync(
     watch: &mut Watch,
     record: Option<&crate::wire::SyncRecord>,

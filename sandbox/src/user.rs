@@ -871,19 +871,17 @@ pub struct UserSandbox {
     standby: Arc<Mutex<Option<Standby>>>,
 }
 
-/// A `snapshot` helper started as a prepare begins, which waits for the run's end: it puts an
-/// inotify watch on the slot's directories (those of the last sync) before the sync writes
-/// anything. Once the sync is done, and before the agent starts, it is told so
-/// ([`wire::write_synced`]: it forgets the sync's own writes) and answers whether it watches
-/// ([`wire::write_watching`]); then it is sent the run's request (the base and the sync
-/// record, 10,000 paths in a large repository) and reads it while the agent works; at the
-/// run's end the go signal ([`wire::write_go`]) makes it look only where its watch saw
-/// something happen (or at everything, when it is not watching). Only where the agent is walled off in a PID namespace
-/// ([`UserIsolation::agent_walled_off`]); the helper also makes itself non-dumpable before it
-/// answers. Dropped unused, it is told to go away (its stdin closed) and reaped.
+/// A `snapshot` helper started as a prepare begins (its start overlaps the sync), which waits
+/// for the run's end. Once the sync is done, and before the agent starts, it is told so with
+/// the directories the sync left ([`wire::write_synced`]), puts an inotify watch on them and
+/// answers whether it watches ([`wire::write_watching`]); then it is sent the run's request
+/// (the base and the sync record, 10,000 paths in a large repository) and reads it while the
+/// agent works; at the run's end the go signal ([`wire::write_go`]) makes it look only where
+/// its watch saw something happen (or at everything, when it is not watching). Only where
+/// the agent is walled off in a PID namespace ([`UserIsolation::agent_walled_off`]); the
+/// helper also makes itself non-dumpable before it answers. Dropped unused, it is told to go
+/// away (its stdin closed) and reaped.
 struct Standby {
-    /// The directories its request named to watch, sorted.
-    named: Vec<String>,
     /// The sync whose base and record it was sent ([`Standby::sync_done`]).
     synced: Option<Arc<Synced>>,
     /// Taken by [`Standby::read_back`]; what is left at drop is dismissed.
@@ -954,20 +952,11 @@ impl std::fmt::Debug for Standby {
 const STANDBY_ANSWER: Duration = Duration::from_secs(2);
 
 impl Standby {
-    /// Start the read-back helper of `request`'s slot, watching `watch` (its directories
-    /// before the sync; none to watch when empty).
-    fn start(
-        iso: &UserIsolation,
-        mut request: Request,
-        watch: Vec<String>,
-    ) -> Result<Self, HelperError> {
+    /// Start the read-back helper of `request`'s slot.
+    fn start(iso: &UserIsolation, mut request: Request) -> Result<Self, HelperError> {
         let (child, stdin, stdout, stderr) = iso.spawn_helper("snapshot")?;
         request.standby = true;
-        let mut named = watch.clone();
-        named.sort_unstable();
-        request.watch = watch;
         Ok(Standby {
-            named,
             synced: None,
             parts: Some(StandbyParts {
                 feed: Feed::write(stdin, request, None),
@@ -978,9 +967,9 @@ impl Standby {
         })
     }
 
-    /// The run's sync is done: tell the helper ([`wire::write_synced`]; it forgets what its
-    /// watch saw of the sync's own writes), wait up to `wait` for its answer — whether it
-    /// watches the slot — and send it the run's request (`request` with `synced`'s base and
+    /// The run's sync is done: tell the helper, with the sync's directories to watch
+    /// ([`wire::write_synced`]), wait up to `wait` for its answer — whether it watches the
+    /// slot — and send it the run's request (`request` with `synced`'s base and
     /// record) to read while the agent works. An error (no answer in time, or a malformed one)
     /// means it must not be used: a watch that starts late would miss the agent's first
     /// changes.
@@ -1024,16 +1013,9 @@ impl Standby {
             source,
             stderr: String::new(),
         };
-        // The directories of the sync that the request did not name: to be watched too.
-        let more: Vec<&str> = synced
-            .record
-            .dirs
-            .iter()
-            .map(|(d, _)| d.as_str())
-            .filter(|d| self.named.binary_search_by(|n| n.as_str().cmp(d)).is_err())
-            .collect();
+        let dirs: Vec<&str> = synced.record.dirs.iter().map(|(d, _)| d.as_str()).collect();
         let answer = feed.stdin().and_then(|mut stdin| {
-            wire::write_synced(&mut stdin, &more).map_err(|e| stream(WireError::Io(e)))?;
+            wire::write_synced(&mut stdin, &dirs).map_err(|e| stream(WireError::Io(e)))?;
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             if !readable_within(std::os::fd::AsRawFd::as_raw_fd(&stdout), left) {
                 return Err(late());
@@ -1190,18 +1172,14 @@ impl UserSandbox {
         )
     }
 
-    /// Start the run's read-back helper ([`Standby`]) as a prepare begins, watching the slot's
-    /// directories as `previous` (the last sync) left them. Any standby left from before is
-    /// dismissed.
-    fn stand_by(&self, previous: Option<&Synced>) -> Option<Standby> {
+    /// Start the run's read-back helper ([`Standby`]) as a prepare begins. Any standby left
+    /// from before is dismissed.
+    fn stand_by(&self) -> Option<Standby> {
         drop(self.standby.lock().ok()?.take());
         if !self.iso.agent_walled_off() {
             return None;
         }
-        let watch = previous
-            .map(|p| p.record.dirs.iter().map(|(d, _)| d.clone()).collect())
-            .unwrap_or_default();
-        Standby::start(&self.iso, self.request(), watch)
+        Standby::start(&self.iso, self.request())
             .inspect_err(|e| tracing::debug!(error = %e, "no standby read-back"))
             .ok()
     }
@@ -1460,7 +1438,7 @@ impl Sandbox for UserSandbox {
         let started = std::time::Instant::now();
         let previous = recall(&self.workdir);
         remember(&self.workdir, None);
-        let standby = self.stand_by(previous.as_deref());
+        let standby = self.stand_by();
         // The base's delta since the last sync: it limits the old record, and only its blobs
         // can be new to the helper.
         let changed = previous

@@ -21,9 +21,9 @@
 //! per slot from one sync to the next (the agent runs as the hub's own user there and could
 //! write anything anyway). Under `--isolation user` the watch is held by the read-back's
 //! standby helper (see [`crate::helper`]), as the sandbox user but out of the agent's reach,
-//! from before the run's sync to the run's end; the agent can only make it give up (flood
-//! it, rename a directory), and then that read-back looks at every file. A sync under `user`
-//! always looks at every file (reading again only the directories whose stat changed: see
+//! from the end of the run's sync (before the agent starts) to the run's end; the agent can
+//! only make it give up (flood it, rename a directory), and then that read-back looks at
+//! every file. A sync under `user` always looks at every file (reading again only the directories whose stat changed: see
 //! [`crate::wire::SyncRecord::dirs`] and [`Within::changed_dirs`]). Only Linux has inotify;
 //! elsewhere [`Watch::start`] fails and the callers look at every file.
 //!

@@ -18,16 +18,13 @@
 //! end frame matters: a stream cut short (the helper crashed or was killed) must read as an
 //! error, never as a snapshot in which every file after the cut was deleted.
 //!
-//! A `snapshot` request with `standby` set is sent as a run's sync begins, before the agent
-//! starts. It names the directories to watch (`watch`, the last sync's directory record); the
-//! helper puts an inotify watch on them. Once the sync is done, the hub sends `S` (synced),
-//! with the directories the sync left that were not named before (a JSON list): the helper
-//! watches those too, forgets what its watch saw so far (the sync's own writes, which the
-//! sync's record accounts for) and answers one byte, `W` (watching) or `N` (not: no change
-//! notification, none asked for, or the watch already lost track); only then does the agent
-//! start. Then the helper reads a second, ordinary request — the run's base and sync record —
-//! and waits for the go signal (`G` and the file cap as a `u64`) before it looks at the
-//! sandbox. So a read-back at the run's end starts with its request already read and, while
+//! A `snapshot` request with `standby` set is sent as a run's sync begins. Once the sync is
+//! done, and before the agent starts, the hub sends `S` (synced) with the directories the
+//! sync left (its record's, a JSON list): the helper puts an inotify watch on them and
+//! answers one byte, `W` (watching) or `N` (not: no change notification, or nothing to
+//! watch). Then it reads a second, ordinary request — the run's base and sync record — and
+//! waits for the go signal (`G` and the file cap as a `u64`) before it looks at the sandbox.
+//! So a read-back at the run's end starts with its request already read and, while
 //! watching, looks only where something happened since the sync (see [`crate::watch`]).
 //!
 //! The hub reads what the helper writes as hostile data: the helper runs as the sandbox user,
@@ -67,11 +64,6 @@ pub struct Request {
     /// then; end of input instead ends it quietly, having read nothing.
     #[serde(default)]
     pub standby: bool,
-    /// `snapshot` with `standby`: the directories of the slot to watch from now on (relative,
-    /// `""` the slot itself); the helper answers [`write_watching`] before it reads the
-    /// run's own request. Empty: nothing to watch.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub watch: Vec<String>,
     /// `exec`: the agent's argv and its whole environment.
     #[serde(default)]
     pub argv: Vec<String>,
@@ -363,11 +355,11 @@ pub fn read_go(r: &mut impl Read) -> Result<Option<u64>, WireError> {
 }
 
 /// The hub's word to a standby helper that the run's sync is done: `S`, then a JSON header
-/// naming the directories the sync left that the standby request did not (`more`: the
-/// sync made them, or there was no earlier sync), to be watched from now on.
-pub fn write_synced(w: &mut impl Write, more: &[&str]) -> std::io::Result<()> {
+/// naming the directories the sync left (relative, `""` the slot itself), to be watched from
+/// now on.
+pub fn write_synced(w: &mut impl Write, dirs: &[&str]) -> std::io::Result<()> {
     w.write_all(&[TAG_SYNCED])?;
-    write_header(w, &more)?;
+    write_header(w, &dirs)?;
     w.flush()
 }
 
@@ -893,10 +885,10 @@ mod tests {
             Err(WireError::Truncated)
         ));
         let mut buf = Vec::new();
-        write_synced(&mut buf, &["", "src/new"]).unwrap();
+        write_synced(&mut buf, &["", "src/a b"]).unwrap();
         write_synced(&mut buf, &[]).unwrap();
         let mut r = &buf[..];
-        assert_eq!(read_synced(&mut r).unwrap().unwrap(), ["", "src/new"]);
+        assert_eq!(read_synced(&mut r).unwrap().unwrap(), ["", "src/a b"]);
         assert_eq!(read_synced(&mut r).unwrap().unwrap(), Vec::<String>::new());
         assert_eq!(read_synced(&mut r).unwrap(), None, "dismissed");
         assert!(matches!(
@@ -911,12 +903,6 @@ mod tests {
             read_watching(&mut &b"G"[..]),
             Err(WireError::Malformed(_))
         ));
-        let mut req = sample_request();
-        req.standby = true;
-        req.watch = vec![String::new(), "src".into(), "src/a b".into()];
-        let mut buf = Vec::new();
-        write_request(&mut buf, &req).unwrap();
-        assert_eq!(read_request(&mut &buf[..]).unwrap().watch, req.watch);
     }
 
     #[test]

@@ -1181,15 +1181,14 @@ r done yes
     Ok(())
 }
 
-/// The read-back helper that waits beside the agent watches the slot (inotify, from before the
-/// run's sync), so the read-back at the run's end looks only where something happened. Every
-/// kind of change is still seen — an edit deep in a watched directory, a removal, a new
-/// directory, and a new file in `build/`, a directory the last sync did not know (it holds only
-/// ignored files the first run left), so it was never watched and is read whole. What a watch
+/// The read-back helper that waits beside the agent watches the slot (inotify, from the end of
+/// the run's sync), so the read-back at the run's end looks only where something happened.
+/// Every kind of change is still seen — an edit deep in a watched directory, a removal, a new
+/// directory, and a new file in `build/`, a directory the first run's agent made (it holds
+/// only ignored files) and the second run's sync kept. What a watch
 /// cannot see — a write through a hard link the agent made outside the sandbox — is not in
 /// the suggestion, so it can never reach the checkout, and the next run's sync puts the
-/// file back (its stat changed). Controls: the hub logs that each run's helper watched (the
-/// first run's from the end of its sync, which named every directory);
+/// file back (its stat changed). Controls: the hub logs that each run's helper watched;
 /// and when the agent renames a directory, the watch gives up and that read-back looks at every
 /// file, so the same write through a hard link is in the suggestion.
 #[test]
@@ -1272,7 +1271,7 @@ esac"#,
         .collect::<Vec<_>>();
     anyhow::ensure!(
         watched == [true, true],
-        "both runs' helpers watch, the first from the end of its sync: {watched:?}\n{}",
+        "both runs' helpers watch: {watched:?}\n{}",
         ctx()
     );
     anyhow::ensure!(
