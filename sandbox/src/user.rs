@@ -1174,19 +1174,28 @@ impl UserSandbox {
 
     /// Start the run's read-back helper ([`Standby`]) as a prepare begins. Any standby left
     /// from before is dismissed.
-    fn stand_by(&self) -> Option<Standby> {
+    /// It is started from a thread, beside the sync's own helper.
+    fn stand_by(&self) -> Option<std::thread::JoinHandle<Result<Standby, HelperError>>> {
         drop(self.standby.lock().ok()?.take());
         if !self.iso.agent_walled_off() {
             return None;
         }
-        Standby::start(&self.iso, self.request())
-            .inspect_err(|e| tracing::debug!(error = %e, "no standby read-back"))
-            .ok()
+        let (iso, request) = (self.iso.clone(), self.request());
+        Some(std::thread::spawn(move || Standby::start(&iso, request)))
     }
 
     /// Once the sync is done: the standby is told so, and kept for the read-back if it
     /// answered in time.
-    fn keep_standby(&self, mut standby: Standby, synced: Arc<Synced>) {
+    fn keep_standby(
+        &self,
+        standby: std::thread::JoinHandle<Result<Standby, HelperError>>,
+        synced: Arc<Synced>,
+    ) {
+        let mut standby = match standby.join() {
+            Ok(Ok(standby)) => standby,
+            Ok(Err(e)) => return tracing::debug!(error = %e, "no standby read-back"),
+            Err(_) => return tracing::warn!("starting the standby read-back panicked"),
+        };
         match standby.sync_done(STANDBY_ANSWER, self.request(), synced) {
             Ok(watching) => {
                 tracing::debug!(slot = self.slot, watching, "a read-back helper stands by");
