@@ -385,6 +385,9 @@ const MAX_WATCHED: usize = 100_000;
 /// they come, so the kernel's queue does not overflow while the agent works; a watch that
 /// loses track, or collects more than [`MAX_WATCHED`] paths, is dropped.
 fn wait_for_input(input: &mut std::io::BufReader<std::fs::File>, watch: &mut Option<Watch>) {
+    // Elsewhere there is no watch to read: the read of the signal just blocks.
+    #[cfg(not(target_os = "linux"))]
+    let _ = (input, watch);
     #[cfg(target_os = "linux")]
     while input.buffer().is_empty() {
         let Some(w) = watch.as_mut() else {
