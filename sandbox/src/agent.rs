@@ -422,8 +422,14 @@ pub async fn run(
         command: mut cmd,
         stop,
     } = sandbox.agent_command(argv, env, timeout);
-    let lifeline_request = prepare_command(&mut cmd, stop);
-    let mut child = match cmd.spawn() {
+    let Prepared {
+        lifeline_request,
+        verdict,
+    } = prepare_command(&mut cmd, stop);
+    let spawned = cmd.spawn();
+    // Only the agent's namespace init may hold the verdict's write end from here on.
+    let verdict = verdict.map(|v| v.rx);
+    let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
             return Outcome {
@@ -446,6 +452,7 @@ pub async fn run(
         pgid: if supervised { None } else { pid },
         supervised,
         close_lifeline,
+        verdict,
     };
     let mut output = Output {
         rx,
@@ -455,12 +462,31 @@ pub async fn run(
     let (status, forced) = agent.wait(&mut output, timeout, &cancel).await;
     agent.clean_up();
     output.drain().await;
+    agent.reap();
     output.into_outcome(forced.unwrap_or_else(|| exit_of(status)))
 }
 
-/// Set up the agent's pipes and how it is stopped; returns the request for its supervisor's
-/// lifeline, if it has one.
-fn prepare_command(cmd: &mut tokio::process::Command, stop: Stop) -> Option<Vec<u8>> {
+/// How an agent command was set up ([`prepare_command`]).
+struct Prepared {
+    /// The request for its supervisor's lifeline, if it has one.
+    lifeline_request: Option<Vec<u8>>,
+    /// Its namespace init's word that it ended, if it runs in a PID namespace of the hub's.
+    verdict: Option<Verdict>,
+}
+
+/// A pipe on which an agent's PID namespace init says how the agent ended, once nothing it
+/// started is left (see [`pidns::enter_for_process_group`]): the hub hears of the end then,
+/// without waiting for the init and the group leader to exit (each tears down a copy of the
+/// hub's address space first, about a millisecond in all).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+struct Verdict {
+    rx: tokio::net::unix::pipe::Receiver,
+    /// The write end, for the init to inherit; closed in the hub once the agent is spawned.
+    tx: std::os::fd::OwnedFd,
+}
+
+/// Set up the agent's pipes and how it is stopped.
+fn prepare_command(cmd: &mut tokio::process::Command, stop: Stop) -> Prepared {
     cmd.stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
@@ -470,21 +496,50 @@ fn prepare_command(cmd: &mut tokio::process::Command, stop: Stop) -> Option<Vec<
                 // Its own process group, so a timeout or cancel reaches every grandchild too.
                 .process_group(0);
             #[cfg(target_os = "linux")]
-            die_with_the_hub(cmd);
-            None
+            let verdict = die_with_the_hub(cmd);
+            #[cfg(not(target_os = "linux"))]
+            let verdict = None;
+            Prepared {
+                lifeline_request: None,
+                verdict,
+            }
         }
         Stop::Lifeline { request } => {
             cmd.stdin(Stdio::piped());
-            Some(request)
+            Prepared {
+                lifeline_request: Some(request),
+                verdict: None,
+            }
         }
     }
 }
 
 /// Make the agent's group leader die with the hub, and enter a PID namespace when one can
-/// be made here.
+/// be made here; returns the pipe for the namespace init's verdict (None without a namespace,
+/// or when no pipe can be made: then the hub waits for the group leader's exit alone).
 #[cfg(target_os = "linux")]
-fn die_with_the_hub(cmd: &mut tokio::process::Command) {
-    let plan = (!pidns::disabled()).then(pidns::Plan::new);
+fn die_with_the_hub(cmd: &mut tokio::process::Command) -> Option<Verdict> {
+    use std::os::fd::AsRawFd;
+    let verdict = if pidns::disabled() {
+        None
+    } else {
+        tokio::net::unix::pipe::pipe()
+            .and_then(|(tx, rx)| {
+                Ok(Verdict {
+                    rx,
+                    tx: tx.into_blocking_fd()?,
+                })
+            })
+            .map_err(|e| tracing::debug!(error = %e, "no pipe for the agent's verdict"))
+            .ok()
+    };
+    let plan = (!pidns::disabled()).then(|| {
+        let plan = pidns::Plan::new();
+        match &verdict {
+            Some(v) => plan.with_verdict(v.tx.as_raw_fd()),
+            None => plan,
+        }
+    });
     // SAFETY: pre_exec runs in the forked child before exec; prctl is async-signal-safe.
     unsafe {
         cmd.pre_exec(move || {
@@ -499,6 +554,7 @@ fn die_with_the_hub(cmd: &mut tokio::process::Command) {
             Ok(())
         });
     }
+    verdict
 }
 
 /// Send `request` down the supervisor's stdin and keep it open as the lifeline until the
@@ -557,6 +613,8 @@ struct Agent {
     supervised: bool,
     /// Keeps the supervisor's lifeline open; dropping it closes the lifeline.
     close_lifeline: Option<tokio::sync::oneshot::Sender<()>>,
+    /// Where its PID namespace init says how it ended (see [`Verdict`]).
+    verdict: Option<tokio::net::unix::pipe::Receiver>,
 }
 
 impl Agent {
@@ -577,6 +635,7 @@ impl Agent {
         let hard_kill = tokio::time::sleep(Duration::from_secs(365 * 24 * 3600));
         tokio::pin!(hard_kill);
         let mut hard_kill_armed = false;
+        let mut verdict_open = self.verdict.is_some();
         let status = loop {
             // Each branch says whether the run must be stopped now, and why.
             let stop = tokio::select! {
@@ -588,6 +647,14 @@ impl Agent {
                     None
                 }
                 status = self.child.wait() => break status,
+                verdict = read_verdict(self.verdict.as_mut()), if verdict_open => {
+                    match verdict {
+                        Some(status) => break Ok(status),
+                        // The init is gone without a word (killed): the leader's exit tells.
+                        None => verdict_open = false,
+                    }
+                    None
+                }
                 _ = &mut deadline, if forced.is_none() => Some(Exit::TimedOut),
                 _ = cancel.cancelled(), if forced.is_none() => Some(Exit::Cancelled),
                 _ = &mut hard_kill, if hard_kill_armed => {
@@ -623,6 +690,31 @@ impl Agent {
             let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
         }
     }
+
+    /// Reap the group leader, from a task of its own when the verdict came before its exit.
+    fn reap(self) {
+        let mut child = self.child;
+        if matches!(child.try_wait(), Ok(None)) {
+            tokio::spawn(async move {
+                let _ = child.wait().await;
+            });
+        }
+    }
+}
+
+/// The agent's wait status, as its PID namespace init reports it: two bytes, `[0, code]` for
+/// an exit, `[1, signal]` for a death by signal (None at EOF: the init died without a word).
+async fn read_verdict(
+    rx: Option<&mut tokio::net::unix::pipe::Receiver>,
+) -> Option<std::process::ExitStatus> {
+    use std::os::unix::process::ExitStatusExt;
+    use tokio::io::AsyncReadExt;
+    let mut report = [0u8; 2];
+    rx?.read_exact(&mut report).await.ok()?;
+    Some(match report {
+        [1, signal] => std::process::ExitStatus::from_raw(i32::from(signal)),
+        [_, code] => std::process::ExitStatus::from_raw(i32::from(code) << 8),
+    })
 }
 
 /// The agent's output lines as the readers pass them on, and the tails kept for the outcome.
@@ -771,6 +863,8 @@ pub mod pidns {
         user: bool,
         uid_map: Vec<u8>,
         gid_map: Vec<u8>,
+        /// The write end of the hub's verdict pipe, or -1 (see [`enter_for_process_group`]).
+        verdict: libc::c_int,
     }
 
     impl Plan {
@@ -783,6 +877,17 @@ pub mod pidns {
                 user: uid != 0,
                 uid_map: format!("{uid} {uid} 1\n").into_bytes(),
                 gid_map: format!("{gid} {gid} 1\n").into_bytes(),
+                verdict: -1,
+            }
+        }
+
+        /// The namespace's init writes the agent's wait status to `fd` (two bytes: `[0, code]`
+        /// or `[1, signal]`) once the agent has exited and everything else in the namespace
+        /// has been killed and reaped. `fd` must stay open until the fork.
+        pub fn with_verdict(self, fd: std::os::fd::RawFd) -> Self {
+            Self {
+                verdict: fd,
+                ..self
             }
         }
     }
@@ -833,6 +938,16 @@ pub mod pidns {
         }
     }
 
+    /// Reap any child, clones included (`__WALL`); -1 once there is none left.
+    unsafe fn waitpid_any(status: &mut libc::c_int) -> libc::pid_t {
+        loop {
+            let r = libc::waitpid(-1, status, libc::__WALL);
+            if r >= 0 || *last().raw_os_error().as_ref().unwrap_or(&0) != libc::EINTR {
+                return r;
+            }
+        }
+    }
+
     /// Die the way `status` says a child died: by the same signal, or with the same code.
     unsafe fn exit_like(kind: u8, value: u8) -> ! {
         if kind == 1 {
@@ -853,8 +968,10 @@ pub mod pidns {
     ///
     /// Three processes result: this one (the hub's child and the process group's leader) waits
     /// and then exits exactly like the agent; its child is the namespace's init (PID 1), which
-    /// reaps orphans and exits when the agent does — the kernel then kills everything left in
-    /// the namespace; and its grandchild returns from here and becomes the agent. Each dies with
+    /// reaps orphans and, when the agent exits, kills and reaps everything left in the
+    /// namespace, writes the agent's wait status to the plan's verdict pipe (if it has one:
+    /// the hub learns of the end from there, a millisecond before this process could exit)
+    /// and exits; and its grandchild returns from here and becomes the agent. Each dies with
     /// its parent (`PR_SET_PDEATHSIG`), and this one with the hub, so `kill -9` of the hub ends
     /// the whole tree. All three stay in the hub's process group, so the hub's SIGTERM and
     /// SIGKILL to the group still reach the agent directly.
@@ -917,12 +1034,15 @@ pub mod pidns {
             if agent == 0 {
                 libc::close(guard[0]);
                 libc::close(status[1]);
+                if plan.verdict >= 0 {
+                    libc::close(plan.verdict);
+                }
                 return Ok(true);
             }
             // The init: nothing of the hub's (its pipes, std's exec-error pipe) stays open here.
-            let mut keep = [guard[0], status[1]];
+            let mut keep = [guard[0], status[1], plan.verdict];
             keep.sort_unstable();
-            close_all_but(&keep);
+            close_all_but(&keep[usize::from(plan.verdict < 0)..]);
             loop {
                 let mut st: libc::c_int = 0;
                 let r = waitpid_retry(-1, &mut st);
@@ -935,6 +1055,18 @@ pub mod pidns {
                     } else {
                         [0, libc::WEXITSTATUS(st) as u8]
                     };
+                    // What the agent left goes now, as it would when this init exits, but
+                    // reaped before the word goes out: then the hub knows that nothing the
+                    // agent started is left, without waiting for this process and the
+                    // leader to exit (each first tears down its copy of the hub's memory).
+                    // (Only as PID 1: kill(-1) reaches no further than this namespace.)
+                    if libc::getpid() == 1 {
+                        libc::kill(-1, libc::SIGKILL);
+                        while waitpid_any(&mut st) > 0 {}
+                    }
+                    if plan.verdict >= 0 {
+                        libc::write(plan.verdict, report.as_ptr().cast(), 2);
+                    }
                     libc::write(status[1], report.as_ptr().cast(), 2);
                     libc::_exit(report[1] as libc::c_int);
                 }
@@ -1286,6 +1418,79 @@ mod tests {
                 .map(|s| s.contains(") Z "))
                 .unwrap_or(true);
         assert!(!alive, "background process {pid} survived the timeout");
+    }
+
+    /// When the hub hears that the agent ended, nothing the agent started is left: in a PID
+    /// namespace the init kills and reaps the rest before its word (not even a zombie is left,
+    /// even of a child that left the process group), and without one the group is killed when
+    /// its leader has exited.
+    #[tokio::test]
+    async fn what_the_agent_left_running_is_gone_when_the_end_is_heard() {
+        let tmp = tempfile::tempdir().unwrap();
+        let sb = crate::workspace::LocalSandbox::new(tmp.path().to_path_buf());
+        let file = |name: &str| tmp.path().join(name);
+        // As above, each background child's pid as the machine's /proc has it; one of them in
+        // a session (and process group) of its own. Neither holds the agent's output open, so
+        // the hub does not wait for their end to read it.
+        let child = |pidfile: &str| {
+            format!(
+                "sh -c 'echo $(cut -d\" \" -f4 /proc/self/stat) > {}; exec sleep 30' >/dev/null 2>&1",
+                file(pidfile).display()
+            )
+        };
+        let script = format!(
+            "readlink /proc/self/ns/pid > {ns}; {grouped} & setsid {alone} & while [ ! -s {g} ] || [ ! -s {a} ]; do sleep 0.01; done; echo started; exit 4",
+            ns = file("ns").display(),
+            grouped = child("grouped.pid"),
+            alone = child("alone.pid"),
+            g = file("grouped.pid").display(),
+            a = file("alone.pid").display(),
+        );
+        let argv = vec!["sh".to_string(), "-c".to_string(), script];
+        let stat = |name: &str| {
+            let pid = std::fs::read_to_string(file(name)).unwrap();
+            std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()))
+        };
+        let mut alive_while_running = false;
+        let out = run(
+            &sb,
+            &argv,
+            &scrubbed_env(&[]),
+            Duration::from_secs(20),
+            CancellationToken::new(),
+            |_, l| {
+                alive_while_running |=
+                    l == "started" && stat("grouped.pid").is_ok() && stat("alone.pid").is_ok();
+            },
+        )
+        .await;
+        let (grouped, alone) = (stat("grouped.pid"), stat("alone.pid"));
+        assert_eq!(out.exit, Exit::Code(4));
+        assert!(alive_while_running, "positive control: the children ran");
+        let own_ns = std::fs::read_link("/proc/self/ns/pid").unwrap();
+        let agent_ns = std::fs::read_to_string(file("ns")).unwrap();
+        if agent_ns.trim() != own_ns.to_string_lossy() {
+            assert!(grouped.is_err(), "left in the namespace: {grouped:?}");
+            assert!(alone.is_err(), "left in the namespace: {alone:?}");
+        } else {
+            // No namespace here: the group was sent SIGKILL (its members die a moment later);
+            // the child that left the group is beyond reach (a known gap).
+            let dead = |s: &std::io::Result<String>| {
+                s.as_ref()
+                    .map_or(true, |s| s.contains(") Z ") || s.contains(") X "))
+            };
+            let killed = std::time::Instant::now();
+            while !dead(&stat("grouped.pid")) && killed.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            assert!(dead(&stat("grouped.pid")), "survived: {grouped:?}");
+            if let Ok(pid) = std::fs::read_to_string(file("alone.pid")) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid.trim().parse().unwrap()),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
     }
 
     /// However the agent runs (in a PID namespace or not), the hub sees it end as it did.
