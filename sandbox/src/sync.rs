@@ -118,7 +118,9 @@ pub fn base_from_wire(base: Vec<BaseEntry>) -> Result<FlatTree, (String, String)
 /// What the last sync of a slot wrote and reported.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Synced {
-    pub base: FlatTree,
+    /// Shared with the caller that synced it: the read-back of a run on that base knows it by
+    /// address, without comparing 10,000 entries.
+    pub base: Arc<FlatTree>,
     pub record: SyncRecord,
     /// The id of `base` as a tree, when this process wrote it.
     pub tree: Option<ObjectId>,
@@ -147,7 +149,15 @@ pub fn recall(dir: &Path) -> Option<Arc<Synced>> {
 
 /// The record of `synced` if it was made for exactly `base` (else None: compare everything).
 pub fn record_for<'a>(synced: Option<&'a Synced>, base: &FlatTree) -> Option<&'a SyncRecord> {
-    synced.filter(|s| s.base == *base).map(|s| &s.record)
+    synced.filter(|s| s.is_for(base)).map(|s| &s.record)
+}
+
+impl Synced {
+    /// Whether this sync was for exactly `base`: the same tree (by address, as a run's
+    /// read-back passes it) or an equal one.
+    pub fn is_for(&self, base: &FlatTree) -> bool {
+        std::ptr::eq(Arc::as_ptr(&self.base), base) || *self.base == *base
+    }
 }
 
 /// Replace whatever `.git` (and `.jj`) the sandbox has — directory, file or symlink, never
@@ -546,7 +556,7 @@ pub fn clear_except_git(dir: &Path) -> std::io::Result<()> {
 /// [`crate::watch`]); None looks at every file.
 pub fn sync_slot(
     dir: &Path,
-    base: &FlatTree,
+    base: &Arc<FlatTree>,
     alternate: Option<&Path>,
     dirty: Option<&Dirty>,
     mut source: impl FnMut(ObjectId) -> Result<Option<Vec<u8>>, SyncError>,
@@ -583,7 +593,7 @@ pub fn sync_slot(
     };
     let known_tree = previous
         .as_deref()
-        .filter(|p| p.base == *base)
+        .filter(|p| p.is_for(base))
         .and_then(|p| p.tree);
     let synced = sync_files(
         dir,
@@ -734,9 +744,33 @@ mod tests {
         assert!(why.contains("bad blob id"), "{why}");
     }
 
+    #[test]
+    fn a_sync_is_for_its_own_base_by_address_or_equal_content_only() {
+        let entry = |b: &[u8]| Entry {
+            mode: Mode::File,
+            oid: blob_id(b),
+        };
+        let base = Arc::new(FlatTree::from([("a".to_string(), entry(b"a"))]));
+        let synced = Synced {
+            base: base.clone(),
+            record: SyncRecord::default(),
+            tree: None,
+        };
+        assert!(synced.is_for(&base), "the same tree");
+        assert!(synced.is_for(&(*base).clone()), "an equal one");
+        let mut other = (*base).clone();
+        other.insert("a".to_string(), entry(b"b"));
+        assert!(!synced.is_for(&other), "a changed entry");
+        assert!(record_for(Some(&synced), &other).is_none());
+        assert!(record_for(Some(&synced), &base).is_some());
+    }
+
     /// What `LocalSandbox` does (this layer cannot name it).
     fn prepare(store: &Store, dir: &Path, base: &FlatTree) {
-        sync_slot(dir, base, None, None, |oid| Ok(Some(store.read_blob(oid)?))).unwrap();
+        sync_slot(dir, &Arc::new((*base).clone()), None, None, |oid| {
+            Ok(Some(store.read_blob(oid)?))
+        })
+        .unwrap();
     }
 
     fn read_back(store: &Store, dir: &Path, base: &FlatTree) -> FlatTree {
@@ -1068,13 +1102,17 @@ mod tests {
         let asked = std::cell::Cell::new(0);
         let source = counting_source(&store, &asked);
         assert_eq!(
-            sync_slot(&dir, &base1, None, None, source).unwrap().written,
+            sync_slot(&dir, &Arc::new(base1.clone()), None, None, source)
+                .unwrap()
+                .written,
             3
         );
         assert_eq!(asked.replace(0), 3);
         shift_stamp(&dir, 5);
         assert_eq!(
-            sync_slot(&dir, &base1, None, None, source).unwrap().written,
+            sync_slot(&dir, &Arc::new(base1.clone()), None, None, source)
+                .unwrap()
+                .written,
             0
         );
         assert_eq!(asked.replace(0), 0, "the sandbox's objects were kept");
@@ -1091,7 +1129,7 @@ mod tests {
         std::fs::create_dir_all(git.join("objects/info")).unwrap();
         std::fs::write(git.join("objects/info/alternates"), "/etc\n").unwrap();
         symlink("/etc", git.join("objects/zz")).unwrap();
-        let reply = sync_slot(&dir, &base2, None, None, source).unwrap();
+        let reply = sync_slot(&dir, &Arc::new(base2.clone()), None, None, source).unwrap();
         assert_eq!(
             reply.written, 2,
             "a.txt restored, b.txt changed, c.txt left alone"
@@ -1112,7 +1150,7 @@ mod tests {
         std::fs::remove_file(git.join("objects").join(&victim[..2]).join(&victim[2..])).unwrap();
         let (_, kept) = fresh_git(&dir, None, true).unwrap();
         assert!(!kept.contains(&base2["b.txt"].oid) && kept.contains(&base2["a.txt"].oid));
-        sync_slot(&dir, &base2, None, None, source).unwrap();
+        sync_slot(&dir, &Arc::new(base2.clone()), None, None, source).unwrap();
         // The fresh .git has the new base checked in, with a clean status.
         let out = std::process::Command::new("git")
             .current_dir(&dir)
@@ -1196,7 +1234,9 @@ mod tests {
         let asked = std::cell::Cell::new(0);
         let source = counting_source(&store, &asked);
         assert_eq!(
-            sync_slot(&dir, &base, None, None, source).unwrap().written,
+            sync_slot(&dir, &Arc::new(base.clone()), None, None, source)
+                .unwrap()
+                .written,
             n as u64
         );
         assert_eq!(asked.replace(0), n);
@@ -1212,7 +1252,9 @@ mod tests {
         // The agent deletes a file: the next sync writes it back from the kept pack.
         std::fs::remove_file(dir.join(&files[5].0)).unwrap();
         assert_eq!(
-            sync_slot(&dir, &base, None, None, source).unwrap().written,
+            sync_slot(&dir, &Arc::new(base.clone()), None, None, source)
+                .unwrap()
+                .written,
             1
         );
         assert_eq!(asked.get(), 0, "every blob came from the kept pack");

@@ -1437,7 +1437,7 @@ impl Sandbox for UserSandbox {
         &self.workdir
     }
 
-    fn prepare(&self, store: &Store, base: &FlatTree) -> Result<(), SandboxError> {
+    fn prepare(&self, store: &Store, base: &Arc<FlatTree>) -> Result<(), SandboxError> {
         let started = std::time::Instant::now();
         let previous = recall(&self.workdir);
         remember(&self.workdir, None);

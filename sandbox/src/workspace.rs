@@ -9,6 +9,7 @@
 //! types — nothing of the user-isolation side (`user`, `helper`), which builds on it.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::snapshot::{snapshot_sandbox, walk, ReadBack, SnapshotError};
@@ -59,8 +60,10 @@ pub trait Sandbox: Send + Sync + std::fmt::Debug {
     /// The directory the agent sees as its repository root.
     fn workdir(&self) -> &Path;
     /// Make the sandbox hold exactly `base` (every file that is not ignored), keeping ignored
-    /// files such as build caches so the agent's builds stay incremental.
-    fn prepare(&self, store: &Store, base: &FlatTree) -> Result<(), SandboxError>;
+    /// files such as build caches so the agent's builds stay incremental. The sync is
+    /// remembered with `base` itself: a [`Sandbox::snapshot`] given that same tree (by
+    /// address) takes it as the synced base without comparing entries.
+    fn prepare(&self, store: &Store, base: &Arc<FlatTree>) -> Result<(), SandboxError>;
     /// Read the sandbox as data into the store.
     fn snapshot(&self, store: &Store, base: &FlatTree, cap: u64) -> Result<ReadBack, SandboxError>;
     /// A plain command that runs `argv` inside the sandbox, as the sandbox's user, with exactly
@@ -152,7 +155,7 @@ impl Sandbox for LocalSandbox {
         &self.dir
     }
 
-    fn prepare(&self, store: &Store, base: &FlatTree) -> Result<(), SandboxError> {
+    fn prepare(&self, store: &Store, base: &Arc<FlatTree>) -> Result<(), SandboxError> {
         // Same user: the sandbox's .git borrows the store's objects instead of copying them.
         let objects = store.path().join("objects");
         let mut watch = take_watch(&self.dir);
@@ -245,14 +248,14 @@ mod tests {
             },
         );
         let sb = LocalSandbox::new(tmp.path().join("sb"));
-        sb.prepare(&store, &base).unwrap();
+        sb.prepare(&store, &Arc::new(base.clone())).unwrap();
         // An agent run leaves things behind.
         std::fs::write(sb.workdir().join("a.txt"), "changed\n").unwrap();
         std::fs::write(sb.workdir().join("stray.txt"), "x\n").unwrap();
         std::fs::create_dir(sb.workdir().join("target")).unwrap();
         std::fs::write(sb.workdir().join("target/cache"), "keep\n").unwrap();
         std::fs::remove_file(sb.workdir().join("bin/x")).unwrap();
-        sb.prepare(&store, &base).unwrap();
+        sb.prepare(&store, &Arc::new(base.clone())).unwrap();
         assert_eq!(std::fs::read(sb.workdir().join("a.txt")).unwrap(), b"a\n");
         assert!(!sb.workdir().join("stray.txt").exists());
         assert!(
@@ -325,7 +328,7 @@ mod tests {
             ],
         );
         let sb = LocalSandbox::new(tmp.path().join("sb"));
-        sb.prepare(&store, &base).unwrap();
+        sb.prepare(&store, &Arc::new(base.clone())).unwrap();
         let dir = sb.workdir().to_path_buf();
         let p = |n: &str| dir.join(n);
         assert_eq!(
@@ -387,7 +390,7 @@ mod tests {
             ],
         ));
         base2.remove("src/deep/c.rs");
-        sb.prepare(&store, &base2).unwrap();
+        sb.prepare(&store, &Arc::new(base2.clone())).unwrap();
         assert_eq!(full_look(&sb, &store, &base2), base2);
         assert_eq!(
             sb.snapshot(&store, &base2, u64::MAX).unwrap().tree(&base2),
@@ -410,7 +413,7 @@ mod tests {
         // again, and repairs that one too.
         std::fs::rename(p("src"), p("src2")).unwrap();
         assert_eq!(changes_in(&dir), None);
-        sb.prepare(&store, &base2).unwrap();
+        sb.prepare(&store, &Arc::new(base2.clone())).unwrap();
         assert_eq!(full_look(&sb, &store, &base2), base2);
         assert_eq!(changes_in(&dir), Some(Dirty::default()), "watched again");
     }

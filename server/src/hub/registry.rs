@@ -22,7 +22,7 @@ use crate::store::journal::Record;
 /// What a run in progress needs for `publish`.
 pub(crate) struct Active {
     pub(crate) base_commit: ObjectId,
-    pub(crate) base_tree: FlatTree,
+    pub(crate) base_tree: Arc<FlatTree>,
     /// The id of `base_tree` in the checkpoint store.
     pub(crate) base_tree_id: ObjectId,
     pub(crate) sandbox: Arc<dyn Sandbox>,

@@ -83,7 +83,7 @@ impl Hub {
             Ok((
                 RunBase {
                     commit,
-                    tree: snap.tree,
+                    tree: Arc::new(snap.tree),
                     tree_id: tree,
                 },
                 snap.skipped,
@@ -329,7 +329,9 @@ impl Hub {
 /// The run's base in the checkpoint store: its commit and tree.
 struct RunBase {
     commit: ObjectId,
-    tree: FlatTree,
+    /// Shared by the sandbox's sync and the run, so the read-back knows it as the synced base
+    /// without comparing it entry by entry.
+    tree: Arc<FlatTree>,
     /// The id of `tree` in the checkpoint store.
     tree_id: ObjectId,
 }
