@@ -205,7 +205,9 @@ fn text_of(store: &Store, entry: &Entry) -> Result<Option<String>, StoreError> {
     }
 }
 
-type Changed<'a> = BTreeMap<&'a str, (Option<&'a Entry>, Option<&'a Entry>)>;
+/// A path's entry in the base and after the change (None: absent).
+type Sides<'a> = (Option<&'a Entry>, Option<&'a Entry>);
+type Changed<'a> = BTreeMap<&'a str, Sides<'a>>;
 
 /// The hunk records (ids filled in with `suggestion_id`) of `changes` made to `base`, in path
 /// order. `only` restricts the result to paths it accepts (the agent's `--files` globs).
@@ -225,6 +227,13 @@ pub fn build_hunks(
     let renames = exact_renames(&changed);
     let renamed_from: BTreeSet<String> = renames.values().cloned().collect();
 
+    // The diffs (most of the work) are made apart, on a few threads when there are many.
+    let diffed: Vec<(&str, Sides)> = changed
+        .iter()
+        .filter(|(path, _)| !renamed_from.contains(**path) && !renames.contains_key(**path))
+        .map(|(path, sides)| (*path, *sides))
+        .collect();
+    let mut diffs = each_diff(store, &diffed)?.into_iter();
     let mut out = Vec::new();
     for (path, (old, new)) in &changed {
         if renamed_from.contains(*path) {
@@ -253,7 +262,9 @@ pub fn build_hunks(
                 rec.old = Side::of(base.get(from));
                 vec![rec]
             }
-            None => path_hunks(store, *old, *new)?
+            None => diffs
+                .next()
+                .unwrap_or_default()
                 .into_iter()
                 .map(|(kind, patch)| mk(kind, patch))
                 .collect(),
@@ -265,6 +276,51 @@ pub fn build_hunks(
         }
     }
     Ok(out)
+}
+
+/// What one path's change shows as: its hunks' kinds and patches.
+type PathHunks = Vec<(HunkKind, Option<Hunk>)>;
+
+/// [`path_hunks`] of each of `paths`, in order. Many paths are shared among a few threads,
+/// taking every n-th path each (a change's big files tend to sit together).
+fn each_diff(store: &Store, paths: &[(&str, Sides)]) -> Result<Vec<PathHunks>, StoreError> {
+    /// Below this many paths one thread is quicker than starting others.
+    const PER_THREAD: usize = 16;
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get().min(4))
+        .min(paths.len() / PER_THREAD)
+        .max(1);
+    if threads == 1 {
+        return paths
+            .iter()
+            .map(|(_, (old, new))| path_hunks(store, *old, *new))
+            .collect();
+    }
+    let parts: Vec<Vec<Result<PathHunks, StoreError>>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                scope.spawn(move || {
+                    paths
+                        .iter()
+                        .skip(t)
+                        .step_by(threads)
+                        .map(|(_, (old, new))| path_hunks(store, *old, *new))
+                        .collect()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    });
+    let mut parts: Vec<_> = parts.into_iter().map(Vec::into_iter).collect();
+    (0..paths.len())
+        .map(|i| parts[i % threads].next().unwrap_or_else(|| Ok(Vec::new())))
+        .collect()
 }
 
 /// Exact renames: a deleted and an added path with the same blob and mode (new → old path).
@@ -426,6 +482,66 @@ mod tests {
             line,
             description: d.into(),
         }
+    }
+
+    /// Enough changed files to share the diffs among threads: every hunk is its own file's,
+    /// in path order, as one thread diffing path after path makes them.
+    #[test]
+    fn many_files_are_diffed_apart_and_put_back_in_path_order() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let file = |text: &str| Entry {
+            mode: Mode::File,
+            oid: store.write_blob(text.as_bytes()).unwrap(),
+        };
+        let text = |i: usize| -> String { (0..60).map(|l| format!("{i} line {l}\n")).collect() };
+        let mut base = FlatTree::new();
+        let mut changes = Changes::new();
+        for i in 0..70 {
+            let path = format!("d{}/f{i:02}.txt", i % 7);
+            base.insert(path.clone(), file(&text(i)));
+            // 1 to 3 hunks a file; every tenth file deleted, and one moved unchanged.
+            let mut new = text(i);
+            for h in 0..=(i % 3) {
+                new = new.replace(&format!("{i} line {}\n", 5 + 20 * h), "changed\n");
+            }
+            let now = match i {
+                _ if i % 10 == 0 => None,
+                _ => Some(file(&new)),
+            };
+            changes.insert(path, now);
+        }
+        changes.insert("d0/f07.txt".into(), None);
+        changes.insert("moved/f07.txt".into(), Some(base["d0/f07.txt"]));
+        changes.insert("new.txt".into(), Some(file("a\nb\n")));
+        let hunks = build_hunks(&store, "s", &base, &changes, &|_| true).unwrap();
+        let mut expected = Vec::new();
+        for (path, new) in &changes {
+            if path == "d0/f07.txt" {
+                continue;
+            }
+            if path == "moved/f07.txt" {
+                expected.push((path.clone(), HunkKind::Rename, None));
+                continue;
+            }
+            for (kind, patch) in path_hunks(&store, base.get(path), new.as_ref()).unwrap() {
+                expected.push((path.clone(), kind, patch));
+            }
+        }
+        let got: Vec<_> = hunks
+            .iter()
+            .map(|h| (h.file.clone(), h.kind, h.patch.clone()))
+            .collect();
+        assert!(
+            changes.len() >= 2 * 16,
+            "positive control: enough files for threads"
+        );
+        assert_eq!(got.len(), expected.len());
+        assert_eq!(got, expected);
+        assert_eq!(
+            hunks.iter().filter(|h| h.kind == HunkKind::Delete).count(),
+            7
+        );
     }
 
     #[test]
