@@ -278,7 +278,7 @@ impl Hub {
 
     /// Add a new suggestion (durably) and announce it.
     pub fn add_suggestion(&self, s: Suggestion) -> Result<SuggestionView, AppError> {
-        let view = self.record_suggestion(s)?;
+        let view = self.record_suggestion(NewSuggestion::prepare(s)?)?;
         self.emit_suggestion_ready(&view);
         Ok(view)
     }
@@ -286,15 +286,16 @@ impl Hub {
     /// Journal the new suggestion and add it to the state, without saying so to clients yet
     /// (see [`Hub::emit_suggestion_ready`]): whatever else a client will read when it reacts
     /// to `suggestion.ready` (its run, say) is recorded in between.
-    pub(crate) fn record_suggestion(&self, s: Suggestion) -> Result<SuggestionView, AppError> {
+    pub(crate) fn record_suggestion(&self, new: NewSuggestion) -> Result<SuggestionView, AppError> {
+        let NewSuggestion {
+            suggestion: s,
+            line,
+            view,
+        } = new;
         let mut st = self.lock()?;
-        // Journaled as it is, then taken back out of the record: no copy of its hunks.
-        let rec = Record::Suggestion(Box::new(s));
-        self.journal_append(&rec)?;
-        let Record::Suggestion(s) = rec else {
-            unreachable!("the record was made as a suggestion just above")
-        };
-        let view = s.view();
+        self.journal()?
+            .append_line(&line)
+            .map_err(|e| AppError::failed("writing the journal", e))?;
         st.order.push(s.id.clone());
         st.suggestions.insert(s.id.clone(), *s);
         Ok(view)
@@ -314,6 +315,37 @@ impl Hub {
             run_id: view.run_id.clone(),
             affected_files: view.files.clone(),
         });
+    }
+}
+
+/// A new suggestion with its journal line and its view made in advance
+/// ([`NewSuggestion::prepare`]): for a big suggestion each takes milliseconds, which
+/// [`Hub::record_suggestion`] then spends on no lock and no async worker.
+pub(crate) struct NewSuggestion {
+    suggestion: Box<Suggestion>,
+    line: Vec<u8>,
+    view: SuggestionView,
+}
+
+impl NewSuggestion {
+    pub(crate) fn prepare(s: Suggestion) -> Result<Self, AppError> {
+        // Encoded as it is, then taken back out of the record: no copy of its hunks.
+        let rec = Record::Suggestion(Box::new(s));
+        let line = Journal::line_of(&rec)
+            .map_err(|e| AppError::failed("encoding the suggestion for the journal", e))?;
+        let Record::Suggestion(suggestion) = rec else {
+            unreachable!("the record was made as a suggestion just above")
+        };
+        let view = suggestion.view();
+        Ok(Self {
+            suggestion,
+            line,
+            view,
+        })
+    }
+
+    pub(crate) fn view(&self) -> &SuggestionView {
+        &self.view
     }
 }
 

@@ -13,7 +13,7 @@ use hunkgate_sandbox::ObjectId;
 
 use crate::error::AppError;
 use crate::hub::registry::{poisoned, Active};
-use crate::hub::Hub;
+use crate::hub::{Hub, NewSuggestion};
 use crate::model::now;
 use crate::model::run::RunRec;
 use crate::model::suggestion::{attach_notes, build_hunks, Suggestion};
@@ -90,7 +90,7 @@ impl Hub {
 
     /// The suggestion for what the sandbox holds now against the run's base, its run commit
     /// written to the checkpoint store (a `no_changes` error when there is nothing to review).
-    fn build_suggestion(&self, draft: Draft) -> Result<Suggestion, AppError> {
+    fn build_suggestion(&self, draft: Draft) -> Result<NewSuggestion, AppError> {
         let Draft {
             run_id: rid,
             description: desc,
@@ -138,7 +138,7 @@ impl Hub {
         );
         let commit = self.commit_run_head(&rid, &sid, &desc, &active, &back.changes)?;
         tracing::debug!(run = rid, ms = ms(started), "run commit written");
-        Ok(Suggestion {
+        NewSuggestion::prepare(Suggestion {
             id: sid,
             run_id: rid,
             description: desc,
@@ -210,11 +210,11 @@ impl Hub {
     fn announce_suggestion(
         &self,
         run_id: &str,
-        suggestion: Suggestion,
+        suggestion: NewSuggestion,
     ) -> Result<SuggestionView, AppError> {
-        let sid = suggestion.id.clone();
-        let files = suggestion.files().len();
-        let hunks = suggestion.hunks.len();
+        let sid = suggestion.view().id.clone();
+        let files = suggestion.view().files.len();
+        let hunks = suggestion.view().hunks.len();
         let started = std::time::Instant::now();
         let view = self.record_suggestion(suggestion)?;
         tracing::debug!(

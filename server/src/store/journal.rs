@@ -371,8 +371,21 @@ impl Journal {
     /// Append one record and fsync before returning. A failed append leaves nothing behind.
     pub fn append(&mut self, record: &Record) -> Result<(), JournalError> {
         let line = self.line(record)?;
+        self.append_line(&line)
+    }
+
+    /// [`Journal::append`] of a record encoded beforehand with [`Journal::line_of`] (a big
+    /// record, encoded where no lock is held).
+    pub fn append_line(&mut self, line: &[u8]) -> Result<(), JournalError> {
         let path = self.file.path().to_path_buf();
-        self.file.append(&line).map_err(|e| Self::io(&path, e))
+        self.file.append(line).map_err(|e| Self::io(&path, e))
+    }
+
+    /// A record as its journal line (newline included).
+    pub fn line_of(record: &Record) -> serde_json::Result<Vec<u8>> {
+        let mut line = serde_json::to_vec(record)?;
+        line.push(b'\n');
+        Ok(line)
     }
 
     /// Write one record without an fsync: the next [`Journal::append`] makes it durable (see
@@ -386,10 +399,7 @@ impl Journal {
     }
 
     fn line(&self, record: &Record) -> Result<Vec<u8>, JournalError> {
-        let mut line =
-            serde_json::to_vec(record).map_err(|e| Self::io(self.file.path(), e.into()))?;
-        line.push(b'\n');
-        Ok(line)
+        Self::line_of(record).map_err(|e| Self::io(self.file.path(), e.into()))
     }
 }
 
