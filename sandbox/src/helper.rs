@@ -49,7 +49,9 @@ use crate::snapshot::{
     capture_each, readback_check, sandbox_candidates_since, split_by_dirty, Captured,
 };
 use crate::store::FlatTree;
-use crate::sync::{base_from_wire, clear_except_git, fresh_git, store_blob, sync_files, SyncError};
+use crate::sync::{
+    base_from_wire, clear_except_git, fresh_git, store_blob, sync_files, Discard, SyncError,
+};
 use crate::watch::Watch;
 use crate::wire::{self, Frame, Request, WireError};
 
@@ -309,7 +311,7 @@ fn prepare(
     // be written straight into it as they arrive.
     // A full prepare (no record: the first, or the hub's retry after a failure) starts from
     // no objects, so a damaged one cannot wedge the slot.
-    let (repo, mut known) = fresh_git(&dir, None, req.record.is_some())?;
+    let (repo, mut known) = fresh_git(&dir, None, req.record.is_some(), Discard::Now)?;
     // A full prepare sends every blob of the base: written as one pack, not 10,000 loose
     // objects (an inode each).
     let mut blobs = repo.scratch_batch();

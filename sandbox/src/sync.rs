@@ -170,10 +170,15 @@ impl Synced {
 /// damaged object must not wedge the slot forever).
 /// Returns the new repository and the ids of the loose objects it kept (by name: what
 /// [`Store::has_object`] would find there, without a `stat` each).
+///
+/// The old `.git` and `.jj` are deleted as `discard` says: [`Discard::InBackground`] moves
+/// them out of the sandbox (beside it, one `rename` each) and deletes them on a thread of
+/// their own, for a process that lives on (the hub's own, under `--isolation none`).
 pub fn fresh_git(
     dir: &Path,
     alternate: Option<&Path>,
     keep_objects: bool,
+    discard: Discard,
 ) -> Result<(Store, HashSet<ObjectId>), SyncError> {
     let git_dir = dir.join(".git");
     let io = |source| SyncError::Io {
@@ -200,8 +205,14 @@ pub fn fresh_git(
         }
     }
     // A previous run's jj metadata goes too: jj is re-initialised on top of the fresh .git.
-    for meta in [&git_dir, &dir.join(".jj")] {
-        remove_any(meta).map_err(io)?;
+    let metadata = [git_dir.clone(), dir.join(".jj")];
+    match discard {
+        Discard::Now => {
+            for meta in &metadata {
+                remove_any(meta).map_err(io)?;
+            }
+        }
+        Discard::InBackground => discard_in_background(dir, &name, &metadata).map_err(io)?,
     }
     Store::init_worktree(dir)?;
     if real_dir(&keep) {
@@ -217,6 +228,54 @@ pub fn fresh_git(
         .map_err(io)?;
     }
     Ok((Store::open_existing(dir)?, kept))
+}
+
+/// How [`fresh_git`] deletes a sandbox's old repository metadata.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Discard {
+    /// Before the new repository is made.
+    Now,
+    /// Moved out of the sandbox first, then deleted on a thread: deleting a `.git` (an index
+    /// of the whole base, the objects a run wrote) took 3–4 ms of a run's start, and 35–60 ms
+    /// while the disk was still busy with a first run's 10,000 files.
+    InBackground,
+}
+
+/// Move each of `metadata` (in the sandbox `dir`, named `name`) beside the sandbox, as
+/// `.<name>.discard-<n>-<i>`, and delete those on a thread, together with whatever an earlier
+/// one left (a hub killed while deleting).
+fn discard_in_background(dir: &Path, name: &str, metadata: &[PathBuf]) -> std::io::Result<()> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let prefix = format!(".{name}.discard-");
+    for (i, meta) in metadata.iter().enumerate() {
+        match std::fs::symlink_metadata(meta) {
+            Ok(_) => std::fs::rename(meta, dir.with_file_name(format!("{prefix}{n}-{i}")))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let Some(parent) = dir.parent().map(Path::to_path_buf) else {
+        return Ok(());
+    };
+    let spawned = std::thread::Builder::new()
+        .name("discard".into())
+        .spawn(move || {
+            let Ok(entries) = std::fs::read_dir(&parent) else {
+                return;
+            };
+            for entry in entries.flatten() {
+                if entry.file_name().to_string_lossy().starts_with(&prefix) {
+                    if let Err(e) = remove_any(&entry.path()) {
+                        tracing::debug!(error = %e, path = %entry.path().display(), "deleting an old sandbox .git");
+                    }
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::debug!(error = %e, "no thread to delete an old sandbox .git; it waits for the next sync");
+    }
+    Ok(())
 }
 
 /// Remove a file, symlink or directory tree at `p` (nothing followed); absent is fine.
@@ -570,7 +629,13 @@ pub fn sync_slot(
     // With an alternate (the hub's store) every blob and tree of a base is there already:
     // nothing of the old .git is worth keeping.
     let start = std::time::Instant::now();
-    let (repo, mut known) = fresh_git(dir, alternate, alternate.is_none())?;
+    // With an alternate, this is the hub's own process (`--isolation none`): it lives on.
+    let discard = if alternate.is_some() {
+        Discard::InBackground
+    } else {
+        Discard::Now
+    };
+    let (repo, mut known) = fresh_git(dir, alternate, alternate.is_none(), discard)?;
     let git_done = start.elapsed();
     known.extend(previous.iter().flat_map(|s| s.base.values().map(|e| e.oid)));
     ensure_blobs(dir, &repo, base, &known, &mut source)?;
@@ -609,7 +674,7 @@ pub fn sync_slot(
             // The agent may have left shapes an in-place sync cannot fix (a directory where
             // the base has a file), or deleted or damaged objects: start from nothing.
             tracing::warn!(error = %first, dir = %dir.display(), "resetting sandbox from scratch");
-            let (repo, _) = fresh_git(dir, alternate, false)?;
+            let (repo, _) = fresh_git(dir, alternate, false, Discard::Now)?;
             ensure_blobs(dir, &repo, base, &HashSet::new(), &mut source)?;
             clear_except_git(dir).map_err(|source| SyncError::Io {
                 dir: dir.to_path_buf(),
@@ -1077,6 +1142,48 @@ mod tests {
         assert_eq!(got["a.txt"], base["a.txt"]);
     }
 
+    /// The hub's own sandboxes get a fresh `.git` at once; the old one (and `.jj`, and what a
+    /// killed hub left moved aside) is deleted beside the sandbox on a thread.
+    #[test]
+    fn an_old_git_discarded_in_the_background_is_gone_from_the_sandbox_at_once_and_then_entirely() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let dir = tmp.path().join("sandboxes").join("0");
+        std::fs::create_dir_all(dir.join(".git/objects/ab")).unwrap();
+        std::fs::write(dir.join(".git/objects/ab/cdef"), "old").unwrap();
+        std::fs::write(dir.join(".git/config"), "[core]\n\tfsmonitor = evil\n").unwrap();
+        std::fs::create_dir_all(dir.join(".jj/repo")).unwrap();
+        let left = tmp.path().join("sandboxes/.0.discard-7-0");
+        std::fs::create_dir_all(left.join("objects")).unwrap();
+        let other_slot = tmp.path().join("sandboxes/.10.discard-1-0");
+        std::fs::create_dir_all(&other_slot).unwrap();
+        let objects = store.path().join("objects");
+        let (repo, kept) = fresh_git(&dir, Some(&objects), false, Discard::InBackground).unwrap();
+        assert!(kept.is_empty());
+        assert!(
+            !dir.join(".git/objects/ab/cdef").exists(),
+            "the old objects are out"
+        );
+        assert!(!dir.join(".jj").exists());
+        let config = std::fs::read_to_string(dir.join(".git/config")).unwrap();
+        assert!(!config.contains("evil"), "a fresh config: {config}");
+        assert!(repo.write_blob(b"x\n").is_ok(), "the new repository works");
+        let discarded = || {
+            std::fs::read_dir(tmp.path().join("sandboxes"))
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(".0.discard-"))
+                .collect::<Vec<_>>()
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !discarded().is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(discarded(), Vec::<String>::new());
+        assert!(other_slot.exists(), "another slot's are its own business");
+    }
+
     #[test]
     fn prepare_writes_only_what_differs_and_keeps_only_plain_objects() {
         let tmp = tempfile::tempdir().unwrap();
@@ -1142,13 +1249,13 @@ mod tests {
         assert!(std::fs::symlink_metadata(git.join("objects/zz")).is_err());
         // The objects kept are named as they are found: every blob of the base, and not one
         // the agent deleted (positive control: it was there before).
-        let (_, kept) = fresh_git(&dir, None, true).unwrap();
+        let (_, kept) = fresh_git(&dir, None, true, Discard::Now).unwrap();
         for e in base2.values() {
             assert!(kept.contains(&e.oid), "{}", e.oid);
         }
         let victim = base2["b.txt"].oid.to_hex().to_string();
         std::fs::remove_file(git.join("objects").join(&victim[..2]).join(&victim[2..])).unwrap();
-        let (_, kept) = fresh_git(&dir, None, true).unwrap();
+        let (_, kept) = fresh_git(&dir, None, true, Discard::Now).unwrap();
         assert!(!kept.contains(&base2["b.txt"].oid) && kept.contains(&base2["a.txt"].oid));
         sync_slot(&dir, &Arc::new(base2.clone()), None, None, source).unwrap();
         // The fresh .git has the new base checked in, with a clean status.
@@ -1271,7 +1378,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("sb");
         std::fs::create_dir_all(&dir).unwrap();
-        let (repo, _) = fresh_git(&dir, None, false).unwrap();
+        let (repo, _) = fresh_git(&dir, None, false, Discard::Now).unwrap();
         let mut batch = repo.scratch_batch();
         let packed: Vec<ObjectId> = (0..=BlobBatch::PACK_AT)
             .map(|i| batch.write_blob(format!("blob {i}\n").as_bytes()).unwrap())
@@ -1294,7 +1401,7 @@ mod tests {
         symlink("/etc/passwd", pack_dir.join(format!("{}.idx", name('c')))).unwrap();
         std::fs::write(pack_dir.join(format!("{}.pack", name('c'))), "x").unwrap();
 
-        let (repo, kept) = fresh_git(&dir, None, true).unwrap();
+        let (repo, kept) = fresh_git(&dir, None, true, Discard::Now).unwrap();
         for id in packed.iter().chain([&loose]) {
             assert!(kept.contains(id), "{id} kept");
         }
@@ -1310,7 +1417,7 @@ mod tests {
         // The kept pack is read by the new repository.
         assert_eq!(repo.read_blob(packed[3]).unwrap(), b"blob 3\n");
         // Not keeping objects (the fallback) drops the pack too.
-        let (_, kept) = fresh_git(&dir, None, false).unwrap();
+        let (_, kept) = fresh_git(&dir, None, false, Discard::Now).unwrap();
         assert!(kept.is_empty());
         assert!(!pack_dir.exists() || std::fs::read_dir(&pack_dir).unwrap().next().is_none());
     }
