@@ -520,10 +520,10 @@ fn prepare_command(cmd: &mut tokio::process::Command, stop: Stop) -> Prepared {
 #[cfg(target_os = "linux")]
 fn die_with_the_hub(cmd: &mut tokio::process::Command) -> Option<Verdict> {
     use std::os::fd::AsRawFd;
-    let verdict = if pidns::disabled() {
-        None
+    let (plan, verdict) = if pidns::disabled() {
+        (None, None)
     } else {
-        tokio::net::unix::pipe::pipe()
+        let verdict = tokio::net::unix::pipe::pipe()
             .and_then(|(tx, rx)| {
                 Ok(Verdict {
                     rx,
@@ -531,15 +531,14 @@ fn die_with_the_hub(cmd: &mut tokio::process::Command) -> Option<Verdict> {
                 })
             })
             .map_err(|e| tracing::debug!(error = %e, "no pipe for the agent's verdict"))
-            .ok()
-    };
-    let plan = (!pidns::disabled()).then(|| {
+            .ok();
         let plan = pidns::Plan::new();
-        match &verdict {
+        let plan = match &verdict {
             Some(v) => plan.with_verdict(v.tx.as_raw_fd()),
             None => plan,
-        }
-    });
+        };
+        (Some(plan), verdict)
+    };
     // SAFETY: pre_exec runs in the forked child before exec; prctl is async-signal-safe.
     unsafe {
         cmd.pre_exec(move || {
@@ -930,18 +929,17 @@ pub mod pidns {
     }
 
     unsafe fn waitpid_retry(pid: libc::pid_t, status: &mut libc::c_int) -> libc::pid_t {
-        loop {
-            let r = libc::waitpid(pid, status, 0);
-            if r >= 0 || *last().raw_os_error().as_ref().unwrap_or(&0) != libc::EINTR {
-                return r;
-            }
-        }
+        waitpid_flags(pid, status, 0)
     }
 
-    /// Reap any child, clones included (`__WALL`); -1 once there is none left.
-    unsafe fn waitpid_any(status: &mut libc::c_int) -> libc::pid_t {
+    /// `waitpid` with `flags`, again when a signal interrupts it.
+    unsafe fn waitpid_flags(
+        pid: libc::pid_t,
+        status: &mut libc::c_int,
+        flags: libc::c_int,
+    ) -> libc::pid_t {
         loop {
-            let r = libc::waitpid(-1, status, libc::__WALL);
+            let r = libc::waitpid(pid, status, flags);
             if r >= 0 || *last().raw_os_error().as_ref().unwrap_or(&0) != libc::EINTR {
                 return r;
             }
@@ -1062,7 +1060,8 @@ pub mod pidns {
                     // (Only as PID 1: kill(-1) reaches no further than this namespace.)
                     if libc::getpid() == 1 {
                         libc::kill(-1, libc::SIGKILL);
-                        while waitpid_any(&mut st) > 0 {}
+                        // Any child, clones included (`__WALL`), until there is none.
+                        while waitpid_flags(-1, &mut st, libc::__WALL) > 0 {}
                     }
                     if plan.verdict >= 0 {
                         libc::write(plan.verdict, report.as_ptr().cast(), 2);

@@ -62,10 +62,10 @@ pub fn limit_malloc_arenas() {
     }
 }
 
-/// How many threads may share one batch of file-system work (a sandbox's `lstat`s, a walk):
-/// the machine's cores, at most four (measured only on two: an `lstat` of 10,000 files took
-/// half the time there).
-pub(crate) fn io_threads() -> usize {
+/// How many threads may share one batch of work (a sandbox's `lstat`s, a walk, a publish's
+/// diffs): the machine's cores, at most four (measured only on two: an `lstat` of 10,000 files
+/// took half the time there).
+pub fn io_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
 }
 

@@ -221,6 +221,13 @@ impl Hub {
             .map_err(|e| AppError::failed("writing the journal", e))
     }
 
+    /// [`Hub::journal_append`] of a record encoded beforehand ([`Journal::line_of`]).
+    fn journal_append_line(&self, line: &[u8]) -> Result<(), AppError> {
+        self.journal()?
+            .append_line(line)
+            .map_err(|e| AppError::failed("writing the journal", e))
+    }
+
     /// The journal itself, for a commit that writes and fsyncs it beside the feedback log.
     pub(crate) fn journal(&self) -> Result<std::sync::MutexGuard<'_, Journal>, AppError> {
         self.journal.lock().map_err(|_| {
@@ -293,9 +300,7 @@ impl Hub {
             view,
         } = new;
         let mut st = self.lock()?;
-        self.journal()?
-            .append_line(&line)
-            .map_err(|e| AppError::failed("writing the journal", e))?;
+        self.journal_append_line(&line)?;
         st.order.push(s.id.clone());
         st.suggestions.insert(s.id.clone(), *s);
         Ok(view)

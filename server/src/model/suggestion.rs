@@ -286,8 +286,7 @@ type PathHunks = Vec<(HunkKind, Option<Hunk>)>;
 fn each_diff(store: &Store, paths: &[(&str, Sides)]) -> Result<Vec<PathHunks>, StoreError> {
     /// Below this many paths one thread is quicker than starting others.
     const PER_THREAD: usize = 16;
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get().min(4))
+    let threads = hunkgate_sandbox::io_threads()
         .min(paths.len() / PER_THREAD)
         .max(1);
     if threads == 1 {
