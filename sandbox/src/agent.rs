@@ -1438,12 +1438,13 @@ mod tests {
             )
         };
         let script = format!(
-            "readlink /proc/self/ns/pid > {ns}; {grouped} & setsid {alone} & while [ ! -s {g} ] || [ ! -s {a} ]; do sleep 0.01; done; echo started; exit 4",
+            "readlink /proc/self/ns/pid > {ns}; {grouped} & setsid {alone} & while [ ! -s {g} ] || [ ! -s {a} ]; do sleep 0.01; done; echo started; while [ ! -e {seen} ]; do sleep 0.01; done; exit 4",
             ns = file("ns").display(),
             grouped = child("grouped.pid"),
             alone = child("alone.pid"),
             g = file("grouped.pid").display(),
             a = file("alone.pid").display(),
+            seen = file("seen").display(),
         );
         let argv = vec!["sh".to_string(), "-c".to_string(), script];
         let stat = |name: &str| {
@@ -1458,8 +1459,13 @@ mod tests {
             Duration::from_secs(20),
             CancellationToken::new(),
             |_, l| {
-                alive_while_running |=
-                    l == "started" && stat("grouped.pid").is_ok() && stat("alone.pid").is_ok();
+                // The agent waits for this look before it exits: the line is read concurrently
+                // with the agent's end, so without the handshake the init may already have
+                // killed the children when the hub gets to the line.
+                if l == "started" {
+                    alive_while_running = stat("grouped.pid").is_ok() && stat("alone.pid").is_ok();
+                    std::fs::write(file("seen"), "").unwrap();
+                }
             },
         )
         .await;
