@@ -11,7 +11,9 @@
 //!   watches the slot with inotify ([`crate::watch`]) from the sync's end, before the agent
 //!   starts, to the run's end, out of its reach
 //!   (non-dumpable, outside the agent's PID namespace), and at the hub's go reads back only
-//!   where its watch saw something happen.
+//!   where its watch saw something happen. Then it stays, watching on, and makes the slot's
+//!   next sync itself when the hub asks for it (sent only the base's changes, against the
+//!   record it holds), and stands by for that run in turn.
 //! - `tool`: run one of the built-in agent's file tools ([`crate::tools`]) in the sandbox and
 //!   answer with its JSON result.
 //! - `exec`: run the agent and own its whole process tree. The agent gets a new session (no
@@ -37,6 +39,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::libc;
@@ -50,7 +53,8 @@ use crate::snapshot::{
 };
 use crate::store::FlatTree;
 use crate::sync::{
-    base_from_wire, clear_except_git, fresh_git, store_blob, sync_files, Discard, SyncError,
+    base_from_wire, clear_except_git, fresh_git, recall, remember, store_blob, sync_files,
+    sync_slot_with, Discard, SyncError, Synced,
 };
 use crate::watch::Watch;
 use crate::wire::{self, Frame, Request, WireError};
@@ -166,39 +170,14 @@ fn run(op: &str) -> Result<ExitCode, HelperFailure> {
             let mut input =
                 std::io::BufReader::new(std::fs::File::from(stdin.map_err(sys("dup(stdin)"))?));
             let mut req: Request = wire::read_request(&mut input)?;
-            let standby = req.standby;
-            let mut watch = None;
-            if standby {
-                // Waiting while the agent runs as this same user: out of its reach.
-                not_dumpable()?;
-                let Some(dirs) = wire::read_synced(&mut input)? else {
-                    // The hub wants no read-back after all.
-                    return Ok(ExitCode::SUCCESS);
-                };
-                // The sync is done and the agent not started yet.
-                watch = watch_slot(&home, &req, &dirs);
-                let mut out = std::io::stdout().lock();
-                wire::write_watching(&mut out, watch.is_some()).map_err(HelperFailure::Output)?;
-                // The run's own request.
-                req = wire::read_request(&mut input)?;
+            if req.standby {
+                return standby(req, &home, &mut input);
             }
             let base = base_from_wire(std::mem::take(&mut req.base))
                 .map_err(|(path, why)| HelperFailure::BadPath { path, why })?;
-            let mut dirty = None;
-            if standby {
-                wait_for_input(&mut input, &mut watch);
-                match wire::read_go(&mut input)? {
-                    Some(cap) => req.cap = cap,
-                    // The hub wants no read-back after all.
-                    None => return Ok(ExitCode::SUCCESS),
-                }
-                dirty = watch
-                    .as_mut()
-                    .and_then(|w| seen_since_sync(w, req.record.as_ref()));
-            }
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
-            snapshot(&req, &base, &home, dirty.as_ref(), &mut out)?;
+            snapshot(&req, &base, req.record.as_ref(), &home, None, &mut out)?;
             out.flush().map_err(HelperFailure::Output)?;
             Ok(ExitCode::SUCCESS)
         }
@@ -360,17 +339,170 @@ fn prepare(
     wire::write_prepare_reply(out, &reply).map_err(HelperFailure::Output)
 }
 
+/// A standby (see the module docs and [`crate::wire`]'s): told the run's sync is done, it
+/// watches the slot, reads the run's request while the agent works, and at the go reads the
+/// sandbox back. Then it stays, watching on, for the slot's next sync ([`wire::read_again`]):
+/// it makes that sync itself ([`sync_again`]) and is the next run's standby; until the hub
+/// closes its input.
+fn standby(
+    mut req: Request,
+    home: &Path,
+    input: &mut std::io::BufReader<std::fs::File>,
+) -> Result<ExitCode, HelperFailure> {
+    // Waiting while the agent runs as this same user: out of its reach.
+    not_dumpable()?;
+    let Some(dirs) = wire::read_synced(input)? else {
+        // The hub wants no read-back after all.
+        return Ok(ExitCode::SUCCESS);
+    };
+    // The sync is done and the agent not started yet.
+    let mut watch = watch_slot(home, &req, &dirs);
+    let mut out = std::io::stdout().lock();
+    wire::write_watching(&mut out, watch.is_some()).map_err(HelperFailure::Output)?;
+    drop(out);
+    // The run's own request: the base and the record of the sync the hub's helper made.
+    req = wire::read_request(input)?;
+    let base = base_from_wire(std::mem::take(&mut req.base))
+        .map_err(|(path, why)| HelperFailure::BadPath { path, why })?;
+    let dir = sandbox_dir(home, &req, false)?;
+    let record = req.record.take().ok_or_else(|| HelperFailure::BadPath {
+        path: String::new(),
+        why: "a standby's request must carry the record of the run's sync".into(),
+    })?;
+    // This process's record of the slot, as a sync of its own would leave it.
+    remember(
+        &dir,
+        Some(Synced {
+            base: Arc::new(base),
+            record,
+            tree: None,
+        }),
+    );
+    loop {
+        wait_for_input(input, &mut watch);
+        let Some(cap) = wire::read_go(input)? else {
+            // The hub wants no read-back after all.
+            return Ok(ExitCode::SUCCESS);
+        };
+        req.cap = cap;
+        let synced = recall(&dir).ok_or_else(|| HelperFailure::Dir {
+            path: dir.clone(),
+            problem: "no sync of this slot to read back against".into(),
+        })?;
+        let dirty = watch
+            .as_mut()
+            .and_then(|w| seen_since_sync(w, Some(&synced.record)));
+        let stdout = std::io::stdout();
+        let mut out = std::io::BufWriter::new(stdout.lock());
+        snapshot(
+            &req,
+            &synced.base,
+            Some(&synced.record),
+            home,
+            dirty.as_ref(),
+            &mut out,
+        )?;
+        out.flush().map_err(HelperFailure::Output)?;
+        drop(out);
+        wait_for_input(input, &mut watch);
+        let Some(again) = wire::read_again(input)? else {
+            return Ok(ExitCode::SUCCESS);
+        };
+        let reply = sync_again(again, &dir, &synced, input, &mut watch)?;
+        let stdout = std::io::stdout();
+        let mut out = std::io::BufWriter::new(stdout.lock());
+        wire::write_prepare_reply(&mut out, &reply).map_err(HelperFailure::Output)?;
+        wire::write_watching(&mut out, watch.is_some()).map_err(HelperFailure::Output)?;
+        out.flush().map_err(HelperFailure::Output)?;
+    }
+}
+
+/// The slot's next sync, asked of a standby that read the last run back ([`wire::write_again`]):
+/// the new base is the last one with `again`'s changes (their blobs sent with them), and the
+/// sync is the one a new helper would make ([`sync_slot`], against this process's record of
+/// the last sync). Then the watch goes on for the next run.
+fn sync_again(
+    again: Request,
+    dir: &Path,
+    synced: &Synced,
+    input: &mut impl Read,
+    watch: &mut Option<Watch>,
+) -> Result<crate::wire::PrepareReply, HelperFailure> {
+    let mut blobs = std::collections::HashMap::new();
+    loop {
+        match wire::read_frame(input, u64::MAX)? {
+            Frame::Blob { oid, bytes } => {
+                let id = gix::hash::ObjectId::from_hex(oid.as_bytes()).map_err(|e| {
+                    HelperFailure::BadPath {
+                        path: oid.clone(),
+                        why: format!("not a blob id: {e}"),
+                    }
+                })?;
+                blobs.insert(id, bytes);
+            }
+            Frame::End => break,
+            other => {
+                return Err(HelperFailure::BadPath {
+                    path: format!("{other:?}").chars().take(100).collect(),
+                    why: "a sync carries only blobs".into(),
+                })
+            }
+        }
+    }
+    let changed =
+        base_from_wire(again.base).map_err(|(path, why)| HelperFailure::BadPath { path, why })?;
+    let mut base = (*synced.base).clone();
+    for path in again.removed {
+        if base.remove(&path).is_none() {
+            return Err(HelperFailure::BadPath {
+                path,
+                why: "removed from the base, yet not in it".into(),
+            });
+        }
+    }
+    base.extend(changed);
+    let base = Arc::new(base);
+    // Every base path is looked at (an `lstat` each) and every directory whose stat moved is
+    // read, as a sync by a new helper does: the watch cannot see a write through a hard link
+    // made from outside the sandbox, which the read-back then missed, and the file must be
+    // put back to the base all the same. This process lives on: the old .git is deleted on a
+    // thread. A blob the sync needs and was not sent (the agent deleted a kept object) fails
+    // the sync; the hub then starts a helper that is sent every blob.
+    let reply = sync_slot_with(dir, &base, None, None, Discard::InBackground, |oid| {
+        Ok(blobs.remove(&oid))
+    })?;
+    // From here on, what the next agent does is seen as it happens: the watch is cleared, or
+    // started again over the directories the sync left when directories came or went (the
+    // sync's own included) or it lost track.
+    let reshaped = watch.as_mut().is_none_or(|w| w.needs_restart());
+    match watch.as_mut() {
+        Some(w) if !reshaped => w.clear(),
+        _ => {
+            *watch = None;
+            let dirs: Vec<&str> = reply.record.dirs.iter().map(|(d, _)| d.as_str()).collect();
+            *watch = watch_dir(dir, &dirs);
+        }
+    }
+    Ok(reply)
+}
+
 /// A standby's watch over its slot (see [`crate::watch`]), on `dirs`: the directories the
 /// sync left, named by the hub once the sync is done and before the agent starts. None — the
 /// read-back looks at every file — when there is nothing to watch, a name is not a plain
 /// relative path, or inotify cannot watch them all.
 fn watch_slot(home: &Path, req: &Request, dirs: &[String]) -> Option<Watch> {
-    let plain = |d: &String| d.is_empty() || crate::beneath::check_path(d).is_ok();
+    let dir = sandbox_dir(home, req, false).ok()?;
+    let dirs: Vec<&str> = dirs.iter().map(String::as_str).collect();
+    watch_dir(&dir, &dirs)
+}
+
+/// [`watch_slot`] of the slot `dir`.
+fn watch_dir(dir: &Path, dirs: &[&str]) -> Option<Watch> {
+    let plain = |d: &&str| d.is_empty() || crate::beneath::check_path(d).is_ok();
     if dirs.is_empty() || dirs.len() > MAX_WATCHED || !dirs.iter().all(plain) {
         return None;
     }
-    let dir = sandbox_dir(home, req, false).ok()?;
-    match Watch::start_present(&dir, dirs.iter().map(String::as_str)) {
+    match Watch::start_present(dir, dirs.iter().copied()) {
         Ok(w) => Some(w),
         Err(e) => {
             eprintln!("hunkgate sandbox-helper: no change notification ({e})");
@@ -437,7 +569,8 @@ fn seen_since_sync(
     record: Option<&crate::wire::SyncRecord>,
 ) -> Option<crate::watch::Dirty> {
     let record = record.filter(|r| !r.dirs.is_empty())?;
-    let mut dirty = watch.take()?;
+    // Not taken: what the agent did is still to be seen by the slot's next sync.
+    let mut dirty = watch.changes()?.clone();
     let watched: std::collections::HashSet<&str> = watch.watched().collect();
     for (d, _) in &record.dirs {
         if !watched.contains(d.as_str()) {
@@ -454,6 +587,7 @@ fn seen_since_sync(
 fn snapshot<W: Write>(
     req: &Request,
     base: &FlatTree,
+    record: Option<&crate::wire::SyncRecord>,
     home: &Path,
     dirty: Option<&crate::watch::Dirty>,
     out: &mut W,
@@ -464,14 +598,14 @@ fn snapshot<W: Write>(
         problem: e.to_string(),
     })?;
     let (split, found);
-    let (candidates, skipped, looked): (Vec<&str>, _, _) = match (dirty, req.record.as_ref()) {
+    let (candidates, skipped, looked): (Vec<&str>, _, _) = match (dirty, record) {
         (Some(dirty), Some(record)) => {
             split = split_by_dirty(&dir, base, record, dirty);
             let candidates = split.candidates.iter().map(String::as_str).collect();
             (candidates, &split.skipped, Some(&split.looked))
         }
         _ => {
-            found = sandbox_candidates_since(&dir, &root, base, req.record.as_ref());
+            found = sandbox_candidates_since(&dir, &root, base, record);
             (found.with_base(base), &found.skipped, None)
         }
     };
@@ -531,7 +665,7 @@ fn snapshot<W: Write>(
         };
         wire::write_frame(out, &frame).map_err(HelperFailure::Output)
     };
-    let check = readback_check(base, looked.or(req.record.as_ref()));
+    let check = readback_check(base, looked.or(record));
     capture_each(&root, &candidates, req.cap, check, &mut sink)?;
     gone_before(None, out)?;
     wire::write_frame(out, &Frame::End).map_err(HelperFailure::Output)

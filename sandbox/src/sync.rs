@@ -18,7 +18,9 @@
 //! could have rewritten any of them.
 //!
 //! Records live in this process ([`remember`], [`recall`]), keyed by the slot's directory: a
-//! hub restart forgets them and the next sync compares every file by content once.
+//! hub restart forgets them and the next sync compares every file by content once. A kept
+//! standby helper (`--isolation user`, see [`crate::helper`]) holds the same record of its
+//! slot in its own process, as the hub does.
 //!
 //! **Layer:** imports [`crate::wire`], [`crate::beneath`], [`crate::store`],
 //! [`crate::statcache`] and [`crate::snapshot`]; nothing of `workspace`, `user` or `helper`.
@@ -540,7 +542,9 @@ pub fn sync_files(
             files.push((path.clone(), file_stat(&st)));
         }
     }
+    // In base order, as a record goes (the untouched ones interleave with the rest).
     files.extend(untouched);
+    files.sort_by(|a, b| a.0.cmp(&b.0));
     let stats: HashMap<&str, FileStat> = files.iter().map(|(p, s)| (p.as_str(), *s)).collect();
     let tree = commit_base(dir, repo, base, known_tree, |p| stats.get(p).copied())?;
     // The index is written last: its mtime is the sync's stamp (every file written is no
@@ -618,6 +622,25 @@ pub fn sync_slot(
     base: &Arc<FlatTree>,
     alternate: Option<&Path>,
     dirty: Option<&Dirty>,
+    source: impl FnMut(ObjectId) -> Result<Option<Vec<u8>>, SyncError>,
+) -> Result<PrepareReply, SyncError> {
+    // With an alternate, this is the hub's own process (`--isolation none`): it lives on.
+    let discard = if alternate.is_some() {
+        Discard::InBackground
+    } else {
+        Discard::Now
+    };
+    sync_slot_with(dir, base, alternate, dirty, discard, source)
+}
+
+/// [`sync_slot`], deleting the old `.git` as `discard` says (in the background only in a
+/// process that lives on after the sync).
+pub fn sync_slot_with(
+    dir: &Path,
+    base: &Arc<FlatTree>,
+    alternate: Option<&Path>,
+    dirty: Option<&Dirty>,
+    discard: Discard,
     mut source: impl FnMut(ObjectId) -> Result<Option<Vec<u8>>, SyncError>,
 ) -> Result<PrepareReply, SyncError> {
     let previous = recall(dir);
@@ -629,12 +652,6 @@ pub fn sync_slot(
     // With an alternate (the hub's store) every blob and tree of a base is there already:
     // nothing of the old .git is worth keeping.
     let start = std::time::Instant::now();
-    // With an alternate, this is the hub's own process (`--isolation none`): it lives on.
-    let discard = if alternate.is_some() {
-        Discard::InBackground
-    } else {
-        Discard::Now
-    };
     let (repo, mut known) = fresh_git(dir, alternate, alternate.is_none(), discard)?;
     let git_done = start.elapsed();
     known.extend(previous.iter().flat_map(|s| s.base.values().map(|e| e.oid)));

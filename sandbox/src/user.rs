@@ -534,7 +534,7 @@ impl UserIsolation {
         read: impl FnOnce(&mut dyn std::io::Read) -> Result<T, HelperError>,
     ) -> Result<T, HelperError> {
         let helper = self.spawn_helper(op)?;
-        self.exchange(op, helper, Exit::Wait, feed, read)
+        self.exchange(op, helper, feed, read)
     }
 
     /// The helper for `op`, started, with its three pipes.
@@ -551,14 +551,12 @@ impl UserIsolation {
         Ok((child, stdin, stdout, stderr))
     }
 
-    /// [`Self::run_helper`]'s exchange with a helper already started. With [`Exit::Wait`] the
-    /// helper's exit is part of the verdict; with [`Exit::Reap`] an answer `read` accepted is
-    /// returned at once, and the helper is reaped from a thread of its own.
+    /// [`Self::run_helper`]'s exchange with a helper already started: the helper's exit is
+    /// part of the verdict.
     fn exchange<T: Send>(
         &self,
         op: &'static str,
         (mut child, mut stdin, mut stdout, stderr): Helper,
-        exit: Exit,
         feed: impl FnOnce(&mut dyn Write) -> std::io::Result<()> + Send,
         read: impl FnOnce(&mut dyn std::io::Read) -> Result<T, HelperError>,
     ) -> Result<T, HelperError> {
@@ -573,10 +571,8 @@ impl UserIsolation {
                 r
             });
             let result = read(&mut stdout);
-            if exit == Exit::Wait || result.is_err() {
-                // Drain whatever is left so the helper can finish writing and exit.
-                let _ = std::io::copy(&mut stdout, &mut std::io::sink());
-            }
+            // Drain whatever is left so the helper can finish writing and exit.
+            let _ = std::io::copy(&mut stdout, &mut std::io::sink());
             exchange_result(op, result, writer.join())
         });
         // What is left once the helper's answer is in: its exit.
@@ -596,30 +592,8 @@ impl UserIsolation {
                 stderr,
             })
         };
-        match (exit, result) {
-            (Exit::Reap, Ok(answer)) => {
-                std::thread::spawn(move || {
-                    if let Err(e) = end().and_then(|end| helper_verdict(op, end, Ok(()))) {
-                        tracing::warn!(error = %e, "the {op} helper failed after its answer");
-                    }
-                });
-                Ok(answer)
-            }
-            (_, result) => helper_verdict(op, end()?, result),
-        }
+        helper_verdict(op, end()?, result)
     }
-}
-
-/// What [`UserIsolation::exchange`] does once the helper's answer is in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Exit {
-    /// Wait for the helper to exit: a helper that fails or is killed is an error whatever it
-    /// sent.
-    Wait,
-    /// The answer is complete by itself (a stream closed by its end frame, which a helper
-    /// that failed midway never writes): return it, and reap the helper from a thread. A
-    /// standby's exit can take milliseconds: closing its inotify watch waits for the kernel.
-    Reap,
 }
 
 /// A helper process and its stdin, stdout and stderr.
@@ -881,6 +855,13 @@ pub struct UserSandbox {
 /// the agent is walled off in a PID namespace ([`UserIsolation::agent_walled_off`]); the
 /// helper also makes itself non-dumpable before it answers. Dropped unused, it is told to go
 /// away (its stdin closed) and reaped.
+///
+/// After its read-back it is kept for the slot ([`keep`]), watching on: the slot's next sync
+/// is asked of it ([`Standby::again`]) with only the base's changes — no helper started for
+/// the sync nor for the next read-back, no 10,000-path base and record sent and parsed twice
+/// — and it is that run's standby, its watch already on. Its answer is checked like any
+/// helper's; if anything goes wrong with it (killed, stuck, a malformed or refused answer) it
+/// is dismissed and the sync is made by a new helper as if none had been kept.
 struct Standby {
     /// The sync whose base and record it was sent ([`Standby::sync_done`]).
     synced: Option<Arc<Synced>>,
@@ -892,7 +873,49 @@ struct StandbyParts {
     feed: Feed,
     child: std::process::Child,
     stdout: std::process::ChildStdout,
-    stderr: std::process::ChildStderr,
+    stderr: StderrTail,
+}
+
+/// A long-lived helper's stderr, read on a thread for as long as it lives (so it never blocks
+/// on a full pipe), its last 16 KiB kept to log if it has to be dismissed.
+struct StderrTail(Arc<Mutex<String>>);
+
+impl StderrTail {
+    const KEEP: usize = 16 * 1024;
+
+    fn drain(mut stderr: std::process::ChildStderr) -> StderrTail {
+        let tail = Arc::new(Mutex::new(String::new()));
+        let keep = tail.clone();
+        std::thread::spawn(move || {
+            use std::io::Read;
+            let mut buf = [0u8; 4096];
+            loop {
+                let n = match stderr.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(_) => break,
+                };
+                if let Ok(mut t) = keep.lock() {
+                    t.push_str(&String::from_utf8_lossy(&buf[..n]));
+                    if t.len() > 2 * Self::KEEP {
+                        let cut = t.len() - Self::KEEP;
+                        let cut = (cut..t.len()).find(|&i| t.is_char_boundary(i)).unwrap_or(0);
+                        t.drain(..cut);
+                    }
+                }
+            }
+        });
+        StderrTail(tail)
+    }
+
+    /// What the helper has said so far (its last 16–32 KiB), trimmed.
+    fn said(&self) -> String {
+        self.0
+            .lock()
+            .map(|t| t.trim().to_string())
+            .unwrap_or_default()
+    }
 }
 
 /// The standby helper's stdin, held by the thread writing a request to it (which gives it
@@ -920,6 +943,11 @@ impl Feed {
             drop(w);
             Ok(stdin)
         }))
+    }
+
+    /// A stdin with nothing being written to it.
+    fn ready(stdin: std::process::ChildStdin) -> Feed {
+        Feed(std::thread::spawn(move || Ok(stdin)))
     }
 
     /// The stdin, once what was being written is written.
@@ -955,6 +983,7 @@ impl Standby {
     /// Start the read-back helper of `request`'s slot.
     fn start(iso: &UserIsolation, mut request: Request) -> Result<Self, HelperError> {
         let (child, stdin, stdout, stderr) = iso.spawn_helper("snapshot")?;
+        let stderr = StderrTail::drain(stderr);
         request.standby = true;
         Ok(Standby {
             synced: None,
@@ -1037,41 +1066,172 @@ impl Standby {
         }
     }
 
-    /// Go: the read-back, as [`UserSandbox::snapshot`] reads it.
+    /// Go: the read-back, as [`UserSandbox::snapshot`] reads it. The helper stays, watching
+    /// the slot on, and is returned with the read-back to be kept for the slot's next sync
+    /// ([`Standby::again`]).
     fn read_back(
         mut self,
-        iso: &UserIsolation,
         store: &Store,
         base: &FlatTree,
         cap: u64,
-    ) -> Result<ReadBack, HelperError> {
-        let Some(StandbyParts {
+    ) -> Result<(ReadBack, Standby), HelperError> {
+        let parts = self.parts.take().ok_or_else(|| HelperError::Protocol {
+            op: "snapshot",
+            message: "the standby read-back was used already".into(),
+        })?;
+        let synced = self.synced.take();
+        parts
+            .converse(|stdin, stdout| {
+                wire::write_go(stdin, cap).map_err(|e| HelperError::Stream {
+                    op: "snapshot",
+                    source: WireError::Io(e),
+                    stderr: String::new(),
+                })?;
+                let snap = read_snapshot(&mut std::io::BufReader::new(stdout), store, base, cap)?;
+                Ok((snap, synced))
+            })
+            .map(|((snap, synced), parts)| {
+                let kept = Standby {
+                    synced,
+                    parts: Some(parts),
+                };
+                (snap, kept)
+            })
+    }
+
+    /// The slot's next sync, by the helper that read the last run back (it has the last sync's
+    /// base and record, and has watched the slot since): sent only the paths whose base entry
+    /// changed since `previous` (that sync) and their blobs. Its answer is checked like a
+    /// `prepare` helper's; then it is this run's standby, already watching — or not, when
+    /// it answers so (see [`wire::write_again`]).
+    fn again(
+        mut self,
+        request: Request,
+        store: &Store,
+        base: &Arc<FlatTree>,
+        previous: &Synced,
+    ) -> Result<(PrepareReply, bool, Standby), HelperError> {
+        let parts = self.parts.take().ok_or_else(|| HelperError::Protocol {
+            op: "snapshot",
+            message: "the kept helper was used already".into(),
+        })?;
+        let changed = changed_paths(&previous.base, base);
+        let mut request = request;
+        request.removed = changed
+            .iter()
+            .filter(|p| !base.contains_key(**p))
+            .map(|p| p.to_string())
+            .collect();
+        let delta: FlatTree = changed
+            .iter()
+            .filter_map(|p| base.get_key_value(*p))
+            .map(|(p, e)| (p.clone(), *e))
+            .collect();
+        let stream = |e: std::io::Error| HelperError::Stream {
+            op: "snapshot",
+            source: WireError::Io(e),
+            stderr: String::new(),
+        };
+        let ((reply, watching), parts) = parts.converse(|stdin, stdout| {
+            let mut w = std::io::BufWriter::new(stdin);
+            wire::write_again(&mut w, &request, base_refs(&delta)).map_err(stream)?;
+            let mut sent = std::collections::HashSet::new();
+            for entry in delta.values().filter(|e| sent.insert(e.oid)) {
+                let bytes = store
+                    .read_blob(entry.oid)
+                    .map_err(|e| stream(std::io::Error::other(e)))?;
+                let frame = Frame::Blob {
+                    oid: entry.oid.to_string(),
+                    bytes,
+                };
+                wire::write_frame(&mut w, &frame).map_err(stream)?;
+            }
+            wire::write_frame(&mut w, &Frame::End).map_err(stream)?;
+            w.flush().map_err(stream)?;
+            drop(w);
+            let from_helper = |source| HelperError::Stream {
+                op: "snapshot",
+                source,
+                stderr: String::new(),
+            };
+            let mut r = std::io::BufReader::new(stdout);
+            let reply = wire::read_prepare_reply(&mut r).map_err(from_helper)?;
+            let watching = wire::read_watching(&mut r).map_err(from_helper)?;
+            Ok((reply, watching))
+        })?;
+        let standby = Standby {
+            synced: None,
+            parts: Some(parts),
+        };
+        Ok((reply, watching, standby))
+    }
+}
+
+impl StandbyParts {
+    /// One exchange with a helper that stays: `talk` writes to its stdin and reads its answer
+    /// from its stdout, within [`HELPER_DEADLINE`] (or the helper is killed). The parts come
+    /// back for the next exchange; on any error the helper is dismissed (killed, its stderr
+    /// logged, reaped) and the error returned.
+    fn converse<T>(
+        self,
+        talk: impl FnOnce(
+            &mut std::process::ChildStdin,
+            &mut std::process::ChildStdout,
+        ) -> Result<T, HelperError>,
+    ) -> Result<(T, StandbyParts), HelperError> {
+        let StandbyParts {
             feed,
             child,
-            stdout,
+            mut stdout,
             stderr,
-        }) = self.parts.take()
-        else {
-            return Err(HelperError::Protocol {
-                op: "snapshot",
-                message: "the standby read-back was used already".into(),
+        } = self;
+        let dismiss = |child: std::process::Child, stderr: StderrTail| {
+            std::thread::spawn(move || {
+                let mut child = child;
+                let _ = child.kill();
+                let _ = child.wait();
+                let said = stderr.said();
+                if !said.is_empty() {
+                    tracing::warn!(stderr = %said, "the standby helper was dismissed");
+                }
             });
         };
-        let stdin = match feed.stdin() {
+        let mut stdin = match feed.stdin() {
             Ok(stdin) => stdin,
             Err(e) => {
-                drop((stdout, stderr));
-                reap(child);
+                dismiss(child, stderr);
                 return Err(e);
             }
         };
-        iso.exchange(
-            "snapshot",
-            (child, stdin, stdout, stderr),
-            Exit::Reap,
-            |mut w| wire::write_go(&mut w, cap),
-            |r| read_snapshot(&mut std::io::BufReader::new(r), store, base, cap),
-        )
+        let (done, rx) = std::sync::mpsc::channel::<()>();
+        let pid = child.id() as i32;
+        let watchdog = std::thread::spawn(move || kill_if_stuck(pid, rx));
+        let result = talk(&mut stdin, &mut stdout);
+        let _ = done.send(());
+        let stuck = watchdog.join().unwrap_or(true);
+        match result {
+            Ok(answer) if !stuck => Ok((
+                answer,
+                StandbyParts {
+                    feed: Feed::ready(stdin),
+                    child,
+                    stdout,
+                    stderr,
+                },
+            )),
+            Ok(_) => {
+                dismiss(child, stderr);
+                Err(HelperError::Stuck {
+                    op: "snapshot",
+                    secs: HELPER_DEADLINE.as_secs(),
+                })
+            }
+            Err(e) => {
+                drop(stdin);
+                dismiss(child, stderr);
+                Err(e)
+            }
+        }
     }
 }
 
@@ -1087,6 +1247,32 @@ impl Drop for Standby {
             });
         }
     }
+}
+
+/// The helpers kept after a read-back, one per slot directory (see [`Standby::again`]): they
+/// outlive the run's [`UserSandbox`], not the hub (their input is a pipe from it, and its end
+/// is theirs).
+fn kept_helpers() -> &'static Mutex<std::collections::HashMap<PathBuf, Standby>> {
+    static KEPT: std::sync::OnceLock<Mutex<std::collections::HashMap<PathBuf, Standby>>> =
+        std::sync::OnceLock::new();
+    KEPT.get_or_init(Default::default)
+}
+
+/// Keep `helper` for the next sync of the slot `dir` (one kept before is dismissed).
+fn keep(dir: &Path, helper: Standby) {
+    if let Ok(mut kept) = kept_helpers().lock() {
+        kept.insert(dir.to_path_buf(), helper);
+    }
+}
+
+/// The slot's kept helper, if it holds `synced` (the slot's last sync, by address); one that
+/// does not is dismissed.
+fn take_kept(dir: &Path, synced: Option<&Arc<Synced>>) -> Option<Standby> {
+    let helper = kept_helpers().lock().ok()?.remove(dir)?;
+    let holds = helper.synced.as_ref()?;
+    synced
+        .is_some_and(|s| Arc::ptr_eq(s, holds))
+        .then_some(helper)
 }
 
 /// Whether `fd` becomes readable (or hangs up) within `wait`.
@@ -1164,6 +1350,48 @@ impl UserSandbox {
                 })
             },
         )
+    }
+
+    /// The sync of the slot by its kept helper ([`Standby::again`]), which is then the run's
+    /// standby.
+    fn sync_by_kept(
+        &self,
+        kept: Standby,
+        store: &Store,
+        base: &Arc<FlatTree>,
+        previous: Option<&Synced>,
+    ) -> Result<(), HelperError> {
+        let started = std::time::Instant::now();
+        let previous = previous.ok_or_else(|| HelperError::Protocol {
+            op: "snapshot",
+            message: "no sync of the slot to continue from".into(),
+        })?;
+        let (reply, watching, mut standby) = kept.again(self.request(), store, base, previous)?;
+        let exchanged = started.elapsed();
+        let record = checked_record(reply.record, base)?;
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        tracing::debug!(
+            slot = self.slot,
+            helper_ms = ms(exchanged),
+            check_ms = ms(started.elapsed() - exchanged),
+            written = reply.written,
+            watching,
+            "sandbox synced by the kept helper"
+        );
+        remember(
+            &self.workdir,
+            Some(Synced {
+                base: base.clone(),
+                record,
+                tree: None,
+            }),
+        );
+        // The read-back must know the sync by address: the one remembered now.
+        standby.synced = recall(&self.workdir);
+        if let Ok(mut slot) = self.standby.lock() {
+            *slot = Some(standby);
+        }
+        Ok(())
     }
 
     /// Start the run's read-back helper ([`Standby`]) as a prepare begins. Any standby left
@@ -1441,6 +1669,15 @@ impl Sandbox for UserSandbox {
         let started = std::time::Instant::now();
         let previous = recall(&self.workdir);
         remember(&self.workdir, None);
+        if let Some(kept) = take_kept(&self.workdir, previous.as_ref()) {
+            match self.sync_by_kept(kept, store, base, previous.as_deref()) {
+                Ok(()) => return Ok(()),
+                // Whatever went wrong with it, the slot is synced as if it had never been.
+                Err(e) => {
+                    tracing::warn!(error = %e, "the kept helper's sync failed; starting others")
+                }
+            }
+        }
         let standby = self.stand_by();
         // The base's delta since the last sync: it limits the old record, and only its blobs
         // can be new to the helper.
@@ -1497,12 +1734,13 @@ impl Sandbox for UserSandbox {
         let synced = recall(&self.workdir);
         let record = record_for(synced.as_deref(), base);
         if let Some(standby) = self.take_standby(synced.as_ref().filter(|_| record.is_some())) {
-            match standby.read_back(&self.iso, store, base, cap) {
-                Ok(snap) => {
+            match standby.read_back(store, base, cap) {
+                Ok((snap, kept)) => {
                     tracing::debug!(
                         slot = self.slot,
                         "sandbox read back by the helper that stood by"
                     );
+                    keep(&self.workdir, kept);
                     return Ok(snap);
                 }
                 // Whatever went wrong with it, a helper started now reads the sandbox anew.
@@ -1754,6 +1992,39 @@ mod tests {
                 "{bad:?} was taken"
             );
         }
+    }
+
+    /// A kept helper's stderr is read for as long as it lives: one that says far more than a
+    /// pipe holds never blocks on it, and its last words are kept.
+    #[test]
+    fn a_long_lived_helpers_stderr_never_fills_and_its_tail_is_kept() {
+        let mut child = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "i=0; while [ $i -lt 3000 ]; do echo \"line $i of a chatty helper\" >&2; i=$((i+1)); done; echo last words >&2",
+            ])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let tail = StderrTail::drain(child.stderr.take().unwrap());
+        // Over 80 KiB written: it exits only if its stderr is being read.
+        assert!(child.wait().unwrap().success());
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !tail.said().ends_with("last words") && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let said = tail.said();
+        assert!(
+            said.ends_with("last words"),
+            "{}",
+            &said[said.len().saturating_sub(200)..]
+        );
+        assert!(
+            said.len() <= 2 * StderrTail::KEEP,
+            "{} bytes kept",
+            said.len()
+        );
+        assert!(!said.contains("line 0 of"), "the beginning is dropped");
     }
 
     #[test]

@@ -23,8 +23,10 @@
 //! standby helper (see [`crate::helper`]), as the sandbox user but out of the agent's reach,
 //! from the end of the run's sync (before the agent starts) to the run's end; the agent can
 //! only make it give up (flood it, rename a directory), and then that read-back looks at
-//! every file. A sync under `user` always looks at every file (reading again only the directories whose stat changed: see
-//! [`crate::wire::SyncRecord::dirs`] and [`Within::changed_dirs`]). Only Linux has inotify;
+//! every file. A sync under `user` — by that helper, kept for the slot's next sync, or by a
+//! new one — always looks at every file (reading again only the directories whose stat
+//! changed: see [`crate::wire::SyncRecord::dirs`] and [`Within::changed_dirs`]), so a write
+//! the watch could not see is put back all the same. Only Linux has inotify;
 //! elsewhere [`Watch::start`] fails and the callers look at every file.
 //!
 //! **Layer:** a leaf: it imports nothing else of this crate.

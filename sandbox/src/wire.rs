@@ -26,6 +26,10 @@
 //! waits for the go signal (`G` and the file cap as a `u64`) before it looks at the sandbox.
 //! So a read-back at the run's end starts with its request already read and, while
 //! watching, looks only where something happened since the sync (see [`crate::watch`]).
+//! After its snapshot's end frame the standby stays, watching on, and waits for the slot's
+//! next sync: `A` (again, [`write_again`]) with only the base's changes since the last sync
+//! and their blobs, answered like a `prepare` and then with `W`/`N`; from there it is the next
+//! run's standby (go, snapshot, again, …). End of input dismisses it at any point.
 //!
 //! The hub reads what the helper writes as hostile data: the helper runs as the sandbox user,
 //! which the agent controls. Every length is checked against a limit before anything is
@@ -64,6 +68,10 @@ pub struct Request {
     /// then; end of input instead ends it quietly, having read nothing.
     #[serde(default)]
     pub standby: bool,
+    /// `again` (see [`write_again`]): the base paths gone since the slot's last sync; `base`
+    /// then holds only the paths added or changed since.
+    #[serde(default)]
+    pub removed: Vec<String>,
     /// `exec`: the agent's argv and its whole environment.
     #[serde(default)]
     pub argv: Vec<String>,
@@ -236,6 +244,7 @@ const TAG_GO: u8 = b'G';
 const TAG_WATCHING: u8 = b'W';
 const TAG_SYNCED: u8 = b'S';
 const TAG_NOT_WATCHING: u8 = b'N';
+const TAG_AGAIN: u8 = b'A';
 
 pub fn write_header<T: serde::Serialize>(w: &mut impl Write, header: &T) -> std::io::Result<()> {
     let json = serde_json::to_vec(header).map_err(std::io::Error::other)?;
@@ -352,6 +361,34 @@ pub fn read_go(r: &mut impl Read) -> Result<Option<u64>, WireError> {
     let mut cap = [0u8; 8];
     read_exact(r, &mut cap)?;
     Ok(Some(u64::from_be_bytes(cap)))
+}
+
+/// The hub's word to a standby helper that has answered its read-back: sync the slot again,
+/// for the next run. `A`, then a request whose base table holds only the paths added or
+/// changed since the slot's last sync (and [`Request::removed`] those gone), then the blobs
+/// the helper may lack as [`Frame::Blob`]s and an end frame. The helper answers as a
+/// `prepare` does ([`write_prepare_reply`]), then with [`write_watching`]: it watches the slot
+/// again from the sync's end, and is the next run's standby.
+pub fn write_again<'a>(
+    w: &mut impl Write,
+    req: &Request,
+    changed: impl ExactSizeIterator<Item = BaseRef<'a>>,
+) -> std::io::Result<()> {
+    w.write_all(&[TAG_AGAIN])?;
+    write_request_with(w, req, changed, None)
+}
+
+/// After a read-back, wait for [`write_again`]'s word: its request, or None when the input
+/// ended first (the hub is done with this helper).
+pub fn read_again(r: &mut impl Read) -> Result<Option<Request>, WireError> {
+    let mut tag = [0u8; 1];
+    if r.read(&mut tag)? == 0 {
+        return Ok(None);
+    }
+    match tag[0] {
+        TAG_AGAIN => Ok(Some(read_request(r)?)),
+        other => Err(WireError::Malformed(format!("again signal {other}"))),
+    }
 }
 
 /// The hub's word to a standby helper that the run's sync is done: `S`, then a JSON header
@@ -904,6 +941,48 @@ mod tests {
         ));
         assert!(matches!(
             read_watching(&mut &b"G"[..]),
+            Err(WireError::Malformed(_))
+        ));
+    }
+
+    /// A kept standby is asked for the next sync with only the base's changes, the blobs after
+    /// them; the end of the hub's input dismisses it; anything else is refused.
+    #[test]
+    fn a_kept_standby_hears_the_next_sync_with_only_the_changes() {
+        let mut req = sample_request();
+        req.removed = vec!["gone.txt".into(), "old dir/x".into()];
+        let changed = [BaseRef {
+            path: "src/new file.rs",
+            mode: EntryMode::Executable,
+            oid: &[0xab; 20],
+        }];
+        let mut buf = Vec::new();
+        write_again(&mut buf, &req, changed.iter().copied()).unwrap();
+        write_frame(&mut buf, &Frame::End).unwrap();
+        let mut r = &buf[..];
+        let back = read_again(&mut r).unwrap().unwrap();
+        assert_eq!(back.removed, req.removed);
+        assert_eq!(
+            back.base,
+            [BaseEntry {
+                path: "src/new file.rs".into(),
+                mode: EntryMode::Executable,
+                oid: "ab".repeat(20),
+            }]
+        );
+        assert_eq!(back.record, None);
+        assert!(matches!(read_frame(&mut r, 0).unwrap(), Frame::End));
+        assert_eq!(
+            read_again(&mut r).unwrap().map(|r| r.key),
+            None,
+            "dismissed"
+        );
+        assert!(matches!(
+            read_again(&mut &buf[..buf.len() / 2]),
+            Err(WireError::Truncated | WireError::Io(_))
+        ));
+        assert!(matches!(
+            read_again(&mut &b"G"[..]),
             Err(WireError::Malformed(_))
         ));
     }

@@ -214,11 +214,38 @@ fn results(log: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn wait_no_process_of(user: &TestUser, within: Duration) -> Result<()> {
+/// Wait until the sandbox user has no process left but, while `hub` runs, the helpers it
+/// keeps after a read-back for each slot's next sync (`sandbox-helper snapshot`, started by the
+/// hub itself or by the sudo it ran): never an agent's, which only ever descend from an
+/// `exec` helper.
+fn wait_no_process_of(user: &TestUser, hub: Option<&Hub>, within: Duration) -> Result<()> {
+    let hub = hub.map(hub_pid).transpose()?;
+    let left = || {
+        processes_of(user.uid)
+            .into_iter()
+            .filter(|(pid, cmd)| !hub.is_some_and(|hub| kept_by(hub, *pid, cmd)))
+            .collect::<Vec<_>>()
+    };
     wait_until("no process of the sandbox user", within, || {
-        processes_of(user.uid).is_empty()
+        left().is_empty()
     })
-    .map_err(|e| anyhow!("{e}: {:?}", processes_of(user.uid)))
+    .map_err(|e| anyhow!("{e}: {:?}", left()))
+}
+
+/// Whether `pid` (running `cmd`) is a read-back helper of the hub `hub`: its child, or its
+/// sudo's.
+fn kept_by(hub: i32, pid: i32, cmd: &str) -> bool {
+    let parent = |pid: i32| -> Option<i32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    cmd.contains("sandbox-helper snapshot")
+        && parent(pid).is_some_and(|p| p == hub || parent(p) == Some(hub))
 }
 
 /// The probe agent: tries every escape the issue lists and prints `RESULT name value` lines.
@@ -405,7 +432,7 @@ fn check_probe(s: &Setup, hub: &Hub, pid_namespace: bool) -> Result<()> {
 
     // Nothing of the sandbox user outlives the run (control: it was running).
     assert_eq!(get("background_alive"), "yes", "{}", ctx());
-    wait_no_process_of(&s.agent, Duration::from_secs(5))?;
+    wait_no_process_of(&s.agent, Some(hub), Duration::from_secs(5))?;
     // And the run still produced its suggestion, read back through the helper.
     assert_eq!(
         run["suggestion_ids"].as_array().map(Vec::len),
@@ -465,7 +492,7 @@ fn without_a_pid_namespace_the_tree_still_dies() {
     hub.curl()
         .post(&format!("/runs/{id}/cancel"), &json!({}))
         .unwrap();
-    wait_no_process_of(&s.agent, Duration::from_secs(6)).unwrap();
+    wait_no_process_of(&s.agent, Some(&hub), Duration::from_secs(6)).unwrap();
     start_run(&hub, &agent, None).unwrap();
     wait_lingering(&s).unwrap();
     let pid = hub_pid(&hub).unwrap();
@@ -475,7 +502,7 @@ fn without_a_pid_namespace_the_tree_still_dies() {
     )
     .unwrap();
     hub.kill9();
-    wait_no_process_of(&s.agent, Duration::from_secs(6)).unwrap();
+    wait_no_process_of(&s.agent, None, Duration::from_secs(6)).unwrap();
 }
 
 /// An agent that leaves processes everywhere (new session ignoring SIGTERM, double fork) and
@@ -514,7 +541,7 @@ fn no_sandbox_process_survives_cancel_timeout_or_hub_kill9() {
         .post(&format!("/runs/{id}/cancel"), &json!({}))
         .unwrap();
     assert_eq!(r.status, 200, "{}", r.body);
-    wait_no_process_of(&s.agent, Duration::from_secs(6)).unwrap();
+    wait_no_process_of(&s.agent, Some(&hub), Duration::from_secs(6)).unwrap();
     let run = wait_run(&hub, &id, Duration::from_secs(20)).unwrap();
     assert_eq!(run["status"], "cancelled", "{run}");
 
@@ -527,7 +554,7 @@ fn no_sandbox_process_survives_cancel_timeout_or_hub_kill9() {
         run["error"].as_str().unwrap_or("").contains("timed out"),
         "{run}"
     );
-    wait_no_process_of(&s.agent, Duration::from_secs(5)).unwrap();
+    wait_no_process_of(&s.agent, Some(&hub), Duration::from_secs(5)).unwrap();
 
     // kill -9 of the hub: the helper's lifeline closes and it takes the tree down.
     start_run(&hub, &agent, None).unwrap();
@@ -539,7 +566,7 @@ fn no_sandbox_process_survives_cancel_timeout_or_hub_kill9() {
     )
     .unwrap();
     hub.kill9();
-    wait_no_process_of(&s.agent, Duration::from_secs(6)).unwrap();
+    wait_no_process_of(&s.agent, None, Duration::from_secs(6)).unwrap();
 }
 
 /// The agent configures its clone's git to run a marker command on every occasion git offers;
@@ -908,7 +935,13 @@ fn sandbox_sync_sees_every_change_under_user_isolation() {
     let agent = s
         .script("sync.sh", &crate::runs::sync_agent_body(&out))
         .unwrap();
-    let hub = s.hub(false, &["--max-runs", "1"]).unwrap();
+    let hub = s
+        .hub_env(
+            false,
+            &["--max-runs", "1"],
+            &[("HUNKGATE_LOG", "warn,hunkgate_sandbox::user=debug")],
+        )
+        .unwrap();
     crate::runs::sandbox_sync_sees_every_change(
         &hub,
         &agent,
@@ -916,6 +949,107 @@ fn sandbox_sync_sees_every_change_under_user_isolation() {
         |f, b| s.ws.write(f, b).unwrap(),
         &s.ws.repo(),
     );
+    // The second run was synced by the helper that read the first one back, kept for it.
+    let kept_syncs = || hub.log_text().matches("synced by the kept helper").count();
+    assert_eq!(kept_syncs(), 1, "{}", hub.log_text());
+    let kept = || {
+        processes_of(s.agent.uid)
+            .into_iter()
+            .filter(|(_, cmd)| cmd.contains("sandbox-helper snapshot"))
+            .map(|(pid, _)| pid)
+            .collect::<Vec<_>>()
+    };
+    let helper = kept();
+    assert_eq!(helper.len(), 1, "one helper kept for the slot: {helper:?}");
+
+    // A third run, after the user added a file in a new directory and deleted one, and the
+    // second run's agent left a directory and an edit deep in it: the kept helper syncs it too
+    // (a base that changed by more than edits; directories that came and went), and the
+    // sandbox is exactly the new base.
+    s.ws.write("deep/new/added.txt", b"added\n").unwrap();
+    std::fs::remove_file(s.ws.repo().join("keep.txt")).unwrap();
+    let agent = s
+        .script(
+            "third.sh",
+            &format!(
+                "find . -path ./.git -prune -o \\( -type f -o -type l \\) -print | sort > {out}/files\n\
+                 cat deep/new/added.txt > {out}/added\n\
+                 git status --porcelain > {out}/status\n\
+                 echo \"$HUNKGATE_PROMPT\" >> deep/new/added.txt",
+                out = out.display()
+            ),
+        )
+        .unwrap();
+    let expected = "./deep/new/added.txt\n./edit.txt\n./gone.txt\n./hello.txt\n./mode.txt\n\
+                    ./same.txt\n./src/lib.rs\n./todir.txt\n./tolink.txt\n./user.txt\n";
+    let check_run = |prompt: &str| {
+        let r = run_to_prompt(&hub, &agent, prompt);
+        let read = |f: &str| std::fs::read_to_string(out.join(f)).unwrap();
+        assert_eq!(
+            read("files"),
+            expected,
+            "{prompt}: the sandbox holds the new base"
+        );
+        assert_eq!(read("added"), "added\n", "{prompt}");
+        assert_eq!(
+            read("status"),
+            "",
+            "{prompt}: git sees the sandbox at its base"
+        );
+        assert_eq!(r["status"], "ready", "{prompt}: {r}\n{}", hub.log_text());
+        let sid = r["suggestion_ids"][0].as_str().unwrap();
+        let sug = hub.curl().get(&format!("/suggestions/{sid}")).unwrap().body;
+        assert_eq!(
+            sug["files"],
+            json!(["deep/new/added.txt"]),
+            "{prompt}: {sug}"
+        );
+        assert!(
+            sug["hunks"].to_string().contains(&format!("+{prompt}")),
+            "{sug}"
+        );
+    };
+    check_run("third");
+    assert_eq!(kept_syncs(), 2, "{}", hub.log_text());
+    assert_eq!(kept(), helper, "the same helper, kept from run to run");
+
+    // Killed while kept (it is the sandbox user's process, though out of the agents' reach):
+    // the next sync is made as if there had never been one kept, and is just as exact.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(helper[0]),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    check_run("fourth");
+    assert_eq!(kept_syncs(), 2, "{}", hub.log_text());
+    assert!(
+        hub.log_text().contains("the kept helper's sync failed"),
+        "{}",
+        hub.log_text()
+    );
+    let replaced = kept();
+    assert!(
+        replaced.len() == 1 && replaced != helper,
+        "a new helper kept: {replaced:?}"
+    );
+}
+
+/// Start a run of `agent` with `prompt` and wait for its end.
+fn run_to_prompt(hub: &Hub, agent: &Path, prompt: &str) -> Value {
+    let r = hub
+        .curl()
+        .post(
+            "/runs",
+            &json!({"prompt": prompt, "agent": agent.display().to_string()}),
+        )
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    wait_run(
+        hub,
+        r.body["run_id"].as_str().unwrap(),
+        Duration::from_secs(120),
+    )
+    .unwrap()
 }
 
 /// Two concurrent runs under `--isolation user`: agent B sits with its token in its environment;
@@ -1027,7 +1161,7 @@ r done yes
         .curl()
         .post(&format!("/runs/{b_id}/cancel"), &json!({}))?;
     anyhow::ensure!(r.status == 200, "{}", r.body);
-    wait_no_process_of(&s.agent, Duration::from_secs(10))?;
+    wait_no_process_of(&s.agent, Some(&hub), Duration::from_secs(10))?;
     Ok(())
 }
 
@@ -1119,65 +1253,84 @@ r done yes
             started = started.display()
         ),
     )?;
-    let id = start_run(&hub, &agent, None)?;
-    let is_standby = |cmd: &str| cmd.contains("sandbox-helper snapshot");
-    // The helper starts with the run's sync; the agent, once it is ready.
-    wait_until("the agent to start", Duration::from_secs(30), || {
-        started.exists()
-    })?;
-    let (pid, _) = processes_of(s.agent.uid)
-        .into_iter()
-        .find(|(_, cmd)| is_standby(cmd))
-        .ok_or_else(|| anyhow!("no read-back helper: {:?}", processes_of(s.agent.uid)))?;
-    // Control: it is the sandbox user's process (processes_of goes by the real uid), and
-    // non-dumpable: the kernel gives its /proc entries to root.
-    let owner = std::fs::metadata(format!("/proc/{pid}/status"))?.uid();
-    anyhow::ensure!(
-        owner == 0,
-        "the waiting helper is dumpable: /proc/{pid} is uid {owner}'s"
-    );
-    if kill_it {
-        let pid = nix::unistd::Pid::from_raw(pid);
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL)?;
-        wait_until("the helper to be gone", Duration::from_secs(10), || {
-            !processes_of(s.agent.uid)
-                .iter()
-                .any(|(p, _)| *p == pid.as_raw())
+    // Unharmed, the helper is kept after its read-back and stands by for the next run too:
+    // still the same process, still out of that agent's reach.
+    let mut first = None;
+    for round in 0..if kill_it { 1 } else { 2 } {
+        let _ = std::fs::remove_file(&pid_file);
+        let _ = std::fs::remove_file(&started);
+        let id = start_run(&hub, &agent, None)?;
+        let is_standby = |cmd: &str| cmd.contains("sandbox-helper snapshot");
+        // The helper starts with the run's sync; the agent, once it is ready.
+        wait_until("the agent to start", Duration::from_secs(30), || {
+            started.exists()
         })?;
+        let (pid, _) = processes_of(s.agent.uid)
+            .into_iter()
+            .find(|(_, cmd)| is_standby(cmd))
+            .ok_or_else(|| anyhow!("no read-back helper: {:?}", processes_of(s.agent.uid)))?;
+        // Control: it is the sandbox user's process (processes_of goes by the real uid), and
+        // non-dumpable: the kernel gives its /proc entries to root.
+        let owner = std::fs::metadata(format!("/proc/{pid}/status"))?.uid();
+        anyhow::ensure!(
+            owner == 0,
+            "the waiting helper is dumpable: /proc/{pid} is uid {owner}'s"
+        );
+        if kill_it {
+            let pid = nix::unistd::Pid::from_raw(pid);
+            nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL)?;
+            wait_until("the helper to be gone", Duration::from_secs(10), || {
+                !processes_of(s.agent.uid)
+                    .iter()
+                    .any(|(p, _)| *p == pid.as_raw())
+            })?;
+        }
+        std::fs::write(&pid_file, pid.to_string())?;
+        let run = wait_run(&hub, &id, Duration::from_secs(90))?;
+        let log = run_log(&hub, &id)?;
+        let res = results(&log);
+        let get = |k: &str| res.get(k).map(String::as_str).unwrap_or("<missing>");
+        let ctx = || {
+            format!(
+                "run: {run}\nagent's log:\n{log}\nhub log:\n{}",
+                hub.log_text()
+            )
+        };
+        anyhow::ensure!(get("done") == "yes", "the agent did not finish: {}", ctx());
+        anyhow::ensure!(get("signal_own") == "allowed", "{}", ctx());
+        for attempt in ["signal", "stop", "kill", "ptrace", "mem"] {
+            anyhow::ensure!(get(attempt) == "denied", "{attempt}: {}", ctx());
+        }
+        anyhow::ensure!(run["status"] == "ready", "{}", ctx());
+        let log_text = hub.log_text();
+        let stood_by = log_text.contains("read back by the helper that stood by");
+        let replaced = log_text.contains("the standby read-back failed; starting another");
+        anyhow::ensure!(
+            (stood_by, replaced) == (!kill_it, kill_it),
+            "read back by the waiting helper: {stood_by}, by a new one: {replaced}: {}",
+            ctx()
+        );
+        let sid = run["suggestion_ids"][0].as_str().unwrap_or_default();
+        let sug = hub.curl().get(&format!("/suggestions/{sid}"))?;
+        anyhow::ensure!(
+            sug.body.to_string().contains("changed by the agent"),
+            "the change is not in the suggestion: {}",
+            sug.body
+        );
+        if round == 1 {
+            anyhow::ensure!(
+                Some(pid) == first,
+                "not the kept helper: {pid} after {first:?}"
+            );
+            anyhow::ensure!(
+                log_text.contains("synced by the kept helper"),
+                "the second run was not synced by the kept helper: {}",
+                ctx()
+            );
+        }
+        first = Some(pid);
     }
-    std::fs::write(&pid_file, pid.to_string())?;
-    let run = wait_run(&hub, &id, Duration::from_secs(90))?;
-    let log = run_log(&hub, &id)?;
-    let res = results(&log);
-    let get = |k: &str| res.get(k).map(String::as_str).unwrap_or("<missing>");
-    let ctx = || {
-        format!(
-            "run: {run}\nagent's log:\n{log}\nhub log:\n{}",
-            hub.log_text()
-        )
-    };
-    anyhow::ensure!(get("done") == "yes", "the agent did not finish: {}", ctx());
-    anyhow::ensure!(get("signal_own") == "allowed", "{}", ctx());
-    for attempt in ["signal", "stop", "kill", "ptrace", "mem"] {
-        anyhow::ensure!(get(attempt) == "denied", "{attempt}: {}", ctx());
-    }
-    anyhow::ensure!(run["status"] == "ready", "{}", ctx());
-    let log_text = hub.log_text();
-    let stood_by = log_text.contains("read back by the helper that stood by");
-    let replaced = log_text.contains("the standby read-back failed; starting another");
-    anyhow::ensure!(
-        (stood_by, replaced) == (!kill_it, kill_it),
-        "read back by the waiting helper: {stood_by}, by a new one: {replaced}: {}",
-        ctx()
-    );
-    let sid = run["suggestion_ids"][0].as_str().unwrap_or_default();
-    let sug = hub.curl().get(&format!("/suggestions/{sid}"))?;
-    anyhow::ensure!(
-        sug.body.to_string().contains("changed by the agent"),
-        "the change is not in the suggestion: {}",
-        sug.body
-    );
-    wait_no_process_of(&s.agent, Duration::from_secs(10))?;
+    wait_no_process_of(&s.agent, Some(&hub), Duration::from_secs(10))?;
     Ok(())
 }
 
@@ -1264,9 +1417,13 @@ esac"#,
         "the agent could not write through its hard link: {}",
         ctx()
     );
+    // The first run's standby was started with its sync; the second run's is the first
+    // one, kept, and says so with that run's sync.
     let watched = ctx()
         .lines()
-        .filter(|l| l.contains("a read-back helper stands by"))
+        .filter(|l| {
+            l.contains("a read-back helper stands by") || l.contains("synced by the kept helper")
+        })
         .map(|l| l.contains("watching=true"))
         .collect::<Vec<_>>();
     anyhow::ensure!(
@@ -1324,6 +1481,6 @@ esac"#,
         ctx()
     );
     anyhow::ensure!(sug.to_string().contains("+sneaky"), "{sug}");
-    wait_no_process_of(&s.agent, Duration::from_secs(10))?;
+    wait_no_process_of(&s.agent, Some(&hub), Duration::from_secs(10))?;
     Ok(())
 }
