@@ -404,11 +404,19 @@ fn standby(
         )?;
         out.flush().map_err(HelperFailure::Output)?;
         drop(out);
+        drop(synced);
+        // Idle, once the hub's publish has had the machine to itself: the slot is put back
+        // to its base now rather than at the next run's start.
+        let reset = !input_within(input, IDLE_BEFORE_RESET) && reset(&dir, &mut watch)?;
         wait_for_input(input, &mut watch);
         let Some(again) = wire::read_again(input)? else {
             return Ok(ExitCode::SUCCESS);
         };
-        let reply = sync_again(again, &dir, &synced, input, &mut watch)?;
+        let synced = recall(&dir).ok_or_else(|| HelperFailure::Dir {
+            path: dir.clone(),
+            problem: "no sync of this slot to sync again from".into(),
+        })?;
+        let reply = sync_again(again, &dir, &synced, reset, input, &mut watch)?;
         let stdout = std::io::stdout();
         let mut out = std::io::BufWriter::new(stdout.lock());
         wire::write_prepare_reply(&mut out, &reply).map_err(HelperFailure::Output)?;
@@ -417,14 +425,72 @@ fn standby(
     }
 }
 
+/// How long a kept helper waits after its read-back before it puts the slot back to its base
+/// ([`reset`]): the hub is publishing what it read, and needs the machine more.
+const IDLE_BEFORE_RESET: Duration = Duration::from_millis(250);
+
+/// Whether the hub has written to us within `wait`.
+fn input_within(input: &std::io::BufReader<std::fs::File>, wait: Duration) -> bool {
+    if !input.buffer().is_empty() {
+        return true;
+    }
+    let mut pfd = libc::pollfd {
+        fd: input.get_ref().as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = libc::c_int::try_from(wait.as_millis()).unwrap_or(libc::c_int::MAX);
+    // SAFETY: one pollfd on the stack. EINTR reads as "no input yet": the reset then runs,
+    // which is harmless.
+    unsafe { libc::poll(&mut pfd, 1, ms) > 0 }
+}
+
+/// Between runs, put the slot back to the base of its last sync, as a sync of that base by a
+/// new helper would: every file `lstat`ed (so a write through a hard link, which the watch
+/// cannot see, is undone too), every directory whose stat moved read, what differs
+/// rewritten, a fresh `.git`. Then the watch is cleared, or started again over the
+/// directories the reset left. Whether the slot was reset (false: there was no record of a
+/// sync to reset to).
+///
+/// No agent of this slot runs between its read-back and its next sync (its whole PID
+/// namespace is gone), so the next sync may then trust the watch ([`sync_again`]).
+fn reset(dir: &Path, watch: &mut Option<Watch>) -> Result<bool, HelperFailure> {
+    let Some(synced) = recall(dir) else {
+        return Ok(false);
+    };
+    // Every blob of the base is in the sandbox's objects (kept, checked when written out):
+    // one that the agent deleted fails the reset, and the helper with it.
+    let reply = sync_slot_with(dir, &synced.base, None, None, Discard::InBackground, |_| {
+        Ok(None)
+    })?;
+    watch_on(dir, watch, &reply.record);
+    Ok(true)
+}
+
+/// After a sync: from here on, what the next agent does is seen as it happens. The watch is
+/// cleared, or started again over the directories of `record` when directories came or went
+/// since it started (the sync's own included) or it lost track.
+fn watch_on(dir: &Path, watch: &mut Option<Watch>, record: &crate::wire::SyncRecord) {
+    let reshaped = watch.as_mut().is_none_or(|w| w.needs_restart());
+    match watch.as_mut() {
+        Some(w) if !reshaped => w.clear(),
+        _ => {
+            *watch = None;
+            let dirs: Vec<&str> = record.dirs.iter().map(|(d, _)| d.as_str()).collect();
+            *watch = watch_dir(dir, &dirs);
+        }
+    }
+}
+
 /// The slot's next sync, asked of a standby that read the last run back ([`wire::write_again`]):
 /// the new base is the last one with `again`'s changes (their blobs sent with them), and the
-/// sync is the one a new helper would make ([`sync_slot`], against this process's record of
-/// the last sync). Then the watch goes on for the next run.
+/// sync is made against this process's record of the last sync (or of the [`reset`] since
+/// it, if `reset`). Then the watch goes on for the next run.
 fn sync_again(
     again: Request,
     dir: &Path,
     synced: &Synced,
+    reset: bool,
     input: &mut impl Read,
     watch: &mut Option<Watch>,
 ) -> Result<crate::wire::PrepareReply, HelperFailure> {
@@ -462,27 +528,60 @@ fn sync_again(
     }
     base.extend(changed);
     let base = Arc::new(base);
-    // Every base path is looked at (an `lstat` each) and every directory whose stat moved is
-    // read, as a sync by a new helper does: the watch cannot see a write through a hard link
-    // made from outside the sandbox, which the read-back then missed, and the file must be
-    // put back to the base all the same. This process lives on: the old .git is deleted on a
-    // thread. A blob the sync needs and was not sent (the agent deleted a kept object) fails
-    // the sync; the hub then starts a helper that is sent every blob.
-    let reply = sync_slot_with(dir, &base, None, None, Discard::InBackground, |oid| {
-        Ok(blobs.remove(&oid))
-    })?;
-    // From here on, what the next agent does is seen as it happens: the watch is cleared, or
-    // started again over the directories the sync left when directories came or went (the
-    // sync's own included) or it lost track.
+    // After a reset, what changed since is what the watch saw (and the paths whose base
+    // entry changed): no agent ran. Otherwise every base path is looked at (an `lstat` each)
+    // and every directory whose stat moved is read, as a sync by a new helper does: the watch
+    // cannot see a write through a hard link made from outside the sandbox, which the
+    // read-back then missed, and the file must be put back to the base all the same.
+    let dirty = watch
+        .as_mut()
+        .filter(|_| reset)
+        .and_then(|w| seen_since_sync(w, Some(&synced.record)));
+    // This process lives on: the old .git is deleted on a thread. A blob the sync needs and
+    // was not sent (the agent deleted a kept object) fails the sync; the hub then starts a
+    // helper that is sent every blob.
+    let mut reply = sync_slot_with(
+        dir,
+        &base,
+        None,
+        dirty.as_ref(),
+        Discard::InBackground,
+        |oid| Ok(blobs.remove(&oid)),
+    )?;
     let reshaped = watch.as_mut().is_none_or(|w| w.needs_restart());
-    match watch.as_mut() {
-        Some(w) if !reshaped => w.clear(),
+    // A sync that looked only where the watch saw something leaves no directory record. When
+    // the watch saw files only (no directory came or went, no `.gitignore` changed, no name
+    // hunkgate cannot carry appeared: each of those marks a tree), the directories are the
+    // watched ones, as they were at the reset, which recorded them all. Otherwise a walk
+    // finds them, unless it meets a name hunkgate cannot carry: then the record stays without
+    // (its directory must be read by every read-back, which reports it).
+    let files_only = dirty.as_ref().is_some_and(|d| d.trees.is_empty()) && !reshaped;
+    let dirs = match watch.as_ref() {
+        _ if !reply.record.dirs.is_empty() || dirty.is_none() => None,
+        Some(w) if files_only => Some(w.watched().map(String::from).collect::<Vec<_>>()),
         _ => {
-            *watch = None;
-            let dirs: Vec<&str> = reply.record.dirs.iter().map(|(d, _)| d.as_str()).collect();
-            *watch = watch_dir(dir, &dirs);
+            let walked = crate::snapshot::walk(dir, false, None);
+            walked.skipped.is_empty().then_some(walked.dirs)
         }
+    };
+    if let Some(dirs) = dirs {
+        let root = Beneath::open(dir).map_err(|e| HelperFailure::Dir {
+            path: dir.to_path_buf(),
+            problem: e.to_string(),
+        })?;
+        reply.record.dirs = crate::snapshot::dir_record(dir, &root, &base, dirs);
+        // What this process remembers of the sync must be what the hub is told.
+        remember(
+            dir,
+            Some(Synced {
+                base: base.clone(),
+                record: reply.record.clone(),
+                tree: recall(dir).and_then(|s| s.tree),
+            }),
+        );
     }
+    watch_on(dir, watch, &reply.record);
+    reply.after_reset = dirty.is_some();
     Ok(reply)
 }
 

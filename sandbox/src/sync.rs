@@ -565,6 +565,7 @@ pub fn sync_files(
             dirs,
         },
         written,
+        after_reset: false,
     };
     Ok((reply, tree))
 }

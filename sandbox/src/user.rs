@@ -1376,6 +1376,7 @@ impl UserSandbox {
             check_ms = ms(started.elapsed() - exchanged),
             written = reply.written,
             watching,
+            after_reset = reply.after_reset,
             "sandbox synced by the kept helper"
         );
         remember(

@@ -170,6 +170,11 @@ pub struct PrepareReply {
     pub record: SyncRecord,
     /// Files written (the rest already held the base).
     pub written: u64,
+    /// `again`: the slot had been put back to its base while idle since the read-back, so
+    /// this sync looked only where the helper's watch saw something since (and at the paths
+    /// whose base entry changed).
+    #[serde(default)]
+    pub after_reset: bool,
 }
 
 /// Largest request header accepted (argv, environment and the base's path list).
@@ -1009,6 +1014,7 @@ mod tests {
         let reply = PrepareReply {
             record: req.record.clone().unwrap(),
             written: 2,
+            after_reset: true,
         };
         let mut buf = Vec::new();
         write_prepare_reply(&mut buf, &reply).unwrap();
@@ -1029,6 +1035,7 @@ mod tests {
         let reply = PrepareReply {
             record: sample_request().record.unwrap(),
             written: 0,
+            after_reset: false,
         };
         let mut good = Vec::new();
         write_prepare_reply(&mut good, &reply).unwrap();

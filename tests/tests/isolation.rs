@@ -973,6 +973,7 @@ fn sandbox_sync_sees_every_change_under_user_isolation() {
             "third.sh",
             &format!(
                 "find . -path ./.git -prune -o \\( -type f -o -type l \\) -print | sort > {out}/files\n\
+                 stat -c %i .git > {out}/git\n\
                  cat deep/new/added.txt > {out}/added\n\
                  git status --porcelain > {out}/status\n\
                  echo \"$HUNKGATE_PROMPT\" >> deep/new/added.txt",
@@ -1013,6 +1014,15 @@ fn sandbox_sync_sees_every_change_under_user_isolation() {
     assert_eq!(kept_syncs(), 2, "{}", hub.log_text());
     assert_eq!(kept(), helper, "the same helper, kept from run to run");
 
+    // Left idle, the kept helper puts the slot back to its base (a fresh .git shows it), and
+    // the next sync looks only where its watch saw something since — as exact.
+    wait_for_reset(&s, &out.join("git"));
+    let resets = || hub.log_text().matches("after_reset=true").count();
+    let before = resets();
+    check_run("fourth");
+    assert_eq!(resets(), before + 1, "{}", hub.log_text());
+    assert_eq!(kept_syncs(), 3, "{}", hub.log_text());
+
     // Killed while kept (it is the sandbox user's process, though out of the agents' reach):
     // the next sync is made as if there had never been one kept, and is just as exact.
     nix::sys::signal::kill(
@@ -1020,8 +1030,8 @@ fn sandbox_sync_sees_every_change_under_user_isolation() {
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
-    check_run("fourth");
-    assert_eq!(kept_syncs(), 2, "{}", hub.log_text());
+    check_run("fifth");
+    assert_eq!(kept_syncs(), 3, "{}", hub.log_text());
     assert!(
         hub.log_text().contains("the kept helper's sync failed"),
         "{}",
@@ -1032,6 +1042,19 @@ fn sandbox_sync_sees_every_change_under_user_isolation() {
         replaced.len() == 1 && replaced != helper,
         "a new helper kept: {replaced:?}"
     );
+}
+
+/// Wait until the slot's kept helper has put it back to its base between runs: its `.git` is
+/// no longer the one whose inode the last agent wrote to `inode_file`.
+fn wait_for_reset(s: &Setup, inode_file: &Path) {
+    let seen = std::fs::read_to_string(inode_file).unwrap();
+    let git = s.sandbox_dir().unwrap().join(".git");
+    wait_until(
+        "the kept helper to reset the slot",
+        Duration::from_secs(30),
+        || std::fs::metadata(&git).is_ok_and(|m| m.ino().to_string() != seen.trim()),
+    )
+    .unwrap();
 }
 
 /// Start a run of `agent` with `prompt` and wait for its end.
@@ -1379,7 +1402,8 @@ second)
   mkdir -p src/deep/new && echo n > src/deep/new/n.txt
   echo made > build/new.c
   ln keep.txt "$HOME/outside-link" && echo sneaky >> "$HOME/outside-link" && rm "$HOME/outside-link"
-  echo linked > {out}/linked ;;
+  echo linked > {out}/linked
+  stat -c %i .git > {out}/git ;;
 third)
   cat keep.txt > {out}/keep ;;
 fourth)
@@ -1456,8 +1480,16 @@ esac"#,
         "{files:?}: {sug}\n{}",
         ctx()
     );
-    // What the watch missed is in no suggestion, and the next run starts from the base.
+    // What the watch missed is in no suggestion, and the next run starts from the base: the
+    // kept helper, left idle, put the file back (every file `lstat`ed) before that run's sync,
+    // which then looked only where its watch saw something.
+    wait_for_reset(&s, &out.join("git"));
     run("third", "no_changes")?;
+    anyhow::ensure!(
+        ctx().matches("after_reset=true").count() == 1,
+        "the third run's sync did not follow a reset: {}",
+        ctx()
+    );
     anyhow::ensure!(
         std::fs::read_to_string(out.join("keep"))? == "keep\n",
         "the sandbox kept the unseen write"
