@@ -294,27 +294,11 @@ fn prepare(
     // A full prepare sends every blob of the base: written as one pack, not 10,000 loose
     // objects (an inode each).
     let mut blobs = repo.scratch_batch();
-    loop {
-        match wire::read_frame(input, u64::MAX)? {
-            Frame::Blob { oid, bytes } => {
-                let id = gix::hash::ObjectId::from_hex(oid.as_bytes()).map_err(|e| {
-                    HelperFailure::BadPath {
-                        path: oid.clone(),
-                        why: format!("not a blob id: {e}"),
-                    }
-                })?;
-                store_blob(&dir, &mut blobs, id, &bytes)?;
-                known.insert(id);
-            }
-            Frame::End => break,
-            other => {
-                return Err(HelperFailure::BadPath {
-                    path: format!("{other:?}").chars().take(100).collect(),
-                    why: "a prepare carries only blobs".into(),
-                })
-            }
-        }
-    }
+    read_blobs(input, |id, bytes| {
+        store_blob(&dir, &mut blobs, id, &bytes)?;
+        known.insert(id);
+        Ok(())
+    })?;
     blobs.finish().map_err(SyncError::from)?;
     // Every blob of the base must be here now: kept (found by name as the old objects were
     // carried over, no `stat` each) or just sent.
@@ -337,6 +321,34 @@ fn prepare(
         }
     };
     wire::write_prepare_reply(out, &reply).map_err(HelperFailure::Output)
+}
+
+/// The blobs after a `prepare` or `again` request, each given to `each` with its id, up to the
+/// end frame; any other frame is refused.
+fn read_blobs(
+    input: &mut impl Read,
+    mut each: impl FnMut(gix::hash::ObjectId, Vec<u8>) -> Result<(), HelperFailure>,
+) -> Result<(), HelperFailure> {
+    loop {
+        match wire::read_frame(input, u64::MAX)? {
+            Frame::Blob { oid, bytes } => {
+                let id = gix::hash::ObjectId::from_hex(oid.as_bytes()).map_err(|e| {
+                    HelperFailure::BadPath {
+                        path: oid.clone(),
+                        why: format!("not a blob id: {e}"),
+                    }
+                })?;
+                each(id, bytes)?;
+            }
+            Frame::End => return Ok(()),
+            other => {
+                return Err(HelperFailure::BadPath {
+                    path: format!("{other:?}").chars().take(100).collect(),
+                    why: "only blobs may follow the request".into(),
+                })
+            }
+        }
+    }
 }
 
 /// A standby (see the module docs and [`crate::wire`]'s): told the run's sync is done, it
@@ -495,26 +507,10 @@ fn sync_again(
     watch: &mut Option<Watch>,
 ) -> Result<crate::wire::PrepareReply, HelperFailure> {
     let mut blobs = std::collections::HashMap::new();
-    loop {
-        match wire::read_frame(input, u64::MAX)? {
-            Frame::Blob { oid, bytes } => {
-                let id = gix::hash::ObjectId::from_hex(oid.as_bytes()).map_err(|e| {
-                    HelperFailure::BadPath {
-                        path: oid.clone(),
-                        why: format!("not a blob id: {e}"),
-                    }
-                })?;
-                blobs.insert(id, bytes);
-            }
-            Frame::End => break,
-            other => {
-                return Err(HelperFailure::BadPath {
-                    path: format!("{other:?}").chars().take(100).collect(),
-                    why: "a sync carries only blobs".into(),
-                })
-            }
-        }
-    }
+    read_blobs(input, |id, bytes| {
+        blobs.insert(id, bytes);
+        Ok(())
+    })?;
     let changed =
         base_from_wire(again.base).map_err(|(path, why)| HelperFailure::BadPath { path, why })?;
     let mut base = (*synced.base).clone();

@@ -984,7 +984,7 @@ fn sandbox_sync_sees_every_change_under_user_isolation() {
     let expected = "./deep/new/added.txt\n./edit.txt\n./gone.txt\n./hello.txt\n./mode.txt\n\
                     ./same.txt\n./src/lib.rs\n./todir.txt\n./tolink.txt\n./user.txt\n";
     let check_run = |prompt: &str| {
-        let r = run_to_prompt(&hub, &agent, prompt);
+        let r = crate::runs::start_and_wait(&hub, prompt, &agent);
         let read = |f: &str| std::fs::read_to_string(out.join(f)).unwrap();
         assert_eq!(
             read("files"),
@@ -1055,24 +1055,6 @@ fn wait_for_reset(s: &Setup, inode_file: &Path) {
         || std::fs::metadata(&git).is_ok_and(|m| m.ino().to_string() != seen.trim()),
     )
     .unwrap();
-}
-
-/// Start a run of `agent` with `prompt` and wait for its end.
-fn run_to_prompt(hub: &Hub, agent: &Path, prompt: &str) -> Value {
-    let r = hub
-        .curl()
-        .post(
-            "/runs",
-            &json!({"prompt": prompt, "agent": agent.display().to_string()}),
-        )
-        .unwrap();
-    assert_eq!(r.status, 200, "{}", r.body);
-    wait_run(
-        hub,
-        r.body["run_id"].as_str().unwrap(),
-        Duration::from_secs(120),
-    )
-    .unwrap()
 }
 
 /// Two concurrent runs under `--isolation user`: agent B sits with its token in its environment;

@@ -783,7 +783,12 @@ esac"#,
     )
 }
 
-fn start_and_wait(hub: &hunkgate_tests::Hub, prompt: &str, agent: &std::path::Path) -> Value {
+/// Start a run of `agent` with `prompt` and wait until it is neither queued nor working.
+pub(crate) fn start_and_wait(
+    hub: &hunkgate_tests::Hub,
+    prompt: &str,
+    agent: &std::path::Path,
+) -> Value {
     let r = hub
         .curl()
         .post(
