@@ -617,6 +617,9 @@ impl Http {
     }
 }
 
+/// The pause before each timed step (see [`settle`]).
+const BETWEEN_STEPS: Duration = Duration::from_secs(1);
+
 /// `sh -c '<script>'` as an agent template: the script holds no single quote and no `{prompt}`.
 /// The agent's work ends with `sync`, before its end stamp: a real agent works for minutes,
 /// long enough for the kernel to write back what the sandbox sync and the agent wrote, and the
@@ -628,8 +631,12 @@ fn sh_template(script: &str) -> String {
 
 /// Wait until everything written so far is on the disk (`sync`), so that the step timed next
 /// — the hub's or git's — does not pay for the write-back of the step before it. A user's
-/// steps are seconds to minutes apart; the benchmark's follow each other at once.
+/// steps are seconds to minutes apart; the benchmark's follow each other at once. First a
+/// pause of [`BETWEEN_STEPS`], so that what the hub does between runs — a kept sandbox
+/// helper puts its slot back to the base 250 ms after a read-back, under `--isolation user`
+/// — is done, and neither the hub's next step nor git's is timed beside it.
 fn settle() -> Result<()> {
+    std::thread::sleep(BETWEEN_STEPS);
     let synced = Command::new("sync").status()?;
     ensure!(synced.success(), "sync failed: {synced}");
     Ok(())
