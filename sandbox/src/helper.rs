@@ -57,7 +57,7 @@ use crate::sync::{
     sync_slot_with, Discard, SyncError, Synced,
 };
 use crate::watch::Watch;
-use crate::wire::{self, Frame, Request, WireError};
+use crate::wire::{self, Frame, Next, Request, WireError};
 
 /// Errors inside the helper; printed on its stderr, which the hub shows to the user.
 #[derive(Debug, thiserror::Error)]
@@ -353,9 +353,10 @@ fn read_blobs(
 
 /// A standby (see the module docs and [`crate::wire`]'s): told the run's sync is done, it
 /// watches the slot, reads the run's request while the agent works, and at the go reads the
-/// sandbox back. Then it stays, watching on, for the slot's next sync ([`wire::read_again`]):
-/// it makes that sync itself ([`sync_again`]) and is the next run's standby; until the hub
-/// closes its input.
+/// sandbox back. Then it stays, watching on: told the slot's run is over ([`wire::write_idle`]),
+/// it puts the slot back to its base ([`reset`]); asked for the slot's next sync
+/// ([`wire::write_again`]), it makes that sync itself ([`sync_again`]) and is the next run's
+/// standby; until the hub closes its input.
 fn standby(
     mut req: Request,
     home: &Path,
@@ -417,44 +418,29 @@ fn standby(
         out.flush().map_err(HelperFailure::Output)?;
         drop(out);
         drop(synced);
-        // Idle, once the hub's publish has had the machine to itself: the slot is put back
-        // to its base now rather than at the next run's start.
-        let reset = !input_within(input, IDLE_BEFORE_RESET) && reset(&dir, &mut watch)?;
-        wait_for_input(input, &mut watch);
-        let Some(again) = wire::read_again(input)? else {
-            return Ok(ExitCode::SUCCESS);
+        // The agent may still be at work (a publish of its own): only once the hub says the
+        // slot's run is over is the slot put back to its base, rather than at the next run's
+        // start.
+        let mut was_reset = false;
+        let again = loop {
+            wait_for_input(input, &mut watch);
+            match wire::read_next(input)? {
+                None => return Ok(ExitCode::SUCCESS),
+                Some(Next::Idle) => was_reset = was_reset || reset(&dir, &mut watch)?,
+                Some(Next::Again(again)) => break *again,
+            }
         };
         let synced = recall(&dir).ok_or_else(|| HelperFailure::Dir {
             path: dir.clone(),
             problem: "no sync of this slot to sync again from".into(),
         })?;
-        let reply = sync_again(again, &dir, &synced, reset, input, &mut watch)?;
+        let reply = sync_again(again, &dir, &synced, was_reset, input, &mut watch)?;
         let stdout = std::io::stdout();
         let mut out = std::io::BufWriter::new(stdout.lock());
         wire::write_prepare_reply(&mut out, &reply).map_err(HelperFailure::Output)?;
         wire::write_watching(&mut out, watch.is_some()).map_err(HelperFailure::Output)?;
         out.flush().map_err(HelperFailure::Output)?;
     }
-}
-
-/// How long a kept helper waits after its read-back before it puts the slot back to its base
-/// ([`reset`]): the hub is publishing what it read, and needs the machine more.
-const IDLE_BEFORE_RESET: Duration = Duration::from_millis(250);
-
-/// Whether the hub has written to us within `wait`.
-fn input_within(input: &std::io::BufReader<std::fs::File>, wait: Duration) -> bool {
-    if !input.buffer().is_empty() {
-        return true;
-    }
-    let mut pfd = libc::pollfd {
-        fd: input.get_ref().as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ms = libc::c_int::try_from(wait.as_millis()).unwrap_or(libc::c_int::MAX);
-    // SAFETY: one pollfd on the stack. EINTR reads as "no input yet": the reset then runs,
-    // which is harmless.
-    unsafe { libc::poll(&mut pfd, 1, ms) > 0 }
 }
 
 /// Between runs, put the slot back to the base of its last sync, as a sync of that base by a
@@ -464,8 +450,9 @@ fn input_within(input: &std::io::BufReader<std::fs::File>, wait: Duration) -> bo
 /// directories the reset left. Whether the slot was reset (false: there was no record of a
 /// sync to reset to).
 ///
-/// No agent of this slot runs between its read-back and its next sync (its whole PID
-/// namespace is gone), so the next sync may then trust the watch ([`sync_again`]).
+/// Only once the hub says the slot's run is over: no agent of this slot runs from then to its
+/// next sync (its whole PID namespace is gone), so the next sync may trust the watch
+/// ([`sync_again`]).
 fn reset(dir: &Path, watch: &mut Option<Watch>) -> Result<bool, HelperFailure> {
     let Some(synced) = recall(dir) else {
         return Ok(false);

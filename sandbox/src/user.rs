@@ -859,8 +859,10 @@ pub struct UserSandbox {
 /// After its read-back it is kept for the slot ([`keep`]), watching on: the slot's next sync
 /// is asked of it ([`Standby::again`]) with only the base's changes — no helper started for
 /// the sync nor for the next read-back, no 10,000-path base and record sent and parsed twice
-/// — and it is that run's standby, its watch already on. Its answer is checked like any
-/// helper's; if anything goes wrong with it (killed, stuck, a malformed or refused answer) it
+/// — and it is that run's standby, its watch already on. Told that the slot's run is over
+/// ([`Sandbox::run_over`], [`wire::write_idle`]), it puts the slot back to its base off the
+/// next run's start (never sooner: a read-back may answer a publish the agent makes while it
+/// works). Its answer is checked like any helper's; if anything goes wrong with it (killed, stuck, a malformed or refused answer) it
 /// is dismissed and the sync is made by a new helper as if none had been kept.
 struct Standby {
     /// The sync whose base and record it was sent ([`Standby::sync_done`]).
@@ -1273,6 +1275,54 @@ fn take_kept(dir: &Path, synced: Option<&Arc<Synced>>) -> Option<Standby> {
     synced
         .is_some_and(|s| Arc::ptr_eq(s, holds))
         .then_some(helper)
+}
+
+/// Tell the slot's kept helper, if there is one, that the slot's run is over
+/// ([`wire::write_idle`]); one that cannot be told is dismissed.
+fn tell_kept_idle(dir: &Path) {
+    let Ok(mut kept) = kept_helpers().lock() else {
+        return;
+    };
+    let Some(mut helper) = kept.remove(dir) else {
+        return;
+    };
+    let Some(StandbyParts {
+        feed,
+        mut child,
+        stdout,
+        stderr,
+    }) = helper.parts.take()
+    else {
+        return;
+    };
+    // One byte into a pipe that holds nothing else: it does not block.
+    let told = feed.stdin().and_then(|mut stdin| {
+        wire::write_idle(&mut stdin)
+            .map(|()| stdin)
+            .map_err(|e| HelperError::Stream {
+                op: "snapshot",
+                source: WireError::Io(e),
+                stderr: String::new(),
+            })
+    });
+    match told {
+        Ok(stdin) => {
+            helper.parts = Some(StandbyParts {
+                feed: Feed::ready(stdin),
+                child,
+                stdout,
+                stderr,
+            });
+            kept.insert(dir.to_path_buf(), helper);
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "the kept helper could not be told its run is over");
+            std::thread::spawn(move || {
+                let _ = child.kill();
+                let _ = child.wait();
+            });
+        }
+    }
 }
 
 /// Whether `fd` becomes readable (or hangs up) within `wait`.
@@ -1813,6 +1863,10 @@ impl Sandbox for UserSandbox {
                 request: self.exec_request(argv, env, timeout, true),
             },
         }
+    }
+
+    fn run_over(&self) {
+        tell_kept_idle(&self.workdir);
     }
 
     fn isolation(&self) -> String {

@@ -26,10 +26,12 @@
 //! waits for the go signal (`G` and the file cap as a `u64`) before it looks at the sandbox.
 //! So a read-back at the run's end starts with its request already read and, while
 //! watching, looks only where something happened since the sync (see [`crate::watch`]).
-//! After its snapshot's end frame the standby stays, watching on, and waits for the slot's
-//! next sync: `A` (again, [`write_again`]) with only the base's changes since the last sync
-//! and their blobs, answered like a `prepare` and then with `W`/`N`; from there it is the next
-//! run's standby (go, snapshot, again, …). End of input dismisses it at any point.
+//! After its snapshot's end frame the standby stays, watching on, and waits for the hub's
+//! next word: `I` (idle, [`write_idle`]) once the slot's run is over, which lets it put the
+//! slot back to its base, and then or at once `A` (again, [`write_again`]), the slot's next
+//! sync, with only the base's changes since the last sync and their blobs, answered like a
+//! `prepare` and then with `W`/`N`; from there it is the next run's standby (go, snapshot,
+//! idle, again, …). End of input dismisses it at any point.
 //!
 //! The hub reads what the helper writes as hostile data: the helper runs as the sandbox user,
 //! which the agent controls. Every length is checked against a limit before anything is
@@ -250,6 +252,7 @@ const TAG_WATCHING: u8 = b'W';
 const TAG_SYNCED: u8 = b'S';
 const TAG_NOT_WATCHING: u8 = b'N';
 const TAG_AGAIN: u8 = b'A';
+const TAG_IDLE: u8 = b'I';
 
 pub fn write_header<T: serde::Serialize>(w: &mut impl Write, header: &T) -> std::io::Result<()> {
     let json = serde_json::to_vec(header).map_err(std::io::Error::other)?;
@@ -383,16 +386,35 @@ pub fn write_again<'a>(
     write_request_with(w, req, changed, None)
 }
 
-/// After a read-back, wait for [`write_again`]'s word: its request, or None when the input
-/// ended first (the hub is done with this helper).
-pub fn read_again(r: &mut impl Read) -> Result<Option<Request>, WireError> {
+/// The hub's word to a standby helper that has answered its read-back that the slot's run is
+/// over: `I`. Nothing runs in the slot until its next sync, and the helper may put it back to
+/// its base meanwhile. (Until then the agent may still be at work: a read-back also answers a
+/// publish made while the agent runs.)
+pub fn write_idle(w: &mut impl Write) -> std::io::Result<()> {
+    w.write_all(&[TAG_IDLE])?;
+    w.flush()
+}
+
+/// What a standby helper that has answered its read-back hears next.
+#[derive(Debug)]
+pub enum Next {
+    /// [`write_idle`]: the slot's run is over.
+    Idle,
+    /// [`write_again`]: sync the slot for the next run.
+    Again(Box<Request>),
+}
+
+/// After a read-back, wait for the hub's next word ([`write_idle`] or [`write_again`]): None
+/// when the input ended first (the hub is done with this helper).
+pub fn read_next(r: &mut impl Read) -> Result<Option<Next>, WireError> {
     let mut tag = [0u8; 1];
     if r.read(&mut tag)? == 0 {
         return Ok(None);
     }
     match tag[0] {
-        TAG_AGAIN => Ok(Some(read_request(r)?)),
-        other => Err(WireError::Malformed(format!("again signal {other}"))),
+        TAG_IDLE => Ok(Some(Next::Idle)),
+        TAG_AGAIN => Ok(Some(Next::Again(Box::new(read_request(r)?)))),
+        other => Err(WireError::Malformed(format!("after a read-back: {other}"))),
     }
 }
 
@@ -950,8 +972,9 @@ mod tests {
         ));
     }
 
-    /// A kept standby is asked for the next sync with only the base's changes, the blobs after
-    /// them; the end of the hub's input dismisses it; anything else is refused.
+    /// A kept standby is told its slot's run is over, and asked for the next sync with only the
+    /// base's changes, the blobs after them; the end of the hub's input dismisses it; anything
+    /// else is refused.
     #[test]
     fn a_kept_standby_hears_the_next_sync_with_only_the_changes() {
         let mut req = sample_request();
@@ -964,8 +987,11 @@ mod tests {
         let mut buf = Vec::new();
         write_again(&mut buf, &req, changed.iter().copied()).unwrap();
         write_frame(&mut buf, &Frame::End).unwrap();
+        write_idle(&mut buf).unwrap();
         let mut r = &buf[..];
-        let back = read_again(&mut r).unwrap().unwrap();
+        let Some(Next::Again(back)) = read_next(&mut r).unwrap() else {
+            panic!("not an again")
+        };
         assert_eq!(back.removed, req.removed);
         assert_eq!(
             back.base,
@@ -977,17 +1003,14 @@ mod tests {
         );
         assert_eq!(back.record, None);
         assert!(matches!(read_frame(&mut r, 0).unwrap(), Frame::End));
-        assert_eq!(
-            read_again(&mut r).unwrap().map(|r| r.key),
-            None,
-            "dismissed"
-        );
+        assert!(matches!(read_next(&mut r).unwrap(), Some(Next::Idle)));
+        assert!(read_next(&mut r).unwrap().is_none(), "dismissed");
         assert!(matches!(
-            read_again(&mut &buf[..buf.len() / 2]),
+            read_next(&mut &buf[..buf.len() / 2]),
             Err(WireError::Truncated | WireError::Io(_))
         ));
         assert!(matches!(
-            read_again(&mut &b"G"[..]),
+            read_next(&mut &b"G"[..]),
             Err(WireError::Malformed(_))
         ));
     }

@@ -88,6 +88,10 @@ pub trait Sandbox: Send + Sync + std::fmt::Debug {
     fn tool(&self, request: &ToolRequest) -> Result<ToolReply, SandboxError>;
     /// A short description for logs and status lines.
     fn isolation(&self) -> String;
+    /// The run in this slot is over, its last read-back made: nothing runs in the slot until
+    /// its next [`Sandbox::prepare`]. (Under user isolation the slot's kept helper then puts it
+    /// back to its base, off the next run's start.)
+    fn run_over(&self) {}
 }
 
 /// Isolation `none`: the agent runs as the hub's own user in a separate directory. Good for

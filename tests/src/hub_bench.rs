@@ -633,8 +633,8 @@ fn sh_template(script: &str) -> String {
 /// — the hub's or git's — does not pay for the write-back of the step before it. A user's
 /// steps are seconds to minutes apart; the benchmark's follow each other at once. First a
 /// pause of [`BETWEEN_STEPS`], so that what the hub does between runs — a kept sandbox
-/// helper puts its slot back to the base 250 ms after a read-back, under `--isolation user`
-/// — is done, and neither the hub's next step nor git's is timed beside it.
+/// helper puts its slot back to the base once a run is over, under `--isolation user` — is
+/// done, and neither the hub's next step nor git's is timed beside it.
 fn settle() -> Result<()> {
     std::thread::sleep(BETWEEN_STEPS);
     let synced = Command::new("sync").status()?;

@@ -571,9 +571,9 @@ fn no_sandbox_process_survives_cancel_timeout_or_hub_kill9() {
 
 /// The agent configures its clone's git to run a marker command on every occasion git offers;
 /// a whole review (run, publish, accept, finalize) must run none of it. The control runs git in
-/// the clone afterwards and sees the markers fire.
+/// a copy the agent made of its clone as it left it (the slot itself is put back to its base
+/// once the run is over) and sees the markers fire.
 fn git_config_never_runs(
-    s_sandbox_dir: impl Fn() -> Result<PathBuf>,
     hub: &Hub,
     shared: &Path,
     run_git_as: impl Fn(&str) -> Result<std::process::Output>,
@@ -581,6 +581,10 @@ fn git_config_never_runs(
     let marks = shared.join("marks");
     std::fs::create_dir_all(&marks)?;
     std::fs::set_permissions(&marks, std::fs::Permissions::from_mode(0o777))?;
+    let copies = shared.join("copies");
+    std::fs::create_dir_all(&copies)?;
+    std::fs::set_permissions(&copies, std::fs::Permissions::from_mode(0o777))?;
+    let copy = copies.join("clone");
     let marker = shared.join("mark.sh");
     std::fs::write(
         &marker,
@@ -617,7 +621,9 @@ for h in pre-commit post-commit post-checkout post-index-change reference-transa
 done
 printf '* filter=evil diff=evil\n' > .gitattributes
 echo "changed by the agent" >> hello.txt
-"#
+cp -a . {copy}
+"#,
+            copy = copy.display()
         ),
     )?;
     std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755))?;
@@ -648,10 +654,9 @@ echo "changed by the agent" >> hello.txt
     );
 
     // Control: the same configuration does fire when git itself runs in the clone.
-    let dir = s_sandbox_dir()?;
     let out = run_git_as(&format!(
         "cd {} && git status >/dev/null 2>&1; git diff HEAD >/dev/null 2>&1; git -c core.pager=cat log -1 >/dev/null 2>&1; true",
-        dir.display()
+        copy.display()
     ))?;
     let fired = std::fs::read_dir(&marks)?.flatten().count();
     assert!(
@@ -669,13 +674,7 @@ fn sandbox_git_config_never_runs_under_user_isolation() {
     }
     let s = Setup::new(false).unwrap();
     let hub = s.hub(false, &[]).unwrap();
-    git_config_never_runs(
-        || s.sandbox_dir(),
-        &hub,
-        s.shared.path(),
-        |cmd| s.agent.sh(cmd),
-    )
-    .unwrap();
+    git_config_never_runs(&hub, s.shared.path(), |cmd| s.agent.sh(cmd)).unwrap();
     // The accepted hunks did land, so the review really happened.
     assert!(s
         .ws
@@ -690,17 +689,11 @@ fn sandbox_git_config_never_runs_without_isolation() {
     let ws = Workspace::new(&[("hello.txt", b"hello\n")]).unwrap();
     let shared = tempfile::tempdir().unwrap();
     let hub = ws.serve(&["--isolation", "none"]).unwrap();
-    let state = ws.state();
-    git_config_never_runs(
-        || Ok(state.join("sandboxes/0")),
-        &hub,
-        shared.path(),
-        |cmd| {
-            let mut c = Command::new("sh");
-            hunkgate_tests::hermetic_env(&mut c, &ws.home());
-            Ok(c.args(["-c", cmd]).output()?)
-        },
-    )
+    git_config_never_runs(&hub, shared.path(), |cmd| {
+        let mut c = Command::new("sh");
+        hunkgate_tests::hermetic_env(&mut c, &ws.home());
+        Ok(c.args(["-c", cmd]).output()?)
+    })
     .unwrap();
     assert!(ws
         .read_string("hello.txt")
@@ -850,9 +843,22 @@ async fn builtin_agent_tools_run_as_the_sandbox_user_and_never_see_the_key() {
     let cell = hub_pid_cell.clone();
     let key_path = key_file.display().to_string();
     let probe_key = key_path.clone();
+    // Who owns the file the model's `write_file` made, looked at while the run still goes on
+    // (once it is over, the slot is put back to its base).
+    let made_by = std::sync::Arc::new(std::sync::Mutex::new(None::<u32>));
+    let (made_seen, sandboxes) = (made_by.clone(), s.agent.home().join("sandboxes"));
     let fake = FakeLlm::with(move |req: &Recorded| {
         let pid = *cell.lock().unwrap();
         let key_path = &probe_key;
+        if req.tool_results().len() == 2 {
+            let owner = std::fs::read_dir(&sandboxes)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .find_map(|e| std::fs::metadata(e.path().join("0/made.txt")).ok())
+                .map(|m| m.uid());
+            *made_seen.lock().unwrap() = owner;
+        }
         match req.tool_results().len() {
             0 => Reply::tool(
                 "run_command",
@@ -911,10 +917,9 @@ async fn builtin_agent_tools_run_as_the_sandbox_user_and_never_see_the_key() {
         reqs[0].authorization().as_deref(),
         Some(&*format!("Bearer {KEY}"))
     );
-    let made = s.sandbox_dir().unwrap().join("made.txt");
     assert_eq!(
-        std::fs::metadata(&made).unwrap().uid(),
-        s.agent.uid,
+        *made_by.lock().unwrap(),
+        Some(s.agent.uid),
         "written by the sandbox user"
     );
     assert!(!hub.log_text().contains(KEY));
@@ -1014,8 +1019,8 @@ fn sandbox_sync_sees_every_change_under_user_isolation() {
     assert_eq!(kept_syncs(), 2, "{}", hub.log_text());
     assert_eq!(kept(), helper, "the same helper, kept from run to run");
 
-    // Left idle, the kept helper puts the slot back to its base (a fresh .git shows it), and
-    // the next sync looks only where its watch saw something since — as exact.
+    // Once a run is over the kept helper puts the slot back to its base (a fresh .git shows
+    // it), and the next sync looks only where its watch saw something since — as exact.
     wait_for_reset(&s, &out.join("git"));
     let resets = || hub.log_text().matches("after_reset=true").count();
     let before = resets();
@@ -1042,6 +1047,80 @@ fn sandbox_sync_sees_every_change_under_user_isolation() {
         replaced.len() == 1 && replaced != helper,
         "a new helper kept: {replaced:?}"
     );
+}
+
+/// An agent that publishes while it works (its own `POST /agent/publish`) has its sandbox read
+/// back then by the helper that stood by, which is kept for the slot; but the slot is put back
+/// to its base only once the run is over, never under the agent: its work after the publish
+/// carries on from where it was, and its second publish (read back by a new helper) has it.
+/// Control: once the run
+/// is over the kept helper does reset the slot (its `.git` is new), and the next run's sync
+/// says so.
+#[test]
+fn a_publish_while_the_agent_works_leaves_its_sandbox_alone() {
+    if !require_root("a_publish_while_the_agent_works_leaves_its_sandbox_alone") {
+        return;
+    }
+    let s = Setup::new(false).unwrap();
+    let out = s.shared.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let agent = s
+        .script(
+            "midway.sh",
+            &format!(
+                r#"
+echo "$HUNKGATE_PROMPT first" >> hello.txt
+curl -sS -f -o /dev/null -H "Authorization: Bearer $HUNKGATE_AGENT_TOKEN" -H 'Content-Type: application/json' -d '{{"description":"halfway"}}' "$HUNKGATE_URL/agent/publish" && echo yes > {out}/published
+stat -c %i .git > {out}/git
+sleep 1.5
+cat hello.txt > {out}/after
+echo "$HUNKGATE_PROMPT second" >> hello.txt
+curl -sS -f -o /dev/null -H "Authorization: Bearer $HUNKGATE_AGENT_TOKEN" -H 'Content-Type: application/json' -d '{{"description":"done"}}' "$HUNKGATE_URL/agent/publish"
+"#,
+                out = out.display()
+            ),
+        )
+        .unwrap();
+    let hub = s
+        .hub_env(
+            false,
+            &["--max-runs", "1"],
+            &[("HUNKGATE_LOG", "warn,hunkgate_sandbox::user=debug")],
+        )
+        .unwrap();
+    let read = |f: &str| std::fs::read_to_string(out.join(f)).unwrap_or_default();
+    for (round, prompt) in ["one", "two"].into_iter().enumerate() {
+        let r = crate::runs::start_and_wait(&hub, prompt, &agent);
+        assert_eq!(r["status"], "ready", "{r}\n{}", hub.log_text());
+        assert_eq!(read("published"), "yes\n", "{}", hub.log_text());
+        assert!(
+            read("after").ends_with(&format!("{prompt} first\n")),
+            "{prompt}: the sandbox was changed under the agent: {:?}\n{}",
+            read("after"),
+            hub.log_text()
+        );
+        let ids = r["suggestion_ids"].as_array().unwrap();
+        assert_eq!(ids.len(), 2, "{r}");
+        let last = hub
+            .curl()
+            .get(&format!("/suggestions/{}", ids[1].as_str().unwrap()))
+            .unwrap()
+            .body;
+        assert!(
+            last["hunks"]
+                .to_string()
+                .contains(&format!("+{prompt} second")),
+            "{last}"
+        );
+        if round == 0 {
+            // The run is over: the kept helper puts the slot back to its base now.
+            wait_for_reset(&s, &out.join("git"));
+        }
+    }
+    let log = hub.log_text();
+    assert!(log.contains("synced by the kept helper"), "{log}");
+    assert_eq!(log.matches("after_reset=true").count(), 1, "{log}");
 }
 
 /// Wait until the slot's kept helper has put it back to its base between runs: its `.git` is
@@ -1463,13 +1542,18 @@ esac"#,
         ctx()
     );
     // What the watch missed is in no suggestion, and the next run starts from the base: the
-    // kept helper, left idle, put the file back (every file `lstat`ed) before that run's sync,
-    // which then looked only where its watch saw something.
+    // kept helper, told the run was over, put the file back (every file `lstat`ed) before that
+    // run's sync, which then looked only where its watch saw something.
     wait_for_reset(&s, &out.join("git"));
     run("third", "no_changes")?;
+    let kept_syncs: Vec<bool> = ctx()
+        .lines()
+        .filter(|l| l.contains("synced by the kept helper"))
+        .map(|l| l.contains("after_reset=true"))
+        .collect();
     anyhow::ensure!(
-        ctx().matches("after_reset=true").count() == 1,
-        "the third run's sync did not follow a reset: {}",
+        kept_syncs == [true, true],
+        "the second and third runs' syncs did not follow a reset: {}",
         ctx()
     );
     anyhow::ensure!(

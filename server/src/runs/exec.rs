@@ -41,7 +41,8 @@ impl Hub {
         let local = matches!(self.cfg().isolation, crate::isolation::Isolation::None);
         let slot = self.runs().acquire_slot(local)?;
         let sandbox = self.sandbox_for_slot(slot);
-        let result = self.run_in_sandbox(&job, base, sandbox).await;
+        let result = self.run_in_sandbox(&job, base, sandbox.clone()).await;
+        sandbox.run_over();
         self.runs().release_slot(slot);
         if let Ok(mut a) = self.runs().active.lock() {
             a.remove(run_id);
