@@ -126,6 +126,24 @@ impl Setup {
         self.hub_env(tty, extra, &[])
     }
 
+    /// A hub that runs one agent at a time (so every run reuses slot 0) and logs what its
+    /// sandbox helpers do.
+    fn one_slot_hub(&self) -> Result<Hub> {
+        self.hub_env(
+            false,
+            &["--max-runs", "1"],
+            &[("HUNKGATE_LOG", "warn,hunkgate_sandbox::user=debug")],
+        )
+    }
+
+    /// `<shared>/<name>`, a directory every user may write (agents leave their findings there).
+    fn open_dir(&self, name: &str) -> Result<PathBuf> {
+        let dir = self.shared.path().join(name);
+        std::fs::create_dir_all(&dir)?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))?;
+        Ok(dir)
+    }
+
     fn hub_env(&self, tty: bool, extra: &[&str], env: &[(&str, &str)]) -> Result<Hub> {
         let mut args = vec!["--isolation", "user", "--sandbox-user", &self.agent.name];
         args.extend_from_slice(extra);
@@ -934,19 +952,11 @@ fn sandbox_sync_sees_every_change_under_user_isolation() {
         return;
     }
     let s = Setup::new(false).unwrap();
-    let out = s.shared.path().join("out");
-    std::fs::create_dir_all(&out).unwrap();
-    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = s.open_dir("out").unwrap();
     let agent = s
         .script("sync.sh", &crate::runs::sync_agent_body(&out))
         .unwrap();
-    let hub = s
-        .hub_env(
-            false,
-            &["--max-runs", "1"],
-            &[("HUNKGATE_LOG", "warn,hunkgate_sandbox::user=debug")],
-        )
-        .unwrap();
+    let hub = s.one_slot_hub().unwrap();
     crate::runs::sandbox_sync_sees_every_change(
         &hub,
         &agent,
@@ -1053,18 +1063,15 @@ fn sandbox_sync_sees_every_change_under_user_isolation() {
 /// back then by the helper that stood by, which is kept for the slot; but the slot is put back
 /// to its base only once the run is over, never under the agent: its work after the publish
 /// carries on from where it was, and its second publish (read back by a new helper) has it.
-/// Control: once the run
-/// is over the kept helper does reset the slot (its `.git` is new), and the next run's sync
-/// says so.
+/// Control: once the run is over the kept helper does reset the slot (its `.git` is new), and
+/// the next run's sync says so.
 #[test]
 fn a_publish_while_the_agent_works_leaves_its_sandbox_alone() {
     if !require_root("a_publish_while_the_agent_works_leaves_its_sandbox_alone") {
         return;
     }
     let s = Setup::new(false).unwrap();
-    let out = s.shared.path().join("out");
-    std::fs::create_dir_all(&out).unwrap();
-    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = s.open_dir("out").unwrap();
     let agent = s
         .script(
             "midway.sh",
@@ -1082,13 +1089,7 @@ curl -sS -f -o /dev/null -H "Authorization: Bearer $HUNKGATE_AGENT_TOKEN" -H 'Co
             ),
         )
         .unwrap();
-    let hub = s
-        .hub_env(
-            false,
-            &["--max-runs", "1"],
-            &[("HUNKGATE_LOG", "warn,hunkgate_sandbox::user=debug")],
-        )
-        .unwrap();
+    let hub = s.one_slot_hub().unwrap();
     let read = |f: &str| std::fs::read_to_string(out.join(f)).unwrap_or_default();
     for (round, prompt) in ["one", "two"].into_iter().enumerate() {
         let r = crate::runs::start_and_wait(&hub, prompt, &agent);
@@ -1304,15 +1305,9 @@ fn a_read_back_helper_killed_while_waiting_is_replaced() {
 
 fn check_standby(kill_it: bool) -> Result<()> {
     let s = Setup::new(true)?;
-    let hub = s.hub_env(
-        false,
-        &["--max-runs", "1"],
-        &[("HUNKGATE_LOG", "warn,hunkgate_sandbox::user=debug")],
-    )?;
+    let hub = s.one_slot_hub()?;
     let pid_file = s.shared.path().join("standby-pid");
-    let marks = s.shared.path().join("marks");
-    std::fs::create_dir_all(&marks)?;
-    std::fs::set_permissions(&marks, std::fs::Permissions::from_mode(0o777))?;
+    let marks = s.open_dir("marks")?;
     let started = marks.join("started");
     let agent = s.script(
         "standby.sh",
@@ -1446,9 +1441,7 @@ fn watching_read_back() -> Result<()> {
     ] {
         s.ws.write(f, body.as_bytes())?;
     }
-    let out = s.shared.path().join("out");
-    std::fs::create_dir_all(&out)?;
-    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o777))?;
+    let out = s.open_dir("out")?;
     let agent = s.script(
         "watched.sh",
         &format!(
@@ -1474,11 +1467,7 @@ esac"#,
             out = out.display()
         ),
     )?;
-    let hub = s.hub_env(
-        false,
-        &["--max-runs", "1"],
-        &[("HUNKGATE_LOG", "warn,hunkgate_sandbox::user=debug")],
-    )?;
+    let hub = s.one_slot_hub()?;
     let run = |prompt: &str, status: &str| -> Result<Value> {
         let id = hub
             .curl()
