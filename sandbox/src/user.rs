@@ -878,6 +878,16 @@ struct StandbyParts {
     stderr: StderrTail,
 }
 
+/// A broken stream to or from a standby (or kept) helper; its stderr is logged when it is
+/// dismissed.
+fn standby_stream(source: WireError) -> HelperError {
+    HelperError::Stream {
+        op: "snapshot",
+        source,
+        stderr: String::new(),
+    }
+}
+
 /// A long-lived helper's stderr, read on a thread for as long as it lives (so it never blocks
 /// on a full pipe), its last 16 KiB kept to log if it has to be dismissed.
 struct StderrTail(Arc<Mutex<String>>);
@@ -920,9 +930,12 @@ impl StderrTail {
     }
 }
 
-/// The standby helper's stdin, held by the thread writing a request to it (which gives it
-/// back).
-struct Feed(std::thread::JoinHandle<std::io::Result<std::process::ChildStdin>>);
+/// The standby helper's stdin: held by the thread writing a request to it (which gives it
+/// back), or ready, nothing being written.
+enum Feed {
+    Writing(std::thread::JoinHandle<std::io::Result<std::process::ChildStdin>>),
+    Ready(std::process::ChildStdin),
+}
 
 impl Feed {
     /// Write `request` (with `synced`'s base and record, if any) from a thread of its own: a
@@ -932,7 +945,7 @@ impl Feed {
         request: Request,
         synced: Option<Arc<Synced>>,
     ) -> Feed {
-        Feed(std::thread::spawn(move || {
+        Feed::Writing(std::thread::spawn(move || {
             let mut stdin = stdin;
             let mut w = std::io::BufWriter::new(&mut stdin);
             match &synced {
@@ -947,20 +960,15 @@ impl Feed {
         }))
     }
 
-    /// A stdin with nothing being written to it.
-    fn ready(stdin: std::process::ChildStdin) -> Feed {
-        Feed(std::thread::spawn(move || Ok(stdin)))
-    }
-
     /// The stdin, once what was being written is written.
     fn stdin(self) -> Result<std::process::ChildStdin, HelperError> {
-        match self.0.join() {
+        let writer = match self {
+            Feed::Ready(stdin) => return Ok(stdin),
+            Feed::Writing(writer) => writer,
+        };
+        match writer.join() {
             Ok(Ok(stdin)) => Ok(stdin),
-            Ok(Err(e)) => Err(HelperError::Stream {
-                op: "snapshot",
-                source: WireError::Io(e),
-                stderr: String::new(),
-            }),
+            Ok(Err(e)) => Err(standby_stream(WireError::Io(e))),
             Err(_) => Err(HelperError::Protocol {
                 op: "snapshot",
                 message: "the writer thread panicked".into(),
@@ -1084,11 +1092,7 @@ impl Standby {
         let synced = self.synced.take();
         parts
             .converse(|stdin, stdout| {
-                wire::write_go(stdin, cap).map_err(|e| HelperError::Stream {
-                    op: "snapshot",
-                    source: WireError::Io(e),
-                    stderr: String::new(),
-                })?;
+                wire::write_go(stdin, cap).map_err(|e| standby_stream(WireError::Io(e)))?;
                 let snap = read_snapshot(&mut std::io::BufReader::new(stdout), store, base, cap)?;
                 Ok((snap, synced))
             })
@@ -1108,7 +1112,7 @@ impl Standby {
     /// it answers so (see [`wire::write_again`]).
     fn again(
         mut self,
-        request: Request,
+        mut request: Request,
         store: &Store,
         base: &Arc<FlatTree>,
         previous: &Synced,
@@ -1118,7 +1122,6 @@ impl Standby {
             message: "the kept helper was used already".into(),
         })?;
         let changed = changed_paths(&previous.base, base);
-        let mut request = request;
         request.removed = changed
             .iter()
             .filter(|p| !base.contains_key(**p))
@@ -1129,11 +1132,7 @@ impl Standby {
             .filter_map(|p| base.get_key_value(*p))
             .map(|(p, e)| (p.clone(), *e))
             .collect();
-        let stream = |e: std::io::Error| HelperError::Stream {
-            op: "snapshot",
-            source: WireError::Io(e),
-            stderr: String::new(),
-        };
+        let stream = |e: std::io::Error| standby_stream(WireError::Io(e));
         let ((reply, watching), parts) = parts.converse(|stdin, stdout| {
             let mut w = std::io::BufWriter::new(stdin);
             wire::write_again(&mut w, &request, base_refs(&delta)).map_err(stream)?;
@@ -1151,14 +1150,9 @@ impl Standby {
             wire::write_frame(&mut w, &Frame::End).map_err(stream)?;
             w.flush().map_err(stream)?;
             drop(w);
-            let from_helper = |source| HelperError::Stream {
-                op: "snapshot",
-                source,
-                stderr: String::new(),
-            };
             let mut r = std::io::BufReader::new(stdout);
-            let reply = wire::read_prepare_reply(&mut r).map_err(from_helper)?;
-            let watching = wire::read_watching(&mut r).map_err(from_helper)?;
+            let reply = wire::read_prepare_reply(&mut r).map_err(standby_stream)?;
+            let watching = wire::read_watching(&mut r).map_err(standby_stream)?;
             Ok((reply, watching))
         })?;
         let standby = Standby {
@@ -1215,7 +1209,7 @@ impl StandbyParts {
             Ok(answer) if !stuck => Ok((
                 answer,
                 StandbyParts {
-                    feed: Feed::ready(stdin),
+                    feed: Feed::Ready(stdin),
                     child,
                     stdout,
                     stderr,
@@ -1286,42 +1280,18 @@ fn tell_kept_idle(dir: &Path) {
     let Some(mut helper) = kept.remove(dir) else {
         return;
     };
-    let Some(StandbyParts {
-        feed,
-        mut child,
-        stdout,
-        stderr,
-    }) = helper.parts.take()
-    else {
+    let Some(parts) = helper.parts.take() else {
         return;
     };
     // One byte into a pipe that holds nothing else: it does not block.
-    let told = feed.stdin().and_then(|mut stdin| {
-        wire::write_idle(&mut stdin)
-            .map(|()| stdin)
-            .map_err(|e| HelperError::Stream {
-                op: "snapshot",
-                source: WireError::Io(e),
-                stderr: String::new(),
-            })
-    });
+    let told = parts
+        .converse(|stdin, _| wire::write_idle(stdin).map_err(|e| standby_stream(WireError::Io(e))));
     match told {
-        Ok(stdin) => {
-            helper.parts = Some(StandbyParts {
-                feed: Feed::ready(stdin),
-                child,
-                stdout,
-                stderr,
-            });
+        Ok(((), parts)) => {
+            helper.parts = Some(parts);
             kept.insert(dir.to_path_buf(), helper);
         }
-        Err(e) => {
-            tracing::debug!(error = %e, "the kept helper could not be told its run is over");
-            std::thread::spawn(move || {
-                let _ = child.kill();
-                let _ = child.wait();
-            });
-        }
+        Err(e) => tracing::debug!(error = %e, "the kept helper could not be told its run is over"),
     }
 }
 
@@ -1429,6 +1399,17 @@ impl UserSandbox {
             after_reset = reply.after_reset,
             "sandbox synced by the kept helper"
         );
+        // The read-back must know the sync by address: the one remembered now.
+        standby.synced = self.remember_sync(base, record);
+        if let Ok(mut slot) = self.standby.lock() {
+            *slot = Some(standby);
+        }
+        Ok(())
+    }
+
+    /// Remember the slot's sync of `base`, which left `record` (checked), and return it as
+    /// remembered (a read-back knows its sync by address).
+    fn remember_sync(&self, base: &Arc<FlatTree>, record: SyncRecord) -> Option<Arc<Synced>> {
         remember(
             &self.workdir,
             Some(Synced {
@@ -1437,12 +1418,7 @@ impl UserSandbox {
                 tree: None,
             }),
         );
-        // The read-back must know the sync by address: the one remembered now.
-        standby.synced = recall(&self.workdir);
-        if let Ok(mut slot) = self.standby.lock() {
-            *slot = Some(standby);
-        }
-        Ok(())
+        recall(&self.workdir)
     }
 
     /// Start the run's read-back helper ([`Standby`]) as a prepare begins. Any standby left
@@ -1765,15 +1741,8 @@ impl Sandbox for UserSandbox {
             written = reply.written,
             "sandbox synced by the helper"
         );
-        remember(
-            &self.workdir,
-            Some(Synced {
-                base: base.clone(),
-                record,
-                tree: None,
-            }),
-        );
-        if let Some((standby, synced)) = standby.zip(recall(&self.workdir)) {
+        let synced = self.remember_sync(base, record);
+        if let Some((standby, synced)) = standby.zip(synced) {
             self.keep_standby(standby, synced);
         }
         Ok(())
