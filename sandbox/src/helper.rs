@@ -682,7 +682,7 @@ fn snapshot<W: Write>(
     let (split, found);
     let (candidates, skipped, looked): (Vec<&str>, _, _) = match (dirty, record) {
         (Some(dirty), Some(record)) => {
-            split = split_by_dirty(&dir, base, record, dirty);
+            split = split_by_dirty(&dir, &root, base, record, dirty);
             let candidates = split.candidates.iter().map(String::as_str).collect();
             (candidates, &split.skipped, Some(&split.looked))
         }

@@ -863,7 +863,7 @@ pub fn snapshot_sandbox(
     let mut got = Snapshot::default();
     let (candidates, unnamed, looked) = match (record, dirty) {
         (Some(record), Some(dirty)) => {
-            let split = split_by_dirty(dir, base, record, dirty);
+            let split = split_by_dirty(dir, &root, base, record, dirty);
             (split.candidates, split.skipped, Some(split.looked))
         }
         _ => {
@@ -911,20 +911,48 @@ pub struct DirtySplit {
     pub looked: SyncRecord,
 }
 
-/// Pick out the paths of the sandbox `dir` that may differ from what the sync of `record`
-/// (for `base`) left — per `dirty`, what change notification saw since; every other base path
-/// is as that sync left it. The covered base paths are found by range scans of `base`, not by
-/// asking of every path.
+/// Pick out the paths of the sandbox `dir` (opened as `root`) that may differ from what the
+/// sync of `record` (for `base`) left — per `dirty`, what change notification saw since; every
+/// other base path is as that sync left it. The covered base paths are found by range scans of
+/// `base`, not by asking of every path.
+///
+/// Directories are walked only where something new may be: the dirty trees, and the parents
+/// of named paths outside the base that are there now (a new file is a candidate only if the
+/// walk, with the ignore rules, finds it). A named base path is a candidate as it is, and a
+/// named new path that is gone again (an editor's temporary file, renamed over the file it
+/// wrote) needs no walk: so the usual agent edit reads no directory at all.
 ///
 /// `record` must be the record of a sync for exactly `base` (see [`crate::sync::record_for`]),
 /// which names only base paths, each once (the hub checks a helper's record for that).
 pub fn split_by_dirty(
     dir: &Path,
+    root: &Beneath,
     base: &FlatTree,
     record: &SyncRecord,
     dirty: &Dirty,
 ) -> DirtySplit {
-    let walked = walk(dir, false, Some(dirty.within()));
+    let new_paths: Vec<&str> = dirty
+        .paths
+        .iter()
+        .map(String::as_str)
+        .filter(|p| !base.contains_key(*p))
+        .collect();
+    let there = root.lstat_many(&new_paths);
+    let to_walk = Dirty {
+        paths: new_paths
+            .iter()
+            .zip(there)
+            // An error (other than nothing there) walks, as if something were there.
+            .filter(|(_, st)| !matches!(st, Ok(None)))
+            .map(|(p, _)| p.to_string())
+            .collect(),
+        trees: dirty.trees.clone(),
+    };
+    let walked = if to_walk.is_empty() {
+        Walked::default()
+    } else {
+        walk(dir, false, Some(to_walk.within()))
+    };
     let mut candidates: BTreeSet<String> = dirty
         .covered_keys(base)
         .into_iter()
@@ -936,11 +964,18 @@ pub fn split_by_dirty(
             .into_iter()
             .filter(|p| !base.contains_key(p) || dirty.covers(p)),
     );
-    let looked = record
-        .files
+    // The record is in base order: each candidate's stat is found by a binary search, not by
+    // a pass over the whole record. (A candidate not found — a record out of order — has no
+    // recorded stat, and is read and compared whole: slower, never wrong.)
+    let looked = candidates
         .iter()
-        .filter(|(p, _)| candidates.contains(p))
-        .cloned()
+        .filter_map(|c| {
+            record
+                .files
+                .binary_search_by(|(p, _)| p.as_str().cmp(c))
+                .ok()
+                .map(|i| record.files[i].clone())
+        })
         .collect();
     // A sync records each base path at most once: fewer than the base means some are
     // missing, and those are looked at too.
@@ -1094,6 +1129,98 @@ mod tests {
             .cloned()
             .collect();
         assert_eq!(part.files, d03);
+    }
+
+    /// The split of a watched read-back walks a directory only where a new file may be: a
+    /// named temporary file that is gone again (an editor's, renamed over the file it wrote)
+    /// reads no directory; one that is there has its directory walked. What the walk reports
+    /// (a name hunkgate cannot carry) shows whether it ran. A record out of base order finds no
+    /// stat by its binary search, and the change is read and found all the same.
+    #[test]
+    fn a_dirty_split_walks_only_where_a_new_file_is() {
+        use std::os::unix::ffi::OsStringExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("sb");
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let mut base = FlatTree::new();
+        for d in ["a", "b"] {
+            std::fs::create_dir_all(dir.join(d)).unwrap();
+            let path = format!("{d}/x.txt");
+            std::fs::write(dir.join(&path), "base\n").unwrap();
+            let oid = store.write_blob(b"base\n").unwrap();
+            base.insert(
+                path,
+                Entry {
+                    mode: Mode::File,
+                    oid,
+                },
+            );
+            let odd =
+                std::ffi::OsString::from_vec(format!("{d}/bad-").bytes().chain([0xff]).collect());
+            std::fs::write(dir.join(odd), "x").unwrap();
+        }
+        let stat_of = |p: &str| file_stat(&nix::sys::stat::lstat(&dir.join(p)).unwrap());
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap();
+        let record = SyncRecord {
+            stamp_s: now.as_secs() as i64 + 5,
+            stamp_ns: 0,
+            files: base.keys().map(|p| (p.clone(), stat_of(p))).collect(),
+            dirs: Vec::new(),
+        };
+        let root = Beneath::open(&dir).unwrap();
+        let dirty_of = |paths: &[&str]| Dirty {
+            paths: paths.iter().map(|p| p.to_string()).collect(),
+            ..Default::default()
+        };
+
+        // The agent's edit of a/x.txt through a temporary file that is gone.
+        std::fs::write(dir.join("a/x.txt"), "edited\n").unwrap();
+        let dirty = dirty_of(&["a/x.txt", "a/.tmp-edit"]);
+        let split = split_by_dirty(&dir, &root, &base, &record, &dirty);
+        assert_eq!(split.candidates, BTreeSet::from(["a/x.txt".to_string()]));
+        assert!(
+            split.skipped.is_empty(),
+            "a was walked: {:?}",
+            split.skipped
+        );
+        assert_eq!(
+            split.looked.files,
+            vec![("a/x.txt".to_string(), stat_of_was(&record, "a/x.txt"))]
+        );
+
+        // Positive control: a new file that is there has its directory walked (and found).
+        std::fs::write(dir.join("b/new.txt"), "new\n").unwrap();
+        let dirty = dirty_of(&["a/x.txt", "a/.tmp-edit", "b/new.txt"]);
+        let split = split_by_dirty(&dir, &root, &base, &record, &dirty);
+        assert_eq!(
+            split.candidates,
+            BTreeSet::from(["a/x.txt".to_string(), "b/new.txt".to_string()])
+        );
+        let skipped: Vec<&str> = split.skipped.iter().map(|s| s.path.as_str()).collect();
+        assert_eq!(skipped, ["b/bad-\\xff"]);
+
+        // The whole read-back, with the record in order and out of it.
+        let mut reversed = record.clone();
+        reversed.files.reverse();
+        for record in [&record, &reversed] {
+            let back = snapshot_sandbox(
+                &dir,
+                &base,
+                &store,
+                DEFAULT_FILE_CAP,
+                Some(record),
+                Some(&dirty),
+            )
+            .unwrap();
+            let changed: Vec<&str> = back.changes.keys().map(String::as_str).collect();
+            assert_eq!(changed, ["a/x.txt", "b/new.txt"]);
+        }
+    }
+
+    fn stat_of_was(record: &SyncRecord, path: &str) -> FileStat {
+        record.files.iter().find(|(p, _)| p == path).unwrap().1
     }
 
     #[test]

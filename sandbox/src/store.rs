@@ -105,6 +105,20 @@ pub struct Store {
 }
 
 const IDENTITY_NAME: &str = "hunkgate";
+
+/// Make the 256 directories loose objects go into (`objects/00` … `objects/ff`) where they
+/// are missing. Git makes each when its first object comes; a hub's store gets a few new
+/// loose objects per publish and decision, and a new directory made on that path costs more
+/// than the object itself (an inode and a directory block, journaled).
+fn make_fanout_dirs(objects: &Path) -> std::io::Result<()> {
+    for i in 0..=255u8 {
+        match std::fs::create_dir(objects.join(format!("{i:02x}"))) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+            _ => {}
+        }
+    }
+    Ok(())
+}
 const IDENTITY_EMAIL: &str = "hunkgate@localhost";
 
 impl Store {
@@ -121,6 +135,7 @@ impl Store {
             gix::init_bare(path).map_err(|e| err(&e))?;
             gix::open_opts(path, isolated_open_options()).map_err(|e| err(&e))?
         };
+        make_fanout_dirs(&path.join("objects")).map_err(|e| err(&e))?;
         Ok(Self {
             repo: repo.into_sync(),
             path: path.to_path_buf(),
@@ -468,14 +483,36 @@ impl Store {
     /// Point `name` (a full ref name such as `refs/hunkgate/runs/<id>/base`) at `oid`, so the
     /// object stays reachable and `git log` in the store shows it.
     pub fn set_ref(&self, name: &str, oid: ObjectId) -> Result<(), StoreError> {
-        let repo = self.local();
-        repo.reference(
-            name,
-            oid,
-            gix::refs::transaction::PreviousValue::Any,
-            "hunkgate",
-        )
-        .map_err(|e| self.err(format!("{name}: {e}")))?;
+        self.set_refs(&[name], oid)
+    }
+
+    /// [`Store::set_ref`] of each of `names`, in one transaction: one look at `packed-refs`
+    /// and every lock taken before any ref is moved.
+    pub fn set_refs(&self, names: &[&str], oid: ObjectId) -> Result<(), StoreError> {
+        use gix::refs::transaction::{Change, LogChange, PreviousValue, RefEdit, RefLog};
+        let edits = names
+            .iter()
+            .map(|name| {
+                Ok(RefEdit {
+                    change: Change::Update {
+                        log: LogChange {
+                            mode: RefLog::AndReference,
+                            force_create_reflog: false,
+                            message: "hunkgate".into(),
+                        },
+                        expected: PreviousValue::Any,
+                        new: gix::refs::Target::Object(oid),
+                    },
+                    name: (*name)
+                        .try_into()
+                        .map_err(|e| self.err(format!("{name}: {e}")))?,
+                    deref: false,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        self.local()
+            .edit_references(edits)
+            .map_err(|e| self.err(format!("{}: {e}", names.join(", "))))?;
         Ok(())
     }
 
@@ -833,6 +870,35 @@ mod tests {
         drop(store);
         let store = Store::open_or_init(&tmp.path().join("store.git")).unwrap();
         assert!(store.has_object(commit));
+
+        // Two refs in one transaction, both seen by git; a bad name moves neither.
+        store
+            .set_refs(
+                &["refs/hunkgate/runs/x/head", "refs/hunkgate/s/y/run"],
+                commit,
+            )
+            .unwrap();
+        let shown = git(
+            store.path(),
+            &["for-each-ref", "--format=%(objectname) %(refname)"],
+        );
+        let c = commit.to_string();
+        assert_eq!(
+            shown,
+            format!("{c} refs/hunkgate/runs/x/base\n{c} refs/hunkgate/runs/x/head\n{c} refs/hunkgate/s/y/run\n")
+        );
+        assert!(store
+            .set_refs(&["refs/hunkgate/ok", "refs/hunkgate/bad..name"], commit)
+            .is_err());
+        assert!(!git(store.path(), &["for-each-ref"]).contains("refs/hunkgate/ok"));
+
+        // Every loose-object directory is there from the start, so writing an object never
+        // has to make one.
+        let fanout = std::fs::read_dir(store.path().join("objects"))
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name().len() == 2)
+            .count();
+        assert_eq!(fanout, 256);
     }
 
     /// Git's tree order puts `a/` after `a.c` and `a-b` but before `a0`; deep directories

@@ -455,7 +455,7 @@ pub fn sync_files(
     // A whole walk also lists the directories, for the record (None: no directory record).
     let (current, untouched, looked, walked_dirs) = match (record, dirty) {
         (Some(record), Some(dirty)) => {
-            let split = split_by_dirty(dir, base, record, dirty);
+            let split = split_by_dirty(dir, &root, base, record, dirty);
             let untouched: Vec<(String, FileStat)> = record
                 .files
                 .iter()
