@@ -285,22 +285,47 @@ impl Hub {
 
     /// Add a new suggestion (durably) and announce it.
     pub fn add_suggestion(&self, s: Suggestion) -> Result<SuggestionView, AppError> {
-        let view = self.record_suggestion(NewSuggestion::prepare(s)?)?;
+        let view = self.record_suggestion(NewSuggestion::prepare(s)?, None::<fn(&mut RunRec)>)?;
         self.emit_suggestion_ready(&view);
         Ok(view)
     }
 
     /// Journal the new suggestion and add it to the state, without saying so to clients yet
     /// (see [`Hub::emit_suggestion_ready`]): whatever else a client will read when it reacts
-    /// to `suggestion.ready` (its run, say) is recorded in between.
-    pub(crate) fn record_suggestion(&self, new: NewSuggestion) -> Result<SuggestionView, AppError> {
+    /// to `suggestion.ready` (its run, say) is recorded in between. `run_update`, if any, is
+    /// made to the suggestion's run in the same journal append — one write and one fsync for
+    /// both records, and neither is adopted if that append fails.
+    pub(crate) fn record_suggestion(
+        &self,
+        new: NewSuggestion,
+        run_update: Option<impl FnOnce(&mut RunRec)>,
+    ) -> Result<SuggestionView, AppError> {
         let NewSuggestion {
             suggestion: s,
-            line,
+            mut line,
             view,
         } = new;
         let mut st = self.lock()?;
+        let run = match (run_update, st.runs.get(&s.run_id)) {
+            (Some(update), Some(run)) => {
+                let mut run = run.clone();
+                update(&mut run);
+                let rec = Record::Run(Box::new(run));
+                line.extend(
+                    Journal::line_of(&rec)
+                        .map_err(|e| AppError::failed("encoding the run for the journal", e))?,
+                );
+                let Record::Run(run) = rec else {
+                    unreachable!("the record was made as a run just above")
+                };
+                Some(run)
+            }
+            _ => None,
+        };
         self.journal_append_line(&line)?;
+        if let Some(run) = run {
+            st.runs.insert(s.run_id.clone(), *run);
+        }
         st.order.push(s.id.clone());
         st.suggestions.insert(s.id.clone(), *s);
         Ok(view)

@@ -117,9 +117,32 @@ impl Hub {
         if back.changes.is_empty() {
             return Err(AppError::no_changes(no_changes_message(&skipped)));
         }
+        let base = &active.base_tree;
+        if !back
+            .changes
+            .iter()
+            .any(|(path, new)| only(path) && base.get(path) != new.as_ref())
+        {
+            return Err(AppError::no_changes(
+                "No changes match the given files".into(),
+            ));
+        }
         let sid = uuid::Uuid::new_v4().to_string();
-        let mut hunks = build_hunks(self.store(), &sid, &active.base_tree, &back.changes, &only)
-            .map_err(|e| publish_error(&e))?;
+        // The run commit (its trees, the commit, the refs: a few files made, each a wait on
+        // the filesystem rather than work) is written while the hunks are diffed, on another
+        // thread: neither needs the other, and both are done before the suggestion is
+        // journaled, so a journaled suggestion's run commit is always in the store.
+        let (hunks, commit) = std::thread::scope(|scope| {
+            let committing =
+                scope.spawn(|| self.commit_run_head(&rid, &sid, &desc, &active, &back.changes));
+            let hunks = build_hunks(self.store(), &sid, base, &back.changes, &only);
+            let commit = committing
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (hunks, commit)
+        });
+        let commit = commit?;
+        let mut hunks = hunks.map_err(|e| publish_error(&e))?;
         let unmatched = attach_notes(&mut hunks, capped_notes(&notes));
         cap_descriptions(&mut hunks);
         if !unmatched.is_empty() {
@@ -134,10 +157,8 @@ impl Hub {
             run = rid,
             ms = ms(started),
             hunks = hunks.len(),
-            "hunks built"
+            "hunks built and run commit written"
         );
-        let commit = self.commit_run_head(&rid, &sid, &desc, &active, &back.changes)?;
-        tracing::debug!(run = rid, ms = ms(started), "run commit written");
         NewSuggestion::prepare(Suggestion {
             id: sid,
             run_id: rid,
@@ -178,11 +199,13 @@ impl Hub {
             )
             .map_err(|e| publish_error(&e))?;
         self.store()
-            .set_ref(&format!("refs/hunkgate/runs/{rid}/head"), commit)
-            .and_then(|_| {
-                self.store()
-                    .set_ref(&format!("refs/hunkgate/suggestions/{sid}/run"), commit)
-            })
+            .set_refs(
+                &[
+                    &format!("refs/hunkgate/runs/{rid}/head"),
+                    &format!("refs/hunkgate/suggestions/{sid}/run"),
+                ],
+                commit,
+            )
             .map_err(|e| publish_error(&e))?;
         self.mirror_ref(&format!("refs/hunkgate/runs/{rid}/head"), commit);
         Ok(commit)
@@ -216,19 +239,21 @@ impl Hub {
         let files = suggestion.view().files.len();
         let hunks = suggestion.view().hunks.len();
         let started = std::time::Instant::now();
-        let view = self.record_suggestion(suggestion)?;
+        let agent_done = !self.is_agent_running(run_id);
+        let view = self.record_suggestion(
+            suggestion,
+            Some(|r: &mut RunRec| {
+                r.suggestion_ids.push(sid.clone());
+                if r.status == RunState::Working && agent_done {
+                    r.status = RunState::Ready;
+                }
+            }),
+        )?;
         tracing::debug!(
             run = run_id,
             ms = started.elapsed().as_millis() as u64,
-            "suggestion journaled"
+            "suggestion journaled with its run"
         );
-        let agent_done = !self.is_agent_running(run_id);
-        self.update_run(run_id, |r| {
-            r.suggestion_ids.push(sid.clone());
-            if r.status == RunState::Working && agent_done {
-                r.status = RunState::Ready;
-            }
-        })?;
         self.emit_suggestion_ready(&view);
         self.bus().emit(Event::Status {
             seq: 0,
