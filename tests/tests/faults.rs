@@ -280,6 +280,71 @@ async fn a_full_state_directory_never_leaves_a_torn_journal() {
     drop(disk);
 }
 
+/// A publish whose journal append fails on a full disk (after its run commit is written) is
+/// never announced: no suggestion, the run not `ready` and naming none — neither the
+/// suggestion nor its run's update is adopted, before or after a restart — and the journal
+/// stays whole. Positive control: the same agent with room on the disk publishes, and its
+/// suggestion and `ready` run are back after a restart.
+#[tokio::test]
+async fn a_suggestion_that_cannot_be_journaled_is_never_announced() {
+    if !require_root("a_suggestion_that_cannot_be_journaled_is_never_announced") {
+        return;
+    }
+    let ws = Workspace::new(&[("a.txt", numbered(40).as_bytes())]).unwrap();
+    let disk = Tmpfs::mount(&ws.state(), "32m");
+    let (mut hub, pauses) = ws.serve_pausable().unwrap();
+    let agent = ws
+        .agent_script("agent.sh", "sed -i 's/^line 3$/LINE 3/' a.txt")
+        .unwrap();
+    let template = format!("{} {{prompt}}", agent.display());
+    let mut c = hub.ws().await.unwrap();
+
+    // A long prompt makes the suggestion's record longer than a page: on a full disk its
+    // append fails, never fits by chance into the journal's last page.
+    let prompt = format!("edit {}", "x".repeat(9000));
+    let pause = Pause::arm(&pauses, "before-suggestion-journal");
+    let failed = c.start_run(&prompt, &template, None).await.unwrap();
+    pause.reached();
+    let filler = disk.fill();
+    pause.release();
+    let run = hunkgate_tests::wait_run_finished(&hub, &failed, SECS10)
+        .await
+        .unwrap();
+    assert_eq!(run["status"], "failed", "{run}");
+    assert_eq!(run["suggestion_ids"], json!([]), "{run}");
+    let listed = hub.curl().get("/suggestions").unwrap();
+    assert_eq!(listed.body["suggestions"], json!([]), "{}", listed.body);
+    assert_journal_whole(&ws.state());
+    std::fs::remove_file(&filler).unwrap();
+
+    let s = run_agent(&hub, &mut c, &agent, &prompt).await.unwrap();
+    let sid = s["id"].as_str().unwrap().to_string();
+    let published = s["run_id"].as_str().unwrap().to_string();
+    hunkgate_tests::wait_run_finished(&hub, &published, SECS10)
+        .await
+        .unwrap();
+
+    hub.stop().unwrap();
+    drop(c);
+    let hub = ws.serve(&[]).unwrap();
+    let run = hub.curl().get(&format!("/runs/{failed}")).unwrap().body;
+    assert_ne!(run["status"], "ready", "{run}");
+    assert_eq!(run["suggestion_ids"], json!([]), "{run}");
+    let run = hub.curl().get(&format!("/runs/{published}")).unwrap().body;
+    assert_eq!(run["status"], "ready", "{run}");
+    assert_eq!(run["suggestion_ids"], json!([sid]), "{run}");
+    let listed = hub.curl().get("/suggestions").unwrap().body;
+    let ids: Vec<&str> = listed["suggestions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [sid.as_str()], "{listed}");
+    drop(hub);
+    drop(disk);
+}
+
 #[tokio::test]
 async fn a_file_saved_while_an_accept_writes_it_is_kept() {
     if !require_root("a_file_saved_while_an_accept_writes_it_is_kept") {

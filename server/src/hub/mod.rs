@@ -305,6 +305,7 @@ impl Hub {
             mut line,
             view,
         } = new;
+        test_hooks::pause("before-suggestion-journal");
         let mut st = self.lock()?;
         let run = match (run_update, st.runs.get(&s.run_id)) {
             (Some(update), Some(run)) => {
@@ -385,7 +386,9 @@ impl NewSuggestion {
 /// fault (fill a disk, make a file immutable, edit a file) at exactly that moment. Points:
 /// `before-write` (after the `prepare` is fsynced, before the checkout is written) and
 /// `before-commit` (after the checkout is written, before the feedback line and `commit`);
-/// `suggestion-ready`, right after a new suggestion's `suggestion.ready` is sent.
+/// `suggestion-ready`, right after a new suggestion's `suggestion.ready` is sent;
+/// `before-suggestion-journal`, once a publish's run commit is written, before the suggestion
+/// and its run are journaled.
 pub mod test_hooks {
     #[cfg(debug_assertions)]
     pub fn pause(point: &str) {
