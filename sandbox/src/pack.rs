@@ -1,4 +1,5 @@
-//! Writing many blobs as one git pack (version 2, no deltas) with its version-2 index.
+//! Writing many objects (blobs, trees) as one git pack (version 2, no deltas) with its
+//! version-2 index.
 //!
 //! A first snapshot of a 10,000-file checkout would otherwise create 10,000 loose objects: on
 //! ext4 each is an inode allocation, and that, not hashing or compression, was most of a first
@@ -16,8 +17,10 @@ use std::path::{Path, PathBuf};
 
 use gix::hash::ObjectId;
 
+/// Git's object type number for a tree in a pack entry header.
+pub const OBJ_TREE: u8 = 2;
 /// Git's object type number for a blob in a pack entry header.
-const OBJ_BLOB: u8 = 3;
+pub const OBJ_BLOB: u8 = 3;
 
 /// A pack being written: entries appended one by one, finished into `pack-<sha>.{pack,idx}`.
 pub struct PackWriter {
@@ -67,7 +70,13 @@ impl PackWriter {
 
     /// Append the blob `bytes`, whose id is `oid`.
     pub fn add_blob(&mut self, oid: ObjectId, bytes: &[u8]) -> std::io::Result<()> {
-        let header = entry_header(OBJ_BLOB, bytes.len() as u64);
+        self.add(OBJ_BLOB, oid, bytes)
+    }
+
+    /// Append an object of git's pack type `kind` ([`OBJ_BLOB`], [`OBJ_TREE`]) whose content
+    /// (without git's `<type> <size>` header) is `bytes` and whose id is `oid`.
+    pub fn add(&mut self, kind: u8, oid: ObjectId, bytes: &[u8]) -> std::io::Result<()> {
+        let header = entry_header(kind, bytes.len() as u64);
         self.deflate.write_all(bytes)?;
         // Finishes this entry's zlib stream and starts the next one's.
         let data = self.deflate.reset(Vec::new())?;

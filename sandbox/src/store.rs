@@ -102,6 +102,9 @@ pub struct Store {
     /// object. Nothing ever deletes an object from a store while it is open (hunkgate neither
     /// prunes nor repacks), so an id once present stays present.
     present: std::sync::Mutex<std::collections::HashSet<ObjectId>>,
+    /// Whether a pack this store writes is fsynced: not for a sandbox's own `.git`
+    /// ([`Store::init_worktree`]), a scratch repository a crash may lose.
+    durable: bool,
 }
 
 const IDENTITY_NAME: &str = "hunkgate";
@@ -140,6 +143,7 @@ impl Store {
             repo: repo.into_sync(),
             path: path.to_path_buf(),
             present: Default::default(),
+            durable: true,
         })
     }
 
@@ -155,6 +159,7 @@ impl Store {
             repo: repo.into_sync(),
             path: dir.join(".git"),
             present: Default::default(),
+            durable: false,
         })
     }
 
@@ -254,7 +259,7 @@ impl Store {
             });
         }
         dirs.entry(run.0).or_default().extend(run.1);
-        let mut buf = Vec::new();
+        let mut new = NewTrees::default();
         // A child directory sorts after its parent (the parent is its prefix), so walking the
         // directories backwards writes every subtree before the tree that names it.
         let order: Vec<&str> = dirs.keys().rev().copied().collect();
@@ -268,8 +273,9 @@ impl Store {
                 };
                 return Err(self.err(format!("{name}: a path is both a file and a directory")));
             }
-            let id = self.write_tree_object(&repo, &gix::objs::Tree { entries }, &mut buf)?;
+            let id = self.write_tree_object(&repo, &gix::objs::Tree { entries }, &mut new)?;
             if dir.is_empty() {
+                self.write_new_trees(&repo, new)?;
                 return Ok(id);
             }
             let (parent, name) = dir.rsplit_once('/').unwrap_or(("", dir));
@@ -318,8 +324,8 @@ impl Store {
                     .map_err(|e| self.err(format!("{path}: {e}")))?;
             }
         }
-        let mut buf = Vec::new();
-        editor.write(|tree| {
+        let mut new = NewTrees::default();
+        let root = editor.write(|tree| {
             for e in &tree.entries {
                 let name = e
                     .filename
@@ -327,8 +333,10 @@ impl Store {
                     .map_err(|_| self.err(format!("{}: a name that is not UTF-8", e.filename)))?;
                 self.check_name(name, name, e.mode.is_link())?;
             }
-            self.write_tree_object(&repo, tree, &mut buf)
-        })
+            self.write_tree_object(&repo, tree, &mut new)
+        })?;
+        self.write_new_trees(&repo, new)?;
+        Ok(root)
     }
 
     /// Validate one path component as git would (no `.git`, `..`, empty names); `path` names
@@ -352,18 +360,53 @@ impl Store {
         &self,
         repo: &gix::Repository,
         tree: &gix::objs::Tree,
-        buf: &mut Vec<u8>,
+        new: &mut NewTrees,
     ) -> Result<ObjectId, StoreError> {
         use gix::objs::WriteTo;
-        buf.clear();
-        tree.write_to(&mut *buf).map_err(|e| self.err(e))?;
-        let id = gix::objs::compute_hash(repo.object_hash(), gix::objs::Kind::Tree, buf)
+        let mut buf = Vec::new();
+        tree.write_to(&mut buf).map_err(|e| self.err(e))?;
+        let id = gix::objs::compute_hash(repo.object_hash(), gix::objs::Kind::Tree, &buf)
             .map_err(|e| self.err(e))?;
-        if !self.known(id) {
-            repo.write_object(tree).map_err(|e| self.err(e))?;
-            self.remember(id);
+        if !self.known(id) && new.ids.insert(id) {
+            new.trees.push((id, buf));
         }
         Ok(id)
+    }
+
+    /// Write the trees a tree write made ([`Store::write_tree_object`]): loose when there are
+    /// at most [`BlobBatch::PACK_AT`], else as one pack — a change to a hundred directories
+    /// makes a hundred new trees, each a new file and inode when loose (most of a big
+    /// publish's run commit on ext4).
+    fn write_new_trees(&self, repo: &gix::Repository, new: NewTrees) -> Result<(), StoreError> {
+        if new.trees.len() > BlobBatch::PACK_AT {
+            let dir = repo.git_dir().join("objects").join("pack");
+            let pack = if self.durable {
+                crate::pack::PackWriter::new(&dir)
+            } else {
+                crate::pack::PackWriter::scratch(&dir)
+            };
+            let mut pack = pack.map_err(|e| self.err(format!("starting a pack: {e}")))?;
+            for (id, bytes) in &new.trees {
+                pack.add(crate::pack::OBJ_TREE, *id, bytes)
+                    .map_err(|e| self.err(e))?;
+            }
+            let n = pack.len();
+            let path = pack
+                .finish()
+                .map_err(|e| self.err(format!("writing a pack: {e}")))?;
+            tracing::debug!(trees = n, pack = %path.display(), "wrote a pack of trees");
+        } else {
+            use gix::objs::Write;
+            for (_, bytes) in &new.trees {
+                repo.objects
+                    .write_buf(gix::objs::Kind::Tree, bytes)
+                    .map_err(|e| self.err(e))?;
+            }
+        }
+        for id in new.ids {
+            self.remember(id);
+        }
+        Ok(())
     }
 
     /// Read a tree (by tree or commit id) back into a flat map. Submodule entries are skipped:
@@ -526,6 +569,7 @@ impl Store {
             repo: repo.into_sync(),
             path: path.to_path_buf(),
             present: Default::default(),
+            durable: true,
         })
     }
 
@@ -611,6 +655,14 @@ impl Store {
             p.insert(oid);
         }
     }
+}
+
+/// The trees one tree write made that the store may not have yet, in the order they were
+/// made, each once; written together by [`Store::write_new_trees`].
+#[derive(Default)]
+struct NewTrees {
+    trees: Vec<(ObjectId, Vec<u8>)>,
+    ids: std::collections::HashSet<ObjectId>,
 }
 
 /// Blobs written together ([`Store::batch`]): the first [`BlobBatch::PACK_AT`] are held, and
