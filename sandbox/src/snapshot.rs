@@ -283,7 +283,10 @@ pub enum Check {
 /// turned into directories are left out.
 ///
 /// The sandbox helper streams these to the hub; the hub's own snapshots store them directly.
-/// The `lstat`s come first, all at once ([`Beneath::lstat_many`]).
+/// The `lstat`s come first, all at once ([`Beneath::lstat_many`]); then `check` is asked of
+/// each path in order; then the reads are made a round at a time — on a few threads when a
+/// round has many ([`crate::io_threads`]), at most [`ROUND_BYTES`] held at once — and handed to
+/// `sink` in the candidates' order.
 pub fn capture_each<E, P: AsRef<str> + Sync>(
     root: &Beneath,
     candidates: &[P],
@@ -292,28 +295,132 @@ pub fn capture_each<E, P: AsRef<str> + Sync>(
     mut sink: impl FnMut(Captured) -> Result<(), E>,
 ) -> Result<(), E> {
     let stats = root.lstat_many(candidates);
+    let mut round = Vec::new();
+    let mut round_bytes = 0u64;
     for (path, st) in candidates.iter().zip(stats) {
-        if let Some(captured) = capture_one(root, path.as_ref(), st, cap, &mut check) {
-            sink(captured)?;
+        let Some(plan) = plan_one(path.as_ref(), st, cap, &mut check) else {
+            continue;
+        };
+        if let Plan::Read { st, .. } = &plan {
+            round_bytes += (st.st_size as u64).min(cap);
         }
+        round.push(plan);
+        if round_bytes >= ROUND_BYTES || round.len() >= ROUND_PATHS {
+            finish_round(root, std::mem::take(&mut round), cap, &mut sink)?;
+            round_bytes = 0;
+        }
+    }
+    finish_round(root, round, cap, &mut sink)
+}
+
+/// The most bytes of files [`capture_each`] reads before handing them on (a round).
+const ROUND_BYTES: u64 = 16 << 20;
+/// The most paths in one round of [`capture_each`].
+const ROUND_PATHS: usize = 1024;
+/// A round with fewer reads per thread than this is read on the calling thread (a thread
+/// costs tens of microseconds to start; reading a small file, a few).
+const READS_PER_THREAD: usize = 16;
+
+/// Make the reads of one round of [`capture_each`] and hand everything to `sink`, in order.
+fn finish_round<E>(
+    root: &Beneath,
+    round: Vec<Plan>,
+    cap: u64,
+    sink: &mut impl FnMut(Captured) -> Result<(), E>,
+) -> Result<(), E> {
+    let reads = round
+        .iter()
+        .filter(|p| matches!(p, Plan::Read { .. }))
+        .count();
+    let threads = crate::io_threads().min(reads / READS_PER_THREAD).max(1);
+    if threads == 1 {
+        for plan in round {
+            if let Some(captured) = plan.finish(root, cap) {
+                sink(captured)?;
+            }
+        }
+        return Ok(());
+    }
+    // Contiguous shares, so that each thread reads neighbours (a directory's files).
+    let share = round.len().div_ceil(threads);
+    let mut shares: Vec<Vec<Plan>> = Vec::with_capacity(threads);
+    let mut rest = round.into_iter();
+    for _ in 0..threads {
+        shares.push(rest.by_ref().take(share).collect());
+    }
+    let done: Vec<Vec<Option<Captured>>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = shares
+            .into_iter()
+            .map(|plans| {
+                scope.spawn(move || {
+                    plans
+                        .into_iter()
+                        .map(|p| p.finish(root, cap))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    });
+    for captured in done.into_iter().flatten().flatten() {
+        sink(captured)?;
     }
     Ok(())
 }
 
-/// Capture one candidate path, whose `lstat` was `st`, as [`capture_each`] describes; `None`
-/// when it is left out.
-fn capture_one(
-    root: &Beneath,
+/// What [`capture_each`] does with one candidate: settled without reading, or a read to make.
+enum Plan {
+    Done(Captured),
+    Read {
+        path: String,
+        st: nix::sys::stat::FileStat,
+        stat: FileStat,
+        how: Check,
+    },
+}
+
+impl Plan {
+    /// The candidate as captured (the read made, if it needs one); `None` when it is left out.
+    fn finish(self, root: &Beneath, cap: u64) -> Option<Captured> {
+        match self {
+            Plan::Done(captured) => Some(captured),
+            Plan::Read {
+                path,
+                st,
+                stat,
+                how,
+            } => match read_entry(root, &path, &st, stat, cap) {
+                Ok(Some(read)) => Some(captured_from(path, how, read)),
+                // Vanished between the stat and the read: report, don't guess.
+                Ok(None) => None,
+                Err(e) => Some(Captured::Skipped(Skipped {
+                    path,
+                    reason: e.to_string(),
+                })),
+            },
+        }
+    }
+}
+
+/// Settle one candidate path, whose `lstat` was `st`, as [`capture_each`] describes, up to the
+/// read it may need; `None` when it is left out.
+fn plan_one(
     path: &str,
     st: crate::beneath::LstatResult,
     cap: u64,
     check: &mut impl FnMut(&str, &FileStat) -> Check,
-) -> Option<Captured> {
+) -> Option<Plan> {
     let skip = |reason: String| {
-        Captured::Skipped(Skipped {
+        Plan::Done(Captured::Skipped(Skipped {
             path: path.to_string(),
             reason,
-        })
+        }))
     };
     if crate::beneath::check_path(path).is_err() {
         return Some(skip("path hunkgate cannot represent".into()));
@@ -334,14 +441,14 @@ fn capture_one(
     };
     if let Check::Trust(entry) = how {
         let path = path.to_string();
-        return Some(Captured::Unchanged { path, entry, stat });
+        return Some(Plan::Done(Captured::Unchanged { path, entry, stat }));
     }
-    match read_entry(root, path, &st, stat, cap) {
-        Ok(Some(read)) => Some(captured_from(path.to_string(), how, read)),
-        // Vanished between the stat and the read: report, don't guess.
-        Ok(None) => None,
-        Err(e) => Some(skip(e.to_string())),
-    }
+    Some(Plan::Read {
+        path: path.to_string(),
+        st,
+        stat,
+        how,
+    })
 }
 
 /// A regular file's content or a symlink's target, as read.
@@ -1216,6 +1323,73 @@ mod tests {
             .unwrap();
             let changed: Vec<&str> = back.changes.keys().map(String::as_str).collect();
             assert_eq!(changed, ["a/x.txt", "b/new.txt"]);
+        }
+    }
+
+    /// Reads made on a few threads, a round at a time, reach the sink exactly as one thread
+    /// makes them: in the candidates' order, each with its own content, the ones `check`
+    /// vouches for unread, a vanished one left out, a FIFO reported — across more than one
+    /// round.
+    #[test]
+    fn capture_each_hands_over_in_order_whatever_thread_read_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("sb");
+        let n = ROUND_PATHS + 100;
+        let mut candidates = Vec::new();
+        for i in 0..n {
+            let path = format!("d{}/f{i:05}", i % 7);
+            std::fs::create_dir_all(dir.join(format!("d{}", i % 7))).unwrap();
+            std::fs::write(dir.join(&path), format!("content {i}\n")).unwrap();
+            candidates.push(path);
+        }
+        candidates.sort();
+        candidates.insert(3, "gone/missing".to_string());
+        nix::unistd::mkfifo(&dir.join("d0/fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        candidates.insert(5, "d0/fifo".to_string());
+        let root = Beneath::open(&dir).unwrap();
+        let trusted = Entry {
+            mode: Mode::File,
+            oid: blob_id(b"not read\n"),
+        };
+        let mut seen = Vec::new();
+        capture_each(
+            &root,
+            &candidates,
+            DEFAULT_FILE_CAP,
+            |path, _| {
+                if path.ends_with('3') {
+                    Check::Trust(trusted)
+                } else {
+                    Check::Read
+                }
+            },
+            |c| {
+                seen.push(c);
+                Ok::<(), ()>(())
+            },
+        )
+        .unwrap();
+        let want: Vec<&String> = candidates.iter().filter(|p| *p != "gone/missing").collect();
+        assert_eq!(seen.len(), want.len());
+        for (c, path) in seen.iter().zip(want) {
+            match c {
+                Captured::File { path: p, bytes, .. } => {
+                    assert_eq!(p, path);
+                    let i: usize = path.rsplit_once("/f").unwrap().1.parse().unwrap();
+                    assert_eq!(bytes, format!("content {i}\n").as_bytes());
+                    assert!(!path.ends_with('3'));
+                }
+                Captured::Unchanged { path: p, entry, .. } => {
+                    assert_eq!(p, path);
+                    assert_eq!(*entry, trusted);
+                    assert!(path.ends_with('3'));
+                }
+                Captured::Skipped(s) => {
+                    assert_eq!(s.path, *path);
+                    assert_eq!(path, "d0/fifo");
+                }
+                other => panic!("{path}: {other:?}"),
+            }
         }
     }
 

@@ -953,6 +953,79 @@ mod tests {
         assert_eq!(fanout, 256);
     }
 
+    /// Many new trees go into one pack that git reads as its own (`fsck`, `ls-tree`); a few
+    /// stay loose. A whole tree of 100 directories, then an edit reaching 70 of them.
+    #[test]
+    fn many_new_trees_are_one_pack_that_git_reads() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store.git")).unwrap();
+        let packs = || {
+            std::fs::read_dir(store.path().join("objects/pack"))
+                .map(|d| {
+                    d.filter(|e| e.as_ref().unwrap().path().extension() == Some("pack".as_ref()))
+                        .count()
+                })
+                .unwrap_or(0)
+        };
+        let x = store.write_blob(b"x\n").unwrap();
+        let y = store.write_blob(b"y\n").unwrap();
+        let mut tree = FlatTree::new();
+        for d in 0..100 {
+            tree.insert(
+                format!("d{d:03}/f{d}"),
+                Entry {
+                    mode: Mode::File,
+                    oid: x,
+                },
+            );
+        }
+        let base = store.write_tree(&tree).unwrap();
+        assert_eq!(packs(), 1);
+        let mut changes = Changes::new();
+        for d in 0..70 {
+            changes.insert(
+                format!("d{d:03}/f{d}"),
+                Some(Entry {
+                    mode: Mode::File,
+                    oid: y,
+                }),
+            );
+        }
+        let edited = store.edit_tree(base, &changes).unwrap();
+        assert_eq!(packs(), 2);
+        // Two directories: loose.
+        let few: Changes = [(
+            "d098/g".to_string(),
+            Some(Entry {
+                mode: Mode::File,
+                oid: y,
+            }),
+        )]
+        .into();
+        let small = store.edit_tree(edited, &few).unwrap();
+        assert_eq!(packs(), 2);
+        let commit = store.commit(small, &[], "edited").unwrap();
+        git(store.path(), &["fsck", "--strict", "--no-dangling"]);
+        let listed = git(
+            store.path(),
+            &[
+                "ls-tree",
+                "-r",
+                "--format=%(objectname) %(path)",
+                &commit.to_string(),
+            ],
+        );
+        let lines: Vec<&str> = listed.lines().collect();
+        assert_eq!(lines.len(), 101);
+        assert_eq!(lines[0], format!("{y} d000/f0"));
+        assert_eq!(lines[70], format!("{x} d070/f70"));
+        assert!(lines.contains(&format!("{y} d098/g").as_str()));
+        // Reopened, the store reads its packed trees back.
+        drop(store);
+        let store = Store::open_or_init(&tmp.path().join("store.git")).unwrap();
+        assert_eq!(store.read_tree(edited).unwrap().len(), 100);
+    }
+
     /// Git's tree order puts `a/` after `a.c` and `a-b` but before `a0`; deep directories
     /// that hold only directories need trees too. The tree ids must be git's own.
     #[test]
