@@ -69,6 +69,25 @@ pub fn io_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
 }
 
+/// Run `work` on each of `items`, each on a thread of its own (scoped, so both may borrow),
+/// and return the results in the items' order; a panic in one is raised again here.
+pub fn on_threads<T: Send, R: Send>(items: Vec<T>, work: impl Fn(T) -> R + Sync) -> Vec<R> {
+    let work = &work;
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = items
+            .into_iter()
+            .map(|item| scope.spawn(move || work(item)))
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    })
+}
+
 /// Give the allocator's free memory back to the system (glibc's `malloc_trim`). After a burst
 /// that allocates in proportion to a change and frees most of it again — a publish, a run —
 /// the freed blocks otherwise stay resident wherever they sit in the heap, so the hub's RSS

@@ -348,25 +348,11 @@ fn finish_round<E>(
     for _ in 0..threads {
         shares.push(rest.by_ref().take(share).collect());
     }
-    let done: Vec<Vec<Option<Captured>>> = std::thread::scope(|scope| {
-        let workers: Vec<_> = shares
+    let done = crate::on_threads(shares, |plans| {
+        plans
             .into_iter()
-            .map(|plans| {
-                scope.spawn(move || {
-                    plans
-                        .into_iter()
-                        .map(|p| p.finish(root, cap))
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .map(|w| {
-                w.join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect()
+            .map(|p| p.finish(root, cap))
+            .collect::<Vec<_>>()
     });
     for captured in done.into_iter().flatten().flatten() {
         sink(captured)?;

@@ -295,27 +295,15 @@ fn each_diff(store: &Store, paths: &[(&str, Sides)]) -> Result<Vec<PathHunks>, S
             .map(|(_, (old, new))| path_hunks(store, *old, *new))
             .collect();
     }
-    let parts: Vec<Vec<Result<PathHunks, StoreError>>> = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads)
-            .map(|t| {
-                scope.spawn(move || {
-                    paths
-                        .iter()
-                        .skip(t)
-                        .step_by(threads)
-                        .map(|(_, (old, new))| path_hunks(store, *old, *new))
-                        .collect()
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .map(|w| {
-                w.join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect()
-    });
+    let parts: Vec<Vec<Result<PathHunks, StoreError>>> =
+        hunkgate_sandbox::on_threads((0..threads).collect(), |t| {
+            paths
+                .iter()
+                .skip(t)
+                .step_by(threads)
+                .map(|(_, (old, new))| path_hunks(store, *old, *new))
+                .collect()
+        });
     let mut parts: Vec<_> = parts.into_iter().map(Vec::into_iter).collect();
     (0..paths.len())
         .map(|i| parts[i % threads].next().unwrap_or_else(|| Ok(Vec::new())))
