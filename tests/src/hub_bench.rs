@@ -431,6 +431,9 @@ pub struct ModeFigures {
     /// [`fsync_probe`]).
     pub disk_small: Duration,
     pub disk_big: Duration,
+    /// What the hubs warned of or logged as errors while they were timed (see
+    /// [`hub_warnings`]): a figure far off its usual value is explained there, if anywhere.
+    pub warnings: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -1028,6 +1031,7 @@ async fn run_mode(
     )?;
     let result = review_hub(cfg, layout, parts, ws, &hub, mode).await;
     drop(hub);
+    let mut warnings = hub_warnings(&ws.path(&format!("{tag}-a.log")));
     if let Some(u) = &cfg.isolation_user {
         remove_user_sandboxes(u, &format!("{tag}-a"));
     }
@@ -1050,6 +1054,7 @@ async fn run_mode(
     )?;
     let loaded = loaded_memory(cfg, layout, parts, &hub).await;
     drop(hub);
+    warnings.extend(hub_warnings(&ws.path(&format!("{tag}-b.log"))));
     if let Some(u) = &cfg.isolation_user {
         remove_user_sandboxes(u, &format!("{tag}-b"));
     }
@@ -1058,6 +1063,7 @@ async fn run_mode(
     figures.loaded = mem;
     figures.loaded_suggestions = suggestions;
     figures.loaded_hunks = hunks;
+    figures.warnings = warnings;
     Ok(figures)
 }
 
@@ -1267,7 +1273,28 @@ async fn review_hub(
         loaded_hunks: 0,
         disk_small,
         disk_big,
+        warnings: Vec::new(),
     })
+}
+
+/// The `WARN` and `ERROR` lines of a hub's log, but the start's checks of its environment
+/// (`hunkgate::config::checks`: said once, of the machine, not of a step): a kept sandbox
+/// helper dismissed, a watch that lost track, a fallback. At most 20, each cut at 300 bytes.
+fn hub_warnings(log: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .filter(|l| {
+            (l.contains(" WARN ") || l.contains(" ERROR ")) && !l.contains("config::checks")
+        })
+        .take(20)
+        .map(|l| {
+            let mut end = l.len().min(300);
+            while !l.is_char_boundary(end) {
+                end -= 1;
+            }
+            l[..end].to_string()
+        })
+        .collect()
 }
 
 /// One run whose agent publishes `rss_suggestions` suggestions through `/agent/publish`; the
@@ -1670,6 +1697,16 @@ impl Report {
             ms(m.disk_small),
             ms(m.disk_big)
         ));
+        if m.warnings.is_empty() {
+            out.push_str("\nThe hubs logged no warning while they were timed.\n");
+        } else {
+            out.push_str("\nWhat the hubs warned of while they were timed:\n\n```\n");
+            for w in &m.warnings {
+                out.push_str(w);
+                out.push('\n');
+            }
+            out.push_str("```\n");
+        }
         out
     }
 
@@ -1708,4 +1745,39 @@ fn git_version() -> String {
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_else(|_| "git (version unknown)".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A hub's warnings and errors are kept (cut on a character boundary), its start's checks
+    /// of the machine and everything below `WARN` are not.
+    #[test]
+    fn the_report_keeps_what_the_hub_warned_of_while_timed() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("hub.log");
+        let long = format!(
+            "2026-01-01T00:00:03Z  WARN hunkgate::x: {}",
+            "é".repeat(400)
+        );
+        std::fs::write(
+            &log,
+            [
+                "2026-01-01T00:00:00Z  WARN hunkgate::config::checks: your checkout is readable",
+                "2026-01-01T00:00:01Z  INFO hunkgate::cli::serve: listening",
+                "2026-01-01T00:00:02Z  WARN hunkgate_sandbox::user: the standby helper was dismissed",
+                "2026-01-01T00:00:02Z ERROR hunkgate::runs: a run failed",
+                &long,
+            ]
+            .join("\n"),
+        )
+        .unwrap();
+        let w = hub_warnings(&log);
+        assert_eq!(w.len(), 3, "{w:?}");
+        assert!(w[0].ends_with("the standby helper was dismissed"));
+        assert!(w[1].ends_with("a run failed"));
+        assert!(w[2].len() <= 300 && w[2].len() >= 298, "{}", w[2].len());
+        assert!(hub_warnings(&dir.path().join("missing.log")).is_empty());
+    }
 }
