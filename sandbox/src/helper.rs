@@ -293,7 +293,7 @@ fn prepare(
     let (repo, mut known) = fresh_git(&dir, None, req.record.is_some(), Discard::Now)?;
     // A full prepare sends every blob of the base: written as one pack, not 10,000 loose
     // objects (an inode each).
-    let mut blobs = repo.scratch_batch();
+    let mut blobs = repo.batch();
     read_blobs(input, |id, bytes| {
         store_blob(&dir, &mut blobs, id, &bytes)?;
         known.insert(id);

@@ -363,14 +363,27 @@ impl Store {
         new: &mut NewTrees,
     ) -> Result<ObjectId, StoreError> {
         use gix::objs::WriteTo;
-        let mut buf = Vec::new();
-        tree.write_to(&mut buf).map_err(|e| self.err(e))?;
-        let id = gix::objs::compute_hash(repo.object_hash(), gix::objs::Kind::Tree, &buf)
+        let buf = &mut new.buf;
+        buf.clear();
+        tree.write_to(&mut *buf).map_err(|e| self.err(e))?;
+        let id = gix::objs::compute_hash(repo.object_hash(), gix::objs::Kind::Tree, buf)
             .map_err(|e| self.err(e))?;
         if !self.known(id) && new.ids.insert(id) {
-            new.trees.push((id, buf));
+            new.trees.push((id, buf.clone()));
         }
         Ok(id)
+    }
+
+    /// A pack in this repository's own `objects/pack` (a worktree store's `path` is the
+    /// worktree), fsynced when finished unless the store is a scratch one.
+    fn start_pack(&self, repo: &gix::Repository) -> Result<crate::pack::PackWriter, StoreError> {
+        let dir = repo.git_dir().join("objects").join("pack");
+        let pack = if self.durable {
+            crate::pack::PackWriter::new(&dir)
+        } else {
+            crate::pack::PackWriter::scratch(&dir)
+        };
+        pack.map_err(|e| self.err(format!("starting a pack: {e}")))
     }
 
     /// Write the trees a tree write made ([`Store::write_tree_object`]): loose when there are
@@ -379,13 +392,7 @@ impl Store {
     /// publish's run commit on ext4).
     fn write_new_trees(&self, repo: &gix::Repository, new: NewTrees) -> Result<(), StoreError> {
         if new.trees.len() > BlobBatch::PACK_AT {
-            let dir = repo.git_dir().join("objects").join("pack");
-            let pack = if self.durable {
-                crate::pack::PackWriter::new(&dir)
-            } else {
-                crate::pack::PackWriter::scratch(&dir)
-            };
-            let mut pack = pack.map_err(|e| self.err(format!("starting a pack: {e}")))?;
+            let mut pack = self.start_pack(repo)?;
             for (id, bytes) in &new.trees {
                 pack.add(crate::pack::OBJ_TREE, *id, bytes)
                     .map_err(|e| self.err(e))?;
@@ -631,22 +638,14 @@ impl Store {
         self.present.lock().is_ok_and(|p| p.contains(&oid))
     }
 
-    /// Blobs to write together (see [`BlobBatch`]).
+    /// Blobs to write together (see [`BlobBatch`]); a scratch store's (a sandbox's own
+    /// `.git`) pack is not fsynced.
     pub fn batch(&self) -> BlobBatch<'_> {
         BlobBatch {
             store: self,
             held: Vec::new(),
             pack: None,
             ids: Default::default(),
-            durable: true,
-        }
-    }
-
-    /// [`Store::batch`] for a scratch repository (a sandbox's): its pack is not fsynced.
-    pub fn scratch_batch(&self) -> BlobBatch<'_> {
-        BlobBatch {
-            durable: false,
-            ..self.batch()
         }
     }
 
@@ -663,6 +662,8 @@ impl Store {
 struct NewTrees {
     trees: Vec<(ObjectId, Vec<u8>)>,
     ids: std::collections::HashSet<ObjectId>,
+    /// Where each tree is encoded to be hashed (kept only if it is new).
+    buf: Vec<u8>,
 }
 
 /// Blobs written together ([`Store::batch`]): the first [`BlobBatch::PACK_AT`] are held, and
@@ -675,7 +676,6 @@ pub struct BlobBatch<'s> {
     held: Vec<(ObjectId, Vec<u8>)>,
     pack: Option<crate::pack::PackWriter>,
     ids: std::collections::HashSet<ObjectId>,
-    durable: bool,
 }
 
 impl BlobBatch<'_> {
@@ -696,14 +696,7 @@ impl BlobBatch<'_> {
         }
         self.held.push((oid, bytes.to_vec()));
         if self.held.len() > Self::PACK_AT {
-            // The repository's own objects directory: a worktree store's `path` is the worktree.
-            let dir = self.store.local().git_dir().join("objects").join("pack");
-            let pack = if self.durable {
-                crate::pack::PackWriter::new(&dir)
-            } else {
-                crate::pack::PackWriter::scratch(&dir)
-            };
-            let mut pack = pack.map_err(|e| self.store.err(format!("starting a pack: {e}")))?;
+            let mut pack = self.store.start_pack(&self.store.local())?;
             for (oid, bytes) in self.held.drain(..) {
                 pack.add_blob(oid, &bytes).map_err(|e| self.store.err(e))?;
             }

@@ -388,7 +388,7 @@ pub fn ensure_blobs(
     mut source: impl FnMut(ObjectId) -> Result<Option<Vec<u8>>, SyncError>,
 ) -> Result<(), SyncError> {
     let mut seen = HashSet::new();
-    let mut blobs = repo.scratch_batch();
+    let mut blobs = repo.batch();
     for entry in base.values() {
         if known.contains(&entry.oid) || !seen.insert(entry.oid) || repo.has_object(entry.oid) {
             continue;
@@ -1397,7 +1397,7 @@ mod tests {
         let dir = tmp.path().join("sb");
         std::fs::create_dir_all(&dir).unwrap();
         let (repo, _) = fresh_git(&dir, None, false, Discard::Now).unwrap();
-        let mut batch = repo.scratch_batch();
+        let mut batch = repo.batch();
         let packed: Vec<ObjectId> = (0..=BlobBatch::PACK_AT)
             .map(|i| batch.write_blob(format!("blob {i}\n").as_bytes()).unwrap())
             .collect();
