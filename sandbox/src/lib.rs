@@ -3,7 +3,8 @@
 //! - [`beneath`]: file access confined beneath a directory, never through a symlink — used to
 //!   read the sandbox as data and to write the user's checkout.
 //! - [`store`]: the checkpoint store, a bare git repository only the hub writes (gix, in-process);
-//!   [`pack`] writes a batch of its blobs as one pack.
+//!   [`pack`] writes a batch of its blobs as one pack; [`spares`] keeps files made ahead of
+//!   need for the loose objects a publish waits for.
 //! - [`statcache`]: stat data, git's racy rule, and the stat cache that lets a checkout
 //!   snapshot read only new or changed files.
 //! - [`snapshot`]: a checkout or a sandbox captured into the store as a tree.
@@ -22,10 +23,10 @@
 //!   touches its sandbox; [`wire`] is the byte stream between the two.
 //!
 //! Modules import only downward, in the order of `LAYERS` (the `layering` test below fails on
-//! any other import): `wire`, `pack`, `watch` → `beneath` → `store` → `statcache` → `snapshot`
-//! → `tools`, `sync`, `checkout` → `workspace` → `agent`, `jj` → `user`, `helper`. So the
-//! wire contract is a leaf, the sandbox trait knows nothing of user isolation, and the hub's
-//! side (`user`) and the helper never import each other.
+//! any other import): `wire`, `pack`, `watch`, `spares` → `beneath` → `store` → `statcache`
+//! → `snapshot` → `tools`, `sync`, `checkout` → `workspace` → `agent`, `jj` → `user`,
+//! `helper`. So the wire contract is a leaf, the sandbox trait knows nothing of user
+//! isolation, and the hub's side (`user`) and the helper never import each other.
 
 pub mod agent;
 pub mod beneath;
@@ -34,6 +35,7 @@ pub mod helper;
 pub mod jj;
 pub mod pack;
 pub mod snapshot;
+pub mod spares;
 pub mod statcache;
 pub mod store;
 pub mod sync;
@@ -117,7 +119,7 @@ mod layering {
     //! 6. `agent`, `jj`: processes and jj changes in any sandbox;
     //! 7. `user`, `helper`: the two ends of user isolation, which never import each other.
     const LAYERS: &[&[&str]] = &[
-        &["wire", "pack", "watch"],
+        &["wire", "pack", "watch", "spares"],
         &["beneath"],
         &["store"],
         &["statcache"],

@@ -105,6 +105,10 @@ pub struct Store {
     /// Whether a pack this store writes is fsynced: not for a sandbox's own `.git`
     /// ([`Store::init_worktree`]), a scratch repository a crash may lose.
     durable: bool,
+    /// Files made ahead of need that loose objects are written to ([`Store::keep_spares`]).
+    spares: Option<crate::spares::Spares>,
+    /// The compressor of the loose objects written into spares, made on first use.
+    deflate: std::sync::Mutex<Option<flate2::write::ZlibEncoder<Vec<u8>>>>,
 }
 
 const IDENTITY_NAME: &str = "hunkgate";
@@ -144,6 +148,8 @@ impl Store {
             path: path.to_path_buf(),
             present: Default::default(),
             durable: true,
+            spares: None,
+            deflate: Default::default(),
         })
     }
 
@@ -160,6 +166,8 @@ impl Store {
             path: dir.join(".git"),
             present: Default::default(),
             durable: false,
+            spares: None,
+            deflate: Default::default(),
         })
     }
 
@@ -199,9 +207,82 @@ impl Store {
 
     pub fn write_blob(&self, bytes: &[u8]) -> Result<ObjectId, StoreError> {
         let repo = self.local();
-        let id = repo.write_blob(bytes).map_err(|e| self.err(e))?.detach();
+        let id = self.write_loose(&repo, gix::objs::Kind::Blob, bytes)?;
         self.remember(id);
         Ok(id)
+    }
+
+    /// Keep `n` files made ahead of need (in `hunkgate-spares/` beside `objects/`) for the
+    /// loose objects this store writes: each of a publish's few loose objects then costs a
+    /// write and a rename, not a new inode (see [`crate::spares`]). They are made now, and
+    /// again by [`Store::refill_spares`] after they are used.
+    pub fn keep_spares(&mut self, n: usize) -> Result<(), StoreError> {
+        let dir = self.path.join("hunkgate-spares");
+        let io = |e: std::io::Error| self.err(format!("{}: {e}", dir.display()));
+        // Read-only, as git makes its loose objects.
+        let spares = crate::spares::Spares::open(&dir, n, 0o444).map_err(io)?;
+        spares.refill().map_err(io)?;
+        self.spares = Some(spares);
+        Ok(())
+    }
+
+    /// Make spare files to replace those used since the last time (a moment when no client
+    /// waits on this store); a failure is only logged, as writes then make their own files.
+    pub fn refill_spares(&self) {
+        if let Some(spares) = &self.spares {
+            if let Err(e) = spares.refill() {
+                tracing::warn!(store = %self.path.display(), error = %e, "making spare files for loose objects");
+            }
+        }
+    }
+
+    /// How many spare files are ready ([`Store::keep_spares`]).
+    pub fn spares_ready(&self) -> usize {
+        self.spares.as_ref().map_or(0, |s| s.ready())
+    }
+
+    /// Write one loose object: into a spare file when one is ready ([`Store::keep_spares`]),
+    /// else through gix (a new temporary file). Either way zlib-compressed with git's header,
+    /// renamed to `objects/xx/…`, and not fsynced, as git and gix write loose objects.
+    fn write_loose(
+        &self,
+        repo: &gix::Repository,
+        kind: gix::objs::Kind,
+        data: &[u8],
+    ) -> Result<ObjectId, StoreError> {
+        use std::io::Write as _;
+        if let Some(spares) = self.spares.as_ref().filter(|s| s.ready() > 0) {
+            let id =
+                gix::objs::compute_hash(repo.object_hash(), kind, data).map_err(|e| self.err(e))?;
+            let hex = id.to_string();
+            let dest = repo
+                .objects
+                .store_ref()
+                .path()
+                .join(&hex[..2])
+                .join(&hex[2..]);
+            let io = |e: std::io::Error| self.err(format!("writing {}: {e}", dest.display()));
+            // One compressor, reset between objects: a new one costs more than compressing a
+            // tree (its tables allocated and cleared), so it is kept once made — and put back
+            // only after a whole stream, so a failure never leaves half of one for the next.
+            let kept = self.deflate.lock().ok().and_then(|mut d| d.take());
+            let mut z = kept.unwrap_or_else(|| {
+                flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast())
+            });
+            let bytes = z
+                .write_all(&gix::objs::encode::loose_header(kind, data.len() as u64))
+                .and_then(|()| z.write_all(data))
+                .and_then(|()| z.reset(Vec::new()))
+                .map_err(io)?;
+            if let Ok(mut d) = self.deflate.lock() {
+                *d = Some(z);
+            }
+            if spares.write_as(&dest, &bytes).map_err(io)? {
+                return Ok(id);
+            }
+        }
+        use gix::objs::Write;
+        repo.objects.write_buf(kind, data).map_err(|e| self.err(e))
     }
 
     pub fn read_blob(&self, oid: ObjectId) -> Result<Vec<u8>, StoreError> {
@@ -335,6 +416,7 @@ impl Store {
             }
             self.write_tree_object(&repo, tree, &mut new)
         })?;
+
         self.write_new_trees(&repo, new)?;
         Ok(root)
     }
@@ -403,11 +485,8 @@ impl Store {
                 .map_err(|e| self.err(format!("writing a pack: {e}")))?;
             tracing::debug!(trees = n, pack = %path.display(), "wrote a pack of trees");
         } else {
-            use gix::objs::Write;
             for (_, bytes) in &new.trees {
-                repo.objects
-                    .write_buf(gix::objs::Kind::Tree, bytes)
-                    .map_err(|e| self.err(e))?;
+                self.write_loose(repo, gix::objs::Kind::Tree, bytes)?;
             }
         }
         for id in new.ids {
@@ -520,8 +599,9 @@ impl Store {
             message: message.into(),
             extra_headers: Vec::new(),
         };
-        let id = repo.write_object(&commit).map_err(|e| self.err(e))?;
-        Ok(id.detach())
+        let mut bytes = Vec::with_capacity(256 + message.len());
+        gix::objs::WriteTo::write_to(&commit, &mut bytes).map_err(|e| self.err(e))?;
+        self.write_loose(&repo, gix::objs::Kind::Commit, &bytes)
     }
 
     /// The tree of a commit.
@@ -566,6 +646,24 @@ impl Store {
         Ok(())
     }
 
+    /// Every ref under `prefix` (such as `refs/hunkgate/`) that points at an object, loose
+    /// and packed, by full name.
+    pub fn refs_under(&self, prefix: &str) -> Result<BTreeMap<String, ObjectId>, StoreError> {
+        let repo = self.local();
+        let platform = repo.references().map_err(|e| self.err(e))?;
+        let mut out = BTreeMap::new();
+        for r in platform
+            .prefixed(prefix)
+            .map_err(|e| self.err(format!("{prefix}: {e}")))?
+        {
+            let r = r.map_err(|e| self.err(format!("{prefix}: {e}")))?;
+            if let Some(id) = r.target().try_id() {
+                out.insert(r.name().as_bstr().to_string(), id.to_owned());
+            }
+        }
+        Ok(out)
+    }
+
     /// Open an existing repository (the user's own) to mirror commits into it.
     pub fn open_existing(path: &Path) -> Result<Self, StoreError> {
         let repo = gix::open_opts(path, isolated_open_options()).map_err(|e| StoreError::Git {
@@ -577,6 +675,8 @@ impl Store {
             path: path.to_path_buf(),
             present: Default::default(),
             durable: true,
+            spares: None,
+            deflate: Default::default(),
         })
     }
 
@@ -937,6 +1037,29 @@ mod tests {
             .is_err());
         assert!(!git(store.path(), &["for-each-ref"]).contains("refs/hunkgate/ok"));
 
+        // The refs under a prefix, loose or packed by git, as git lists them.
+        git(store.path(), &["pack-refs", "--all"]);
+        store.set_ref("refs/hunkgate/s/z/run", tree_id).unwrap();
+        store.set_ref("refs/other/x", commit).unwrap();
+        let listed: Vec<String> = store
+            .refs_under("refs/hunkgate/")
+            .unwrap()
+            .iter()
+            .map(|(name, id)| format!("{id} {name}\n"))
+            .collect();
+        assert_eq!(
+            listed.concat(),
+            git(
+                store.path(),
+                &[
+                    "for-each-ref",
+                    "--format=%(objectname) %(refname)",
+                    "refs/hunkgate/"
+                ]
+            )
+        );
+        assert_eq!(listed.len(), 4, "{listed:?}");
+
         // Every loose-object directory is there from the start, so writing an object never
         // has to make one.
         let fanout = std::fs::read_dir(store.path().join("objects"))
@@ -944,6 +1067,64 @@ mod tests {
             .filter(|e| e.as_ref().unwrap().file_name().len() == 2)
             .count();
         assert_eq!(fanout, 256);
+    }
+
+    /// With spare files kept, a blob, an edited tree and a commit are loose objects git reads
+    /// as its own, each written into a spare; once the spares are used up the next objects
+    /// are written the usual way, and a refill makes them again.
+    #[test]
+    fn loose_objects_written_into_spares_are_gits_own() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut store = Store::open_or_init(&tmp.path().join("store.git")).unwrap();
+        let (tree, _) = sample_tree(&store);
+        let base = store.write_tree(&tree).unwrap();
+        store.keep_spares(4).unwrap();
+        assert_eq!(store.spares_ready(), 4);
+
+        let blob = store.write_blob(b"new\n").unwrap();
+        let mut changes = Changes::new();
+        let new = |oid| {
+            Some(Entry {
+                mode: Mode::File,
+                oid,
+            })
+        };
+        changes.insert("a/b/c/e.txt".into(), new(blob));
+        let edited = store.edit_tree(base, &changes).unwrap();
+        // The blob, then the trees a/b/c, a/b, a and the root: five objects for four
+        // spares, so the root tree was written the usual way.
+        assert_eq!(store.spares_ready(), 0);
+        let commit = store.commit(edited, &[], "edit").unwrap();
+        let other = store.write_blob(b"other\n").unwrap();
+        store.refill_spares();
+        assert_eq!(store.spares_ready(), 4);
+        let third = store.write_blob(b"third\n").unwrap();
+        assert_eq!(store.spares_ready(), 3);
+
+        for (id, kind) in [
+            (blob, "blob"),
+            (edited, "tree"),
+            (commit, "commit"),
+            (other, "blob"),
+            (third, "blob"),
+        ] {
+            assert_eq!(
+                git(store.path(), &["cat-file", "-t", &id.to_string()]),
+                format!("{kind}\n")
+            );
+        }
+        assert_eq!(
+            git(store.path(), &["show", &format!("{commit}:a/b/c/e.txt")]),
+            "new\n"
+        );
+        git(store.path(), &["fsck", "--strict", "--no-dangling"]);
+        let mut reopened = Store::open_or_init(store.path()).unwrap();
+        assert_eq!(reopened.read_tree(commit).unwrap().len(), tree.len() + 1);
+        reopened.keep_spares(2).unwrap();
+        let left: Vec<_> = std::fs::read_dir(store.path().join("hunkgate-spares"))
+            .unwrap()
+            .collect();
+        assert_eq!(left.len(), 2, "the first handle's spares were cleared");
     }
 
     /// Many new trees go into one pack that git reads as its own (`fsck`, `ls-tree`); a few

@@ -1,0 +1,206 @@
+//! Empty files made ahead of need, so that a write on a waiting path gets its file without
+//! making one.
+//!
+//! Making a file allocates an inode, and on some filesystems and disks that is the slow part
+//! of writing a small file: on ext4 on a virtual disk it takes 0.15–0.6 ms where writing and
+//! renaming the file takes tens of microseconds. A publish writes a few small loose objects
+//! (a blob, the trees above it, a commit), one after the other, while a client waits for the
+//! suggestion. So the store keeps a few files made at a quiet moment — after a publish, once
+//! a run's agent has started — and a write takes one, fills it and renames it into place
+//! (the technique of databases that recycle their log files instead of creating new ones).
+//!
+//! Each spare is made empty with `O_CREAT | O_EXCL` (owner only), in a directory of its own
+//! beside the files it becomes (a rename stays on one filesystem), and closed: no descriptor
+//! is held, so nothing keeps the filesystem from being remounted read-only. Taking one opens
+//! it again (`O_NOFOLLOW`, never through a symlink; an existing inode, so nothing is
+//! allocated), writes it, gives it its final mode and renames it. The directory is the hub's
+//! alone, like the store it is in; files a stopped process left there are removed when it is
+//! opened again.
+
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// The spare files of one directory.
+pub struct Spares {
+    dir: PathBuf,
+    /// Made and not yet taken.
+    free: Mutex<Vec<PathBuf>>,
+    /// How many files [`Spares::refill`] keeps ready.
+    keep: usize,
+    /// Names made so far (with the process id, each name is new).
+    made: AtomicU64,
+    /// The mode each file gets once written.
+    mode: u32,
+}
+
+impl Spares {
+    /// Spares in `dir` (made if missing, owner only) that become files of `mode`, `keep` of
+    /// them once [`Spares::refill`] has run. Whatever `dir` holds from before is removed.
+    pub fn open(dir: &Path, keep: usize, mode: u32) -> std::io::Result<Self> {
+        match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+            _ => {}
+        }
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            if entry.file_type()?.is_file() {
+                std::fs::remove_file(entry.path())?;
+            }
+        }
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            free: Mutex::new(Vec::new()),
+            keep,
+            made: AtomicU64::new(0),
+            mode,
+        })
+    }
+
+    /// Make files until [`Spares::open`]'s `keep` are ready; returns how many were made.
+    pub fn refill(&self) -> std::io::Result<usize> {
+        let mut made = 0;
+        loop {
+            let missing = self
+                .free
+                .lock()
+                .map_or(0, |f| self.keep.saturating_sub(f.len()));
+            if missing == 0 {
+                return Ok(made);
+            }
+            // Made outside the lock: a write taking a spare meanwhile does not wait for this.
+            let mut new = Vec::with_capacity(missing);
+            for _ in 0..missing {
+                let n = self.made.fetch_add(1, Ordering::Relaxed);
+                let path = self.dir.join(format!("spare-{}-{n}", std::process::id()));
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .custom_flags(libc_nofollow())
+                    .open(&path)?;
+                new.push(path);
+            }
+            made += new.len();
+            match self.free.lock() {
+                Ok(mut free) => free.extend(new),
+                Err(_) => return Ok(made),
+            }
+        }
+    }
+
+    /// How many spares are ready.
+    pub fn ready(&self) -> usize {
+        self.free.lock().map_or(0, |f| f.len())
+    }
+
+    /// Write `bytes` to a spare and rename it to `dest`, which must be on the same filesystem
+    /// (and is replaced if it exists). Ok(false) when no spare is ready: nothing was written,
+    /// and the caller makes its file the usual way. A spare that fails is removed.
+    pub fn write_as(&self, dest: &Path, bytes: &[u8]) -> std::io::Result<bool> {
+        let Some(path) = self.free.lock().ok().and_then(|mut f| f.pop()) else {
+            return Ok(false);
+        };
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc_nofollow())
+            .open(&path)
+            .and_then(|mut file| {
+                file.write_all(bytes)?;
+                file.set_permissions(std::fs::Permissions::from_mode(self.mode))
+            });
+        let placed = written.and_then(|()| std::fs::rename(&path, dest));
+        if placed.is_err() {
+            let _ = std::fs::remove_file(&path);
+        }
+        placed.map(|()| true)
+    }
+}
+
+/// `O_NOFOLLOW`: a spare is never made through a symlink.
+fn libc_nofollow() -> i32 {
+    nix::fcntl::OFlag::O_NOFOLLOW.bits()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut n: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        n.sort();
+        n
+    }
+
+    #[test]
+    fn a_spare_becomes_the_file_with_its_mode_and_runs_out_until_refilled() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("spares");
+        let spares = Spares::open(&dir, 2, 0o444).unwrap();
+        assert_eq!(spares.ready(), 0);
+        let dest = |n: &str| tmp.path().join(n);
+        // None ready: nothing is written.
+        assert!(!spares.write_as(&dest("a"), b"a\n").unwrap());
+        assert!(!dest("a").exists());
+
+        assert_eq!(spares.refill().unwrap(), 2);
+        assert_eq!(spares.refill().unwrap(), 0, "already full");
+        assert_eq!(names(&dir).len(), 2);
+        assert!(spares.write_as(&dest("a"), b"a\n").unwrap());
+        assert!(spares.write_as(&dest("b"), b"bb\n").unwrap());
+        assert!(!spares.write_as(&dest("c"), b"c\n").unwrap(), "used up");
+        assert_eq!(std::fs::read(dest("a")).unwrap(), b"a\n");
+        assert_eq!(std::fs::read(dest("b")).unwrap(), b"bb\n");
+        let mode = std::fs::metadata(dest("b")).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o444, "read-only once written");
+        assert!(names(&dir).is_empty(), "both moved out");
+        assert_eq!(spares.refill().unwrap(), 2);
+        assert_eq!(spares.ready(), 2);
+    }
+
+    #[test]
+    fn leftovers_are_removed_and_a_failed_rename_loses_only_its_spare() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("spares");
+        let first = Spares::open(&dir, 3, 0o600).unwrap();
+        first.refill().unwrap();
+        drop(first);
+        assert_eq!(names(&dir).len(), 3);
+        let spares = Spares::open(&dir, 1, 0o600).unwrap();
+        assert!(names(&dir).is_empty(), "a new process starts clean");
+
+        spares.refill().unwrap();
+        let missing_dir = tmp.path().join("no/such/dir/x");
+        assert!(spares.write_as(&missing_dir, b"x").is_err());
+        assert!(names(&dir).is_empty(), "the failed spare is removed");
+        // Positive control: the same write to a directory that is there lands.
+        spares.refill().unwrap();
+        assert!(spares.write_as(&tmp.path().join("x"), b"x").unwrap());
+        assert_eq!(std::fs::read(tmp.path().join("x")).unwrap(), b"x");
+    }
+
+    #[test]
+    fn a_spare_replaced_by_a_symlink_is_not_written_through() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("spares");
+        let spares = Spares::open(&dir, 1, 0o600).unwrap();
+        spares.refill().unwrap();
+        let spare = dir.join(&names(&dir)[0]);
+        let target = tmp.path().join("target");
+        std::fs::write(&target, b"kept\n").unwrap();
+        std::fs::remove_file(&spare).unwrap();
+        std::os::unix::fs::symlink(&target, &spare).unwrap();
+        assert!(spares.write_as(&tmp.path().join("dest"), b"x").is_err());
+        assert_eq!(std::fs::read(&target).unwrap(), b"kept\n");
+        assert!(!tmp.path().join("dest").exists());
+        assert!(
+            names(&dir).is_empty(),
+            "the link is removed with the failed spare"
+        );
+    }
+}
