@@ -583,12 +583,19 @@ fn capture(
     Ok((snap, seen))
 }
 
+/// A record with fewer paths than the base has, divided by this, makes [`readback_check`]
+/// look the base up rather than walk it.
+const SPARSE_RECORD: usize = 64;
+
 /// What a sandbox read-back does with `path`, given the run's `base` and the stat record of
 /// the sync that wrote it (see [`crate::wire::SyncRecord`]).
 ///
 /// Asked in path order (as [`capture_each`] is, with sorted candidates), it walks the base and
 /// the record beside the questions, without a lookup each; a question out of order (or asked
-/// again) is answered by a lookup of the base, without the record's word: by content.
+/// again) is answered by a lookup of the base, without the record's word: by content. A record
+/// much smaller than the base (one cut down to the few paths change notification named) is
+/// walked beside the questions while the base is looked up: walking 10,000 base paths to
+/// answer for one costs more than the read it decides on.
 pub fn readback_check<'a>(
     base: &'a FlatTree,
     record: Option<&'a SyncRecord>,
@@ -599,6 +606,7 @@ pub fn readback_check<'a>(
     // then looked up instead.
     let recorded: Option<HashMap<&str, &FileStat>> = (!files.is_sorted_by(|a, b| a.0 < b.0))
         .then(|| files.iter().map(|(p, s)| (p.as_str(), s)).collect());
+    let look_up_base = record.is_some() && files.len().saturating_mul(SPARSE_RECORD) < base.len();
     let mut bases = base.iter().peekable();
     let mut recs = files.iter().map(|(p, s)| (p, s)).peekable();
     let mut last = String::new();
@@ -609,7 +617,10 @@ pub fn readback_check<'a>(
         let (entry, was) = if in_order {
             last.clear();
             last.push_str(path);
-            let entry = seek(&mut bases, path);
+            let entry = match look_up_base {
+                true => base.get(path),
+                false => seek(&mut bases, path),
+            };
             let was = match &recorded {
                 Some(map) => map.get(path).copied(),
                 None => seek(&mut recs, path),
@@ -1701,7 +1712,9 @@ mod tests {
     proptest::proptest! {
         /// The read-back's check walking the base and the record beside sorted questions says
         /// what looking each path up says; out of order, or with a record out of order, it
-        /// still names the base entry and never trusts a stat the lookup would not.
+        /// still names the base entry and never trusts a stat the lookup would not. With
+        /// `sparse`, the base has far more paths than the record (as after a small change), so
+        /// the check looks the base up instead of walking it.
         #[test]
         fn readback_check_is_the_lookup(
             base in proptest::collection::btree_map("[abc]{1,2}(/[abc]{1,2})?", 0u8..3, 0..16),
@@ -1709,11 +1722,20 @@ mod tests {
             asked in proptest::collection::vec(("[abc]{1,2}(/[abc]{1,2})?", 0u8..3), 0..24),
             sort_asked in proptest::bool::ANY,
             shuffle_record in proptest::bool::ANY,
+            sparse in proptest::bool::ANY,
         ) {
-            let base: FlatTree = base
+            let mut base: FlatTree = base
                 .into_iter()
                 .map(|(p, n)| (p, Entry { mode: Mode::File, oid: gix::hash::ObjectId::from_bytes_or_panic(&[n; 20]) }))
                 .collect();
+            if sparse {
+                // Sorted among the others ('b/…' between 'a…' and 'c…'), so the walk and the
+                // lookup differ in where they are.
+                for i in 0..16 * SPARSE_RECORD {
+                    let oid = gix::hash::ObjectId::from_bytes_or_panic(&[(i % 3) as u8; 20]);
+                    base.insert(format!("b/z{i:04}"), Entry { mode: Mode::File, oid });
+                }
+            }
             let paths: Vec<&String> = base.keys().collect();
             let stat = |n: u8, racy: bool| FileStat {
                 mtime_s: if racy { 100 } else { 10 },
