@@ -345,6 +345,88 @@ async fn a_suggestion_that_cannot_be_journaled_is_never_announced() {
     drop(disk);
 }
 
+/// A suggestion's refs in the checkpoint store are set after it is announced; a hub killed in
+/// between sets them when it starts again, at the run commit the journal names.
+#[tokio::test]
+async fn the_refs_of_a_suggestion_announced_before_a_kill_are_set_at_the_next_start() {
+    let ws = Workspace::new(&[("a.txt", numbered(40).as_bytes())]).unwrap();
+    let (mut hub, pauses) = ws.serve_pausable().unwrap();
+    let agent = ws
+        .agent_script("agent.sh", "sed -i 's/^line 3$/LINE 3/' a.txt")
+        .unwrap();
+    let template = format!("{} {{prompt}}", agent.display());
+    let mut c = hub.ws().await.unwrap();
+    let refs = |prefix: &str| {
+        String::from_utf8(
+            ws.checkpoint_git(&["for-each-ref", "--format=%(refname) %(objectname)", prefix])
+                .unwrap(),
+        )
+        .unwrap()
+    };
+
+    let pause = Pause::arm(&pauses, "suggestion-ready");
+    let run = c.start_run("edit", &template, None).await.unwrap();
+    pause.reached();
+    // Journaled and announced, its refs not set yet; the run's base ref is (set at its start).
+    assert_eq!(refs("refs/hunkgate/suggestions/"), "");
+    assert_eq!(
+        refs("refs/hunkgate/runs/")
+            .lines()
+            .collect::<Vec<_>>()
+            .len(),
+        1,
+        "{}",
+        refs("refs/hunkgate/runs/")
+    );
+    hub.kill9();
+    drop(pause);
+    drop(c);
+
+    let hub = ws.serve(&[]).unwrap();
+    let listed = hub.curl().get("/suggestions").unwrap().body;
+    let sid = listed["suggestions"][0]["id"].as_str().unwrap().to_string();
+    let s = hub.curl().get(&format!("/suggestions/{sid}")).unwrap().body;
+    assert_eq!(s["run_id"], run.as_str(), "{s}");
+    let commit = s["run_commit"].as_str().unwrap();
+    assert_eq!(
+        refs("refs/hunkgate/suggestions/"),
+        format!("refs/hunkgate/suggestions/{sid}/run {commit}\n")
+    );
+    assert!(
+        refs("refs/hunkgate/runs/").contains(&format!("refs/hunkgate/runs/{run}/head {commit}\n")),
+        "{}",
+        refs("refs/hunkgate/runs/")
+    );
+    let shown = ws
+        .checkpoint_git(&[
+            "show",
+            &format!("refs/hunkgate/suggestions/{sid}/run:a.txt"),
+        ])
+        .unwrap();
+    assert!(String::from_utf8(shown).unwrap().contains("LINE 3\n"));
+    ws.checkpoint_git(&["fsck", "--no-dangling"]).unwrap();
+
+    // A suggestion published while the hub runs has its refs once its publish is over.
+    let mut c = hub.ws().await.unwrap();
+    let s = run_agent(&hub, &mut c, &agent, "again").await.unwrap();
+    let want = format!(
+        "refs/hunkgate/suggestions/{}/run {}\n",
+        s["id"].as_str().unwrap(),
+        s["run_commit"].as_str().unwrap()
+    );
+    let deadline = std::time::Instant::now() + SECS10;
+    while !refs("refs/hunkgate/suggestions/").contains(&want)
+        && std::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        refs("refs/hunkgate/suggestions/").contains(&want),
+        "{}",
+        refs("refs/hunkgate/suggestions/")
+    );
+}
+
 #[tokio::test]
 async fn a_file_saved_while_an_accept_writes_it_is_kept() {
     if !require_root("a_file_saved_while_an_accept_writes_it_is_kept") {
@@ -703,13 +785,27 @@ async fn eio_under_the_checkout_changes_nothing_and_a_restart_recovers() {
 struct ReadOnly(PathBuf);
 
 impl ReadOnly {
+    /// The remount is refused while a file is being written through the new mount, as the hub
+    /// may be doing right after a suggestion was announced (its refs, the store's spare
+    /// files): it is tried again for up to ten seconds.
     fn set(dir: &Path) -> Self {
         run(Command::new("mount").arg("--bind").arg(dir).arg(dir));
         let guard = Self(dir.to_path_buf());
-        run(Command::new("mount")
-            .args(["-o", "remount,bind,ro"])
-            .arg(dir));
-        guard
+        let deadline = std::time::Instant::now() + SECS10;
+        loop {
+            let mut remount = Command::new("mount");
+            remount.args(["-o", "remount,bind,ro"]).arg(dir);
+            let out = remount.output().unwrap();
+            if out.status.success() {
+                return guard;
+            }
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.contains("busy") && std::time::Instant::now() < deadline,
+                "{remount:?}: {err}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }
 

@@ -184,6 +184,11 @@ fn interrupt_unfinished(runs: &mut BTreeMap<String, RunRec>) {
     }
 }
 
+/// Files the checkpoint store keeps made ahead of need for loose objects: a publish writes a
+/// blob per changed file (up to 64, more go into a pack), the trees above them and a commit;
+/// a run start the same for the checkout's changes.
+const SPARE_FILES: usize = 32;
+
 /// Open everything and rebuild state; does not serve yet.
 pub fn open_hub(
     mut cfg: ServeConfig,
@@ -198,7 +203,8 @@ pub fn open_hub(
     let lock = lock_state_dir(&cfg.state_dir)?;
     let token = crate::hub::auth::load_or_create_token(&cfg.state_dir.join("token"))
         .context("the reviewer token")?;
-    let store = Store::open_or_init(&cfg.state_dir.join("checkpoints.git"))?;
+    let mut store = Store::open_or_init(&cfg.state_dir.join("checkpoints.git"))?;
+    store.keep_spares(SPARE_FILES)?;
     let journal_path = cfg.state_dir.join("state.jsonl");
     let feedback_path = cfg.state_dir.join("feedback.jsonl");
 
@@ -229,6 +235,14 @@ pub fn open_hub(
         runs,
         sessions,
     };
+    match crate::runs::restore_run_refs(&store, &state) {
+        Ok(0) => {}
+        Ok(set) => tracing::info!(
+            set,
+            "set the checkpoint store's refs of suggestions announced before the hub stopped"
+        ),
+        Err(e) => tracing::warn!(error = %e, "restoring the checkpoint store's refs"),
+    }
     let compact = state.records(seq_upto + feedback_lines.len() as u64);
     let journal = Journal::rewrite(&journal_path, &compact)?;
     let hub = Arc::new(Hub::new(Parts {

@@ -235,6 +235,21 @@ impl Hub {
         })
     }
 
+    /// [`Hub::blocking`] for work whose wait is the caller's answer (a publish that a run
+    /// ends with): on the multi-thread runtime the work runs on this worker thread, which
+    /// hands its other tasks on first (`block_in_place`), so it starts without waking a
+    /// blocking thread (up to a millisecond on a busy machine). Only for a task that runs
+    /// nothing else beside it: everything else in the same task waits too.
+    pub async fn blocking_here<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&Hub) -> Result<T, AppError> + Send + 'static,
+    ) -> Result<T, AppError> {
+        match tokio::runtime::Handle::current().runtime_flavor() {
+            tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(|| f(self)),
+            _ => self.blocking(f).await,
+        }
+    }
+
     /// Run blocking work (file I/O, fsync, gix) off the async workers.
     pub async fn blocking<T: Send + 'static>(
         self: &Arc<Self>,

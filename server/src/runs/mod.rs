@@ -9,7 +9,7 @@ mod exec;
 mod publish;
 
 pub use exec::{LOG_HEAD, LOG_TAIL};
-pub use publish::{MAX_DESCRIPTIONS_TOTAL, MAX_HUNK_DESCRIPTION};
+pub use publish::{restore_run_refs, MAX_DESCRIPTIONS_TOTAL, MAX_HUNK_DESCRIPTION};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -260,8 +260,13 @@ impl Hub {
             self.run_error(&run_id, ErrorCode::ExperimentFailed, msg);
         }
         self.forget_run(&run_id);
-        // The run's snapshots, sandbox exchanges and read-backs are freed now.
-        tokio::task::spawn_blocking(hunkgate_sandbox::return_freed_memory);
+        // The run's snapshots, sandbox exchanges and read-backs are freed now, and the spare
+        // files its loose objects took are made again while no client waits on the store.
+        let hub = self.clone();
+        tokio::task::spawn_blocking(move || {
+            hub.store().refill_spares();
+            hunkgate_sandbox::return_freed_memory();
+        });
     }
 
     /// Drop a finished run's cancel token and open question, and note its outcome in its

@@ -59,17 +59,24 @@ impl Hub {
             prompt,
             agent,
         };
-        let suggestion = self
-            .blocking(move |hub| hub.build_suggestion(draft))
+        let (suggestion, commit) = self
+            .blocking_here(move |hub| hub.build_suggestion(draft))
             .await?;
         if let Some(change) = &jj_change {
             self.describe_jj_change(jj_sandbox.as_ref(), change, description)
                 .await;
         }
-        let view = self.announce_suggestion(run_id, suggestion);
-        // A publish allocates in proportion to the change and frees most of it again.
-        tokio::task::spawn_blocking(hunkgate_sandbox::return_freed_memory);
-        view
+        let view = self.announce_suggestion(run_id, suggestion)?;
+        let (rid, sid) = (run_id.to_string(), view.id.clone());
+        let _ = self
+            .blocking(move |hub| {
+                hub.set_run_refs(&rid, &sid, commit);
+                // A publish allocates in proportion to the change and frees most of it again.
+                hunkgate_sandbox::return_freed_memory();
+                Ok(())
+            })
+            .await;
+        Ok(view)
     }
 
     /// The live state of `run_id`, which only a running agent has.
@@ -90,7 +97,7 @@ impl Hub {
 
     /// The suggestion for what the sandbox holds now against the run's base, its run commit
     /// written to the checkpoint store (a `no_changes` error when there is nothing to review).
-    fn build_suggestion(&self, draft: Draft) -> Result<NewSuggestion, AppError> {
+    fn build_suggestion(&self, draft: Draft) -> Result<(NewSuggestion, ObjectId), AppError> {
         let Draft {
             run_id: rid,
             description: desc,
@@ -128,19 +135,26 @@ impl Hub {
             ));
         }
         let sid = uuid::Uuid::new_v4().to_string();
-        // The run commit (its trees, the commit, the refs: a few files made, each a wait on
-        // the filesystem rather than work) is written while the hunks are diffed, on another
-        // thread: neither needs the other, and both are done before the suggestion is
-        // journaled, so a journaled suggestion's run commit is always in the store.
-        let (hunks, commit) = std::thread::scope(|scope| {
-            let committing =
-                scope.spawn(|| self.commit_run_head(&rid, &sid, &desc, &active, &back.changes));
+        // The run commit (its trees and the commit: a few files, each a wait on the
+        // filesystem rather than work) and the hunks need nothing of each other; both are done
+        // before the suggestion is journaled, so a journaled suggestion's run commit is always
+        // in the store. For a change to many files, the commit is written on another thread
+        // while the hunks are diffed; for a few, starting a thread costs more than it saves.
+        let (hunks, commit) = if back.changes.len() >= COMMIT_BESIDE_AT {
+            std::thread::scope(|scope| {
+                let committing =
+                    scope.spawn(|| self.commit_run_head(&rid, &desc, &active, &back.changes));
+                let hunks = build_hunks(self.store(), &sid, base, &back.changes, &only);
+                let commit = committing
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                (hunks, commit)
+            })
+        } else {
+            let commit = self.commit_run_head(&rid, &desc, &active, &back.changes);
             let hunks = build_hunks(self.store(), &sid, base, &back.changes, &only);
-            let commit = committing
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
             (hunks, commit)
-        });
+        };
         let commit = commit?;
         let mut hunks = hunks.map_err(|e| publish_error(&e))?;
         let unmatched = attach_notes(&mut hunks, capped_notes(&notes));
@@ -159,7 +173,7 @@ impl Hub {
             hunks = hunks.len(),
             "hunks built and run commit written"
         );
-        NewSuggestion::prepare(Suggestion {
+        let new = NewSuggestion::prepare(Suggestion {
             id: sid,
             run_id: rid,
             description: desc,
@@ -173,15 +187,16 @@ impl Hub {
             closed: None,
             reviewed_commit: None,
             skipped,
-        })
+        })?;
+        Ok((new, commit))
     }
 
-    /// Write the base with `changes` as the run's head commit (on the base) and point the run's
-    /// head ref and the suggestion's run ref at it.
+    /// Write the base with `changes` as the run's head commit (on the base); with
+    /// `--mirror-refs`, also point the run's head ref in the user's repository at it. The
+    /// store's own refs follow the announcement ([`Hub::set_run_refs`]).
     fn commit_run_head(
         &self,
         rid: &str,
-        sid: &str,
         desc: &str,
         active: &Active,
         changes: &Changes,
@@ -198,17 +213,22 @@ impl Hub {
                 &format!("suggestion: {desc}\n\nrun {rid}\n"),
             )
             .map_err(|e| publish_error(&e))?;
-        self.store()
-            .set_refs(
-                &[
-                    &format!("refs/hunkgate/runs/{rid}/head"),
-                    &format!("refs/hunkgate/suggestions/{sid}/run"),
-                ],
-                commit,
-            )
-            .map_err(|e| publish_error(&e))?;
-        self.mirror_ref(&format!("refs/hunkgate/runs/{rid}/head"), commit);
+        self.mirror_ref(&run_head_ref(rid), commit);
         Ok(commit)
+    }
+
+    /// Point the run's head ref and the suggestion's run ref in the checkpoint store at the
+    /// run commit of a suggestion just announced. The refs are a view of the journal for git
+    /// tools, not what the hub goes by: they are set after the announcement, off the publish's
+    /// path (two new directories and two lock files, each a wait on the filesystem), and a
+    /// hub that stopped in between sets them at its next start ([`restore_run_refs`]). A
+    /// failure is logged, for the same reason.
+    fn set_run_refs(&self, rid: &str, sid: &str, commit: ObjectId) {
+        let names = [run_head_ref(rid), suggestion_run_ref(sid)];
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        if let Err(e) = self.store().set_refs(&names, commit) {
+            tracing::warn!(error = %e, run = rid, suggestion = sid, "setting a suggestion's refs in the checkpoint store");
+        }
     }
 
     /// Give the run's jj change the suggestion's description; best effort: the change keeps
@@ -324,6 +344,58 @@ fn publish_error(e: &dyn std::fmt::Display) -> AppError {
     AppError::internal(format!("publishing the run's changes: {e}"))
 }
 
+/// The run's head ref: its latest suggestion's run commit.
+fn run_head_ref(run_id: &str) -> String {
+    format!("refs/hunkgate/runs/{run_id}/head")
+}
+
+/// A suggestion's run ref: the commit of what the agent left when it was published.
+fn suggestion_run_ref(suggestion_id: &str) -> String {
+    format!("refs/hunkgate/suggestions/{suggestion_id}/run")
+}
+
+/// Set the checkpoint store's refs that a hub stopped between announcing a suggestion and
+/// setting them ([`Hub::set_run_refs`]) left missing or behind: each journaled suggestion's
+/// run ref, and each run's head ref at its latest suggestion. Returns how many were set. A
+/// run commit the store does not have (lost with the machine's power before the filesystem
+/// wrote it) gets no ref, which would be a broken one, and is logged.
+pub fn restore_run_refs(
+    store: &hunkgate_sandbox::store::Store,
+    state: &crate::hub::State,
+) -> Result<usize, hunkgate_sandbox::store::StoreError> {
+    let have = store.refs_under("refs/hunkgate/")?;
+    // Creation order: a run's later suggestion moves its head ref past an earlier one's.
+    let mut want = std::collections::BTreeMap::new();
+    for s in state
+        .order
+        .iter()
+        .filter_map(|id| state.suggestions.get(id))
+    {
+        let Ok(commit) = ObjectId::from_hex(s.run_commit.as_bytes()) else {
+            continue;
+        };
+        want.insert(suggestion_run_ref(&s.id), commit);
+        want.insert(run_head_ref(&s.run_id), commit);
+    }
+    let mut by_commit: std::collections::BTreeMap<ObjectId, Vec<String>> = Default::default();
+    for (name, commit) in want {
+        if have.get(&name) != Some(&commit) {
+            by_commit.entry(commit).or_default().push(name);
+        }
+    }
+    let mut set = 0;
+    for (commit, names) in by_commit {
+        if !store.has_object(commit) {
+            tracing::warn!(%commit, refs = ?names, "a journaled run commit is missing from the checkpoint store; its refs are left unset");
+            continue;
+        }
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        store.set_refs(&names, commit)?;
+        set += names.len();
+    }
+    Ok(set)
+}
+
 /// The `--files` globs as one matcher (None: every file).
 fn file_filter(globs: &[String]) -> Result<Option<globset::GlobSet>, AppError> {
     if globs.is_empty() {
@@ -410,6 +482,10 @@ fn keep_skipped_as_base(
     }
     out
 }
+
+/// From this many changed files on, a publish writes its run commit on a second thread while
+/// it diffs the hunks.
+const COMMIT_BESIDE_AT: usize = 8;
 
 /// At most this many hunk descriptions are read from one publish.
 const MAX_NOTES: usize = 256;
