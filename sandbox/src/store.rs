@@ -251,9 +251,18 @@ impl Store {
         data: &[u8],
     ) -> Result<ObjectId, StoreError> {
         use std::io::Write as _;
+        // An object the store has is not written again (as gix's own writes of blobs and
+        // commits do not): a decision stores the file it replaces, mostly a blob already there.
+        let id =
+            gix::objs::compute_hash(repo.object_hash(), kind, data).map_err(|e| self.err(e))?;
+        if self.known(id) {
+            return Ok(id);
+        }
+        if repo.has_object(id) {
+            self.remember(id);
+            return Ok(id);
+        }
         if let Some(spares) = self.spares.as_ref().filter(|s| s.ready() > 0) {
-            let id =
-                gix::objs::compute_hash(repo.object_hash(), kind, data).map_err(|e| self.err(e))?;
             let hex = id.to_string();
             let dest = repo
                 .objects
@@ -282,7 +291,12 @@ impl Store {
             }
         }
         use gix::objs::Write;
-        repo.objects.write_buf(kind, data).map_err(|e| self.err(e))
+        let written = repo
+            .objects
+            .write_buf(kind, data)
+            .map_err(|e| self.err(e))?;
+        debug_assert_eq!(written, id);
+        Ok(written)
     }
 
     pub fn read_blob(&self, oid: ObjectId) -> Result<Vec<u8>, StoreError> {
@@ -1099,6 +1113,17 @@ mod tests {
         store.refill_spares();
         assert_eq!(store.spares_ready(), 4);
         let third = store.write_blob(b"third\n").unwrap();
+        assert_eq!(store.spares_ready(), 3);
+        // An object the store has takes no spare and is not written again, whether this
+        // handle wrote it or git did.
+        assert_eq!(store.write_blob(b"new\n").unwrap(), blob);
+        let file = tmp.path().join("by-git.txt");
+        std::fs::write(&file, b"by git\n").unwrap();
+        let by_git = git(store.path(), &["hash-object", "-w", file.to_str().unwrap()]);
+        assert_eq!(
+            store.write_blob(b"by git\n").unwrap().to_string(),
+            by_git.trim()
+        );
         assert_eq!(store.spares_ready(), 3);
 
         for (id, kind) in [
