@@ -15,7 +15,10 @@
 //!    `agent_files` files in `hunks_per_file` places each, a warm one with an agent that changes
 //!    one file in `small_hunks` places, a warm one with an agent that changes nothing. Each agent
 //!    prints its own start and exit time (`date +%s%N`), read back from `<state>/runs/<id>.log`;
-//!    `suggestion.ready` is timed where a WebSocket client receives it. Beside them:
+//!    `suggestion.ready` is timed where a WebSocket client receives it. Then `warm_samples`
+//!    more warm runs, each changing one more file in `small_hunks` places, so that the warm
+//!    start and the small publish are also given as medians (one run swings with the disk).
+//!    Beside them:
 //!    `git stash create` on the same dirty checkout (first and warm) and `git diff base head` on
 //!    the hub's own checkpoint store;
 //! 3. `git apply --check` of every hunk of both suggestions, then WebSocket `accept` of each of
@@ -76,6 +79,9 @@ pub struct Config {
     pub fanout_decisions: usize,
     /// Repetitions of each warm git command (the median is reported).
     pub git_samples: usize,
+    /// Warm runs after runs 2 and 3, each changing one more file in `small_hunks` places: the
+    /// warm start and the small publish are reported as medians over these and run 2 (3).
+    pub warm_samples: usize,
     /// Run under `--isolation none`.
     pub isolation_none: bool,
     /// Run under `--isolation user` with this sandbox user (None: do not).
@@ -101,6 +107,7 @@ impl Config {
             fanout_clients: 100,
             fanout_decisions: 50,
             git_samples: 5,
+            warm_samples: 5,
             isolation_none: true,
             isolation_user: Some("hunkgate-agent".into()),
             bin,
@@ -132,6 +139,7 @@ impl Config {
         c.fanout_clients = num("HUNKGATE_BENCH_CLIENTS", c.fanout_clients)?;
         c.fanout_decisions = num("HUNKGATE_BENCH_FANOUT_DECISIONS", c.fanout_decisions)?;
         c.git_samples = num("HUNKGATE_BENCH_GIT_SAMPLES", c.git_samples)?;
+        c.warm_samples = num("HUNKGATE_BENCH_WARM_SAMPLES", c.warm_samples)?;
         if let Ok(u) = std::env::var("HUNKGATE_BENCH_SANDBOX_USER") {
             c.isolation_user = Some(u);
         }
@@ -187,10 +195,11 @@ impl Config {
         let needed = self.slots_needed();
         ensure!(
             needed <= self.files,
-            "{needed} distinct files are needed (dirty {} + agent {} + small 1 + {} × {} for memory), \
-             more than the {} files of the repository",
+            "{needed} distinct files are needed (dirty {} + agent {} + small 1 + {} more + {} × {} \
+             for memory), more than the {} files of the repository",
             self.dirty,
             self.agent_files,
+            self.warm_samples,
             self.rss_suggestions,
             self.rss_hunks / self.hunks_per_file,
             self.files
@@ -203,7 +212,11 @@ impl Config {
     }
 
     fn slots_needed(&self) -> usize {
-        self.dirty + self.agent_files + 1 + self.rss_suggestions * self.rss_files_per_suggestion()
+        self.dirty
+            + self.agent_files
+            + 1
+            + self.warm_samples
+            + self.rss_suggestions * self.rss_files_per_suggestion()
     }
 }
 
@@ -313,6 +326,8 @@ struct Parts {
     dirty: Vec<usize>,
     agent: Vec<usize>,
     small: usize,
+    /// The files of the warm samples' agents, one each.
+    samples: Vec<usize>,
     /// First slot of the memory suggestions' files.
     rss_first_slot: usize,
 }
@@ -327,11 +342,13 @@ fn parts(cfg: &Config, layout: &Layout) -> Parts {
     let dirty = take(cfg.dirty);
     let agent = take(cfg.agent_files);
     let small = take(1)[0];
+    let samples = take(cfg.warm_samples);
     Parts {
         dirty,
         agent,
         small,
-        rss_first_slot: cfg.dirty + cfg.agent_files + 1,
+        samples,
+        rss_first_slot: cfg.dirty + cfg.agent_files + 1 + cfg.warm_samples,
     }
 }
 
@@ -393,6 +410,8 @@ pub struct ModeFigures {
     pub warm_big: RunFigures,
     /// The small agent and the agent that changes nothing.
     pub warm_runs: Vec<RunFigures>,
+    /// The warm samples: each an agent that changes one more file in `small_hunks` places.
+    pub sample_runs: Vec<RunFigures>,
     pub stash_first: Duration,
     /// `git worktree add` of HEAD into a new directory beside the hub's state: git writing the
     /// same thousands of files a first run's sandbox needs, on the same filesystem.
@@ -1135,6 +1154,29 @@ async fn review_hub(
         "[{mode}] run 3 (warm): an agent that changes nothing"
     ));
     let (run3, _) = timed_run(hub, &http, &mut client, &sh_template("true"), false).await?;
+    let mut sample_runs = Vec::new();
+    for (i, &file) in parts.samples.iter().enumerate() {
+        progress(format!(
+            "[{mode}] warm sample {} of {}: 1 more file × {} hunks",
+            i + 1,
+            parts.samples.len(),
+            cfg.small_hunks
+        ));
+        let template = sh_template(&format!(
+            "sed -i{} {}",
+            layout.sed_args(cfg.small_hunks),
+            Layout::path(file)
+        ));
+        let (run, _) = timed_run(hub, &http, &mut client, &template, true).await?;
+        ensure!(
+            run.hunk_count == cfg.small_hunks,
+            "warm sample {} has {} hunks, expected {}",
+            i + 1,
+            run.hunk_count,
+            cfg.small_hunks
+        );
+        sample_runs.push(run);
+    }
 
     // The small suggestion, accepted `small_rounds` times.
     let small_id = small["id"].as_str().unwrap_or_default().to_string();
@@ -1247,6 +1289,7 @@ async fn review_hub(
         first_run,
         warm_big,
         warm_runs: vec![run2, run3],
+        sample_runs,
         stash_first,
         checkout_first,
         stash_warm,
@@ -1446,6 +1489,13 @@ fn restore(ws: &Workspace, layout: &Layout, parts: &Parts) -> Result<()> {
 // ---------------------------------------------------------------------------------------------
 // The table.
 
+/// The median of `samples` and their range: "4.1 ms (3.2–6.0 ms)".
+fn spread(samples: &[Duration]) -> String {
+    let lo = samples.iter().min().copied().unwrap_or_default();
+    let hi = samples.iter().max().copied().unwrap_or_default();
+    format!("{} ({}–{})", ms(percentile(samples, 50.0)), ms(lo), ms(hi))
+}
+
 fn ms(d: Duration) -> String {
     let ms = d.as_secs_f64() * 1e3;
     if ms >= 10_000.0 {
@@ -1534,18 +1584,42 @@ impl Report {
             "≤ 3 s",
         );
         let warm: Vec<String> = m.warm_runs.iter().map(|r| ms(r.start)).collect();
-        let warm_ratio: Vec<String> = m
+        let mut warm_ratio: Vec<String> = m
             .warm_runs
             .iter()
             .map(|r| ratio(r.start, m.stash_warm))
             .collect();
+        let starts: Vec<Duration> = m
+            .warm_runs
+            .iter()
+            .chain(&m.sample_runs)
+            .map(|r| r.start)
+            .collect();
+        let mut warm = warm.join(", ");
+        let mut label = "`POST /runs` → agent started, warm (runs 2 and 3)".to_string();
+        if !m.sample_runs.is_empty() {
+            let median = percentile(&starts, 50.0);
+            warm.push_str(&format!("; median {}", spread(&starts)));
+            warm_ratio.push(format!("median {}", ratio(median, m.stash_warm)));
+            label = format!(
+                "`POST /runs` → agent started, warm (runs 2 and 3; median of all {} warm runs)",
+                starts.len()
+            );
+        }
         row(
-            "`POST /runs` → agent started, warm (runs 2 and 3)".into(),
-            warm.join(", "),
+            label,
+            warm,
             format!("`git stash create` {} (warm, median)", ms(m.stash_warm)),
-            warm_ratio.join(", "),
+            warm_ratio.join("; "),
             "≤ 1× git",
         );
+        let small_readies: Vec<Duration> = m
+            .warm_runs
+            .iter()
+            .take(1)
+            .chain(&m.sample_runs)
+            .filter_map(|r| r.ready)
+            .collect();
         let publishes = [
             (
                 format!("agent exit → `suggestion.ready` at a WebSocket client, {big} hunks"),
@@ -1558,16 +1632,25 @@ impl Report {
                 m.diff_big_warm,
             ),
             (
-                format!("agent exit → `suggestion.ready`, {small} hunks"),
-                m.warm_runs.first().and_then(|r| r.ready),
+                match small_readies.len() {
+                    1 => format!("agent exit → `suggestion.ready`, {small} hunks"),
+                    n => format!(
+                        "agent exit → `suggestion.ready`, {small} hunks (median of {n} warm runs)"
+                    ),
+                },
+                (!small_readies.is_empty()).then(|| percentile(&small_readies, 50.0)),
                 m.diff_small,
             ),
         ];
         for (label, ready, diff) in publishes {
             if let Some(r) = ready {
+                let shown = match label.contains("median of") {
+                    true => spread(&small_readies),
+                    false => ms(r),
+                };
                 row(
                     label,
-                    ms(r),
+                    shown,
                     self.diff_and_status(m, diff),
                     format!(
                         "{} ({} `git status`)",
@@ -1616,7 +1699,7 @@ impl Report {
             );
         }
         row(
-            format!("`state.jsonl` after the whole {big}-hunk review (and the 3 runs and {small}-hunk rounds before it)"),
+            format!("`state.jsonl` after the whole {big}-hunk review (and the {} runs and {small}-hunk rounds before it)", 3 + m.sample_runs.len()),
             format!(
                 "{} (the review added {})",
                 bytes(m.journal_after_review as f64),

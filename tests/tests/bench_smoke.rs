@@ -20,6 +20,7 @@ fn tiny() -> Config {
         fanout_clients: 5,
         fanout_decisions: 6,
         git_samples: 2,
+        warm_samples: 2,
         isolation_none: true,
         // The isolation suite covers `--isolation user`; here the figures' plumbing is checked.
         isolation_user: None,
@@ -37,6 +38,12 @@ fn check_mode(cfg: &Config, m: &ModeFigures) {
         m.first_run.ready.expect("the first run's suggestion.ready"),
     );
     assert_eq!(m.warm_runs.len(), 2, "{m:#?}");
+    assert_eq!(m.sample_runs.len(), cfg.warm_samples, "{m:#?}");
+    for r in &m.sample_runs {
+        assert_eq!(r.hunk_count, cfg.small_hunks, "{m:#?}");
+        assert!(r.ready.is_some_and(|d| !d.is_zero()), "{m:#?}");
+        positive("a warm sample's start", r.start);
+    }
     assert_eq!(m.warm_big.hunk_count, m.first_run.hunk_count);
     positive(
         "the warm big publish",
