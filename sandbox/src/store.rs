@@ -258,7 +258,9 @@ impl Store {
         if self.known(id) {
             return Ok(id);
         }
-        if repo.has_object(id) {
+        // Without the pack directory's refresh that a miss costs otherwise (the usual answer
+        // here is a miss: a new object), as gix's own blob write asks.
+        if repo.objects.exists_without_refresh(&id) {
             self.remember(id);
             return Ok(id);
         }
