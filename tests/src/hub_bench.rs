@@ -1025,7 +1025,19 @@ fn remove_user_sandboxes(user: &str, state_name: &str) {
             .to_string_lossy()
             .starts_with(&format!("{state_name}-"))
         {
-            let _ = std::fs::remove_dir_all(e.path());
+            // The hub's kept sandbox helper may still be putting the slot back as its hub goes
+            // away, making files while they are removed: try again until it has stopped.
+            let path = e.path();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while std::fs::remove_dir_all(&path).is_err()
+                && path.exists()
+                && Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            if path.exists() {
+                progress(format!("could not remove {}", path.display()));
+            }
         }
     }
 }
