@@ -293,10 +293,7 @@ async fn a_suggestion_that_cannot_be_journaled_is_never_announced() {
     let ws = Workspace::new(&[("a.txt", numbered(40).as_bytes())]).unwrap();
     let disk = Tmpfs::mount(&ws.state(), "32m");
     let (mut hub, pauses) = ws.serve_pausable().unwrap();
-    let agent = ws
-        .agent_script("agent.sh", "sed -i 's/^line 3$/LINE 3/' a.txt")
-        .unwrap();
-    let template = format!("{} {{prompt}}", agent.display());
+    let (agent, template) = line3_agent(&ws);
     let mut c = hub.ws().await.unwrap();
 
     // A long prompt makes the suggestion's record longer than a page: on a full disk its
@@ -345,16 +342,22 @@ async fn a_suggestion_that_cannot_be_journaled_is_never_announced() {
     drop(disk);
 }
 
+/// An agent that changes line 3 of `a.txt`, and its command template.
+fn line3_agent(ws: &Workspace) -> (PathBuf, String) {
+    let agent = ws
+        .agent_script("agent.sh", "sed -i 's/^line 3$/LINE 3/' a.txt")
+        .unwrap();
+    let template = format!("{} {{prompt}}", agent.display());
+    (agent, template)
+}
+
 /// A suggestion's refs in the checkpoint store are set after it is announced; a hub killed in
 /// between sets them when it starts again, at the run commit the journal names.
 #[tokio::test]
 async fn the_refs_of_a_suggestion_announced_before_a_kill_are_set_at_the_next_start() {
     let ws = Workspace::new(&[("a.txt", numbered(40).as_bytes())]).unwrap();
     let (mut hub, pauses) = ws.serve_pausable().unwrap();
-    let agent = ws
-        .agent_script("agent.sh", "sed -i 's/^line 3$/LINE 3/' a.txt")
-        .unwrap();
-    let template = format!("{} {{prompt}}", agent.display());
+    let (agent, template) = line3_agent(&ws);
     let mut c = hub.ws().await.unwrap();
     let refs = |prefix: &str| {
         String::from_utf8(
