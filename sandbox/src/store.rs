@@ -292,13 +292,11 @@ impl Store {
                 return Ok(id);
             }
         }
+        // The id is known already: gix need not hash the object a second time.
         use gix::objs::Write;
-        let written = repo
-            .objects
-            .write_buf(kind, data)
-            .map_err(|e| self.err(e))?;
-        debug_assert_eq!(written, id);
-        Ok(written)
+        repo.objects
+            .write_buf_with_known_id(kind, data, id)
+            .map_err(|e| self.err(e))
     }
 
     pub fn read_blob(&self, oid: ObjectId) -> Result<Vec<u8>, StoreError> {
@@ -432,7 +430,6 @@ impl Store {
             }
             self.write_tree_object(&repo, tree, &mut new)
         })?;
-
         self.write_new_trees(&repo, new)?;
         Ok(root)
     }
