@@ -17,10 +17,14 @@ use std::path::{Path, PathBuf};
 
 use gix::hash::ObjectId;
 
+/// Git's object type number for a commit in a pack entry header.
+pub const OBJ_COMMIT: u8 = 1;
 /// Git's object type number for a tree in a pack entry header.
 pub const OBJ_TREE: u8 = 2;
 /// Git's object type number for a blob in a pack entry header.
 pub const OBJ_BLOB: u8 = 3;
+/// Git's object type number for an annotated tag in a pack entry header.
+pub const OBJ_TAG: u8 = 4;
 
 /// A pack being written: entries appended one by one, finished into `pack-<sha>.{pack,idx}`.
 pub struct PackWriter {
@@ -62,7 +66,7 @@ impl PackWriter {
             file,
             entries: Vec::new(),
             offset: 12,
-            deflate: flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast()),
+            deflate: new_deflate(),
             pending: Vec::new(),
             durable,
         })
@@ -76,21 +80,15 @@ impl PackWriter {
     /// Append an object of git's pack type `kind` ([`OBJ_BLOB`], [`OBJ_TREE`]) whose content
     /// (without git's `<type> <size>` header) is `bytes` and whose id is `oid`.
     pub fn add(&mut self, kind: u8, oid: ObjectId, bytes: &[u8]) -> std::io::Result<()> {
-        let header = entry_header(kind, bytes.len() as u64);
-        self.deflate.write_all(bytes)?;
-        // Finishes this entry's zlib stream and starts the next one's.
-        let data = self.deflate.reset(Vec::new())?;
-        self.pending.extend_from_slice(&header);
-        self.pending.extend_from_slice(&data);
+        let entry = deflate_entry(kind, bytes, &mut self.deflate)?;
+        self.pending.extend_from_slice(&entry);
         if self.pending.len() >= 1 << 20 {
             self.file.write_all(&self.pending)?;
             self.pending.clear();
         }
-        let mut crc = crc32fast::Hasher::new();
-        crc.update(&header);
-        crc.update(&data);
-        self.entries.push((oid, self.offset, crc.finalize()));
-        self.offset += (header.len() + data.len()) as u64;
+        self.entries
+            .push((oid, self.offset, crc32fast::hash(&entry)));
+        self.offset += entry.len() as u64;
         Ok(())
     }
 
@@ -149,6 +147,126 @@ impl PackWriter {
         }
         Ok(pack_path)
     }
+}
+
+/// One object's pack entry: its header and its zlib stream, made with `deflate` (ready for
+/// the next entry afterwards). Entries are independent of each other, so a pack's can be
+/// made on several threads and put together in any order ([`WholePack::of`]).
+///
+/// A tree is stored rather than compressed ([`stored_zlib`]): it is mostly object ids, which
+/// do not compress — a 100-entry tree shrinks by about a tenth — and compressing trees took
+/// twice as long as compressing the new files of the same publish.
+pub fn deflate_entry(
+    kind: u8,
+    bytes: &[u8],
+    deflate: &mut flate2::write::ZlibEncoder<Vec<u8>>,
+) -> std::io::Result<Vec<u8>> {
+    let mut entry = entry_header(kind, bytes.len() as u64);
+    if kind == OBJ_TREE {
+        stored_zlib(bytes, &mut entry);
+        return Ok(entry);
+    }
+    deflate.write_all(bytes)?;
+    // Finishes this entry's zlib stream and starts the next one's.
+    entry.extend_from_slice(&deflate.reset(Vec::new())?);
+    Ok(entry)
+}
+
+/// Append `bytes` as a zlib stream (RFC 1950) of stored deflate blocks (RFC 1951, `BTYPE`
+/// 00): at most 65,535 bytes each, the last one marked final, then the Adler-32 of `bytes`.
+pub fn stored_zlib(bytes: &[u8], out: &mut Vec<u8>) {
+    /// Deflate, 32 KiB window, fastest level; `0x7801` is a multiple of 31 as zlib requires.
+    const HEADER: [u8; 2] = [0x78, 0x01];
+    const BLOCK: usize = u16::MAX as usize;
+    out.reserve(bytes.len() + bytes.len() / BLOCK * 5 + 11);
+    out.extend_from_slice(&HEADER);
+    let blocks = bytes.len().div_ceil(BLOCK).max(1);
+    for (i, block) in (0..blocks).map(|i| (i, &bytes[i * BLOCK..bytes.len().min((i + 1) * BLOCK)]))
+    {
+        out.push(u8::from(i + 1 == blocks));
+        let len = block.len() as u16;
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(&(!len).to_le_bytes());
+        out.extend_from_slice(block);
+    }
+    out.extend_from_slice(&adler2::adler32_slice(bytes).to_be_bytes());
+}
+
+/// The compressor [`deflate_entry`] is given: zlib at its fastest level.
+pub fn new_deflate() -> flate2::write::ZlibEncoder<Vec<u8>> {
+    flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast())
+}
+
+/// A pack made whole in memory, with its index: for a pack small enough to hold, which is
+/// then written as two files in one go — no temporary file to make, no reading it back to
+/// hash it.
+pub struct WholePack {
+    /// The pack's file name without its extension (`pack-<checksum>`).
+    pub name: String,
+    pub pack: Vec<u8>,
+    pub index: Vec<u8>,
+}
+
+impl WholePack {
+    /// The pack of `entries` (each an object's id and its [`deflate_entry`]), in that order.
+    pub fn of(entries: &[(ObjectId, Vec<u8>)]) -> std::io::Result<Self> {
+        let count = u32::try_from(entries.len())
+            .map_err(|_| std::io::Error::other("more than 2^32 objects in one pack"))?;
+        let size: usize = entries.iter().map(|(_, e)| e.len()).sum();
+        let mut pack = Vec::with_capacity(12 + size + 20);
+        pack.extend_from_slice(b"PACK\0\0\0\x02");
+        pack.extend_from_slice(&count.to_be_bytes());
+        let mut located = Vec::with_capacity(entries.len());
+        for (oid, entry) in entries {
+            located.push((*oid, pack.len() as u64, crc32fast::hash(entry)));
+            pack.extend_from_slice(entry);
+        }
+        let mut hasher = gix::hash::hasher(gix::hash::Kind::Sha1);
+        hasher.update(&pack);
+        let checksum = hasher.try_finalize().map_err(std::io::Error::other)?;
+        pack.extend_from_slice(checksum.as_bytes());
+        let index = index_v2(&mut located, checksum)?;
+        Ok(Self {
+            name: format!("pack-{}", checksum.to_hex()),
+            pack,
+            index,
+        })
+    }
+
+    /// Put the pack into `pack_dir` (created if missing): the pack, then its index (git's
+    /// order: a pack is used only once its `.idx` exists), each written whole by `write` to
+    /// the path it is given and durable when `write` makes it so; then, if `durable`, the
+    /// directory is fsynced. Returns the pack's path.
+    pub fn place(
+        &self,
+        pack_dir: &Path,
+        durable: bool,
+        mut write: impl FnMut(&Path, &[u8]) -> std::io::Result<()>,
+    ) -> std::io::Result<PathBuf> {
+        std::fs::create_dir_all(pack_dir)?;
+        let pack_path = pack_dir.join(format!("{}.pack", self.name));
+        write(&pack_path, &self.pack)?;
+        write(&pack_dir.join(format!("{}.idx", self.name)), &self.index)?;
+        if durable {
+            std::fs::File::open(pack_dir)?.sync_all()?;
+        }
+        Ok(pack_path)
+    }
+}
+
+/// Write `bytes` as the file `dest` (replacing it) by way of a temporary file beside it,
+/// fsynced first if `durable` — [`WholePack::place`]'s writer when no spare file is ready.
+pub fn write_file_via_temp(dest: &Path, bytes: &[u8], durable: bool) -> std::io::Result<()> {
+    let dir = dest
+        .parent()
+        .ok_or_else(|| std::io::Error::other("a pack file's path has no directory"))?;
+    let mut file = tempfile::Builder::new().prefix("tmp_").tempfile_in(dir)?;
+    file.write_all(bytes)?;
+    if durable {
+        file.as_file().sync_all()?;
+    }
+    file.persist(dest).map_err(|e| e.error)?;
+    Ok(())
 }
 
 /// A pack entry's header: the type and the inflated size, 4 bits in the first byte and 7 in
@@ -218,6 +336,31 @@ fn index_v2(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Stored zlib streams inflate back to their bytes, whatever their length (empty, one
+    /// block, exactly a block, several blocks and a partial one).
+    #[test]
+    fn stored_zlib_streams_inflate_to_their_bytes() {
+        use std::io::Read as _;
+        for len in [0usize, 1, 100, 65_535, 65_536, 200_000] {
+            let bytes: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+            let mut stream = Vec::new();
+            stored_zlib(&bytes, &mut stream);
+            let mut back = Vec::new();
+            flate2::read::ZlibDecoder::new(&stream[..])
+                .read_to_end(&mut back)
+                .unwrap();
+            assert_eq!(back, bytes, "length {len}");
+            // The stream is the whole input: nothing after the Adler-32.
+            let mut d = flate2::Decompress::new(true);
+            let mut sink = vec![0u8; len + 1];
+            let status = d
+                .decompress(&stream, &mut sink, flate2::FlushDecompress::Finish)
+                .unwrap();
+            assert_eq!(status, flate2::Status::StreamEnd, "length {len}");
+            assert_eq!(d.total_in() as usize, stream.len(), "length {len}");
+        }
+    }
 
     #[test]
     fn entry_headers_are_gits_varint() {

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use crate::beneath::{Beneath, FsError, Kind};
 use crate::statcache::{file_stat, is_racy, StatCache};
 use crate::store::{
-    blob_id, changes_between, BlobBatch, Changes, Entry, FlatTree, Mode, Store, StoreError,
+    blob_id, changes_between, Changes, Entry, FlatTree, Mode, ObjectBatch, Store, StoreError,
 };
 use crate::watch::{Dirty, Within};
 use crate::wire::{FileStat, SyncRecord};
@@ -502,7 +502,7 @@ fn captured_from(path: String, how: Check, read: ReadEntry) -> Captured {
 
 /// Store one captured item into `snap` (its blob into `blobs`); returns the entry it got.
 pub fn store_captured(
-    blobs: &mut BlobBatch<'_>,
+    blobs: &mut ObjectBatch<'_>,
     snap: &mut Snapshot,
     item: Captured,
 ) -> Result<Option<(String, FileStat, Entry)>, StoreError> {
@@ -961,6 +961,21 @@ pub fn snapshot_sandbox(
     record: Option<&SyncRecord>,
     dirty: Option<&Dirty>,
 ) -> Result<ReadBack, SnapshotError> {
+    let mut objects = store.batch();
+    let back = read_back_sandbox(dir, base, &mut objects, cap, record, dirty)?;
+    objects.finish()?;
+    Ok(back)
+}
+
+/// [`snapshot_sandbox`], the new blobs added to `objects` (written when it is finished).
+pub fn read_back_sandbox(
+    dir: &Path,
+    base: &FlatTree,
+    objects: &mut ObjectBatch<'_>,
+    cap: u64,
+    record: Option<&SyncRecord>,
+    dirty: Option<&Dirty>,
+) -> Result<ReadBack, SnapshotError> {
     let root = Beneath::open(dir)?;
     // What was read (or trusted) of the candidates only; every other base path is as the
     // sync left it.
@@ -978,16 +993,14 @@ pub fn snapshot_sandbox(
     };
     // Only a restricted read-back needs its candidates again (a full one compares all).
     let restricted = looked.as_ref().map(|_| candidates.clone());
-    let mut blobs = store.batch();
     let candidates: Vec<String> = candidates.into_iter().collect();
     capture_each(
         &root,
         &candidates,
         cap,
         readback_check(base, looked.as_ref().or(record)),
-        |item| store_captured(&mut blobs, &mut got, item).map(drop),
+        |item| store_captured(objects, &mut got, item).map(drop),
     )?;
-    blobs.finish()?;
     let changes = match restricted {
         Some(paths) => paths
             .into_iter()

@@ -100,6 +100,16 @@ impl Spares {
     /// (and is replaced if it exists). Ok(false) when no spare is ready: nothing was written,
     /// and the caller makes its file the usual way. A spare that fails is removed.
     pub fn write_as(&self, dest: &Path, bytes: &[u8]) -> std::io::Result<bool> {
+        self.put(dest, bytes, false)
+    }
+
+    /// [`Spares::write_as`], the file fsynced before it is renamed (a pack, say); the rename
+    /// itself is durable once the caller fsyncs `dest`'s directory.
+    pub fn write_synced_as(&self, dest: &Path, bytes: &[u8]) -> std::io::Result<bool> {
+        self.put(dest, bytes, true)
+    }
+
+    fn put(&self, dest: &Path, bytes: &[u8], sync: bool) -> std::io::Result<bool> {
         let Some(path) = self.free.lock().ok().and_then(|mut f| f.pop()) else {
             return Ok(false);
         };
@@ -109,7 +119,11 @@ impl Spares {
             .open(&path)
             .and_then(|mut file| {
                 file.write_all(bytes)?;
-                file.set_permissions(std::fs::Permissions::from_mode(self.mode))
+                file.set_permissions(std::fs::Permissions::from_mode(self.mode))?;
+                if sync {
+                    file.sync_all()?;
+                }
+                Ok(())
             });
         let placed = written.and_then(|()| std::fs::rename(&path, dest));
         if placed.is_err() {

@@ -107,8 +107,10 @@ pub struct Store {
     durable: bool,
     /// Files made ahead of need that loose objects are written to ([`Store::keep_spares`]).
     spares: Option<crate::spares::Spares>,
-    /// The compressor of the loose objects written into spares, made on first use.
-    deflate: std::sync::Mutex<Option<flate2::write::ZlibEncoder<Vec<u8>>>>,
+    /// Compressors kept once made: a new one costs more than compressing a tree (its tables
+    /// allocated and cleared). One is taken for a whole stream and put back only after it, so
+    /// a failure never leaves half of one for the next.
+    deflate: std::sync::Mutex<Vec<flate2::write::ZlibEncoder<Vec<u8>>>>,
 }
 
 const IDENTITY_NAME: &str = "hunkgate";
@@ -273,21 +275,13 @@ impl Store {
                 .join(&hex[..2])
                 .join(&hex[2..]);
             let io = |e: std::io::Error| self.err(format!("writing {}: {e}", dest.display()));
-            // One compressor, reset between objects: a new one costs more than compressing a
-            // tree (its tables allocated and cleared), so it is kept once made — and put back
-            // only after a whole stream, so a failure never leaves half of one for the next.
-            let kept = self.deflate.lock().ok().and_then(|mut d| d.take());
-            let mut z = kept.unwrap_or_else(|| {
-                flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast())
-            });
+            let mut z = self.take_deflate();
             let bytes = z
                 .write_all(&gix::objs::encode::loose_header(kind, data.len() as u64))
                 .and_then(|()| z.write_all(data))
                 .and_then(|()| z.reset(Vec::new()))
                 .map_err(io)?;
-            if let Ok(mut d) = self.deflate.lock() {
-                *d = Some(z);
-            }
+            self.give_deflate(z);
             if spares.write_as(&dest, &bytes).map_err(io)? {
                 return Ok(id);
             }
@@ -322,7 +316,6 @@ impl Store {
     /// that is both a file and a directory is refused.
     pub fn write_tree(&self, tree: &FlatTree) -> Result<ObjectId, StoreError> {
         use gix::objs::tree::Entry as TreeEntry;
-        let repo = self.local();
         let check = |name: &str, path: &str, symlink: bool| self.check_name(name, path, symlink);
         // Directory ("" for the root) -> its entries so far. The flat tree is sorted by path,
         // so a directory's files mostly come in one run: its entries are collected aside and
@@ -354,7 +347,7 @@ impl Store {
             });
         }
         dirs.entry(run.0).or_default().extend(run.1);
-        let mut new = NewTrees::default();
+        let mut batch = self.batch();
         // A child directory sorts after its parent (the parent is its prefix), so walking the
         // directories backwards writes every subtree before the tree that names it.
         let order: Vec<&str> = dirs.keys().rev().copied().collect();
@@ -368,9 +361,9 @@ impl Store {
                 };
                 return Err(self.err(format!("{name}: a path is both a file and a directory")));
             }
-            let id = self.write_tree_object(&repo, &gix::objs::Tree { entries }, &mut new)?;
+            let id = batch.add_tree(&gix::objs::Tree { entries })?;
             if dir.is_empty() {
-                self.write_new_trees(&repo, new)?;
+                batch.finish()?;
                 return Ok(id);
             }
             let (parent, name) = dir.rsplit_once('/').unwrap_or(("", dir));
@@ -392,6 +385,19 @@ impl Store {
     /// flat tree written whole by [`Store::write_tree`] gets the same id. Names are validated
     /// as [`Store::write_tree`] does; blobs are not looked up (the caller stored them).
     pub fn edit_tree(&self, base: ObjectId, changes: &Changes) -> Result<ObjectId, StoreError> {
+        let mut batch = self.batch();
+        let root = self.edit_tree_in(&mut batch, base, changes)?;
+        batch.finish()?;
+        Ok(root)
+    }
+
+    /// [`Store::edit_tree`], the trees added to `batch` (written when it is finished).
+    pub fn edit_tree_in(
+        &self,
+        batch: &mut ObjectBatch<'_>,
+        base: ObjectId,
+        changes: &Changes,
+    ) -> Result<ObjectId, StoreError> {
         // Each new entry's path is checked whole first, so a refusal names the path, not
         // only the component (the trees written below are checked again, name by name).
         for (path, entry) in changes {
@@ -419,7 +425,6 @@ impl Store {
                     .map_err(|e| self.err(format!("{path}: {e}")))?;
             }
         }
-        let mut new = NewTrees::default();
         let root = editor.write(|tree| {
             for e in &tree.entries {
                 let name = e
@@ -428,9 +433,8 @@ impl Store {
                     .map_err(|_| self.err(format!("{}: a name that is not UTF-8", e.filename)))?;
                 self.check_name(name, name, e.mode.is_link())?;
             }
-            self.write_tree_object(&repo, tree, &mut new)
+            batch.add_tree(tree)
         })?;
-        self.write_new_trees(&repo, new)?;
         Ok(root)
     }
 
@@ -448,25 +452,80 @@ impl Store {
             .map_err(|e| self.err(format!("{path}: {e}")))
     }
 
-    /// Write one tree object, unless this handle knows the store has it: most trees of a
-    /// snapshot are the last snapshot's, and hashing one costs less than asking the object
-    /// database (a `stat` of a loose object) whether it is there.
-    fn write_tree_object(
-        &self,
-        repo: &gix::Repository,
-        tree: &gix::objs::Tree,
-        new: &mut NewTrees,
-    ) -> Result<ObjectId, StoreError> {
-        use gix::objs::WriteTo;
-        let buf = &mut new.buf;
-        buf.clear();
-        tree.write_to(&mut *buf).map_err(|e| self.err(e))?;
-        let id = gix::objs::compute_hash(repo.object_hash(), gix::objs::Kind::Tree, buf)
-            .map_err(|e| self.err(e))?;
-        if !self.known(id) && new.ids.insert(id) {
-            new.trees.push((id, buf.clone()));
+    /// A compressor from those kept, or a new one ([`crate::pack::new_deflate`]).
+    fn take_deflate(&self) -> flate2::write::ZlibEncoder<Vec<u8>> {
+        self.deflate
+            .lock()
+            .ok()
+            .and_then(|mut d| d.pop())
+            .unwrap_or_else(crate::pack::new_deflate)
+    }
+
+    /// Keep a compressor that finished its last stream (at most one per I/O thread).
+    fn give_deflate(&self, z: flate2::write::ZlibEncoder<Vec<u8>>) {
+        if let Ok(mut d) = self.deflate.lock() {
+            if d.len() < crate::io_threads() {
+                d.push(z);
+            }
         }
-        Ok(id)
+    }
+
+    /// Compress `objects` into pack entries — on a few threads when they are many bytes —
+    /// and write them as one pack made in memory ([`crate::pack::WholePack`]), its two files
+    /// taken from the spares when they are ready; returns the pack's path.
+    fn write_whole_pack(&self, objects: &[HeldObject]) -> Result<PathBuf, StoreError> {
+        /// Below this many bytes per thread, one thread compresses everything.
+        const BYTES_PER_THREAD: usize = 256 << 10;
+        let total: usize = objects.iter().map(|(_, _, b)| b.len()).sum();
+        let threads = crate::io_threads().min(total / BYTES_PER_THREAD).max(1);
+        // Contiguous shares of about equal bytes, in order.
+        let mut shares: Vec<&[HeldObject]> = Vec::with_capacity(threads);
+        let (mut start, mut acc, per) = (0, 0, total.div_ceil(threads));
+        for (i, (_, _, b)) in objects.iter().enumerate() {
+            acc += b.len();
+            if acc >= per * (shares.len() + 1) && shares.len() + 1 < threads {
+                shares.push(&objects[start..=i]);
+                start = i + 1;
+            }
+        }
+        shares.push(&objects[start..]);
+        let deflate_share = |share: &[HeldObject]| -> std::io::Result<Vec<(ObjectId, Vec<u8>)>> {
+            let mut z = self.take_deflate();
+            let entries = share
+                .iter()
+                .map(|(kind, oid, bytes)| {
+                    crate::pack::deflate_entry(pack_kind(*kind), bytes, &mut z).map(|e| (*oid, e))
+                })
+                .collect::<std::io::Result<Vec<_>>>()?;
+            self.give_deflate(z);
+            Ok(entries)
+        };
+        let io = |e: std::io::Error| self.err(format!("writing a pack: {e}"));
+        let entries: Vec<(ObjectId, Vec<u8>)> = if shares.len() == 1 {
+            deflate_share(shares[0]).map_err(io)?
+        } else {
+            let mut all = Vec::with_capacity(objects.len());
+            for share in crate::on_threads(shares, deflate_share) {
+                all.extend(share.map_err(io)?);
+            }
+            all
+        };
+        let whole = crate::pack::WholePack::of(&entries).map_err(io)?;
+        let dir = self.local().git_dir().join("objects").join("pack");
+        let durable = self.durable;
+        whole
+            .place(&dir, durable, |dest, bytes| {
+                let spare = match self.spares.as_ref() {
+                    Some(s) if durable => s.write_synced_as(dest, bytes)?,
+                    Some(s) => s.write_as(dest, bytes)?,
+                    None => false,
+                };
+                match spare {
+                    true => Ok(()),
+                    false => crate::pack::write_file_via_temp(dest, bytes, durable),
+                }
+            })
+            .map_err(io)
     }
 
     /// A pack in this repository's own `objects/pack` (a worktree store's `path` is the
@@ -479,33 +538,6 @@ impl Store {
             crate::pack::PackWriter::scratch(&dir)
         };
         pack.map_err(|e| self.err(format!("starting a pack: {e}")))
-    }
-
-    /// Write the trees a tree write made ([`Store::write_tree_object`]): loose when there are
-    /// at most [`BlobBatch::PACK_AT`], else as one pack — a change to a hundred directories
-    /// makes a hundred new trees, each a new file and inode when loose (most of a big
-    /// publish's run commit on ext4).
-    fn write_new_trees(&self, repo: &gix::Repository, new: NewTrees) -> Result<(), StoreError> {
-        if new.trees.len() > BlobBatch::PACK_AT {
-            let mut pack = self.start_pack(repo)?;
-            for (id, bytes) in &new.trees {
-                pack.add(crate::pack::OBJ_TREE, *id, bytes)
-                    .map_err(|e| self.err(e))?;
-            }
-            let n = pack.len();
-            let path = pack
-                .finish()
-                .map_err(|e| self.err(format!("writing a pack: {e}")))?;
-            tracing::debug!(trees = n, pack = %path.display(), "wrote a pack of trees");
-        } else {
-            for (_, bytes) in &new.trees {
-                self.write_loose(repo, gix::objs::Kind::Tree, bytes)?;
-            }
-        }
-        for id in new.ids {
-            self.remember(id);
-        }
-        Ok(())
     }
 
     /// Read a tree (by tree or commit id) back into a flat map. Submodule entries are skipped:
@@ -593,7 +625,20 @@ impl Store {
         parents: &[ObjectId],
         message: &str,
     ) -> Result<ObjectId, StoreError> {
-        let repo = self.local();
+        let mut batch = self.batch();
+        let commit = self.commit_in(&mut batch, tree, parents, message)?;
+        batch.finish()?;
+        Ok(commit)
+    }
+
+    /// [`Store::commit`], the commit added to `batch` (written when it is finished).
+    pub fn commit_in(
+        &self,
+        batch: &mut ObjectBatch<'_>,
+        tree: ObjectId,
+        parents: &[ObjectId],
+        message: &str,
+    ) -> Result<ObjectId, StoreError> {
         let seconds = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs() as i64)
@@ -614,7 +659,7 @@ impl Store {
         };
         let mut bytes = Vec::with_capacity(256 + message.len());
         gix::objs::WriteTo::write_to(&commit, &mut bytes).map_err(|e| self.err(e))?;
-        self.write_loose(&repo, gix::objs::Kind::Commit, &bytes)
+        batch.add(gix::objs::Kind::Commit, &bytes)
     }
 
     /// The tree of a commit.
@@ -751,14 +796,17 @@ impl Store {
         self.present.lock().is_ok_and(|p| p.contains(&oid))
     }
 
-    /// Blobs to write together (see [`BlobBatch`]); a scratch store's (a sandbox's own
+    /// Blobs to write together (see [`ObjectBatch`]); a scratch store's (a sandbox's own
     /// `.git`) pack is not fsynced.
-    pub fn batch(&self) -> BlobBatch<'_> {
-        BlobBatch {
+    pub fn batch(&self) -> ObjectBatch<'_> {
+        ObjectBatch {
             store: self,
             held: Vec::new(),
+            held_bytes: 0,
             pack: None,
             ids: Default::default(),
+            fresh: None,
+            buf: Vec::new(),
         }
     }
 
@@ -769,71 +817,242 @@ impl Store {
     }
 }
 
-/// The trees one tree write made that the store may not have yet, in the order they were
-/// made, each once; written together by [`Store::write_new_trees`].
-#[derive(Default)]
-struct NewTrees {
-    trees: Vec<(ObjectId, Vec<u8>)>,
+/// Objects written together ([`Store::batch`]): blobs, and the trees and commit a snapshot or
+/// publish makes of them. Up to [`ObjectBatch::PACK_AT`] are written loose; more go into one
+/// pack ([`crate::pack`]), so a snapshot of thousands of new files creates two files, not
+/// thousands. The objects are readable once [`ObjectBatch::finish`] returns; a batch dropped
+/// unfinished writes nothing (its temporary pack is removed).
+///
+/// A batch [`ObjectBatch::keeping`] blob contents also holds them in memory ([`Fresh`]), up to
+/// a budget, for what comes next to read without the store; under that budget it compresses
+/// nothing until it is finished — a publish reads a sandbox back, then writes its run commit
+/// on one thread while it diffs on others, and the compression goes with the commit.
+pub struct ObjectBatch<'s> {
+    store: &'s Store,
+    /// Objects not yet in the pack (or to be written loose), in the order they came.
+    held: Vec<HeldObject>,
+    held_bytes: usize,
+    pack: Option<crate::pack::PackWriter>,
     ids: std::collections::HashSet<ObjectId>,
-    /// Where each tree is encoded to be hashed (kept only if it is new).
+    fresh: Option<Fresh>,
+    /// Where a tree is encoded to be hashed (copied only if it is new).
     buf: Vec<u8>,
 }
 
-/// Blobs written together ([`Store::batch`]): the first [`BlobBatch::PACK_AT`] are held, and
-/// written loose if the batch ends there; from then on they go into one pack
-/// ([`crate::pack`]), so a snapshot of thousands of new files creates two files, not
-/// thousands. The blobs are readable once [`BlobBatch::finish`] returns; a batch dropped
-/// unfinished writes nothing (its temporary pack is removed).
-pub struct BlobBatch<'s> {
-    store: &'s Store,
-    held: Vec<(ObjectId, Vec<u8>)>,
-    pack: Option<crate::pack::PackWriter>,
-    ids: std::collections::HashSet<ObjectId>,
+/// An object an [`ObjectBatch`] holds: its kind, id and content.
+type HeldObject = (gix::objs::Kind, ObjectId, std::sync::Arc<[u8]>);
+
+/// Blob contents an [`ObjectBatch`] kept in memory as it was given them, by id.
+#[derive(Default, Clone)]
+pub struct Fresh {
+    blobs: std::collections::HashMap<ObjectId, std::sync::Arc<[u8]>>,
+    bytes: usize,
+    budget: usize,
 }
 
-impl BlobBatch<'_> {
-    /// Up to this many new blobs are written loose; more make a pack (many tiny packs would
+impl Fresh {
+    /// The content of blob `oid`, if it was kept.
+    pub fn get(&self, oid: &ObjectId) -> Option<&[u8]> {
+        self.blobs.get(oid).map(|b| &b[..])
+    }
+
+    /// How many blobs are kept.
+    pub fn len(&self) -> usize {
+        self.blobs.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.blobs.is_empty()
+    }
+
+    /// Keep `bytes` as blob `oid` if the budget has room; the shared copy when it did.
+    fn keep(&mut self, oid: ObjectId, bytes: &[u8]) -> Option<std::sync::Arc<[u8]>> {
+        if let Some(kept) = self.blobs.get(&oid) {
+            return Some(kept.clone());
+        }
+        if self.bytes + bytes.len() > self.budget {
+            return None;
+        }
+        let kept: std::sync::Arc<[u8]> = bytes.into();
+        self.bytes += bytes.len();
+        self.blobs.insert(oid, kept.clone());
+        Some(kept)
+    }
+}
+
+impl std::fmt::Debug for Fresh {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fresh")
+            .field("blobs", &self.blobs.len())
+            .field("bytes", &self.bytes)
+            .finish()
+    }
+}
+
+impl ObjectBatch<'_> {
+    /// Up to this many new objects are written loose; more make a pack (many tiny packs would
     /// slow every lookup down).
     pub const PACK_AT: usize = 64;
 
-    /// Add a blob; returns its id. A blob the store or the batch has already costs nothing.
+    /// Keep the blobs' contents, up to `budget` bytes of them, readable from
+    /// [`ObjectBatch::take_fresh`]; and hold off compressing while they fit.
+    pub fn keeping(mut self, budget: usize) -> Self {
+        self.fresh = Some(Fresh {
+            budget,
+            ..Fresh::default()
+        });
+        self
+    }
+
+    /// The blob contents kept so far (see [`ObjectBatch::keeping`]); later blobs are kept
+    /// anew.
+    pub fn take_fresh(&mut self) -> Fresh {
+        match self.fresh.as_mut() {
+            Some(f) => {
+                let budget = f.budget.saturating_sub(f.bytes);
+                std::mem::replace(
+                    f,
+                    Fresh {
+                        budget,
+                        ..Fresh::default()
+                    },
+                )
+            }
+            None => Fresh::default(),
+        }
+    }
+
+    /// Add a blob; returns its id. A blob the store or the batch has already costs nothing
+    /// (but is kept, when the batch keeps contents).
     pub fn write_blob(&mut self, bytes: &[u8]) -> Result<ObjectId, StoreError> {
         let oid = blob_id(bytes);
+        let kept = self.fresh.as_mut().and_then(|f| f.keep(oid, bytes));
         if self.ids.contains(&oid) || self.store.known(oid) {
             return Ok(oid);
         }
         self.ids.insert(oid);
-        if let Some(pack) = self.pack.as_mut() {
-            pack.add_blob(oid, bytes).map_err(|e| self.store.err(e))?;
-            return Ok(oid);
-        }
-        self.held.push((oid, bytes.to_vec()));
-        if self.held.len() > Self::PACK_AT {
-            let mut pack = self.store.start_pack(&self.store.local())?;
-            for (oid, bytes) in self.held.drain(..) {
-                pack.add_blob(oid, &bytes).map_err(|e| self.store.err(e))?;
-            }
-            self.pack = Some(pack);
+        match kept {
+            Some(bytes) => self.hold(gix::objs::Kind::Blob, oid, bytes)?,
+            None => self.put(gix::objs::Kind::Blob, oid, bytes)?,
         }
         Ok(oid)
     }
 
-    /// Write what the batch holds: loose objects, or the pack and its index.
-    pub fn finish(self) -> Result<(), StoreError> {
-        for (_, bytes) in &self.held {
-            self.store.write_blob(bytes)?;
+    /// Add a tree; returns its id.
+    fn add_tree(&mut self, tree: &gix::objs::Tree) -> Result<ObjectId, StoreError> {
+        use gix::objs::WriteTo;
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        let added = tree
+            .write_to(&mut buf)
+            .map_err(|e| self.store.err(e))
+            .and_then(|()| self.add(gix::objs::Kind::Tree, &buf));
+        self.buf = buf;
+        added
+    }
+
+    /// Add an object of `kind`; returns its id. One the store or the batch has (most trees
+    /// of a snapshot are the last snapshot's) costs its hash: less than asking the object
+    /// database (a `stat` of a loose object) whether it is there.
+    fn add(&mut self, kind: gix::objs::Kind, bytes: &[u8]) -> Result<ObjectId, StoreError> {
+        let oid = gix::objs::compute_hash(gix::hash::Kind::Sha1, kind, bytes)
+            .map_err(|e| self.store.err(e))?;
+        if self.ids.insert(oid) && !self.store.known(oid) {
+            self.put(kind, oid, bytes)?;
         }
-        if let Some(pack) = self.pack {
-            let n = pack.len();
-            let path = pack
-                .finish()
-                .map_err(|e| self.store.err(format!("writing a pack: {e}")))?;
-            tracing::debug!(objects = n, pack = %path.display(), "wrote a pack");
+        Ok(oid)
+    }
+
+    /// Into the pack if one is being written, else held.
+    fn put(
+        &mut self,
+        kind: gix::objs::Kind,
+        oid: ObjectId,
+        bytes: &[u8],
+    ) -> Result<(), StoreError> {
+        match self.pack.as_mut() {
+            Some(pack) => pack
+                .add(pack_kind(kind), oid, bytes)
+                .map_err(|e| self.store.err(e)),
+            None => self.hold(kind, oid, bytes.into()),
         }
-        for oid in self.ids {
-            self.store.remember(oid);
+    }
+
+    /// Hold a new object; past [`ObjectBatch::PACK_AT`] of them (and, for a batch keeping
+    /// contents, past its budget), start the pack with all held so far.
+    fn hold(
+        &mut self,
+        kind: gix::objs::Kind,
+        oid: ObjectId,
+        bytes: std::sync::Arc<[u8]>,
+    ) -> Result<(), StoreError> {
+        if let Some(pack) = self.pack.as_mut() {
+            return pack
+                .add(pack_kind(kind), oid, &bytes)
+                .map_err(|e| self.store.err(e));
+        }
+        self.held_bytes += bytes.len();
+        self.held.push((kind, oid, bytes));
+        let deferring = self
+            .fresh
+            .as_ref()
+            .is_some_and(|f| self.held_bytes <= f.budget);
+        if self.held.len() > Self::PACK_AT && !deferring {
+            self.start_pack()?;
         }
         Ok(())
+    }
+
+    /// Start the pack and put everything held into it.
+    fn start_pack(&mut self) -> Result<(), StoreError> {
+        let mut pack = self.store.start_pack(&self.store.local())?;
+        for (kind, oid, bytes) in self.held.drain(..) {
+            pack.add(pack_kind(kind), oid, &bytes)
+                .map_err(|e| self.store.err(e))?;
+        }
+        self.held_bytes = 0;
+        self.pack = Some(pack);
+        Ok(())
+    }
+
+    /// Write what the batch holds: loose objects, or the pack and its index.
+    pub fn finish(mut self) -> Result<(), StoreError> {
+        let store = self.store;
+        match self.pack.take() {
+            // All held (a batch keeping contents, under its budget): one pack made whole.
+            None if self.held.len() > Self::PACK_AT => {
+                let path = store.write_whole_pack(&self.held)?;
+                tracing::debug!(objects = self.held.len(), pack = %path.display(), "wrote a pack");
+            }
+            Some(pack) => {
+                let n = pack.len();
+                let path = pack
+                    .finish()
+                    .map_err(|e| store.err(format!("writing a pack: {e}")))?;
+                tracing::debug!(objects = n, pack = %path.display(), "wrote a pack");
+            }
+            None => {
+                let repo = store.local();
+                for (kind, _, bytes) in &self.held {
+                    store.write_loose(&repo, *kind, bytes)?;
+                }
+            }
+        }
+        for oid in self.ids {
+            store.remember(oid);
+        }
+        Ok(())
+    }
+}
+
+/// Git's pack type number of an object kind.
+fn pack_kind(kind: gix::objs::Kind) -> u8 {
+    match kind {
+        gix::objs::Kind::Commit => crate::pack::OBJ_COMMIT,
+        gix::objs::Kind::Tree => crate::pack::OBJ_TREE,
+        gix::objs::Kind::Blob => crate::pack::OBJ_BLOB,
+        gix::objs::Kind::Tag => crate::pack::OBJ_TAG,
     }
 }
 
@@ -1423,6 +1642,134 @@ mod tests {
         names
     }
 
+    /// A batch keeping contents (a publish's) holds the new blobs readable in memory and
+    /// writes nothing until it is finished; then the blobs, the trees and the commit made
+    /// into it are one pack, made in memory and written into spare files, that git verifies
+    /// and reads. Past its budget it keeps no more and writes as it goes; dropped, it leaves
+    /// nothing.
+    #[test]
+    fn a_keeping_batch_writes_blobs_trees_and_commit_as_one_pack() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut store = Store::open_or_init(&tmp.path().join("store.git")).unwrap();
+        store.keep_spares(4).unwrap();
+        let file = |body: &str| Entry {
+            mode: Mode::File,
+            oid: blob_id(body.as_bytes()),
+        };
+        // A base of 100 directories; a change to one file in each rewrites 101 trees.
+        let base: FlatTree = (0..100)
+            .flat_map(|d| (0..3).map(move |f| format!("d{d:03}/f{f}.txt")))
+            .map(|p| (p.clone(), file(&p)))
+            .collect();
+        for p in base.keys() {
+            store.write_blob(p.as_bytes()).unwrap();
+        }
+        let base_id = store.write_tree(&base).unwrap();
+        let before = packs_in(&store);
+        store.refill_spares();
+        let spares = store.spares_ready();
+        assert_eq!(spares, 4);
+
+        let bodies: Vec<(String, String)> = (0..100)
+            .map(|d| {
+                (
+                    format!("d{d:03}/f1.txt"),
+                    format!("new {d}\n").repeat(d + 1),
+                )
+            })
+            .collect();
+        let mut batch = store.batch().keeping(1 << 20);
+        let mut changes = Changes::new();
+        for (path, body) in &bodies {
+            let oid = batch.write_blob(body.as_bytes()).unwrap();
+            changes.insert(
+                path.clone(),
+                Some(Entry {
+                    mode: Mode::File,
+                    oid,
+                }),
+            );
+        }
+        // A blob the store has is kept too (a diff reads it), and not written again.
+        let old = batch.write_blob(b"d000/f0.txt").unwrap();
+        let fresh = batch.take_fresh();
+        assert_eq!(fresh.len(), 101);
+        assert_eq!(fresh.get(&old), Some(&b"d000/f0.txt"[..]));
+        for (path, body) in &bodies {
+            assert_eq!(
+                fresh.get(&changes[path].unwrap().oid),
+                Some(body.as_bytes())
+            );
+        }
+        let tree = store.edit_tree_in(&mut batch, base_id, &changes).unwrap();
+        let commit = store.commit_in(&mut batch, tree, &[], "run").unwrap();
+        assert_eq!(
+            packs_in(&store),
+            before,
+            "nothing written before the batch is finished"
+        );
+        assert!(!store.has_object(commit));
+        batch.finish().unwrap();
+
+        let packs = packs_in(&store);
+        let new: Vec<&String> = packs.iter().filter(|p| !before.contains(p)).collect();
+        assert_eq!(new.len(), 2, "one .pack and its .idx: {packs:?}");
+        assert_eq!(store.spares_ready(), spares - 2, "both files were spares");
+        let pack = store.path().join("objects/pack").join(new[1]);
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(&pack).unwrap().permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o444);
+        let verified = git(store.path(), &["verify-pack", "-v", pack.to_str().unwrap()]);
+        let count = |kind: &str| verified.lines().filter(|l| l.contains(kind)).count();
+        assert_eq!(
+            (count(" blob "), count(" tree "), count(" commit ")),
+            (100, 101, 1)
+        );
+        let mut want = base.clone();
+        for (path, entry) in &changes {
+            want.insert(path.clone(), entry.unwrap());
+        }
+        assert_eq!(store.read_tree(commit).unwrap(), want);
+        assert_eq!(
+            store.commit_tree(commit).unwrap(),
+            store.write_tree(&want).unwrap()
+        );
+        let (path, body) = &bodies[7];
+        let shown = git(store.path(), &["show", &format!("{commit}:{path}")]);
+        assert_eq!(&shown, body);
+        git(store.path(), &["fsck", "--no-dangling"]);
+
+        // Over the budget: only what fits is kept, the rest goes into a pack as it comes.
+        let mut over = store.batch().keeping(100);
+        let big: Vec<String> = (0..80).map(|i| format!("big {i}\n").repeat(20)).collect();
+        let ids: Vec<ObjectId> = big
+            .iter()
+            .map(|b| over.write_blob(b.as_bytes()).unwrap())
+            .collect();
+        assert!(
+            over.take_fresh().is_empty(),
+            "each blob is larger than the budget"
+        );
+        over.finish().unwrap();
+        for (id, body) in ids.iter().zip(&big) {
+            assert_eq!(store.read_blob(*id).unwrap(), body.as_bytes());
+        }
+
+        // Dropped unfinished: nothing is written.
+        let packs = packs_in(&store);
+        let mut dropped = store.batch().keeping(1 << 20);
+        for i in 0..200 {
+            dropped
+                .write_blob(format!("dropped {i}\n").as_bytes())
+                .unwrap();
+        }
+        let dropped_id = dropped.write_blob(b"dropped 0\n").unwrap();
+        drop(dropped);
+        assert_eq!(packs_in(&store), packs);
+        assert!(!store.has_object(dropped_id));
+    }
+
     /// Past `PACK_AT` new blobs a batch writes one pack that git verifies and both git and this
     /// same open store read back; a small batch stays loose; an unfinished one leaves nothing.
     #[test]
@@ -1433,7 +1780,7 @@ mod tests {
         let early = store.write_blob(b"early\n").unwrap();
         assert_eq!(store.read_blob(early).unwrap(), b"early\n");
 
-        let n = BlobBatch::PACK_AT * 3;
+        let n = ObjectBatch::PACK_AT * 3;
         let bodies: Vec<Vec<u8>> = (0..n)
             .map(|i| format!("blob {i}\n").repeat(i % 50 + 1).into_bytes())
             .collect();

@@ -37,7 +37,7 @@ use crate::snapshot::{
     dir_record, readback_check, sandbox_candidates_since, split_by_dirty, Check,
 };
 use crate::statcache::{file_stat, mtime_of};
-use crate::store::{blob_id, BlobBatch, Entry, FlatTree, Mode, Store, StoreError};
+use crate::store::{blob_id, Entry, FlatTree, Mode, ObjectBatch, Store, StoreError};
 use crate::watch::Dirty;
 use crate::wire::{BaseEntry, BaseRef, EntryMode, FileStat, PrepareReply, SyncRecord};
 
@@ -405,7 +405,7 @@ pub fn ensure_blobs(
 /// Write a blob that claims to be `oid` into `blobs`, refusing one that is not.
 pub fn store_blob(
     dir: &Path,
-    blobs: &mut BlobBatch<'_>,
+    blobs: &mut ObjectBatch<'_>,
     oid: ObjectId,
     bytes: &[u8],
 ) -> Result<(), SyncError> {
@@ -1346,7 +1346,7 @@ mod tests {
     fn a_large_base_goes_into_one_pack_that_later_syncs_keep() {
         let tmp = tempfile::tempdir().unwrap();
         let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
-        let n = BlobBatch::PACK_AT + 36;
+        let n = ObjectBatch::PACK_AT + 36;
         let files: Vec<(String, String)> = (0..n)
             .map(|i| (format!("d{}/f{i}.txt", i % 7), format!("file {i}\n")))
             .collect();
@@ -1398,7 +1398,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let (repo, _) = fresh_git(&dir, None, false, Discard::Now).unwrap();
         let mut batch = repo.batch();
-        let packed: Vec<ObjectId> = (0..=BlobBatch::PACK_AT)
+        let packed: Vec<ObjectId> = (0..=ObjectBatch::PACK_AT)
             .map(|i| batch.write_blob(format!("blob {i}\n").as_bytes()).unwrap())
             .collect();
         batch.finish().unwrap();

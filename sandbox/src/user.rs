@@ -29,7 +29,7 @@ use std::time::Duration;
 use nix::libc;
 
 use crate::snapshot::{ReadBack, Skipped};
-use crate::store::{Entry, FlatTree, Mode, Store};
+use crate::store::{Entry, FlatTree, Mode, ObjectBatch, Store};
 use crate::sync::{base_refs, changed_paths, rebase_onto, recall, record_for, remember, Synced};
 use crate::wire::{self, Frame, PrepareReply, Request, SyncRecord, WireError, AGENT_NPROC};
 use crate::workspace::{AgentCommand, Sandbox, SandboxError, Stop};
@@ -1081,7 +1081,7 @@ impl Standby {
     /// ([`Standby::again`]).
     fn read_back(
         mut self,
-        store: &Store,
+        objects: &mut ObjectBatch<'_>,
         base: &FlatTree,
         cap: u64,
     ) -> Result<(ReadBack, Standby), HelperError> {
@@ -1093,7 +1093,7 @@ impl Standby {
         parts
             .converse(|stdin, stdout| {
                 wire::write_go(stdin, cap).map_err(|e| standby_stream(WireError::Io(e)))?;
-                let snap = read_snapshot(&mut std::io::BufReader::new(stdout), store, base, cap)?;
+                let snap = read_snapshot(&mut std::io::BufReader::new(stdout), objects, base, cap)?;
                 Ok((snap, synced))
             })
             .map(|((snap, synced), parts)| {
@@ -1591,13 +1591,12 @@ fn checked_record(record: SyncRecord, base: &FlatTree) -> Result<SyncRecord, Hel
 /// bounded. A base path the stream does not name is unchanged.
 fn read_snapshot(
     r: &mut impl std::io::Read,
-    store: &Store,
+    blobs: &mut ObjectBatch<'_>,
     base: &FlatTree,
     cap: u64,
 ) -> Result<ReadBack, HelperError> {
     let mut back = ReadBack::default();
     let mut seen = std::collections::HashSet::new();
-    let mut blobs = store.batch();
     let stream = |source| HelperError::Stream {
         op: "snapshot",
         source,
@@ -1674,7 +1673,6 @@ fn read_snapshot(
             back.changes.insert(path, Some(entry));
         }
     }
-    blobs.finish()?;
     back.skipped.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(back)
 }
@@ -1748,13 +1746,18 @@ impl Sandbox for UserSandbox {
         Ok(())
     }
 
-    fn snapshot(&self, store: &Store, base: &FlatTree, cap: u64) -> Result<ReadBack, SandboxError> {
+    fn read_back(
+        &self,
+        objects: &mut ObjectBatch<'_>,
+        base: &FlatTree,
+        cap: u64,
+    ) -> Result<ReadBack, SandboxError> {
         let mut request = self.request();
         request.cap = cap;
         let synced = recall(&self.workdir);
         let record = record_for(synced.as_deref(), base);
         if let Some(standby) = self.take_standby(synced.as_ref().filter(|_| record.is_some())) {
-            match standby.read_back(store, base, cap) {
+            match standby.read_back(objects, base, cap) {
                 Ok((snap, kept)) => {
                     tracing::debug!(
                         slot = self.slot,
@@ -1776,7 +1779,7 @@ impl Sandbox for UserSandbox {
                 wire::write_request_with(&mut w, &request, base_refs(base), record)?;
                 w.flush()
             },
-            |r| read_snapshot(&mut std::io::BufReader::new(r), store, base, cap),
+            |r| read_snapshot(&mut std::io::BufReader::new(r), objects, base, cap),
         )?;
         Ok(snap)
     }
@@ -2108,7 +2111,10 @@ mod tests {
             buf
         };
         let read = |frames: &[Frame]| {
-            read_snapshot(&mut stream(frames).as_slice(), &store, &base, 1 << 20)
+            let mut objects = store.batch();
+            let back = read_snapshot(&mut stream(frames).as_slice(), &mut objects, &base, 1 << 20)?;
+            objects.finish()?;
+            Ok::<_, HelperError>(back)
         };
         let f = |path: &str, bytes: &[u8]| Frame::File {
             path: path.into(),

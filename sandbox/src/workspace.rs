@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::snapshot::{snapshot_sandbox, walk, ReadBack, SnapshotError};
-use crate::store::{FlatTree, Store, StoreError};
+use crate::snapshot::{read_back_sandbox, walk, ReadBack, SnapshotError};
+use crate::store::{FlatTree, ObjectBatch, Store, StoreError};
 use crate::sync::{recall, record_for, sync_slot, SyncError};
 use crate::tools::{ToolReply, ToolRequest};
 use crate::watch::{Dirty, Watch};
@@ -65,7 +65,20 @@ pub trait Sandbox: Send + Sync + std::fmt::Debug {
     /// address) takes it as the synced base without comparing entries.
     fn prepare(&self, store: &Store, base: &Arc<FlatTree>) -> Result<(), SandboxError>;
     /// Read the sandbox as data into the store.
-    fn snapshot(&self, store: &Store, base: &FlatTree, cap: u64) -> Result<ReadBack, SandboxError>;
+    fn snapshot(&self, store: &Store, base: &FlatTree, cap: u64) -> Result<ReadBack, SandboxError> {
+        let mut objects = store.batch();
+        let back = self.read_back(&mut objects, base, cap)?;
+        objects.finish()?;
+        Ok(back)
+    }
+    /// [`Sandbox::snapshot`], the new blobs added to `objects`, which the caller finishes (a
+    /// publish writes its run commit's trees into the same batch).
+    fn read_back(
+        &self,
+        objects: &mut ObjectBatch<'_>,
+        base: &FlatTree,
+        cap: u64,
+    ) -> Result<ReadBack, SandboxError>;
     /// A plain command that runs `argv` inside the sandbox, as the sandbox's user, with exactly
     /// `env` as its environment (short helper commands such as jj; the caller owns stdout and
     /// stderr, and under user isolation stdin is taken by the helper's request).
@@ -182,14 +195,19 @@ impl Sandbox for LocalSandbox {
         Ok(())
     }
 
-    fn snapshot(&self, store: &Store, base: &FlatTree, cap: u64) -> Result<ReadBack, SandboxError> {
+    fn read_back(
+        &self,
+        objects: &mut ObjectBatch<'_>,
+        base: &FlatTree,
+        cap: u64,
+    ) -> Result<ReadBack, SandboxError> {
         let synced = recall(&self.dir);
         let record = record_for(synced.as_deref(), base);
         let dirty = record.and_then(|_| changes_in(&self.dir));
-        Ok(snapshot_sandbox(
+        Ok(read_back_sandbox(
             &self.dir,
             base,
-            store,
+            objects,
             cap,
             record,
             dirty.as_ref(),
@@ -305,7 +323,7 @@ mod tests {
 
     /// The oracle: a read-back that trusts neither the sync's record nor change notification.
     fn full_look(sb: &LocalSandbox, store: &Store, base: &FlatTree) -> FlatTree {
-        snapshot_sandbox(sb.workdir(), base, store, u64::MAX, None, None)
+        crate::snapshot::snapshot_sandbox(sb.workdir(), base, store, u64::MAX, None, None)
             .unwrap()
             .tree(base)
     }
