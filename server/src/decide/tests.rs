@@ -13,7 +13,7 @@ use crate::api::server::{open_hub, Started};
 use crate::config::ServeConfig;
 use crate::decide::commit::Decision;
 use crate::hub::Hub;
-use crate::model::suggestion::{build_hunks, Suggestion};
+use crate::model::suggestion::{build_hunks, Blobs, Suggestion};
 use crate::protocol::ErrorCode;
 use crate::protocol::{FeedbackAction, HunkState, RollbackMode};
 use crate::store::journal::{Journal, Record};
@@ -111,7 +111,7 @@ impl Fixture {
             .commit(store.write_tree(&r).unwrap(), &[bc], "run")
             .unwrap();
         let changes = hunkgate_sandbox::store::changes_between(&b, &r);
-        let hunks = build_hunks(store, id, &b, &changes, &|_| true).unwrap();
+        let hunks = build_hunks(Blobs::stored(store), id, &b, &changes, &|_| true).unwrap();
         let s = Suggestion {
             id: id.into(),
             run_id: format!("run-{id}"),

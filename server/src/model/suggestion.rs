@@ -1,11 +1,12 @@
 //! Suggestions and hunks: built from a base tree and a run tree, and the records the hub keeps
 //! (and journals) about them.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use hunkgate_patch::{diff_hunks, is_text, Hunk};
 use hunkgate_sandbox::store::Changes;
-use hunkgate_sandbox::store::{Entry, FlatTree, Mode, Store, StoreError};
+use hunkgate_sandbox::store::{Entry, FlatTree, Fresh, Mode, Store, StoreError};
 use hunkgate_sandbox::ObjectId;
 use serde::{Deserialize, Serialize};
 
@@ -195,13 +196,40 @@ impl Suggestion {
     }
 }
 
-/// Text of a blob when it is reviewable line by line.
-fn text_of(store: &Store, entry: &Entry) -> Result<Option<String>, StoreError> {
-    let bytes = store.read_blob(entry.oid)?;
-    if is_text(&bytes) {
-        Ok(String::from_utf8(bytes).ok())
-    } else {
-        Ok(None)
+/// Where a diff reads blobs: those a read-back kept in memory, else the store.
+#[derive(Clone, Copy)]
+pub struct Blobs<'a> {
+    pub store: &'a Store,
+    pub fresh: &'a Fresh,
+}
+
+impl<'a> Blobs<'a> {
+    /// Blobs read from the store only.
+    pub fn stored(store: &'a Store) -> Self {
+        static NONE: std::sync::OnceLock<Fresh> = std::sync::OnceLock::new();
+        Blobs {
+            store,
+            fresh: NONE.get_or_init(Fresh::default),
+        }
+    }
+
+    fn read(&self, oid: ObjectId) -> Result<Cow<'a, [u8]>, StoreError> {
+        match self.fresh.get(&oid) {
+            Some(bytes) => Ok(Cow::Borrowed(bytes)),
+            None => Ok(Cow::Owned(self.store.read_blob(oid)?)),
+        }
+    }
+
+    /// Text of a blob when it is reviewable line by line.
+    fn text_of(&self, entry: &Entry) -> Result<Option<Cow<'a, str>>, StoreError> {
+        let bytes = self.read(entry.oid)?;
+        if !is_text(&bytes) {
+            return Ok(None);
+        }
+        Ok(match bytes {
+            Cow::Borrowed(b) => std::str::from_utf8(b).ok().map(Cow::Borrowed),
+            Cow::Owned(b) => String::from_utf8(b).ok().map(Cow::Owned),
+        })
     }
 }
 
@@ -212,7 +240,7 @@ type Changed<'a> = BTreeMap<&'a str, Sides<'a>>;
 /// The hunk records (ids filled in with `suggestion_id`) of `changes` made to `base`, in path
 /// order. `only` restricts the result to paths it accepts (the agent's `--files` globs).
 pub fn build_hunks(
-    store: &Store,
+    blobs: Blobs<'_>,
     suggestion_id: &str,
     base: &FlatTree,
     changes: &Changes,
@@ -233,7 +261,7 @@ pub fn build_hunks(
         .filter(|(path, _)| !renamed_from.contains(**path) && !renames.contains_key(**path))
         .map(|(path, sides)| (*path, *sides))
         .collect();
-    let mut diffs = each_diff(store, &diffed)?.into_iter();
+    let mut diffs = each_diff(blobs, &diffed)?.into_iter();
     let mut out = Vec::new();
     for (path, (old, new)) in &changed {
         if renamed_from.contains(*path) {
@@ -283,7 +311,7 @@ type PathHunks = Vec<(HunkKind, Option<Hunk>)>;
 
 /// [`path_hunks`] of each of `paths`, in order. Many paths are shared among a few threads,
 /// taking every n-th path each (a change's big files tend to sit together).
-fn each_diff(store: &Store, paths: &[(&str, Sides)]) -> Result<Vec<PathHunks>, StoreError> {
+fn each_diff(blobs: Blobs<'_>, paths: &[(&str, Sides)]) -> Result<Vec<PathHunks>, StoreError> {
     /// Below this many paths one thread is quicker than starting others.
     const PER_THREAD: usize = 16;
     let threads = hunkgate_sandbox::io_threads()
@@ -292,7 +320,7 @@ fn each_diff(store: &Store, paths: &[(&str, Sides)]) -> Result<Vec<PathHunks>, S
     if threads == 1 {
         return paths
             .iter()
-            .map(|(_, (old, new))| path_hunks(store, *old, *new))
+            .map(|(_, (old, new))| path_hunks(blobs, *old, *new))
             .collect();
     }
     let parts: Vec<Vec<Result<PathHunks, StoreError>>> =
@@ -301,7 +329,7 @@ fn each_diff(store: &Store, paths: &[(&str, Sides)]) -> Result<Vec<PathHunks>, S
                 .iter()
                 .skip(t)
                 .step_by(threads)
-                .map(|(_, (old, new))| path_hunks(store, *old, *new))
+                .map(|(_, (old, new))| path_hunks(blobs, *old, *new))
                 .collect()
         });
     let mut parts: Vec<_> = parts.into_iter().map(Vec::into_iter).collect();
@@ -337,7 +365,7 @@ fn exact_renames(changed: &Changed) -> BTreeMap<String, String> {
 
 /// The hunks (kind, line patch) of one path that changed from `old` to `new` (not a rename).
 fn path_hunks(
-    store: &Store,
+    blobs: Blobs<'_>,
     old: Option<&Entry>,
     new: Option<&Entry>,
 ) -> Result<Vec<(HunkKind, Option<Hunk>)>, StoreError> {
@@ -347,7 +375,7 @@ fn path_hunks(
         // whole-entry changes handled by the same record.
         let show = |e: Option<&Entry>| -> Result<String, StoreError> {
             Ok(match e {
-                Some(e) => String::from_utf8_lossy(&store.read_blob(e.oid)?).into_owned(),
+                Some(e) => String::from_utf8_lossy(&blobs.read(e.oid)?).into_owned(),
                 None => String::new(),
             })
         };
@@ -355,8 +383,8 @@ fn path_hunks(
         let patch = diff_hunks(&o, &n, CONTEXT).into_iter().next();
         return Ok(vec![(HunkKind::Symlink, patch)]);
     }
-    let old_text = old.map(|e| text_of(store, e)).transpose()?;
-    let new_text = new.map(|e| text_of(store, e)).transpose()?;
+    let old_text = old.map(|e| blobs.text_of(e)).transpose()?;
+    let new_text = new.map(|e| blobs.text_of(e)).transpose()?;
     if matches!(old_text, Some(None)) || matches!(new_text, Some(None)) {
         return Ok(vec![(HunkKind::Binary, None)]);
     }
@@ -501,7 +529,7 @@ mod tests {
         changes.insert("d0/f07.txt".into(), None);
         changes.insert("moved/f07.txt".into(), Some(base["d0/f07.txt"]));
         changes.insert("new.txt".into(), Some(file("a\nb\n")));
-        let hunks = build_hunks(&store, "s", &base, &changes, &|_| true).unwrap();
+        let hunks = build_hunks(Blobs::stored(&store), "s", &base, &changes, &|_| true).unwrap();
         let mut expected = Vec::new();
         for (path, new) in &changes {
             if path == "d0/f07.txt" {
@@ -511,7 +539,9 @@ mod tests {
                 expected.push((path.clone(), HunkKind::Rename, None));
                 continue;
             }
-            for (kind, patch) in path_hunks(&store, base.get(path), new.as_ref()).unwrap() {
+            for (kind, patch) in
+                path_hunks(Blobs::stored(&store), base.get(path), new.as_ref()).unwrap()
+            {
                 expected.push((path.clone(), kind, patch));
             }
         }
@@ -528,6 +558,90 @@ mod tests {
         assert_eq!(
             hunks.iter().filter(|h| h.kind == HunkKind::Delete).count(),
             7
+        );
+    }
+
+    /// A publish diffs the new files its read-back kept in memory: before its batch is
+    /// written (the store has none of them yet) the hunks are already exactly those read from
+    /// the store afterwards — text, binary and symlink changes alike.
+    #[test]
+    fn hunks_from_kept_contents_are_the_hunks_from_the_store() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let text = |i: usize| -> String { (0..60).map(|l| format!("{i} line {l}\n")).collect() };
+        let mut base = FlatTree::new();
+        for i in 0..40 {
+            let oid = store.write_blob(text(i).as_bytes()).unwrap();
+            base.insert(
+                format!("f{i:02}.txt"),
+                Entry {
+                    mode: Mode::File,
+                    oid,
+                },
+            );
+        }
+        let link = store.write_blob(b"f00.txt").unwrap();
+        base.insert(
+            "link".into(),
+            Entry {
+                mode: Mode::Symlink,
+                oid: link,
+            },
+        );
+        let mut batch = store.batch().keeping(1 << 20);
+        let mut changes = Changes::new();
+        for i in 0..40 {
+            let new = text(i).replace(&format!("{i} line 30\n"), "changed\n");
+            let oid = batch.write_blob(new.as_bytes()).unwrap();
+            changes.insert(
+                format!("f{i:02}.txt"),
+                Some(Entry {
+                    mode: Mode::File,
+                    oid,
+                }),
+            );
+        }
+        let bin = batch.write_blob(b"\0binary\0").unwrap();
+        changes.insert(
+            "f01.txt".into(),
+            Some(Entry {
+                mode: Mode::File,
+                oid: bin,
+            }),
+        );
+        let target = batch.write_blob(b"f02.txt").unwrap();
+        changes.insert(
+            "link".into(),
+            Some(Entry {
+                mode: Mode::Symlink,
+                oid: target,
+            }),
+        );
+        let fresh = batch.take_fresh();
+        assert!(!store.has_object(target), "not in the store yet");
+        let blobs = Blobs {
+            store: &store,
+            fresh: &fresh,
+        };
+        let from_memory = build_hunks(blobs, "s", &base, &changes, &|_| true).unwrap();
+        batch.finish().unwrap();
+        let from_store =
+            build_hunks(Blobs::stored(&store), "s", &base, &changes, &|_| true).unwrap();
+        let shown = |hunks: &[HunkRec]| -> Vec<_> {
+            hunks
+                .iter()
+                .map(|h| (h.id.clone(), h.kind, h.patch.clone()))
+                .collect()
+        };
+        assert_eq!(shown(&from_memory), shown(&from_store));
+        let kinds = |k: HunkKind| from_memory.iter().filter(|h| h.kind == k).count();
+        assert_eq!(
+            (
+                kinds(HunkKind::Modify),
+                kinds(HunkKind::Binary),
+                kinds(HunkKind::Symlink)
+            ),
+            (39, 1, 1)
         );
     }
 

@@ -6,8 +6,7 @@ use std::sync::Arc;
 use hunkgate_sandbox::agent::scrubbed_env;
 use hunkgate_sandbox::jj::{self};
 use hunkgate_sandbox::snapshot::{ReadBack, DEFAULT_FILE_CAP};
-use hunkgate_sandbox::store::Changes;
-use hunkgate_sandbox::store::FlatTree;
+use hunkgate_sandbox::store::{Changes, FlatTree, ObjectBatch, StoreError};
 use hunkgate_sandbox::workspace::Sandbox;
 use hunkgate_sandbox::ObjectId;
 
@@ -16,7 +15,7 @@ use crate::hub::registry::{poisoned, Active};
 use crate::hub::{Hub, NewSuggestion};
 use crate::model::now;
 use crate::model::run::RunRec;
-use crate::model::suggestion::{attach_notes, build_hunks, Suggestion};
+use crate::model::suggestion::{attach_notes, build_hunks, Blobs, HunkRec, Suggestion};
 use crate::protocol::{ErrorCode, Event, HunkNote, RunState, SuggestionView};
 
 impl Hub {
@@ -108,10 +107,19 @@ impl Hub {
             agent,
         } = draft;
         let started = std::time::Instant::now();
+        // The new files' blobs, the run commit's trees and the commit itself go into one
+        // batch, written (a pack, or a few loose objects) with the commit, beside the diffs;
+        // the diffs read the new files from the batch's memory, not back from the store.
+        let mut objects = self.store().batch().keeping(FRESH_BYTES);
         let mut back = active
             .sandbox
-            .snapshot(self.store(), &active.base_tree, DEFAULT_FILE_CAP)
+            .read_back(&mut objects, &active.base_tree, DEFAULT_FILE_CAP)
             .map_err(|e| publish_error(&e))?;
+        let fresh = objects.take_fresh();
+        let blobs = Blobs {
+            store: self.store(),
+            fresh: &fresh,
+        };
         let ms = |t: std::time::Instant| t.elapsed().as_millis() as u64;
         tracing::debug!(
             run = rid,
@@ -135,86 +143,119 @@ impl Hub {
             ));
         }
         let sid = uuid::Uuid::new_v4().to_string();
-        // The run commit (its trees and the commit: a few files, each a wait on the
-        // filesystem rather than work) and the hunks need nothing of each other; both are done
+        let changes = &back.changes;
+        // What the suggestion is, once its hunks and its run commit's id are known.
+        let suggest = |hunks: Result<Vec<HunkRec>, StoreError>, commit: ObjectId| {
+            let mut hunks = hunks.map_err(|e| publish_error(&e))?;
+            let unmatched = attach_notes(&mut hunks, capped_notes(&notes));
+            cap_descriptions(&mut hunks);
+            if !unmatched.is_empty() {
+                tracing::info!(?unmatched, "hunk descriptions that match no hunk");
+            }
+            if hunks.is_empty() {
+                return Err(AppError::no_changes(
+                    "No changes match the given files".into(),
+                ));
+            }
+            tracing::debug!(
+                run = rid,
+                ms = ms(started),
+                hunks = hunks.len(),
+                "hunks built"
+            );
+            NewSuggestion::prepare(Suggestion {
+                id: sid.clone(),
+                run_id: rid.clone(),
+                description: desc.clone(),
+                base_commit: active.base_commit.to_string(),
+                run_commit: commit.to_string(),
+                change_id: active.change_id.clone(),
+                created_at: now(),
+                agent: agent.clone(),
+                prompt: prompt.clone(),
+                hunks,
+                closed: None,
+                reviewed_commit: None,
+                skipped: skipped.clone(),
+            })
+        };
+        // The run commit and the hunks need nothing of each other but the commit's id, known
+        // once its trees are hashed; the objects are written (compressed, a pack fsynced)
         // before the suggestion is journaled, so a journaled suggestion's run commit is always
-        // in the store. For a change to many files, the commit is written on another thread
-        // while the hunks are diffed; for a few, starting a thread costs more than it saves.
-        let (hunks, commit) = if back.changes.len() >= COMMIT_BESIDE_AT {
+        // in the store. For a change to many files, the objects are written on another thread
+        // while the hunks are diffed and the suggestion encoded; for a few, starting a thread
+        // costs more than it saves.
+        let (new, commit) = if changes.len() >= COMMIT_BESIDE_AT {
             std::thread::scope(|scope| {
-                let committing =
-                    scope.spawn(|| self.commit_run_head(&rid, &desc, &active, &back.changes));
-                let hunks = build_hunks(self.store(), &sid, base, &back.changes, &only);
-                let commit = committing
+                let (staged, commit_id) = std::sync::mpsc::sync_channel(1);
+                let (rid, desc, active) = (&rid, &desc, &active);
+                let writing = scope.spawn(move || {
+                    let (commit, objects) =
+                        self.stage_run_head(objects, rid, desc, active, changes)?;
+                    let _ = staged.send(commit);
+                    self.write_run_head(objects, rid, commit)
+                });
+                let hunks = build_hunks(blobs, &sid, base, changes, &only);
+                // No id: the commit failed, and says why below.
+                let new = commit_id
+                    .recv()
+                    .ok()
+                    .map(|commit| Ok((suggest(hunks, commit)?, commit)));
+                let written = writing
                     .join()
                     .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-                (hunks, commit)
-            })
+                written?;
+                new.unwrap_or_else(|| Err(publish_error(&"the run commit was not written")))
+            })?
         } else {
-            let commit = self.commit_run_head(&rid, &desc, &active, &back.changes);
-            let hunks = build_hunks(self.store(), &sid, base, &back.changes, &only);
-            (hunks, commit)
+            let (commit, objects) = self.stage_run_head(objects, &rid, &desc, &active, changes)?;
+            self.write_run_head(objects, &rid, commit)?;
+            let hunks = build_hunks(blobs, &sid, base, changes, &only);
+            (suggest(hunks, commit)?, commit)
         };
-        let commit = commit?;
-        let mut hunks = hunks.map_err(|e| publish_error(&e))?;
-        let unmatched = attach_notes(&mut hunks, capped_notes(&notes));
-        cap_descriptions(&mut hunks);
-        if !unmatched.is_empty() {
-            tracing::info!(?unmatched, "hunk descriptions that match no hunk");
-        }
-        if hunks.is_empty() {
-            return Err(AppError::no_changes(
-                "No changes match the given files".into(),
-            ));
-        }
-        tracing::debug!(
-            run = rid,
-            ms = ms(started),
-            hunks = hunks.len(),
-            "hunks built and run commit written"
-        );
-        let new = NewSuggestion::prepare(Suggestion {
-            id: sid,
-            run_id: rid,
-            description: desc,
-            base_commit: active.base_commit.to_string(),
-            run_commit: commit.to_string(),
-            change_id: active.change_id.clone(),
-            created_at: now(),
-            agent,
-            prompt,
-            hunks,
-            closed: None,
-            reviewed_commit: None,
-            skipped,
-        })?;
+        tracing::debug!(run = rid, ms = ms(started), "run commit written");
         Ok((new, commit))
     }
 
-    /// Write the base with `changes` as the run's head commit (on the base); with
-    /// `--mirror-refs`, also point the run's head ref in the user's repository at it. The
-    /// store's own refs follow the announcement ([`Hub::set_run_refs`]).
-    fn commit_run_head(
-        &self,
+    /// The base with `changes` as the run's head commit (on the base): its trees and the
+    /// commit added to `objects` (which holds the new blobs), to be written by
+    /// [`Hub::write_run_head`]; returns the commit's id and the batch.
+    fn stage_run_head<'s>(
+        &'s self,
+        mut objects: ObjectBatch<'s>,
         rid: &str,
         desc: &str,
         active: &Active,
         changes: &Changes,
-    ) -> Result<ObjectId, AppError> {
+    ) -> Result<(ObjectId, ObjectBatch<'s>), AppError> {
         let tree = self
             .store()
-            .edit_tree(active.base_tree_id, changes)
+            .edit_tree_in(&mut objects, active.base_tree_id, changes)
             .map_err(|e| publish_error(&e))?;
         let commit = self
             .store()
-            .commit(
+            .commit_in(
+                &mut objects,
                 tree,
                 &[active.base_commit],
                 &format!("suggestion: {desc}\n\nrun {rid}\n"),
             )
             .map_err(|e| publish_error(&e))?;
+        Ok((commit, objects))
+    }
+
+    /// Write the run's head commit staged in `objects`; with `--mirror-refs`, also point the
+    /// run's head ref in the user's repository at it. The store's own refs follow the
+    /// announcement ([`Hub::set_run_refs`]).
+    fn write_run_head(
+        &self,
+        objects: ObjectBatch<'_>,
+        rid: &str,
+        commit: ObjectId,
+    ) -> Result<(), AppError> {
+        objects.finish().map_err(|e| publish_error(&e))?;
         self.mirror_ref(&run_head_ref(rid), commit);
-        Ok(commit)
+        Ok(())
     }
 
     /// Point the run's head ref and the suggestion's run ref in the checkpoint store at the
@@ -482,6 +523,11 @@ fn keep_skipped_as_base(
     }
     out
 }
+
+/// A publish keeps up to this many bytes of the files it read back in memory for its diffs
+/// (and compresses them for the store beside the diffs); past it, the rest are compressed as
+/// they are read, and the diffs read them back from the store.
+const FRESH_BYTES: usize = 16 << 20;
 
 /// From this many changed files on, a publish writes its run commit on a second thread while
 /// it diffs the hunks.
