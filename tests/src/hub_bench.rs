@@ -15,7 +15,8 @@
 //!    `agent_files` files in `hunks_per_file` places each, a warm one with an agent that changes
 //!    one file in `small_hunks` places, a warm one with an agent that changes nothing. Each agent
 //!    prints its own start and exit time (`date +%s%N`), read back from `<state>/runs/<id>.log`;
-//!    `suggestion.ready` is timed where a WebSocket client receives it. Then `warm_samples`
+//!    `suggestion.ready` is timed when its frame has arrived whole at a WebSocket client, before
+//!    the client parses it (the parse of a big one is given beside it). Then `warm_samples`
 //!    more warm runs, each changing one more file in `small_hunks` places, so that the warm
 //!    start and the small publish are also given as medians (one run swings with the disk).
 //!    Beside them:
@@ -390,8 +391,11 @@ pub struct Memory {
 pub struct RunFigures {
     /// `POST /runs` sent → the agent's own first line (`date +%s%N`).
     pub start: Duration,
-    /// The agent's last line → `suggestion.ready` at a WebSocket client (None: no suggestion).
+    /// The agent's last line → `suggestion.ready` arrived whole at a WebSocket client, before
+    /// the client parsed it (None: no suggestion).
     pub ready: Option<Duration>,
+    /// That event's frame: its size and how long the client took to parse it.
+    pub ready_frame: Option<crate::Arrival>,
     pub hunk_count: usize,
     /// The disk right before the run (see [`fsync_probe`]).
     pub disk: Duration,
@@ -743,7 +747,11 @@ async fn timed_run(
             )
             .await
             .with_context(|| hub.log_text())?;
-        ready_at = Some(now_ns());
+        ready_at = ws.last_match.map(|a| {
+            a.at.duration_since(UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or_default()
+        });
         ensure!(
             ev["type"] == "suggestion.ready",
             "run {run_id} failed: {ev}\n{}",
@@ -771,6 +779,7 @@ async fn timed_run(
         RunFigures {
             start: ns_between(posted, start),
             ready: ready_at.map(|r| ns_between(end, r)),
+            ready_frame: ready_at.and(ws.last_match),
             hunk_count,
             disk,
         },
@@ -1632,14 +1641,30 @@ impl Report {
             .chain(&m.sample_runs)
             .filter_map(|r| r.ready)
             .collect();
+        // What the client then spends parsing a big event is its own: git's figure, too, ends
+        // where its output is written.
+        let parsed = |r: &RunFigures| match r.ready_frame {
+            Some(f) => format!(
+                "; the event {}, parsed by the client in {}",
+                bytes(f.bytes as f64),
+                ms(f.parse)
+            ),
+            None => String::new(),
+        };
         let publishes = [
             (
-                format!("agent exit → `suggestion.ready` at a WebSocket client, {big} hunks"),
+                format!(
+                    "agent exit → `suggestion.ready` at a WebSocket client, {big} hunks{}",
+                    parsed(&m.first_run)
+                ),
                 m.first_run.ready,
                 m.diff_big,
             ),
             (
-                format!("agent exit → `suggestion.ready`, {big} hunks, warm (run 4)"),
+                format!(
+                    "agent exit → `suggestion.ready`, {big} hunks, warm (run 4){}",
+                    parsed(&m.warm_big)
+                ),
                 m.warm_big.ready,
                 m.diff_big_warm,
             ),

@@ -400,7 +400,20 @@ pub struct Ws {
     pub stream: WsStream,
     /// Every JSON message received so far, in order.
     pub seen: Vec<Value>,
+    /// The frame of the message [`Ws::next_matching`] returned last.
+    pub last_match: Option<Arrival>,
     next_id: u64,
+}
+
+/// A WebSocket frame as it reached the client.
+#[derive(Debug, Clone, Copy)]
+pub struct Arrival {
+    /// When it had arrived whole, before it was parsed.
+    pub at: std::time::SystemTime,
+    /// Its size.
+    pub bytes: usize,
+    /// How long parsing it as JSON took.
+    pub parse: Duration,
 }
 
 impl Ws {
@@ -425,6 +438,7 @@ impl Ws {
         let mut ws = Self {
             stream,
             seen: Vec::new(),
+            last_match: None,
             next_id: 0,
         };
         let hello = ws
@@ -456,14 +470,22 @@ impl Ws {
                     )
                 })?
                 .ok_or_else(|| anyhow!("connection closed"))??;
+            let at = std::time::SystemTime::now();
             let text = match msg {
-                Message::Text(t) => t.to_string(),
+                Message::Text(t) => t,
                 Message::Close(f) => bail!("connection closed: {f:?}"),
                 _ => continue,
             };
+            let parsing = Instant::now();
             let v: Value = serde_json::from_str(&text)?;
+            let parse = parsing.elapsed();
             self.seen.push(v.clone());
             if pred(&v) {
+                self.last_match = Some(Arrival {
+                    at,
+                    bytes: text.len(),
+                    parse,
+                });
                 return Ok(v);
             }
         }

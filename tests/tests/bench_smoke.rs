@@ -37,6 +37,15 @@ fn check_mode(cfg: &Config, m: &ModeFigures) {
         "first run ready",
         m.first_run.ready.expect("the first run's suggestion.ready"),
     );
+    // The event's frame as it arrived: the suggestion with all its hunks, before the parse.
+    let frame = m.first_run.ready_frame.expect("the first run's event frame");
+    assert!(
+        frame.bytes > 100 * m.first_run.hunk_count,
+        "{frame:?}: too small for {} hunks",
+        m.first_run.hunk_count
+    );
+    assert!(frame.at <= std::time::SystemTime::now(), "{frame:?}");
+    assert!(m.warm_runs[1].ready_frame.is_none(), "{m:#?}");
     assert_eq!(m.warm_runs.len(), 2, "{m:#?}");
     assert_eq!(m.sample_runs.len(), cfg.warm_samples, "{m:#?}");
     for r in &m.sample_runs {
