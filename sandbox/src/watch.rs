@@ -42,6 +42,11 @@ pub struct Dirty {
     pub paths: BTreeSet<String>,
     /// Directories whose whole content may have changed (`""` is the slot itself).
     pub trees: BTreeSet<String>,
+    /// Those of `paths` whose last event took them away (deleted, or renamed to another
+    /// name): nothing is there unless something was made there after the events were read.
+    /// An editor's or `sed -i`'s temporary file, renamed over the file it wrote, ends here; a
+    /// read-back does not even `lstat` such a path when it is not in the base.
+    pub gone: BTreeSet<String>,
 }
 
 impl Dirty {
@@ -410,6 +415,11 @@ impl Watch {
                     // Other files of this directory may be ignored or not now.
                     self.dirty.add_tree(dir);
                 } else {
+                    if ev.mask.intersects(F::IN_DELETE | F::IN_MOVED_FROM) {
+                        self.dirty.gone.insert(path.clone());
+                    } else {
+                        self.dirty.gone.remove(&path);
+                    }
                     self.dirty.paths.insert(path);
                 }
             }
@@ -458,6 +468,7 @@ mod tests {
         let d = Dirty {
             paths: set(&["a/x.txt"]),
             trees: set(&["b/c"]),
+            gone: BTreeSet::new(),
         };
         assert!(d.covers("a/x.txt"));
         assert!(d.covers("b/c/deep/file"));
@@ -491,8 +502,8 @@ mod tests {
         assert_eq!(covered, asked);
         assert_eq!(covered, vec!["a/x.txt", "b/c/deep/file"]);
         let all = Dirty {
-            paths: BTreeSet::new(),
             trees: set(&[""]),
+            ..Dirty::default()
         };
         assert!(all.covers("any/thing") && all.within().enters("any/where"));
         assert_eq!(all.covered_keys(&map).len(), map.len());
@@ -540,9 +551,26 @@ mod tests {
             ])
         );
         assert!(d.trees.is_empty());
+        assert_eq!(
+            d.gone,
+            set(&["a/y.txt", "top.txt"]),
+            "removed or renamed away"
+        );
         assert!(!w.needs_restart(), "no directory came or went");
         w.clear();
         assert!(settle(&mut w).is_empty(), "cleared");
+
+        // An edit through a temporary file (`sed -i`, editors): the temporary name is gone
+        // again, the file it replaced is not; a name made again after it went is not gone.
+        std::fs::write(root.join("a/.x.tmp"), "edited\n").unwrap();
+        std::fs::rename(root.join("a/.x.tmp"), root.join("a/x.txt")).unwrap();
+        std::fs::remove_file(root.join("new.txt")).unwrap();
+        std::fs::write(root.join("new.txt"), "again\n").unwrap();
+        let d = settle(&mut w);
+        assert_eq!(d.paths, set(&["a/.x.tmp", "a/x.txt", "new.txt"]));
+        assert_eq!(d.gone, set(&["a/.x.tmp"]));
+        w.clear();
+        assert!(settle(&mut w).gone.is_empty(), "cleared");
         // The slot's .git (recreated by every sync) is not content.
         std::fs::create_dir(root.join(".git")).unwrap();
         std::fs::write(root.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();

@@ -38,7 +38,10 @@ fn check_mode(cfg: &Config, m: &ModeFigures) {
         m.first_run.ready.expect("the first run's suggestion.ready"),
     );
     // The event's frame as it arrived: the suggestion with all its hunks, before the parse.
-    let frame = m.first_run.ready_frame.expect("the first run's event frame");
+    let frame = m
+        .first_run
+        .ready_frame
+        .expect("the first run's event frame");
     assert!(
         frame.bytes > 100 * m.first_run.hunk_count,
         "{frame:?}: too small for {} hunks",
