@@ -244,6 +244,7 @@ impl CheckoutWatch {
                 &root,
                 &candidates,
                 cap,
+                true,
                 // Dirty paths are read: their stat says nothing the watch did not.
                 |_, _| Check::Read,
                 |item| {

@@ -748,7 +748,8 @@ fn snapshot<W: Write>(
         wire::write_frame(out, &frame).map_err(HelperFailure::Output)
     };
     let check = readback_check(base, looked.or(record));
-    capture_each(&root, &candidates, req.cap, check, &mut sink)?;
+    // The hub hashes what it stores itself: the sandbox's word is data, never an id.
+    capture_each(&root, &candidates, req.cap, false, check, &mut sink)?;
     gone_before(None, out)?;
     wire::write_frame(out, &Frame::End).map_err(HelperFailure::Output)
 }

@@ -20,6 +20,7 @@ use crate::store::{
 };
 use crate::watch::{Dirty, Within};
 use crate::wire::{FileStat, SyncRecord};
+use crate::ObjectId;
 
 /// Files larger than this are left out of snapshots (and reported).
 pub const DEFAULT_FILE_CAP: u64 = 64 * 1024 * 1024;
@@ -250,11 +251,15 @@ pub enum Captured {
         executable: bool,
         /// The file's stat, taken on the open file before it was read.
         stat: FileStat,
+        /// The blob id of `bytes`, when it was computed where the file was read.
+        oid: Option<ObjectId>,
     },
     Symlink {
         path: String,
         target: Vec<u8>,
         stat: FileStat,
+        /// The blob id of `target`, when it was computed where the link was read.
+        oid: Option<ObjectId>,
     },
     /// The path still holds `entry` (see [`Check`]): nothing was read, or what was read is
     /// exactly that entry.
@@ -280,7 +285,9 @@ pub enum Check {
 /// Read each candidate path as data and hand it to `sink`: regular files (up to `cap` bytes)
 /// and symlink targets, unless `check` (given the path's `lstat`) vouches for them; FIFOs,
 /// sockets, devices and oversized files become [`Captured::Skipped`]. Paths that vanished or
-/// turned into directories are left out.
+/// turned into directories are left out. With `hash`, each read's blob id is computed by the
+/// thread that read it (what a snapshot stores by; a helper that only streams the bytes on
+/// leaves it to whoever stores them).
 ///
 /// The sandbox helper streams these to the hub; the hub's own snapshots store them directly.
 /// The `lstat`s come first, all at once ([`Beneath::lstat_many`]); then `check` is asked of
@@ -291,6 +298,7 @@ pub fn capture_each<E, P: AsRef<str> + Sync>(
     root: &Beneath,
     candidates: &[P],
     cap: u64,
+    hash: bool,
     mut check: impl FnMut(&str, &FileStat) -> Check,
     mut sink: impl FnMut(Captured) -> Result<(), E>,
 ) -> Result<(), E> {
@@ -306,11 +314,11 @@ pub fn capture_each<E, P: AsRef<str> + Sync>(
         }
         round.push(plan);
         if round_bytes >= ROUND_BYTES || round.len() >= ROUND_PATHS {
-            finish_round(root, std::mem::take(&mut round), cap, &mut sink)?;
+            finish_round(root, std::mem::take(&mut round), cap, hash, &mut sink)?;
             round_bytes = 0;
         }
     }
-    finish_round(root, round, cap, &mut sink)
+    finish_round(root, round, cap, hash, &mut sink)
 }
 
 /// The most bytes of files [`capture_each`] reads before handing them on (a round).
@@ -326,6 +334,7 @@ fn finish_round<E>(
     root: &Beneath,
     round: Vec<Plan>,
     cap: u64,
+    hash: bool,
     sink: &mut impl FnMut(Captured) -> Result<(), E>,
 ) -> Result<(), E> {
     let reads = round
@@ -335,7 +344,7 @@ fn finish_round<E>(
     let threads = crate::io_threads().min(reads / READS_PER_THREAD).max(1);
     if threads == 1 {
         for plan in round {
-            if let Some(captured) = plan.finish(root, cap) {
+            if let Some(captured) = plan.finish(root, cap, hash) {
                 sink(captured)?;
             }
         }
@@ -351,7 +360,7 @@ fn finish_round<E>(
     let done = crate::on_threads(shares, |plans| {
         plans
             .into_iter()
-            .map(|p| p.finish(root, cap))
+            .map(|p| p.finish(root, cap, hash))
             .collect::<Vec<_>>()
     });
     for captured in done.into_iter().flatten().flatten() {
@@ -373,7 +382,7 @@ enum Plan {
 
 impl Plan {
     /// The candidate as captured (the read made, if it needs one); `None` when it is left out.
-    fn finish(self, root: &Beneath, cap: u64) -> Option<Captured> {
+    fn finish(self, root: &Beneath, cap: u64, hash: bool) -> Option<Captured> {
         match self {
             Plan::Done(captured) => Some(captured),
             Plan::Read {
@@ -382,7 +391,7 @@ impl Plan {
                 stat,
                 how,
             } => match read_entry(root, &path, &st, stat, cap) {
-                Ok(Some(read)) => Some(captured_from(path, how, read)),
+                Ok(Some(read)) => Some(captured_from(path, how, read, hash)),
                 // Vanished between the stat and the read: report, don't guess.
                 Ok(None) => None,
                 Err(e) => Some(Captured::Skipped(Skipped {
@@ -477,25 +486,34 @@ fn read_entry(
 }
 
 /// What was read at `path`, as [`capture_each`] reports it: [`Captured::Unchanged`] when
-/// `how` compares it with an entry it is exactly.
-fn captured_from(path: String, how: Check, read: ReadEntry) -> Captured {
+/// `how` compares it with an entry it is exactly; with its blob id when `hash` (or when the
+/// comparison computed it).
+fn captured_from(path: String, how: Check, read: ReadEntry, hash: bool) -> Captured {
     let ReadEntry { bytes, mode, stat } = read;
+    let mut oid = None;
     if let Check::Compare(entry) = how {
-        if entry.mode == mode && blob_id(&bytes) == entry.oid {
+        let id = blob_id(&bytes);
+        if entry.mode == mode && id == entry.oid {
             return Captured::Unchanged { path, entry, stat };
         }
+        oid = Some(id);
+    }
+    if hash && oid.is_none() {
+        oid = Some(blob_id(&bytes));
     }
     match mode {
         Mode::Symlink => Captured::Symlink {
             path,
             target: bytes,
             stat,
+            oid,
         },
         Mode::File | Mode::Executable => Captured::File {
             path,
             bytes,
             executable: mode == Mode::Executable,
             stat,
+            oid,
         },
     }
 }
@@ -512,8 +530,9 @@ pub fn store_captured(
             bytes,
             executable,
             stat,
+            oid,
         } => {
-            let oid = blobs.write_blob(&bytes)?;
+            let oid = blobs.write_blob_hashed(oid, &bytes)?;
             let mode = if executable {
                 Mode::Executable
             } else {
@@ -521,8 +540,13 @@ pub fn store_captured(
             };
             (path, stat, Entry { mode, oid })
         }
-        Captured::Symlink { path, target, stat } => {
-            let oid = blobs.write_blob(&target)?;
+        Captured::Symlink {
+            path,
+            target,
+            stat,
+            oid,
+        } => {
+            let oid = blobs.write_blob_hashed(oid, &target)?;
             let mode = Mode::Symlink;
             (path, stat, Entry { mode, oid })
         }
@@ -558,6 +582,7 @@ fn capture(
             root,
             &candidates,
             cap,
+            true,
             |path, stat| match cache_ref.and_then(|c| c.lookup(path, stat, store)) {
                 Some(entry) => Check::Trust(entry),
                 None => Check::Read,
@@ -998,6 +1023,7 @@ pub fn read_back_sandbox(
         &root,
         &candidates,
         cap,
+        true,
         readback_check(base, looked.as_ref().or(record)),
         |item| store_captured(objects, &mut got, item).map(drop),
     )?;
@@ -1380,6 +1406,7 @@ mod tests {
             &root,
             &candidates,
             DEFAULT_FILE_CAP,
+            true,
             |path, _| {
                 if path.ends_with('3') {
                     Check::Trust(trusted)
@@ -1709,21 +1736,35 @@ mod tests {
             mode: Mode::File,
             oid: blob_id(b"x\n"),
         };
-        let same = captured_from("a".into(), Check::Compare(entry), read(b"x\n", Mode::File));
+        let same = captured_from(
+            "a".into(),
+            Check::Compare(entry),
+            read(b"x\n", Mode::File),
+            false,
+        );
         assert!(matches!(same, Captured::Unchanged { entry: e, .. } if e == entry));
         // Positive controls: other content, another mode, or no entry to compare with.
-        let edited = captured_from("a".into(), Check::Compare(entry), read(b"y\n", Mode::File));
+        let edited = captured_from(
+            "a".into(),
+            Check::Compare(entry),
+            read(b"y\n", Mode::File),
+            false,
+        );
+        // The comparison's hash is handed on, asked for or not.
+        let y = Some(blob_id(b"y\n"));
         assert!(matches!(
             edited,
             Captured::File {
                 executable: false,
+                oid,
                 ..
-            }
+            } if oid == y
         ));
         let exec = captured_from(
             "a".into(),
             Check::Compare(entry),
             read(b"x\n", Mode::Executable),
+            false,
         );
         assert!(matches!(
             exec,
@@ -1732,8 +1773,15 @@ mod tests {
                 ..
             }
         ));
-        let link = captured_from("a".into(), Check::Read, read(b"x\n", Mode::Symlink));
-        assert!(matches!(link, Captured::Symlink { target, .. } if target == b"x\n"));
+        let link = captured_from("a".into(), Check::Read, read(b"x\n", Mode::Symlink), false);
+        assert!(matches!(link, Captured::Symlink { target, oid: None, .. } if target == b"x\n"));
+        // Hashed where it was read when asked: the id a store would give it.
+        let hashed = captured_from("a".into(), Check::Read, read(b"z\n", Mode::File), true);
+        let z = Some(blob_id(b"z\n"));
+        assert!(matches!(hashed, Captured::File { oid, .. } if oid == z));
+        let link = captured_from("a".into(), Check::Read, read(b"x\n", Mode::Symlink), true);
+        let x = Some(blob_id(b"x\n"));
+        assert!(matches!(link, Captured::Symlink { oid, .. } if oid == x));
     }
 
     proptest::proptest! {

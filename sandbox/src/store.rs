@@ -926,7 +926,18 @@ impl ObjectBatch<'_> {
     /// Add a blob; returns its id. A blob the store or the batch has already costs nothing
     /// (but is kept, when the batch keeps contents).
     pub fn write_blob(&mut self, bytes: &[u8]) -> Result<ObjectId, StoreError> {
-        let oid = blob_id(bytes);
+        self.write_blob_hashed(None, bytes)
+    }
+
+    /// [`ObjectBatch::write_blob`] of a blob whose id `oid`, when given, this process computed
+    /// from `bytes` itself (on the thread that read them, say): it is not hashed again.
+    pub(crate) fn write_blob_hashed(
+        &mut self,
+        oid: Option<ObjectId>,
+        bytes: &[u8],
+    ) -> Result<ObjectId, StoreError> {
+        debug_assert!(oid.is_none_or(|id| id == blob_id(bytes)));
+        let oid = oid.unwrap_or_else(|| blob_id(bytes));
         let kept = self.fresh.as_mut().and_then(|f| f.keep(oid, bytes));
         if self.ids.contains(&oid) || self.store.known(oid) {
             return Ok(oid);
