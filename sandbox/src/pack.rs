@@ -112,16 +112,16 @@ impl PackWriter {
         file.seek(SeekFrom::Start(8))?;
         file.write_all(&count.to_be_bytes())?;
         file.seek(SeekFrom::Start(0))?;
-        let mut hasher = gix::hash::hasher(gix::hash::Kind::Sha1);
+        let mut hasher = sha1::Sha1::default();
         let mut buf = vec![0u8; 1 << 16];
         loop {
             let n = file.read(&mut buf)?;
             if n == 0 {
                 break;
             }
-            hasher.update(&buf[..n]);
+            sha1::Digest::update(&mut hasher, &buf[..n]);
         }
-        let checksum = hasher.try_finalize().map_err(std::io::Error::other)?;
+        let checksum = trailer_of(hasher);
         file.seek(SeekFrom::End(0))?;
         file.write_all(checksum.as_bytes())?;
         if self.durable {
@@ -221,9 +221,7 @@ impl WholePack {
             located.push((*oid, pack.len() as u64, crc32fast::hash(entry)));
             pack.extend_from_slice(entry);
         }
-        let mut hasher = gix::hash::hasher(gix::hash::Kind::Sha1);
-        hasher.update(&pack);
-        let checksum = hasher.try_finalize().map_err(std::io::Error::other)?;
+        let checksum = checksum(&pack);
         pack.extend_from_slice(checksum.as_bytes());
         let index = index_v2(&mut located, checksum)?;
         Ok(Self {
@@ -326,11 +324,26 @@ fn index_v2(
         out.extend_from_slice(&offset.to_be_bytes());
     }
     out.extend_from_slice(pack_checksum.as_bytes());
-    let mut hasher = gix::hash::hasher(gix::hash::Kind::Sha1);
-    hasher.update(&out);
-    let own = hasher.try_finalize().map_err(std::io::Error::other)?;
+    let own = checksum(&out);
     out.extend_from_slice(own.as_bytes());
     Ok(out)
+}
+
+/// The SHA-1 of `data` as a file's trailing checksum (a pack's, a pack index's, a git
+/// index's): plain SHA-1, without the collision detection that object ids are hashed with.
+/// A trailer only tells a torn or corrupted file from a whole one, and nothing is looked up
+/// by it, so a crafted collision gains nothing; git itself hashes these with its faster
+/// "unsafe" SHA-1 since 2.48. Several times faster than the detecting hash, which took
+/// half a millisecond over a 1,000-hunk publish's pack.
+pub fn checksum(data: &[u8]) -> ObjectId {
+    let mut hasher = sha1::Sha1::default();
+    sha1::Digest::update(&mut hasher, data);
+    trailer_of(hasher)
+}
+
+fn trailer_of(hasher: sha1::Sha1) -> ObjectId {
+    let digest: [u8; 20] = sha1::Digest::finalize(hasher).into();
+    ObjectId::from_bytes_or_panic(&digest)
 }
 
 #[cfg(test)]

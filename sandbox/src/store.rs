@@ -1117,9 +1117,7 @@ fn index_v2(
         let len = out.len() - start;
         out.resize(start + (len + 8) / 8 * 8, 0);
     }
-    let mut hasher = gix::hash::hasher(gix::hash::Kind::Sha1);
-    hasher.update(&out);
-    let sum = hasher.try_finalize().map_err(std::io::Error::other)?;
+    let sum = crate::pack::checksum(&out);
     out.extend_from_slice(sum.as_bytes());
     Ok(out)
 }
