@@ -532,7 +532,7 @@ pub fn store_captured(
             stat,
             oid,
         } => {
-            let oid = blobs.write_blob_hashed(oid, &bytes)?;
+            let oid = blobs.write_blob_hashed(oid, bytes.into())?;
             let mode = if executable {
                 Mode::Executable
             } else {
@@ -546,7 +546,7 @@ pub fn store_captured(
             stat,
             oid,
         } => {
-            let oid = blobs.write_blob_hashed(oid, &target)?;
+            let oid = blobs.write_blob_hashed(oid, target.into())?;
             let mode = Mode::Symlink;
             (path, stat, Entry { mode, oid })
         }

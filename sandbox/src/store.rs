@@ -4,6 +4,7 @@
 //! Trees are handled as flat maps `path -> Entry` because every consumer (snapshot, diff,
 //! materialize) thinks in paths; the nesting into git trees happens only at the store boundary.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -840,12 +841,12 @@ pub struct ObjectBatch<'s> {
 }
 
 /// An object an [`ObjectBatch`] holds: its kind, id and content.
-type HeldObject = (gix::objs::Kind, ObjectId, std::sync::Arc<[u8]>);
+type HeldObject = (gix::objs::Kind, ObjectId, std::sync::Arc<Vec<u8>>);
 
 /// Blob contents an [`ObjectBatch`] kept in memory as it was given them, by id.
 #[derive(Default, Clone)]
 pub struct Fresh {
-    blobs: std::collections::HashMap<ObjectId, std::sync::Arc<[u8]>>,
+    blobs: std::collections::HashMap<ObjectId, std::sync::Arc<Vec<u8>>>,
     bytes: usize,
     budget: usize,
 }
@@ -853,7 +854,7 @@ pub struct Fresh {
 impl Fresh {
     /// The content of blob `oid`, if it was kept.
     pub fn get(&self, oid: &ObjectId) -> Option<&[u8]> {
-        self.blobs.get(oid).map(|b| &b[..])
+        self.blobs.get(oid).map(|b| b.as_slice())
     }
 
     /// How many blobs are kept.
@@ -866,18 +867,23 @@ impl Fresh {
         self.blobs.is_empty()
     }
 
-    /// Keep `bytes` as blob `oid` if the budget has room; the shared copy when it did.
-    fn keep(&mut self, oid: ObjectId, bytes: &[u8]) -> Option<std::sync::Arc<[u8]>> {
+    /// Keep `bytes` as blob `oid` if the budget has room — taken over, not copied, when they
+    /// are owned — and return it shared; or hand the bytes back.
+    fn keep<'a>(
+        &mut self,
+        oid: ObjectId,
+        bytes: Cow<'a, [u8]>,
+    ) -> Result<std::sync::Arc<Vec<u8>>, Cow<'a, [u8]>> {
         if let Some(kept) = self.blobs.get(&oid) {
-            return Some(kept.clone());
+            return Ok(kept.clone());
         }
         if self.bytes + bytes.len() > self.budget {
-            return None;
+            return Err(bytes);
         }
-        let kept: std::sync::Arc<[u8]> = bytes.into();
-        self.bytes += bytes.len();
+        let kept = std::sync::Arc::new(bytes.into_owned());
+        self.bytes += kept.len();
         self.blobs.insert(oid, kept.clone());
-        Some(kept)
+        Ok(kept)
     }
 }
 
@@ -924,28 +930,33 @@ impl ObjectBatch<'_> {
     }
 
     /// Add a blob; returns its id. A blob the store or the batch has already costs nothing
-    /// (but is kept, when the batch keeps contents).
+    /// (and is not kept: only new contents are, a publish's new files — one made with
+    /// `--files` reads back every earlier change of its run too, whose blobs the store has).
     pub fn write_blob(&mut self, bytes: &[u8]) -> Result<ObjectId, StoreError> {
-        self.write_blob_hashed(None, bytes)
+        self.write_blob_hashed(None, Cow::Borrowed(bytes))
     }
 
     /// [`ObjectBatch::write_blob`] of a blob whose id `oid`, when given, this process computed
-    /// from `bytes` itself (on the thread that read them, say): it is not hashed again.
+    /// from `bytes` itself (on the thread that read them, say): it is not hashed again. Owned
+    /// bytes are taken over, not copied, to be kept or held.
     pub(crate) fn write_blob_hashed(
         &mut self,
         oid: Option<ObjectId>,
-        bytes: &[u8],
+        bytes: Cow<'_, [u8]>,
     ) -> Result<ObjectId, StoreError> {
-        debug_assert!(oid.is_none_or(|id| id == blob_id(bytes)));
-        let oid = oid.unwrap_or_else(|| blob_id(bytes));
-        let kept = self.fresh.as_mut().and_then(|f| f.keep(oid, bytes));
+        debug_assert!(oid.is_none_or(|id| id == blob_id(&bytes)));
+        let oid = oid.unwrap_or_else(|| blob_id(&bytes));
         if self.ids.contains(&oid) || self.store.known(oid) {
             return Ok(oid);
         }
         self.ids.insert(oid);
-        match kept {
-            Some(bytes) => self.hold(gix::objs::Kind::Blob, oid, bytes)?,
-            None => self.put(gix::objs::Kind::Blob, oid, bytes)?,
+        let bytes = match self.fresh.as_mut() {
+            Some(fresh) => fresh.keep(oid, bytes),
+            None => Err(bytes),
+        };
+        match bytes {
+            Ok(kept) => self.hold(gix::objs::Kind::Blob, oid, kept)?,
+            Err(bytes) => self.put(gix::objs::Kind::Blob, oid, bytes)?,
         }
         Ok(oid)
     }
@@ -970,7 +981,7 @@ impl ObjectBatch<'_> {
         let oid = gix::objs::compute_hash(gix::hash::Kind::Sha1, kind, bytes)
             .map_err(|e| self.store.err(e))?;
         if self.ids.insert(oid) && !self.store.known(oid) {
-            self.put(kind, oid, bytes)?;
+            self.put(kind, oid, Cow::Borrowed(bytes))?;
         }
         Ok(oid)
     }
@@ -980,13 +991,13 @@ impl ObjectBatch<'_> {
         &mut self,
         kind: gix::objs::Kind,
         oid: ObjectId,
-        bytes: &[u8],
+        bytes: Cow<'_, [u8]>,
     ) -> Result<(), StoreError> {
         match self.pack.as_mut() {
             Some(pack) => pack
-                .add(pack_kind(kind), oid, bytes)
+                .add(pack_kind(kind), oid, &bytes)
                 .map_err(|e| self.store.err(e)),
-            None => self.hold(kind, oid, bytes.into()),
+            None => self.hold(kind, oid, std::sync::Arc::new(bytes.into_owned())),
         }
     }
 
@@ -996,7 +1007,7 @@ impl ObjectBatch<'_> {
         &mut self,
         kind: gix::objs::Kind,
         oid: ObjectId,
-        bytes: std::sync::Arc<[u8]>,
+        bytes: std::sync::Arc<Vec<u8>>,
     ) -> Result<(), StoreError> {
         if let Some(pack) = self.pack.as_mut() {
             return pack
@@ -1699,11 +1710,13 @@ mod tests {
                 }),
             );
         }
-        // A blob the store has is kept too (a diff reads it), and not written again.
+        // A blob the store has is neither kept nor written again (a diff reads it from the
+        // store); a repeat of a new one is kept once.
         let old = batch.write_blob(b"d000/f0.txt").unwrap();
+        batch.write_blob(bodies[3].1.as_bytes()).unwrap();
         let fresh = batch.take_fresh();
-        assert_eq!(fresh.len(), 101);
-        assert_eq!(fresh.get(&old), Some(&b"d000/f0.txt"[..]));
+        assert_eq!(fresh.len(), 100);
+        assert_eq!(fresh.get(&old), None);
         for (path, body) in &bodies {
             assert_eq!(
                 fresh.get(&changes[path].unwrap().oid),

@@ -1661,11 +1661,11 @@ fn read_snapshot(
                 } else {
                     Mode::File
                 },
-                oid: blobs.write_blob(&bytes)?,
+                oid: blobs.write_blob_hashed(None, bytes.into())?,
             },
             Frame::Symlink { target, .. } => Entry {
                 mode: Mode::Symlink,
-                oid: blobs.write_blob(&target)?,
+                oid: blobs.write_blob_hashed(None, target.into())?,
             },
             Frame::Skipped { .. } | Frame::Blob { .. } | Frame::End => continue,
         };
