@@ -4,10 +4,12 @@
 //! Making a file allocates an inode, and on some filesystems and disks that is the slow part
 //! of writing a small file: on ext4 on a virtual disk it takes 0.15–0.6 ms where writing and
 //! renaming the file takes tens of microseconds. A publish writes a few small loose objects
-//! (a blob, the trees above it, a commit), one after the other, while a client waits for the
-//! suggestion. So the store keeps a few files made at a quiet moment — after a publish, once
-//! a run's agent has started — and a write takes one, fills it and renames it into place
-//! (the technique of databases that recycle their log files instead of creating new ones).
+//! (a blob, the trees above it, a commit), one after the other, or a pack and its index made
+//! in memory, while a client waits for the suggestion. So the store keeps a few files made at
+//! a quiet moment — after a publish, once a run's agent has started — and a write takes one,
+//! fills it (and fsyncs it, for a pack: [`Spares::write_synced_as`]) and renames it into
+//! place (the technique of databases that recycle their log files instead of creating new
+//! ones).
 //!
 //! Each spare is made empty with `O_CREAT | O_EXCL` (owner only), in a directory of its own
 //! beside the files it becomes (a rename stays on one filesystem), and closed: no descriptor
