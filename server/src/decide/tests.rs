@@ -550,3 +550,39 @@ fn a_decision_whose_commit_a_crash_lost_stands_when_its_lines_are_logged() {
     );
     assert_eq!(f.feedback().len(), 2);
 }
+
+/// `suggestion.ready` is encoded with the suggestion, before it is journaled; what a client
+/// gets is byte for byte what encoding the event itself makes — for a small suggestion, and
+/// for one big enough that its view is encoded on a thread of its own.
+#[test]
+fn a_ready_event_encoded_in_advance_is_what_encoding_the_event_makes() {
+    for hunks in [2, 300] {
+        let edits: Vec<(usize, String)> = (0..hunks)
+            .map(|i| (i * 10 + 5, format!("edit {i}")))
+            .collect();
+        let edits: Vec<(usize, &str)> = edits.iter().map(|(at, t)| (*at, t.as_str())).collect();
+        let lines = hunks * 10 + 10;
+        let base = vec![("a.txt", numbered(lines, &[]))];
+        let run = vec![("a.txt", numbered(lines, &edits))];
+        let f = Fixture::new(&base);
+        let mut events = f.hub().bus().subscribe();
+        let s = f.suggest("s1", &base, &run);
+        assert_eq!(s.hunks.len(), hunks);
+        let sent = loop {
+            let e = events
+                .try_recv()
+                .expect("the suggestion's events were sent");
+            if e.json.starts_with(r#"{"type":"suggestion.ready""#) {
+                break e;
+            }
+        };
+        let view = f.hub().lock().unwrap().suggestions["s1"].view();
+        assert_eq!(view.hunks.len(), hunks);
+        let want = serde_json::to_string(&crate::protocol::Event::Ready {
+            seq: sent.seq,
+            suggestion: Box::new(view),
+        })
+        .unwrap();
+        assert_eq!(*sent.json, *want, "{hunks} hunks");
+    }
+}

@@ -122,12 +122,31 @@ impl Bus {
         inner.reserved_upto = upto;
     }
 
+    /// Assign the next seq and broadcast the event `render` makes of it, already encoded
+    /// (see [`Event::ready_json`]). Returns the seq.
+    pub fn emit_json(&self, render: impl FnOnce(u64) -> String) -> u64 {
+        let Ok(mut inner) = self.inner.lock() else {
+            return 0;
+        };
+        self.send_locked(&mut inner, |seq| Ok(render(seq)))
+    }
+
     fn emit_locked(&self, inner: &mut Inner, mut event: Event) -> u64 {
+        self.send_locked(inner, |seq| {
+            event.set_seq(seq);
+            serde_json::to_string(&event)
+        })
+    }
+
+    fn send_locked(
+        &self,
+        inner: &mut Inner,
+        render: impl FnOnce(u64) -> serde_json::Result<String>,
+    ) -> u64 {
         let seq = inner.seq + 1;
         self.reserve(inner, seq);
         inner.seq = seq;
-        event.set_seq(seq);
-        let json: Arc<str> = match serde_json::to_string(&event) {
+        let json: Arc<str> = match render(seq) {
             Ok(s) => s.into(),
             Err(e) => {
                 tracing::error!(error = %e, "serializing event");

@@ -300,8 +300,9 @@ impl Hub {
 
     /// Add a new suggestion (durably) and announce it.
     pub fn add_suggestion(&self, s: Suggestion) -> Result<SuggestionView, AppError> {
-        let view = self.record_suggestion(NewSuggestion::prepare(s)?, None::<fn(&mut RunRec)>)?;
-        self.emit_suggestion_ready(&view);
+        let (view, json) =
+            self.record_suggestion(NewSuggestion::prepare(s)?, None::<fn(&mut RunRec)>)?;
+        self.emit_suggestion_ready(&view, &json);
         Ok(view)
     }
 
@@ -314,11 +315,12 @@ impl Hub {
         &self,
         new: NewSuggestion,
         run_update: Option<impl FnOnce(&mut RunRec)>,
-    ) -> Result<SuggestionView, AppError> {
+    ) -> Result<(SuggestionView, ViewJson), AppError> {
         let NewSuggestion {
             suggestion: s,
             mut line,
             view,
+            view_json,
         } = new;
         test_hooks::pause("before-suggestion-journal");
         let mut st = self.lock()?;
@@ -344,15 +346,13 @@ impl Hub {
         }
         st.order.push(s.id.clone());
         st.suggestions.insert(s.id.clone(), *s);
-        Ok(view)
+        Ok((view, ViewJson(view_json)))
     }
 
-    /// `suggestion.ready` and `checkpoint.created` for a recorded suggestion.
-    pub(crate) fn emit_suggestion_ready(&self, view: &SuggestionView) {
-        self.bus.emit(Event::Ready {
-            seq: 0,
-            suggestion: Box::new(view.clone()),
-        });
+    /// `suggestion.ready` and `checkpoint.created` for a recorded suggestion (`json`, its
+    /// view as [`Hub::record_suggestion`] returned it).
+    pub(crate) fn emit_suggestion_ready(&self, view: &SuggestionView, json: &ViewJson) {
+        self.bus.emit_json(|seq| Event::ready_json(seq, &json.0));
         test_hooks::pause("suggestion-ready");
         self.bus.emit(Event::CheckpointCreated {
             seq: 0,
@@ -364,6 +364,9 @@ impl Hub {
     }
 }
 
+/// A recorded suggestion's view as JSON, encoded in advance ([`NewSuggestion::prepare`]).
+pub(crate) struct ViewJson(String);
+
 /// A new suggestion with its journal line and its view made in advance
 /// ([`NewSuggestion::prepare`]): for a big suggestion each takes milliseconds, which
 /// [`Hub::record_suggestion`] then spends on no lock and no async worker.
@@ -371,22 +374,50 @@ pub(crate) struct NewSuggestion {
     suggestion: Box<Suggestion>,
     line: Vec<u8>,
     view: SuggestionView,
+    /// `view` as JSON, for its `suggestion.ready`.
+    view_json: String,
 }
 
 impl NewSuggestion {
+    /// From this many hunks on, the journal line and the view (with its JSON) are made on two
+    /// threads: each takes about a millisecond per 500 hunks, a thread a fraction of one.
+    const APART_AT: usize = 256;
+
     pub(crate) fn prepare(s: Suggestion) -> Result<Self, AppError> {
+        let apart = s.hunks.len() >= Self::APART_AT;
         // Encoded as it is, then taken back out of the record: no copy of its hunks.
         let rec = Record::Suggestion(Box::new(s));
-        let line = Journal::line_of(&rec)
-            .map_err(|e| AppError::failed("encoding the suggestion for the journal", e))?;
+        let Record::Suggestion(suggestion) = &rec else {
+            unreachable!("the record was made as a suggestion just above")
+        };
+        let viewed = || {
+            let view = suggestion.view();
+            serde_json::to_string(&view).map(|json| (view, json))
+        };
+        let (line, viewed) = if apart {
+            std::thread::scope(|scope| {
+                let viewing = scope.spawn(viewed);
+                let line = Journal::line_of(&rec);
+                let viewed = viewing
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                (line, viewed)
+            })
+        } else {
+            (Journal::line_of(&rec), viewed())
+        };
+        let line =
+            line.map_err(|e| AppError::failed("encoding the suggestion for the journal", e))?;
+        let (view, view_json) =
+            viewed.map_err(|e| AppError::failed("encoding the suggestion's view", e))?;
         let Record::Suggestion(suggestion) = rec else {
             unreachable!("the record was made as a suggestion just above")
         };
-        let view = suggestion.view();
         Ok(Self {
             suggestion,
             line,
             view,
+            view_json,
         })
     }
 

@@ -212,6 +212,13 @@ pub enum Event {
 }
 
 impl Event {
+    /// `suggestion.ready` with `seq`, its suggestion given already encoded (`suggestion`, a
+    /// [`SuggestionView`] as JSON): byte for byte what encoding [`Event::Ready`] makes. A
+    /// big suggestion is encoded while its run commit is written, not after it is journaled.
+    pub fn ready_json(seq: u64, suggestion: &str) -> String {
+        format!(r#"{{"type":"suggestion.ready","seq":{seq},"suggestion":{suggestion}}}"#)
+    }
+
     pub fn set_seq(&mut self, value: u64) {
         match self {
             Event::Ready { seq, .. }
