@@ -41,8 +41,9 @@ pub struct HunkRec {
     pub index: usize,
     pub kind: HunkKind,
     pub state: HunkState,
-    /// For line hunks (modify / create / delete of text files, symlink targets).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// For line hunks (modify / create / delete of text files, symlink targets). Journaled as
+    /// its unified-diff text (see [`patch_text`]).
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "patch_text")]
     pub patch: Option<Hunk>,
     /// Whole-file sides (binary, rename, mode, and the file-level checks of create/delete).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -65,6 +66,94 @@ pub struct HunkRec {
     /// agent's edit rationale).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+}
+
+/// A hunk's patch in the journal: its unified-diff text (`"@@ -2,7 +2,7 @@\n ctx\n-old\n+new\n…"`,
+/// [`Hunk::to_unified`]), which [`hunkgate_patch::parse_hunks`] reads back to the same hunk. It
+/// is a third smaller than the hunk as a structure (a `{"op","text"}` object per line), and
+/// quicker to encode — a publish journals every hunk of its suggestion before announcing it.
+///
+/// Reading takes either form: journals written before this one hold structures. A hunk the
+/// text could not carry exactly (its counts not those of its lines, a line with a line break
+/// inside, no lines at all — none that a diff makes) is written as the structure.
+pub mod patch_text {
+    use hunkgate_patch::{parse_hunks, Hunk, HunkLine};
+    use serde::de::{self, Deserializer, MapAccess, Visitor};
+    use serde::{Deserialize, Serializer};
+
+    pub fn serialize<S: Serializer>(hunk: &Option<Hunk>, s: S) -> Result<S::Ok, S::Error> {
+        match hunk {
+            Some(h) if carried_by_text(h) => s.serialize_some(&h.to_unified()),
+            Some(h) => s.serialize_some(h),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Hunk>, D::Error> {
+        d.deserialize_option(OptionalPatch)
+    }
+
+    /// Whether `parse_hunks(h.to_unified())` is `h` again: its lines are there, each one line
+    /// (a break only at its end), and they add up to its counts.
+    pub fn carried_by_text(h: &Hunk) -> bool {
+        let (mut old, mut new) = (0, 0);
+        for line in &h.lines {
+            let t = line.text();
+            if t.strip_suffix('\n').unwrap_or(t).contains('\n') {
+                return false;
+            }
+            match line {
+                HunkLine::Context(_) => (old, new) = (old + 1, new + 1),
+                HunkLine::Remove(_) => old += 1,
+                HunkLine::Add(_) => new += 1,
+            }
+        }
+        !h.lines.is_empty() && old == h.old_len && new == h.new_len
+    }
+
+    struct OptionalPatch;
+
+    impl<'de> Visitor<'de> for OptionalPatch {
+        type Value = Option<Hunk>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a hunk's unified-diff text or its structure")
+        }
+
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_any(Patch).map(Some)
+        }
+    }
+
+    struct Patch;
+
+    impl<'de> Visitor<'de> for Patch {
+        type Value = Hunk;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a hunk's unified-diff text or its structure")
+        }
+
+        fn visit_str<E: de::Error>(self, text: &str) -> Result<Hunk, E> {
+            let mut hunks = parse_hunks(text).map_err(E::custom)?;
+            match (hunks.pop(), hunks.is_empty()) {
+                (Some(h), true) => Ok(h),
+                _ => Err(E::custom("a hunk's patch holds more than one hunk")),
+            }
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Hunk, A::Error> {
+            Hunk::deserialize(de::value::MapAccessDeserializer::new(map))
+        }
+    }
 }
 
 impl HunkRec {
@@ -677,5 +766,51 @@ mod tests {
         );
         assert_eq!(hunks[2].description.as_deref(), Some("binary: whole file"));
         assert_eq!(unmatched, vec!["a.txt:18".to_string(), "c.txt".to_string()]);
+    }
+
+    /// A hunk's patch is journaled as its unified-diff text and read back as the same hunk —
+    /// CRLF lines and a last line without a newline included; a line hunk journaled before,
+    /// as a structure, still reads; a hunk the text cannot carry exactly stays a structure.
+    #[test]
+    fn a_patch_is_journaled_as_its_diff_text_and_read_back_whole() {
+        let old = "a\r\nb\r\nc\nd\ne\nf\ng\nh\ni\nj\nk";
+        let new = "a\r\nB\r\nc\nd\ne\nf\ng\nh\ni\nj\nK";
+        let patches = diff_hunks(old, new, CONTEXT);
+        assert_eq!(patches.len(), 2, "positive control: two hunks");
+        for patch in patches {
+            let text = patch.to_unified();
+            let hunk = rec("a.txt", Some(patch));
+            let json = serde_json::to_value(&hunk).unwrap();
+            assert_eq!(json["patch"], serde_json::Value::String(text));
+            let back: HunkRec = serde_json::from_value(json).unwrap();
+            assert_eq!(back.patch, hunk.patch);
+            // The structure, as older journals hold it.
+            let mut old_form = serde_json::to_value(&hunk).unwrap();
+            old_form["patch"] = serde_json::to_value(hunk.patch.as_ref().unwrap()).unwrap();
+            assert!(old_form["patch"]["lines"].is_array());
+            let back: HunkRec = serde_json::from_value(old_form).unwrap();
+            assert_eq!(back.patch, hunk.patch);
+        }
+        // No patch at all, and an explicit null.
+        let none = serde_json::to_value(rec("b.bin", None)).unwrap();
+        assert!(none.get("patch").is_none());
+        let mut null = none.clone();
+        null["patch"] = serde_json::Value::Null;
+        for v in [none, null] {
+            assert_eq!(serde_json::from_value::<HunkRec>(v).unwrap().patch, None);
+        }
+        // Counts that are not its lines': the text would read back otherwise (or not at all).
+        let mut odd = diff_hunks("x\n", "y\n", CONTEXT).remove(0);
+        assert!(patch_text::carried_by_text(&odd), "positive control");
+        odd.old_len = 5;
+        assert!(!patch_text::carried_by_text(&odd));
+        let json = serde_json::to_value(rec("c.txt", Some(odd.clone()))).unwrap();
+        assert!(json["patch"].is_object());
+        let back: HunkRec = serde_json::from_value(json).unwrap();
+        assert_eq!(back.patch, Some(odd));
+        // Text that is not one hunk is an error, not a guess.
+        let mut two = serde_json::to_value(rec("d.txt", None)).unwrap();
+        two["patch"] = "@@ -1 +1 @@\n-a\n+b\n@@ -5 +5 @@\n-c\n+d\n".into();
+        assert!(serde_json::from_value::<HunkRec>(two).is_err());
     }
 }
