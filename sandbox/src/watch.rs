@@ -19,7 +19,9 @@
 //! is applied is what was read back and shown — and the next sync, which `lstat`s what it
 //! writes over, puts the file back to the base. Under `--isolation none` the hub keeps a watch
 //! per slot from one sync to the next (the agent runs as the hub's own user there and could
-//! write anything anyway). Under `--isolation user` the watch is held by the read-back's
+//! write anything anyway), and reads its events as they come while the agent runs (see
+//! `Sandbox::follow_changes`), so that the read-back after the run has only the last few left
+//! to read. Under `--isolation user` the watch is held by the read-back's
 //! standby helper (see [`crate::helper`]), as the sandbox user but out of the agent's reach,
 //! from the end of the run's sync (before the agent starts) to the run's end; the agent can
 //! only make it give up (flood it, rename a directory), and then that read-back looks at
@@ -341,6 +343,18 @@ impl Watch {
             }
             other => other,
         }
+    }
+
+    /// Read the events queued so far into what the watch has seen (what every other call
+    /// does first): while a run goes on, so that fewer are left for its read-back.
+    pub fn absorb(&mut self) {
+        self.drain();
+    }
+
+    /// What the watch has seen so far, without reading the queued events.
+    #[cfg(test)]
+    pub fn seen(&self) -> &Dirty {
+        &self.dirty
     }
 
     /// Forget what was seen so far (after a sync brought the slot back to a known state): the

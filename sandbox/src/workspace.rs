@@ -105,7 +105,17 @@ pub trait Sandbox: Send + Sync + std::fmt::Debug {
     /// its next [`Sandbox::prepare`]. (Under user isolation the slot's kept helper then puts it
     /// back to its base, off the next run's start.)
     fn run_over(&self) {}
+    /// While the agent runs: take in what change notification reports as it comes, so that
+    /// the read-back after the run has only the last moment's events left to read, not the
+    /// whole run's. Runs until dropped; where this process watches nothing (no watch, not
+    /// Linux, or the watch is another process's, as under user isolation) it only waits.
+    fn follow_changes(&self) -> Following {
+        Box::pin(std::future::pending())
+    }
 }
+
+/// What [`Sandbox::follow_changes`] returns: a task to run beside the agent until it ends.
+pub type Following = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 /// Isolation `none`: the agent runs as the hub's own user in a separate directory. Good for
 /// development; it keeps the agent out of the checkout only by convention.
@@ -140,6 +150,49 @@ fn put_watch(watch: Watch) {
     if let Ok(mut map) = watches().lock() {
         map.insert(watch.root().to_path_buf(), watch);
     }
+}
+
+/// Follow the slot's watch (see [`Sandbox::follow_changes`]): whenever its events are
+/// queued, wait a moment for more to gather, then read them all into the watch's record on a
+/// blocking thread. Waits forever if the slot has no watch.
+async fn follow_watch(dir: PathBuf) {
+    #[cfg(target_os = "linux")]
+    {
+        use tokio::io::unix::AsyncFd;
+        let fd = watches()
+            .lock()
+            .ok()
+            .and_then(|map| map.get(&dir).map(|w| w.fd().try_clone_to_owned()));
+        // The copy shares the watch's inotify queue (and its non-blocking mode).
+        if let Some(Ok(fd)) = fd {
+            // SAFETY: an OwnedFd is an open descriptor that stays open, the same one, until the
+            // AsyncFd that owns it is dropped.
+            let fd = unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) };
+            if let Ok(fd) = fd {
+                loop {
+                    let Ok(mut ready) = fd.readable().await else {
+                        break;
+                    };
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                    let dir = dir.clone();
+                    let taken = tokio::task::spawn_blocking(move || {
+                        if let Ok(mut map) = watches().lock() {
+                            if let Some(w) = map.get_mut(&dir) {
+                                w.absorb();
+                            }
+                        }
+                    })
+                    .await;
+                    if taken.is_err() {
+                        break;
+                    }
+                    // Events queued since are a new readiness, which this does not clear.
+                    ready.clear_ready();
+                }
+            }
+        }
+    }
+    std::future::pending::<()>().await
 }
 
 /// What the slot's watch saw since the last sync; None if there is no watch or it cannot tell.
@@ -234,6 +287,10 @@ impl Sandbox for LocalSandbox {
     fn isolation(&self) -> String {
         "none (same user)".into()
     }
+
+    fn follow_changes(&self) -> Following {
+        Box::pin(follow_watch(self.dir.clone()))
+    }
 }
 
 #[cfg(test)]
@@ -326,6 +383,54 @@ mod tests {
         crate::snapshot::snapshot_sandbox(sb.workdir(), base, store, u64::MAX, None, None)
             .unwrap()
             .tree(base)
+    }
+
+    /// What the slot's watch has taken in so far, without reading its queue.
+    #[cfg(target_os = "linux")]
+    fn seen(dir: &Path) -> Dirty {
+        watches().lock().unwrap()[dir].seen().clone()
+    }
+
+    /// Following the slot while its agent runs reads the watch's events as they come, and the
+    /// read-back after finds the same changes as without.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn following_a_slot_takes_its_events_in_as_they_come() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let base = tree(
+            &store,
+            &[("a.txt", Mode::File, "a\n"), ("d/b.txt", Mode::File, "b\n")],
+        );
+        let sb = LocalSandbox::new(tmp.path().join("sb"));
+        sb.prepare(&store, &Arc::new(base.clone())).unwrap();
+        std::fs::write(sb.workdir().join("a.txt"), "changed\n").unwrap();
+        // Control: queued, but nothing read them yet.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(seen(sb.workdir()).is_empty());
+
+        let following = tokio::spawn(sb.follow_changes());
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !seen(sb.workdir()).paths.contains("a.txt") {
+            assert!(std::time::Instant::now() < deadline, "never taken in");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // And what comes later, too.
+        std::fs::write(sb.workdir().join("d/b.txt"), "changed\n").unwrap();
+        std::fs::write(sb.workdir().join("d/new.txt"), "new\n").unwrap();
+        while !seen(sb.workdir()).paths.contains("d/new.txt") {
+            assert!(std::time::Instant::now() < deadline, "never taken in");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        following.abort();
+        let _ = following.await;
+
+        let mut objects = store.batch();
+        let back = sb.read_back(&mut objects, &base, u64::MAX).unwrap();
+        objects.finish().unwrap();
+        let changed: Vec<&str> = back.changes.keys().map(String::as_str).collect();
+        assert_eq!(changed, ["a.txt", "d/b.txt", "d/new.txt"]);
+        assert_eq!(back.tree(&base), full_look(&sb, &store, &base));
     }
 
     #[cfg(target_os = "linux")]

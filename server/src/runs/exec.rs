@@ -214,9 +214,15 @@ impl Hub {
                 sandbox.isolation()
             ),
         );
-        let outcome = self
-            .run_agent_process(job, sandbox.as_ref(), &argv, &env)
-            .await;
+        // Beside the agent, the sandbox takes in its change notifications as they come.
+        let outcome = {
+            let process = self.run_agent_process(job, sandbox.as_ref(), &argv, &env);
+            tokio::pin!(process);
+            tokio::select! {
+                outcome = &mut process => outcome,
+                () = sandbox.follow_changes() => process.await,
+            }
+        };
         tracing::debug!(run = run_id, exit = ?outcome.exit, "agent process ended");
         if let Ok(mut t) = self.runs().agent_tokens.lock() {
             t.remove(&agent_token);
