@@ -175,6 +175,15 @@ pub struct Beneath {
     durable: bool,
 }
 
+/// A file read as data leaves its access time alone where the kernel allows it (Linux; the
+/// file's owner or root): a read of a file written since its last access would otherwise
+/// update it — an inode made dirty, which the next fsync on the filesystem writes too. A
+/// read-back reads just such files, the agent's.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const NO_ATIME: OFlag = OFlag::O_NOATIME;
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+const NO_ATIME: OFlag = OFlag::empty();
+
 const DIR_FLAGS: OFlag = OFlag::O_DIRECTORY
     .union(OFlag::O_NOFOLLOW)
     .union(OFlag::O_CLOEXEC)
@@ -372,12 +381,14 @@ impl Beneath {
         };
         let name = parts[parts.len() - 1];
         // O_NONBLOCK so that opening a FIFO the agent planted cannot hang the hub.
-        let fd = match nix::fcntl::openat(
-            dir.as_fd(),
-            name,
-            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK,
-            Mode::empty(),
-        ) {
+        let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK;
+        let open = |flags| nix::fcntl::openat(dir.as_fd(), name, flags, Mode::empty());
+        let opened = match open(flags | NO_ATIME) {
+            // Only a file's owner (or root) may leave its access time alone.
+            Err(Errno::EPERM) if !NO_ATIME.is_empty() => open(flags),
+            other => other,
+        };
+        let fd = match opened {
             Ok(fd) => fd,
             Err(Errno::ENOENT) => return Ok(None),
             Err(Errno::ELOOP) | Err(Errno::EMLINK) => {
@@ -880,6 +891,36 @@ mod tests {
         // Positive control: names that merely contain ".git" are fine.
         assert!(components(".gitignore").is_ok());
         assert!(components("x.git/y").is_ok());
+    }
+
+    /// A file read as data keeps its access time, even one written since it was last read
+    /// (which a plain read updates under `relatime`).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn reading_leaves_the_access_time_alone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let long_ago =
+            std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000_000);
+        let written = |name: &str| {
+            let path = tmp.path().join(name);
+            std::fs::write(&path, "x\n").unwrap();
+            let f = std::fs::File::options().write(true).open(&path).unwrap();
+            f.set_times(std::fs::FileTimes::new().set_accessed(long_ago))
+                .unwrap();
+            path
+        };
+        let accessed = |p: &Path| std::fs::metadata(p).unwrap().accessed().unwrap();
+        // Control: a plain read of such a file updates its access time here.
+        let plain = written("plain.txt");
+        std::fs::read(&plain).unwrap();
+        if accessed(&plain) == long_ago {
+            eprintln!("skipped: this filesystem does not update access times (noatime)");
+            return;
+        }
+        let ours = written("ours.txt");
+        let b = Beneath::open(tmp.path()).unwrap();
+        assert_eq!(b.read("ours.txt", 100).unwrap().unwrap().0, b"x\n");
+        assert_eq!(accessed(&ours), long_ago);
     }
 
     #[test]
