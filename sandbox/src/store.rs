@@ -295,16 +295,16 @@ impl Store {
     }
 
     pub fn read_blob(&self, oid: ObjectId) -> Result<Vec<u8>, StoreError> {
-        let repo = self.local();
-        let obj = repo.find_object(oid).map_err(|e| self.err(e))?;
-        if obj.kind != gix::objs::Kind::Blob {
-            return Err(StoreError::WrongKind {
-                path: self.path.clone(),
-                oid,
-                expected: "blob",
-            });
+        self.reader().read_blob(oid)
+    }
+
+    /// A reader for many blobs on one thread: [`Store::read_blob`] makes a repository handle
+    /// (its object cache, its decompressor) for each read; a reader makes one.
+    pub fn reader(&self) -> BlobReader<'_> {
+        BlobReader {
+            store: self,
+            repo: self.local(),
         }
-        Ok(obj.detach().data)
     }
 
     /// Write a flat tree as nested git trees; returns the root tree id.
@@ -1065,6 +1065,26 @@ impl ObjectBatch<'_> {
             store.remember(oid);
         }
         Ok(())
+    }
+}
+
+/// Blobs read from a [`Store`] through one repository handle ([`Store::reader`]).
+pub struct BlobReader<'s> {
+    store: &'s Store,
+    repo: gix::Repository,
+}
+
+impl BlobReader<'_> {
+    pub fn read_blob(&self, oid: ObjectId) -> Result<Vec<u8>, StoreError> {
+        let obj = self.repo.find_object(oid).map_err(|e| self.store.err(e))?;
+        if obj.kind != gix::objs::Kind::Blob {
+            return Err(StoreError::WrongKind {
+                path: self.store.path.clone(),
+                oid,
+                expected: "blob",
+            });
+        }
+        Ok(obj.detach().data)
     }
 }
 

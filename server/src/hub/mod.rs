@@ -385,6 +385,17 @@ impl NewSuggestion {
 
     pub(crate) fn prepare(s: Suggestion) -> Result<Self, AppError> {
         let apart = s.hunks.len() >= Self::APART_AT;
+        // About what each encoding of the suggestion takes: its hunks' lines, and some room
+        // for each hunk's other fields.
+        let size: usize = s
+            .hunks
+            .iter()
+            .filter_map(|h| h.patch.as_ref())
+            .flat_map(|p| &p.lines)
+            .map(|l| l.text().len() + 4)
+            .sum::<usize>()
+            + 400 * s.hunks.len()
+            + 4096;
         // Encoded as it is, then taken back out of the record: no copy of its hunks.
         let rec = Record::Suggestion(Box::new(s));
         let Record::Suggestion(suggestion) = &rec else {
@@ -392,19 +403,23 @@ impl NewSuggestion {
         };
         let viewed = || {
             let view = suggestion.view();
-            serde_json::to_string(&view).map(|json| (view, json))
+            let mut json = Vec::with_capacity(size);
+            serde_json::to_writer(&mut json, &view)?;
+            // serde_json writes only UTF-8.
+            let json = String::from_utf8(json).map_err(serde::ser::Error::custom)?;
+            Ok::<_, serde_json::Error>((view, json))
         };
         let (line, viewed) = if apart {
             std::thread::scope(|scope| {
                 let viewing = scope.spawn(viewed);
-                let line = Journal::line_of(&rec);
+                let line = Journal::line_sized(&rec, size);
                 let viewed = viewing
                     .join()
                     .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
                 (line, viewed)
             })
         } else {
-            (Journal::line_of(&rec), viewed())
+            (Journal::line_sized(&rec, size), viewed())
         };
         let line =
             line.map_err(|e| AppError::failed("encoding the suggestion for the journal", e))?;

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use hunkgate_patch::{diff_hunks, is_text, Hunk};
 use hunkgate_sandbox::store::Changes;
-use hunkgate_sandbox::store::{Entry, FlatTree, Fresh, Mode, Store, StoreError};
+use hunkgate_sandbox::store::{BlobReader, Entry, FlatTree, Fresh, Mode, Store, StoreError};
 use hunkgate_sandbox::ObjectId;
 use serde::{Deserialize, Serialize};
 
@@ -302,10 +302,30 @@ impl<'a> Blobs<'a> {
         }
     }
 
+    /// These blobs as one thread reads them.
+    fn on_thread(self) -> ThreadBlobs<'a> {
+        ThreadBlobs {
+            blobs: self,
+            reader: std::cell::OnceCell::new(),
+        }
+    }
+}
+
+/// [`Blobs`] as one thread reads them: the store's reader is made at the first blob that is
+/// not in memory, and kept for the thread's next ones.
+struct ThreadBlobs<'a> {
+    blobs: Blobs<'a>,
+    reader: std::cell::OnceCell<BlobReader<'a>>,
+}
+
+impl<'a> ThreadBlobs<'a> {
     fn read(&self, oid: ObjectId) -> Result<Cow<'a, [u8]>, StoreError> {
-        match self.fresh.get(&oid) {
+        match self.blobs.fresh.get(&oid) {
             Some(bytes) => Ok(Cow::Borrowed(bytes)),
-            None => Ok(Cow::Owned(self.store.read_blob(oid)?)),
+            None => {
+                let reader = self.reader.get_or_init(|| self.blobs.store.reader());
+                Ok(Cow::Owned(reader.read_blob(oid)?))
+            }
         }
     }
 
@@ -407,18 +427,20 @@ fn each_diff(blobs: Blobs<'_>, paths: &[(&str, Sides)]) -> Result<Vec<PathHunks>
         .min(paths.len() / PER_THREAD)
         .max(1);
     if threads == 1 {
+        let blobs = blobs.on_thread();
         return paths
             .iter()
-            .map(|(_, (old, new))| path_hunks(blobs, *old, *new))
+            .map(|(_, (old, new))| path_hunks(&blobs, *old, *new))
             .collect();
     }
     let parts: Vec<Vec<Result<PathHunks, StoreError>>> =
         hunkgate_sandbox::on_threads((0..threads).collect(), |t| {
+            let blobs = blobs.on_thread();
             paths
                 .iter()
                 .skip(t)
                 .step_by(threads)
-                .map(|(_, (old, new))| path_hunks(blobs, *old, *new))
+                .map(|(_, (old, new))| path_hunks(&blobs, *old, *new))
                 .collect()
         });
     let mut parts: Vec<_> = parts.into_iter().map(Vec::into_iter).collect();
@@ -454,7 +476,7 @@ fn exact_renames(changed: &Changed) -> BTreeMap<String, String> {
 
 /// The hunks (kind, line patch) of one path that changed from `old` to `new` (not a rename).
 fn path_hunks(
-    blobs: Blobs<'_>,
+    blobs: &ThreadBlobs<'_>,
     old: Option<&Entry>,
     new: Option<&Entry>,
 ) -> Result<Vec<(HunkKind, Option<Hunk>)>, StoreError> {
@@ -628,8 +650,12 @@ mod tests {
                 expected.push((path.clone(), HunkKind::Rename, None));
                 continue;
             }
-            for (kind, patch) in
-                path_hunks(Blobs::stored(&store), base.get(path), new.as_ref()).unwrap()
+            for (kind, patch) in path_hunks(
+                &Blobs::stored(&store).on_thread(),
+                base.get(path),
+                new.as_ref(),
+            )
+            .unwrap()
             {
                 expected.push((path.clone(), kind, patch));
             }

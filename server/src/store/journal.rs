@@ -383,7 +383,14 @@ impl Journal {
 
     /// A record as its journal line (newline included).
     pub fn line_of(record: &Record) -> serde_json::Result<Vec<u8>> {
-        let mut line = serde_json::to_vec(record)?;
+        Self::line_sized(record, 128)
+    }
+
+    /// [`Journal::line_of`] into a buffer of `capacity` bytes to start with: a big record
+    /// encoded into a buffer that grows as it goes is copied a dozen times on the way.
+    pub fn line_sized(record: &Record, capacity: usize) -> serde_json::Result<Vec<u8>> {
+        let mut line = Vec::with_capacity(capacity);
+        serde_json::to_writer(&mut line, record)?;
         line.push(b'\n');
         Ok(line)
     }
