@@ -512,7 +512,7 @@ impl Store {
             all
         };
         let whole = crate::pack::WholePack::of(&entries).map_err(io)?;
-        let dir = self.local().git_dir().join("objects").join("pack");
+        let dir = self.pack_dir();
         let durable = self.durable;
         whole
             .place(&dir, durable, |dest, bytes| {
@@ -529,10 +529,16 @@ impl Store {
             .map_err(io)
     }
 
-    /// A pack in this repository's own `objects/pack` (a worktree store's `path` is the
-    /// worktree), fsynced when finished unless the store is a scratch one.
-    fn start_pack(&self, repo: &gix::Repository) -> Result<crate::pack::PackWriter, StoreError> {
-        let dir = repo.git_dir().join("objects").join("pack");
+    /// This repository's own `objects/pack` (a worktree store's `path` is the worktree),
+    /// known without a thread-local repository handle.
+    fn pack_dir(&self) -> PathBuf {
+        self.repo.git_dir().join("objects").join("pack")
+    }
+
+    /// A pack in [`Store::pack_dir`], fsynced when finished unless the store is a scratch
+    /// one.
+    fn start_pack(&self) -> Result<crate::pack::PackWriter, StoreError> {
+        let dir = self.pack_dir();
         let pack = if self.durable {
             crate::pack::PackWriter::new(&dir)
         } else {
@@ -1028,7 +1034,7 @@ impl ObjectBatch<'_> {
 
     /// Start the pack and put everything held into it.
     fn start_pack(&mut self) -> Result<(), StoreError> {
-        let mut pack = self.store.start_pack(&self.store.local())?;
+        let mut pack = self.store.start_pack()?;
         for (kind, oid, bytes) in self.held.drain(..) {
             pack.add(pack_kind(kind), oid, &bytes)
                 .map_err(|e| self.store.err(e))?;
