@@ -148,7 +148,7 @@ enum Next {
 fn event_frame(ev: Result<Sent, broadcast::error::RecvError>, hello_seq: u64) -> Next {
     match ev {
         Ok(sent) if sent.seq <= hello_seq => Next::Skip,
-        Ok(sent) => Next::Send(text(sent.json.to_string())),
+        Ok(sent) => Next::Send(Message::Text(sent.json)),
         Err(broadcast::error::RecvError::Lagged(n)) => Next::Send(text(
             json!({
                 "type": "resync",

@@ -7,6 +7,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
+use axum::extract::ws::Utf8Bytes;
 use tokio::sync::broadcast;
 
 use crate::protocol::Event;
@@ -19,7 +20,9 @@ const SEQ_BLOCK: u64 = 1000;
 #[derive(Clone, Debug)]
 pub struct Sent {
     pub seq: u64,
-    pub json: Arc<str>,
+    /// The event as JSON, shared: every client's frame and the replay window hold this one
+    /// buffer, not a copy each.
+    pub json: Utf8Bytes,
 }
 
 struct Inner {
@@ -146,8 +149,9 @@ impl Bus {
         let seq = inner.seq + 1;
         self.reserve(inner, seq);
         inner.seq = seq;
-        let json: Arc<str> = match render(seq) {
-            Ok(s) => s.into(),
+        // The rendered buffer itself, not a copy.
+        let json = match render(seq) {
+            Ok(s) => Utf8Bytes::from(s),
             Err(e) => {
                 tracing::error!(error = %e, "serializing event");
                 return seq;

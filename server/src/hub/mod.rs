@@ -24,7 +24,7 @@ use crate::hub::registry::Runs;
 use crate::model::feedback::FeedbackRecord;
 use crate::model::run::RunRec;
 use crate::model::suggestion::Suggestion;
-use crate::protocol::{Event, SuggestionSummary, SuggestionView};
+use crate::protocol::{Event, ReadyJson, SuggestionSummary, SuggestionView};
 use crate::store::feedback::FeedbackLog;
 use crate::store::journal::{Journal, Record};
 
@@ -300,9 +300,9 @@ impl Hub {
 
     /// Add a new suggestion (durably) and announce it.
     pub fn add_suggestion(&self, s: Suggestion) -> Result<SuggestionView, AppError> {
-        let (view, json) =
+        let (view, ready) =
             self.record_suggestion(NewSuggestion::prepare(s)?, None::<fn(&mut RunRec)>)?;
-        self.emit_suggestion_ready(&view, &json);
+        self.emit_suggestion_ready(&view, ready);
         Ok(view)
     }
 
@@ -315,12 +315,12 @@ impl Hub {
         &self,
         new: NewSuggestion,
         run_update: Option<impl FnOnce(&mut RunRec)>,
-    ) -> Result<(SuggestionView, ViewJson), AppError> {
+    ) -> Result<(SuggestionView, ReadyJson), AppError> {
         let NewSuggestion {
             suggestion: s,
             mut line,
             view,
-            view_json,
+            ready,
         } = new;
         test_hooks::pause("before-suggestion-journal");
         let mut st = self.lock()?;
@@ -346,13 +346,13 @@ impl Hub {
         }
         st.order.push(s.id.clone());
         st.suggestions.insert(s.id.clone(), *s);
-        Ok((view, ViewJson(view_json)))
+        Ok((view, ready))
     }
 
-    /// `suggestion.ready` and `checkpoint.created` for a recorded suggestion (`json`, its
-    /// view as [`Hub::record_suggestion`] returned it).
-    pub(crate) fn emit_suggestion_ready(&self, view: &SuggestionView, json: &ViewJson) {
-        self.bus.emit_json(|seq| Event::ready_json(seq, &json.0));
+    /// `suggestion.ready` and `checkpoint.created` for a recorded suggestion (`ready`, its
+    /// event as [`Hub::record_suggestion`] returned it).
+    pub(crate) fn emit_suggestion_ready(&self, view: &SuggestionView, ready: ReadyJson) {
+        self.bus.emit_json(|seq| ready.finish(seq));
         test_hooks::pause("suggestion-ready");
         self.bus.emit(Event::CheckpointCreated {
             seq: 0,
@@ -364,9 +364,6 @@ impl Hub {
     }
 }
 
-/// A recorded suggestion's view as JSON, encoded in advance ([`NewSuggestion::prepare`]).
-pub(crate) struct ViewJson(String);
-
 /// A new suggestion with its journal line and its view made in advance
 /// ([`NewSuggestion::prepare`]): for a big suggestion each takes milliseconds, which
 /// [`Hub::record_suggestion`] then spends on no lock and no async worker.
@@ -374,8 +371,8 @@ pub(crate) struct NewSuggestion {
     suggestion: Box<Suggestion>,
     line: Vec<u8>,
     view: SuggestionView,
-    /// `view` as JSON, for its `suggestion.ready`.
-    view_json: String,
+    /// `view`'s `suggestion.ready`.
+    ready: ReadyJson,
 }
 
 impl NewSuggestion {
@@ -403,11 +400,8 @@ impl NewSuggestion {
         };
         let viewed = || {
             let view = suggestion.view();
-            let mut json = Vec::with_capacity(size);
-            serde_json::to_writer(&mut json, &view)?;
-            // serde_json writes only UTF-8.
-            let json = String::from_utf8(json).map_err(serde::ser::Error::custom)?;
-            Ok::<_, serde_json::Error>((view, json))
+            let ready = ReadyJson::encode(&view, size)?;
+            Ok::<_, serde_json::Error>((view, ready))
         };
         let (line, viewed) = if apart {
             std::thread::scope(|scope| {
@@ -423,7 +417,7 @@ impl NewSuggestion {
         };
         let line =
             line.map_err(|e| AppError::failed("encoding the suggestion for the journal", e))?;
-        let (view, view_json) =
+        let (view, ready) =
             viewed.map_err(|e| AppError::failed("encoding the suggestion's view", e))?;
         let Record::Suggestion(suggestion) = rec else {
             unreachable!("the record was made as a suggestion just above")
@@ -432,7 +426,7 @@ impl NewSuggestion {
             suggestion,
             line,
             view,
-            view_json,
+            ready,
         })
     }
 

@@ -96,9 +96,11 @@ pub enum AppliedAction {
 #[serde(tag = "type")]
 pub enum Event {
     #[serde(rename = "suggestion.ready")]
+    /// `seq` after the suggestion, so that a suggestion encoded in advance ([`ReadyJson`])
+    /// becomes the event by appending to it, not by copying it into a new frame.
     Ready {
-        seq: u64,
         suggestion: Box<SuggestionView>,
+        seq: u64,
     },
     #[serde(rename = "suggestion.status")]
     Status {
@@ -212,13 +214,6 @@ pub enum Event {
 }
 
 impl Event {
-    /// `suggestion.ready` with `seq`, its suggestion given already encoded (`suggestion`, a
-    /// [`SuggestionView`] as JSON): byte for byte what encoding [`Event::Ready`] makes. A
-    /// big suggestion is encoded while its run commit is written, not after it is journaled.
-    pub fn ready_json(seq: u64, suggestion: &str) -> String {
-        format!(r#"{{"type":"suggestion.ready","seq":{seq},"suggestion":{suggestion}}}"#)
-    }
-
     pub fn set_seq(&mut self, value: u64) {
         match self {
             Event::Ready { seq, .. }
@@ -249,4 +244,36 @@ pub struct Hello {
     pub seq: u64,
     /// Changes on every hub start: a client that sees a new epoch resyncs with `list`/`get`.
     pub epoch: String,
+}
+
+/// A `suggestion.ready` event encoded in advance, all but its `seq` (known only when it is
+/// sent): byte for byte what encoding [`Event::Ready`] makes once [`ReadyJson::finish`] adds it.
+/// A big suggestion's view is encoded while its run commit is written, not after it is
+/// journaled, and the frame sent is this very buffer: hundreds of kilobytes are not copied.
+#[derive(Debug)]
+pub struct ReadyJson(String);
+
+impl ReadyJson {
+    const HEAD: &'static str = r#"{"type":"suggestion.ready","suggestion":"#;
+    /// Room for `,"seq":<u64>}`.
+    const TAIL_ROOM: usize = 32;
+
+    /// Encode `view`; `size` is about how long its JSON will be.
+    pub fn encode(view: &SuggestionView, size: usize) -> serde_json::Result<Self> {
+        let mut json = Vec::with_capacity(Self::HEAD.len() + size + Self::TAIL_ROOM);
+        json.extend_from_slice(Self::HEAD.as_bytes());
+        serde_json::to_writer(&mut json, view)?;
+        // serde_json writes only UTF-8.
+        String::from_utf8(json)
+            .map(Self)
+            .map_err(serde::ser::Error::custom)
+    }
+
+    /// The event with `seq`.
+    pub fn finish(self, seq: u64) -> String {
+        use std::fmt::Write as _;
+        let mut json = self.0;
+        let _ = write!(json, r#","seq":{seq}}}"#);
+        json
+    }
 }

@@ -301,7 +301,7 @@ impl Hub {
         let hunks = suggestion.view().hunks.len();
         let started = std::time::Instant::now();
         let agent_done = !self.is_agent_running(run_id);
-        let (view, json) = self.record_suggestion(
+        let (view, ready) = self.record_suggestion(
             suggestion,
             Some(|r: &mut RunRec| {
                 r.suggestion_ids.push(sid.clone());
@@ -315,7 +315,7 @@ impl Hub {
             ms = started.elapsed().as_millis() as u64,
             "suggestion journaled with its run"
         );
-        self.emit_suggestion_ready(&view, &json);
+        self.emit_suggestion_ready(&view, ready);
         self.bus().emit(Event::Status {
             seq: 0,
             suggestion_id: Some(sid),
