@@ -553,7 +553,7 @@ fn a_decision_whose_commit_a_crash_lost_stands_when_its_lines_are_logged() {
 
 /// `suggestion.ready` is encoded with the suggestion, before it is journaled; what a client
 /// gets is byte for byte what encoding the event itself makes — for a small suggestion, and
-/// for one big enough that its view is encoded on a thread of its own.
+/// for one big enough that its view is encoded on a thread of its own while it is journaled.
 #[test]
 fn a_ready_event_encoded_in_advance_is_what_encoding_the_event_makes() {
     for hunks in [2, 300] {
@@ -584,5 +584,11 @@ fn a_ready_event_encoded_in_advance_is_what_encoding_the_event_makes() {
         })
         .unwrap();
         assert_eq!(*sent.json, *want, "{hunks} hunks");
+        // What recording returns (an agent's publish replies with it) is the view too.
+        let mut again = f.hub().lock().unwrap().suggestions["s1"].clone();
+        again.id = "s2".into();
+        let returned = f.hub().add_suggestion(again).unwrap();
+        assert_eq!(returned, f.hub().get("s2").unwrap(), "{hunks} hunks");
+        assert_eq!(returned.hunks.len(), hunks);
     }
 }

@@ -310,7 +310,9 @@ impl Hub {
     /// (see [`Hub::emit_suggestion_ready`]): whatever else a client will read when it reacts
     /// to `suggestion.ready` (its run, say) is recorded in between. `run_update`, if any, is
     /// made to the suggestion's run in the same journal append — one write and one fsync for
-    /// both records, and neither is adopted if that append fails.
+    /// both records, and neither is adopted if that append fails. Returns the suggestion's
+    /// view and its event, which a big suggestion's [`NewSuggestion::prepare`] encodes on
+    /// another thread meanwhile: the journal's write and fsync take as long.
     pub(crate) fn record_suggestion(
         &self,
         new: NewSuggestion,
@@ -319,8 +321,7 @@ impl Hub {
         let NewSuggestion {
             suggestion: s,
             mut line,
-            view,
-            ready,
+            viewing,
         } = new;
         test_hooks::pause("before-suggestion-journal");
         let mut st = self.lock()?;
@@ -344,9 +345,22 @@ impl Hub {
         if let Some(run) = run {
             st.runs.insert(s.run_id.clone(), *run);
         }
-        st.order.push(s.id.clone());
-        st.suggestions.insert(s.id.clone(), *s);
-        Ok((view, ready))
+        let id = s.id.clone();
+        st.order.push(id.clone());
+        st.suggestions.insert(id.clone(), *s);
+        drop(st);
+        match viewing.wait() {
+            Ok(viewed) => Ok(viewed),
+            // It cannot fail (a view is plain data) and its thread cannot panic; were either
+            // to happen, the suggestion is recorded by now and is announced all the same.
+            Err(e) => {
+                tracing::error!(error = %e, suggestion = id, "encoding a new suggestion's view; encoding it again");
+                let view = self.get(&id)?;
+                let ready = ReadyJson::encode(&view, 0)
+                    .map_err(|e| AppError::failed("encoding the suggestion's view", e))?;
+                Ok((view, ready))
+            }
+        }
     }
 
     /// `suggestion.ready` and `checkpoint.created` for a recorded suggestion (`ready`, its
@@ -364,22 +378,45 @@ impl Hub {
     }
 }
 
-/// A new suggestion with its journal line and its view made in advance
-/// ([`NewSuggestion::prepare`]): for a big suggestion each takes milliseconds, which
-/// [`Hub::record_suggestion`] then spends on no lock and no async worker.
+/// A new suggestion with its journal line made in advance ([`NewSuggestion::prepare`]), and
+/// its view and `suggestion.ready` made or being made: for a big suggestion each takes
+/// milliseconds, which [`Hub::record_suggestion`] then spends on no lock and no async worker.
 pub(crate) struct NewSuggestion {
     suggestion: Box<Suggestion>,
     line: Vec<u8>,
-    view: SuggestionView,
-    /// `view`'s `suggestion.ready`.
-    ready: ReadyJson,
+    viewing: Viewing,
+}
+
+/// A new suggestion's view and its `suggestion.ready`: made already, or on a thread of their
+/// own.
+enum Viewing {
+    Made(Box<serde_json::Result<(SuggestionView, ReadyJson)>>),
+    Apart(std::thread::JoinHandle<serde_json::Result<(SuggestionView, ReadyJson)>>),
+}
+
+impl Viewing {
+    fn wait(self) -> serde_json::Result<(SuggestionView, ReadyJson)> {
+        match self {
+            Viewing::Made(made) => *made,
+            Viewing::Apart(thread) => thread.join().unwrap_or_else(|_| {
+                Err(serde::ser::Error::custom(
+                    "the thread encoding the view panicked",
+                ))
+            }),
+        }
+    }
 }
 
 impl NewSuggestion {
-    /// From this many hunks on, the journal line and the view (with its JSON) are made on two
-    /// threads: each takes about a millisecond per 500 hunks, a thread a fraction of one.
+    /// From this many hunks on, the journal line, the view and the view's JSON are made on
+    /// more than one thread: each takes about a millisecond per 500 hunks, a thread a
+    /// fraction of one.
     const APART_AT: usize = 256;
 
+    /// Encode `s` for the journal, and make its view and `suggestion.ready`. For a big one,
+    /// the view is made beside the journal line, and its JSON (the larger of the two) goes
+    /// on being encoded on a thread of its own while the caller journals the suggestion
+    /// ([`Hub::record_suggestion`]) — that is, while the disk writes.
     pub(crate) fn prepare(s: Suggestion) -> Result<Self, AppError> {
         let apart = s.hunks.len() >= Self::APART_AT;
         // About what each encoding of the suggestion takes: its hunks' lines, and some room
@@ -398,40 +435,40 @@ impl NewSuggestion {
         let Record::Suggestion(suggestion) = &rec else {
             unreachable!("the record was made as a suggestion just above")
         };
-        let viewed = || {
-            let view = suggestion.view();
-            let ready = ReadyJson::encode(&view, size)?;
-            Ok::<_, serde_json::Error>((view, ready))
-        };
-        let (line, viewed) = if apart {
-            std::thread::scope(|scope| {
-                let viewing = scope.spawn(viewed);
+        let encoded = move |view: SuggestionView| ReadyJson::encode(&view, size).map(|r| (view, r));
+        let (line, viewing) = if apart {
+            let (line, view) = std::thread::scope(|scope| {
+                let viewing = scope.spawn(|| suggestion.view());
                 let line = Journal::line_sized(&rec, size);
-                let viewed = viewing
+                let view = viewing
                     .join()
                     .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-                (line, viewed)
-            })
+                (line, view)
+            });
+            // Only once there is a line to journal: nothing is left running on an error.
+            let line =
+                line.map_err(|e| AppError::failed("encoding the suggestion for the journal", e))?;
+            (
+                line,
+                Viewing::Apart(std::thread::spawn(move || encoded(view))),
+            )
         } else {
-            (Journal::line_sized(&rec, size), viewed())
+            let line = Journal::line_sized(&rec, size)
+                .map_err(|e| AppError::failed("encoding the suggestion for the journal", e))?;
+            (line, Viewing::Made(Box::new(encoded(suggestion.view()))))
         };
-        let line =
-            line.map_err(|e| AppError::failed("encoding the suggestion for the journal", e))?;
-        let (view, ready) =
-            viewed.map_err(|e| AppError::failed("encoding the suggestion's view", e))?;
         let Record::Suggestion(suggestion) = rec else {
             unreachable!("the record was made as a suggestion just above")
         };
         Ok(Self {
             suggestion,
             line,
-            view,
-            ready,
+            viewing,
         })
     }
 
-    pub(crate) fn view(&self) -> &SuggestionView {
-        &self.view
+    pub(crate) fn suggestion(&self) -> &Suggestion {
+        &self.suggestion
     }
 }
 

@@ -296,9 +296,7 @@ impl Hub {
         run_id: &str,
         suggestion: NewSuggestion,
     ) -> Result<SuggestionView, AppError> {
-        let sid = suggestion.view().id.clone();
-        let files = suggestion.view().files.len();
-        let hunks = suggestion.view().hunks.len();
+        let sid = suggestion.suggestion().id.clone();
         let started = std::time::Instant::now();
         let agent_done = !self.is_agent_running(run_id);
         let (view, ready) = self.record_suggestion(
@@ -321,7 +319,12 @@ impl Hub {
             suggestion_id: Some(sid),
             run_id: Some(run_id.to_string()),
             status: "ready".into(),
-            message: ready_message(&view.description, &view.skipped, hunks, files),
+            message: ready_message(
+                &view.description,
+                &view.skipped,
+                view.hunk_count,
+                view.files.len(),
+            ),
         });
         tracing::debug!(
             run = run_id,
