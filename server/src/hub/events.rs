@@ -51,6 +51,16 @@ impl Bus {
         }
     }
 
+    /// Wait until every client connected when the events so far were sent has taken them
+    /// (its connection's task has them to write), or `limit` has passed: work that can wait
+    /// — a publish's housekeeping — then does not compete with sending them.
+    pub async fn taken(&self, limit: std::time::Duration) {
+        let until = tokio::time::Instant::now() + limit;
+        while !self.tx.is_empty() && tokio::time::Instant::now() < until {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    }
+
     /// The seq of the newest event.
     pub fn current(&self) -> u64 {
         self.inner.lock().map(|i| i.seq).unwrap_or(0)

@@ -67,14 +67,21 @@ impl Hub {
         }
         let view = self.announce_suggestion(run_id, suggestion)?;
         let (rid, sid) = (run_id.to_string(), view.id.clone());
-        let _ = self
-            .blocking(move |hub| {
-                hub.set_run_refs(&rid, &sid, commit);
-                // A publish allocates in proportion to the change and frees most of it again.
-                hunkgate_sandbox::return_freed_memory();
-                Ok(())
-            })
-            .await;
+        // Housekeeping, once the clients have the announcement (a big one is hundreds of
+        // kilobytes to send): returning memory takes a millisecond of CPU, and the refs two
+        // lock files, which on two cores would be taken from sending it.
+        let hub = Arc::clone(self);
+        self.tasks().spawn(async move {
+            hub.bus().taken(HOUSEKEEPING_WAITS).await;
+            let _ = hub
+                .blocking(move |hub| {
+                    hub.set_run_refs(&rid, &sid, commit);
+                    // A publish allocates in proportion to the change and frees most of it.
+                    hunkgate_sandbox::return_freed_memory();
+                    Ok(())
+                })
+                .await;
+        });
         Ok(view)
     }
 
@@ -389,6 +396,9 @@ fn publish_error(e: &dyn std::fmt::Display) -> AppError {
 }
 
 /// The run's head ref: its latest suggestion's run commit.
+/// How long a publish's housekeeping waits at most for the clients to take its announcement.
+const HOUSEKEEPING_WAITS: std::time::Duration = std::time::Duration::from_millis(50);
+
 fn run_head_ref(run_id: &str) -> String {
     format!("refs/hunkgate/runs/{run_id}/head")
 }
