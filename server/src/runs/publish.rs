@@ -69,19 +69,17 @@ impl Hub {
         let (rid, sid) = (run_id.to_string(), view.id.clone());
         // Housekeeping, once the clients have the announcement (a big one is hundreds of
         // kilobytes to send): returning memory takes a millisecond of CPU, and the refs two
-        // lock files, which on two cores would be taken from sending it.
-        let hub = Arc::clone(self);
-        self.tasks().spawn(async move {
-            hub.bus().taken(HOUSEKEEPING_WAITS).await;
-            let _ = hub
-                .blocking(move |hub| {
-                    hub.set_run_refs(&rid, &sid, commit);
-                    // A publish allocates in proportion to the change and frees most of it.
-                    hunkgate_sandbox::return_freed_memory();
-                    Ok(())
-                })
-                .await;
-        });
+        // lock files, which on two cores would be taken from sending it. The publish still
+        // ends with them, so an agent publishing again and again frees as it goes.
+        self.bus().taken(HOUSEKEEPING_WAITS).await;
+        let _ = self
+            .blocking(move |hub| {
+                hub.set_run_refs(&rid, &sid, commit);
+                // A publish allocates in proportion to the change and frees most of it again.
+                hunkgate_sandbox::return_freed_memory();
+                Ok(())
+            })
+            .await;
         Ok(view)
     }
 
