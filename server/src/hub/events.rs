@@ -159,9 +159,13 @@ impl Bus {
         let seq = inner.seq + 1;
         self.reserve(inner, seq);
         inner.seq = seq;
-        // The rendered buffer itself, not a copy.
+        // The rendered buffer itself, not a copy; cut to its length first, as the replay
+        // window keeps it (shrinking a buffer in place copies nothing).
         let json = match render(seq) {
-            Ok(s) => Utf8Bytes::from(s),
+            Ok(mut s) => {
+                s.shrink_to_fit();
+                Utf8Bytes::from(s)
+            }
             Err(e) => {
                 tracing::error!(error = %e, "serializing event");
                 return seq;
