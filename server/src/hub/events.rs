@@ -136,7 +136,7 @@ impl Bus {
     }
 
     /// Assign the next seq and broadcast the event `render` makes of it, already encoded
-    /// (see [`Event::ready_json`]). Returns the seq.
+    /// (see [`crate::protocol::ReadyJson::finish`]). Returns the seq.
     pub fn emit_json(&self, render: impl FnOnce(u64) -> String) -> u64 {
         let Ok(mut inner) = self.inner.lock() else {
             return 0;
