@@ -198,3 +198,54 @@ impl Bus {
         (events, complete)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn bus() -> (tempfile::TempDir, Bus) {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::rewrite(&dir.path().join("state.jsonl"), &[]).unwrap();
+        (dir, Bus::new(Arc::new(Mutex::new(journal)), 0))
+    }
+
+    fn event() -> Event {
+        Event::CheckpointCreated {
+            seq: 0,
+            checkpoint_id: "c".into(),
+            suggestion_id: "s".into(),
+            run_id: "r".into(),
+            affected_files: vec!["a.txt".into()],
+        }
+    }
+
+    /// `taken` returns once every subscriber has received what was sent (and at once with
+    /// none), and gives up at its limit on one that never reads.
+    #[tokio::test]
+    async fn taken_waits_for_every_subscriber_up_to_its_limit() {
+        let (_dir, bus) = bus();
+        bus.emit(event());
+        bus.taken(Duration::from_secs(60)).await;
+
+        let mut reader = bus.subscribe();
+        let mut idle = bus.subscribe();
+        bus.emit(event());
+        assert!(!bus.tx.is_empty(), "sent, not yet received");
+        let reading = tokio::spawn(async move { reader.recv().await.unwrap().seq });
+        let _ = idle.recv().await.unwrap();
+        bus.taken(Duration::from_secs(60)).await;
+        assert!(bus.tx.is_empty(), "both received it");
+        assert_eq!(reading.await.unwrap(), bus.current());
+
+        // One that never reads holds it back only until the limit.
+        bus.emit(event());
+        bus.taken(Duration::from_millis(20)).await;
+        assert!(
+            !bus.tx.is_empty(),
+            "the idle subscriber has not received it"
+        );
+        drop(idle);
+    }
+}

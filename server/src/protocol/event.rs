@@ -248,8 +248,8 @@ pub struct Hello {
 
 /// A `suggestion.ready` event encoded in advance, all but its `seq` (known only when it is
 /// sent): byte for byte what encoding [`Event::Ready`] makes once [`ReadyJson::finish`] adds it.
-/// A big suggestion's view is encoded while its run commit is written, not after it is
-/// journaled, and the frame sent is this very buffer: hundreds of kilobytes are not copied.
+/// A big suggestion's view is encoded while the suggestion is journaled, not after, and the
+/// frame sent is this very buffer: hundreds of kilobytes are not copied.
 #[derive(Debug)]
 pub struct ReadyJson(String);
 
