@@ -50,6 +50,6 @@ mod user;
 pub use apply::{apply_all, apply_hunk, Applied, ApplyError};
 pub use diff::diff_hunks;
 pub use hunk::{Hunk, HunkLine};
-pub use lines::{is_text, line_ending, split_lines};
+pub use lines::{as_text, into_text, is_text, line_ending, split_lines};
 pub use parse::{parse_file_header, parse_hunks, ParseError, Side};
 pub use user::{adopt_line_endings, parse_one_hunk, EndingsError, OneHunkError};

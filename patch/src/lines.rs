@@ -32,8 +32,29 @@ pub fn split_lines(text: &str) -> Vec<&str> {
 /// `true` when `bytes` is valid UTF-8 and has no NUL byte in its first 8000 bytes (git's
 /// heuristic, plus UTF-8 because every text API of this crate works on `&str`).
 pub fn is_text(bytes: &[u8]) -> bool {
-    let sniff = &bytes[..bytes.len().min(BINARY_SNIFF_LEN)];
-    memchr::memchr(0, sniff).is_none() && std::str::from_utf8(bytes).is_ok()
+    as_text(bytes).is_some()
+}
+
+/// `bytes` as text when [`is_text`] holds: checked as UTF-8 once, for a caller that goes on
+/// to use the text.
+pub fn as_text(bytes: &[u8]) -> Option<&str> {
+    if nul_in_sniff(bytes) {
+        return None;
+    }
+    std::str::from_utf8(bytes).ok()
+}
+
+/// [`as_text`] of an owned buffer, which becomes the string without a copy.
+pub fn into_text(bytes: Vec<u8>) -> Option<String> {
+    if nul_in_sniff(&bytes) {
+        return None;
+    }
+    String::from_utf8(bytes).ok()
+}
+
+/// Whether git would call `bytes` binary: a NUL within its first 8000 bytes.
+fn nul_in_sniff(bytes: &[u8]) -> bool {
+    memchr::memchr(0, &bytes[..bytes.len().min(BINARY_SNIFF_LEN)]).is_some()
 }
 
 /// The file's dominant line ending: `"\r\n"` when more than half of the terminated lines use it,
@@ -102,6 +123,20 @@ mod tests {
         fn split_is_split_inclusive(text in "(\\PC|\n|\r|\u{0}|é|💡){0,300}") {
             let want: Vec<&str> = text.split_inclusive('\n').collect();
             proptest::prop_assert_eq!(split_lines(&text), want);
+        }
+
+        /// `is_text`, `as_text` and `into_text` follow git's rule, the last two with the bytes as
+        /// the text.
+        #[test]
+        fn the_text_forms_agree_with_is_text(bytes in proptest::collection::vec(
+            proptest::prop_oneof![proptest::strategy::Just(0u8), proptest::strategy::Just(b'a'), proptest::strategy::Just(b'\n'), proptest::strategy::Just(0xc3), proptest::strategy::Just(0xa9), proptest::strategy::Just(0xff)],
+            0..40,
+        )) {
+            // git's rule, written out: no NUL in the first 8000 bytes, and UTF-8.
+            let text = !bytes[..bytes.len().min(8000)].contains(&0) && std::str::from_utf8(&bytes).is_ok();
+            proptest::prop_assert_eq!(is_text(&bytes), text);
+            proptest::prop_assert_eq!(as_text(&bytes).map(str::as_bytes), text.then_some(&bytes[..]));
+            proptest::prop_assert_eq!(into_text(bytes.clone()).map(String::into_bytes), text.then(|| bytes.clone()));
         }
 
         /// A NUL in the first 8000 bytes makes binary, one after them does not.

@@ -66,8 +66,8 @@ pub fn limit_malloc_arenas() {
 
 /// How many threads may share one batch of work (a sandbox's `lstat`s, a walk, a publish's
 /// diffs): the machine's cores, at most four (measured only on two: an `lstat` of 10,000 files
-/// took half the time there). Asked once: the standard library reads the process's cgroup files to answer, tens of
-/// microseconds each time, and a publish asks several times.
+/// took half the time there). Asked once: the standard library reads the process's cgroup
+/// files to answer, tens of microseconds each time, and a publish asks several times.
 pub fn io_threads() -> usize {
     static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(4)))

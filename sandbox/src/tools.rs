@@ -422,15 +422,9 @@ fn read_text(fs: &Beneath, path: &str, cap: u64) -> Result<(String, bool), ToolE
     let (bytes, exec) = fs
         .read(path, cap)?
         .ok_or_else(|| ToolError::NotFound(path.to_string()))?;
-    if !hunkgate_patch::is_text(&bytes) {
-        return Err(ToolError::Unsupported {
-            path: path.to_string(),
-            why: "is binary or not UTF-8; the tools read and edit text only",
-        });
-    }
-    let text = String::from_utf8(bytes).map_err(|_| ToolError::Unsupported {
+    let text = hunkgate_patch::into_text(bytes).ok_or_else(|| ToolError::Unsupported {
         path: path.to_string(),
-        why: "is not UTF-8",
+        why: "is binary or not UTF-8; the tools read and edit text only",
     })?;
     Ok((text, exec))
 }
@@ -838,10 +832,7 @@ fn read_searchable(fs: &Beneath, path: &str, limits: &ToolLimits) -> Option<Stri
     let Ok(Some((bytes, _))) = fs.read(path, limits.max_file_bytes) else {
         return None;
     };
-    if !hunkgate_patch::is_text(&bytes) {
-        return None;
-    }
-    String::from_utf8(bytes).ok()
+    hunkgate_patch::into_text(bytes)
 }
 
 /// The snippets (0-based inclusive line ranges) around `hits`, ascending line numbers in a

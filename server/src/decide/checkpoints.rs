@@ -184,13 +184,9 @@ impl Hub {
                 .map_err(store_err)?;
         let mut binary = false;
         let mut text = |bytes: Option<Vec<u8>>| -> Option<String> {
-            let b = bytes?;
-            if hunkgate_patch::is_text(&b) {
-                String::from_utf8(b).ok()
-            } else {
-                binary = true;
-                None
-            }
+            let text = hunkgate_patch::into_text(bytes?);
+            binary |= text.is_none();
+            text
         };
         let blob = |t: &FlatTree| -> Result<Option<Vec<u8>>, AppError> {
             t.get(file_path)

@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
-use hunkgate_patch::{diff_hunks, is_text, Hunk};
+use hunkgate_patch::{as_text, diff_hunks, into_text, Hunk};
 use hunkgate_sandbox::store::Changes;
 use hunkgate_sandbox::store::{BlobReader, Entry, FlatTree, Fresh, Mode, Store, StoreError};
 use hunkgate_sandbox::ObjectId;
@@ -331,13 +331,9 @@ impl<'a> ThreadBlobs<'a> {
 
     /// Text of a blob when it is reviewable line by line.
     fn text_of(&self, entry: &Entry) -> Result<Option<Cow<'a, str>>, StoreError> {
-        let bytes = self.read(entry.oid)?;
-        if !is_text(&bytes) {
-            return Ok(None);
-        }
-        Ok(match bytes {
-            Cow::Borrowed(b) => std::str::from_utf8(b).ok().map(Cow::Borrowed),
-            Cow::Owned(b) => String::from_utf8(b).ok().map(Cow::Owned),
+        Ok(match self.read(entry.oid)? {
+            Cow::Borrowed(b) => as_text(b).map(Cow::Borrowed),
+            Cow::Owned(b) => into_text(b).map(Cow::Owned),
         })
     }
 }
