@@ -11,6 +11,13 @@
 //! place (the technique of databases that recycle their log files instead of creating new
 //! ones).
 //!
+//! A decision writes the file it makes as a loose object too, while its client waits for the
+//! answer. So after a run the store makes as many spares as hunks wait for review (up to a
+//! cap, [`Spares::refill_to`]), and when decisions have used half of what it keeps, a thread
+//! at idle priority makes them again ([`Spares::refill_in_background`]). A reviewer who
+//! decides hunk by hunk leaves that thread seconds between decisions; a client that sends
+//! decisions back to back may see one of them wait for it.
+//!
 //! Each spare is made empty with `O_CREAT | O_EXCL` (owner only), in a directory of its own
 //! beside the files it becomes (a rename stays on one filesystem), and closed: no descriptor
 //! is held, so nothing keeps the filesystem from being remounted read-only. Taking one opens
@@ -22,8 +29,8 @@
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// The spare files of one directory.
 pub struct Spares {
@@ -36,6 +43,8 @@ pub struct Spares {
     made: AtomicU64,
     /// The mode each file gets once written.
     mode: u32,
+    /// Whether a [`Spares::refill_in_background`] thread is at work.
+    refilling: AtomicBool,
 }
 
 impl Spares {
@@ -58,17 +67,25 @@ impl Spares {
             keep,
             made: AtomicU64::new(0),
             mode,
+            refilling: AtomicBool::new(false),
         })
     }
 
     /// Make files until [`Spares::open`]'s `keep` are ready; returns how many were made.
     pub fn refill(&self) -> std::io::Result<usize> {
+        self.refill_to(self.keep)
+    }
+
+    /// Make files until `target` (or `keep`, if more) are ready: a stock for writes that are
+    /// expected to come in a row, such as the decisions on the hunks a run just published.
+    pub fn refill_to(&self, target: usize) -> std::io::Result<usize> {
+        let target = target.max(self.keep);
         let mut made = 0;
         loop {
             let missing = self
                 .free
                 .lock()
-                .map_or(0, |f| self.keep.saturating_sub(f.len()));
+                .map_or(0, |f| target.saturating_sub(f.len()));
             if missing == 0 {
                 return Ok(made);
             }
@@ -91,6 +108,44 @@ impl Spares {
                 Err(_) => return Ok(made),
             }
         }
+    }
+
+    /// When no more than half of `keep` are ready, [`Spares::refill`] them on a thread of its
+    /// own (one at a time), so that the write that used them — a decision, whose client waits
+    /// for its answer — does not make files, and neither do the next ones. A thread that cannot
+    /// be started, or a refill that fails, is only logged: writes then make their own files.
+    pub fn refill_in_background(self: &Arc<Self>) {
+        if self.ready() * 2 > self.keep || self.refilling.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let spares = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("hunkgate-spares".into())
+            .spawn(move || {
+                idle_priority();
+                loop {
+                    if let Err(e) = spares.refill() {
+                        tracing::warn!(dir = %spares.dir.display(), error = %e, "making spare files");
+                    }
+                    spares.refilling.store(false, Ordering::Release);
+                    // Writes that took spares after the refill's last look, and found it still
+                    // at work, asked for nothing: look again.
+                    if spares.ready() * 2 > spares.keep
+                        || spares.refilling.swap(true, Ordering::AcqRel)
+                    {
+                        break;
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::debug!(error = %e, "no thread to make spare files; writes make their own");
+            self.refilling.store(false, Ordering::Release);
+        }
+    }
+
+    /// Whether a [`Spares::refill_in_background`] thread is at work.
+    pub fn refilling(&self) -> bool {
+        self.refilling.load(Ordering::Acquire)
     }
 
     /// How many spares are ready.
@@ -132,6 +187,20 @@ impl Spares {
             let _ = std::fs::remove_file(&path);
         }
         placed.map(|()| true)
+    }
+}
+
+/// Run the calling thread only when nothing else wants its CPU (Linux's `SCHED_IDLE`): making
+/// spares is never worth delaying a decision for. Elsewhere, and if refused, it runs as is.
+fn idle_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        let param = nix::libc::sched_param { sched_priority: 0 };
+        // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param for SCHED_IDLE.
+        let set = unsafe { nix::libc::sched_setscheduler(0, nix::libc::SCHED_IDLE, &param) };
+        if set != 0 {
+            tracing::debug!(error = %std::io::Error::last_os_error(), "spare files made at normal priority");
+        }
     }
 }
 
@@ -218,5 +287,68 @@ mod tests {
             names(&dir).is_empty(),
             "the link is removed with the failed spare"
         );
+    }
+
+    #[test]
+    fn a_stock_is_made_on_demand_and_the_keep_is_a_floor() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("spares");
+        let spares = Spares::open(&dir, 2, 0o444).unwrap();
+        assert_eq!(spares.refill_to(5).unwrap(), 5);
+        assert_eq!(spares.ready(), 5);
+        assert_eq!(names(&dir).len(), 5);
+        assert_eq!(spares.refill_to(1).unwrap(), 0, "five are more than one");
+        for i in 0..4 {
+            assert!(spares
+                .write_as(&tmp.path().join(format!("f{i}")), b"x")
+                .unwrap());
+        }
+        assert_eq!(spares.ready(), 1);
+        // A target below `keep` still makes `keep`.
+        assert_eq!(spares.refill_to(0).unwrap(), 1);
+        assert_eq!(spares.ready(), 2);
+    }
+
+    /// Waits (at most 10 s) until `ok` holds.
+    fn eventually(ok: impl Fn() -> bool) -> bool {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::time::Instant::now() < deadline {
+            if ok() {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        ok()
+    }
+
+    #[test]
+    fn a_background_refill_starts_once_half_are_used_and_fills_up_to_keep() {
+        let tmp = tempfile::tempdir().unwrap();
+        let spares = Arc::new(Spares::open(&tmp.path().join("spares"), 4, 0o444).unwrap());
+        spares.refill().unwrap();
+        let mut n = 0;
+        let mut take = |k: usize| {
+            for _ in 0..k {
+                n += 1;
+                assert!(spares
+                    .write_as(&tmp.path().join(format!("f{n}")), b"x")
+                    .unwrap());
+            }
+        };
+        // Three of four left: more than half, so nothing is made.
+        take(1);
+        spares.refill_in_background();
+        assert!(eventually(|| !spares.refilling()));
+        assert_eq!(spares.ready(), 3);
+        // Two of four left: half, so a thread makes the two missing.
+        take(1);
+        spares.refill_in_background();
+        assert!(
+            eventually(|| spares.ready() == 4),
+            "ready: {}",
+            spares.ready()
+        );
+        assert!(eventually(|| !spares.refilling()));
+        assert_eq!(names(&tmp.path().join("spares")).len(), 4);
     }
 }

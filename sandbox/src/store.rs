@@ -107,7 +107,7 @@ pub struct Store {
     /// ([`Store::init_worktree`]), a scratch repository a crash may lose.
     durable: bool,
     /// Files made ahead of need that loose objects are written to ([`Store::keep_spares`]).
-    spares: Option<crate::spares::Spares>,
+    spares: Option<std::sync::Arc<crate::spares::Spares>>,
     /// Compressors kept once made: a new one costs more than compressing a tree (its tables
     /// allocated and cleared). One is taken for a whole stream and put back only after it, so
     /// a failure never leaves half of one for the next.
@@ -130,6 +130,10 @@ fn make_fanout_dirs(objects: &Path) -> std::io::Result<()> {
     Ok(())
 }
 const IDENTITY_EMAIL: &str = "hunkgate@localhost";
+
+/// The most spare files [`Store::refill_spares_for`] keeps: empty inodes, a thousand of which
+/// take no space to speak of, and a hub that restarts removes in a few milliseconds.
+pub const MAX_SPARE_STOCK: usize = 1024;
 
 impl Store {
     /// Open the store at `path`, creating a bare repository there on first use.
@@ -225,7 +229,7 @@ impl Store {
         // Read-only, as git makes its loose objects.
         let spares = crate::spares::Spares::open(&dir, n, 0o444).map_err(io)?;
         spares.refill().map_err(io)?;
-        self.spares = Some(spares);
+        self.spares = Some(std::sync::Arc::new(spares));
         Ok(())
     }
 
@@ -237,6 +241,31 @@ impl Store {
                 tracing::warn!(store = %self.path.display(), error = %e, "making spare files for loose objects");
             }
         }
+    }
+
+    /// [`Store::refill_spares`], making enough for `expected` loose objects in a row (at most
+    /// [`MAX_SPARE_STOCK`]): one per decision of the hunks waiting for review, say, each of
+    /// which writes the file it makes as a loose object.
+    pub fn refill_spares_for(&self, expected: usize) {
+        if let Some(spares) = &self.spares {
+            if let Err(e) = spares.refill_to(expected.min(MAX_SPARE_STOCK)) {
+                tracing::warn!(store = %self.path.display(), error = %e, "making spare files for loose objects");
+            }
+        }
+    }
+
+    /// [`Store::refill_spares`] on a thread of its own once half the spares are used (see
+    /// [`crate::spares::Spares::refill_in_background`]): after a decision, whose loose
+    /// objects took them, so that the next decisions find them ready.
+    pub fn refill_spares_in_background(&self) {
+        if let Some(spares) = &self.spares {
+            spares.refill_in_background();
+        }
+    }
+
+    /// Whether spare files are being made on a thread right now.
+    pub fn spares_refilling(&self) -> bool {
+        self.spares.as_ref().is_some_and(|s| s.refilling())
     }
 
     /// How many spare files are ready ([`Store::keep_spares`]).
@@ -1389,6 +1418,13 @@ mod tests {
             by_git.trim()
         );
         assert_eq!(store.spares_ready(), 3);
+        // A stock for the decisions to come, capped.
+        store.refill_spares_for(10);
+        assert_eq!(store.spares_ready(), 10);
+        store.refill_spares_for(usize::MAX);
+        assert_eq!(store.spares_ready(), MAX_SPARE_STOCK);
+        let stocked = std::fs::read_dir(store.path().join("hunkgate-spares")).unwrap();
+        assert_eq!(stocked.count(), MAX_SPARE_STOCK);
 
         for (id, kind) in [
             (blob, "blob"),
