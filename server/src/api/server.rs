@@ -259,6 +259,18 @@ pub fn open_hub(
         let seq = hub.bus().emit(ev);
         debug_assert_eq!(seq, line.seq);
     }
+    // Hunks that waited for review across the restart get their spares as a run's do (see
+    // `Store::refill_spares_for`), made on a thread while the hub serves.
+    let pending = hub.pending_hunks();
+    if pending > SPARE_FILES {
+        let stocking = hub.clone();
+        if let Err(e) = std::thread::Builder::new()
+            .name("hunkgate-spares".into())
+            .spawn(move || stocking.store().refill_spares_for(pending))
+        {
+            tracing::debug!(error = %e, "no thread to make spare files; decisions make their own");
+        }
+    }
     Ok(Started { hub, _lock: lock })
 }
 

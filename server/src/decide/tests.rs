@@ -630,3 +630,21 @@ fn decisions_that_use_up_spare_files_get_them_made_again_in_the_background() {
         "{ready} spares ready, {before} before the decisions"
     );
 }
+
+#[test]
+fn a_restarted_hub_makes_spares_for_the_hunks_still_waiting() {
+    let edits: Vec<(usize, &str)> = (0..40).map(|i| (5 + 10 * i, "changed")).collect();
+    let base: Files = vec![("a.txt", numbered(400, &[]))];
+    let run: Files = vec![("a.txt", numbered(400, &edits))];
+    let mut f = Fixture::new(&base);
+    f.suggest("s1", &base, &run);
+    let kept = f.hub().store().spares_ready();
+    assert!(kept < 40, "{kept} spares before the restart");
+    f.reopen();
+    assert_eq!(f.hub().pending_hunks(), 40);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while f.hub().store().spares_ready() < 40 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(f.hub().store().spares_ready() >= 40);
+}
