@@ -384,6 +384,10 @@ fn build_repository(cfg: &Config, layout: &Layout, parts: &Parts) -> Result<Work
 pub struct Memory {
     pub rss_kib: u64,
     pub hwm_kib: u64,
+    /// The part of the RSS that is the process's own memory (`RssAnon`): the rest is mostly
+    /// pages of its executable mapped from the page cache, shared and given back under
+    /// pressure, which vary with how the binary happens to be laid out.
+    pub anon_kib: u64,
 }
 
 /// A run started through `POST /runs`.
@@ -521,6 +525,7 @@ pub fn memory_of(pid: u32) -> Result<Memory> {
     Ok(Memory {
         rss_kib: field("VmRSS:")?,
         hwm_kib: field("VmHWM:")?,
+        anon_kib: field("RssAnon:")?,
     })
 }
 
@@ -1751,7 +1756,12 @@ impl Report {
         );
         row(
             "hub RSS, idle (fresh start)".into(),
-            format!("{} (peak {})", mib(m.idle.rss_kib), mib(m.idle.hwm_kib)),
+            format!(
+                "{} (peak {}; {} of it anonymous)",
+                mib(m.idle.rss_kib),
+                mib(m.idle.hwm_kib),
+                mib(m.idle.anon_kib)
+            ),
             String::new(),
             String::new(),
             "≤ 15 MiB",
@@ -1766,7 +1776,12 @@ impl Report {
                         .unwrap_or_default()
                 )
             ),
-            format!("{} (peak {})", mib(m.loaded.rss_kib), mib(m.loaded.hwm_kib)),
+            format!(
+                "{} (peak {}; {} of it anonymous)",
+                mib(m.loaded.rss_kib),
+                mib(m.loaded.hwm_kib),
+                mib(m.loaded.anon_kib)
+            ),
             String::new(),
             String::new(),
             "≤ 64 MiB",

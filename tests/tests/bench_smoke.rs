@@ -106,6 +106,9 @@ fn check_mode(cfg: &Config, m: &ModeFigures) {
         m.loaded.rss_kib > 0 && m.loaded.hwm_kib >= m.loaded.rss_kib,
         "{m:#?}"
     );
+    for mem in [&m.idle, &m.loaded] {
+        assert!(mem.anon_kib > 0 && mem.anon_kib < mem.rss_kib, "{m:#?}");
+    }
     assert_eq!(m.loaded_suggestions, cfg.rss_suggestions);
     assert_eq!(m.loaded_hunks, cfg.rss_suggestions * cfg.rss_hunks);
     // The fan-out: every client got every event; each decision announces at least one.
