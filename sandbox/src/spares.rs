@@ -12,9 +12,10 @@
 //! ones).
 //!
 //! A decision writes the file it makes as a loose object too, while its client waits for the
-//! answer. So after a run the store makes as many spares as hunks wait for review (up to a
-//! cap, [`Spares::refill_to`]), and when decisions have used half of what it keeps, a thread
-//! at idle priority makes them again ([`Spares::refill_in_background`]). A reviewer who
+//! answer. So after a run (and at start) the store makes as many spares as hunks wait for
+//! review, up to a cap, on a thread at idle priority ([`Spares::stock_in_background`]); and
+//! when decisions have used half of what it keeps, such a thread makes them again
+//! ([`Spares::refill_in_background`]). A reviewer who
 //! decides hunk by hunk leaves that thread seconds between decisions; a client that sends
 //! decisions back to back may see one of them wait for it.
 //!
@@ -140,6 +141,23 @@ impl Spares {
         if let Err(e) = spawned {
             tracing::debug!(error = %e, "no thread to make spare files; writes make their own");
             self.refilling.store(false, Ordering::Release);
+        }
+    }
+
+    /// [`Spares::refill_to`] `target` on a thread of its own at idle priority: a stock made
+    /// while the hub serves, for decisions that are expected to follow.
+    pub fn stock_in_background(self: &Arc<Self>, target: usize) {
+        let spares = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("hunkgate-spares".into())
+            .spawn(move || {
+                idle_priority();
+                if let Err(e) = spares.refill_to(target) {
+                    tracing::warn!(dir = %spares.dir.display(), error = %e, "making spare files");
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::debug!(error = %e, "no thread to make spare files; writes make their own");
         }
     }
 

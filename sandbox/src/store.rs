@@ -131,7 +131,7 @@ fn make_fanout_dirs(objects: &Path) -> std::io::Result<()> {
 }
 const IDENTITY_EMAIL: &str = "hunkgate@localhost";
 
-/// The most spare files [`Store::refill_spares_for`] keeps: empty inodes, a thousand of which
+/// The most spare files [`Store::stock_spares_in_background`] makes: empty inodes, a thousand of which
 /// take no space to speak of, and a hub that restarts removes in a few milliseconds.
 pub const MAX_SPARE_STOCK: usize = 1024;
 
@@ -243,14 +243,13 @@ impl Store {
         }
     }
 
-    /// [`Store::refill_spares`], making enough for `expected` loose objects in a row (at most
-    /// [`MAX_SPARE_STOCK`]): one per decision of the hunks waiting for review, say, each of
-    /// which writes the file it makes as a loose object.
-    pub fn refill_spares_for(&self, expected: usize) {
+    /// Make enough spare files for `expected` loose objects in a row (at most
+    /// [`MAX_SPARE_STOCK`]) — one per decision on the hunks waiting for review, say, each of
+    /// which writes the file it makes as a loose object — on a thread of its own at idle
+    /// priority (see [`crate::spares::Spares::stock_in_background`]); returns at once.
+    pub fn stock_spares_in_background(&self, expected: usize) {
         if let Some(spares) = &self.spares {
-            if let Err(e) = spares.refill_to(expected.min(MAX_SPARE_STOCK)) {
-                tracing::warn!(store = %self.path.display(), error = %e, "making spare files for loose objects");
-            }
+            spares.stock_in_background(expected.min(MAX_SPARE_STOCK));
         }
     }
 
@@ -1418,11 +1417,18 @@ mod tests {
             by_git.trim()
         );
         assert_eq!(store.spares_ready(), 3);
-        // A stock for the decisions to come, capped.
-        store.refill_spares_for(10);
-        assert_eq!(store.spares_ready(), 10);
-        store.refill_spares_for(usize::MAX);
-        assert_eq!(store.spares_ready(), MAX_SPARE_STOCK);
+        // A stock for the decisions to come, made on a thread, and capped.
+        let ready_within_10s = |n: usize| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while store.spares_ready() < n && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            store.spares_ready()
+        };
+        store.stock_spares_in_background(10);
+        assert_eq!(ready_within_10s(10), 10);
+        store.stock_spares_in_background(usize::MAX);
+        assert_eq!(ready_within_10s(MAX_SPARE_STOCK), MAX_SPARE_STOCK);
         let stocked = std::fs::read_dir(store.path().join("hunkgate-spares")).unwrap();
         assert_eq!(stocked.count(), MAX_SPARE_STOCK);
 

@@ -260,16 +260,10 @@ pub fn open_hub(
         debug_assert_eq!(seq, line.seq);
     }
     // Hunks that waited for review across the restart get their spares as a run's do (see
-    // `Store::refill_spares_for`), made on a thread while the hub serves.
+    // `Store::stock_spares_in_background`), made while the hub serves.
     let pending = hub.pending_hunks();
     if pending > SPARE_FILES {
-        let stocking = hub.clone();
-        if let Err(e) = std::thread::Builder::new()
-            .name("hunkgate-spares".into())
-            .spawn(move || stocking.store().refill_spares_for(pending))
-        {
-            tracing::debug!(error = %e, "no thread to make spare files; decisions make their own");
-        }
+        hub.store().stock_spares_in_background(pending);
     }
     Ok(Started { hub, _lock: lock })
 }

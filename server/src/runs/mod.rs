@@ -261,12 +261,12 @@ impl Hub {
         }
         self.forget_run(&run_id);
         // The run's snapshots, sandbox exchanges and read-backs are freed now, and the spare
-        // files its loose objects took are made again while no client waits on the store:
-        // enough for a decision on every hunk waiting for review (each writes a loose object).
+        // files its loose objects took are made again, at idle priority: enough for a decision
+        // on every hunk waiting for review (each writes a loose object).
         let hub = self.clone();
         tokio::task::spawn_blocking(move || {
             let pending = hub.pending_hunks();
-            hub.store().refill_spares_for(pending);
+            hub.store().stock_spares_in_background(pending);
             hunkgate_sandbox::return_freed_memory();
         });
     }
