@@ -1473,9 +1473,12 @@ mod tests {
             .collect();
         let base = tree(&store, &spec);
         let dir = tmp.path().join("sb");
-        // Something of the agent's in the way of one file: a symlink where the base has it.
+        // Something of the agent's in the way of one file: a symlink where the base has it,
+        // to a file outside the sandbox, which must not be written through.
+        let outside = tmp.path().join("outside.txt");
+        std::fs::write(&outside, "outside\n").unwrap();
         std::fs::create_dir_all(dir.join("a0/b0")).unwrap();
-        std::os::unix::fs::symlink("/etc/passwd", dir.join("a0/b0/f0000")).unwrap();
+        std::os::unix::fs::symlink(&outside, dir.join("a0/b0/f0000")).unwrap();
         let source = |oid| Ok(Some(store.read_blob(oid)?));
         let reply = sync_slot(&dir, &Arc::new(base.clone()), None, None, source).unwrap();
         assert_eq!(reply.written, n as u64);
@@ -1508,6 +1511,7 @@ mod tests {
             assert_eq!(*stat, file_stat(&now), "{path}");
         }
         assert_eq!(read_back(&store, &dir, &base), base);
+        assert_eq!(std::fs::read_to_string(&outside).unwrap(), "outside\n");
     }
 
     #[test]
