@@ -33,6 +33,21 @@ async fn ready_of(c: &mut Ws, run_id: &str) -> Value {
     .unwrap()
 }
 
+/// Run `agent` through `POST /runs` (over a WebSocket), wait until the run is `ready`, and
+/// return its first suggestion as `GET /suggestions/<id>` has it.
+async fn run_to_suggestion(
+    hub: &hunkgate_tests::Hub,
+    prompt: &str,
+    agent: &std::path::Path,
+) -> Value {
+    let mut c = hub.ws().await.unwrap();
+    let run = c.start_run(prompt, &template(agent), None).await.unwrap();
+    let r = wait_run_finished(hub, &run, SECS).await.unwrap();
+    assert_eq!(r["status"], "ready", "{r}\n{}", hub.log_text());
+    let sid = r["suggestion_ids"][0].as_str().unwrap();
+    hub.curl().get(&format!("/suggestions/{sid}")).unwrap().body
+}
+
 fn all_suggestions(hub: &hunkgate_tests::Hub) -> Vec<Value> {
     hub.curl().get("/suggestions?all=true").unwrap().body["suggestions"]
         .as_array()
@@ -705,12 +720,7 @@ async fn hunk_descriptions_are_capped_per_hunk_and_in_total() {
         )
         .unwrap();
     let hub = ws.serve(&[]).unwrap();
-    let mut c = hub.ws().await.unwrap();
-    let run = c.start_run("many", &template(&agent), None).await.unwrap();
-    let r = wait_run_finished(&hub, &run, SECS).await.unwrap();
-    assert_eq!(r["status"], "ready", "{r}\n{}", hub.log_text());
-    let sid = r["suggestion_ids"][0].as_str().unwrap();
-    let s = hub.curl().get(&format!("/suggestions/{sid}")).unwrap().body;
+    let s = run_to_suggestion(&hub, "many", &agent).await;
     let hunks = s["hunks"].as_array().unwrap();
     assert!(hunks.len() >= 20, "{}", hunks.len());
     let descs: Vec<&str> = hunks
@@ -760,12 +770,7 @@ async fn a_run_leaves_a_spare_file_for_each_hunk_waiting_for_review() {
     // Positive control: what a fresh hub keeps, fewer than the run's hunks.
     let kept = spares();
     assert!((1..40).contains(&kept), "{kept} spare files at start");
-    let mut c = hub.ws().await.unwrap();
-    let run = c.start_run("forty", &template(&agent), None).await.unwrap();
-    let r = wait_run_finished(&hub, &run, SECS).await.unwrap();
-    assert_eq!(r["status"], "ready", "{r}\n{}", hub.log_text());
-    let sid = r["suggestion_ids"][0].as_str().unwrap();
-    let s = hub.curl().get(&format!("/suggestions/{sid}")).unwrap().body;
+    let s = run_to_suggestion(&hub, "forty", &agent).await;
     let hunks = s["hunks"].as_array().unwrap().len();
     assert_eq!(hunks, 40);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
