@@ -120,26 +120,16 @@ impl Spares {
             return;
         }
         let spares = self.clone();
-        let spawned = std::thread::Builder::new()
-            .name("hunkgate-spares".into())
-            .spawn(move || {
-                idle_priority();
-                loop {
-                    if let Err(e) = spares.refill() {
-                        tracing::warn!(dir = %spares.dir.display(), error = %e, "making spare files");
-                    }
-                    spares.refilling.store(false, Ordering::Release);
-                    // Writes that took spares after the refill's last look, and found it still
-                    // at work, asked for nothing: look again.
-                    if spares.ready() * 2 > spares.keep
-                        || spares.refilling.swap(true, Ordering::AcqRel)
-                    {
-                        break;
-                    }
-                }
-            });
-        if let Err(e) = spawned {
-            tracing::debug!(error = %e, "no thread to make spare files; writes make their own");
+        let started = self.on_idle_thread(move || loop {
+            spares.log_failure(spares.refill());
+            spares.refilling.store(false, Ordering::Release);
+            // Writes that took spares after the refill's last look, and found it still at
+            // work, asked for nothing: look again.
+            if spares.ready() * 2 > spares.keep || spares.refilling.swap(true, Ordering::AcqRel) {
+                break;
+            }
+        });
+        if !started {
             self.refilling.store(false, Ordering::Release);
         }
     }
@@ -148,16 +138,28 @@ impl Spares {
     /// while the hub serves, for decisions that are expected to follow.
     pub fn stock_in_background(self: &Arc<Self>, target: usize) {
         let spares = self.clone();
+        self.on_idle_thread(move || spares.log_failure(spares.refill_to(target)));
+    }
+
+    /// Run `work` on a thread of its own at idle priority; false (logged) if none can start,
+    /// in which case writes make their own files.
+    fn on_idle_thread(&self, work: impl FnOnce() + Send + 'static) -> bool {
         let spawned = std::thread::Builder::new()
             .name("hunkgate-spares".into())
             .spawn(move || {
                 idle_priority();
-                if let Err(e) = spares.refill_to(target) {
-                    tracing::warn!(dir = %spares.dir.display(), error = %e, "making spare files");
-                }
+                work();
             });
-        if let Err(e) = spawned {
-            tracing::debug!(error = %e, "no thread to make spare files; writes make their own");
+        if let Err(e) = &spawned {
+            tracing::debug!(dir = %self.dir.display(), error = %e, "no thread to make spare files; writes make their own");
+        }
+        spawned.is_ok()
+    }
+
+    /// A refill on a thread has no one to tell of its failure but the log.
+    fn log_failure(&self, made: std::io::Result<usize>) {
+        if let Err(e) = made {
+            tracing::warn!(dir = %self.dir.display(), error = %e, "making spare files");
         }
     }
 

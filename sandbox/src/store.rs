@@ -222,7 +222,7 @@ impl Store {
     /// Keep `n` files made ahead of need (in `hunkgate-spares/` beside `objects/`) for the
     /// loose objects this store writes: each of a publish's few loose objects then costs a
     /// write and a rename, not a new inode (see [`crate::spares`]). They are made now, and
-    /// again by [`Store::refill_spares`] after they are used.
+    /// again on threads of their own as they are used ([`Store::refill_spares_in_background`]).
     pub fn keep_spares(&mut self, n: usize) -> Result<(), StoreError> {
         let dir = self.path.join("hunkgate-spares");
         let io = |e: std::io::Error| self.err(format!("{}: {e}", dir.display()));
@@ -233,9 +233,11 @@ impl Store {
         Ok(())
     }
 
-    /// Make spare files to replace those used since the last time (a moment when no client
-    /// waits on this store); a failure is only logged, as writes then make their own files.
-    pub fn refill_spares(&self) {
+    /// Make spare files to replace those used since the last time, on the calling thread (the
+    /// hub makes them on threads of their own: [`Store::refill_spares_in_background`],
+    /// [`Store::stock_spares_in_background`]).
+    #[cfg(test)]
+    pub(crate) fn refill_spares(&self) {
         if let Some(spares) = &self.spares {
             if let Err(e) = spares.refill() {
                 tracing::warn!(store = %self.path.display(), error = %e, "making spare files for loose objects");
@@ -253,7 +255,7 @@ impl Store {
         }
     }
 
-    /// [`Store::refill_spares`] on a thread of its own once half the spares are used (see
+    /// Make spare files again on a thread of its own once half the spares are used (see
     /// [`crate::spares::Spares::refill_in_background`]): after a decision, whose loose
     /// objects took them, so that the next decisions find them ready.
     pub fn refill_spares_in_background(&self) {
