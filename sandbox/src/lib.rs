@@ -92,6 +92,99 @@ pub fn on_threads<T: Send, R: Send>(items: Vec<T>, work: impl Fn(T) -> R + Sync)
     })
 }
 
+/// Run `work` on each of `items` on `threads` threads, and hand each result to `consume` on
+/// the calling thread in the items' order, as soon as it and every one before it are done: the
+/// consumer works while later items are still being worked on (a read-back's hashing or
+/// sending while its files are still being read), where [`on_threads`] hands over nothing
+/// until all are done. The threads take items one at a time, in order. A `consume` error
+/// stops them taking more and is returned once they are done; a panic in `work` is raised
+/// again here.
+pub fn streamed_on_threads<T: Send, R: Send, E>(
+    items: Vec<T>,
+    threads: usize,
+    work: impl Fn(T) -> R + Sync,
+    mut consume: impl FnMut(R) -> Result<(), E>,
+) -> Result<(), E> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::{Condvar, Mutex, PoisonError};
+    /// The results not yet consumed, by index, and how many threads are still at work.
+    struct Done<R> {
+        results: Vec<Option<R>>,
+        working: usize,
+    }
+    /// Counts its thread out however it ends, a panic included, so that the consumer never
+    /// waits for a result that cannot come.
+    struct Leaving<'a, R>(&'a Mutex<Done<R>>, &'a Condvar);
+    impl<R> Drop for Leaving<'_, R> {
+        fn drop(&mut self) {
+            self.0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .working -= 1;
+            self.1.notify_all();
+        }
+    }
+    let count = items.len();
+    let threads = threads.clamp(1, count.max(1));
+    let items: Vec<Mutex<Option<T>>> = items.into_iter().map(|i| Mutex::new(Some(i))).collect();
+    let (next, stop) = (AtomicUsize::new(0), AtomicBool::new(false));
+    let done = Mutex::new(Done {
+        results: (0..count).map(|_| None).collect(),
+        working: threads,
+    });
+    let ready = Condvar::new();
+    let lock = || done.lock().unwrap_or_else(PoisonError::into_inner);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let _leaving = Leaving(&done, &ready);
+                    while !stop.load(Ordering::Relaxed) {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(item) = items
+                            .get(i)
+                            .and_then(|m| m.lock().unwrap_or_else(PoisonError::into_inner).take())
+                        else {
+                            break;
+                        };
+                        let result = work(item);
+                        lock().results[i] = Some(result);
+                        ready.notify_all();
+                    }
+                })
+            })
+            .collect();
+        let mut outcome = Ok(());
+        for i in 0..count {
+            let result = {
+                let mut d = lock();
+                loop {
+                    if let Some(r) = d.results[i].take() {
+                        break Some(r);
+                    }
+                    // Every thread is gone and this result never came: one panicked.
+                    if d.working == 0 {
+                        break None;
+                    }
+                    d = ready.wait(d).unwrap_or_else(PoisonError::into_inner);
+                }
+            };
+            let Some(result) = result else { break };
+            if let Err(e) = consume(result) {
+                stop.store(true, Ordering::Relaxed);
+                outcome = Err(e);
+                break;
+            }
+        }
+        for w in workers {
+            if let Err(panic) = w.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+        outcome
+    })
+}
+
 /// Give the allocator's free memory back to the system (glibc's `malloc_trim`). After a burst
 /// that allocates in proportion to a change and frees most of it again — a publish, a run —
 /// the freed blocks otherwise stay resident wherever they sit in the heap, so the hub's RSS
@@ -104,6 +197,111 @@ pub fn return_freed_memory() {
     // the arenas' locks; it touches no memory that is in use.
     unsafe {
         nix::libc::malloc_trim(0);
+    }
+}
+
+#[cfg(test)]
+mod streamed {
+    use super::streamed_on_threads;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn results_come_in_order_while_later_items_are_still_being_worked_on() {
+        let consumed = AtomicUsize::new(0);
+        let mut got = Vec::new();
+        let result: Result<(), ()> = streamed_on_threads(
+            (0..64).collect(),
+            2,
+            |i: usize| {
+                if i == 40 {
+                    // Done only once the first results were consumed: with everything handed
+                    // over at the end, this waits in vain and says so.
+                    let start = Instant::now();
+                    while consumed.load(Ordering::SeqCst) < 8 {
+                        if start.elapsed() > Duration::from_secs(10) {
+                            return usize::MAX;
+                        }
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
+                i * 2
+            },
+            |r| {
+                got.push(r);
+                consumed.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            },
+        );
+        assert_eq!(result, Ok(()));
+        assert_eq!(got, (0..64).map(|i| i * 2).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_consumer_error_stops_the_threads_taking_more() {
+        let worked = AtomicUsize::new(0);
+        let mut consumed = 0;
+        let result = streamed_on_threads(
+            (0..1000).collect(),
+            2,
+            |i: usize| {
+                worked.fetch_add(1, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(1));
+                i
+            },
+            |i| {
+                consumed += 1;
+                if i == 3 {
+                    Err(format!("no more after {i}"))
+                } else {
+                    Ok(())
+                }
+            },
+        );
+        assert_eq!(result, Err("no more after 3".to_string()));
+        assert_eq!(consumed, 4);
+        let worked = worked.load(Ordering::SeqCst);
+        assert!((4..100).contains(&worked), "{worked} items worked on");
+    }
+
+    #[test]
+    fn a_panic_in_the_work_is_raised_again_with_its_message() {
+        let panic = std::panic::catch_unwind(|| {
+            let _ = streamed_on_threads(
+                (0..50).collect(),
+                2,
+                |i: usize| {
+                    if i == 5 {
+                        panic!("item {i} is bad");
+                    }
+                    i
+                },
+                |_| Ok::<(), ()>(()),
+            );
+        })
+        .unwrap_err();
+        assert_eq!(panic.downcast_ref::<String>().unwrap(), "item 5 is bad");
+    }
+
+    #[test]
+    fn no_items_and_one_thread_work_too() {
+        let run = |items: Vec<usize>, threads| {
+            let mut got = Vec::new();
+            streamed_on_threads(
+                items,
+                threads,
+                |i| i + 1,
+                |r| {
+                    got.push(r);
+                    Ok::<(), ()>(())
+                },
+            )
+            .unwrap();
+            got
+        };
+        assert!(run(Vec::new(), 4).is_empty());
+        assert_eq!(run(vec![3, 1, 2], 1), vec![4, 2, 3]);
+        assert_eq!(run(vec![3, 1, 2], 8), vec![4, 2, 3]);
     }
 }
 

@@ -293,7 +293,7 @@ pub enum Check {
 /// The `lstat`s come first, all at once ([`Beneath::lstat_many`]); then `check` is asked of
 /// each path in order; then the reads are made a round at a time — on a few threads when a
 /// round has many ([`crate::io_threads`]), at most [`ROUND_BYTES`] held at once — and handed to
-/// `sink` in the candidates' order.
+/// `sink` in the candidates' order, each as soon as it and those before it are read.
 pub fn capture_each<E, P: AsRef<str> + Sync>(
     root: &Beneath,
     candidates: &[P],
@@ -350,23 +350,14 @@ fn finish_round<E>(
         }
         return Ok(());
     }
-    // Contiguous shares, so that each thread reads neighbours (a directory's files).
-    let share = round.len().div_ceil(threads);
-    let mut shares: Vec<Vec<Plan>> = Vec::with_capacity(threads);
-    let mut rest = round.into_iter();
-    for _ in 0..threads {
-        shares.push(rest.by_ref().take(share).collect());
-    }
-    let done = crate::on_threads(shares, |plans| {
-        plans
-            .into_iter()
-            .map(|p| p.finish(root, cap, hash))
-            .collect::<Vec<_>>()
-    });
-    for captured in done.into_iter().flatten().flatten() {
-        sink(captured)?;
-    }
-    Ok(())
+    // Each read is handed on as soon as those before it are: the sink (hashing, storing,
+    // sending to the hub) works while the later files are still being read.
+    crate::streamed_on_threads(
+        round,
+        threads,
+        |plan| plan.finish(root, cap, hash),
+        |captured| captured.map_or(Ok(()), &mut *sink),
+    )
 }
 
 /// What [`capture_each`] does with one candidate: settled without reading, or a read to make.
