@@ -155,7 +155,8 @@ fn run(op: &str) -> Result<ExitCode, HelperFailure> {
         }
         "prepare" => {
             check_my_home(&home)?;
-            let mut input = std::io::BufReader::new(std::io::stdin().lock());
+            let mut input =
+                std::io::BufReader::with_capacity(wire::STREAM_BUFFER, std::io::stdin().lock());
             let mut req: Request = wire::read_request(&mut input)?;
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
@@ -167,8 +168,10 @@ fn run(op: &str) -> Result<ExitCode, HelperFailure> {
             check_my_home(&home)?;
             // A reader of our own, so that a standby can tell whether input is buffered.
             let stdin = std::io::stdin().as_fd().try_clone_to_owned();
-            let mut input =
-                std::io::BufReader::new(std::fs::File::from(stdin.map_err(sys("dup(stdin)"))?));
+            let mut input = std::io::BufReader::with_capacity(
+                wire::STREAM_BUFFER,
+                std::fs::File::from(stdin.map_err(sys("dup(stdin)"))?),
+            );
             let mut req: Request = wire::read_request(&mut input)?;
             if req.standby {
                 return standby(req, &home, &mut input);
@@ -176,7 +179,7 @@ fn run(op: &str) -> Result<ExitCode, HelperFailure> {
             let base = base_from_wire(std::mem::take(&mut req.base))
                 .map_err(|(path, why)| HelperFailure::BadPath { path, why })?;
             let stdout = std::io::stdout();
-            let mut out = std::io::BufWriter::new(stdout.lock());
+            let mut out = std::io::BufWriter::with_capacity(wire::STREAM_BUFFER, stdout.lock());
             snapshot(&req, &base, req.record.as_ref(), &home, None, &mut out)?;
             out.flush().map_err(HelperFailure::Output)?;
             Ok(ExitCode::SUCCESS)
@@ -406,7 +409,7 @@ fn standby(
             .as_mut()
             .and_then(|w| seen_since_sync(w, Some(&synced.record)));
         let stdout = std::io::stdout();
-        let mut out = std::io::BufWriter::new(stdout.lock());
+        let mut out = std::io::BufWriter::with_capacity(wire::STREAM_BUFFER, stdout.lock());
         snapshot(
             &req,
             &synced.base,

@@ -548,6 +548,8 @@ impl UserIsolation {
             source,
         })?;
         let (stdin, stdout, stderr) = take_pipes(&mut child, op)?;
+        widen_pipe(&stdin);
+        widen_pipe(&stdout);
         Ok((child, stdin, stdout, stderr))
     }
 
@@ -627,6 +629,22 @@ fn take_pipes(
             })
         }
     }
+}
+
+/// What a helper's stdin and stdout pipes are widened to (see [`widen_pipe`]).
+const PIPE_BYTES: i32 = 1 << 20;
+
+/// Let a pipe to a helper hold [`PIPE_BYTES`] rather than Linux's default 64 KiB, so that a
+/// read-back's megabyte of frames, or a sync's blobs, goes through with a few switches
+/// between the two processes rather than one per 64 KiB. Best effort: a pipe that cannot be
+/// widened (past `/proc/sys/fs/pipe-max-size`, or over the user's pipe quota) works as it is.
+fn widen_pipe(fd: &impl std::os::fd::AsFd) {
+    #[cfg(target_os = "linux")]
+    if let Err(e) = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETPIPE_SZ(PIPE_BYTES)) {
+        tracing::debug!(error = %e, "a pipe to the helper keeps its size");
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = fd;
 }
 
 /// The first 64 KiB of the helper's stderr, trimmed; the rest is read and dropped.
@@ -1093,7 +1111,12 @@ impl Standby {
         parts
             .converse(|stdin, stdout| {
                 wire::write_go(stdin, cap).map_err(|e| standby_stream(WireError::Io(e)))?;
-                let snap = read_snapshot(&mut std::io::BufReader::new(stdout), objects, base, cap)?;
+                let snap = read_snapshot(
+                    &mut std::io::BufReader::with_capacity(wire::STREAM_BUFFER, stdout),
+                    objects,
+                    base,
+                    cap,
+                )?;
                 Ok((snap, synced))
             })
             .map(|((snap, synced), parts)| {
@@ -1134,7 +1157,7 @@ impl Standby {
             .collect();
         let stream = |e: std::io::Error| standby_stream(WireError::Io(e));
         let ((reply, watching), parts) = parts.converse(|stdin, stdout| {
-            let mut w = std::io::BufWriter::new(stdin);
+            let mut w = std::io::BufWriter::with_capacity(wire::STREAM_BUFFER, stdin);
             wire::write_again(&mut w, &request, base_refs(&delta)).map_err(stream)?;
             let mut sent = std::collections::HashSet::new();
             for entry in delta.values().filter(|e| sent.insert(e.oid)) {
@@ -1343,7 +1366,7 @@ impl UserSandbox {
         self.iso.run_helper(
             "prepare",
             |w| {
-                let mut w = std::io::BufWriter::new(w);
+                let mut w = std::io::BufWriter::with_capacity(wire::STREAM_BUFFER, w);
                 wire::write_request_with(&mut w, &request, base_refs(base), record)?;
                 let mut sent = std::collections::HashSet::new();
                 for entry in entries {
@@ -1779,7 +1802,14 @@ impl Sandbox for UserSandbox {
                 wire::write_request_with(&mut w, &request, base_refs(base), record)?;
                 w.flush()
             },
-            |r| read_snapshot(&mut std::io::BufReader::new(r), objects, base, cap),
+            |r| {
+                read_snapshot(
+                    &mut std::io::BufReader::with_capacity(wire::STREAM_BUFFER, r),
+                    objects,
+                    base,
+                    cap,
+                )
+            },
         )?;
         Ok(snap)
     }
@@ -1858,6 +1888,35 @@ impl Sandbox for UserSandbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_pipe_to_a_helper_is_widened_as_far_as_the_system_allows() {
+        use nix::fcntl::{fcntl, FcntlArg};
+        let (read, write) = nix::unistd::pipe().unwrap();
+        let before = fcntl(&write, FcntlArg::F_GETPIPE_SZ).unwrap();
+        widen_pipe(&write);
+        let after = fcntl(&read, FcntlArg::F_GETPIPE_SZ).unwrap();
+        let max: i32 = std::fs::read_to_string("/proc/sys/fs/pipe-max-size")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        // Both ends are one pipe; as root the system's maximum does not bind.
+        let expected = if nix::unistd::geteuid().is_root() {
+            PIPE_BYTES
+        } else {
+            PIPE_BYTES.min(max)
+        };
+        assert!(
+            before < PIPE_BYTES,
+            "a new pipe holds {before} bytes already"
+        );
+        assert!(after >= expected, "widened to {after}, not {expected}");
+        // A descriptor that is no pipe is left alone, and nothing fails.
+        let file = tempfile::tempfile().unwrap();
+        widen_pipe(&file);
+    }
 
     #[test]
     fn access_follows_modes_and_directories() {

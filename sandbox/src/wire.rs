@@ -185,6 +185,12 @@ pub const MAX_HEADER: u64 = 64 * 1024 * 1024;
 pub const MAX_PATH: u64 = 4096;
 /// Longest skip reason accepted in a frame.
 pub const MAX_REASON: u64 = 4096;
+/// The buffer on each side of a bulk stream — a sync's blobs to the helper, a read-back's
+/// frames from it (each side's pipe widened to match: `user::widen_pipe`). A read-back of a
+/// hundred changed files is about a megabyte, which 8 KiB buffers cut into hundreds of
+/// `read`s and `write`s, each a switch between the two processes; and the hub starts on the
+/// first frames while the helper still reads the files after them.
+pub const STREAM_BUFFER: usize = 64 << 10;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WireError {
