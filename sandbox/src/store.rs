@@ -504,9 +504,15 @@ impl Store {
     /// Compress `objects` into pack entries — on a few threads when they are many bytes —
     /// and write them as one pack made in memory ([`crate::pack::WholePack`]), its two files
     /// taken from the spares when they are ready; returns the pack's path.
-    fn write_whole_pack(&self, objects: &[HeldObject]) -> Result<PathBuf, StoreError> {
+    fn write_whole_pack(
+        &self,
+        all: &[HeldObject],
+        compressed: Option<(usize, Vec<PackEntry>)>,
+    ) -> Result<PathBuf, StoreError> {
         /// Below this many bytes per thread, one thread compresses everything.
         const BYTES_PER_THREAD: usize = 256 << 10;
+        let (done, compressed) = compressed.unwrap_or_default();
+        let objects = &all[done..];
         let total: usize = objects.iter().map(|(_, _, b)| b.len()).sum();
         let threads = crate::io_threads().min(total / BYTES_PER_THREAD).max(1);
         // Contiguous shares of about equal bytes, in order.
@@ -520,27 +526,22 @@ impl Store {
             }
         }
         shares.push(&objects[start..]);
-        let deflate_share = |share: &[HeldObject]| -> std::io::Result<Vec<(ObjectId, Vec<u8>)>> {
+        let deflate_share = |share: &[HeldObject]| -> std::io::Result<Vec<PackEntry>> {
             let mut z = self.take_deflate();
-            let entries = share
-                .iter()
-                .map(|(kind, oid, bytes)| {
-                    crate::pack::deflate_entry(pack_kind(*kind), bytes, &mut z).map(|e| (*oid, e))
-                })
-                .collect::<std::io::Result<Vec<_>>>()?;
+            let entries = deflate_entries(share, &mut z)?;
             self.give_deflate(z);
             Ok(entries)
         };
         let io = |e: std::io::Error| self.err(format!("writing a pack: {e}"));
-        let entries: Vec<(ObjectId, Vec<u8>)> = if shares.len() == 1 {
-            deflate_share(shares[0]).map_err(io)?
+        let mut entries = compressed;
+        entries.reserve(objects.len());
+        if shares.len() == 1 {
+            entries.extend(deflate_share(shares[0]).map_err(io)?);
         } else {
-            let mut all = Vec::with_capacity(objects.len());
             for share in crate::on_threads(shares, deflate_share) {
-                all.extend(share.map_err(io)?);
+                entries.extend(share.map_err(io)?);
             }
-            all
-        };
+        }
         let whole = crate::pack::WholePack::of(&entries).map_err(io)?;
         let dir = self.pack_dir();
         let durable = self.durable;
@@ -844,6 +845,7 @@ impl Store {
             ids: Default::default(),
             fresh: None,
             buf: Vec::new(),
+            compressing: None,
         }
     }
 
@@ -862,8 +864,9 @@ impl Store {
 ///
 /// A batch [`ObjectBatch::keeping`] blob contents also holds them in memory ([`Fresh`]), up to
 /// a budget, for what comes next to read without the store; under that budget it compresses
-/// nothing until it is finished — a publish reads a sandbox back, then writes its run commit
-/// on one thread while it diffs on others, and the compression goes with the commit.
+/// nothing until it is finished, or told to start ([`ObjectBatch::compress_held`]) — a
+/// publish reads a sandbox back, starts compressing the new files, and makes its run
+/// commit's trees on one thread while it diffs on another.
 pub struct ObjectBatch<'s> {
     store: &'s Store,
     /// Objects not yet in the pack (or to be written loose), in the order they came.
@@ -874,7 +877,20 @@ pub struct ObjectBatch<'s> {
     fresh: Option<Fresh>,
     /// Where a tree is encoded to be hashed (copied only if it is new).
     buf: Vec<u8>,
+    /// The first objects held, being compressed on a thread of their own
+    /// ([`ObjectBatch::compress_held`]): how many, and the thread.
+    compressing: Option<(usize, std::thread::JoinHandle<Compressed>)>,
 }
+
+/// What [`ObjectBatch::compress_held`]'s thread gives back: the entries, and the compressor
+/// to keep.
+type Compressed = (
+    std::io::Result<Vec<PackEntry>>,
+    flate2::write::ZlibEncoder<Vec<u8>>,
+);
+
+/// An object's id and its pack entry ([`crate::pack::deflate_entry`]).
+type PackEntry = (ObjectId, Vec<u8>);
 
 /// An object an [`ObjectBatch`] holds: its kind, id and content.
 type HeldObject = (gix::objs::Kind, ObjectId, std::sync::Arc<Vec<u8>>);
@@ -962,6 +978,25 @@ impl ObjectBatch<'_> {
                 )
             }
             None => Fresh::default(),
+        }
+    }
+
+    /// Start compressing what the batch holds now on a thread of its own, for the pack that
+    /// [`ObjectBatch::finish`] writes — a publish's new blobs, while their trees are made and
+    /// the hunks diffed; `finish` then compresses only what came after. Nothing happens when
+    /// the objects already go into a pack as they come, or are too few for one.
+    pub fn compress_held(&mut self) {
+        if self.pack.is_some() || self.compressing.is_some() || self.held.len() <= Self::PACK_AT {
+            return;
+        }
+        let held = self.held.clone();
+        let mut z = self.store.take_deflate();
+        let thread = std::thread::Builder::new()
+            .name("hunkgate-deflate".into())
+            .spawn(move || (deflate_entries(&held, &mut z), z));
+        match thread {
+            Ok(thread) => self.compressing = Some((self.held.len(), thread)),
+            Err(e) => tracing::debug!(error = %e, "compressing at finish instead"),
         }
     }
 
@@ -1080,7 +1115,19 @@ impl ObjectBatch<'_> {
         match self.pack.take() {
             // All held (a batch keeping contents, under its budget): one pack made whole.
             None if self.held.len() > Self::PACK_AT => {
-                let path = store.write_whole_pack(&self.held)?;
+                let compressed = match self.compressing.take() {
+                    Some((n, thread)) => {
+                        let (entries, z) = thread
+                            .join()
+                            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                        store.give_deflate(z);
+                        let entries =
+                            entries.map_err(|e| store.err(format!("writing a pack: {e}")))?;
+                        Some((n, entries))
+                    }
+                    None => None,
+                };
+                let path = store.write_whole_pack(&self.held, compressed)?;
                 tracing::debug!(objects = self.held.len(), pack = %path.display(), "wrote a pack");
             }
             Some(pack) => {
@@ -1122,6 +1169,19 @@ impl BlobReader<'_> {
         }
         Ok(obj.detach().data)
     }
+}
+
+/// The pack entries of `objects`, in order, compressed with `z`.
+fn deflate_entries(
+    objects: &[HeldObject],
+    z: &mut flate2::write::ZlibEncoder<Vec<u8>>,
+) -> std::io::Result<Vec<PackEntry>> {
+    objects
+        .iter()
+        .map(|(kind, oid, bytes)| {
+            crate::pack::deflate_entry(pack_kind(*kind), bytes, z).map(|e| (*oid, e))
+        })
+        .collect()
 }
 
 /// Git's pack type number of an object kind.
@@ -1860,6 +1920,67 @@ mod tests {
         drop(dropped);
         assert_eq!(packs_in(&store), packs);
         assert!(!store.has_object(dropped_id));
+    }
+
+    /// Blobs a batch started compressing early ([`ObjectBatch::compress_held`], a publish's new
+    /// files) end up in the very pack a batch compressing everything at `finish` makes, byte
+    /// for byte, with what came after them (trees, here more blobs); a batch too small for a
+    /// pack starts nothing, and one dropped after starting writes nothing.
+    #[test]
+    fn blobs_compressed_early_make_the_same_pack_as_at_finish() {
+        let tmp = tempfile::tempdir().unwrap();
+        let bodies: Vec<String> = (0..300)
+            .map(|i| format!("line {i} of a new file\n").repeat(i % 40 + 1))
+            .collect();
+        let pack_of = |name: &str, early: bool| {
+            let store = Store::open_or_init(&tmp.path().join(name)).unwrap();
+            let mut batch = store.batch().keeping(16 << 20);
+            for body in &bodies[..200] {
+                batch.write_blob(body.as_bytes()).unwrap();
+            }
+            if early {
+                batch.compress_held();
+                assert_eq!(batch.compressing.as_ref().map(|(n, _)| *n), Some(200));
+            }
+            for body in &bodies[200..] {
+                batch.write_blob(body.as_bytes()).unwrap();
+            }
+            batch.finish().unwrap();
+            for body in &bodies {
+                assert_eq!(
+                    store.read_blob(blob_id(body.as_bytes())).unwrap(),
+                    body.as_bytes()
+                );
+            }
+            let packs: Vec<String> = packs_in(&store)
+                .into_iter()
+                .filter(|p| p.ends_with(".pack"))
+                .collect();
+            assert_eq!(packs.len(), 1, "{packs:?}");
+            let pack = store.path().join("objects/pack").join(&packs[0]);
+            let verified = git(store.path(), &["verify-pack", "-v", pack.to_str().unwrap()]);
+            assert_eq!(
+                verified.lines().filter(|l| l.contains(" blob ")).count(),
+                300
+            );
+            packs[0].clone()
+        };
+        assert_eq!(pack_of("early.git", true), pack_of("at-finish.git", false));
+
+        let store = Store::open_or_init(&tmp.path().join("small.git")).unwrap();
+        let mut few = store.batch().keeping(16 << 20);
+        few.write_blob(b"one\n").unwrap();
+        few.compress_held();
+        assert!(few.compressing.is_none(), "too few objects for a pack");
+        let mut dropped = store.batch().keeping(16 << 20);
+        for body in &bodies {
+            dropped.write_blob(body.as_bytes()).unwrap();
+        }
+        dropped.compress_held();
+        assert!(dropped.compressing.is_some());
+        drop(dropped);
+        assert!(packs_in(&store).iter().all(|p| !p.ends_with(".pack")));
+        assert!(!store.has_object(blob_id(bodies[0].as_bytes())));
     }
 
     /// Past `PACK_AT` new blobs a batch writes one pack that git verifies and both git and this

@@ -121,6 +121,8 @@ impl Hub {
             .read_back(&mut objects, &active.base_tree, DEFAULT_FILE_CAP)
             .map_err(|e| publish_error(&e))?;
         let fresh = objects.take_fresh();
+        // The new files' compression starts now, beside the trees and the diffs.
+        objects.compress_held();
         let blobs = Blobs {
             store: self.store(),
             fresh: &fresh,
