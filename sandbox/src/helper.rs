@@ -894,8 +894,13 @@ fn exec(req: &Request, home: &Path) -> Result<ExitCode, HelperFailure> {
         }
     };
     let status = supervise(child, pid_ns, deadline, req.lifeline);
-    // Whatever the agent left running dies now, whether it exited or was stopped.
-    kill_tree(Signal::SIGKILL);
+    // Whatever the agent left running dies now, whether it exited or was stopped. In a PID
+    // namespace the kernel has done it already: its init's exit is reported only once every
+    // other process of the namespace is gone, and nothing in it can leave it — so the end of
+    // the run is not held up by a look at every process of the machine.
+    if !pid_ns {
+        kill_tree(Signal::SIGKILL);
+    }
     exit_like(status)
 }
 
