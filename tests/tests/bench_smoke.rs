@@ -21,6 +21,8 @@ fn tiny() -> Config {
         fanout_decisions: 6,
         git_samples: 2,
         warm_samples: 2,
+        // One look at the disk, however it is doing.
+        settle_limit: Duration::ZERO,
         isolation_none: true,
         // The isolation suite covers `--isolation user`; here the figures' plumbing is checked.
         isolation_user: None,
@@ -31,6 +33,7 @@ fn tiny() -> Config {
 fn check_mode(cfg: &Config, m: &ModeFigures) {
     let positive = |what: &str, d: Duration| assert!(!d.is_zero(), "{what} is zero: {m:#?}");
     assert_eq!(m.mode, "none");
+    positive("the wait for the disk to settle", m.settled.0);
     positive("first run start", m.first_run.start);
     assert_eq!(m.first_run.hunk_count, cfg.agent_files * cfg.hunks_per_file);
     positive(
