@@ -501,9 +501,10 @@ impl Store {
         }
     }
 
-    /// Compress `objects` into pack entries — on a few threads when they are many bytes —
-    /// and write them as one pack made in memory ([`crate::pack::WholePack`]), its two files
-    /// taken from the spares when they are ready; returns the pack's path.
+    /// Compress `all` into pack entries — on a few threads when they are many bytes — and
+    /// write them as one pack made in memory ([`crate::pack::WholePack`]), its two files taken
+    /// from the spares when they are ready; returns the pack's path. The first of `all` may
+    /// come compressed already (`compressed`: how many, and their entries, in order).
     fn write_whole_pack(
         &self,
         all: &[HeldObject],
