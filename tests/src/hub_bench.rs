@@ -39,7 +39,8 @@
 //! Before each timed step — the hub's and git's alike — the benchmark runs `sync`, and each
 //! agent runs `sync` before its end stamp: a user's steps are seconds to minutes apart, so no
 //! step should pay for the write-back of the step before it (without this, the figures of one
-//! machine swing by several times from run to run).
+//! machine swing by several times from run to run). Before each mode's first step it also
+//! waits for the disk to answer a flush at its usual speed (see [`settle_disk`]).
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -690,6 +691,7 @@ const SETTLED_FSYNC: Duration = Duration::from_millis(1);
 /// Before a mode's first step, wait until the disk answers a 4 KiB `fdatasync` in under
 /// [`SETTLED_FSYNC`] (at most `limit`, [`Config::settle_limit`]); how long that took, and
 /// whether it did.
+///
 /// [`settle`]'s `sync` returns once the kernel has handed what was written to the disk, but
 /// a virtual disk may go on writing a burst — the hundred megabytes of the repository just
 /// built — behind its own cache for seconds, and every flush meanwhile waits for it: two
@@ -1060,6 +1062,35 @@ async fn fanout(
 // ---------------------------------------------------------------------------------------------
 // One isolation mode.
 
+/// What the benchmark's hubs leave on the disk — their state dirs, and under `--isolation
+/// user` their sandboxes in the sandbox user's home — removed once every mode is done (or one
+/// failed), not as each hub stops. Those are tens of thousands of files, and on some
+/// filesystems making files is slow for minutes after many were removed (ext4 without a
+/// journal skips recently freed inodes). In one benchmark run that came right after such
+/// removals, the two first runs took 5.1 and 2.4 s, and `git worktree add` of the same files
+/// 3.8 and 8.3 s; 0.5–1 s was usual for the first run.
+#[derive(Default)]
+struct Leftovers(Vec<(PathBuf, Option<String>)>);
+
+impl Leftovers {
+    /// The state dir `state` of a hub of `mode`, and its sandboxes if it ran under `user`.
+    fn add(&mut self, state: &Path, cfg: &Config, mode: &str) {
+        let user = cfg.isolation_user.clone().filter(|_| mode == "user");
+        self.0.push((state.to_path_buf(), user));
+    }
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        for (state, user) in self.0.drain(..) {
+            if let (Some(user), Some(name)) = (user, state.file_name()) {
+                remove_user_sandboxes(&user, &name.to_string_lossy());
+            }
+            let _ = std::fs::remove_dir_all(&state);
+        }
+    }
+}
+
 fn remove_user_sandboxes(user: &str, state_name: &str) {
     // Under --isolation user the sandboxes live in the sandbox user's home, named after the
     // state dir; a root benchmark removes what it left there.
@@ -1099,6 +1130,7 @@ async fn run_mode(
     layout: &Layout,
     parts: &Parts,
     ws: &Workspace,
+    leftovers: &mut Leftovers,
     mode: &str,
     extra: &[&str],
 ) -> Result<ModeFigures> {
@@ -1116,13 +1148,9 @@ async fn run_mode(
     let result = review_hub(cfg, layout, parts, ws, &hub, mode).await;
     drop(hub);
     let mut warnings = hub_warnings(&ws.path(&format!("{tag}-a.log")));
-    if let Some(u) = &cfg.isolation_user {
-        remove_user_sandboxes(u, &format!("{tag}-a"));
-    }
+    leftovers.add(&state_a, cfg, mode);
     let mut figures = result?;
     figures.settled = settled;
-    // The journal of a slow hub can be large; the next hub needs the disk more than this does.
-    let _ = std::fs::remove_dir_all(&state_a);
 
     progress(format!(
         "[{mode}] memory: a fresh hub, one run publishing {} suggestions × {} hunks",
@@ -1140,11 +1168,8 @@ async fn run_mode(
     let loaded = loaded_memory(cfg, layout, parts, &hub).await;
     drop(hub);
     warnings.extend(hub_warnings(&ws.path(&format!("{tag}-b.log"))));
-    if let Some(u) = &cfg.isolation_user {
-        remove_user_sandboxes(u, &format!("{tag}-b"));
-    }
+    leftovers.add(&state_b, cfg, mode);
     let (mem, suggestions, hunks) = loaded?;
-    let _ = std::fs::remove_dir_all(&state_b);
     figures.loaded = mem;
     figures.loaded_suggestions = suggestions;
     figures.loaded_hunks = hunks;
@@ -1508,10 +1533,22 @@ pub async fn run(cfg: &Config) -> Result<Report> {
     let t = Instant::now();
     let ws = build_repository(cfg, &layout, &parts)?;
     let setup = t.elapsed();
+    let mut leftovers = Leftovers::default();
     let mut modes = Vec::new();
     let mut skipped = Vec::new();
     if cfg.isolation_none {
-        modes.push(run_mode(cfg, &layout, &parts, &ws, "none", &["--isolation", "none"]).await?);
+        modes.push(
+            run_mode(
+                cfg,
+                &layout,
+                &parts,
+                &ws,
+                &mut leftovers,
+                "none",
+                &["--isolation", "none"],
+            )
+            .await?,
+        );
     }
     if let Some(user) = &cfg.isolation_user {
         match user_mode_ready(cfg, user) {
@@ -1525,6 +1562,7 @@ pub async fn run(cfg: &Config) -> Result<Report> {
                         &layout,
                         &parts,
                         &ws,
+                        &mut leftovers,
                         "user",
                         &["--isolation", "user", "--sandbox-user", user],
                     )
@@ -1537,6 +1575,7 @@ pub async fn run(cfg: &Config) -> Result<Report> {
             }
         }
     }
+    drop(leftovers);
     Ok(Report {
         cfg: cfg.clone(),
         modes,
