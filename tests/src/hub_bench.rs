@@ -1125,15 +1125,17 @@ fn remove_user_sandboxes(user: &str, state_name: &str) {
     }
 }
 
-async fn run_mode(
-    cfg: &Config,
-    layout: &Layout,
-    parts: &Parts,
-    ws: &Workspace,
-    leftovers: &mut Leftovers,
-    mode: &str,
-    extra: &[&str],
-) -> Result<ModeFigures> {
+/// What the modes of one benchmark run share.
+struct Bench<'a> {
+    cfg: &'a Config,
+    layout: &'a Layout,
+    parts: &'a Parts,
+    ws: &'a Workspace,
+    leftovers: Leftovers,
+}
+
+async fn run_mode(bench: &mut Bench<'_>, mode: &str, extra: &[&str]) -> Result<ModeFigures> {
+    let (cfg, layout, parts, ws) = (bench.cfg, bench.layout, bench.parts, bench.ws);
     let tag = format!("hgbench-{}-{mode}", std::process::id());
     let state_a = ws.path(&format!("{tag}-a"));
     let settled = settle_disk(&state_a, cfg.settle_limit)?;
@@ -1148,7 +1150,7 @@ async fn run_mode(
     let result = review_hub(cfg, layout, parts, ws, &hub, mode).await;
     drop(hub);
     let mut warnings = hub_warnings(&ws.path(&format!("{tag}-a.log")));
-    leftovers.add(&state_a, cfg, mode);
+    bench.leftovers.add(&state_a, cfg, mode);
     let mut figures = result?;
     figures.settled = settled;
 
@@ -1168,7 +1170,7 @@ async fn run_mode(
     let loaded = loaded_memory(cfg, layout, parts, &hub).await;
     drop(hub);
     warnings.extend(hub_warnings(&ws.path(&format!("{tag}-b.log"))));
-    leftovers.add(&state_b, cfg, mode);
+    bench.leftovers.add(&state_b, cfg, mode);
     let (mem, suggestions, hunks) = loaded?;
     figures.loaded = mem;
     figures.loaded_suggestions = suggestions;
@@ -1533,22 +1535,17 @@ pub async fn run(cfg: &Config) -> Result<Report> {
     let t = Instant::now();
     let ws = build_repository(cfg, &layout, &parts)?;
     let setup = t.elapsed();
-    let mut leftovers = Leftovers::default();
+    let mut bench = Bench {
+        cfg,
+        layout: &layout,
+        parts: &parts,
+        ws: &ws,
+        leftovers: Leftovers::default(),
+    };
     let mut modes = Vec::new();
     let mut skipped = Vec::new();
     if cfg.isolation_none {
-        modes.push(
-            run_mode(
-                cfg,
-                &layout,
-                &parts,
-                &ws,
-                &mut leftovers,
-                "none",
-                &["--isolation", "none"],
-            )
-            .await?,
-        );
+        modes.push(run_mode(&mut bench, "none", &["--isolation", "none"]).await?);
     }
     if let Some(user) = &cfg.isolation_user {
         match user_mode_ready(cfg, user) {
@@ -1556,18 +1553,8 @@ pub async fn run(cfg: &Config) -> Result<Report> {
                 // The checkout is back where it was: the earlier mode's accepts are undone by
                 // restoring the files (the same content, new mtimes).
                 restore(&ws, &layout, &parts)?;
-                modes.push(
-                    run_mode(
-                        cfg,
-                        &layout,
-                        &parts,
-                        &ws,
-                        &mut leftovers,
-                        "user",
-                        &["--isolation", "user", "--sandbox-user", user],
-                    )
-                    .await?,
-                );
+                let extra = ["--isolation", "user", "--sandbox-user", user];
+                modes.push(run_mode(&mut bench, "user", &extra).await?);
             }
             Err(why) => {
                 progress(format!("--isolation user skipped: {why}"));
@@ -1575,7 +1562,7 @@ pub async fn run(cfg: &Config) -> Result<Report> {
             }
         }
     }
-    drop(leftovers);
+    drop(bench);
     Ok(Report {
         cfg: cfg.clone(),
         modes,
