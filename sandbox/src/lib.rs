@@ -105,7 +105,7 @@ pub fn streamed_on_threads<T: Send, R: Send, E>(
     work: impl Fn(T) -> R + Sync,
     mut consume: impl FnMut(R) -> Result<(), E>,
 ) -> Result<(), E> {
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Condvar, Mutex, PoisonError};
     /// The results not yet consumed, by index, and how many threads are still at work.
     struct Done<R> {
@@ -126,8 +126,9 @@ pub fn streamed_on_threads<T: Send, R: Send, E>(
     }
     let count = items.len();
     let threads = threads.clamp(1, count.max(1));
-    let items: Vec<Mutex<Option<T>>> = items.into_iter().map(|i| Mutex::new(Some(i))).collect();
-    let (next, stop) = (AtomicUsize::new(0), AtomicBool::new(false));
+    // The items not yet taken, in order, each with its index.
+    let queue = Mutex::new(items.into_iter().enumerate());
+    let stop = AtomicBool::new(false);
     let done = Mutex::new(Done {
         results: (0..count).map(|_| None).collect(),
         working: threads,
@@ -140,13 +141,8 @@ pub fn streamed_on_threads<T: Send, R: Send, E>(
                 scope.spawn(|| {
                     let _leaving = Leaving(&done, &ready);
                     while !stop.load(Ordering::Relaxed) {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(item) = items
-                            .get(i)
-                            .and_then(|m| m.lock().unwrap_or_else(PoisonError::into_inner).take())
-                        else {
-                            break;
-                        };
+                        let next = queue.lock().unwrap_or_else(PoisonError::into_inner).next();
+                        let Some((i, item)) = next else { break };
                         let result = work(item);
                         lock().results[i] = Some(result);
                         ready.notify_all();
