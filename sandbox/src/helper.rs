@@ -49,7 +49,8 @@ use nix::unistd::Pid;
 
 use crate::beneath::Beneath;
 use crate::snapshot::{
-    capture_each, readback_check, sandbox_candidates_since, split_by_dirty, Captured,
+    capture_each, read_early, readback_check, sandbox_candidates_since, split_by_dirty, Captured,
+    Check, Early, EarlyReads, DEFAULT_FILE_CAP,
 };
 use crate::store::FlatTree;
 use crate::sync::{
@@ -180,7 +181,16 @@ fn run(op: &str) -> Result<ExitCode, HelperFailure> {
                 .map_err(|(path, why)| HelperFailure::BadPath { path, why })?;
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::with_capacity(wire::STREAM_BUFFER, stdout.lock());
-            snapshot(&req, &base, req.record.as_ref(), &home, None, &mut out)?;
+            let early = EarlyReads::new();
+            snapshot(
+                &req,
+                &base,
+                req.record.as_ref(),
+                &home,
+                None,
+                early,
+                &mut out,
+            )?;
             out.flush().map_err(HelperFailure::Output)?;
             Ok(ExitCode::SUCCESS)
         }
@@ -385,6 +395,8 @@ fn standby(
         path: String::new(),
         why: "a standby's request must carry the record of the run's sync".into(),
     })?;
+    // What the agent writes is read as it goes (see [`Early`]), until the go.
+    let mut early = Early::opened();
     // This process's record of the slot, as a sync of its own would leave it.
     remember(
         &dir,
@@ -395,7 +407,7 @@ fn standby(
         }),
     );
     loop {
-        wait_for_input(input, &mut watch);
+        wait_for_input(input, &mut watch, Some((&dir, &mut early)));
         let Some(cap) = wire::read_go(input)? else {
             // The hub wants no read-back after all.
             return Ok(ExitCode::SUCCESS);
@@ -408,6 +420,10 @@ fn standby(
         let dirty = watch
             .as_mut()
             .and_then(|w| seen_since_sync(w, Some(&synced.record)));
+        // The events are read: the early reads no event named since. None are made from here
+        // to the slot's next sync (a later read-back of this run, after a publish of the
+        // agent's own, is another helper's).
+        let taken = watch.as_ref().map(|w| early.take(w)).unwrap_or_default();
         let stdout = std::io::stdout();
         let mut out = std::io::BufWriter::with_capacity(wire::STREAM_BUFFER, stdout.lock());
         snapshot(
@@ -416,6 +432,7 @@ fn standby(
             Some(&synced.record),
             home,
             dirty.as_ref(),
+            taken,
             &mut out,
         )?;
         out.flush().map_err(HelperFailure::Output)?;
@@ -426,7 +443,7 @@ fn standby(
         // start.
         let mut was_reset = false;
         let again = loop {
-            wait_for_input(input, &mut watch);
+            wait_for_input(input, &mut watch, None);
             match wire::read_next(input)? {
                 None => return Ok(ExitCode::SUCCESS),
                 Some(Next::Idle) => was_reset = was_reset || reset(&dir, &mut watch)?,
@@ -443,6 +460,8 @@ fn standby(
         wire::write_prepare_reply(&mut out, &reply).map_err(HelperFailure::Output)?;
         wire::write_watching(&mut out, watch.is_some()).map_err(HelperFailure::Output)?;
         out.flush().map_err(HelperFailure::Output)?;
+        // The next run is on: its agent's writes are read early.
+        early = Early::opened();
     }
 }
 
@@ -602,11 +621,17 @@ const MAX_WATCHED: usize = 100_000;
 
 /// Wait for the hub's go signal to be there to read. Meanwhile the watch's events are read as
 /// they come, so the kernel's queue does not overflow while the agent works; a watch that
-/// loses track, or collects more than [`MAX_WATCHED`] paths, is dropped.
-fn wait_for_input(input: &mut std::io::BufReader<std::fs::File>, watch: &mut Option<Watch>) {
+/// loses track, or collects more than [`MAX_WATCHED`] paths, is dropped. With `early` (the
+/// slot's directory and its early reads), the files the events name are read early, once
+/// [`GATHER_MS`] passed without the signal.
+fn wait_for_input(
+    input: &mut std::io::BufReader<std::fs::File>,
+    watch: &mut Option<Watch>,
+    mut early: Option<(&Path, &mut Early)>,
+) {
     // Elsewhere there is no watch to read: the read of the signal just blocks.
     #[cfg(not(target_os = "linux"))]
-    let _ = (input, watch);
+    let _ = (input, watch, early);
     #[cfg(target_os = "linux")]
     while input.buffer().is_empty() {
         let Some(w) = watch.as_mut() else {
@@ -631,19 +656,44 @@ fn wait_for_input(input: &mut std::io::BufReader<std::fs::File>, watch: &mut Opt
             }
             break;
         }
+        if pfds[0].revents != 0 {
+            break;
+        }
         if pfds[1].revents != 0 {
             let keeps = w
                 .changes()
                 .is_some_and(|d| d.paths.len() + d.trees.len() <= MAX_WATCHED);
             if !keeps {
                 *watch = None;
+                continue;
             }
-        }
-        if pfds[0].revents != 0 {
-            break;
+            if let Some((dir, early)) = early.as_mut() {
+                // A moment for the agent's burst of writes to end; the go comes first.
+                let mut go = [libc::pollfd {
+                    fd: input.get_ref().as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                }];
+                // SAFETY: one pollfd on the stack.
+                if unsafe { libc::poll(go.as_mut_ptr(), 1, GATHER_MS) } != 0 {
+                    // Input (or an interruption: then the loop looks again).
+                    continue;
+                }
+                let mark = w.mark();
+                let paths = early.wanted(w);
+                if !paths.is_empty() {
+                    let reads = read_early(dir, &paths, DEFAULT_FILE_CAP);
+                    w.absorb();
+                    early.keep(w, mark, reads);
+                }
+            }
         }
     }
 }
+
+/// How long a standby waits after the watch's events, for more to gather, before it reads the
+/// files they name early.
+const GATHER_MS: libc::c_int = 5;
 
 /// What may differ from the sync of `record`, by the watch started right after it: None —
 /// look at every file — when the watch lost track, or the sync left no directory record (then
@@ -668,13 +718,16 @@ fn seen_since_sync(
 /// Read the sandbox back (see [`crate::snapshot::snapshot_sandbox`]): only what differs from
 /// `base` (the request's, already read) goes out, as frames. With `dirty` (what a watch saw
 /// since the sync of the request's record), only the paths it covers are looked at: every
-/// other base path is as the sync left it.
+/// other base path is as the sync left it. A candidate in `early` whose `lstat` is exactly
+/// the stat it was read with is sent from there, not read again (see
+/// [`crate::snapshot::read_back_sandbox`]).
 fn snapshot<W: Write>(
     req: &Request,
     base: &FlatTree,
     record: Option<&crate::wire::SyncRecord>,
     home: &Path,
     dirty: Option<&crate::watch::Dirty>,
+    early: EarlyReads,
     out: &mut W,
 ) -> Result<(), HelperFailure> {
     let dir = sandbox_dir(home, req, false)?;
@@ -720,7 +773,35 @@ fn snapshot<W: Write>(
         }
         Ok(())
     };
+    let early = std::cell::RefCell::new(early);
     let mut sink = |item: Captured| -> Result<(), HelperFailure> {
+        // An early read that is not what the base holds is sent as read.
+        let item = match item {
+            Captured::Unchanged { path, entry, stat } if base.get(&path) != Some(&entry) => {
+                let Some(read) = early.borrow_mut().remove(&path) else {
+                    return Err(HelperFailure::BadPath {
+                        path,
+                        why: "vouched for by neither the base nor an early read".into(),
+                    });
+                };
+                match entry.mode {
+                    crate::store::Mode::Symlink => Captured::Symlink {
+                        path,
+                        target: read.bytes,
+                        stat,
+                        oid: None,
+                    },
+                    mode => Captured::File {
+                        path,
+                        bytes: read.bytes,
+                        executable: mode == crate::store::Mode::Executable,
+                        stat,
+                        oid: None,
+                    },
+                }
+            }
+            item => item,
+        };
         let path = match &item {
             Captured::File { path, .. }
             | Captured::Symlink { path, .. }
@@ -750,7 +831,11 @@ fn snapshot<W: Write>(
         };
         wire::write_frame(out, &frame).map_err(HelperFailure::Output)
     };
-    let check = readback_check(base, looked.or(record));
+    let mut on_record = readback_check(base, looked.or(record));
+    let check = |path: &str, stat: &crate::wire::FileStat| match early.borrow().get(path) {
+        Some(read) if read.stat == *stat => Check::Trust(read.entry),
+        _ => on_record(path, stat),
+    };
     // The hub hashes what it stores itself: the sandbox's word is data, never an id.
     capture_each(&root, &candidates, req.cap, false, check, &mut sink)?;
     gone_before(None, out)?;
@@ -1426,6 +1511,77 @@ mod tests {
         assert_eq!(parse_stat("12 (sh) S 7 12 12 0"), Some((7, false)));
         assert_eq!(parse_stat("13 (a) Z (b) Z 9 1 1"), Some((9, true)));
         assert_eq!(parse_stat("garbage"), None);
+    }
+
+    /// A read-back sends an early read whose path's stat is still the one it was read with,
+    /// in place of reading the file; one whose stat moved is read from the disk; one that is
+    /// the base's content is not sent at all.
+    #[test]
+    fn a_read_back_sends_the_early_reads_whose_stat_still_matches() {
+        use crate::snapshot::EarlyRead;
+        use crate::store::{blob_id, Entry, Mode};
+        let tmp = tempfile::tempdir().unwrap();
+        let req = Request {
+            key: "repo-0123abcd".into(),
+            slot: 0,
+            cap: u64::MAX,
+            ..Request::default()
+        };
+        let dir = sandbox_dir(tmp.path(), &req, true).unwrap();
+        for (p, text) in [
+            ("a.txt", "a on disk\n"),
+            ("b.txt", "b on disk\n"),
+            ("same.txt", "s on disk\n"),
+        ] {
+            std::fs::write(dir.join(p), text).unwrap();
+        }
+        let file = |text: &str| Entry {
+            mode: Mode::File,
+            oid: blob_id(text.as_bytes()),
+        };
+        let base: FlatTree = [
+            ("a.txt", file("a\n")),
+            ("b.txt", file("b\n")),
+            ("same.txt", file("s\n")),
+        ]
+        .into_iter()
+        .map(|(p, e)| (p.to_string(), e))
+        .collect();
+        let stat_of =
+            |p: &str| crate::statcache::file_stat(&nix::sys::stat::lstat(&dir.join(p)).unwrap());
+        let read = |p: &str, text: &str, stat| {
+            let bytes = text.as_bytes().to_vec();
+            let entry = file(text);
+            (p.to_string(), EarlyRead { entry, stat, bytes })
+        };
+        let mut moved = stat_of("b.txt");
+        moved.size += 1;
+        let early: EarlyReads = [
+            read("a.txt", "a, early\n", stat_of("a.txt")),
+            read("b.txt", "b, early\n", moved),
+            read("same.txt", "s\n", stat_of("same.txt")),
+        ]
+        .into_iter()
+        .collect();
+        let mut out = Vec::new();
+        snapshot(&req, &base, None, tmp.path(), None, early, &mut out).unwrap();
+        let mut frames = std::io::Cursor::new(out);
+        let mut sent = Vec::new();
+        loop {
+            match wire::read_frame(&mut frames, u64::MAX).unwrap() {
+                Frame::End => break,
+                Frame::File { path, bytes, .. } => {
+                    sent.push((path, String::from_utf8(bytes).unwrap()))
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        let want = [("a.txt", "a, early\n"), ("b.txt", "b on disk\n")];
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|(p, t)| (p.to_string(), t.to_string()))
+            .collect();
+        assert_eq!(sent, want, "same.txt's early read is the base: unchanged");
     }
 
     #[test]

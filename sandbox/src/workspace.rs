@@ -12,7 +12,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::snapshot::{read_back_sandbox, walk, ReadBack, SnapshotError};
+use crate::snapshot::{
+    read_back_sandbox, read_early, walk, Early, EarlyReads, ReadBack, SnapshotError,
+    DEFAULT_FILE_CAP,
+};
 use crate::store::{FlatTree, ObjectBatch, Store, StoreError};
 use crate::sync::{recall, record_for, sync_slot, SyncError};
 use crate::tools::{ToolReply, ToolRequest};
@@ -134,27 +137,37 @@ impl LocalSandbox {
 /// sync to the next: started (or cleared) right after a sync, asked at the read-back and at
 /// the next sync. Like the sync records, it lives in this process; a restarted hub starts
 /// without, and its first sync of a slot looks at every file.
-fn watches() -> &'static std::sync::Mutex<std::collections::HashMap<PathBuf, Watch>> {
+fn watches() -> &'static std::sync::Mutex<std::collections::HashMap<PathBuf, Watched>> {
     static WATCHES: std::sync::OnceLock<
-        std::sync::Mutex<std::collections::HashMap<PathBuf, Watch>>,
+        std::sync::Mutex<std::collections::HashMap<PathBuf, Watched>>,
     > = std::sync::OnceLock::new();
     WATCHES.get_or_init(Default::default)
 }
 
-/// Take the slot's watch out (a sync that fails leaves the slot without one).
-fn take_watch(dir: &Path) -> Option<Watch> {
-    watches().lock().ok()?.remove(dir)
+/// A slot's watch, and what was read of the slot under it while its agent ran.
+#[derive(Debug)]
+struct Watched {
+    watch: Watch,
+    early: Early,
 }
 
+/// Take the slot's watch out (a sync that fails leaves the slot without one).
+fn take_watch(dir: &Path) -> Option<Watch> {
+    watches().lock().ok()?.remove(dir).map(|w| w.watch)
+}
+
+/// Put the slot's watch in, right after a sync: a run is on, with nothing read early yet.
 fn put_watch(watch: Watch) {
     if let Ok(mut map) = watches().lock() {
-        map.insert(watch.root().to_path_buf(), watch);
+        let early = Early::opened();
+        map.insert(watch.root().to_path_buf(), Watched { watch, early });
     }
 }
 
 /// Follow the slot's watch (see [`Sandbox::follow_changes`]): whenever its events are
-/// queued, wait a moment for more to gather, then read them all into the watch's record on a
-/// blocking thread. Waits forever if the slot has no watch.
+/// queued, wait a moment for more to gather, then read them all into the watch's record, and
+/// read early the files they name, on a blocking thread. Waits forever if the slot has no
+/// watch.
 async fn follow_watch(dir: PathBuf) {
     #[cfg(target_os = "linux")]
     {
@@ -162,7 +175,7 @@ async fn follow_watch(dir: PathBuf) {
         let fd = watches()
             .lock()
             .ok()
-            .and_then(|map| map.get(&dir).map(|w| w.fd().try_clone_to_owned()));
+            .and_then(|map| map.get(&dir).map(|w| w.watch.fd().try_clone_to_owned()));
         // The copy shares the watch's inotify queue (and its non-blocking mode).
         if let Some(Ok(fd)) = fd {
             // SAFETY: an OwnedFd is an open descriptor that stays open, the same one, until the
@@ -175,14 +188,7 @@ async fn follow_watch(dir: PathBuf) {
                     };
                     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
                     let dir = dir.clone();
-                    let taken = tokio::task::spawn_blocking(move || {
-                        if let Ok(mut map) = watches().lock() {
-                            if let Some(w) = map.get_mut(&dir) {
-                                w.absorb();
-                            }
-                        }
-                    })
-                    .await;
+                    let taken = tokio::task::spawn_blocking(move || read_named(&dir)).await;
                     if taken.is_err() {
                         break;
                     }
@@ -195,15 +201,43 @@ async fn follow_watch(dir: PathBuf) {
     std::future::pending::<()>().await
 }
 
-/// What the slot's watch saw since the last sync; None if there is no watch or it cannot tell.
-fn changes_in(dir: &Path) -> Option<Dirty> {
-    let mut map = watches().lock().ok()?;
-    let watch = map.get_mut(dir)?;
-    let dirty = watch.changes().cloned();
-    if dirty.is_none() {
-        tracing::debug!(dir = %dir.display(), why = watch.lost(), "reading back every file");
+/// Read the slot's queued events into its watch, then read early the files they name (see
+/// [`Early`]); the lock is not held while reading.
+fn read_named(dir: &Path) {
+    let (mark, paths) = {
+        let Ok(mut map) = watches().lock() else {
+            return;
+        };
+        let Some(w) = map.get_mut(dir) else {
+            return;
+        };
+        let mark = w.watch.mark();
+        (mark, w.early.wanted(&w.watch))
+    };
+    if paths.is_empty() {
+        return;
     }
-    dirty
+    let reads = read_early(dir, &paths, DEFAULT_FILE_CAP);
+    if let Ok(mut map) = watches().lock() {
+        if let Some(w) = map.get_mut(dir) {
+            w.watch.absorb();
+            w.early.keep(&w.watch, mark, reads);
+        }
+    }
+}
+
+/// What the slot's watch saw since the last sync, and the early reads still good; None if
+/// there is no watch or it cannot tell.
+fn changes_in(dir: &Path) -> Option<(Dirty, EarlyReads)> {
+    let mut map = watches().lock().ok()?;
+    let w = map.get_mut(dir)?;
+    let Some(dirty) = w.watch.changes().cloned() else {
+        tracing::debug!(dir = %dir.display(), why = w.watch.lost(), "reading back every file");
+        w.early = Early::default();
+        return None;
+    };
+    let early = w.early.take(&w.watch);
+    Some((dirty, early))
 }
 
 /// A watch on every directory of the slot that is not ignored; None (every file is looked at)
@@ -217,6 +251,34 @@ fn start_watch(dir: &Path) -> Option<Watch> {
             tracing::debug!(dir = %dir.display(), error = %e, "no change notification for this sandbox");
             None
         }
+    }
+}
+
+impl LocalSandbox {
+    /// [`Sandbox::read_back`], and how many paths it took from early reads.
+    fn read_back_counted(
+        &self,
+        objects: &mut ObjectBatch<'_>,
+        base: &FlatTree,
+        cap: u64,
+    ) -> Result<(ReadBack, usize), SandboxError> {
+        let synced = recall(&self.dir);
+        let record = record_for(synced.as_deref(), base);
+        let (dirty, mut early) = match record.and_then(|_| changes_in(&self.dir)) {
+            Some((dirty, early)) => (Some(dirty), early),
+            None => (None, EarlyReads::new()),
+        };
+        let offered = early.len();
+        let back = read_back_sandbox(
+            &self.dir,
+            base,
+            objects,
+            cap,
+            record,
+            dirty.as_ref(),
+            &mut early,
+        )?;
+        Ok((back, offered - early.len()))
     }
 }
 
@@ -254,17 +316,9 @@ impl Sandbox for LocalSandbox {
         base: &FlatTree,
         cap: u64,
     ) -> Result<ReadBack, SandboxError> {
-        let synced = recall(&self.dir);
-        let record = record_for(synced.as_deref(), base);
-        let dirty = record.and_then(|_| changes_in(&self.dir));
-        Ok(read_back_sandbox(
-            &self.dir,
-            base,
-            objects,
-            cap,
-            record,
-            dirty.as_ref(),
-        )?)
+        let (back, early) = self.read_back_counted(objects, base, cap)?;
+        tracing::debug!(dir = %self.dir.display(), early, "taken from early reads");
+        Ok(back)
     }
 
     fn command(&self, argv: &[String], env: &[(String, String)]) -> tokio::process::Command {
@@ -290,6 +344,14 @@ impl Sandbox for LocalSandbox {
 
     fn follow_changes(&self) -> Following {
         Box::pin(follow_watch(self.dir.clone()))
+    }
+
+    fn run_over(&self) {
+        if let Ok(mut map) = watches().lock() {
+            if let Some(w) = map.get_mut(&self.dir) {
+                w.early = Early::default();
+            }
+        }
     }
 }
 
@@ -385,10 +447,15 @@ mod tests {
             .tree(base)
     }
 
+    /// What the slot's watch saw since the last sync (its early reads, taken, dropped).
+    fn dirty_in(dir: &Path) -> Option<Dirty> {
+        changes_in(dir).map(|(dirty, _)| dirty)
+    }
+
     /// What the slot's watch has taken in so far, without reading its queue.
     #[cfg(target_os = "linux")]
     fn seen(dir: &Path) -> Dirty {
-        watches().lock().unwrap()[dir].seen().clone()
+        watches().lock().unwrap()[dir].watch.seen().clone()
     }
 
     /// Following the slot while its agent runs reads the watch's events as they come, and the
@@ -433,6 +500,123 @@ mod tests {
         assert_eq!(back.tree(&base), full_look(&sb, &store, &base));
     }
 
+    /// The paths of the slot read early so far, and still held.
+    #[cfg(target_os = "linux")]
+    fn early_paths(dir: &Path) -> Vec<String> {
+        let map = watches().lock().unwrap();
+        let mut paths: Vec<String> = map[dir].early.reads.keys().cloned().collect();
+        paths.sort();
+        paths
+    }
+
+    /// Follow the slot until `want` are read early.
+    #[cfg(target_os = "linux")]
+    async fn until_read_early(dir: &Path, want: &[&str]) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while early_paths(dir) != want {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never read early: {:?}",
+                early_paths(dir)
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// What the agent writes is read while it runs; the read-back takes those reads, with
+    /// their blobs stored, and finds exactly what a full look finds.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn what_the_agent_wrote_is_read_early_and_the_read_back_takes_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let base = tree(
+            &store,
+            &[("a.txt", Mode::File, "a\n"), ("d/b.txt", Mode::File, "b\n")],
+        );
+        let sb = LocalSandbox::new(tmp.path().join("sb"));
+        sb.prepare(&store, &Arc::new(base.clone())).unwrap();
+        let following = tokio::spawn(sb.follow_changes());
+        let dir = sb.workdir();
+        std::fs::write(dir.join("a.txt"), "changed early\n").unwrap();
+        std::fs::write(dir.join("d/new.txt"), "new early\n").unwrap();
+        std::os::unix::fs::symlink("../a.txt", dir.join("d/link")).unwrap();
+        // An edit through a temporary file: only the file it replaced is read.
+        std::fs::write(dir.join("d/.b.tmp"), "b, edited\n").unwrap();
+        std::fs::rename(dir.join("d/.b.tmp"), dir.join("d/b.txt")).unwrap();
+        until_read_early(dir, &["a.txt", "d/b.txt", "d/link", "d/new.txt"]).await;
+        following.abort();
+        let _ = following.await;
+
+        let mut objects = store.batch();
+        let (back, early) = sb.read_back_counted(&mut objects, &base, u64::MAX).unwrap();
+        objects.finish().unwrap();
+        assert_eq!(early, 4, "every change taken from its early read");
+        assert!(early_paths(dir).is_empty(), "taken, none left held");
+        let blob = |p: &str| store.read_blob(back.changes[p].unwrap().oid).unwrap();
+        assert_eq!(blob("a.txt"), b"changed early\n");
+        assert_eq!(blob("d/new.txt"), b"new early\n");
+        assert_eq!(blob("d/b.txt"), b"b, edited\n");
+        assert_eq!(blob("d/link"), b"../a.txt");
+        assert_eq!(back.changes["d/link"].unwrap().mode, Mode::Symlink);
+        assert_eq!(back.tree(&base), full_look(&sb, &store, &base));
+    }
+
+    /// A path written again after its early read — same size, very likely the same clock
+    /// tick, so its stat may not tell — is read again: the event after the read's mark says
+    /// so. And a run that is over keeps no early reads; a sync drops them.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn an_early_read_is_not_taken_once_an_event_named_its_path_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let base = tree(
+            &store,
+            &[("a.txt", Mode::File, "a\n"), ("b.txt", Mode::File, "b\n")],
+        );
+        let sb = LocalSandbox::new(tmp.path().join("sb"));
+        sb.prepare(&store, &Arc::new(base.clone())).unwrap();
+        let dir = sb.workdir();
+        let following = tokio::spawn(sb.follow_changes());
+        std::fs::write(dir.join("a.txt"), "first\n").unwrap();
+        std::fs::write(dir.join("b.txt"), "kept\n").unwrap();
+        until_read_early(dir, &["a.txt", "b.txt"]).await;
+        following.abort();
+        let _ = following.await;
+        // Not followed any more: the new event is still queued at the read-back.
+        std::fs::write(dir.join("a.txt"), "again\n").unwrap();
+
+        let mut objects = store.batch();
+        let (back, early) = sb.read_back_counted(&mut objects, &base, u64::MAX).unwrap();
+        objects.finish().unwrap();
+        assert_eq!(early, 1, "b.txt only (the positive control)");
+        let blob = |p: &str| store.read_blob(back.changes[p].unwrap().oid).unwrap();
+        assert_eq!(blob("a.txt"), b"again\n", "read again, not the early read");
+        assert_eq!(blob("b.txt"), b"kept\n");
+
+        // A read after the run is over is not kept; the next sync starts with none.
+        let following = tokio::spawn(sb.follow_changes());
+        std::fs::write(dir.join("b.txt"), "late\n").unwrap();
+        // Every changed path not held is read again (the read-back took them).
+        until_read_early(dir, &["a.txt", "b.txt"]).await;
+        following.abort();
+        let _ = following.await;
+        sb.run_over();
+        assert!(early_paths(dir).is_empty(), "dropped when the run is over");
+        read_named(dir);
+        std::fs::write(dir.join("a.txt"), "after\n").unwrap();
+        read_named(dir);
+        assert!(early_paths(dir).is_empty(), "none kept until the next sync");
+        sb.prepare(&store, &Arc::new(base.clone())).unwrap();
+        std::fs::write(dir.join("a.txt"), "next run\n").unwrap();
+        read_named(dir);
+        assert_eq!(
+            early_paths(dir),
+            ["a.txt"],
+            "the next run reads early again"
+        );
+    }
+
     #[cfg(target_os = "linux")]
     #[test]
     fn a_watched_slot_reads_back_and_syncs_exactly_like_a_full_look() {
@@ -458,11 +642,7 @@ mod tests {
         sb.prepare(&store, &Arc::new(base.clone())).unwrap();
         let dir = sb.workdir().to_path_buf();
         let p = |n: &str| dir.join(n);
-        assert_eq!(
-            changes_in(&dir),
-            Some(Dirty::default()),
-            "watched, and quiet"
-        );
+        assert_eq!(dirty_in(&dir), Some(Dirty::default()), "watched, and quiet");
         assert_eq!(
             sb.snapshot(&store, &base, u64::MAX).unwrap().tree(&base),
             base
@@ -489,7 +669,7 @@ mod tests {
         // Same size, mtime put back.
         std::fs::write(p("docs/x.md"), "abcdefghij\n").unwrap();
         set_mtime(&p("docs/x.md"), mtime);
-        let dirty = changes_in(&dir).expect("the watch still knows");
+        let dirty = dirty_in(&dir).expect("the watch still knows");
         assert!(!dirty.covers("keep.txt") && !dirty.covers("src/deep/c.rs"));
 
         let got = sb.snapshot(&store, &base, u64::MAX).unwrap().tree(&base);
@@ -539,9 +719,9 @@ mod tests {
         // The next sync after the watch gave up (a renamed directory) looks at every file
         // again, and repairs that one too.
         std::fs::rename(p("src"), p("src2")).unwrap();
-        assert_eq!(changes_in(&dir), None);
+        assert_eq!(dirty_in(&dir), None);
         sb.prepare(&store, &Arc::new(base2.clone())).unwrap();
         assert_eq!(full_look(&sb, &store, &base2), base2);
-        assert_eq!(changes_in(&dir), Some(Dirty::default()), "watched again");
+        assert_eq!(dirty_in(&dir), Some(Dirty::default()), "watched again");
     }
 }
