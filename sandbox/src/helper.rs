@@ -832,13 +832,21 @@ fn snapshot<W: Write>(
         wire::write_frame(out, &frame).map_err(HelperFailure::Output)
     };
     let mut on_record = readback_check(base, looked.or(record));
+    let mut taken = 0u64;
     let check = |path: &str, stat: &crate::wire::FileStat| match early.borrow().get(path) {
-        Some(read) if read.stat == *stat => Check::Trust(read.entry),
+        Some(read) if read.stat == *stat => {
+            taken += 1;
+            Check::Trust(read.entry)
+        }
         _ => on_record(path, stat),
     };
     // The hub hashes what it stores itself: the sandbox's word is data, never an id.
     capture_each(&root, &candidates, req.cap, false, check, &mut sink)?;
     gone_before(None, out)?;
+    if taken > 0 {
+        let frame = Frame::EarlyReads { count: taken };
+        wire::write_frame(out, &frame).map_err(HelperFailure::Output)?;
+    }
     wire::write_frame(out, &Frame::End).map_err(HelperFailure::Output)
 }
 
@@ -1570,6 +1578,7 @@ mod tests {
         loop {
             match wire::read_frame(&mut frames, u64::MAX).unwrap() {
                 Frame::End => break,
+                Frame::EarlyReads { count } => assert_eq!(count, 2, "a.txt and same.txt"),
                 Frame::File { path, bytes, .. } => {
                     sent.push((path, String::from_utf8(bytes).unwrap()))
                 }

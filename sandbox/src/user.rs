@@ -1639,6 +1639,10 @@ fn read_snapshot(
                     message: "sent a blob frame".into(),
                 })
             }
+            Frame::EarlyReads { count } => {
+                tracing::debug!(early = count, "taken from early reads by the helper");
+                continue;
+            }
             Frame::End => break,
         };
         let bad = |why: &str| HelperError::BadPath {
@@ -1690,7 +1694,9 @@ fn read_snapshot(
                 mode: Mode::Symlink,
                 oid: blobs.write_blob_hashed(None, target.into())?,
             },
-            Frame::Skipped { .. } | Frame::Blob { .. } | Frame::End => continue,
+            Frame::Skipped { .. } | Frame::Blob { .. } | Frame::EarlyReads { .. } | Frame::End => {
+                continue
+            }
         };
         if base.get(&path) != Some(&entry) {
             back.changes.insert(path, Some(entry));

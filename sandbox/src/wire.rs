@@ -25,7 +25,10 @@
 //! watch). Then it reads a second, ordinary request — the run's base and sync record — and
 //! waits for the go signal (`G` and the file cap as a `u64`) before it looks at the sandbox.
 //! So a read-back at the run's end starts with its request already read and, while
-//! watching, looks only where something happened since the sync (see [`crate::watch`]).
+//! watching, looks only where something happened since the sync (see [`crate::watch`]);
+//! meanwhile it reads early the files its watch names ([`crate::snapshot::Early`]), and its
+//! snapshot says, in an `R` frame before the end (the count as a `u64` payload, only when
+//! not 0), how many paths it took from those reads.
 //! After its snapshot's end frame the standby stays, watching on, and waits for the hub's
 //! next word: `I` (idle, [`write_idle`]) once the slot's run is over, which lets it put the
 //! slot back to its base, and then or at once `A` (again, [`write_again`]), the slot's next
@@ -242,6 +245,13 @@ pub enum Frame {
         oid: String,
         bytes: Vec<u8>,
     },
+    /// A standby's read-back, before its end: how many of the paths it sent (or found as the
+    /// base has them) it took from reads made while the agent ran (see
+    /// [`crate::snapshot::Early`]). A figure for the hub's log, the helper's word: nothing is
+    /// decided by it. Sent only when not 0.
+    EarlyReads {
+        count: u64,
+    },
     End,
 }
 
@@ -253,6 +263,7 @@ const TAG_SAME: u8 = b'U';
 const TAG_GONE: u8 = b'D';
 const TAG_BLOB: u8 = b'B';
 const TAG_END: u8 = b'E';
+const TAG_EARLY: u8 = b'R';
 const TAG_GO: u8 = b'G';
 const TAG_WATCHING: u8 = b'W';
 const TAG_SYNCED: u8 = b'S';
@@ -659,6 +670,7 @@ pub fn write_frame(w: &mut impl Write, frame: &Frame) -> std::io::Result<()> {
         Frame::Gone { path } => (TAG_GONE, path, &[]),
         Frame::Blob { oid, bytes } => (TAG_BLOB, oid, bytes),
         Frame::End => (TAG_END, "", &[]),
+        Frame::EarlyReads { count } => (TAG_EARLY, "", &count.to_be_bytes()),
     };
     w.write_all(&[tag])?;
     w.write_all(&(path.len() as u32).to_be_bytes())?;
@@ -690,6 +702,7 @@ pub fn read_frame(r: &mut impl Read, max_payload: u64) -> Result<Frame, WireErro
     let max = match tag[0] {
         TAG_SKIP => MAX_REASON,
         TAG_SAME | TAG_GONE | TAG_END => 0,
+        TAG_EARLY => 8,
         _ => max_payload,
     };
     if payload_len > max {
@@ -721,6 +734,13 @@ pub fn read_frame(r: &mut impl Read, max_payload: u64) -> Result<Frame, WireErro
             bytes: payload,
         },
         TAG_END if path.is_empty() => Frame::End,
+        TAG_EARLY if path.is_empty() => Frame::EarlyReads {
+            count: u64::from_be_bytes(
+                payload
+                    .try_into()
+                    .map_err(|_| WireError::Malformed("an early-read count".into()))?,
+            ),
+        },
         other => return Err(WireError::Malformed(format!("unknown frame tag {other}"))),
     })
 }
@@ -780,6 +800,7 @@ mod tests {
                 oid: "ab".repeat(20),
                 bytes: b"blob\n".to_vec(),
             },
+            Frame::EarlyReads { count: 1 << 40 },
             Frame::End,
         ];
         let mut buf = Vec::new();

@@ -585,6 +585,20 @@ mod tests {
         let _ = following.await;
         // Not followed any more: the new event is still queued at the read-back.
         std::fs::write(dir.join("a.txt"), "again\n").unwrap();
+        // As if the write had kept every stat field (same size, same clock tick): only the
+        // event can tell.
+        let now = crate::statcache::file_stat(&nix::sys::stat::lstat(&dir.join("a.txt")).unwrap());
+        watches()
+            .lock()
+            .unwrap()
+            .get_mut(dir)
+            .unwrap()
+            .early
+            .reads
+            .get_mut("a.txt")
+            .unwrap()
+            .1
+            .stat = now;
 
         let mut objects = store.batch();
         let (back, early) = sb.read_back_counted(&mut objects, &base, u64::MAX).unwrap();

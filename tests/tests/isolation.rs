@@ -1571,3 +1571,23 @@ esac"#,
     wait_no_process_of(&s.agent, Some(&hub), Duration::from_secs(10))?;
     Ok(())
 }
+
+/// Under `--isolation user` the read-back's helper reads what the agent writes while it runs
+/// (as the sandbox user, out of the agent's reach); its read-back takes those reads, except of
+/// a path an event named again since (see `hunkgate_tests::EARLY_READ_AGENT`).
+#[test]
+fn the_read_back_helper_reads_early_and_never_takes_a_stale_read() {
+    if !require_root("the_read_back_helper_reads_early_and_never_takes_a_stale_read") {
+        return;
+    }
+    let s = Setup::new(false).unwrap();
+    let agent = s
+        .script("early.sh", hunkgate_tests::EARLY_READ_AGENT)
+        .unwrap();
+    let hub = s.one_slot_hub().unwrap();
+    let r = run_to_end(&hub, &agent, None).unwrap();
+    assert_eq!(r["status"], "ready", "{r}\n{}", hub.log_text());
+    let sid = r["suggestion_ids"][0].as_str().unwrap_or_default();
+    let sug = hub.curl().get(&format!("/suggestions/{sid}")).unwrap().body;
+    hunkgate_tests::check_early_reads(&hub.log_text(), &sug).unwrap();
+}

@@ -940,3 +940,22 @@ fn sandbox_sync_sees_every_change_without_isolation() {
         &ws.repo(),
     );
 }
+
+/// Under `--isolation none` the hub reads what the agent writes while it runs; the read-back
+/// takes those reads, except of a path an event named again since (see
+/// `hunkgate_tests::EARLY_READ_AGENT`).
+#[tokio::test]
+async fn files_read_while_the_agent_runs_are_taken_unless_written_again() {
+    let ws = Workspace::new(&[("hello.txt", b"hello\n")]).unwrap();
+    let agent = ws
+        .agent_script("early.sh", hunkgate_tests::EARLY_READ_AGENT)
+        .unwrap();
+    let hub = ws
+        .serve_env(
+            &["--isolation", "none"],
+            &[("HUNKGATE_LOG", "warn,hunkgate_sandbox::workspace=debug")],
+        )
+        .unwrap();
+    let sug = run_to_suggestion(&hub, "early", &agent).await;
+    hunkgate_tests::check_early_reads(&hub.log_text(), &sug).unwrap();
+}
