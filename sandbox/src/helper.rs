@@ -684,7 +684,7 @@ fn wait_for_input(
                 if !paths.is_empty() {
                     let reads = read_early(dir, &paths, DEFAULT_FILE_CAP);
                     w.absorb();
-                    early.keep(w, mark, reads);
+                    let _ = early.keep(w, mark, reads);
                 }
             }
         }
@@ -784,16 +784,18 @@ fn snapshot<W: Write>(
                         why: "vouched for by neither the base nor an early read".into(),
                     });
                 };
+                // Shared with no one in this process: taken, not copied.
+                let bytes = Arc::try_unwrap(read.bytes).unwrap_or_else(|b| (*b).clone());
                 match entry.mode {
                     crate::store::Mode::Symlink => Captured::Symlink {
                         path,
-                        target: read.bytes,
+                        target: bytes,
                         stat,
                         oid: None,
                     },
                     mode => Captured::File {
                         path,
-                        bytes: read.bytes,
+                        bytes,
                         executable: mode == crate::store::Mode::Executable,
                         stat,
                         oid: None,
@@ -1558,7 +1560,7 @@ mod tests {
         let stat_of =
             |p: &str| crate::statcache::file_stat(&nix::sys::stat::lstat(&dir.join(p)).unwrap());
         let read = |p: &str, text: &str, stat| {
-            let bytes = text.as_bytes().to_vec();
+            let bytes = Arc::new(text.as_bytes().to_vec());
             let entry = file(text);
             (p.to_string(), EarlyRead { entry, stat, bytes })
         };

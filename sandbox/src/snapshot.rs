@@ -999,7 +999,8 @@ pub struct EarlyRead {
     /// For a file, its stat taken on the open file before it was read; for a symlink, its
     /// `lstat`.
     pub stat: FileStat,
-    pub bytes: Vec<u8>,
+    /// Shared: a hub that diffs early reads while the agent runs holds them too.
+    pub bytes: std::sync::Arc<Vec<u8>>,
 }
 
 impl EarlyRead {
@@ -1066,6 +1067,7 @@ pub fn read_early(dir: &Path, paths: &[String], cap: u64) -> Vec<(String, EarlyR
                 ),
                 _ => return Ok::<_, std::convert::Infallible>(()),
             };
+            let bytes = std::sync::Arc::new(bytes);
             out.push((path, EarlyRead { entry, stat, bytes }));
             Ok(())
         },
@@ -1130,21 +1132,30 @@ impl Early {
             .collect()
     }
 
-    /// Keep what was read after `mark`, unless an event named it since.
-    pub fn keep(&mut self, watch: &Watch, mark: Mark, reads: Vec<(String, EarlyRead)>) {
+    /// Keep what was read after `mark`, unless an event named it since; returns what was
+    /// kept.
+    pub fn keep(
+        &mut self,
+        watch: &Watch,
+        mark: Mark,
+        reads: Vec<(String, EarlyRead)>,
+    ) -> Vec<(String, EarlyRead)> {
+        let mut kept = Vec::with_capacity(reads.len());
         for (path, read) in reads {
             if !self.open || self.held + read.len() > EARLY_BYTES {
-                return;
+                break;
             }
             if watch.named_since(&path, mark) {
                 continue;
             }
             *self.times.entry(path.clone()).or_default() += 1;
             self.held += read.len();
+            kept.push((path.clone(), read.clone()));
             if let Some((_, old)) = self.reads.insert(path, (mark, read)) {
                 self.held -= old.len();
             }
         }
+        kept
     }
 
     /// Take the reads that are still what their paths hold, by the watch's word (its events
@@ -1214,7 +1225,7 @@ pub fn read_back_sandbox(
     }
     for path in taken {
         if let Some(e) = early.remove(&path) {
-            objects.write_blob_hashed(Some(e.entry.oid), e.bytes.into())?;
+            objects.write_blob_shared(e.entry.oid, e.bytes)?;
         }
     }
     let changes = match restricted {

@@ -13,7 +13,7 @@ use gix::hash::ObjectId;
 use gix::objs::tree::EntryKind;
 
 /// How a path is stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     File,
@@ -40,7 +40,7 @@ impl Mode {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Entry {
     pub mode: Mode,
     pub oid: ObjectId,
@@ -905,6 +905,17 @@ pub struct Fresh {
 }
 
 impl Fresh {
+    /// These blobs, as they are (their ids the caller's to vouch for), without a budget.
+    pub fn of(blobs: impl IntoIterator<Item = (ObjectId, std::sync::Arc<Vec<u8>>)>) -> Fresh {
+        let blobs: std::collections::HashMap<_, _> = blobs.into_iter().collect();
+        let bytes = blobs.values().map(|b| b.len()).sum();
+        Fresh {
+            blobs,
+            bytes,
+            budget: usize::MAX,
+        }
+    }
+
     /// The content of blob `oid`, if it was kept.
     pub fn get(&self, oid: &ObjectId) -> Option<&[u8]> {
         self.blobs.get(oid).map(|b| b.as_slice())
@@ -1030,6 +1041,34 @@ impl ObjectBatch<'_> {
             Ok(kept) => self.hold(gix::objs::Kind::Blob, oid, kept)?,
             Err(bytes) => self.put(gix::objs::Kind::Blob, oid, bytes)?,
         }
+        Ok(oid)
+    }
+
+    /// [`ObjectBatch::write_blob_hashed`] of bytes that are shared already (an early read's:
+    /// see [`crate::snapshot::Early`]): kept or held without a copy.
+    pub(crate) fn write_blob_shared(
+        &mut self,
+        oid: ObjectId,
+        bytes: std::sync::Arc<Vec<u8>>,
+    ) -> Result<ObjectId, StoreError> {
+        debug_assert_eq!(oid, blob_id(&bytes));
+        if self.ids.contains(&oid) || self.store.known(oid) {
+            return Ok(oid);
+        }
+        let kept = match self.fresh.as_mut() {
+            Some(fresh) if fresh.bytes + bytes.len() <= fresh.budget => {
+                fresh.bytes += bytes.len();
+                fresh.blobs.insert(oid, bytes.clone());
+                bytes
+            }
+            _ => {
+                self.ids.insert(oid);
+                self.put(gix::objs::Kind::Blob, oid, Cow::Borrowed(&bytes))?;
+                return Ok(oid);
+            }
+        };
+        self.ids.insert(oid);
+        self.hold(gix::objs::Kind::Blob, oid, kept)?;
         Ok(oid)
     }
 

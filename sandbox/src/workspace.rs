@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::snapshot::{
-    read_back_sandbox, read_early, walk, Early, EarlyReads, ReadBack, SnapshotError,
+    read_back_sandbox, read_early, walk, Early, EarlyRead, EarlyReads, ReadBack, SnapshotError,
     DEFAULT_FILE_CAP,
 };
 use crate::store::{FlatTree, ObjectBatch, Store, StoreError};
@@ -108,6 +108,11 @@ pub trait Sandbox: Send + Sync + std::fmt::Debug {
     /// its next [`Sandbox::prepare`]. (Under user isolation the slot's kept helper then puts it
     /// back to its base, off the next run's start.)
     fn run_over(&self) {}
+    /// While the agent runs, hand the files it wrote, as they are read early (see
+    /// [`crate::snapshot::Early`]), to `hook` — on the thread that read them, right after —
+    /// until the run is over ([`Sandbox::run_over`]) or the slot's next sync. Where nothing is
+    /// read early in this process (user isolation, no watch), it is never called.
+    fn on_early_reads(&self, _hook: EarlyHook) {}
     /// While the agent runs: take in what change notification reports as it comes, so that
     /// the read-back after the run has only the last moment's events left to read, not the
     /// whole run's. Runs until dropped; where this process watches nothing (no watch, not
@@ -116,6 +121,10 @@ pub trait Sandbox: Send + Sync + std::fmt::Debug {
         Box::pin(std::future::pending())
     }
 }
+
+/// What [`Sandbox::on_early_reads`] is given: called with the paths just read early, each
+/// with what it held.
+pub type EarlyHook = Arc<dyn Fn(&[(String, EarlyRead)]) + Send + Sync>;
 
 /// What [`Sandbox::follow_changes`] returns: a task to run beside the agent until it ends.
 pub type Following = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
@@ -144,11 +153,11 @@ fn watches() -> &'static std::sync::Mutex<std::collections::HashMap<PathBuf, Wat
     WATCHES.get_or_init(Default::default)
 }
 
-/// A slot's watch, and what was read of the slot under it while its agent ran.
-#[derive(Debug)]
+/// A slot's watch, what was read of the slot under it while its agent ran, and who is told.
 struct Watched {
     watch: Watch,
     early: Early,
+    hook: Option<EarlyHook>,
 }
 
 /// Take the slot's watch out (a sync that fails leaves the slot without one).
@@ -160,7 +169,8 @@ fn take_watch(dir: &Path) -> Option<Watch> {
 fn put_watch(watch: Watch) {
     if let Ok(mut map) = watches().lock() {
         let early = Early::opened();
-        map.insert(watch.root().to_path_buf(), Watched { watch, early });
+        let hook = None;
+        map.insert(watch.root().to_path_buf(), Watched { watch, early, hook });
     }
 }
 
@@ -218,11 +228,18 @@ fn read_named(dir: &Path) {
         return;
     }
     let reads = read_early(dir, &paths, DEFAULT_FILE_CAP);
-    if let Ok(mut map) = watches().lock() {
-        if let Some(w) = map.get_mut(dir) {
-            w.watch.absorb();
-            w.early.keep(&w.watch, mark, reads);
-        }
+    let (kept, hook) = {
+        let Ok(mut map) = watches().lock() else {
+            return;
+        };
+        let Some(w) = map.get_mut(dir) else {
+            return;
+        };
+        w.watch.absorb();
+        (w.early.keep(&w.watch, mark, reads), w.hook.clone())
+    };
+    if let Some(hook) = hook.filter(|_| !kept.is_empty()) {
+        hook(&kept);
     }
 }
 
@@ -350,6 +367,15 @@ impl Sandbox for LocalSandbox {
         if let Ok(mut map) = watches().lock() {
             if let Some(w) = map.get_mut(&self.dir) {
                 w.early = Early::default();
+                w.hook = None;
+            }
+        }
+    }
+
+    fn on_early_reads(&self, hook: EarlyHook) {
+        if let Ok(mut map) = watches().lock() {
+            if let Some(w) = map.get_mut(&self.dir) {
+                w.hook = Some(hook);
             }
         }
     }
@@ -536,6 +562,12 @@ mod tests {
         );
         let sb = LocalSandbox::new(tmp.path().join("sb"));
         sb.prepare(&store, &Arc::new(base.clone())).unwrap();
+        let told = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let hook_told = told.clone();
+        sb.on_early_reads(Arc::new(move |reads: &[(String, EarlyRead)]| {
+            let mut told = hook_told.lock().unwrap();
+            told.extend(reads.iter().map(|(p, r)| (p.clone(), r.bytes.len())));
+        }));
         let following = tokio::spawn(sb.follow_changes());
         let dir = sb.workdir();
         std::fs::write(dir.join("a.txt"), "changed early\n").unwrap();
@@ -552,6 +584,18 @@ mod tests {
         let (back, early) = sb.read_back_counted(&mut objects, &base, u64::MAX).unwrap();
         objects.finish().unwrap();
         assert_eq!(early, 4, "every change taken from its early read");
+        let mut told = told.lock().unwrap().clone();
+        told.sort();
+        assert_eq!(
+            told,
+            [
+                ("a.txt".to_string(), 14),
+                ("d/b.txt".to_string(), 10),
+                ("d/link".to_string(), 8),
+                ("d/new.txt".to_string(), 10)
+            ],
+            "the hook is told of each read as it is made"
+        );
         assert!(early_paths(dir).is_empty(), "taken, none left held");
         let blob = |p: &str| store.read_blob(back.changes[p].unwrap().oid).unwrap();
         assert_eq!(blob("a.txt"), b"changed early\n");

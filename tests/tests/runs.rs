@@ -941,9 +941,9 @@ fn sandbox_sync_sees_every_change_without_isolation() {
     );
 }
 
-/// Under `--isolation none` the hub reads what the agent writes while it runs; the read-back
-/// takes those reads, except of a path an event named again since (see
-/// `hunkgate_tests::EARLY_READ_AGENT`).
+/// Under `--isolation none` the hub reads what the agent writes while it runs, and diffs it;
+/// the read-back takes those reads, and the publish those diffs, except of a path an event
+/// named again since (see `hunkgate_tests::EARLY_READ_AGENT`).
 #[tokio::test]
 async fn files_read_while_the_agent_runs_are_taken_unless_written_again() {
     let ws = Workspace::new(&[("hello.txt", b"hello\n")]).unwrap();
@@ -953,9 +953,19 @@ async fn files_read_while_the_agent_runs_are_taken_unless_written_again() {
     let hub = ws
         .serve_env(
             &["--isolation", "none"],
-            &[("HUNKGATE_LOG", "warn,hunkgate_sandbox::workspace=debug")],
+            &[(
+                "HUNKGATE_LOG",
+                "warn,hunkgate_sandbox::workspace=debug,hunkgate::model::suggestion=debug",
+            )],
         )
         .unwrap();
     let sug = run_to_suggestion(&hub, "early", &agent).await;
-    hunkgate_tests::check_early_reads(&hub.log_text(), &sug).unwrap();
+    let log = hub.log_text();
+    hunkgate_tests::check_early_reads(&log, &sug).unwrap();
+    // The hub diffed hello.txt as it read it early; the publish took that diff.
+    assert!(
+        log.lines()
+            .any(|l| l.contains("diffs made while the agent ran") && !l.contains("ready=0")),
+        "{log}"
+    );
 }

@@ -152,6 +152,8 @@ impl Hub {
         } else {
             None
         };
+        let diffs = Arc::default();
+        sandbox.on_early_reads(self.early_differ(&base.tree, &diffs));
         self.runs().active.lock().map_err(|_| poisoned())?.insert(
             run_id.to_string(),
             Arc::new(Active {
@@ -160,12 +162,45 @@ impl Hub {
                 base_tree_id: base.tree_id,
                 sandbox: sandbox.clone(),
                 change_id,
+                diffs,
             }),
         );
         match &job.driver {
             Driver::Command(template) => self.run_agent_command(job, template, sandbox).await,
             Driver::Builtin { model } => self.drive_builtin(job, model, sandbox).await,
         }
+    }
+
+    /// What the sandbox is to do with the files it reads early while the agent runs: diff
+    /// each against `base`, as the publish would, into `diffs` (see [`Active::diffs`]). A
+    /// diff that fails is left to the publish, which says why.
+    fn early_differ(
+        self: &Arc<Self>,
+        base: &Arc<FlatTree>,
+        diffs: &Arc<std::sync::Mutex<crate::model::suggestion::DiffCache>>,
+    ) -> hunkgate_sandbox::workspace::EarlyHook {
+        let (hub, base, diffs) = (Arc::downgrade(self), base.clone(), diffs.clone());
+        Arc::new(move |reads| {
+            let Some(hub) = hub.upgrade() else {
+                return;
+            };
+            for (path, read) in reads {
+                let old = base.get(path);
+                let key = (old.copied(), Some(read.entry));
+                if old == Some(&read.entry) || diffs.lock().is_ok_and(|d| d.contains_key(&key)) {
+                    continue;
+                }
+                let made = crate::model::suggestion::diff_early(
+                    hub.store(),
+                    old,
+                    &read.entry,
+                    read.bytes.clone(),
+                );
+                if let (Ok(made), Ok(mut d)) = (made, diffs.lock()) {
+                    d.insert(key, made);
+                }
+            }
+        })
     }
 
     /// Mark the run ended in `state` with `message` as its error, and say so as a

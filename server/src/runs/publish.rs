@@ -15,7 +15,7 @@ use crate::hub::registry::{poisoned, Active};
 use crate::hub::{Hub, NewSuggestion};
 use crate::model::now;
 use crate::model::run::RunRec;
-use crate::model::suggestion::{attach_notes, build_hunks, Blobs, HunkRec, Suggestion};
+use crate::model::suggestion::{attach_notes, build_hunks_with, Blobs, HunkRec, Suggestion};
 use crate::protocol::{ErrorCode, Event, HunkNote, RunState, SuggestionView};
 
 impl Hub {
@@ -202,7 +202,8 @@ impl Hub {
                     let _ = staged.send(commit);
                     self.write_run_head(objects, rid, commit)
                 });
-                let hunks = build_hunks(blobs, &sid, base, changes, &only);
+                let hunks =
+                    build_hunks_with(blobs, &sid, base, changes, &only, Some(&active.diffs));
                 // No id: the commit failed, and says why below.
                 let new = commit_id
                     .recv()
@@ -217,7 +218,7 @@ impl Hub {
         } else {
             let (commit, objects) = self.stage_run_head(objects, &rid, &desc, &active, changes)?;
             self.write_run_head(objects, &rid, commit)?;
-            let hunks = build_hunks(blobs, &sid, base, changes, &only);
+            let hunks = build_hunks_with(blobs, &sid, base, changes, &only, Some(&active.diffs));
             (suggest(hunks, commit)?, commit)
         };
         tracing::debug!(run = rid, ms = ms(started), "run commit written");
