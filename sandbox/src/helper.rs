@@ -423,7 +423,10 @@ fn standby(
         // The events are read: the early reads no event named since. None are made from here
         // to the slot's next sync (a later read-back of this run, after a publish of the
         // agent's own, is another helper's).
-        let taken = watch.as_ref().map(|w| early.take(w)).unwrap_or_default();
+        let taken = watch
+            .as_ref()
+            .map(|w| early.hand_over(w))
+            .unwrap_or_default();
         let stdout = std::io::stdout();
         let mut out = std::io::BufWriter::with_capacity(wire::STREAM_BUFFER, stdout.lock());
         snapshot(

@@ -1075,8 +1075,8 @@ pub fn read_early(dir: &Path, paths: &[String], cap: u64) -> Vec<(String, EarlyR
     out
 }
 
-/// The most bytes of a slot's files held as early reads (see [`crate::workspace::Sandbox::follow_changes`]);
-/// what the agent writes beyond is read after it ends.
+/// The most bytes of a slot's files held as early reads ([`Early`]); what the agent writes
+/// beyond is read after it ends.
 const EARLY_BYTES: usize = 32 << 20;
 /// How often one path is read early: a file the agent writes again and again (a log, a
 /// test's output) is left to the read-back after this.
@@ -1094,8 +1094,10 @@ pub struct Early {
     held: usize,
     /// How often each path was read early.
     times: HashMap<String, u8>,
-    /// Whether a run is on (from the slot's sync to [`Sandbox::run_over`]): only then are
-    /// reads kept.
+    /// Paths whose read was handed to a read-back ([`Early::hand_over`]), with its mark.
+    handed: HashMap<String, Mark>,
+    /// Whether a run is on (from the slot's sync to the run's end, or its read-back under user
+    /// isolation): only then are reads kept.
     open: bool,
 }
 
@@ -1126,7 +1128,9 @@ impl Early {
             .filter(|p| {
                 self.reads
                     .get(*p)
-                    .is_none_or(|(mark, _)| watch.named_since(p, *mark))
+                    .map(|(mark, _)| mark)
+                    .or_else(|| self.handed.get(*p))
+                    .is_none_or(|mark| watch.named_since(p, *mark))
             })
             .cloned()
             .collect()
@@ -1158,15 +1162,20 @@ impl Early {
         kept
     }
 
-    /// Take the reads that are still what their paths hold, by the watch's word (its events
-    /// read); the others are dropped.
-    pub fn take(&mut self, watch: &Watch) -> EarlyReads {
+    /// Hand the reads that are still what their paths hold, by the watch's word (its events
+    /// read), to a read-back; the others are dropped. Those handed over are not read early
+    /// again unless an event names them since: a later read-back of the same run (the agent
+    /// published, and works on) reads them itself, and what it does not need is not held.
+    pub fn hand_over(&mut self, watch: &Watch) -> EarlyReads {
         self.held = 0;
-        std::mem::take(&mut self.reads)
-            .into_iter()
-            .filter(|(path, (mark, _))| !watch.named_since(path, *mark))
-            .map(|(path, (_, read))| (path, read))
-            .collect()
+        let mut out = EarlyReads::new();
+        for (path, (mark, read)) in std::mem::take(&mut self.reads) {
+            if !watch.named_since(&path, mark) {
+                self.handed.insert(path.clone(), mark);
+                out.insert(path, read);
+            }
+        }
+        out
     }
 }
 

@@ -1620,6 +1620,7 @@ fn read_snapshot(
 ) -> Result<ReadBack, HelperError> {
     let mut back = ReadBack::default();
     let mut seen = std::collections::HashSet::new();
+    let mut counted = false;
     let stream = |source| HelperError::Stream {
         op: "snapshot",
         source,
@@ -1640,6 +1641,12 @@ fn read_snapshot(
                 })
             }
             Frame::EarlyReads { count } => {
+                if std::mem::replace(&mut counted, true) {
+                    return Err(HelperError::Protocol {
+                        op: "snapshot",
+                        message: "sent its early-read count twice".into(),
+                    });
+                }
                 tracing::debug!(early = count, "taken from early reads by the helper");
                 continue;
             }
@@ -2247,5 +2254,10 @@ mod tests {
         refused(&[gone(".git/config"), Frame::End], "points into .git");
         // Cut short: an error, never "everything after the cut is unchanged".
         refused(&[f("edited.txt", b"new\n")], "ended early");
+        // The early-read count is a figure for the log, once; it changes nothing.
+        let count = Frame::EarlyReads { count: 7 };
+        let counted = read(&[f("edited.txt", b"new\n"), count.clone(), Frame::End]).unwrap();
+        assert_eq!(counted.changes.len(), 1);
+        refused(&[count.clone(), count, Frame::End], "count twice");
     }
 }

@@ -253,7 +253,7 @@ fn changes_in(dir: &Path) -> Option<(Dirty, EarlyReads)> {
         w.early = Early::default();
         return None;
     };
-    let early = w.early.take(&w.watch);
+    let early = w.early.hand_over(&w.watch);
     Some((dirty, early))
 }
 
@@ -596,7 +596,20 @@ mod tests {
             ],
             "the hook is told of each read as it is made"
         );
-        assert!(early_paths(dir).is_empty(), "taken, none left held");
+        // Handed over, not held: a later read-back of the run (the agent published, and
+        // works on) reads them itself, and they are not read early again unless written.
+        assert!(early_paths(dir).is_empty());
+        let wanted = {
+            let mut map = watches().lock().unwrap();
+            let w = map.get_mut(dir).unwrap();
+            w.watch.absorb();
+            w.early.wanted(&w.watch)
+        };
+        assert!(wanted.is_empty(), "{wanted:?}");
+        let mut objects = store.batch();
+        let (again, early) = sb.read_back_counted(&mut objects, &base, u64::MAX).unwrap();
+        objects.finish().unwrap();
+        assert_eq!((early, &again), (0, &back), "read again, the same");
         let blob = |p: &str| store.read_blob(back.changes[p].unwrap().oid).unwrap();
         assert_eq!(blob("a.txt"), b"changed early\n");
         assert_eq!(blob("d/new.txt"), b"new early\n");
@@ -655,7 +668,8 @@ mod tests {
         // A read after the run is over is not kept; the next sync starts with none.
         let following = tokio::spawn(sb.follow_changes());
         std::fs::write(dir.join("b.txt"), "late\n").unwrap();
-        // Every changed path not held is read again (the read-back took them).
+        // Read again: b.txt, written since its read was handed over, and a.txt, whose stale
+        // read was dropped rather than handed over.
         until_read_early(dir, &["a.txt", "b.txt"]).await;
         following.abort();
         let _ = following.await;

@@ -433,21 +433,27 @@ pub type PathHunks = Vec<(HunkKind, Option<Hunk>)>;
 /// own for the same change.
 pub type DiffCache = std::collections::HashMap<(Option<Entry>, Option<Entry>), PathHunks>;
 
-/// The diff of a path from `old` (a base entry, read from `store`) to `new`, whose content is
-/// `bytes` (`new`'s blob, hashed by the caller): what a publish would make of that change.
+/// The diff of each change from `old` (a base entry, read from `store`) to `new`, whose
+/// content is `bytes` (`new`'s blob, hashed by the caller): what a publish would make of that
+/// change. One store handle reads every base blob; a change whose diff fails is left out
+/// (the publish makes it, and says why).
 pub fn diff_early(
     store: &Store,
-    old: Option<&Entry>,
-    new: &Entry,
-    bytes: std::sync::Arc<Vec<u8>>,
-) -> Result<PathHunks, StoreError> {
-    let fresh = Fresh::of([(new.oid, bytes)]);
+    changes: Vec<(Option<Entry>, Entry, std::sync::Arc<Vec<u8>>)>,
+) -> DiffCache {
+    let keys: Vec<(Option<Entry>, Entry)> = changes.iter().map(|(o, n, _)| (*o, *n)).collect();
+    let fresh = Fresh::of(changes.into_iter().map(|(_, new, bytes)| (new.oid, bytes)));
     let blobs = Blobs {
         store,
         fresh: &fresh,
     }
     .on_thread();
-    path_hunks(&blobs, old, Some(new))
+    keys.into_iter()
+        .filter_map(|(old, new)| {
+            let made = path_hunks(&blobs, old.as_ref(), Some(&new)).ok()?;
+            Some(((old, Some(new)), made))
+        })
+        .collect()
 }
 
 /// [`path_hunks`] of each of `paths`, in order: taken from `ready` where it has the change,
@@ -853,27 +859,17 @@ mod tests {
             changes.insert(path.clone(), Some(file(oid)));
             // Half of them diffed early, from the bytes as an early read holds them.
             if i % 2 == 0 {
-                let old = base.get(&path);
-                let made = diff_early(
-                    &store,
-                    old,
-                    &file(oid),
-                    std::sync::Arc::new(new.into_bytes()),
-                )
-                .unwrap();
-                ready.insert((old.copied(), Some(file(oid))), made);
+                let old = base.get(&path).copied();
+                let bytes = std::sync::Arc::new(new.into_bytes());
+                ready.extend(diff_early(&store, vec![(old, file(oid), bytes)]));
             }
         }
         // A new file, diffed early too.
         let oid = store.write_blob(b"a\nb\n").unwrap();
         changes.insert("new.txt".into(), Some(file(oid)));
-        let made = diff_early(
-            &store,
-            None,
-            &file(oid),
-            std::sync::Arc::new(b"a\nb\n".to_vec()),
-        );
-        ready.insert((None, Some(file(oid))), made.unwrap());
+        let bytes = std::sync::Arc::new(b"a\nb\n".to_vec());
+        ready.extend(diff_early(&store, vec![(None, file(oid), bytes)]));
+        assert_eq!(ready.len(), 21, "every early diff made");
         // Another change of f01.txt than the one published: not taken.
         let other = store.write_blob(b"other\n").unwrap();
         let stale_key = (base.get("f01.txt").copied(), Some(file(other)));

@@ -184,21 +184,24 @@ impl Hub {
             let Some(hub) = hub.upgrade() else {
                 return;
             };
-            for (path, read) in reads {
-                let old = base.get(path);
-                let key = (old.copied(), Some(read.entry));
-                if old == Some(&read.entry) || diffs.lock().is_ok_and(|d| d.contains_key(&key)) {
-                    continue;
-                }
-                let made = crate::model::suggestion::diff_early(
-                    hub.store(),
-                    old,
-                    &read.entry,
-                    read.bytes.clone(),
-                );
-                if let (Ok(made), Ok(mut d)) = (made, diffs.lock()) {
-                    d.insert(key, made);
-                }
+            let todo = {
+                let Ok(made) = diffs.lock() else {
+                    return;
+                };
+                reads
+                    .iter()
+                    .map(|(path, read)| (base.get(path).copied(), read.entry, read.bytes.clone()))
+                    .filter(|(old, new, _)| {
+                        *old != Some(*new) && !made.contains_key(&(*old, Some(*new)))
+                    })
+                    .collect::<Vec<_>>()
+            };
+            if todo.is_empty() {
+                return;
+            }
+            let made = crate::model::suggestion::diff_early(hub.store(), todo);
+            if let Ok(mut d) = diffs.lock() {
+                d.extend(made);
             }
         })
     }
