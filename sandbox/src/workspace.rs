@@ -478,6 +478,18 @@ mod tests {
         changes_in(dir).map(|(dirty, _)| dirty)
     }
 
+    /// A store with a base of `files` (path, text), and a slot synced to it.
+    fn synced_slot(files: &[(&str, &str)]) -> (tempfile::TempDir, Store, FlatTree, LocalSandbox) {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let files: Vec<(&str, Mode, &str)> =
+            files.iter().map(|(p, t)| (*p, Mode::File, *t)).collect();
+        let base = tree(&store, &files);
+        let sb = LocalSandbox::new(tmp.path().join("sb"));
+        sb.prepare(&store, &Arc::new(base.clone())).unwrap();
+        (tmp, store, base, sb)
+    }
+
     /// What the slot's watch has taken in so far, without reading its queue.
     #[cfg(target_os = "linux")]
     fn seen(dir: &Path) -> Dirty {
@@ -489,14 +501,7 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[tokio::test]
     async fn following_a_slot_takes_its_events_in_as_they_come() {
-        let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
-        let base = tree(
-            &store,
-            &[("a.txt", Mode::File, "a\n"), ("d/b.txt", Mode::File, "b\n")],
-        );
-        let sb = LocalSandbox::new(tmp.path().join("sb"));
-        sb.prepare(&store, &Arc::new(base.clone())).unwrap();
+        let (_tmp, store, base, sb) = synced_slot(&[("a.txt", "a\n"), ("d/b.txt", "b\n")]);
         std::fs::write(sb.workdir().join("a.txt"), "changed\n").unwrap();
         // Control: queued, but nothing read them yet.
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -554,14 +559,7 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[tokio::test]
     async fn what_the_agent_wrote_is_read_early_and_the_read_back_takes_it() {
-        let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
-        let base = tree(
-            &store,
-            &[("a.txt", Mode::File, "a\n"), ("d/b.txt", Mode::File, "b\n")],
-        );
-        let sb = LocalSandbox::new(tmp.path().join("sb"));
-        sb.prepare(&store, &Arc::new(base.clone())).unwrap();
+        let (_tmp, store, base, sb) = synced_slot(&[("a.txt", "a\n"), ("d/b.txt", "b\n")]);
         let told = Arc::new(std::sync::Mutex::new(Vec::new()));
         let hook_told = told.clone();
         sb.on_early_reads(Arc::new(move |reads: &[(String, EarlyRead)]| {
@@ -625,14 +623,7 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[tokio::test]
     async fn an_early_read_is_not_taken_once_an_event_named_its_path_again() {
-        let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
-        let base = tree(
-            &store,
-            &[("a.txt", Mode::File, "a\n"), ("b.txt", Mode::File, "b\n")],
-        );
-        let sb = LocalSandbox::new(tmp.path().join("sb"));
-        sb.prepare(&store, &Arc::new(base.clone())).unwrap();
+        let (_tmp, store, base, sb) = synced_slot(&[("a.txt", "a\n"), ("b.txt", "b\n")]);
         let dir = sb.workdir();
         let following = tokio::spawn(sb.follow_changes());
         std::fs::write(dir.join("a.txt"), "first\n").unwrap();

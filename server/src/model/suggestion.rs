@@ -752,6 +752,14 @@ mod tests {
     /// A publish diffs the new files its read-back kept in memory: before its batch is
     /// written (the store has none of them yet) the hunks are already exactly those read from
     /// the store afterwards — text, binary and symlink changes alike.
+    /// What a reviewer is shown of each hunk: its id, kind and patch.
+    fn shown(hunks: &[HunkRec]) -> Vec<(String, HunkKind, Option<Hunk>)> {
+        hunks
+            .iter()
+            .map(|h| (h.id.clone(), h.kind, h.patch.clone()))
+            .collect()
+    }
+
     #[test]
     fn hunks_from_kept_contents_are_the_hunks_from_the_store() {
         let tmp = tempfile::tempdir().unwrap();
@@ -815,12 +823,6 @@ mod tests {
         batch.finish().unwrap();
         let from_store =
             build_hunks(Blobs::stored(&store), "s", &base, &changes, &|_| true).unwrap();
-        let shown = |hunks: &[HunkRec]| -> Vec<_> {
-            hunks
-                .iter()
-                .map(|h| (h.id.clone(), h.kind, h.patch.clone()))
-                .collect()
-        };
         assert_eq!(shown(&from_memory), shown(&from_store));
         let kinds = |k: HunkKind| from_memory.iter().filter(|h| h.kind == k).count();
         assert_eq!(
@@ -887,12 +889,6 @@ mod tests {
             Some(&ready),
         )
         .unwrap();
-        let shown = |hunks: &[HunkRec]| -> Vec<_> {
-            hunks
-                .iter()
-                .map(|h| (h.id.clone(), h.kind, h.patch.clone()))
-                .collect()
-        };
         assert_eq!(shown(&with), shown(&made));
         assert_eq!(with.len(), 41);
         let left = ready.into_inner().unwrap();
