@@ -200,8 +200,28 @@ impl Hub {
         Self::wait_ready(child, state, log)
     }
 
-    /// Wait for a just-spawned hub to publish its address in `<state>/hub.json`.
+    /// Wait for a just-spawned hub to publish its address in `<state>/hub.json`. When that
+    /// fails, the child is killed and reaped: no hub outlives a start that did not return it.
     pub fn wait_ready(mut child: Child, state: PathBuf, log: PathBuf) -> Result<Self> {
+        match Self::ready_parts(&mut child, &state, &log) {
+            Ok((url, port, token)) => Ok(Self {
+                child,
+                url,
+                port,
+                token,
+                state,
+                log,
+            }),
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                Err(e)
+            }
+        }
+    }
+
+    /// The url, port and token of a hub starting as `child`, once its hub.json says it serves.
+    fn ready_parts(child: &mut Child, state: &Path, log: &Path) -> Result<(String, u16, String)> {
         let deadline = Instant::now() + Duration::from_secs(30);
         let url = loop {
             if let Ok(s) = std::fs::read_to_string(state.join("hub.json")) {
@@ -214,14 +234,13 @@ impl Hub {
             if let Some(status) = child.try_wait()? {
                 bail!(
                     "hunkgate serve exited ({status}): {}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
+                    std::fs::read_to_string(log).unwrap_or_default()
                 );
             }
             if Instant::now() > deadline {
-                let _ = child.kill();
                 bail!(
                     "hunkgate serve did not start: {}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
+                    std::fs::read_to_string(log).unwrap_or_default()
                 );
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -231,17 +250,11 @@ impl Hub {
             .next()
             .and_then(|p| p.parse().ok())
             .ok_or_else(|| anyhow!("bad url {url}"))?;
-        let token = std::fs::read_to_string(state.join("token"))?
+        let token = std::fs::read_to_string(state.join("token"))
+            .with_context(|| format!("the hub's token in {}", state.display()))?
             .trim()
             .to_string();
-        Ok(Self {
-            child,
-            url,
-            port,
-            token,
-            state,
-            log,
-        })
+        Ok((url, port, token))
     }
 
     pub fn log_text(&self) -> String {
@@ -1160,4 +1173,36 @@ pub fn check_early_reads(log: &str, suggestion: &Value) -> Result<()> {
         "no read-back took an early read ({taken:?}):\n{log}"
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A start that fails once the hub has written its hub.json (here: no token to read)
+    /// kills and reaps the child instead of leaving it running with no one to stop it.
+    #[test]
+    fn a_failed_start_leaves_no_hub_running() {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = tmp.path().join("state");
+        std::fs::create_dir_all(&state).unwrap();
+        std::fs::write(state.join("hub.json"), r#"{"url":"http://127.0.0.1:4097"}"#).unwrap();
+        let child = Command::new("sleep").arg("60").spawn().unwrap();
+        let pid = child.id();
+        assert!(pid_alive(pid), "control: the child runs");
+        let Err(err) = Hub::wait_ready(child, state.clone(), tmp.path().join("log")) else {
+            panic!("started without a token");
+        };
+        assert!(format!("{err:#}").contains("token"), "{err:#}");
+        assert!(!pid_alive(pid), "the child was left running");
+
+        // Positive control: with its token there, the same start is a hub.
+        std::fs::write(state.join("token"), "t0k\n").unwrap();
+        let child = Command::new("sleep").arg("60").spawn().unwrap();
+        let pid = child.id();
+        let hub = Hub::wait_ready(child, state, tmp.path().join("log")).unwrap();
+        assert_eq!((hub.port, hub.token.as_str()), (4097, "t0k"));
+        drop(hub);
+        assert!(!pid_alive(pid), "dropped, the hub is stopped");
+    }
 }
