@@ -313,36 +313,8 @@ impl Hub {
 
 impl Drop for Hub {
     fn drop(&mut self) {
-        // A hub started through a wrapper (`script`, which gives it a controlling terminal)
-        // is in a session of its own: killing the wrapper only hangs its terminal up, and a
-        // hub that ignores SIGHUP (inherited, as under `nohup`) outlives it. So the hub is
-        // killed itself, by the pid in its hub.json, when that process is still this hub's.
-        if let Some(pid) = self.wrapped_pid() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-impl Hub {
-    /// The pid of this hub's `serve` process when it is not the child itself (a wrapper's),
-    /// from its hub.json, checked against that process's arguments (`serve` and this hub's
-    /// state dir) so that a stale hub.json never names another process.
-    fn wrapped_pid(&self) -> Option<i32> {
-        let text = std::fs::read_to_string(self.state.join("hub.json")).ok()?;
-        let pid = serde_json::from_str::<Value>(&text).ok()?["pid"].as_i64()?;
-        let pid = i32::try_from(pid).ok().filter(|p| *p > 1)?;
-        if pid as u32 == self.child.id() {
-            return None;
-        }
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-        let state = self.state.as_os_str().as_encoded_bytes();
-        (args.contains(&b"serve".as_slice()) && args.contains(&state)).then_some(pid)
     }
 }
 
@@ -1232,52 +1204,5 @@ mod tests {
         assert_eq!((hub.port, hub.token.as_str()), (4097, "t0k"));
         drop(hub);
         assert!(!pid_alive(pid), "dropped, the hub is stopped");
-    }
-
-    /// A hub behind a wrapper, in a process of its own that ignores SIGHUP, is stopped with
-    /// it; a process its hub.json names that is not this hub's is left alone.
-    #[test]
-    fn a_dropped_hub_behind_a_wrapper_is_stopped_too() {
-        let tmp = tempfile::tempdir().unwrap();
-        let state = tmp.path().join("state");
-        std::fs::create_dir_all(&state).unwrap();
-        std::fs::write(state.join("token"), "t\n").unwrap();
-        // The "hub": a process whose arguments are `serve` and the state dir, SIGHUP ignored.
-        let spawn = |args: &[&Path]| {
-            let mut c = Command::new("sh");
-            c.args(["-c", "trap '' HUP; sleep 60", "serve"]).args(args);
-            c.spawn().unwrap()
-        };
-        let start = |served: &Child| {
-            let json = format!(r#"{{"url":"http://127.0.0.1:1","pid":{}}}"#, served.id());
-            std::fs::write(state.join("hub.json"), json).unwrap();
-            let wrapper = Command::new("sleep").arg("60").spawn().unwrap();
-            let wrapper_pid = wrapper.id();
-            (
-                Hub::wait_ready(wrapper, state.clone(), tmp.path().join("log")).unwrap(),
-                wrapper_pid,
-            )
-        };
-        let mut served = spawn(&[&state]);
-        let (hub, wrapper) = start(&served);
-        drop(hub);
-        assert!(!pid_alive(wrapper), "the wrapper stopped");
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while served.try_wait().unwrap().is_none() {
-            assert!(
-                Instant::now() < deadline,
-                "the hub behind the wrapper still runs"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-
-        // Control: a process that is not this hub's (another state dir) is not killed.
-        let mut other = spawn(&[tmp.path()]);
-        let (hub, wrapper) = start(&other);
-        drop(hub);
-        assert!(!pid_alive(wrapper));
-        assert!(pid_alive(other.id()), "another process was killed");
-        let _ = other.kill();
-        let _ = other.wait();
     }
 }
