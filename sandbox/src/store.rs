@@ -97,7 +97,11 @@ pub enum StoreError {
 
 /// The hub's private object store.
 pub struct Store {
-    repo: gix::ThreadSafeRepository,
+    /// Replaced by a handle opened anew in [`Store::release_maps`]; a thread-local handle
+    /// taken before keeps the old one's object database until it is dropped.
+    repo: std::sync::RwLock<gix::ThreadSafeRepository>,
+    /// What the repository was opened from, to open it again.
+    opened: PathBuf,
     path: PathBuf,
     /// Objects this handle wrote or found, so that asking again costs no `stat` of a loose
     /// object. Nothing ever deletes an object from a store while it is open (hunkgate neither
@@ -112,7 +116,23 @@ pub struct Store {
     /// allocated and cleared). One is taken for a whole stream and put back only after it, so
     /// a failure never leaves half of one for the next.
     deflate: std::sync::Mutex<Vec<flate2::write::ZlibEncoder<Vec<u8>>>>,
+    /// Blobs compressed ahead of the pack that is to hold them ([`Store::compress_ahead`]).
+    ahead: std::sync::Mutex<Ahead>,
 }
+
+/// Pack entries of blobs compressed before any batch holds them: a publish's new files, read
+/// and compressed while its agent still works, so that the pack written after the agent's
+/// end only has to be put together. Taken by the pack that holds them; the rest is dropped
+/// when the run is over ([`Store::forget_ahead`]).
+#[derive(Default)]
+struct Ahead {
+    entries: std::collections::HashMap<ObjectId, Vec<u8>>,
+    bytes: usize,
+}
+
+/// At most this many compressed bytes wait in [`Ahead`]; blobs past it are compressed when
+/// their pack is written, as without.
+const AHEAD_BYTES: usize = 16 << 20;
 
 const IDENTITY_NAME: &str = "hunkgate";
 
@@ -151,12 +171,14 @@ impl Store {
         };
         make_fanout_dirs(&path.join("objects")).map_err(|e| err(&e))?;
         Ok(Self {
-            repo: repo.into_sync(),
+            repo: std::sync::RwLock::new(repo.into_sync()),
+            opened: path.to_path_buf(),
             path: path.to_path_buf(),
             present: Default::default(),
             durable: true,
             spares: None,
             deflate: Default::default(),
+            ahead: Default::default(),
         })
     }
 
@@ -169,12 +191,14 @@ impl Store {
         gix::init(dir).map_err(|e| err(&e))?;
         let repo = gix::open_opts(dir, isolated_open_options()).map_err(|e| err(&e))?;
         Ok(Self {
-            repo: repo.into_sync(),
+            repo: std::sync::RwLock::new(repo.into_sync()),
+            opened: dir.to_path_buf(),
             path: dir.join(".git"),
             present: Default::default(),
             durable: false,
             spares: None,
             deflate: Default::default(),
+            ahead: Default::default(),
         })
     }
 
@@ -209,7 +233,31 @@ impl Store {
     }
 
     fn local(&self) -> gix::Repository {
-        self.repo.to_thread_local()
+        self.repo
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .to_thread_local()
+    }
+
+    /// Give back the memory that reading objects took: gix maps each pack and pack index it
+    /// reads from, and keeps them mapped for the handle's life — after a run's first sync of
+    /// a 10,000-file repository, some 8 MiB of resident pages of a process that then idles
+    /// for hours. The repository is opened anew (a millisecond), so the old handle's maps go
+    /// once the last thread-local handle taken from it is dropped; what is read next maps
+    /// again. Objects are never touched.
+    pub fn release_maps(&self) -> Result<(), StoreError> {
+        let fresh =
+            gix::open_opts(&self.opened, isolated_open_options()).map_err(|e| self.err(e))?;
+        let old = std::mem::replace(
+            &mut *self
+                .repo
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+            fresh.into_sync(),
+        );
+        // Unmapped here, outside the lock, unless a handle taken from it is still in use.
+        drop(old);
+        Ok(())
     }
 
     pub fn write_blob(&self, bytes: &[u8]) -> Result<ObjectId, StoreError> {
@@ -492,6 +540,96 @@ impl Store {
             .unwrap_or_else(crate::pack::new_deflate)
     }
 
+    /// Compress `blobs` into pack entries now, for the pack that will hold them to take
+    /// instead of compressing them then ([`Ahead`]). `blobs` are ids and contents whose ids
+    /// this process computed from those very bytes (a file it read itself). Blobs the store
+    /// has, blobs compressed already, and blobs past [`AHEAD_BYTES`] are left alone.
+    pub fn compress_ahead<'a>(&self, blobs: impl IntoIterator<Item = (ObjectId, &'a [u8])>) {
+        let mut z = None;
+        for (oid, bytes) in blobs {
+            debug_assert_eq!(oid, blob_id(bytes));
+            let wanted = !self.known(oid)
+                && self.ahead.lock().is_ok_and(|a| {
+                    !a.entries.contains_key(&oid) && a.bytes + bytes.len() <= AHEAD_BYTES
+                });
+            if !wanted {
+                continue;
+            }
+            let deflate = z.get_or_insert_with(|| self.take_deflate());
+            let Ok(entry) = crate::pack::deflate_entry(crate::pack::OBJ_BLOB, bytes, deflate)
+            else {
+                // Half a stream is never put back; its pack compresses the blob itself.
+                z = None;
+                break;
+            };
+            if let Ok(mut a) = self.ahead.lock() {
+                a.bytes += entry.len();
+                a.entries.insert(oid, entry);
+            }
+        }
+        if let Some(z) = z {
+            self.give_deflate(z);
+        }
+    }
+
+    /// The entries compressed ahead for those of `oids` that have one, taken out.
+    fn take_ahead(
+        &self,
+        oids: impl Iterator<Item = ObjectId>,
+    ) -> std::collections::HashMap<ObjectId, Vec<u8>> {
+        let Ok(mut a) = self.ahead.lock() else {
+            return Default::default();
+        };
+        if a.entries.is_empty() {
+            return Default::default();
+        }
+        let taken: std::collections::HashMap<_, _> = oids
+            .filter_map(|oid| a.entries.remove(&oid).map(|e| (oid, e)))
+            .collect();
+        a.bytes -= taken.values().map(Vec::len).sum::<usize>();
+        tracing::debug!(
+            taken = taken.len(),
+            left = a.entries.len(),
+            "blobs compressed ahead"
+        );
+        taken
+    }
+
+    /// Drop the entries compressed ahead for `oids`, which the store now has.
+    fn drop_ahead(&self, oids: &std::collections::HashSet<ObjectId>) {
+        if let Ok(mut a) = self.ahead.lock() {
+            if a.entries.is_empty() {
+                return;
+            }
+            let dropped: usize = oids
+                .iter()
+                .filter_map(|oid| a.entries.remove(oid))
+                .map(|e| e.len())
+                .sum();
+            a.bytes -= dropped;
+        }
+    }
+
+    /// How many bytes of `objects` have no entry compressed ahead.
+    fn bytes_not_ahead(&self, objects: &[HeldObject]) -> usize {
+        let Ok(a) = self.ahead.lock() else {
+            return objects.iter().map(|(_, _, b)| b.len()).sum();
+        };
+        objects
+            .iter()
+            .filter(|(_, oid, _)| !a.entries.contains_key(oid))
+            .map(|(_, _, b)| b.len())
+            .sum()
+    }
+
+    /// Drop what was compressed ahead and not taken (a run is over: its files were written
+    /// again after they were read, or not published).
+    pub fn forget_ahead(&self) {
+        if let Ok(mut a) = self.ahead.lock() {
+            *a = Ahead::default();
+        }
+    }
+
     /// Keep a compressor that finished its last stream (at most one per I/O thread).
     fn give_deflate(&self, z: flate2::write::ZlibEncoder<Vec<u8>>) {
         if let Ok(mut d) = self.deflate.lock() {
@@ -514,6 +652,8 @@ impl Store {
         const BYTES_PER_THREAD: usize = 256 << 10;
         let (done, compressed) = compressed.unwrap_or_default();
         let objects = &all[done..];
+        let ahead = std::sync::Mutex::new(self.take_ahead(objects.iter().map(|(_, oid, _)| *oid)));
+        let ahead = |oid: &ObjectId| ahead.lock().ok().and_then(|mut a| a.remove(oid));
         let total: usize = objects.iter().map(|(_, _, b)| b.len()).sum();
         let threads = crate::io_threads().min(total / BYTES_PER_THREAD).max(1);
         // Contiguous shares of about equal bytes, in order.
@@ -529,7 +669,7 @@ impl Store {
         shares.push(&objects[start..]);
         let deflate_share = |share: &[HeldObject]| -> std::io::Result<Vec<PackEntry>> {
             let mut z = self.take_deflate();
-            let entries = deflate_entries(share, &mut z)?;
+            let entries = deflate_entries(share, &mut z, &ahead)?;
             self.give_deflate(z);
             Ok(entries)
         };
@@ -564,7 +704,12 @@ impl Store {
     /// This repository's own `objects/pack` (a worktree store's `path` is the worktree),
     /// known without a thread-local repository handle.
     fn pack_dir(&self) -> PathBuf {
-        self.repo.git_dir().join("objects").join("pack")
+        self.repo
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .git_dir()
+            .join("objects")
+            .join("pack")
     }
 
     /// A pack in [`Store::pack_dir`], fsynced when finished unless the store is a scratch
@@ -768,12 +913,14 @@ impl Store {
             message: e.to_string(),
         })?;
         Ok(Self {
-            repo: repo.into_sync(),
+            repo: std::sync::RwLock::new(repo.into_sync()),
+            opened: path.to_path_buf(),
             path: path.to_path_buf(),
             present: Default::default(),
             durable: true,
             spares: None,
             deflate: Default::default(),
+            ahead: Default::default(),
         })
     }
 
@@ -965,6 +1112,11 @@ impl ObjectBatch<'_> {
     /// slow every lookup down).
     pub const PACK_AT: usize = 64;
 
+    /// Up to this many bytes of held objects left to compress are compressed by
+    /// [`ObjectBatch::finish`] itself (a tenth of a millisecond at zlib's fastest level)
+    /// rather than on a thread started ahead ([`ObjectBatch::compress_held`]).
+    pub const COMPRESS_AT_FINISH: usize = 64 << 10;
+
     /// Keep the blobs' contents, up to `budget` bytes of them, readable from
     /// [`ObjectBatch::take_fresh`]; and hold off compressing while they fit.
     pub fn keeping(mut self, budget: usize) -> Self {
@@ -996,16 +1148,27 @@ impl ObjectBatch<'_> {
     /// Start compressing what the batch holds now on a thread of its own, for the pack that
     /// [`ObjectBatch::finish`] writes — a publish's new blobs, while their trees are made and
     /// the hunks diffed; `finish` then compresses only what came after. Nothing happens when
-    /// the objects already go into a pack as they come, or are too few for one.
+    /// the objects already go into a pack as they come, or are too few for one, or when all
+    /// but [`ObjectBatch::COMPRESS_AT_FINISH`] bytes of them were compressed ahead
+    /// ([`Store::compress_ahead`]): on a busy machine a new thread may wait milliseconds for
+    /// a core, longer than `finish` takes to compress that much itself.
     pub fn compress_held(&mut self) {
         if self.pack.is_some() || self.compressing.is_some() || self.held.len() <= Self::PACK_AT {
             return;
         }
+        if self.store.bytes_not_ahead(&self.held) <= Self::COMPRESS_AT_FINISH {
+            return;
+        }
         let held = self.held.clone();
+        let ahead =
+            std::cell::RefCell::new(self.store.take_ahead(held.iter().map(|(_, oid, _)| *oid)));
         let mut z = self.store.take_deflate();
         let thread = std::thread::Builder::new()
             .name("hunkgate-deflate".into())
-            .spawn(move || (deflate_entries(&held, &mut z), z));
+            .spawn(move || {
+                let ahead = |oid: &ObjectId| ahead.borrow_mut().remove(oid);
+                (deflate_entries(&held, &mut z, &ahead), z)
+            });
         match thread {
             Ok(thread) => self.compressing = Some((self.held.len(), thread)),
             Err(e) => tracing::debug!(error = %e, "compressing at finish instead"),
@@ -1184,9 +1347,11 @@ impl ObjectBatch<'_> {
                 }
             }
         }
-        for oid in self.ids {
-            store.remember(oid);
+        for oid in &self.ids {
+            store.remember(*oid);
         }
+        // Whatever was compressed ahead for objects written loose is of no use now.
+        store.drop_ahead(&self.ids);
         Ok(())
     }
 }
@@ -1211,15 +1376,18 @@ impl BlobReader<'_> {
     }
 }
 
-/// The pack entries of `objects`, in order, compressed with `z`.
+/// The pack entries of `objects`, in order: those `ahead` has ([`Store::compress_ahead`]),
+/// the others compressed with `z`.
 fn deflate_entries(
     objects: &[HeldObject],
     z: &mut flate2::write::ZlibEncoder<Vec<u8>>,
+    ahead: &dyn Fn(&ObjectId) -> Option<Vec<u8>>,
 ) -> std::io::Result<Vec<PackEntry>> {
     objects
         .iter()
-        .map(|(kind, oid, bytes)| {
-            crate::pack::deflate_entry(pack_kind(*kind), bytes, z).map(|e| (*oid, e))
+        .map(|(kind, oid, bytes)| match ahead(oid) {
+            Some(entry) => Ok((*oid, entry)),
+            None => crate::pack::deflate_entry(pack_kind(*kind), bytes, z).map(|e| (*oid, e)),
         })
         .collect()
 }
@@ -2021,6 +2189,148 @@ mod tests {
         drop(dropped);
         assert!(packs_in(&store).iter().all(|p| !p.ends_with(".pack")));
         assert!(!store.has_object(blob_id(bodies[0].as_bytes())));
+    }
+
+    /// Blobs compressed ahead ([`Store::compress_ahead`], a publish's files read while its
+    /// agent works) are taken by the pack that holds them, which is the very pack compressing
+    /// everything at `finish` makes, byte for byte — whether all of the blobs came compressed
+    /// (then no thread is started for them) or some. What a pack did not take is dropped once
+    /// the store has the blobs (written loose), or when the run is over.
+    #[test]
+    fn blobs_compressed_ahead_make_the_same_pack_as_at_finish() {
+        let tmp = tempfile::tempdir().unwrap();
+        let bodies: Vec<String> = (0..300)
+            .map(|i| format!("line {i} of a new file\n").repeat(i % 40 + 1))
+            .collect();
+        let ahead_len = |store: &Store| store.ahead.lock().unwrap().entries.len();
+        let pack_of = |name: &str, ahead: usize| {
+            let store = Store::open_or_init(&tmp.path().join(name)).unwrap();
+            store.compress_ahead(
+                bodies[..ahead]
+                    .iter()
+                    .map(|b| (blob_id(b.as_bytes()), b.as_bytes())),
+            );
+            assert_eq!(ahead_len(&store), ahead);
+            let mut batch = store.batch().keeping(16 << 20);
+            for body in &bodies {
+                batch.write_blob(body.as_bytes()).unwrap();
+            }
+            batch.compress_held();
+            // All of them ahead: nothing left worth a thread.
+            assert_eq!(batch.compressing.is_none(), ahead == bodies.len());
+            batch.finish().unwrap();
+            assert_eq!(ahead_len(&store), 0, "the pack took every entry");
+            for body in &bodies {
+                assert_eq!(
+                    store.read_blob(blob_id(body.as_bytes())).unwrap(),
+                    body.as_bytes()
+                );
+            }
+            let packs: Vec<String> = packs_in(&store)
+                .into_iter()
+                .filter(|p| p.ends_with(".pack"))
+                .collect();
+            assert_eq!(packs.len(), 1, "{packs:?}");
+            let pack = store.path().join("objects/pack").join(&packs[0]);
+            git(store.path(), &["verify-pack", pack.to_str().unwrap()]);
+            git(store.path(), &["fsck", "--no-dangling"]);
+            packs[0].clone()
+        };
+        let at_finish = pack_of("at-finish.git", 0);
+        assert_eq!(pack_of("all-ahead.git", 300), at_finish);
+        assert_eq!(pack_of("some-ahead.git", 120), at_finish);
+        // Control: the pack is made of the entries compressed ahead, not compressed anew — ones
+        // made at zlib's best level, not its fastest, make another pack of the same objects.
+        let store = Store::open_or_init(&tmp.path().join("best.git")).unwrap();
+        let mut best = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+        for body in &bodies {
+            let entry =
+                crate::pack::deflate_entry(crate::pack::OBJ_BLOB, body.as_bytes(), &mut best)
+                    .unwrap();
+            let mut a = store.ahead.lock().unwrap();
+            a.bytes += entry.len();
+            a.entries.insert(blob_id(body.as_bytes()), entry);
+        }
+        let mut batch = store.batch().keeping(16 << 20);
+        for body in &bodies {
+            batch.write_blob(body.as_bytes()).unwrap();
+        }
+        batch.finish().unwrap();
+        let packs: Vec<String> = packs_in(&store)
+            .into_iter()
+            .filter(|p| p.ends_with(".pack"))
+            .collect();
+        assert_eq!(packs.len(), 1, "{packs:?}");
+        assert_ne!(packs[0], at_finish);
+        let pack = store.path().join("objects/pack").join(&packs[0]);
+        git(store.path(), &["verify-pack", pack.to_str().unwrap()]);
+        assert_eq!(
+            store.read_blob(blob_id(bodies[99].as_bytes())).unwrap(),
+            bodies[99].as_bytes()
+        );
+
+        let store = Store::open_or_init(&tmp.path().join("loose.git")).unwrap();
+        let body = b"one new file\n";
+        store.compress_ahead([(blob_id(body), &body[..])]);
+        // A blob the store has already is not compressed again.
+        let known = store.write_blob(b"known\n").unwrap();
+        store.compress_ahead([(known, &b"known\n"[..])]);
+        assert_eq!(ahead_len(&store), 1);
+        let mut few = store.batch();
+        few.write_blob(body).unwrap();
+        few.finish().unwrap();
+        assert_eq!(ahead_len(&store), 0, "written loose, the entry is dropped");
+        assert_eq!(store.read_blob(blob_id(body)).unwrap(), body);
+        store.compress_ahead([(blob_id(b"never written\n"), &b"never written\n"[..])]);
+        assert_eq!(ahead_len(&store), 1);
+        store.forget_ahead();
+        assert_eq!(ahead_len(&store), 0);
+        assert_eq!(store.ahead.lock().unwrap().bytes, 0);
+    }
+
+    /// Released, the store's maps go; everything reads as before — through a handle taken
+    /// before the release too — and new objects are written and read as ever.
+    #[test]
+    fn a_store_reads_and_writes_the_same_after_releasing_its_maps() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store.git")).unwrap();
+        let mut batch = store.batch();
+        let ids: Vec<ObjectId> = (0..200)
+            .map(|i| batch.write_blob(format!("blob {i}\n").as_bytes()).unwrap())
+            .collect();
+        batch.finish().unwrap();
+        assert_eq!(store.read_blob(ids[7]).unwrap(), b"blob 7\n");
+        // Which of this store's pack files this process has mapped (Linux).
+        let mapped = || -> Vec<String> {
+            let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+            let dir = store.path().join("objects/pack");
+            let mut files: Vec<String> = maps
+                .lines()
+                .filter_map(|l| l.split_whitespace().nth(5))
+                .filter(|p| p.starts_with(dir.to_str().unwrap()))
+                .map(str::to_string)
+                .collect();
+            files.dedup();
+            files
+        };
+        let on_linux = cfg!(target_os = "linux");
+        assert_eq!(!mapped().is_empty(), on_linux, "read, the pack is mapped");
+        let reader = store.reader();
+        store.release_maps().unwrap();
+        assert_eq!(reader.read_blob(ids[8]).unwrap(), b"blob 8\n");
+        assert_eq!(
+            !mapped().is_empty(),
+            on_linux,
+            "a handle in use keeps its maps"
+        );
+        drop(reader);
+        assert_eq!(mapped(), Vec::<String>::new(), "released");
+        assert_eq!(store.read_blob(ids[9]).unwrap(), b"blob 9\n");
+        let later = store.write_blob(b"after the release\n").unwrap();
+        store.release_maps().unwrap();
+        assert_eq!(store.read_blob(later).unwrap(), b"after the release\n");
+        assert!(store.has_object(ids[199]));
+        git(store.path(), &["fsck", "--no-dangling"]);
     }
 
     /// Past `PACK_AT` new blobs a batch writes one pack that git verifies and both git and this

@@ -172,8 +172,9 @@ impl Hub {
     }
 
     /// What the sandbox is to do with the files it reads early while the agent runs: diff
-    /// each against `base`, as the publish would, into `diffs` (see [`Active::diffs`]). A
-    /// diff that fails is left to the publish, which says why.
+    /// each against `base`, as the publish would, into `diffs` (see [`Active::diffs`]), and
+    /// compress it for the publish's pack ([`hunkgate_sandbox::store::Store::compress_ahead`]).
+    /// A diff that fails is left to the publish, which says why.
     fn early_differ(
         self: &Arc<Self>,
         base: &Arc<FlatTree>,
@@ -199,6 +200,11 @@ impl Hub {
             if todo.is_empty() {
                 return;
             }
+            // The ids are this process's own, hashed from these bytes as they were read.
+            hub.store().compress_ahead(
+                todo.iter()
+                    .map(|(_, new, bytes)| (new.oid, bytes.as_slice())),
+            );
             let made = crate::model::suggestion::diff_early(hub.store(), todo);
             if let Ok(mut d) = diffs.lock() {
                 d.extend(made);

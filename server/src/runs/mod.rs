@@ -260,13 +260,18 @@ impl Hub {
             self.run_error(&run_id, ErrorCode::ExperimentFailed, msg);
         }
         self.forget_run(&run_id);
-        // The run's snapshots, sandbox exchanges and read-backs are freed now, and the spare
-        // files its loose objects took are made again, at idle priority: enough for a decision
-        // on every hunk waiting for review (each writes a loose object).
+        // The run's snapshots, sandbox exchanges and read-backs are freed now, with what was
+        // compressed ahead for a publish and not taken and the maps of the packs its sync and
+        // read-back read from, and the spare files its loose objects took are made again, at idle priority: enough for a decision on every hunk waiting
+        // for review (each writes a loose object).
         let hub = self.clone();
         tokio::task::spawn_blocking(move || {
             let pending = hub.pending_hunks();
             hub.store().stock_spares_in_background(pending);
+            hub.store().forget_ahead();
+            if let Err(e) = hub.store().release_maps() {
+                tracing::debug!(error = %e, "keeping the checkpoint store's maps");
+            }
             hunkgate_sandbox::return_freed_memory();
         });
     }
