@@ -29,10 +29,12 @@
 //! 4. `fanout_clients` WebSocket clients listen while one more client makes `fanout_decisions`
 //!    decisions; each event's arrival at each client is compared with its first arrival, and
 //!    every client's seqs are checked against the hub's own `replay` for gaps;
+//!    Then the hub's RSS at rest, its runs over and the review done;
 //! 5. a fourth run, warm, whose agent undoes the first agent's change in the same places: a
 //!    publish of as many hunks from a hub that has run before (the first run's publish comes
 //!    right after its sandbox's first 10,000 files were written), beside `git diff base head`
-//!    of its suggestion;
+//!    of its suggestion; and `warm_big_samples` - 1 more such runs, each rewriting the same
+//!    lines its own way, so the warm big publish is a median too;
 //! 6. a second hub on a fresh state dir, one run whose agent publishes `rss_suggestions`
 //!    suggestions of `rss_hunks` hunks each (through `POST /agent/publish`), and the hub's RSS.
 //!
@@ -84,6 +86,10 @@ pub struct Config {
     /// Warm runs after runs 2 and 3, each changing one more file in `small_hunks` places: the
     /// warm start and the small publish are reported as medians over these and run 2 (3).
     pub warm_samples: usize,
+    /// Warm runs of the big agent's size after the review (run 4 and on), each rewriting the
+    /// same lines of the same files once more: the warm 1,000-hunk publish is reported as
+    /// their median (at most 15).
+    pub warm_big_samples: usize,
     /// The longest the benchmark waits for the disk to settle before each mode's first step
     /// (see [`settle_disk`]).
     pub settle_limit: Duration,
@@ -113,6 +119,7 @@ impl Config {
             fanout_decisions: 50,
             git_samples: 5,
             warm_samples: 5,
+            warm_big_samples: 5,
             settle_limit: Duration::from_secs(60),
             isolation_none: true,
             isolation_user: Some("hunkgate-agent".into()),
@@ -146,6 +153,7 @@ impl Config {
         c.fanout_decisions = num("HUNKGATE_BENCH_FANOUT_DECISIONS", c.fanout_decisions)?;
         c.git_samples = num("HUNKGATE_BENCH_GIT_SAMPLES", c.git_samples)?;
         c.warm_samples = num("HUNKGATE_BENCH_WARM_SAMPLES", c.warm_samples)?;
+        c.warm_big_samples = num("HUNKGATE_BENCH_WARM_BIG_SAMPLES", c.warm_big_samples)?;
         c.settle_limit = Duration::from_secs(num(
             "HUNKGATE_BENCH_SETTLE_SECS",
             c.settle_limit.as_secs() as usize,
@@ -201,6 +209,10 @@ impl Config {
         ensure!(
             self.git_samples > 0,
             "HUNKGATE_BENCH_GIT_SAMPLES must be at least 1"
+        );
+        ensure!(
+            (1..=15).contains(&self.warm_big_samples),
+            "HUNKGATE_BENCH_WARM_BIG_SAMPLES must be 1..15"
         );
         let needed = self.slots_needed();
         ensure!(
@@ -322,11 +334,21 @@ impl Layout {
             .collect()
     }
 
-    /// The sed that undoes [`Layout::sed_args`]: the same lines, the same size of change.
-    fn undo_sed_args(&self, hunks: usize) -> String {
+    /// The sed that rewrites what [`Layout::sed_args`] made once more: the same lines, the
+    /// same size of change, `LINE` becoming variant `k` (0..15) of its case — 0 (`line`)
+    /// undoes it.
+    fn again_sed_args(&self, hunks: usize, k: usize) -> String {
+        let variant: String = "line"
+            .chars()
+            .enumerate()
+            .map(|(i, c)| match k >> i & 1 {
+                1 => c.to_ascii_uppercase(),
+                _ => c,
+            })
+            .collect();
         self.changed_lines(hunks)
             .iter()
-            .map(|l| format!(" -e {l}s/LINE/line/"))
+            .map(|l| format!(" -e {l}s/LINE/{variant}/"))
             .collect()
     }
 }
@@ -428,6 +450,10 @@ pub struct ModeFigures {
     /// The big agent's change undone, after the reviews: a publish of as many hunks from a
     /// warm hub (run 4).
     pub warm_big: RunFigures,
+    /// The runs after it that rewrite the same lines again (`warm_big_samples` - 1).
+    pub warm_big_more: Vec<RunFigures>,
+    /// The hub at rest after its runs 1–3, the warm samples, the reviews and the fan-out.
+    pub at_rest: Memory,
     /// The small agent and the agent that changes nothing.
     pub warm_runs: Vec<RunFigures>,
     /// The warm samples: each an agent that changes one more file in `small_hunks` places.
@@ -1354,24 +1380,44 @@ async fn review_hub(
     settle()?;
     let fanout = fanout(hub, &mut client, cfg, &small_id, &small_hunks).await?;
 
-    progress(format!(
-        "[{mode}] run 4 (warm): {} files × {} hunks again, the big agent's change undone",
-        cfg.agent_files, cfg.hunks_per_file
-    ));
-    let undo_template = sh_template(&format!(
-        "sed -i{} {}",
-        layout.undo_sed_args(cfg.hunks_per_file),
-        big_files.join(" ")
-    ));
-    let (warm_big, undone) = timed_run(hub, &http, &mut client, &undo_template, true).await?;
-    let undone = undone.ok_or_else(|| anyhow!("no suggestion"))?;
-    ensure!(
-        warm_big.hunk_count == first_run.hunk_count,
-        "the undoing suggestion has {} hunks, expected {}",
-        warm_big.hunk_count,
-        first_run.hunk_count
-    );
-    let diff_big_warm = git_diff(ws, &hub.state, &undone, cfg.git_samples)?;
+    // What an idle hub that has worked holds: the background work after each run (spares
+    // made, memory returned) is done by the pause in `settle`.
+    settle()?;
+    let at_rest = memory_of(pid)?;
+
+    let mut warm_bigs = Vec::new();
+    let mut diff_big_warm = Duration::ZERO;
+    for k in 0..cfg.warm_big_samples {
+        progress(format!(
+            "[{mode}] run {} (warm): {} files × {} hunks again, {}",
+            4 + k,
+            cfg.agent_files,
+            cfg.hunks_per_file,
+            match k {
+                0 => "the big agent's change undone",
+                _ => "the same lines rewritten once more",
+            }
+        ));
+        let template = sh_template(&format!(
+            "sed -i{} {}",
+            layout.again_sed_args(cfg.hunks_per_file, k),
+            big_files.join(" ")
+        ));
+        let (run, again) = timed_run(hub, &http, &mut client, &template, true).await?;
+        let again = again.ok_or_else(|| anyhow!("no suggestion"))?;
+        ensure!(
+            run.hunk_count == first_run.hunk_count,
+            "warm big run {} has {} hunks, expected {}",
+            4 + k,
+            run.hunk_count,
+            first_run.hunk_count
+        );
+        if k == 0 {
+            diff_big_warm = git_diff(ws, &hub.state, &again, cfg.git_samples)?;
+        }
+        warm_bigs.push(run);
+    }
+    let warm_big = warm_bigs.remove(0);
 
     let mean_len = |h: &[(String, String, String)]| {
         h.iter().map(|(_, _, d)| d.len()).sum::<usize>() as f64 / h.len().max(1) as f64
@@ -1382,6 +1428,8 @@ async fn review_hub(
         idle,
         first_run,
         warm_big,
+        warm_big_more: warm_bigs,
+        at_rest,
         warm_runs: vec![run2, run3],
         sample_runs,
         stash_first,
@@ -1723,6 +1771,10 @@ impl Report {
             ),
             None => String::new(),
         };
+        let big_readies: Vec<Duration> = std::iter::once(&m.warm_big)
+            .chain(&m.warm_big_more)
+            .filter_map(|r| r.ready)
+            .collect();
         let publishes = [
             (
                 format!(
@@ -1730,14 +1782,22 @@ impl Report {
                     parsed(&m.first_run)
                 ),
                 m.first_run.ready,
+                None,
                 m.diff_big,
             ),
             (
-                format!(
-                    "agent exit → `suggestion.ready`, {big} hunks, warm (run 4){}",
-                    parsed(&m.warm_big)
-                ),
-                m.warm_big.ready,
+                match big_readies.len() {
+                    1 => format!(
+                        "agent exit → `suggestion.ready`, {big} hunks, warm (run 4){}",
+                        parsed(&m.warm_big)
+                    ),
+                    n => format!(
+                        "agent exit → `suggestion.ready`, {big} hunks, warm (median of {n} runs){}",
+                        parsed(&m.warm_big)
+                    ),
+                },
+                (!big_readies.is_empty()).then(|| percentile(&big_readies, 50.0)),
+                (big_readies.len() > 1).then_some(&big_readies),
                 m.diff_big_warm,
             ),
             (
@@ -1748,14 +1808,15 @@ impl Report {
                     ),
                 },
                 (!small_readies.is_empty()).then(|| percentile(&small_readies, 50.0)),
+                (small_readies.len() > 1).then_some(&small_readies),
                 m.diff_small,
             ),
         ];
-        for (label, ready, diff) in publishes {
+        for (label, ready, samples, diff) in publishes {
             if let Some(r) = ready {
-                let shown = match label.contains("median of") {
-                    true => spread(&small_readies),
-                    false => ms(r),
+                let shown = match samples {
+                    Some(samples) => spread(samples),
+                    None => ms(r),
                 };
                 row(
                     label,
@@ -1835,6 +1896,20 @@ impl Report {
         );
         row(
             format!(
+                "hub RSS at rest after its work: runs 1–3, {} warm samples, both reviews and the fan-out",
+                m.sample_runs.len()
+            ),
+            format!(
+                "{} ({} of it anonymous)",
+                mib(m.at_rest.rss_kib),
+                mib(m.at_rest.anon_kib)
+            ),
+            String::new(),
+            String::new(),
+            "≤ 15 MiB (idle)",
+        );
+        row(
+            format!(
                 "hub RSS with {} suggestions × {} hunks",
                 thousands(m.loaded_suggestions),
                 thousands(
@@ -1889,6 +1964,7 @@ impl Report {
         let runs: Vec<String> = std::iter::once(&m.first_run)
             .chain(&m.warm_runs)
             .chain([&m.warm_big])
+            .chain(&m.warm_big_more)
             .enumerate()
             .map(|(i, r)| format!("run {} {}", i + 1, ms(r.disk)))
             .collect();

@@ -21,6 +21,7 @@ fn tiny() -> Config {
         fanout_decisions: 6,
         git_samples: 2,
         warm_samples: 2,
+        warm_big_samples: 3,
         // One look at the disk, however it is doing.
         settle_limit: Duration::ZERO,
         isolation_none: true,
@@ -60,6 +61,12 @@ fn check_mode(cfg: &Config, m: &ModeFigures) {
         positive("a warm sample's start", r.start);
     }
     assert_eq!(m.warm_big.hunk_count, m.first_run.hunk_count);
+    assert_eq!(m.warm_big_more.len(), cfg.warm_big_samples - 1, "{m:#?}");
+    for r in &m.warm_big_more {
+        assert_eq!(r.hunk_count, m.first_run.hunk_count, "{m:#?}");
+        assert!(r.ready.is_some_and(|d| !d.is_zero()), "{m:#?}");
+    }
+    assert!(m.at_rest.rss_kib > 0 && m.at_rest.anon_kib > 0, "{m:#?}");
     positive(
         "the warm big publish",
         m.warm_big
@@ -146,6 +153,8 @@ async fn the_hub_benchmark_produces_every_figure() {
         "bytes per accept",
         "after the whole",
         "hub RSS, idle",
+        "hub RSS at rest after its work",
+        "hunks, warm (median of 3 runs)",
         "hub RSS with 3 suggestions × 20 hunks",
         "fan-out to 5 WebSocket clients",
         "events lost without a `resync`",
