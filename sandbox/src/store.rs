@@ -118,6 +118,8 @@ pub struct Store {
     deflate: std::sync::Mutex<Vec<flate2::write::ZlibEncoder<Vec<u8>>>>,
     /// Blobs compressed ahead of the pack that is to hold them ([`Store::compress_ahead`]).
     ahead: std::sync::Mutex<Ahead>,
+    /// Bytes of blobs read since the maps were last released ([`Store::release_maps_after`]).
+    read_bytes: std::sync::atomic::AtomicU64,
 }
 
 /// Pack entries of blobs compressed before any batch holds them: a publish's new files, read
@@ -179,6 +181,7 @@ impl Store {
             spares: None,
             deflate: Default::default(),
             ahead: Default::default(),
+            read_bytes: Default::default(),
         })
     }
 
@@ -199,6 +202,7 @@ impl Store {
             spares: None,
             deflate: Default::default(),
             ahead: Default::default(),
+            read_bytes: Default::default(),
         })
     }
 
@@ -239,6 +243,16 @@ impl Store {
             .to_thread_local()
     }
 
+    /// [`Store::release_maps`] if at least `bytes` of blobs were read since the last release
+    /// (a slot's first sync reads the whole base); whether it did. A run that read a few files
+    /// leaves the maps alone, so the next does not pay for mapping every pack index again.
+    pub fn release_maps_after(&self, bytes: u64) -> Result<bool, StoreError> {
+        if self.read_bytes.load(std::sync::atomic::Ordering::Relaxed) < bytes {
+            return Ok(false);
+        }
+        self.release_maps().map(|()| true)
+    }
+
     /// Give back the memory that reading objects took: gix maps each pack and pack index it
     /// reads from, and keeps them mapped for the handle's life — after a run's first sync of
     /// a 10,000-file repository, some 8 MiB of resident pages of a process that then idles
@@ -246,6 +260,8 @@ impl Store {
     /// once the last thread-local handle taken from it is dropped; what is read next maps
     /// again. Objects are never touched.
     pub fn release_maps(&self) -> Result<(), StoreError> {
+        self.read_bytes
+            .store(0, std::sync::atomic::Ordering::Relaxed);
         let fresh =
             gix::open_opts(&self.opened, isolated_open_options()).map_err(|e| self.err(e))?;
         let old = std::mem::replace(
@@ -921,6 +937,7 @@ impl Store {
             spares: None,
             deflate: Default::default(),
             ahead: Default::default(),
+            read_bytes: Default::default(),
         })
     }
 
@@ -1372,7 +1389,11 @@ impl BlobReader<'_> {
                 expected: "blob",
             });
         }
-        Ok(obj.detach().data)
+        let data = obj.detach().data;
+        self.store
+            .read_bytes
+            .fetch_add(data.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(data)
     }
 }
 
@@ -2329,6 +2350,20 @@ mod tests {
         let later = store.write_blob(b"after the release\n").unwrap();
         store.release_maps().unwrap();
         assert_eq!(store.read_blob(later).unwrap(), b"after the release\n");
+        // Released only after reading enough: 20 bytes so far, the maps stay.
+        assert_eq!(store.read_blob(ids[10]).unwrap(), b"blob 10\n");
+        assert!(!store.release_maps_after(100).unwrap());
+        assert_eq!(!mapped().is_empty(), on_linux, "too little read to release");
+        for id in &ids {
+            store.read_blob(*id).unwrap();
+        }
+        assert!(store.release_maps_after(100).unwrap());
+        assert_eq!(
+            mapped(),
+            Vec::<String>::new(),
+            "released after reading 1.7 KB"
+        );
+        assert!(!store.release_maps_after(100).unwrap(), "counted anew");
         assert!(store.has_object(ids[199]));
         git(store.path(), &["fsck", "--no-dangling"]);
     }
