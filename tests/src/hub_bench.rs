@@ -689,6 +689,10 @@ impl Http {
 /// The pause before each timed step (see [`settle`]).
 const BETWEEN_STEPS: Duration = Duration::from_secs(1);
 
+/// How long after its last decision the hub's RSS at rest is read: past the hub's 2 s of quiet
+/// after which it returns freed memory (`hub::quiet`), with the `settle` after it.
+const AT_REST_AFTER: Duration = Duration::from_secs(2);
+
 /// `sh -c '<script>'` as an agent template: the script holds no single quote and no `{prompt}`.
 /// The agent's work ends with `sync`, before its end stamp: a real agent works for minutes,
 /// long enough for the kernel to write back what the sandbox sync and the agent wrote, and the
@@ -1381,7 +1385,9 @@ async fn review_hub(
     let fanout = fanout(hub, &mut client, cfg, &small_id, &small_hunks).await?;
 
     // What an idle hub that has worked holds: the background work after each run (spares
-    // made, memory returned) is done by the pause in `settle`.
+    // made, memory returned) is done by the pause in `settle`, and the hub gives back what its
+    // last decisions and connections freed once it has been quiet for 2 s.
+    tokio::time::sleep(AT_REST_AFTER).await;
     settle()?;
     let at_rest = memory_of(pid)?;
 

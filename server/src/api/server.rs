@@ -297,6 +297,10 @@ pub async fn run_then(
     });
     write_private(&hub_json, info.to_string().as_bytes())?;
     ready(hub.cfg());
+    hub.tasks().spawn(crate::hub::quiet::give_back_when_quiet(
+        hub.quiet().clone(),
+        shutdown.clone(),
+    ));
     tracing::info!(url = %hub.url(), repo = %hub.cfg().repo.display(), state = %hub.cfg().state_dir.display(), "hunkgate hub listening");
     let app = crate::api::http::router(hub.clone());
     let served = axum::serve(without_nagle(listener), app)

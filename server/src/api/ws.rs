@@ -36,6 +36,8 @@ struct ClientCount(Arc<Hub>);
 impl Drop for ClientCount {
     fn drop(&mut self) {
         self.0.ws_clients().fetch_sub(1, Ordering::Relaxed);
+        // What the connection held (its buffers, its queue of events) is free now.
+        self.0.quiet().note();
     }
 }
 

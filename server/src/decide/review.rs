@@ -50,6 +50,7 @@ impl Hub {
             modified_diff,
             comment,
         };
+        self.quiet().note();
         self.decide_as(suggestion_id, hunk_id, &ask, None)
     }
 
@@ -200,6 +201,7 @@ impl Hub {
         file: Option<&str>,
         comment: Option<&str>,
     ) -> Result<serde_json::Value, AppError> {
+        self.quiet().note();
         let mut st = self.lock()?;
         let sid = Self::resolve_id(&st, suggestion_id)?;
         let s = &st.suggestions[&sid];

@@ -6,6 +6,7 @@
 
 pub mod auth;
 pub mod events;
+pub mod quiet;
 pub mod registry;
 
 use std::collections::BTreeMap;
@@ -78,6 +79,8 @@ pub struct Hub {
     /// Decisions that stand in the checkout but whose feedback lines and `commit` could not be
     /// written yet (decision id, lines): written before the next decision.
     unfinished: Mutex<Vec<(String, Vec<FeedbackRecord>)>>,
+    /// When the hub was last busy, for giving freed memory back once it is quiet.
+    quiet: Arc<quiet::Quiet>,
 }
 
 /// What [`Hub::new`] is made from: the state recovered from the state directory.
@@ -111,6 +114,7 @@ impl Hub {
             shutdown: p.shutdown,
             cfg: p.cfg,
             unfinished: Mutex::new(Vec::new()),
+            quiet: Arc::default(),
         }
     }
 
@@ -146,6 +150,11 @@ impl Hub {
     /// Changes on every start: a client that sees a new epoch resyncs.
     pub fn epoch(&self) -> &str {
         &self.epoch
+    }
+
+    /// When the hub was last busy (see [`quiet`]).
+    pub fn quiet(&self) -> &Arc<quiet::Quiet> {
+        &self.quiet
     }
 
     /// Open WebSocket connections.
