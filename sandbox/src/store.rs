@@ -243,9 +243,9 @@ impl Store {
             .to_thread_local()
     }
 
-    /// [`Store::release_maps`] if at least `bytes` of blobs were read since the last release
-    /// (a slot's first sync reads the whole base); whether it did. A run that read a few files
-    /// leaves the maps alone, so the next does not pay for mapping every pack index again.
+    /// [`Store::release_maps`] if at least `bytes` of blobs were read since the last release;
+    /// whether it did. A store nothing was read from keeps the maps it has (the hub's, idle
+    /// since the last release: none).
     pub fn release_maps_after(&self, bytes: u64) -> Result<bool, StoreError> {
         if self.read_bytes.load(std::sync::atomic::Ordering::Relaxed) < bytes {
             return Ok(false);
@@ -668,21 +668,24 @@ impl Store {
         const BYTES_PER_THREAD: usize = 256 << 10;
         let (done, compressed) = compressed.unwrap_or_default();
         let objects = &all[done..];
-        let ahead = std::sync::Mutex::new(self.take_ahead(objects.iter().map(|(_, oid, _)| *oid)));
-        let ahead = |oid: &ObjectId| ahead.lock().ok().and_then(|mut a| a.remove(oid));
-        let total: usize = objects.iter().map(|(_, _, b)| b.len()).sum();
+        let taken = self.take_ahead(objects.iter().map(|(_, oid, _)| *oid));
+        // What is left to compress: an entry compressed ahead costs nothing now.
+        let cost = |(_, oid, b): &HeldObject| if taken.contains_key(oid) { 0 } else { b.len() };
+        let total: usize = objects.iter().map(cost).sum();
         let threads = crate::io_threads().min(total / BYTES_PER_THREAD).max(1);
-        // Contiguous shares of about equal bytes, in order.
+        // Contiguous shares of about equal bytes to compress, in order.
         let mut shares: Vec<&[HeldObject]> = Vec::with_capacity(threads);
         let (mut start, mut acc, per) = (0, 0, total.div_ceil(threads));
-        for (i, (_, _, b)) in objects.iter().enumerate() {
-            acc += b.len();
+        for (i, object) in objects.iter().enumerate() {
+            acc += cost(object);
             if acc >= per * (shares.len() + 1) && shares.len() + 1 < threads {
                 shares.push(&objects[start..=i]);
                 start = i + 1;
             }
         }
         shares.push(&objects[start..]);
+        let ahead = std::sync::Mutex::new(taken);
+        let ahead = |oid: &ObjectId| ahead.lock().ok().and_then(|mut a| a.remove(oid));
         let deflate_share = |share: &[HeldObject]| -> std::io::Result<Vec<PackEntry>> {
             let mut z = self.take_deflate();
             let entries = deflate_entries(share, &mut z, &ahead)?;
