@@ -297,9 +297,17 @@ pub async fn run_then(
     });
     write_private(&hub_json, info.to_string().as_bytes())?;
     ready(hub.cfg());
+    let weak = Arc::downgrade(&hub);
     hub.tasks().spawn(crate::hub::quiet::give_back_when_quiet(
         hub.quiet().clone(),
         shutdown.clone(),
+        move || {
+            if let Some(hub) = weak.upgrade() {
+                if let Err(e) = hub.store().release_maps_after(1) {
+                    tracing::debug!(error = %e, "keeping the checkpoint store's maps");
+                }
+            }
+        },
     ));
     tracing::info!(url = %hub.url(), repo = %hub.cfg().repo.display(), state = %hub.cfg().state_dir.display(), "hunkgate hub listening");
     let app = crate::api::http::router(hub.clone());

@@ -3,10 +3,13 @@
 //! A run and a publish end by returning freed memory ([`hunkgate_sandbox::return_freed_memory`]),
 //! but a review does not: a thousand decisions, or a hundred WebSocket clients that came and
 //! went, leave megabytes free inside the allocator's arenas, resident until the next run —
-//! which may be hours away, for a hub that sits in the background all day. So each decision
+//! which may be hours away, for a hub that sits in the background all day. And whatever read
+//! objects from the checkpoint store left its packs mapped: reading a run's hundred files
+//! maps in the 64 KiB around each, most of an 8 MiB pack. So each decision, each run's end
 //! and each closed connection notes [`Quiet::note`], and a task ([`give_back_when_quiet`])
-//! returns freed memory once nothing was noted for [`QUIET`]: never in the middle of a burst of
-//! decisions, where the trim would take a millisecond of CPU (and the arenas' locks) from them.
+//! lets go of the maps and returns freed memory once nothing was noted for [`QUIET`]: never in
+//! the middle of a burst of decisions, where the trim would take a millisecond of CPU (and the
+//! arenas' locks) from them, and the next one maps again what it reads.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -67,10 +70,20 @@ impl Quiet {
 }
 
 /// Until `stop` fires: each time the hub has been quiet for [`QUIET`] after something was
-/// noted, return freed memory to the system (on a blocking thread).
-pub async fn give_back_when_quiet(quiet: Arc<Quiet>, stop: CancellationToken) {
+/// noted, run `also` (the hub lets go of its store's pack maps there) and return freed memory
+/// to the system, on a blocking thread.
+pub async fn give_back_when_quiet(
+    quiet: Arc<Quiet>,
+    stop: CancellationToken,
+    also: impl Fn() + Clone + Send + 'static,
+) {
     while quiet.until_quiet(QUIET, &stop).await {
-        let _ = tokio::task::spawn_blocking(hunkgate_sandbox::return_freed_memory).await;
+        let also = also.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            also();
+            hunkgate_sandbox::return_freed_memory();
+        })
+        .await;
     }
 }
 

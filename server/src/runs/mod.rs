@@ -261,19 +261,17 @@ impl Hub {
         }
         self.forget_run(&run_id);
         // The run's snapshots, sandbox exchanges and read-backs are freed now, with what was
-        // compressed ahead for a publish and not taken and, after a sync of the whole base, the
-        // maps of the packs it read from; and the spare files its loose objects took are made
-        // again, at idle priority: enough for a decision on every hunk waiting for review (each
-        // writes a loose object).
+        // compressed ahead for a publish and not taken; and the spare files its loose objects
+        // took are made again, at idle priority: enough for a decision on every hunk waiting
+        // for review (each writes a loose object). The maps of the packs it read go once the
+        // hub is quiet (`hub::quiet`).
         let hub = self.clone();
         tokio::task::spawn_blocking(move || {
             let pending = hub.pending_hunks();
             hub.store().stock_spares_in_background(pending);
             hub.store().forget_ahead();
-            if let Err(e) = hub.store().release_maps_after(RELEASE_MAPS_AFTER) {
-                tracing::debug!(error = %e, "keeping the checkpoint store's maps");
-            }
             hunkgate_sandbox::return_freed_memory();
+            hub.quiet().note();
         });
     }
 
@@ -350,12 +348,6 @@ impl Hub {
 }
 
 pub const BUILTIN: &str = "builtin";
-
-/// A run after which the checkpoint store had blobs of at least this many bytes read — a
-/// slot's first sync, which reads the whole base — lets go of the store's pack maps
-/// ([`hunkgate_sandbox::store::Store::release_maps_after`]); a run that read a few files
-/// keeps them, so the next one does not map every pack index again.
-const RELEASE_MAPS_AFTER: u64 = 16 << 20;
 
 /// What drives a run: an agent command in the sandbox, or the hub's own tool loop.
 #[derive(Debug, Clone)]
