@@ -1546,6 +1546,9 @@ async fn loaded_memory(
         cfg.rss_hunks,
         sugs.len()
     );
+    // Read at rest, as the other hub's after its work: past the 2 s of quiet after which the
+    // hub gives back what the run freed and lets go of the pack maps its reads left.
+    tokio::time::sleep(AT_REST_AFTER).await;
     Ok((memory_of(hub.child.id())?, sugs.len(), hunks))
 }
 
