@@ -2154,6 +2154,29 @@ mod tests {
         assert!(!store.has_object(dropped_id));
     }
 
+    /// The name of the one pack `store` has, which git verifies, holding `bodies` as blobs that
+    /// the store reads back.
+    fn the_one_pack_of(store: &Store, bodies: &[String]) -> String {
+        for body in bodies {
+            assert_eq!(
+                store.read_blob(blob_id(body.as_bytes())).unwrap(),
+                body.as_bytes()
+            );
+        }
+        let packs: Vec<String> = packs_in(store)
+            .into_iter()
+            .filter(|p| p.ends_with(".pack"))
+            .collect();
+        assert_eq!(packs.len(), 1, "{packs:?}");
+        let pack = store.path().join("objects/pack").join(&packs[0]);
+        let verified = git(store.path(), &["verify-pack", "-v", pack.to_str().unwrap()]);
+        assert_eq!(
+            verified.lines().filter(|l| l.contains(" blob ")).count(),
+            bodies.len()
+        );
+        packs[0].clone()
+    }
+
     /// Blobs a batch started compressing early ([`ObjectBatch::compress_held`], a publish's new
     /// files) end up in the very pack a batch compressing everything at `finish` makes, byte
     /// for byte, with what came after them (trees, here more blobs); a batch too small for a
@@ -2178,24 +2201,7 @@ mod tests {
                 batch.write_blob(body.as_bytes()).unwrap();
             }
             batch.finish().unwrap();
-            for body in &bodies {
-                assert_eq!(
-                    store.read_blob(blob_id(body.as_bytes())).unwrap(),
-                    body.as_bytes()
-                );
-            }
-            let packs: Vec<String> = packs_in(&store)
-                .into_iter()
-                .filter(|p| p.ends_with(".pack"))
-                .collect();
-            assert_eq!(packs.len(), 1, "{packs:?}");
-            let pack = store.path().join("objects/pack").join(&packs[0]);
-            let verified = git(store.path(), &["verify-pack", "-v", pack.to_str().unwrap()]);
-            assert_eq!(
-                verified.lines().filter(|l| l.contains(" blob ")).count(),
-                300
-            );
-            packs[0].clone()
+            the_one_pack_of(&store, &bodies)
         };
         assert_eq!(pack_of("early.git", true), pack_of("at-finish.git", false));
 
@@ -2244,21 +2250,8 @@ mod tests {
             assert_eq!(batch.compressing.is_none(), ahead == bodies.len());
             batch.finish().unwrap();
             assert_eq!(ahead_len(&store), 0, "the pack took every entry");
-            for body in &bodies {
-                assert_eq!(
-                    store.read_blob(blob_id(body.as_bytes())).unwrap(),
-                    body.as_bytes()
-                );
-            }
-            let packs: Vec<String> = packs_in(&store)
-                .into_iter()
-                .filter(|p| p.ends_with(".pack"))
-                .collect();
-            assert_eq!(packs.len(), 1, "{packs:?}");
-            let pack = store.path().join("objects/pack").join(&packs[0]);
-            git(store.path(), &["verify-pack", pack.to_str().unwrap()]);
             git(store.path(), &["fsck", "--no-dangling"]);
-            packs[0].clone()
+            the_one_pack_of(&store, &bodies)
         };
         let at_finish = pack_of("at-finish.git", 0);
         assert_eq!(pack_of("all-ahead.git", 300), at_finish);
@@ -2280,18 +2273,7 @@ mod tests {
             batch.write_blob(body.as_bytes()).unwrap();
         }
         batch.finish().unwrap();
-        let packs: Vec<String> = packs_in(&store)
-            .into_iter()
-            .filter(|p| p.ends_with(".pack"))
-            .collect();
-        assert_eq!(packs.len(), 1, "{packs:?}");
-        assert_ne!(packs[0], at_finish);
-        let pack = store.path().join("objects/pack").join(&packs[0]);
-        git(store.path(), &["verify-pack", pack.to_str().unwrap()]);
-        assert_eq!(
-            store.read_blob(blob_id(bodies[99].as_bytes())).unwrap(),
-            bodies[99].as_bytes()
-        );
+        assert_ne!(the_one_pack_of(&store, &bodies), at_finish);
 
         let store = Store::open_or_init(&tmp.path().join("loose.git")).unwrap();
         let body = b"one new file\n";
