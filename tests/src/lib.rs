@@ -155,6 +155,9 @@ pub struct Hub {
     pub token: String,
     pub state: PathBuf,
     pub log: PathBuf,
+    /// The `serve` process when it is not `child` but a descendant of it (a wrapper's, such
+    /// as `script`'s): its pid and start time, taken once it said it serves.
+    wrapped: Option<(i32, u64)>,
 }
 
 impl Hub {
@@ -205,6 +208,7 @@ impl Hub {
     pub fn wait_ready(mut child: Child, state: PathBuf, log: PathBuf) -> Result<Self> {
         match Self::ready_parts(&mut child, &state, &log) {
             Ok((url, port, token)) => Ok(Self {
+                wrapped: wrapped_serve(&child, &state),
                 child,
                 url,
                 port,
@@ -313,9 +317,57 @@ impl Hub {
 
 impl Drop for Hub {
     fn drop(&mut self) {
+        // A hub started through a wrapper (`script`, which gives it a controlling terminal) is
+        // in a session of its own: killing the wrapper only hangs its terminal up, which a hub
+        // that ignores SIGHUP (inherited, as under `nohup`) outlives. So that hub is killed
+        // itself — the very process it was when it said it served, never one that took its pid
+        // or a later hub on the same state dir.
+        if let Some((pid, started)) = self.wrapped {
+            if process_start(pid) == Some(started) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The pid and start time of the `serve` process that `state`'s hub.json names, when that
+/// process is a descendant of `child` but not `child` itself; None otherwise (the hub is the
+/// child, or hub.json is a stale one naming another process).
+fn wrapped_serve(child: &Child, state: &Path) -> Option<(i32, u64)> {
+    let text = std::fs::read_to_string(state.join("hub.json")).ok()?;
+    let pid = serde_json::from_str::<Value>(&text).ok()?["pid"].as_i64()?;
+    let pid = i32::try_from(pid).ok().filter(|p| *p > 1)?;
+    let child = i32::try_from(child.id()).ok()?;
+    if pid == child {
+        return None;
+    }
+    let started = process_start(pid)?;
+    // Up the parents, a few wrappers at most, to the child.
+    let mut at = pid;
+    for _ in 0..4 {
+        at = stat_field(at, 1)?.parse().ok()?;
+        if at == child {
+            return Some((pid, started));
+        }
+    }
+    None
+}
+
+/// When process `pid` started (`/proc/<pid>/stat`'s starttime, in clock ticks since boot).
+fn process_start(pid: i32) -> Option<u64> {
+    stat_field(pid, 19)?.parse().ok()
+}
+
+/// Field `n` (0: the state) of `/proc/<pid>/stat` after the parenthesised command name.
+fn stat_field(pid: i32, n: usize) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(n).map(str::to_string)
 }
 
 /// Minimal HTTP through curl: the same tool the README tells users to use.
@@ -1204,5 +1256,67 @@ mod tests {
         assert_eq!((hub.port, hub.token.as_str()), (4097, "t0k"));
         drop(hub);
         assert!(!pid_alive(pid), "dropped, the hub is stopped");
+    }
+
+    /// A hub behind a wrapper — a descendant of the child, SIGHUP ignored, as a tty test's
+    /// hub under `script` started under `nohup` — is stopped with it; a process that a stale
+    /// hub.json names and that is not the child's is left alone.
+    #[test]
+    fn a_dropped_hub_behind_a_wrapper_is_stopped_too() {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = tmp.path().join("state");
+        std::fs::create_dir_all(&state).unwrap();
+        std::fs::write(state.join("token"), "t\n").unwrap();
+        let served_file = tmp.path().join("served");
+        // The wrapper: starts the "hub" (SIGHUP ignored) in the background and waits.
+        let wrapper = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "(trap '' HUP; exec sleep 60) & echo $! > {}; wait",
+                served_file.display()
+            ))
+            .spawn()
+            .unwrap();
+        let wrapper_pid = wrapper.id();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let served: u32 = loop {
+            if let Some(pid) = std::fs::read_to_string(&served_file)
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+            {
+                break pid;
+            }
+            assert!(Instant::now() < deadline, "the wrapper started nothing");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let hub_json = |pid: u32| {
+            let json = format!(r#"{{"url":"http://127.0.0.1:1","pid":{pid}}}"#);
+            std::fs::write(state.join("hub.json"), json).unwrap();
+        };
+        hub_json(served);
+        let hub = Hub::wait_ready(wrapper, state.clone(), tmp.path().join("log")).unwrap();
+        assert!(pid_alive(served));
+        drop(hub);
+        assert!(!pid_alive(wrapper_pid), "the wrapper stopped");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while pid_alive(served) {
+            assert!(
+                Instant::now() < deadline,
+                "the hub behind the wrapper still runs"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+
+        // Control: hub.json left by another hub, naming a process that is not the child's.
+        let mut other = Command::new("sleep").arg("60").spawn().unwrap();
+        hub_json(other.id());
+        let child = Command::new("sleep").arg("60").spawn().unwrap();
+        let child_pid = child.id();
+        let hub = Hub::wait_ready(child, state, tmp.path().join("log")).unwrap();
+        drop(hub);
+        assert!(!pid_alive(child_pid));
+        assert!(pid_alive(other.id()), "another process was killed");
+        let _ = other.kill();
+        let _ = other.wait();
     }
 }
