@@ -797,14 +797,10 @@ pub async fn wait_run_finished(hub: &Hub, run_id: &str, timeout: Duration) -> Re
 
 /// Whether a process is running (a zombie or a missing /proc entry counts as gone).
 pub fn pid_alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the parenthesised command name.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
-            .unwrap_or(true),
-        Err(_) => false,
-    }
+    i32::try_from(pid)
+        .ok()
+        .and_then(|pid| stat_field(pid, 0))
+        .is_some_and(|state| state != "Z")
 }
 
 /// `line 1\n` … `line n\n`.
