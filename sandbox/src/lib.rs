@@ -7,7 +7,8 @@
 //!   need for the loose objects a publish waits for.
 //! - [`statcache`]: stat data, git's racy rule, and the stat cache that lets a checkout
 //!   snapshot read only new or changed files.
-//! - [`snapshot`]: a checkout or a sandbox captured into the store as a tree.
+//! - [`snapshot`]: a checkout or a sandbox captured into the store as a tree; [`limits`] bounds
+//!   what one read-back of a sandbox may bring in.
 //! - [`sync`]: bringing a sandbox slot to a base writing only what differs, and the stat record
 //!   that lets the read-back after a run read only what the agent changed.
 //! - [`checkout`]: the user's checkout snapshotted at the cost of what changed, under change
@@ -23,7 +24,7 @@
 //!   touches its sandbox; [`wire`] is the byte stream between the two.
 //!
 //! Modules import only downward, in the order of `LAYERS` (the `layering` test below fails on
-//! any other import): `wire`, `pack`, `watch`, `spares` → `beneath` → `store` → `statcache`
+//! any other import): `wire`, `pack`, `watch`, `spares`, `limits` → `beneath` → `store` → `statcache`
 //! → `snapshot` → `tools`, `sync`, `checkout` → `workspace` → `agent`, `jj` → `user`,
 //! `helper`. So the wire contract is a leaf, the sandbox trait knows nothing of user
 //! isolation, and the hub's side (`user`) and the helper never import each other.
@@ -33,6 +34,7 @@ pub mod beneath;
 pub mod checkout;
 pub mod helper;
 pub mod jj;
+pub mod limits;
 pub mod pack;
 pub mod snapshot;
 pub mod spares;
@@ -306,7 +308,8 @@ mod layering {
     //! Each module may import (`crate::x`) only modules of a lower layer. The layers, bottom
     //! up — a new module must be given one here:
     //!
-    //! 1. `wire`: the hub↔helper contract, a leaf; `pack` and `watch`, leaves too;
+    //! 1. `wire`: the hub↔helper contract, a leaf; `pack`, `watch`, `spares` and `limits`,
+    //!    leaves too;
     //! 2. `beneath`, then `store`: confined file access, the checkpoint store;
     //! 3. `statcache`, then `snapshot`: stat data, reading trees as data;
     //! 4. `tools`, `sync`, `checkout`: the agent's file tools; bringing a slot to a base; the
@@ -315,7 +318,7 @@ mod layering {
     //! 6. `agent`, `jj`: processes and jj changes in any sandbox;
     //! 7. `user`, `helper`: the two ends of user isolation, which never import each other.
     const LAYERS: &[&[&str]] = &[
-        &["wire", "pack", "watch", "spares"],
+        &["wire", "pack", "watch", "spares", "limits"],
         &["beneath"],
         &["store"],
         &["statcache"],

@@ -14,6 +14,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use crate::beneath::{Beneath, FsError, Kind};
+pub use crate::limits::{OverLimit, ReadLimits};
 use crate::statcache::{file_stat, is_racy, StatCache};
 use crate::store::{
     blob_id, changes_between, Changes, Entry, FlatTree, Mode, ObjectBatch, Store, StoreError,
@@ -23,7 +24,7 @@ use crate::wire::{FileStat, SyncRecord};
 use crate::ObjectId;
 
 /// Files larger than this are left out of snapshots (and reported).
-pub const DEFAULT_FILE_CAP: u64 = 64 * 1024 * 1024;
+pub const DEFAULT_FILE_CAP: u64 = ReadLimits::FILE_CAP;
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Skipped {
@@ -73,6 +74,20 @@ pub enum SnapshotError {
     Fs(#[from] FsError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    OverLimit(#[from] OverLimit),
+}
+
+impl SnapshotError {
+    /// The limit a read-back went past, if that is what this is.
+    pub fn over_limit(&self) -> Option<OverLimit> {
+        match self {
+            SnapshotError::OverLimit(o) | SnapshotError::Store(StoreError::OverLimit(o)) => {
+                Some(*o)
+            }
+            _ => None,
+        }
+    }
 }
 
 /// Candidate paths from a walk that honours .gitignore files and never descends into `.git`.
@@ -982,7 +997,7 @@ pub fn snapshot_sandbox(
         dir,
         base,
         &mut objects,
-        cap,
+        ReadLimits::only_file_cap(cap),
         record,
         dirty,
         &mut EarlyReads::new(),
@@ -1185,15 +1200,27 @@ impl Early {
 /// there, not read again; those taken are removed from `early`. Every entry of `early` must
 /// still be what its path held by change notification's word (the caller has dropped any
 /// named since it was read).
+///
+/// Past `limits` it stops with [`SnapshotError::OverLimit`]: before reading anything when the
+/// walk found more new files than it allows, else as soon as the new content is over its
+/// bytes (the checkpoint store has taken at most that much), or once read, when more paths
+/// differ than it allows.
 pub fn read_back_sandbox(
     dir: &Path,
     base: &FlatTree,
     objects: &mut ObjectBatch<'_>,
-    cap: u64,
+    limits: ReadLimits,
     record: Option<&SyncRecord>,
     dirty: Option<&Dirty>,
     early: &mut EarlyReads,
 ) -> Result<ReadBack, SnapshotError> {
+    let cap = limits.file_cap;
+    objects.limit_new_blob_bytes(limits.bytes);
+    let over_files = || {
+        SnapshotError::OverLimit(OverLimit::Files {
+            limit: limits.files,
+        })
+    };
     let root = Beneath::open(dir)?;
     // What was read (or trusted) of the candidates only; every other base path is as the
     // sync left it.
@@ -1209,6 +1236,11 @@ pub fn read_back_sandbox(
             (paths.collect(), found.skipped, None)
         }
     };
+    // Each new path is a change: too many, and none is read.
+    let new_paths = candidates.iter().filter(|p| !base.contains_key(*p)).count();
+    if new_paths.saturating_add(unnamed.len()) > limits.files {
+        return Err(over_files());
+    }
     // Only a restricted read-back needs its candidates again (a full one compares all).
     let restricted = looked.as_ref().map(|_| candidates.clone());
     let candidates: Vec<String> = candidates.into_iter().collect();
@@ -1249,6 +1281,9 @@ pub fn read_back_sandbox(
     };
     let mut skipped = got.skipped;
     skipped.extend(unnamed);
+    if changes.len().saturating_add(skipped.len()) > limits.files {
+        return Err(over_files());
+    }
     Ok(ReadBack { changes, skipped })
 }
 

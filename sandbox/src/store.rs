@@ -93,6 +93,10 @@ pub enum StoreError {
         oid: ObjectId,
         expected: &'static str,
     },
+    /// A batch was given more new blob content than it was limited to
+    /// ([`ObjectBatch::limit_new_blob_bytes`]).
+    #[error(transparent)]
+    OverLimit(#[from] crate::limits::OverLimit),
 }
 
 /// The hub's private object store.
@@ -1014,6 +1018,7 @@ impl Store {
             fresh: None,
             buf: Vec::new(),
             compressing: None,
+            new_blob_bytes: crate::limits::Tally::new(u64::MAX),
         }
     }
 
@@ -1048,6 +1053,8 @@ pub struct ObjectBatch<'s> {
     /// The first objects held, being compressed on a thread of their own
     /// ([`ObjectBatch::compress_held`]): how many, and the thread.
     compressing: Option<(usize, std::thread::JoinHandle<Compressed>)>,
+    /// The bytes of new blobs taken, against [`ObjectBatch::limit_new_blob_bytes`].
+    new_blob_bytes: crate::limits::Tally,
 }
 
 /// What [`ObjectBatch::compress_held`]'s thread gives back: the entries, and the compressor
@@ -1195,6 +1202,25 @@ impl ObjectBatch<'_> {
         }
     }
 
+    /// Take at most `limit` bytes of new blob content (blobs neither the store nor the batch
+    /// has): past it, adding a blob fails with [`OverLimit::Bytes`](crate::limits::OverLimit)
+    /// and the blob is not taken. What was taken before stays, for the caller to finish or
+    /// drop.
+    pub fn limit_new_blob_bytes(&mut self, limit: u64) {
+        self.new_blob_bytes = crate::limits::Tally::new(limit);
+    }
+
+    /// Count `len` bytes of a new blob against the limit.
+    fn take_new_blob(&mut self, len: usize) -> Result<(), StoreError> {
+        if self.new_blob_bytes.take(len as u64) {
+            return Ok(());
+        }
+        Err(crate::limits::OverLimit::Bytes {
+            limit: self.new_blob_bytes.limit(),
+        }
+        .into())
+    }
+
     /// Add a blob; returns its id. A blob the store or the batch has already costs nothing
     /// (and is not kept: only new contents are, a publish's new files — one made with
     /// `--files` reads back every earlier change of its run too, whose blobs the store has).
@@ -1215,6 +1241,7 @@ impl ObjectBatch<'_> {
         if self.ids.contains(&oid) || self.store.known(oid) {
             return Ok(oid);
         }
+        self.take_new_blob(bytes.len())?;
         self.ids.insert(oid);
         let bytes = match self.fresh.as_mut() {
             Some(fresh) => fresh.keep(oid, bytes),
@@ -1238,6 +1265,7 @@ impl ObjectBatch<'_> {
         if self.ids.contains(&oid) || self.store.known(oid) {
             return Ok(oid);
         }
+        self.take_new_blob(bytes.len())?;
         let kept = match self.fresh.as_mut() {
             Some(fresh) if fresh.bytes + bytes.len() <= fresh.budget => {
                 fresh.bytes += bytes.len();

@@ -28,8 +28,8 @@ use std::time::Duration;
 
 use nix::libc;
 
-use crate::snapshot::{ReadBack, Skipped};
-use crate::store::{Entry, FlatTree, Mode, ObjectBatch, Store};
+use crate::snapshot::{OverLimit, ReadBack, ReadLimits, Skipped};
+use crate::store::{Entry, FlatTree, Mode, ObjectBatch, Store, StoreError};
 use crate::sync::{base_refs, changed_paths, rebase_onto, recall, record_for, remember, Synced};
 use crate::wire::{self, Frame, PrepareReply, Request, SyncRecord, WireError, AGENT_NPROC};
 use crate::workspace::{AgentCommand, Sandbox, SandboxError, Stop};
@@ -123,11 +123,27 @@ pub enum HelperError {
     Store(#[from] crate::store::StoreError),
     #[error("the sandbox helper's {op}: {message}")]
     Protocol { op: &'static str, message: String },
+    /// The helper's snapshot went past the read-back's limits.
+    #[error(transparent)]
+    OverLimit(#[from] OverLimit),
+}
+
+impl HelperError {
+    /// The limit a read-back went past, if that is what this is.
+    fn over_limit(&self) -> Option<OverLimit> {
+        match self {
+            HelperError::OverLimit(o) | HelperError::Store(StoreError::OverLimit(o)) => Some(*o),
+            _ => None,
+        }
+    }
 }
 
 impl From<HelperError> for SandboxError {
     fn from(e: HelperError) -> Self {
-        SandboxError::Backend(Box::new(e))
+        match e.over_limit() {
+            Some(o) => SandboxError::OverLimit(o),
+            None => SandboxError::Backend(Box::new(e)),
+        }
     }
 }
 
@@ -1101,7 +1117,7 @@ impl Standby {
         mut self,
         objects: &mut ObjectBatch<'_>,
         base: &FlatTree,
-        cap: u64,
+        limits: ReadLimits,
     ) -> Result<(ReadBack, Standby), HelperError> {
         let parts = self.parts.take().ok_or_else(|| HelperError::Protocol {
             op: "snapshot",
@@ -1110,12 +1126,13 @@ impl Standby {
         let synced = self.synced.take();
         parts
             .converse(|stdin, stdout| {
-                wire::write_go(stdin, cap).map_err(|e| standby_stream(WireError::Io(e)))?;
+                wire::write_go(stdin, limits.file_cap)
+                    .map_err(|e| standby_stream(WireError::Io(e)))?;
                 let snap = read_snapshot(
                     &mut std::io::BufReader::with_capacity(wire::STREAM_BUFFER, stdout),
                     objects,
                     base,
-                    cap,
+                    limits,
                 )?;
                 Ok((snap, synced))
             })
@@ -1611,13 +1628,22 @@ fn checked_record(record: SyncRecord, base: &FlatTree) -> Result<SyncRecord, Hel
 
 /// Read a `snapshot` stream from the helper. Everything in it is the agent's word: paths are
 /// checked, each may come once, an unchanged or gone path must be a base path, lengths are
-/// bounded. A base path the stream does not name is unchanged.
+/// bounded (each frame by the file cap; what differs from the base, and the new content the
+/// store takes, by `limits`: so the stream as a whole is bounded too). A base path the stream
+/// does not name is unchanged.
 fn read_snapshot(
     r: &mut impl std::io::Read,
     blobs: &mut ObjectBatch<'_>,
     base: &FlatTree,
-    cap: u64,
+    limits: ReadLimits,
 ) -> Result<ReadBack, HelperError> {
+    let cap = limits.file_cap;
+    blobs.limit_new_blob_bytes(limits.bytes);
+    let over = || {
+        HelperError::OverLimit(OverLimit::Files {
+            limit: limits.files,
+        })
+    };
     let mut back = ReadBack::default();
     let mut seen = std::collections::HashSet::new();
     let mut counted = false;
@@ -1665,6 +1691,9 @@ fn read_snapshot(
             if base.contains_key(&path) && seen.insert(path.clone()) {
                 back.changes.insert(path, None);
             }
+            if back.changes.len() + back.skipped.len() > limits.files {
+                return Err(over());
+            }
             continue;
         }
         if let Err(e) = crate::beneath::components(&path) {
@@ -1685,6 +1714,9 @@ fn read_snapshot(
                     return Err(bad("reported gone but not in the base"));
                 }
                 back.changes.insert(path, None);
+                if back.changes.len() + back.skipped.len() > limits.files {
+                    return Err(over());
+                }
                 continue;
             }
             Frame::File {
@@ -1707,6 +1739,9 @@ fn read_snapshot(
         };
         if base.get(&path) != Some(&entry) {
             back.changes.insert(path, Some(entry));
+            if back.changes.len() + back.skipped.len() > limits.files {
+                return Err(over());
+            }
         }
     }
     back.skipped.sort_by(|a, b| a.path.cmp(&b.path));
@@ -1786,14 +1821,14 @@ impl Sandbox for UserSandbox {
         &self,
         objects: &mut ObjectBatch<'_>,
         base: &FlatTree,
-        cap: u64,
+        limits: ReadLimits,
     ) -> Result<ReadBack, SandboxError> {
         let mut request = self.request();
-        request.cap = cap;
+        request.cap = limits.file_cap;
         let synced = recall(&self.workdir);
         let record = record_for(synced.as_deref(), base);
         if let Some(standby) = self.take_standby(synced.as_ref().filter(|_| record.is_some())) {
-            match standby.read_back(objects, base, cap) {
+            match standby.read_back(objects, base, limits) {
                 Ok((snap, kept)) => {
                     tracing::debug!(
                         slot = self.slot,
@@ -1802,7 +1837,10 @@ impl Sandbox for UserSandbox {
                     keep(&self.workdir, kept);
                     return Ok(snap);
                 }
-                // Whatever went wrong with it, a helper started now reads the sandbox anew.
+                // Past the limits: another helper would find the same.
+                Err(e) if e.over_limit().is_some() => return Err(e.into()),
+                // Whatever else went wrong with it, a helper started now reads the sandbox
+                // anew.
                 Err(e) => {
                     tracing::warn!(error = %e, "the standby read-back failed; starting another")
                 }
@@ -1820,7 +1858,7 @@ impl Sandbox for UserSandbox {
                     &mut std::io::BufReader::with_capacity(wire::STREAM_BUFFER, r),
                     objects,
                     base,
-                    cap,
+                    limits,
                 )
             },
         )?;
@@ -2185,7 +2223,8 @@ mod tests {
         };
         let read = |frames: &[Frame]| {
             let mut objects = store.batch();
-            let back = read_snapshot(&mut stream(frames).as_slice(), &mut objects, &base, 1 << 20)?;
+            let limits = ReadLimits::only_file_cap(1 << 20);
+            let back = read_snapshot(&mut stream(frames).as_slice(), &mut objects, &base, limits)?;
             objects.finish()?;
             Ok::<_, HelperError>(back)
         };
@@ -2259,5 +2298,118 @@ mod tests {
         let counted = read(&[f("edited.txt", b"new\n"), count.clone(), Frame::End]).unwrap();
         assert_eq!(counted.changes.len(), 1);
         refused(&[count.clone(), count, Frame::End], "count twice");
+    }
+
+    /// A hostile helper's stream is bounded as a whole: what differs from the base, and the
+    /// new content the store takes, stop the read at the limits, however much more it sends.
+    #[test]
+    fn a_snapshot_stream_stops_at_the_read_back_limits() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let file = |bytes: &[u8]| Entry {
+            mode: Mode::File,
+            oid: store.write_blob(bytes).unwrap(),
+        };
+        let base: FlatTree = (0..5)
+            .map(|i| (format!("base{i}"), file(format!("base {i}\n").as_bytes())))
+            .collect();
+        let f = |path: String, bytes: Vec<u8>| Frame::File {
+            path,
+            bytes,
+            executable: false,
+        };
+        // Frames to no end in sight (an end after 1,000, so that a reader that does not stop
+        // by itself fails rather than hangs). Counts the frames taken.
+        struct Endless<F: FnMut(usize) -> Frame> {
+            make: F,
+            sent: usize,
+            buf: Vec<u8>,
+            at: usize,
+        }
+        impl<F: FnMut(usize) -> Frame> std::io::Read for Endless<F> {
+            fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+                if self.at == self.buf.len() {
+                    self.buf.clear();
+                    self.at = 0;
+                    let frame = match self.sent {
+                        1000.. => Frame::End,
+                        n => (self.make)(n),
+                    };
+                    wire::write_frame(&mut self.buf, &frame)?;
+                    self.sent += 1;
+                }
+                let n = out.len().min(self.buf.len() - self.at);
+                out[..n].copy_from_slice(&self.buf[self.at..self.at + n]);
+                self.at += n;
+                Ok(n)
+            }
+        }
+        let read = |limits: ReadLimits, make: &mut dyn FnMut(usize) -> Frame| {
+            let mut endless = Endless {
+                make,
+                sent: 0,
+                buf: Vec::new(),
+                at: 0,
+            };
+            let mut objects = store.batch();
+            let got = read_snapshot(&mut endless, &mut objects, &base, limits);
+            (got, endless.sent)
+        };
+        let limits = |files, bytes| ReadLimits {
+            file_cap: 1 << 20,
+            files,
+            bytes,
+        };
+        // New files, each its own content: 10 files allowed, the 11th stops it.
+        let (got, sent) = read(limits(10, u64::MAX), &mut |i| {
+            f(format!("new/{i}"), format!("new {i}\n").into_bytes())
+        });
+        assert!(
+            matches!(
+                got,
+                Err(HelperError::OverLimit(OverLimit::Files { limit: 10 }))
+            ),
+            "{got:?}"
+        );
+        assert!(sent <= 12, "read {sent} frames");
+        // Names it cannot carry count too (each is reported): the stream stops there as well.
+        let (got, sent) = read(limits(10, u64::MAX), &mut |i| Frame::Skipped {
+            path: format!("odd/{i}"),
+            reason: "not UTF-8".into(),
+        });
+        assert!(matches!(
+            got,
+            Err(HelperError::OverLimit(OverLimit::Files { .. }))
+        ));
+        assert!(sent <= 12, "read {sent} frames");
+        // New content: 1 KiB files against 10 KiB, the 11th is not taken.
+        let (got, sent) = read(limits(usize::MAX, 10 << 10), &mut |i| {
+            f(format!("big/{i}"), vec![b'a' + (i % 26) as u8; 1024])
+        });
+        let e = got.unwrap_err();
+        assert!(
+            matches!(e, HelperError::Store(StoreError::OverLimit(OverLimit::Bytes { limit })) if limit == 10 << 10),
+            "{e:?}"
+        );
+        assert_eq!(
+            SandboxError::from(e).over_limit(),
+            Some(OverLimit::Bytes { limit: 10 << 10 })
+        );
+        assert!(sent <= 12, "read {sent} frames");
+
+        // Positive controls: at the limits, the whole stream is read. A file sent with its
+        // base content differs in nothing and counts for nothing, nor does content the store
+        // has (the base's, under another name).
+        let mut frames: Vec<Frame> = (0..5)
+            .map(|i| f(format!("base{i}"), format!("base {i}\n").into_bytes()))
+            .collect();
+        frames.push(f("copy".into(), b"base 0\n".to_vec()));
+        frames.extend((0..9).map(|i| f(format!("new/{i}"), vec![b'a' + i as u8; 1024])));
+        frames.push(Frame::End);
+        let mut frames = frames.into_iter();
+        let (got, sent) = read(limits(10, 9 << 10), &mut |_| frames.next().unwrap());
+        let back = got.unwrap();
+        assert_eq!(back.changes.len(), 10);
+        assert_eq!(sent, 16);
     }
 }

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::snapshot::{
-    read_back_sandbox, read_early, walk, Early, EarlyRead, EarlyReads, ReadBack, SnapshotError,
-    DEFAULT_FILE_CAP,
+    read_back_sandbox, read_early, walk, Early, EarlyRead, EarlyReads, OverLimit, ReadBack,
+    ReadLimits, SnapshotError, DEFAULT_FILE_CAP,
 };
 use crate::store::{FlatTree, ObjectBatch, Store, StoreError};
 use crate::sync::{recall, record_for, sync_slot, SyncError};
@@ -39,6 +39,20 @@ pub enum SandboxError {
     /// [`crate::user::HelperError`]), kept as the source.
     #[error(transparent)]
     Backend(Box<dyn std::error::Error + Send + Sync>),
+    /// The read-back went past its [`ReadLimits`] (any backend's).
+    #[error(transparent)]
+    OverLimit(OverLimit),
+}
+
+impl SandboxError {
+    /// The limit a read-back went past, if that is what this is.
+    pub fn over_limit(&self) -> Option<OverLimit> {
+        match self {
+            SandboxError::OverLimit(o) | SandboxError::Store(StoreError::OverLimit(o)) => Some(*o),
+            SandboxError::Snapshot(e) => e.over_limit(),
+            _ => None,
+        }
+    }
 }
 
 /// How an agent process is started and, above all, stopped.
@@ -70,17 +84,18 @@ pub trait Sandbox: Send + Sync + std::fmt::Debug {
     /// Read the sandbox as data into the store.
     fn snapshot(&self, store: &Store, base: &FlatTree, cap: u64) -> Result<ReadBack, SandboxError> {
         let mut objects = store.batch();
-        let back = self.read_back(&mut objects, base, cap)?;
+        let back = self.read_back(&mut objects, base, ReadLimits::only_file_cap(cap))?;
         objects.finish()?;
         Ok(back)
     }
     /// [`Sandbox::snapshot`], the new blobs added to `objects`, which the caller finishes (a
-    /// publish writes its run commit's trees into the same batch).
+    /// publish writes its run commit's trees into the same batch). Past `limits` it fails
+    /// with an error whose [`SandboxError::over_limit`] says which.
     fn read_back(
         &self,
         objects: &mut ObjectBatch<'_>,
         base: &FlatTree,
-        cap: u64,
+        limits: ReadLimits,
     ) -> Result<ReadBack, SandboxError>;
     /// A plain command that runs `argv` inside the sandbox, as the sandbox's user, with exactly
     /// `env` as its environment (short helper commands such as jj; the caller owns stdout and
@@ -277,7 +292,7 @@ impl LocalSandbox {
         &self,
         objects: &mut ObjectBatch<'_>,
         base: &FlatTree,
-        cap: u64,
+        limits: ReadLimits,
     ) -> Result<(ReadBack, usize), SandboxError> {
         let synced = recall(&self.dir);
         let record = record_for(synced.as_deref(), base);
@@ -290,7 +305,7 @@ impl LocalSandbox {
             &self.dir,
             base,
             objects,
-            cap,
+            limits,
             record,
             dirty.as_ref(),
             &mut early,
@@ -331,9 +346,9 @@ impl Sandbox for LocalSandbox {
         &self,
         objects: &mut ObjectBatch<'_>,
         base: &FlatTree,
-        cap: u64,
+        limits: ReadLimits,
     ) -> Result<ReadBack, SandboxError> {
-        let (back, early) = self.read_back_counted(objects, base, cap)?;
+        let (back, early) = self.read_back_counted(objects, base, limits)?;
         tracing::debug!(dir = %self.dir.display(), early, "taken from early reads");
         Ok(back)
     }
@@ -385,7 +400,83 @@ impl Sandbox for LocalSandbox {
 mod tests {
     use super::*;
     use crate::store::test_support::{set_mtime, tree};
-    use crate::store::{Entry, Mode};
+    use crate::store::{blob_id, Entry, Mode};
+
+    /// An agent's output past the read-back's limits is refused with the limit named, and
+    /// what the checkpoint store took stays within them; ignored files never count.
+    #[test]
+    fn a_read_back_past_its_limits_fails_and_names_the_limit() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let file = |bytes: &[u8]| Entry {
+            mode: Mode::File,
+            oid: store.write_blob(bytes).unwrap(),
+        };
+        let base: FlatTree = [
+            (".gitignore", file(b"target/\n")),
+            ("a.txt", file(b"a\n")),
+            ("b.txt", file(b"b\n")),
+        ]
+        .into_iter()
+        .map(|(p, e)| (p.to_string(), e))
+        .collect();
+        let sb = LocalSandbox::new(tmp.path().join("sb"));
+        sb.prepare(&store, &Arc::new(base.clone())).unwrap();
+        let dir = sb.workdir().to_path_buf();
+        // Build output the repository ignores: any amount of it is no change.
+        std::fs::create_dir_all(dir.join("target")).unwrap();
+        for i in 0..100 {
+            std::fs::write(dir.join(format!("target/o{i}")), vec![b'o'; 4096]).unwrap();
+        }
+        std::fs::create_dir_all(dir.join("gen")).unwrap();
+        let content = |i: usize| format!("generated {i}\n").repeat(256).into_bytes();
+        for i in 0..20 {
+            std::fs::write(dir.join(format!("gen/{i}")), content(i)).unwrap();
+        }
+        let read = |files, bytes| {
+            let mut objects = store.batch();
+            let limits = ReadLimits {
+                file_cap: u64::MAX,
+                files,
+                bytes,
+            };
+            let back = sb.read_back(&mut objects, &base, limits);
+            if back.is_ok() {
+                objects.finish().unwrap();
+            }
+            back
+        };
+        let taken = || {
+            (0..20)
+                .filter(|i| store.has_object(blob_id(&content(*i))))
+                .count()
+        };
+        // Too many new files: refused before any is read (had one been, its content would be
+        // over a limit of no bytes).
+        let e = read(10, 0).unwrap_err();
+        assert_eq!(e.over_limit(), Some(OverLimit::Files { limit: 10 }), "{e}");
+        assert!(e.to_string().contains("max_changed_files"), "{e}");
+        assert_eq!(taken(), 0);
+        // Too much new content (each file 3.5 KiB): refused at the file past it.
+        let e = read(100, 10 << 10).unwrap_err();
+        assert_eq!(
+            e.over_limit(),
+            Some(OverLimit::Bytes { limit: 10 << 10 }),
+            "{e}"
+        );
+        assert!(e.to_string().contains("max_changed_bytes"), "{e}");
+        assert_eq!(taken(), 0, "a refused batch is not written");
+        // Changed base files count as well as new ones.
+        std::fs::write(dir.join("a.txt"), "A\n").unwrap();
+        std::fs::write(dir.join("b.txt"), "B\n").unwrap();
+        let e = read(21, u64::MAX).unwrap_err();
+        assert_eq!(e.over_limit(), Some(OverLimit::Files { limit: 21 }), "{e}");
+        // Positive control: at the limits exactly, everything is read back.
+        let need = (0..20).map(|i| content(i).len() as u64).sum::<u64>() + 4;
+        let back = read(22, need).unwrap();
+        assert_eq!(back.changes.len(), 22);
+        assert_eq!(taken(), 20);
+    }
 
     #[test]
     fn prepare_brings_sandbox_to_exactly_the_base() {
@@ -524,7 +615,9 @@ mod tests {
         let _ = following.await;
 
         let mut objects = store.batch();
-        let back = sb.read_back(&mut objects, &base, u64::MAX).unwrap();
+        let back = sb
+            .read_back(&mut objects, &base, ReadLimits::only_file_cap(u64::MAX))
+            .unwrap();
         objects.finish().unwrap();
         let changed: Vec<&str> = back.changes.keys().map(String::as_str).collect();
         assert_eq!(changed, ["a.txt", "d/b.txt", "d/new.txt"]);
@@ -579,7 +672,9 @@ mod tests {
         let _ = following.await;
 
         let mut objects = store.batch();
-        let (back, early) = sb.read_back_counted(&mut objects, &base, u64::MAX).unwrap();
+        let (back, early) = sb
+            .read_back_counted(&mut objects, &base, ReadLimits::only_file_cap(u64::MAX))
+            .unwrap();
         objects.finish().unwrap();
         assert_eq!(early, 4, "every change taken from its early read");
         let mut told = told.lock().unwrap().clone();
@@ -605,7 +700,9 @@ mod tests {
         };
         assert!(wanted.is_empty(), "{wanted:?}");
         let mut objects = store.batch();
-        let (again, early) = sb.read_back_counted(&mut objects, &base, u64::MAX).unwrap();
+        let (again, early) = sb
+            .read_back_counted(&mut objects, &base, ReadLimits::only_file_cap(u64::MAX))
+            .unwrap();
         objects.finish().unwrap();
         assert_eq!((early, &again), (0, &back), "read again, the same");
         let blob = |p: &str| store.read_blob(back.changes[p].unwrap().oid).unwrap();
@@ -649,7 +746,9 @@ mod tests {
             .stat = now;
 
         let mut objects = store.batch();
-        let (back, early) = sb.read_back_counted(&mut objects, &base, u64::MAX).unwrap();
+        let (back, early) = sb
+            .read_back_counted(&mut objects, &base, ReadLimits::only_file_cap(u64::MAX))
+            .unwrap();
         objects.finish().unwrap();
         assert_eq!(early, 1, "b.txt only (the positive control)");
         let blob = |p: &str| store.read_blob(back.changes[p].unwrap().oid).unwrap();

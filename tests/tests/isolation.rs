@@ -1591,3 +1591,25 @@ fn the_read_back_helper_reads_early_and_never_takes_a_stale_read() {
     let sug = hub.curl().get(&format!("/suggestions/{sid}")).unwrap().body;
     hunkgate_tests::check_early_reads(&hub.log_text(), &sug).unwrap();
 }
+
+/// Under `--isolation user`, the helper's stream is bounded as a whole: see
+/// [`crate::runs::check_read_back_limits`].
+#[test]
+fn a_run_past_the_read_back_limits_is_refused_under_user_isolation() {
+    if !require_root("a_run_past_the_read_back_limits_is_refused_under_user_isolation") {
+        return;
+    }
+    let s = Setup::new(false).unwrap();
+    let out = s.open_dir("out").unwrap();
+    let cfg = s.shared.path().join("hunkgate.toml");
+    std::fs::write(&cfg, crate::runs::READ_LIMITS_TOML).unwrap();
+    std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let hub = s
+        .hub(
+            false,
+            &["--config", cfg.to_str().unwrap(), "--max-runs", "1"],
+        )
+        .unwrap();
+    let script = |name: &str, body: &str| s.script(name, &format!("set -e\n{body}")).unwrap();
+    crate::runs::check_read_back_limits(&hub, &script, &s.ws.repo(), &out);
+}

@@ -969,3 +969,86 @@ async fn files_read_while_the_agent_runs_are_taken_unless_written_again() {
         "{log}"
     );
 }
+
+/// The `[limits]` a read-back test hub runs with: 10 files, 64 KiB of new content.
+pub(crate) const READ_LIMITS_TOML: &str =
+    "[limits]\nmax_changed_files = 10\nmax_changed_bytes = 65536\n";
+
+/// An agent's output past the read-back limits (`READ_LIMITS_TOML`) is refused with the
+/// limit named, to the agent's own publish (413 `too_large`) and as the run's failure, and
+/// nothing of it reaches the checkout; exactly at the limits it is a suggestion. `script`
+/// writes an agent script every user can run; `out` is a directory the agent may write.
+pub(crate) fn check_read_back_limits(
+    hub: &hunkgate_tests::Hub,
+    script: &dyn Fn(&str, &str) -> std::path::PathBuf,
+    checkout: &std::path::Path,
+    out: &std::path::Path,
+) {
+    let publish = format!(
+        r#"code=$(curl -sS -o {out}/body -w '%{{http_code}}' -H "Authorization: Bearer $HUNKGATE_AGENT_TOKEN" -H 'Content-Type: application/json' -d '{{"description":"mine"}}' "$HUNKGATE_URL/agent/publish")
+echo "$code" > {out}/code"#,
+        out = out.display()
+    );
+    let read = |f: &str| std::fs::read_to_string(out.join(f)).unwrap_or_default();
+    // Eleven new files, one past the limit: generated output the repository does not ignore.
+    let many = script(
+        "many.sh",
+        &format!("mkdir -p gen\nfor i in $(seq 1 11); do echo \"line $i\" > gen/f$i.txt; done\n{publish}"),
+    );
+    let r = start_and_wait(hub, "many", &many);
+    assert_eq!(r["status"], "failed", "{r}\n{}", hub.log_text());
+    let error = r["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("more than 10 files") && error.contains("max_changed_files"),
+        "{r}"
+    );
+    assert_eq!(read("code").trim(), "413", "{}", read("body"));
+    let body: Value = serde_json::from_str(&read("body")).unwrap();
+    assert_eq!(body["code"], "too_large", "{body}");
+    assert!(!checkout.join("gen").exists());
+    // Two files of 46 KiB each against 64 KiB of new content.
+    let big = script(
+        "big.sh",
+        &format!(
+            "for i in 1 2; do awk -v i=$i 'BEGIN {{ for (n = 0; n < 1024; n++) printf \"%s line %038d\\n\", i, n }}' > big$i.txt; done\n{publish}"
+        ),
+    );
+    let r = start_and_wait(hub, "big", &big);
+    assert_eq!(r["status"], "failed", "{r}\n{}", hub.log_text());
+    let error = r["error"].as_str().unwrap_or_default();
+    assert!(error.contains("more than 64 KiB"), "{r}");
+    assert!(error.contains("max_changed_bytes"), "{r}");
+    assert_eq!(read("code").trim(), "413", "{}", read("body"));
+    assert!(!checkout.join("big1.txt").exists());
+    // Positive control: ten new files, one of them 46 KiB, are a suggestion, whole.
+    let ten = script(
+        "ten.sh",
+        "mkdir -p gen\nfor i in $(seq 1 10); do echo \"line $i\" > gen/f$i.txt; done\nawk 'BEGIN { for (n = 0; n < 1024; n++) printf \"1 line %038d\\n\", n }' > gen/f1.txt",
+    );
+    let r = start_and_wait(hub, "ten", &ten);
+    assert_eq!(r["status"], "ready", "{r}\n{}", hub.log_text());
+    let sid = r["suggestion_ids"][0].as_str().unwrap();
+    let s = hub.curl().get(&format!("/suggestions/{sid}")).unwrap().body;
+    let files: std::collections::BTreeSet<&str> = s["hunks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|h| h["file"].as_str())
+        .collect();
+    assert_eq!(files.len(), 10, "{s}");
+}
+
+/// Under `--isolation none`, see [`check_read_back_limits`].
+#[test]
+fn a_run_past_the_read_back_limits_is_refused_with_the_limit_named() {
+    let ws = Workspace::new(&[("hello.txt", b"hello\n".as_slice())]).unwrap();
+    let cfg = ws.path("hunkgate.toml");
+    std::fs::write(&cfg, READ_LIMITS_TOML).unwrap();
+    let out = ws.path("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let hub = ws
+        .serve(&["--config", cfg.to_str().unwrap(), "--max-runs", "1"])
+        .unwrap();
+    let script = |name: &str, body: &str| ws.agent_script(name, body).unwrap();
+    check_read_back_limits(&hub, &script, &ws.repo(), &out);
+}

@@ -48,6 +48,7 @@ impl Fixture {
             provider: None,
             limits: Default::default(),
             max_concurrent_runs: 1,
+            read_limits: Default::default(),
         };
         let started = open_hub(cfg, port, CancellationToken::new()).unwrap();
         Self { _tmp: tmp, started }

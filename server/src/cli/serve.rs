@@ -176,6 +176,7 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<ServeConfig> {
         provider,
         limits,
         max_concurrent_runs,
+        read_limits: file.limits.read_limits(),
     };
     Ok(cfg)
 }

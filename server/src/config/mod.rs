@@ -86,9 +86,24 @@ pub struct LimitsFile {
     pub max_read_bytes: Option<u64>,
     pub max_read_lines: Option<usize>,
     pub max_list_files: Option<usize>,
+    /// The most files a run's sandbox may differ from its base in (new, changed, deleted or
+    /// left out) for a publish to read it back.
+    pub max_changed_files: Option<usize>,
+    /// The most bytes of new file content a publish reads back from a run's sandbox.
+    pub max_changed_bytes: Option<u64>,
 }
 
 impl LimitsFile {
+    /// How much one publish may read back from a sandbox (see [`hunkgate_sandbox::limits`]).
+    pub fn read_limits(&self) -> hunkgate_sandbox::limits::ReadLimits {
+        let d = hunkgate_sandbox::limits::ReadLimits::default();
+        hunkgate_sandbox::limits::ReadLimits {
+            file_cap: d.file_cap,
+            files: self.max_changed_files.unwrap_or(d.files),
+            bytes: self.max_changed_bytes.unwrap_or(d.bytes),
+        }
+    }
+
     pub fn resolve(&self, max_tool_calls: Option<usize>) -> crate::config::provider::LoopLimits {
         let d = crate::config::provider::LoopLimits::default();
         let t = &d.tools;
@@ -319,6 +334,8 @@ pub struct ServeConfig {
     pub limits: crate::config::provider::LoopLimits,
     /// Agent runs at a time; later ones wait in the order they were posted (status `queued`).
     pub max_concurrent_runs: usize,
+    /// How much a publish may read back from a run's sandbox.
+    pub read_limits: hunkgate_sandbox::limits::ReadLimits,
 }
 
 /// `--max-runs` / `[limits] max_concurrent_runs`, else the number of CPU cores (at least 1).

@@ -48,6 +48,7 @@ fn config(tmp: &Path) -> ServeConfig {
         provider: None,
         limits: Default::default(),
         max_concurrent_runs: 1,
+        read_limits: Default::default(),
     }
 }
 

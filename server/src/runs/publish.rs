@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use hunkgate_sandbox::agent::scrubbed_env;
 use hunkgate_sandbox::jj::{self};
-use hunkgate_sandbox::snapshot::{ReadBack, DEFAULT_FILE_CAP};
+use hunkgate_sandbox::snapshot::ReadBack;
 use hunkgate_sandbox::store::{Changes, FlatTree, ObjectBatch, StoreError};
 use hunkgate_sandbox::workspace::Sandbox;
 use hunkgate_sandbox::ObjectId;
@@ -118,8 +118,11 @@ impl Hub {
         let mut objects = self.store().batch().keeping(FRESH_BYTES);
         let mut back = active
             .sandbox
-            .read_back(&mut objects, &active.base_tree, DEFAULT_FILE_CAP)
-            .map_err(|e| publish_error(&e))?;
+            .read_back(&mut objects, &active.base_tree, self.cfg().read_limits)
+            .map_err(|e| match e.over_limit() {
+                Some(over) => AppError::too_large(over.to_string()),
+                None => publish_error(&e),
+            })?;
         let fresh = objects.take_fresh();
         // The new files' compression starts now, beside the trees and the diffs.
         objects.compress_held();
