@@ -2306,13 +2306,14 @@ mod tests {
     fn a_snapshot_stream_stops_at_the_read_back_limits() {
         let tmp = tempfile::tempdir().unwrap();
         let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
-        let file = |bytes: &[u8]| Entry {
-            mode: Mode::File,
-            oid: store.write_blob(bytes).unwrap(),
-        };
-        let base: FlatTree = (0..5)
-            .map(|i| (format!("base{i}"), file(format!("base {i}\n").as_bytes())))
+        let named: Vec<(String, String)> = (0..5)
+            .map(|i| (format!("base{i}"), format!("base {i}\n")))
             .collect();
+        let files: Vec<(&str, Mode, &str)> = named
+            .iter()
+            .map(|(p, body)| (p.as_str(), Mode::File, body.as_str()))
+            .collect();
+        let base = crate::store::test_support::tree(&store, &files);
         let f = |path: String, bytes: Vec<u8>| Frame::File {
             path,
             bytes,

@@ -408,18 +408,14 @@ mod tests {
     fn a_read_back_past_its_limits_fails_and_names_the_limit() {
         let tmp = tempfile::tempdir().unwrap();
         let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
-        let file = |bytes: &[u8]| Entry {
-            mode: Mode::File,
-            oid: store.write_blob(bytes).unwrap(),
-        };
-        let base: FlatTree = [
-            (".gitignore", file(b"target/\n")),
-            ("a.txt", file(b"a\n")),
-            ("b.txt", file(b"b\n")),
-        ]
-        .into_iter()
-        .map(|(p, e)| (p.to_string(), e))
-        .collect();
+        let base = tree(
+            &store,
+            &[
+                (".gitignore", Mode::File, "target/\n"),
+                ("a.txt", Mode::File, "a\n"),
+                ("b.txt", Mode::File, "b\n"),
+            ],
+        );
         let sb = LocalSandbox::new(tmp.path().join("sb"));
         sb.prepare(&store, &Arc::new(base.clone())).unwrap();
         let dir = sb.workdir().to_path_buf();
