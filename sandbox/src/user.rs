@@ -1639,11 +1639,6 @@ fn read_snapshot(
 ) -> Result<ReadBack, HelperError> {
     let cap = limits.file_cap;
     blobs.limit_new_blob_bytes(limits.bytes);
-    let over = || {
-        HelperError::OverLimit(OverLimit::Files {
-            limit: limits.files,
-        })
-    };
     let mut back = ReadBack::default();
     let mut seen = std::collections::HashSet::new();
     let mut counted = false;
@@ -1653,6 +1648,13 @@ fn read_snapshot(
         stderr: String::new(),
     };
     loop {
+        // Past the limit of what may differ, not a frame more is read (the stream ends only
+        // with a frame read here, so this is the one place to look).
+        if back.changes.len() + back.skipped.len() > limits.files {
+            return Err(HelperError::OverLimit(OverLimit::Files {
+                limit: limits.files,
+            }));
+        }
         let frame = wire::read_frame(r, cap).map_err(stream)?;
         let path = match &frame {
             Frame::File { path, .. }
@@ -1691,9 +1693,6 @@ fn read_snapshot(
             if base.contains_key(&path) && seen.insert(path.clone()) {
                 back.changes.insert(path, None);
             }
-            if back.changes.len() + back.skipped.len() > limits.files {
-                return Err(over());
-            }
             continue;
         }
         if let Err(e) = crate::beneath::components(&path) {
@@ -1714,9 +1713,6 @@ fn read_snapshot(
                     return Err(bad("reported gone but not in the base"));
                 }
                 back.changes.insert(path, None);
-                if back.changes.len() + back.skipped.len() > limits.files {
-                    return Err(over());
-                }
                 continue;
             }
             Frame::File {
@@ -1739,9 +1735,6 @@ fn read_snapshot(
         };
         if base.get(&path) != Some(&entry) {
             back.changes.insert(path, Some(entry));
-            if back.changes.len() + back.skipped.len() > limits.files {
-                return Err(over());
-            }
         }
     }
     back.skipped.sort_by(|a, b| a.path.cmp(&b.path));
