@@ -85,7 +85,10 @@ pub fn snapshot(
     // to the next one.
     let watch = Watch::start(
         repo_root,
-        walk(repo_root, true, None).dirs.iter().map(String::as_str),
+        walk(repo_root, true, None, None)
+            .dirs
+            .iter()
+            .map(String::as_str),
     );
     let mut cache = StatCache::load(&stat_cache_path(store), repo_root, store);
     let parts = checkout_parts(repo_root, store, cap, Some(&mut cache))?;
@@ -216,7 +219,7 @@ impl CheckoutWatch {
         let mut candidates = BTreeSet::new();
         let mut unnamed = Vec::new();
         if !dirty.is_empty() {
-            let walked = walk(&self.root, true, Some(dirty.within()));
+            let walked = walk(&self.root, true, Some(dirty.within()), None);
             unnamed = walked.skipped;
             // The walk lists whole directories: of those files, the ones nothing named are
             // kept as they were.

@@ -568,7 +568,7 @@ fn sync_again(
         _ if !reply.record.dirs.is_empty() || dirty.is_none() => None,
         Some(w) if files_only => Some(w.watched().map(String::from).collect::<Vec<_>>()),
         _ => {
-            let walked = crate::snapshot::walk(dir, false, None);
+            let walked = crate::snapshot::walk(dir, false, None, None);
             walked.skipped.is_empty().then_some(walked.dirs)
         }
     };
@@ -741,12 +741,12 @@ fn snapshot<W: Write>(
     let (split, found);
     let (candidates, skipped, looked): (Vec<&str>, _, _) = match (dirty, record) {
         (Some(dirty), Some(record)) => {
-            split = split_by_dirty(&dir, &root, base, record, dirty);
+            split = split_by_dirty(&dir, &root, base, record, dirty, None);
             let candidates = split.candidates.iter().map(String::as_str).collect();
             (candidates, &split.skipped, Some(&split.looked))
         }
         _ => {
-            found = sandbox_candidates_since(&dir, &root, base, record);
+            found = sandbox_candidates_since(&dir, &root, base, record, None);
             (found.with_base(base), &found.skipped, None)
         }
     };

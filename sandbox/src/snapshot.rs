@@ -112,7 +112,7 @@ const NOT_UTF8: &str = "file name is not UTF-8: hunkgate cannot review it";
 /// [`walk_not_ignored`], also reporting the files it leaves out because their names are not
 /// UTF-8 (never silently: a file left out of a snapshot must not look deleted or absent).
 pub(crate) fn walk_reporting(root: &Path, user_excludes: bool) -> (BTreeSet<String>, Vec<Skipped>) {
-    let w = walk(root, user_excludes, None);
+    let w = walk(root, user_excludes, None, None);
     (w.files, w.skipped)
 }
 
@@ -125,6 +125,9 @@ pub(crate) struct Walked {
     pub skipped: Vec<Skipped>,
     /// The directories it entered (`""` is the root).
     pub dirs: Vec<String>,
+    /// It stopped at its `max_files`: there were more files (and names it could not carry)
+    /// than that, and only that many are in `files` and `skipped`.
+    pub stopped: bool,
 }
 
 /// Walk `root` as git would list it: `.gitignore` files apply (and with `user_excludes` the
@@ -132,7 +135,17 @@ pub(crate) struct Walked {
 /// is followed. With `within`, only the directories it [enters](Within::enters) are entered —
 /// the directories where change notification saw something (see [`crate::watch`]) and the way
 /// to them, each read with the same ignore rules as a whole walk would read it.
-pub(crate) fn walk(root: &Path, user_excludes: bool, within: Option<Within>) -> Walked {
+///
+/// With `max_files`, it stops once it has found more files (and names it cannot carry) than
+/// that — [`Walked::stopped`] — holding no more than that many: what a directory the agent
+/// filled with millions of files costs the hub is bounded by the caller's limit, not by the
+/// directory.
+pub(crate) fn walk(
+    root: &Path,
+    user_excludes: bool,
+    within: Option<Within>,
+    max_files: Option<usize>,
+) -> Walked {
     let restricted = within.is_some();
     let base = root.to_path_buf();
     let mut builder = ignore::WalkBuilder::new(root);
@@ -166,15 +179,23 @@ pub(crate) fn walk(root: &Path, user_excludes: bool, within: Option<Within>) -> 
     // its filter can skip it, the parallel one asks the filter first).
     let threads = if restricted { 1 } else { crate::io_threads() };
     let found = std::sync::Mutex::new(Vec::new());
+    let budget = Budget {
+        left: std::sync::atomic::AtomicUsize::new(max_files.unwrap_or(usize::MAX)),
+        stopped: std::sync::atomic::AtomicBool::new(false),
+    };
     builder
         .threads(threads)
         .build_parallel()
         .visit(&mut Collect {
             root,
             found: &found,
+            budget: &budget,
         });
     let parts = found.into_inner().unwrap_or_else(|p| p.into_inner());
-    let mut out = Walked::default();
+    let mut out = Walked {
+        stopped: budget.stopped.into_inner(),
+        ..Walked::default()
+    };
     for part in parts {
         out.files.extend(part.files);
         out.dirs.extend(part.dirs);
@@ -190,12 +211,36 @@ pub(crate) fn walk(root: &Path, user_excludes: bool, within: Option<Within>) -> 
 struct Collect<'a> {
     root: &'a Path,
     found: &'a std::sync::Mutex<Vec<Walked>>,
+    budget: &'a Budget,
+}
+
+/// How many more files a [`walk`]'s threads may take between them, and whether one of them
+/// found a file past that.
+struct Budget {
+    left: std::sync::atomic::AtomicUsize,
+    stopped: std::sync::atomic::AtomicBool,
+}
+
+impl Budget {
+    /// Take one file from the budget; false (and the walk stopped) when none is left.
+    fn take_one(&self) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let took = self
+            .left
+            .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1))
+            .is_ok();
+        if !took {
+            self.stopped.store(true, Relaxed);
+        }
+        took
+    }
 }
 
 /// One thread's share of a [`walk`].
 struct CollectOne<'a> {
     root: &'a Path,
     found: &'a std::sync::Mutex<Vec<Walked>>,
+    budget: &'a Budget,
     mine: Walked,
 }
 
@@ -204,6 +249,7 @@ impl<'s> ignore::ParallelVisitorBuilder<'s> for Collect<'s> {
         Box::new(CollectOne {
             root: self.root,
             found: self.found,
+            budget: self.budget,
             mine: Walked::default(),
         })
     }
@@ -211,10 +257,10 @@ impl<'s> ignore::ParallelVisitorBuilder<'s> for Collect<'s> {
 
 impl ignore::ParallelVisitor for CollectOne<'_> {
     fn visit(&mut self, entry: Result<ignore::DirEntry, ignore::Error>) -> ignore::WalkState {
-        if let Ok(entry) = entry {
-            self.mine.take(self.root, &entry);
+        match entry {
+            Ok(entry) if !self.mine.take(self.root, &entry, self.budget) => ignore::WalkState::Quit,
+            _ => ignore::WalkState::Continue,
         }
-        ignore::WalkState::Continue
     }
 }
 
@@ -229,7 +275,9 @@ impl Drop for CollectOne<'_> {
 }
 
 impl Walked {
-    fn take(&mut self, root: &Path, entry: &ignore::DirEntry) {
+    /// Keep what `entry` is; false when it is a file past the walk's budget (then it is not
+    /// kept, and the walk stops).
+    fn take(&mut self, root: &Path, entry: &ignore::DirEntry, budget: &Budget) -> bool {
         use std::os::unix::ffi::OsStrExt;
         let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
         // The walker builds each path as `root` + `/` + names: its relative part is a byte
@@ -239,21 +287,23 @@ impl Walked {
             root.as_os_str().as_bytes(),
         );
         let Some(rel) = path.strip_prefix(root) else {
-            return;
+            return true;
         };
         let rel = rel.strip_prefix(b"/").unwrap_or(rel);
         match std::str::from_utf8(rel).ok() {
             Some(s) if is_dir => self.dirs.push(s.to_string()),
             Some("") => {}
+            None if is_dir => {}
+            _ if !budget.take_one() => return false,
             Some(s) => {
                 self.files.insert(s.to_string());
             }
-            None if is_dir => {}
             None => self.skipped.push(Skipped {
                 path: shown_name(rel),
                 reason: NOT_UTF8.into(),
             }),
         }
+        true
     }
 }
 
@@ -713,6 +763,9 @@ pub struct Candidates {
     pub dirs_read: Option<usize>,
     /// The directories read (`""` is the slot) — with [`Candidates::dirs_read`], only those.
     pub dirs: Vec<String>,
+    /// The walk stopped at its limit: more than `max_new` files are new, and `new` holds only
+    /// some of them.
+    pub stopped: bool,
 }
 
 /// Whether `path` is a `.gitignore` file (one a walk reads for its rules).
@@ -729,13 +782,18 @@ fn is_gitignore(path: &str) -> bool {
 /// A directory's entries cannot change without its ctime changing, and no one but root can set
 /// a ctime. What the directory record cannot vouch for is the ignore rules, so every directory
 /// is read when a base `.gitignore` changed (or is racy) or a new one turns up.
+///
+/// With `max_new`, the walk stops ([`Candidates::stopped`]) once it has found more files than
+/// the base has plus that many: past it, more than `max_new` files are new for sure.
 pub fn sandbox_candidates_since(
     dir: &Path,
     root: &Beneath,
     base: &FlatTree,
     record: Option<&SyncRecord>,
+    max_new: Option<usize>,
 ) -> Candidates {
-    let whole = || Candidates::found(walk(dir, false, None), base, false);
+    let max_files = max_new.map(|n| n.saturating_add(base.len()));
+    let whole = || Candidates::found(walk(dir, false, None, max_files), base, false);
     let Some(record) = record.filter(|r| !r.dirs.is_empty()) else {
         return whole();
     };
@@ -781,7 +839,12 @@ pub fn sandbox_candidates_since(
         changed.push("");
     }
     let known = record.dirs.iter().map(|(p, _)| p.clone()).collect();
-    let walked = walk(dir, false, Some(Within::changed_dirs(changed, known)));
+    let walked = walk(
+        dir,
+        false,
+        Some(Within::changed_dirs(changed, known)),
+        max_files,
+    );
     if walked
         .files
         .iter()
@@ -804,6 +867,7 @@ impl Candidates {
             skipped: walked.skipped,
             dirs_read: restricted.then_some(walked.dirs.len()),
             dirs: walked.dirs,
+            stopped: walked.stopped,
         }
     }
 
@@ -932,7 +996,7 @@ pub(crate) fn checkout_parts(
     cap: u64,
     cache: Option<&mut StatCache>,
 ) -> Result<CheckoutParts, SnapshotError> {
-    let walked = walk(repo_root, true, None);
+    let walked = walk(repo_root, true, None, None);
     let mut candidates = walked.files;
     let tracked = match gix::open_opts(repo_root, gix::open::Options::isolated()) {
         Ok(repo) => Some(tracked_paths(&repo, repo_root)?),
@@ -1225,13 +1289,21 @@ pub fn read_back_sandbox(
     // What was read (or trusted) of the candidates only; every other base path is as the
     // sync left it.
     let mut got = Snapshot::default();
+    // The walks for new files stop past the limit, before they hold more than it in memory.
+    let max_new = Some(limits.files);
     let (candidates, unnamed, looked) = match (record, dirty) {
         (Some(record), Some(dirty)) => {
-            let split = split_by_dirty(dir, &root, base, record, dirty);
+            let split = split_by_dirty(dir, &root, base, record, dirty, max_new);
+            if split.stopped {
+                return Err(over_files());
+            }
             (split.candidates, split.skipped, Some(split.looked))
         }
         _ => {
-            let found = sandbox_candidates_since(dir, &root, base, record);
+            let found = sandbox_candidates_since(dir, &root, base, record, max_new);
+            if found.stopped {
+                return Err(over_files());
+            }
             let paths = found.with_base(base).into_iter().map(String::from);
             (paths.collect(), found.skipped, None)
         }
@@ -1297,6 +1369,9 @@ pub struct DirtySplit {
     pub skipped: Vec<Skipped>,
     /// The record, cut down to the candidates it has a stat for.
     pub looked: SyncRecord,
+    /// The walk stopped at its limit (see [`sandbox_candidates_since`]): more than `max_new`
+    /// files are new, and `candidates` holds only some of them.
+    pub stopped: bool,
 }
 
 /// Pick out the paths of the sandbox `dir` (opened as `root`) that may differ from what the
@@ -1312,12 +1387,14 @@ pub struct DirtySplit {
 ///
 /// `record` must be the record of a sync for exactly `base` (see [`crate::sync::record_for`]),
 /// which names only base paths, each once (the hub checks a helper's record for that).
+/// `max_new` stops the walk as it does for [`sandbox_candidates_since`].
 pub fn split_by_dirty(
     dir: &Path,
     root: &Beneath,
     base: &FlatTree,
     record: &SyncRecord,
     dirty: &Dirty,
+    max_new: Option<usize>,
 ) -> DirtySplit {
     // A new path whose last event took it away again needs no look (see [`Dirty::gone`]).
     let new_paths: Vec<&str> = dirty
@@ -1341,7 +1418,12 @@ pub fn split_by_dirty(
     let walked = if to_walk.is_empty() {
         Walked::default()
     } else {
-        walk(dir, false, Some(to_walk.within()))
+        walk(
+            dir,
+            false,
+            Some(to_walk.within()),
+            max_new.map(|n| n.saturating_add(base.len())),
+        )
     };
     let mut candidates: BTreeSet<String> = dirty
         .covered_keys(base)
@@ -1377,6 +1459,7 @@ pub fn split_by_dirty(
     DirtySplit {
         candidates,
         skipped: walked.skipped,
+        stopped: walked.stopped,
         looked: SyncRecord {
             stamp_s: record.stamp_s,
             stamp_ns: record.stamp_ns,
@@ -1502,7 +1585,7 @@ mod tests {
         std::fs::write(root.join(odd), "x").unwrap();
         want_dirs.sort();
 
-        let w = walk(root, false, None);
+        let w = walk(root, false, None, None);
         assert_eq!(w.files, want_files);
         assert_eq!(w.dirs, want_dirs);
         let skipped: Vec<&str> = w.skipped.iter().map(|s| s.path.as_str()).collect();
@@ -1512,13 +1595,78 @@ mod tests {
             paths: ["d03/f1.txt".to_string()].into(),
             ..Default::default()
         };
-        let part = walk(root, false, Some(dirty.within()));
+        let part = walk(root, false, Some(dirty.within()), None);
         let d03: BTreeSet<String> = want_files
             .iter()
             .filter(|p| p.starts_with("d03/") && !p.starts_with("d03/sub/"))
             .cloned()
             .collect();
         assert_eq!(part.files, d03);
+    }
+
+    /// A walk with a limit stops past it holding no more than it (a name it cannot carry
+    /// counts as a file), whether its threads share the whole tree or one reads only the dirty
+    /// directories; at the limit exactly it finds everything. A read-back's candidates stop
+    /// past the base's files plus the new files allowed.
+    #[test]
+    fn a_walk_stops_at_its_limit_holding_no_more() {
+        use std::os::unix::ffi::OsStrExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let root = &tmp.path().join("sb");
+        for d in 0..5 {
+            std::fs::create_dir_all(root.join(format!("d{d}"))).unwrap();
+            for f in 0..10 {
+                std::fs::write(root.join(format!("d{d}/f{f}")), "x").unwrap();
+            }
+        }
+        std::fs::write(root.join(std::ffi::OsStr::from_bytes(b"d0/bad-\xff")), "x").unwrap();
+        let dirty = crate::watch::Dirty {
+            trees: ["d1".to_string(), "d2".to_string()].into(),
+            ..Default::default()
+        };
+        let held = |w: &Walked| w.files.len() + w.skipped.len();
+        for max in [0, 1, 7, 50] {
+            let w = walk(root, false, None, Some(max));
+            assert!(w.stopped, "{max}");
+            assert!(held(&w) <= max, "{max}: {}", held(&w));
+            let part = walk(root, false, Some(dirty.within()), Some(max.min(19)));
+            assert!(part.stopped && held(&part) <= max.min(19), "{max}");
+        }
+        // Positive controls: at the limit, and without one, nothing stops.
+        for max in [Some(51), None] {
+            let w = walk(root, false, None, max);
+            assert!(!w.stopped);
+            assert_eq!((w.files.len(), w.skipped.len()), (50, 1));
+        }
+        let part = walk(root, false, Some(dirty.within()), Some(20));
+        assert!(!part.stopped);
+        assert_eq!(part.files.len(), 20);
+
+        // Candidates of a read-back with 3 of those 50 in its base: 47 new files and a name
+        // it cannot carry.
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let base: FlatTree = ["d3/f0", "d3/f1", "d4/f9"]
+            .into_iter()
+            .map(|p| {
+                let oid = store.write_blob(b"x").unwrap();
+                (
+                    p.to_string(),
+                    Entry {
+                        mode: Mode::File,
+                        oid,
+                    },
+                )
+            })
+            .collect();
+        let beneath = Beneath::open(root).unwrap();
+        for max_new in [10, 47] {
+            let found = sandbox_candidates_since(root, &beneath, &base, None, Some(max_new));
+            assert!(found.stopped, "{max_new}");
+            assert!(found.new.len() + found.skipped.len() <= max_new + base.len());
+        }
+        let found = sandbox_candidates_since(root, &beneath, &base, None, Some(48));
+        assert!(!found.stopped);
+        assert_eq!((found.new.len(), found.skipped.len()), (47, 1));
     }
 
     /// The split of a watched read-back walks a directory only where a new file may be: a
@@ -1568,7 +1716,7 @@ mod tests {
         // The agent's edit of a/x.txt through a temporary file that is gone.
         std::fs::write(dir.join("a/x.txt"), "edited\n").unwrap();
         let dirty = dirty_of(&["a/x.txt", "a/.tmp-edit"]);
-        let split = split_by_dirty(&dir, &root, &base, &record, &dirty);
+        let split = split_by_dirty(&dir, &root, &base, &record, &dirty, None);
         assert_eq!(split.candidates, BTreeSet::from(["a/x.txt".to_string()]));
         assert!(
             split.skipped.is_empty(),
@@ -1585,17 +1733,17 @@ mod tests {
         // not marked gone is found — what keeps this from passing for the wrong reason.
         std::fs::write(dir.join("a/late.txt"), "late\n").unwrap();
         let mut dirty = dirty_of(&["a/x.txt", "a/late.txt"]);
-        let found = split_by_dirty(&dir, &root, &base, &record, &dirty);
+        let found = split_by_dirty(&dir, &root, &base, &record, &dirty, None);
         assert!(found.candidates.contains("a/late.txt"));
         dirty.gone.insert("a/late.txt".to_string());
-        let split = split_by_dirty(&dir, &root, &base, &record, &dirty);
+        let split = split_by_dirty(&dir, &root, &base, &record, &dirty, None);
         assert_eq!(split.candidates, BTreeSet::from(["a/x.txt".to_string()]));
         std::fs::remove_file(dir.join("a/late.txt")).unwrap();
 
         // Positive control: a new file that is there has its directory walked (and found).
         std::fs::write(dir.join("b/new.txt"), "new\n").unwrap();
         let dirty = dirty_of(&["a/x.txt", "a/.tmp-edit", "b/new.txt"]);
-        let split = split_by_dirty(&dir, &root, &base, &record, &dirty);
+        let split = split_by_dirty(&dir, &root, &base, &record, &dirty, None);
         assert_eq!(
             split.candidates,
             BTreeSet::from(["a/x.txt".to_string(), "b/new.txt".to_string()])

@@ -522,7 +522,7 @@ pub fn sync_files(
     // A whole walk also lists the directories, for the record (None: no directory record).
     let (current, untouched, looked, walked_dirs) = match (record, dirty) {
         (Some(record), Some(dirty)) => {
-            let split = split_by_dirty(dir, &root, base, record, dirty);
+            let split = split_by_dirty(dir, &root, base, record, dirty, None);
             let untouched: Vec<(String, FileStat)> = record
                 .files
                 .iter()
@@ -534,7 +534,7 @@ pub fn sync_files(
         _ => {
             // Leftovers are looked for where the directory record says something may have
             // changed since the sync before (everywhere without one): what a read-back does.
-            let found = sandbox_candidates_since(dir, &root, base, record);
+            let found = sandbox_candidates_since(dir, &root, base, record, None);
             // A name the walk cannot carry stays (and is reported by every read-back): its
             // directory must be read each time.
             let dirs = found.skipped.is_empty().then(|| {
@@ -992,7 +992,7 @@ mod tests {
         let check = |what: &str, cached: bool| -> Candidates {
             let synced = recall(&dir);
             let record = record_for(synced.as_deref(), &base);
-            let got = sandbox_candidates_since(&dir, &root, &base, record);
+            let got = sandbox_candidates_since(&dir, &root, &base, record, None);
             let (paths, skipped) = sandbox_candidates(&dir, base.keys());
             let mine: Vec<&str> = got.with_base(&base);
             assert_eq!(
@@ -1094,7 +1094,7 @@ mod tests {
         let read_with_stamp = |stamp: (i64, u32)| {
             let mut record = synced.record.clone();
             (record.stamp_s, record.stamp_ns) = stamp;
-            sandbox_candidates_since(&dir, &root, &base, Some(&record)).dirs_read
+            sandbox_candidates_since(&dir, &root, &base, Some(&record), None).dirs_read
         };
         assert_eq!(read_with_stamp((d.ctime_s + 5, 0)), Some(1));
         let racy = read_with_stamp((d.ctime_s, d.ctime_ns)).unwrap();

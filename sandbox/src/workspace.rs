@@ -276,7 +276,7 @@ fn changes_in(dir: &Path) -> Option<(Dirty, EarlyReads)> {
 /// where there is no change notification or it cannot be set up (such as too few inotify
 /// watches allowed).
 fn start_watch(dir: &Path) -> Option<Watch> {
-    let dirs = walk(dir, false, None).dirs;
+    let dirs = walk(dir, false, None, None).dirs;
     match Watch::start(dir, dirs.iter().map(String::as_str)) {
         Ok(w) => Some(w),
         Err(e) => {
@@ -472,6 +472,33 @@ mod tests {
         let back = read(22, need).unwrap();
         assert_eq!(back.changes.len(), 22);
         assert_eq!(taken(), 20);
+    }
+
+    /// The walk for new files stops past the limit, holding exactly as many new files as the
+    /// limit allows: the read-back is refused, never made of the files it held (with an empty
+    /// base, a read-back that went by the count it held would see one file fewer than there are
+    /// and none over).
+    #[test]
+    fn a_read_back_whose_walk_stopped_is_refused_not_made_in_part() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let base = FlatTree::new();
+        let sb = LocalSandbox::new(tmp.path().join("sb"));
+        sb.prepare(&store, &Arc::new(base.clone())).unwrap();
+        for i in 0..11 {
+            std::fs::write(sb.workdir().join(format!("n{i}")), format!("{i}\n")).unwrap();
+        }
+        let read = |files| {
+            let limits = ReadLimits {
+                files,
+                ..ReadLimits::default()
+            };
+            sb.read_back(&mut store.batch(), &base, limits)
+        };
+        let e = read(10).unwrap_err();
+        assert_eq!(e.over_limit(), Some(OverLimit::Files { limit: 10 }), "{e}");
+        // Positive control: one more allowed, all eleven are read back.
+        assert_eq!(read(11).unwrap().changes.len(), 11);
     }
 
     #[test]
