@@ -97,6 +97,12 @@ pub struct Config {
     pub isolation_none: bool,
     /// Run under `--isolation user` with this sandbox user (None: do not).
     pub isolation_user: Option<String>,
+    /// The hubs' `HUNKGATE_LOG` (None: their default, `info`). A diagnostic: a hub that logs
+    /// more pays for it in the figures, and the report says so.
+    pub hub_log: Option<String>,
+    /// Where to copy each hub's log and its agents' run logs (with their start and end
+    /// stamps) once the hub is done (None: they go with its state dir).
+    pub keep_logs: Option<PathBuf>,
     /// The `hunkgate` binary.
     pub bin: PathBuf,
 }
@@ -123,6 +129,8 @@ impl Config {
             settle_limit: Duration::from_secs(60),
             isolation_none: true,
             isolation_user: Some("hunkgate-agent".into()),
+            hub_log: None,
+            keep_logs: None,
             bin,
         }
     }
@@ -161,6 +169,8 @@ impl Config {
         if let Ok(u) = std::env::var("HUNKGATE_BENCH_SANDBOX_USER") {
             c.isolation_user = Some(u);
         }
+        c.hub_log = std::env::var("HUNKGATE_BENCH_HUB_LOG").ok();
+        c.keep_logs = std::env::var_os("HUNKGATE_BENCH_KEEP_LOGS").map(PathBuf::from);
         match std::env::var("HUNKGATE_BENCH_ISOLATION").as_deref() {
             Err(_) | Ok("both") => {}
             Ok("none") => c.isolation_user = None,
@@ -1121,6 +1131,28 @@ impl Drop for Leftovers {
     }
 }
 
+/// With [`Config::keep_logs`], copy a finished hub's log and its state dir's run logs there,
+/// as `<name>.log` and `<name>-runs/`.
+fn keep_logs(cfg: &Config, log: &Path, state: &Path, name: &str) -> Result<()> {
+    let Some(keep) = &cfg.keep_logs else {
+        return Ok(());
+    };
+    let runs = keep.join(format!("{name}-runs"));
+    std::fs::create_dir_all(&runs).with_context(|| format!("creating {}", runs.display()))?;
+    let copy = |from: &Path, to: &Path| {
+        std::fs::copy(from, to)
+            .map(drop)
+            .with_context(|| format!("copying {} to {}", from.display(), to.display()))
+    };
+    copy(log, &keep.join(format!("{name}.log")))?;
+    if let Ok(entries) = std::fs::read_dir(state.join("runs")) {
+        for e in entries.flatten() {
+            copy(&e.path(), &runs.join(e.file_name()))?;
+        }
+    }
+    Ok(())
+}
+
 fn remove_user_sandboxes(user: &str, state_name: &str) {
     // Under --isolation user the sandboxes live in the sandbox user's home, named after the
     // state dir; a root benchmark removes what it left there.
@@ -1169,16 +1201,27 @@ async fn run_mode(bench: &mut Bench<'_>, mode: &str, extra: &[&str]) -> Result<M
     let tag = format!("hgbench-{}-{mode}", std::process::id());
     let state_a = ws.path(&format!("{tag}-a"));
     let settled = settle_disk(&state_a, cfg.settle_limit)?;
+    let env: Vec<(&str, &std::ffi::OsStr)> = cfg
+        .hub_log
+        .iter()
+        .map(|f| ("HUNKGATE_LOG", f.as_ref()))
+        .collect();
     let hub = Hub::start_in(
         &ws.repo(),
         &ws.home(),
         &state_a,
         &ws.path(&format!("{tag}-a.log")),
         extra,
-        &[],
+        &env,
     )?;
     let result = review_hub(cfg, layout, parts, ws, &hub, mode).await;
     drop(hub);
+    keep_logs(
+        cfg,
+        &ws.path(&format!("{tag}-a.log")),
+        &state_a,
+        &format!("{mode}-a"),
+    )?;
     let mut warnings = hub_warnings(&ws.path(&format!("{tag}-a.log")));
     bench.leftovers.add(&state_a, cfg, mode);
     let mut figures = result?;
@@ -1195,10 +1238,16 @@ async fn run_mode(bench: &mut Bench<'_>, mode: &str, extra: &[&str]) -> Result<M
         &state_b,
         &ws.path(&format!("{tag}-b.log")),
         extra,
-        &[],
+        &env,
     )?;
     let loaded = loaded_memory(cfg, layout, parts, &hub).await;
     drop(hub);
+    keep_logs(
+        cfg,
+        &ws.path(&format!("{tag}-b.log")),
+        &state_b,
+        &format!("{mode}-b"),
+    )?;
     warnings.extend(hub_warnings(&ws.path(&format!("{tag}-b.log"))));
     bench.leftovers.add(&state_b, cfg, mode);
     let (mem, suggestions, hunks) = loaded?;
@@ -2035,6 +2084,18 @@ impl Report {
         }
         for (mode, why) in &self.skipped {
             out.push_str(&format!("\n`--isolation {mode}`: skipped — {why}\n"));
+        }
+        if let Some(filter) = &c.hub_log {
+            out.push_str(&format!(
+                "\nThe hubs logged with `HUNKGATE_LOG={filter}` (`HUNKGATE_BENCH_HUB_LOG`): \
+                 their figures pay for every line that adds.\n"
+            ));
+        }
+        if let Some(dir) = &c.keep_logs {
+            out.push_str(&format!(
+                "\nThe hubs' logs and their agents' run logs are kept in `{}`.\n",
+                dir.display()
+            ));
         }
         out
     }

@@ -27,6 +27,8 @@ fn tiny() -> Config {
         isolation_none: true,
         // The isolation suite covers `--isolation user`; here the figures' plumbing is checked.
         isolation_user: None,
+        hub_log: None,
+        keep_logs: None,
         bin: hunkgate_tests::hunkgate_bin(),
     }
 }
@@ -139,7 +141,13 @@ fn check_mode(cfg: &Config, m: &ModeFigures) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_hub_benchmark_produces_every_figure() {
-    let cfg = tiny();
+    let kept = tempfile::tempdir().unwrap();
+    let cfg = Config {
+        // What a slow run's diagnosis needs: the hubs' debug lines of runs, and their logs kept.
+        hub_log: Some("info,hunkgate::runs=debug".into()),
+        keep_logs: Some(kept.path().to_path_buf()),
+        ..tiny()
+    };
     let report = hub_bench::run(&cfg).await.expect("the benchmark runs");
     assert_eq!(report.modes.len(), 1, "{:#?}", report.skipped);
     check_mode(&cfg, &report.modes[0]);
@@ -162,7 +170,26 @@ async fn the_hub_benchmark_produces_every_figure() {
     ] {
         assert!(md.contains(step), "no row {step:?} in\n{md}");
     }
-    assert!(!md.contains("NaN") && !md.contains("inf"), "{md}");
+    // No figure is a float gone wrong (as words: `HUNKGATE_LOG=info` is fine).
+    let words = || md.split(|c: char| !c.is_alphanumeric());
+    assert!(!words().any(|w| w == "NaN" || w == "inf"), "{md}");
+    // The logs kept: both hubs', the first at the level asked for, and every run's stamps.
+    assert!(
+        md.contains("`HUNKGATE_LOG=info,hunkgate::runs=debug`"),
+        "{md}"
+    );
+    assert!(md.contains(&kept.path().display().to_string()), "{md}");
+    let log = std::fs::read_to_string(kept.path().join("none-a.log")).unwrap();
+    assert!(log.contains("agent process ended"), "{log}");
+    assert!(kept.path().join("none-b.log").is_file());
+    let runs: Vec<String> = std::fs::read_dir(kept.path().join("none-a-runs"))
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect();
+    // Runs 1-3, the warm samples and the warm big runs.
+    let want = 3 + cfg.warm_samples + cfg.warm_big_samples;
+    assert_eq!(runs.len(), want, "{runs:?}");
+    assert!(runs.iter().all(|r| r.contains("hgbench-end")), "{runs:?}");
 }
 
 /// A scale the benchmark cannot build is refused with what to change, before anything runs.
