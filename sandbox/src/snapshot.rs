@@ -180,7 +180,7 @@ pub(crate) fn walk(
     let threads = if restricted { 1 } else { crate::io_threads() };
     let found = std::sync::Mutex::new(Vec::new());
     let budget = Budget {
-        left: std::sync::atomic::AtomicUsize::new(max_files.unwrap_or(usize::MAX)),
+        left: max_files.map(std::sync::atomic::AtomicUsize::new),
         stopped: std::sync::atomic::AtomicBool::new(false),
     };
     builder
@@ -214,10 +214,10 @@ struct Collect<'a> {
     budget: &'a Budget,
 }
 
-/// How many more files a [`walk`]'s threads may take between them, and whether one of them
-/// found a file past that.
+/// How many more files a [`walk`]'s threads may take between them (None: no limit), and
+/// whether one of them found a file past that.
 struct Budget {
-    left: std::sync::atomic::AtomicUsize,
+    left: Option<std::sync::atomic::AtomicUsize>,
     stopped: std::sync::atomic::AtomicBool,
 }
 
@@ -225,8 +225,10 @@ impl Budget {
     /// Take one file from the budget; false (and the walk stopped) when none is left.
     fn take_one(&self) -> bool {
         use std::sync::atomic::Ordering::Relaxed;
-        let took = self
-            .left
+        let Some(left) = &self.left else {
+            return true;
+        };
+        let took = left
             .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1))
             .is_ok();
         if !took {

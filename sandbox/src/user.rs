@@ -1482,12 +1482,20 @@ impl UserSandbox {
     ) {
         let mut standby = match standby.join() {
             Ok(Ok(standby)) => standby,
-            Ok(Err(e)) => return tracing::debug!(error = %e, "no standby read-back"),
+            // Not started: the read-back after the run starts a helper of its own, which looks
+            // at every file.
+            Ok(Err(e)) => return tracing::warn!(error = %e, "no standby read-back"),
             Err(_) => return tracing::warn!("starting the standby read-back panicked"),
         };
+        // Asked to watch directories (a sync that could vouch for them all), on Linux it can
+        // only fail to when inotify is exhausted: then the read-back looks at every file.
+        let asked = !synced.record.dirs.is_empty();
         match standby.sync_done(STANDBY_ANSWER, self.request(), synced) {
             Ok(watching) => {
                 tracing::debug!(slot = self.slot, watching, "a read-back helper stands by");
+                if asked && !watching && cfg!(target_os = "linux") {
+                    tracing::warn!(slot = self.slot, "{}", crate::workspace::NO_WATCH);
+                }
                 if let Ok(mut slot) = self.standby.lock() {
                     *slot = Some(standby);
                 }
