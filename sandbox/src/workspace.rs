@@ -272,14 +272,14 @@ fn changes_in(dir: &Path) -> Option<(Dirty, EarlyReads)> {
     Some((dirty, early))
 }
 
-/// A watch on every directory of the slot that is not ignored; None (every file is looked at)
-/// where there is no change notification or it cannot be set up (such as too few inotify
-/// watches allowed).
 /// What a hub on Linux says when a sandbox cannot be watched.
 pub(crate) const NO_WATCH: &str = "no change notification (inotify) for this sandbox: the \
      read-back after its run looks at every file; raise fs.inotify.max_user_instances or \
      fs.inotify.max_user_watches (sysctl) if either is exhausted";
 
+/// A watch on every directory of the slot that is not ignored; None (every file is looked at)
+/// where there is no change notification or it cannot be set up (such as too few inotify
+/// watches allowed).
 fn start_watch(dir: &Path) -> Option<Watch> {
     let dirs = walk(dir, false, None, None).dirs;
     match Watch::start(dir, dirs.iter().map(String::as_str)) {
