@@ -1216,6 +1216,7 @@ async fn run_mode(bench: &mut Bench<'_>, mode: &str, extra: &[&str]) -> Result<M
     )?;
     let result = review_hub(cfg, layout, parts, ws, &hub, mode).await;
     drop(hub);
+    bench.leftovers.add(&state_a, cfg, mode);
     keep_logs(
         cfg,
         &ws.path(&format!("{tag}-a.log")),
@@ -1223,7 +1224,6 @@ async fn run_mode(bench: &mut Bench<'_>, mode: &str, extra: &[&str]) -> Result<M
         &format!("{mode}-a"),
     )?;
     let mut warnings = hub_warnings(&ws.path(&format!("{tag}-a.log")));
-    bench.leftovers.add(&state_a, cfg, mode);
     let mut figures = result?;
     figures.settled = settled;
 
@@ -1242,6 +1242,7 @@ async fn run_mode(bench: &mut Bench<'_>, mode: &str, extra: &[&str]) -> Result<M
     )?;
     let loaded = loaded_memory(cfg, layout, parts, &hub).await;
     drop(hub);
+    bench.leftovers.add(&state_b, cfg, mode);
     keep_logs(
         cfg,
         &ws.path(&format!("{tag}-b.log")),
@@ -1249,7 +1250,6 @@ async fn run_mode(bench: &mut Bench<'_>, mode: &str, extra: &[&str]) -> Result<M
         &format!("{mode}-b"),
     )?;
     warnings.extend(hub_warnings(&ws.path(&format!("{tag}-b.log"))));
-    bench.leftovers.add(&state_b, cfg, mode);
     let (mem, suggestions, hunks) = loaded?;
     figures.loaded = mem;
     figures.loaded_suggestions = suggestions;
