@@ -794,7 +794,7 @@ pub fn sandbox_candidates_since(
     record: Option<&SyncRecord>,
     max_new: Option<usize>,
 ) -> Candidates {
-    let max_files = max_new.map(|n| n.saturating_add(base.len()));
+    let max_files = walk_budget(base, max_new);
     let whole = || Candidates::found(walk(dir, false, None, max_files), base, false);
     let Some(record) = record.filter(|r| !r.dirs.is_empty()) else {
         return whole();
@@ -855,6 +855,12 @@ pub fn sandbox_candidates_since(
         return whole();
     }
     Candidates::found(walked, base, true)
+}
+
+/// The files a read-back's walk may hold when at most `max_new` may be new: past the base's
+/// files plus that many, more than `max_new` are new for certain.
+fn walk_budget(base: &FlatTree, max_new: Option<usize>) -> Option<usize> {
+    max_new.map(|n| n.saturating_add(base.len()))
 }
 
 impl Candidates {
@@ -1424,7 +1430,7 @@ pub fn split_by_dirty(
             dir,
             false,
             Some(to_walk.within()),
-            max_new.map(|n| n.saturating_add(base.len())),
+            walk_budget(base, max_new),
         )
     };
     let mut candidates: BTreeSet<String> = dirty
