@@ -476,8 +476,7 @@ struct Prepared {
 
 /// A pipe on which an agent's PID namespace init says how the agent ended, once nothing it
 /// started is left (see [`pidns::enter_for_process_group`]): the hub hears of the end then,
-/// without waiting for the init and the group leader to exit (each tears down a copy of the
-/// hub's address space first, about a millisecond in all).
+/// without waiting for the init and the group leader to exit.
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 struct Verdict {
     rx: tokio::net::unix::pipe::Receiver,
@@ -864,6 +863,8 @@ pub mod pidns {
         gid_map: Vec<u8>,
         /// The write end of the hub's verdict pipe, or -1 (see [`enter_for_process_group`]).
         verdict: libc::c_int,
+        /// The program the init and the leader become once set up ([`exec_roles_with`]).
+        roles: Option<&'static std::ffi::CStr>,
     }
 
     impl Plan {
@@ -877,6 +878,7 @@ pub mod pidns {
                 uid_map: format!("{uid} {uid} 1\n").into_bytes(),
                 gid_map: format!("{gid} {gid} 1\n").into_bytes(),
                 verdict: -1,
+                roles: ROLE_PROGRAM.get().map(|p| p.as_c_str()),
             }
         }
 
@@ -895,6 +897,107 @@ pub mod pidns {
         fn default() -> Self {
             Self::new()
         }
+    }
+
+    /// The program an agent's namespace init and group leader exec once they are set up; unset,
+    /// they stay what they are forked as: copies of the hub (see [`exec_roles_with`]).
+    static ROLE_PROGRAM: std::sync::OnceLock<std::ffi::CString> = std::sync::OnceLock::new();
+
+    /// The first argument that makes the hub's program an agent's namespace init
+    /// ([`take_role`]): then `<agent pid> <status fd> <verdict fd or -1>`.
+    pub const INIT_ROLE: &std::ffi::CStr = c"__agent-pidns-init";
+    /// The first argument that makes it an agent's group leader: then `<init pid> <status fd>`.
+    pub const LEADER_ROLE: &std::ffi::CStr = c"__agent-pidns-leader";
+
+    /// Have the init and the group leader of each agent's PID namespace exec `program` (the
+    /// hub's own, `/proc/self/exe`, whose `main` calls [`take_role`] first) once they are set
+    /// up, rather than live on as forks of the hub. A fork shares the hub's memory
+    /// copy-on-write: while one lives, each page the hub writes is copied first, and its exit
+    /// tears down a copy of the hub's page tables, right when the hub reads the agent's work
+    /// back. Exec'd, each is a small program of its own. The first call wins; without one (a
+    /// test binary, which cannot take the roles) or when the exec fails, they stay forks.
+    pub fn exec_roles_with(program: &std::ffi::CStr) {
+        let _ = ROLE_PROGRAM.set(program.to_owned());
+    }
+
+    /// If `args` (this process's, program name first) make it an agent's namespace init or
+    /// group leader (see [`exec_roles_with`]), be that and never return; else return at once.
+    pub fn take_role(args: &[std::ffi::OsString]) {
+        use std::os::unix::ffi::OsStrExt;
+        let role = args.get(1).map(|a| a.as_bytes());
+        let init = role == Some(INIT_ROLE.to_bytes());
+        if !init && role != Some(LEADER_ROLE.to_bytes()) {
+            return;
+        }
+        let num = |i: usize| -> libc::c_int {
+            match args.get(i).and_then(|a| a.to_str()).map(str::parse) {
+                Some(Ok(n)) => n,
+                // Not exec'd by the hub: there is nothing to do.
+                _ => std::process::exit(127),
+            }
+        };
+        // SAFETY: this process was exec'd for the role, with the descriptors and the child
+        // its arguments name; each role only waits, reads, writes and exits.
+        unsafe {
+            if init {
+                be_init(num(2), num(3), num(4))
+            } else {
+                be_leader(num(2), num(3))
+            }
+        }
+    }
+
+    /// Exec the role `program` with `nums` after it (see [`take_role`]); returns only when the
+    /// exec fails. The descriptors among `nums` are kept open across it; nothing else is, and
+    /// the environment is empty.
+    ///
+    /// # Safety
+    /// Only in a forked child: it makes only async-signal-safe calls and allocates nothing.
+    unsafe fn exec_role(
+        program: &std::ffi::CStr,
+        role: &std::ffi::CStr,
+        nums: &[libc::c_int],
+        fds: &[libc::c_int],
+    ) {
+        for &fd in fds {
+            if fd >= 0 && libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                return;
+            }
+        }
+        let mut digits = [[0u8; 16]; 3];
+        let mut argv: [*const libc::c_char; 6] = [std::ptr::null(); 6];
+        argv[0] = c"hunkgate".as_ptr();
+        argv[1] = role.as_ptr();
+        for (i, (&n, buf)) in nums.iter().zip(digits.iter_mut()).enumerate() {
+            write_decimal(n, buf);
+            argv[2 + i] = buf.as_ptr().cast();
+        }
+        let envp: [*const libc::c_char; 1] = [std::ptr::null()];
+        libc::execve(program.as_ptr(), argv.as_ptr(), envp.as_ptr());
+    }
+
+    /// `n` in decimal into `buf`, NUL-terminated (no allocation: after a fork).
+    fn write_decimal(n: libc::c_int, buf: &mut [u8; 16]) {
+        let mut tmp = [0u8; 12];
+        let mut len = 0;
+        let mut v = i64::from(n).unsigned_abs();
+        loop {
+            tmp[len] = b'0' + (v % 10) as u8;
+            len += 1;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        let mut at = 0;
+        if n < 0 {
+            buf[0] = b'-';
+            at = 1;
+        }
+        for i in 0..len {
+            buf[at + i] = tmp[len - 1 - i];
+        }
+        buf[at + len] = 0;
     }
 
     fn last() -> std::io::Error {
@@ -968,11 +1071,13 @@ pub mod pidns {
     /// and then exits exactly like the agent; its child is the namespace's init (PID 1), which
     /// reaps orphans and, when the agent exits, kills and reaps everything left in the
     /// namespace, writes the agent's wait status to the plan's verdict pipe (if it has one:
-    /// the hub learns of the end from there, a millisecond before this process could exit)
-    /// and exits; and its grandchild returns from here and becomes the agent. Each dies with
-    /// its parent (`PR_SET_PDEATHSIG`), and this one with the hub, so `kill -9` of the hub ends
-    /// the whole tree. All three stay in the hub's process group, so the hub's SIGTERM and
-    /// SIGKILL to the group still reach the agent directly.
+    /// the hub learns of the end from there, before this process could exit) and exits; and
+    /// its grandchild returns from here and becomes the agent. Each dies with its parent
+    /// (`PR_SET_PDEATHSIG`), and this one with the hub, so `kill -9` of the hub ends the whole
+    /// tree. All three stay in the hub's process group, so the hub's SIGTERM and SIGKILL to the
+    /// group still reach the agent directly. Once set up, the leader and the init exec the
+    /// hub's program for their roles when the hub has said so ([`exec_roles_with`]); the
+    /// exec keeps all of the above (pids, children, the death signal, an ignored SIGTERM).
     ///
     /// Returns `Ok(false)` (and changes nothing) when no namespace can be made here; the caller
     /// then runs the agent as a plain process group.
@@ -1041,47 +1146,85 @@ pub mod pidns {
             let mut keep = [guard[0], status[1], plan.verdict];
             keep.sort_unstable();
             close_all_but(&keep[usize::from(plan.verdict < 0)..]);
-            loop {
-                let mut st: libc::c_int = 0;
-                let r = waitpid_retry(-1, &mut st);
-                if r < 0 {
-                    libc::_exit(127);
-                }
-                if r == agent {
-                    let report: [u8; 2] = if libc::WIFSIGNALED(st) {
-                        [1, libc::WTERMSIG(st) as u8]
-                    } else {
-                        [0, libc::WEXITSTATUS(st) as u8]
-                    };
-                    // What the agent left goes now, as it would when this init exits, but
-                    // reaped before the word goes out: then the hub knows that nothing the
-                    // agent started is left, without waiting for this process and the
-                    // leader to exit (each first tears down its copy of the hub's memory).
-                    // (Only as PID 1: kill(-1) reaches no further than this namespace.)
-                    if libc::getpid() == 1 {
-                        libc::kill(-1, libc::SIGKILL);
-                        // Any child, clones included (`__WALL`), until there is none.
-                        while waitpid_flags(-1, &mut st, libc::__WALL) > 0 {}
-                    }
-                    if plan.verdict >= 0 {
-                        libc::write(plan.verdict, report.as_ptr().cast(), 2);
-                    }
-                    libc::write(status[1], report.as_ptr().cast(), 2);
-                    libc::_exit(report[1] as libc::c_int);
-                }
+            if let Some(program) = plan.roles {
+                exec_role(
+                    program,
+                    INIT_ROLE,
+                    &[agent, status[1], plan.verdict],
+                    &[status[1], plan.verdict],
+                );
             }
+            be_init(agent, status[1], plan.verdict)
         }
         // The hub's child: wait for the init and end like the agent did. The hub's SIGTERM
         // to the group is for the agent; this process waits for its verdict.
-        // The guard's write end stays open for as long as this process lives.
+        // The guard's write end stays open for as long as this process lives (the exec'd
+        // leader's too: the exec keeps it, its close-on-exec flag cleared).
         let mut keep = [status[0], guard[1]];
         keep.sort_unstable();
         close_all_but(&keep);
         libc::signal(libc::SIGTERM, libc::SIG_IGN);
+        if let Some(program) = plan.roles {
+            exec_role(
+                program,
+                LEADER_ROLE,
+                &[init, status[0]],
+                &[status[0], guard[1]],
+            );
+        }
+        be_leader(init, status[0])
+    }
+
+    /// An agent's namespace init, once the agent (`agent`, its child) is started: reap orphans
+    /// and, when the agent exits, kill and reap everything left in the namespace, write the
+    /// agent's wait status to `verdict` (unless it is -1) and to `status` (for the leader), and
+    /// exit (see [`enter_for_process_group`]).
+    ///
+    /// # Safety
+    /// Only in the init of an agent's namespace (forked or exec'd): it kills every process it
+    /// can see when it is PID 1.
+    unsafe fn be_init(agent: libc::pid_t, status: libc::c_int, verdict: libc::c_int) -> ! {
+        loop {
+            let mut st: libc::c_int = 0;
+            let r = waitpid_retry(-1, &mut st);
+            if r < 0 {
+                libc::_exit(127);
+            }
+            if r == agent {
+                let report: [u8; 2] = if libc::WIFSIGNALED(st) {
+                    [1, libc::WTERMSIG(st) as u8]
+                } else {
+                    [0, libc::WEXITSTATUS(st) as u8]
+                };
+                // What the agent left goes now, as it would when this init exits, but
+                // reaped before the word goes out: then the hub knows that nothing the
+                // agent started is left, without waiting for this process and the
+                // leader to exit.
+                // (Only as PID 1: kill(-1) reaches no further than this namespace.)
+                if libc::getpid() == 1 {
+                    libc::kill(-1, libc::SIGKILL);
+                    // Any child, clones included (`__WALL`), until there is none.
+                    while waitpid_flags(-1, &mut st, libc::__WALL) > 0 {}
+                }
+                if verdict >= 0 {
+                    libc::write(verdict, report.as_ptr().cast(), 2);
+                }
+                libc::write(status, report.as_ptr().cast(), 2);
+                libc::_exit(report[1] as libc::c_int);
+            }
+        }
+    }
+
+    /// An agent's group leader (the hub's child): wait for the namespace's init (`init`) and
+    /// end the way the agent did, as `status` says (see [`enter_for_process_group`]).
+    ///
+    /// # Safety
+    /// Only in the leader, forked or exec'd: it exits.
+    unsafe fn be_leader(init: libc::pid_t, status: libc::c_int) -> ! {
         let mut st: libc::c_int = 0;
         waitpid_retry(init, &mut st);
         let mut report = [0u8; 2];
-        if libc::read(status[0], report.as_mut_ptr().cast(), 2) == 2 {
+        if libc::read(status, report.as_mut_ptr().cast(), 2) == 2 {
             exit_like(report[0], report[1]);
         }
         if libc::WIFSIGNALED(st) {
@@ -1179,6 +1322,34 @@ pub mod pidns {
             let mut st = 0;
             waitpid_retry(pid, &mut st);
             libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn numbers_for_a_role_are_written_without_allocating() {
+            for n in [0, 7, -1, 26, 4_194_304, libc::c_int::MAX, libc::c_int::MIN] {
+                let mut buf = [0xffu8; 16];
+                write_decimal(n, &mut buf);
+                let text = std::ffi::CStr::from_bytes_until_nul(&buf).unwrap();
+                assert_eq!(text.to_str().unwrap(), n.to_string());
+            }
+        }
+
+        #[test]
+        fn a_process_not_exec_d_for_a_role_goes_on() {
+            // Returns (else this test would never end): only the two role words take a role.
+            for args in [
+                vec!["hunkgate", "serve"],
+                vec!["hunkgate"],
+                vec!["hunkgate", "__agent-pidns-initx", "2", "3", "4"],
+            ] {
+                let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+                take_role(&args);
+            }
         }
     }
 }

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use hunkgate_tests::fake_llm::{FakeLlm, Recorded, Reply};
-use hunkgate_tests::isolation::processes_of;
+use hunkgate_tests::isolation::{hub_pid, processes_of};
 use hunkgate_tests::{
     hunk_id, numbered, pid_alive, run_agent, wait_run_finished, wait_until, Hub, Pause, Workspace,
     Ws,
@@ -313,6 +313,72 @@ async fn a_run_in_progress_does_not_outlive_the_hub() {
     let run = wait_run_finished(&hub, &run_id, SECS5).await.unwrap();
     assert_interrupted(&run);
     assert_eq!(ws.read("a.txt").unwrap(), b"a\n");
+}
+
+/// The agent's group leader and its PID namespace's init are the hub's own program exec'd for
+/// those roles, never forks of the hub that live beside it while the agent works: a fork
+/// shares the hub's memory copy-on-write, so while it lived each page the hub wrote was copied
+/// first, and its exit tore down a copy of the hub's page tables — right when the hub reads
+/// the agent's work back. (The roles themselves — the tree dying with the hub, the agent's exit
+/// status — are what the other tests here and in `runs` check.)
+#[tokio::test]
+async fn an_agents_leader_and_init_are_exec_d_not_copies_of_the_hub() {
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    let marker = format!("hunkgate-roles-{}", std::process::id());
+    let agent = ws
+        .agent_script("agent.sh", &format!("exec sh -c 'sleep 300' {marker}"))
+        .unwrap();
+    let mut hub = ws.serve(&[]).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    c.start_run("sleep", &format!("{} {{prompt}}", agent.display()), None)
+        .await
+        .unwrap();
+    wait_until("the agent to start", Duration::from_secs(20), || {
+        processes_marked(&marker).len() == 1
+    })
+    .unwrap();
+    let hub_pid = hub_pid(&hub).unwrap();
+    let agent_pid = processes_marked(&marker)[0].0;
+    // The agent's ancestors, up to the hub.
+    let parent = |pid: i32| -> i32 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let (_, rest) = stat.rsplit_once(')').unwrap();
+        rest.split_whitespace().nth(1).unwrap().parse().unwrap()
+    };
+    let cmdline = |pid: i32| -> Vec<String> {
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .unwrap()
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect()
+    };
+    let mut chain = vec![];
+    let mut at = parent(agent_pid);
+    while at != hub_pid {
+        assert!(
+            at > 1 && chain.len() < 4,
+            "the agent is not the hub's: {chain:?}"
+        );
+        chain.push(at);
+        at = parent(at);
+    }
+    let roles: Vec<Vec<String>> = chain.iter().map(|p| cmdline(*p)).collect();
+    // Positive control: the chain is there, and a copy of the hub (whose command line is the
+    // hub's memory) would read as the hub does.
+    assert_eq!(
+        roles.len(),
+        2,
+        "init and leader between hub and agent: {roles:?}"
+    );
+    assert_eq!(cmdline(hub_pid)[1], "serve");
+    assert_eq!(roles[0][1], "__agent-pidns-init", "{roles:?}");
+    assert_eq!(roles[1][1], "__agent-pidns-leader", "{roles:?}");
+    hub.stop().unwrap();
+    wait_until("the agent to go with the hub", SECS5, || {
+        !pid_alive(agent_pid as u32)
+    })
+    .unwrap();
 }
 
 /// `--isolation none`: an agent leaves a child behind that writes into the sandbox every 50 ms,

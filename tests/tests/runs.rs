@@ -55,6 +55,37 @@ fn all_suggestions(hub: &hunkgate_tests::Hub) -> Vec<Value> {
         .clone()
 }
 
+/// An agent killed by a signal is reported as killed by that signal: the word travels from the
+/// agent through its namespace's init and group leader (each the hub's program, exec'd) to the
+/// hub, and an exit code is not mistaken for one (the control).
+#[tokio::test]
+async fn an_agent_killed_by_a_signal_is_reported_as_such() {
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    let hub = ws.serve(&[]).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    for (name, body, says) in [
+        (
+            "kill.sh",
+            "echo changed > a.txt\nkill -s USR1 $$",
+            "killed by signal 10",
+        ),
+        (
+            "code.sh",
+            "echo changed > a.txt\nexit 10",
+            "exited with status 10",
+        ),
+    ] {
+        let agent = ws.agent_script(name, body).unwrap();
+        let run = c.start_run(name, &template(&agent), None).await.unwrap();
+        let ev = run_error(&mut c, &run).await;
+        let msg = ev["message"].as_str().unwrap();
+        assert!(msg.contains(says), "{name}: {msg}");
+        let r = wait_run_finished(&hub, &run, SECS).await.unwrap();
+        assert_eq!(r["status"], "failed", "{r}");
+    }
+    assert_eq!(ws.read("a.txt").unwrap(), b"a\n");
+}
+
 #[tokio::test]
 async fn a_failing_agent_is_reported_with_its_stderr_tail() {
     let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();

@@ -175,11 +175,17 @@ pub struct ClientArgs {
 }
 
 pub fn main() -> ExitCode {
+    // An agent's PID namespace init or group leader, exec'd by the hub: nothing else runs.
+    #[cfg(target_os = "linux")]
+    hunkgate_sandbox::agent::pidns::take_role(&std::env::args_os().collect::<Vec<_>>());
     let cli = Cli::parse();
     if let Cmd::SandboxHelper { op } = &cli.cmd {
         // Before any thread exists: the helper forks without exec (a PID namespace's init).
         return hunkgate_sandbox::helper::main(op);
     }
+    // The hub's agents' namespace inits and group leaders become this program, exec'd.
+    #[cfg(target_os = "linux")]
+    hunkgate_sandbox::agent::pidns::exec_roles_with(c"/proc/self/exe");
     hunkgate_sandbox::limit_malloc_arenas();
     init_logging();
     let rt = match tokio::runtime::Runtime::new() {
