@@ -422,6 +422,7 @@ fn finish_round<E>(
     crate::streamed_on_threads(
         round,
         threads,
+        (crate::STREAM_AHEAD, |plan: &Plan| plan.weight(cap)),
         |plan| plan.finish(root, cap, hash),
         |captured| captured.map_or(Ok(()), &mut *sink),
     )
@@ -439,6 +440,15 @@ enum Plan {
 }
 
 impl Plan {
+    /// What its read holds while it waits for the consumer: the file's size as `lstat` saw it,
+    /// at most `cap` (see [`crate::STREAM_AHEAD`]).
+    fn weight(&self, cap: u64) -> usize {
+        match self {
+            Plan::Done(_) => 0,
+            Plan::Read { stat, .. } => usize::try_from(stat.size.min(cap)).unwrap_or(usize::MAX),
+        }
+    }
+
     /// The candidate as captured (the read made, if it needs one); `None` when it is left out.
     fn finish(self, root: &Beneath, cap: u64, hash: bool) -> Option<Captured> {
         match self {
