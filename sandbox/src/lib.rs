@@ -96,8 +96,8 @@ pub fn on_threads<T: Send, R: Send>(items: Vec<T>, work: impl Fn(T) -> R + Sync)
 
 /// How much work [`streamed_on_threads`] may have taken ahead of its consumer, by the items'
 /// weights: a read-back's or snapshot's reads, by file size. Without a bound, threads that read
-/// faster than the consumer stores (a pack written to a slow disk) held a whole checkout's
-/// contents at once — 100 MiB of a first run's 10,000 files, where 50 MiB was usual.
+/// faster than the consumer gets through them (a pack written to a slow disk, a read-back
+/// sent to a slow hub) hold every file they read, up to a read-back's byte limit.
 pub const STREAM_AHEAD: usize = 16 << 20;
 
 /// Run `work` on each of `items` on `threads` threads, and hand each result to `consume` on
@@ -191,6 +191,17 @@ pub fn streamed_on_threads<T: Send, R: Send, E>(
                 })
             })
             .collect();
+        /// Stops the threads once the consumer is done, however it ends — a panic in
+        /// `consume` included: a thread waiting for room that will not come would keep the
+        /// scope from ever ending.
+        struct Done<'a, T, R>(&'a Mutex<Flow<T, R>>, &'a Condvar);
+        impl<T, R> Drop for Done<'_, T, R> {
+            fn drop(&mut self) {
+                self.0.lock().unwrap_or_else(PoisonError::into_inner).stop = true;
+                self.1.notify_all();
+            }
+        }
+        let _done = Done(&flow, &room);
         let mut outcome = Ok(());
         for i in 0..count {
             let result = {
@@ -216,9 +227,7 @@ pub fn streamed_on_threads<T: Send, R: Send, E>(
                 break;
             }
         }
-        // However the loop ended, no thread waits for room that will not come.
-        lock().stop = true;
-        room.notify_all();
+        drop(_done);
         for w in workers {
             if let Err(panic) = w.join() {
                 std::panic::resume_unwind(panic);
@@ -346,6 +355,36 @@ mod streamed {
         })
         .unwrap_err();
         assert_eq!(panic.downcast_ref::<String>().unwrap(), "item 1 is bad");
+    }
+
+    #[test]
+    fn a_panic_in_the_consumer_with_threads_waiting_for_room_is_raised_too() {
+        // On a thread of its own: were the threads left waiting for room, this would never
+        // end, and the test says so instead of hanging.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let panic = std::panic::catch_unwind(|| {
+                let _ = streamed_on_threads(
+                    (0..50).collect(),
+                    3,
+                    (2, |_: &usize| 1),
+                    |i: usize| i,
+                    |i| {
+                        if i == 1 {
+                            // The threads fill the budget and wait for room meanwhile.
+                            std::thread::sleep(Duration::from_millis(20));
+                            panic!("result {i} is bad");
+                        }
+                        Ok::<(), ()>(())
+                    },
+                );
+            });
+            let _ = tx.send(panic.map_err(|p| p.downcast_ref::<String>().cloned()));
+        });
+        let got = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the threads were left waiting for room");
+        assert_eq!(got, Err(Some("result 1 is bad".to_string())));
     }
 
     #[test]
