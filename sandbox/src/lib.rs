@@ -338,23 +338,30 @@ mod streamed {
 
     #[test]
     fn a_panic_in_the_work_with_others_waiting_for_room_is_raised_too() {
-        let panic = std::panic::catch_unwind(|| {
-            let _ = streamed_on_threads(
-                (0..50).collect(),
-                3,
-                (2, |_: &usize| 1),
-                |i: usize| {
-                    if i == 1 {
-                        std::thread::sleep(Duration::from_millis(20));
-                        panic!("item {i} is bad");
-                    }
-                    i
-                },
-                |_| Ok::<(), ()>(()),
-            );
-        })
-        .unwrap_err();
-        assert_eq!(panic.downcast_ref::<String>().unwrap(), "item 1 is bad");
+        // On a thread of its own, as below: a hang is reported, not waited for.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let panic = std::panic::catch_unwind(|| {
+                let _ = streamed_on_threads(
+                    (0..50).collect(),
+                    3,
+                    (2, |_: &usize| 1),
+                    |i: usize| {
+                        if i == 1 {
+                            std::thread::sleep(Duration::from_millis(20));
+                            panic!("item {i} is bad");
+                        }
+                        i
+                    },
+                    |_| Ok::<(), ()>(()),
+                );
+            });
+            let _ = tx.send(panic.map_err(|p| p.downcast_ref::<String>().cloned()));
+        });
+        let got = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the other threads were left waiting for room");
+        assert_eq!(got, Err(Some("item 1 is bad".to_string())));
     }
 
     #[test]
