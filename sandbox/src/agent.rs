@@ -978,26 +978,10 @@ pub mod pidns {
 
     /// `n` in decimal into `buf`, NUL-terminated (no allocation: after a fork).
     fn write_decimal(n: libc::c_int, buf: &mut [u8; 16]) {
-        let mut tmp = [0u8; 12];
-        let mut len = 0;
-        let mut v = i64::from(n).unsigned_abs();
-        loop {
-            tmp[len] = b'0' + (v % 10) as u8;
-            len += 1;
-            v /= 10;
-            if v == 0 {
-                break;
-            }
-        }
-        let mut at = 0;
-        if n < 0 {
-            buf[0] = b'-';
-            at = 1;
-        }
-        for i in 0..len {
-            buf[at + i] = tmp[len - 1 - i];
-        }
-        buf[at + len] = 0;
+        let mut digits = itoa::Buffer::new();
+        let text = digits.format(n).as_bytes();
+        buf[..text.len()].copy_from_slice(text);
+        buf[text.len()] = 0;
     }
 
     fn last() -> std::io::Error {

@@ -130,6 +130,8 @@ pub fn streamed_on_threads<T: Send, R: Send, E>(
         working: usize,
         /// Set when the consumer stops: the threads take no more.
         stop: bool,
+        /// Threads waiting for room: only then does a consumed item wake anyone.
+        waiting: usize,
     }
     /// Counts its thread out however it ends, so that the consumer never waits for a result
     /// that cannot come; a panic also stops the others (its item's weight stays in flight, and
@@ -156,6 +158,7 @@ pub fn streamed_on_threads<T: Send, R: Send, E>(
         in_flight: 0,
         working: threads,
         stop: false,
+        waiting: 0,
     });
     // `ready`: a result came (or a thread left); `room`: the consumer took one (or stopped).
     let (ready, room) = (Condvar::new(), Condvar::new());
@@ -181,7 +184,9 @@ pub fn streamed_on_threads<T: Send, R: Send, E>(
                                     let (i, item) = f.queue.next().expect("peeked");
                                     break (i, item, w);
                                 }
+                                f.waiting += 1;
                                 f = room.wait(f).unwrap_or_else(PoisonError::into_inner);
+                                f.waiting -= 1;
                             }
                         };
                         let result = work(item);
@@ -219,9 +224,16 @@ pub fn streamed_on_threads<T: Send, R: Send, E>(
             };
             let Some((result, w)) = result else { break };
             let consumed = consume(result);
-            // Only now is its weight gone: the consumer held it until here.
-            lock().in_flight -= w;
-            room.notify_all();
+            // Only now is its weight gone: the consumer held it until here. (A wake-up is a
+            // system call; most items find no thread waiting.)
+            let wake = {
+                let mut f = lock();
+                f.in_flight -= w;
+                f.waiting > 0
+            };
+            if wake {
+                room.notify_all();
+            }
             if let Err(e) = consumed {
                 outcome = Err(e);
                 break;
@@ -336,61 +348,56 @@ mod streamed {
         assert!(most_ahead(3) <= 7);
     }
 
-    #[test]
-    fn a_panic_in_the_work_with_others_waiting_for_room_is_raised_too() {
-        // On a thread of its own, as below: a hang is reported, not waited for.
+    /// Run `f` on a thread of its own and return its panic's message: were the threads left
+    /// waiting for room, it would never end, and the test fails saying `hang` after 20 s
+    /// instead of hanging.
+    fn panic_of(hang: &str, f: impl FnOnce() + Send + 'static) -> Result<(), Option<String>> {
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let panic = std::panic::catch_unwind(|| {
-                let _ = streamed_on_threads(
-                    (0..50).collect(),
-                    3,
-                    (2, |_: &usize| 1),
-                    |i: usize| {
-                        if i == 1 {
-                            std::thread::sleep(Duration::from_millis(20));
-                            panic!("item {i} is bad");
-                        }
-                        i
-                    },
-                    |_| Ok::<(), ()>(()),
-                );
-            });
+            let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
             let _ = tx.send(panic.map_err(|p| p.downcast_ref::<String>().cloned()));
         });
-        let got = rx
-            .recv_timeout(Duration::from_secs(20))
-            .expect("the other threads were left waiting for room");
+        rx.recv_timeout(Duration::from_secs(20)).expect(hang)
+    }
+
+    #[test]
+    fn a_panic_in_the_work_with_others_waiting_for_room_is_raised_too() {
+        let got = panic_of("the other threads were left waiting for room", || {
+            let _ = streamed_on_threads(
+                (0..50).collect(),
+                3,
+                (2, |_: &usize| 1),
+                |i: usize| {
+                    if i == 1 {
+                        std::thread::sleep(Duration::from_millis(20));
+                        panic!("item {i} is bad");
+                    }
+                    i
+                },
+                |_| Ok::<(), ()>(()),
+            );
+        });
         assert_eq!(got, Err(Some("item 1 is bad".to_string())));
     }
 
     #[test]
     fn a_panic_in_the_consumer_with_threads_waiting_for_room_is_raised_too() {
-        // On a thread of its own: were the threads left waiting for room, this would never
-        // end, and the test says so instead of hanging.
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let panic = std::panic::catch_unwind(|| {
-                let _ = streamed_on_threads(
-                    (0..50).collect(),
-                    3,
-                    (2, |_: &usize| 1),
-                    |i: usize| i,
-                    |i| {
-                        if i == 1 {
-                            // The threads fill the budget and wait for room meanwhile.
-                            std::thread::sleep(Duration::from_millis(20));
-                            panic!("result {i} is bad");
-                        }
-                        Ok::<(), ()>(())
-                    },
-                );
-            });
-            let _ = tx.send(panic.map_err(|p| p.downcast_ref::<String>().cloned()));
+        let got = panic_of("the threads were left waiting for room", || {
+            let _ = streamed_on_threads(
+                (0..50).collect(),
+                3,
+                (2, |_: &usize| 1),
+                |i: usize| i,
+                |i| {
+                    if i == 1 {
+                        // The threads fill the budget and wait for room meanwhile.
+                        std::thread::sleep(Duration::from_millis(20));
+                        panic!("result {i} is bad");
+                    }
+                    Ok::<(), ()>(())
+                },
+            );
         });
-        let got = rx
-            .recv_timeout(Duration::from_secs(20))
-            .expect("the threads were left waiting for room");
         assert_eq!(got, Err(Some("result 1 is bad".to_string())));
     }
 

@@ -350,12 +350,17 @@ fn wrapped_serve(child: &Child, state: &Path) -> Option<(i32, u64)> {
     // Up the parents, a few wrappers at most, to the child.
     let mut at = pid;
     for _ in 0..4 {
-        at = stat_field(at, 1)?.parse().ok()?;
+        at = parent_of(at)?;
         if at == child {
             return Some((pid, started));
         }
     }
     None
+}
+
+/// The parent of process `pid` (`/proc/<pid>/stat`'s ppid).
+pub fn parent_of(pid: i32) -> Option<i32> {
+    stat_field(pid, 1)?.parse().ok()
 }
 
 /// When process `pid` started (`/proc/<pid>/stat`'s starttime, in clock ticks since boot).

@@ -9,8 +9,8 @@ use std::time::Duration;
 use hunkgate_tests::fake_llm::{FakeLlm, Recorded, Reply};
 use hunkgate_tests::isolation::{hub_pid, processes_of};
 use hunkgate_tests::{
-    hunk_id, numbered, pid_alive, run_agent, wait_run_finished, wait_until, Hub, Pause, Workspace,
-    Ws,
+    hunk_id, numbered, parent_of, pid_alive, run_agent, wait_run_finished, wait_until, Hub, Pause,
+    Workspace, Ws,
 };
 use serde_json::{json, Value};
 
@@ -340,11 +340,7 @@ async fn an_agents_leader_and_init_are_exec_d_not_copies_of_the_hub() {
     let hub_pid = hub_pid(&hub).unwrap();
     let agent_pid = processes_marked(&marker)[0].0;
     // The agent's ancestors, up to the hub.
-    let parent = |pid: i32| -> i32 {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-        let (_, rest) = stat.rsplit_once(')').unwrap();
-        rest.split_whitespace().nth(1).unwrap().parse().unwrap()
-    };
+    let parent = |pid: i32| parent_of(pid).unwrap();
     let cmdline = |pid: i32| -> Vec<String> {
         std::fs::read(format!("/proc/{pid}/cmdline"))
             .unwrap()
