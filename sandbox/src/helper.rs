@@ -10,8 +10,9 @@
 //!   standby (see [`crate::wire`]'s module docs) it is started as the run's sync begins,
 //!   watches the slot with inotify ([`crate::watch`]) from the sync's end, before the agent
 //!   starts, to the run's end, out of its reach
-//!   (non-dumpable, outside the agent's PID namespace), and at the hub's go reads back only
-//!   where its watch saw something happen. Then it stays, watching on, and makes the slot's
+//!   (non-dumpable, outside the agent's PID namespace), sends the hub what the agent writes as
+//!   it reads it early, and at the hub's go reads back only where its watch saw something
+//!   happen. Then it stays, watching on, and makes the slot's
 //!   next sync itself when the hub asks for it (sent only the base's changes, against the
 //!   record it holds), and stands by for that run in turn.
 //! - `tool`: run one of the built-in agent's file tools ([`crate::tools`]) in the sandbox and
@@ -50,12 +51,12 @@ use nix::unistd::Pid;
 use crate::beneath::Beneath;
 use crate::snapshot::{
     capture_each, read_early, readback_check, sandbox_candidates_since, split_by_dirty, Captured,
-    Check, Early, EarlyReads, DEFAULT_FILE_CAP,
+    Check, Early, EarlyRead, EarlyReads, DEFAULT_FILE_CAP,
 };
 use crate::store::FlatTree;
 use crate::sync::{
     base_from_wire, clear_except_git, fresh_git, recall, remember, store_blob, sync_files,
-    sync_slot_with, Discard, SyncError, Synced,
+    sync_slot_with, wire_mode, Discard, SyncError, Synced,
 };
 use crate::watch::Watch;
 use crate::wire::{self, Frame, Next, Request, WireError};
@@ -395,8 +396,8 @@ fn standby(
         path: String::new(),
         why: "a standby's request must carry the record of the run's sync".into(),
     })?;
-    // What the agent writes is read as it goes (see [`Early`]), until the go.
-    let mut early = Early::opened();
+    // What the agent writes is read as it goes (see [`Early`]), and sent, until the go.
+    let mut early = EarlyOut::opened();
     // This process's record of the slot, as a sync of its own would leave it.
     remember(
         &dir,
@@ -412,6 +413,10 @@ fn standby(
             // The hub wants no read-back after all.
             return Ok(ExitCode::SUCCESS);
         };
+        let stdout = std::io::stdout();
+        let mut out = std::io::BufWriter::with_capacity(wire::STREAM_BUFFER, stdout.lock());
+        // The early stream ends where the read-back begins.
+        wire::write_frame(&mut out, &Frame::End).map_err(HelperFailure::Output)?;
         req.cap = cap;
         let synced = recall(&dir).ok_or_else(|| HelperFailure::Dir {
             path: dir.clone(),
@@ -425,10 +430,8 @@ fn standby(
         // agent's own, is another helper's).
         let taken = watch
             .as_ref()
-            .map(|w| early.hand_over(w))
+            .map(|w| early.early.hand_over(w))
             .unwrap_or_default();
-        let stdout = std::io::stdout();
-        let mut out = std::io::BufWriter::with_capacity(wire::STREAM_BUFFER, stdout.lock());
         snapshot(
             &req,
             &synced.base,
@@ -464,7 +467,7 @@ fn standby(
         wire::write_watching(&mut out, watch.is_some()).map_err(HelperFailure::Output)?;
         out.flush().map_err(HelperFailure::Output)?;
         // The next run is on: its agent's writes are read early.
-        early = Early::opened();
+        early = EarlyOut::opened();
     }
 }
 
@@ -630,7 +633,7 @@ const MAX_WATCHED: usize = 100_000;
 fn wait_for_input(
     input: &mut std::io::BufReader<std::fs::File>,
     watch: &mut Option<Watch>,
-    mut early: Option<(&Path, &mut Early)>,
+    mut early: Option<(&Path, &mut EarlyOut)>,
 ) {
     // Elsewhere there is no watch to read: the read of the signal just blocks.
     #[cfg(not(target_os = "linux"))]
@@ -683,11 +686,12 @@ fn wait_for_input(
                     continue;
                 }
                 let mark = w.mark();
-                let paths = early.wanted(w);
+                let paths = early.early.wanted(w);
                 if !paths.is_empty() {
                     let reads = read_early(dir, &paths, DEFAULT_FILE_CAP);
                     w.absorb();
-                    let _ = early.keep(w, mark, reads);
+                    let kept = early.early.keep(w, mark, reads);
+                    early.send(&kept, &mut std::io::stdout().lock());
                 }
             }
         }
@@ -697,6 +701,50 @@ fn wait_for_input(
 /// How long a standby waits after the watch's events, for more to gather, before it reads the
 /// files they name early.
 const GATHER_MS: libc::c_int = 5;
+
+/// A standby's early reads of the run on, and what of them it sent the hub: the early stream
+/// (see [`crate::wire`]'s module docs).
+struct EarlyOut {
+    early: Early,
+    /// Content sent so far, at most [`wire::EARLY_STREAM_BYTES`].
+    sent: u64,
+    /// Writing to the hub failed: nothing more is sent (its next word, or the end of its
+    /// input, says what comes next).
+    broken: bool,
+}
+
+impl EarlyOut {
+    fn opened() -> Self {
+        EarlyOut {
+            early: Early::opened(),
+            sent: 0,
+            broken: false,
+        }
+    }
+
+    /// Send `kept` (reads just kept) to the hub, each as one frame, while the budget lasts.
+    /// Blocks while the hub's pipe is full: the hub reads the stream throughout the run.
+    fn send(&mut self, kept: &[(String, EarlyRead)], out: &mut impl Write) {
+        if self.broken {
+            return;
+        }
+        let mut w = std::io::BufWriter::with_capacity(wire::STREAM_BUFFER, out);
+        let mut sent = || -> std::io::Result<()> {
+            for (path, read) in kept {
+                let len = read.len() as u64;
+                if self.sent + len > wire::EARLY_STREAM_BYTES {
+                    break;
+                }
+                self.sent += len;
+                wire::write_early_read(&mut w, path, wire_mode(read.entry.mode), &read.bytes)?;
+            }
+            w.flush()
+        };
+        if sent().is_err() {
+            self.broken = true;
+        }
+    }
+}
 
 /// What may differ from the sync of `record`, by the watch started right after it: None —
 /// look at every file — when the watch lost track, or the sync left no directory record (then
@@ -1524,6 +1572,88 @@ mod tests {
         assert_eq!(parse_stat("12 (sh) S 7 12 12 0"), Some((7, false)));
         assert_eq!(parse_stat("13 (a) Z (b) Z 9 1 1"), Some((9, true)));
         assert_eq!(parse_stat("garbage"), None);
+    }
+
+    /// The early stream sends each read kept as one frame, the hub's to hash, until its
+    /// budget for the run is spent: a read that would go past it is not sent (nor any after
+    /// it in that call). Once writing fails, nothing more is written.
+    #[test]
+    fn early_reads_are_sent_as_frames_within_the_budget() {
+        use crate::store::{blob_id, Entry, Mode};
+        let read = |path: &str, mode, bytes: &[u8]| {
+            let entry = Entry {
+                mode,
+                oid: blob_id(bytes),
+            };
+            let stat = crate::wire::FileStat::default();
+            let bytes = Arc::new(bytes.to_vec());
+            (path.to_string(), EarlyRead { entry, stat, bytes })
+        };
+        let mut early = EarlyOut::opened();
+        let mut out = Vec::new();
+        early.send(
+            &[
+                read("a.txt", Mode::File, b"a\n"),
+                read("run", Mode::Executable, b"#!\n"),
+                read("link", Mode::Symlink, b"a.txt"),
+            ],
+            &mut out,
+        );
+        let mut r = out.as_slice();
+        let mut frames = Vec::new();
+        while !r.is_empty() {
+            frames.push(wire::read_frame(&mut r, 1 << 20).unwrap());
+        }
+        let file = |path: &str, bytes: &[u8], executable| Frame::File {
+            path: path.into(),
+            bytes: bytes.to_vec(),
+            executable,
+        };
+        let link = Frame::Symlink {
+            path: "link".into(),
+            target: b"a.txt".to_vec(),
+        };
+        let want = [
+            file("a.txt", b"a\n", false),
+            file("run", b"#!\n", true),
+            link,
+        ];
+        assert_eq!(frames, want);
+        assert_eq!(early.sent, 10);
+
+        // The budget: up to it exactly, then nothing.
+        early.sent = wire::EARLY_STREAM_BYTES - 3;
+        let mut out = Vec::new();
+        let two = [
+            read("b.txt", Mode::File, b"b\n"),
+            read("c.txt", Mode::File, b"c\n"),
+        ];
+        early.send(&two, &mut out);
+        assert_eq!(
+            wire::read_frame(&mut out.as_slice(), 1 << 20).unwrap(),
+            file("b.txt", b"b\n", false)
+        );
+        assert_eq!(early.sent, wire::EARLY_STREAM_BYTES - 1);
+        let before = out.len();
+        early.send(&two[1..], &mut out);
+        assert_eq!(out.len(), before, "over the budget: not sent");
+
+        // A hub that is gone: the stream is broken, and stays so.
+        struct Gone;
+        impl Write for Gone {
+            fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+                Err(std::io::ErrorKind::BrokenPipe.into())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Err(std::io::ErrorKind::BrokenPipe.into())
+            }
+        }
+        let mut early = EarlyOut::opened();
+        early.send(&two, &mut Gone);
+        assert!(early.broken);
+        let mut out = Vec::new();
+        early.send(&two, &mut out);
+        assert!(out.is_empty(), "nothing written once broken");
     }
 
     /// A read-back sends an early read whose path's stat is still the one it was read with,

@@ -67,16 +67,21 @@ pub enum SyncError {
     },
 }
 
+/// A mode as the wire carries it.
+pub fn wire_mode(mode: Mode) -> EntryMode {
+    match mode {
+        Mode::File => EntryMode::File,
+        Mode::Executable => EntryMode::Executable,
+        Mode::Symlink => EntryMode::Symlink,
+    }
+}
+
 /// The base as the wire carries it.
 pub fn base_to_wire(base: &FlatTree) -> Vec<BaseEntry> {
     base.iter()
         .map(|(path, e)| BaseEntry {
             path: path.clone(),
-            mode: match e.mode {
-                Mode::File => EntryMode::File,
-                Mode::Executable => EntryMode::Executable,
-                Mode::Symlink => EntryMode::Symlink,
-            },
+            mode: wire_mode(e.mode),
             oid: e.oid.to_string(),
         })
         .collect()
@@ -86,11 +91,7 @@ pub fn base_to_wire(base: &FlatTree) -> Vec<BaseEntry> {
 pub fn base_refs(base: &FlatTree) -> impl ExactSizeIterator<Item = BaseRef<'_>> {
     base.iter().map(|(path, e)| BaseRef {
         path,
-        mode: match e.mode {
-            Mode::File => EntryMode::File,
-            Mode::Executable => EntryMode::Executable,
-            Mode::Symlink => EntryMode::Symlink,
-        },
+        mode: wire_mode(e.mode),
         oid: e.oid.as_bytes(),
     })
 }

@@ -28,11 +28,11 @@ use std::time::Duration;
 
 use nix::libc;
 
-use crate::snapshot::{OverLimit, ReadBack, ReadLimits, Skipped};
+use crate::snapshot::{EarlyRead, OverLimit, ReadBack, ReadLimits, Skipped, DEFAULT_FILE_CAP};
 use crate::store::{Entry, FlatTree, Mode, ObjectBatch, Store, StoreError};
 use crate::sync::{base_refs, changed_paths, rebase_onto, recall, record_for, remember, Synced};
 use crate::wire::{self, Frame, PrepareReply, Request, SyncRecord, WireError, AGENT_NPROC};
-use crate::workspace::{AgentCommand, Sandbox, SandboxError, Stop};
+use crate::workspace::{AgentCommand, EarlyHook, Sandbox, SandboxError, Stop};
 
 /// The sandbox user `hunkgate setup` creates unless told otherwise.
 pub const DEFAULT_USER: &str = "hunkgate-agent";
@@ -465,6 +465,7 @@ impl UserIsolation {
                 .join(key)
                 .join(slot.to_string()),
             standby: Arc::default(),
+            early_hook: Arc::default(),
         }
     }
 
@@ -869,7 +870,6 @@ pub fn check_exe(user: &SandboxUser, exe: &Path) -> Result<(), UserError> {
 }
 
 /// One sandbox slot of one repository, operated through the helper.
-#[derive(Debug)]
 pub struct UserSandbox {
     iso: UserIsolation,
     key: String,
@@ -877,7 +877,25 @@ pub struct UserSandbox {
     workdir: PathBuf,
     /// The read-back helper started after the last prepare, if it still waits.
     standby: Arc<Mutex<Option<Standby>>>,
+    /// Who is handed what the standby reads early (see [`Sandbox::on_early_reads`]).
+    early_hook: HookSlot,
 }
+
+impl std::fmt::Debug for UserSandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UserSandbox")
+            .field("iso", &self.iso)
+            .field("key", &self.key)
+            .field("slot", &self.slot)
+            .field("workdir", &self.workdir)
+            .field("standby", &self.standby)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where the reader of a standby's early stream ([`read_early_stream`]) finds who to hand the
+/// reads to; empty (the reads are dropped) until [`Sandbox::on_early_reads`] sets it.
+type HookSlot = Arc<Mutex<Option<EarlyHook>>>;
 
 /// A `snapshot` helper started as a prepare begins (its start overlaps the sync), which waits
 /// for the run's end. Once the sync is done, and before the agent starts, it is told so with
@@ -908,8 +926,58 @@ struct Standby {
 struct StandbyParts {
     feed: Feed,
     child: std::process::Child,
-    stdout: std::process::ChildStdout,
+    stdout: Out,
     stderr: StderrTail,
+}
+
+/// A standby helper's stdout: the hub's to read, or, from the moment it watches the run's
+/// agent to the go, read by a thread of its own: the early stream ([`read_early_stream`]).
+enum Out {
+    Here(std::io::BufReader<std::process::ChildStdout>),
+    Early(
+        std::thread::JoinHandle<Result<std::io::BufReader<std::process::ChildStdout>, HelperError>>,
+    ),
+    /// Taken by an exchange that failed (its helper is dismissed).
+    Taken,
+}
+
+impl Out {
+    fn new(stdout: std::process::ChildStdout) -> Out {
+        Out::Here(std::io::BufReader::with_capacity(
+            wire::STREAM_BUFFER,
+            stdout,
+        ))
+    }
+
+    /// Read the early stream from a thread of its own, handing its reads to `hook`'s hook.
+    fn follow(self, hook: HookSlot) -> Out {
+        match self {
+            Out::Here(mut r) => Out::Early(std::thread::spawn(move || {
+                read_early_stream(&mut r, &hook, wire::EARLY_STREAM_BYTES)?;
+                Ok(r)
+            })),
+            other => other,
+        }
+    }
+
+    /// The stdout to read, taken (put it back with [`Out::Here`]); any early stream is read
+    /// to its end first (which the go makes the helper send), and one that went wrong is the
+    /// error.
+    fn take(&mut self) -> Result<std::io::BufReader<std::process::ChildStdout>, HelperError> {
+        let protocol = |message: &str| HelperError::Protocol {
+            op: "snapshot",
+            message: message.into(),
+        };
+        match std::mem::replace(self, Out::Taken) {
+            Out::Here(r) => Ok(r),
+            Out::Early(thread) => thread
+                .join()
+                .map_err(|_| protocol("the early stream's reader panicked"))?,
+            Out::Taken => Err(protocol(
+                "the standby's output was lost in an exchange before",
+            )),
+        }
+    }
 }
 
 /// A broken stream to or from a standby (or kept) helper; its stderr is logged when it is
@@ -1034,7 +1102,7 @@ impl Standby {
             parts: Some(StandbyParts {
                 feed: Feed::write(stdin, request, None),
                 child,
-                stdout,
+                stdout: Out::new(stdout),
                 stderr,
             }),
         })
@@ -1043,14 +1111,15 @@ impl Standby {
     /// The run's sync is done: tell the helper, with the sync's directories to watch
     /// ([`wire::write_synced`]), wait up to `wait` for its answer — whether it watches the
     /// slot — and send it the run's request (`request` with `synced`'s base and
-    /// record) to read while the agent works. An error (no answer in time, or a malformed one)
-    /// means it must not be used: a watch that starts late would miss the agent's first
-    /// changes.
+    /// record) to read while the agent works; from then on its early stream is read, its reads
+    /// handed to `hook`'s hook. An error (no answer in time, or a malformed one) means it must
+    /// not be used: a watch that starts late would miss the agent's first changes.
     fn sync_done(
         &mut self,
         wait: Duration,
         request: Request,
         synced: Arc<Synced>,
+        hook: HookSlot,
     ) -> Result<bool, HelperError> {
         let protocol = |message: String| HelperError::Protocol {
             op: "snapshot",
@@ -1083,19 +1152,21 @@ impl Standby {
         let dirs: Vec<&str> = synced.record.dirs.iter().map(|(d, _)| d.as_str()).collect();
         let answer = feed.stdin().and_then(|mut stdin| {
             wire::write_synced(&mut stdin, &dirs).map_err(|e| stream(WireError::Io(e)))?;
+            let mut r = stdout.take()?;
             let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if !readable_within(std::os::fd::AsRawFd::as_raw_fd(&stdout), left) {
+            let fd = std::os::fd::AsRawFd::as_raw_fd(r.get_ref());
+            if r.buffer().is_empty() && !readable_within(fd, left) {
                 return Err(late());
             }
-            let watching = wire::read_watching(&mut stdout).map_err(stream)?;
-            Ok((stdin, watching))
+            let watching = wire::read_watching(&mut r).map_err(stream)?;
+            Ok((stdin, watching, r))
         });
         match answer {
-            Ok((stdin, watching)) => {
+            Ok((stdin, watching, r)) => {
                 self.parts = Some(StandbyParts {
                     feed: Feed::write(stdin, request, Some(synced.clone())),
                     child,
-                    stdout,
+                    stdout: Out::Here(r).follow(hook),
                     stderr,
                 });
                 self.synced = Some(synced);
@@ -1128,12 +1199,9 @@ impl Standby {
             .converse(|stdin, stdout| {
                 wire::write_go(stdin, limits.file_cap)
                     .map_err(|e| standby_stream(WireError::Io(e)))?;
-                let snap = read_snapshot(
-                    &mut std::io::BufReader::with_capacity(wire::STREAM_BUFFER, stdout),
-                    objects,
-                    base,
-                    limits,
-                )?;
+                let mut r = stdout.take()?;
+                let snap = read_snapshot(&mut r, objects, base, limits)?;
+                *stdout = Out::Here(r);
                 Ok((snap, synced))
             })
             .map(|((snap, synced), parts)| {
@@ -1149,13 +1217,15 @@ impl Standby {
     /// base and record, and has watched the slot since): sent only the paths whose base entry
     /// changed since `previous` (that sync) and their blobs. Its answer is checked like a
     /// `prepare` helper's; then it is this run's standby, already watching — or not, when
-    /// it answers so (see [`wire::write_again`]).
+    /// it answers so (see [`wire::write_again`]) — its early stream read and handed to
+    /// `hook`'s hook.
     fn again(
         mut self,
         mut request: Request,
         store: &Store,
         base: &Arc<FlatTree>,
         previous: &Synced,
+        hook: HookSlot,
     ) -> Result<(PrepareReply, bool, Standby), HelperError> {
         let parts = self.parts.take().ok_or_else(|| HelperError::Protocol {
             op: "snapshot",
@@ -1190,14 +1260,18 @@ impl Standby {
             wire::write_frame(&mut w, &Frame::End).map_err(stream)?;
             w.flush().map_err(stream)?;
             drop(w);
-            let mut r = std::io::BufReader::new(stdout);
+            let mut r = stdout.take()?;
             let reply = wire::read_prepare_reply(&mut r).map_err(standby_stream)?;
             let watching = wire::read_watching(&mut r).map_err(standby_stream)?;
+            *stdout = Out::Here(r);
             Ok((reply, watching))
         })?;
         let standby = Standby {
             synced: None,
-            parts: Some(parts),
+            parts: Some(StandbyParts {
+                stdout: parts.stdout.follow(hook),
+                ..parts
+            }),
         };
         Ok((reply, watching, standby))
     }
@@ -1210,10 +1284,7 @@ impl StandbyParts {
     /// logged, reaped) and the error returned.
     fn converse<T>(
         self,
-        talk: impl FnOnce(
-            &mut std::process::ChildStdin,
-            &mut std::process::ChildStdout,
-        ) -> Result<T, HelperError>,
+        talk: impl FnOnce(&mut std::process::ChildStdin, &mut Out) -> Result<T, HelperError>,
     ) -> Result<(T, StandbyParts), HelperError> {
         let StandbyParts {
             feed,
@@ -1426,7 +1497,9 @@ impl UserSandbox {
             op: "snapshot",
             message: "no sync of the slot to continue from".into(),
         })?;
-        let (reply, watching, mut standby) = kept.again(self.request(), store, base, previous)?;
+        let hook = self.early_hook.clone();
+        let (reply, watching, mut standby) =
+            kept.again(self.request(), store, base, previous, hook)?;
         let exchanged = started.elapsed();
         let record = checked_record(reply.record, base)?;
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
@@ -1490,7 +1563,8 @@ impl UserSandbox {
         // Asked to watch directories (a sync that could vouch for them all), on Linux it can
         // only fail to when inotify is exhausted: then the read-back looks at every file.
         let asked = !synced.record.dirs.is_empty();
-        match standby.sync_done(STANDBY_ANSWER, self.request(), synced) {
+        let hook = self.early_hook.clone();
+        match standby.sync_done(STANDBY_ANSWER, self.request(), synced, hook) {
             Ok(watching) => {
                 tracing::debug!(slot = self.slot, watching, "a read-back helper stands by");
                 if asked && !watching && cfg!(target_os = "linux") {
@@ -1749,6 +1823,93 @@ fn read_snapshot(
     Ok(back)
 }
 
+/// Read a standby's early stream (see [`crate::wire`]'s module docs) to its end frame,
+/// handing the reads that arrived together to the hook in `hook`, if one is set by then
+/// (else they are dropped: they only get the publish ahead). The helper's word like all it
+/// sends: each path is checked, each read hashed here (and handed over on its own merits,
+/// whatever comes after it in the stream), and a stream of more content than
+/// `budget` ([`wire::EARLY_STREAM_BYTES`]), or with any other frame, is an error. Returns how
+/// many reads it took.
+fn read_early_stream(
+    r: &mut std::io::BufReader<impl std::io::Read>,
+    hook: &HookSlot,
+    budget: u64,
+) -> Result<u64, HelperError> {
+    let stream = |source| HelperError::Stream {
+        op: "snapshot",
+        source,
+        stderr: String::new(),
+    };
+    let refused = |message: String| HelperError::Protocol {
+        op: "snapshot",
+        message,
+    };
+    let (mut reads, mut bytes) = (0u64, 0u64);
+    let mut batch: Vec<(String, EarlyRead)> = Vec::new();
+    let hand = |batch: &mut Vec<(String, EarlyRead)>| {
+        let hook = hook.lock().ok().and_then(|h| h.clone());
+        if let Some(hook) = hook.filter(|_| !batch.is_empty()) {
+            hook(batch);
+        }
+        batch.clear();
+    };
+    loop {
+        let (path, mode, content) = match wire::read_frame(r, DEFAULT_FILE_CAP).map_err(stream)? {
+            Frame::File {
+                path,
+                bytes,
+                executable,
+            } => (
+                path,
+                if executable {
+                    Mode::Executable
+                } else {
+                    Mode::File
+                },
+                bytes,
+            ),
+            Frame::Symlink { path, target } => (path, Mode::Symlink, target),
+            Frame::End => break,
+            _ => {
+                return Err(refused(
+                    "sent a frame other than a read in its early stream".into(),
+                ))
+            }
+        };
+        if let Err(e) = crate::beneath::components(&path) {
+            return Err(HelperError::BadPath {
+                path: sanitize(&path, 300),
+                why: e.to_string(),
+            });
+        }
+        bytes += content.len() as u64;
+        if bytes > budget {
+            return Err(refused(format!(
+                "sent more than {budget} bytes in its early stream"
+            )));
+        }
+        reads += 1;
+        let entry = Entry {
+            mode,
+            oid: crate::store::blob_id(&content),
+        };
+        let read = EarlyRead {
+            entry,
+            // The helper's stat is of no use here: only the read-back compares stats.
+            stat: wire::FileStat::default(),
+            bytes: Arc::new(content),
+        };
+        batch.push((path, read));
+        // What arrived together is handed over together, before the reader waits for more.
+        if r.buffer().is_empty() {
+            hand(&mut batch);
+        }
+    }
+    hand(&mut batch);
+    tracing::debug!(reads, bytes, "early reads from the standby helper");
+    Ok(reads)
+}
+
 /// Make a helper-sent reason printable and short: it is agent-controlled text.
 fn sanitize(s: &str, max: usize) -> String {
     s.chars()
@@ -1920,7 +2081,16 @@ impl Sandbox for UserSandbox {
     }
 
     fn run_over(&self) {
+        if let Ok(mut hook) = self.early_hook.lock() {
+            *hook = None;
+        }
         tell_kept_idle(&self.workdir);
+    }
+
+    fn on_early_reads(&self, hook: EarlyHook) {
+        if let Ok(mut slot) = self.early_hook.lock() {
+            *slot = Some(hook);
+        }
     }
 
     fn isolation(&self) -> String {
@@ -2193,6 +2363,112 @@ mod tests {
         };
         let e = helper_verdict::<u8>("op", end(0, false), Err(stream)).unwrap_err();
         assert!(e.to_string().ends_with("(helper said: helper says)"), "{e}");
+    }
+
+    /// A standby's early stream is read to its end frame, and no further: what follows (the
+    /// snapshot) is left to read. Its reads reach the hook hashed by the hub, those that
+    /// arrived together in one call; with no hook they are dropped. A hostile path, a frame
+    /// that is not a read, or more content than the budget is an error.
+    #[test]
+    fn an_early_stream_is_handed_over_checked_and_bounded() {
+        use crate::store::blob_id;
+        let mut buf = Vec::new();
+        wire::write_early_read(&mut buf, "a.txt", wire::EntryMode::File, b"a\n").unwrap();
+        wire::write_early_read(&mut buf, "bin/run", wire::EntryMode::Executable, b"#!\n").unwrap();
+        wire::write_early_read(&mut buf, "link", wire::EntryMode::Symlink, b"a.txt").unwrap();
+        let reads_only = buf.clone();
+        wire::write_frame(&mut buf, &Frame::End).unwrap();
+        let after = Frame::Gone {
+            path: "a.txt".into(),
+        };
+        wire::write_frame(&mut buf, &after).unwrap();
+        type Batch = Vec<(String, Entry, Vec<u8>)>;
+        let calls: Arc<Mutex<Vec<Batch>>> = Arc::default();
+        let seen = calls.clone();
+        let hook: EarlyHook = Arc::new(move |reads| {
+            let batch = reads
+                .iter()
+                .map(|(p, r)| (p.clone(), r.entry, r.bytes.to_vec()))
+                .collect();
+            seen.lock().unwrap().push(batch);
+        });
+        let slot: HookSlot = Arc::new(Mutex::new(Some(hook)));
+        let mut r = std::io::BufReader::new(buf.as_slice());
+        assert_eq!(read_early_stream(&mut r, &slot, 1 << 20).unwrap(), 3);
+        let entry = |mode, bytes: &[u8]| Entry {
+            mode,
+            oid: blob_id(bytes),
+        };
+        let want = vec![vec![
+            (
+                "a.txt".to_string(),
+                entry(Mode::File, b"a\n"),
+                b"a\n".to_vec(),
+            ),
+            (
+                "bin/run".to_string(),
+                entry(Mode::Executable, b"#!\n"),
+                b"#!\n".to_vec(),
+            ),
+            (
+                "link".to_string(),
+                entry(Mode::Symlink, b"a.txt"),
+                b"a.txt".to_vec(),
+            ),
+        ]];
+        assert_eq!(
+            *calls.lock().unwrap(),
+            want,
+            "one batch: it arrived together"
+        );
+        // The snapshot after the end frame is still there to read.
+        assert_eq!(wire::read_frame(&mut r, 1 << 20).unwrap(), after);
+
+        // No hook: read all the same, handed to no one.
+        let empty: HookSlot = Arc::default();
+        let mut r = std::io::BufReader::new(buf.as_slice());
+        assert_eq!(read_early_stream(&mut r, &empty, 1 << 20).unwrap(), 3);
+
+        let refused = |stream: &[u8], budget: u64| {
+            let before = calls.lock().unwrap().len();
+            let mut r = std::io::BufReader::new(stream);
+            let e = read_early_stream(&mut r, &slot, budget).unwrap_err();
+            assert_eq!(calls.lock().unwrap().len(), before, "nothing handed over");
+            e.to_string()
+        };
+        // Exactly the budget is fine; a byte more is not.
+        let exact = [reads_only.as_slice(), &end_frame()].concat();
+        let mut r = std::io::BufReader::new(exact.as_slice());
+        assert_eq!(read_early_stream(&mut r, &slot, 2 + 3 + 5).unwrap(), 3);
+        let e = refused(&exact, 2 + 3 + 5 - 1);
+        assert!(e.contains("more than 9 bytes"), "{e}");
+        // A stream cut short is an error, never a stream that ended (the reads before the
+        // cut were each checked, and may have been handed over).
+        let mut r = std::io::BufReader::new(reads_only.as_slice());
+        let e = read_early_stream(&mut r, &slot, 1 << 20).unwrap_err();
+        assert!(e.to_string().contains("ended early"), "{e}");
+        for (path, why) in [
+            ("../x", "traversal"),
+            (".git/config", "into .git"),
+            ("/etc/passwd", "absolute"),
+        ] {
+            let mut bad = Vec::new();
+            wire::write_early_read(&mut bad, path, wire::EntryMode::File, b"x").unwrap();
+            wire::write_frame(&mut bad, &Frame::End).unwrap();
+            let e = refused(&bad, 1 << 20);
+            assert!(e.contains(path), "{why}: {e}");
+        }
+        let mut other = Vec::new();
+        wire::write_frame(&mut other, &after).unwrap();
+        wire::write_frame(&mut other, &Frame::End).unwrap();
+        let e = refused(&other, 1 << 20);
+        assert!(e.contains("other than a read"), "{e}");
+    }
+
+    fn end_frame() -> Vec<u8> {
+        let mut end = Vec::new();
+        wire::write_frame(&mut end, &Frame::End).unwrap();
+        end
     }
 
     /// A snapshot stream names only what changed: a base path it leaves out is unchanged, a

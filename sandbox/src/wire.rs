@@ -26,9 +26,15 @@
 //! waits for the go signal (`G` and the file cap as a `u64`) before it looks at the sandbox.
 //! So a read-back at the run's end starts with its request already read and, while
 //! watching, looks only where something happened since the sync (see [`crate::watch`]);
-//! meanwhile it reads early the files its watch names ([`crate::snapshot::Early`]), and its
-//! snapshot says, in an `R` frame before the end (the count as a `u64` payload, only when
-//! not 0), how many paths it took from those reads.
+//! meanwhile it reads early the files its watch names ([`crate::snapshot::Early`]) and sends
+//! each read at once, as a `File` or `Symlink` frame (the *early stream*), so that the hub can
+//! diff it while the agent works — at most [`EARLY_STREAM_BYTES`] of content per run; what it
+//! reads past that it keeps for its own read-back only. The go is answered first with the end
+//! frame that closes the early stream, then with the snapshot, which says, in an `R` frame
+//! before its end (the count as a `u64` payload, only when not 0), how many paths it took
+//! from those reads. The early stream is the helper's word like everything it sends: the hub
+//! checks each path, hashes each read itself, and uses it only to get ahead of the publish,
+//! which reads the snapshot as it would without.
 //! After its snapshot's end frame the standby stays, watching on, and waits for the hub's
 //! next word: `I` (idle, [`write_idle`]) once the slot's run is over, which lets it put the
 //! slot back to its base, and then or at once `A` (again, [`write_again`]), the slot's next
@@ -194,6 +200,10 @@ pub const MAX_REASON: u64 = 4096;
 /// `read`s and `write`s, each a switch between the two processes; and the hub starts on the
 /// first frames while the helper still reads the files after them.
 pub const STREAM_BUFFER: usize = 64 << 10;
+
+/// The most content a standby sends in one run's early stream (see the module docs): twice
+/// what it holds as early reads at once, since a file read early may be read again.
+pub const EARLY_STREAM_BYTES: u64 = 64 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WireError {
@@ -672,6 +682,26 @@ pub fn write_frame(w: &mut impl Write, frame: &Frame) -> std::io::Result<()> {
         Frame::End => (TAG_END, "", &[]),
         Frame::EarlyReads { count } => (TAG_EARLY, "", &count.to_be_bytes()),
     };
+    write_raw(w, tag, path, payload)
+}
+
+/// One read of the early stream (see the module docs), as the `File` (or `Symlink`, for
+/// [`EntryMode::Symlink`]) frame [`write_frame`] would write, without a copy of its bytes.
+pub fn write_early_read(
+    w: &mut impl Write,
+    path: &str,
+    mode: EntryMode,
+    bytes: &[u8],
+) -> std::io::Result<()> {
+    let tag = match mode {
+        EntryMode::File => TAG_FILE,
+        EntryMode::Executable => TAG_EXEC,
+        EntryMode::Symlink => TAG_LINK,
+    };
+    write_raw(w, tag, path, bytes)
+}
+
+fn write_raw(w: &mut impl Write, tag: u8, path: &str, payload: &[u8]) -> std::io::Result<()> {
     w.write_all(&[tag])?;
     w.write_all(&(path.len() as u32).to_be_bytes())?;
     w.write_all(path.as_bytes())?;

@@ -1205,8 +1205,10 @@ printf 'two\\n' > again.txt
 
 /// What the early-read tests check: the suggestion holds what the agent left (`two`, never
 /// the `one` read early), and the hub's `log` says the read-back took at least one path (the
-/// unchanged `hello.txt`) from an early read — the positive control that early reads were
-/// made and used at all.
+/// unchanged `hello.txt`) from an early read, and the publish at least one diff the hub made
+/// from an early read while the agent ran — the positive controls that early reads were made
+/// and used at all. The hub logs both at debug level (`hunkgate_sandbox::workspace` or
+/// `hunkgate_sandbox::user`, and `hunkgate::model::suggestion`).
 pub fn check_early_reads(log: &str, suggestion: &Value) -> Result<()> {
     let text = suggestion.to_string();
     anyhow::ensure!(
@@ -1224,6 +1226,11 @@ pub fn check_early_reads(log: &str, suggestion: &Value) -> Result<()> {
     anyhow::ensure!(
         taken.iter().any(|n| *n >= 1),
         "no read-back took an early read ({taken:?}):\n{log}"
+    );
+    anyhow::ensure!(
+        log.lines()
+            .any(|l| l.contains("diffs made while the agent ran") && !l.contains("ready=0")),
+        "the publish took no diff made while the agent ran:\n{log}"
     );
     Ok(())
 }

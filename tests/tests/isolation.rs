@@ -1573,8 +1573,9 @@ esac"#,
 }
 
 /// Under `--isolation user` the read-back's helper reads what the agent writes while it runs
-/// (as the sandbox user, out of the agent's reach); its read-back takes those reads, except of
-/// a path an event named again since (see `hunkgate_tests::EARLY_READ_AGENT`).
+/// (as the sandbox user, out of the agent's reach) and sends it to the hub, which diffs it
+/// then; its read-back takes those reads, and the publish those diffs, except of a path an
+/// event named again since (see `hunkgate_tests::EARLY_READ_AGENT`).
 #[test]
 fn the_read_back_helper_reads_early_and_never_takes_a_stale_read() {
     if !require_root("the_read_back_helper_reads_early_and_never_takes_a_stale_read") {
@@ -1584,7 +1585,10 @@ fn the_read_back_helper_reads_early_and_never_takes_a_stale_read() {
     let agent = s
         .script("early.sh", hunkgate_tests::EARLY_READ_AGENT)
         .unwrap();
-    let hub = s.one_slot_hub().unwrap();
+    let log = "warn,hunkgate_sandbox::user=debug,hunkgate::model::suggestion=debug";
+    let hub = s
+        .hub_env(false, &["--max-runs", "1"], &[("HUNKGATE_LOG", log)])
+        .unwrap();
     let r = run_to_end(&hub, &agent, None).unwrap();
     assert_eq!(r["status"], "ready", "{r}\n{}", hub.log_text());
     let sid = r["suggestion_ids"][0].as_str().unwrap_or_default();
