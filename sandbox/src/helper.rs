@@ -32,7 +32,7 @@
 //! `snapshot`, `tools` and what is below them — never [`crate::user`] (the hub's side) nor
 //! [`crate::workspace`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
@@ -190,6 +190,7 @@ fn run(op: &str) -> Result<ExitCode, HelperFailure> {
                 &home,
                 None,
                 early,
+                &Default::default(),
                 &mut out,
             )?;
             out.flush().map_err(HelperFailure::Output)?;
@@ -439,6 +440,7 @@ fn standby(
             home,
             dirty.as_ref(),
             taken,
+            &early.streamed,
             &mut out,
         )?;
         out.flush().map_err(HelperFailure::Output)?;
@@ -708,6 +710,9 @@ struct EarlyOut {
     early: Early,
     /// Content sent so far, at most [`wire::EARLY_STREAM_BYTES`].
     sent: u64,
+    /// The paths whose last read kept was sent: the hub has it, and a read-back that takes it
+    /// names it as sent ([`Frame::Sent`]) rather than sending it again.
+    streamed: HashSet<String>,
     /// Writing to the hub failed: nothing more is sent (its next word, or the end of its
     /// input, says what comes next).
     broken: bool,
@@ -718,31 +723,31 @@ impl EarlyOut {
         EarlyOut {
             early: Early::opened(),
             sent: 0,
+            streamed: HashSet::new(),
             broken: false,
         }
     }
 
-    /// Send `kept` (reads just kept) to the hub, each as one frame, while the budget lasts.
-    /// Blocks while the hub's pipe is full: the hub reads the stream throughout the run.
+    /// Send `kept` (reads just kept) to the hub, each as one frame, those that fit in what is
+    /// left of the budget. Blocks while the hub's pipe is full: the hub reads the stream
+    /// throughout the run.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     fn send(&mut self, kept: &[(String, EarlyRead)], out: &mut impl Write) {
-        if self.broken {
-            return;
-        }
         let mut w = std::io::BufWriter::with_capacity(wire::STREAM_BUFFER, out);
-        let mut sent = || -> std::io::Result<()> {
-            for (path, read) in kept {
-                let len = read.len() as u64;
-                if self.sent + len > wire::EARLY_STREAM_BYTES {
-                    break;
-                }
+        for (path, read) in kept {
+            let len = read.len() as u64;
+            let fits = !self.broken && self.sent + len <= wire::EARLY_STREAM_BYTES;
+            let mode = wire_mode(read.entry.mode);
+            if fits && wire::write_early_read(&mut w, path, mode, &read.bytes).is_ok() {
                 self.sent += len;
-                wire::write_early_read(&mut w, path, wire_mode(read.entry.mode), &read.bytes)?;
+                self.streamed.insert(path.clone());
+            } else {
+                self.broken |= fits;
+                self.streamed.remove(path);
             }
-            w.flush()
-        };
-        if sent().is_err() {
-            self.broken = true;
         }
+        // Once broken, the hub's reader fails, and with it this standby's read-back.
+        self.broken |= w.flush().is_err();
     }
 }
 
@@ -771,7 +776,9 @@ fn seen_since_sync(
 /// since the sync of the request's record), only the paths it covers are looked at: every
 /// other base path is as the sync left it. A candidate in `early` whose `lstat` is exactly
 /// the stat it was read with is sent from there, not read again (see
-/// [`crate::snapshot::read_back_sandbox`]).
+/// [`crate::snapshot::read_back_sandbox`]) — or, when its path is in `streamed` (the hub has
+/// that read from the early stream), named as sent.
+#[allow(clippy::too_many_arguments)]
 fn snapshot<W: Write>(
     req: &Request,
     base: &FlatTree,
@@ -779,6 +786,7 @@ fn snapshot<W: Write>(
     home: &Path,
     dirty: Option<&crate::watch::Dirty>,
     early: EarlyReads,
+    streamed: &HashSet<String>,
     out: &mut W,
 ) -> Result<(), HelperFailure> {
     let dir = sandbox_dir(home, req, false)?;
@@ -835,6 +843,11 @@ fn snapshot<W: Write>(
                         why: "vouched for by neither the base nor an early read".into(),
                     });
                 };
+                if streamed.contains(&path) {
+                    gone_before(Some(&path), out)?;
+                    let frame = Frame::Sent { path };
+                    return wire::write_frame(out, &frame).map_err(HelperFailure::Output);
+                }
                 // Shared with no one in this process: taken, not copied.
                 let bytes = Arc::try_unwrap(read.bytes).unwrap_or_else(|b| (*b).clone());
                 match entry.mode {
@@ -1574,9 +1587,9 @@ mod tests {
         assert_eq!(parse_stat("garbage"), None);
     }
 
-    /// The early stream sends each read kept as one frame, the hub's to hash, until its
-    /// budget for the run is spent: a read that would go past it is not sent (nor any after
-    /// it in that call). Once writing fails, nothing more is written.
+    /// The early stream sends each read kept as one frame, the hub's to hash, while its
+    /// budget for the run lasts: a read that would go past it is not sent, and its path is no
+    /// longer one whose last read the hub has. Once writing fails, nothing more is written.
     #[test]
     fn early_reads_are_sent_as_frames_within_the_budget() {
         use crate::store::{blob_id, Entry, Mode};
@@ -1620,6 +1633,12 @@ mod tests {
         ];
         assert_eq!(frames, want);
         assert_eq!(early.sent, 10);
+        let streamed = |e: &EarlyOut| {
+            let mut paths: Vec<String> = e.streamed.iter().cloned().collect();
+            paths.sort();
+            paths
+        };
+        assert_eq!(streamed(&early), ["a.txt", "link", "run"]);
 
         // The budget: up to it exactly, then nothing.
         early.sent = wire::EARLY_STREAM_BYTES - 3;
@@ -1637,6 +1656,11 @@ mod tests {
         let before = out.len();
         early.send(&two[1..], &mut out);
         assert_eq!(out.len(), before, "over the budget: not sent");
+        assert_eq!(streamed(&early), ["a.txt", "b.txt", "link", "run"]);
+        // a.txt read again, too large to send: the hub's read of it is not its last.
+        let big = vec![b'x'; 2];
+        early.send(&[read("a.txt", Mode::File, &big)], &mut Vec::new());
+        assert_eq!(streamed(&early), ["b.txt", "link", "run"]);
 
         // A hub that is gone: the stream is broken, and stays so.
         struct Gone;
@@ -1699,33 +1723,58 @@ mod tests {
         };
         let mut moved = stat_of("b.txt");
         moved.size += 1;
-        let early: EarlyReads = [
-            read("a.txt", "a, early\n", stat_of("a.txt")),
-            read("b.txt", "b, early\n", moved),
-            read("same.txt", "s\n", stat_of("same.txt")),
-        ]
-        .into_iter()
-        .collect();
-        let mut out = Vec::new();
-        snapshot(&req, &base, None, tmp.path(), None, early, &mut out).unwrap();
-        let mut frames = std::io::Cursor::new(out);
-        let mut sent = Vec::new();
-        loop {
-            match wire::read_frame(&mut frames, u64::MAX).unwrap() {
-                Frame::End => break,
-                Frame::EarlyReads { count } => assert_eq!(count, 2, "a.txt and same.txt"),
-                Frame::File { path, bytes, .. } => {
-                    sent.push((path, String::from_utf8(bytes).unwrap()))
+        let early = || -> EarlyReads {
+            [
+                read("a.txt", "a, early\n", stat_of("a.txt")),
+                read("b.txt", "b, early\n", moved),
+                read("same.txt", "s\n", stat_of("same.txt")),
+            ]
+            .into_iter()
+            .collect()
+        };
+        let frames = |streamed: &[&str]| {
+            let streamed = streamed.iter().map(|p| p.to_string()).collect();
+            let mut out = Vec::new();
+            snapshot(
+                &req,
+                &base,
+                None,
+                tmp.path(),
+                None,
+                early(),
+                &streamed,
+                &mut out,
+            )
+            .unwrap();
+            let mut r = std::io::Cursor::new(out);
+            let mut frames = Vec::new();
+            loop {
+                match wire::read_frame(&mut r, u64::MAX).unwrap() {
+                    Frame::End => break frames,
+                    Frame::EarlyReads { count } => assert_eq!(count, 2, "a.txt and same.txt"),
+                    frame => frames.push(frame),
                 }
-                other => panic!("unexpected {other:?}"),
             }
-        }
-        let want = [("a.txt", "a, early\n"), ("b.txt", "b on disk\n")];
-        let want: Vec<(String, String)> = want
-            .iter()
-            .map(|(p, t)| (p.to_string(), t.to_string()))
-            .collect();
-        assert_eq!(sent, want, "same.txt's early read is the base: unchanged");
+        };
+        let f = |path: &str, text: &str| Frame::File {
+            path: path.into(),
+            bytes: text.as_bytes().to_vec(),
+            executable: false,
+        };
+        assert_eq!(
+            frames(&[]),
+            [f("a.txt", "a, early\n"), f("b.txt", "b on disk\n")],
+            "same.txt's early read is the base: unchanged"
+        );
+        // Reads the hub has from the early stream are named, not sent again; b.txt's stat
+        // moved since its read: read from the disk all the same.
+        let sent = Frame::Sent {
+            path: "a.txt".into(),
+        };
+        assert_eq!(
+            frames(&["a.txt", "b.txt", "same.txt"]),
+            [sent, f("b.txt", "b on disk\n")]
+        );
     }
 
     #[test]

@@ -28,7 +28,9 @@ use std::time::Duration;
 
 use nix::libc;
 
-use crate::snapshot::{EarlyRead, OverLimit, ReadBack, ReadLimits, Skipped, DEFAULT_FILE_CAP};
+use crate::snapshot::{
+    EarlyRead, EarlyReads, OverLimit, ReadBack, ReadLimits, Skipped, DEFAULT_FILE_CAP,
+};
 use crate::store::{Entry, FlatTree, Mode, ObjectBatch, Store, StoreError};
 use crate::sync::{base_refs, changed_paths, rebase_onto, recall, record_for, remember, Synced};
 use crate::wire::{self, Frame, PrepareReply, Request, SyncRecord, WireError, AGENT_NPROC};
@@ -933,43 +935,40 @@ struct StandbyParts {
 /// A standby helper's stdout: the hub's to read, or, from the moment it watches the run's
 /// agent to the go, read by a thread of its own: the early stream ([`read_early_stream`]).
 enum Out {
-    Here(std::io::BufReader<std::process::ChildStdout>),
-    Early(
-        std::thread::JoinHandle<Result<std::io::BufReader<std::process::ChildStdout>, HelperError>>,
-    ),
+    Here(StdoutReader),
+    Early(std::thread::JoinHandle<Result<(StdoutReader, EarlyReads), HelperError>>),
     /// Taken by an exchange that failed (its helper is dismissed).
     Taken,
 }
 
+type StdoutReader = std::io::BufReader<std::process::ChildStdout>;
+
 impl Out {
     fn new(stdout: std::process::ChildStdout) -> Out {
-        Out::Here(std::io::BufReader::with_capacity(
-            wire::STREAM_BUFFER,
-            stdout,
-        ))
+        Out::Here(StdoutReader::with_capacity(wire::STREAM_BUFFER, stdout))
     }
 
     /// Read the early stream from a thread of its own, handing its reads to `hook`'s hook.
     fn follow(self, hook: HookSlot) -> Out {
         match self {
             Out::Here(mut r) => Out::Early(std::thread::spawn(move || {
-                read_early_stream(&mut r, &hook, wire::EARLY_STREAM_BYTES)?;
-                Ok(r)
+                let reads = read_early_stream(&mut r, &hook, wire::EARLY_STREAM_BYTES)?;
+                Ok((r, reads))
             })),
             other => other,
         }
     }
 
-    /// The stdout to read, taken (put it back with [`Out::Here`]); any early stream is read
-    /// to its end first (which the go makes the helper send), and one that went wrong is the
-    /// error.
-    fn take(&mut self) -> Result<std::io::BufReader<std::process::ChildStdout>, HelperError> {
+    /// The stdout to read, taken (put it back with [`Out::Here`]), with the early stream's
+    /// last read of each path: any early stream is read to its end first (which the go makes
+    /// the helper send), and one that went wrong is the error.
+    fn take(&mut self) -> Result<(StdoutReader, EarlyReads), HelperError> {
         let protocol = |message: &str| HelperError::Protocol {
             op: "snapshot",
             message: message.into(),
         };
         match std::mem::replace(self, Out::Taken) {
-            Out::Here(r) => Ok(r),
+            Out::Here(r) => Ok((r, EarlyReads::new())),
             Out::Early(thread) => thread
                 .join()
                 .map_err(|_| protocol("the early stream's reader panicked"))?,
@@ -1152,7 +1151,7 @@ impl Standby {
         let dirs: Vec<&str> = synced.record.dirs.iter().map(|(d, _)| d.as_str()).collect();
         let answer = feed.stdin().and_then(|mut stdin| {
             wire::write_synced(&mut stdin, &dirs).map_err(|e| stream(WireError::Io(e)))?;
-            let mut r = stdout.take()?;
+            let (mut r, _) = stdout.take()?;
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             let fd = std::os::fd::AsRawFd::as_raw_fd(r.get_ref());
             if r.buffer().is_empty() && !readable_within(fd, left) {
@@ -1199,8 +1198,8 @@ impl Standby {
             .converse(|stdin, stdout| {
                 wire::write_go(stdin, limits.file_cap)
                     .map_err(|e| standby_stream(WireError::Io(e)))?;
-                let mut r = stdout.take()?;
-                let snap = read_snapshot(&mut r, objects, base, limits)?;
+                let (mut r, sent) = stdout.take()?;
+                let snap = read_snapshot(&mut r, objects, base, limits, &sent)?;
                 *stdout = Out::Here(r);
                 Ok((snap, synced))
             })
@@ -1260,7 +1259,7 @@ impl Standby {
             wire::write_frame(&mut w, &Frame::End).map_err(stream)?;
             w.flush().map_err(stream)?;
             drop(w);
-            let mut r = stdout.take()?;
+            let (mut r, _) = stdout.take()?;
             let reply = wire::read_prepare_reply(&mut r).map_err(standby_stream)?;
             let watching = wire::read_watching(&mut r).map_err(standby_stream)?;
             *stdout = Out::Here(r);
@@ -1718,12 +1717,14 @@ fn read_snapshot(
     blobs: &mut ObjectBatch<'_>,
     base: &FlatTree,
     limits: ReadLimits,
+    sent: &EarlyReads,
 ) -> Result<ReadBack, HelperError> {
     let cap = limits.file_cap;
     blobs.limit_new_blob_bytes(limits.bytes);
     let mut back = ReadBack::default();
     let mut seen = std::collections::HashSet::new();
     let mut counted = false;
+    let mut named_sent = 0u64;
     let stream = |source| HelperError::Stream {
         op: "snapshot",
         source,
@@ -1743,6 +1744,7 @@ fn read_snapshot(
             | Frame::Symlink { path, .. }
             | Frame::Unchanged { path }
             | Frame::Gone { path }
+            | Frame::Sent { path }
             | Frame::Skipped { path, .. } => path.clone(),
             Frame::Blob { .. } => {
                 return Err(HelperError::Protocol {
@@ -1811,6 +1813,21 @@ fn read_snapshot(
                 mode: Mode::Symlink,
                 oid: blobs.write_blob_hashed(None, target.into())?,
             },
+            Frame::Sent { .. } => {
+                let read = sent
+                    .get(&path)
+                    .ok_or_else(|| bad("named as sent in the early stream, but never sent"))?;
+                // As a file frame over the cap would be.
+                if read.len() as u64 > cap {
+                    return Err(bad(
+                        "named as sent in the early stream, but over the file cap",
+                    ));
+                }
+                // Hashed by this process as it came in the early stream.
+                blobs.write_blob_shared(read.entry.oid, read.bytes.clone())?;
+                named_sent += 1;
+                read.entry
+            }
             Frame::Skipped { .. } | Frame::Blob { .. } | Frame::EarlyReads { .. } | Frame::End => {
                 continue
             }
@@ -1820,6 +1837,9 @@ fn read_snapshot(
         }
     }
     back.skipped.sort_by(|a, b| a.path.cmp(&b.path));
+    if named_sent > 0 {
+        tracing::debug!(named_sent, "taken from the helper's early stream");
+    }
     Ok(back)
 }
 
@@ -1828,13 +1848,13 @@ fn read_snapshot(
 /// (else they are dropped: they only get the publish ahead). The helper's word like all it
 /// sends: each path is checked, each read hashed here (and handed over on its own merits,
 /// whatever comes after it in the stream), and a stream of more content than
-/// `budget` ([`wire::EARLY_STREAM_BYTES`]), or with any other frame, is an error. Returns how
-/// many reads it took.
+/// `budget` ([`wire::EARLY_STREAM_BYTES`]), or with any other frame, is an error. Returns the
+/// last read of each path, for the read-back to name ([`Frame::Sent`]).
 fn read_early_stream(
     r: &mut std::io::BufReader<impl std::io::Read>,
     hook: &HookSlot,
     budget: u64,
-) -> Result<u64, HelperError> {
+) -> Result<EarlyReads, HelperError> {
     let stream = |source| HelperError::Stream {
         op: "snapshot",
         source,
@@ -1846,6 +1866,7 @@ fn read_early_stream(
     };
     let (mut reads, mut bytes) = (0u64, 0u64);
     let mut batch: Vec<(String, EarlyRead)> = Vec::new();
+    let mut last = EarlyReads::new();
     let hand = |batch: &mut Vec<(String, EarlyRead)>| {
         let hook = hook.lock().ok().and_then(|h| h.clone());
         if let Some(hook) = hook.filter(|_| !batch.is_empty()) {
@@ -1899,6 +1920,7 @@ fn read_early_stream(
             stat: wire::FileStat::default(),
             bytes: Arc::new(content),
         };
+        last.insert(path.clone(), read.clone());
         batch.push((path, read));
         // What arrived together is handed over together, before the reader waits for more.
         if r.buffer().is_empty() {
@@ -1907,7 +1929,7 @@ fn read_early_stream(
     }
     hand(&mut batch);
     tracing::debug!(reads, bytes, "early reads from the standby helper");
-    Ok(reads)
+    Ok(last)
 }
 
 /// Make a helper-sent reason printable and short: it is agent-controlled text.
@@ -2021,6 +2043,7 @@ impl Sandbox for UserSandbox {
                     objects,
                     base,
                     limits,
+                    &EarlyReads::new(),
                 )
             },
         )?;
@@ -2394,7 +2417,7 @@ mod tests {
         });
         let slot: HookSlot = Arc::new(Mutex::new(Some(hook)));
         let mut r = std::io::BufReader::new(buf.as_slice());
-        assert_eq!(read_early_stream(&mut r, &slot, 1 << 20).unwrap(), 3);
+        assert_eq!(read_early_stream(&mut r, &slot, 1 << 20).unwrap().len(), 3);
         let entry = |mode, bytes: &[u8]| Entry {
             mode,
             oid: blob_id(bytes),
@@ -2424,10 +2447,21 @@ mod tests {
         // The snapshot after the end frame is still there to read.
         assert_eq!(wire::read_frame(&mut r, 1 << 20).unwrap(), after);
 
+        // A path read twice: the last read is the one kept for the read-back to name.
+        let mut twice = Vec::new();
+        wire::write_early_read(&mut twice, "a.txt", wire::EntryMode::File, b"one\n").unwrap();
+        wire::write_early_read(&mut twice, "a.txt", wire::EntryMode::File, b"two\n").unwrap();
+        wire::write_frame(&mut twice, &Frame::End).unwrap();
+        let last = read_early_stream(&mut std::io::BufReader::new(twice.as_slice()), &slot, 99);
+        let last = last.unwrap();
+        assert_eq!(last.len(), 1);
+        assert_eq!(last["a.txt"].entry, entry(Mode::File, b"two\n"));
+        assert_eq!(*last["a.txt"].bytes, b"two\n");
+
         // No hook: read all the same, handed to no one.
         let empty: HookSlot = Arc::default();
         let mut r = std::io::BufReader::new(buf.as_slice());
-        assert_eq!(read_early_stream(&mut r, &empty, 1 << 20).unwrap(), 3);
+        assert_eq!(read_early_stream(&mut r, &empty, 1 << 20).unwrap().len(), 3);
 
         let refused = |stream: &[u8], budget: u64| {
             let before = calls.lock().unwrap().len();
@@ -2439,7 +2473,10 @@ mod tests {
         // Exactly the budget is fine; a byte more is not.
         let exact = [reads_only.as_slice(), &end_frame()].concat();
         let mut r = std::io::BufReader::new(exact.as_slice());
-        assert_eq!(read_early_stream(&mut r, &slot, 2 + 3 + 5).unwrap(), 3);
+        assert_eq!(
+            read_early_stream(&mut r, &slot, 2 + 3 + 5).unwrap().len(),
+            3
+        );
         let e = refused(&exact, 2 + 3 + 5 - 1);
         assert!(e.contains("more than 9 bytes"), "{e}");
         // A stream cut short is an error, never a stream that ended (the reads before the
@@ -2498,13 +2535,30 @@ mod tests {
             }
             buf
         };
+        // What the early stream brought: a read the helper may name as sent.
+        let early_bytes = b"read early\n".to_vec();
+        let early_entry = Entry {
+            mode: Mode::Executable,
+            oid: crate::store::blob_id(&early_bytes),
+        };
+        let sent: EarlyReads = [(
+            "early.sh".to_string(),
+            EarlyRead {
+                entry: early_entry,
+                stat: wire::FileStat::default(),
+                bytes: Arc::new(early_bytes.clone()),
+            },
+        )]
+        .into();
         let read = |frames: &[Frame]| {
             let mut objects = store.batch();
             let limits = ReadLimits::only_file_cap(1 << 20);
-            let back = read_snapshot(&mut stream(frames).as_slice(), &mut objects, &base, limits)?;
+            let r = stream(frames);
+            let back = read_snapshot(&mut r.as_slice(), &mut objects, &base, limits, &sent)?;
             objects.finish()?;
             Ok::<_, HelperError>(back)
         };
+        let named_sent = |path: &str| Frame::Sent { path: path.into() };
         let f = |path: &str, bytes: &[u8]| Frame::File {
             path: path.into(),
             bytes: bytes.to_vec(),
@@ -2523,6 +2577,7 @@ mod tests {
                 path: "fifo".into(),
                 reason: "fifo skipped".into(),
             },
+            named_sent("early.sh"),
             Frame::End,
         ])
         .unwrap();
@@ -2536,10 +2591,12 @@ mod tests {
             [
                 ("added.txt", Some(b"added\n".to_vec())),
                 ("deleted.txt", None),
+                ("early.sh", Some(early_bytes.clone())),
                 ("edited.txt", Some(b"new\n".to_vec())),
                 ("fifo", None),
             ]
         );
+        assert_eq!(back.changes["early.sh"], Some(early_entry), "its mode too");
         assert_eq!(back.skipped.len(), 1);
         assert_eq!(back.skipped[0].path, "fifo");
         // An empty stream: nothing changed.
@@ -2575,6 +2632,17 @@ mod tests {
         let counted = read(&[f("edited.txt", b"new\n"), count.clone(), Frame::End]).unwrap();
         assert_eq!(counted.changes.len(), 1);
         refused(&[count.clone(), count, Frame::End], "count twice");
+        // Named as sent early: only a path the early stream brought, once, within the cap.
+        refused(&[named_sent("edited.txt"), Frame::End], "never sent");
+        let mut objects = store.batch();
+        let small = ReadLimits::only_file_cap(early_bytes.len() as u64 - 1);
+        let stream = stream(&[named_sent("early.sh"), Frame::End]);
+        let e = read_snapshot(&mut stream.as_slice(), &mut objects, &base, small, &sent);
+        assert!(e.unwrap_err().to_string().contains("over the file cap"));
+        refused(
+            &[named_sent("early.sh"), named_sent("early.sh"), Frame::End],
+            "sent twice",
+        );
     }
 
     /// A hostile helper's stream is bounded as a whole: what differs from the base, and the
@@ -2630,7 +2698,13 @@ mod tests {
                 at: 0,
             };
             let mut objects = store.batch();
-            let got = read_snapshot(&mut endless, &mut objects, &base, limits);
+            let got = read_snapshot(
+                &mut endless,
+                &mut objects,
+                &base,
+                limits,
+                &EarlyReads::new(),
+            );
             (got, endless.sent)
         };
         let limits = |files, bytes| ReadLimits {

@@ -32,9 +32,10 @@
 //! reads past that it keeps for its own read-back only. The go is answered first with the end
 //! frame that closes the early stream, then with the snapshot, which says, in an `R` frame
 //! before its end (the count as a `u64` payload, only when not 0), how many paths it took
-//! from those reads. The early stream is the helper's word like everything it sends: the hub
-//! checks each path, hashes each read itself, and uses it only to get ahead of the publish,
-//! which reads the snapshot as it would without.
+//! from those reads. A path it took from a read it sent is named in a `P` frame (sent), not
+//! sent again: it holds what that path's last read in the early stream held. The early
+//! stream is the helper's word like everything it sends: the hub checks each path and hashes
+//! each read itself.
 //! After its snapshot's end frame the standby stays, watching on, and waits for the hub's
 //! next word: `I` (idle, [`write_idle`]) once the slot's run is over, which lets it put the
 //! slot back to its base, and then or at once `A` (again, [`write_again`]), the slot's next
@@ -262,6 +263,11 @@ pub enum Frame {
     EarlyReads {
         count: u64,
     },
+    /// A standby's read-back: the path holds what the last read of it in the run's early
+    /// stream held (see the module docs); the hub has those bytes already.
+    Sent {
+        path: String,
+    },
     End,
 }
 
@@ -274,6 +280,7 @@ const TAG_GONE: u8 = b'D';
 const TAG_BLOB: u8 = b'B';
 const TAG_END: u8 = b'E';
 const TAG_EARLY: u8 = b'R';
+const TAG_SENT: u8 = b'P';
 const TAG_GO: u8 = b'G';
 const TAG_WATCHING: u8 = b'W';
 const TAG_SYNCED: u8 = b'S';
@@ -678,6 +685,7 @@ pub fn write_frame(w: &mut impl Write, frame: &Frame) -> std::io::Result<()> {
         Frame::Skipped { path, reason } => (TAG_SKIP, path, reason.as_bytes()),
         Frame::Unchanged { path } => (TAG_SAME, path, &[]),
         Frame::Gone { path } => (TAG_GONE, path, &[]),
+        Frame::Sent { path } => (TAG_SENT, path, &[]),
         Frame::Blob { oid, bytes } => (TAG_BLOB, oid, bytes),
         Frame::End => (TAG_END, "", &[]),
         Frame::EarlyReads { count } => (TAG_EARLY, "", &count.to_be_bytes()),
@@ -731,7 +739,7 @@ pub fn read_frame(r: &mut impl Read, max_payload: u64) -> Result<Frame, WireErro
     let payload_len = u64::from_be_bytes(len);
     let max = match tag[0] {
         TAG_SKIP => MAX_REASON,
-        TAG_SAME | TAG_GONE | TAG_END => 0,
+        TAG_SAME | TAG_GONE | TAG_SENT | TAG_END => 0,
         TAG_EARLY => 8,
         _ => max_payload,
     };
@@ -759,6 +767,7 @@ pub fn read_frame(r: &mut impl Read, max_payload: u64) -> Result<Frame, WireErro
         },
         TAG_SAME => Frame::Unchanged { path },
         TAG_GONE => Frame::Gone { path },
+        TAG_SENT => Frame::Sent { path },
         TAG_BLOB => Frame::Blob {
             oid: path,
             bytes: payload,
@@ -825,6 +834,9 @@ mod tests {
             },
             Frame::Gone {
                 path: "deleted.txt".into(),
+            },
+            Frame::Sent {
+                path: "early.txt".into(),
             },
             Frame::Blob {
                 oid: "ab".repeat(20),

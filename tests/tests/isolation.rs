@@ -1593,7 +1593,15 @@ fn the_read_back_helper_reads_early_and_never_takes_a_stale_read() {
     assert_eq!(r["status"], "ready", "{r}\n{}", hub.log_text());
     let sid = r["suggestion_ids"][0].as_str().unwrap_or_default();
     let sug = hub.curl().get(&format!("/suggestions/{sid}")).unwrap().body;
-    hunkgate_tests::check_early_reads(&hub.log_text(), &sug).unwrap();
+    let log = hub.log_text();
+    hunkgate_tests::check_early_reads(&log, &sug).unwrap();
+    // hello.txt's early read was sent while the agent ran: the read-back named it, and the
+    // hub took it from what the early stream brought.
+    assert!(
+        log.lines()
+            .any(|l| l.contains("taken from the helper's early stream")),
+        "{log}"
+    );
 }
 
 /// Under `--isolation user`, the helper's stream is bounded as a whole: see
