@@ -40,8 +40,8 @@
 //! next word: `I` (idle, [`write_idle`]) once the slot's run is over, which lets it put the
 //! slot back to its base, and then or at once `A` (again, [`write_again`]), the slot's next
 //! sync, with only the base's changes since the last sync and their blobs, answered like a
-//! `prepare` and then with `W`/`N`; from there it is the next run's standby (go, snapshot,
-//! idle, again, …). End of input dismisses it at any point.
+//! `prepare` and then with `W`/`N`; from there it is the next run's standby (early stream,
+//! go, snapshot, idle, again, …). End of input dismisses it at any point.
 //!
 //! The hub reads what the helper writes as hostile data: the helper runs as the sandbox user,
 //! which the agent controls. Every length is checked against a limit before anything is
