@@ -25,13 +25,15 @@ impl Hub {
         let Some(me) = rec.patch.as_ref() else {
             return 0;
         };
+        // Cheapest tests first: this runs over every hunk of the suggestion for each decision
+        // (and for each hunk of a bulk one), and most are not applied or are in other files.
         s.hunks
             .iter()
-            .filter(|h| h.id != rec.id && h.file == rec.file && h.state.applied())
+            .filter(|h| h.state.applied())
             .filter_map(|h| {
-                let applied = h.applied.as_ref().or(h.patch.as_ref())?;
                 let base = h.patch.as_ref()?;
-                (base.old_start < me.old_start).then(|| applied.delta())
+                let before = base.old_start < me.old_start && h.file == rec.file && h.id != rec.id;
+                before.then(|| h.applied.as_ref().unwrap_or(base).delta())
             })
             .sum()
     }
@@ -461,10 +463,23 @@ fn ensure_open(s: &Suggestion) -> Result<(), AppError> {
 
 /// A hunk by id, or by the shorthands within a suggestion: `<file>:<index>` or its 0-based
 /// position.
-fn find_hunk(s: &Suggestion, hunk_id: &str) -> Result<usize, AppError> {
-    s.hunks
-        .iter()
-        .position(|h| h.id == hunk_id)
+/// Where the hunk of a publish's id `{suggestion}:{path}:{index}` is, found by a binary search
+/// over the hunks in (path, index) order as a publish makes them
+/// ([`crate::model::suggestion::build_hunks`]): taken only when the hunk found has exactly that
+/// id, so hunks in any other order are looked for one by one instead.
+pub(super) fn seek_hunk(s: &Suggestion, hunk_id: &str) -> Option<usize> {
+    let rest = hunk_id.strip_prefix(s.id.as_str())?.strip_prefix(':')?;
+    let (file, index) = rest.rsplit_once(':')?;
+    let index: usize = index.parse().ok()?;
+    let at = s
+        .hunks
+        .partition_point(|h| (h.file.as_str(), h.index) < (file, index));
+    (s.hunks.get(at)?.id == hunk_id).then_some(at)
+}
+
+pub(super) fn find_hunk(s: &Suggestion, hunk_id: &str) -> Result<usize, AppError> {
+    seek_hunk(s, hunk_id)
+        .or_else(|| s.hunks.iter().position(|h| h.id == hunk_id))
         .or_else(|| {
             s.hunks
                 .iter()

@@ -649,3 +649,76 @@ fn a_restarted_hub_makes_spares_for_the_hunks_still_waiting() {
     }
     assert!(f.hub().store().spares_ready() >= 40);
 }
+
+/// A hunk is found by its id with a binary search when the hunks are in a publish's order, and
+/// one by one when they are not; never a hunk with another id.
+#[test]
+fn hunks_are_found_by_id_in_a_publish_order_and_in_any_other() {
+    use crate::decide::review::{find_hunk, seek_hunk};
+    let base: Files = vec![
+        ("a.txt", numbered(40, &[])),
+        ("b:c.txt", numbered(40, &[])),
+        ("d.txt", numbered(40, &[])),
+    ];
+    let run: Files = base
+        .iter()
+        .map(|(p, _)| (*p, numbered(40, &[(3, "three"), (20, "twenty"), (38, "x")])))
+        .collect();
+    let f = Fixture::new(&base);
+    let mut s = f.suggest("s1", &base, &run);
+    assert_eq!(s.hunks.len(), 9);
+    for (i, h) in s.hunks.iter().enumerate() {
+        assert_eq!(seek_hunk(&s, &h.id), Some(i), "{}", h.id);
+        assert_eq!(find_hunk(&s, &h.id).unwrap(), i);
+    }
+    // Ids that are not there: another suggestion's, an index past the file's last, a path
+    // that sorts between two files.
+    for missing in ["s2:a.txt:0", "s1:a.txt:3", "s1:b.txt:0", "s1:a.txt", "s1:"] {
+        assert_eq!(seek_hunk(&s, missing), None, "{missing}");
+        assert!(find_hunk(&s, missing).is_err(), "{missing}");
+    }
+    // Out of order: the search may miss, the lookup does not, and neither answers another hunk.
+    s.hunks.reverse();
+    for (i, h) in s.hunks.iter().enumerate() {
+        assert!(seek_hunk(&s, &h.id).is_none_or(|at| at == i), "{}", h.id);
+        assert_eq!(find_hunk(&s, &h.id).unwrap(), i);
+    }
+    // The other ways to name a hunk still work: `file:index` and the position.
+    assert_eq!(find_hunk(&s, "d.txt:2").unwrap(), 0);
+    assert_eq!(find_hunk(&s, "4").unwrap(), 4);
+}
+
+/// In a file of identical lines a hunk's lines fit anywhere: only the shift of the hunks
+/// applied above it puts a hunk where the reviewer saw it, whichever order they are taken in.
+#[test]
+fn a_hunk_lands_where_it_was_shown_after_the_hunks_above_it_moved_its_lines() {
+    let same = |edit: &[(usize, &str)]| -> String {
+        (1..=40)
+            .map(|i| match edit.iter().find(|(at, _)| *at == i) {
+                Some((_, text)) => format!("{text}\n"),
+                None => "same\n".to_string(),
+            })
+            .collect()
+    };
+    let base: Files = vec![("a.txt", same(&[]))];
+    let run: Files = vec![("a.txt", same(&[(5, "one\ntwo\nthree"), (30, "thirty")]))];
+    for order in [[0, 1], [1, 0]] {
+        let f = Fixture::new(&base);
+        let s = f.suggest("s1", &base, &run);
+        assert_eq!(s.hunks.len(), 2);
+        for i in order {
+            let r = f
+                .hub()
+                .decide("s1", &s.hunks[i].id, FeedbackAction::Accept, None, None);
+            assert!(r.unwrap().applied, "hunk {i}");
+        }
+        assert_eq!(f.read("a.txt"), run[0].1, "order {order:?}");
+        // And back: each undone where it is now.
+        for i in order {
+            f.hub()
+                .decide("s1", &s.hunks[i].id, FeedbackAction::Undo, None, None)
+                .unwrap();
+        }
+        assert_eq!(f.read("a.txt"), base[0].1, "undone in order {order:?}");
+    }
+}
