@@ -124,6 +124,43 @@ pub struct Store {
     ahead: std::sync::Mutex<Ahead>,
     /// Bytes of blobs read since the maps were last released ([`Store::release_maps_after`]).
     read_bytes: std::sync::atomic::AtomicU64,
+    /// The last blobs [`Store::write_blob`] wrote, for [`Store::read_blob`] to answer from
+    /// memory: a decision stores the new content of a file while it is planned and reads it
+    /// back to write it to the checkout.
+    recent: std::sync::Mutex<RecentBlobs>,
+}
+
+/// The last few blobs written one at a time, by id, within [`RecentBlobs::MAX`] blobs and
+/// [`RecentBlobs::MAX_BYTES`] bytes; the oldest go first. An id names one content, so what is
+/// kept is exactly what the store holds under it.
+#[derive(Default)]
+struct RecentBlobs {
+    blobs: std::collections::VecDeque<(ObjectId, std::sync::Arc<[u8]>)>,
+    bytes: usize,
+}
+
+impl RecentBlobs {
+    const MAX: usize = 16;
+    const MAX_BYTES: usize = 1 << 20;
+
+    fn keep(&mut self, oid: ObjectId, bytes: &[u8]) {
+        if bytes.len() > Self::MAX_BYTES || self.get(oid).is_some() {
+            return;
+        }
+        self.blobs.push_back((oid, bytes.into()));
+        self.bytes += bytes.len();
+        while self.blobs.len() > Self::MAX || self.bytes > Self::MAX_BYTES {
+            let Some((_, old)) = self.blobs.pop_front() else {
+                break;
+            };
+            self.bytes -= old.len();
+        }
+    }
+
+    fn get(&self, oid: ObjectId) -> Option<std::sync::Arc<[u8]>> {
+        let found = self.blobs.iter().rev().find(|(id, _)| *id == oid);
+        found.map(|(_, bytes)| bytes.clone())
+    }
 }
 
 /// Pack entries of blobs compressed before any batch holds them: a publish's new files, read
@@ -186,6 +223,7 @@ impl Store {
             deflate: Default::default(),
             ahead: Default::default(),
             read_bytes: Default::default(),
+            recent: Default::default(),
         })
     }
 
@@ -207,6 +245,7 @@ impl Store {
             deflate: Default::default(),
             ahead: Default::default(),
             read_bytes: Default::default(),
+            recent: Default::default(),
         })
     }
 
@@ -249,8 +288,11 @@ impl Store {
 
     /// [`Store::release_maps`] if at least `bytes` of blobs were read since the last release;
     /// whether it did. A store nothing was read from keeps the maps it has (the hub's, idle
-    /// since the last release: none).
+    /// since the last release: none). Either way the blobs kept from the last writes go.
     pub fn release_maps_after(&self, bytes: u64) -> Result<bool, StoreError> {
+        if let Ok(mut recent) = self.recent.lock() {
+            *recent = RecentBlobs::default();
+        }
         if self.read_bytes.load(std::sync::atomic::Ordering::Relaxed) < bytes {
             return Ok(false);
         }
@@ -262,10 +304,13 @@ impl Store {
     /// a 10,000-file repository, some 8 MiB of resident pages of a process that then idles
     /// for hours. The repository is opened anew (a millisecond), so the old handle's maps go
     /// once the last thread-local handle taken from it is dropped; what is read next maps
-    /// again. Objects are never touched.
+    /// again. Objects are never touched. The blobs kept from the last writes go too.
     pub fn release_maps(&self) -> Result<(), StoreError> {
         self.read_bytes
             .store(0, std::sync::atomic::Ordering::Relaxed);
+        if let Ok(mut recent) = self.recent.lock() {
+            *recent = RecentBlobs::default();
+        }
         let fresh =
             gix::open_opts(&self.opened, isolated_open_options()).map_err(|e| self.err(e))?;
         let old = std::mem::replace(
@@ -284,6 +329,9 @@ impl Store {
         let repo = self.local();
         let id = self.write_loose(&repo, gix::objs::Kind::Blob, bytes)?;
         self.remember(id);
+        if let Ok(mut recent) = self.recent.lock() {
+            recent.keep(id, bytes);
+        }
         Ok(id)
     }
 
@@ -392,8 +440,14 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
+    /// A blob's content: from memory when [`Store::write_blob`] wrote it lately, else read
+    /// from the repository.
     pub fn read_blob(&self, oid: ObjectId) -> Result<Vec<u8>, StoreError> {
-        self.reader().read_blob(oid)
+        let recent = self.recent.lock().ok().and_then(|r| r.get(oid));
+        match recent {
+            Some(bytes) => Ok(bytes.to_vec()),
+            None => self.reader().read_blob(oid),
+        }
     }
 
     /// A reader for many blobs on one thread: [`Store::read_blob`] makes a repository handle
@@ -945,6 +999,7 @@ impl Store {
             deflate: Default::default(),
             ahead: Default::default(),
             read_bytes: Default::default(),
+            recent: Default::default(),
         })
     }
 
@@ -1695,6 +1750,66 @@ mod tests {
             .filter(|e| e.as_ref().unwrap().file_name().len() == 2)
             .count();
         assert_eq!(fanout, 256);
+    }
+
+    /// A blob written lately is read back from memory, the same bytes git reads from the
+    /// store; the oldest go once more are written, and a big blob is never kept.
+    #[test]
+    fn blobs_written_lately_are_read_back_from_memory_within_bounds() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store.git")).unwrap();
+        let loose = |oid: ObjectId| {
+            let hex = oid.to_string();
+            store.path().join("objects").join(&hex[..2]).join(&hex[2..])
+        };
+        let first = store.write_blob(b"first\n").unwrap();
+        assert_eq!(
+            git(store.path(), &["cat-file", "-p", &first.to_string()]),
+            "first\n"
+        );
+        // Taken from memory: the object itself is gone from the disk.
+        std::fs::remove_file(loose(first)).unwrap();
+        assert_eq!(store.read_blob(first).unwrap(), b"first\n");
+        // Positive control: an object only on disk is read from there.
+        let by_git = tmp.path().join("by-git.txt");
+        std::fs::write(&by_git, b"by git\n").unwrap();
+        let id = git(
+            store.path(),
+            &["hash-object", "-w", by_git.to_str().unwrap()],
+        );
+        assert_eq!(
+            store
+                .read_blob(ObjectId::from_hex(id.trim().as_bytes()).unwrap())
+                .unwrap(),
+            b"by git\n"
+        );
+        // Sixteen more blobs push the first out.
+        for i in 0..RecentBlobs::MAX {
+            let oid = store.write_blob(format!("blob {i}\n").as_bytes()).unwrap();
+            assert_eq!(
+                store.read_blob(oid).unwrap(),
+                format!("blob {i}\n").as_bytes()
+            );
+        }
+        assert!(
+            store.read_blob(first).is_err(),
+            "the oldest blob is no longer kept"
+        );
+        // A blob over the byte bound is read from the disk.
+        let big = vec![b'x'; RecentBlobs::MAX_BYTES + 1];
+        let oid = store.write_blob(&big).unwrap();
+        assert_eq!(store.read_blob(oid).unwrap(), big);
+        std::fs::remove_file(loose(oid)).unwrap();
+        assert!(
+            store.read_blob(oid).is_err(),
+            "a big blob is not kept in memory"
+        );
+        // Giving memory back when the hub is quiet drops them, maps released or not.
+        let last = store.write_blob(b"last\n").unwrap();
+        std::fs::remove_file(loose(last)).unwrap();
+        assert_eq!(store.read_blob(last).unwrap(), b"last\n");
+        assert!(!store.release_maps_after(u64::MAX).unwrap());
+        assert!(store.read_blob(last).is_err(), "kept after the release");
     }
 
     /// With spare files kept, a blob, an edited tree and a commit are loose objects git reads
