@@ -461,8 +461,6 @@ fn ensure_open(s: &Suggestion) -> Result<(), AppError> {
     }
 }
 
-/// A hunk by id, or by the shorthands within a suggestion: `<file>:<index>` or its 0-based
-/// position.
 /// Where the hunk of a publish's id `{suggestion}:{path}:{index}` is, found by a binary search
 /// over the hunks in (path, index) order as a publish makes them
 /// ([`crate::model::suggestion::build_hunks`]): taken only when the hunk found has exactly that
@@ -477,6 +475,8 @@ pub(super) fn seek_hunk(s: &Suggestion, hunk_id: &str) -> Option<usize> {
     (s.hunks.get(at)?.id == hunk_id).then_some(at)
 }
 
+/// A hunk by id, or by the shorthands within a suggestion: `<file>:<index>` or its 0-based
+/// position.
 pub(super) fn find_hunk(s: &Suggestion, hunk_id: &str) -> Result<usize, AppError> {
     seek_hunk(s, hunk_id)
         .or_else(|| s.hunks.iter().position(|h| h.id == hunk_id))
