@@ -97,6 +97,11 @@ struct RunArgs {
     /// a slow model.
     #[arg(long = "run-timeout")]
     run_timeout: Option<u64>,
+    /// A hub config file given to every hub the runner starts (`hunkgate serve --config`):
+    /// the built-in agent's `[provider]` settings (`max_tokens`, `request_timeout_secs`,
+    /// `temperature`, …) and `[limits]`. Without it the hubs read no config file at all.
+    #[arg(long = "hub-config")]
+    hub_config: Option<PathBuf>,
     /// Only tasks with this tag (repeatable: any of them).
     #[arg(long = "tag")]
     tags: Vec<String>,
@@ -145,10 +150,27 @@ struct ReplayArgs {
     out: PathBuf,
     #[arg(long = "run-timeout")]
     run_timeout: Option<u64>,
+    /// A hub config file for every hub, as with `run`.
+    #[arg(long = "hub-config")]
+    hub_config: Option<PathBuf>,
     #[arg(long)]
     json: bool,
     #[arg(long, short)]
     quiet: bool,
+}
+
+/// `--hub-config`: an absolute path (the hubs run in each task's checkout) to a file that is
+/// TOML, checked here so that a typo fails once rather than in every pair's hub. The hub checks
+/// the keys when it starts.
+fn hub_config(p: &Path) -> Result<PathBuf> {
+    let abs = p
+        .canonicalize()
+        .with_context(|| format!("--hub-config {}", p.display()))?;
+    let text =
+        std::fs::read_to_string(&abs).with_context(|| format!("--hub-config {}", abs.display()))?;
+    toml::from_str::<toml::Table>(&text)
+        .with_context(|| format!("--hub-config {}: not TOML", abs.display()))?;
+    Ok(abs)
 }
 
 fn default_hub() -> PathBuf {
@@ -305,6 +327,7 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
                     jobs: a.jobs,
                     out: a.out,
                     run_timeout: a.run_timeout,
+                    hub_config: a.hub_config,
                     tags: Vec::new(),
                     only: names,
                     json: a.json,
@@ -325,6 +348,7 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Run(a) => {
+            let hub_config = a.hub_config.as_deref().map(hub_config).transpose()?;
             let mut tasks = task::load_tasks(&a.tasks)?;
             if !a.tags.is_empty() {
                 tasks.retain(|t| t.spec.tags.iter().any(|g| a.tags.contains(g)));
@@ -352,6 +376,7 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
                 out: a.out.clone(),
                 progress: !a.quiet,
                 run_timeout: a.run_timeout,
+                hub_config,
                 keep: a.keep,
             };
             let rt = tokio::runtime::Runtime::new()?;

@@ -62,6 +62,9 @@ pub struct RunnerConfig {
     /// Each run's time limit in seconds, over the task's own (`timeout_secs`, default 60):
     /// for slow models.
     pub run_timeout: Option<u64>,
+    /// A config file every hub is started with (`--config`; an absolute path). None: the hubs
+    /// read no config file, not even the user's.
+    pub hub_config: Option<PathBuf>,
     /// Keep each pair's checkout, hub state (feedback log, journal, checkpoints) and hub log in
     /// `<keep>/<task>--<agent>/` instead of a temporary directory.
     pub keep: Option<PathBuf>,
@@ -362,6 +365,9 @@ impl Hub {
             .kill_on_drop(true);
         if let Some(u) = &cfg.provider_url {
             cmd.args(["--provider-url", u]);
+        }
+        if let Some(c) = &cfg.hub_config {
+            cmd.arg("--config").arg(c);
         }
         let mut child = cmd
             .spawn()

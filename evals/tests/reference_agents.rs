@@ -264,10 +264,9 @@ fn reference_agents_score_exactly_as_designed() {
     );
 }
 
-/// `asks`: the built-in agent driven by the scripted model asks, gets the policy's answer (or a
-/// skip), and writes it; the command agent `perfect` cannot ask and fails these tasks.
-#[test]
-fn asks_answers_every_clarification_task() {
+/// The clarification tasks with the built-in agent driven by the scripted model (`asks`), each
+/// hub started with `hub_config`.
+fn run_asks(hub_config: Option<std::path::PathBuf>) -> Vec<ResultLine> {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let all = tasks();
     let clar: Vec<task::Task> = all
@@ -277,7 +276,7 @@ fn asks_answers_every_clarification_task() {
         .collect();
     assert_eq!(clar.len(), CLARIFICATION_TASKS.len());
     let dir = tempfile::tempdir().unwrap();
-    let lines = rt.block_on(async {
+    rt.block_on(async {
         let (addr, server) = scripted::bind(all.clone(), "127.0.0.1:0".parse().unwrap())
             .await
             .unwrap();
@@ -289,6 +288,7 @@ fn asks_answers_every_clarification_task() {
             out: dir.path().join("asks.jsonl"),
             progress: false,
             run_timeout: None,
+            hub_config,
             keep: None,
         };
         let lines = runner::run_all(
@@ -302,7 +302,14 @@ fn asks_answers_every_clarification_task() {
         .unwrap();
         server.abort();
         lines
-    });
+    })
+}
+
+/// `asks`: the built-in agent driven by the scripted model asks, gets the policy's answer (or a
+/// skip), and writes it; the command agent `perfect` cannot ask and fails these tasks.
+#[test]
+fn asks_answers_every_clarification_task() {
+    let lines = run_asks(None);
     assert_eq!(lines.len(), 3);
     for l in &lines {
         assert!(l.success, "{l:?}");
@@ -324,4 +331,63 @@ fn asks_answers_every_clarification_task() {
     assert_eq!(m.tool_calls_per_success, Some(2.0));
     assert_eq!(m.stop_reasons.get("finished"), Some(&3));
     assert!(m.model_ms_p50.is_some());
+}
+
+/// `--hub-config`: every hub the runner starts reads that file. With one tool call allowed,
+/// the `asks` script (a question, then a write; `asks_answers_every_clarification_task` is
+/// the same run without the file) ends at the budget, its write refused.
+#[test]
+fn the_hub_config_reaches_every_hub() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("hub.toml");
+    std::fs::write(&cfg, "[limits]\nmax_tool_calls = 1\n").unwrap();
+    let lines = run_asks(Some(cfg));
+    assert_eq!(lines.len(), CLARIFICATION_TASKS.len());
+    for l in &lines {
+        assert_eq!(l.stop_reason.as_deref(), Some("budget_exhausted"), "{l:?}");
+        assert_eq!(l.tool_calls, Some(1), "{l:?}");
+        assert!(!l.success, "{l:?}");
+    }
+}
+
+/// A `--hub-config` that is missing or not TOML stops the command before any hub starts.
+#[test]
+fn a_bad_hub_config_is_refused_up_front() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[limits\nmax_tool_calls = 1\n").unwrap();
+    let good = dir.path().join("good.toml");
+    std::fs::write(&good, "[limits]\nmax_tool_calls = 1\n").unwrap();
+    let run = |cfg: &std::path::Path| {
+        Command::new(env!("CARGO_BIN_EXE_hunkgate-evals"))
+            .arg("run")
+            .arg("--tasks")
+            .arg(manifest_dir().join("tasks"))
+            .args(["--task", "no-such-task", "--agent", "true", "--quiet"])
+            .arg("--hub-config")
+            .arg(cfg)
+            .arg("--out")
+            .arg(dir.path().join("out.jsonl"))
+            .output()
+            .unwrap()
+    };
+    for (cfg, why) in [
+        (bad.clone(), "not TOML"),
+        (dir.path().join("missing.toml"), "--hub-config"),
+    ] {
+        let out = run(&cfg);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(err.contains(why), "{err}");
+        assert!(
+            err.contains(&*cfg.to_string_lossy()) || err.contains("missing.toml"),
+            "{err}"
+        );
+    }
+    // Positive control: a good file gets past the check, to the next error (the unknown task).
+    let out = run(&good);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("no-such-task"), "{err}");
+    assert!(!err.contains("--hub-config"), "{err}");
 }

@@ -70,6 +70,7 @@ fn replaying_a_real_feedback_log_scores_agents_by_what_the_user_kept() {
         out: dir.path().join("original.jsonl"),
         progress: false,
         run_timeout: None,
+        hub_config: None,
         keep: Some(keep.clone()),
     };
     let lines = rt

@@ -13,7 +13,7 @@ use std::time::Duration;
 use hunkgate::agent::provider::OpenAiCompatible;
 use hunkgate::config::provider::ProviderConfig;
 use hunkgate::model::chat::{Message, Provider, StepRequest, ToolSpec};
-use hunkgate_tests::model_server::{require, server_installed, Kind, ModelServer};
+use hunkgate_tests::model_server::{require, server_installed, CountingProxy, Kind, ModelServer};
 use hunkgate_tests::{wait_run_finished, Workspace};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
@@ -274,6 +274,9 @@ fn the_eval_suite_runs_with_the_small_model_and_records_its_score() {
         return;
     }
     let server = ModelServer::start(kind);
+    // The requests pass through a proxy that counts them: "the model was called" is then told
+    // apart from "the model answered" (usage is only counted from answers).
+    let proxy = CountingProxy::start(server.port);
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let evals = root.join("target/debug/hunkgate-evals");
     assert!(
@@ -283,22 +286,34 @@ fn the_eval_suite_runs_with_the_small_model_and_records_its_score() {
     );
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("results.jsonl");
+    // The provider settings of `drive` above, through `--hub-config`: without `max_tokens` the
+    // server lets the tiny model write until its context is full, which under the suite's load
+    // once took one step past the whole run's time limit.
+    let hub_config = tmp.path().join("hub.toml");
+    std::fs::write(
+        &hub_config,
+        "[provider]\nrequest_timeout_secs = 240\nmax_tokens = 256\ntemperature = 0.0\n",
+    )
+    .unwrap();
     let status = std::process::Command::new(&evals)
         .current_dir(&root)
         .args([
             "run",
             "--provider-url",
-            &server.base_url(),
+            &proxy.base_url(),
             "--model",
             "local",
         ])
+        .arg("--hub-config")
+        .arg(&hub_config)
         .args([
             "--task",
             "fix-typo",
             "--jobs",
             "1",
-            // Its run took ~200 s alone on the two-core machine; under the suite's parallel
-            // load one step of the model can take minutes, and the test needs one.
+            // With `max_tokens` its run takes seconds alone on the two-core machine (about
+            // 200 s without, to the context's end); under the suite's parallel load a step
+            // can still take minutes, and the test needs one answer.
             "--run-timeout",
             "420",
             "--quiet",
@@ -319,9 +334,12 @@ fn the_eval_suite_runs_with_the_small_model_and_records_its_score() {
     assert_eq!(r["task"], "fix-typo");
     assert_eq!(r["model"], "local");
     assert!(r["success"].is_boolean(), "{r}");
+    let calls = proxy.chat_requests();
+    assert!(calls >= 1, "the model server was never called: {r}");
     assert!(
         r["prompt_tokens"].as_u64().unwrap_or(0) > 0,
-        "the model server was never called: {r}"
+        "the model server was called {calls} times and no answer was counted: {r}\nmodel server:\n{}",
+        server.log_text()
     );
     assert!(
         r["stop_reason"].is_string() || r["error"].is_string(),
