@@ -176,6 +176,78 @@ async fn bad_messages_get_errors_and_the_connection_stays_usable() {
     still_alive(&mut c).await;
 }
 
+/// The replay window keeps at most 1 MiB of events (`REPLAY_BYTES`): a suggestion larger than
+/// that reaches every connected client whole but is not kept a second time for replay, so a
+/// client that missed it is told to resync, and `get` serves it. Events after it are replayed as
+/// before (the positive control).
+#[tokio::test]
+async fn a_suggestion_larger_than_the_replay_window_is_sent_but_not_kept_for_replay() {
+    let ws = Workspace::new(&[("a.txt", b"one\ntwo\nthree\n")]).unwrap();
+    // A new file of 40,000 lines: a suggestion of about 1.4 MB as JSON.
+    let big = ws
+        .agent_script(
+            "big.sh",
+            "seq -f 'line %06g of a generated table, as long as a line of code' 40000 > table.txt",
+        )
+        .unwrap();
+    let small = ws
+        .agent_script("small.sh", "printf 'one\\nTWO\\nthree\\n' > a.txt")
+        .unwrap();
+    let hub = ws.serve(&[]).unwrap();
+    let curl = hub.curl();
+    let mut c = hub.ws().await.unwrap();
+
+    let s = run_agent(&hub, &mut c, &big, "a table").await.unwrap();
+    let sid = s["id"].as_str().unwrap().to_string();
+    let ready = c
+        .seen
+        .iter()
+        .find(|v| v["type"] == "suggestion.ready" && v["suggestion"]["id"] == sid.as_str())
+        .cloned()
+        .unwrap();
+    assert!(
+        ready.to_string().len() > 1 << 20,
+        "the event is larger than the window"
+    );
+    assert_eq!(s["hunks"][0]["file"], "table.txt");
+    let seq = ready["seq"].as_u64().unwrap();
+
+    // Missed it: the replay is incomplete and does not carry it.
+    let r = curl.get(&format!("/events?since={}", seq - 1)).unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["complete"], false, "{}", r.body);
+    assert!(r.body["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|e| e["seq"] != seq));
+    // The resync's `get` has it, whole.
+    let got = c
+        .call(json!({"type": "get", "suggestionId": sid}))
+        .await
+        .unwrap();
+    assert_eq!(got["data"], s);
+
+    // Events after it are replayed, complete.
+    wait_run_finished(&hub, s["run_id"].as_str().unwrap(), SECS5)
+        .await
+        .unwrap();
+    let s2 = run_agent(&hub, &mut c, &small, "shout two").await.unwrap();
+    let r = c
+        .call(json!({"type": "replay", "since": seq}))
+        .await
+        .unwrap();
+    assert_eq!(r["data"]["complete"], true, "{r}");
+    let replayed = r["data"]["events"].as_array().unwrap();
+    assert!(
+        replayed
+            .iter()
+            .any(|e| e["type"] == "suggestion.ready" && e["suggestion"] == s2),
+        "{r}"
+    );
+    assert!(replayed.iter().all(|e| e["seq"].as_u64().unwrap() > seq));
+}
+
 #[tokio::test]
 async fn list_get_replay_and_every_client_sees_every_event() {
     let ws = Workspace::new(&[("a.txt", b"one\ntwo\nthree\n")]).unwrap();

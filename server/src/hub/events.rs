@@ -15,6 +15,12 @@ use crate::store::journal::{Journal, Record};
 
 /// How many recent events a reconnecting client can replay.
 pub const REPLAY_WINDOW: usize = 4096;
+/// And how many bytes of them, at most: a `suggestion.ready` carries its whole suggestion (593
+/// KB for 1,000 hunks), so a window bounded by count alone kept the last runs' suggestions
+/// once more, for as long as the hub ran — up to 4,096 of them, however large. A client that
+/// missed events no longer in the window is told its replay is incomplete and resyncs with
+/// `list`/`get`, which answer from the suggestions themselves.
+pub const REPLAY_BYTES: usize = 1 << 20;
 const SEQ_BLOCK: u64 = 1000;
 
 #[derive(Clone, Debug)]
@@ -29,6 +35,23 @@ struct Inner {
     seq: u64,
     reserved_upto: u64,
     ring: VecDeque<Sent>,
+    /// The bytes of the events in `ring`.
+    ring_bytes: usize,
+}
+
+impl Inner {
+    /// Keep `sent` for replay, dropping the oldest events past [`REPLAY_WINDOW`] or
+    /// [`REPLAY_BYTES`] (`sent` too, when it alone is larger).
+    fn keep(&mut self, sent: Sent) {
+        self.ring_bytes += sent.json.len();
+        self.ring.push_back(sent);
+        while self.ring.len() > REPLAY_WINDOW || self.ring_bytes > REPLAY_BYTES {
+            let Some(old) = self.ring.pop_front() else {
+                break;
+            };
+            self.ring_bytes -= old.json.len();
+        }
+    }
 }
 
 pub struct Bus {
@@ -45,6 +68,7 @@ impl Bus {
                 seq: last_reserved,
                 reserved_upto: last_reserved,
                 ring: VecDeque::new(),
+                ring_bytes: 0,
             }),
             tx,
             journal,
@@ -172,10 +196,7 @@ impl Bus {
             }
         };
         let sent = Sent { seq, json };
-        inner.ring.push_back(sent.clone());
-        if inner.ring.len() > REPLAY_WINDOW {
-            inner.ring.pop_front();
-        }
+        inner.keep(sent.clone());
         // No receivers is fine: nobody is connected.
         let _ = self.tx.send(sent);
         seq
@@ -219,6 +240,86 @@ mod tests {
             run_id: "r".into(),
             affected_files: vec!["a.txt".into()],
         }
+    }
+
+    /// An event of `n` bytes of JSON as the next event of `bus` (a `checkpoint.created` with
+    /// one long file name).
+    fn event_of(bus: &Bus, n: usize) -> Event {
+        let Event::CheckpointCreated {
+            seq,
+            checkpoint_id,
+            suggestion_id,
+            run_id,
+            ..
+        } = event()
+        else {
+            unreachable!()
+        };
+        let bare = serde_json::to_string(&Event::CheckpointCreated {
+            seq: bus.current() + 1,
+            checkpoint_id: checkpoint_id.clone(),
+            suggestion_id: suggestion_id.clone(),
+            run_id: run_id.clone(),
+            affected_files: vec![String::new()],
+        })
+        .unwrap()
+        .len();
+        Event::CheckpointCreated {
+            seq,
+            checkpoint_id,
+            suggestion_id,
+            run_id,
+            affected_files: vec!["a".repeat(n - bare)],
+        }
+    }
+
+    fn seqs(events: &[Sent]) -> Vec<u64> {
+        events.iter().map(|s| s.seq).collect()
+    }
+
+    /// The replay window holds the newest events up to its count and its bytes; a replay from
+    /// before what it holds is incomplete (the client resyncs), one from within it complete.
+    #[test]
+    fn replay_keeps_the_newest_events_within_its_count_and_bytes() {
+        let (_dir, bus) = bus();
+        // Small events: the count bounds the window (positive control for the bytes).
+        for _ in 0..REPLAY_WINDOW + 10 {
+            bus.emit(event());
+        }
+        let (all, complete) = bus.since(0);
+        assert!(!complete);
+        assert_eq!(all.len(), REPLAY_WINDOW);
+        assert_eq!(all[0].seq, 11);
+        assert!(bus.since(10).1 && !bus.since(9).1);
+
+        // Events of a quarter of the bytes each: the last four fit, a fifth pushes out one.
+        let quarter = REPLAY_BYTES / 4;
+        let big: Vec<u64> = (0..5).map(|_| bus.emit(event_of(&bus, quarter))).collect();
+        assert!(bus.since(0).0.iter().all(|s| s.json.len() == quarter));
+        let (held, complete) = bus.since(big[0] - 1);
+        assert!(!complete, "the first large event was dropped");
+        assert_eq!(seqs(&held), big[1..]);
+        let (held, complete) = bus.since(big[0]);
+        assert!(complete);
+        assert_eq!(seqs(&held), big[1..]);
+        let bytes: usize = bus.since(0).0.iter().map(|s| s.json.len()).sum();
+        assert_eq!(bytes, bus.inner.lock().unwrap().ring_bytes);
+        assert!(bytes <= REPLAY_BYTES);
+
+        // An event larger than the window is sent, not kept: a client that missed it resyncs,
+        // one that did not misses nothing.
+        let mut client = bus.subscribe();
+        let huge = bus.emit(event_of(&bus, REPLAY_BYTES + 1));
+        assert_eq!(client.try_recv().unwrap().seq, huge);
+        let (held, complete) = bus.since(huge - 1);
+        assert!(held.is_empty() && !complete);
+        let (held, complete) = bus.since(huge);
+        assert!(held.is_empty() && complete);
+        assert_eq!(bus.inner.lock().unwrap().ring_bytes, 0);
+        // And the window fills again after it.
+        let next = bus.emit(event());
+        assert_eq!(seqs(&bus.since(huge).0), [next]);
+        assert!(bus.since(huge).1);
     }
 
     /// `taken` returns once every subscriber has received what was sent (and at once with
