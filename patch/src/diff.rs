@@ -100,7 +100,12 @@ fn build_hunk(group: &[Change], old_lines: &[&str], new_lines: &[&str], context:
     let old_begin = first.old.start - lead;
     let new_begin = first.new.start - lead;
 
-    let mut lines = Vec::new();
+    let old_len = last.old.end + trail - old_begin;
+    let new_len = last.new.end + trail - new_begin;
+    // Exactly its lines (the old side's, and the added ones): a suggestion keeps its hunks for
+    // as long as the hub runs, and a vector grown by doubling would hold up to twice that.
+    let added: usize = group.iter().map(|c| c.new.len()).sum();
+    let mut lines = Vec::with_capacity(old_len + added);
     let mut old_pos = old_begin;
     for change in group {
         for line in &old_lines[old_pos..change.old.start] {
@@ -118,8 +123,7 @@ fn build_hunk(group: &[Change], old_lines: &[&str], new_lines: &[&str], context:
         lines.push(HunkLine::Context((*line).to_owned()));
     }
 
-    let old_len = last.old.end + trail - old_begin;
-    let new_len = last.new.end + trail - new_begin;
+    debug_assert_eq!(lines.len(), old_len + added);
     Hunk {
         old_start: git_start(old_begin, old_len),
         old_len,
@@ -149,6 +153,23 @@ mod tests {
 
     fn unified(hunks: &[Hunk]) -> String {
         hunks.iter().map(Hunk::to_unified).collect()
+    }
+
+    /// A hunk holds exactly its lines, whether diffed or parsed back from its text (a hub
+    /// keeps every hunk it shows): 1,000 lines in a vector of 1,000, not of the 1,024 that
+    /// growing by doubling gives.
+    #[test]
+    fn hunks_hold_no_spare_room_for_lines() {
+        let old = numbered(0..600);
+        let new = numbered(0..100) + &numbered(5000..5400) + &numbered(500..600);
+        let hunks = diff_hunks(&old, &new, 3);
+        assert_eq!(hunks.len(), 1);
+        let lines = &hunks[0].lines;
+        assert_eq!(lines.len(), 3 + 400 + 400 + 3);
+        assert_eq!(lines.capacity(), lines.len());
+        let parsed = crate::parse_hunks(&unified(&hunks)).unwrap();
+        assert_eq!(parsed, hunks);
+        assert_eq!(parsed[0].lines.capacity(), parsed[0].lines.len());
     }
 
     #[test]

@@ -135,7 +135,7 @@ impl HunkInProgress {
         old < self.old_len && new < self.new_len
     }
 
-    fn finish(self, index: usize) -> Result<Hunk, ParseError> {
+    fn finish(mut self, index: usize) -> Result<Hunk, ParseError> {
         let (old, new) = self.counts();
         for (side, expected, found) in [
             (Side::Old, self.old_len, old),
@@ -168,6 +168,10 @@ impl HunkInProgress {
                 return Err(ParseError::MisplacedNoNewline { line: marker_at });
             }
         }
+        // The body grew by doubling; a hub keeps the hunks it reads (a journal's, at a
+        // restart) for as long as it runs. (The header's counts are not trusted to size it
+        // beforehand: they come from the diff's author.)
+        self.body.shrink_to_fit();
         Ok(Hunk {
             old_start: self.old_start,
             old_len: self.old_len,
