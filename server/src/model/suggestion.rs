@@ -422,6 +422,9 @@ pub fn build_hunks_with(
             out.push(rec);
         }
     }
+    // The suggestion keeps these for as long as the hub runs: no room for more (a hunk is a
+    // few hundred bytes, and 100 of them grew a vector of 128).
+    out.shrink_to_fit();
     Ok(out)
 }
 
@@ -747,6 +750,13 @@ mod tests {
             hunks.iter().filter(|h| h.kind == HunkKind::Delete).count(),
             7
         );
+        // Kept as long as the suggestion: no spare room, in the hunks or in their lines.
+        assert_eq!(hunks.capacity(), hunks.len());
+        for h in &hunks {
+            if let Some(p) = &h.patch {
+                assert_eq!(p.lines.capacity(), p.lines.len(), "{}", h.id);
+            }
+        }
     }
 
     /// A publish diffs the new files its read-back kept in memory: before its batch is
