@@ -108,26 +108,30 @@ struct HunkInProgress {
     new_start: usize,
     new_len: usize,
     body: Vec<HunkLine>,
+    /// The old and the new lines of `body` so far: counted as lines are added, as a diff of
+    /// blank lines asks for them at each one (see [`HunkInProgress::wants_more`]).
+    old_seen: usize,
+    new_seen: usize,
     /// (diff line of each "\ No newline" marker, index of the body line it applies to), kept to
     /// report a marker that leaves an unterminated line in the middle of a side.
     markers: Vec<(usize, usize)>,
 }
 
 impl HunkInProgress {
-    fn counts(&self) -> (usize, usize) {
-        let mut old = 0;
-        let mut new = 0;
-        for b in &self.body {
-            match b {
-                HunkLine::Context(_) => {
-                    old += 1;
-                    new += 1;
-                }
-                HunkLine::Remove(_) => old += 1,
-                HunkLine::Add(_) => new += 1,
+    fn push(&mut self, line: HunkLine) {
+        match line {
+            HunkLine::Context(_) => {
+                self.old_seen += 1;
+                self.new_seen += 1;
             }
+            HunkLine::Remove(_) => self.old_seen += 1,
+            HunkLine::Add(_) => self.new_seen += 1,
         }
-        (old, new)
+        self.body.push(line);
+    }
+
+    fn counts(&self) -> (usize, usize) {
+        (self.old_seen, self.new_seen)
     }
 
     fn wants_more(&self) -> bool {
@@ -232,9 +236,9 @@ pub fn parse_hunks(diff: &str) -> Result<Vec<Hunk>, ParseError> {
         };
         let (prefix, rest) = text.split_at(text.chars().next().map_or(0, char::len_utf8));
         match prefix {
-            " " => hunk.body.push(HunkLine::Context(rest.to_owned())),
-            "-" => hunk.body.push(HunkLine::Remove(rest.to_owned())),
-            "+" => hunk.body.push(HunkLine::Add(rest.to_owned())),
+            " " => hunk.push(HunkLine::Context(rest.to_owned())),
+            "-" => hunk.push(HunkLine::Remove(rest.to_owned())),
+            "+" => hunk.push(HunkLine::Add(rest.to_owned())),
             "\\" => {
                 let Some(last) = hunk.body.last_mut() else {
                     return Err(ParseError::MisplacedNoNewline { line: line_no });
@@ -254,7 +258,7 @@ pub fn parse_hunks(diff: &str) -> Result<Vec<Hunk>, ParseError> {
                 let body_index = hunk.body.len() - 1;
                 hunk.markers.push((line_no, body_index));
             }
-            "\n" if hunk.wants_more() => hunk.body.push(HunkLine::Context("\n".to_owned())),
+            "\n" if hunk.wants_more() => hunk.push(HunkLine::Context("\n".to_owned())),
             _ if text.trim_end().is_empty()
                 && lines[i + 1..].iter().all(|l| l.trim_end().is_empty()) =>
             {
@@ -315,6 +319,8 @@ fn parse_header(raw: &str, line: usize) -> Result<HunkInProgress, ParseError> {
         new_start,
         new_len,
         body: Vec::new(),
+        old_seen: 0,
+        new_seen: 0,
         markers: Vec::new(),
     })
 }
@@ -591,6 +597,29 @@ mod tests {
             assert!(msg.contains(reason), "{header}: {msg}");
             assert!(msg.contains("expected \"@@ -OLD_START"), "{msg}");
         }
+    }
+
+    /// Blank lines are empty context lines while the hunk wants lines, which is asked at each
+    /// one: in a constant time, so a diff of a million of them (a user's edit, and within
+    /// the hub's 8 MiB request limit) is read in one pass — counted from the body each time,
+    /// it took hours. Then the hunk's blank lines end with its counts, and the rest are
+    /// trailing.
+    #[test]
+    fn a_million_blank_lines_are_read_in_one_pass() {
+        let n = 1_000_000;
+        let diff = format!("@@ -1,{n} +1,{n} @@\n{}", "\n".repeat(n + 3));
+        assert!(diff.len() < 8 << 20);
+        let hunks = parse_hunks(&diff).unwrap();
+        assert_eq!(hunks.len(), 1);
+        assert_eq!((hunks[0].old_len, hunks[0].new_len), (n, n));
+        assert_eq!(hunks[0].lines.len(), n);
+        assert!(hunks[0].lines.iter().all(|l| *l == ctx("\n")));
+        // One short: the counts still tell.
+        let short = format!("@@ -1,{n} +1,{n} @@\n{}", "\n".repeat(n - 1));
+        assert!(matches!(
+            parse_hunks(&short),
+            Err(ParseError::CountMismatch { found, .. }) if found == n - 1
+        ));
     }
 
     #[test]

@@ -398,6 +398,42 @@ async fn the_state_dir_and_its_files_are_private() {
     assert_eq!(hub.token, token.trim(), "same token after a restart");
 }
 
+/// A modified diff of a million blank lines (each an empty context line while the header
+/// wants lines; 1 MB, within the request limit) is read in one pass and refused at once as a
+/// hunk that does not fit the file: the parser once counted the hunk's lines again at each
+/// blank line, hours of a hub thread. The checkout is untouched and the hunk can still be
+/// modified (the positive control).
+#[tokio::test]
+async fn a_modified_diff_of_a_million_blank_lines_is_refused_at_once() {
+    let ws = Workspace::new(&[("a.txt", b"line 1\nline 2\nline 3\n")]).unwrap();
+    let agent = ws
+        .agent_script("agent.sh", "sed -i 's/^line 2$/LINE 2/' a.txt")
+        .unwrap();
+    let hub = ws.serve(&[]).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let s = run_agent(&hub, &mut c, &agent, "edit").await.unwrap();
+    let sid = s["id"].as_str().unwrap().to_string();
+    let hid = hunk_id(&s, "a.txt", 0);
+    let modify = |diff: String| {
+        json!({"type": "feedback", "suggestionId": sid, "hunkId": hid,
+               "action": "modify", "modifiedDiff": diff})
+    };
+    let n = 1_000_000;
+    let blanks = format!("@@ -1,{n} +1,{n} @@\n{}", "\n".repeat(n));
+    let r = tokio::time::timeout(Duration::from_secs(120), c.call(modify(blanks)))
+        .await
+        .expect("answered")
+        .unwrap();
+    assert_eq!(r["success"], false, "{r}");
+    assert_eq!(r["code"], "conflict", "{r}");
+    assert_eq!(ws.read("a.txt").unwrap(), b"line 1\nline 2\nline 3\n");
+
+    let mine = "@@ -1,3 +1,3 @@\n line 1\n-line 2\n+line two\n line 3\n".to_string();
+    let r = c.call(modify(mine)).await.unwrap();
+    assert_eq!(r["success"], true, "{r}");
+    assert_eq!(ws.read("a.txt").unwrap(), b"line 1\nline two\nline 3\n");
+}
+
 #[tokio::test]
 async fn a_modified_diff_naming_another_file_is_refused() {
     let ws = Workspace::new(&[("a.txt", b"line 1\nline 2\nline 3\n")]).unwrap();
