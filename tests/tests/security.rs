@@ -401,7 +401,7 @@ async fn the_state_dir_and_its_files_are_private() {
 /// A modified diff of a million blank lines (each an empty context line while the header
 /// wants lines; 1 MB, within the request limit) is read in one pass and refused at once as a
 /// hunk that does not fit the file: the parser once counted the hunk's lines again at each
-/// blank line, hours of a hub thread. The checkout is untouched and the hunk can still be
+/// blank line, minutes of a hub thread. The checkout is untouched and the hunk can still be
 /// modified (the positive control).
 #[tokio::test]
 async fn a_modified_diff_of_a_million_blank_lines_is_refused_at_once() {
