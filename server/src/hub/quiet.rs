@@ -5,9 +5,10 @@
 //! went, leave megabytes free inside the allocator's arenas, resident until the next run —
 //! which may be hours away, for a hub that sits in the background all day. And whatever read
 //! objects from the checkpoint store left its packs mapped: reading a run's hundred files
-//! maps in the 64 KiB around each, most of an 8 MiB pack. So each decision, each run's end
-//! and each closed connection notes [`Quiet::note`], and a task ([`give_back_when_quiet`])
-//! lets go of the maps and returns freed memory once nothing was noted for [`QUIET`]: never in
+//! maps in the 64 KiB around each, most of an 8 MiB pack. So each decision, each run's end,
+//! each closed connection and the hub's opening (its journal read) note [`Quiet::note`], and a
+//! task ([`give_back_when_quiet`]) lets go of the maps and returns freed memory once nothing
+//! was noted for [`QUIET`]: never in
 //! the middle of a burst of decisions, where the trim would take a millisecond of CPU (and the
 //! arenas' locks) from them, and the next one maps again what it reads.
 
