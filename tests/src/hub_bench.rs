@@ -35,7 +35,10 @@
 //!    right after its sandbox's first 10,000 files were written), beside `git diff base head`
 //!    of its suggestion; and `warm_big_samples` - 1 more such runs, each rewriting the same
 //!    lines its own way, so the warm big publish is a median too;
-//! 6. a second hub on a fresh state dir, one run whose agent publishes `rss_suggestions`
+//! 6. the hub killed (`kill -9`) and started again on its state dir: how long until it serves,
+//!    every suggestion it gives back checked against what the killed hub gave (each one whole,
+//!    every hunk's state), and its RSS at rest;
+//! 7. a second hub on a fresh state dir, one run whose agent publishes `rss_suggestions`
 //!    suggestions of `rss_hunks` hunks each (through `POST /agent/publish`), and the hub's RSS.
 //!
 //! Before each timed step — the hub's and git's alike — the benchmark runs `sync`, and each
@@ -499,6 +502,8 @@ pub struct ModeFigures {
     /// user's edits kept).
     pub files_verified: usize,
     pub fanout: Fanout,
+    /// The hub killed after all of the above and started again on its state dir.
+    pub restart: Restart,
     pub loaded: Memory,
     pub loaded_suggestions: usize,
     pub loaded_hunks: usize,
@@ -509,6 +514,21 @@ pub struct ModeFigures {
     /// What the hubs warned of or logged as errors while they were timed (see
     /// [`hub_warnings`]): a figure far off its usual value is explained there, if anywhere.
     pub warnings: Vec<String>,
+}
+
+/// A hub killed (`kill -9`) after its work and started again on the same state dir.
+#[derive(Debug, Clone, Default)]
+pub struct Restart {
+    /// The new process spawned → serving (its address in `hub.json`, written once the state
+    /// is read back).
+    pub serving: Duration,
+    /// `state.jsonl` as the new hub found it.
+    pub journal: u64,
+    /// The suggestions and hunks it gives back, each checked whole against the killed hub's.
+    pub suggestions: usize,
+    pub hunks: usize,
+    /// The new hub at rest.
+    pub memory: Memory,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -1214,16 +1234,25 @@ async fn run_mode(bench: &mut Bench<'_>, mode: &str, extra: &[&str]) -> Result<M
         extra,
         &env,
     )?;
-    let result = review_hub(cfg, layout, parts, ws, &hub, mode).await;
-    drop(hub);
+    let log_a = ws.path(&format!("{tag}-a.log"));
+    let result = match review_hub(cfg, layout, parts, ws, &hub, mode).await {
+        Ok(mut figures) => {
+            progress(format!(
+                "[{mode}] restart: the hub killed and started again on its state"
+            ));
+            restart(ws, hub, &log_a, extra, &env).await.map(|r| {
+                figures.restart = r;
+                figures
+            })
+        }
+        Err(e) => {
+            drop(hub);
+            Err(e)
+        }
+    };
     bench.leftovers.add(&state_a, cfg, mode);
-    keep_logs(
-        cfg,
-        &ws.path(&format!("{tag}-a.log")),
-        &state_a,
-        &format!("{mode}-a"),
-    )?;
-    let mut warnings = hub_warnings(&ws.path(&format!("{tag}-a.log")));
+    keep_logs(cfg, &log_a, &state_a, &format!("{mode}-a"))?;
+    let mut warnings = hub_warnings(&log_a);
     let mut figures = result?;
     figures.settled = settled;
 
@@ -1508,6 +1537,7 @@ async fn review_hub(
         journal_after_review,
         files_verified,
         fanout,
+        restart: Restart::default(),
         loaded: Memory::default(),
         loaded_suggestions: 0,
         loaded_hunks: 0,
@@ -1535,6 +1565,111 @@ fn hub_warnings(log: &Path) -> Vec<String> {
             l[..end].to_string()
         })
         .collect()
+}
+
+/// Every suggestion `hub` gives (`GET /suggestions/{id}`, whole: its hunks, their diffs and
+/// states), by id.
+async fn suggestions_of(hub: &Hub) -> Result<std::collections::BTreeMap<String, Value>> {
+    let http = Http::new(hub)?;
+    let list = http.get("/suggestions").await?;
+    let mut out = std::collections::BTreeMap::new();
+    for s in list["suggestions"].as_array().into_iter().flatten() {
+        let id = s["id"].as_str().unwrap_or_default();
+        out.insert(
+            id.to_string(),
+            http.get(&format!("/suggestions/{id}")).await?,
+        );
+    }
+    Ok(out)
+}
+
+/// Where a suggestion's view `now` differs from `was`: its top-level fields, and for its hunks
+/// the first few that differ, by id, with their status before and after.
+fn differences(was: &Value, now: &Value) -> String {
+    let (Some(a), Some(b)) = (was.as_object(), now.as_object()) else {
+        return format!("{now} (was {was})");
+    };
+    let keys: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    let mut out = Vec::new();
+    for k in keys {
+        let (x, y) = (&a.get(k), &b.get(k));
+        if x == y {
+            continue;
+        }
+        if k == "hunks" {
+            let none = Vec::new();
+            let (hx, hy) = (
+                x.and_then(Value::as_array).unwrap_or(&none),
+                y.and_then(Value::as_array).unwrap_or(&none),
+            );
+            let differ: Vec<String> = hx
+                .iter()
+                .zip(hy)
+                .filter(|(p, q)| p != q)
+                .take(5)
+                .map(|(p, q)| format!("{} {} → {}", p["id"], p["state"], q["state"]))
+                .collect();
+            out.push(format!(
+                "hunks: {} then {}; differing: {}",
+                hx.len(),
+                hy.len(),
+                differ.join(", ")
+            ));
+        } else {
+            out.push(format!("{k}: {x:?} → {y:?}"));
+        }
+    }
+    out.join("; ")
+}
+
+/// Kill `hub` (`kill -9`, as a crash or a power cut would) at rest after its work, start a hub
+/// on its state dir again, and time it until it serves; then check that it gives back every
+/// suggestion the killed hub gave, each one whole, and read its RSS at rest.
+async fn restart(
+    ws: &Workspace,
+    mut hub: Hub,
+    log: &Path,
+    extra: &[&str],
+    env: &[(&str, &std::ffi::OsStr)],
+) -> Result<Restart> {
+    let before = suggestions_of(&hub).await?;
+    hub.kill9();
+    let state = hub.state.clone();
+    drop(hub);
+    settle()?;
+    let journal = journal_len(&state);
+    let t = Instant::now();
+    let hub = Hub::start_in(&ws.repo(), &ws.home(), &state, log, extra, env)?;
+    let serving = t.elapsed();
+    let after = suggestions_of(&hub).await?;
+    let ids = |m: &std::collections::BTreeMap<String, Value>| m.keys().cloned().collect::<Vec<_>>();
+    ensure!(
+        ids(&before) == ids(&after),
+        "the restarted hub gives back the suggestions {:?}, the killed one gave {:?}",
+        ids(&after),
+        ids(&before)
+    );
+    for (id, was) in &before {
+        let now = &after[id];
+        ensure!(
+            now == was,
+            "the restarted hub gives suggestion {id} back otherwise: {}",
+            differences(was, now)
+        );
+    }
+    let hunks = after
+        .values()
+        .map(|s| s["hunks"].as_array().map_or(0, Vec::len))
+        .sum();
+    tokio::time::sleep(AT_REST_AFTER).await;
+    settle()?;
+    Ok(Restart {
+        serving,
+        journal,
+        suggestions: after.len(),
+        hunks,
+        memory: memory_of(hub.child.id())?,
+    })
 }
 
 /// One run whose agent publishes `rss_suggestions` suggestions through `/agent/publish`; the
@@ -1965,6 +2100,25 @@ impl Report {
             String::new(),
             String::new(),
             "≤ 15 MiB (idle)",
+        );
+        let r = &m.restart;
+        row(
+            format!(
+                "hub killed (`kill -9`) after all its work and started again: serving its {} \
+                 suggestions ({} hunks, each checked against the killed hub's) from a {} journal",
+                thousands(r.suggestions),
+                thousands(r.hunks),
+                bytes(r.journal as f64)
+            ),
+            format!(
+                "{}; then at rest {} ({} of it anonymous)",
+                ms(r.serving),
+                mib(r.memory.rss_kib),
+                mib(r.memory.anon_kib)
+            ),
+            String::new(),
+            String::new(),
+            "",
         );
         row(
             format!(

@@ -121,6 +121,26 @@ fn check_mode(cfg: &Config, m: &ModeFigures) {
     for mem in [&m.idle, &m.loaded] {
         assert!(mem.anon_kib > 0 && mem.anon_kib < mem.rss_kib, "{m:#?}");
     }
+    // The restart gave back every suggestion (the bench checks each one whole against the
+    // killed hub's, and fails otherwise): runs 1, 2, 4 and after, and the warm samples.
+    let r = &m.restart;
+    assert_eq!(
+        r.suggestions,
+        2 + cfg.warm_samples + cfg.warm_big_samples,
+        "{r:#?}"
+    );
+    assert_eq!(
+        r.hunks,
+        (1 + cfg.warm_big_samples) * cfg.agent_files * cfg.hunks_per_file
+            + (1 + cfg.warm_samples) * cfg.small_hunks,
+        "{r:#?}"
+    );
+    positive("the restart", r.serving);
+    assert!(r.journal > 0, "{r:#?}");
+    assert!(
+        r.memory.anon_kib > 0 && r.memory.anon_kib < r.memory.rss_kib,
+        "{r:#?}"
+    );
     assert_eq!(m.loaded_suggestions, cfg.rss_suggestions);
     assert_eq!(m.loaded_hunks, cfg.rss_suggestions * cfg.rss_hunks);
     // The fan-out: every client got every event; each decision announces at least one.
