@@ -10,7 +10,7 @@ use hunkgate_sandbox::beneath::{Beneath, FsError, Kind};
 use hunkgate_sandbox::store::{Mode, Store, StoreError};
 
 use crate::model::fileop::{sha, Cur, FileOp, Fp, Op};
-use crate::model::suggestion::{oid, HunkRec, Side};
+use crate::model::suggestion::{HunkRec, Side};
 use crate::protocol::{HunkKind, HunkState};
 
 pub use crate::decide::overlay::{merge_ops, Overlay};
@@ -129,9 +129,7 @@ impl Ctx<'_> {
     }
 
     fn side_bytes(&self, side: &Side) -> Result<Vec<u8>, PlanError> {
-        let id = oid(&side.oid)
-            .ok_or_else(|| PlanError::Conflict(format!("corrupt object id {}", side.oid)))?;
-        Ok(self.store.read_blob(id)?)
+        Ok(self.store.read_blob(side.oid)?)
     }
 
     /// Does the checkout hold exactly `side` at `path`?
@@ -154,7 +152,9 @@ impl Ctx<'_> {
                 let target = self.side_bytes(s)?;
                 Ok(FileOp {
                     path: path.to_string(),
-                    op: Op::Symlink { oid: s.oid.clone() },
+                    op: Op::Symlink {
+                        oid: s.oid.to_string(),
+                    },
                     pre: Fp::of(cur),
                     post: Fp::Link {
                         sha256: sha(&target),

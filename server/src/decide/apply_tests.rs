@@ -9,7 +9,7 @@ use super::*;
 fn side(mode: Mode) -> Side {
     Side {
         mode,
-        oid: "0".repeat(40),
+        oid: hunkgate_sandbox::ObjectId::from_hex(&[b'0'; 40]).unwrap(),
     }
 }
 

@@ -94,10 +94,7 @@ fn current(
 }
 
 fn side_of(tree: &FlatTree, path: &str) -> Option<Side> {
-    tree.get(path).map(|e| Side {
-        mode: e.mode,
-        oid: e.oid.to_string(),
-    })
+    Side::of(tree.get(path))
 }
 
 impl Hub {

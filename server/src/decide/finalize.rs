@@ -172,9 +172,15 @@ fn reviewed_mode(entry: Option<Entry>, hunks: &[&HunkRec]) -> Mode {
 }
 
 fn put_side(tree: &mut FlatTree, path: &str, side: Option<&crate::model::suggestion::Side>) {
-    match side.and_then(|s| oid(&s.oid).map(|o| (s.mode, o))) {
-        Some((mode, oid)) => {
-            tree.insert(path.to_string(), Entry { mode, oid });
+    match side {
+        Some(s) => {
+            tree.insert(
+                path.to_string(),
+                Entry {
+                    mode: s.mode,
+                    oid: s.oid,
+                },
+            );
         }
         None => {
             tree.remove(path);
@@ -209,7 +215,7 @@ mod tests {
     fn side(mode: Mode, bytes: &[u8]) -> Option<Side> {
         Some(Side {
             mode,
-            oid: blob_id(bytes).to_string(),
+            oid: blob_id(bytes),
         })
     }
 

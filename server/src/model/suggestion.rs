@@ -21,15 +21,46 @@ pub const CONTEXT: usize = 3;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Side {
     pub mode: Mode,
-    pub oid: String,
+    /// Written as git prints it, 40 hex digits; held as its 20 bytes, in the record of every
+    /// hunk the hub keeps (as text it was two allocations of 40 bytes per hunk, besides a
+    /// pointer each).
+    #[serde(with = "hex_oid")]
+    pub oid: ObjectId,
 }
 
 impl Side {
-    fn of(entry: Option<&Entry>) -> Option<Side> {
+    pub fn of(entry: Option<&Entry>) -> Option<Side> {
         entry.map(|e| Side {
             mode: e.mode,
-            oid: e.oid.to_string(),
+            oid: e.oid,
         })
+    }
+}
+
+/// An object id as its hex digits, read back refusing anything that is not one.
+mod hex_oid {
+    use std::fmt;
+
+    use hunkgate_sandbox::ObjectId;
+    use serde::{de, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(oid: &ObjectId, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(oid)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectId, D::Error> {
+        struct Hex;
+        impl de::Visitor<'_> for Hex {
+            type Value = ObjectId;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object id of 40 hex digits")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ObjectId, E> {
+                ObjectId::from_hex(v.as_bytes())
+                    .map_err(|e| E::custom(format_args!("object id {v:?}: {e}")))
+            }
+        }
+        d.deserialize_str(Hex)
     }
 }
 
@@ -1003,5 +1034,37 @@ mod tests {
         let mut two = serde_json::to_value(rec("d.txt", None)).unwrap();
         two["patch"] = "@@ -1 +1 @@\n-a\n+b\n@@ -5 +5 @@\n-c\n+d\n".into();
         assert!(serde_json::from_value::<HunkRec>(two).is_err());
+    }
+
+    #[test]
+    fn a_sides_object_id_is_journaled_as_its_hex_digits_and_nothing_else_is_read_as_one() {
+        let text = r#"{"id":"s:a:0","file":"a","index":0,"kind":"modify","state":"pending","old":{"mode":"file","oid":"bab081fdb7372d4e471fcbb12b886e1a7cddcae2"},"new":{"mode":"executable","oid":"1ca9f03dcc29c445823ed25c510f44b3bfed2516"}}"#;
+        let h: HunkRec = serde_json::from_str(text).unwrap();
+        let old = h.old.as_ref().unwrap();
+        assert_eq!(
+            old.oid,
+            ObjectId::from_hex(b"bab081fdb7372d4e471fcbb12b886e1a7cddcae2").unwrap()
+        );
+        assert_eq!(h.new.as_ref().unwrap().mode, Mode::Executable);
+        // Written back exactly as it was read: the journal's format is git's hex.
+        assert_eq!(serde_json::to_string(&h).unwrap(), text);
+        for bad in [
+            "bab081fdb7372d4e471fcbb12b886e1a7cddcae",
+            "bab081fdb7372d4e471fcbb12b886e1a7cddcaeg",
+            "",
+        ] {
+            let e = serde_json::from_str::<HunkRec>(
+                &text.replace("bab081fdb7372d4e471fcbb12b886e1a7cddcae2", bad),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains(&format!("object id {bad:?}")), "{e}");
+        }
+        let number = text.replace(r#""bab081fdb7372d4e471fcbb12b886e1a7cddcae2""#, "7");
+        let e = serde_json::from_str::<HunkRec>(&number).unwrap_err();
+        assert!(
+            e.to_string().contains("an object id of 40 hex digits"),
+            "{e}"
+        );
     }
 }
