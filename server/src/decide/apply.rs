@@ -448,7 +448,7 @@ pub fn plan_reverse(
 /// Undo an accepted create: remove the file, if it is still exactly what was created.
 fn reverse_created(cx: &Ctx, rec: &HunkRec) -> Result<Plan, PlanError> {
     let path = rec.file.as_str();
-    let applied = rec.applied.as_ref().or(rec.patch.as_ref());
+    let applied = rec.applied.as_deref().or(rec.patch.as_ref());
     let cur = cx.cur(path)?;
     let expect = created_text(path, applied).unwrap_or_default();
     match &cur {
@@ -466,7 +466,7 @@ fn reverse_created(cx: &Ctx, rec: &HunkRec) -> Result<Plan, PlanError> {
 /// the undo empties is removed.
 fn reverse_lines(cx: &Ctx, rec: &HunkRec, offset: isize) -> Result<Plan, PlanError> {
     let path = rec.file.as_str();
-    let applied = rec.applied.as_ref().or(rec.patch.as_ref());
+    let applied = rec.applied.as_deref().or(rec.patch.as_ref());
     let cur = cx.cur(path)?;
     let text = match (&cur, rec.kind) {
         (Cur::Absent, HunkKind::Delete) => "",

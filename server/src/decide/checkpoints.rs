@@ -335,7 +335,7 @@ impl Hub {
         for rec in &chosen {
             let offset = Self::offset_for(s, rec);
             if rec.kind == HunkKind::Modify {
-                let applied = rec.applied.clone().or_else(|| rec.patch.clone());
+                let applied = rec.applied.as_deref().or(rec.patch.as_ref()).cloned();
                 let base_start = rec.patch.as_ref().map(|p| p.old_start).unwrap_or(0);
                 if let Some(a) = applied {
                     lines

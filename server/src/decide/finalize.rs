@@ -137,7 +137,7 @@ fn line_hunks<'a>(hunks: &[&'a HunkRec]) -> Vec<&'a Hunk> {
                 HunkKind::Modify | HunkKind::Create | HunkKind::Delete
             )
         })
-        .filter_map(|h| h.applied.as_ref().or(h.patch.as_ref()))
+        .filter_map(|h| h.applied.as_deref().or(h.patch.as_ref()))
         .collect();
     line_hunks.sort_by_key(|h| h.old_start);
     line_hunks
@@ -254,7 +254,7 @@ mod tests {
         // The user's version, where modified, is what counts.
         let mut user = hunks[1].clone();
         user.lines[1] = hunkgate_patch::HunkLine::Add("user's C\n".into());
-        below.applied = Some(user);
+        below.applied = Some(Box::new(user));
         let binary = rec("binary", "f");
         let sorted = line_hunks(&[&below, &top, &binary]);
         assert_eq!(sorted.len(), 2);

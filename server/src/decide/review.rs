@@ -33,7 +33,7 @@ impl Hub {
             .filter_map(|h| {
                 let base = h.patch.as_ref()?;
                 let before = base.old_start < me.old_start && h.file == rec.file && h.id != rec.id;
-                before.then(|| h.applied.as_ref().unwrap_or(base).delta())
+                before.then(|| h.applied.as_deref().unwrap_or(base).delta())
             })
             .sum()
     }

@@ -70,7 +70,11 @@ pub(crate) fn step_parts(
         index: idx,
         hunk_id: rec.id.clone(),
         state,
-        applied: if state.applied() { plan.applied } else { None },
+        applied: if state.applied() {
+            plan.applied.map(Box::new)
+        } else {
+            None
+        },
         conflict: None,
         comment: ask.comment.map(str::to_string),
         perm: if state.applied() { plan.perm } else { None },

@@ -337,7 +337,7 @@ fn prepare_only(f: &Fixture, sid: &str, i: usize, write_files: bool) {
     let mut d = Decision::new();
     let mut change =
         crate::model::decision::HunkChange::keep(sid, i, &s.hunks[i], HunkState::Accepted);
-    change.applied = plan.applied.clone();
+    change.applied = plan.applied.clone().map(Box::new);
     let line = crate::model::decision::LineRec::new(s, &s.hunks[i], "accept", "applied");
     d.ops(plan.ops).change(change).line(
         line,

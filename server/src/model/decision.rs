@@ -25,7 +25,7 @@ pub struct HunkChange {
     pub hunk_id: String,
     pub state: HunkState,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub applied: Option<Hunk>,
+    pub applied: Option<Box<Hunk>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conflict: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -88,7 +88,7 @@ pub struct HunkRec {
     pub perm: Option<u32>,
     /// What was actually applied (the user's version for `modify`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub applied: Option<Hunk>,
+    pub applied: Option<Box<Hunk>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comment: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
