@@ -47,7 +47,7 @@
 //! machine swing by several times from run to run). Before each mode's first step it also
 //! waits for the disk to answer a flush at its usual speed (see [`settle_disk`]).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -1569,10 +1569,10 @@ fn hub_warnings(log: &Path) -> Vec<String> {
 
 /// Every suggestion `hub` gives (`GET /suggestions/{id}`, whole: its hunks, their diffs and
 /// states), by id.
-async fn suggestions_of(hub: &Hub) -> Result<std::collections::BTreeMap<String, Value>> {
+async fn suggestions_of(hub: &Hub) -> Result<BTreeMap<String, Value>> {
     let http = Http::new(hub)?;
     let list = http.get("/suggestions").await?;
-    let mut out = std::collections::BTreeMap::new();
+    let mut out = BTreeMap::new();
     for s in list["suggestions"].as_array().into_iter().flatten() {
         let id = s["id"].as_str().unwrap_or_default();
         out.insert(
@@ -1584,7 +1584,7 @@ async fn suggestions_of(hub: &Hub) -> Result<std::collections::BTreeMap<String, 
 }
 
 /// Where a suggestion's view `now` differs from `was`: its top-level fields, and for its hunks
-/// the first few that differ, by id, with their status before and after.
+/// the first few that differ, by id, with their state before and after.
 fn differences(was: &Value, now: &Value) -> String {
     let (Some(a), Some(b)) = (was.as_object(), now.as_object()) else {
         return format!("{now} (was {was})");
@@ -1622,7 +1622,7 @@ fn differences(was: &Value, now: &Value) -> String {
     out.join("; ")
 }
 
-/// Kill `hub` (`kill -9`, as a crash or a power cut would) at rest after its work, start a hub
+/// Kill `hub` (`kill -9`, as a crash would) at rest after its work, start a hub
 /// on its state dir again, and time it until it serves; then check that it gives back every
 /// suggestion the killed hub gave, each one whole, and read its RSS at rest.
 async fn restart(
@@ -1642,7 +1642,7 @@ async fn restart(
     let hub = Hub::start_in(&ws.repo(), &ws.home(), &state, log, extra, env)?;
     let serving = t.elapsed();
     let after = suggestions_of(&hub).await?;
-    let ids = |m: &std::collections::BTreeMap<String, Value>| m.keys().cloned().collect::<Vec<_>>();
+    let ids = |m: &BTreeMap<String, Value>| m.keys().cloned().collect::<Vec<_>>();
     ensure!(
         ids(&before) == ids(&after),
         "the restarted hub gives back the suggestions {:?}, the killed one gave {:?}",

@@ -22,8 +22,7 @@ pub const CONTEXT: usize = 3;
 pub struct Side {
     pub mode: Mode,
     /// Written as git prints it, 40 hex digits; held as its 20 bytes, in the record of every
-    /// hunk the hub keeps (as text it was two allocations of 40 bytes per hunk, besides a
-    /// pointer each).
+    /// hunk the hub keeps (as text, it was a pointer and an allocation of its own).
     #[serde(with = "hex_oid")]
     pub oid: ObjectId,
 }
