@@ -527,7 +527,7 @@ pub struct Restart {
     /// The suggestions and hunks it gives back, each checked whole against the killed hub's.
     pub suggestions: usize,
     pub hunks: usize,
-    /// The new hub at rest.
+    /// The new hub at rest, and its peak: reading the journal back is the most it held.
     pub memory: Memory,
 }
 
@@ -2111,9 +2111,10 @@ impl Report {
                 bytes(r.journal as f64)
             ),
             format!(
-                "{}; then at rest {} ({} of it anonymous)",
+                "{}; then at rest {} (peak {}; {} of it anonymous)",
                 ms(r.serving),
                 mib(r.memory.rss_kib),
+                mib(r.memory.hwm_kib),
                 mib(r.memory.anon_kib)
             ),
             String::new(),

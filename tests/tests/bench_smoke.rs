@@ -138,7 +138,9 @@ fn check_mode(cfg: &Config, m: &ModeFigures) {
     positive("the restart", r.serving);
     assert!(r.journal > 0, "{r:#?}");
     assert!(
-        r.memory.anon_kib > 0 && r.memory.anon_kib < r.memory.rss_kib,
+        r.memory.anon_kib > 0
+            && r.memory.anon_kib < r.memory.rss_kib
+            && r.memory.hwm_kib >= r.memory.rss_kib,
         "{r:#?}"
     );
     assert_eq!(m.loaded_suggestions, cfg.rss_suggestions);
