@@ -228,7 +228,7 @@ mod tests {
 
     fn bus() -> (tempfile::TempDir, Bus) {
         let dir = tempfile::tempdir().unwrap();
-        let journal = Journal::rewrite(&dir.path().join("state.jsonl"), &[]).unwrap();
+        let journal = Journal::rewrite::<Record>(&dir.path().join("state.jsonl"), &[]).unwrap();
         (dir, Bus::new(Arc::new(Mutex::new(journal)), 0))
     }
 

@@ -27,7 +27,7 @@ use crate::model::run::RunRec;
 use crate::model::suggestion::Suggestion;
 use crate::protocol::{Event, ReadyJson, SuggestionSummary, SuggestionView};
 use crate::store::feedback::FeedbackLog;
-use crate::store::journal::{Journal, Record};
+use crate::store::journal::{Journal, Record, RecordRef};
 
 pub struct State {
     pub suggestions: BTreeMap<String, Suggestion>,
@@ -40,22 +40,16 @@ pub struct State {
 impl State {
     /// Records that restore this state: one per run and suggestion (in creation order), the
     /// sessions, and the event-sequence mark. What the journal is compacted to.
-    pub fn records(&self, seq_upto: u64) -> Vec<Record> {
-        let mut out: Vec<Record> = self
-            .runs
-            .values()
-            .cloned()
-            .map(|r| Record::Run(Box::new(r)))
-            .collect();
+    pub fn records(&self, seq_upto: u64) -> Vec<RecordRef<'_>> {
+        let mut out: Vec<RecordRef<'_>> = self.runs.values().map(RecordRef::Run).collect();
         out.extend(
             self.order
                 .iter()
                 .filter_map(|id| self.suggestions.get(id))
-                .cloned()
-                .map(|s| Record::Suggestion(Box::new(s))),
+                .map(RecordRef::Suggestion),
         );
         out.extend(self.sessions.records());
-        out.push(Record::Seq { upto: seq_upto });
+        out.push(RecordRef::Seq { upto: seq_upto });
         out
     }
 }

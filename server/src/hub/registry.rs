@@ -17,7 +17,7 @@ use crate::error::AppError;
 use crate::model::chat::{Provider, ProviderError};
 use crate::model::session::{Entry, SessionRec};
 use crate::protocol::ErrorCode;
-use crate::store::journal::Record;
+use crate::store::journal::{Record, RecordRef};
 
 /// What a run in progress needs for `publish`.
 pub(crate) struct Active {
@@ -225,15 +225,10 @@ impl Sessions {
     }
 
     /// Records that restore this state (for journal compaction).
-    pub fn records(&self) -> Vec<Record> {
-        let mut out: Vec<Record> = self
-            .sessions
-            .values()
-            .cloned()
-            .map(|s| Record::Session(Box::new(s)))
-            .collect();
+    pub fn records(&self) -> Vec<RecordRef<'_>> {
+        let mut out: Vec<RecordRef<'_>> = self.sessions.values().map(RecordRef::Session).collect();
         for list in self.history.values() {
-            out.extend(list.iter().cloned().map(|e| Record::History(Box::new(e))));
+            out.extend(list.iter().map(RecordRef::History));
         }
         out
     }

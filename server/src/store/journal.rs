@@ -24,6 +24,19 @@ use crate::model::fileop::FileOp;
 use crate::model::run::RunRec;
 use crate::model::suggestion::Suggestion;
 
+/// A record of what the hub holds, borrowed, written exactly as the [`Record`] it stands for:
+/// a compaction writes the state's runs, suggestions and sessions without copying them first
+/// (a copy of every suggestion was half of a start's peak memory).
+#[derive(Debug, Serialize)]
+#[serde(tag = "t", rename_all = "snake_case")]
+pub enum RecordRef<'a> {
+    Run(&'a RunRec),
+    Suggestion(&'a Suggestion),
+    Session(&'a crate::model::session::SessionRec),
+    History(&'a crate::model::session::Entry),
+    Seq { upto: u64 },
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
 pub enum Record {
@@ -322,13 +335,17 @@ impl Journal {
     }
 
     /// Atomically replace the journal with `records` and open it for appending.
-    pub fn rewrite(path: &Path, records: &[Record]) -> Result<Self, JournalError> {
-        let mut buf = Vec::new();
-        for r in records {
-            serde_json::to_writer(&mut buf, r).map_err(|e| Self::io(path, e.into()))?;
-            buf.push(b'\n');
-        }
-        write_file_atomic(path, &buf, 0o600).map_err(|e| Self::io(path, e))?;
+    /// The records are encoded straight into the new file, not into a buffer first.
+    pub fn rewrite<R: Serialize>(path: &Path, records: &[R]) -> Result<Self, JournalError> {
+        write_file_atomic_with(path, 0o600, |f| {
+            let mut w = std::io::BufWriter::with_capacity(1 << 16, f);
+            for r in records {
+                serde_json::to_writer(&mut w, r)?;
+                w.write_all(b"\n")?;
+            }
+            w.flush()
+        })
+        .map_err(|e| Self::io(path, e))?;
         let file = AppendFile::open(path).map_err(|e| Self::io(path, e))?;
         let compact_min = std::env::var("HUNKGATE_JOURNAL_COMPACT_MIN")
             .ok()
@@ -362,7 +379,7 @@ impl Journal {
 
     /// Compact online: atomically replace the journal with `records` (a snapshot of the state)
     /// and go on appending to the new file. On failure the old journal stays as it was.
-    pub fn replace(&mut self, records: &[Record]) -> Result<(), JournalError> {
+    pub fn replace<R: Serialize>(&mut self, records: &[R]) -> Result<(), JournalError> {
         let path = self.file.path().to_path_buf();
         *self = Self::rewrite(&path, records)?;
         Ok(())
@@ -427,6 +444,15 @@ fn salvage(line: &[u8]) -> Option<(&[u8], Record)> {
 /// directory. The temporary file is removed on failure. For the hub's own files (journal, token,
 /// hub.json); the user's checkout is written through `Beneath::write_atomic`.
 pub fn write_file_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    write_file_atomic_with(path, mode, |f| f.write_all(bytes))
+}
+
+/// [`write_file_atomic`] of what `write` writes to the temporary file.
+pub fn write_file_atomic_with(
+    path: &Path,
+    mode: u32,
+    write: impl FnOnce(&mut File) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -438,7 +464,7 @@ pub fn write_file_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Resul
             .create_new(true)
             .mode(mode)
             .open(&tmp)?;
-        f.write_all(bytes)?;
+        write(&mut f)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)?;
         sync_dir(path)
@@ -567,5 +593,68 @@ mod tests {
             1,
             "no stray temp file"
         );
+    }
+
+    /// What a compaction writes from the borrowed state is byte for byte what the same
+    /// records would be, and reads back as them.
+    #[test]
+    fn borrowed_records_are_written_as_the_records_they_stand_for() {
+        use crate::model::session::{Entry, SessionRec};
+        let run: RunRec = serde_json::from_str(
+            r#"{"run_id":"r1","status":"ready","prompt":"p","suggestion_ids":["s1"],"created_at":"t"}"#,
+        )
+        .unwrap();
+        let suggestion: Suggestion = serde_json::from_str(
+            r#"{"id":"s1","run_id":"r1","description":"d","base_commit":"b","run_commit":"c","created_at":"t","hunks":[{"id":"s1:a:0","file":"a","index":0,"kind":"modify","state":"accepted","patch":"@@ -1 +1 @@\n-a\n+b\n","old":{"mode":"file","oid":"bab081fdb7372d4e471fcbb12b886e1a7cddcae2"},"new":{"mode":"file","oid":"1ca9f03dcc29c445823ed25c510f44b3bfed2516"},"applied":{"old_start":1,"old_len":1,"new_start":1,"new_len":1,"lines":[{"op":"remove","text":"a\n"},{"op":"add","text":"B\n"}]},"comment":"mine"}]}"#,
+        )
+        .unwrap();
+        let session: SessionRec = serde_json::from_str(
+            r#"{"id":"sess_1","status":"active","title":"t","created_at":"a","updated_at":"b"}"#,
+        )
+        .unwrap();
+        let entry: Entry = serde_json::from_str(
+            r#"{"index":3,"kind":"message","role":"user","content":"hi","ts":"t"}"#,
+        )
+        .unwrap();
+        let pairs = [
+            (RecordRef::Run(&run), Record::Run(Box::new(run.clone()))),
+            (
+                RecordRef::Suggestion(&suggestion),
+                Record::Suggestion(Box::new(suggestion.clone())),
+            ),
+            (
+                RecordRef::Session(&session),
+                Record::Session(Box::new(session.clone())),
+            ),
+            (
+                RecordRef::History(&entry),
+                Record::History(Box::new(entry.clone())),
+            ),
+            (RecordRef::Seq { upto: 9 }, Record::Seq { upto: 9 }),
+        ];
+        let mut expected = Vec::new();
+        for (borrowed, owned) in &pairs {
+            let (b, o) = (
+                serde_json::to_string(borrowed).unwrap(),
+                serde_json::to_string(owned).unwrap(),
+            );
+            assert_eq!(b, o);
+            expected.extend_from_slice(o.as_bytes());
+            expected.push(b'\n');
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.jsonl");
+        let borrowed: Vec<&RecordRef> = pairs.iter().map(|(b, _)| b).collect();
+        let j = Journal::rewrite(&path, &borrowed).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), expected);
+        assert_eq!(j.len(), expected.len() as u64);
+        let read = Journal::read(&path).unwrap();
+        assert_eq!(read.len(), pairs.len());
+        for (r, (_, owned)) in read.iter().zip(&pairs) {
+            assert_eq!(
+                serde_json::to_string(r).unwrap(),
+                serde_json::to_string(owned).unwrap()
+            );
+        }
     }
 }
