@@ -26,7 +26,7 @@ use crate::model::suggestion::Suggestion;
 
 /// A record of what the hub holds, borrowed, written exactly as the [`Record`] it stands for:
 /// a compaction writes the state's runs, suggestions and sessions without copying them first
-/// (a copy of every suggestion was half of a start's peak memory).
+/// (the copies, and the buffer they were encoded into, were two thirds of a start's peak heap).
 #[derive(Debug, Serialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
 pub enum RecordRef<'a> {
