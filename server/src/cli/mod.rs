@@ -186,7 +186,7 @@ pub fn main() -> ExitCode {
     // The hub's agents' namespace inits and group leaders become this program, exec'd.
     #[cfg(target_os = "linux")]
     hunkgate_sandbox::agent::pidns::exec_roles_with(c"/proc/self/exe");
-    hunkgate_sandbox::limit_malloc_arenas();
+    hunkgate_sandbox::tune_malloc();
     init_logging();
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
