@@ -4,7 +4,7 @@
 //! not outlive the hub, and is reported `interrupted` by the restarted hub.
 
 use std::collections::HashSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hunkgate_tests::fake_llm::{FakeLlm, Recorded, Reply};
 use hunkgate_tests::isolation::{hub_pid, processes_of};
@@ -726,12 +726,13 @@ async fn a_torn_journal_tail_is_cut_and_kept_aside_on_start() {
 }
 
 /// A restarted hub reads its journal whole and decodes every suggestion in it, a heap in
-/// proportion to the journal that is mostly freed again. It is given back once the hub is
-/// quiet, so the restarted hub holds about what the hub before it held with the same
-/// suggestion; it kept the heap of the reading (233 MiB of its own memory for 85 MB in use,
-/// after a restart on three suggestions of 300,000 lines).
+/// proportion to the journal that is mostly freed again. It is given back, so the restarted
+/// hub holds about what the hub before it held with the same suggestion; it kept the heap of
+/// the reading (233 MiB of its own memory for 85 MB in use, after a restart on three
+/// suggestions of 300,000 lines).
 #[tokio::test]
 async fn a_restarted_hub_gives_back_what_reading_its_journal_freed() {
+    use hunkgate::hub::quiet::QUIET;
     use hunkgate_tests::hub_bench::memory_of;
     let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
     let agent = ws
@@ -747,19 +748,29 @@ async fn a_restarted_hub_gives_back_what_reading_its_journal_freed() {
         .await
         .unwrap();
     drop(c);
-    // The hub that made it, at rest: past the quiet period after its run, it returned what
-    // the publish freed.
     let anon = |hub: &Hub| memory_of(hub_pid(hub).unwrap() as u32).unwrap().anon_kib;
-    std::thread::sleep(Duration::from_secs(4));
-    let before = anon(&hub);
+    // A hub at rest: its memory stayed put for longer than the quiet period after which it
+    // gives back what it freed (on a loaded machine that can come seconds after the cause).
+    let at_rest = |hub: &Hub| {
+        let mut rest = anon(hub);
+        let mut since = Instant::now();
+        let deadline = since + Duration::from_secs(60);
+        while since.elapsed() < QUIET + Duration::from_secs(2) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+            let now = anon(hub);
+            if now.abs_diff(rest) > 1024 {
+                (rest, since) = (now, Instant::now());
+            }
+        }
+        rest
+    };
+    // The hub that made it, at rest after its run.
+    let before = at_rest(&hub);
     hub.stop().unwrap();
 
     let hub = ws.serve(&[]).unwrap();
-    let got: Value = hub
-        .curl()
-        .get(&format!("/suggestions/{}", s["id"].as_str().unwrap()))
-        .unwrap()
-        .body;
+    let sid = s["id"].as_str().unwrap();
+    let got: Value = hub.curl().get(&format!("/suggestions/{sid}")).unwrap().body;
     assert_eq!(
         got["hunks"][0]["file"], "table.txt",
         "the suggestion is back"
@@ -770,14 +781,15 @@ async fn a_restarted_hub_gives_back_what_reading_its_journal_freed() {
         peak > before + 40 * 1024,
         "peak {peak} KiB, before {before} KiB"
     );
-    let bound = before + 16 * 1024;
-    let mut now = anon(&hub);
-    let settled = wait_until("the restarted hub at rest", Duration::from_secs(30), || {
-        now = anon(&hub);
-        now <= bound
-    });
+    // Asked for the whole suggestion again (a 12 MB reply): that is given back too. With
+    // glibc's moving bar for mapped blocks, each such reply left 12 MiB in a thread's arena.
+    for _ in 0..2 {
+        let r = hub.curl().get(&format!("/suggestions/{sid}")).unwrap();
+        assert_eq!(r.status, 200);
+    }
+    let after = at_rest(&hub);
     assert!(
-        settled.is_ok(),
-        "{now} KiB of its own memory after the restart, {before} KiB before it"
+        after <= before + 4 * 1024,
+        "{after} KiB of its own memory after the restart, {before} KiB before it"
     );
 }
