@@ -68,9 +68,9 @@ pub use gix::hash::ObjectId;
 pub fn tune_malloc() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
-        // SAFETY: mallopt only sets a tunable of the allocator; the hub calls this before
-        // its runtime's threads exist.
         if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+            // SAFETY: mallopt only sets a tunable of the allocator; the hub calls this before
+            // its runtime's threads exist.
             unsafe {
                 nix::libc::mallopt(nix::libc::M_ARENA_MAX, 2);
             }
