@@ -67,18 +67,19 @@ pub use gix::hash::ObjectId;
 ///   of its own memory at rest, by chance, where it now keeps 23.7 MiB every time.
 pub fn tune_malloc() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+    for (var, param, value) in [
+        ("MALLOC_ARENA_MAX", nix::libc::M_ARENA_MAX, 2),
+        (
+            "MALLOC_MMAP_THRESHOLD_",
+            nix::libc::M_MMAP_THRESHOLD,
+            LARGE_BLOCK as i32,
+        ),
+    ] {
+        if std::env::var_os(var).is_none() {
             // SAFETY: mallopt only sets a tunable of the allocator; the hub calls this before
             // its runtime's threads exist.
             unsafe {
-                nix::libc::mallopt(nix::libc::M_ARENA_MAX, 2);
-            }
-        }
-        if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_none() {
-            // SAFETY: as above.
-            unsafe {
-                nix::libc::mallopt(nix::libc::M_MMAP_THRESHOLD, LARGE_BLOCK as i32);
+                nix::libc::mallopt(param, value);
             }
         }
     }
