@@ -597,6 +597,24 @@ pub fn memory_of(pid: u32) -> Result<Memory> {
     })
 }
 
+/// The anonymous memory (KiB) of process `pid` once it is at rest: it stayed within 1 MiB for
+/// longer than `settle` (say the hub's quiet period, after which it gives back what it freed,
+/// and some more: on a loaded machine that can come seconds after the cause). After 60 s, what
+/// it read last, so a process that never settles fails its test on figures rather than hangs.
+pub fn anon_at_rest(pid: u32, settle: Duration) -> Result<u64> {
+    let mut rest = memory_of(pid)?.anon_kib;
+    let mut since = Instant::now();
+    let deadline = since + Duration::from_secs(60);
+    while since.elapsed() < settle && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = memory_of(pid)?.anon_kib;
+        if now.abs_diff(rest) > 1024 {
+            (rest, since) = (now, Instant::now());
+        }
+    }
+    Ok(rest)
+}
+
 fn git_cmd(home: &Path, dir: &Path, args: &[&str]) -> Command {
     let mut cmd = Command::new("git");
     hermetic_env(&mut cmd, home);

@@ -4,7 +4,7 @@
 //! not outlive the hub, and is reported `interrupted` by the restarted hub.
 
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hunkgate_tests::fake_llm::{FakeLlm, Recorded, Reply};
 use hunkgate_tests::isolation::{hub_pid, processes_of};
@@ -733,7 +733,7 @@ async fn a_torn_journal_tail_is_cut_and_kept_aside_on_start() {
 #[tokio::test]
 async fn a_restarted_hub_gives_back_what_reading_its_journal_freed() {
     use hunkgate::hub::quiet::QUIET;
-    use hunkgate_tests::hub_bench::memory_of;
+    use hunkgate_tests::hub_bench::{anon_at_rest, memory_of};
     let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
     let agent = ws
         .agent_script(
@@ -748,21 +748,8 @@ async fn a_restarted_hub_gives_back_what_reading_its_journal_freed() {
         .await
         .unwrap();
     drop(c);
-    let anon = |hub: &Hub| memory_of(hub_pid(hub).unwrap() as u32).unwrap().anon_kib;
-    // A hub at rest: its memory stayed put for longer than the quiet period after which it
-    // gives back what it freed (on a loaded machine that can come seconds after the cause).
     let at_rest = |hub: &Hub| {
-        let mut rest = anon(hub);
-        let mut since = Instant::now();
-        let deadline = since + Duration::from_secs(60);
-        while since.elapsed() < QUIET + Duration::from_secs(2) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(100));
-            let now = anon(hub);
-            if now.abs_diff(rest) > 1024 {
-                (rest, since) = (now, Instant::now());
-            }
-        }
-        rest
+        anon_at_rest(hub_pid(hub).unwrap() as u32, QUIET + Duration::from_secs(2)).unwrap()
     };
     // The hub that made it, at rest after its run.
     let before = at_rest(&hub);

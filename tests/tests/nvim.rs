@@ -213,7 +213,8 @@ fn numbered(n: usize) -> String {
 }
 
 /// Connect, get notified, navigate, accept, undo, reject, be refused under unsaved changes,
-/// modify (a CRLF file), accept the rest and complete — all through the review keymaps.
+/// modify (a CRLF file), accept the rest (a new file large enough that its suggestion comes in
+/// fragments) and complete — all through the review keymaps.
 #[test]
 fn floating_review_through_keymaps() {
     let a = numbered(30);
@@ -232,7 +233,7 @@ fn floating_review_through_keymaps() {
                  sed -i -e 's/^line 2$/LINE 2/' -e 's/^line 25$/LINE 25/' a.txt\n\
                  echo BRAVO > b.txt\n\
                  printf 'one\\r\\nTWO\\r\\nthree\\r\\n' > c.txt\n\
-                 echo 'new file' > new.txt",
+                 {{ echo 'new file'; seq -f 'filler line %g, so that the suggestion is sent in fragments' 2000; }} > new.txt",
                 prompt_file.display()
             ),
         )
@@ -252,7 +253,12 @@ fn floating_review_through_keymaps() {
         ws.read_string("c.txt").unwrap(),
         "one\r\nTwo (edited)\r\nand a new line\r\nthree\r\n"
     );
-    assert_eq!(ws.read_string("new.txt").unwrap(), "new file\n");
+    // The new file makes the `suggestion.ready` over 64 KiB: the hub sends it in fragments,
+    // which the plugin put back together whole.
+    let new = ws.read_string("new.txt").unwrap();
+    assert!(new.starts_with("new file\nfiller line 1, "), "{new}");
+    assert_eq!(new.lines().count(), 2001);
+    assert!(new.len() > 64 << 10);
 
     // The visual selection went to the agent with the prompt.
     let prompt = std::fs::read_to_string(&prompt_file).unwrap();

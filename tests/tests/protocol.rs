@@ -406,3 +406,62 @@ async fn list_get_replay_and_every_client_sees_every_event() {
         .await
         .unwrap();
 }
+
+/// A client keeps no copy of a large event in the hub once it has it. The hub sends a message
+/// over 64 KiB in fragments; sent as one frame, tungstenite's write buffer grew to the frame
+/// and stayed so for as long as the client was connected: 12 MiB of the hub's own memory per
+/// client after a `suggestion.ready` of 200,000 lines.
+#[tokio::test]
+async fn a_connected_client_keeps_no_copy_of_a_large_event_in_the_hub() {
+    use hunkgate::hub::quiet::QUIET;
+    use hunkgate_tests::hub_bench::anon_at_rest;
+    use hunkgate_tests::isolation::hub_pid;
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    let agent = ws
+        .agent_script(
+            "big.sh",
+            "seq -f 'line %06g of a generated table, as long as a line of code' 200000 > table.txt",
+        )
+        .unwrap();
+    let hub = ws.serve(&[]).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let s = run_agent(&hub, &mut c, &agent, "a table").await.unwrap();
+    wait_run_finished(&hub, s["run_id"].as_str().unwrap(), SECS5)
+        .await
+        .unwrap();
+    // Positive control: the event is what a buffer the size of one frame would keep.
+    let ready = c
+        .seen
+        .iter()
+        .find(|v| v["type"] == "suggestion.ready")
+        .map(|v| v.to_string().len())
+        .unwrap();
+    assert!(ready > 10 << 20, "the event has {ready} bytes");
+    assert_eq!(
+        s["hunks"][0]["file"], "table.txt",
+        "the client has it whole"
+    );
+    // And a reply as large (a `get` of it) goes the same way.
+    let got = c
+        .call(json!({"type": "get", "suggestionId": s["id"]}))
+        .await
+        .unwrap();
+    assert_eq!(got["data"], s);
+
+    let pid = hub_pid(&hub).unwrap() as u32;
+    let settle = QUIET + Duration::from_secs(2);
+    let connected = anon_at_rest(pid, settle).unwrap();
+    still_alive(&mut c).await;
+    drop(c);
+    let curl = hub.curl();
+    wait_for("the client to be gone", SECS5, || {
+        curl.get("/health").is_ok_and(|h| h.body["wsClients"] == 0)
+    })
+    .await
+    .unwrap();
+    let gone = anon_at_rest(pid, settle).unwrap();
+    assert!(
+        connected <= gone + 2 * 1024,
+        "{connected} KiB of the hub's own memory with the client connected, {gone} KiB once it left"
+    );
+}

@@ -156,7 +156,9 @@ t.feed('A')
 t.wait('new.txt created', function()
   return t.hunk_state(s.id, hid('new.txt:0')) == 'accepted'
 end)
-t.eq('new file\n', t.read(root .. '/new.txt'), 'new.txt on disk')
+local new = vim.split(t.read(root .. '/new.txt'), '\n')
+t.eq('new file', new[1], 'new.txt on disk')
+t.eq('filler line 2000, so that the suggestion is sent in fragments', new[2001], 'new.txt whole')
 
 -- <CR> completes; the review closes and the suggestion is gone.
 t.feed('<CR>')

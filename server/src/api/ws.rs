@@ -6,15 +6,19 @@ use std::fmt::Display;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocketUpgrade};
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::response::Response;
 use futures_util::{Sink, SinkExt, Stream, StreamExt};
 use serde_json::json;
 use tokio::sync::{broadcast, mpsc};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data, OpCode};
+use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
+use tokio_tungstenite::tungstenite::{Bytes, Message, Utf8Bytes};
 use tokio_util::sync::CancellationToken;
 
 use crate::api::dispatch::dispatch;
+use crate::api::handshake;
 use crate::hub::events::Sent;
 use crate::hub::Hub;
 use crate::protocol::{
@@ -22,13 +26,15 @@ use crate::protocol::{
     SERVICE,
 };
 
-pub async fn upgrade(State(hub): State<Arc<Hub>>, ws: WebSocketUpgrade) -> Response {
-    ws.max_message_size(HARD_LIMIT)
-        .max_frame_size(HARD_LIMIT)
-        .on_upgrade(move |socket| async move {
-            let (write, read) = socket.split();
-            connection(hub, write, read).await
-        })
+/// `GET /ws`: the handshake, then [`connection`] on the upgraded socket.
+pub async fn upgrade(State(hub): State<Arc<Hub>>, req: Request) -> Response {
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(HARD_LIMIT))
+        .max_frame_size(Some(HARD_LIMIT));
+    handshake::accept(req, config, move |socket| async move {
+        let (write, read) = socket.split();
+        connection(hub, write, read).await
+    })
 }
 
 struct ClientCount(Arc<Hub>);
@@ -71,8 +77,8 @@ fn text(s: String) -> Message {
 
 /// The hello, then replies and events in the order they come, until the replies end (the
 /// receiving side is done), the client is gone or the hub shuts down. Whatever is already
-/// waiting when one frame goes out (a decision's reply and its events, a burst of events) goes
-/// with it in one write: frames are fed, and flushed once nothing more is ready.
+/// waiting when one message goes out (a decision's reply and its events, a burst of events)
+/// goes with it in one write: messages are fed, and flushed once nothing more is ready.
 async fn send_loop<W: Sink<Message> + Unpin>(
     mut sink: W,
     hello: Hello,
@@ -92,7 +98,7 @@ async fn send_loop<W: Sink<Message> + Unpin>(
             biased;
             _ = shutdown.cancelled() => {
                 let _ = sink.send(Message::Close(Some(CloseFrame {
-                    code: 1001,
+                    code: CloseCode::Away,
                     reason: Utf8Bytes::from_static("hub shutting down"),
                 }))).await;
                 break;
@@ -107,7 +113,7 @@ async fn send_loop<W: Sink<Message> + Unpin>(
                 Next::End => break,
             },
         };
-        if sink.feed(out).await.is_err() {
+        if feed(&mut sink, out).await.is_err() {
             break;
         }
         let mut ended = false;
@@ -118,7 +124,7 @@ async fn send_loop<W: Sink<Message> + Unpin>(
             };
             match next {
                 Next::Send(m) => {
-                    if sink.feed(m).await.is_err() {
+                    if feed(&mut sink, m).await.is_err() {
                         return;
                     }
                 }
@@ -135,8 +141,55 @@ async fn send_loop<W: Sink<Message> + Unpin>(
     }
 }
 
-/// At most this many frames go out in one write.
+/// At most this many messages go out in one write.
 const MAX_BATCH: usize = 64;
+
+/// A text message longer than this goes out in fragments (RFC 6455 §5.4) of at most this many
+/// bytes, each a slice of the message's one buffer (an event's is shared by every client).
+/// tungstenite formats each frame into a buffer of the connection's that never shrinks, so the
+/// fragments bound what a connection keeps to about this and tungstenite's write buffer (128
+/// KiB), where one frame kept the largest message it ever sent.
+pub const FRAGMENT: usize = 64 * 1024;
+
+/// Feed `m` to `sink`: whole, or in fragments when it is a text message over [`FRAGMENT`].
+async fn feed<W: Sink<Message> + Unpin>(sink: &mut W, m: Message) -> Result<(), W::Error> {
+    match m {
+        Message::Text(t) if t.len() > FRAGMENT => {
+            for frame in fragments(t.into(), FRAGMENT) {
+                sink.feed(Message::Frame(frame)).await?;
+            }
+            Ok(())
+        }
+        m => sink.feed(m).await,
+    }
+}
+
+/// `text` as the frames of one text message of at most `size` bytes each, cut where a
+/// character starts: a text frame, continuation frames, the last one final.
+fn fragments(text: Bytes, size: usize) -> impl Iterator<Item = Frame> {
+    let mut next = Some(0);
+    std::iter::from_fn(move || {
+        let start = next?;
+        let mut end = (start + size).min(text.len());
+        // No fragment starts on a UTF-8 continuation byte (0b10xxxxxx): a character is at most
+        // four bytes, so with `size` >= 4 each fragment keeps some.
+        while end < text.len() && end > start + 1 && text[end] & 0xC0 == 0x80 {
+            end -= 1;
+        }
+        next = (end < text.len()).then_some(end);
+        let opcode = if start == 0 {
+            Data::Text
+        } else {
+            Data::Continue
+        };
+        let last = end == text.len();
+        Some(Frame::message(
+            text.slice(start..end),
+            OpCode::Data(opcode),
+            last,
+        ))
+    })
+}
 
 /// What the send loop does with one item.
 enum Next {

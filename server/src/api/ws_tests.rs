@@ -269,7 +269,7 @@ async fn shutdown_closes_with_going_away() {
     c.next_json().await;
     fx.hub().shutdown().cancel();
     match c.next().await {
-        Message::Close(Some(f)) => assert_eq!(f.code, 1001),
+        Message::Close(Some(f)) => assert_eq!(u16::from(f.code), 1001),
         other => panic!("expected a close frame, got {other:?}"),
     }
     c.close().await;
@@ -397,4 +397,100 @@ async fn frames_that_are_ready_together_go_out_in_one_write() {
         *log.lock().unwrap(),
         ["hello", "|", "response", "event2", "event3", "event4", "|", "event5", "|"]
     );
+}
+
+/// A long text as fragments: a text frame, then continuation frames, the last one final; none
+/// over the size, none starting inside a character (two- and four-byte ones placed across
+/// every boundary), and together the text byte for byte. A text of at most one fragment is one
+/// final frame.
+#[test]
+fn a_long_text_goes_out_in_fragments_cut_between_characters() {
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+    let size = 16;
+    for shift in 0..size {
+        let text = format!("{}{}", "a".repeat(shift), "é𝄞x".repeat(20));
+        let frames: Vec<Frame> = fragments(Bytes::from(text.clone()), size).collect();
+        assert!(frames.len() > 1);
+        let mut joined = Vec::new();
+        for (i, f) in frames.iter().enumerate() {
+            let want = if i == 0 { Data::Text } else { Data::Continue };
+            assert_eq!(f.header().opcode, OpCode::Data(want));
+            assert_eq!(f.header().is_final, i == frames.len() - 1);
+            assert!(!f.payload().is_empty() && f.payload().len() <= size);
+            assert!(
+                std::str::from_utf8(f.payload()).is_ok(),
+                "fragment {i} cuts a character: {:?}",
+                f.payload()
+            );
+            joined.extend_from_slice(f.payload());
+        }
+        assert_eq!(joined, text.as_bytes());
+    }
+    let one: Vec<Frame> = fragments(Bytes::from_static(b"short"), size).collect();
+    assert_eq!(one.len(), 1);
+    assert!(one[0].header().is_final && one[0].payload() == b"short".as_slice());
+}
+
+/// Through the send loop and a real WebSocket (tungstenite on both ends of an in-memory
+/// stream): an event over `FRAGMENT` arrives as several frames that the client reads as the
+/// one message, the events around it as they were, in order. The client takes no frame over
+/// `FRAGMENT` bytes, so the event sent as one frame would fail it.
+#[tokio::test]
+async fn a_large_event_reaches_a_real_client_whole_in_order() {
+    use tokio_tungstenite::tungstenite::protocol::Role;
+    use tokio_tungstenite::WebSocketStream;
+    let (server_io, client_io) = tokio::io::duplex(1 << 16);
+    let server = WebSocketStream::from_raw_socket(server_io, Role::Server, None).await;
+    let strict = WebSocketConfig::default().max_frame_size(Some(FRAGMENT));
+    let mut client = WebSocketStream::from_raw_socket(client_io, Role::Client, Some(strict)).await;
+    let (events_tx, events) = broadcast::channel(16);
+    let (replies_tx, replies) = mpsc::channel::<String>(16);
+    let hello = Hello {
+        kind: "hello".into(),
+        service: SERVICE.into(),
+        version: "0".into(),
+        protocol: PROTOCOL_VERSION,
+        seq: 0,
+        epoch: "e".into(),
+    };
+    let (sink, _stream) = server.split();
+    let task = tokio::spawn(send_loop(
+        sink,
+        hello,
+        events,
+        replies,
+        CancellationToken::new(),
+    ));
+    let big = format!(
+        r#"{{"type":"big","seq":2,"text":"{}"}}"#,
+        "ünïcödé ".repeat(3 * FRAGMENT / 8)
+    );
+    assert!(big.len() > 3 * FRAGMENT);
+    for (seq, json) in [
+        (1, r#"{"type":"small","seq":1}"#.to_string()),
+        (2, big.clone()),
+        (3, r#"{"type":"small","seq":3}"#.to_string()),
+    ] {
+        events_tx
+            .send(Sent {
+                seq,
+                json: json.into(),
+            })
+            .unwrap();
+    }
+    let mut got = Vec::new();
+    while got.len() < 4 {
+        let m = tokio::time::timeout(WAIT, client.next())
+            .await
+            .expect("a message in time")
+            .expect("connection open")
+            .expect("a valid message");
+        got.push(m.into_text().unwrap().to_string());
+    }
+    assert!(got[0].contains(r#""type":"hello""#));
+    assert_eq!(got[1], r#"{"type":"small","seq":1}"#);
+    assert!(got[2] == big, "the large event arrived changed");
+    assert_eq!(got[3], r#"{"type":"small","seq":3}"#);
+    drop(replies_tx);
+    task.await.unwrap();
 }

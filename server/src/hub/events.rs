@@ -7,8 +7,8 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-use axum::extract::ws::Utf8Bytes;
 use tokio::sync::broadcast;
+use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use crate::protocol::Event;
 use crate::store::journal::{Journal, Record};
