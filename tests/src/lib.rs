@@ -124,6 +124,17 @@ impl Workspace {
         Ok(p)
     }
 
+    /// An agent (`table.sh`) that writes a new file `table.txt` of `lines` lines of 62 bytes:
+    /// a suggestion of one hunk, and a `suggestion.ready` about as large as the file.
+    pub fn table_agent(&self, lines: usize) -> Result<PathBuf> {
+        self.agent_script(
+            "table.sh",
+            &format!(
+                "seq -f 'line %06g of a generated table, as long as a line of code' {lines} > table.txt"
+            ),
+        )
+    }
+
     /// Start a hub on a free port for this workspace.
     pub fn serve(&self, extra: &[&str]) -> Result<Hub> {
         Hub::start(self, extra)

@@ -735,12 +735,7 @@ async fn a_restarted_hub_gives_back_what_reading_its_journal_freed() {
     use hunkgate::hub::quiet::QUIET;
     use hunkgate_tests::hub_bench::{anon_at_rest, memory_of};
     let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
-    let agent = ws
-        .agent_script(
-            "big.sh",
-            "seq -f 'line %06g of a generated table, as long as a line of code' 200000 > table.txt",
-        )
-        .unwrap();
+    let agent = ws.table_agent(200_000).unwrap();
     let mut hub = ws.serve(&[]).unwrap();
     let mut c = hub.ws().await.unwrap();
     let s = run_agent(&hub, &mut c, &agent, "a table").await.unwrap();

@@ -184,12 +184,7 @@ async fn bad_messages_get_errors_and_the_connection_stays_usable() {
 async fn a_suggestion_larger_than_the_replay_window_is_sent_but_not_kept_for_replay() {
     let ws = Workspace::new(&[("a.txt", b"one\ntwo\nthree\n")]).unwrap();
     // A new file of 40,000 lines: a suggestion of about 1.4 MB as JSON.
-    let big = ws
-        .agent_script(
-            "big.sh",
-            "seq -f 'line %06g of a generated table, as long as a line of code' 40000 > table.txt",
-        )
-        .unwrap();
+    let big = ws.table_agent(40_000).unwrap();
     let small = ws
         .agent_script("small.sh", "printf 'one\\nTWO\\nthree\\n' > a.txt")
         .unwrap();
@@ -417,12 +412,7 @@ async fn a_connected_client_keeps_no_copy_of_a_large_event_in_the_hub() {
     use hunkgate_tests::hub_bench::anon_at_rest;
     use hunkgate_tests::isolation::hub_pid;
     let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
-    let agent = ws
-        .agent_script(
-            "big.sh",
-            "seq -f 'line %06g of a generated table, as long as a line of code' 200000 > table.txt",
-        )
-        .unwrap();
+    let agent = ws.table_agent(200_000).unwrap();
     let hub = ws.serve(&[]).unwrap();
     let mut c = hub.ws().await.unwrap();
     let s = run_agent(&hub, &mut c, &agent, "a table").await.unwrap();

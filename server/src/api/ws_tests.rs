@@ -342,6 +342,30 @@ impl Sink<Message> for Recorder {
     }
 }
 
+/// [`send_loop`] on `sink` after a hello at `hello_seq`, until `replies` ends.
+fn spawn_send_loop<W: Sink<Message> + Unpin + Send + 'static>(
+    sink: W,
+    hello_seq: u64,
+    events: broadcast::Receiver<Sent>,
+    replies: mpsc::Receiver<String>,
+) -> JoinHandle<()> {
+    let hello = Hello {
+        kind: "hello".into(),
+        service: SERVICE.into(),
+        version: "0".into(),
+        protocol: PROTOCOL_VERSION,
+        seq: hello_seq,
+        epoch: "e".into(),
+    };
+    tokio::spawn(send_loop(
+        sink,
+        hello,
+        events,
+        replies,
+        CancellationToken::new(),
+    ))
+}
+
 /// A reply and the events already waiting behind it go out in one write, in order; an event
 /// the hello covered is not sent; a later event is a write of its own.
 #[tokio::test]
@@ -352,14 +376,6 @@ async fn frames_that_are_ready_together_go_out_in_one_write() {
         seq,
         json: format!(r#"{{"type":"event{seq}","seq":{seq}}}"#).into(),
     };
-    let hello = Hello {
-        kind: "hello".into(),
-        service: SERVICE.into(),
-        version: "0".into(),
-        protocol: PROTOCOL_VERSION,
-        seq: 1,
-        epoch: "e".into(),
-    };
     replies_tx
         .send(r#"{"type":"response"}"#.to_string())
         .await
@@ -369,13 +385,7 @@ async fn frames_that_are_ready_together_go_out_in_one_write() {
     }
     let sink = Recorder::default();
     let log = sink.0.clone();
-    let task = tokio::spawn(send_loop(
-        sink,
-        hello,
-        events,
-        replies,
-        CancellationToken::new(),
-    ));
+    let task = spawn_send_loop(sink, 1, events, replies);
     let wait_for = |n: usize| {
         let log = log.clone();
         async move {
@@ -445,22 +455,8 @@ async fn a_large_event_reaches_a_real_client_whole_in_order() {
     let mut client = WebSocketStream::from_raw_socket(client_io, Role::Client, Some(strict)).await;
     let (events_tx, events) = broadcast::channel(16);
     let (replies_tx, replies) = mpsc::channel::<String>(16);
-    let hello = Hello {
-        kind: "hello".into(),
-        service: SERVICE.into(),
-        version: "0".into(),
-        protocol: PROTOCOL_VERSION,
-        seq: 0,
-        epoch: "e".into(),
-    };
     let (sink, _stream) = server.split();
-    let task = tokio::spawn(send_loop(
-        sink,
-        hello,
-        events,
-        replies,
-        CancellationToken::new(),
-    ));
+    let task = spawn_send_loop(sink, 0, events, replies);
     let big = format!(
         r#"{{"type":"big","seq":2,"text":"{}"}}"#,
         "ünïcödé ".repeat(3 * FRAGMENT / 8)
