@@ -455,3 +455,53 @@ async fn a_connected_client_keeps_no_copy_of_a_large_event_in_the_hub() {
         "{connected} KiB of the hub's own memory with the client connected, {gone} KiB once it left"
     );
 }
+
+/// `GET /ws` that is no WebSocket handshake, over real HTTP (curl, with the token): refused with
+/// the header it lacks named, another version with `426` and the version the hub speaks; the
+/// handshake itself (positive control) connects.
+#[tokio::test]
+async fn a_request_that_is_no_websocket_handshake_is_refused_with_what_it_lacks() {
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    let hub = ws.serve(&[]).unwrap();
+    let good = [
+        ("Connection", "Upgrade"),
+        ("Upgrade", "websocket"),
+        ("Sec-WebSocket-Version", "13"),
+        ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+    ];
+    let without = |name: &str| -> Vec<(&str, &str)> {
+        good.iter().copied().filter(|(k, _)| *k != name).collect()
+    };
+    for (name, says) in [
+        ("Connection", "Connection: Upgrade"),
+        ("Upgrade", "Upgrade: websocket"),
+        ("Sec-WebSocket-Key", "Sec-WebSocket-Key"),
+    ] {
+        let r = hub
+            .curl()
+            .request("GET", "/ws", None, &without(name))
+            .unwrap();
+        assert_eq!(r.status, 400, "without {name}: {}", r.body);
+        assert_eq!(r.body["code"], "bad_request");
+        assert!(
+            r.body["error"].as_str().unwrap().contains(says),
+            "without {name}: {}",
+            r.body
+        );
+    }
+    let mut old = without("Sec-WebSocket-Version");
+    old.push(("Sec-WebSocket-Version", "8"));
+    let r = hub.curl().request("GET", "/ws", None, &old).unwrap();
+    assert_eq!(r.status, 426, "{}", r.body);
+    let mut cmd = std::process::Command::new("curl");
+    cmd.args(["-sS", "-i", "-H"])
+        .arg(format!("Authorization: Bearer {}", hub.token));
+    for (k, v) in &old {
+        cmd.arg("-H").arg(format!("{k}: {v}"));
+    }
+    let out = cmd.arg(format!("{}/ws", hub.url)).output().unwrap();
+    let head = String::from_utf8_lossy(&out.stdout).to_ascii_lowercase();
+    assert!(head.contains("sec-websocket-version: 13\r\n"), "{head}");
+    let mut c = hub.ws().await.unwrap();
+    still_alive(&mut c).await;
+}
