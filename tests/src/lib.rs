@@ -124,7 +124,7 @@ impl Workspace {
         Ok(p)
     }
 
-    /// An agent (`table.sh`) that writes a new file `table.txt` of `lines` lines of 62 bytes:
+    /// An agent (`table.sh`) that writes a new file `table.txt` of `lines` lines of 60 bytes:
     /// a suggestion of one hunk, and a `suggestion.ready` about as large as the file.
     pub fn table_agent(&self, lines: usize) -> Result<PathBuf> {
         self.agent_script(
