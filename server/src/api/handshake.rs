@@ -59,7 +59,7 @@ where
 }
 
 /// Why a request does not open a WebSocket.
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 enum Refused {
     /// `400`, saying what is wrong.
     Bad(&'static str),
