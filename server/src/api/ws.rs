@@ -149,7 +149,7 @@ const MAX_BATCH: usize = 64;
 /// tungstenite formats each frame into a buffer of the connection's that never shrinks, so the
 /// fragments bound what a connection keeps to about this and tungstenite's write buffer (128
 /// KiB), where one frame kept the largest message it ever sent.
-pub const FRAGMENT: usize = 64 * 1024;
+const FRAGMENT: usize = 64 * 1024;
 
 /// Feed `m` to `sink`: whole, or in fragments when it is a text message over [`FRAGMENT`].
 async fn feed<W: Sink<Message> + Unpin>(sink: &mut W, m: Message) -> Result<(), W::Error> {

@@ -415,7 +415,6 @@ async fn frames_that_are_ready_together_go_out_in_one_write() {
 /// final frame.
 #[test]
 fn a_long_text_goes_out_in_fragments_cut_between_characters() {
-    use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
     let size = 16;
     for shift in 0..size {
         let text = format!("{}{}", "a".repeat(shift), "é𝄞x".repeat(20));
