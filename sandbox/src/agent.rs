@@ -422,13 +422,14 @@ pub async fn run(
         command: mut cmd,
         stop,
     } = sandbox.agent_command(argv, env, timeout);
-    let Prepared {
-        lifeline_request,
-        verdict,
-    } = prepare_command(&mut cmd, stop);
+    // A supervisor is never signalled as a group of the hub's, even without its lifeline.
+    let supervised = matches!(stop, Stop::Lifeline { .. });
+    let Prepared { lifeline, verdict } = prepare_command(&mut cmd, stop);
     let spawned = cmd.spawn();
-    // Only the agent's namespace init may hold the verdict's write end from here on.
-    let verdict = verdict.map(|v| v.rx);
+    // Only the agent's side may hold its ends of the verdict's pipe and of the lifeline from
+    // here on (the command keeps the lifeline's until it is dropped).
+    drop(cmd);
+    let verdict = verdict.map(|v| Heard::Pipe(v.rx));
     let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
@@ -439,13 +440,18 @@ pub async fn run(
             }
         }
     };
-    let close_lifeline = match (lifeline_request, child.stdin.take()) {
-        (Some(request), Some(stdin)) => Some(hold_lifeline(request, stdin)),
-        _ => None,
+    let (close_lifeline, verdict) = match lifeline.map(|l| hold_lifeline(l.request, l.ours)) {
+        Some(Ok((close, word))) => (Some(close), Some(Heard::Lifeline(word))),
+        Some(Err(e)) => {
+            // Without its lifeline the supervisor stops the agent at once: say why.
+            tracing::warn!(error = %e, "the sandbox supervisor's lifeline cannot be held");
+            (None, None)
+        }
+        None => (None, verdict),
     };
-    let supervised = close_lifeline.is_some();
     let pid = child.id().map(|id| nix::unistd::Pid::from_raw(id as i32));
-    let rx = spawn_line_readers(child.stdout.take(), child.stderr.take());
+    let settled = CancellationToken::new();
+    let rx = spawn_line_readers(child.stdout.take(), child.stderr.take(), &settled);
     let mut agent = Agent {
         child,
         pid,
@@ -453,6 +459,7 @@ pub async fn run(
         supervised,
         close_lifeline,
         verdict,
+        heard: false,
     };
     let mut output = Output {
         rx,
@@ -460,6 +467,11 @@ pub async fn run(
         on_line,
     };
     let (status, forced) = agent.wait(&mut output, timeout, &cancel).await;
+    if agent.heard {
+        // Nothing the agent started is left to write: its output ends at what the pipes hold
+        // now, whoever else still holds them (the supervisor, sudo) for a moment longer.
+        settled.cancel();
+    }
     agent.clean_up();
     output.drain().await;
     agent.reap();
@@ -468,10 +480,36 @@ pub async fn run(
 
 /// How an agent command was set up ([`prepare_command`]).
 struct Prepared {
-    /// The request for its supervisor's lifeline, if it has one.
-    lifeline_request: Option<Vec<u8>>,
+    /// Its supervisor's lifeline, if it has one.
+    lifeline: Option<Lifeline>,
     /// Its namespace init's word that it ended, if it runs in a PID namespace of the hub's.
     verdict: Option<Verdict>,
+}
+
+/// A supervisor's lifeline: one end of a socket pair, the other its stdin. The hub writes the
+/// request and then holds it open; the supervisor's side may answer with the agent's wait
+/// status once nothing the agent started is left (see [`crate::helper`]'s `exec`).
+struct Lifeline {
+    request: Vec<u8>,
+    ours: std::os::unix::net::UnixStream,
+}
+
+/// Where the hub hears how the agent ended before its supervisor or group leader has exited.
+enum Heard {
+    /// The pipe of the agent's PID namespace init (`--isolation none`).
+    Pipe(tokio::net::unix::pipe::Receiver),
+    /// The supervisor's lifeline, as the task holding it passes the word on.
+    Lifeline(tokio::sync::oneshot::Receiver<Option<std::process::ExitStatus>>),
+}
+
+impl Heard {
+    /// The agent's wait status, or None once no word can come any more.
+    async fn word(&mut self) -> Option<std::process::ExitStatus> {
+        match self {
+            Heard::Pipe(rx) => read_verdict(rx).await,
+            Heard::Lifeline(rx) => rx.await.ok().flatten(),
+        }
+    }
 }
 
 /// A pipe on which an agent's PID namespace init says how the agent ended, once nothing it
@@ -499,14 +537,25 @@ fn prepare_command(cmd: &mut tokio::process::Command, stop: Stop) -> Prepared {
             #[cfg(not(target_os = "linux"))]
             let verdict = None;
             Prepared {
-                lifeline_request: None,
+                lifeline: None,
                 verdict,
             }
         }
         Stop::Lifeline { request } => {
-            cmd.stdin(Stdio::piped());
+            let lifeline = match std::os::unix::net::UnixStream::pair() {
+                Ok((ours, theirs)) => {
+                    cmd.stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)));
+                    Some(Lifeline { request, ours })
+                }
+                Err(e) => {
+                    // The supervisor then reads an empty request and refuses to start.
+                    tracing::warn!(error = %e, "no socket pair for the sandbox supervisor's lifeline");
+                    cmd.stdin(Stdio::null());
+                    None
+                }
+            };
             Prepared {
-                lifeline_request: Some(request),
+                lifeline,
                 verdict: None,
             }
         }
@@ -555,37 +604,58 @@ fn die_with_the_hub(cmd: &mut tokio::process::Command) -> Option<Verdict> {
     verdict
 }
 
-/// Send `request` down the supervisor's stdin and keep it open as the lifeline until the
-/// returned sender is dropped (or this process dies, which closes it too).
+/// Send `request` down the supervisor's lifeline, then hold it open until the returned
+/// sender is dropped (or this process dies, which closes it too), passing on the agent's wait
+/// status if the supervisor's side sends it first.
+#[allow(clippy::type_complexity)]
 fn hold_lifeline(
     request: Vec<u8>,
-    mut stdin: tokio::process::ChildStdin,
-) -> tokio::sync::oneshot::Sender<()> {
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    ours: std::os::unix::net::UnixStream,
+) -> std::io::Result<(
+    tokio::sync::oneshot::Sender<()>,
+    tokio::sync::oneshot::Receiver<Option<std::process::ExitStatus>>,
+)> {
+    ours.set_nonblocking(true)?;
+    let mut stream = tokio::net::UnixStream::from_std(ours)?;
+    let (close, mut closed) = tokio::sync::oneshot::channel::<()>();
+    let (tell, word) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
         use tokio::io::AsyncWriteExt;
         // A supervisor that died before reading its request shows up as its exit status.
-        if stdin.write_all(&request).await.is_ok() {
-            let _ = stdin.flush().await;
-            let _ = rx.await;
+        if stream.write_all(&request).await.is_ok() {
+            tokio::select! {
+                status = read_verdict(&mut stream) => {
+                    let _ = tell.send(status);
+                    let _ = closed.await;
+                }
+                _ = &mut closed => {}
+            }
         }
-        drop(stdin);
+        drop(stream);
     });
-    tx
+    Ok((close, word))
 }
 
 type Pipe = Box<dyn tokio::io::AsyncRead + Send + Unpin>;
 
 /// Read the agent's stdout and stderr line by line on their own tasks; the lines arrive on
-/// the returned channel, which closes when both pipes have.
+/// the returned channel, which closes when both pipes have — or, once `settled` is cancelled,
+/// when each has given what it holds (see [`Settling`]).
 fn spawn_line_readers(
     stdout: Option<tokio::process::ChildStdout>,
     stderr: Option<tokio::process::ChildStderr>,
+    settled: &CancellationToken,
 ) -> tokio::sync::mpsc::Receiver<(Stream, String)> {
     let (tx, rx) = tokio::sync::mpsc::channel::<(Stream, String)>(256);
     for (stream, pipe) in [
-        (Stream::Stdout, stdout.map(|s| Box::new(s) as Pipe)),
-        (Stream::Stderr, stderr.map(|s| Box::new(s) as Pipe)),
+        (
+            Stream::Stdout,
+            stdout.map(|p| Box::new(Settling::new(p, settled.clone())) as Pipe),
+        ),
+        (
+            Stream::Stderr,
+            stderr.map(|p| Box::new(Settling::new(p, settled.clone())) as Pipe),
+        ),
     ] {
         if let Some(pipe) = pipe {
             let tx = tx.clone();
@@ -601,6 +671,57 @@ fn spawn_line_readers(
     rx
 }
 
+/// One of the agent's output pipes, read as it comes until `settled` is cancelled — the hub
+/// heard that nothing the agent started is left — and from then on only for what it already
+/// holds: the first read that would wait is its end. Other holders of the pipe (a supervisor,
+/// sudo) write nothing to it, and need not exit before the output is whole.
+struct Settling<R> {
+    pipe: R,
+    settled: std::pin::Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
+    done: bool,
+}
+
+impl<R> Settling<R> {
+    fn new(pipe: R, settled: CancellationToken) -> Self {
+        Self {
+            pipe,
+            settled: Box::pin(settled.cancelled_owned()),
+            done: false,
+        }
+    }
+}
+
+impl<R: tokio::io::AsyncRead + std::os::fd::AsFd + Unpin> tokio::io::AsyncRead for Settling<R> {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        use std::task::Poll;
+        let this = self.get_mut();
+        if !this.done && std::future::Future::poll(this.settled.as_mut(), cx).is_ready() {
+            this.done = true;
+        }
+        if !this.done {
+            return std::pin::Pin::new(&mut this.pipe).poll_read(cx, buf);
+        }
+        // The pipe itself, not the runtime's idea of whether it is readable (which may lag
+        // behind what was written): tokio keeps it non-blocking, so an empty pipe says EAGAIN.
+        loop {
+            match nix::unistd::read(this.pipe.as_fd(), buf.initialize_unfilled()) {
+                Ok(n) => {
+                    buf.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
+                Err(nix::errno::Errno::EINTR) => continue,
+                // Empty: as far as the agent goes, this is the end.
+                Err(nix::errno::Errno::EAGAIN) => return Poll::Ready(Ok(())),
+                Err(e) => return Poll::Ready(Err(e.into())),
+            }
+        }
+    }
+}
+
 /// A started agent (or the supervisor running it) and what it takes to stop it.
 struct Agent {
     child: tokio::process::Child,
@@ -611,8 +732,10 @@ struct Agent {
     supervised: bool,
     /// Keeps the supervisor's lifeline open; dropping it closes the lifeline.
     close_lifeline: Option<tokio::sync::oneshot::Sender<()>>,
-    /// Where its PID namespace init says how it ended (see [`Verdict`]).
-    verdict: Option<tokio::net::unix::pipe::Receiver>,
+    /// Where its PID namespace init says how it ended (see [`Heard`]).
+    verdict: Option<Heard>,
+    /// Whether the wait status came from there: then nothing the agent started is left.
+    heard: bool,
 }
 
 impl Agent {
@@ -644,10 +767,24 @@ impl Agent {
                     }
                     None
                 }
-                status = self.child.wait() => break status,
-                verdict = read_verdict(self.verdict.as_mut()), if verdict_open => {
+                status = self.child.wait() => {
+                    // The word, if one was sent, is the agent's own status; what its leader or
+                    // supervisor exits with only mirrors it (a supervisor's less faithfully).
+                    // All who could send it are gone now, so it is there or never comes.
+                    if let (true, Some(heard)) = (verdict_open, self.verdict.as_mut()) {
+                        if let Ok(Some(word)) = tokio::time::timeout(LATE_WORD, heard.word()).await {
+                            self.heard = true;
+                            break Ok(word);
+                        }
+                    }
+                    break status;
+                }
+                verdict = heard_word(self.verdict.as_mut()), if verdict_open => {
                     match verdict {
-                        Some(status) => break Ok(status),
+                        Some(status) => {
+                            self.heard = true;
+                            break Ok(status);
+                        }
                         // The init is gone without a word (killed): the leader's exit tells.
                         None => verdict_open = false,
                     }
@@ -700,15 +837,23 @@ impl Agent {
     }
 }
 
+/// How long the hub waits for a word that is not there yet when the agent's group leader or
+/// supervisor has exited (everyone who could still send it has, so it is a formality).
+const LATE_WORD: Duration = Duration::from_millis(100);
+
+async fn heard_word(heard: Option<&mut Heard>) -> Option<std::process::ExitStatus> {
+    heard?.word().await
+}
+
 /// The agent's wait status, as its PID namespace init reports it: two bytes, `[0, code]` for
 /// an exit, `[1, signal]` for a death by signal (None at EOF: the init died without a word).
 async fn read_verdict(
-    rx: Option<&mut tokio::net::unix::pipe::Receiver>,
+    rx: &mut (impl tokio::io::AsyncRead + Unpin),
 ) -> Option<std::process::ExitStatus> {
     use std::os::unix::process::ExitStatusExt;
     use tokio::io::AsyncReadExt;
     let mut report = [0u8; 2];
-    rx?.read_exact(&mut report).await.ok()?;
+    rx.read_exact(&mut report).await.ok()?;
     Some(match report {
         [1, signal] => std::process::ExitStatus::from_raw(i32::from(signal)),
         [_, code] => std::process::ExitStatus::from_raw(i32::from(code) << 8),
@@ -1671,6 +1816,124 @@ mod tests {
         .await;
         assert_eq!(out.exit, Exit::Signal(9));
         assert_eq!(lines, vec!["hi"]);
+    }
+
+    /// A sandbox whose agents run under a scripted supervisor: `sh -c <script>`, given the
+    /// request on its lifeline (stdin) like the sandbox helper.
+    #[derive(Debug)]
+    struct Supervised {
+        local: crate::workspace::LocalSandbox,
+        script: String,
+    }
+
+    impl Sandbox for Supervised {
+        fn workdir(&self) -> &std::path::Path {
+            self.local.workdir()
+        }
+        fn prepare(
+            &self,
+            store: &crate::store::Store,
+            base: &std::sync::Arc<crate::store::FlatTree>,
+        ) -> Result<(), crate::workspace::SandboxError> {
+            self.local.prepare(store, base)
+        }
+        fn read_back(
+            &self,
+            objects: &mut crate::store::ObjectBatch<'_>,
+            base: &crate::store::FlatTree,
+            limits: crate::snapshot::ReadLimits,
+        ) -> Result<crate::snapshot::ReadBack, crate::workspace::SandboxError> {
+            self.local.read_back(objects, base, limits)
+        }
+        fn command(&self, argv: &[String], env: &[(String, String)]) -> tokio::process::Command {
+            self.local.command(argv, env)
+        }
+        fn agent_command(
+            &self,
+            _argv: &[String],
+            _env: &[(String, String)],
+            _timeout: Duration,
+        ) -> AgentCommand {
+            let mut command = tokio::process::Command::new("sh");
+            command.args(["-c", &self.script]);
+            AgentCommand {
+                command,
+                stop: Stop::Lifeline {
+                    request: b"the request\n".to_vec(),
+                },
+            }
+        }
+        fn tool(
+            &self,
+            request: &crate::tools::ToolRequest,
+        ) -> Result<crate::tools::ToolReply, crate::workspace::SandboxError> {
+            self.local.tool(request)
+        }
+        fn isolation(&self) -> String {
+            "a scripted supervisor".into()
+        }
+    }
+
+    /// Run a scripted supervisor to its end (its `argv` is not used); returns how the run
+    /// ended and the lines the hub passed on.
+    async fn supervised(script: &str) -> (Outcome, Vec<String>) {
+        let tmp = tempfile::tempdir().unwrap();
+        let sb = Supervised {
+            local: crate::workspace::LocalSandbox::new(tmp.path().to_path_buf()),
+            script: script.to_string(),
+        };
+        let mut lines = Vec::new();
+        let out = run(
+            &sb,
+            &["unused".to_string()],
+            &[],
+            Duration::from_secs(60),
+            CancellationToken::new(),
+            |_, l| lines.push(l.to_string()),
+        )
+        .await;
+        (out, lines)
+    }
+
+    /// The lines `i = 0..n` a scripted supervisor prints: 20,000 of them are over 200 KB, more
+    /// than a pipe holds, so the hub reads them while the supervisor writes.
+    fn numbered(n: usize) -> (String, Vec<String>) {
+        let script = format!("i=0; while [ $i -lt {n} ]; do echo \"line $i\"; i=$((i+1)); done");
+        (script, (0..n).map(|i| format!("line {i}")).collect())
+    }
+
+    /// A supervisor's word on its lifeline ends the run with the status it names, though the
+    /// supervisor goes on (holding the agent's output pipes) and exits otherwise: everything
+    /// written before the word is passed on, and nothing written after it is waited for.
+    #[tokio::test]
+    async fn a_supervisors_word_on_the_lifeline_ends_the_run() {
+        let (lines, expected) = numbered(20_000);
+        // The request arrives first, on stdin; the word goes back on the same socket.
+        let script = format!(
+            "read request; [ \"$request\" = 'the request' ] || exit 9; {lines}; printf '\\000\\007' >&0; sleep 1; echo after the word; exec sleep 30"
+        );
+        let (out, got) = supervised(&script).await;
+        assert_eq!(out.exit, Exit::Code(7));
+        assert_eq!(got.len(), expected.len(), "last: {:?}", got.last());
+        assert!(
+            got == expected,
+            "the lines before the word, whole and in order"
+        );
+
+        // A death by signal, as the word says it.
+        let (out, got) =
+            supervised("read request; echo hi; printf '\\001\\011' >&0; exec sleep 30").await;
+        assert_eq!((out.exit, got), (Exit::Signal(9), vec!["hi".to_string()]));
+
+        // Positive control: without a word the supervisor's own exit ends the run, with every
+        // line it wrote, however late.
+        let (out, got) = supervised(&format!(
+            "read request; {lines}; sleep 1; echo after the word; exit 5"
+        ))
+        .await;
+        assert_eq!(out.exit, Exit::Code(5));
+        assert_eq!(got.last().map(String::as_str), Some("after the word"));
+        assert_eq!(got.len(), expected.len() + 1);
     }
 
     #[tokio::test]

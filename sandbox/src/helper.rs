@@ -24,7 +24,11 @@
 //!   started dies with that namespace; where no PID namespace can be had, the helper is a child
 //!   subreaper and kills every descendant it can find. The tree is killed when the agent exits,
 //!   on SIGTERM, at the deadline, and when stdin — the lifeline from the hub — reaches EOF,
-//!   which is how even `kill -9` of the hub ends the run.
+//!   which is how even `kill -9` of the hub ends the run. When the agent exits, the init kills
+//!   and reaps what it left, then answers on the lifeline (a socket) with the agent's wait
+//!   status: the hub knows the run is over, and its output whole, without waiting for the init,
+//!   this helper and sudo to exit. The init is not dumpable: the agent, the same user in the
+//!   same namespace, can neither trace it nor speak for it.
 //!
 //! Everything arrives on stdin; nothing secret is ever in argv.
 //!
@@ -1246,6 +1250,12 @@ fn init_main(req: &Request, dir: &Path, guard: std::os::fd::OwnedFd) -> i32 {
             return HELPER_FAILED as i32;
         }
     }
+    // The agent runs as the same user in this namespace, and this process holds the hub's
+    // lifeline (its stdin): no tracing it, no reading its memory, no writing its words.
+    if let Err(e) = not_dumpable() {
+        eprintln!("hunkgate: refusing to start the agent: {e}");
+        return HELPER_FAILED as i32;
+    }
     // Without the pipe the loop below still sees the agent's exit, at its next timeout.
     let _ = wake::install();
     let agent = match spawn_agent(req, dir) {
@@ -1259,8 +1269,12 @@ fn init_main(req: &Request, dir: &Path, guard: std::os::fd::OwnedFd) -> i32 {
     loop {
         loop {
             match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::Exited(pid, code)) if pid == agent => return code,
-                Ok(WaitStatus::Signaled(pid, sig, _)) if pid == agent => return 128 + sig as i32,
+                Ok(WaitStatus::Exited(pid, code)) if pid == agent => {
+                    return init_done(req, [0, code as u8], code)
+                }
+                Ok(WaitStatus::Signaled(pid, sig, _)) if pid == agent => {
+                    return init_done(req, [1, sig as u8], 128 + sig as i32)
+                }
                 Ok(WaitStatus::StillAlive) | Err(_) => break,
                 Ok(_) => continue,
             }
@@ -1274,6 +1288,35 @@ fn init_main(req: &Request, dir: &Path, guard: std::os::fd::OwnedFd) -> i32 {
             return 128 + libc::SIGKILL;
         }
     }
+}
+
+/// The agent has exited (`report`: its wait status as the hub reads it, see
+/// [`crate::wire::Request::verdict`]): kill and reap whatever it left in the namespace, as the
+/// kernel would once this init exits, then tell the hub on the lifeline, if it asked, that
+/// nothing the agent started is left. Returns the init's exit code.
+fn init_done(req: &Request, report: [u8; 2], code: i32) -> i32 {
+    // Only as the namespace's PID 1 does kill(-1) reach no further than the namespace.
+    if std::process::id() != 1 {
+        return code;
+    }
+    let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
+    // Any child, clones included, until there is none: each one reaped has closed its files,
+    // so what the agent's tree wrote to its output pipes is all in them.
+    while let Ok(_) | Err(nix::errno::Errno::EINTR) = waitpid(None, Some(WaitPidFlag::__WALL)) {}
+    if req.verdict {
+        #[cfg(target_os = "linux")]
+        // SAFETY: send(2) of a two-byte stack buffer on stdin; a stdin that is no socket (a
+        // relaying sudo's pipe) fails, and the hub waits for the exits instead.
+        unsafe {
+            libc::send(
+                libc::STDIN_FILENO,
+                report.as_ptr().cast(),
+                report.len(),
+                libc::MSG_NOSIGNAL,
+            );
+        }
+    }
+    code
 }
 
 /// Start the agent itself: new session, limits, only fds 0–2, exactly the given environment.

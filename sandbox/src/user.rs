@@ -1627,6 +1627,8 @@ impl UserSandbox {
         request.private_proc = self.iso.private_proc;
         request.nproc = AGENT_NPROC;
         request.lifeline = lifeline;
+        // The lifeline is a socket pair (see `agent::run`); a short command's stdin is a pipe.
+        request.verdict = lifeline;
         request.no_pid_namespace = pid_namespace_disabled();
         let mut bytes = Vec::new();
         // Serializing strings and integers into a Vec cannot fail.

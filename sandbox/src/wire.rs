@@ -113,6 +113,12 @@ pub struct Request {
     /// (short commands), stdin is ignored after the request.
     #[serde(default)]
     pub lifeline: bool,
+    /// `exec`, with `lifeline`: stdin is a socket of the hub's. Once the agent has exited and
+    /// nothing it started is left, its PID namespace's init answers there with the agent's wait
+    /// status (two bytes: `[0, code]` or `[1, signal]`), and the hub need not wait for the
+    /// init, the helper and sudo to exit before it knows the run is over.
+    #[serde(default)]
+    pub verdict: bool,
 }
 
 /// How a base path is stored (the wire's copy of the store's mode).

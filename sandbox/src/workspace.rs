@@ -66,9 +66,12 @@ pub struct AgentCommand {
 pub enum Stop {
     /// The command leads a new process group that the hub signals itself (same user only).
     ProcessGroup,
-    /// The command is a supervisor that the hub cannot signal past: `request` is written to
-    /// its stdin, which then stays open as a lifeline. Closing it (cancel, timeout, or the hub
-    /// dying, even by kill -9) or SIGTERM makes the supervisor kill the agent's whole tree.
+    /// The command is a supervisor that the hub cannot signal past: its stdin is a socket,
+    /// `request` is written to it, and it then stays open as a lifeline. Closing it (cancel,
+    /// timeout, or the hub dying, even by kill -9) or SIGTERM makes the supervisor kill the
+    /// agent's whole tree. The supervisor's side may answer on it, once, with the agent's wait
+    /// status when nothing the agent started is left (see [`crate::wire::Request::verdict`]):
+    /// the run is over then, whether or not the supervisor has exited yet.
     Lifeline { request: Vec<u8> },
 }
 

@@ -523,6 +523,60 @@ fn without_a_pid_namespace_the_tree_still_dies() {
     wait_no_process_of(&s.agent, None, Duration::from_secs(6)).unwrap();
 }
 
+/// How a run under user isolation ends is heard from the agent's PID namespace, once nothing
+/// it started is left: its init answers on the lifeline with the agent's own wait status. The
+/// agent here writes 20,000 lines (more than a pipe holds), leaves a process behind that holds
+/// its output open, and kills itself with SIGKILL. The run fails saying the agent was killed by
+/// signal 9 — in a PID namespace only the init's word says so: the init, and so the helper and
+/// sudo after it, exit with status 137 — and its log has every line. Also without a PID
+/// namespace, where there is no init and no word: the helper's exit ends the run (it kills
+/// itself with the agent's signal), with the same lines.
+fn check_end_heard(root_hub: bool) -> Result<()> {
+    let s = Setup::new(root_hub)?;
+    let agent = s.script(
+        "loud-end.sh",
+        "i=0; while [ $i -lt 20000 ]; do echo \"line $i\"; i=$((i+1)); done; sleep 600 & kill -9 $$",
+    )?;
+    for pidns in ["on", "off"] {
+        let hub = s.hub_env(false, &[], &[("HUNKGATE_SANDBOX_PIDNS", pidns)])?;
+        let id = start_run(&hub, &agent, None)?;
+        let run = wait_run(&hub, &id, Duration::from_secs(60))?;
+        anyhow::ensure!(run["status"] == "failed", "{pidns}: {run}");
+        let error = run["error"].as_str().unwrap_or("");
+        anyhow::ensure!(
+            error.starts_with("agent killed by signal 9"),
+            "{pidns}: {run}"
+        );
+        let log = run_log(&hub, &id)?;
+        let lines: Vec<&str> = log.lines().filter(|l| l.starts_with("out ")).collect();
+        let expected: Vec<String> = (0..20000).map(|i| format!("out line {i}")).collect();
+        anyhow::ensure!(
+            lines == expected,
+            "{pidns}: {} lines of output, the last {:?}",
+            lines.len(),
+            lines.last()
+        );
+        wait_no_process_of(&s.agent, Some(&hub), Duration::from_secs(6))?;
+    }
+    Ok(())
+}
+
+#[test]
+fn the_end_of_a_run_is_heard_from_the_agents_namespace_with_all_its_output() {
+    if !require_root("the_end_of_a_run_is_heard_from_the_agents_namespace_with_all_its_output") {
+        return;
+    }
+    check_end_heard(false).unwrap();
+}
+
+#[test]
+fn the_end_of_a_run_is_heard_from_the_agents_namespace_when_the_hub_is_root() {
+    if !require_root("the_end_of_a_run_is_heard_from_the_agents_namespace_when_the_hub_is_root") {
+        return;
+    }
+    check_end_heard(true).unwrap();
+}
+
 /// An agent that leaves processes everywhere (new session ignoring SIGTERM, double fork) and
 /// never exits.
 fn lingering_agent(s: &Setup) -> Result<PathBuf> {
