@@ -1295,27 +1295,30 @@ fn init_main(req: &Request, dir: &Path, guard: std::os::fd::OwnedFd) -> i32 {
 /// kernel would once this init exits, then tell the hub on the lifeline, if it asked, that
 /// nothing the agent started is left. Returns the init's exit code.
 fn init_done(req: &Request, report: [u8; 2], code: i32) -> i32 {
+    // PID namespaces, and so this init, exist only on Linux.
+    #[cfg(target_os = "linux")]
     // Only as the namespace's PID 1 does kill(-1) reach no further than the namespace.
-    if std::process::id() != 1 {
-        return code;
-    }
-    let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
-    // Any child, clones included, until there is none: each one reaped has closed its files,
-    // so what the agent's tree wrote to its output pipes is all in them.
-    while let Ok(_) | Err(nix::errno::Errno::EINTR) = waitpid(None, Some(WaitPidFlag::__WALL)) {}
-    if req.verdict {
-        #[cfg(target_os = "linux")]
-        // SAFETY: send(2) of a two-byte stack buffer on stdin; a stdin that is no socket (a
-        // relaying sudo's pipe) fails, and the hub waits for the exits instead.
-        unsafe {
-            libc::send(
-                libc::STDIN_FILENO,
-                report.as_ptr().cast(),
-                report.len(),
-                libc::MSG_NOSIGNAL,
-            );
+    if std::process::id() == 1 {
+        let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
+        // Any child, clones included, until there is none: each one reaped has closed its
+        // files, so what the agent's tree wrote to its output pipes is all in them.
+        while let Ok(_) | Err(nix::errno::Errno::EINTR) = waitpid(None, Some(WaitPidFlag::__WALL)) {
+        }
+        if req.verdict {
+            // SAFETY: send(2) of a two-byte stack buffer on stdin; a stdin that is no socket
+            // (a relaying sudo's pipe) fails, and the hub waits for the exits instead.
+            unsafe {
+                libc::send(
+                    libc::STDIN_FILENO,
+                    report.as_ptr().cast(),
+                    report.len(),
+                    libc::MSG_NOSIGNAL,
+                );
+            }
         }
     }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (req, report);
     code
 }
 
