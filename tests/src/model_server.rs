@@ -22,13 +22,15 @@ pub fn test_cache() -> PathBuf {
 
 /// The Python of the llama-cpp-python venv (which also holds the model package).
 pub fn llama_python() -> PathBuf {
-    test_cache().join("llama-venv/bin/python")
+    test_cache().join("llama-venv-portable/bin/python")
 }
 
 /// llama.cpp's `llama-server`, when built.
 pub fn llama_server_bin() -> Option<PathBuf> {
     let dir = std::fs::read_dir(test_cache()).ok()?;
+    // The portable build (scripts/install-test-deps): a native one may crash on this CPU.
     dir.flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with("-portable"))
         .map(|e| e.path().join("llama-server"))
         .find(|p| p.is_file())
 }
