@@ -90,8 +90,16 @@ impl Ctx<'_> {
         }
     }
 
-    /// Keep what is at the path now in the store, so the operation can be taken back.
-    fn pre_oid(&self, pre: &Cur) -> Result<Option<String>, PlanError> {
+    /// Keep what is at `path` now (in the store, or held by a bulk decision's overlay), so the
+    /// operation can be taken back.
+    fn pre_oid(&self, path: &str, pre: &Cur) -> Result<Option<String>, PlanError> {
+        if self.overlay.holding() {
+            // A later step's is never used (see [`Ctx::held_write`]).
+            return Ok(match self.overlay.get(path) {
+                None => self.overlay.hold_before(pre),
+                Some(_) => None,
+            });
+        }
         Ok(match pre {
             Cur::File { bytes, .. } | Cur::Link(bytes) => {
                 Some(self.store.write_blob(bytes)?.to_string())
@@ -101,6 +109,9 @@ impl Ctx<'_> {
     }
 
     fn write(&self, path: &str, pre: &Cur, bytes: &[u8], exec: bool) -> Result<FileOp, PlanError> {
+        if self.overlay.holding() {
+            return Ok(self.held_write(path, pre, bytes, exec));
+        }
         let oid = self.store.write_blob(bytes)?;
         Ok(FileOp {
             path: path.to_string(),
@@ -114,8 +125,32 @@ impl Ctx<'_> {
                 sha256: sha(bytes),
                 exec,
             },
-            pre_oid: self.pre_oid(pre)?,
+            pre_oid: self.pre_oid(path, pre)?,
         })
+    }
+
+    /// A bulk decision's write ([`Overlay::holding`]): the new content is held, and its id and
+    /// fingerprint are left to [`Overlay::settle`], which makes them only for what the merged
+    /// operations write — a file's twentieth version, not each of the nineteen before. What
+    /// the file held before is kept and fingerprinted only at the decision's first step there;
+    /// a later step's `pre` is never used (see [`merge_ops`]).
+    fn held_write(&self, path: &str, pre: &Cur, bytes: &[u8], exec: bool) -> FileOp {
+        let first = self.overlay.get(path).is_none();
+        self.overlay.hold_made(path, bytes);
+        FileOp {
+            path: path.to_string(),
+            op: Op::Write {
+                oid: String::new(),
+                exec,
+                perm: None,
+            },
+            pre: if first { Fp::of(pre) } else { Fp::unsettled() },
+            post: Fp::File {
+                sha256: String::new(),
+                exec,
+            },
+            pre_oid: first.then(|| self.overlay.hold_before(pre)).flatten(),
+        }
     }
 
     fn remove(&self, path: &str, pre: &Cur) -> Result<FileOp, PlanError> {
@@ -124,7 +159,7 @@ impl Ctx<'_> {
             op: Op::Remove,
             pre: Fp::of(pre),
             post: Fp::Absent,
-            pre_oid: self.pre_oid(pre)?,
+            pre_oid: self.pre_oid(path, pre)?,
         })
     }
 
@@ -159,7 +194,7 @@ impl Ctx<'_> {
                     post: Fp::Link {
                         sha256: sha(&target),
                     },
-                    pre_oid: self.pre_oid(cur)?,
+                    pre_oid: self.pre_oid(path, cur)?,
                 })
             }
             Some(s) => {

@@ -263,7 +263,7 @@ impl Hub {
         d: &mut Decision,
     ) -> Result<(Vec<usize>, Vec<serde_json::Value>), AppError> {
         let root = self.checkout()?;
-        let mut overlay = Overlay::default();
+        let mut overlay = Overlay::for_bulk();
         let mut ops = Vec::new();
         let mut counts = Counts::of(s);
         // Line shifts of the hunks this decision applies, per file: (base start, delta).
@@ -315,7 +315,9 @@ impl Hub {
             d.change(change).line(line, event);
             done.push(i);
         }
-        d.ops(merge_ops(ops))
+        let mut ops = merge_ops(ops);
+        overlay.settle(self.store(), &mut ops)?;
+        d.ops(ops)
             .event(Hub::status_event(s, counts.reviewed, counts.applied));
         Ok((done, failed))
     }

@@ -477,6 +477,82 @@ fn accept_all_writes_each_file_once_and_lands_every_hunk() {
     assert!(fb.iter().all(|l| l["decision_id"] == fb[0]["decision_id"]));
 }
 
+/// Twenty hunks of one file make twenty versions of it as a bulk accept plans them hunk by
+/// hunk; the store gets the two its one write names (the file before, for undoing, and after),
+/// never the eighteen in between. Undoing one hunk afterwards still works from what was kept.
+#[test]
+fn accept_all_keeps_only_the_versions_its_write_names() {
+    use crate::model::fileop::{sha, FileOp, Fp, Op};
+    use hunkgate_sandbox::store::blob_id;
+    let edits: Vec<(usize, String)> = (0..20).map(|i| (5 + 10 * i, format!("edit {i}"))).collect();
+    let refs = |n: usize| -> Vec<(usize, &str)> {
+        edits[..n].iter().map(|(l, t)| (*l, t.as_str())).collect()
+    };
+    let base: Files = vec![("a.txt", numbered(200, &[]))];
+    let run: Files = vec![("a.txt", numbered(200, &refs(20)))];
+    let f = Fixture::new(&base);
+    let s = f.suggest("s1", &base, &run);
+    assert_eq!(s.hunks.len(), 20);
+    let store = f.hub().store();
+    // The control: each version is a distinct content, and none is in the store yet but the
+    // base and the agent's (the suggestion's own sides).
+    let versions: Vec<String> = (0..=20).map(|n| numbered(200, &refs(n))).collect();
+    let ids: Vec<_> = versions.iter().map(|v| blob_id(v.as_bytes())).collect();
+    assert_eq!(
+        ids.iter().collect::<std::collections::HashSet<_>>().len(),
+        21
+    );
+    for (n, id) in ids.iter().enumerate().skip(1).take(19) {
+        assert!(!store.has_object(*id), "version {n} before the decision");
+    }
+    let out = f
+        .hub()
+        .decide_all("s1", crate::protocol::BulkAction::Accept, None, None)
+        .unwrap();
+    assert_eq!(out["decided"].as_array().unwrap().len(), 20, "{out}");
+    assert_eq!(f.read("a.txt"), versions[20]);
+    assert!(store.has_object(ids[0]) && store.has_object(ids[20]));
+    for (n, id) in ids.iter().enumerate().skip(1).take(19) {
+        assert!(
+            !store.has_object(*id),
+            "version {n} was written to the store"
+        );
+    }
+    // The decision's one write names both kept versions, with their fingerprints.
+    let records = Journal::read(&f.tmp.path().join("state/state.jsonl")).unwrap();
+    let ops: Vec<&FileOp> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Decision(d) => Some(&d.ops),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert_eq!(ops.len(), 1, "{ops:?}");
+    assert_eq!(ops[0].pre_oid.as_deref(), Some(ids[0].to_string().as_str()));
+    assert!(matches!(&ops[0].op, Op::Write { oid, .. } if oid.as_str() == ids[20].to_string().as_str()));
+    assert_eq!(
+        ops[0].pre,
+        Fp::File {
+            sha256: sha(versions[0].as_bytes()),
+            exec: false
+        }
+    );
+    assert_eq!(
+        ops[0].post,
+        Fp::File {
+            sha256: sha(versions[20].as_bytes()),
+            exec: false
+        }
+    );
+    f.hub()
+        .decide("s1", &s.hunks[7].id, FeedbackAction::Undo, None, None)
+        .unwrap();
+    let mut rest = refs(20);
+    rest.remove(7);
+    assert_eq!(f.read("a.txt"), numbered(200, &rest));
+}
+
 #[test]
 fn accept_all_records_a_conflicting_hunk_and_applies_the_rest() {
     let base = vec![("a.txt", numbered(60, &[]))];

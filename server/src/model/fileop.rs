@@ -31,6 +31,21 @@ pub fn sha(bytes: &[u8]) -> String {
 }
 
 impl Fp {
+    /// Not made yet: the `pre` of a bulk decision's later step at a path, which merging the
+    /// steps drops (see `decide::overlay`), and a held write's `post` until it is settled.
+    /// Never journaled.
+    pub(crate) fn unsettled() -> Fp {
+        Fp::File {
+            sha256: String::new(),
+            exec: false,
+        }
+    }
+
+    /// Whether this is a fingerprint not made yet ([`Fp::unsettled`]).
+    pub(crate) fn is_unsettled(&self) -> bool {
+        matches!(self, Fp::File { sha256, .. } | Fp::Link { sha256 } if sha256.is_empty())
+    }
+
     pub fn of(cur: &Cur) -> Fp {
         match cur {
             Cur::Absent => Fp::Absent,
