@@ -471,6 +471,22 @@ impl Beneath {
         new_perm: Option<u32>,
         still_expected: impl FnOnce() -> Result<bool, FsError>,
     ) -> Result<(), FsError> {
+        let pending = self.stage_write(path, bytes, executable, new_perm)?;
+        pending.sync()?;
+        let dir = pending.put_in_place(still_expected)?;
+        self.sync_dir(path, &dir)
+    }
+
+    /// The first half of [`Beneath::write_atomic_with`], for writing several files together: the
+    /// new content in a temporary file beside `path` (its directories made as needed), with the
+    /// mode it is to have, not yet fsynced nor in place. See [`PendingWrite`].
+    pub fn stage_write(
+        &self,
+        path: &str,
+        bytes: &[u8],
+        executable: bool,
+        new_perm: Option<u32>,
+    ) -> Result<PendingWrite, FsError> {
         let parts = components(path)?;
         let dir = self
             .parent_dir(path, &parts, true)?
@@ -480,31 +496,26 @@ impl Beneath {
         // Short and independent of the name: `.{name}.tmp` would not fit a 250-byte name.
         let tmp = temp_name();
         let mut file = create_new(&dir, &tmp, path)?;
-        let result = (|| -> Result<(), FsError> {
-            fill(&mut file, path, bytes, mode)?;
-            if self.durable {
-                file.sync_all().map_err(|e| FsError::Io {
-                    path: path.to_string(),
-                    source: e,
-                })?;
-            }
-            drop(file);
-            if !still_expected()? {
-                return Err(FsError::Changed {
-                    path: path.to_string(),
-                });
-            }
-            nix::fcntl::renameat(dir.as_fd(), tmp.as_str(), dir.as_fd(), name)
-                .map_err(|e| FsError::io(path, e))?;
-            if self.durable {
-                nix::unistd::fsync(dir.as_fd()).map_err(|e| FsError::io(path, e))?;
-            }
-            Ok(())
-        })();
-        if result.is_err() {
-            let _ = nix::unistd::unlinkat(dir.as_fd(), tmp.as_str(), UnlinkatFlags::NoRemoveDir);
+        let mut pending = PendingWrite {
+            dir: Some(dir),
+            tmp,
+            name: name.to_string(),
+            path: path.to_string(),
+            file: None,
+            durable: self.durable,
+        };
+        fill(&mut file, path, bytes, mode)?;
+        pending.file = Some(file);
+        Ok(pending)
+    }
+
+    /// Make a rename or removal in `dir` (the directory of `path`) durable, when writes here
+    /// are.
+    pub fn sync_dir(&self, path: &str, dir: &OwnedFd) -> Result<(), FsError> {
+        if self.durable {
+            nix::unistd::fsync(dir.as_fd()).map_err(|e| FsError::io(path, e))?;
         }
-        result
+        Ok(())
     }
 
     /// Write a regular file of a scratch tree (see [`Beneath::open_scratch`]), keeping the old
@@ -685,6 +696,112 @@ impl Beneath {
         nix::sys::stat::fchmod(fd.as_fd(), Mode::from_bits_truncate(mode as _))
             .map_err(|e| FsError::io(path, e))?;
         nix::unistd::fsync(fd.as_fd()).map_err(|e| FsError::io(path, e))
+    }
+}
+
+/// A file [`Beneath::stage_write`] wrote beside its path and has not put in place yet.
+///
+/// Several files are written durably and atomically together, with fewer waits for the disk
+/// than one [`Beneath::write_atomic`] after another: every one staged, then all fsynced
+/// ([`PendingWrite::sync`], on threads of their own: the disk takes concurrent flushes
+/// together), then each put in place after its own last look ([`PendingWrite::put_in_place`]),
+/// then each directory fsynced once. One dropped before it is in place removes its temporary
+/// file.
+#[derive(Debug)]
+pub struct PendingWrite {
+    /// Taken when the file is put in place.
+    dir: Option<OwnedFd>,
+    tmp: String,
+    name: String,
+    path: String,
+    file: Option<std::fs::File>,
+    durable: bool,
+}
+
+impl PendingWrite {
+    /// The path it is for.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// [`PendingWrite::sync`] each of `pending`, the first error if any: on up to
+    /// [`PendingWrite::SYNC_THREADS`] threads, each waiting for the disk, which takes flushes
+    /// that come together at once (a hundred fsyncs of 8 KB files, one after another and on
+    /// eight threads, took 67 and 23 ms on ext4 with a journal, 27 and 12 ms without).
+    pub fn sync_all(pending: &[PendingWrite]) -> Result<(), FsError> {
+        if pending.len() < 2 {
+            return pending.iter().try_for_each(PendingWrite::sync);
+        }
+        let threads = pending.len().min(Self::SYNC_THREADS);
+        let each = pending.len().div_ceil(threads);
+        std::thread::scope(|scope| {
+            let mut chunks = pending.chunks(each);
+            let first = chunks.next().unwrap_or_default();
+            let others: Vec<_> = chunks
+                .map(|chunk| scope.spawn(move || chunk.iter().try_for_each(PendingWrite::sync)))
+                .collect();
+            let mine = first.iter().try_for_each(PendingWrite::sync);
+            others.into_iter().fold(mine, |outcome, thread| {
+                let theirs = thread
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                outcome.and(theirs)
+            })
+        })
+    }
+
+    /// At most this many threads fsync at once ([`PendingWrite::sync_all`]).
+    pub const SYNC_THREADS: usize = 8;
+
+    /// Make the new content durable (when writes are: see [`Beneath::open_scratch`]).
+    pub fn sync(&self) -> Result<(), FsError> {
+        match &self.file {
+            Some(file) if self.durable => file.sync_all().map_err(|e| FsError::Io {
+                path: self.path.clone(),
+                source: e,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Rename the new content over the path once `still_expected` (asked right before, after
+    /// the content is written and fsynced, so the window is as small as it can be) says the
+    /// file is still what the new content was made from; `false` writes nothing and answers
+    /// [`FsError::Changed`]. Returns the directory, whose fsync makes the rename durable
+    /// ([`Beneath::sync_dir`]).
+    pub fn put_in_place(
+        mut self,
+        still_expected: impl FnOnce() -> Result<bool, FsError>,
+    ) -> Result<OwnedFd, FsError> {
+        drop(self.file.take());
+        if !still_expected()? {
+            return Err(FsError::Changed {
+                path: self.path.clone(),
+            });
+        }
+        let dir = self
+            .dir
+            .as_ref()
+            .ok_or_else(|| FsError::io(&self.path, Errno::EBADF))?;
+        nix::fcntl::renameat(
+            dir.as_fd(),
+            self.tmp.as_str(),
+            dir.as_fd(),
+            self.name.as_str(),
+        )
+        .map_err(|e| FsError::io(&self.path, e))?;
+        self.dir
+            .take()
+            .ok_or_else(|| FsError::io(&self.path, Errno::EBADF))
+    }
+}
+
+impl Drop for PendingWrite {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.dir {
+            let _ =
+                nix::unistd::unlinkat(dir.as_fd(), self.tmp.as_str(), UnlinkatFlags::NoRemoveDir);
+        }
     }
 }
 

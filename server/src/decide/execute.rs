@@ -1,7 +1,9 @@
 //! Carrying out a decision's file operations on the checkout, each verified against its
 //! `pre` fingerprint immediately before the write, and taking them back when a later one fails.
 
-use hunkgate_sandbox::beneath::{Beneath, FsError};
+use std::os::fd::AsFd;
+
+use hunkgate_sandbox::beneath::{Beneath, FsError, PendingWrite};
 use hunkgate_sandbox::store::Store;
 
 use crate::decide::apply::{conflict, read_cur, PlanError};
@@ -12,18 +14,68 @@ use crate::model::suggestion::oid;
 /// it is at that moment (a write right before its rename), and when one fails the ones already
 /// done are taken back, last first.
 pub fn execute(root: &Beneath, store: &Store, ops: &[FileOp]) -> Result<(), ExecError> {
+    if ops.len() > 1 && ops.iter().all(|op| matches!(op.op, Op::Write { .. })) {
+        return execute_writes(root, store, ops);
+    }
     for (i, op) in ops.iter().enumerate() {
         if let Err(error) = execute_one(root, store, op) {
-            return match undo(root, store, &ops[..i]) {
-                Ok(()) => Err(ExecError::Undone(Box::new(error))),
-                Err(undo) => Err(ExecError::Stuck {
-                    error: Box::new(error),
-                    undo: Box::new(undo),
-                }),
-            };
+            return Err(taken_back(root, store, &ops[..i], error));
         }
     }
     Ok(())
+}
+
+/// [`execute`] for a plan of several writes (a bulk decision's files), with the same checks
+/// and the same all or nothing, and fewer waits for the disk: every file staged beside its
+/// path, all fsynced together, then each put in place right after its own last look, and each
+/// directory fsynced once at the end (see [`PendingWrite`]).
+fn execute_writes(root: &Beneath, store: &Store, ops: &[FileOp]) -> Result<(), ExecError> {
+    let nothing_done = |error| ExecError::Undone(Box::new(error));
+    let mut staged = Vec::with_capacity(ops.len());
+    for op in ops {
+        let Op::Write { oid, exec, perm } = &op.op else {
+            return Err(nothing_done(PlanError::Conflict(format!(
+                "{}: not a write",
+                op.path
+            ))));
+        };
+        let bytes = blob(store, oid).map_err(nothing_done)?;
+        let pending = fs_outcome(&op.path, root.stage_write(&op.path, &bytes, *exec, *perm));
+        staged.push(pending.map_err(nothing_done)?);
+    }
+    PendingWrite::sync_all(&staged).map_err(|e| nothing_done(e.into()))?;
+    // Dropped unplaced (a check failed), the rest remove their temporary files.
+    let mut dirs = Vec::with_capacity(ops.len());
+    for (i, (op, pending)) in ops.iter().zip(staged).enumerate() {
+        let path = op.path.as_str();
+        let placed = pending.put_in_place(|| Ok(Fp::of(&read_cur(root, path)?) == op.pre));
+        match fs_outcome(path, placed) {
+            Ok(dir) => dirs.push((path, dir)),
+            Err(error) => return Err(taken_back(root, store, &ops[..i], error)),
+        }
+    }
+    let mut synced = std::collections::HashSet::new();
+    for (path, dir) in &dirs {
+        let once = nix::sys::stat::fstat(dir.as_fd())
+            .map_or(true, |st| synced.insert((st.st_dev, st.st_ino)));
+        if once {
+            if let Err(e) = fs_outcome(path, root.sync_dir(path, dir)) {
+                return Err(taken_back(root, store, ops, e));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `error` stopped a plan after `done`: take those back, last first.
+fn taken_back(root: &Beneath, store: &Store, done: &[FileOp], error: PlanError) -> ExecError {
+    match undo(root, store, done) {
+        Ok(()) => ExecError::Undone(Box::new(error)),
+        Err(undo) => ExecError::Stuck {
+            error: Box::new(error),
+            undo: Box::new(undo),
+        },
+    }
 }
 
 /// Why [`execute`] failed.
@@ -90,11 +142,25 @@ fn fp_now(root: &Beneath, path: &str) -> Result<Fp, PlanError> {
     }
 }
 
+/// The content `hex` names, from the store.
+fn blob(store: &Store, hex: &str) -> Result<Vec<u8>, PlanError> {
+    let id = oid(hex).ok_or_else(|| PlanError::Conflict(format!("corrupt object id {hex}")))?;
+    Ok(store.read_blob(id)?)
+}
+
+/// What a file operation at `path` came to, in the words a decision answers with: a file
+/// changed since its check, or a symlink on the way, is a conflict the user can act on.
+fn fs_outcome<T>(path: &str, result: Result<T, FsError>) -> Result<T, PlanError> {
+    match result {
+        Ok(t) => Ok(t),
+        Err(FsError::Changed { .. }) => Err(changed(path)),
+        Err(e @ FsError::Symlink { .. }) => conflict(e.to_string()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 fn execute_one(root: &Beneath, store: &Store, op: &FileOp) -> Result<(), PlanError> {
-    let blob = |s: &str| -> Result<Vec<u8>, PlanError> {
-        let id = oid(s).ok_or_else(|| PlanError::Conflict(format!("corrupt object id {s}")))?;
-        Ok(store.read_blob(id)?)
-    };
+    let blob = |hex: &str| blob(store, hex);
     let path = op.path.as_str();
     let check = || -> Result<(), PlanError> {
         if fp_now(root, path)? == op.pre {
@@ -125,12 +191,7 @@ fn execute_one(root: &Beneath, store: &Store, op: &FileOp) -> Result<(), PlanErr
             root.set_executable(path, *exec)
         }
     };
-    match result {
-        Ok(()) => Ok(()),
-        Err(FsError::Changed { .. }) => Err(changed(path)),
-        Err(e @ FsError::Symlink { .. }) => conflict(e.to_string()),
-        Err(e) => Err(e.into()),
-    }
+    fs_outcome(path, result)
 }
 
 /// Where each operation of a journaled plan stands now: used after a crash.
@@ -150,4 +211,89 @@ pub fn op_state(root: &Beneath, op: &FileOp) -> Result<OpState, FsError> {
     } else {
         OpState::Neither
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::fileop::{sha, Cur};
+
+    /// Three files in two directories, and a plan that writes a new version of each.
+    fn three() -> (tempfile::TempDir, Beneath, Store, Vec<FileOp>) {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("repo");
+        std::fs::create_dir_all(repo.join("d")).unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store.git")).unwrap();
+        let mut ops = Vec::new();
+        for path in ["a.txt", "d/b.txt", "d/c.txt"] {
+            let old = format!("old {path}\n");
+            std::fs::write(repo.join(path), &old).unwrap();
+            let new = format!("new {path}\n");
+            let pre = Cur::File {
+                bytes: old.clone().into_bytes(),
+                exec: false,
+            };
+            ops.push(FileOp {
+                path: path.into(),
+                op: Op::Write {
+                    oid: store.write_blob(new.as_bytes()).unwrap().to_string(),
+                    exec: false,
+                    perm: None,
+                },
+                pre: Fp::of(&pre),
+                post: Fp::File {
+                    sha256: sha(new.as_bytes()),
+                    exec: false,
+                },
+                pre_oid: Some(store.write_blob(old.as_bytes()).unwrap().to_string()),
+            });
+        }
+        let root = Beneath::open(&repo).unwrap();
+        (tmp, root, store, ops)
+    }
+
+    fn files(tmp: &tempfile::TempDir) -> Vec<(String, String)> {
+        let repo = tmp.path().join("repo");
+        let mut out: Vec<(String, String)> = ["", "d"]
+            .iter()
+            .flat_map(|dir| std::fs::read_dir(repo.join(dir)).unwrap())
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.is_file())
+            .map(|p| {
+                let name = p.strip_prefix(&repo).unwrap().display().to_string();
+                (name, std::fs::read_to_string(&p).unwrap())
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Several writes go through the staged path: all land, each verified, no temporary file
+    /// left; when one file changed after the plan, none of them stays and the user's change
+    /// is kept.
+    #[test]
+    fn several_writes_land_together_or_not_at_all() {
+        let (tmp, root, store, ops) = three();
+        execute(&root, &store, &ops).unwrap();
+        let want: Vec<(String, String)> = ["a.txt", "d/b.txt", "d/c.txt"]
+            .iter()
+            .map(|p| (p.to_string(), format!("new {p}\n")))
+            .collect();
+        assert_eq!(files(&tmp), want);
+
+        let (tmp, root, store, ops) = three();
+        std::fs::write(tmp.path().join("repo/d/b.txt"), "the user's b\n").unwrap();
+        match execute(&root, &store, &ops) {
+            Err(ExecError::Undone(e)) => assert!(e.to_string().contains("d/b.txt changed"), "{e}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            files(&tmp),
+            [
+                ("a.txt".to_string(), "old a.txt\n".to_string()),
+                ("d/b.txt".to_string(), "the user's b\n".to_string()),
+                ("d/c.txt".to_string(), "old d/c.txt\n".to_string()),
+            ]
+        );
+    }
 }
