@@ -19,8 +19,9 @@
 //!
 //! The decisions are accepts, rejects (of pending and of applied hunks), modifies (one
 //! replacement line, two lines, or none, so later hunks shift), undos of accepted, modified and
-//! rejected hunks, scoped rollbacks of one to three applied hunks, and one hard rollback
-//! halfway through.
+//! rejected hunks, bulk accepts of every pending hunk of one file (`/feedback/all`: one
+//! decision that writes the file once), scoped rollbacks of one to three applied hunks, and one
+//! hard rollback halfway through.
 //!
 //! Environment (CI runs the defaults: a fixed seed and 200 kills):
 //!
@@ -164,6 +165,8 @@ enum Op {
         modified: Option<Hunk>,
         rest: bool,
     },
+    /// `/feedback/all` accepting every pending hunk of one file.
+    AcceptFile(usize),
     Scoped(Vec<usize>),
     HardAll,
 }
@@ -201,6 +204,7 @@ struct Stats {
     unacked_dropped: usize,
     scoped_rollbacks: usize,
     hard_rollbacks: usize,
+    bulk_accepts: usize,
     by_action: HashMap<&'static str, usize>,
 }
 
@@ -227,6 +231,10 @@ impl Campaign {
                 };
                 vec![(*hunk, to)]
             }
+            Op::AcceptFile(f) => (0..self.model.len())
+                .filter(|&h| self.infos[h].file == *f && self.model[h] == St::Pending)
+                .map(|h| (h, St::Accepted))
+                .collect(),
             Op::Scoped(hs) => hs.iter().map(|&h| (h, St::Rejected)).collect(),
             Op::HardAll => (0..self.model.len())
                 .filter(|&h| self.model[h].applied())
@@ -244,9 +252,31 @@ impl Campaign {
         self.stats.sent += 1;
         match op {
             Op::Decide { action, .. } => *self.stats.by_action.entry(action).or_default() += 1,
+            Op::AcceptFile(_) => self.stats.bulk_accepts += 1,
             Op::Scoped(_) => self.stats.scoped_rollbacks += 1,
             Op::HardAll => self.stats.hard_rollbacks += 1,
         }
+    }
+
+    /// A bulk accept of a file with two or more pending hunks and nothing in flight: no other
+    /// decision of the burst may touch any hunk of that file (an undo landing first would
+    /// give the bulk one more pending hunk to take).
+    fn choose_bulk(&mut self, busy: &HashSet<usize>) -> Option<Op> {
+        let files: Vec<usize> = (0..FILES)
+            .filter(|&f| {
+                let hunks: Vec<usize> = (0..self.model.len())
+                    .filter(|&h| self.infos[h].file == f)
+                    .collect();
+                hunks.iter().all(|h| !busy.contains(h))
+                    && hunks
+                        .iter()
+                        .filter(|&&h| self.model[h] == St::Pending)
+                        .count()
+                        >= 2
+            })
+            .collect();
+        let f = *files.get(self.rng.below(files.len().max(1)))?;
+        Some(Op::AcceptFile(f))
     }
 
     fn pick(&mut self, from: &[usize], busy: &HashSet<usize>) -> Option<usize> {
@@ -570,6 +600,10 @@ async fn send(c: &Campaign, hub: &Hub, client: &mut Ws, op: &Op, id: &str) -> Op
             return None;
         }
         Op::Decide { .. } => ("/feedback".to_string(), decide_body(c, op, false)),
+        Op::AcceptFile(f) => (
+            "/feedback/all".to_string(),
+            json!({"suggestion_id": c.sid, "action": "accept", "file": file_name(*f)}),
+        ),
         Op::Scoped(hs) => (
             format!("/checkpoints/{}/rollback", c.sid),
             json!({"mode": "scoped_selected",
@@ -612,6 +646,29 @@ fn acknowledge(c: &mut Campaign, flight: &mut Flight, answer: &Value, status: Op
             "{ctx}: the answer to {:?} on {} names another state: {answer}",
             flight.op,
             c.infos[*hunk].id
+        );
+    }
+    if let Op::AcceptFile(f) = &flight.op {
+        let reply = if answer["data"].is_object() {
+            &answer["data"]
+        } else {
+            answer
+        };
+        let decided: HashSet<&str> = reply["decided"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{ctx}: a bulk reply without `decided`: {answer}"))
+            .iter()
+            .filter_map(|d| d["hunk_id"].as_str())
+            .collect();
+        let expected: HashSet<&str> = flight
+            .after
+            .iter()
+            .map(|(h, _)| c.infos[*h].id.as_str())
+            .collect();
+        assert!(
+            reply["failed"].as_array().is_some_and(|f| f.is_empty()) && decided == expected,
+            "{ctx}: the bulk accept of {} decided {decided:?}, the client expects {expected:?}: {answer}",
+            file_name(*f)
         );
     }
     for (h, st) in &flight.after {
@@ -832,6 +889,14 @@ async fn kill9_campaign_keeps_every_acknowledged_decision() {
                     ops.push(op);
                 }
             }
+            if round == 5 || c.rng.chance(10) {
+                if let Some(op) = c.choose_bulk(&busy) {
+                    if let Op::AcceptFile(f) = &op {
+                        busy.extend((0..c.model.len()).filter(|&h| c.infos[h].file == *f));
+                    }
+                    ops.push(op);
+                }
+            }
             for _ in 0..c.rng.below(4) {
                 let op = c.choose(&busy);
                 if let Op::Decide { hunk, .. } = &op {
@@ -942,5 +1007,6 @@ async fn kill9_campaign_keeps_every_acknowledged_decision() {
         c.stats
     );
     assert!(c.stats.scoped_rollbacks > 0 && c.stats.hard_rollbacks > 0 || kills < 4);
+    assert!(c.stats.bulk_accepts > 0 || kills < 6);
     assert!(c.stats.by_action.get("undo").copied().unwrap_or(0) > 0 || kills < 20);
 }
