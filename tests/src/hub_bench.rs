@@ -489,6 +489,8 @@ pub struct ModeFigures {
     pub apply_check_big: Vec<Duration>,
     /// Single-hunk accepts per second over the whole big review, one client, one at a time.
     pub decisions_per_sec: f64,
+    /// The last warm big run's suggestion accepted whole (`feedback_all`), one decision.
+    pub bulk: Bulk,
     /// Mean bytes of a hunk's `diff` in each suggestion.
     pub diff_bytes_small: f64,
     pub diff_bytes_big: f64,
@@ -514,6 +516,24 @@ pub struct ModeFigures {
     /// What the hubs warned of or logged as errors while they were timed (see
     /// [`hub_warnings`]): a figure far off its usual value is explained there, if anywhere.
     pub warnings: Vec<String>,
+}
+
+/// A whole suggestion accepted at once (`feedback_all`), next to git applying its diff.
+#[derive(Debug, Clone, Default)]
+pub struct Bulk {
+    pub hunks: usize,
+    pub files: usize,
+    /// The `feedback_all` round trip over the WebSocket.
+    pub accept: Duration,
+    /// `git apply` of the suggestion's whole diff (`git diff base head` of its commits) in the
+    /// checkout, and the same followed by `sync` of the files it wrote (coreutils: an fsync
+    /// of each), which the hub's writes are; both taken back before the hub's accept.
+    pub git_apply: Duration,
+    pub git_apply_sync: Duration,
+    /// Growth of `state.jsonl`.
+    pub journal: u64,
+    /// The disk right before (see [`fsync_probe`]).
+    pub disk: Duration,
 }
 
 /// A hub killed (`kill -9`) after its work and started again on the same state dir.
@@ -962,6 +982,91 @@ fn apply_checks(ws: &Workspace, hunks: &[(String, String, String)]) -> Result<Ve
         out.push(time_git(cmd)?);
     }
     Ok(out)
+}
+
+/// Accept suggestion `s` whole with one `feedback_all` over `client`, timed, next to `git apply`
+/// of its diff (and of the same with its files fsynced), which is then taken back; every file
+/// it changes must then hold the run's version, or this fails.
+async fn accept_whole(ws: &Workspace, hub: &Hub, client: &mut Ws, s: &Value) -> Result<Bulk> {
+    let git_dir = hub.state.join("checkpoints.git");
+    let base = s["base_commit"].as_str().unwrap_or_default().to_string();
+    let head = s["run_commit"].as_str().unwrap_or_default().to_string();
+    let id = s["id"].as_str().unwrap_or_default().to_string();
+    let in_store = |args: &[&str]| -> Result<Vec<u8>> {
+        let mut cmd = git_cmd(&ws.home(), &ws.repo(), &["--git-dir"]);
+        cmd.arg(&git_dir).args(args);
+        let out = cmd.stdin(Stdio::null()).output()?;
+        ensure!(
+            out.status.success(),
+            "{cmd:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(out.stdout)
+    };
+    let files: Vec<String> = String::from_utf8(in_store(&["diff", "--name-only", &base, &head])?)?
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let patch = ws.path("whole.diff");
+    std::fs::write(
+        &patch,
+        in_store(&["diff", "--no-color", "--binary", &base, &head])?,
+    )?;
+    let patch_s = patch.to_string_lossy().into_owned();
+    let git_apply = |sync: bool| -> Result<Duration> {
+        settle()?;
+        let t = Instant::now();
+        time_git(git_cmd(&ws.home(), &ws.repo(), &["apply", &patch_s]))?;
+        if sync {
+            let out = Command::new("sync")
+                .current_dir(ws.repo())
+                .args(&files)
+                .output()?;
+            ensure!(
+                out.status.success(),
+                "sync: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let d = t.elapsed();
+        time_git(git_cmd(&ws.home(), &ws.repo(), &["apply", "-R", &patch_s]))?;
+        Ok(d)
+    };
+    let git_apply_plain = git_apply(false)?;
+    let git_apply_sync = git_apply(true)?;
+    settle()?;
+    let disk = fsync_probe(&hub.state)?;
+    let journal_before = journal_len(&hub.state);
+    let t = Instant::now();
+    let r = client
+        .call(json!({"type": "feedback_all", "suggestionId": id, "action": "accept"}))
+        .await?;
+    let accept = t.elapsed();
+    let journal = journal_len(&hub.state).saturating_sub(journal_before);
+    ensure!(r["success"] == true, "feedback_all: {r}");
+    let decided = r["data"]["decided"].as_array().map_or(0, Vec::len);
+    let failed = r["data"]["failed"].as_array().map_or(0, Vec::len);
+    let hunks = s["hunks"].as_array().map_or(0, Vec::len);
+    ensure!(
+        decided == hunks && failed == 0,
+        "feedback_all decided {decided} of {hunks} hunks, {failed} failed: {r}"
+    );
+    for f in &files {
+        let want = in_store(&["show", &format!("{head}:{f}")])?;
+        ensure!(
+            std::fs::read(ws.repo().join(f))? == want,
+            "{f}: the checkout does not hold the run's version after feedback_all"
+        );
+    }
+    Ok(Bulk {
+        hunks,
+        files: files.len(),
+        accept,
+        git_apply: git_apply_plain,
+        git_apply_sync,
+        journal,
+        disk,
+    })
 }
 
 /// Decide each hunk over `ws`, one at a time; returns each round trip.
@@ -1489,6 +1594,7 @@ async fn review_hub(
 
     let mut warm_bigs = Vec::new();
     let mut diff_big_warm = Duration::ZERO;
+    let mut last_big = Value::Null;
     for k in 0..cfg.warm_big_samples {
         progress(format!(
             "[{mode}] run {} (warm): {} files × {} hunks again, {}",
@@ -1518,8 +1624,15 @@ async fn review_hub(
             diff_big_warm = git_diff(ws, &hub.state, &again, cfg.git_samples)?;
         }
         warm_bigs.push(run);
+        last_big = again;
     }
     let warm_big = warm_bigs.remove(0);
+
+    progress(format!(
+        "[{mode}] accepting the last run's {} hunks at once (feedback_all)",
+        first_run.hunk_count
+    ));
+    let bulk = accept_whole(ws, hub, &mut client, &last_big).await?;
 
     let mean_len = |h: &[(String, String, String)]| {
         h.iter().map(|(_, _, d)| d.len()).sum::<usize>() as f64 / h.len().max(1) as f64
@@ -1542,6 +1655,7 @@ async fn review_hub(
         diff_big_warm,
         diff_small,
         decisions_per_sec: accept_big.len() as f64 / review_time.as_secs_f64(),
+        bulk,
         accept_small,
         accept_big,
         apply_check_small,
@@ -2067,6 +2181,28 @@ impl Report {
             String::new(),
             "≥ 300/s",
         );
+        let b = &m.bulk;
+        row(
+            format!(
+                "WebSocket `feedback_all` accept of a whole {}-hunk suggestion ({} files) → response; `state.jsonl` grew {}",
+                b.hunks,
+                b.files,
+                bytes(b.journal as f64)
+            ),
+            ms(b.accept),
+            format!(
+                "`git apply` of its diff {}; with `sync` of its {} files {}",
+                ms(b.git_apply),
+                b.files,
+                ms(b.git_apply_sync)
+            ),
+            format!(
+                "{}; {} with `sync`",
+                ratio(b.accept, b.git_apply),
+                ratio(b.accept, b.git_apply_sync)
+            ),
+            "",
+        );
         for (label, per, diff) in [
             (&small, m.journal_per_decision_small, m.diff_bytes_small),
             (&big, m.journal_per_decision_big, m.diff_bytes_big),
@@ -2201,10 +2337,11 @@ impl Report {
             .collect();
         out.push_str(&format!(
             "\nThe disk right before each step (`fdatasync` of a 4 KiB write, median of 5): {}, \
-             {small}-hunk accepts {}, {big}-hunk accepts {}. {}\n",
+             {small}-hunk accepts {}, {big}-hunk accepts {}, `feedback_all` {}. {}\n",
             runs.join(", "),
             ms(m.disk_small),
             ms(m.disk_big),
+            ms(m.bulk.disk),
             match m.settled {
                 (t, true) => format!(
                     "Before the first step the benchmark waited {} for the disk to settle \

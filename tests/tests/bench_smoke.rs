@@ -69,6 +69,18 @@ fn check_mode(cfg: &Config, m: &ModeFigures) {
         assert!(r.ready.is_some_and(|d| !d.is_zero()), "{m:#?}");
     }
     assert!(m.at_rest.rss_kib > 0 && m.at_rest.anon_kib > 0, "{m:#?}");
+    // The last warm big run accepted whole, every hunk decided (the benchmark checks each
+    // file), next to git applying the same diff.
+    assert_eq!(m.bulk.hunks, m.first_run.hunk_count, "{m:#?}");
+    assert_eq!(m.bulk.files, cfg.agent_files, "{m:#?}");
+    assert!(m.bulk.journal > 0, "{m:#?}");
+    for (what, d) in [
+        ("feedback_all", m.bulk.accept),
+        ("git apply of the whole diff", m.bulk.git_apply),
+        ("git apply and sync", m.bulk.git_apply_sync),
+    ] {
+        positive(what, d);
+    }
     positive(
         "the warm big publish",
         m.warm_big
@@ -180,6 +192,7 @@ async fn the_hub_benchmark_produces_every_figure() {
         "agent exit → `suggestion.ready`",
         "WebSocket `accept` of one hunk",
         "decisions/s",
+        "`feedback_all` accept of a whole",
         "bytes per accept",
         "after the whole",
         "hub RSS, idle",
