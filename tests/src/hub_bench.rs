@@ -2185,8 +2185,8 @@ impl Report {
         row(
             format!(
                 "WebSocket `feedback_all` accept of a whole {}-hunk suggestion ({} files) → response; `state.jsonl` grew {}",
-                b.hunks,
-                b.files,
+                thousands(b.hunks),
+                thousands(b.files),
                 bytes(b.journal as f64)
             ),
             ms(b.accept),
