@@ -719,11 +719,6 @@ pub struct PendingWrite {
 }
 
 impl PendingWrite {
-    /// The path it is for.
-    pub fn path(&self) -> &str {
-        &self.path
-    }
-
     /// [`PendingWrite::sync`] each of `pending`, the first error if any: on up to
     /// [`PendingWrite::SYNC_THREADS`] threads, each waiting for the disk, which takes flushes
     /// that come together at once (a hundred fsyncs of 8 KB files, one after another and on

@@ -530,7 +530,9 @@ fn accept_all_keeps_only_the_versions_its_write_names() {
         .collect();
     assert_eq!(ops.len(), 1, "{ops:?}");
     assert_eq!(ops[0].pre_oid.as_deref(), Some(ids[0].to_string().as_str()));
-    assert!(matches!(&ops[0].op, Op::Write { oid, .. } if oid.as_str() == ids[20].to_string().as_str()));
+    assert!(
+        matches!(&ops[0].op, Op::Write { oid, .. } if oid.as_str() == ids[20].to_string().as_str())
+    );
     assert_eq!(
         ops[0].pre,
         Fp::File {
