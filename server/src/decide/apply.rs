@@ -449,7 +449,13 @@ fn mode_plan(cx: &Ctx, rec: &HunkRec, reverse: bool) -> Result<Plan, PlanError> 
                     sha256: sha(bytes),
                     exec: to,
                 },
-                pre_oid: None,
+                // Setting a bit back needs no content, but a bulk decision may merge a later
+                // write at the path into this operation, which then takes the content back.
+                pre_oid: if cx.overlay.holding() {
+                    cx.pre_oid(path, &cur)?
+                } else {
+                    None
+                },
             },
             None,
         )),

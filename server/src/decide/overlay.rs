@@ -4,10 +4,11 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
+use hunkgate_sandbox::beneath::Beneath;
 use hunkgate_sandbox::store::{blob_id, Store, StoreError};
 use hunkgate_sandbox::ObjectId;
 
-use crate::decide::apply::PlanError;
+use crate::decide::apply::{read_cur, PlanError};
 use crate::error::AppError;
 use crate::model::fileop::{sha, Cur, FileOp, Fp, Op};
 use crate::model::suggestion::oid;
@@ -79,8 +80,8 @@ impl Overlay {
         Some(id.to_string())
     }
 
-    /// Note what `op` leaves at its path.
-    pub fn record(&mut self, store: &Store, op: &FileOp) -> Result<(), PlanError> {
+    /// Note what `op` leaves at its path (in the checkout under `root`).
+    pub fn record(&mut self, store: &Store, root: &Beneath, op: &FileOp) -> Result<(), PlanError> {
         let blob = |hex: &str| -> Result<Vec<u8>, PlanError> {
             if hex.is_empty() {
                 let made = self
@@ -102,10 +103,14 @@ impl Overlay {
             },
             Op::Symlink { oid } => Cur::Link(blob(oid)?),
             Op::Remove => Cur::Absent,
+            // The file with the bit set, so that a later step at the path (a line hunk after
+            // a mode change) writes it with the bit, not with the checkout's.
             Op::SetExec { exec } => match self.paths.remove(&op.path) {
                 Some(Cur::File { bytes, .. }) => Cur::File { bytes, exec: *exec },
-                // Not planned over before: it is read from the checkout when needed.
-                _ => return Ok(()),
+                Some(_) | None => match read_cur(root, &op.path)? {
+                    Cur::File { bytes, .. } => Cur::File { bytes, exec: *exec },
+                    _ => return Ok(()),
+                },
             },
         };
         self.paths.insert(op.path.clone(), now);

@@ -282,7 +282,7 @@ impl Hub {
                     Ok(plan) => {
                         for op in &plan.ops {
                             overlay
-                                .record(self.store(), op)
+                                .record(self.store(), &root, op)
                                 .map_err(|e| AppError::failed("reading the checkout", e))?;
                         }
                         if let Some(a) = &plan.applied {

@@ -15,7 +15,7 @@ use crate::decide::commit::Decision;
 use crate::hub::Hub;
 use crate::model::suggestion::{build_hunks, Blobs, Suggestion};
 use crate::protocol::ErrorCode;
-use crate::protocol::{FeedbackAction, HunkState, RollbackMode};
+use crate::protocol::{FeedbackAction, HunkKind, HunkState, RollbackMode};
 use crate::store::journal::{Journal, Record};
 
 struct Fixture {
@@ -103,8 +103,12 @@ impl Fixture {
 
     /// Publish the change from `base` to `run` as suggestion `id`.
     fn suggest(&self, id: &str, base: &[(&str, String)], run: &[(&str, String)]) -> Suggestion {
+        self.suggest_trees(id, self.tree(base), self.tree(run))
+    }
+
+    /// [`Fixture::suggest`] of two trees made by the caller (with modes of its choosing).
+    fn suggest_trees(&self, id: &str, b: FlatTree, r: FlatTree) -> Suggestion {
         let store = self.hub().store();
-        let (b, r) = (self.tree(base), self.tree(run));
         let bc = store
             .commit(store.write_tree(&b).unwrap(), &[], "base")
             .unwrap();
@@ -553,6 +557,67 @@ fn accept_all_keeps_only_the_versions_its_write_names() {
     let mut rest = refs(20);
     rest.remove(7);
     assert_eq!(f.read("a.txt"), numbered(200, &rest));
+}
+
+/// A file whose lines and executable bit both change: accepting all of it is one write that
+/// leaves the run's lines with the bit set, and each hunk can still be undone on its own.
+#[test]
+fn accept_all_of_a_file_whose_lines_and_mode_change_writes_it_once() {
+    use std::os::unix::fs::PermissionsExt;
+    let base: Files = vec![("a.sh", numbered(60, &[]))];
+    let run: Files = vec![("a.sh", numbered(60, &[(10, "ten"), (40, "forty")]))];
+    let f = Fixture::new(&base);
+    let mut r = f.tree(&run);
+    r.get_mut("a.sh").unwrap().mode = Mode::Executable;
+    let s = f.suggest_trees("s1", f.tree(&base), r);
+    let kinds: Vec<HunkKind> = s.hunks.iter().map(|h| h.kind).collect();
+    assert_eq!(kinds.len(), 3, "{kinds:?}");
+    assert!(kinds.contains(&HunkKind::Mode), "{kinds:?}");
+    let out = f
+        .hub()
+        .decide_all("s1", crate::protocol::BulkAction::Accept, None, None)
+        .unwrap();
+    assert_eq!(out["decided"].as_array().unwrap().len(), 3, "{out}");
+    assert_eq!(f.read("a.sh"), run[0].1);
+    let mode = || {
+        std::fs::metadata(f.path("a.sh"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    assert_eq!(mode(), 0o755);
+    let records = Journal::read(&f.tmp.path().join("state/state.jsonl")).unwrap();
+    let ops: Vec<usize> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Decision(d) => Some(d.ops.len()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ops, vec![1], "one write of the file, its bit included");
+    let at = |k: HunkKind| s.hunks.iter().position(|h| h.kind == k).unwrap();
+    f.hub()
+        .decide(
+            "s1",
+            &s.hunks[at(HunkKind::Mode)].id,
+            FeedbackAction::Undo,
+            None,
+            None,
+        )
+        .unwrap();
+    assert_eq!(mode(), 0o644);
+    assert_eq!(f.read("a.sh"), run[0].1);
+    f.hub()
+        .decide(
+            "s1",
+            &s.hunks[at(HunkKind::Modify)].id,
+            FeedbackAction::Undo,
+            None,
+            None,
+        )
+        .unwrap();
+    assert_eq!(f.read("a.sh"), numbered(60, &[(40, "forty")]));
 }
 
 #[test]
