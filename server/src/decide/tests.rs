@@ -146,6 +146,18 @@ impl Fixture {
             .len()
     }
 
+    /// The decision records in the journal, in order.
+    fn decisions(&self) -> Vec<crate::model::decision::DecisionRec> {
+        Journal::read(&self.tmp.path().join("state/state.jsonl"))
+            .unwrap()
+            .into_iter()
+            .filter_map(|r| match r {
+                Record::Decision(d) => Some(*d),
+                _ => None,
+            })
+            .collect()
+    }
+
     fn feedback(&self) -> Vec<serde_json::Value> {
         std::fs::read_to_string(self.tmp.path().join("state/feedback.jsonl"))
             .unwrap_or_default()
@@ -465,14 +477,7 @@ fn accept_all_writes_each_file_once_and_lands_every_hunk() {
     assert_eq!(out["remaining_hunks"], 0);
     assert_eq!(f.read("a.txt"), run[0].1);
     assert_eq!(f.read("b.txt"), run[1].1);
-    let records = Journal::read(&f.tmp.path().join("state/state.jsonl")).unwrap();
-    let ops: Vec<usize> = records
-        .iter()
-        .filter_map(|r| match r {
-            Record::Decision(d) => Some(d.ops.len()),
-            _ => None,
-        })
-        .collect();
+    let ops: Vec<usize> = f.decisions().iter().map(|d| d.ops.len()).collect();
     assert_eq!(ops, vec![2], "one decision, one write per file");
     let fb = f.feedback();
     assert_eq!(fb.len(), 5);
@@ -523,15 +528,8 @@ fn accept_all_keeps_only_the_versions_its_write_names() {
         );
     }
     // The decision's one write names both kept versions, with their fingerprints.
-    let records = Journal::read(&f.tmp.path().join("state/state.jsonl")).unwrap();
-    let ops: Vec<&FileOp> = records
-        .iter()
-        .filter_map(|r| match r {
-            Record::Decision(d) => Some(&d.ops),
-            _ => None,
-        })
-        .flatten()
-        .collect();
+    let decisions = f.decisions();
+    let ops: Vec<&FileOp> = decisions.iter().flat_map(|d| &d.ops).collect();
     assert_eq!(ops.len(), 1, "{ops:?}");
     assert_eq!(ops[0].pre_oid.as_deref(), Some(ids[0].to_string().as_str()));
     assert!(
@@ -587,14 +585,7 @@ fn accept_all_of_a_file_whose_lines_and_mode_change_writes_it_once() {
             & 0o777
     };
     assert_eq!(mode(), 0o755);
-    let records = Journal::read(&f.tmp.path().join("state/state.jsonl")).unwrap();
-    let ops: Vec<usize> = records
-        .iter()
-        .filter_map(|r| match r {
-            Record::Decision(d) => Some(d.ops.len()),
-            _ => None,
-        })
-        .collect();
+    let ops: Vec<usize> = f.decisions().iter().map(|d| d.ops.len()).collect();
     assert_eq!(ops, vec![1], "one write of the file, its bit included");
     let at = |k: HunkKind| s.hunks.iter().position(|h| h.kind == k).unwrap();
     f.hub()
