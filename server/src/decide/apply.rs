@@ -110,7 +110,7 @@ impl Ctx<'_> {
 
     fn write(&self, path: &str, pre: &Cur, bytes: &[u8], exec: bool) -> Result<FileOp, PlanError> {
         if self.overlay.holding() {
-            return Ok(self.held_write(path, pre, bytes, exec));
+            return self.held_write(path, pre, bytes, exec);
         }
         let oid = self.store.write_blob(bytes)?;
         Ok(FileOp {
@@ -134,10 +134,17 @@ impl Ctx<'_> {
     /// operations write — a file's twentieth version, not each of the nineteen before. What
     /// the file held before is kept and fingerprinted only at the decision's first step there;
     /// a later step's `pre` is never used (see [`merge_ops`]).
-    fn held_write(&self, path: &str, pre: &Cur, bytes: &[u8], exec: bool) -> FileOp {
+    fn held_write(
+        &self,
+        path: &str,
+        pre: &Cur,
+        bytes: &[u8],
+        exec: bool,
+    ) -> Result<FileOp, PlanError> {
         let first = self.overlay.get(path).is_none();
+        let pre_oid = self.pre_oid(path, pre)?;
         self.overlay.hold_made(path, bytes);
-        FileOp {
+        Ok(FileOp {
             path: path.to_string(),
             op: Op::Write {
                 oid: String::new(),
@@ -149,8 +156,8 @@ impl Ctx<'_> {
                 sha256: String::new(),
                 exec,
             },
-            pre_oid: first.then(|| self.overlay.hold_before(pre)).flatten(),
-        }
+            pre_oid,
+        })
     }
 
     fn remove(&self, path: &str, pre: &Cur) -> Result<FileOp, PlanError> {

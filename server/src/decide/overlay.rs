@@ -105,9 +105,14 @@ impl Overlay {
             Op::Remove => Cur::Absent,
             // The file with the bit set, so that a later step at the path (a line hunk after
             // a mode change) writes it with the bit, not with the checkout's.
-            Op::SetExec { exec } => match self.paths.remove(&op.path) {
-                Some(Cur::File { bytes, .. }) => Cur::File { bytes, exec: *exec },
-                Some(_) | None => match read_cur(root, &op.path)? {
+            Op::SetExec { exec } => match self.paths.get_mut(&op.path) {
+                Some(Cur::File { exec: now, .. }) => {
+                    *now = *exec;
+                    return Ok(());
+                }
+                // A bit is only ever set on a file (the plan checked): nothing to note.
+                Some(_) => return Ok(()),
+                None => match read_cur(root, &op.path)? {
                     Cur::File { bytes, .. } => Cur::File { bytes, exec: *exec },
                     _ => return Ok(()),
                 },
