@@ -65,7 +65,7 @@ impl Hub {
             self.describe_jj_change(jj_sandbox.as_ref(), change, description)
                 .await;
         }
-        let view = self.announce_suggestion(run_id, suggestion)?;
+        let (view, journaled) = self.announce_suggestion(run_id, suggestion)?;
         let (rid, sid) = (run_id.to_string(), view.id.clone());
         // Housekeeping, once the clients have the announcement (a big one is hundreds of
         // kilobytes to send): returning memory takes a millisecond of CPU, and the refs two
@@ -74,6 +74,7 @@ impl Hub {
         self.bus().taken(HOUSEKEEPING_WAITS).await;
         let _ = self
             .blocking(move |hub| {
+                drop(journaled);
                 hub.set_run_refs(&rid, &sid, commit);
                 // A publish allocates in proportion to the change and frees most of it again.
                 hunkgate_sandbox::return_freed_memory();
@@ -130,10 +131,10 @@ impl Hub {
             store: self.store(),
             fresh: &fresh,
         };
-        let ms = |t: std::time::Instant| t.elapsed().as_millis() as u64;
+        let us = |t: std::time::Instant| t.elapsed().as_micros() as u64;
         tracing::debug!(
             run = rid,
-            ms = ms(started),
+            us = us(started),
             changed = back.changes.len(),
             "sandbox read back"
         );
@@ -169,7 +170,7 @@ impl Hub {
             }
             tracing::debug!(
                 run = rid,
-                ms = ms(started),
+                us = us(started),
                 hunks = hunks.len(),
                 "hunks built"
             );
@@ -224,7 +225,7 @@ impl Hub {
             let hunks = build_hunks_with(blobs, &sid, base, changes, &only, Some(&active.diffs));
             (suggest(hunks, commit)?, commit)
         };
-        tracing::debug!(run = rid, ms = ms(started), "run commit written");
+        tracing::debug!(run = rid, us = us(started), "run commit written");
         Ok((new, commit))
     }
 
@@ -301,16 +302,17 @@ impl Hub {
     /// Add the suggestion to the hub and its run, mark the run `ready` if its agent is no
     /// longer running, and only then say the suggestion is ready: a client that reacts to
     /// `suggestion.ready` or the `ready` status by reading the run (as `hunkgate run` does)
-    /// finds it already up to date.
+    /// finds it already up to date. Returns the view, and the journal line written for the
+    /// caller to drop off the announcement's path ([`Hub::record_suggestion`]).
     fn announce_suggestion(
         &self,
         run_id: &str,
         suggestion: NewSuggestion,
-    ) -> Result<SuggestionView, AppError> {
+    ) -> Result<(SuggestionView, Vec<u8>), AppError> {
         let sid = suggestion.suggestion().id.clone();
         let started = std::time::Instant::now();
         let agent_done = !self.is_agent_running(run_id);
-        let (view, ready) = self.record_suggestion(
+        let (view, ready, journaled) = self.record_suggestion(
             suggestion,
             Some(|r: &mut RunRec| {
                 r.suggestion_ids.push(sid.clone());
@@ -342,7 +344,7 @@ impl Hub {
             ms = started.elapsed().as_millis() as u64,
             "suggestion announced"
         );
-        Ok(view)
+        Ok((view, journaled))
     }
 
     fn is_agent_running(&self, run_id: &str) -> bool {
