@@ -1296,6 +1296,7 @@ pub fn read_back_sandbox(
     dirty: Option<&Dirty>,
     early: &mut EarlyReads,
 ) -> Result<ReadBack, SnapshotError> {
+    let started = std::time::Instant::now();
     let cap = limits.file_cap;
     objects.limit_new_blob_bytes(limits.bytes);
     let over_files = || {
@@ -1331,6 +1332,11 @@ pub fn read_back_sandbox(
     if new_paths.saturating_add(unnamed.len()) > limits.files {
         return Err(over_files());
     }
+    tracing::debug!(
+        candidates = candidates.len(),
+        us = started.elapsed().as_micros() as u64,
+        "read-back candidates found"
+    );
     // Only a restricted read-back needs its candidates again (a full one compares all).
     let restricted = looked.as_ref().map(|_| candidates.clone());
     let candidates: Vec<String> = candidates.into_iter().collect();
@@ -1354,6 +1360,11 @@ pub fn read_back_sandbox(
             |item| store_captured(objects, &mut got, item).map(drop),
         )?;
     }
+    tracing::debug!(
+        us = started.elapsed().as_micros() as u64,
+        taken = taken.len(),
+        "read-back candidates looked at"
+    );
     for path in taken {
         if let Some(e) = early.remove(&path) {
             objects.write_blob_shared(e.entry.oid, e.bytes)?;

@@ -306,12 +306,19 @@ impl LocalSandbox {
         base: &FlatTree,
         limits: ReadLimits,
     ) -> Result<(ReadBack, usize), SandboxError> {
+        let started = std::time::Instant::now();
         let synced = recall(&self.dir);
         let record = record_for(synced.as_deref(), base);
         let (dirty, mut early) = match record.and_then(|_| changes_in(&self.dir)) {
             Some((dirty, early)) => (Some(dirty), early),
             None => (None, EarlyReads::new()),
         };
+        tracing::debug!(
+            us = started.elapsed().as_micros() as u64,
+            paths = dirty.as_ref().map(|d| d.paths.len()),
+            trees = dirty.as_ref().map(|d| d.trees.len()),
+            "the watch's changes taken"
+        );
         let offered = early.len();
         let back = read_back_sandbox(
             &self.dir,
