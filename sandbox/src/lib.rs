@@ -42,6 +42,7 @@ pub mod statcache;
 pub mod store;
 pub mod sync;
 pub mod tools;
+mod tree_edit;
 pub mod user;
 pub mod watch;
 pub mod wire;
@@ -500,8 +501,8 @@ mod layering {
     //! Each module may import (`crate::x`) only modules of a lower layer. The layers, bottom
     //! up — a new module must be given one here:
     //!
-    //! 1. `wire`: the hub↔helper contract, a leaf; `pack`, `watch`, `spares` and `limits`,
-    //!    leaves too;
+    //! 1. `wire`: the hub↔helper contract, a leaf; `pack`, `watch`, `spares`, `limits` and
+    //!    `tree_edit`, leaves too;
     //! 2. `beneath`, then `store`: confined file access, the checkpoint store;
     //! 3. `statcache`, then `snapshot`: stat data, reading trees as data;
     //! 4. `tools`, `sync`, `checkout`: the agent's file tools; bringing a slot to a base; the
@@ -510,7 +511,7 @@ mod layering {
     //! 6. `agent`, `jj`: processes and jj changes in any sandbox;
     //! 7. `user`, `helper`: the two ends of user isolation, which never import each other.
     const LAYERS: &[&[&str]] = &[
-        &["wire", "pack", "watch", "spares", "limits"],
+        &["wire", "pack", "watch", "spares", "limits", "tree_edit"],
         &["beneath"],
         &["store"],
         &["statcache"],
