@@ -599,8 +599,7 @@ impl Store {
             repo: self.local(),
             batch,
         };
-        let root = crate::tree_edit::edit(&mut trees, Some(base), &changes, true)?
-            .ok_or_else(|| self.err("no root tree was written"))?;
+        let root = crate::tree_edit::edit(&mut trees, base, &changes)?;
         Ok(root)
     }
 
@@ -840,12 +839,31 @@ impl Store {
         }
     }
 
+    /// Every file of tree `tree_id` into `out`, its path under `prefix`. The trees still to
+    /// read are a list of the walk's own, not calls on the thread's stack: a tree an agent
+    /// made may be thousands of directories deep.
     fn walk(
         &self,
         repo: &gix::Repository,
         tree_id: ObjectId,
         prefix: String,
         out: &mut FlatTree,
+    ) -> Result<(), StoreError> {
+        let mut trees = vec![(tree_id, prefix)];
+        while let Some((tree_id, prefix)) = trees.pop() {
+            self.walk_one(repo, tree_id, &prefix, out, &mut trees)?;
+        }
+        Ok(())
+    }
+
+    /// The files of one tree of a [`Store::walk`] into `out`, its subtrees onto `trees`.
+    fn walk_one(
+        &self,
+        repo: &gix::Repository,
+        tree_id: ObjectId,
+        prefix: &str,
+        out: &mut FlatTree,
+        trees: &mut Vec<(ObjectId, String)>,
     ) -> Result<(), StoreError> {
         let tree = repo.find_tree(tree_id).map_err(|e| self.err(e))?;
         let decoded = tree.decode().map_err(|e| self.err(e))?;
@@ -858,7 +876,7 @@ impl Store {
             };
             let oid = entry.oid.to_owned();
             match EntryKind::from(entry.mode) {
-                EntryKind::Tree => self.walk(repo, oid, path, out)?,
+                EntryKind::Tree => trees.push((oid, path)),
                 EntryKind::Blob => {
                     out.insert(
                         path,
@@ -2146,6 +2164,45 @@ mod tests {
             let ours = store.edit_tree(base_id, &changes).unwrap();
             proptest::prop_assert_eq!(ours, edited_by_gix(&store, base_id, &changes));
         }
+    }
+
+    /// An agent may nest directories thousands deep: their trees are edited and read on a
+    /// stack of the store's own, not on the thread's (which this 256 KiB one would overflow).
+    #[test]
+    fn a_change_thousands_of_directories_deep_is_edited_and_read_back() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store.git")).unwrap();
+        let file = Entry {
+            mode: Mode::File,
+            oid: store.write_blob(b"x\n").unwrap(),
+        };
+        let deep = format!("{}/f", vec!["d"; 3000].join("/"));
+        let base = store
+            .write_tree(&[("top".to_string(), file)].into())
+            .unwrap();
+        let changes: Changes = [(deep.clone(), Some(file))].into();
+        let edited = std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .stack_size(256 << 10)
+                .spawn_scoped(scope, || store.edit_tree(base, &changes))
+                .unwrap()
+                .join()
+                .unwrap()
+        })
+        .unwrap();
+        let target: FlatTree = [("top".to_string(), file), (deep, file)].into();
+        assert_eq!(edited, store.write_tree(&target).unwrap());
+        // Read back whole on the same small stack: the walk keeps its own list of trees.
+        let read = std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .stack_size(256 << 10)
+                .spawn_scoped(scope, || store.read_tree(edited))
+                .unwrap()
+                .join()
+                .unwrap()
+        })
+        .unwrap();
+        assert_eq!(read, target);
     }
 
     #[test]

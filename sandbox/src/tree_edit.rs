@@ -10,11 +10,12 @@
 //! order, so a file that replaces a directory (or a directory that replaces a file) lands in
 //! a clean place; a directory left empty disappears (git has no empty trees), except the root.
 //! Names are not checked here: the caller checks the paths of its changes, and the entries it
-//! does not change are copied from trees already in the store.
+//! does not change are copied from trees already in the store. The directories on the way to
+//! a change are a stack of the editor's own, not calls on the thread's stack: an agent can nest
+//! directories thousands deep, and a hub thread has two megabytes of stack.
 
-use std::borrow::Cow;
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use gix::ObjectId;
 
@@ -29,21 +30,25 @@ pub(crate) struct Put {
     pub oid: ObjectId,
 }
 
-/// One entry of a tree's bytes: `<octal mode> <name>\0<20-byte id>`.
+/// One entry of a tree's bytes (`<octal mode> <name>\0<20-byte id>`), as offsets into them.
 #[derive(Clone, Copy)]
-struct Raw<'a> {
-    mode: &'a [u8],
-    name: &'a [u8],
-    oid: &'a [u8],
+struct At {
+    mode: (usize, usize),
+    name: (usize, usize),
+    oid: usize,
 }
 
-impl Raw<'_> {
-    fn is_tree(&self) -> bool {
-        is_tree_mode(self.mode)
+impl At {
+    fn mode<'d>(&self, data: &'d [u8]) -> &'d [u8] {
+        &data[self.mode.0..self.mode.1]
     }
 
-    fn id(&self) -> ObjectId {
-        ObjectId::from_bytes_or_panic(self.oid)
+    fn name<'d>(&self, data: &'d [u8]) -> &'d [u8] {
+        &data[self.name.0..self.name.1]
+    }
+
+    fn oid<'d>(&self, data: &'d [u8]) -> &'d [u8] {
+        &data[self.oid..self.oid + 20]
     }
 }
 
@@ -60,23 +65,22 @@ fn is_tree_mode(mode: &[u8]) -> bool {
 }
 
 /// The entries of a tree's bytes, in their order; None if they are not a tree's.
-fn parse(data: &[u8]) -> Option<Vec<Raw<'_>>> {
+fn parse(data: &[u8]) -> Option<Vec<At>> {
     let mut out = Vec::new();
-    let mut rest = data;
-    while !rest.is_empty() {
-        let space = rest.iter().position(|&c| c == b' ')?;
-        let (mode, after) = (&rest[..space], &rest[space + 1..]);
-        let nul = after.iter().position(|&c| c == 0)?;
-        let (name, after) = (&after[..nul], &after[nul + 1..]);
-        if mode.is_empty() || name.is_empty() || after.len() < 20 {
+    let mut at = 0;
+    while at < data.len() {
+        let space = at + data[at..].iter().position(|&c| c == b' ')?;
+        let nul = space + 1 + data[space + 1..].iter().position(|&c| c == 0)?;
+        let octal = data[at..space].iter().all(|c| (b'0'..=b'7').contains(c));
+        if space == at || !octal || nul == space + 1 || data.len() - (nul + 1) < 20 {
             return None;
         }
-        out.push(Raw {
-            mode,
-            name,
-            oid: &after[..20],
+        out.push(At {
+            mode: (at, space),
+            name: (space + 1, nul),
+            oid: nul + 1,
         });
-        rest = &after[20..];
+        at = nul + 21;
     }
     Some(out)
 }
@@ -94,48 +98,23 @@ fn git_order(a: &[u8], a_tree: bool, b: &[u8], b_tree: bool) -> Ordering {
     })
 }
 
-/// What an entry of the edited tree is.
-enum Out<'a> {
+/// An entry of the edited tree; a name that is not the base's comes from the changes.
+enum Out<'c> {
     /// Unchanged from the base tree.
-    Kept(Raw<'a>),
+    Kept(At),
     /// A file the changes put there.
-    File(Put),
+    File(&'c [u8], Put),
     /// A directory, rebuilt.
-    Tree(ObjectId),
-}
-
-impl Out<'_> {
-    fn is_tree(&self) -> bool {
-        match self {
-            Out::Kept(raw) => raw.is_tree(),
-            Out::File(_) => false,
-            Out::Tree(_) => true,
-        }
-    }
-
-    fn mode(&self) -> &[u8] {
-        match self {
-            Out::Kept(raw) => raw.mode,
-            Out::File(put) => put.mode,
-            Out::Tree(_) => TREE_MODE,
-        }
-    }
-
-    fn oid(&self) -> Cow<'_, [u8]> {
-        match self {
-            Out::Kept(raw) => Cow::Borrowed(raw.oid),
-            Out::File(e) => Cow::Owned(e.oid.as_bytes().to_vec()),
-            Out::Tree(id) => Cow::Owned(id.as_bytes().to_vec()),
-        }
-    }
+    Tree(&'c [u8], ObjectId),
 }
 
 /// What the changes do to one name of a directory: to the name itself, and beneath it (the
-/// rest of each path, with its change).
+/// rest of each path, with its change); and the base's entry of that name.
 #[derive(Default)]
 struct Group<'c> {
     own: Option<Option<Put>>,
     beneath: Vec<(&'c str, Option<Put>)>,
+    base: Option<At>,
 }
 
 /// How [`edit`] reads a tree's bytes and writes a tree (returning its id).
@@ -149,89 +128,167 @@ pub(crate) trait Trees {
     fn malformed(&self, id: ObjectId) -> Self::Error;
 }
 
-/// The tree `base` with `changes` made to it (each a path relative to it, in path order):
-/// the id of the tree written, or None when it is left empty and is not the root.
-pub(crate) fn edit<T: Trees>(
-    trees: &mut T,
-    base: Option<ObjectId>,
-    changes: &[(&str, Option<Put>)],
+/// One directory being edited: its base tree's bytes, the entries decided so far, and its
+/// names the changes touch, in order, up to `next`.
+struct Frame<'c> {
+    data: Vec<u8>,
+    out: Vec<Out<'c>>,
+    groups: Vec<(&'c [u8], Group<'c>)>,
+    next: usize,
     root: bool,
-) -> Result<Option<ObjectId>, T::Error> {
-    let data = match base {
-        Some(id) => trees.read(id)?,
-        None => Vec::new(),
-    };
-    let entries = match base {
-        Some(id) => parse(&data).ok_or_else(|| trees.malformed(id))?,
-        None => Vec::new(),
-    };
-    let mut groups: BTreeMap<&[u8], Group<'_>> = BTreeMap::new();
-    for (path, change) in changes {
-        match path.split_once('/') {
-            Some((name, rest)) => groups
-                .entry(name.as_bytes())
-                .or_default()
-                .beneath
-                .push((rest, *change)),
-            None => groups.entry(path.as_bytes()).or_default().own = Some(*change),
-        }
-    }
-    let mut out: Vec<(&[u8], Out<'_>)> = Vec::with_capacity(entries.len() + groups.len());
-    let mut by_name: HashMap<&[u8], Raw<'_>> = HashMap::new();
-    for raw in &entries {
-        if groups.contains_key(raw.name) {
-            by_name.insert(raw.name, *raw);
-        } else {
-            out.push((raw.name, Out::Kept(*raw)));
-        }
-    }
-    for (name, group) in &groups {
-        // Removals first: of the name itself (what is beneath goes with it).
-        let mut now = match group.own {
-            Some(None) => None,
-            _ => by_name.get(name).map(|raw| Out::Kept(*raw)),
+}
+
+impl<'c> Frame<'c> {
+    fn open<T: Trees>(
+        trees: &mut T,
+        base: Option<ObjectId>,
+        changes: &[(&'c str, Option<Put>)],
+        root: bool,
+    ) -> Result<Self, T::Error> {
+        let data = match base {
+            Some(id) => trees.read(id)?,
+            None => Vec::new(),
         };
-        // Then the name itself put in place, before any path beneath it (path order).
-        if let Some(Some(entry)) = group.own {
-            now = Some(Out::File(entry));
-        }
-        if !group.beneath.is_empty() {
-            let within = match &now {
-                Some(Out::Kept(raw)) if raw.is_tree() => Some(Some(raw.id())),
-                // A file (or nothing) there: only what is added beneath makes a directory.
-                _ if group.beneath.iter().any(|(_, c)| c.is_some()) => Some(None),
-                _ => None,
-            };
-            if let Some(base) = within {
-                let beneath: Vec<(&str, Option<Put>)> = match base {
-                    Some(_) => group.beneath.clone(),
-                    None => group
-                        .beneath
-                        .iter()
-                        .filter(|(_, c)| c.is_some())
-                        .copied()
-                        .collect(),
-                };
-                now = edit(trees, base, &beneath, false)?.map(Out::Tree);
+        let entries = match base {
+            Some(id) => parse(&data).ok_or_else(|| trees.malformed(id))?,
+            None => Vec::new(),
+        };
+        let mut groups: BTreeMap<&'c [u8], Group<'c>> = BTreeMap::new();
+        for (path, change) in changes {
+            match path.split_once('/') {
+                Some((name, rest)) => groups
+                    .entry(name.as_bytes())
+                    .or_default()
+                    .beneath
+                    .push((rest, *change)),
+                None => groups.entry(path.as_bytes()).or_default().own = Some(*change),
             }
         }
-        if let Some(entry) = now {
-            out.push((name, entry));
+        let mut out = Vec::with_capacity(entries.len() + groups.len());
+        for at in entries {
+            match groups.get_mut(at.name(&data)) {
+                Some(group) => group.base = Some(at),
+                None => out.push(Out::Kept(at)),
+            }
+        }
+        Ok(Self {
+            data,
+            out,
+            groups: groups.into_iter().collect(),
+            next: 0,
+            root,
+        })
+    }
+
+    /// Decide the next names up to one whose directory must be edited first: that
+    /// directory's base and changes, or None once every name is decided.
+    #[allow(clippy::type_complexity)]
+    fn advance(&mut self) -> Option<(Option<ObjectId>, Vec<(&'c str, Option<Put>)>)> {
+        while let Some((name, group)) = self.groups.get(self.next) {
+            self.next += 1;
+            // Removals first: of the name itself (what is beneath goes with it); then the name
+            // itself put in place, before any path beneath it (path order).
+            let mut now = match group.own {
+                Some(None) => None,
+                _ => group.base.map(Out::Kept),
+            };
+            if let Some(Some(put)) = group.own {
+                now = Some(Out::File(name, put));
+            }
+            if !group.beneath.is_empty() {
+                let within = match &now {
+                    Some(Out::Kept(at)) if is_tree_mode(at.mode(&self.data)) => {
+                        Some(Some(ObjectId::from_bytes_or_panic(at.oid(&self.data))))
+                    }
+                    // A file (or nothing) there: only what is added beneath makes a directory.
+                    _ if group.beneath.iter().any(|(_, c)| c.is_some()) => Some(None),
+                    _ => None,
+                };
+                if let Some(base) = within {
+                    let beneath = match base {
+                        Some(_) => group.beneath.clone(),
+                        None => group
+                            .beneath
+                            .iter()
+                            .filter(|(_, c)| c.is_some())
+                            .copied()
+                            .collect(),
+                    };
+                    return Some((base, beneath));
+                }
+            }
+            if let Some(entry) = now {
+                self.out.push(entry);
+            }
+        }
+        None
+    }
+
+    /// The directory of the name decided last is `edited` (None: left empty, so gone).
+    fn take_child(&mut self, edited: Option<ObjectId>) {
+        let (name, _) = self.groups[self.next - 1];
+        if let Some(id) = edited {
+            self.out.push(Out::Tree(name, id));
         }
     }
-    if out.is_empty() && !root {
-        return Ok(None);
+
+    /// Write the tree (None when it is left empty and is not the root).
+    fn write<T: Trees>(mut self, trees: &mut T) -> Result<Option<ObjectId>, T::Error> {
+        if self.out.is_empty() && !self.root {
+            return Ok(None);
+        }
+        let data = &self.data;
+        let name = |o: &Out<'c>| -> (&[u8], bool) {
+            match o {
+                Out::Kept(at) => (at.name(data), is_tree_mode(at.mode(data))),
+                Out::File(name, _) => (name, false),
+                Out::Tree(name, _) => (name, true),
+            }
+        };
+        self.out.sort_by(|x, y| {
+            let ((a, a_tree), (b, b_tree)) = (name(x), name(y));
+            git_order(a, a_tree, b, b_tree)
+        });
+        let mut bytes = Vec::with_capacity(self.out.len() * 48);
+        for o in &self.out {
+            let (mode, oid): (&[u8], &[u8]) = match o {
+                Out::Kept(at) => (at.mode(data), at.oid(data)),
+                Out::File(_, put) => (put.mode, put.oid.as_bytes()),
+                Out::Tree(_, id) => (TREE_MODE, id.as_bytes()),
+            };
+            bytes.extend_from_slice(mode);
+            bytes.push(b' ');
+            bytes.extend_from_slice(name(o).0);
+            bytes.push(0);
+            bytes.extend_from_slice(oid);
+        }
+        trees.write(&bytes).map(Some)
     }
-    out.sort_by(|(a, x), (b, y)| git_order(a, x.is_tree(), b, y.is_tree()));
-    let mut bytes = Vec::with_capacity(out.len() * 48);
-    for (name, entry) in &out {
-        bytes.extend_from_slice(entry.mode());
-        bytes.push(b' ');
-        bytes.extend_from_slice(name);
-        bytes.push(0);
-        bytes.extend_from_slice(&entry.oid());
+}
+
+/// The tree `base` with `changes` made to it (each a path relative to it, in path order);
+/// the id of the tree written. The directories on the way to a change are kept on a stack of
+/// their own, not the thread's: an agent may nest directories thousands deep.
+pub(crate) fn edit<T: Trees>(
+    trees: &mut T,
+    base: ObjectId,
+    changes: &[(&str, Option<Put>)],
+) -> Result<ObjectId, T::Error> {
+    let mut stack = vec![Frame::open(trees, Some(base), changes, true)?];
+    loop {
+        let top = stack.last_mut().expect("the root's frame is popped last");
+        if let Some((base, beneath)) = top.advance() {
+            let child = Frame::open(trees, base, &beneath, false)?;
+            stack.push(child);
+            continue;
+        }
+        let done = stack.pop().expect("the frame just advanced");
+        let written = done.write(trees)?;
+        match stack.last_mut() {
+            Some(parent) => parent.take_child(written),
+            None => return Ok(written.expect("the root is always written")),
+        }
     }
-    trees.write(&bytes).map(Some)
 }
 
 #[cfg(test)]
@@ -263,14 +320,19 @@ mod tests {
         good.extend_from_slice(&oid);
         let parsed = parse(&good).unwrap();
         assert_eq!(
-            (parsed[0].mode, parsed[0].name),
-            (&b"100644"[..], &b"a"[..])
+            (
+                parsed[0].mode(&good),
+                parsed[0].name(&good),
+                parsed[0].oid(&good)
+            ),
+            (&b"100644"[..], &b"a"[..], &oid[..])
         );
         // Positive control above; each of these is cut or misses a part.
         for bad in [
             &good[..good.len() - 1],
             b"100644 a".as_slice(),
             b"100644a\0aaaaaaaaaaaaaaaaaaaa".as_slice(),
+            b"10064a a\0aaaaaaaaaaaaaaaaaaaa".as_slice(),
             b" a\0aaaaaaaaaaaaaaaaaaaa".as_slice(),
             b"100644 \0aaaaaaaaaaaaaaaaaaaa".as_slice(),
         ] {
