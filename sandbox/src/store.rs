@@ -2087,26 +2087,6 @@ mod tests {
             .collect()
     }
 
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
-        /// Editing the base's tree by the changes gives exactly the tree written whole: files
-        /// that become directories and back, directories emptied, new nested directories.
-        #[test]
-        fn an_edited_tree_is_the_tree_written_whole(
-            a in proptest::collection::btree_map("[ab]{1,2}(/[ab]{1,2}){0,2}", 0u8..9, 0..14),
-            b in proptest::collection::btree_map("[ab]{1,2}(/[ab]{1,2}){0,2}", 0u8..9, 0..14),
-        ) {
-            let tmp = tempfile::tempdir().unwrap();
-            let store = Store::open_or_init(&tmp.path().join("store.git")).unwrap();
-            let (base, target) = (valid_tree(&store, a), valid_tree(&store, b));
-            let base_id = store.write_tree(&base).unwrap();
-            let changes = changes_between(&base, &target);
-            let edited = store.edit_tree(base_id, &changes).unwrap();
-            proptest::prop_assert_eq!(edited, store.write_tree(&target).unwrap());
-            proptest::prop_assert_eq!(store.read_tree(edited).unwrap(), target);
-        }
-    }
-
     /// The same edit made by gix's tree editor (which [`Store::edit_tree_in`] used before it
     /// edited trees' bytes itself): removals first, then upserts in path order.
     fn edited_by_gix(store: &Store, base: ObjectId, changes: &Changes) -> ObjectId {
@@ -2127,6 +2107,23 @@ mod tests {
 
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+        /// Editing the base's tree by the changes gives exactly the tree written whole: files
+        /// that become directories and back, directories emptied, new nested directories.
+        #[test]
+        fn an_edited_tree_is_the_tree_written_whole(
+            a in proptest::collection::btree_map("[ab]{1,2}(/[ab]{1,2}){0,2}", 0u8..9, 0..14),
+            b in proptest::collection::btree_map("[ab]{1,2}(/[ab]{1,2}){0,2}", 0u8..9, 0..14),
+        ) {
+            let tmp = tempfile::tempdir().unwrap();
+            let store = Store::open_or_init(&tmp.path().join("store.git")).unwrap();
+            let (base, target) = (valid_tree(&store, a), valid_tree(&store, b));
+            let base_id = store.write_tree(&base).unwrap();
+            let changes = changes_between(&base, &target);
+            let edited = store.edit_tree(base_id, &changes).unwrap();
+            proptest::prop_assert_eq!(edited, store.write_tree(&target).unwrap());
+            proptest::prop_assert_eq!(store.read_tree(edited).unwrap(), target);
+        }
+
         /// Any changes — not only those between two trees: removals of paths that are not
         /// there, a file removed and a directory made in its place, removals beneath a path
         /// set — give the tree gix's editor gives. (Not a path set and a path beneath it set

@@ -445,18 +445,7 @@ fn build_repository(cfg: &Config, layout: &Layout, parts: &Parts) -> Result<Work
         &ws.repo(),
         &["-c", "fastimport.unpackLimit=0", "fast-import", "--quiet"],
     );
-    use std::io::Write as _;
-    let mut child = import
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    child
-        .stdin
-        .take()
-        .ok_or_else(|| anyhow!("no stdin for git fast-import"))?
-        .write_all(&stream)?;
-    let out = child.wait_with_output()?;
+    let out = crate::output_fed(import.stderr(Stdio::piped()), &stream)?;
     ensure!(
         out.status.success(),
         "git fast-import: {}",

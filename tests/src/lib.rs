@@ -50,6 +50,20 @@ pub fn hermetic_env(cmd: &mut Command, home: &Path) {
         .env_remove("HUNKGATE_STATE_DIR");
 }
 
+/// Run `cmd` with `input` on its stdin, its stdout (and whatever else the caller piped)
+/// collected. The input is written whole before the output is read: for commands that read
+/// all their input before they say much.
+pub fn output_fed(cmd: &mut Command, input: &[u8]) -> Result<std::process::Output> {
+    use std::io::Write as _;
+    let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn()?;
+    child
+        .stdin
+        .take()
+        .ok_or_else(|| anyhow!("no stdin for {cmd:?}"))?
+        .write_all(input)?;
+    Ok(child.wait_with_output()?)
+}
+
 /// A temporary directory holding a git repository (`repo/`), a home, and a state dir.
 pub struct Workspace {
     pub dir: tempfile::TempDir,
@@ -430,18 +444,8 @@ pub mod curl {
                     "--data-binary",
                     "@-",
                 ]);
-                cmd.stdin(Stdio::piped());
-                let mut child = cmd
-                    .arg(format!("{}{path}", self.base))
-                    .stdout(Stdio::piped())
-                    .spawn()?;
-                use std::io::Write;
-                child
-                    .stdin
-                    .take()
-                    .ok_or_else(|| anyhow!("stdin"))?
-                    .write_all(b.to_string().as_bytes())?;
-                let out = child.wait_with_output()?;
+                cmd.arg(format!("{}{path}", self.base));
+                let out = crate::output_fed(&mut cmd, b.to_string().as_bytes())?;
                 return parse(&out.stdout);
             }
             let out = cmd.arg(format!("{}{path}", self.base)).output()?;
