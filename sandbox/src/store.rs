@@ -584,11 +584,7 @@ impl Store {
             .iter()
             .map(|(path, entry)| {
                 let put = entry.map(|e| crate::tree_edit::Put {
-                    mode: match e.mode {
-                        Mode::File => b"100644",
-                        Mode::Executable => b"100755",
-                        Mode::Symlink => b"120000",
-                    },
+                    mode: e.mode.kind().as_octal_str(),
                     oid: e.oid,
                 });
                 (path.as_str(), put)
@@ -2178,27 +2174,21 @@ mod tests {
             .write_tree(&[("top".to_string(), file)].into())
             .unwrap();
         let changes: Changes = [(deep.clone(), Some(file))].into();
-        let edited = std::thread::scope(|scope| {
-            std::thread::Builder::new()
-                .stack_size(256 << 10)
-                .spawn_scoped(scope, || store.edit_tree(base, &changes))
-                .unwrap()
-                .join()
-                .unwrap()
-        })
-        .unwrap();
+        fn on_small_stack<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+            std::thread::scope(|scope| {
+                std::thread::Builder::new()
+                    .stack_size(256 << 10)
+                    .spawn_scoped(scope, f)
+                    .unwrap()
+                    .join()
+                    .unwrap()
+            })
+        }
+        let edited = on_small_stack(|| store.edit_tree(base, &changes)).unwrap();
         let target: FlatTree = [("top".to_string(), file), (deep, file)].into();
         assert_eq!(edited, store.write_tree(&target).unwrap());
         // Read back whole on the same small stack: the walk keeps its own list of trees.
-        let read = std::thread::scope(|scope| {
-            std::thread::Builder::new()
-                .stack_size(256 << 10)
-                .spawn_scoped(scope, || store.read_tree(edited))
-                .unwrap()
-                .join()
-                .unwrap()
-        })
-        .unwrap();
+        let read = on_small_stack(|| store.read_tree(edited)).unwrap();
         assert_eq!(read, target);
     }
 

@@ -17,10 +17,8 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
+use gix::objs::tree::EntryKind;
 use gix::ObjectId;
-
-/// The octal mode text git writes for a tree entry.
-const TREE_MODE: &[u8] = b"40000";
 
 /// What a change puts at a path: an entry's octal mode text (`100644`, `100755`, `120000`)
 /// and its object.
@@ -145,13 +143,13 @@ impl<'c> Frame<'c> {
         changes: &[(&'c str, Option<Put>)],
         root: bool,
     ) -> Result<Self, T::Error> {
-        let data = match base {
-            Some(id) => trees.read(id)?,
-            None => Vec::new(),
-        };
-        let entries = match base {
-            Some(id) => parse(&data).ok_or_else(|| trees.malformed(id))?,
-            None => Vec::new(),
+        let (data, entries) = match base {
+            Some(id) => {
+                let data = trees.read(id)?;
+                let entries = parse(&data).ok_or_else(|| trees.malformed(id))?;
+                (data, entries)
+            }
+            None => (Vec::new(), Vec::new()),
         };
         let mut groups: BTreeMap<&'c [u8], Group<'c>> = BTreeMap::new();
         for (path, change) in changes {
@@ -254,7 +252,7 @@ impl<'c> Frame<'c> {
             let (mode, oid): (&[u8], &[u8]) = match o {
                 Out::Kept(at) => (at.mode(data), at.oid(data)),
                 Out::File(_, put) => (put.mode, put.oid.as_bytes()),
-                Out::Tree(_, id) => (TREE_MODE, id.as_bytes()),
+                Out::Tree(_, id) => (EntryKind::Tree.as_octal_str(), id.as_bytes()),
             };
             bytes.extend_from_slice(mode);
             bytes.push(b' ');
