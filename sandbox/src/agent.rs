@@ -1306,7 +1306,8 @@ pub mod pidns {
 
     /// An agent's namespace init, once the agent (`agent`, its child) is started: reap orphans
     /// and, when the agent exits, kill and reap everything left in the namespace, write the
-    /// agent's wait status to `verdict` (unless it is -1) and to `status` (for the leader), and
+    /// agent's wait status to `verdict` (unless it is -1) and to `status` (for the leader, with
+    /// whether the hub heard it: then both exit at idle priority, [`crate::idle_priority`]), and
     /// exit (see [`enter_for_process_group`]).
     ///
     /// # Safety
@@ -1335,10 +1336,14 @@ pub mod pidns {
                     // Any child, clones included (`__WALL`), until there is none.
                     while waitpid_flags(-1, &mut st, libc::__WALL) > 0 {}
                 }
-                if verdict >= 0 {
-                    libc::write(verdict, report.as_ptr().cast(), 2);
+                let heard = verdict >= 0 && libc::write(verdict, report.as_ptr().cast(), 2) == 2;
+                // The leader learns how the agent ended, and whether the hub has heard it.
+                let told = [report[0], report[1], u8::from(heard)];
+                libc::write(status, told.as_ptr().cast(), told.len());
+                // Nobody waits for this exit, or the leader's, once the hub has heard.
+                if heard {
+                    crate::idle_priority();
                 }
-                libc::write(status, report.as_ptr().cast(), 2);
                 libc::_exit(report[1] as libc::c_int);
             }
         }
@@ -1352,8 +1357,12 @@ pub mod pidns {
     unsafe fn be_leader(init: libc::pid_t, status: libc::c_int) -> ! {
         let mut st: libc::c_int = 0;
         waitpid_retry(init, &mut st);
-        let mut report = [0u8; 2];
-        if libc::read(status, report.as_mut_ptr().cast(), 2) == 2 {
+        let mut report = [0u8; 3];
+        let n = libc::read(status, report.as_mut_ptr().cast(), 3);
+        if n >= 2 {
+            if n == 3 && report[2] == 1 {
+                crate::idle_priority();
+            }
             exit_like(report[0], report[1]);
         }
         if libc::WIFSIGNALED(st) {
@@ -1465,6 +1474,69 @@ pub mod pidns {
                 write_decimal(n, &mut buf);
                 let text = std::ffi::CStr::from_bytes_until_nul(&buf).unwrap();
                 assert_eq!(text.to_str().unwrap(), n.to_string());
+            }
+        }
+
+        /// The scheduling policy of `pid` (field 41 of its `/proc/<pid>/stat`) once it has
+        /// exited and is a zombie, not yet reaped (None if it is not one within 10 s).
+        fn policy_as_it_exited(pid: u32) -> Option<u32> {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while std::time::Instant::now() < deadline {
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+                let fields: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+                if fields.first() == Some(&"Z") {
+                    return fields.get(38)?.parse().ok();
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            None
+        }
+
+        /// Once the hub has the agent's word, the leader (the hub's child) exits at idle
+        /// priority, as the init does; without a verdict pipe the hub waits for the leader's
+        /// exit, and it exits at the priority it ran at.
+        #[test]
+        fn the_leader_exits_at_idle_priority_only_once_the_hub_has_heard() {
+            use std::io::Read;
+            use std::os::fd::{AsRawFd, OwnedFd};
+            use std::os::unix::process::CommandExt;
+            for heard in [false, true] {
+                let (rx, tx): (OwnedFd, OwnedFd) = nix::unistd::pipe().unwrap();
+                let plan = if heard {
+                    Plan::new().with_verdict(tx.as_raw_fd())
+                } else {
+                    Plan::new()
+                };
+                let mut cmd = std::process::Command::new("sh");
+                cmd.args(["-c", "exit 3"]).process_group(0);
+                // SAFETY: enter_for_process_group is made for a forked child before exec.
+                unsafe {
+                    cmd.pre_exec(move || enter_for_process_group(&plan).map(|_| ()));
+                }
+                let mut leader = cmd.spawn().unwrap();
+                drop(tx);
+                let mut word = Vec::new();
+                std::fs::File::from(rx).read_to_end(&mut word).unwrap();
+                if heard && word.is_empty() {
+                    // No namespace could be made here: no init, no word (and nothing to check).
+                    eprintln!("no PID namespace here; the leader's exit priority is not checked");
+                    let _ = leader.wait();
+                    return;
+                }
+                let policy = policy_as_it_exited(leader.id());
+                assert_eq!(
+                    leader.wait().unwrap().code(),
+                    Some(3),
+                    "it ended like the agent"
+                );
+                if heard {
+                    assert_eq!(word, [0, 3], "the init's word: exited with 3");
+                    assert_eq!(policy, Some(libc::SCHED_IDLE as u32));
+                } else {
+                    assert!(word.is_empty());
+                    // Positive control: the policy read is the one it ran at.
+                    assert_eq!(policy, Some(libc::SCHED_OTHER as u32));
+                }
             }
         }
 

@@ -1057,6 +1057,11 @@ fn exec(req: &Request, home: &Path) -> Result<ExitCode, HelperFailure> {
         }
     };
     let status = supervise(child, pid_ns, deadline, req.lifeline);
+    // The namespace's init has told the hub how the agent ended (on a lifeline that is a
+    // socket it can), so the hub does not wait for this exit either.
+    if pid_ns && req.verdict && stdin_is_socket() {
+        crate::idle_priority();
+    }
     // Whatever the agent left running dies now, whether it exited or was stopped. In a PID
     // namespace the kernel has done it already: its init's exit is reported only once every
     // other process of the namespace is gone, and nothing in it can leave it — so the end of
@@ -1065,6 +1070,12 @@ fn exec(req: &Request, home: &Path) -> Result<ExitCode, HelperFailure> {
         kill_tree(Signal::SIGKILL);
     }
     exit_like(status)
+}
+
+/// Whether stdin is a socket: the hub's lifeline, not a relaying sudo's pipe.
+fn stdin_is_socket() -> bool {
+    nix::sys::stat::fstat(std::io::stdin().as_fd())
+        .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFSOCK)
 }
 
 /// Make this process one that processes of the same user cannot trace or read the memory of
@@ -1307,13 +1318,17 @@ fn init_done(req: &Request, report: [u8; 2], code: i32) -> i32 {
         if req.verdict {
             // SAFETY: send(2) of a two-byte stack buffer on stdin; a stdin that is no socket
             // (a relaying sudo's pipe) fails, and the hub waits for the exits instead.
-            unsafe {
+            let sent = unsafe {
                 libc::send(
                     libc::STDIN_FILENO,
                     report.as_ptr().cast(),
                     report.len(),
                     libc::MSG_NOSIGNAL,
-                );
+                )
+            };
+            // The hub has heard: nobody waits for this init's exit.
+            if sent == report.len() as isize {
+                crate::idle_priority();
             }
         }
     }

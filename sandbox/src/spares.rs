@@ -147,7 +147,9 @@ impl Spares {
         let spawned = std::thread::Builder::new()
             .name("hunkgate-spares".into())
             .spawn(move || {
-                idle_priority();
+                if !crate::idle_priority() {
+                    tracing::debug!(error = %std::io::Error::last_os_error(), "spare files made at normal priority");
+                }
                 work();
             });
         if let Err(e) = &spawned {
@@ -207,20 +209,6 @@ impl Spares {
             let _ = std::fs::remove_file(&path);
         }
         placed.map(|()| true)
-    }
-}
-
-/// Run the calling thread only when nothing else wants its CPU (Linux's `SCHED_IDLE`): making
-/// spares is never worth delaying a decision for. Elsewhere, and if refused, it runs as is.
-fn idle_priority() {
-    #[cfg(target_os = "linux")]
-    {
-        let param = nix::libc::sched_param { sched_priority: 0 };
-        // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param for SCHED_IDLE.
-        let set = unsafe { nix::libc::sched_setscheduler(0, nix::libc::SCHED_IDLE, &param) };
-        if set != 0 {
-            tracing::debug!(error = %std::io::Error::last_os_error(), "spare files made at normal priority");
-        }
     }
 }
 
