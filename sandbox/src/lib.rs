@@ -45,6 +45,7 @@ pub mod tools;
 mod tree_edit;
 pub mod user;
 pub mod watch;
+pub mod watchdog;
 pub mod wire;
 pub mod workspace;
 
@@ -522,8 +523,8 @@ mod layering {
     //! Each module may import (`crate::x`) only modules of a lower layer. The layers, bottom
     //! up — a new module must be given one here:
     //!
-    //! 1. `wire`: the hub↔helper contract, a leaf; `pack`, `watch`, `spares`, `limits` and
-    //!    `tree_edit`, leaves too;
+    //! 1. `wire`: the hub↔helper contract, a leaf; `pack`, `watch`, `watchdog`, `spares`,
+    //!    `limits` and `tree_edit`, leaves too;
     //! 2. `beneath`, then `store`: confined file access, the checkpoint store;
     //! 3. `statcache`, then `snapshot`: stat data, reading trees as data;
     //! 4. `tools`, `sync`, `checkout`: the agent's file tools; bringing a slot to a base; the
@@ -532,7 +533,15 @@ mod layering {
     //! 6. `agent`, `jj`: processes and jj changes in any sandbox;
     //! 7. `user`, `helper`: the two ends of user isolation, which never import each other.
     const LAYERS: &[&[&str]] = &[
-        &["wire", "pack", "watch", "spares", "limits", "tree_edit"],
+        &[
+            "wire",
+            "pack",
+            "watch",
+            "watchdog",
+            "spares",
+            "limits",
+            "tree_edit",
+        ],
         &["beneath"],
         &["store"],
         &["statcache"],

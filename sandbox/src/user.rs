@@ -581,10 +581,8 @@ impl UserIsolation {
         feed: impl FnOnce(&mut dyn Write) -> std::io::Result<()> + Send,
         read: impl FnOnce(&mut dyn std::io::Read) -> Result<T, HelperError>,
     ) -> Result<T, HelperError> {
-        let pid = child.id() as i32;
-        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let watched = crate::watchdog::watch(child.id() as i32, HELPER_DEADLINE);
         let errors = std::thread::spawn(move || read_helper_stderr(stderr));
-        let watchdog = std::thread::spawn(move || kill_if_stuck(pid, done_rx));
         let result = std::thread::scope(|s| {
             let writer = s.spawn(move || {
                 let r = feed(&mut stdin);
@@ -600,8 +598,7 @@ impl UserIsolation {
         let describe = self.describe(op);
         let end = move || -> Result<HelperEnd, HelperError> {
             let _ = std::io::copy(&mut stdout, &mut std::io::sink());
-            let _ = done_tx.send(());
-            let stuck = watchdog.join().unwrap_or(false);
+            let stuck = watched.end();
             let stderr = errors.join().unwrap_or_default();
             let status = child.wait().map_err(|source| HelperError::Spawn {
                 cmd: describe,
@@ -674,26 +671,6 @@ fn read_helper_stderr(mut stderr: std::process::ChildStderr) -> String {
     // Keep draining so the helper never blocks on a full stderr pipe.
     let _ = std::io::copy(&mut stderr, &mut std::io::sink());
     String::from_utf8_lossy(&buf).trim().to_string()
-}
-
-/// Kill the helper `pid` unless `done` is signalled within [`HELPER_DEADLINE`]; returns
-/// whether it was killed.
-fn kill_if_stuck(pid: i32, done: std::sync::mpsc::Receiver<()>) -> bool {
-    match done.recv_timeout(HELPER_DEADLINE) {
-        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-            // Not reaped yet (the main thread waits for us first), so the pid is
-            // still the helper's. SIGCONT wakes one an agent stopped; sudo relays
-            // both; SIGKILL ends sudo itself.
-            use nix::sys::signal::{kill, Signal};
-            let p = nix::unistd::Pid::from_raw(pid);
-            let _ = kill(p, Signal::SIGTERM);
-            let _ = kill(p, Signal::SIGCONT);
-            std::thread::sleep(Duration::from_secs(2));
-            let _ = kill(p, Signal::SIGKILL);
-            true
-        }
-        _ => false,
-    }
 }
 
 /// The exchange's result from what `read` made of stdout and how feeding stdin went: the
@@ -936,7 +913,9 @@ struct StandbyParts {
 /// agent to the go, read by a thread of its own: the early stream ([`read_early_stream`]).
 enum Out {
     Here(StdoutReader),
-    Early(std::thread::JoinHandle<Result<(StdoutReader, EarlyReads), HelperError>>),
+    /// What its reader thread sends once the stream has ended: received, not joined, so the
+    /// read-back does not wait for the thread to be torn down too.
+    Early(std::sync::mpsc::Receiver<Result<(StdoutReader, EarlyReads), HelperError>>),
     /// Taken by an exchange that failed (its helper is dismissed).
     Taken,
 }
@@ -951,10 +930,14 @@ impl Out {
     /// Read the early stream from a thread of its own, handing its reads to `hook`'s hook.
     fn follow(self, hook: HookSlot) -> Out {
         match self {
-            Out::Here(mut r) => Out::Early(std::thread::spawn(move || {
-                let reads = read_early_stream(&mut r, &hook, wire::EARLY_STREAM_BYTES)?;
-                Ok((r, reads))
-            })),
+            Out::Here(mut r) => {
+                let (tx, rx) = std::sync::mpsc::sync_channel(1);
+                std::thread::spawn(move || {
+                    let read = read_early_stream(&mut r, &hook, wire::EARLY_STREAM_BYTES);
+                    let _ = tx.send(read.map(|reads| (r, reads)));
+                });
+                Out::Early(rx)
+            }
             other => other,
         }
     }
@@ -969,8 +952,8 @@ impl Out {
         };
         match std::mem::replace(self, Out::Taken) {
             Out::Here(r) => Ok((r, EarlyReads::new())),
-            Out::Early(thread) => thread
-                .join()
+            Out::Early(read) => read
+                .recv()
                 .map_err(|_| protocol("the early stream's reader panicked"))?,
             Out::Taken => Err(protocol(
                 "the standby's output was lost in an exchange before",
@@ -1309,12 +1292,9 @@ impl StandbyParts {
                 return Err(e);
             }
         };
-        let (done, rx) = std::sync::mpsc::channel::<()>();
-        let pid = child.id() as i32;
-        let watchdog = std::thread::spawn(move || kill_if_stuck(pid, rx));
+        let watched = crate::watchdog::watch(child.id() as i32, HELPER_DEADLINE);
         let result = talk(&mut stdin, &mut stdout);
-        let _ = done.send(());
-        let stuck = watchdog.join().unwrap_or(true);
+        let stuck = watched.end();
         match result {
             Ok(answer) if !stuck => Ok((
                 answer,
