@@ -50,6 +50,16 @@ impl Watched {
     }
 }
 
+impl Drop for Watched {
+    /// An exchange that unwinds without [`Watched::end`] is over all the same: its helper,
+    /// which may be reaped by then and its pid another process's, is never signalled.
+    fn drop(&mut self) {
+        let _ = self
+            .phase
+            .compare_exchange(RUNNING, ENDED, Ordering::SeqCst, Ordering::SeqCst);
+    }
+}
+
 struct Watch {
     pid: i32,
     deadline: Instant,
@@ -186,6 +196,16 @@ mod tests {
         let watched = watch(child.id() as i32, Duration::from_millis(200));
         assert!(!watched.end());
         // Past the deadline the watchdog has looked again, and the helper still runs.
+        std::thread::sleep(Duration::from_millis(400));
+        assert!(child.try_wait().unwrap().is_none(), "left alone");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn a_watch_dropped_without_its_end_is_never_acted_on() {
+        let mut child = sleeper();
+        drop(watch(child.id() as i32, Duration::from_millis(100)));
         std::thread::sleep(Duration::from_millis(400));
         assert!(child.try_wait().unwrap().is_none(), "left alone");
         child.kill().unwrap();
