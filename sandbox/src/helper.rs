@@ -1057,9 +1057,11 @@ fn exec(req: &Request, home: &Path) -> Result<ExitCode, HelperFailure> {
         }
     };
     let status = supervise(child, pid_ns, deadline, req.lifeline);
-    // The namespace's init has told the hub how the agent ended (on a lifeline that is a
-    // socket it can), so the hub does not wait for this exit either.
-    if pid_ns && req.verdict && stdin_is_socket() {
+    // A namespace init that exited of itself (not killed) has, but for the rare ends where the
+    // agent never started, told the hub how the agent ended (on a lifeline that is a socket it
+    // can): then the hub does not wait for this exit either. Otherwise it does, and this exit
+    // is only slower on a busy machine.
+    if pid_ns && req.verdict && matches!(status, WaitStatus::Exited(..)) && stdin_is_socket() {
         crate::idle_priority();
     }
     // Whatever the agent left running dies now, whether it exited or was stopped. In a PID
