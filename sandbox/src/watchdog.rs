@@ -190,26 +190,29 @@ mod tests {
             .unwrap()
     }
 
-    #[test]
-    fn an_exchange_that_ends_in_time_leaves_its_helper_alone() {
-        let mut child = sleeper();
-        let watched = watch(child.id() as i32, Duration::from_millis(200));
-        assert!(!watched.end());
-        // Past the deadline the watchdog has looked again, and the helper still runs.
-        std::thread::sleep(Duration::from_millis(400));
+    /// `child` still runs (the watchdog left it alone); then it is stopped.
+    fn assert_left_alone(mut child: std::process::Child) {
         assert!(child.try_wait().unwrap().is_none(), "left alone");
         child.kill().unwrap();
         child.wait().unwrap();
     }
 
     #[test]
+    fn an_exchange_that_ends_in_time_leaves_its_helper_alone() {
+        let child = sleeper();
+        let watched = watch(child.id() as i32, Duration::from_millis(200));
+        assert!(!watched.end());
+        // Past the deadline the watchdog has looked again, and the helper still runs.
+        std::thread::sleep(Duration::from_millis(400));
+        assert_left_alone(child);
+    }
+
+    #[test]
     fn a_watch_dropped_without_its_end_is_never_acted_on() {
-        let mut child = sleeper();
+        let child = sleeper();
         drop(watch(child.id() as i32, Duration::from_millis(100)));
         std::thread::sleep(Duration::from_millis(400));
-        assert!(child.try_wait().unwrap().is_none(), "left alone");
-        child.kill().unwrap();
-        child.wait().unwrap();
+        assert_left_alone(child);
     }
 
     #[test]
@@ -222,7 +225,7 @@ mod tests {
             .spawn()
             .unwrap();
         // A long deadline watched first does not hide the short one after it.
-        let mut other = sleeper();
+        let other = sleeper();
         let long = watch(other.id() as i32, Duration::from_secs(3600));
         let watched = watch(child.id() as i32, Duration::from_millis(100));
         // The exchange is stuck past its deadline.
@@ -232,11 +235,6 @@ mod tests {
         let status = child.wait().unwrap();
         assert_eq!(status.signal(), Some(9), "ended by SIGKILL: {status:?}");
         assert!(!long.end());
-        assert!(
-            other.try_wait().unwrap().is_none(),
-            "the other one left alone"
-        );
-        other.kill().unwrap();
-        other.wait().unwrap();
+        assert_left_alone(other);
     }
 }
