@@ -1342,7 +1342,7 @@ pub mod pidns {
                 libc::write(status, told.as_ptr().cast(), told.len());
                 // Nobody waits for this exit, or the leader's, once the hub has heard.
                 if heard {
-                    crate::idle_priority();
+                    let _ = crate::idle_priority();
                 }
                 libc::_exit(report[1] as libc::c_int);
             }
@@ -1361,7 +1361,7 @@ pub mod pidns {
         let n = libc::read(status, report.as_mut_ptr().cast(), 3);
         if n >= 2 {
             if n == 3 && report[2] == 1 {
-                crate::idle_priority();
+                let _ = crate::idle_priority();
             }
             exit_like(report[0], report[1]);
         }

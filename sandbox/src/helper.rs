@@ -1062,7 +1062,7 @@ fn exec(req: &Request, home: &Path) -> Result<ExitCode, HelperFailure> {
     // can): then the hub does not wait for this exit either. Otherwise it does, and this exit
     // is only slower on a busy machine.
     if pid_ns && req.verdict && matches!(status, WaitStatus::Exited(..)) && stdin_is_socket() {
-        crate::idle_priority();
+        let _ = crate::idle_priority();
     }
     // Whatever the agent left running dies now, whether it exited or was stopped. In a PID
     // namespace the kernel has done it already: its init's exit is reported only once every
@@ -1330,7 +1330,7 @@ fn init_done(req: &Request, report: [u8; 2], code: i32) -> i32 {
             };
             // The hub has heard: nobody waits for this init's exit.
             if sent == report.len() as isize {
-                crate::idle_priority();
+                let _ = crate::idle_priority();
             }
         }
     }

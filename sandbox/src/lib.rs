@@ -275,23 +275,26 @@ pub fn streamed_on_threads<T: Send, R: Send, E>(
 }
 
 /// Run the calling thread (or single-threaded process) only when nothing else wants its CPU
-/// (Linux's `SCHED_IDLE`); false where refused or unsupported, in which case it runs as it
-/// was. For work nobody waits for: making spare files, and the exits of an agent's
-/// namespace init, group leader and supervisor once the hub has heard how the agent ended
-/// (tearing down an address space takes a few hundred microseconds of CPU on a small
-/// machine, which would otherwise be taken from the hub's publish of what the agent left, at
-/// the same moment).
-/// Async-signal-safe: one system call, so a forked child may call it.
-pub fn idle_priority() -> bool {
+/// (Linux's `SCHED_IDLE`); where refused or unsupported it runs as it was, and the error says
+/// why. For work nobody waits for: making spare files, and the exits of an agent's namespace
+/// init, group leader and supervisor once the hub has heard how the agent ended (tearing
+/// down an address space takes a few hundred microseconds of CPU on a small machine, which
+/// would otherwise be taken from the hub's publish of what the agent left, at the same
+/// moment). Async-signal-safe: one system call and no allocation, so a forked child may call
+/// it.
+pub fn idle_priority() -> std::io::Result<()> {
     #[cfg(target_os = "linux")]
     {
         let param = nix::libc::sched_param { sched_priority: 0 };
         // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param for SCHED_IDLE.
-        unsafe { nix::libc::sched_setscheduler(0, nix::libc::SCHED_IDLE, &param) == 0 }
+        match unsafe { nix::libc::sched_setscheduler(0, nix::libc::SCHED_IDLE, &param) } {
+            0 => Ok(()),
+            _ => Err(std::io::Error::last_os_error()),
+        }
     }
     #[cfg(not(target_os = "linux"))]
     {
-        false
+        Err(std::io::ErrorKind::Unsupported.into())
     }
 }
 

@@ -147,8 +147,8 @@ impl Spares {
         let spawned = std::thread::Builder::new()
             .name("hunkgate-spares".into())
             .spawn(move || {
-                if !crate::idle_priority() {
-                    tracing::debug!(error = %std::io::Error::last_os_error(), "spare files made at normal priority");
+                if let Err(e) = crate::idle_priority() {
+                    tracing::debug!(error = %e, "spare files made at normal priority");
                 }
                 work();
             });

@@ -2101,19 +2101,36 @@ mod tests {
         editor.write().unwrap().detach()
     }
 
+    /// Up to `len` paths of one to three short components over two letters (so that files
+    /// and directories of the same name meet), each with a value from `values`.
+    fn paths_to(
+        values: std::ops::Range<u8>,
+        len: std::ops::Range<usize>,
+    ) -> impl proptest::strategy::Strategy<Value = BTreeMap<String, u8>> {
+        proptest::collection::btree_map("[ab]{1,2}(/[ab]{1,2}){0,2}", values, len)
+    }
+
+    /// A fresh store holding the tree of `paths` ([`valid_tree`]): the store's directory (kept
+    /// for as long as the store is used), the store, the tree and its id.
+    fn store_with(paths: BTreeMap<String, u8>) -> (tempfile::TempDir, Store, FlatTree, ObjectId) {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store.git")).unwrap();
+        let tree = valid_tree(&store, paths);
+        let id = store.write_tree(&tree).unwrap();
+        (tmp, store, tree, id)
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
         /// Editing the base's tree by the changes gives exactly the tree written whole: files
         /// that become directories and back, directories emptied, new nested directories.
         #[test]
         fn an_edited_tree_is_the_tree_written_whole(
-            a in proptest::collection::btree_map("[ab]{1,2}(/[ab]{1,2}){0,2}", 0u8..9, 0..14),
-            b in proptest::collection::btree_map("[ab]{1,2}(/[ab]{1,2}){0,2}", 0u8..9, 0..14),
+            a in paths_to(0u8..9, 0..14),
+            b in paths_to(0u8..9, 0..14),
         ) {
-            let tmp = tempfile::tempdir().unwrap();
-            let store = Store::open_or_init(&tmp.path().join("store.git")).unwrap();
-            let (base, target) = (valid_tree(&store, a), valid_tree(&store, b));
-            let base_id = store.write_tree(&base).unwrap();
+            let (_tmp, store, base, base_id) = store_with(a);
+            let target = valid_tree(&store, b);
             let changes = changes_between(&base, &target);
             let edited = store.edit_tree(base_id, &changes).unwrap();
             proptest::prop_assert_eq!(edited, store.write_tree(&target).unwrap());
@@ -2126,13 +2143,10 @@ mod tests {
         /// too, which no read-back gives: gix then keeps what the directory held before.)
         #[test]
         fn an_edit_is_the_one_gix_makes_of_any_changes(
-            a in proptest::collection::btree_map("[ab]{1,2}(/[ab]{1,2}){0,2}", 0u8..9, 0..14),
-            edits in proptest::collection::btree_map("[ab]{1,2}(/[ab]{1,2}){0,2}", 0u8..12, 0..10),
+            a in paths_to(0u8..9, 0..14),
+            edits in paths_to(0u8..12, 0..10),
         ) {
-            let tmp = tempfile::tempdir().unwrap();
-            let store = Store::open_or_init(&tmp.path().join("store.git")).unwrap();
-            let base = valid_tree(&store, a);
-            let base_id = store.write_tree(&base).unwrap();
+            let (_tmp, store, _, base_id) = store_with(a);
             let blobs: Vec<ObjectId> = (0..3)
                 .map(|i| store.write_blob(format!("{i}\n").as_bytes()).unwrap())
                 .collect();

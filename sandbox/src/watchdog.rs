@@ -116,19 +116,16 @@ fn dog() -> Option<&'static Dog> {
 }
 
 /// The watchdog thread: sleep until the earliest deadline (or a first watch), kill the
-/// helpers of exchanges past theirs, and `SIGKILL` them [`KILL_GRACE`] later.
+/// helpers of exchanges past theirs, and `SIGKILL` them [`KILL_GRACE`] later (a watch being
+/// killed is kept with that time as its deadline).
 fn keep_watch(dog: &Dog) {
-    let mut killing: Vec<(Watch, Instant)> = Vec::new();
+    let mut killing: Vec<Watch> = Vec::new();
     let Ok(mut watches) = dog.watches.lock() else {
         return;
     };
     loop {
         watches.retain(|w| w.phase.load(Ordering::SeqCst) == RUNNING);
-        let next = watches
-            .iter()
-            .map(|w| w.deadline)
-            .chain(killing.iter().map(|(_, at)| *at))
-            .min();
+        let next = watches.iter().chain(&killing).map(|w| w.deadline).min();
         watches = match next {
             None => match dog.wake.wait(watches) {
                 Ok(w) => w,
@@ -143,7 +140,11 @@ fn keep_watch(dog: &Dog) {
             },
         };
         let now = Instant::now();
-        for w in watches.iter().filter(|w| w.deadline <= now) {
+        let (due, running) = std::mem::take(&mut *watches)
+            .into_iter()
+            .partition(|w| w.deadline <= now);
+        *watches = running;
+        for mut w in due {
             let won = w
                 .phase
                 .compare_exchange(RUNNING, KILLING, Ordering::SeqCst, Ordering::SeqCst)
@@ -154,18 +155,12 @@ fn keep_watch(dog: &Dog) {
                 // ends sudo itself.
                 signal(w.pid, nix::sys::signal::Signal::SIGTERM);
                 signal(w.pid, nix::sys::signal::Signal::SIGCONT);
-                killing.push((
-                    Watch {
-                        pid: w.pid,
-                        deadline: w.deadline,
-                        phase: w.phase.clone(),
-                    },
-                    now + KILL_GRACE,
-                ));
+                w.deadline = now + KILL_GRACE;
+                killing.push(w);
             }
         }
-        killing.retain(|(w, at)| {
-            if *at > now {
+        killing.retain(|w| {
+            if w.deadline > now {
                 return true;
             }
             signal(w.pid, nix::sys::signal::Signal::SIGKILL);
