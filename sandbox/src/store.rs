@@ -732,6 +732,7 @@ impl Store {
     ) -> Result<PathBuf, StoreError> {
         /// Below this many bytes per thread, one thread compresses everything.
         const BYTES_PER_THREAD: usize = 256 << 10;
+        let started = std::time::Instant::now();
         let (done, compressed) = compressed.unwrap_or_default();
         let objects = &all[done..];
         let taken = self.take_ahead(objects.iter().map(|(_, oid, _)| *oid));
@@ -768,10 +769,12 @@ impl Store {
                 entries.extend(share.map_err(io)?);
             }
         }
+        let compressed_us = started.elapsed().as_micros() as u64;
         let whole = crate::pack::WholePack::of(&entries).map_err(io)?;
+        let made_us = started.elapsed().as_micros() as u64;
         let dir = self.pack_dir();
         let durable = self.durable;
-        whole
+        let placed = whole
             .place(&dir, durable, |dest, bytes| {
                 let spare = match self.spares.as_ref() {
                     Some(s) if durable => s.write_synced_as(dest, bytes)?,
@@ -783,7 +786,15 @@ impl Store {
                     false => crate::pack::write_file_via_temp(dest, bytes, durable),
                 }
             })
-            .map_err(io)
+            .map_err(io);
+        tracing::debug!(
+            compressed_us,
+            made_us,
+            placed_us = started.elapsed().as_micros() as u64,
+            bytes = whole.pack.len(),
+            "a whole pack written"
+        );
+        placed
     }
 
     /// This repository's own `objects/pack` (a worktree store's `path` is the worktree),
