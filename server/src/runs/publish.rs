@@ -221,7 +221,14 @@ impl Hub {
             })?
         } else {
             let (commit, objects) = self.stage_run_head(objects, &rid, &desc, &active, changes)?;
+            tracing::debug!(run = rid, us = us(started), "run commit staged");
             self.write_run_head(objects, &rid, commit)?;
+            tracing::debug!(
+                run = rid,
+                us = us(started),
+                spares = self.store().spares_ready(),
+                "run commit's objects written"
+            );
             let hunks = build_hunks_with(blobs, &sid, base, changes, &only, Some(&active.diffs));
             (suggest(hunks, commit)?, commit)
         };
