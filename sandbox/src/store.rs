@@ -390,8 +390,9 @@ impl Store {
     }
 
     /// Write one loose object: into a spare file when one is ready ([`Store::keep_spares`]),
-    /// else through gix (a new temporary file). Either way zlib-compressed with git's header,
-    /// renamed to `objects/xx/…`, and not fsynced, as git and gix write loose objects.
+    /// else through gix (a new temporary file). Either way a zlib stream of git's header and
+    /// the content (into a spare, a blob compressed and a tree or commit stored), renamed to
+    /// `objects/xx/…`, and not fsynced, as git and gix write loose objects.
     fn write_loose(
         &self,
         repo: &gix::Repository,
