@@ -175,21 +175,48 @@ pub fn deflate_entry(
 /// Append `bytes` as a zlib stream (RFC 1950) of stored deflate blocks (RFC 1951, `BTYPE`
 /// 00): at most 65,535 bytes each, the last one marked final, then the Adler-32 of `bytes`.
 pub fn stored_zlib(bytes: &[u8], out: &mut Vec<u8>) {
+    stored_zlib_of(&[bytes], out);
+}
+
+/// [`stored_zlib`] of `parts` one after another, without joining them first (a loose
+/// object's header and its content).
+pub fn stored_zlib_of(parts: &[&[u8]], out: &mut Vec<u8>) {
     /// Deflate, 32 KiB window, fastest level; `0x7801` is a multiple of 31 as zlib requires.
     const HEADER: [u8; 2] = [0x78, 0x01];
     const BLOCK: usize = u16::MAX as usize;
-    out.reserve(bytes.len() + bytes.len() / BLOCK * 5 + 11);
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    out.reserve(total + total / BLOCK * 5 + 11);
     out.extend_from_slice(&HEADER);
-    let blocks = bytes.len().div_ceil(BLOCK).max(1);
-    for (i, block) in (0..blocks).map(|i| (i, &bytes[i * BLOCK..bytes.len().min((i + 1) * BLOCK)]))
-    {
-        out.push(u8::from(i + 1 == blocks));
-        let len = block.len() as u16;
-        out.extend_from_slice(&len.to_le_bytes());
-        out.extend_from_slice(&(!len).to_le_bytes());
-        out.extend_from_slice(block);
+    let mut adler = adler2::Adler32::new();
+    let mut parts = parts.iter().copied();
+    let mut part: &[u8] = &[];
+    let mut left = total;
+    loop {
+        let len = left.min(BLOCK);
+        left -= len;
+        out.push(u8::from(left == 0));
+        out.extend_from_slice(&(len as u16).to_le_bytes());
+        out.extend_from_slice(&(!(len as u16)).to_le_bytes());
+        let mut need = len;
+        while need > 0 {
+            if part.is_empty() {
+                match parts.next() {
+                    Some(next) => part = next,
+                    None => break,
+                }
+                continue;
+            }
+            let (now, later) = part.split_at(need.min(part.len()));
+            out.extend_from_slice(now);
+            adler.write_slice(now);
+            need -= now.len();
+            part = later;
+        }
+        if left == 0 {
+            break;
+        }
     }
-    out.extend_from_slice(&adler2::adler32_slice(bytes).to_be_bytes());
+    out.extend_from_slice(&adler.checksum().to_be_bytes());
 }
 
 /// The compressor [`deflate_entry`] is given: zlib at its fastest level.

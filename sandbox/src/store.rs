@@ -437,11 +437,8 @@ impl Store {
                 // 0), as in a pack ([`crate::pack::deflate_entry`]): a tree is mostly object
                 // ids, which do not compress, and a commit is a few hundred bytes. Compressing
                 // them took a third of the time a small publish spends writing its objects.
-                let mut raw = Vec::with_capacity(header.len() + data.len());
-                raw.extend_from_slice(&header);
-                raw.extend_from_slice(data);
                 let mut bytes = Vec::new();
-                crate::pack::stored_zlib(&raw, &mut bytes);
+                crate::pack::stored_zlib_of(&[&header, data], &mut bytes);
                 bytes
             };
             if spares.write_as(&dest, &bytes).map_err(io)? {
