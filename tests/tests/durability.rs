@@ -775,3 +775,122 @@ async fn a_restarted_hub_gives_back_what_reading_its_journal_freed() {
         "{after} KiB of its own memory after the restart, {before} KiB before it"
     );
 }
+
+/// A bulk accept of two files, the hub killed after its `prepare` was journaled and before it
+/// wrote a file; then the checkout made to look as if the crash had come between the two
+/// files (the first one written), and, if `lose_object`, the second file's new content left
+/// empty in the store, as a power loss can leave an object written without an fsync. Returns
+/// the workspace, the restarted hub, the suggestion, and both files' contents before and after.
+async fn bulk_accept_cut_between_its_files(
+    lose_object: bool,
+) -> (Workspace, Hub, String, [(String, String); 2]) {
+    let (a, b) = (numbered(30), numbered(30).replace("line", "row"));
+    let ws = Workspace::new(&[("a.txt", a.as_bytes()), ("b.txt", b.as_bytes())]).unwrap();
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            "sed -i 's/^line 3$/LINE 3/' a.txt\nsed -i 's/^row 9$/ROW 9/' b.txt",
+        )
+        .unwrap();
+    let (mut hub, pauses) = ws.serve_pausable().unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let s = run_agent(&hub, &mut c, &agent, "two files").await.unwrap();
+    let sid = s["id"].as_str().unwrap().to_string();
+
+    let pause = Pause::arm(&pauses, "before-write");
+    let curl = hub.curl();
+    let body = json!({"suggestion_id": sid, "action": "accept"});
+    let answer = std::thread::spawn(move || curl.post("/feedback/all", &body));
+    pause.reached();
+    hub.kill9();
+    pause.release();
+    let _ = answer.join();
+    drop(c);
+    assert_eq!(ws.read_string("a.txt").unwrap(), a, "nothing written yet");
+
+    // The prepare names what each file becomes, as an object of the checkpoint store.
+    let journal = std::fs::read_to_string(ws.state().join("state.jsonl")).unwrap();
+    let prepare: Value = journal
+        .lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|r| r["t"] == "decision")
+        .unwrap_or_else(|| panic!("no decision journaled: {journal}"));
+    let ops = prepare["ops"].as_array().unwrap();
+    assert_eq!(ops.len(), 2, "{prepare}");
+    let store = ws.state().join("checkpoints.git");
+    let store = store.to_str().unwrap();
+    let new_of = |path: &str| -> (String, String) {
+        let op = ops.iter().find(|o| o["path"] == path).unwrap();
+        let id = op["op"]["oid"].as_str().unwrap().to_string();
+        let text = ws
+            .git(&["--git-dir", store, "cat-file", "blob", &id])
+            .unwrap();
+        (id, text)
+    };
+    let ((_, a_new), (b_id, b_new)) = (new_of("a.txt"), new_of("b.txt"));
+    assert_eq!(a_new, a.replace("line 3\n", "LINE 3\n"));
+    assert_eq!(b_new, b.replace("row 9\n", "ROW 9\n"));
+
+    ws.write("a.txt", a_new.as_bytes()).unwrap();
+    if lose_object {
+        let loose = ws
+            .state()
+            .join("checkpoints.git/objects")
+            .join(&b_id[..2])
+            .join(&b_id[2..]);
+        assert!(loose.is_file(), "{} is a loose object", loose.display());
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&loose)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+    }
+    let (hub, _) = ws.serve_pausable().unwrap();
+    (ws, hub, sid, [(a, a_new), (b, b_new)])
+}
+
+#[tokio::test]
+async fn a_bulk_decision_cut_between_its_files_is_finished_on_start() {
+    let (ws, hub, sid, [(_, a_new), (_, b_new)]) = bulk_accept_cut_between_its_files(false).await;
+    assert_eq!(ws.read_string("a.txt").unwrap(), a_new);
+    assert_eq!(
+        ws.read_string("b.txt").unwrap(),
+        b_new,
+        "finished from the store"
+    );
+    let s = get(&hub, &sid);
+    for h in s["hunks"].as_array().unwrap() {
+        assert_eq!(h["state"], "accepted", "{s}");
+    }
+}
+
+#[tokio::test]
+async fn a_bulk_decision_that_cannot_be_finished_is_taken_back_and_the_hub_starts() {
+    let (ws, hub, sid, [(a, _), (b, _)]) = bulk_accept_cut_between_its_files(true).await;
+    assert_eq!(ws.read_string("a.txt").unwrap(), a, "taken back");
+    assert_eq!(ws.read_string("b.txt").unwrap(), b);
+    let s = get(&hub, &sid);
+    for h in s["hunks"].as_array().unwrap() {
+        assert_eq!(h["state"], "pending", "{s}");
+    }
+    assert!(ws.feedback_log().unwrap().is_empty());
+    // The review goes on: the hunks can be accepted again, each once.
+    let r = hub
+        .curl()
+        .post(
+            "/feedback/all",
+            &json!({"suggestion_id": sid, "action": "accept"}),
+        )
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        ws.read_string("a.txt").unwrap(),
+        a.replace("line 3\n", "LINE 3\n")
+    );
+    assert_eq!(
+        ws.read_string("b.txt").unwrap(),
+        b.replace("row 9\n", "ROW 9\n")
+    );
+}

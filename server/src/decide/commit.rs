@@ -7,8 +7,8 @@ use crate::error::AppError;
 use crate::hub::{test_hooks, Hub, State};
 use crate::model::decision::{Closing, DecisionRec, HunkChange, LineRec};
 use crate::model::feedback::FeedbackRecord;
-use crate::model::fileop::FileOp;
-use crate::model::suggestion::Suggestion;
+use crate::model::fileop::{FileOp, Op};
+use crate::model::suggestion::{oid, Suggestion};
 use crate::protocol::{AppliedAction, ErrorCode, Event, HunkState};
 use crate::store::journal::Record;
 
@@ -100,7 +100,9 @@ impl Default for Decision {
 
 impl Hub {
     /// Durably commit a decision: journal `prepare` (fsynced), change files, log feedback
-    /// (fsynced) and journal `commit`, then adopt the new hunk states and announce. All of it holds, or
+    /// (fsynced) and journal `commit`, then adopt the new hunk states and announce. A decision
+    /// of several file operations first fsyncs the loose objects it writes, which recovery
+    /// would finish it from ([`hunkgate_sandbox::store::Store::sync_loose`]). All of it holds, or
     /// none of it does:
     /// - a `prepare` that cannot be written changes nothing;
     /// - a file operation that fails (or finds its file changed since the plan) takes back the
@@ -114,6 +116,20 @@ impl Hub {
         let (rec, events) = decision.all_events();
         rec.check(&st.suggestions)
             .map_err(|e| AppError::failed("checking the decision against the state", e))?;
+        if rec.ops.len() > 1 {
+            // A crash between two of its operations leaves recovery to finish the rest from
+            // the contents they write: those must survive a power loss as the record does.
+            let written = rec.ops.iter().filter_map(|op| match &op.op {
+                Op::Write { oid: id, .. } | Op::Symlink { oid: id } => oid(id),
+                Op::Remove | Op::SetExec { .. } => None,
+            });
+            self.store().sync_loose(written).map_err(|e| {
+                AppError::failed(
+                    "making the decision's contents durable (nothing was changed)",
+                    e,
+                )
+            })?;
+        }
         let record = Record::Decision(Box::new(rec));
         self.journal_append(&record).map_err(|e| {
             e.map_message(|m| format!("recording the decision: {m}; nothing was changed"))

@@ -8,10 +8,11 @@ use std::collections::BTreeMap;
 use hunkgate_sandbox::beneath::Beneath;
 use hunkgate_sandbox::store::Store;
 
-use crate::decide::execute::{execute, op_state, OpState};
+use crate::decide::execute::{execute, op_state, undo, OpState};
 use crate::hub::Hub;
 use crate::model::decision::{DecisionRec, LineRec};
 use crate::model::feedback::FeedbackRecord;
+use crate::model::fileop::FileOp;
 use crate::model::suggestion::Suggestion;
 use crate::protocol::Event;
 use crate::store::feedback::FeedbackLog;
@@ -96,10 +97,42 @@ fn finish(
         tracing::info!(decision = %d.decision, "dropping an unfinished decision (no file was written)");
         return Ok(false);
     }
+    // What is done, in the decision's order, to take back if the rest cannot be finished.
+    let mut done = Vec::with_capacity(d.ops.len());
     for (op, st) in d.ops.iter().zip(&states) {
         if *st == OpState::Before {
-            execute(root, store, std::slice::from_ref(op)).map_err(|e| e.to_string())?;
+            if let Err(e) = execute(root, store, std::slice::from_ref(op)) {
+                return take_back(root, store, d, &done, &e.to_string());
+            }
         }
+        done.push(op.clone());
     }
     Ok(true)
+}
+
+/// A decision that cannot be finished (an operation failed: the content it writes cannot be
+/// read from the store, say) is taken back instead: its client never heard back, so it is
+/// dropped as if nothing had been written. Only when that fails too is the start stopped, with
+/// both reasons and the files to look at.
+fn take_back(
+    root: &Beneath,
+    store: &Store,
+    d: &DecisionRec,
+    done: &[FileOp],
+    why: &str,
+) -> Result<bool, String> {
+    match undo(root, store, done) {
+        Ok(()) => {
+            tracing::warn!(decision = %d.decision, error = why, "an unfinished decision could not be finished and was taken back; its hunks stay as they were");
+            Ok(false)
+        }
+        Err(u) => {
+            let files: Vec<&str> = d.ops.iter().map(|op| op.path.as_str()).collect();
+            Err(format!(
+                "decision {}: finishing it failed ({why}) and taking it back failed too ({u}); check {}",
+                d.decision,
+                files.join(", ")
+            ))
+        }
+    }
 }
