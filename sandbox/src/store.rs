@@ -435,6 +435,47 @@ impl Store {
         Ok(synced)
     }
 
+    /// Remove every empty loose object file (`objects/xx/…`); returns how many there were.
+    ///
+    /// What a power loss or a crash of the machine can leave of loose objects written without
+    /// an fsync in the seconds before it: their names, and no content. Git then fails on each
+    /// ("object file … is empty") until someone removes them; so would every run, whose
+    /// snapshot takes unchanged files' blobs from the stat cache. Removed, an object is
+    /// missing instead: the stat cache looks it up ([`crate::statcache::StatCache::lookup`])
+    /// and the next snapshot writes it again from the checkout.
+    pub fn drop_empty_loose_objects(&self) -> Result<usize, StoreError> {
+        let objects = self.path.join("objects");
+        let io = |p: &Path, e: std::io::Error| self.err(format!("{}: {e}", p.display()));
+        let mut dropped = 0;
+        for fan in std::fs::read_dir(&objects).map_err(|e| io(&objects, e))? {
+            let fan = fan.map_err(|e| io(&objects, e))?;
+            let name = fan.file_name();
+            let is_fan = name.len() == 2
+                && name
+                    .to_str()
+                    .is_some_and(|n| n.bytes().all(|b| b.is_ascii_hexdigit()));
+            if !is_fan || !fan.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let dir = fan.path();
+            for entry in std::fs::read_dir(&dir).map_err(|e| io(&dir, e))? {
+                let entry = entry.map_err(|e| io(&dir, e))?;
+                let empty = entry
+                    .metadata()
+                    .is_ok_and(|m| m.file_type().is_file() && m.len() == 0);
+                if empty {
+                    let path = entry.path();
+                    std::fs::remove_file(&path).map_err(|e| io(&path, e))?;
+                    dropped += 1;
+                }
+            }
+        }
+        if let Ok(mut present) = self.present.lock() {
+            present.clear();
+        }
+        Ok(dropped)
+    }
+
     /// Remove the loose object `id` if its file is empty, and say whether it was. A zlib stream
     /// is never empty: an empty file is what a power loss can leave of a loose object written
     /// without an fsync, and the object is written anew rather than taken as present.
@@ -2003,6 +2044,56 @@ mod tests {
             std::fs::metadata(&loose).unwrap().modified().unwrap(),
             before
         );
+    }
+
+    #[test]
+    fn empty_loose_objects_are_dropped_whole_ones_and_packs_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("store.git");
+        let mut store = Store::open_or_init(&path).unwrap();
+        store.keep_spares(8).unwrap();
+        let mut batch = store.batch();
+        for i in 0..=ObjectBatch::PACK_AT {
+            batch
+                .write_blob(format!("packed {i}\n").as_bytes())
+                .unwrap();
+        }
+        batch.finish().unwrap();
+        let ids: Vec<ObjectId> = ["a\n", "b\n", "c\n"]
+            .iter()
+            .map(|b| store.write_blob(b.as_bytes()).unwrap())
+            .collect();
+        assert_eq!(
+            store.drop_empty_loose_objects().unwrap(),
+            0,
+            "nothing empty"
+        );
+        for id in &ids[..2] {
+            let hex = id.to_string();
+            let loose = path.join("objects").join(&hex[..2]).join(&hex[2..]);
+            std::fs::File::create(&loose).unwrap();
+        }
+        let spares = || {
+            std::fs::read_dir(path.join("hunkgate-spares"))
+                .unwrap()
+                .count()
+        };
+        let spare_files = spares();
+        assert!(spare_files > 0);
+        let store = Store::open_or_init(&path).unwrap();
+        assert_eq!(store.drop_empty_loose_objects().unwrap(), 2);
+        assert_eq!(
+            spares(),
+            spare_files,
+            "spare files, empty by design, are not objects"
+        );
+        assert!(!store.has_object(ids[0]) && !store.has_object(ids[1]));
+        assert_eq!(store.read_blob(ids[2]).unwrap(), b"c\n");
+        assert_eq!(
+            store.read_blob(blob_id(b"packed 3\n")).unwrap(),
+            b"packed 3\n"
+        );
+        git(&path, &["fsck", "--strict", "--no-dangling"]);
     }
 
     #[test]
