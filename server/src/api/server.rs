@@ -22,6 +22,7 @@ use crate::model::feedback::FeedbackRecord;
 use crate::model::run::RunRec;
 use crate::model::suggestion::Suggestion;
 use crate::protocol::{Event, RunState};
+use crate::store::boot::BootMark;
 use crate::store::feedback::FeedbackLog;
 use crate::store::journal::{Journal, Record};
 
@@ -189,6 +190,33 @@ fn interrupt_unfinished(runs: &mut BTreeMap<String, RunRec>) {
 /// a run start the same for the checkout's changes.
 const SPARE_FILES: usize = 32;
 
+/// When the machine restarted since the hub last started here (it may have gone down under
+/// the hub), remove the empty loose objects a power loss can leave in the checkpoint store,
+/// before recovery or a run reads one; then record this boot.
+fn look_over_store_after_a_reboot(state_dir: &Path, store: &Store) -> anyhow::Result<()> {
+    let boot = BootMark::read(state_dir);
+    if !boot.restarted() {
+        return Ok(());
+    }
+    let dropped = store.drop_empty_loose_objects().with_context(|| {
+        format!(
+            "looking over the checkpoint store {} after the machine restarted",
+            store.path().display()
+        )
+    })?;
+    if dropped > 0 {
+        tracing::warn!(
+            dropped,
+            store = %store.path().display(),
+            "the machine went down under the hub: removed empty objects from the checkpoint store (the next run writes those your checkout still has again; an older checkpoint that needs one reports it missing)"
+        );
+    }
+    if let Err(e) = boot.record() {
+        tracing::warn!(error = %e, "recording this boot in the state directory");
+    }
+    Ok(())
+}
+
 /// Open everything and rebuild state; does not serve yet.
 pub fn open_hub(
     mut cfg: ServeConfig,
@@ -205,6 +233,7 @@ pub fn open_hub(
         .context("the reviewer token")?;
     let mut store = Store::open_or_init(&cfg.state_dir.join("checkpoints.git"))?;
     store.keep_spares(SPARE_FILES)?;
+    look_over_store_after_a_reboot(&cfg.state_dir, &store)?;
     let journal_path = cfg.state_dir.join("state.jsonl");
     let feedback_path = cfg.state_dir.join("feedback.jsonl");
 
