@@ -721,32 +721,13 @@ pub struct PendingWrite {
 impl PendingWrite {
     /// [`PendingWrite::sync`] each of `pending`, the first error if any: on up to
     /// [`PendingWrite::SYNC_THREADS`] threads, each waiting for the disk, which takes flushes
-    /// that come together at once (a hundred fsyncs of 8 KB files, one after another and on
-    /// eight threads, took 67 and 23 ms on ext4 with a journal, 27 and 12 ms without).
+    /// that come together at once (see [`crate::try_on_threads`]).
     pub fn sync_all(pending: &[PendingWrite]) -> Result<(), FsError> {
-        if pending.len() < 2 {
-            return pending.iter().try_for_each(PendingWrite::sync);
-        }
-        let threads = pending.len().min(Self::SYNC_THREADS);
-        let each = pending.len().div_ceil(threads);
-        std::thread::scope(|scope| {
-            let mut chunks = pending.chunks(each);
-            let first = chunks.next().unwrap_or_default();
-            let others: Vec<_> = chunks
-                .map(|chunk| scope.spawn(move || chunk.iter().try_for_each(PendingWrite::sync)))
-                .collect();
-            let mine = first.iter().try_for_each(PendingWrite::sync);
-            others.into_iter().fold(mine, |outcome, thread| {
-                let theirs = thread
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-                outcome.and(theirs)
-            })
-        })
+        crate::try_on_threads(pending, Self::SYNC_THREADS, PendingWrite::sync)
     }
 
     /// At most this many threads fsync at once ([`PendingWrite::sync_all`]).
-    pub const SYNC_THREADS: usize = 8;
+    pub const SYNC_THREADS: usize = crate::SYNC_THREADS;
 
     /// Make the new content durable (when writes are: see [`Beneath::open_scratch`]).
     pub fn sync(&self) -> Result<(), FsError> {

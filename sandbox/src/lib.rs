@@ -119,6 +119,30 @@ pub fn on_threads<T: Send, R: Send>(items: Vec<T>, work: impl Fn(T) -> R + Sync)
     })
 }
 
+/// `f` on each of `items`, in as many chunks as `threads` (at most one thread per item, none
+/// for fewer than two); the first error in the items' order, if any. For waits on the disk
+/// that it takes better together: fsyncs on several threads, whose flushes a journaling
+/// filesystem commits at once (a hundred fsyncs of 8 KB files, one after another and on eight
+/// threads, took 67 and 23 ms on ext4 with a journal, 27 and 12 ms without).
+pub fn try_on_threads<T: Sync, E: Send>(
+    items: &[T],
+    threads: usize,
+    f: impl Fn(&T) -> Result<(), E> + Sync,
+) -> Result<(), E> {
+    if items.len() < 2 || threads < 2 {
+        return items.iter().try_for_each(f);
+    }
+    let each = items.len().div_ceil(items.len().min(threads));
+    on_threads(items.chunks(each).collect(), |chunk: &[T]| {
+        chunk.iter().try_for_each(&f)
+    })
+    .into_iter()
+    .collect()
+}
+
+/// At most this many threads fsync at once ([`try_on_threads`]'s callers).
+pub const SYNC_THREADS: usize = 8;
+
 /// How much work [`streamed_on_threads`] may have taken ahead of its consumer, by the items'
 /// weights: a read-back's or snapshot's reads, by file size. Without a bound, threads that read
 /// faster than the consumer gets through them (a pack written to a slow disk, a read-back

@@ -101,9 +101,9 @@ impl Default for Decision {
 impl Hub {
     /// Durably commit a decision: journal `prepare` (fsynced), change files, log feedback
     /// (fsynced) and journal `commit`, then adopt the new hunk states and announce. A decision
-    /// of several file operations first fsyncs the loose objects it writes, which recovery
-    /// would finish it from ([`hunkgate_sandbox::store::Store::sync_loose`]). All of it holds, or
-    /// none of it does:
+    /// of several file operations first fsyncs the loose objects it names, which recovery
+    /// would finish it or take it back from ([`hunkgate_sandbox::store::Store::sync_loose`]).
+    /// All of it holds, or none of it does:
     /// - a `prepare` that cannot be written changes nothing;
     /// - a file operation that fails (or finds its file changed since the plan) takes back the
     ///   ones done before it;
@@ -118,12 +118,18 @@ impl Hub {
             .map_err(|e| AppError::failed("checking the decision against the state", e))?;
         if rec.ops.len() > 1 {
             // A crash between two of its operations leaves recovery to finish the rest from
-            // the contents they write: those must survive a power loss as the record does.
-            let written = rec.ops.iter().filter_map(|op| match &op.op {
-                Op::Write { oid: id, .. } | Op::Symlink { oid: id } => oid(id),
-                Op::Remove | Op::SetExec { .. } => None,
+            // the contents they write, or to take back the done ones from what their files
+            // held: those must survive a power loss as the record does.
+            let named = rec.ops.iter().flat_map(|op| {
+                let written = match &op.op {
+                    Op::Write { oid: id, .. } | Op::Symlink { oid: id } => oid(id),
+                    Op::Remove | Op::SetExec { .. } => None,
+                };
+                written
+                    .into_iter()
+                    .chain(op.pre_oid.as_deref().and_then(oid))
             });
-            self.store().sync_loose(written).map_err(|e| {
+            self.store().sync_loose(named).map_err(|e| {
                 AppError::failed(
                     "making the decision's contents durable (nothing was changed)",
                     e,
