@@ -403,12 +403,12 @@ impl Store {
         let mut files = Vec::new();
         let mut dirs = std::collections::BTreeSet::new();
         for id in ids {
-            let hex = id.to_string();
-            let dir = objects.join(&hex[..2]);
-            let path = dir.join(&hex[2..]);
+            let path = loose_object_path(&objects, id);
             if path.is_file() {
+                if let Some(dir) = path.parent() {
+                    dirs.insert(dir.to_path_buf());
+                }
                 files.push(path);
-                dirs.insert(dir);
             } else if !self.local().has_object(id) {
                 return Err(self.err(format!(
                     "object {id} is not in the store (looked for {})",
@@ -477,13 +477,7 @@ impl Store {
     /// is never empty: an empty file is what a power loss can leave of a loose object written
     /// without an fsync, and the object is written anew rather than taken as present.
     fn drop_empty_loose(&self, repo: &gix::Repository, id: ObjectId) -> Result<bool, StoreError> {
-        let hex = id.to_string();
-        let path = repo
-            .objects
-            .store_ref()
-            .path()
-            .join(&hex[..2])
-            .join(&hex[2..]);
+        let path = loose_object_path(repo.objects.store_ref().path(), id);
         match std::fs::symlink_metadata(&path) {
             Ok(m) if m.is_file() && m.len() == 0 => {
                 tracing::warn!(path = %path.display(), "an empty loose object (left by a power loss) is written again");
@@ -520,13 +514,7 @@ impl Store {
             return Ok(id);
         }
         if let Some(spares) = self.spares.as_ref().filter(|s| s.ready() > 0) {
-            let hex = id.to_string();
-            let dest = repo
-                .objects
-                .store_ref()
-                .path()
-                .join(&hex[..2])
-                .join(&hex[2..]);
+            let dest = loose_object_path(repo.objects.store_ref().path(), id);
             let io = |e: std::io::Error| self.err(format!("writing {}: {e}", dest.display()));
             let header = gix::objs::encode::loose_header(kind, data.len() as u64);
             let bytes = if kind == gix::objs::Kind::Blob {
@@ -1239,6 +1227,12 @@ impl Store {
             p.insert(oid);
         }
     }
+}
+
+/// Where the loose object `id` is in the objects directory `objects`: `xx/…` by its hex id.
+pub fn loose_object_path(objects: &Path, id: ObjectId) -> PathBuf {
+    let hex = id.to_string();
+    objects.join(&hex[..2]).join(&hex[2..])
 }
 
 /// Objects written together ([`Store::batch`]): blobs, and the trees and commit a snapshot or
@@ -1964,12 +1958,8 @@ mod tests {
         assert!(store.read_blob(last).is_err(), "kept after the release");
     }
 
-    #[test]
-    fn sync_loose_fsyncs_loose_objects_skips_packed_ones_and_names_a_missing_one() {
-        let tmp = tempfile::tempdir().unwrap();
-        let path = tmp.path().join("store.git");
-        let store = Store::open_or_init(&path).unwrap();
-        // More objects than are written loose: the batch writes them as one pack.
+    /// More blobs than a batch writes loose, so it writes them as one pack: `packed 0\n`, ….
+    fn write_a_pack(store: &Store) {
         let mut batch = store.batch();
         for i in 0..=ObjectBatch::PACK_AT {
             batch
@@ -1977,11 +1967,16 @@ mod tests {
                 .unwrap();
         }
         batch.finish().unwrap();
+    }
+
+    #[test]
+    fn sync_loose_fsyncs_loose_objects_skips_packed_ones_and_names_a_missing_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("store.git");
+        let store = Store::open_or_init(&path).unwrap();
+        write_a_pack(&store);
         let packed = blob_id(b"packed 0\n");
-        let loose_path = |id: ObjectId| {
-            let hex = id.to_string();
-            path.join("objects").join(&hex[..2]).join(&hex[2..])
-        };
+        let loose_path = |id: ObjectId| loose_object_path(&path.join("objects"), id);
         assert!(
             !loose_path(packed).exists() && store.has_object(packed),
             "in the pack"
@@ -2013,7 +2008,7 @@ mod tests {
             .write_blob(b"kept\n")
             .unwrap();
         let hex = id.to_string();
-        let loose = path.join("objects").join(&hex[..2]).join(&hex[2..]);
+        let loose = loose_object_path(&path.join("objects"), id);
         // What a power loss can leave of a loose object written without an fsync.
         std::fs::OpenOptions::new()
             .write(true)
@@ -2046,13 +2041,7 @@ mod tests {
         let path = tmp.path().join("store.git");
         let mut store = Store::open_or_init(&path).unwrap();
         store.keep_spares(8).unwrap();
-        let mut batch = store.batch();
-        for i in 0..=ObjectBatch::PACK_AT {
-            batch
-                .write_blob(format!("packed {i}\n").as_bytes())
-                .unwrap();
-        }
-        batch.finish().unwrap();
+        write_a_pack(&store);
         let ids: Vec<ObjectId> = ["a\n", "b\n", "c\n"]
             .iter()
             .map(|b| store.write_blob(b.as_bytes()).unwrap())
@@ -2063,9 +2052,7 @@ mod tests {
             "nothing empty"
         );
         for id in &ids[..2] {
-            let hex = id.to_string();
-            let loose = path.join("objects").join(&hex[..2]).join(&hex[2..]);
-            std::fs::File::create(&loose).unwrap();
+            std::fs::File::create(loose_object_path(&path.join("objects"), *id)).unwrap();
         }
         let spares = || {
             std::fs::read_dir(path.join("hunkgate-spares"))

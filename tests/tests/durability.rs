@@ -877,14 +877,11 @@ async fn a_bulk_decision_that_cannot_be_finished_is_taken_back_and_the_hub_start
     }
     assert!(ws.feedback_log().unwrap().is_empty());
     // The review goes on: the hunks can be accepted again, each once.
-    let r = hub
-        .curl()
-        .post(
-            "/feedback/all",
-            &json!({"suggestion_id": sid, "action": "accept"}),
-        )
-        .unwrap();
-    assert_eq!(r.status, 200, "{}", r.body);
+    post_ok(
+        &hub,
+        "/feedback/all",
+        json!({"suggestion_id": sid, "action": "accept"}),
+    );
     assert_eq!(
         ws.read_string("a.txt").unwrap(),
         a.replace("line 3\n", "LINE 3\n")
@@ -895,17 +892,18 @@ async fn a_bulk_decision_that_cannot_be_finished_is_taken_back_and_the_hub_start
     );
 }
 
+/// POST `body` to `path`, which must answer 200; its answer.
+fn post_ok(hub: &Hub, path: &str, body: Value) -> Value {
+    let r = hub.curl().post(path, &body).unwrap();
+    assert_eq!(r.status, 200, "{path}: {}", r.body);
+    r.body
+}
+
 /// Start a run of `agent` over HTTP and wait for it to end; the run as the hub reports it.
 async fn run_to_end(hub: &Hub, agent: &std::path::Path) -> Value {
-    let r = hub
-        .curl()
-        .post(
-            "/runs",
-            &json!({"prompt": "edit", "agent": format!("{} {{prompt}}", agent.display())}),
-        )
-        .unwrap();
-    assert_eq!(r.status, 200, "{}", r.body);
-    let run_id = r.body["run_id"].as_str().unwrap().to_string();
+    let agent = format!("{} {{prompt}}", agent.display());
+    let r = post_ok(hub, "/runs", json!({"prompt": "edit", "agent": agent}));
+    let run_id = r["run_id"].as_str().unwrap().to_string();
     wait_run_finished(hub, &run_id, Duration::from_secs(60))
         .await
         .unwrap()
@@ -987,14 +985,8 @@ async fn after_the_machine_went_down_under_the_hub_empty_objects_are_dropped_and
         (&sid, hunk_id(&get(&hub, &sid), "a.txt", 0)),
         (&new.to_string(), hunk_id(&s2, "b.txt", 0)),
     ] {
-        let r = hub
-            .curl()
-            .post(
-                "/feedback",
-                &json!({"suggestion_id": s, "hunk_id": h, "action": "accept"}),
-            )
-            .unwrap();
-        assert_eq!(r.status, 200, "{}", r.body);
+        let body = json!({"suggestion_id": s, "hunk_id": h, "action": "accept"});
+        post_ok(&hub, "/feedback", body);
     }
     assert_eq!(
         ws.read_string("a.txt").unwrap(),
