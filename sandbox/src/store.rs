@@ -399,7 +399,8 @@ impl Store {
     /// decision makes them durable before it is journaled. Objects in a pack (fsynced when it
     /// was written) are skipped. Returns how many loose objects were fsynced.
     pub fn sync_loose(&self, ids: impl IntoIterator<Item = ObjectId>) -> Result<usize, StoreError> {
-        let objects = self.local().objects.store_ref().path().to_path_buf();
+        let repo = self.local();
+        let objects = repo.objects.store_ref().path().to_path_buf();
         let mut files = Vec::new();
         let mut dirs = std::collections::BTreeSet::new();
         for id in ids {
@@ -409,7 +410,7 @@ impl Store {
                     dirs.insert(dir.to_path_buf());
                 }
                 files.push(path);
-            } else if !self.local().has_object(id) {
+            } else if !repo.has_object(id) {
                 return Err(self.err(format!(
                     "object {id} is not in the store (looked for {})",
                     path.display()
@@ -456,13 +457,8 @@ impl Store {
             }
             let dir = fan.path();
             for entry in std::fs::read_dir(&dir).map_err(|e| io(&dir, e))? {
-                let entry = entry.map_err(|e| io(&dir, e))?;
-                let empty = entry
-                    .metadata()
-                    .is_ok_and(|m| m.file_type().is_file() && m.len() == 0);
-                if empty {
-                    let path = entry.path();
-                    std::fs::remove_file(&path).map_err(|e| io(&path, e))?;
+                let path = entry.map_err(|e| io(&dir, e))?.path();
+                if remove_if_empty(&path).map_err(|e| io(&path, e))? {
                     dropped += 1;
                 }
             }
@@ -478,15 +474,12 @@ impl Store {
     /// without an fsync, and the object is written anew rather than taken as present.
     fn drop_empty_loose(&self, repo: &gix::Repository, id: ObjectId) -> Result<bool, StoreError> {
         let path = loose_object_path(repo.objects.store_ref().path(), id);
-        match std::fs::symlink_metadata(&path) {
-            Ok(m) if m.is_file() && m.len() == 0 => {
-                tracing::warn!(path = %path.display(), "an empty loose object (left by a power loss) is written again");
-                std::fs::remove_file(&path)
-                    .map_err(|e| self.err(format!("removing {}: {e}", path.display())))?;
-                Ok(true)
-            }
-            _ => Ok(false),
+        let dropped = remove_if_empty(&path)
+            .map_err(|e| self.err(format!("removing {}: {e}", path.display())))?;
+        if dropped {
+            tracing::warn!(path = %path.display(), "an empty loose object (left by a power loss) is written again");
         }
+        Ok(dropped)
     }
 
     /// Write one loose object: into a spare file when one is ready ([`Store::keep_spares`]),
@@ -1226,6 +1219,15 @@ impl Store {
         if let Ok(mut p) = self.present.lock() {
             p.insert(oid);
         }
+    }
+}
+
+/// Remove the file at `path` if it is a regular file and empty; whether it was. What a power
+/// loss leaves of a loose object written without an fsync ([`Store::drop_empty_loose_objects`]).
+fn remove_if_empty(path: &Path) -> std::io::Result<bool> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_file() && m.len() == 0 => std::fs::remove_file(path).map(|()| true),
+        _ => Ok(false),
     }
 }
 
