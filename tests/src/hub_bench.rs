@@ -529,6 +529,10 @@ pub struct ModeFigures {
     pub diff_big: Duration,
     pub diff_big_warm: Duration,
     pub diff_small: Duration,
+    /// How long after its end stamp an agent of [`sh_template`] has exited, as a plain parent
+    /// (the benchmark) sees it: `sh -c` of the same last command (median, [`agent_exit`]). The
+    /// publish is timed from that stamp, so this much of it is the agent's own exit.
+    pub agent_exit: Duration,
     pub accept_small: Vec<Duration>,
     pub accept_big: Vec<Duration>,
     pub apply_check_small: Vec<Duration>,
@@ -722,6 +726,45 @@ fn median_of(n: usize, mut f: impl FnMut() -> Result<Duration>) -> Result<Durati
     let mut v = Vec::with_capacity(n);
     for _ in 0..n {
         v.push(f()?);
+    }
+    Ok(percentile(&v, 50.0))
+}
+
+/// How many times [`agent_exit`] is measured.
+const AGENT_EXIT_SAMPLES: usize = 21;
+
+/// The median time from the end stamp of an agent of [`sh_template`] to its exit, as the
+/// benchmark sees it when it starts the same last command itself (`sh -c`, its output read
+/// to the end, then waited for): the subshell that ran `date` exits, the shell writes the
+/// line and exits, the parent is woken. A publish timed from the stamp pays for this before
+/// the hub can know the agent ended; `git diff`, timed from its start, pays for its own exit
+/// but not for another process's.
+fn agent_exit(n: usize) -> Result<Duration> {
+    settle()?;
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        let mut child = Command::new("sh")
+            .args(["-c", "set -e; echo hgbench-end $(date +%s%N)"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let mut out = String::new();
+        std::io::Read::read_to_string(
+            child.stdout.as_mut().ok_or_else(|| anyhow!("no stdout"))?,
+            &mut out,
+        )?;
+        let status = child.wait()?;
+        let seen = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
+        ensure!(
+            status.success(),
+            "sh -c of the agent's end failed: {status}"
+        );
+        let stamp: u64 = out
+            .trim()
+            .strip_prefix("hgbench-end ")
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| anyhow!("no end stamp in {out:?}"))?;
+        v.push(seen.saturating_sub(Duration::from_nanos(stamp)));
     }
     Ok(percentile(&v, 50.0))
 }
@@ -1523,6 +1566,7 @@ async fn review_hub(
         cfg.small_hunks
     );
     let diff_small = git_diff(ws, &hub.state, &small, cfg.git_samples)?;
+    let agent_exit = agent_exit(AGENT_EXIT_SAMPLES)?;
     progress(format!(
         "[{mode}] run 3 (warm): an agent that changes nothing"
     ));
@@ -1703,6 +1747,7 @@ async fn review_hub(
         diff_big,
         diff_big_warm,
         diff_small,
+        agent_exit,
         decisions_per_sec: accept_big.len() as f64 / review_time.as_secs_f64(),
         bulk,
         accept_small,
@@ -2175,12 +2220,16 @@ impl Report {
                 m.diff_big_warm,
             ),
             (
-                match small_readies.len() {
-                    1 => format!("agent exit → `suggestion.ready`, {small} hunks"),
-                    n => format!(
-                        "agent exit → `suggestion.ready`, {small} hunks (median of {n} warm runs)"
-                    ),
-                },
+                format!(
+                    "{}; of it, the agent's own exit after its end stamp {} (median of {AGENT_EXIT_SAMPLES}, `sh -c` of its last command)",
+                    match small_readies.len() {
+                        1 => format!("agent exit → `suggestion.ready`, {small} hunks"),
+                        n => format!(
+                            "agent exit → `suggestion.ready`, {small} hunks (median of {n} warm runs)"
+                        ),
+                    },
+                    ms(m.agent_exit)
+                ),
                 (!small_readies.is_empty()).then(|| percentile(&small_readies, 50.0)),
                 (small_readies.len() > 1).then_some(&small_readies),
                 m.diff_small,

@@ -105,6 +105,8 @@ fn check_mode(cfg: &Config, m: &ModeFigures) {
         ("git diff (big)", m.diff_big),
         ("git diff (big, warm)", m.diff_big_warm),
         ("git diff (small)", m.diff_small),
+        // Zero if the stamp were read wrong (a stamp after the exit saturates to zero).
+        ("the agent's own exit after its end stamp", m.agent_exit),
     ] {
         positive(what, d);
     }
@@ -198,6 +200,7 @@ async fn the_hub_benchmark_produces_every_figure() {
         "hub RSS, idle",
         "hub RSS at rest after its work",
         "hunks, warm (median of 3 runs)",
+        "of it, the agent's own exit after its end stamp",
         "hub RSS with 3 suggestions × 20 hunks",
         "fan-out to 5 WebSocket clients",
         "events lost without a `resync`",
