@@ -741,8 +741,7 @@ const AGENT_EXIT_SAMPLES: usize = 21;
 /// but not for another process's.
 fn agent_exit(n: usize) -> Result<Duration> {
     settle()?;
-    let mut v = Vec::with_capacity(n);
-    for _ in 0..n {
+    median_of(n, || {
         let mut child = Command::new("sh")
             .args(["-c", "set -e; echo hgbench-end $(date +%s%N)"])
             .stdin(Stdio::null())
@@ -764,9 +763,8 @@ fn agent_exit(n: usize) -> Result<Duration> {
             .strip_prefix("hgbench-end ")
             .and_then(|n| n.parse().ok())
             .ok_or_else(|| anyhow!("no end stamp in {out:?}"))?;
-        v.push(seen.saturating_sub(Duration::from_nanos(stamp)));
-    }
-    Ok(percentile(&v, 50.0))
+        Ok(seen.saturating_sub(Duration::from_nanos(stamp)))
+    })
 }
 
 fn journal_len(state: &Path) -> u64 {
