@@ -28,13 +28,28 @@ use crate::protocol::{
 
 /// `GET /ws`: the handshake, then [`connection`] on the upgraded socket.
 pub async fn upgrade(State(hub): State<Arc<Hub>>, req: Request) -> Response {
-    let config = WebSocketConfig::default()
+    let config = config()
         .max_message_size(Some(HARD_LIMIT))
         .max_frame_size(Some(HARD_LIMIT));
     handshake::accept(req, config, move |socket| async move {
         let (write, read) = socket.split();
         connection(hub, write, read).await
     })
+}
+
+/// How much of a connection's input tungstenite reads at a time. It zeroes that much of its
+/// read buffer before every read, at its default of 128 KiB: while the receiving side of a
+/// connection was polled with every event sent to it (see [`connection`]), that zeroing was 31%
+/// of the hub's CPU as it sent 100 clients their events (the hub benchmark's fan-out, under
+/// `perf`). A command is a few hundred bytes; a larger one (a modified hunk) takes a few more
+/// reads.
+pub const READ_BUFFER: usize = 16 * 1024;
+
+/// The WebSocket settings of both ends: the hub's connections (which add their message limits)
+/// and the CLI's client, which reads big messages — a `suggestion.ready` of 1,000 hunks is
+/// about 600 KB — in [`READ_BUFFER`] steps.
+pub fn config() -> WebSocketConfig {
+    WebSocketConfig::default().read_buffer_size(READ_BUFFER)
 }
 
 struct ClientCount(Arc<Hub>);
@@ -51,8 +66,8 @@ impl Drop for ClientCount {
 pub async fn connection<W, R, E>(hub: Arc<Hub>, write: W, read: R)
 where
     W: Sink<Message> + Unpin,
-    R: Stream<Item = Result<Message, E>> + Unpin,
-    E: Display,
+    R: Stream<Item = Result<Message, E>> + Unpin + Send + 'static,
+    E: Display + Send + 'static,
 {
     hub.ws_clients().fetch_add(1, Ordering::Relaxed);
     let _count = ClientCount(hub.clone());
@@ -67,8 +82,17 @@ where
         epoch: hub.epoch().to_string(),
     };
     let (tx, rx) = mpsc::channel::<String>(64);
-    let sending = send_loop(write, hello, events, rx, hub.shutdown().clone());
-    tokio::join!(sending, receive_loop(&hub, read, tx));
+    // The receiving side in a task of its own, so that it is polled when the client sends
+    // something: joined in this task, it was polled, and read the socket, each time an event
+    // woke the sending side. It ends with the client or the hub, and the connection with it.
+    let receiving = tokio::spawn({
+        let hub = hub.clone();
+        async move { receive_loop(&hub, read, tx).await }
+    });
+    send_loop(write, hello, events, rx, hub.shutdown().clone()).await;
+    if let Err(e) = receiving.await {
+        tracing::error!(error = %e, "a WebSocket connection's receiving task failed");
+    }
 }
 
 fn text(s: String) -> Message {

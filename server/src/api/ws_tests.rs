@@ -160,6 +160,85 @@ async fn hello_then_events_after_it_and_the_client_count() {
     assert_eq!(hub.ws_clients().load(Ordering::Relaxed), 0);
 }
 
+/// A stream that counts how often it is polled.
+struct Counted<S> {
+    inner: S,
+    polls: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl<S: Stream + Unpin> Stream for Counted<S> {
+    type Item = S::Item;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<S::Item>> {
+        self.polls.fetch_add(1, Ordering::Relaxed);
+        std::pin::Pin::new(&mut self.inner).poll_next(cx)
+    }
+}
+
+async fn next_frame(rx: &mut mpsc::Receiver<Message>) -> Message {
+    tokio::time::timeout(WAIT, rx.recv())
+        .await
+        .expect("a frame in time")
+        .expect("connection open")
+}
+
+#[tokio::test]
+async fn a_client_that_only_listens_is_not_read_for_each_event() {
+    let fx = Fixture::new(0);
+    let hub = fx.hub();
+    let (to_hub, inbox) = mpsc::channel::<Result<Message, std::io::Error>>(16);
+    let (outbox, mut from_hub) = mpsc::channel(256);
+    let polls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let read = Counted {
+        inner: Box::pin(futures_util::stream::unfold(inbox, |mut rx| async move {
+            rx.recv().await.map(|m| (m, rx))
+        })),
+        polls: polls.clone(),
+    };
+    let task = tokio::spawn(connection(hub.clone(), PollSender::new(outbox), read));
+    next_frame(&mut from_hub).await; // hello
+    let before = polls.load(Ordering::Relaxed);
+    const EVENTS: usize = 50;
+    for i in 0..EVENTS {
+        hub.bus().emit(status(i));
+        // Each event on its own, as a client that reads as they come gets them.
+        let Message::Text(t) = next_frame(&mut from_hub).await else {
+            panic!("not a text frame")
+        };
+        assert!(t.as_str().contains(&format!("step {i}")), "{t}");
+    }
+    let during = polls.load(Ordering::Relaxed) - before;
+    // The events went out without the client's input being looked at again for each one.
+    assert!(
+        during < 5,
+        "the input was polled {during} times for {EVENTS} events"
+    );
+    // Positive control: what the client sends is still read and answered.
+    to_hub
+        .send(Ok(Message::Text(
+            json!({"type": "ping", "id": 1}).to_string().into(),
+        )))
+        .await
+        .unwrap();
+    let Message::Text(t) = next_frame(&mut from_hub).await else {
+        panic!("not a text frame")
+    };
+    let r: Value = serde_json::from_str(t.as_str()).unwrap();
+    assert_eq!(
+        (r["type"].clone(), r["id"].clone()),
+        (json!("response"), json!(1))
+    );
+    assert!(polls.load(Ordering::Relaxed) > before + during);
+    drop((to_hub, from_hub));
+    tokio::time::timeout(WAIT, task)
+        .await
+        .expect("ends")
+        .unwrap();
+}
+
 #[tokio::test]
 async fn commands_get_their_replies_with_the_id_echoed() {
     let fx = Fixture::new(0);

@@ -229,9 +229,10 @@ impl HubClient {
                 .parse()
                 .map_err(|_| ClientError::BadToken)?,
         );
-        let (ws, _) = tokio_tungstenite::connect_async_with_config(req, None, true)
-            .await
-            .map_err(ws_err)?;
+        let (ws, _) =
+            tokio_tungstenite::connect_async_with_config(req, Some(crate::api::ws::config()), true)
+                .await
+                .map_err(ws_err)?;
         Ok(ws)
     }
 }
