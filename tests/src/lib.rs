@@ -12,6 +12,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 
 /// The `hunkgate` binary next to this test executable (`target/<profile>/hunkgate`).
@@ -154,6 +155,13 @@ impl Workspace {
         Hub::start(self, extra)
     }
 }
+
+/// What a test or benchmark client reads at a time, as the hub's own clients do
+/// (`hunkgate::api::ws::READ_BUFFER`). tungstenite zeroes that much of its buffer before each
+/// read: at its default of 128 KiB, the hub benchmark's 100 listening clients (one process, on
+/// the hub's two cores) took so long over each event that the fan-out's delays were half
+/// theirs (p50 1.19–1.32 ms against 0.49–0.76 ms at 16 KiB, the same hub).
+const WS_READ_BUFFER: usize = 16 * 1024;
 
 /// Pass this among a hub's extra flags to let `serve` pick its isolation as it would on this
 /// machine (`user` when the sandbox user exists); it is not passed on to the hub.
@@ -525,7 +533,12 @@ impl Ws {
                 v.parse()?,
             );
         }
-        let (stream, _) = tokio_tungstenite::connect_async_with_config(req, None, true).await?;
+        let (stream, _) = tokio_tungstenite::connect_async_with_config(
+            req,
+            Some(WebSocketConfig::default().read_buffer_size(WS_READ_BUFFER)),
+            true,
+        )
+        .await?;
         let mut ws = Self {
             stream,
             seen: Vec::new(),
