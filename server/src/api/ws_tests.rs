@@ -87,10 +87,7 @@ impl Client {
     }
 
     async fn next(&mut self) -> Message {
-        tokio::time::timeout(WAIT, self.from_hub.recv())
-            .await
-            .expect("a frame in time")
-            .expect("connection open")
+        next_frame(&mut self.from_hub).await
     }
 
     async fn next_json(&mut self) -> Value {
@@ -178,6 +175,7 @@ impl<S: Stream + Unpin> Stream for Counted<S> {
     }
 }
 
+/// The next frame the hub sends through `rx`.
 async fn next_frame(rx: &mut mpsc::Receiver<Message>) -> Message {
     tokio::time::timeout(WAIT, rx.recv())
         .await
