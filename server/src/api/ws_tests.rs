@@ -64,6 +64,8 @@ struct Client {
     to_hub: mpsc::Sender<Result<Message, std::io::Error>>,
     from_hub: mpsc::Receiver<Message>,
     task: JoinHandle<()>,
+    /// How often the hub has polled this client's input.
+    polls: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Client {
@@ -71,15 +73,24 @@ impl Client {
     fn connect(hub: &Arc<Hub>, capacity: usize) -> Self {
         let (to_hub, inbox) = mpsc::channel(16);
         let (outbox, from_hub) = mpsc::channel(capacity);
-        let read = Box::pin(futures_util::stream::unfold(inbox, |mut rx| async move {
-            rx.recv().await.map(|m| (m, rx))
-        }));
+        let polls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let read = Counted {
+            inner: Box::pin(futures_util::stream::unfold(inbox, |mut rx| async move {
+                rx.recv().await.map(|m| (m, rx))
+            })),
+            polls: polls.clone(),
+        };
         let task = tokio::spawn(connection(hub.clone(), PollSender::new(outbox), read));
         Self {
             to_hub,
             from_hub,
             task,
+            polls,
         }
+    }
+
+    fn polls(&self) -> usize {
+        self.polls.load(Ordering::Relaxed)
     }
 
     async fn send(&self, msg: Message) {
@@ -87,7 +98,10 @@ impl Client {
     }
 
     async fn next(&mut self) -> Message {
-        next_frame(&mut self.from_hub).await
+        tokio::time::timeout(WAIT, self.from_hub.recv())
+            .await
+            .expect("a frame in time")
+            .expect("connection open")
     }
 
     async fn next_json(&mut self) -> Value {
@@ -114,6 +128,7 @@ impl Client {
             to_hub,
             from_hub,
             task,
+            ..
         } = self;
         drop((to_hub, from_hub));
         tokio::time::timeout(WAIT, task)
@@ -175,66 +190,36 @@ impl<S: Stream + Unpin> Stream for Counted<S> {
     }
 }
 
-/// The next frame the hub sends through `rx`.
-async fn next_frame(rx: &mut mpsc::Receiver<Message>) -> Message {
-    tokio::time::timeout(WAIT, rx.recv())
-        .await
-        .expect("a frame in time")
-        .expect("connection open")
-}
-
 #[tokio::test]
 async fn a_client_that_only_listens_is_not_read_for_each_event() {
     let fx = Fixture::new(0);
     let hub = fx.hub();
-    let (to_hub, inbox) = mpsc::channel::<Result<Message, std::io::Error>>(16);
-    let (outbox, mut from_hub) = mpsc::channel(256);
-    let polls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let read = Counted {
-        inner: Box::pin(futures_util::stream::unfold(inbox, |mut rx| async move {
-            rx.recv().await.map(|m| (m, rx))
-        })),
-        polls: polls.clone(),
-    };
-    let task = tokio::spawn(connection(hub.clone(), PollSender::new(outbox), read));
-    next_frame(&mut from_hub).await; // hello
-    let before = polls.load(Ordering::Relaxed);
+    let mut c = Client::connect(hub, 256);
+    c.next().await; // hello
+    let before = c.polls();
     const EVENTS: usize = 50;
     for i in 0..EVENTS {
         hub.bus().emit(status(i));
         // Each event on its own, as a client that reads as they come gets them.
-        let Message::Text(t) = next_frame(&mut from_hub).await else {
+        let Message::Text(t) = c.next().await else {
             panic!("not a text frame")
         };
         assert!(t.as_str().contains(&format!("step {i}")), "{t}");
     }
-    let during = polls.load(Ordering::Relaxed) - before;
+    let during = c.polls() - before;
     // The events went out without the client's input being looked at again for each one.
     assert!(
         during < 5,
         "the input was polled {during} times for {EVENTS} events"
     );
     // Positive control: what the client sends is still read and answered.
-    to_hub
-        .send(Ok(Message::Text(
-            json!({"type": "ping", "id": 1}).to_string().into(),
-        )))
-        .await
-        .unwrap();
-    let Message::Text(t) = next_frame(&mut from_hub).await else {
-        panic!("not a text frame")
-    };
-    let r: Value = serde_json::from_str(t.as_str()).unwrap();
+    let r = c.call(json!({"type": "ping", "id": 1})).await;
     assert_eq!(
         (r["type"].clone(), r["id"].clone()),
         (json!("response"), json!(1))
     );
-    assert!(polls.load(Ordering::Relaxed) > before + during);
-    drop((to_hub, from_hub));
-    tokio::time::timeout(WAIT, task)
-        .await
-        .expect("ends")
-        .unwrap();
+    assert!(c.polls() > before + during);
+    c.close().await;
 }
 
 #[tokio::test]
