@@ -759,6 +759,7 @@ impl PendingWrite {
             .dir
             .as_ref()
             .ok_or_else(|| FsError::io(&self.path, Errno::EBADF))?;
+        let replaced = pin_replaced(dir, &self.name);
         nix::fcntl::renameat(
             dir.as_fd(),
             self.tmp.as_str(),
@@ -766,6 +767,9 @@ impl PendingWrite {
             self.name.as_str(),
         )
         .map_err(|e| FsError::io(&self.path, e))?;
+        if let Some(replaced) = replaced {
+            crate::closer::close_later(replaced);
+        }
         self.dir
             .take()
             .ok_or_else(|| FsError::io(&self.path, Errno::EBADF))
@@ -781,7 +785,29 @@ impl Drop for PendingWrite {
     }
 }
 
-/// Set executable bits where the file is readable (git's 0644 <-> 0755), or clear them all.
+/// The file a rename is about to replace in `dir`, held by an `O_PATH` descriptor (it reads
+/// nothing, opens no FIFO or device, and pins a symlink itself, never its target), so that
+/// the rename does not free it: its last close, handed to [`crate::closer::close_later`],
+/// does, off the caller's thread. None where nothing is there, or where `O_PATH` is not
+/// (the rename then frees it as before).
+pub fn pin_replaced(dir: &OwnedFd, name: &str) -> Option<OwnedFd> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        nix::fcntl::openat(
+            dir.as_fd(),
+            name,
+            OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    {
+        let _ = (dir, name);
+        None
+    }
+}
+
 /// The permission bits of the regular file `name` in `dir`, None if nothing is there; an error
 /// if something else is (a symlink, a directory: never written through or over).
 fn existing_file_mode(dir: &OwnedFd, name: &str, path: &str) -> Result<Option<u32>, FsError> {
@@ -855,6 +881,7 @@ fn fill(file: &mut std::fs::File, path: &str, bytes: &[u8], mode: u32) -> Result
         .map_err(|e| FsError::io(path, e))
 }
 
+/// Set executable bits where the file is readable (git's 0644 <-> 0755), or clear them all.
 fn with_exec(mode: u32, executable: bool) -> u32 {
     if executable {
         mode | ((mode & 0o444) >> 2)
@@ -1014,6 +1041,47 @@ mod tests {
         let b = Beneath::open(tmp.path()).unwrap();
         assert_eq!(b.read("ours.txt", 100).unwrap().unwrap().0, b"x\n");
         assert_eq!(accessed(&ours), long_ago);
+    }
+
+    /// The file a write replaces is held across the rename (so that the rename does not free
+    /// it, its last close does, elsewhere), and only that file: a symlink is held itself,
+    /// never what it points to.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_file_a_write_replaces_is_held_across_the_rename() {
+        use std::os::unix::fs::MetadataExt;
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("old.txt"), "old\n").unwrap();
+        std::os::unix::fs::symlink("old.txt", tmp.path().join("link")).unwrap();
+        let dir = OwnedFd::from(std::fs::File::open(tmp.path()).unwrap());
+        let old_ino = std::fs::metadata(tmp.path().join("old.txt")).unwrap().ino();
+        let b = Beneath::open(tmp.path()).unwrap();
+
+        let held = pin_replaced(&dir, "old.txt").expect("a file is there to hold");
+        b.write_atomic("old.txt", b"new\n", false).unwrap();
+        let st = nix::sys::stat::fstat(held.as_fd()).unwrap();
+        assert_eq!(st.st_ino, old_ino);
+        assert_eq!(
+            st.st_nlink, 0,
+            "the replaced file has no name left; only this holds it"
+        );
+        assert_eq!(std::fs::read(tmp.path().join("old.txt")).unwrap(), b"new\n");
+        let new_ino = std::fs::metadata(tmp.path().join("old.txt")).unwrap().ino();
+        assert_ne!(new_ino, old_ino);
+
+        let link = pin_replaced(&dir, "link").expect("a symlink is there to hold");
+        let st = nix::sys::stat::fstat(link.as_fd()).unwrap();
+        assert_eq!(st.st_mode & nix::libc::S_IFMT, nix::libc::S_IFLNK);
+        assert_ne!(
+            st.st_ino, new_ino,
+            "the symlink's target is not what is held"
+        );
+
+        assert!(pin_replaced(&dir, "absent").is_none());
+        // Holding it changed nothing: a symlink is still never written over or through.
+        b.write_atomic_checked("link", b"x", false, || Ok(true))
+            .expect_err("a symlink is never written over");
+        assert_eq!(std::fs::read(tmp.path().join("old.txt")).unwrap(), b"new\n");
     }
 
     #[test]

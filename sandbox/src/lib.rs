@@ -24,7 +24,7 @@
 //!   touches its sandbox; [`wire`] is the byte stream between the two.
 //!
 //! Modules import only downward, in the order of `LAYERS` (the `layering` test below fails on
-//! any other import): `wire`, `pack`, `watch`, `spares`, `limits` → `beneath` → `store` → `statcache`
+//! any other import): `wire`, `closer`, `pack`, `watch`, `spares`, `limits` → `beneath` → `store` → `statcache`
 //! → `snapshot` → `tools`, `sync`, `checkout` → `workspace` → `agent`, `jj` → `user`,
 //! `helper`. So the wire contract is a leaf, the sandbox trait knows nothing of user
 //! isolation, and the hub's side (`user`) and the helper never import each other.
@@ -32,6 +32,7 @@
 pub mod agent;
 pub mod beneath;
 pub mod checkout;
+pub mod closer;
 pub mod helper;
 pub mod jj;
 pub mod limits;
@@ -562,6 +563,7 @@ mod layering {
     const LAYERS: &[&[&str]] = &[
         &[
             "wire",
+            "closer",
             "pack",
             "watch",
             "watchdog",
