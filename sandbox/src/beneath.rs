@@ -1078,10 +1078,22 @@ mod tests {
         );
 
         assert!(pin_replaced(&dir, "absent").is_none());
+
+        // A write hands the file it replaces to the closer, one that creates a file nothing.
+        let handed = || crate::closer::HANDED.with(|n| n.get());
+        let before = handed();
+        b.write_atomic("old.txt", b"newer\n", false).unwrap();
+        assert_eq!(handed(), before + 1);
+        b.write_atomic("fresh.txt", b"new\n", false).unwrap();
+        assert_eq!(handed(), before + 1);
+
         // Holding it changed nothing: a symlink is still never written over or through.
         b.write_atomic_checked("link", b"x", false, || Ok(true))
             .expect_err("a symlink is never written over");
-        assert_eq!(std::fs::read(tmp.path().join("old.txt")).unwrap(), b"new\n");
+        assert_eq!(
+            std::fs::read(tmp.path().join("old.txt")).unwrap(),
+            b"newer\n"
+        );
     }
 
     #[test]

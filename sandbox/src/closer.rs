@@ -26,6 +26,8 @@ static CLOSER: OnceLock<Option<SyncSender<OwnedFd>>> = OnceLock::new();
 /// Close `fd` on the closer's thread (started on first use), or right here when its queue is
 /// full or the thread could not be started.
 pub fn close_later(fd: OwnedFd) {
+    #[cfg(test)]
+    HANDED.with(|n| n.set(n.get() + 1));
     let sender = CLOSER.get_or_init(|| {
         let (tx, rx) = sync_channel::<OwnedFd>(QUEUE);
         std::thread::Builder::new()
@@ -41,4 +43,11 @@ pub fn close_later(fd: OwnedFd) {
         },
         None => drop(fd),
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// How many descriptors this thread handed to [`close_later`]: how the crate's tests see
+    /// that a write held the file it replaced (other tests' threads do not count).
+    pub(crate) static HANDED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
