@@ -607,8 +607,13 @@ impl Beneath {
         let st = nix::sys::stat::fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW)
             .map_err(|e| FsError::io(path, e))?;
         regular(path, kind_of(&st))?;
+        // Freed by its last close, off this thread, as a file a write replaces.
+        let removed = pin_replaced(&dir, name);
         nix::unistd::unlinkat(dir.as_fd(), name, UnlinkatFlags::NoRemoveDir)
             .map_err(|e| FsError::io(path, e))?;
+        if let Some(removed) = removed {
+            crate::closer::close_later(removed);
+        }
         if self.durable {
             nix::unistd::fsync(dir.as_fd()).map_err(|e| FsError::io(path, e))?;
         }
@@ -785,11 +790,11 @@ impl Drop for PendingWrite {
     }
 }
 
-/// The file a rename is about to replace in `dir`, held by an `O_PATH` descriptor (it reads
-/// nothing, opens no FIFO or device, and pins a symlink itself, never its target), so that
-/// the rename does not free it: its last close, handed to [`crate::closer::close_later`],
-/// does, off the caller's thread. None where nothing is there, or where `O_PATH` is not
-/// (the rename then frees it as before).
+/// The file a rename is about to replace in `dir` (or an unlink to remove), held by an
+/// `O_PATH` descriptor (it reads nothing, opens no FIFO or device, and pins a symlink itself,
+/// never its target), so that the rename does not free it: its last close, handed to
+/// [`crate::closer::close_later`], does, off the caller's thread. None where nothing is
+/// there, or where `O_PATH` is not (the rename then frees it as before).
 pub fn pin_replaced(dir: &OwnedFd, name: &str) -> Option<OwnedFd> {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     {
@@ -1086,6 +1091,10 @@ mod tests {
         assert_eq!(handed(), before + 1);
         b.write_atomic("fresh.txt", b"new\n", false).unwrap();
         assert_eq!(handed(), before + 1);
+        // A file removed is handed over the same way.
+        b.remove_file("fresh.txt").unwrap();
+        assert_eq!(handed(), before + 2);
+        assert!(!tmp.path().join("fresh.txt").exists());
 
         // Holding it changed nothing: a symlink is still never written over or through.
         b.write_atomic_checked("link", b"x", false, || Ok(true))

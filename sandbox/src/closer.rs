@@ -7,7 +7,8 @@
 //! 0.02 ms. [`crate::beneath::PendingWrite::put_in_place`] therefore holds the file it replaces
 //! open across the rename (an `O_PATH` descriptor: it reads nothing and has no side effects)
 //! and gives that descriptor to [`close_later`], so the freeing happens on the closer's thread,
-//! after the caller has answered, not on a decision's acknowledgement path.
+//! after the caller has answered, not on a decision's acknowledgement path;
+//! [`crate::beneath::Beneath::remove_file`] does the same with the file it unlinks.
 //!
 //! Nothing depends on when a descriptor given here is closed: only that it is, soon. The queue
 //! is bounded ([`QUEUE`]): when the closer lags behind (a bulk decision replacing thousands of
