@@ -607,13 +607,10 @@ impl Beneath {
         let st = nix::sys::stat::fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW)
             .map_err(|e| FsError::io(path, e))?;
         regular(path, kind_of(&st))?;
-        // Freed by its last close, off this thread, as a file a write replaces.
-        let removed = pin_replaced(&dir, name);
-        nix::unistd::unlinkat(dir.as_fd(), name, UnlinkatFlags::NoRemoveDir)
-            .map_err(|e| FsError::io(path, e))?;
-        if let Some(removed) = removed {
-            crate::closer::close_later(removed);
-        }
+        freed_later(&dir, name, || {
+            nix::unistd::unlinkat(dir.as_fd(), name, UnlinkatFlags::NoRemoveDir)
+                .map_err(|e| FsError::io(path, e))
+        })?;
         if self.durable {
             nix::unistd::fsync(dir.as_fd()).map_err(|e| FsError::io(path, e))?;
         }
@@ -764,17 +761,15 @@ impl PendingWrite {
             .dir
             .as_ref()
             .ok_or_else(|| FsError::io(&self.path, Errno::EBADF))?;
-        let replaced = pin_replaced(dir, &self.name);
-        nix::fcntl::renameat(
-            dir.as_fd(),
-            self.tmp.as_str(),
-            dir.as_fd(),
-            self.name.as_str(),
-        )
-        .map_err(|e| FsError::io(&self.path, e))?;
-        if let Some(replaced) = replaced {
-            crate::closer::close_later(replaced);
-        }
+        freed_later(dir, &self.name, || {
+            nix::fcntl::renameat(
+                dir.as_fd(),
+                self.tmp.as_str(),
+                dir.as_fd(),
+                self.name.as_str(),
+            )
+            .map_err(|e| FsError::io(&self.path, e))
+        })?;
         self.dir
             .take()
             .ok_or_else(|| FsError::io(&self.path, Errno::EBADF))
@@ -788,6 +783,22 @@ impl Drop for PendingWrite {
                 nix::unistd::unlinkat(dir.as_fd(), self.tmp.as_str(), UnlinkatFlags::NoRemoveDir);
         }
     }
+}
+
+/// Run `unname` — a rename over `name` in `dir`, or its unlink — with the file that had the
+/// name held open across it ([`pin_replaced`]), and hand that file to the closer once it has
+/// no name left: its blocks are freed there, not in `unname` on the caller's thread.
+fn freed_later(
+    dir: &OwnedFd,
+    name: &str,
+    unname: impl FnOnce() -> Result<(), FsError>,
+) -> Result<(), FsError> {
+    let held = pin_replaced(dir, name);
+    unname()?;
+    if let Some(held) = held {
+        crate::closer::close_later(held);
+    }
+    Ok(())
 }
 
 /// The file a rename is about to replace in `dir` (or an unlink to remove), held by an
