@@ -1206,6 +1206,7 @@ impl Store {
             store: self,
             held: Vec::new(),
             held_bytes: 0,
+            spilled: false,
             pack: None,
             ids: Default::default(),
             fresh: None,
@@ -1263,6 +1264,9 @@ pub struct ObjectBatch<'s> {
     compressing: Option<(usize, std::thread::JoinHandle<Compressed>)>,
     /// The bytes of new blobs taken, against [`ObjectBatch::limit_new_blob_bytes`].
     new_blob_bytes: crate::limits::Tally,
+    /// A new blob was not kept (a batch [`ObjectBatch::keeping`] contents, past its budget):
+    /// it is readable from the store only once the batch is finished.
+    spilled: bool,
 }
 
 /// What [`ObjectBatch::compress_held`]'s thread gives back: the entries, and the compressor
@@ -1346,6 +1350,20 @@ impl ObjectBatch<'_> {
     /// Up to this many new objects are written loose; more make a pack (many tiny packs would
     /// slow every lookup down).
     pub const PACK_AT: usize = 64;
+
+    /// At most this many bytes of objects are held in memory (beyond what a batch
+    /// [`ObjectBatch::keeping`] contents keeps): past them the pack is started and what comes
+    /// after is compressed into it as it comes, so a publish of hundreds of megabytes of new
+    /// files does not hold them all until it finishes.
+    pub const HOLD_BYTES: usize = 16 << 20;
+
+    /// Whether a new blob was not kept in memory (a batch [`ObjectBatch::keeping`] contents,
+    /// past its budget). Such a blob is readable from the store only once the batch is
+    /// [finished](ObjectBatch::finish): what reads the batch's new blobs before that (a
+    /// publish's diffs beside its commit being written) must wait for it.
+    pub fn spilled(&self) -> bool {
+        self.spilled
+    }
 
     /// Up to this many bytes of held objects left to compress are compressed by
     /// [`ObjectBatch::finish`] itself (a tenth of a millisecond at zlib's fastest level)
@@ -1457,7 +1475,10 @@ impl ObjectBatch<'_> {
         };
         match bytes {
             Ok(kept) => self.hold(gix::objs::Kind::Blob, oid, kept)?,
-            Err(bytes) => self.put(gix::objs::Kind::Blob, oid, bytes)?,
+            Err(bytes) => {
+                self.spilled |= self.fresh.is_some();
+                self.put(gix::objs::Kind::Blob, oid, bytes)?
+            }
         }
         Ok(oid)
     }
@@ -1481,6 +1502,7 @@ impl ObjectBatch<'_> {
                 bytes
             }
             _ => {
+                self.spilled |= self.fresh.is_some();
                 self.ids.insert(oid);
                 self.put(gix::objs::Kind::Blob, oid, Cow::Borrowed(&bytes))?;
                 return Ok(oid);
@@ -1531,8 +1553,9 @@ impl ObjectBatch<'_> {
         }
     }
 
-    /// Hold a new object; past [`ObjectBatch::PACK_AT`] of them (and, for a batch keeping
-    /// contents, past its budget), start the pack with all held so far.
+    /// Hold a new object; past [`ObjectBatch::PACK_AT`] of them or
+    /// [`ObjectBatch::HOLD_BYTES`] of their bytes (and, for a batch keeping contents, past its
+    /// budget), start the pack with all held so far.
     fn hold(
         &mut self,
         kind: gix::objs::Kind,
@@ -1550,7 +1573,8 @@ impl ObjectBatch<'_> {
             .fresh
             .as_ref()
             .is_some_and(|f| self.held_bytes <= f.budget);
-        if self.held.len() > Self::PACK_AT && !deferring {
+        let many = self.held.len() > Self::PACK_AT || self.held_bytes > Self::HOLD_BYTES;
+        if many && !deferring {
             self.start_pack()?;
         }
         Ok(())
@@ -2606,6 +2630,7 @@ mod tests {
         batch.write_blob(bodies[3].1.as_bytes()).unwrap();
         let fresh = batch.take_fresh();
         assert_eq!(fresh.len(), 100);
+        assert!(!batch.spilled(), "every new blob was kept");
         assert_eq!(fresh.get(&old), None);
         for (path, body) in &bodies {
             assert_eq!(
@@ -2662,6 +2687,10 @@ mod tests {
         assert!(
             over.take_fresh().is_empty(),
             "each blob is larger than the budget"
+        );
+        assert!(
+            over.spilled(),
+            "a blob not kept is readable only once finished"
         );
         over.finish().unwrap();
         for (id, body) in ids.iter().zip(&big) {
@@ -2883,6 +2912,54 @@ mod tests {
 
     /// Past `PACK_AT` new blobs a batch writes one pack that git verifies and both git and this
     /// same open store read back; a small batch stays loose; an unfinished one leaves nothing.
+    /// A few large new blobs — fewer than [`ObjectBatch::PACK_AT`], more bytes than a batch
+    /// holds — go into a pack as they come, in a batch keeping contents past its budget as in
+    /// one that keeps none: the batch never holds much more than
+    /// [`ObjectBatch::HOLD_BYTES`] in memory (before, a 200 MiB publish held all of it until
+    /// it finished).
+    #[test]
+    fn a_batch_of_a_few_large_blobs_streams_them_into_a_pack() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store.git")).unwrap();
+        const SIZE: usize = 2 << 20;
+        let bodies: Vec<Vec<u8>> = (0..20u8)
+            .map(|i| {
+                let mut b = format!("blob {i}\0").into_bytes();
+                b.resize(SIZE, i);
+                b
+            })
+            .collect();
+        for keeping in [Some(ObjectBatch::HOLD_BYTES), None] {
+            let mut batch = match keeping {
+                Some(budget) => store.batch().keeping(budget),
+                None => store.batch(),
+            };
+            let mut most = 0;
+            let mut ids = Vec::new();
+            for (i, body) in bodies.iter().enumerate() {
+                let mut body = body.clone();
+                body.push(keeping.is_some() as u8);
+                ids.push((batch.write_blob(&body).unwrap(), body));
+                most = most.max(batch.held_bytes);
+                assert!(
+                    batch.held_bytes <= ObjectBatch::HOLD_BYTES + SIZE + 1,
+                    "{keeping:?}: {} bytes held after {} blobs",
+                    batch.held_bytes,
+                    i + 1
+                );
+            }
+            assert!(batch.pack.is_some(), "{keeping:?}: the pack was started");
+            // Positive control: the bound was reached, so the check above could fail.
+            assert!(most > ObjectBatch::HOLD_BYTES / 2, "{keeping:?}: {most}");
+            assert_eq!(batch.spilled(), keeping.is_some());
+            batch.finish().unwrap();
+            for (id, body) in &ids {
+                assert_eq!(&store.read_blob(*id).unwrap(), body);
+            }
+        }
+        git(store.path(), &["fsck", "--no-dangling"]);
+    }
+
     #[test]
     fn a_big_batch_of_blobs_is_one_pack_git_reads() {
         let tmp = tempfile::tempdir().unwrap();

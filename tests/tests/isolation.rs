@@ -1679,3 +1679,15 @@ fn a_run_past_the_read_back_limits_is_refused_under_user_isolation() {
     let script = |name: &str, body: &str| s.script(name, &format!("set -e\n{body}")).unwrap();
     crate::runs::check_read_back_limits(&hub, &script, &s.ws.repo(), &out);
 }
+
+/// Under `--isolation user`, see [`crate::runs::check_multi_megabyte_publish`].
+#[test]
+fn a_run_adding_forty_megabytes_is_published_whole_under_user_isolation() {
+    if !require_root("a_run_adding_forty_megabytes_is_published_whole_under_user_isolation") {
+        return;
+    }
+    let s = Setup::new(false).unwrap();
+    let hub = s.hub(false, &["--max-runs", "1"]).unwrap();
+    let script = |name: &str, body: &str| s.script(name, &format!("set -e\n{body}")).unwrap();
+    crate::runs::check_multi_megabyte_publish(&s.ws, &hub, &script);
+}

@@ -1078,3 +1078,70 @@ fn a_run_past_the_read_back_limits_is_refused_with_the_limit_named() {
     let script = |name: &str, body: &str| ws.agent_script(name, body).unwrap();
     check_read_back_limits(&hub, &script, &ws.repo(), &out);
 }
+
+/// A run that adds more new content than a publish keeps in memory (twenty 2 MiB files, 40 MiB
+/// against its 16 MiB) is a suggestion with every file, its run commit holds each file whole,
+/// and accepting it all writes each to the checkout byte for byte. Before the fix it failed
+/// with "An object with id … could not be found": the hunks were diffed while the files past
+/// the memory budget were still being written. Random content, so that writing them takes
+/// long enough for that to show every time; the agent records their checksums in
+/// `sums.txt`, which the suggestion carries too. `script` writes an agent script every user
+/// can run.
+pub(crate) fn check_multi_megabyte_publish(
+    ws: &Workspace,
+    hub: &hunkgate_tests::Hub,
+    script: &dyn Fn(&str, &str) -> std::path::PathBuf,
+) {
+    const FILES: usize = 20;
+    let agent = script(
+        "big-publish.sh",
+        &format!(
+            "for i in $(seq 1 {FILES}); do head -c 2097152 /dev/urandom > big$i.bin; done\nsha256sum big*.bin > sums.txt"
+        ),
+    );
+    let r = start_and_wait(hub, "forty megabytes", &agent);
+    assert_eq!(r["status"], "ready", "{r}\n{}", hub.log_text());
+    let sid = r["suggestion_ids"][0].as_str().unwrap().to_string();
+    let s = hub.curl().get(&format!("/suggestions/{sid}")).unwrap().body;
+    let files: std::collections::BTreeSet<String> = s["hunks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|h| h["file"].as_str().map(str::to_string))
+        .collect();
+    let mut want: std::collections::BTreeSet<String> =
+        (1..=FILES).map(|i| format!("big{i}.bin")).collect();
+    want.insert("sums.txt".into());
+    assert_eq!(files, want, "{s}");
+    let r = hub
+        .curl()
+        .post(
+            "/feedback/all",
+            &json!({"suggestion_id": sid, "action": "accept"}),
+        )
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let check = std::process::Command::new("sha256sum")
+        .args(["--check", "--strict", "sums.txt"])
+        .current_dir(ws.repo())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&check.stdout);
+    assert!(check.status.success(), "{said}");
+    assert_eq!(said.matches(": OK").count(), FILES, "{said}");
+    // The run commit holds them whole too.
+    let commit = s["run_commit"].as_str().expect("run_commit");
+    let shown = ws
+        .checkpoint_git(&["cat-file", "blob", &format!("{commit}:big7.bin")])
+        .unwrap();
+    assert!(shown == ws.read("big7.bin").unwrap());
+}
+
+/// Under `--isolation none`, see [`check_multi_megabyte_publish`].
+#[test]
+fn a_run_adding_forty_megabytes_is_published_whole() {
+    let ws = Workspace::new(&[("hello.txt", b"hello\n".as_slice())]).unwrap();
+    let hub = ws.serve(&["--max-runs", "1"]).unwrap();
+    let script = |name: &str, body: &str| ws.agent_script(name, body).unwrap();
+    check_multi_megabyte_publish(&ws, &hub, &script);
+}

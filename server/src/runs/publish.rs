@@ -196,7 +196,9 @@ impl Hub {
         // in the store. For a change to many files, the objects are written on another thread
         // while the hunks are diffed and the suggestion encoded; for a few, starting a thread
         // costs more than it saves.
-        let (new, commit) = if changes.len() >= COMMIT_BESIDE_AT {
+        // Beside only when the diffs read every new file from memory: one the batch did not
+        // keep (past FRESH_BYTES) is in the store only once the commit's objects are written.
+        let (new, commit) = if changes.len() >= COMMIT_BESIDE_AT && !objects.spilled() {
             std::thread::scope(|scope| {
                 let (staged, commit_id) = std::sync::mpsc::sync_channel(1);
                 let (rid, desc, active) = (&rid, &desc, &active);
