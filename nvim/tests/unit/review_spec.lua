@@ -94,7 +94,7 @@ test('open shows the first pending hunk with its keys in the footer', function()
   start(s)
   eq({ 2, 'pending' }, { current() })
   eq({ 'old 1', 'new 1' }, view_lines())
-  eq(' 2/3 a.txt [pending]  a accept  r reject  m modify  n next  p prev  ? help ', footer())
+  eq(' 2/3 a.txt [pending]  ? help  a accept  r reject  m modify  n next  p prev ', footer())
   eq(' rename things ', chunks_text(vim.api.nvim_win_get_config(review.session.view.win).title))
 end)
 
@@ -262,7 +262,7 @@ test('the last hunk decided: the footer turns to complete; complete finishes', f
   press('a')
   press('r')
   eq({ 2, 'rejected' }, { current() }, 'nothing left open: stays on the last decision')
-  eq(' 2/2 a.txt [rejected · all reviewed]  p prev  <CR> complete  <Esc> close  u undo  ? help ', footer())
+  eq(' 2/2 a.txt [rejected · all reviewed]  ? help  p prev  <CR> complete  <Esc> close  u undo ', footer())
   local view = review.session.view
   press('<CR>')
   eq({ finish = 'finalize' }, f.sent[3])

@@ -73,7 +73,8 @@ local function hints(maps, done)
   local out = {}
   for _, m in ipairs(maps) do
     if m[1] and names[m[4] or ''] then
-      out[#out + 1] = m[1] .. ' ' .. m[3]
+      -- The help key first: a narrow window cuts the footer's end.
+      table.insert(out, m[4] == 'help' and 1 or #out + 1, m[1] .. ' ' .. m[3])
     end
   end
   return table.concat(out, '  ')
