@@ -123,8 +123,16 @@ for _, cols in ipairs({ 80, 120 }) do
       vim.api.nvim_set_current_win(vim.fn.win_getid(vim.fn.bufwinnr(vim.fn.bufnr('a.txt'))))
       return { vim.api.nvim_get_mode().mode, vim.bo.modified, r.session ~= nil and r.session.view:is_open() }
     ]]), 'Normal mode, the file unmodified, the review open')
-    -- What was cut is kept in full for :Hunkgate status.
-    truthy(lua(c, "return require('hunkgate.notify').cut[1]"):find('update every caller in the server and the command line', 1, true))
+    -- What was cut is kept in full, and :Hunkgate status shows it in a window, not echoed.
+    later(c, "require('hunkgate').status()")
+    eq({ blocking = false, mode = 'n' }, settle(c), 'no prompt for the status')
+    local status = lua(c, [[
+      local buf = vim.api.nvim_get_current_buf()
+      return { vim.api.nvim_win_get_config(0).relative, table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), '\n') }
+    ]])
+    eq('editor', status[1], 'a float')
+    truthy(status[2]:find('recent messages:', 1, true), status[2])
+    truthy(status[2]:find('update every caller in the server and the command line', 1, true), status[2])
     stop(c)
   end)
 end
