@@ -138,11 +138,12 @@ local function actions_for(style)
 end
 
 --- The lines `h` covers in its file as it is now: the new side once applied, else the old
---- side (an insertion covers the line it goes after).
+--- side moved by the hunks of `s` applied above it (an insertion covers the line it goes after).
 ---@param h hunkgate.Hunk
+---@param s? hunkgate.Suggestion
 ---@return integer first
 ---@return integer last
-function M.hunk_lines(h)
+function M.hunk_lines(h, s)
   local hd = h.header
   if not hd then
     local p = diff.parse(h.diff or '')
@@ -154,6 +155,16 @@ function M.hunk_lines(h)
   local applied = nav.is_applied(h.state)
   local first = applied and hd.new_start or hd.old_start
   local len = applied and hd.new_lines or hd.old_lines
+  if not applied and s then
+    local above = {}
+    for _, o in ipairs(s.hunks) do
+      local p = o.file == h.file and o.id ~= h.id and nav.is_applied(o.state) and diff.parse(o.applied_diff or o.diff or '')
+      if p then
+        above[#above + 1] = p
+      end
+    end
+    first = first + diff.offset(above, hd.old_start)
+  end
   first = math.max(1, first)
   return first, first + math.max(len, 1) - 1
 end
@@ -205,7 +216,7 @@ local function cursor_hunk(s, win)
   for i, h in ipairs(s.hunks) do
     if h.file == file and nav.is_open(h.state) then
       first_in_file = first_in_file or i
-      local _, last = M.hunk_lines(h)
+      local _, last = M.hunk_lines(h, s)
       if last >= line then
         return i
       end
@@ -216,8 +227,9 @@ end
 
 --- Show the hunk's file at the hunk in `win`, leaving the focus where it is.
 ---@param win integer
+---@param s hunkgate.Suggestion
 ---@param h hunkgate.Hunk
-local function show_in(win, h)
+local function show_in(win, s, h)
   local path = src():root() .. '/' .. h.file
   if not vim.uv.fs_stat(path) then
     return -- a file the hunk would create: nothing to show yet
@@ -230,7 +242,7 @@ local function show_in(win, h)
       return
     end
   end
-  local first = M.hunk_lines(h)
+  local first = M.hunk_lines(h, s)
   pcall(vim.api.nvim_win_set_cursor, win, { math.min(first, vim.api.nvim_buf_line_count(buf)), 0 })
   vim.api.nvim_win_call(win, function()
     vim.cmd('normal! zz')
@@ -258,7 +270,7 @@ function M.render()
   -- The floating review covers part of the screen: the window beneath follows the hunk.
   local win = file_window(sess.origin)
   if sess.style ~= 'inline' and config.get().ui.follow and win then
-    show_in(win, h)
+    show_in(win, s, h)
   end
 end
 
@@ -692,7 +704,7 @@ function M.jump_to_hunk()
       return warn(tostring(err))
     end
   end
-  local first = M.hunk_lines(h)
+  local first = M.hunk_lines(h, s)
   pcall(vim.api.nvim_win_set_cursor, win, { math.min(first, vim.api.nvim_buf_line_count(0)), 0 })
 end
 

@@ -417,6 +417,23 @@ test('one numbering: the modify window names the hunk by its place in the sugges
   review.close()
 end)
 
+test('a hunk is found where it is now: moved down by the hunks accepted above it', function()
+  local grow = { id = 'x:f:0', file = 'f', state = 'accepted', diff = '@@ -1,1 +1,3 @@\n-a\n+A\n+B\n+C\n' }
+  local h = {
+    id = 'x:f:1',
+    file = 'f',
+    state = 'pending',
+    diff = '@@ -5,2 +7,2 @@\n-e\n+E\n f\n',
+    header = { old_start = 5, old_lines = 2, new_start = 7, new_lines = 2 },
+  }
+  local other = vim.tbl_extend('force', grow, { id = 'x:g:0', file = 'g' })
+  eq({ 7, 8 }, { review.hunk_lines(h, { hunks = { grow, h, other } }) })
+  grow.state = 'pending'
+  eq({ 5, 6 }, { review.hunk_lines(h, { hunks = { grow, h, other } }) }, 'not applied: no shift')
+  h.state = 'accepted'
+  eq({ 7, 8 }, { review.hunk_lines(h) }, 'applied: its new side')
+end)
+
 test('? lists every review key with what it does', function()
   start(suggestion(2))
   press('?')
