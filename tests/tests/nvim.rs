@@ -225,16 +225,20 @@ fn floating_review_through_keymaps() {
     ])
     .unwrap();
     let prompt_file = ws.path("prompt.txt");
+    // The session's second run ("try again") only saves what the agent is told of the review.
+    let told_file = ws.path("told.json");
     let agent = ws
         .agent_script(
             "agent.sh",
             &format!(
-                "printf '%s' \"$HUNKGATE_PROMPT\" > '{}'\n\
+                "case \"$HUNKGATE_PROMPT\" in 'try again'*) curl -sS -H \"Authorization: Bearer $HUNKGATE_AGENT_TOKEN\" \"$HUNKGATE_URL/agent/feedback\" > '{told}.part' && mv '{told}.part' '{told}'; exit 0;; esac\n\
+                 printf '%s' \"$HUNKGATE_PROMPT\" > '{}'\n\
                  sed -i -e 's/^line 2$/LINE 2/' -e 's/^line 25$/LINE 25/' a.txt\n\
                  echo BRAVO > b.txt\n\
                  printf 'one\\r\\nTWO\\r\\nthree\\r\\n' > c.txt\n\
                  {{ echo 'new file'; seq -f 'filler line %g, so that the suggestion is sent in fragments' 2000; }} > new.txt",
-                prompt_file.display()
+                prompt_file.display(),
+                told = told_file.display()
             ),
         )
         .unwrap();
@@ -284,6 +288,47 @@ fn floating_review_through_keymaps() {
             .contains("+Two (edited)"),
         "{modify}"
     );
+
+    // The comment typed at the reject prompt is in the feedback log (#55: it was null)...
+    let rejects: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v["action"] == "reject" && v["file"] == "a.txt")
+        .collect();
+    assert_eq!(
+        rejects.len(),
+        1,
+        "one reject, none from the cancelled prompt: {log}"
+    );
+    assert_eq!(rejects[0]["comment"], "keep the old name", "{}", rejects[0]);
+
+    // ...and the session's next run is told about it.
+    let runs = hub.curl().get("/runs").unwrap().body;
+    let session = runs["runs"][0]["session_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the run's session: {runs}"))
+        .to_string();
+    let again = hub
+        .curl()
+        .post(
+            &format!("/sessions/{session}/runs"),
+            &json!({"prompt": "try again"}),
+        )
+        .unwrap();
+    assert_eq!(again.status, 200, "{}", again.body);
+    wait_until("the second run's feedback", Duration::from_secs(60), || {
+        told_file.exists()
+    })
+    .unwrap();
+    let told: Value = serde_json::from_str(&std::fs::read_to_string(&told_file).unwrap()).unwrap();
+    let hunk = told["feedback"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no feedback list: {told}"))
+        .iter()
+        .flat_map(|s| s["hunks"].as_array().into_iter().flatten())
+        .find(|h| h["file"] == "a.txt" && h["state"] == "rejected")
+        .unwrap_or_else(|| panic!("the rejected hunk in the next run's feedback: {told}"));
+    assert_eq!(hunk["comment"], "keep the old name", "{hunk}");
 }
 
 /// Restart the hub while Neovim stays up: the plugin finds the new port in the default state

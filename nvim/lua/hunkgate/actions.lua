@@ -154,7 +154,15 @@ local function status()
   for _, q in ipairs(h.store:pending_questions()) do
     lines[#lines + 1] = ('question (run %s): %s'):format(line(q.run_id:sub(1, 8)), line(q.question))
   end
-  notify(table.concat(lines, '\n'))
+  -- Messages the command line showed cut to one line, in full.
+  local cut = require('hunkgate.notify').cut
+  if #cut > 0 then
+    lines[#lines + 1] = 'recent messages:'
+    for _, m in ipairs(cut) do
+      lines[#lines + 1] = '  ' .. m:gsub('\n', '\n  ')
+    end
+  end
+  require('hunkgate.notify').show('hunkgate status', table.concat(lines, '\n'))
 end
 
 ---@param arglead string
@@ -218,9 +226,10 @@ M.list = {
     name = 'reject',
     api = 'reject_hunk',
     fn = on_review('reject_hunk'),
+    arg = 'optional',
     key = 'reject',
     hint = 'reject',
-    desc = 'reject the current hunk',
+    desc = 'reject the current hunk, with a comment for the agent',
   },
   {
     name = 'modify',
@@ -297,6 +306,22 @@ M.list = {
     desc = "undo the current hunk's decision, or the last one",
   },
   {
+    name = 'jump',
+    api = 'jump_to_hunk',
+    fn = on_review('jump_to_hunk'),
+    key = 'jump',
+    hint = 'go to file',
+    desc = 'go to the current hunk in its file (the review resumes there)',
+  },
+  {
+    name = 'help',
+    api = 'review_help',
+    fn = on_review('help'),
+    key = 'help',
+    hint = 'help',
+    desc = 'show every review key',
+  },
+  {
     name = 'preview',
     api = 'preview_hunk',
     fn = on_review('preview_hunk'),
@@ -368,10 +393,11 @@ function M.define_plugs()
   end
 end
 
---- The review window's maps for a style: {lhs or false, fn, hint, key name} per keyed action.
+--- The review window's maps for a style: {lhs or false, fn, hint, key name, description} per
+--- keyed action.
 ---@param keys table `keymaps` (floating) or `keymaps.inline`
 ---@param wrap? fun(a: hunkgate.Action): fun() how a key runs the action (default: `invoke`)
----@return {[1]: string|false, [2]: fun(), [3]: string, [4]: string}[]
+---@return {[1]: string|false, [2]: fun(), [3]: string, [4]: string, [5]: string}[]
 function M.review_maps(keys, wrap)
   local out = {}
   for _, a in ipairs(M.list) do
@@ -379,7 +405,7 @@ function M.review_maps(keys, wrap)
       local fn = wrap and wrap(a) or function()
         M.invoke(a)
       end
-      out[#out + 1] = { keys[a.key], fn, a.hint or a.name, a.key }
+      out[#out + 1] = { keys[a.key], fn, a.hint or a.name, a.key, a.desc }
     end
   end
   return out

@@ -57,7 +57,7 @@ function M.reload(path)
       if ok then
         reloaded[#reloaded + 1] = buf
       else
-        vim.notify(require('hunkgate.visible').text(('hunkgate: could not reload %s: %s'):format(path, err), true), vim.log.levels.WARN)
+        require('hunkgate.notify').send(('hunkgate: could not reload %s: %s'):format(path, err), vim.log.levels.WARN)
       end
       for win, view in pairs(views) do
         if vim.api.nvim_win_is_valid(win) then

@@ -24,8 +24,20 @@ M.defaults = {
     width = 0.4,
     height = 0.6,
     border = 'rounded',
+    -- While the floating review is open, the window it was opened from shows each hunk's
+    -- file at the hunk.
+    follow = true,
+  },
+  review = {
+    -- `r` asks for an optional comment (vim.ui.input); cancelling the prompt keeps the hunk.
+    reject_comment = true,
+    -- Completing or discarding while hunks are still to decide asks first.
+    confirm = true,
   },
   keymaps = {
+    -- Every default "<leader>s…" key below (open_review and keymaps.inline) starts with this;
+    -- change it to move them all, false to map none of them. Keys set explicitly are kept.
+    prefix = '<leader>s',
     open_review = '<leader>sr',
     -- In the review window:
     accept = 'a',
@@ -39,6 +51,8 @@ M.defaults = {
     close = '<Esc>',
     discard = 'd',
     undo = 'u',
+    jump = 'o',
+    help = '?',
     -- With ui.style = "inline" the review happens in your own buffers, where single letters
     -- are taken, so these (the design's <leader>s… set) are mapped there instead.
     inline = {
@@ -53,6 +67,8 @@ M.defaults = {
       close = '<leader>sq',
       discard = '<leader>sd',
       undo = '<leader>su',
+      jump = '<leader>so',
+      help = '<leader>s?',
     },
   },
   notifications = {
@@ -81,8 +97,17 @@ local schema = {
     ping_interval = 'number',
     request_timeout = 'number',
   },
-  ui = { style = 'string', position = 'string', width = 'number', height = 'number', border = 'any' },
+  ui = {
+    style = 'string',
+    position = 'string',
+    width = 'number',
+    height = 'number',
+    border = 'any',
+    follow = 'boolean',
+  },
+  review = { reject_comment = 'boolean', confirm = 'boolean' },
   keymaps = {
+    prefix = 'key',
     open_review = 'key',
     accept = 'key',
     reject = 'key',
@@ -95,6 +120,8 @@ local schema = {
     close = 'key',
     discard = 'key',
     undo = 'key',
+    jump = 'key',
+    help = 'key',
     inline = {
       accept = 'key',
       reject = 'key',
@@ -107,6 +134,8 @@ local schema = {
       close = 'key',
       discard = 'key',
       undo = 'key',
+      jump = 'key',
+      help = 'key',
     },
   },
   notifications = { on_ready = 'boolean', on_error = 'boolean', on_status = 'boolean' },
@@ -140,6 +169,40 @@ local function check(spec, value, path, errs)
   end
 end
 
+--- The default keys that start with the default `keymaps.prefix`: `open_review` and every
+--- `keymaps.inline` key, as {table path, key name}.
+---@return {[1]: string[], [2]: string}[]
+local function prefixed_keys()
+  local out = { { {}, 'open_review' } }
+  for name in pairs(M.defaults.keymaps.inline) do
+    out[#out + 1] = { { 'inline' }, name }
+  end
+  return out
+end
+
+--- Move the default "<leader>s…" keys the user did not set under `keymaps.prefix` (false
+--- turns them all off).
+---@param cfg hunkgate.Config merged options
+---@param opts table the user's options
+local function apply_prefix(cfg, opts)
+  local prefix = cfg.keymaps.prefix
+  local default = M.defaults.keymaps.prefix
+  if prefix == default then
+    return
+  end
+  local user = opts.keymaps or {}
+  for _, k in ipairs(prefixed_keys()) do
+    local path, name = k[1], k[2]
+    local set, def, dst = user, M.defaults.keymaps, cfg.keymaps
+    for _, part in ipairs(path) do
+      set, def, dst = (set or {})[part], def[part], dst[part]
+    end
+    if (set or {})[name] == nil then
+      dst[name] = prefix and (prefix .. def[name]:sub(#default + 1)) or false
+    end
+  end
+end
+
 --- Validate `opts` and merge them over the defaults.
 ---@param opts table?
 ---@return hunkgate.Config? config
@@ -152,6 +215,7 @@ function M.resolve(opts)
     return nil, errs
   end
   local cfg = vim.tbl_deep_extend('force', vim.deepcopy(M.defaults), opts)
+  apply_prefix(cfg, opts)
   if cfg.ui.style ~= 'floating' and cfg.ui.style ~= 'inline' then
     errs[#errs + 1] = ('ui.style: %q is not one of "floating", "inline"'):format(cfg.ui.style)
   end

@@ -13,6 +13,9 @@ function M.check()
     health.error('Neovim 0.10 or newer is required', { 'Upgrade Neovim' })
   end
 
+  health.start('hunkgate: keys')
+  require('hunkgate.keys').check(cfg)
+
   health.start('hunkgate: hub')
   local root = config.repo_root(vim.fn.getcwd())
   if root then

@@ -31,6 +31,8 @@ function M.setup(opts)
     pcall(vim.keymap.del, 'n', mapped_open)
     mapped_open = nil
   end
+  -- Before mapping: the key may replace another plugin's (:checkhealth hunkgate says so).
+  require('hunkgate.keys').remember(cfg)
   if cfg.keymaps.open_review then
     vim.keymap.set('n', cfg.keymaps.open_review, M.review, { desc = 'hunkgate: open review' })
     mapped_open = cfg.keymaps.open_review

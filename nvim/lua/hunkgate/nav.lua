@@ -59,13 +59,22 @@ function M.step(hunks, cur, dir, opts)
   return nil
 end
 
---- Where review continues after a decision on `cur`: the next open hunk, searching forward
+--- Where review continues after a decision on `cur`: the rest of its file first (forward,
+--- wrapping within the file), then the next open hunk of the other files, searching forward
 --- and wrapping; `cur` itself when nothing is left open.
----@param hunks {state: string}[]
+---@param hunks {state: string, file?: string}[]
 ---@param cur integer
 ---@return integer index
 ---@return boolean done no open hunk left
 function M.after_decision(hunks, cur)
+  local file = hunks[cur] and hunks[cur].file
+  local n = #hunks
+  for k = 1, n - 1 do
+    local i = (cur - 1 + k) % n + 1
+    if hunks[i].file == file and M.is_open(hunks[i].state) then
+      return i, false
+    end
+  end
   local nxt = M.step(hunks, cur, 1, { open_only = true })
   if nxt then
     return nxt, false

@@ -52,11 +52,84 @@ end
 
 M.plural = plural
 
+--- Whether `vim.notify` is still Neovim's own, which echoes on the command line (a
+--- notification plugin replacing it shows messages its own way).
+---@return boolean
+function M.builtin_notify()
+  local info = debug.getinfo(vim.notify, 'S')
+  return info ~= nil and info.source:find('vim/_editor.lua', 1, true) ~= nil
+end
+
+--- `msg` cut to one line of `width` display cells: its first line, "…" where it was cut.
+---@param msg string
+---@param width integer
+---@return string
+function M.one_line(msg, width)
+  local first = msg:match('^[^\n]*')
+  if first == msg and vim.fn.strdisplaywidth(first) <= width then
+    return first
+  end
+  first = vim.fn.strcharpart(first, 0, width)
+  while first ~= '' and vim.fn.strdisplaywidth(first) > width - 1 do
+    first = vim.fn.strcharpart(first, 0, vim.fn.strchars(first) - 1)
+  end
+  return first .. '…'
+end
+
+local level_hl = {
+  [vim.log.levels.ERROR] = 'ErrorMsg',
+  [vim.log.levels.WARN] = 'WarningMsg',
+}
+
+--- Full text of the last messages `echo` had to cut, newest last (`:Hunkgate status` shows them).
+---@type string[]
+M.cut = {}
+
+--- Echo on the command line without ever raising the hit-enter prompt: a message longer
+--- than the space left on the command line, or of several lines, makes Neovim wait for a key,
+--- and that key is the user's next command (a `<leader>sr` whose space dismisses the prompt
+--- and whose `s` then substitutes a character of their file). So one line is shown (and kept
+--- in `:messages`, which cannot take text silently); a cut message is kept in full in `M.cut`.
+---@param msg string
+---@param level integer
+local function echo(msg, level)
+  -- v:echospace: the columns a message can use without scrolling (ruler and showcmd kept).
+  local line = M.one_line(msg, math.max(1, vim.v.echospace - 1))
+  if line ~= msg then
+    table.insert(M.cut, msg)
+    if #M.cut > 10 then
+      table.remove(M.cut, 1)
+    end
+  end
+  vim.api.nvim_echo({ { line, level_hl[level] or 'Normal' } }, true, {})
+end
+
+--- Tell the user. Through `vim.notify` when a plugin replaced it; otherwise echoed so that it
+--- never waits for a key (see `echo`), the full text in `:messages`.
 ---@param msg string
 ---@param level? integer vim.log.levels
 function M.send(msg, level)
   -- Agent text reaches the command line and notification plugins: control characters shown.
-  vim.notify(visible.text(msg, true), level or vim.log.levels.INFO, { title = 'hunkgate' })
+  local text = visible.text(msg, true)
+  level = level or vim.log.levels.INFO
+  if M.builtin_notify() then
+    echo(text, level)
+  else
+    vim.notify(text, level, { title = 'hunkgate' })
+  end
+end
+
+--- Text of several lines the user asked for (`:Hunkgate status`): in a window when
+--- `vim.notify` is Neovim's own (echoing it would raise the hit-enter prompt), else notified.
+---@param title string
+---@param msg string
+function M.show(title, msg)
+  local text = visible.text(msg, true)
+  if M.builtin_notify() then
+    require('hunkgate.ui.panel').show(title, vim.split(text, '\n', { plain = true }))
+  else
+    vim.notify(text, vim.log.levels.INFO, { title = 'hunkgate' })
+  end
 end
 
 return M

@@ -75,6 +75,7 @@ end
 ---@field queue {[1]: function, [2]: table}[] actions typed while busy
 ---@field edit_buf integer? the open modify buffer
 ---@field drafts table<string, string[]> edited versions not accepted yet, by hunk id
+---@field origin integer? the window the review was opened from (it follows the hunk)
 
 ---@type hunkgate.Session?
 M.session = nil
@@ -136,6 +137,118 @@ local function actions_for(style)
   return actions.review_maps(style == 'inline' and km.inline or km)
 end
 
+--- The lines `h` covers in its file as it is now: the new side once applied, else the old
+--- side moved by the hunks of `s` applied above it (an insertion covers the line it goes after).
+---@param h hunkgate.Hunk
+---@param s? hunkgate.Suggestion
+---@return integer first
+---@return integer last
+function M.hunk_lines(h, s)
+  local hd = h.header
+  if not hd then
+    local p = diff.parse(h.diff or '')
+    hd = p and { old_start = p.old_start, old_lines = p.old_len, new_start = p.new_start, new_lines = p.new_len }
+  end
+  if not hd then
+    return 1, 1
+  end
+  local applied = nav.is_applied(h.state)
+  local first = applied and hd.new_start or hd.old_start
+  local len = applied and hd.new_lines or hd.old_lines
+  if not applied and s then
+    local above = {}
+    for _, o in ipairs(s.hunks) do
+      local p = o.file == h.file and o.id ~= h.id and nav.is_applied(o.state) and diff.parse(o.applied_diff or o.diff or '')
+      if p then
+        above[#above + 1] = p
+      end
+    end
+    first = first + diff.offset(above, hd.old_start)
+  end
+  first = math.max(1, first)
+  return first, first + math.max(len, 1) - 1
+end
+
+--- A plain file window (not a float, not a special buffer), or nil.
+---@param win integer?
+---@return integer?
+local function file_window(win)
+  if
+    win
+    and vim.api.nvim_win_is_valid(win)
+    and vim.api.nvim_win_get_config(win).relative == ''
+    and vim.bo[vim.api.nvim_win_get_buf(win)].buftype == ''
+  then
+    return win
+  end
+end
+
+--- The file of `s` shown in `win`, relative to the checkout, or nil.
+---@param s hunkgate.Suggestion
+---@param win integer
+---@return string?
+local function file_in(s, win)
+  local name = vim.api.nvim_buf_get_name(vim.api.nvim_win_get_buf(win))
+  if name == '' then
+    return nil
+  end
+  local path = vim.fs.normalize(vim.uv.fs_realpath(name) or name)
+  for _, h in ipairs(s.hunks) do
+    if vim.fs.normalize(src():root() .. '/' .. h.file) == path then
+      return h.file
+    end
+  end
+end
+
+--- Where a review opened from `win` starts: the open hunk under or after the cursor in its
+--- file, else that file's first open hunk; nil when the file has none.
+---@param s hunkgate.Suggestion
+---@param win integer?
+---@return integer? index
+local function cursor_hunk(s, win)
+  win = file_window(win)
+  local file = win and file_in(s, win)
+  if not win or not file then
+    return nil
+  end
+  local line = vim.api.nvim_win_get_cursor(win)[1]
+  local first_in_file
+  for i, h in ipairs(s.hunks) do
+    if h.file == file and nav.is_open(h.state) then
+      first_in_file = first_in_file or i
+      local _, last = M.hunk_lines(h, s)
+      if last >= line then
+        return i
+      end
+    end
+  end
+  return first_in_file
+end
+
+--- Show the hunk's file at the hunk in `win`, leaving the focus where it is.
+---@param win integer
+---@param s hunkgate.Suggestion
+---@param h hunkgate.Hunk
+local function show_in(win, s, h)
+  local path = src():root() .. '/' .. h.file
+  if not vim.uv.fs_stat(path) then
+    return -- a file the hunk would create: nothing to show yet
+  end
+  local buf = vim.fn.bufadd(path)
+  if vim.api.nvim_win_get_buf(win) ~= buf then
+    vim.fn.bufload(buf)
+    vim.bo[buf].buflisted = true
+    if not pcall(vim.api.nvim_win_set_buf, win, buf) then
+      return
+    end
+  end
+  local first = M.hunk_lines(h, s)
+  pcall(vim.api.nvim_win_set_cursor, win, { math.min(first, vim.api.nvim_buf_line_count(buf)), 0 })
+  vim.api.nvim_win_call(win, function()
+    vim.cmd('normal! zz')
+  end)
+end
+
 --- Redraw the view for the current hunk (opening it if needed).
 function M.render()
   local s, i, h = M.current()
@@ -154,6 +267,11 @@ function M.render()
     done = nav.counts(s.hunks).open == 0,
     maps = actions_for(sess.style),
   })
+  -- The floating review covers part of the screen: the window beneath follows the hunk.
+  local win = file_window(sess.origin)
+  if sess.style ~= 'inline' and config.get().ui.follow and win then
+    show_in(win, s, h)
+  end
 end
 
 --- Pick a suggestion to review: the given id (or prefix), the session's, else the newest one
@@ -189,6 +307,8 @@ function M.open(id)
     )
   end
   local style = config.get().ui.style
+  local from = vim.api.nvim_get_current_win()
+  local here = cursor_hunk(s, from)
   if M.session and (M.session.sid ~= s.id or M.session.style ~= style) then
     M.session.view:close()
     M.session = nil
@@ -197,7 +317,7 @@ function M.open(id)
     local view = style == 'inline' and require('hunkgate.ui.inline').new(config.get())
       or require('hunkgate.ui.float').new(config.get())
     require('hunkgate.highlights').define()
-    local first = nav.step(s.hunks, nil, 1, { open_only = true }) or 1
+    local first = here or nav.step(s.hunks, nil, 1, { open_only = true }) or 1
     local skipped = notify.skipped_text(s)
     if skipped then
       notify.send('hunkgate: ' .. skipped, vim.log.levels.WARN)
@@ -212,7 +332,10 @@ function M.open(id)
       queue = {},
       drafts = {},
     }
+  elseif here then
+    M.session.hunk_id = s.hunks[here].id
   end
+  M.session.origin = file_window(from) or M.session.origin
   M.render()
   M.session.view:focus()
 end
@@ -337,11 +460,31 @@ M.accept_hunk = serial(function()
   end
 end)
 
-M.reject_hunk = serial(function()
+--- Reject the current hunk. `comment` (for the agent's next run) is asked for when not given
+--- and `review.reject_comment` is on: empty rejects without one, cancelling keeps the hunk.
+---@param comment? string
+M.reject_hunk = serial(function(comment)
   local s, h = open_hunk('reject')
-  if s and h then
-    decide(s, h, { action = 'reject' })
+  if not s or not h then
+    return
   end
+  local function send(text)
+    text = text and vim.trim(text) or ''
+    decide(s, h, { action = 'reject', comment = text ~= '' and text or nil })
+  end
+  if comment ~= nil or not config.get().review.reject_comment then
+    return send(comment)
+  end
+  local sess = M.session
+  vim.ui.input({ prompt = 'Reject comment (Enter: none, Esc: keep the hunk): ' }, function(input)
+    if M.session ~= sess then
+      return
+    end
+    if input == nil then
+      return notify.send(('hunkgate: %s not rejected'):format(h.file))
+    end
+    send(input)
+  end)
 end)
 
 --- Edit the hunk's new side in a scratch buffer; writing it sends `modify`.
@@ -370,7 +513,8 @@ M.modify_hunk = serial(function()
     file = h.file,
     -- A version the hub refused (or that was closed with :wq before the answer) comes back.
     lines = sess.drafts[h.id] or new_side,
-    title = ('modify %s (hunk %d)'):format(h.file, (h.index or 0) + 1),
+    -- The hunk's number in the suggestion, as the footer shows it (h.index counts per file).
+    title = ('modify %s (hunk %d/%d)'):format(h.file, nav.index_of(s.hunks, h.id) or 0, #s.hunks),
     ui = config.get().ui,
     on_write = function(lines, sent)
       sess.drafts[h.id] = lines
@@ -491,10 +635,26 @@ M.reject_all = serial(function()
 end)
 
 ---@param action 'finalize'|'discard'
-local function finish(action)
+---@param confirmed? boolean
+local function finish(action, confirmed)
   local s = M.current()
   if not s then
     return warn('no review open (:Hunkgate review)')
+  end
+  local open = nav.counts(s.hunks).open
+  if open > 0 and not confirmed and config.get().review.confirm then
+    local verb = action == 'finalize' and 'Complete' or 'Discard'
+    local sess = M.session
+    return vim.ui.select({ 'yes', 'no' }, {
+      prompt = ('%s the review? %s still pending will count as rejected'):format(
+        verb,
+        notify.plural(open, 'hunk')
+      ),
+    }, function(choice)
+      if choice == 'yes' and M.session == sess then
+        finish(action, true)
+      end
+    end)
   end
   local sess = assert(M.session)
   sess.busy = true
@@ -514,6 +674,55 @@ local function finish(action)
     end
     release(sess)
   end)
+end
+
+--- Go to the current hunk in its file: the floating review closes (`keymaps.open_review`
+--- there resumes at that hunk), the inline one moves the cursor to it.
+function M.jump_to_hunk()
+  local sess = M.session
+  local s, _, h = M.current()
+  if not sess or not s or not h then
+    return warn('no review open (:Hunkgate review)')
+  end
+  local win = file_window(sess.style == 'inline' and sess.view.win or sess.origin)
+  if not win then
+    for _, w in ipairs(vim.api.nvim_tabpage_list_wins(0)) do
+      win = win or file_window(w)
+    end
+  end
+  if not win then
+    return warn('no window to show ' .. h.file .. ' in')
+  end
+  if sess.style ~= 'inline' then
+    sess.view:close()
+  end
+  vim.api.nvim_set_current_win(win)
+  local path = src():root() .. '/' .. h.file
+  if vim.fs.normalize(vim.api.nvim_buf_get_name(0)) ~= vim.fs.normalize(path) then
+    local ok, err = pcall(vim.cmd.edit, vim.fn.fnameescape(path))
+    if not ok then
+      return warn(tostring(err))
+    end
+  end
+  local first = M.hunk_lines(h, s)
+  pcall(vim.api.nvim_win_set_cursor, win, { math.min(first, vim.api.nvim_buf_line_count(0)), 0 })
+end
+
+--- Every review key of the current style, with what it does.
+function M.help()
+  local cfg = config.get()
+  local style = M.session and M.session.style or cfg.ui.style
+  local lines = {}
+  local function add(lhs, desc)
+    lines[#lines + 1] = ('%-12s %s'):format(lhs or '(none)', desc)
+  end
+  add(cfg.keymaps.open_review, 'open or resume the review (global)')
+  for _, m in ipairs(actions_for(style)) do
+    add(m[1], m[5])
+  end
+  lines[#lines + 1] = ''
+  lines[#lines + 1] = 'All of them: :help hunkgate-review'
+  require('hunkgate.ui.panel').show('hunkgate keys', lines)
 end
 
 --- Finish the review: what is still pending counts as rejected.

@@ -11,7 +11,7 @@
 ---@field list fun(self): hunkgate.Suggestion[] open suggestions, oldest first
 ---@field root fun(self): string the checkout the decisions write to
 ---@field connected fun(self): boolean
----@field decide fun(self, sid: string, hunk_id: string, fields: {action: string, modifiedDiff?: string}, cb: fun(resp: table)) one decision; on success the hunk as the hub reports it is merged before `cb`
+---@field decide fun(self, sid: string, hunk_id: string, fields: {action: string, modifiedDiff?: string, comment?: string}, cb: fun(resp: table)) one decision; on success the hunk as the hub reports it is merged before `cb`
 ---@field decide_all fun(self, sid: string, action: 'accept'|'reject', file: string?, cb: fun(resp: table)) every open hunk (of `file`); `data.decided`, `data.failed`
 ---@field finish fun(self, sid: string, action: 'finalize'|'discard', cb: fun(resp: table)) complete or discard; on success the suggestion is gone before `cb`
 ---@field subscribe fun(self, fn: fun(change: hunkgate.Change)) told of every change, whoever made it

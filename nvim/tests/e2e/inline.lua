@@ -90,10 +90,12 @@ t.wait('conflict shown in the overlay', function()
   end
 end)
 t.eq('line 18', vim.split(t.read(root .. '/doc.md'), '\n')[18], 'conflict wrote nothing')
-t.feed('<leader>sx')
+-- The reject prompt answered with Enter alone: rejected, without a comment.
+t.feed('<leader>sx<CR>')
 t.wait('second hunk rejected', function()
   return hub.store:get(s.id).hunks[2].state == 'rejected'
 end)
+t.eq(nil, hub.store:get(s.id).hunks[2].comment, 'no comment')
 t.eq('line 18', t.buf_lines(buf)[18], 'rejected hunk not written')
 
 vim.cmd('Hunkgate status')

@@ -96,11 +96,21 @@ t.wait('a.txt:0 accepted again', function()
   return t.hunk_state(s.id, hid('a.txt:0')) == 'accepted' and t.buf_lines(abuf)[2] == 'LINE 2'
 end)
 
--- r rejects: nothing written.
+-- r asks for a comment: cancelled (CTRL-C; a typed <Esc> too), the hunk stays pending.
 t.wait_current(hid('a.txt:1'))
-t.feed('r')
+t.feed('r<C-c>')
+t.wait('told the hunk was kept', function()
+  return t.note('^hunkgate: a%.txt not rejected')
+end)
+t.eq('pending', t.hunk_state(s.id, hid('a.txt:1')), 'cancelled: still pending')
+-- r with a comment typed at the prompt rejects: nothing written, the comment goes to the hub
+-- (the Rust side finds it in the feedback log and in the next run's context).
+t.feed('rkeep the old name<CR>')
 t.wait('a.txt:1 rejected', function()
   return t.hunk_state(s.id, hid('a.txt:1')) == 'rejected'
+end)
+t.wait('the comment is on the hunk', function()
+  return hub.store:get(s.id).hunks[2].comment == 'keep the old name'
 end)
 t.eq('line 25', vim.split(t.read(root .. '/a.txt'), '\n')[25], 'rejected hunk not written')
 

@@ -47,6 +47,9 @@ local before = {
   { 'run', 'run', 'run' },
   { 'answer', 'answer', 'answer' },
   { 'skip', 'skip', 'skip' },
+  -- Added with the review tied to the code (#55).
+  { 'jump', 'jump', 'jump_to_hunk' },
+  { 'help', 'help', 'review_help' },
 }
 
 test('every action is a <Plug> map, a subcommand and an API function, and is documented', function()
@@ -107,11 +110,11 @@ test('the review window keys come from the table, in the footer order, with the 
   local config = require('hunkgate.config')
   local km = config.defaults.keymaps
   local maps = actions.review_maps(km)
-  eq({ 'accept', 'reject', 'modify', 'next_hunk', 'prev_hunk', 'accept_all', 'reject_all', 'complete', 'close', 'discard', 'undo' },
+  eq({ 'accept', 'reject', 'modify', 'next_hunk', 'prev_hunk', 'accept_all', 'reject_all', 'complete', 'close', 'discard', 'undo', 'jump', 'help' },
     vim.tbl_map(function(m)
       return m[4]
     end, maps))
-  eq({ 'a', 'r', 'm', 'n', 'p', 'A', 'X', '<CR>', '<Esc>', 'd', 'u' }, vim.tbl_map(function(m)
+  eq({ 'a', 'r', 'm', 'n', 'p', 'A', 'X', '<CR>', '<Esc>', 'd', 'u', 'o', '?' }, vim.tbl_map(function(m)
     return m[1]
   end, maps))
   eq('<leader>sa', actions.review_maps(km.inline)[1][1])

@@ -144,7 +144,7 @@ test('the modify window: its title visible, the text itself as it is', function(
   review.modify_hunk()
   local text = screen()
   on_screen(text, SHOWN)
-  truthy(text:find('modify a^[[2K.txt (hunk 1)', 1, true), text)
+  truthy(text:find('modify a^[[2K.txt (hunk 1/1)', 1, true), text)
   vim.cmd('bwipeout!')
   review.close()
 end)

@@ -26,11 +26,28 @@ vim.notify = function(msg)
   notes[#notes + 1] = msg
 end
 
+-- The prompts (the reject comment, the complete/discard confirmation) answer from `answers`
+-- (false: cancelled), else with Enter on an empty comment and "yes"; `asked` keeps their text.
+local asked, answers = {}, {}
+local real_input, real_select = vim.ui.input, vim.ui.select
+vim.ui.input = function(opts, cb)
+  asked[#asked + 1] = opts.prompt
+  local a = table.remove(answers, 1)
+  cb(a == nil and '' or a or nil)
+end
+vim.ui.select = function(items, opts, cb)
+  asked[#asked + 1] = opts.prompt
+  local a = table.remove(answers, 1)
+  cb(a == nil and 'yes' or a or nil)
+end
+
 --- A fresh review of `s` on a fake source, opened.
 local function start(s)
-  notes = {}
+  notes, asked, answers = {}, {}, {}
   local f = fake(s)
   review.set_source(f)
+  -- From a window on no file of the suggestion (the window beneath follows the hunks).
+  vim.cmd('enew')
   review.open()
   return f
 end
@@ -77,7 +94,7 @@ test('open shows the first pending hunk with its keys in the footer', function()
   start(s)
   eq({ 2, 'pending' }, { current() })
   eq({ 'old 1', 'new 1' }, view_lines())
-  eq(' 2/3 a.txt [pending]  a accept  r reject  m modify  n next  p prev ', footer())
+  eq(' 2/3 a.txt [pending]  ? help  a accept  r reject  m modify  n next  p prev ', footer())
   eq(' rename things ', chunks_text(vim.api.nvim_win_get_config(review.session.view.win).title))
 end)
 
@@ -245,7 +262,7 @@ test('the last hunk decided: the footer turns to complete; complete finishes', f
   press('a')
   press('r')
   eq({ 2, 'rejected' }, { current() }, 'nothing left open: stays on the last decision')
-  eq(' 2/2 a.txt [rejected · all reviewed]  p prev  <CR> complete  <Esc> close  u undo ', footer())
+  eq(' 2/2 a.txt [rejected · all reviewed]  ? help  p prev  <CR> complete  <Esc> close  u undo ', footer())
   local view = review.session.view
   press('<CR>')
   eq({ finish = 'finalize' }, f.sent[3])
@@ -267,6 +284,10 @@ test('discard, and keys typed while a decision is on its way run after its answe
     return c.hunk
   end, f.sent), 'then runs on the hunk the review moved to')
   eq({ 1, 'accepted' }, { current() }, 'and n after it: from hunk 3, wrapping to 1')
+  answers = { 'no' }
+  press('d')
+  eq(2, #f.sent, 'answering no keeps the suggestion')
+  eq({ 'Discard the review? 1 hunk still pending will count as rejected' }, asked)
   press('d')
   eq({ finish = 'discard' }, f.sent[3])
   eq(nil, review.session)
@@ -283,7 +304,152 @@ test('close keeps the session: reopening resumes at the same hunk', function()
   review.close()
 end)
 
+test('r asks for a comment: it is sent; Enter rejects without one; Esc keeps the hunk', function()
+  local f = start(suggestion(3))
+  answers = { 'keep the old name' }
+  press('r')
+  eq({ { hunk = 's1:a.txt:0', action = 'reject', comment = 'keep the old name' } }, f.sent)
+  eq(1, #asked, 'asked once')
+  truthy(asked[1]:find('Esc: keep the hunk', 1, true), asked[1])
+  answers = { false }
+  press('r')
+  eq(1, #f.sent, 'cancelled: nothing sent')
+  eq({ 2, 'pending' }, { current() })
+  truthy(notes[#notes]:find('a.txt not rejected', 1, true), notes[#notes])
+  answers = { '   ' }
+  press('r')
+  eq({ hunk = 's1:a.txt:1', action = 'reject' }, f.sent[2], 'a blank comment is no comment')
+end)
+
+test(':Hunkgate reject <text> keeps its text and does not ask; the prompt can be turned off', function()
+  local f = start(suggestion(3))
+  require('hunkgate.commands').dispatch({ args = 'reject keep the old name', range = 0 })
+  eq({ { hunk = 's1:a.txt:0', action = 'reject', comment = 'keep the old name' } }, f.sent)
+  eq({}, asked)
+  config.set(assert(config.resolve({ server = { auto_connect = false }, review = { reject_comment = false } })))
+  press('r')
+  eq({ hunk = 's1:a.txt:1', action = 'reject' }, f.sent[2])
+  eq({}, asked, 'not asked')
+  config.set(assert(config.resolve({ server = { auto_connect = false } })))
+end)
+
+test('complete with pending hunks asks first, saying how many; off with review.confirm', function()
+  local f = start(suggestion(3))
+  press('a')
+  answers = { false }
+  press('<CR>')
+  eq({ 'Complete the review? 2 hunks still pending will count as rejected' }, asked)
+  eq(1, #f.sent, 'cancelled: not completed')
+  truthy(review.session, 'the review goes on')
+  config.set(assert(config.resolve({ server = { auto_connect = false }, review = { confirm = false } })))
+  press('<CR>')
+  eq({ finish = 'finalize' }, f.sent[2])
+  eq(1, #asked, 'not asked again')
+  config.set(assert(config.resolve({ server = { auto_connect = false } })))
+end)
+
+--- The float's number column on `row` as drawn ('statuscolumn' evaluated for that line).
+local function column(row)
+  local win = review.session.view.win
+  return vim.api.nvim_eval_statusline(vim.wo[win].statuscolumn, { winid = win, use_statuscol_lnum = row }).str
+end
+
+test('the review opens at the open hunk under or after the cursor; the window beneath follows', function()
+  for _, f in ipairs({ 'c.txt', 'd.txt' }) do
+    vim.fn.writefile({ 'one', 'two', 'three', 'four' }, root .. '/' .. f)
+  end
+  local s = suggestion(3, { 'c.txt', 'd.txt' })
+  s.hunks[5].state = 'accepted'
+  local f = fake(s)
+  notes, asked, answers = {}, {}, {}
+  review.set_source(f)
+  vim.cmd('edit ' .. vim.fn.fnameescape(root .. '/d.txt'))
+  local main = vim.api.nvim_get_current_win()
+  vim.api.nvim_win_set_cursor(main, { 2, 0 })
+  review.open()
+  -- d.txt:1 (line 2) is decided: the next open one after the cursor, numbered by its place in
+  -- the suggestion, not by the visiting order.
+  eq({ 6, 'pending' }, { current() })
+  truthy(footer():find('^ 6/6 d%.txt'), footer())
+  eq('@@ -3,1 +3,1 @@', vim.wo[review.session.view.win].winbar:gsub('%%#%w+#', ''), 'the header')
+  eq({ 'old 2', 'new 2' }, view_lines())
+  -- Old and new line numbers, then the sign: the removed line is line 3 of the old file only.
+  truthy(column(1):find('^3   %-'), column(1))
+  truthy(column(2):find('^  3 %+'), column(2))
+  eq({ 3, 0 }, vim.api.nvim_win_get_cursor(main), 'the window beneath is at the hunk')
+  -- After a decision: the rest of this file first (wrapping to its line 1), then other files.
+  press('a')
+  eq({ 4, 'pending' }, { current() }, vim.inspect(notes))
+  eq({ 1, 0 }, vim.api.nvim_win_get_cursor(main), 'and follows')
+  press('a')
+  eq({ 1, 'pending' }, { current() })
+  eq(root .. '/c.txt', vim.fs.normalize(vim.api.nvim_buf_get_name(vim.api.nvim_win_get_buf(main))), 'to c.txt')
+  -- From a buffer with no hunk, the review resumes where it was.
+  review.close()
+  vim.cmd('enew')
+  review.open()
+  eq({ 1, 'pending' }, { current() })
+  -- From c.txt at line 3: hunk 3.
+  review.close()
+  vim.cmd('edit ' .. vim.fn.fnameescape(root .. '/c.txt'))
+  vim.api.nvim_win_set_cursor(0, { 3, 0 })
+  review.open()
+  eq({ 3, 'pending' }, { current() })
+  -- o: to the hunk in its file; the float closes and the session stays.
+  press('o')
+  truthy(not review.session.view:is_open(), 'the float closed')
+  eq(root .. '/c.txt', vim.fs.normalize(vim.api.nvim_buf_get_name(0)))
+  eq({ 3, 0 }, vim.api.nvim_win_get_cursor(0))
+  review.open()
+  eq({ 3, 'pending' }, { current() }, 'reopening there resumes at that hunk')
+  review.close()
+end)
+
+test('one numbering: the modify window names the hunk by its place in the suggestion', function()
+  start(suggestion(2, { 'a.txt', 'b.txt' }))
+  press('nn')
+  eq({ 3, 'pending' }, { current() })
+  truthy(footer():find('^ 3/4 b%.txt'), footer())
+  press('m')
+  local title = chunks_text(vim.api.nvim_win_get_config(0).title)
+  eq(' modify b.txt (hunk 3/4) ', title, 'not b.txt\'s own index (1)')
+  vim.cmd('bwipeout!')
+  review.close()
+end)
+
+test('a hunk is found where it is now: moved down by the hunks accepted above it', function()
+  local grow = { id = 'x:f:0', file = 'f', state = 'accepted', diff = '@@ -1,1 +1,3 @@\n-a\n+A\n+B\n+C\n' }
+  local h = {
+    id = 'x:f:1',
+    file = 'f',
+    state = 'pending',
+    diff = '@@ -5,2 +7,2 @@\n-e\n+E\n f\n',
+    header = { old_start = 5, old_lines = 2, new_start = 7, new_lines = 2 },
+  }
+  local other = vim.tbl_extend('force', grow, { id = 'x:g:0', file = 'g' })
+  eq({ 7, 8 }, { review.hunk_lines(h, { hunks = { grow, h, other } }) })
+  grow.state = 'pending'
+  eq({ 5, 6 }, { review.hunk_lines(h, { hunks = { grow, h, other } }) }, 'not applied: no shift')
+  h.state = 'accepted'
+  eq({ 7, 8 }, { review.hunk_lines(h) }, 'applied: its new side')
+end)
+
+test('? lists every review key with what it does', function()
+  start(suggestion(2))
+  press('?')
+  local lines = vim.api.nvim_buf_get_lines(0, 0, -1, false)
+  local text = table.concat(lines, '\n')
+  for _, m in ipairs(require('hunkgate.actions').review_maps(config.get().keymaps)) do
+    truthy(text:find(m[1] .. '%s+' .. vim.pesc(m[5])), m[1] .. ' missing from:\n' .. text)
+  end
+  truthy(text:find('<leader>sr', 1, true), text)
+  eq(13, #require('hunkgate.actions').review_maps(config.get().keymaps), 'every keyed action')
+  press('q')
+  review.close()
+end)
+
 review.close()
 review.session = nil
 vim.notify = real_notify
+vim.ui.input, vim.ui.select = real_input, real_select
 vim.fn.delete(root, 'rf')

@@ -11,6 +11,8 @@ M.ns = vim.api.nvim_create_namespace('hunkgate')
 ---@field marks {row: integer, kind: 'add'|'delete'|'noeol'}[] 0-based rows
 ---@field first_change integer 0-based row of the first added or removed line
 ---@field parsed hunkgate.ParsedHunk?
+---@field numbers {[1]: integer?, [2]: integer?}[] per row: its line in the old and the new file
+---@field header string? the hunk's "@@ -a,b +c,d @@" line
 
 --- A hunk as display lines: code without the +/- column (signs and line highlights show the
 --- change instead), so the file type's highlighting sees real code.
@@ -21,11 +23,22 @@ function M.render(hunk)
   if not parsed then
     -- binary, rename and mode changes are a one-line description, not code.
     local lines = vim.split(vim.trim(hunk.diff or ''), '\n', { plain = true })
-    return { lines = lines, marks = {}, first_change = 0 }
+    return { lines = lines, marks = {}, first_change = 0, numbers = {} }
   end
-  local out = { lines = {}, marks = {}, first_change = nil, parsed = parsed }
+  local out = {
+    lines = {},
+    marks = {},
+    first_change = nil,
+    parsed = parsed,
+    numbers = {},
+    header = ('@@ -%d,%d +%d,%d @@'):format(parsed.old_start, parsed.old_len, parsed.new_start, parsed.new_len),
+  }
+  local old, new = parsed.old_start, parsed.new_start
   for i, l in ipairs(parsed.lines) do
     out.lines[i] = l.text
+    out.numbers[i] = { l.kind ~= '+' and old or nil, l.kind ~= '-' and new or nil }
+    old = old + (l.kind ~= '+' and 1 or 0)
+    new = new + (l.kind ~= '-' and 1 or 0)
     if l.kind ~= ' ' then
       out.marks[#out.marks + 1] = { row = i - 1, kind = l.kind == '+' and 'add' or 'delete' }
       out.first_change = out.first_change or i - 1

@@ -52,14 +52,29 @@ local function truncate(s, n)
   return vim.fn.strcharpart(s, 0, math.max(1, n - 1)) .. '…'
 end
 
---- Key hints for the footer, from whatever the user mapped.
+--- The float's 'statuscolumn': each row's line number in the old and in the new file (blank
+--- on the side a line is not in), then the +/- sign.
+---@return string
+function M.column()
+  local win = vim.g.statusline_winid
+  local nums = vim.w[win].hunkgate_numbers or {}
+  local row = vim.v.virtnum == 0 and nums[vim.v.lnum] or {}
+  local w = vim.w[win].hunkgate_number_width or 1
+  local function cell(n)
+    return (n or 0) > 0 and ('%' .. w .. 'd'):format(n) or string.rep(' ', w)
+  end
+  return '%#LineNr#' .. cell(row[1]) .. ' ' .. cell(row[2]) .. ' %s'
+end
+
+--- Key hints for the footer, from whatever the user mapped; `?` lists them all.
 local function hints(maps, done)
-  local names = done and { complete = true, close = true, undo = true, prev_hunk = true }
-    or { accept = true, reject = true, modify = true, next_hunk = true, prev_hunk = true }
+  local names = done and { complete = true, close = true, undo = true, prev_hunk = true, help = true }
+    or { accept = true, reject = true, modify = true, next_hunk = true, prev_hunk = true, help = true }
   local out = {}
   for _, m in ipairs(maps) do
     if m[1] and names[m[4] or ''] then
-      out[#out + 1] = m[1] .. ' ' .. m[3]
+      -- The help key first: a narrow window cuts the footer's end.
+      table.insert(out, m[4] == 'help' and 1 or #out + 1, m[1] .. ' ' .. m[3])
     end
   end
   return table.concat(out, '  ')
@@ -88,7 +103,7 @@ function Float:show(ctx)
     })
   end
 
-  local conf = common.geometry(self.cfg.ui, #r.lines + ((h.state == 'conflict') and 1 or 0))
+  local conf = common.geometry(self.cfg.ui, 1 + #r.lines + ((h.state == 'conflict') and 1 or 0))
   local width = conf.width
   local status = h.state
   if ctx.done then
@@ -112,7 +127,20 @@ function Float:show(ctx)
     wo.wrap = false
     wo.cursorline = true
     wo.foldenable = false
+    wo.number = true
+    wo.statuscolumn = "%!v:lua.require'hunkgate.ui.float'.column()"
   end
+  local widest = 1
+  for _, n in ipairs(r.numbers) do
+    widest = math.max(widest, #tostring(n[1] or ''), #tostring(n[2] or ''))
+  end
+  -- 0 for "not on this side": a window variable cannot hold a list with holes.
+  vim.w[self.win].hunkgate_numbers = vim.tbl_map(function(n)
+    return { n[1] or 0, n[2] or 0 }
+  end, r.numbers)
+  vim.w[self.win].hunkgate_number_width = widest
+  -- The hunk header stays in view above the code, as in `git diff`.
+  vim.wo[self.win].winbar = '%#HunkgateDescription#' .. (r.header or h.kind or ''):gsub('%%', '%%%%')
   pcall(vim.api.nvim_win_set_cursor, self.win, { r.first_change + 1, 0 })
 end
 

@@ -133,7 +133,7 @@ function Inline:show(ctx)
   if vim.fs.normalize(vim.api.nvim_buf_get_name(0)) ~= vim.fs.normalize(path) then
     local ok, err = pcall(vim.cmd.edit, vim.fn.fnameescape(path))
     if not ok then
-      vim.notify('hunkgate: ' .. visible.text(err, true), vim.log.levels.WARN)
+      require('hunkgate.notify').send('hunkgate: ' .. err, vim.log.levels.WARN)
       return
     end
   end
