@@ -390,7 +390,7 @@ impl OnPty {
 }
 
 /// On a terminal Ctrl-C asks: Enter (no) leaves the run running and says how to get back to it;
-/// `y` cancels it and the agent is gone.
+/// `y` or a second Ctrl-C cancels it and the agent is gone.
 #[test]
 fn ctrl_c_on_run_on_a_terminal_asks_whether_to_cancel() {
     let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
@@ -442,6 +442,21 @@ fn ctrl_c_on_run_on_a_terminal_asks_whether_to_cancel() {
         hub.curl().get(&format!("/runs/{second}")).unwrap().body["status"],
         "cancelled"
     );
+    // A second Ctrl-C is a yes.
+    let mut term = OnPty::start(&ws, &["run", "third", "--agent", &template(&agent)]);
+    let pids = wait_pids(&pids_path);
+    term.wait_for("queued");
+    let third = sid_run(&hub, "third");
+    term.type_in(b"\x03");
+    term.wait_for(&format!("cancel run {third}? [y/N]"));
+    term.type_in(b"\x03");
+    let (code, out) = term.finish();
+    assert_eq!(code, Some(130), "{out}");
+    assert!(
+        out.contains(&format!("cancelled run {third}: it is cancelled now")),
+        "{out}"
+    );
+    assert_gone(&pids);
 }
 
 /// A workspace with a two-hunk suggestion (lines 3 and 25 shouted), its id and the text.

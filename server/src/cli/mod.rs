@@ -140,7 +140,8 @@ enum Cmd {
         client: ClientArgs,
     },
     /// Reject hunks (all pending ones when none are named); rejecting an applied hunk undoes it.
-    /// The comment is kept in the feedback log and shown to the session's next run.
+    /// The comment is kept in the feedback log and given to the built-in agent in the session's
+    /// next run.
     Reject {
         id: String,
         /// Hunk numbers (from 1), hunk ids, or `<file>:<index>`, as for `accept`.

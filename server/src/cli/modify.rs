@@ -249,7 +249,7 @@ mod tests {
         let m = with_new_side(&h, "c\n");
         assert_eq!(
             m.to_unified(),
-            "@@ -1,1 +1,1 @@\n-a\n\\ No newline at end of file\n+c\n\\ No newline at end of file\n"
+            "@@ -1 +1 @@\n-a\n\\ No newline at end of file\n+c\n\\ No newline at end of file\n"
         );
     }
 
@@ -257,9 +257,9 @@ mod tests {
     fn emptying_a_created_file_and_filling_a_deleted_one() {
         let created = hunk("@@ -0,0 +1,2 @@\n+x\n+y\n");
         let m = with_new_side(&created, "z\n");
-        assert_eq!(m.to_unified(), "@@ -0,0 +1,1 @@\n+z\n");
+        assert_eq!(m.to_unified(), "@@ -0,0 +1 @@\n+z\n");
         let deleted = hunk("@@ -1,2 +0,0 @@\n-x\n-y\n");
         let m = with_new_side(&deleted, "x\n");
-        assert_eq!(m.to_unified(), "@@ -1,2 +1,1 @@\n x\n-y\n");
+        assert_eq!(m.to_unified(), "@@ -1,2 +1 @@\n x\n-y\n");
     }
 }
