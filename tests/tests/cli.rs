@@ -96,7 +96,7 @@ fn a_review_from_the_command_line() {
     );
     assert!(
         o.stdout
-            .contains(&format!("[0] pending   modify  {sid}:a.txt:0")),
+            .contains(&format!("[1] pending   modify  {sid}:a.txt:0")),
         "{}",
         o.stdout
     );
@@ -106,8 +106,18 @@ fn a_review_from_the_command_line() {
         hub.curl().get(&format!("/suggestions/{sid}")).unwrap().body
     );
 
-    // accept one hunk by position, reject the other by `<file>:<index>`
-    let o = ok(&ws, &["accept", short, "0"]);
+    // Hunk numbers start at 1, as `show` prints them: 0 and a number past the last are
+    // refused and change nothing (the accept by number below is the positive control).
+    for bad in ["0", "3"] {
+        let o = cli(&ws, &["accept", short, "2", bad]);
+        assert!(!o.ok, "accept {bad} must fail");
+        assert!(o.stderr.contains("numbered from 1"), "{}", o.stderr);
+    }
+    assert_eq!(ws.read_string("a.txt").unwrap(), text);
+    assert!(ws.feedback_log().unwrap().is_empty());
+
+    // accept one hunk by number, reject the other by `<file>:<index>`
+    let o = ok(&ws, &["accept", short, "1"]);
     assert!(
         o.stdout.contains(&format!("accepted  {sid}:a.txt:0")),
         "{}",
@@ -115,7 +125,7 @@ fn a_review_from_the_command_line() {
     );
     let after_first = text.replace("line 3\n", "LINE 3\n");
     assert_eq!(ws.read_string("a.txt").unwrap(), after_first);
-    let again = cli(&ws, &["accept", short, "0"]);
+    let again = cli(&ws, &["accept", short, "1"]);
     assert!(!again.ok, "accepting twice must fail");
     assert!(again.stderr.contains("already"), "{}", again.stderr);
     assert_eq!(ws.read_string("a.txt").unwrap(), after_first);
@@ -128,7 +138,7 @@ fn a_review_from_the_command_line() {
     assert_eq!(log[1]["comment"], "too loud");
 
     // undo, then accept everything still pending (no hunk named)
-    let o = ok(&ws, &["undo", short, "1"]);
+    let o = ok(&ws, &["undo", short, "2"]);
     assert!(o.stdout.contains("pending"), "{}", o.stdout);
     let o = ok(&ws, &["accept", short]);
     assert!(

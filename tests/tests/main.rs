@@ -5,6 +5,7 @@ mod bench_smoke;
 mod builtin_agent;
 mod checkpoints;
 mod cli;
+mod cli_cockpit;
 mod conflict;
 mod durability;
 mod fake_llm;

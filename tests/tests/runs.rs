@@ -409,6 +409,7 @@ async fn the_agent_reports_status_and_publishes_its_own_suggestion() {
                  echo changed too > other.txt\n\
                  {bin} status 'Running tests'\n\
                  {bin} status --state testing 'Still testing'\n\
+                 {bin} agent-status 'Checked'\n\
                  {bin} publish -m 'Tidy src' --files 'src/*'\n\
                  echo after publishing > src/late.txt",
                 bin = bin.display()
@@ -436,6 +437,16 @@ async fn the_agent_reports_status_and_publishes_its_own_suggestion() {
         .await
         .unwrap();
     assert_eq!(st["status"], "testing");
+    // `agent-status` is the same command under its agent-only name.
+    let st = c
+        .event(
+            "suggestion.status",
+            |v| v["run_id"] == run.as_str() && v["message"] == "Checked",
+            SECS,
+        )
+        .await
+        .unwrap();
+    assert_eq!(st["status"], "working");
     let ready = ready_of(&mut c, &run).await;
     let s = &ready["suggestion"];
     assert_eq!(s["description"], "Tidy src");

@@ -1,5 +1,6 @@
 //! The agent's side of the command line (inside a run, with the run's agent token from the
-//! environment): `hunkgate publish` and `hunkgate status`. `hunkgate mcp` is in [`super::mcp`].
+//! environment): `hunkgate publish` and `hunkgate agent-status` (also `hunkgate status MESSAGE`,
+//! see [`super::status`]). `hunkgate mcp` is in [`super::mcp`].
 
 use std::process::ExitCode;
 

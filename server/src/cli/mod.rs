@@ -1,9 +1,10 @@
 //! The `hunkgate` command line, a file per command group:
 //!
 //! - [`serve`]: `serve` (the hub itself); [`setup`]: `setup` (the sandbox user);
-//! - [`review`]: `list`, `show`, `accept`, `reject`, `undo`, `complete`;
-//! - [`run`]: `run` (follow a run to its suggestion), `answer`;
-//! - [`agent`]: the agent's `publish` and `status`; [`mcp`]: the agent's MCP server;
+//! - [`review`]: `list`, `show`, `accept`, `reject`, `undo`, `complete`; [`modify`]: `modify`;
+//! - [`run`]: `run` (follow a run to its suggestion), `answer`; [`runs`]: `runs`, `cancel`;
+//! - [`status`]: `status` (the user's view of the hub, or the agent's status inside a run);
+//! - [`agent`]: the agent's `publish` and `agent-status`; [`mcp`]: the agent's MCP server;
 //! - `token` here; [`client`]: the HTTP/WebSocket client they share; [`term`]: printing agent
 //!   text safely.
 //!
@@ -12,10 +13,13 @@
 pub mod agent;
 pub mod client;
 pub mod mcp;
+pub mod modify;
 pub mod review;
 pub mod run;
+pub mod runs;
 pub mod serve;
 pub mod setup;
+pub mod status;
 pub mod term;
 
 use std::io::IsTerminal;
@@ -53,7 +57,8 @@ enum Cmd {
     /// (Internal) the sandbox helper, run as the sandbox user by the hub.
     #[command(hide = true)]
     SandboxHelper { op: String },
-    /// Start an agent run and follow it until its suggestion is ready.
+    /// Start an agent run and follow it until its suggestion is ready. Ctrl-C asks whether to
+    /// cancel the run or leave it running (off a terminal it cancels it).
     Run {
         prompt: String,
         /// Agent command template for this run (`{prompt}` is replaced by the prompt).
@@ -84,6 +89,32 @@ enum Cmd {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// List runs and their state: queued and running ones and the recent finished ones (--all:
+    /// every one).
+    Runs {
+        #[arg(long)]
+        all: bool,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Cancel a run (its id or a unique prefix) and wait until its agent has stopped.
+    Cancel {
+        run: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// What is going on: the hub, its runs and the suggestions with pending hunks. Inside an
+    /// agent run (HUNKGATE_URL and HUNKGATE_AGENT_TOKEN set) or with a MESSAGE: the agent's
+    /// status, as `agent-status`.
+    Status {
+        /// (Agent side) the one-line status to send.
+        message: Option<String>,
+        /// (Agent side) a short word: working, testing, ... (default: working)
+        #[arg(long)]
+        state: Option<String>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// List suggestions (open ones; --all for every one).
     List {
         #[arg(long)]
@@ -91,7 +122,7 @@ enum Cmd {
         #[command(flatten)]
         client: ClientArgs,
     },
-    /// Show a suggestion with its hunks (an id prefix is enough).
+    /// Show a suggestion with its hunks, numbered [1], [2], ... (an id prefix is enough).
     Show {
         id: String,
         #[command(flatten)]
@@ -100,7 +131,8 @@ enum Cmd {
     /// Accept hunks (all pending ones when none are named) and apply them to the checkout.
     Accept {
         id: String,
-        /// Hunk ids, `<file>:<index>`, or 0-based positions.
+        /// Hunk numbers as `show` prints them (from 1), hunk ids, or `<file>:<index>` (the end
+        /// of a hunk id: index counts from 0 within the file).
         hunks: Vec<String>,
         #[arg(long)]
         comment: Option<String>,
@@ -108,8 +140,11 @@ enum Cmd {
         client: ClientArgs,
     },
     /// Reject hunks (all pending ones when none are named); rejecting an applied hunk undoes it.
+    /// The comment is kept in the feedback log and given to the built-in agent in the session's
+    /// next run.
     Reject {
         id: String,
+        /// Hunk numbers (from 1), hunk ids, or `<file>:<index>`, as for `accept`.
         hunks: Vec<String>,
         #[arg(long)]
         comment: Option<String>,
@@ -119,8 +154,23 @@ enum Cmd {
     /// Reverse-apply accepted hunks and make them pending again.
     Undo {
         id: String,
+        /// Hunk numbers (from 1), hunk ids, or `<file>:<index>`, as for `accept`.
         #[arg(required = true)]
         hunks: Vec<String>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Apply your own version of a hunk: its new side opens in $VISUAL / $EDITOR (else vi);
+    /// saving a change (and exiting 0) applies it, anything else changes nothing.
+    Modify {
+        id: String,
+        /// The hunk's number (from 1), id, or `<file>:<index>`.
+        hunk: String,
+        /// Send this file's one-hunk unified diff (over the hunk's old lines) instead of editing.
+        #[arg(long)]
+        diff: Option<PathBuf>,
+        #[arg(long)]
+        comment: Option<String>,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -146,8 +196,8 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// (Agent side) send a one-line status to the reviewer.
-    Status {
+    /// (Agent side) send a one-line status to the reviewer (`status MESSAGE` inside a run too).
+    AgentStatus {
         message: String,
         /// A short word: working, testing, ...
         #[arg(long, default_value = "working")]
@@ -235,7 +285,21 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
             files,
             json,
         } => agent::publish(message, files, json).await,
-        Cmd::Status { message, state } => agent::status(message, state).await,
+        Cmd::AgentStatus { message, state } => agent::status(message, state).await,
+        Cmd::Status {
+            message,
+            state,
+            client,
+        } => status::status(message, state, client).await,
+        Cmd::Runs { all, client } => runs::runs(all, client).await,
+        Cmd::Cancel { run, client } => runs::cancel(run, client).await,
+        Cmd::Modify {
+            id,
+            hunk,
+            diff,
+            comment,
+            client,
+        } => modify::modify(client, id, hunk, diff, comment).await,
         Cmd::Mcp => {
             mcp::run_stdio().await?;
             Ok(ExitCode::SUCCESS)

@@ -4,6 +4,7 @@
 
 use std::process::ExitCode;
 
+use anyhow::bail;
 use clap::ValueEnum;
 use serde_json::json;
 
@@ -95,7 +96,8 @@ pub fn print_suggestion(s: &SuggestionView) {
     }
     for (i, h) in s.hunks.iter().enumerate() {
         println!(
-            "\n[{i}] {:<9} {:<7} {}",
+            "\n[{}] {:<9} {:<7} {}",
+            i + 1,
             wire(&h.state),
             wire(&h.kind),
             visible_line(&h.id)
@@ -120,6 +122,17 @@ pub async fn decide(
     action: &str,
     comment: Option<String>,
 ) -> anyhow::Result<ExitCode> {
+    // Every name is resolved before anything is decided: a bad one changes nothing.
+    let hunks = if hunks.iter().any(|h| is_number(h)) {
+        let c = reviewer_client(&client)?;
+        let s: SuggestionView = typed(c.get(&format!("/suggestions/{id}")).await?)?;
+        hunks
+            .iter()
+            .map(|h| hunk_name(&s, h))
+            .collect::<anyhow::Result<Vec<_>>>()?
+    } else {
+        hunks
+    };
     let failed = if hunks.is_empty() {
         decide_all(&client, id, action, comment).await?
     } else {
@@ -197,6 +210,38 @@ async fn decide_each(
     Ok(failed)
 }
 
+/// A hunk as the CLI takes it: its id, `<file>:<index>` (the end of its id: `index` counts from
+/// 0 within the file), or its number as `show` prints it (from 1, in the suggestion's order).
+/// What the hub is sent: the id for a number, anything else as it was typed.
+pub fn hunk_name(s: &SuggestionView, name: &str) -> anyhow::Result<String> {
+    if !is_number(name) {
+        return Ok(name.to_string());
+    }
+    let n: usize = name.parse().map_err(|_| {
+        anyhow::anyhow!(
+            "no hunk {name}: suggestion {} has {} hunks",
+            short(&s.id),
+            s.hunks.len()
+        )
+    })?;
+    if n == 0 {
+        bail!("no hunk 0: hunks are numbered from 1, as `hunkgate show` prints them");
+    }
+    match s.hunks.get(n - 1) {
+        Some(h) => Ok(h.id.clone()),
+        None => bail!(
+            "no hunk {n}: suggestion {} has {} hunks (numbered from 1)",
+            short(&s.id),
+            s.hunks.len()
+        ),
+    }
+}
+
+/// A hunk named by its number (all digits), not by its id or `<file>:<index>`.
+fn is_number(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit())
+}
+
 pub async fn complete(
     id: String,
     action: Completion,
@@ -258,5 +303,29 @@ mod tests {
             "01234567  partial  1/2  Shout^[[2K^Jlines  (a.txt, b^G.txt)"
         );
         assert!(summary_line(&summary(Some("finalize"))).starts_with("01234567  finalize 1/2"));
+    }
+
+    #[test]
+    fn hunk_numbers_count_from_1_and_other_names_pass_through() {
+        let hunk = |id: &str, file: &str, index: usize| {
+            json!({"id": id, "file": file, "diff": "", "kind": "modify", "index": index,
+                "state": "pending"})
+        };
+        let s: SuggestionView = serde_json::from_value(json!({
+            "id": "s1", "jj_change_id": "", "description": "", "files": ["a", "b"],
+            "hunks": [hunk("s1:a:0", "a", 0), hunk("s1:a:1", "a", 1), hunk("s1:b:0", "b", 0)],
+            "hunk_count": 3, "reviewed_count": 0, "status": "pending", "run_id": "r",
+            "base_commit": "", "run_commit": "", "created_at": ""
+        }))
+        .unwrap();
+        assert_eq!(hunk_name(&s, "1").unwrap(), "s1:a:0");
+        assert_eq!(hunk_name(&s, "3").unwrap(), "s1:b:0");
+        for (bad, says) in [("0", "numbered from 1"), ("4", "has 3 hunks")] {
+            let e = hunk_name(&s, bad).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        // Ids and `<file>:<index>` are the hub's to resolve.
+        assert_eq!(hunk_name(&s, "s1:a:1").unwrap(), "s1:a:1");
+        assert_eq!(hunk_name(&s, "b:0").unwrap(), "b:0");
     }
 }
