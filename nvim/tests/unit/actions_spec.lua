@@ -47,6 +47,7 @@ local before = {
   { 'run', 'run', 'run' },
   { 'answer', 'answer', 'answer' },
   { 'skip', 'skip', 'skip' },
+  { 'serve', 'serve', 'serve' },
 }
 
 test('every action is a <Plug> map, a subcommand and an API function, and is documented', function()
