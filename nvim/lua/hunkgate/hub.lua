@@ -423,8 +423,13 @@ function M.prune_soon()
   prune_timer:start(100, 0, vim.schedule_wrap(M.prune))
 end
 
---- Follow the current buffer's repository from now on.
+--- Follow the current buffer's repository from now on. Called again (a second setup()), it
+--- starts over with the new options.
 function M.start()
+  for root in pairs(M.conns) do
+    M.close(root)
+  end
+  M.paused = false
   local group = vim.api.nvim_create_augroup('hunkgate_hub', { clear = true })
   vim.api.nvim_create_autocmd({ 'BufEnter', 'DirChanged' }, { group = group, callback = M.follow })
   vim.api.nvim_create_autocmd({ 'BufDelete', 'BufWipeout', 'DirChanged' }, { group = group, callback = M.prune_soon })
