@@ -511,10 +511,12 @@ function M.when_ready(fn)
       end
     end
     table.insert(conn.waiters, once)
-    -- Retry now rather than after the back-off.
-    if conn.client and conn.client.state == 'disconnected' then
-      conn.client:disconnect()
-      conn.client:connect()
+    -- Retry now rather than after the back-off (or after a look that began before the hub
+    -- was up); a handshake under way is let finish.
+    local c = conn.client
+    if c and (c.state == 'disconnected' or c.resolving) then
+      c:disconnect()
+      c:connect()
     end
     vim.defer_fn(function()
       once(('the hub of %s did not answer within %d ms'):format(root, cfg.server.start_timeout))
