@@ -160,7 +160,7 @@ local function status()
   local h = hub()
   local c = h.client
   local lines = {
-    ('hunkgate: %s%s'):format(h.state, c and c.endpoint and (' to ' .. c.endpoint.url) or ''),
+    ('hunkgate: %s%s (%s)'):format(h.state, c and c.endpoint and (' to ' .. c.endpoint.url) or '', h.root()),
   }
   if c and c.last_error and h.state ~= 'synced' then
     lines[#lines + 1] = 'last error: ' .. c.last_error
