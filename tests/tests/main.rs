@@ -6,6 +6,7 @@ mod builtin_agent;
 mod checkpoints;
 mod cli;
 mod conflict;
+mod discovery;
 mod durability;
 mod fake_llm;
 mod faults;

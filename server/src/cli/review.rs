@@ -20,7 +20,7 @@ pub enum Completion {
 }
 
 pub async fn list(all: bool, client: ClientArgs) -> anyhow::Result<ExitCode> {
-    let c = reviewer_client(&client)?;
+    let c = reviewer_client(&client).await?;
     let v = c
         .get(&format!(
             "/suggestions{}",
@@ -60,7 +60,7 @@ fn summary_line(s: &SuggestionSummary) -> String {
 }
 
 pub async fn show(id: String, client: ClientArgs) -> anyhow::Result<ExitCode> {
-    let c = reviewer_client(&client)?;
+    let c = reviewer_client(&client).await?;
     let v = c.get(&format!("/suggestions/{id}")).await?;
     if client.json {
         println!("{v}");
@@ -139,7 +139,7 @@ async fn decide_all(
     action: &str,
     comment: Option<String>,
 ) -> anyhow::Result<bool> {
-    let c = reviewer_client(client)?;
+    let c = reviewer_client(client).await?;
     let v = c
         .post(
             "/feedback/all",
@@ -174,7 +174,7 @@ async fn decide_each(
     action: &str,
     comment: Option<String>,
 ) -> anyhow::Result<bool> {
-    let c = reviewer_client(client)?;
+    let c = reviewer_client(client).await?;
     let mut failed = false;
     for h in hunks {
         let body = json!({"suggestion_id": id, "hunk_id": h, "action": action, "comment": comment});
@@ -202,7 +202,7 @@ pub async fn complete(
     action: Completion,
     client: ClientArgs,
 ) -> anyhow::Result<ExitCode> {
-    let c = reviewer_client(&client)?;
+    let c = reviewer_client(&client).await?;
     let (action, done) = match action {
         Completion::Finalize => ("finalize", "finalized"),
         Completion::Discard => ("discard", "discarded"),
