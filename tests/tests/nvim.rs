@@ -320,7 +320,15 @@ async fn reconnect_and_resync_after_hub_restart() {
     std::fs::create_dir_all(default_dir.parent().unwrap()).unwrap();
     std::os::unix::fs::symlink(ws.state(), &default_dir).unwrap();
 
-    let mut scenario = Scenario::start(&ws, "reconnect", None);
+    // Nor its discovery record: the plugin must find the hub the way it finds an older hub's,
+    // so that the test decides when the plugin can see it.
+    let no_records = ws.path("no-records");
+    let mut scenario = Scenario::start_env(
+        &ws,
+        "reconnect",
+        None,
+        &[("HUNKGATE_DISCOVERY_DIR", no_records.as_os_str())],
+    );
     let seen = scenario.wait_mark("synced-1");
     assert_eq!(seen.trim(), s1["id"].as_str().unwrap());
 

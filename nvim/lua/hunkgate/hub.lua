@@ -49,6 +49,10 @@ function M.root_of_buf(buf)
   if name == '' then
     return M.cwd_root()
   end
+  if name:match('^%a[%w+.-]*://') then
+    -- health://, fugitive://, oil://: not a file (its buftype may not be set yet on BufEnter).
+    return nil
+  end
   return config.repo_root(vim.fs.dirname(name)) or M.cwd_root()
 end
 

@@ -7,7 +7,7 @@
 --- hub's error code (`conflict`, `not_found`, …, or `disconnected` when nothing was sent).
 ---@class hunkgate.Source
 ---@field get fun(self, sid: string): hunkgate.Suggestion? an open suggestion by id
----@field find fun(self, prefix: string): hunkgate.Suggestion? by id or unique id prefix
+---@field find fun(self, prefix: string): hunkgate.Suggestion? by id or unique id prefix, among those `list` gives
 ---@field list fun(self): hunkgate.Suggestion[] open suggestions, oldest first
 ---@field root fun(self): string the checkout the decisions write to
 ---@field connected fun(self): boolean
@@ -46,9 +46,9 @@ function M.hub()
       local conn = hub.owner(sid)
       return conn and conn.store:get(sid)
     end,
+    -- Among the current repository's suggestions only: what `list` offers.
     find = function(_, prefix)
-      local conn = hub.owner(prefix)
-      return conn and conn.store:get(prefix) or hub.store:find(prefix)
+      return hub.store:find(prefix)
     end,
     list = function()
       return hub.store:list()
