@@ -551,10 +551,22 @@ async fn two_repositories_each_against_its_own_hub() {
     let seen = scenario.wait_mark("decided");
     assert_eq!(
         seen.trim(),
-        format!("{} {}", sa["id"].as_str().unwrap(), sb["id"].as_str().unwrap())
+        format!(
+            "{} {}",
+            sa["id"].as_str().unwrap(),
+            sb["id"].as_str().unwrap()
+        )
     );
-    assert_eq!(ws_a.read_string("a.txt").unwrap(), "a\n", "a's hunk rejected");
-    assert_eq!(ws_b.read_string("b.txt").unwrap(), "B\n", "b's hunk accepted");
+    assert_eq!(
+        ws_a.read_string("a.txt").unwrap(),
+        "a\n",
+        "a's hunk rejected"
+    );
+    assert_eq!(
+        ws_b.read_string("b.txt").unwrap(),
+        "B\n",
+        "b's hunk accepted"
+    );
     hub_a.kill9();
     scenario.mark("killed", "");
     scenario.finish(&[&hub_a, &hub_b]);
