@@ -35,5 +35,10 @@ end
 if session(ep.pid) == session(vim.fn.getpid()) then
   error('the hub shares Neovim\'s session: not detached')
 end
+-- :Hunkgate serve with the hub running starts no second one.
+vim.cmd('Hunkgate serve')
+t.wait(':Hunkgate serve finds the running hub', function()
+  return t.note(('^hunkgate: a hub already runs for %s at %s %%(pid %d%%)$'):format(vim.pesc(root), vim.pesc(ep.url), ep.pid))
+end)
 t.mark('started', tostring(ep.pid))
 t.log('done')
