@@ -14,6 +14,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("isolation", 4),
     ("config", 5),
     ("hub", 6),
+    ("discovery", 6),
     ("decide", 7),
     ("sessions", 7),
     ("agent", 8),

@@ -13,7 +13,7 @@
 //! | 2 | `store` | the journal and the feedback log on disk |
 //! | 3 | `isolation` | how agents are isolated (modes, sandbox user) |
 //! | 4 | `config` | flags > environment > file > defaults; provider and limits |
-//! | 5 | `hub` | the shared handle, its state, the run and session registries, the event bus |
+//! | 5 | `hub`, `discovery` | the shared handle, its state, the run and session registries, the event bus; the hubs' discovery records |
 //! | 6 | `decide`, `sessions` | review decisions, checkpoints, rollback, recovery; sessions |
 //! | 7 | `agent` | model providers and the built-in agent's tool loop |
 //! | 8 | `runs` | agent runs: snapshot, sandbox, agent, publish |
@@ -25,6 +25,7 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod decide;
+pub mod discovery;
 pub mod error;
 pub mod hub;
 pub mod isolation;

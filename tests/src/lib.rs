@@ -48,7 +48,10 @@ pub fn hermetic_env(cmd: &mut Command, home: &Path) {
         .env_remove("HUNKGATE_URL")
         .env_remove("HUNKGATE_AGENT_TOKEN")
         .env_remove("HUNKGATE_CONFIG")
-        .env_remove("HUNKGATE_STATE_DIR");
+        .env_remove("HUNKGATE_STATE_DIR")
+        .env_remove("HUNKGATE_HUB_URL")
+        .env_remove("HUNKGATE_TOKEN_FILE")
+        .env_remove("HUNKGATE_DISCOVERY_DIR");
 }
 
 /// Run `cmd` with `input` on its stdin, its stdout (and whatever else the caller piped)

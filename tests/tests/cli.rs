@@ -237,7 +237,7 @@ fn complete_discard_says_discarded_and_token_prints_the_token() {
         .unwrap();
     assert!(!out.status.success());
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("token"),
+        String::from_utf8_lossy(&out.stderr).contains("no hub is running with the state dir"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );

@@ -74,6 +74,16 @@ struct Scenario {
 
 impl Scenario {
     fn start(ws: &Workspace, scenario: &str, state_dir: Option<&Path>) -> Self {
+        Self::start_env(ws, scenario, state_dir, &[])
+    }
+
+    /// [`Scenario::start`] with extra environment for Neovim (and the hubs it starts).
+    fn start_env(
+        ws: &Workspace,
+        scenario: &str,
+        state_dir: Option<&Path>,
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> Self {
         let plugin = plugin_dir();
         let out = ws.path("nvim-out");
         std::fs::create_dir_all(&out).unwrap();
@@ -93,6 +103,9 @@ impl Scenario {
             .stderr(Stdio::piped());
         if let Some(dir) = state_dir {
             cmd.env("HUNKGATE_TEST_STATE", dir);
+        }
+        for (k, v) in env {
+            cmd.env(k, v);
         }
         let child = cmd.spawn().expect("starting nvim");
         Self {
@@ -352,7 +365,15 @@ async fn reconnect_and_resync_after_hub_restart() {
     std::fs::create_dir_all(default_dir.parent().unwrap()).unwrap();
     std::os::unix::fs::symlink(ws.state(), &default_dir).unwrap();
 
-    let mut scenario = Scenario::start(&ws, "reconnect", None);
+    // Nor its discovery record: the plugin must find the hub the way it finds an older hub's,
+    // so that the test decides when the plugin can see it.
+    let no_records = ws.path("no-records");
+    let mut scenario = Scenario::start_env(
+        &ws,
+        "reconnect",
+        None,
+        &[("HUNKGATE_DISCOVERY_DIR", no_records.as_os_str())],
+    );
     let seen = scenario.wait_mark("synced-1");
     assert_eq!(seen.trim(), s1["id"].as_str().unwrap());
 
@@ -507,4 +528,150 @@ async fn clarify_questions_of_the_builtin_agent() {
         run(&hub)["status"] == "no_changes"
     })
     .unwrap();
+}
+
+/// `hunkgate serve` as a user starts it: no `--state-dir`, no `--port` (the default state dir;
+/// port 4097 when free, else a free one), writing its discovery record into `hubs`.
+fn serve_default(ws: &Workspace, hubs: &Path) -> Hub {
+    let log = ws.path("hub-default.log");
+    let logf = std::fs::File::create(&log).unwrap();
+    let mut cmd = Command::new(hunkgate_tests::hunkgate_bin());
+    hermetic_env(&mut cmd, &ws.home());
+    cmd.current_dir(ws.repo())
+        .env("HUNKGATE_DISCOVERY_DIR", hubs)
+        .args(["serve", "--isolation", "none"])
+        .stdin(Stdio::null())
+        .stdout(logf.try_clone().unwrap())
+        .stderr(logf);
+    let child = cmd.spawn().expect("starting hunkgate serve");
+    Hub::wait_ready(child, default_state_dir(&ws.home(), &ws.repo()), log).unwrap()
+}
+
+/// #55: one Neovim, two repositories whose hubs were started differently (one as a user
+/// would, one with `--state-dir` on a free port): each buffer is reviewed against its own
+/// repository's hub, found by its discovery record, and the decisions land in the right
+/// checkout. Then the first hub is killed with SIGKILL: its stale record is ignored (and said
+/// so by :checkhealth), and a hub of the other repository is never taken for it.
+#[tokio::test]
+async fn two_repositories_each_against_its_own_hub() {
+    let ws_a = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    let ws_b = Workspace::new(&[("b.txt", b"b\n")]).unwrap();
+    let hubs = ws_a.path("hubs");
+    let agent_a = ws_a.agent_script("agent.sh", "echo A > a.txt").unwrap();
+    let agent_b = ws_b.agent_script("agent.sh", "echo B > b.txt").unwrap();
+
+    let mut hub_a = serve_default(&ws_a, &hubs);
+    let b_state = ws_b.path("custom-state");
+    let hub_b = Hub::start_in(
+        &ws_b.repo(),
+        &ws_b.home(),
+        &b_state,
+        &ws_b.path("hub-b.log"),
+        &[],
+        &[("HUNKGATE_DISCOVERY_DIR", hubs.as_os_str())],
+    )
+    .unwrap();
+    assert_ne!(hub_a.port, hub_b.port);
+    let mut client = hub_a.ws().await.unwrap();
+    let sa = hunkgate_tests::run_agent(&hub_a, &mut client, &agent_a, "change a")
+        .await
+        .unwrap();
+    drop(client);
+    let mut client = hub_b.ws().await.unwrap();
+    let sb = hunkgate_tests::run_agent(&hub_b, &mut client, &agent_b, "change b")
+        .await
+        .unwrap();
+    drop(client);
+
+    let repo_b = ws_b.repo().canonicalize().unwrap();
+    let mut scenario = Scenario::start_env(
+        &ws_a,
+        "multi",
+        None,
+        &[
+            ("HUNKGATE_DISCOVERY_DIR", hubs.as_os_str()),
+            ("HUNKGATE_TEST_REPO_B", repo_b.as_os_str()),
+        ],
+    );
+    let seen = scenario.wait_mark("decided");
+    assert_eq!(
+        seen.trim(),
+        format!(
+            "{} {}",
+            sa["id"].as_str().unwrap(),
+            sb["id"].as_str().unwrap()
+        )
+    );
+    assert_eq!(
+        ws_a.read_string("a.txt").unwrap(),
+        "a\n",
+        "a's hunk rejected"
+    );
+    assert_eq!(
+        ws_b.read_string("b.txt").unwrap(),
+        "B\n",
+        "b's hunk accepted"
+    );
+    hub_a.kill9();
+    scenario.mark("killed", "");
+    scenario.finish(&[&hub_a, &hub_b]);
+    assert_eq!(ws_a.read_string("a.txt").unwrap(), "a\n");
+}
+
+/// #55: from a Neovim with no hub running, `:Hunkgate run …` starts the hub (detached, as
+/// `server.cmd serve --repo <root>`) and the run, and the suggestion arrives.
+#[test]
+fn run_starts_the_hub_when_none_runs() {
+    let ws = Workspace::new(&[("x.txt", b"x\n")]).unwrap();
+    let agent = ws.agent_script("agent.sh", "echo X > x.txt").unwrap();
+    // The hub Neovim starts reads the user's config: this agent, no sandbox user here.
+    let config = ws.home().join(".config/hunkgate/config.toml");
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    std::fs::write(
+        &config,
+        format!(
+            "agent = \"{} {{prompt}}\"\nisolation = \"none\"\n",
+            agent.display()
+        ),
+    )
+    .unwrap();
+    let hubs = ws.path("hubs");
+    let bin = hunkgate_tests::hunkgate_bin();
+
+    /// The hub Neovim started, stopped however the test ends.
+    struct Started(Option<u32>);
+    impl Drop for Started {
+        fn drop(&mut self) {
+            if let Some(pid) = self.0 {
+                let _ = Command::new("kill")
+                    .args(["-TERM", &pid.to_string()])
+                    .status();
+            }
+        }
+    }
+    let mut started = Started(None);
+    let mut scenario = Scenario::start_env(
+        &ws,
+        "autostart",
+        None,
+        &[
+            ("HUNKGATE_DISCOVERY_DIR", hubs.as_os_str()),
+            ("HUNKGATE_TEST_BIN", bin.as_os_str()),
+        ],
+    );
+    let pid: u32 = scenario.wait_mark("started").trim().parse().unwrap();
+    started.0 = Some(pid);
+    scenario.finish(&[]);
+    assert!(
+        hunkgate_tests::pid_alive(pid),
+        "the detached hub outlives Neovim"
+    );
+    let records: Vec<_> = std::fs::read_dir(&hubs).unwrap().collect();
+    assert_eq!(records.len(), 1, "one discovery record: {records:?}");
+    drop(started);
+    wait_until("the started hub stopped", Duration::from_secs(20), || {
+        !hunkgate_tests::pid_alive(pid)
+    })
+    .unwrap();
+    assert_eq!(ws.read_string("x.txt").unwrap(), "x\n", "nothing accepted");
 }

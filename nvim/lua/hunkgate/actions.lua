@@ -42,9 +42,42 @@ local function disconnect()
   hub().disconnect()
 end
 
+--- Start the hub of the current repository (unless one runs already) and connect to it.
+local function serve()
+  local h = hub()
+  local root = require('hunkgate.config').repo_root(h.current_key())
+  if not root then
+    return notify('hunkgate: not in a git repository: nothing to serve', vim.log.levels.ERROR)
+  end
+  local cfg = require('hunkgate.config').get()
+  require('hunkgate.discovery').resolve(cfg, root, function(found)
+    if found then
+      notify(('hunkgate: a hub already runs for %s at %s (pid %s)'):format(root, found.url, found.pid or '?'))
+      return h.when_ready(function() end)
+    end
+    notify(('hunkgate: starting the hub for %s'):format(root))
+    require('hunkgate.serve').start(root, {}, function(err, pid)
+      if err then
+        return notify('hunkgate: ' .. err, vim.log.levels.ERROR)
+      end
+      notify(('hunkgate: the hub for %s runs (pid %s)'):format(root, pid or '?'))
+      h.when_ready(function() end)
+    end)
+  end)
+end
+
 ---@param id? string
 local function open_review(id)
-  review().open(id)
+  -- Connected: at once. Otherwise once the hub is found, or started (server.auto_start).
+  if hub().synced() then
+    return review().open(id)
+  end
+  hub().when_ready(function(err)
+    if err then
+      return notify('hunkgate: ' .. err, vim.log.levels.ERROR)
+    end
+    review().open(id)
+  end)
 end
 
 local function list()
@@ -88,7 +121,7 @@ local function run(prompt, selection)
     else
       notify('hunkgate: run failed: ' .. (resp.error or ''), vim.log.levels.ERROR)
     end
-  end)
+  end, { start = true })
 end
 
 --- The question to answer: the oldest one waiting, when several runs ask.
@@ -127,7 +160,7 @@ local function status()
   local h = hub()
   local c = h.client
   local lines = {
-    ('hunkgate: %s%s'):format(h.state, c and c.endpoint and (' to ' .. c.endpoint.url) or ''),
+    ('hunkgate: %s%s (%s)'):format(h.state, c and c.endpoint and (' to ' .. c.endpoint.url) or '', h.root()),
   }
   if c and c.last_error and h.state ~= 'synced' then
     lines[#lines + 1] = 'last error: ' .. c.last_error
@@ -193,6 +226,7 @@ local nav_hunk = on_review('nav_hunk')
 M.list = {
   { name = 'connect', api = 'connect', fn = connect, desc = 'connect to the hub and report the outcome' },
   { name = 'disconnect', api = 'disconnect', fn = disconnect, desc = 'disconnect from the hub' },
+  { name = 'serve', api = 'serve', fn = serve, desc = 'start the hub for the current repository' },
   {
     name = 'review',
     api = 'review',

@@ -8,7 +8,8 @@
 local M = {}
 
 ---@class hunkgate.ClientOpts
----@field resolve fun(): (hunkgate.Endpoint?, string?) where to connect, asked before each attempt
+---@field resolve? fun(): (hunkgate.Endpoint?, string?) where to connect, asked before each attempt
+---@field resolve_async? fun(cb: fun(endpoint: hunkgate.Endpoint?, err: string?)) the same, answering later (it asks the hub's /health first)
 ---@field transport? {connect: fun(url: string, opts: table, handlers: hunkgate.WsHandlers): hunkgate.Transport}
 ---@field defer? fun(ms: integer, fn: fun()): fun() run `fn` later on the main loop; returns a cancel function
 ---@field min_delay? integer first reconnect delay (ms)
@@ -87,6 +88,12 @@ function Client:disconnect()
     self.cancel_retry()
     self.cancel_retry = nil
   end
+  if self.resolving then
+    -- The answer still to come is for nobody.
+    self.resolving = false
+    self.gen = self.gen + 1
+    self.state = 'disconnected'
+  end
   if self.conn then
     self.conn.close(1000, 'bye')
   end
@@ -98,7 +105,28 @@ function Client:is_connected()
 end
 
 function Client:_open()
-  local endpoint, err = self.opts.resolve()
+  if not self.opts.resolve_async then
+    return self:_dial(self.opts.resolve())
+  end
+  self.gen = self.gen + 1
+  local gen = self.gen
+  self.state = 'connecting'
+  self.resolving = true
+  self.opts.resolve_async(function(endpoint, err)
+    if gen ~= self.gen then
+      return
+    end
+    self.resolving = false
+    self.state = 'disconnected'
+    if self.want then
+      self:_dial(endpoint, err)
+    end
+  end)
+end
+
+---@param endpoint hunkgate.Endpoint?
+---@param err string?
+function Client:_dial(endpoint, err)
   if not endpoint then
     self.last_error = err
     self:_emit_state('disconnected', { err = err })

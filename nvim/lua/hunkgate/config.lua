@@ -4,15 +4,23 @@ local M = {}
 ---@class hunkgate.Config
 M.defaults = {
   server = {
-    -- Used when the hub's state dir has no hub.json (the hub writes its real address there).
-    host = '127.0.0.1',
-    port = 4097,
-    -- Overrides both hub.json and host/port, e.g. "http://127.0.0.1:4097".
+    -- The hub is found by its discovery record (see :help hunkgate-discovery); these point at
+    -- one explicitly instead (HUNKGATE_HUB_URL, HUNKGATE_STATE_DIR, HUNKGATE_TOKEN_FILE too).
+    -- The hub's base URL, e.g. "http://127.0.0.1:4097"; its token comes from token_file or
+    -- the state dir.
     url = nil, ---@type string?
-    -- Default: $XDG_STATE_HOME/hunkgate/<repo>-<sha256(repo)[1..12]>, as the hub computes it.
+    -- A hub started with --state-dir: its hub.json and token.
     state_dir = nil, ---@type string?
     -- Default: <state_dir>/token.
     token_file = nil, ---@type string?
+    -- The hunkgate binary :Hunkgate serve starts (a string, or a list: command and arguments).
+    cmd = 'hunkgate', ---@type string|string[]
+    -- Start the hub when a command needs one (run, review, list) and none runs.
+    auto_start = true,
+    -- A hub started from Neovim keeps running after Neovim exits; false: stopped on exit.
+    detach = true,
+    -- How long to wait for a started hub to answer (ms).
+    start_timeout = 20000,
     auto_connect = true,
     reconnect = { min_delay = 250, max_delay = 30000 },
     ping_interval = 30000,
@@ -87,11 +95,13 @@ local current = vim.deepcopy(M.defaults)
 -- Expected type of every option; a table value means a nested table of options.
 local schema = {
   server = {
-    host = 'string',
-    port = 'number',
     url = 'string?',
     state_dir = 'string?',
     token_file = 'string?',
+    cmd = 'any',
+    auto_start = 'boolean',
+    detach = 'boolean',
+    start_timeout = 'number',
     auto_connect = 'boolean',
     reconnect = { min_delay = 'number', max_delay = 'number' },
     ping_interval = 'number',
@@ -222,6 +232,12 @@ function M.resolve(opts)
   if not vim.tbl_contains({ 'right', 'left', 'center' }, cfg.ui.position) then
     errs[#errs + 1] = ('ui.position: %q is not one of "right", "left", "center"'):format(cfg.ui.position)
   end
+  local cmd = cfg.server.cmd
+  if not (type(cmd) == 'string' or (vim.islist(cmd) and #cmd > 0 and #vim.tbl_filter(function(w)
+    return type(w) ~= 'string'
+  end, cmd) == 0)) then
+    errs[#errs + 1] = 'server.cmd: expected a string or a list of strings'
+  end
   if #errs > 0 then
     return nil, errs
   end
@@ -263,60 +279,6 @@ function M.default_state_dir(root, env)
     name = 'root'
   end
   return ('%s/hunkgate/%s-%s'):format(base, name, vim.fn.sha256(real):sub(1, 12))
-end
-
-local function read_file(path)
-  local f = io.open(path, 'rb')
-  if not f then
-    return nil
-  end
-  local s = f:read('*a')
-  f:close()
-  return s
-end
-
----@class hunkgate.Endpoint
----@field url string base URL, "http://127.0.0.1:4097"
----@field token string
----@field state_dir string?
----@field token_file string
----@field repo string? the checkout the hub writes to
-
---- Find the hub for the repository around the current directory. Read afresh on every
---- connection attempt: a restarted hub may have a new port.
----@param cfg hunkgate.Config
----@param cwd? string
----@return hunkgate.Endpoint? endpoint
----@return string? err
-function M.endpoint(cfg, cwd)
-  local s = cfg.server
-  local root = M.repo_root(cwd or vim.fn.getcwd())
-  local state_dir = s.state_dir and vim.fs.normalize(s.state_dir)
-  if not state_dir and root then
-    state_dir = M.default_state_dir(root)
-  end
-  local token_file = s.token_file and vim.fs.normalize(s.token_file) or (state_dir and state_dir .. '/token')
-  if not token_file then
-    return nil, 'not in a git repository, and no server.state_dir or server.token_file is set'
-  end
-  local token = read_file(token_file)
-  token = token and vim.trim(token)
-  if not token or token == '' then
-    return nil, ('no hub token at %s (is `hunkgate serve` running for this repository?)'):format(token_file)
-  end
-  local info
-  if state_dir then
-    local ok, decoded = pcall(vim.json.decode, read_file(state_dir .. '/hub.json') or '')
-    info = ok and type(decoded) == 'table' and decoded or nil
-  end
-  local url = s.url or (info and info.url) or ('http://%s:%d'):format(s.host, s.port)
-  return {
-    url = url:gsub('/+$', ''),
-    token = token,
-    state_dir = state_dir,
-    token_file = token_file,
-    repo = info and type(info.repo) == 'string' and info.repo or root,
-  }
 end
 
 return M

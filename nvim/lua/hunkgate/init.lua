@@ -38,9 +38,8 @@ function M.setup(opts)
     mapped_open = cfg.keymaps.open_review
   end
 
-  if cfg.server.auto_connect then
-    hub().connect()
-  end
+  -- Follow the current buffer's repository, connecting to its hub (server.auto_connect).
+  hub().start()
 end
 
 --- Statusline component: pending hunks and the agent's last status line ("" when idle).

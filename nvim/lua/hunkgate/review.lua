@@ -282,8 +282,9 @@ local function pick(id)
   if id and id ~= '' then
     return src():find(id)
   end
-  if M.session and src():get(M.session.sid) then
-    return src():get(M.session.sid)
+  -- Resumed only when among the suggestions the source offers now (the current repository's).
+  if M.session and src():find(M.session.sid) then
+    return src():find(M.session.sid)
   end
   local list = src():list()
   for i = #list, 1, -1 do

@@ -7,7 +7,7 @@
 --- hub's error code (`conflict`, `not_found`, …, or `disconnected` when nothing was sent).
 ---@class hunkgate.Source
 ---@field get fun(self, sid: string): hunkgate.Suggestion? an open suggestion by id
----@field find fun(self, prefix: string): hunkgate.Suggestion? by id or unique id prefix
+---@field find fun(self, prefix: string): hunkgate.Suggestion? by id or unique id prefix, among those `list` gives
 ---@field list fun(self): hunkgate.Suggestion[] open suggestions, oldest first
 ---@field root fun(self): string the checkout the decisions write to
 ---@field connected fun(self): boolean
@@ -18,10 +18,18 @@
 
 local M = {}
 
---- The real source: the hub this Neovim is connected to.
+--- The real source: the hubs this Neovim is connected to. A suggestion is decided through the
+--- hub that has it (the review may have been opened in another repository than the current
+--- buffer's); new reviews pick from the current repository's hub.
 ---@return hunkgate.Source
 function M.hub()
   local hub = require('hunkgate.hub')
+
+  --- The connection of the open review's suggestion, else the current one.
+  local function reviewing()
+    local sess = require('hunkgate.review').session
+    return sess and hub.owner(sess.sid) or hub.current()
+  end
 
   --- Run `merge` (store update and its consequences), then `cb`, even when `merge` fails:
   --- the review waits on `cb` to take the next key.
@@ -35,8 +43,10 @@ function M.hub()
 
   return {
     get = function(_, sid)
-      return hub.store:get(sid)
+      local conn = hub.owner(sid)
+      return conn and conn.store:get(sid)
     end,
+    -- Among the current repository's suggestions only: what `list` offers.
     find = function(_, prefix)
       return hub.store:find(prefix)
     end,
@@ -44,32 +54,34 @@ function M.hub()
       return hub.store:list()
     end,
     root = function()
-      return hub.root()
+      return hub.root(reviewing())
     end,
     connected = function()
-      return hub.synced()
+      return hub.synced(reviewing())
     end,
     decide = function(_, sid, hunk_id, fields, cb)
       local cmd = vim.tbl_extend('force', { type = 'feedback', suggestionId = sid, hunkId = hunk_id }, fields)
+      local conn = hub.owner(sid)
       hub.request(cmd, function(resp)
         then_answer(function()
-          if resp.success and resp.data and resp.data.hunk then
-            hub.settle(hub.store:update_hunk(sid, resp.data.hunk))
+          if resp.success and resp.data and resp.data.hunk and conn then
+            hub.settle(conn.store:update_hunk(sid, resp.data.hunk), conn)
           end
         end, cb, resp)
-      end)
+      end, { conn = conn })
     end,
     decide_all = function(_, sid, action, file, cb)
-      hub.request({ type = 'feedback_all', suggestionId = sid, action = action, file = file }, cb)
+      hub.request({ type = 'feedback_all', suggestionId = sid, action = action, file = file }, cb, { conn = hub.owner(sid) })
     end,
     finish = function(_, sid, action, cb)
+      local conn = hub.owner(sid)
       hub.request({ type = 'complete', suggestionId = sid, action = action }, function(resp)
         then_answer(function()
-          if resp.success then
-            hub.settle(hub.store:apply({ type = 'suggestion.completed', suggestion_id = sid }))
+          if resp.success and conn then
+            hub.settle(conn.store:apply({ type = 'suggestion.completed', suggestion_id = sid }), conn)
           end
         end, cb, resp)
-      end)
+      end, { conn = conn })
     end,
     subscribe = function(_, fn)
       hub.subscribe(fn)

@@ -45,9 +45,9 @@ end)
 -- resyncs from scratch instead of replaying what it missed: the question must come back from
 -- the run list (GET /runs), not from the events.
 local client = hub.client
-local resolve = client.opts.resolve
-client.opts.resolve = function()
-  return nil, 'held back by the test'
+local resolve = client.opts.resolve_async
+client.opts.resolve_async = function(cb)
+  cb(nil, 'held back by the test')
 end
 client.conn.close(1000, 'test')
 t.wait('disconnected', function()
@@ -56,7 +56,7 @@ end)
 client.epoch = 'as if the hub had restarted'
 t.mark('offline')
 t.wait_mark('asked-2')
-client.opts.resolve = resolve
+client.opts.resolve_async = resolve
 
 t.wait('the second question found by the resync and prompted for', function()
   return #prompts == 2

@@ -112,7 +112,7 @@ t.eq(0, #marks(), 'overlay cleared')
 
 vim.cmd('checkhealth hunkgate')
 local report = table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\n')
-for _, want in ipairs({ 'Neovim', 'token: ', 'hub hunkgate', 'the hub accepts the token' }) do
+for _, want in ipairs({ 'Neovim', 'token: ', 'serves ' .. root, 'found by server.state_dir', 'the hub accepts the token' }) do
   if not report:find(want, 1, true) then
     error(('checkhealth lacks %q:\n%s'):format(want, report))
   end

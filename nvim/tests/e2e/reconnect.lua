@@ -55,9 +55,9 @@ t.wait('ready notification for the suggestion made while away', function()
 end)
 
 -- Same hub, dropped connection: the plugin is kept away until the Rust side has decided.
-local resolve = client.opts.resolve
-client.opts.resolve = function()
-  return nil, 'held back by the test'
+local resolve = client.opts.resolve_async
+client.opts.resolve_async = function(cb)
+  cb(nil, 'held back by the test')
 end
 client.conn.close(1000, 'test')
 t.wait('disconnected again', function()
@@ -65,7 +65,7 @@ t.wait('disconnected again', function()
 end)
 t.mark('offline-2')
 t.wait_mark('rejected')
-client.opts.resolve = resolve
+client.opts.resolve_async = resolve
 t.wait('caught up by replay', function()
   return hub.synced() and hub.store:get(s2_id).hunks[1].state == 'rejected'
 end)

@@ -50,6 +50,7 @@ local before = {
   -- Added with the review tied to the code (#55).
   { 'jump', 'jump', 'jump_to_hunk' },
   { 'help', 'help', 'review_help' },
+  { 'serve', 'serve', 'serve' },
 }
 
 test('every action is a <Plug> map, a subcommand and an API function, and is documented', function()

@@ -307,3 +307,37 @@ test('a suggestion completed between list and get just drops out', function()
     return s.id
   end, h.snapshots[1]))
 end)
+
+test('an async resolve: dialled when it answers; a disconnect meanwhile drops its answer', function()
+  local h = harness()
+  local pending = {}
+  h.client.opts.resolve = nil
+  h.client.opts.resolve_async = function(cb)
+    pending[#pending + 1] = cb
+  end
+  h.client:connect()
+  eq(1, #pending, 'asked where the hub is')
+  eq(0, #h.conns, 'nothing dialled before the answer')
+  eq('connecting', h.client.state)
+  h.client:connect()
+  eq(1, #pending, 'a second connect while looking does not look twice')
+  pending[1](h.endpoint)
+  eq(1, #h.conns, 'dialled with the answer')
+  eq('ws://127.0.0.1:4097/ws', h.conns[1].url)
+  eq('Bearer tok', h.conns[1].opts.headers.Authorization)
+
+  -- Looking again after a drop; the user disconnects before the answer.
+  h.conns[1].open()
+  h.conns[1].drop()
+  h.tick()
+  eq(2, #pending)
+  h.client:disconnect()
+  eq('disconnected', h.client.state)
+  pending[2](h.endpoint)
+  eq(1, #h.conns, 'the late answer dials nothing')
+  h.client:connect()
+  eq(3, #pending, 'connect after disconnect looks again')
+  pending[3](nil, 'no hub is running for /r')
+  eq('no hub is running for /r', h.client.last_error)
+  eq(1, #h.conns)
+end)

@@ -1,7 +1,8 @@
 -- Runs every *_spec.lua next to this file (or the ones named as arguments):
 --   nvim --headless -u NONE -l nvim/tests/unit/run.lua [spec ...]
 -- A spec is plain Lua using `test(name, fn)`, `eq(want, got, msg?)` and `truthy(v, msg?)`.
-local here = vim.fs.dirname(vim.fs.normalize(debug.getinfo(1, 'S').source:sub(2)))
+-- Absolute: a spec may :cd.
+local here = vim.fs.dirname(vim.fs.normalize(vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':p')))
 local root = vim.fs.dirname(vim.fs.dirname(here))
 package.path = ('%s/lua/?.lua;%s/lua/?/init.lua;'):format(root, root) .. package.path
 

@@ -132,6 +132,9 @@ async fn health(State(hub): State<Arc<Hub>>) -> Json<Value> {
         "service": SERVICE,
         "wsClients": hub.ws_clients().load(Ordering::Relaxed),
         "version": env!("CARGO_PKG_VERSION"),
+        // Which hub this is, for a client to check before it sends a token.
+        "repo": hub.cfg().repo,
+        "pid": std::process::id(),
     }))
 }
 

@@ -307,7 +307,9 @@ pub async fn run(
 }
 
 /// [`run`], calling `ready` once the hub is open (its state read, recovered and writable) and
-/// `hub.json` written, right before it serves: a hub that cannot start never says it serves.
+/// `hub.json` and its discovery record ([`crate::discovery`]) written, right before it serves: a
+/// hub that cannot start never says it serves. A clean exit removes both (the record only while
+/// it is still this hub's).
 pub async fn run_then(
     listener: TcpListener,
     cfg: ServeConfig,
@@ -318,13 +320,18 @@ pub async fn run_then(
     let started = open_hub(cfg, port, shutdown.clone())?;
     let hub = started.hub.clone();
     let hub_json = hub.cfg().state_dir.join("hub.json");
-    let info = serde_json::json!({
-        "url": hub.url(),
-        "pid": std::process::id(),
-        "version": env!("CARGO_PKG_VERSION"),
-        "repo": hub.cfg().repo,
-    });
-    write_private(&hub_json, info.to_string().as_bytes())?;
+    let record = crate::discovery::Record::for_this_process(
+        &hub.cfg().repo,
+        &hub.url(),
+        &hub.cfg().state_dir,
+    )?;
+    write_private(
+        &hub_json,
+        &serde_json::to_vec(&record).expect("a record serialises"),
+    )?;
+    let discovery_dir = crate::discovery::dir()?;
+    let record_path = crate::discovery::write(&discovery_dir, &record)?;
+    tracing::debug!(record = %record_path.display(), "wrote the hub's discovery record");
     ready(hub.cfg());
     let weak = Arc::downgrade(&hub);
     hub.tasks().spawn(crate::hub::quiet::give_back_when_quiet(
@@ -360,6 +367,9 @@ pub async fn run_then(
         tracing::warn!("runs did not stop within 10s");
     }
     let _ = std::fs::remove_file(&hub_json);
+    if let Err(e) = crate::discovery::remove_own(&discovery_dir, &record) {
+        tracing::warn!(error = %e, record = %record_path.display(), "removing the hub's discovery record");
+    }
     drop(started);
     served.context("serving")
 }

@@ -25,6 +25,9 @@ pub enum ClientError {
     /// Outside an agent run: the hub sets both variables for the agent, nobody else does.
     #[error("{} not set: this is for an agent inside a hunkgate run, where the hub sets {URL_VAR} and {TOKEN_VAR}", missing_list(.missing))]
     MissingEnv { missing: Vec<&'static str> },
+    /// No hub was found where one was looked for (the message says where, and why not).
+    #[error("{0}")]
+    NoHub(String),
     #[error("invalid hub URL {url:?}: {reason}")]
     BadUrl { url: String, reason: String },
     #[error("the token is not a valid HTTP header value")]

@@ -18,7 +18,7 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, ServerInitializeError};
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 
-use crate::cli::client::{ClientError, HubClient};
+use crate::cli::client::{ClientError, HubClient, TOKEN_VAR, URL_VAR};
 
 mod stdio;
 mod tools;
@@ -58,11 +58,31 @@ pub enum McpError {
 /// `hunkgate mcp`: serve stdin/stdout until stdin closes.
 pub async fn run_stdio() -> Result<(), McpError> {
     serve(
-        Server::new(HubClient::for_agent()),
+        Server::new(hub_from_env().await),
         std::io::BufReader::new(std::io::stdin()),
         std::io::stdout(),
     )
     .await
+}
+
+/// The hub the tools call: the one the run's environment names. Run by hand with an agent
+/// token but no `HUNKGATE_URL`, the hub of the repository around the current directory, found
+/// as the reviewer's commands find it (its discovery record, checked against its `/health`) —
+/// never a guessed port. Without the token there is nothing to find a hub for: only an agent
+/// token opens `/agent/*`.
+pub async fn hub_from_env() -> Result<HubClient, ClientError> {
+    match HubClient::for_agent() {
+        Err(ClientError::MissingEnv { missing }) if missing == [URL_VAR] => {
+            let token = std::env::var(TOKEN_VAR).unwrap_or_default();
+            match crate::cli::locate::hub_url_here().await {
+                Ok(url) => HubClient::new(&url, token),
+                Err(e) => Err(ClientError::NoHub(format!(
+                    "{URL_VAR} is not set, and {e:#}"
+                ))),
+            }
+        }
+        other => other,
+    }
 }
 
 /// Serve `server` over newline-delimited JSON-RPC from `input` to `output` until `input` ends

@@ -5,13 +5,14 @@
 //! - [`run`]: `run` (follow a run to its suggestion), `answer`; [`runs`]: `runs`, `cancel`;
 //! - [`status`]: `status` (the user's view of the hub, or the agent's status inside a run);
 //! - [`agent`]: the agent's `publish` and `agent-status`; [`mcp`]: the agent's MCP server;
-//! - `token` here; [`client`]: the HTTP/WebSocket client they share; [`term`]: printing agent
-//!   text safely.
+//! - `token` here; [`client`]: the HTTP/WebSocket client they share; [`locate`]: which hub a
+//!   reviewer's command talks to; [`term`]: printing agent text safely.
 //!
 //! Replies are read into the protocol's types ([`typed`]) before they are printed.
 
 pub mod agent;
 pub mod client;
+pub mod locate;
 pub mod mcp;
 pub mod modify;
 pub mod review;
@@ -30,8 +31,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use serde_json::Value;
 
-use crate::cli::client::HubClient;
-use crate::config;
+pub(crate) use crate::cli::locate::reviewer_client;
 
 pub use crate::cli::term::{visible, visible_line};
 
@@ -49,7 +49,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Start the hub for a repository (defaults: the repository around the current directory,
-    /// 127.0.0.1:4097).
+    /// 127.0.0.1:4097, or a free port when that is taken).
     Serve(crate::cli::serve::ServeArgs),
     /// Create or check the sandbox user agents run as (and the sudoers rule a non-root hub
     /// needs): `hunkgate setup --check` says what is missing.
@@ -213,12 +213,18 @@ pub struct ClientArgs {
     /// The repository whose hub to talk to (default: around the current directory).
     #[arg(long)]
     pub repo: Option<PathBuf>,
-    /// The hub's state dir (default: derived from the repository).
+    /// The hub's state dir: talk to the hub of its hub.json, with its token (default: the hub
+    /// the repository's discovery record in $XDG_STATE_HOME/hunkgate/hubs/ names, else the
+    /// default state dir's).
     #[arg(long, env = "HUNKGATE_STATE_DIR")]
     pub state_dir: Option<PathBuf>,
-    /// Hub URL (default: from the hub's state dir, else http://127.0.0.1:4097).
+    /// Hub URL (default: found as --state-dir says). Its /health must name the repository, or
+    /// the token is not sent.
     #[arg(long, env = "HUNKGATE_HUB_URL")]
     pub url: Option<String>,
+    /// The file holding the hub's reviewer token (default: the token of the hub found).
+    #[arg(long, env = "HUNKGATE_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -305,7 +311,7 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Token { client } => {
-            println!("{}", reviewer_client(&client)?.token());
+            println!("{}", reviewer_client(&client).await?.token());
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Run {
@@ -363,31 +369,4 @@ pub fn typed<T: serde::de::DeserializeOwned>(v: Value) -> anyhow::Result<T> {
                 .unwrap_or("reply")
         )
     })
-}
-
-/// The reviewer's client: token from the hub's state dir, URL from the hub's `hub.json`.
-pub(crate) fn reviewer_client(args: &ClientArgs) -> anyhow::Result<HubClient> {
-    let state_dir = match &args.state_dir {
-        Some(d) => d.clone(),
-        None => config::default_state_dir(&repo_root(args.repo.clone())?)?,
-    };
-    let token_path = state_dir.join("token");
-    let token = std::fs::read_to_string(&token_path)
-        .with_context(|| {
-            format!(
-                "reading the hub token {} (is `hunkgate serve` running for this repository?)",
-                token_path.display()
-            )
-        })?
-        .trim()
-        .to_string();
-    let url = match &args.url {
-        Some(u) => u.clone(),
-        None => std::fs::read_to_string(state_dir.join("hub.json"))
-            .ok()
-            .and_then(|s| serde_json::from_str::<Value>(&s).ok())
-            .and_then(|v| v["url"].as_str().map(str::to_string))
-            .unwrap_or_else(|| format!("http://127.0.0.1:{}", config::DEFAULT_PORT)),
-    };
-    Ok(HubClient::new(&url, token)?)
 }

@@ -21,7 +21,7 @@ pub enum Completion {
 }
 
 pub async fn list(all: bool, client: ClientArgs) -> anyhow::Result<ExitCode> {
-    let c = reviewer_client(&client)?;
+    let c = reviewer_client(&client).await?;
     let v = c
         .get(&format!(
             "/suggestions{}",
@@ -61,7 +61,7 @@ fn summary_line(s: &SuggestionSummary) -> String {
 }
 
 pub async fn show(id: String, client: ClientArgs) -> anyhow::Result<ExitCode> {
-    let c = reviewer_client(&client)?;
+    let c = reviewer_client(&client).await?;
     let v = c.get(&format!("/suggestions/{id}")).await?;
     if client.json {
         println!("{v}");
@@ -152,7 +152,7 @@ async fn decide_all(
     action: &str,
     comment: Option<String>,
 ) -> anyhow::Result<bool> {
-    let c = reviewer_client(client)?;
+    let c = reviewer_client(client).await?;
     let v = c
         .post(
             "/feedback/all",
@@ -187,7 +187,7 @@ async fn decide_each(
     action: &str,
     comment: Option<String>,
 ) -> anyhow::Result<bool> {
-    let c = reviewer_client(client)?;
+    let c = reviewer_client(client).await?;
     let mut failed = false;
     for h in hunks {
         let body = json!({"suggestion_id": id, "hunk_id": h, "action": action, "comment": comment});
@@ -247,7 +247,7 @@ pub async fn complete(
     action: Completion,
     client: ClientArgs,
 ) -> anyhow::Result<ExitCode> {
-    let c = reviewer_client(&client)?;
+    let c = reviewer_client(&client).await?;
     let (action, done) = match action {
         Completion::Finalize => ("finalize", "finalized"),
         Completion::Discard => ("discard", "discarded"),

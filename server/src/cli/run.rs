@@ -28,7 +28,7 @@ pub struct RunRequest {
 }
 
 pub async fn run(client: ClientArgs, req: RunRequest) -> anyhow::Result<ExitCode> {
-    let c = reviewer_client(&client)?;
+    let c = reviewer_client(&client).await?;
     // Subscribe first, so no event of the run can slip by between starting it and listening.
     let mut ws = if req.no_wait {
         None
@@ -290,7 +290,7 @@ pub async fn answer(
     skip: bool,
     client: ClientArgs,
 ) -> anyhow::Result<ExitCode> {
-    let c = reviewer_client(&client)?;
+    let c = reviewer_client(&client).await?;
     let v = c
         .post(
             &format!("/runs/{run}/clarify"),

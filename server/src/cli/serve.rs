@@ -26,7 +26,9 @@ pub struct ServeArgs {
     /// Address to bind (env HUNKGATE_HOST or SUGGESTION_MANAGER_HOST; default 127.0.0.1).
     #[arg(long)]
     host: Option<String>,
-    /// Port (env HUNKGATE_PORT or SUGGESTION_MANAGER_PORT; default 4097; 0 picks a free one).
+    /// Port (env HUNKGATE_PORT or SUGGESTION_MANAGER_PORT; 0 picks a free one). Default: 4097
+    /// if it is free, else a free one; clients find the hub through its discovery record
+    /// ($XDG_STATE_HOME/hunkgate/hubs/), whatever its port and state dir.
     #[arg(long)]
     port: Option<u16>,
     /// Where the token, journal, feedback log and checkpoints live.
@@ -88,16 +90,8 @@ pub struct ServeArgs {
 }
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let cfg = serve_config(args)?;
-    let (host, port) = (&cfg.host, cfg.port);
-    let addr = if host.contains(':') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    };
-    let listener = tokio::net::TcpListener::bind(&addr)
-        .await
-        .with_context(|| format!("binding {addr} (is another hub running? try --port)"))?;
+    let (cfg, port_given) = serve_config(args)?;
+    let listener = bind(&cfg.host, cfg.port, port_given).await?;
     let actual = listener.local_addr()?;
     if !actual.ip().is_loopback() {
         tracing::warn!(%actual, "listening beyond loopback: anyone who can reach this address and has the token can change your checkout");
@@ -108,13 +102,43 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Flags > environment > config file > defaults.
-fn serve_config(args: ServeArgs) -> anyhow::Result<ServeConfig> {
+/// Bind `host:port`. A port nobody asked for (`port_given` false: the default) that is taken —
+/// by the hub of another repository, most often — gives way to any free one: clients find the
+/// hub through its discovery record, not by its port. A port asked for is that port or an error.
+async fn bind(host: &str, port: u16, port_given: bool) -> anyhow::Result<tokio::net::TcpListener> {
+    let addr = |port: u16| {
+        if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        }
+    };
+    match tokio::net::TcpListener::bind(addr(port)).await {
+        Ok(l) => Ok(l),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && !port_given => {
+            tracing::info!(port, "the default port is taken: serving on a free one");
+            tokio::net::TcpListener::bind(addr(0))
+                .await
+                .with_context(|| format!("binding {}", addr(0)))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(e).with_context(|| {
+            format!(
+                "binding {}: the port is taken (by the hub of this or another repository?); omit --port (and HUNKGATE_PORT, the config file's port) to get a free one",
+                addr(port)
+            )
+        }),
+        Err(e) => Err(e).with_context(|| format!("binding {}", addr(port))),
+    }
+}
+
+/// Flags > environment > config file > defaults; and whether any of them named the port.
+fn serve_config(args: ServeArgs) -> anyhow::Result<(ServeConfig, bool)> {
     let file = config::load_file(args.config.as_deref())?;
     let repo = super::repo_root(args.repo)?;
     let detected_vcs = Vcs::detect(&repo);
     let host = config::resolve_host(args.host, &file);
-    let port = config::resolve_port(args.port, &file)?;
+    let port_given = config::resolve_port(args.port, &file)?;
+    let port = port_given.unwrap_or(config::DEFAULT_PORT);
     let state_dir = match args.state_dir {
         Some(d) => d,
         None => config::default_state_dir(&repo)?,
@@ -178,7 +202,7 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<ServeConfig> {
         max_concurrent_runs,
         read_limits: file.limits.read_limits(),
     };
-    Ok(cfg)
+    Ok((cfg, port_given.is_some()))
 }
 
 /// What is served where, and which agent runs, on stderr.

@@ -1,7 +1,7 @@
 //! Configuration: flags > environment > config file > built-in defaults.
 //!
 //! Defaults work with no flags at all: `hunkgate serve` inside any git repository binds
-//! 127.0.0.1:4097 and keeps its state under `$XDG_STATE_HOME/hunkgate/<repo>-<hash>/`.
+//! 127.0.0.1:4097 (any free port when that one is taken) and keeps its state under `$XDG_STATE_HOME/hunkgate/<repo>-<hash>/`.
 
 pub mod checks;
 pub mod provider;
@@ -288,30 +288,47 @@ pub fn resolve_host(flag: Option<String>, file: &FileConfig) -> String {
         .unwrap_or_else(|| DEFAULT_HOST.to_string())
 }
 
-pub fn resolve_port(flag: Option<u16>, file: &FileConfig) -> Result<u16, ConfigError> {
+/// The port asked for by `--port`, `HUNKGATE_PORT`/`SUGGESTION_MANAGER_PORT` or the file's
+/// `port`; `None` when none of them names one: then the hub takes [`DEFAULT_PORT`] if it is
+/// free, else any free port (see `cli::serve`).
+pub fn resolve_port(flag: Option<u16>, file: &FileConfig) -> Result<Option<u16>, ConfigError> {
     if let Some(p) = flag {
-        return Ok(p);
+        return Ok(Some(p));
     }
     if let Some((var, value)) = env_first(&["HUNKGATE_PORT", "SUGGESTION_MANAGER_PORT"]) {
         return value
             .parse()
+            .map(Some)
             .map_err(|_| ConfigError::BadPort { var, value });
     }
-    Ok(file.port.unwrap_or(DEFAULT_PORT))
+    Ok(file.port)
 }
 
 /// `$XDG_STATE_HOME/hunkgate/<repo-name>-<short hash of the repo path>/`.
 pub fn default_state_dir(repo: &Path) -> Result<PathBuf, ConfigError> {
-    let base = xdg("XDG_STATE_HOME", ".local/state").ok_or(ConfigError::NoHome)?;
+    Ok(hunkgate_state_home()?.join(repo_key(repo)))
+}
+
+/// `$XDG_STATE_HOME/hunkgate` (default `~/.local/state/hunkgate`): the default state dirs and
+/// the hubs' discovery records live under it.
+pub fn hunkgate_state_home() -> Result<PathBuf, ConfigError> {
+    Ok(xdg("XDG_STATE_HOME", ".local/state")
+        .ok_or(ConfigError::NoHome)?
+        .join("hunkgate"))
+}
+
+/// `<name>-<hash12>`: the basename of the canonical repository path (`root` when it has none)
+/// and the first 12 hex digits of the sha256 of that path's bytes. The name of a repository's
+/// default state dir and of its discovery record, here and in the Neovim plugin
+/// (`nvim/lua/hunkgate/config.lua`): they must agree.
+pub fn repo_key(repo: &Path) -> String {
     let canonical = repo.canonicalize().unwrap_or_else(|_| repo.to_path_buf());
     let name = canonical
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "root".into());
     let hash = hex::encode(Sha256::digest(canonical.as_os_str().as_encoded_bytes()));
-    Ok(base
-        .join("hunkgate")
-        .join(format!("{name}-{}", &hash[..12])))
+    format!("{name}-{}", &hash[..12])
 }
 
 /// Everything `serve` needs, resolved.
@@ -378,6 +395,6 @@ mod tests {
         std::fs::write(&p, "port = 5000\nagent = \"claude -p {prompt}\"\n").unwrap();
         let cfg = load_file(Some(&p)).unwrap();
         assert_eq!(cfg.port, Some(5000));
-        assert_eq!(resolve_port(Some(6000), &cfg).unwrap(), 6000);
+        assert_eq!(resolve_port(Some(6000), &cfg).unwrap(), Some(6000));
     }
 }
