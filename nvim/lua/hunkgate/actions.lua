@@ -69,7 +69,7 @@ end
 ---@param id? string
 local function open_review(id)
   -- Connected: at once. Otherwise once the hub is found, or started (server.auto_start).
-  if hub().synced() then
+  if hub().synced() or review().has_own_source() then
     return review().open(id)
   end
   hub().when_ready(function(err)

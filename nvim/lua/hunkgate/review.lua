@@ -57,6 +57,13 @@ function M.set_source(new)
   end)
 end
 
+--- Whether hunks come from a source other than the hub (a test's, or another plugin's): then
+--- opening the review needs no hub.
+---@return boolean
+function M.has_own_source()
+  return source ~= nil and not source.is_hub
+end
+
 ---@return hunkgate.Source
 local function src()
   if not source then

@@ -42,6 +42,7 @@ function M.hub()
   end
 
   return {
+    is_hub = true,
     get = function(_, sid)
       local conn = hub.owner(sid)
       return conn and conn.store:get(sid)
