@@ -173,7 +173,8 @@ pub fn read_file(path: &Path) -> anyhow::Result<Option<Record>> {
 
 /// Remove the record of `rec`'s repository from `dir` if it is still `rec`'s (same pid and
 /// start): another hub of the same repository may have replaced it since, and keeps it.
-/// Returns whether it was removed.
+/// Returns whether it was removed. (A record written between the read and the removal would be
+/// lost; that takes two hubs of one repository starting and stopping in the same instant.)
 pub fn remove_own(dir: &Path, rec: &Record) -> std::io::Result<bool> {
     let path = record_path(dir, &rec.repo);
     match read_file(&path) {

@@ -44,11 +44,12 @@ impl User {
     }
 
     /// `hunkgate serve` in `ws`'s repository as this user, with `args` and nothing else (no
-    /// `--port`, no `--state-dir` unless given), once its discovery record is written.
+    /// `--port`, no `--state-dir` unless given), once its discovery record names it.
     fn serve(&self, ws: &Workspace, args: &[&str]) -> Hub {
+        static STARTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let record = self.record_of(ws);
-        let _ = std::fs::remove_file(&record);
-        let log = ws.path(&format!("hub-{}.log", args.len()));
+        let log = ws.path(&format!("hub-{n}.log"));
         let logf = std::fs::File::create(&log).unwrap();
         let mut cmd = Command::new(hunkgate_bin());
         hermetic_env(&mut cmd, &self.home());
@@ -60,13 +61,20 @@ impl User {
             .stdout(logf.try_clone().unwrap())
             .stderr(logf);
         let mut child = cmd.spawn().unwrap();
+        let pid = child.id();
+        let written = || {
+            std::fs::read_to_string(&record)
+                .ok()
+                .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+                .is_some_and(|v| v["pid"] == pid)
+        };
         let seen = wait_until(
             "the hub's discovery record",
             Duration::from_secs(30),
-            || record.exists() || child.try_wait().unwrap().is_some(),
+            || written() || child.try_wait().unwrap().is_some(),
         );
         assert!(
-            seen.is_ok() && record.exists(),
+            seen.is_ok() && written(),
             "no discovery record: {}",
             std::fs::read_to_string(&log).unwrap_or_default()
         );
@@ -500,4 +508,22 @@ fn mcp_by_hand_without_a_url_finds_the_hub_of_its_repository() {
         "{text}\n{}",
         hub.log_text()
     );
+}
+
+#[test]
+fn a_second_hub_of_a_repository_takes_the_record_and_the_first_leaves_it_when_it_stops() {
+    let user = User::new();
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    let (s1, s2) = (ws.path("state-1"), ws.path("state-2"));
+    let mut first = user.serve(&ws, &["--port", "0", "--state-dir", s1.to_str().unwrap()]);
+    reaches(&user, &ws.repo(), &first);
+    let second = user.serve(&ws, &["--port", "0", "--state-dir", s2.to_str().unwrap()]);
+    assert!(second
+        .log_when(|l| l.contains("another hub serves this repository"))
+        .contains("another hub serves this repository"));
+    reaches(&user, &ws.repo(), &second);
+    // The first stops cleanly: the record is the second's, not its to remove.
+    first.stop().unwrap();
+    assert_eq!(read_json(&user.record_of(&ws))["pid"], second.child.id());
+    reaches(&user, &ws.repo(), &second);
 }

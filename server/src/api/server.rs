@@ -330,6 +330,7 @@ pub async fn run_then(
         &serde_json::to_vec(&record).expect("a record serialises"),
     )?;
     let discovery_dir = crate::discovery::dir()?;
+    warn_of_another_hub(&discovery_dir, &record);
     let record_path = crate::discovery::write(&discovery_dir, &record)?;
     tracing::debug!(record = %record_path.display(), "wrote the hub's discovery record");
     ready(hub.cfg());
@@ -372,6 +373,21 @@ pub async fn run_then(
     }
     drop(started);
     served.context("serving")
+}
+
+/// Another hub of the same repository (on another state dir) still running: this one takes the
+/// discovery record, so clients find this one, and that one only by its state dir.
+fn warn_of_another_hub(dir: &Path, mine: &crate::discovery::Record) {
+    if let Ok(Some(other)) = crate::discovery::read(dir, &mine.repo) {
+        if other.pid != mine.pid && other.stale().is_none() {
+            tracing::warn!(
+                pid = other.pid,
+                url = %other.url,
+                state = %other.state_dir.display(),
+                "another hub serves this repository; clients now find this one (reach that one with --state-dir)"
+            );
+        }
+    }
 }
 
 /// `listener` with TCP_NODELAY set on every connection it accepts. Replies and events are small
