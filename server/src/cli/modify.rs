@@ -21,7 +21,7 @@ pub async fn modify(
     diff: Option<PathBuf>,
     comment: Option<String>,
 ) -> anyhow::Result<ExitCode> {
-    let c = reviewer_client(&client)?;
+    let c = reviewer_client(&client).await?;
     let s: SuggestionView = typed(c.get(&format!("/suggestions/{id}")).await?)?;
     let name = hunk_name(&s, &hunk)?;
     let h = s

@@ -124,7 +124,7 @@ pub async fn decide(
 ) -> anyhow::Result<ExitCode> {
     // Every name is resolved before anything is decided: a bad one changes nothing.
     let hunks = if hunks.iter().any(|h| is_number(h)) {
-        let c = reviewer_client(&client)?;
+        let c = reviewer_client(&client).await?;
         let s: SuggestionView = typed(c.get(&format!("/suggestions/{id}")).await?)?;
         hunks
             .iter()

@@ -80,7 +80,7 @@ pub fn run_line(r: &RunView) -> String {
 }
 
 pub async fn runs(all: bool, client: ClientArgs) -> anyhow::Result<ExitCode> {
-    let c = reviewer_client(&client)?;
+    let c = reviewer_client(&client).await?;
     let runs = shown(fetch(&c).await?, all);
     if client.json {
         println!("{}", json!({ "runs": runs }));
@@ -119,7 +119,7 @@ pub fn resolve<'a>(runs: &'a [RunView], prefix: &str) -> anyhow::Result<&'a RunV
 }
 
 pub async fn cancel(run: String, client: ClientArgs) -> anyhow::Result<ExitCode> {
-    let c = reviewer_client(&client)?;
+    let c = reviewer_client(&client).await?;
     let runs = fetch(&c).await?;
     let id = resolve(&runs, &run)?.run_id.clone();
     let v = cancel_and_wait(&c, &id).await?;

@@ -70,7 +70,7 @@ async fn user_status(client: ClientArgs) -> anyhow::Result<ExitCode> {
         Some(d) => d.clone(),
         None => config::default_state_dir(&repo_root(client.repo.clone())?)?,
     };
-    let c = reviewer_client(&client)?;
+    let c = reviewer_client(&client).await?;
     let hub_json: Value = std::fs::read_to_string(state_dir.join("hub.json"))
         .ok()
         .and_then(|s| serde_json::from_str(&s).ok())
