@@ -547,7 +547,11 @@ fn install_from_git_with_lazy_nvim_as_documented() {
     );
     let rtp = format!("set rtp+={}", clone.join("nvim").display());
     let plain = install_check("rtp", &clone, &spec_file, &["--cmd".into(), rtp]);
-    assert_eq!(plain, json!({"help": true}), "a plain 'runtimepath' install");
+    assert_eq!(
+        plain,
+        json!({"help": true}),
+        "a plain 'runtimepath' install"
+    );
     let none = install_check("rtp", &clone, &spec_file, &[]);
     assert_eq!(none["help"], false, "control: {none}");
     assert!(
