@@ -337,6 +337,18 @@ struct Tails {
 }
 
 impl Tails {
+    /// The sandbox helper's word that the agent's program could not be run (the last line of
+    /// stderr, after [`crate::agent_path::NOT_STARTED`]), taken out of the tail.
+    fn not_started(&mut self) -> Option<String> {
+        let why = self
+            .stderr
+            .back()?
+            .strip_prefix(crate::agent_path::NOT_STARTED)?
+            .to_string();
+        self.stderr.pop_back();
+        Some(why)
+    }
+
     fn record(&mut self, stream: Stream, line: &str) {
         let tail = match stream {
             Stream::Stderr => &mut self.stderr,
@@ -475,7 +487,28 @@ pub async fn run(
     agent.clean_up();
     output.drain().await;
     agent.reap();
-    output.into_outcome(forced.unwrap_or_else(|| exit_of(status)))
+    let mut exit = forced.unwrap_or_else(|| exit_of(status));
+    if supervised && exit == Exit::Code(i32::from(crate::agent_path::NOT_STARTED_STATUS)) {
+        if let Some(why) = output.tails.not_started() {
+            exit = Exit::SpawnFailed(why + &hub_has_it(&argv[0], env));
+        }
+    }
+    output.into_outcome(exit)
+}
+
+/// Where the hub's own `PATH` (in `env`) has `program`, said for a program the sandbox user
+/// could not run: most often one installed in the hub's user's home.
+fn hub_has_it(program: &str, env: &[(String, String)]) -> String {
+    let hub_path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str());
+    match hub_path.map(|p| crate::agent_path::find_program(program, p, std::path::Path::new("/"))) {
+        Some(Ok(at)) if !program.contains('/') => {
+            format!(" (the hub's own PATH has it at {})", at.display())
+        }
+        _ => String::new(),
+    }
 }
 
 /// How an agent command was set up ([`prepare_command`]).

@@ -18,8 +18,10 @@
 //! - `tool`: run one of the built-in agent's file tools ([`crate::tools`]) in the sandbox and
 //!   answer with its JSON result.
 //! - `exec`: run the agent and own its whole process tree. The agent gets a new session (no
-//!   controlling terminal), `NO_NEW_PRIVS`, only fds 0–2, exactly the environment it was handed,
-//!   RLIMIT_NPROC and no core dumps. On Linux it runs in a fresh PID namespace whose init is a
+//!   controlling terminal), `NO_NEW_PRIVS`, only fds 0–2, exactly the environment it was handed
+//!   (its `PATH` completed with the hub's directories this user can search, see
+//!   [`crate::agent_path`]), RLIMIT_NPROC and no core dumps. A program it cannot find or run
+//!   there is reported, with the fix, before anything starts. On Linux it runs in a fresh PID namespace whose init is a
 //!   fork of this helper, so when the agent exits, is cancelled or times out, every process it
 //!   started dies with that namespace; where no PID namespace can be had, the helper is a child
 //!   subreaper and kills every descendant it can find. The tree is killed when the agent exits,
@@ -52,6 +54,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
+use crate::agent_path;
 use crate::beneath::Beneath;
 use crate::snapshot::{
     capture_each, read_early, readback_check, sandbox_candidates_since, split_by_dirty, Captured,
@@ -113,7 +116,7 @@ fn sys(what: &'static str) -> impl FnOnce(std::io::Error) -> HelperFailure {
 /// Exit status when the helper itself failed before or instead of running an agent.
 const HELPER_FAILED: u8 = 125;
 /// Exit status when the agent could not be started.
-const SPAWN_FAILED: i32 = 127;
+const SPAWN_FAILED: i32 = agent_path::NOT_STARTED_STATUS as i32;
 /// After the run's timeout, how long the helper waits for the hub to stop it before doing so
 /// on its own.
 const DEADLINE_GRACE: Duration = Duration::from_secs(30);
@@ -216,7 +219,7 @@ fn run(op: &str) -> Result<ExitCode, HelperFailure> {
         "exec" => {
             check_my_home(&home)?;
             let req: Request = wire::read_request(&mut std::io::stdin().lock())?;
-            exec(&req, &home)
+            exec(req, &home)
         }
         other => Err(HelperFailure::UnknownOp(other.to_string())),
     }
@@ -1013,8 +1016,8 @@ fn catch_stop_signals() -> Result<(), HelperFailure> {
     Ok(())
 }
 
-fn exec(req: &Request, home: &Path) -> Result<ExitCode, HelperFailure> {
-    let dir = sandbox_dir(home, req, false)?;
+fn exec(mut req: Request, home: &Path) -> Result<ExitCode, HelperFailure> {
+    let dir = sandbox_dir(home, &req, false)?;
     if req.argv.is_empty() {
         return Err(HelperFailure::EmptyArgv);
     }
@@ -1023,6 +1026,12 @@ fn exec(req: &Request, home: &Path) -> Result<ExitCode, HelperFailure> {
             return Err(HelperFailure::BadEnv(k.clone()));
         }
     }
+    let left_out = complete_path(&mut req);
+    if let Err(message) = check_program(&req, &dir, &left_out) {
+        eprintln!("{}{message}", agent_path::NOT_STARTED);
+        return Ok(ExitCode::from(SPAWN_FAILED as u8));
+    }
+    let req = &req;
     // No core dumps from the helper either: they could hold the agent token.
     nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0)
         .map_err(|e| sys("setting RLIMIT_CORE")(e.into()))?;
@@ -1051,7 +1060,7 @@ fn exec(req: &Request, home: &Path) -> Result<ExitCode, HelperFailure> {
         match spawn_agent(req, &dir) {
             Ok(pid) => pid,
             Err(e) => {
-                eprintln!("hunkgate: cannot start the agent {:?}: {e}", req.argv[0]);
+                eprintln!("{}{:?}: {e}", agent_path::NOT_STARTED, req.argv[0]);
                 return Ok(ExitCode::from(SPAWN_FAILED as u8));
             }
         }
@@ -1072,6 +1081,50 @@ fn exec(req: &Request, home: &Path) -> Result<ExitCode, HelperFailure> {
         kill_tree(Signal::SIGKILL);
     }
     exit_like(status)
+}
+
+/// Append to the agent's `PATH` the directories of the hub's that this user can search (see
+/// [`crate::agent_path`]); returns those it cannot.
+fn complete_path(req: &mut Request) -> Vec<String> {
+    let (kept, left_out): (Vec<String>, Vec<String>) = std::mem::take(&mut req.path_if_searchable)
+        .into_iter()
+        .partition(|d| agent_path::searchable(Path::new(d)));
+    if kept.is_empty() {
+        return left_out;
+    }
+    match req.env.iter_mut().find(|(k, _)| k == "PATH") {
+        Some((_, path)) => {
+            for d in kept {
+                if !path.is_empty() {
+                    path.push(':');
+                }
+                path.push_str(&d);
+            }
+        }
+        None => req.env.push(("PATH".into(), kept.join(":"))),
+    }
+    left_out
+}
+
+/// Whether this user can run the agent's program from the sandbox `dir`, looked up on the
+/// agent's `PATH` as exec will (exec's default when there is none); if not, what to tell the
+/// user. Checked before anything starts, so the run fails saying why and what fixes it.
+fn check_program(req: &Request, dir: &Path, left_out: &[String]) -> Result<(), String> {
+    let path = req
+        .env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map_or("/bin:/usr/bin", |(_, v)| v.as_str());
+    let program = &req.argv[0];
+    agent_path::find_program(program, path, dir)
+        .map(drop)
+        .map_err(|why| {
+            let user = nix::unistd::User::from_uid(nix::unistd::getuid())
+                .ok()
+                .flatten()
+                .map_or_else(|| nix::unistd::getuid().to_string(), |u| u.name);
+            why.message(program, &user, path, left_out)
+        })
 }
 
 /// Whether stdin is a socket: the hub's lifeline, not a relaying sudo's pipe.
@@ -1274,7 +1327,7 @@ fn init_main(req: &Request, dir: &Path, guard: std::os::fd::OwnedFd) -> i32 {
     let agent = match spawn_agent(req, dir) {
         Ok(pid) => pid,
         Err(e) => {
-            eprintln!("hunkgate: cannot start the agent {:?}: {e}", req.argv[0]);
+            eprintln!("{}{:?}: {e}", agent_path::NOT_STARTED, req.argv[0]);
             return SPAWN_FAILED;
         }
     };

@@ -16,7 +16,8 @@
 //! - [`watch`]: change notification (inotify) for a local slot, so that the read-back and the
 //!   next sync look only where something happened.
 //! - [`workspace`]: the [`Sandbox`](workspace::Sandbox) interface and its same-user implementation.
-//! - [`agent`]: command templates and agent processes (process groups, timeouts, cancellation).
+//! - [`agent`]: command templates and agent processes (process groups, timeouts, cancellation);
+//!   [`agent_path`] is the agent's `PATH` under user isolation, and the lookup of its program.
 //! - [`tools`]: the built-in agent's file tools, run inside the sandbox as the sandbox user.
 //! - [`jj`]: each run as its own jj change when the repository uses jj.
 //! - [`user`]: isolation by a separate OS user — the hub's side ([`user::UserSandbox`]).
@@ -24,12 +25,13 @@
 //!   touches its sandbox; [`wire`] is the byte stream between the two.
 //!
 //! Modules import only downward, in the order of `LAYERS` (the `layering` test below fails on
-//! any other import): `wire`, `closer`, `pack`, `watch`, `spares`, `limits` → `beneath` → `store` → `statcache`
+//! any other import): `wire`, `closer`, `pack`, `watch`, `spares`, `limits`, `agent_path` → `beneath` → `store` → `statcache`
 //! → `snapshot` → `tools`, `sync`, `checkout` → `workspace` → `agent`, `jj` → `user`,
 //! `helper`. So the wire contract is a leaf, the sandbox trait knows nothing of user
 //! isolation, and the hub's side (`user`) and the helper never import each other.
 
 pub mod agent;
+pub mod agent_path;
 pub mod beneath;
 pub mod checkout;
 pub mod closer;
@@ -570,6 +572,7 @@ mod layering {
             "spares",
             "limits",
             "tree_edit",
+            "agent_path",
         ],
         &["beneath"],
         &["store"],

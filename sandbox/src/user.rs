@@ -302,6 +302,9 @@ pub struct UserIsolation {
     /// read another run's agent token from `/proc/<pid>/environ`. Set by [`Self::establish`]
     /// when the helper's probe shows it works; without it, see [`Self::caveats`].
     pub private_proc: bool,
+    /// Absolute directories put first on the agent's `PATH` (`agent_path` in the hub's config;
+    /// see [`crate::agent_path`]).
+    pub agent_path: Vec<String>,
 }
 
 /// The absolute path of this binary, as the sudoers rule names it.
@@ -384,11 +387,20 @@ impl UserIsolation {
             helper_exe,
             network_none,
             private_proc: false,
+            agent_path: Vec::new(),
         };
         let answer = iso.probe()?;
         iso.private_proc =
             !pid_namespace_disabled() && answer.split_whitespace().any(|w| w == "privateproc=yes");
         Ok(iso)
+    }
+
+    /// Put `dirs` (absolute) first on every agent's `PATH`.
+    pub fn with_agent_path(self, dirs: Vec<String>) -> Self {
+        Self {
+            agent_path: dirs,
+            ..self
+        }
     }
 
     /// What this isolation cannot guarantee here, for `serve` to say at start (empty when
@@ -1584,18 +1596,30 @@ impl UserSandbox {
         lifeline: bool,
     ) -> Vec<u8> {
         let user = &self.iso.user;
-        // The agent is the sandbox user: its own home and name, no TMPDIR of the hub's.
+        // The agent is the sandbox user: its own home and name, no TMPDIR of the hub's, and a
+        // PATH of directories it can search (the helper adds those of the hub's it can).
+        let hub_path = env
+            .iter()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.as_str());
+        let path = crate::agent_path::compose(
+            &self.iso.agent_path,
+            &crate::agent_path::system_dirs(),
+            hub_path,
+        );
         let mut env: Vec<(String, String)> = env
             .iter()
-            .filter(|(k, _)| !matches!(k.as_str(), "HOME" | "USER" | "LOGNAME" | "TMPDIR"))
+            .filter(|(k, _)| !matches!(k.as_str(), "HOME" | "USER" | "LOGNAME" | "TMPDIR" | "PATH"))
             .cloned()
             .collect();
         env.push(("HOME".into(), user.home.display().to_string()));
         env.push(("USER".into(), user.name.clone()));
         env.push(("LOGNAME".into(), user.name.clone()));
+        env.push(("PATH".into(), path.fixed.join(":")));
         let mut request = self.request();
         request.argv = argv.to_vec();
         request.env = env;
+        request.path_if_searchable = path.if_searchable;
         request.timeout_ms = timeout.as_millis().min(u64::MAX as u128) as u64;
         request.network_none = self.iso.network_none;
         // The helper makes its own namespaces (user + PID + mount with a private /proc, and

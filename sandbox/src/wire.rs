@@ -89,6 +89,10 @@ pub struct Request {
     pub argv: Vec<String>,
     #[serde(default)]
     pub env: Vec<(String, String)>,
+    /// `exec`: directories of the hub's `PATH` that the helper appends to the agent's `PATH`
+    /// (in `env`) when the sandbox user can search them (see [`crate::agent_path`]).
+    #[serde(default)]
+    pub path_if_searchable: Vec<String>,
     /// `exec`: the run's timeout; the helper enforces it (plus a grace) even if the hub hangs.
     #[serde(default)]
     pub timeout_ms: u64,

@@ -49,7 +49,9 @@ pub fn resolve(
     user: &str,
     network: AgentNetwork,
     agent_env: &[String],
+    agent_path: Vec<String>,
 ) -> anyhow::Result<Isolation> {
+    check_agent_path(&agent_path)?;
     let network_none = network == AgentNetwork::None;
     let use_user = match mode {
         Some(IsolationMode::User) => true,
@@ -73,6 +75,9 @@ pub fn resolve(
         ] {
             eprintln!("hunkgate: {line}");
         }
+        if !agent_path.is_empty() {
+            eprintln!("hunkgate: agent_path is for --isolation user: without isolation agents get your own PATH");
+        }
         return Ok(Isolation::None);
     }
     if !agent_env.is_empty() {
@@ -86,10 +91,22 @@ pub fn resolve(
     let iso = UserIsolation::establish(user, network_none).with_context(|| {
         format!("--isolation user (sandbox user {user:?}); `hunkgate setup --check --user {user}` says what is missing, `--isolation none` runs without isolation")
     })?;
+    let iso = iso.with_agent_path(agent_path);
     for line in iso.caveats() {
         eprintln!("hunkgate: WARNING: {line}");
     }
     Ok(Isolation::User(iso))
+}
+
+/// `agent_path` entries must be absolute directories that a `PATH` can hold (no `:`): the
+/// agent runs in its sandbox, where a relative one would name its own files.
+fn check_agent_path(dirs: &[String]) -> anyhow::Result<()> {
+    for d in dirs {
+        if !d.starts_with('/') || d.contains(':') || d.contains('\0') {
+            bail!("agent_path {d:?}: each entry must be an absolute directory without `:` (e.g. \"/opt/agents/bin\")");
+        }
+    }
+    Ok(())
 }
 
 pub(crate) fn home_hint(user: &str) -> String {
@@ -132,6 +149,18 @@ pub fn sandbox_key(state_dir: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn agent_path_entries_must_be_absolute_directories() {
+        assert!(check_agent_path(&["/opt/agents/bin".into(), "/usr/local/bin".into()]).is_ok());
+        for bad in ["bin", "./bin", "", "/a:/b"] {
+            let err = check_agent_path(&[bad.into()]).unwrap_err().to_string();
+            assert!(
+                err.contains("agent_path") && err.contains("absolute"),
+                "{err}"
+            );
+        }
+    }
 
     #[test]
     fn sandbox_keys_are_plain_and_distinct() {

@@ -1691,3 +1691,135 @@ fn a_run_adding_forty_megabytes_is_published_whole_under_user_isolation() {
     let script = |name: &str, body: &str| s.script(name, &format!("set -e\n{body}")).unwrap();
     crate::runs::check_multi_megabyte_publish(&s.ws, &hub, &script);
 }
+
+/// Under `--isolation user` the agent's program is looked for as the sandbox user would look:
+/// on a `PATH` of the configured directories (`--agent-path`), the system's, and those of the
+/// hub's `PATH` the sandbox user can search. A program it cannot find, or cannot run, fails the
+/// run with a message naming the program and the fix — never "Permission denied (os error 13)"
+/// for a program that is nowhere — in the run's error and in what `hunkgate run` prints.
+#[test]
+fn the_agents_program_is_found_as_the_sandbox_user_would() {
+    if !require_root("the_agents_program_is_found_as_the_sandbox_user_would") {
+        return;
+    }
+    let s = Setup::new(false).unwrap();
+    let shared = s.shared.path().display().to_string();
+    let home = s.ws.home().display().to_string();
+    let user = s.agent.name.clone();
+    let program = |dir: &Path, name: &str, body: &str, mode: u32| {
+        std::fs::create_dir_all(dir).unwrap();
+        let p = dir.join(name);
+        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+        p
+    };
+    // In the owner's home (0700): on the hub's PATH, out of the sandbox user's reach.
+    let hub_only = program(&s.ws.home().join("bin"), "hub-only-agent", "exit 0", 0o755);
+    if let Some(o) = &s.owner {
+        chown_tree(&s.ws.home().join("bin"), o).unwrap();
+    }
+    // Configured and reachable; one of them only root may run.
+    let open = s.shared.path().join("open/bin");
+    program(
+        &open,
+        "open-agent",
+        "echo \"RESULT path $PATH\"\necho here > agent-was-here.txt",
+        0o755,
+    );
+    program(&open, "root-only-agent", "exit 0", 0o744);
+    // Configured, but under a directory only root may search.
+    let private = s.shared.path().join("private");
+    let locked = program(&private.join("bin"), "private-agent", "exit 0", 0o755);
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // A directory of the hub's PATH that the sandbox user can search.
+    std::fs::create_dir_all(s.shared.path().join("hubbin")).unwrap();
+    let system = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    let hub_path = format!("{home}/bin:{shared}/hubbin:{system}");
+    let start = |configured: &str| {
+        s.hub_env(false, &["--agent-path", configured], &[("PATH", &hub_path)])
+            .unwrap()
+    };
+    let run = |hub: &Hub, template: &str| {
+        let r = hub
+            .curl()
+            .post("/runs", &json!({"prompt": "probe", "agent": template}))
+            .unwrap();
+        assert_eq!(r.status, 200, "{}", r.body);
+        let id = r.body["run_id"].as_str().unwrap().to_string();
+        (wait_run(hub, &id, Duration::from_secs(90)).unwrap(), id)
+    };
+    let error = |run: &Value| run["error"].as_str().unwrap_or("").to_string();
+    let install = format!("install it where {user} can run it (e.g. /usr/local/bin)");
+    let fix = format!("{install}, or add its directory to `agent_path` in the hub's config");
+    let left_out = format!("(left out of the hub's PATH as {user} cannot search them: {home}/bin)");
+
+    let hub = start(&format!("{shared}/open/bin"));
+    let agent_path = format!("{shared}/open/bin:{system}:{shared}/hubbin");
+    // Positive control: a program in a configured directory it can reach runs, on exactly
+    // the PATH described, the hub's unreachable directory left out.
+    let (ok, id) = run(&hub, "open-agent {prompt}");
+    assert_eq!(ok["status"], "ready", "{ok}");
+    let log = run_log(&hub, &id).unwrap();
+    assert_eq!(results(&log).get("path"), Some(&agent_path), "{log}");
+
+    let (missing, _) = run(&hub, "nonexistent-program {prompt}");
+    assert_eq!(missing["status"], "failed", "{missing}");
+    assert_eq!(
+        error(&missing),
+        format!("agent could not be started: agent program `nonexistent-program` not found on the sandbox user's PATH ({agent_path}): {fix} {left_out}"),
+        "{missing}"
+    );
+
+    // The hub's user has it, where the sandbox user cannot reach: the message says where.
+    let by_owner = s.as_owner(&hub_only.display().to_string()).unwrap();
+    assert!(by_owner.status.success(), "{by_owner:?}");
+    let (theirs, _) = run(&hub, "hub-only-agent {prompt}");
+    assert_eq!(
+        error(&theirs),
+        format!("agent could not be started: agent program `hub-only-agent` not found on the sandbox user's PATH ({agent_path}): {fix} {left_out} (the hub's own PATH has it at {home}/bin/hub-only-agent)"),
+        "{theirs}"
+    );
+
+    // There, but not executable for the sandbox user (root runs it).
+    assert!(Command::new(open.join("root-only-agent"))
+        .status()
+        .unwrap()
+        .success());
+    let (not_exec, _) = run(&hub, "root-only-agent {prompt}");
+    assert_eq!(
+        error(&not_exec),
+        format!("agent could not be started: agent program `root-only-agent` cannot be run by the sandbox user {user}: permission denied, {shared}/open/bin/root-only-agent is not executable for it: {install}"),
+        "{not_exec}"
+    );
+
+    // `hunkgate run` prints it.
+    let state = hub.state.display().to_string();
+    let out =
+        s.ws.cli(&[
+            "run",
+            "probe",
+            "--agent",
+            "nonexistent-program {prompt}",
+            "--state-dir",
+            &state,
+        ])
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("error: agent could not be started: agent program `nonexistent-program` not found on the sandbox user's PATH ({agent_path}): {fix}")),
+        "{stderr}"
+    );
+    drop(hub);
+
+    // Configured, in a directory the sandbox user cannot search (root runs it).
+    let hub = start(&format!("{shared}/private/bin"));
+    let agent_path = format!("{shared}/private/bin:{system}:{shared}/hubbin");
+    assert!(Command::new(&locked).status().unwrap().success());
+    let (denied, _) = run(&hub, "private-agent {prompt}");
+    assert_eq!(
+        error(&denied),
+        format!("agent could not be started: agent program `private-agent` not found on the sandbox user's PATH ({agent_path}): permission denied, {user} cannot search {shared}/private, where it may be: {install}, or make that directory searchable for it"),
+        "{denied}"
+    );
+}

@@ -675,3 +675,99 @@ fn run_starts_the_hub_when_none_runs() {
     .unwrap();
     assert_eq!(ws.read_string("x.txt").unwrap(), "x\n", "nothing accepted");
 }
+
+/// The first ```lua block after `heading` in the Markdown file `path` (relative to the
+/// repository's root).
+fn lua_block_after(path: &str, heading: &str) -> String {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path);
+    let text = std::fs::read_to_string(&file).unwrap();
+    let at = text
+        .find(heading)
+        .unwrap_or_else(|| panic!("{path} has no {heading:?}"));
+    let block = text[at..]
+        .split("```lua\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no lua block after {heading:?} in {path}"));
+    block.split("```").next().unwrap().to_string()
+}
+
+/// What `nvim/tests/install.lua` found in a headless Neovim (`-u NONE`): `mode` `lazy` runs
+/// the spec in `spec` as lazy.nvim would with `clone` as the plugin's directory; `rtp` only
+/// looks, with `extra` (e.g. `--cmd 'set rtp+=…'`) given to Neovim.
+fn install_check(mode: &str, clone: &Path, spec: &Path, extra: &[String]) -> Value {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("found.json");
+    let home = tmp.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let mut cmd = Command::new(nvim());
+    hermetic_env(&mut cmd, &home);
+    let output = cmd
+        .current_dir(tmp.path())
+        .env("XDG_DATA_HOME", home.join(".local/share"))
+        .env("XDG_CACHE_HOME", home.join(".cache"))
+        .args(["--headless", "-u", "NONE", "-i", "NONE"])
+        .args(extra)
+        .arg("-l")
+        .arg(plugin_dir().join("tests/install.lua"))
+        .arg(mode)
+        .arg(clone)
+        .arg(spec)
+        .arg(&out)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let found = std::fs::read_to_string(&out)
+        .unwrap_or_else(|_| panic!("{}", report("install.lua wrote nothing", &output)));
+    serde_json::from_str(&found).unwrap()
+}
+
+/// The lazy.nvim spec that README.md and nvim/README.md show (the same block in both) works
+/// as lazy.nvim runs it: evaluated, the plugin's directory — a fresh `git clone` of this
+/// repository, as lazy.nvim makes from `url` — on 'runtimepath', then `config(plugin, opts)`,
+/// in a Neovim whose startup is over and sources no plugin file itself. Then
+/// `require('hunkgate')` works, `:Hunkgate` exists and `:help hunkgate` opens. A plain
+/// 'runtimepath' install (`set rtp+=<clone>/nvim`) has `:help hunkgate` too, from the shipped
+/// `nvim/doc/tags`; without `nvim/` on 'runtimepath' it fails (the control).
+///
+/// The clone holds what is committed: commit changes to `nvim/` before trusting this test.
+#[test]
+fn install_from_git_with_lazy_nvim_as_documented() {
+    let spec = lua_block_after("nvim/README.md", "## Install (lazy.nvim)");
+    assert_eq!(
+        spec,
+        lua_block_after("README.md", "## Neovim"),
+        "README.md and nvim/README.md show different lazy.nvim specs"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let clone = tmp.path().join("hunkgate");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let git = Command::new("git")
+        .args(["clone", "-q", "--no-hardlinks"])
+        .arg(&root)
+        .arg(&clone)
+        .output()
+        .unwrap();
+    assert!(git.status.success(), "{}", report("git clone", &git));
+    let spec_file = tmp.path().join("spec.lua");
+    std::fs::write(&spec_file, format!("return {spec}")).unwrap();
+
+    let lazy = install_check("lazy", &clone, &spec_file, &[]);
+    assert_eq!(
+        lazy,
+        json!({"name": "hunkgate", "url": true, "module": true, "command": true, "help": true}),
+        "the documented lazy.nvim install"
+    );
+    let rtp = format!("set rtp+={}", clone.join("nvim").display());
+    let plain = install_check("rtp", &clone, &spec_file, &["--cmd".into(), rtp]);
+    assert_eq!(
+        plain,
+        json!({"help": true}),
+        "a plain 'runtimepath' install"
+    );
+    let none = install_check("rtp", &clone, &spec_file, &[]);
+    assert_eq!(none["help"], false, "control: {none}");
+    assert!(
+        none["help_error"].as_str().unwrap_or("").contains("E149"),
+        "control: {none}"
+    );
+}

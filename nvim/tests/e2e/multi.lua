@@ -71,7 +71,7 @@ vim.cmd('Hunkgate review')
 t.wait('review of A', function()
   return review.session and review.session.sid == sa.id
 end)
-vim.cmd('Hunkgate reject')
+vim.cmd('Hunkgate reject wrong repository')
 t.wait("A's hunk rejected", function()
   return t.hunk_state(sa.id, sa.hunks[1].id) == 'rejected' and not review.session.busy
 end)

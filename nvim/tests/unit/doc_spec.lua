@@ -28,6 +28,19 @@ test('helptags builds and has the entry points', function()
   end
 end)
 
+test('the shipped doc/tags is what :helptags makes of doc/hunkgate.txt', function()
+  -- Shipped so that :help hunkgate works on a plain 'runtimepath' install; regenerate with
+  -- `nvim --headless -u NONE -c 'helptags nvim/doc' -c q` after changing a *tag*.
+  local dir = vim.fn.tempname()
+  vim.fn.mkdir(dir, 'p')
+  vim.fn.writefile(vim.fn.readfile(doc_path), dir .. '/hunkgate.txt')
+  vim.cmd.helptags(vim.fn.fnameescape(dir))
+  local fresh = vim.fn.readfile(dir .. '/tags')
+  vim.fn.delete(dir, 'rf')
+  truthy(#fresh > 10, 'positive control: helptags made tags')
+  eq(fresh, vim.fn.readfile(root .. '/doc/tags'), 'nvim/doc/tags is out of date')
+end)
+
 test('every option is documented with its default', function()
   local function walk(t, prefix)
     for k, v in pairs(t) do

@@ -43,6 +43,11 @@ pub struct ServeArgs {
     /// Pass this environment variable through to agents (repeatable).
     #[arg(long = "agent-env")]
     agent_env: Vec<String>,
+    /// Under --isolation user: put this directory first on the agent's PATH (repeatable; also
+    /// `agent_path = [...]` in the config). The agent's PATH is these, the system's directories
+    /// and those of your PATH the sandbox user can search.
+    #[arg(long = "agent-path", value_name = "DIR")]
+    agent_path: Vec<String>,
     /// Allow requests carrying this Origin header (repeatable).
     #[arg(long = "allow-origin")]
     allow_origin: Vec<String>,
@@ -164,6 +169,8 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<(ServeConfig, bool)> {
     let limits = file.limits.resolve(args.max_tool_calls);
     let max_concurrent_runs =
         config::resolve_max_runs(args.max_runs.map(|n| n as usize), &file.limits);
+    let mut agent_path = file.agent_path.clone();
+    agent_path.extend(args.agent_path);
     let mut allowed_origins = file.allowed_origins.clone();
     allowed_origins.extend(args.allow_origin);
     let isolation = crate::isolation::resolve(
@@ -176,6 +183,7 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<(ServeConfig, bool)> {
             .or(file.agent_network)
             .unwrap_or(crate::isolation::AgentNetwork::Host),
         &agent_env,
+        agent_path,
     )?;
     let cfg = ServeConfig {
         repo,

@@ -222,6 +222,7 @@ fn check_helper(
         helper_exe: exe.to_path_buf(),
         network_none: false,
         private_proc: false,
+        agent_path: Vec::new(),
     };
     let as_hub = (me == 0 && hub.uid != 0).then_some(hub);
     match iso.probe_as(as_hub) {

@@ -28,6 +28,10 @@ pub struct FileConfig {
     /// Names of environment variables passed through to agents (everything else is scrubbed).
     #[serde(default)]
     pub agent_env: Vec<String>,
+    /// Directories put first on the agent's PATH under `--isolation user` (absolute, each one
+    /// searchable by the sandbox user), e.g. where its program is installed.
+    #[serde(default)]
+    pub agent_path: Vec<String>,
     /// Origins allowed to talk to the hub (browser extensions, web UIs). Empty: none.
     #[serde(default)]
     pub allowed_origins: Vec<String>,
