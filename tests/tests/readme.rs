@@ -28,7 +28,8 @@ fn readme_curl_lines_work() {
     let lines = readme_curl_block();
     assert!(lines.len() >= 9, "{lines:?}");
     let prelude = &lines[0];
-    assert!(prelude.starts_with("H=http://127.0.0.1:4097;"), "{prelude}");
+    // The hub's URL comes from `hunkgate url` (its discovery record), whatever port it took.
+    assert!(prelude.starts_with("H=$(hunkgate url);"), "{prelude}");
 
     let ws = Workspace::new(&[("parse.py", b"def parse_args(argv):\n    return argv\n")]).unwrap();
     let agent = ws
@@ -36,7 +37,6 @@ fn readme_curl_lines_work() {
         .unwrap();
     let agent_flag = format!("{} {{prompt}}", agent.display());
     let hub = ws.serve(&["--agent", &agent_flag]).unwrap();
-    let prelude = prelude.replace("http://127.0.0.1:4097", &hub.url);
     let bin_dir = hunkgate_bin().parent().unwrap().to_path_buf();
     let path = format!(
         "{}:{}",
@@ -50,7 +50,6 @@ fn readme_curl_lines_work() {
         let out = cmd
             .current_dir(ws.repo())
             .env("PATH", &path)
-            .env("HUNKGATE_STATE_DIR", &hub.state)
             .env("ID", id)
             .env("HUNK", hunk)
             .arg("-c")
@@ -75,6 +74,9 @@ fn readme_curl_lines_work() {
     let health = json(run(it.next().unwrap(), "", ""));
     assert_eq!(health["healthy"], true);
     assert_eq!(health["service"], "hunkgate");
+    // `hunkgate url` found this repository's hub, not another one.
+    let repo = ws.repo().canonicalize().unwrap();
+    assert_eq!(health["repo"], repo.display().to_string(), "{health}");
     let started = json(run(it.next().unwrap(), "", ""));
     assert_eq!(started["status"], "queued", "{started}");
 

@@ -186,6 +186,11 @@ enum Cmd {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Print the URL of this repository's hub, wherever it listens (for curl: `H=$(hunkgate url)`).
+    Url {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// (Agent side) publish the sandbox's changes as a suggestion for review.
     Publish {
         #[arg(short = 'm', long = "message")]
@@ -312,6 +317,10 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
         }
         Cmd::Token { client } => {
             println!("{}", reviewer_client(&client).await?.token());
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Url { client } => {
+            println!("{}", reviewer_client(&client).await?.url());
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Run {
