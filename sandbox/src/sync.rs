@@ -896,24 +896,23 @@ pub fn sync_slot_with(
             // The agent may have left shapes an in-place sync cannot fix (a directory where
             // the base has a file), or deleted or damaged objects: start from nothing.
             tracing::warn!(error = %first, dir = %dir.display(), "resetting sandbox from scratch");
-            // The objects just kept were checked as they were written out; a source that has
-            // no blobs (the kept helper's put-back) can only go on with them. Without every
-            // blob there, start from no objects at all: a damaged one must not wedge the slot.
-            let (repo, known) = fresh_git(dir, alternate, true, Discard::Now)?;
-            let repo = match ensure_blobs(dir, &repo, base, &known, &mut source) {
-                Ok(()) => repo,
-                Err(_) => {
-                    let (repo, _) = fresh_git(dir, alternate, false, Discard::Now)?;
-                    ensure_blobs(dir, &repo, base, &HashSet::new(), &mut source)?;
-                    repo
-                }
+            // First with the objects kept (a source that has no blobs, the kept helper's
+            // put-back, can only go on with them), then, if that fails too, from no objects at
+            // all: a damaged one must not wedge the slot.
+            let mut from_scratch = |keep: bool| -> Result<_, SyncError> {
+                let (repo, known) = fresh_git(dir, alternate, keep, Discard::Now)?;
+                ensure_blobs(dir, &repo, base, &known, &mut source)?;
+                clear_except_git(dir).map_err(|source| SyncError::Io {
+                    dir: dir.to_path_buf(),
+                    source,
+                })?;
+                drop_former_base(dir, base)?;
+                sync_files(dir, &repo, base, None, None, None)
             };
-            clear_except_git(dir).map_err(|source| SyncError::Io {
-                dir: dir.to_path_buf(),
-                source,
-            })?;
-            drop_former_base(dir, base)?;
-            sync_files(dir, &repo, base, None, None, None)?
+            match from_scratch(true) {
+                Ok(synced) => synced,
+                Err(_) => from_scratch(false)?,
+            }
         }
     };
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;

@@ -197,6 +197,7 @@ fn sync_watched(
     base: &Arc<FlatTree>,
     objects: &Path,
     full: bool,
+    run_on: bool,
     mut source: impl FnMut(crate::ObjectId) -> Result<Option<Vec<u8>>, crate::sync::SyncError>,
 ) -> Result<(), SyncError> {
     let mut watch = take_watch(dir);
@@ -217,7 +218,7 @@ fn sync_watched(
         _ => start_watch(dir),
     };
     if let Some(w) = watch {
-        put_watch(w);
+        put_watch(w, run_on);
     }
     Ok(())
 }
@@ -244,7 +245,7 @@ fn reset_after_run(dir: PathBuf) {
                 return;
             }
             // Every blob of the base is in the store the sandbox's `.git` borrows from.
-            match sync_watched(&dir, &synced.base, &objects, true, |_| Ok(None)) {
+            match sync_watched(&dir, &synced.base, &objects, true, false, |_| Ok(None)) {
                 Ok(()) => st.due = false,
                 Err(e) => tracing::debug!(dir = %dir.display(), error = %e, "the slot's reset after its run failed; its next sync looks at every file"),
             }
@@ -277,10 +278,15 @@ fn take_watch(dir: &Path) -> Option<Watch> {
     watches().lock().ok()?.remove(dir).map(|w| w.watch)
 }
 
-/// Put the slot's watch in, right after a sync: a run is on, with nothing read early yet.
-fn put_watch(watch: Watch) {
+/// Put the slot's watch in, right after a sync: with `run_on`, a run is on, with nothing read
+/// early yet; else (the put-back after a run) nothing is read early until the next sync.
+fn put_watch(watch: Watch, run_on: bool) {
     if let Ok(mut map) = watches().lock() {
-        let early = Early::opened();
+        let early = if run_on {
+            Early::opened()
+        } else {
+            Early::default()
+        };
         let hook = None;
         map.insert(watch.root().to_path_buf(), Watched { watch, early, hook });
     }
@@ -442,7 +448,7 @@ impl Sandbox for LocalSandbox {
         st.objects = Some(objects.clone());
         // The put-back after the last run did not come first: this sync makes it.
         let full = std::mem::take(&mut st.due);
-        let synced = sync_watched(&self.dir, base, &objects, full, |oid| {
+        let synced = sync_watched(&self.dir, base, &objects, full, true, |oid| {
             Ok(Some(store.read_blob(oid)?))
         });
         // A failed sync leaves the slot without a watch: the next one looks at every file.
@@ -755,6 +761,18 @@ mod tests {
         assert_eq!(back.tree(&base), full_look(&sb, &store, &base));
     }
 
+    /// Wait until the put-back after a run ([`reset_after_run`]) is done.
+    fn put_back(dir: &Path) {
+        let state = reset_of(dir);
+        for _ in 0..10_000 {
+            if !state.lock().unwrap().due {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        panic!("the slot was not put back");
+    }
+
     /// The paths of the slot read early so far, and still held.
     #[cfg(target_os = "linux")]
     fn early_paths(dir: &Path) -> Vec<String> {
@@ -895,6 +913,7 @@ mod tests {
         following.abort();
         let _ = following.await;
         sb.run_over();
+        put_back(dir);
         assert!(early_paths(dir).is_empty(), "dropped when the run is over");
         read_named(dir);
         std::fs::write(dir.join("a.txt"), "after\n").unwrap();
