@@ -325,7 +325,9 @@ fn prepare(
     // Every blob of the base must be here now: kept (found by name as the old objects were
     // carried over, no `stat` each) or just sent.
     crate::sync::ensure_blobs(&dir, &repo, &base, &known, |_| Ok(None))?;
-    let reply = match sync_files(&dir, &repo, &base, req.record.as_ref(), None, None) {
+    let synced = crate::sync::drop_former_base(&dir, &base)
+        .and_then(|()| sync_files(&dir, &repo, &base, req.record.as_ref(), None, None));
+    let reply = match synced {
         Ok((reply, _)) => reply,
         Err(first) => {
             // The agent may have left shapes an in-place sync cannot fix (a directory where
@@ -339,6 +341,7 @@ fn prepare(
                 path: dir.clone(),
                 problem: e.to_string(),
             })?;
+            crate::sync::drop_former_base(&dir, &base)?;
             sync_files(&dir, &repo, &base, None, None, None)?.0
         }
     };

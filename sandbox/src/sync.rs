@@ -219,7 +219,7 @@ pub fn fresh_git(
     }
     Store::init_worktree(dir)?;
     if real_dir(&keep) {
-        std::fs::remove_dir_all(&objects).map_err(io)?;
+        remove_tree(&objects).map_err(io)?;
         std::fs::rename(&keep, &objects).map_err(io)?;
     }
     if let Some(alt) = alternate {
@@ -282,12 +282,56 @@ fn discard_in_background(dir: &Path, name: &str, metadata: &[PathBuf]) -> std::i
 }
 
 /// Remove a file, symlink or directory tree at `p` (nothing followed); absent is fine.
-fn remove_any(p: &Path) -> std::io::Result<()> {
+/// Directories the agent made read-only (`chmod 555`, as Go's module cache leaves them, or
+/// `000`) are removed too: see [`remove_tree`].
+pub(crate) fn remove_any(p: &Path) -> std::io::Result<()> {
     match std::fs::symlink_metadata(p) {
-        Ok(m) if m.is_dir() => std::fs::remove_dir_all(p),
+        Ok(m) if m.is_dir() => remove_tree(p),
         Ok(_) => std::fs::remove_file(p),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(e),
+    }
+}
+
+/// Remove the directory tree at `p` (nothing followed). Where a directory in it denies the
+/// removal (no write or search permission: what an agent may leave), every directory of the
+/// tree is made the owner's to read, search and write, and the removal tried once more. The
+/// reset runs as the user who owns what the agent made (the sandbox user under
+/// `--isolation user`), so whatever the agent could create it can remove.
+pub(crate) fn remove_tree(p: &Path) -> std::io::Result<()> {
+    match std::fs::remove_dir_all(p) {
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            open_up(p);
+            std::fs::remove_dir_all(p)
+        }
+        other => other,
+    }
+}
+
+/// Give every directory of the tree at `p` (itself included; symlinks never followed) the
+/// owner's read, search and write permission, as far as the owner may. Best effort: what
+/// cannot be changed makes the removal after it fail, with its own error.
+fn open_up(p: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(m) = std::fs::symlink_metadata(p) else {
+        return;
+    };
+    if !m.is_dir() {
+        return;
+    }
+    let mode = m.permissions().mode();
+    if mode & 0o700 != 0o700 {
+        // `chmod` follows a symlink, and `p` was a directory a moment ago: only something
+        // running as the same user could swap it since, and that one could chmod anyway.
+        let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode | 0o700));
+    }
+    let Ok(entries) = std::fs::read_dir(p) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            open_up(&entry.path());
+        }
     }
 }
 
@@ -582,18 +626,23 @@ pub fn sync_files(
     for ((path, entry), st) in examine.into_iter().zip(stats) {
         let st = st.map_err(fs_err)?;
         let stat = st.as_ref().map(file_stat);
-        let trusted = stat.is_some_and(|now| matches!(check(path, &now), Check::Trust(_)));
+        // A file with another name (a hard link the agent made to a path outside the slot)
+        // can be written through that name with no event and no stat of ours to tell: it
+        // never holds, and is replaced by a file of its own (see `Beneath::write_scratch`).
+        let alone = st.as_ref().is_none_or(|st| st.st_nlink <= 1);
+        let trusted = alone && stat.is_some_and(|now| matches!(check(path, &now), Check::Trust(_)));
         let holds = trusted
-            || match st.as_ref().map(crate::beneath::kind_of) {
-                Some(Kind::File { executable, .. }) if entry.mode != Mode::Symlink => {
-                    executable == (entry.mode == Mode::Executable)
-                        && matches!(root.read(path, u64::MAX), Ok(Some((ref b, _))) if blob_id(b) == entry.oid)
-                }
-                Some(Kind::Symlink) if entry.mode == Mode::Symlink => {
-                    matches!(root.read_link(path), Ok(Some(ref t)) if blob_id(t) == entry.oid)
-                }
-                _ => false,
-            };
+            || alone
+                && match st.as_ref().map(crate::beneath::kind_of) {
+                    Some(Kind::File { executable, .. }) if entry.mode != Mode::Symlink => {
+                        executable == (entry.mode == Mode::Executable)
+                            && matches!(root.read(path, u64::MAX), Ok(Some((ref b, _))) if blob_id(b) == entry.oid)
+                    }
+                    Some(Kind::Symlink) if entry.mode == Mode::Symlink => {
+                        matches!(root.read_link(path), Ok(Some(ref t)) if blob_id(t) == entry.oid)
+                    }
+                    _ => false,
+                };
         if holds {
             if let Some(stat) = stat {
                 files.push((path.clone(), stat));
@@ -657,6 +706,97 @@ pub fn commit_base(
     std::fs::write(git_dir.join("HEAD"), "ref: refs/heads/main\n").map_err(io)?;
     repo.write_index_of(base, stat)?;
     Ok(tree)
+}
+
+/// Where the paths of the base a slot was last synced to are kept: beside the slot (as its
+/// kept objects are, see [`fresh_git`]), written by whoever syncs it — the hub under
+/// `--isolation none`, the sandbox helper under `--isolation user` — so that a process that
+/// never synced the slot before (a restarted hub, a new helper) still knows them.
+fn former_base_file(dir: &Path) -> PathBuf {
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    dir.with_file_name(format!(".{name}.base"))
+}
+
+/// The most bytes [`former_base_paths`] reads: past it, the file is not ours.
+const FORMER_BASE_CAP: u64 = 64 << 20;
+
+/// The paths of the base the slot at `dir` was last synced to (see [`former_base_file`]);
+/// empty when there is none (a slot never synced by this version) or it cannot be read as
+/// one. Never followed, never waited on (a FIFO), never read past [`FORMER_BASE_CAP`].
+fn former_base_paths(dir: &Path) -> Vec<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(former_base_file(dir));
+    let Ok(file) = file else {
+        return Vec::new();
+    };
+    if !file.metadata().is_ok_and(|m| m.is_file()) {
+        return Vec::new();
+    }
+    let mut bytes = Vec::new();
+    if file.take(FORMER_BASE_CAP).read_to_end(&mut bytes).is_err() {
+        return Vec::new();
+    }
+    bytes
+        .split(|&b| b == 0)
+        .filter(|p| !p.is_empty())
+        .filter_map(|p| std::str::from_utf8(p).ok().map(str::to_string))
+        .collect()
+}
+
+/// Remove from the slot at `dir` every path of the base it was last synced to that `base`
+/// no longer has — ignored or not: a file the user stopped tracking (`git rm --cached` of a
+/// `.env` under an ignore rule) must not stay in the slot for the next agents to read, and
+/// the walk for leftovers, which keeps ignored files (build caches), would never name it.
+/// Then note `base` as what the slot is synced to, before the files are written: a sync that
+/// fails halfway still knows every base path it may have written.
+pub fn drop_former_base(dir: &Path, base: &FlatTree) -> Result<(), SyncError> {
+    let former = former_base_paths(dir);
+    let fs_err = |source| SyncError::Fs {
+        dir: dir.to_path_buf(),
+        source,
+    };
+    if former.iter().any(|p| !base.contains_key(p)) {
+        let root = Beneath::open_scratch(dir).map_err(fs_err)?;
+        for path in former.iter().filter(|p| !base.contains_key(*p)) {
+            match root.kind(path) {
+                // A directory (the agent's) is for the leftover walk to judge; a path behind
+                // a symlink is not in the slot.
+                Ok(None | Some(Kind::Dir)) | Err(FsError::Symlink { .. }) => {}
+                Ok(Some(_)) => root.remove_entry(path).map_err(fs_err)?,
+                Err(e) => return Err(fs_err(e)),
+            }
+        }
+    }
+    if former.len() != base.len() || !former.iter().zip(base.keys()).all(|(a, b)| a == b) {
+        note_base(dir, base).map_err(|source| SyncError::Io {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+/// Write the paths of `base` to [`former_base_file`], atomically (a temporary file beside it,
+/// then `rename`).
+fn note_base(dir: &Path, base: &FlatTree) -> std::io::Result<()> {
+    let mut bytes = Vec::with_capacity(base.len() * 32);
+    for path in base.keys() {
+        bytes.extend_from_slice(path.as_bytes());
+        bytes.push(0);
+    }
+    let file = former_base_file(dir);
+    let tmp = file.with_extension(format!("tmp-{}", crate::beneath::temp_name()));
+    std::fs::write(&tmp, &bytes)?;
+    std::fs::rename(&tmp, &file).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
 }
 
 /// Empty `dir` except its `.git` (the fallback when an in-place sync cannot fix what the agent
@@ -740,27 +880,39 @@ pub fn sync_slot_with(
         .as_deref()
         .filter(|p| p.is_for(base))
         .and_then(|p| p.tree);
-    let synced = sync_files(
-        dir,
-        &repo,
-        base,
-        record.as_deref(),
-        dirty.as_ref(),
-        known_tree,
-    );
+    let synced = drop_former_base(dir, base).and_then(|()| {
+        sync_files(
+            dir,
+            &repo,
+            base,
+            record.as_deref(),
+            dirty.as_ref(),
+            known_tree,
+        )
+    });
     let (reply, tree) = match synced {
         Ok(reply) => reply,
         Err(first) => {
             // The agent may have left shapes an in-place sync cannot fix (a directory where
             // the base has a file), or deleted or damaged objects: start from nothing.
             tracing::warn!(error = %first, dir = %dir.display(), "resetting sandbox from scratch");
-            let (repo, _) = fresh_git(dir, alternate, false, Discard::Now)?;
-            ensure_blobs(dir, &repo, base, &HashSet::new(), &mut source)?;
-            clear_except_git(dir).map_err(|source| SyncError::Io {
-                dir: dir.to_path_buf(),
-                source,
-            })?;
-            sync_files(dir, &repo, base, None, None, None)?
+            // First with the objects kept (a source that has no blobs, the kept helper's
+            // put-back, can only go on with them), then, if that fails too, from no objects at
+            // all: a damaged one must not wedge the slot.
+            let mut from_scratch = |keep: bool| -> Result<_, SyncError> {
+                let (repo, known) = fresh_git(dir, alternate, keep, Discard::Now)?;
+                ensure_blobs(dir, &repo, base, &known, &mut source)?;
+                clear_except_git(dir).map_err(|source| SyncError::Io {
+                    dir: dir.to_path_buf(),
+                    source,
+                })?;
+                drop_former_base(dir, base)?;
+                sync_files(dir, &repo, base, None, None, None)
+            };
+            match from_scratch(true) {
+                Ok(synced) => synced,
+                Err(_) => from_scratch(false)?,
+            }
         }
     };
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
@@ -1053,6 +1205,46 @@ mod tests {
         assert!(check("a base .gitignore edited", false)
             .new
             .contains(&"f/g/old.log".into()));
+    }
+
+    /// A base file under an ignore rule (`t.log` with `*.log`, a `.env`) that leaves the base
+    /// (the user untracked it) leaves the slot at the next sync — in this process, and in one
+    /// that never synced the slot before (a restarted hub, a new helper), with or without a
+    /// watch's word. Control: an ignored file no base ever had (a build's) stays.
+    #[test]
+    fn a_file_that_left_the_base_leaves_the_slot_even_when_ignored() {
+        let f = Mode::File;
+        let with = [
+            (".gitignore", f, "*.log\n.env\n"),
+            ("a.txt", f, "a\n"),
+            ("t.log", f, "tracked log\n"),
+            ("sub/.env", f, "SECRET=1\n"),
+        ];
+        let without = &with[..2];
+        for restart in [false, true] {
+            for dirty in [false, true] {
+                let what = format!("restart {restart}, dirty {dirty}");
+                let (_tmp, store, base, dir) = synced_slot(&with);
+                std::fs::write(dir.join("build.log"), "the agent's build\n").unwrap();
+                assert_eq!(std::fs::read(dir.join("t.log")).unwrap(), b"tracked log\n");
+                if restart {
+                    remember(&dir, None);
+                }
+                let next = Arc::new(tree(&store, without));
+                let seen = Dirty::default();
+                sync_slot(&dir, &next, None, dirty.then_some(&seen), |oid| {
+                    Ok(Some(store.read_blob(oid)?))
+                })
+                .unwrap();
+                assert!(!dir.join("t.log").exists(), "{what}");
+                assert!(!dir.join("sub/.env").exists(), "{what}");
+                assert!(dir.join("build.log").exists(), "{what}: the control stays");
+                assert_eq!(read_back(&store, &dir, &next), *next, "{what}");
+                // Back to the first base: the files come back.
+                prepare(&store, &dir, &base);
+                assert!(dir.join("t.log").exists(), "{what}");
+            }
+        }
     }
 
     /// A sync after a sync looks for leftovers where the directory record says something

@@ -16,12 +16,15 @@
 //! directory. A write through a hard link made from outside the sandbox, or through a shared
 //! `mmap` after its file was closed, makes no event. The cost of a missed change is that
 //! change missing from the suggestion — never something unreviewed reaching the checkout: what
-//! is applied is what was read back and shown — and the next sync, which `lstat`s what it
-//! writes over, puts the file back to the base. Under `--isolation none` the hub keeps a watch
-//! per slot from one sync to the next (the agent runs as the hub's own user there and could
-//! write anything anyway), and reads its events as they come while the agent runs (see
-//! `Sandbox::follow_changes`), so that the read-back after the run has only the last few left
-//! to read. Under `--isolation user` the watch is held by the read-back's
+//! is applied is what was read back and shown — and the put-back of the slot once its run is
+//! over, which `lstat`s every file and never trusts a file with another name (see
+//! `sync::sync_files`), puts the file back to the base and cuts the link. Under
+//! `--isolation none` the hub keeps a watch per slot from one sync to the next (the agent runs
+//! as the hub's own user there and could write anything anyway), reads its events as they
+//! come while the agent runs (see `Sandbox::follow_changes`), so that the read-back after the
+//! run has only the last few left to read, and puts the slot back to its base on a thread of
+//! its own once the run is over (`LocalSandbox`'s `run_over`; the next sync does it if it comes
+//! first). Under `--isolation user` the watch is held by the read-back's
 //! standby helper (see [`crate::helper`]), as the sandbox user but out of the agent's reach,
 //! from the end of the run's sync (before the agent starts) to the run's end; the agent can
 //! only make it give up (flood it, rename a directory), and then that read-back looks at

@@ -80,7 +80,9 @@ pub trait Sandbox: Send + Sync + std::fmt::Debug {
     /// The directory the agent sees as its repository root.
     fn workdir(&self) -> &Path;
     /// Make the sandbox hold exactly `base` (every file that is not ignored), keeping ignored
-    /// files such as build caches so the agent's builds stay incremental. The sync is
+    /// files such as build caches so the agent's builds stay incremental — but never a file
+    /// of an earlier base that `base` no longer has, ignored or not (see
+    /// [`crate::sync::drop_former_base`]). The sync is
     /// remembered with `base` itself: a [`Sandbox::snapshot`] given that same tree (by
     /// address) takes it as the synced base without comparing entries.
     fn prepare(&self, store: &Store, base: &Arc<FlatTree>) -> Result<(), SandboxError>;
@@ -160,6 +162,99 @@ impl LocalSandbox {
     }
 }
 
+/// A local slot's put-back to its base between runs (what a kept helper does under
+/// `--isolation user`): whether one is due, and the store's objects its syncs borrow. Each
+/// sync of the slot holds this lock, so the put-back made on a thread of its own once a run is
+/// over and the next run's sync never overlap.
+#[derive(Debug, Default)]
+struct Reset {
+    /// The run is over and its slot was not yet synced with every file `lstat`ed.
+    due: bool,
+    objects: Option<PathBuf>,
+}
+
+fn resets(
+) -> &'static std::sync::Mutex<std::collections::HashMap<PathBuf, Arc<std::sync::Mutex<Reset>>>> {
+    static RESETS: std::sync::OnceLock<
+        std::sync::Mutex<std::collections::HashMap<PathBuf, Arc<std::sync::Mutex<Reset>>>>,
+    > = std::sync::OnceLock::new();
+    RESETS.get_or_init(Default::default)
+}
+
+/// The reset state of the slot at `dir` (made on first use).
+fn reset_of(dir: &Path) -> Arc<std::sync::Mutex<Reset>> {
+    let mut map = resets()
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    map.entry(dir.to_path_buf()).or_default().clone()
+}
+
+/// Sync the slot at `dir` to `base`, with the store's `objects` borrowed: with `dirty`
+/// looking only where the watch saw something, else at every file. Then its watch is cleared,
+/// or started again (see [`Sandbox::prepare`]).
+fn sync_watched(
+    dir: &Path,
+    base: &Arc<FlatTree>,
+    objects: &Path,
+    full: bool,
+    run_on: bool,
+    mut source: impl FnMut(crate::ObjectId) -> Result<Option<Vec<u8>>, crate::sync::SyncError>,
+) -> Result<(), SyncError> {
+    let mut watch = take_watch(dir);
+    let dirty = match full {
+        true => None,
+        false => watch.as_mut().and_then(|w| w.changes().cloned()),
+    };
+    sync_slot(dir, base, Some(objects), dirty.as_ref(), &mut source)?;
+    // From here on, what the agent changes is seen as it happens.
+    let keep = watch
+        .as_mut()
+        .is_some_and(|w| w.changes().is_some() && !w.needs_restart());
+    let watch = match watch {
+        Some(mut w) if keep => {
+            w.clear();
+            Some(w)
+        }
+        _ => start_watch(dir),
+    };
+    if let Some(w) = watch {
+        put_watch(w, run_on);
+    }
+    Ok(())
+}
+
+/// Once a run is over, put its slot back to the base of its last sync with every file
+/// `lstat`ed (on a thread of its own, off the next run's start): a write through a hard link
+/// the agent made to a path outside the slot makes no inotify event, and a file with another
+/// name is never trusted (see [`crate::sync::sync_files`]), so the link is cut here and a later
+/// write through it reaches no sandbox. The next sync, if it comes first, does the same.
+fn reset_after_run(dir: PathBuf) {
+    let state = reset_of(&dir);
+    state
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .due = true;
+    let spawned = std::thread::Builder::new()
+        .name("slot-reset".into())
+        .spawn(move || {
+            let mut st = state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let (Some(objects), Some(synced)) = (st.objects.clone(), recall(&dir)) else {
+                return;
+            };
+            if !st.due {
+                return;
+            }
+            // Every blob of the base is in the store the sandbox's `.git` borrows from.
+            match sync_watched(&dir, &synced.base, &objects, true, false, |_| Ok(None)) {
+                Ok(()) => st.due = false,
+                Err(e) => tracing::debug!(dir = %dir.display(), error = %e, "the slot's reset after its run failed; its next sync looks at every file"),
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::debug!(error = %e, "no thread to reset the slot; its next sync looks at every file");
+    }
+}
+
 /// The change-notification watch of each local slot (see [`crate::watch`]), kept from one
 /// sync to the next: started (or cleared) right after a sync, asked at the read-back and at
 /// the next sync. Like the sync records, it lives in this process; a restarted hub starts
@@ -183,10 +278,15 @@ fn take_watch(dir: &Path) -> Option<Watch> {
     watches().lock().ok()?.remove(dir).map(|w| w.watch)
 }
 
-/// Put the slot's watch in, right after a sync: a run is on, with nothing read early yet.
-fn put_watch(watch: Watch) {
+/// Put the slot's watch in, right after a sync: with `run_on`, a run is on, with nothing read
+/// early yet; else (the put-back after a run) nothing is read early until the next sync.
+fn put_watch(watch: Watch, run_on: bool) {
     if let Ok(mut map) = watches().lock() {
-        let early = Early::opened();
+        let early = if run_on {
+            Early::opened()
+        } else {
+            Early::default()
+        };
         let hook = None;
         map.insert(watch.root().to_path_buf(), Watched { watch, early, hook });
     }
@@ -341,24 +441,18 @@ impl Sandbox for LocalSandbox {
     fn prepare(&self, store: &Store, base: &Arc<FlatTree>) -> Result<(), SandboxError> {
         // Same user: the sandbox's .git borrows the store's objects instead of copying them.
         let objects = store.path().join("objects");
-        let mut watch = take_watch(&self.dir);
-        let dirty = watch.as_mut().and_then(|w| w.changes().cloned());
-        sync_slot(&self.dir, base, Some(&objects), dirty.as_ref(), |oid| {
+        let state = reset_of(&self.dir);
+        let mut st = state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        st.objects = Some(objects.clone());
+        // The put-back after the last run did not come first: this sync makes it.
+        let full = std::mem::take(&mut st.due);
+        let synced = sync_watched(&self.dir, base, &objects, full, true, |oid| {
             Ok(Some(store.read_blob(oid)?))
-        })?;
-        // From here on, what the agent changes is seen as it happens.
-        let keep = dirty.is_some() && watch.as_mut().is_some_and(|w| !w.needs_restart());
-        let watch = match watch {
-            Some(mut w) if keep => {
-                w.clear();
-                Some(w)
-            }
-            _ => start_watch(&self.dir),
-        };
-        if let Some(w) = watch {
-            put_watch(w);
-        }
-        Ok(())
+        });
+        // A failed sync leaves the slot without a watch: the next one looks at every file.
+        Ok(synced?)
     }
 
     fn read_back(
@@ -404,6 +498,7 @@ impl Sandbox for LocalSandbox {
                 w.hook = None;
             }
         }
+        reset_after_run(self.dir.clone());
     }
 
     fn on_early_reads(&self, hook: EarlyHook) {
@@ -666,6 +761,18 @@ mod tests {
         assert_eq!(back.tree(&base), full_look(&sb, &store, &base));
     }
 
+    /// Wait until the put-back after a run ([`reset_after_run`]) is done.
+    fn put_back(dir: &Path) {
+        let state = reset_of(dir);
+        for _ in 0..10_000 {
+            if !state.lock().unwrap().due {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        panic!("the slot was not put back");
+    }
+
     /// The paths of the slot read early so far, and still held.
     #[cfg(target_os = "linux")]
     fn early_paths(dir: &Path) -> Vec<String> {
@@ -806,6 +913,7 @@ mod tests {
         following.abort();
         let _ = following.await;
         sb.run_over();
+        put_back(dir);
         assert!(early_paths(dir).is_empty(), "dropped when the run is over");
         read_named(dir);
         std::fs::write(dir.join("a.txt"), "after\n").unwrap();

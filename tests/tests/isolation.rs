@@ -1823,3 +1823,92 @@ fn the_agents_program_is_found_as_the_sandbox_user_would() {
         "{denied}"
     );
 }
+
+/// An agent that leaves read-only directories with files in them (`chmod 555`, as Go's module
+/// cache does, and a `chmod 000` one) does not wedge its slot: the kept helper's reset, and the
+/// next run's sync, remove them (as the sandbox user, who made them), and the next run starts
+/// in exactly the base. Control: the first run's agent did make them (its own listing).
+#[test]
+fn a_read_only_directory_the_agent_left_does_not_wedge_its_slot() {
+    if !require_root("a_read_only_directory_the_agent_left_does_not_wedge_its_slot") {
+        return;
+    }
+    let s = Setup::new(false).unwrap();
+    let out = s.open_dir("out").unwrap();
+    let agent = s
+        .script(
+            "readonly.sh",
+            &format!(
+                "find . -path ./.git -prune -o -print | sort > {out}/files-$HUNKGATE_PROMPT\n\
+                 mkdir -p gomod/pkg/mod locked\n\
+                 echo module > gomod/pkg/mod/go.mod\n\
+                 echo secret > locked/inside.txt\n\
+                 chmod 444 gomod/pkg/mod/go.mod\n\
+                 chmod 555 gomod/pkg/mod gomod/pkg gomod\n\
+                 chmod 000 locked\n\
+                 echo \"$HUNKGATE_PROMPT\" >> hello.txt",
+                out = out.display()
+            ),
+        )
+        .unwrap();
+    let hub = s.one_slot_hub().unwrap();
+    let read = |f: &str| std::fs::read_to_string(out.join(f)).unwrap_or_default();
+    let r = crate::runs::start_and_wait(&hub, "one", &agent);
+    assert_eq!(r["status"], "ready", "{r}\n{}", hub.log_text());
+    let base = ".\n./hello.txt\n./src\n./src/lib.rs\n";
+    assert_eq!(read("files-one"), base);
+    let sid = r["suggestion_ids"][0].as_str().unwrap();
+    let sug = hub.curl().get(&format!("/suggestions/{sid}")).unwrap().body;
+    assert!(
+        sug["files"].to_string().contains("gomod/pkg/mod/go.mod"),
+        "the agent made its read-only directory: {sug}"
+    );
+    // The run is over: the kept helper puts the slot back to its base, read-only
+    // directories and all.
+    let slot = s.sandbox_dir().unwrap();
+    wait_until("the kept helper's reset", Duration::from_secs(30), || {
+        !slot.join("gomod").exists() && !slot.join("locked").exists()
+    })
+    .unwrap();
+    for prompt in ["two", "three"] {
+        let r = crate::runs::start_and_wait(&hub, prompt, &agent);
+        assert_eq!(r["status"], "ready", "{prompt}: {r}\n{}", hub.log_text());
+        assert_eq!(
+            read(&format!("files-{prompt}")),
+            base,
+            "{prompt}: the slot held exactly the base\n{}",
+            hub.log_text()
+        );
+    }
+}
+
+/// [`crate::runs::untracked_files_leave_every_sandbox`] under `--isolation user`: the helper
+/// that syncs the slot (kept, or new after the hub's restart) removes what left the base.
+#[test]
+fn untracked_files_leave_every_sandbox_under_user_isolation() {
+    if !require_root("untracked_files_leave_every_sandbox_under_user_isolation") {
+        return;
+    }
+    let s = Setup::new(false).unwrap();
+    let out = s.open_dir("out").unwrap();
+    let agent = s
+        .script("list.sh", &crate::runs::listing_agent_body(&out))
+        .unwrap();
+    s.ws.write("README", b"untrack\n").unwrap();
+    s.as_owner(&crate::runs::in_repo(
+        &s.ws.repo(),
+        "git add README && git commit -qm readme",
+    ))
+    .unwrap();
+    crate::runs::untracked_files_leave_every_sandbox(
+        || s.one_slot_hub().unwrap(),
+        |script| {
+            let out = s
+                .as_owner(&crate::runs::in_repo(&s.ws.repo(), script))
+                .unwrap();
+            assert!(out.status.success(), "{script}: {out:?}");
+        },
+        &agent,
+        &out,
+    );
+}

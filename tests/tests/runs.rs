@@ -965,6 +965,75 @@ pub(crate) fn sandbox_sync_sees_every_change(
     assert!(diffs.contains("+abcdefghij"), "the back-dated edit: {s}");
 }
 
+/// A hard link the agent makes from a sandbox file to a path outside the slot does not let a
+/// later write through it reach the slot: run one links `linked.txt` out, run two writes
+/// through the link, run three finds the base's `linked.txt` and its edit's hunk carries none
+/// of run two's line. Control: the link was made, and the write through it landed in it.
+#[test]
+fn a_write_through_a_hard_link_to_outside_reaches_no_later_sandbox() {
+    let ws = Workspace::new(&[("linked.txt", b"base\n"), ("README", b"r\n")]).unwrap();
+    let out = ws.path("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let agent = ws
+        .agent_script(
+            "link.sh",
+            &format!(
+                r#"case "$HUNKGATE_PROMPT" in
+one) ln linked.txt {out}/link; echo one >> README ;;
+two) echo planted >> {out}/link; echo two >> README ;;
+three) cat linked.txt > {out}/seen; echo three >> linked.txt ;;
+esac"#,
+                out = out.display()
+            ),
+        )
+        .unwrap();
+    let hub = ws
+        .serve(&["--isolation", "none", "--max-runs", "1"])
+        .unwrap();
+    for prompt in ["one", "two"] {
+        let r = start_and_wait(&hub, prompt, &agent);
+        assert_eq!(r["status"], "ready", "{prompt}: {r}\n{}", hub.log_text());
+    }
+    assert_eq!(
+        std::fs::read_to_string(out.join("link")).unwrap(),
+        "base\nplanted\n",
+        "the link was made and written through"
+    );
+    let r = start_and_wait(&hub, "three", &agent);
+    assert_eq!(r["status"], "ready", "{r}\n{}", hub.log_text());
+    assert_eq!(std::fs::read_to_string(out.join("seen")).unwrap(), "base\n");
+    let sid = r["suggestion_ids"][0].as_str().unwrap();
+    let sug = hub.curl().get(&format!("/suggestions/{sid}")).unwrap().body;
+    let hunks = sug["hunks"].to_string();
+    assert!(hunks.contains("+three"), "{sug}");
+    assert!(!hunks.contains("planted"), "{sug}");
+}
+
+#[test]
+fn untracked_files_leave_every_sandbox_without_isolation() {
+    let ws = Workspace::new(&[("README", b"untrack\n")]).unwrap();
+    let out = ws.path("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let agent = ws
+        .agent_script("list.sh", &listing_agent_body(&out))
+        .unwrap();
+    untracked_files_leave_every_sandbox(
+        || {
+            ws.serve(&["--isolation", "none", "--max-runs", "1"])
+                .unwrap()
+        },
+        |script| {
+            let out = std::process::Command::new("sh")
+                .args(["-c", &in_repo(&ws.repo(), script)])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{script}: {out:?}");
+        },
+        &agent,
+        &out,
+    );
+}
+
 #[test]
 fn sandbox_sync_sees_every_change_without_isolation() {
     let ws = Workspace::new(&[("README", b"sync\n")]).unwrap();
@@ -980,6 +1049,79 @@ fn sandbox_sync_sees_every_change_without_isolation() {
         &out,
         |f, b| ws.write(f, b).unwrap(),
         &ws.repo(),
+    );
+}
+
+/// The agent of [`untracked_files_leave_every_sandbox`]: it lists the slot's files into
+/// `<out>/files-<prompt>` and makes one edit (so every run publishes).
+pub(crate) fn listing_agent_body(out: &std::path::Path) -> String {
+    format!(
+        "find . -path ./.git -prune -o -type f -print | sort > {out}/files-$HUNKGATE_PROMPT\n\
+         echo \"$HUNKGATE_PROMPT\" >> README",
+        out = out.display()
+    )
+}
+
+/// `script`, run in the checkout at `repo` with a committer git knows and no user or system
+/// git config.
+pub(crate) fn in_repo(repo: &std::path::Path, script: &str) -> String {
+    format!(
+        "export GIT_AUTHOR_NAME=T GIT_AUTHOR_EMAIL=t@example.com GIT_COMMITTER_NAME=T \
+         GIT_COMMITTER_EMAIL=t@example.com GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null\n\
+         cd '{}' && {script}",
+        repo.display()
+    )
+}
+
+/// A file tracked under an ignore rule (`t.log` with `*.log`, a `.env`) that the user then
+/// untracks (`git rm --cached`, committed) reaches no later run's sandbox — with the hub that
+/// synced it there, and with a hub started afresh over the same state (the untracking made
+/// while it was down). Controls: while tracked, the agent sees both files, and an ignored file
+/// of its own making is kept for the next run. `start` starts the hub (`--max-runs 1`), `git`
+/// runs a shell command in the checkout as its owner; `agent` runs [`listing_agent_body`].
+pub(crate) fn untracked_files_leave_every_sandbox(
+    start: impl Fn() -> hunkgate_tests::Hub,
+    git: impl Fn(&str),
+    agent: &std::path::Path,
+    out: &std::path::Path,
+) {
+    git(
+        "printf '*.log\\n.env\\nbuild/\\n' > .gitignore && echo log > t.log && \
+         echo SECRET=1 > .env && git add .gitignore && git add -f t.log .env && \
+         git commit -qm tracked",
+    );
+    let listed =
+        |prompt: &str| std::fs::read_to_string(out.join(format!("files-{prompt}"))).unwrap();
+    let mut hub = start();
+    let run = |hub: &hunkgate_tests::Hub, prompt: &str| {
+        let r = start_and_wait(hub, prompt, agent);
+        assert_eq!(r["status"], "ready", "{prompt}: {r}\n{}", hub.log_text());
+    };
+    run(&hub, "one");
+    let one = listed("one");
+    assert!(
+        one.contains("./t.log\n") && one.contains("./.env\n"),
+        "tracked: {one}"
+    );
+    git("git rm -q --cached t.log .env && git commit -qm untracked");
+    run(&hub, "two");
+    let two = listed("two");
+    assert!(
+        !two.contains("t.log") && !two.contains(".env"),
+        "untracked: {two}"
+    );
+
+    git("git add -f t.log .env && git commit -qm again");
+    run(&hub, "three");
+    assert!(listed("three").contains("./t.log\n"), "{}", listed("three"));
+    hub.stop().unwrap();
+    git("git rm -q --cached t.log .env && git commit -qm untracked && echo touched >> t.log");
+    let hub = start();
+    run(&hub, "four");
+    let four = listed("four");
+    assert!(
+        !four.contains("t.log") && !four.contains(".env"),
+        "after a restart: {four}"
     );
 }
 

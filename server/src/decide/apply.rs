@@ -83,6 +83,9 @@ impl Ctx<'_> {
             return Ok(planned.clone());
         }
         match read_cur(self.root, path) {
+            // A symlink on the way that an earlier step of this decision removes (the run
+            // replaced it with a directory): nothing is at the path once that step is done.
+            Err(FsError::Symlink { .. }) if self.overlay.removes_above(path) => Ok(Cur::Absent),
             // A directory on the way is now a symlink (or a file): the hunk does not apply to
             // the checkout as it is now, which is a conflict the user can fix, not a hub error.
             Err(e @ FsError::Symlink { .. }) => conflict(e.to_string()),

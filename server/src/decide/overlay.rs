@@ -55,6 +55,14 @@ impl Overlay {
         self.paths.get(path)
     }
 
+    /// Whether an earlier step removes a path above `path` (`a` or `a/b` for `a/b/c`): a
+    /// symlink the run replaced with a directory, which the decision's later writes below it
+    /// then create afresh.
+    pub(crate) fn removes_above(&self, path: &str) -> bool {
+        path.match_indices('/')
+            .any(|(at, _)| matches!(self.paths.get(&path[..at]), Some(Cur::Absent)))
+    }
+
     /// Hold `bytes`, what a step writes at `path`, for [`Overlay::record`].
     pub(crate) fn hold_made(&self, path: &str, bytes: &[u8]) {
         if let Some(held) = &self.held {

@@ -269,7 +269,12 @@ impl Hub {
         // Line shifts of the hunks this decision applies, per file: (base start, delta).
         let mut shifts: BTreeMap<&str, Vec<(usize, isize)>> = BTreeMap::new();
         let (mut done, mut failed) = (Vec::new(), Vec::new());
-        for &i in picked {
+        // A path's hunks before those of the paths below it (by path, each file's hunks in
+        // their order): a symlink the run replaced with a directory is removed before the
+        // files in that directory are planned (see [`Overlay::removes_above`]).
+        let mut picked = picked.to_vec();
+        picked.sort_by(|&a, &b| s.hunks[a].file.cmp(&s.hunks[b].file));
+        for i in picked {
             let rec = &s.hunks[i];
             let planned = if ask.action.forward() {
                 let start = rec.patch.as_ref().map(|p| p.old_start).unwrap_or(0);

@@ -856,3 +856,71 @@ fn a_hunk_lands_where_it_was_shown_after_the_hunks_above_it_moved_its_lines() {
         assert_eq!(f.read("a.txt"), base[0].1, "undone in order {order:?}");
     }
 }
+
+/// The run replaced the symlink `ulink` with a directory holding `ulink/victim.txt`. Accepting
+/// the new file alone is refused (it would be written through the symlink); accepting all of
+/// the suggestion removes the symlink first, then writes the file into a real directory, and
+/// the target of the old link is never touched.
+#[test]
+fn accept_all_of_a_symlink_that_became_a_directory_removes_the_link_first() {
+    let base: Files = vec![("target.txt", "the link's target\n".into())];
+    let f = Fixture::new(&base);
+    std::os::unix::fs::symlink("target.txt", f.path("ulink")).unwrap();
+    let store = f.hub().store();
+    let mut b = f.tree(&base);
+    b.insert(
+        "ulink".into(),
+        Entry {
+            mode: Mode::Symlink,
+            oid: store.write_blob(b"target.txt").unwrap(),
+        },
+    );
+    let r = f.tree(&[
+        ("target.txt", "the link's target\n".into()),
+        ("ulink/victim.txt", "planted\n".into()),
+    ]);
+    let s = f.suggest_trees("s1", b, r);
+    let file_hunk = s
+        .hunks
+        .iter()
+        .find(|h| h.file == "ulink/victim.txt")
+        .unwrap();
+    let alone = f
+        .hub()
+        .decide("s1", &file_hunk.id, FeedbackAction::Accept, None, None);
+    assert!(alone.is_err(), "the file alone goes through the symlink");
+    assert!(f.path("ulink").is_symlink(), "the refusal changed nothing");
+    // The refused hunk is left in conflict; a new suggestion of the same change is accepted whole.
+    let s = f.suggest_trees(
+        "s2",
+        {
+            let mut b = f.tree(&base);
+            b.insert(
+                "ulink".into(),
+                Entry {
+                    mode: Mode::Symlink,
+                    oid: store.write_blob(b"target.txt").unwrap(),
+                },
+            );
+            b
+        },
+        f.tree(&[
+            ("target.txt", "the link's target\n".into()),
+            ("ulink/victim.txt", "planted\n".into()),
+        ]),
+    );
+    let out = f
+        .hub()
+        .decide_all("s2", crate::protocol::BulkAction::Accept, None, None)
+        .unwrap();
+    assert_eq!(out["failed"], serde_json::json!([]), "{out}");
+    assert_eq!(
+        out["decided"].as_array().unwrap().len(),
+        s.hunks.len(),
+        "{out}"
+    );
+    assert!(!f.path("ulink").is_symlink());
+    assert!(f.path("ulink").is_dir());
+    assert_eq!(f.read("ulink/victim.txt"), "planted\n");
+    assert_eq!(f.read("target.txt"), "the link's target\n");
+}
