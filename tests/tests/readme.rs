@@ -77,6 +77,7 @@ fn readme_curl_lines_work() {
     // `hunkgate url` found this repository's hub, not another one.
     let repo = ws.repo().canonicalize().unwrap();
     assert_eq!(health["repo"], repo.display().to_string(), "{health}");
+    assert_eq!(run("echo $H", "", "").trim(), hub.url);
     let started = json(run(it.next().unwrap(), "", ""));
     assert_eq!(started["status"], "queued", "{started}");
 
