@@ -124,6 +124,81 @@ local function run(prompt, selection)
   end, { start = true })
 end
 
+--- The current repository's runs (`GET /runs`), for `cb(err, runs)`.
+---@param cb fun(err: string?, runs: {run_id: string, status: string, prompt?: string}[]?)
+local function fetch_runs(cb)
+  local c = hub().client
+  local ep = c and c.endpoint
+  if not ep then
+    return cb('not connected to a hub (:Hunkgate connect, :Hunkgate serve)')
+  end
+  require('hunkgate.http').request('GET', ep.url .. '/runs', {
+    headers = { Authorization = 'Bearer ' .. ep.token },
+    timeout = require('hunkgate.config').get().server.request_timeout,
+  }, function(err, reply)
+    local ok, body = false, nil
+    if not err and reply and reply.status == 200 then
+      ok, body = pcall(vim.json.decode, reply.body, { luanil = { object = true, array = true } })
+    end
+    if not ok or type(body) ~= 'table' or type(body.runs) ~= 'table' then
+      return cb(err or ('the hub answered GET /runs with %s'):format(reply and reply.status or '?'))
+    end
+    cb(nil, body.runs)
+  end)
+end
+
+--- Queued or running: a run that can still be cancelled.
+local function active(r)
+  return r.status == 'queued' or r.status == 'working'
+end
+
+--- Stop a run of the current repository: `id` (or a unique prefix of it), else the one that is
+--- queued or running, or the one picked among several.
+---@param id? string
+local function cancel(id)
+  id = id and vim.trim(id) or ''
+  fetch_runs(function(err, runs)
+    if err then
+      return notify('hunkgate: cancel: ' .. err, vim.log.levels.ERROR)
+    end
+    local line = require('hunkgate.visible').line
+    local function send(r)
+      hub().request({ type = 'cancel', runId = r.run_id }, function(resp)
+        if resp.success then
+          notify(('hunkgate: run %s cancelled'):format(r.run_id:sub(1, 8)))
+        else
+          notify('hunkgate: cancel failed: ' .. (resp.error or ''), vim.log.levels.ERROR)
+        end
+      end)
+    end
+    local candidates = {}
+    for _, r in ipairs(runs or {}) do
+      if id ~= '' and vim.startswith(r.run_id, id) or id == '' and active(r) then
+        candidates[#candidates + 1] = r
+      end
+    end
+    if #candidates == 0 then
+      return notify(id ~= '' and ('hunkgate: no run %s'):format(line(id)) or 'hunkgate: no run is queued or running')
+    end
+    if #candidates == 1 then
+      return send(candidates[1])
+    end
+    if id ~= '' then
+      return notify(('hunkgate: %s names %d runs: give more of the id'):format(line(id), #candidates))
+    end
+    vim.ui.select(candidates, {
+      prompt = 'cancel which run?',
+      format_item = function(r)
+        return ('%s  %s  %s'):format(r.run_id:sub(1, 8), r.status, line(r.prompt or ''))
+      end,
+    }, function(r)
+      if r then
+        send(r)
+      end
+    end)
+  end)
+end
+
 --- The question to answer: the oldest one waiting, when several runs ask.
 ---@return hunkgate.Question?
 local function waiting_question()
@@ -246,6 +321,7 @@ M.list = {
     visual = true,
     desc = 'start an agent run',
   },
+  { name = 'cancel', api = 'cancel', fn = cancel, arg = 'optional', desc = 'stop a queued or running run' },
   { name = 'answer', api = 'answer', fn = answer, arg = 'optional', desc = "answer the agent's question" },
   { name = 'skip', api = 'skip', fn = skip, desc = "skip the agent's question" },
   {

@@ -45,6 +45,7 @@ local before = {
   { 'undo', 'undo', 'undo' },
   { 'close', 'close', 'close' },
   { 'run', 'run', 'run' },
+  { 'cancel', 'cancel', 'cancel' },
   { 'answer', 'answer', 'answer' },
   { 'skip', 'skip', 'skip' },
   -- Added with the review tied to the code (#55).

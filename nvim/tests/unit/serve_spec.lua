@@ -12,7 +12,13 @@ local function with_fake(body, fn)
   vim.fn.setfperm(script, 'rwx------')
   local saved = config.get()
   config.set(assert(config.resolve({ server = { cmd = { script }, auto_connect = false } })))
+  -- The hub's log in the test's directory, not in this user's stdpath('log').
+  local log_path = serve.log_path
+  serve.log_path = function()
+    return dir .. '/serve.log'
+  end
   local ok, err = xpcall(fn, debug.traceback, { dir = dir, repo = assert(vim.uv.fs_realpath(dir .. '/repo')) })
+  serve.log_path = log_path
   config.set(saved)
   vim.fn.delete(dir, 'rf')
   assert(ok, err)
