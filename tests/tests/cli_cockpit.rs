@@ -4,7 +4,7 @@
 //! session's next run.
 
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -58,20 +58,8 @@ fn ok(ws: &Workspace, args: &[&str]) -> Out {
     o
 }
 
-/// An agent that records its pid (and its child's) in `pids`, then sleeps.
-fn sleeper(ws: &Workspace, pids: &Path) -> PathBuf {
-    ws.agent_script(
-        "sleeper.sh",
-        &format!(
-            "rm -f {p}.bg\nsh -c 'read -r me _ < /proc/self/stat; echo $me > {p}.bg; exec sleep 300' &\nwhile [ ! -s {p}.bg ]; do sleep 0.01; done\nread -r me _ < /proc/self/stat\ncat {p}.bg > {p}.tmp\necho $me >> {p}.tmp\nmv {p}.tmp {p}\nsleep 300",
-            p = pids.display()
-        ),
-    )
-    .unwrap()
-}
-
 /// The agent's pids once it has started (and removes the file, for the next run).
-fn wait_pids(pids: &Path) -> Vec<u32> {
+pub(crate) fn wait_pids(pids: &Path) -> Vec<u32> {
     wait_until("the agent to start", SECS, || pids.exists()).unwrap();
     let got: Vec<u32> = std::fs::read_to_string(pids)
         .unwrap()
@@ -84,7 +72,7 @@ fn wait_pids(pids: &Path) -> Vec<u32> {
     got
 }
 
-fn assert_gone(pids: &[u32]) {
+pub(crate) fn assert_gone(pids: &[u32]) {
     for p in pids {
         wait_until(&format!("process {p} to be gone"), SECS, || !pid_alive(*p)).unwrap();
     }
@@ -112,7 +100,7 @@ fn run_with_prompt(hub: &hunkgate_tests::Hub, prompt: &str) -> Value {
 fn status_runs_and_cancel_show_and_stop_runs() {
     let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
     let pids_path = ws.path("pids");
-    let agent = sleeper(&ws, &pids_path);
+    let agent = crate::runs::sleeper(&ws, &pids_path);
     let changer = ws.agent_script("changer.sh", "echo b > a.txt").unwrap();
     let hub = ws.serve(&[]).unwrap();
 
@@ -279,7 +267,7 @@ fn status_stays_the_agents_command_where_the_agent_could_mean_it() {
 fn ctrl_c_on_run_off_a_terminal_cancels_the_run() {
     let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
     let pids_path = ws.path("pids");
-    let agent = sleeper(&ws, &pids_path);
+    let agent = crate::runs::sleeper(&ws, &pids_path);
     let hub = ws.serve(&[]).unwrap();
     let mut cmd = Command::new(hunkgate_bin());
     hermetic_env(&mut cmd, &ws.home());
@@ -395,7 +383,7 @@ impl OnPty {
 fn ctrl_c_on_run_on_a_terminal_asks_whether_to_cancel() {
     let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
     let pids_path = ws.path("pids");
-    let agent = sleeper(&ws, &pids_path);
+    let agent = crate::runs::sleeper(&ws, &pids_path);
     let hub = ws.serve(&[]).unwrap();
 
     // Leave it running.

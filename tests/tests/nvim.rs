@@ -779,16 +779,7 @@ fn install_from_git_with_lazy_nvim_as_documented() {
 fn cancel_stops_the_working_run() {
     let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
     let pids = ws.path("pids");
-    let agent = ws
-        .agent_script(
-            "sleeper.sh",
-            &format!(
-                // Pids from /proc/self/stat: the agent's PID namespace has its own `$$`.
-                "sh -c 'read -r me _ < /proc/self/stat; echo $me > {p}.bg; exec sleep 300' &\nwhile [ ! -s {p}.bg ]; do sleep 0.01; done\nread -r me _ < /proc/self/stat\n(cat {p}.bg; echo $me) > {p}.tmp\nmv {p}.tmp {p}\nsleep 300",
-                p = pids.display()
-            ),
-        )
-        .unwrap();
+    let agent = crate::runs::sleeper(&ws, &pids);
     let hub = ws.serve(&[]).unwrap();
     let mut scenario = Scenario::start(&ws, "cancel", Some(&ws.state()));
     scenario.wait_mark("synced");
@@ -801,20 +792,7 @@ fn cancel_stops_the_working_run() {
         .unwrap();
     assert_eq!(r.status, 200, "{}", r.body);
     let run_id = r.body["run_id"].as_str().unwrap().to_string();
-    wait_until("the agent started", Duration::from_secs(30), || {
-        pids.exists()
-    })
-    .unwrap();
-    let started: Vec<u32> = std::fs::read_to_string(&pids)
-        .unwrap()
-        .lines()
-        .map(|l| l.trim().parse().unwrap())
-        .collect();
-    assert_eq!(started.len(), 2, "{started:?}");
-    assert!(
-        started.iter().all(|p| hunkgate_tests::pid_alive(*p)),
-        "control: the agent runs"
-    );
+    let started = crate::cli_cockpit::wait_pids(&pids);
     scenario.mark("working", "");
     scenario.wait_mark("cancelled");
     let run = hub.curl().get(&format!("/runs/{run_id}")).unwrap().body;
@@ -823,14 +801,7 @@ fn cancel_stops_the_working_run() {
         v["status"] == "cancelled"
     })
     .unwrap_or_else(|e| panic!("{e}: {run}"));
-    for p in &started {
-        wait_until(
-            &format!("agent process {p} gone"),
-            Duration::from_secs(10),
-            || !hunkgate_tests::pid_alive(*p),
-        )
-        .unwrap();
-    }
+    crate::cli_cockpit::assert_gone(&started);
     scenario.mark("checked", "");
     let out = scenario.finish(&[&hub]);
     assert!(

@@ -211,7 +211,9 @@ async fn a_run_read_on_its_ready_events_is_already_ready() {
 /// in a PID namespace of its own, where `$$` and `$!` are not the pids the test sees: each
 /// process reads its own from `/proc/self/stat` (the machine's `/proc`), before `exec`. A second
 /// run in the same workspace must not read the first run's (dead) child from a stale `.bg` file.
-fn sleeper(ws: &Workspace, pids: &std::path::Path) -> std::path::PathBuf {
+/// An agent that records its pid and its background child's in `pids` (host pids, from
+/// `/proc/self/stat`: the agent's PID namespace has its own `$$`), then sleeps.
+pub(crate) fn sleeper(ws: &Workspace, pids: &std::path::Path) -> std::path::PathBuf {
     ws.agent_script(
         "sleeper.sh",
         &format!(
