@@ -44,8 +44,26 @@ async fn each_run_is_a_jj_change() {
     std::fs::write(repo.join("notes.txt"), "alpha\nbeta\ngamma\n").unwrap();
     jj(&home, &repo, &["commit", "-m", "notes"]);
 
+    // The agent publishes its change itself, then looks at its jj change while the run is
+    // live: once a run is over its slot is put back to the base, jj metadata and all (under
+    // either isolation), so the change is seen from inside the run.
+    let out = tmp.path("seen");
+    std::fs::create_dir(&out).unwrap();
     let agent = tmp
-        .agent_script("agent.sh", "sed -i 's/beta/BETA/' notes.txt")
+        .agent_script(
+            "agent.sh",
+            &format!(
+                r#"sed -i 's/beta/BETA/' notes.txt
+exec 2> {out}/err
+curl -sS -o {out}/published -H "Authorization: Bearer $HUNKGATE_AGENT_TOKEN" -H 'Content-Type: application/json' -d '{{"description":"shout beta"}}' "$HUNKGATE_URL/agent/publish"
+export JJ_CONFIG={config}
+jj --no-pager --color=never log -r @ --no-graph -T change_id > {out}/change
+jj --no-pager --color=never log -r @ --no-graph -T description > {out}/desc
+jj --no-pager --color=never log -r @- --no-graph -T description > {out}/parent"#,
+                out = out.display(),
+                config = home.join("jj.toml").display()
+            ),
+        )
         .unwrap();
     let state = tmp.state();
     let jj_config = home.join("jj.toml");
@@ -73,25 +91,18 @@ async fn each_run_is_a_jj_change() {
         change.len() >= 12 && change.chars().all(|c| ('k'..='z').contains(&c)),
         "{change}"
     );
-    let sandbox = state.join("sandboxes/0");
-    let desc = jj(
-        &home,
-        &sandbox,
-        &["log", "-r", &change, "--no-graph", "-T", "description"],
-    );
-    assert_eq!(desc, "suggestion: shout beta");
-    let parent_desc = jj(
-        &home,
-        &sandbox,
-        &[
-            "log",
-            "-r",
-            &format!("{change}-"),
-            "--no-graph",
-            "-T",
-            "description",
-        ],
-    );
+    // The suggestion came with the agent's publish: wait for the agent to be done looking.
+    let run_id = s["run_id"].as_str().unwrap();
+    hunkgate_tests::wait_run_finished(&hub, run_id, std::time::Duration::from_secs(60))
+        .await
+        .unwrap();
+    let seen = |f: &str| {
+        let text = std::fs::read_to_string(out.join(f)).unwrap_or_default();
+        text.trim_end().to_string()
+    };
+    assert_eq!(seen("change"), change, "{}", seen("err"));
+    assert_eq!(seen("desc"), "suggestion: shout beta");
+    let parent_desc = seen("parent");
     assert!(
         parent_desc.contains("your checkout"),
         "the change sits on the base: {parent_desc}"
