@@ -202,7 +202,8 @@ async fn whole_run(test: &str, agent: Agent) {
 }
 
 /// Accept every hunk of the run's suggestion; the checkout then holds exactly what the agent
-/// left in its sandbox, file by file.
+/// left in its sandbox, file by file: what the run commit in the checkpoint store holds (the
+/// slot itself is put back to its base once the run is over).
 fn accept_everything(hub: &Hub, ws: &Workspace, run: &Value, ctx: &str) {
     let id = run["suggestion_ids"][0].as_str().unwrap();
     let s = hub.curl().get(&format!("/suggestions/{id}")).unwrap();
@@ -220,26 +221,16 @@ fn accept_everything(hub: &Hub, ws: &Workspace, run: &Value, ctx: &str) {
         assert_eq!(r.status, 200, "accepting {}: {}\n{ctx}", h["id"], r.body);
         assert_eq!(r.body["hunk"]["state"], "accepted", "{}", r.body);
     }
-    let sandbox = sandbox_dir(&ws.state());
+    let commit = s.body["run_commit"].as_str().expect("run_commit");
     let mut files: Vec<&str> = hunks.iter().filter_map(|h| h["file"].as_str()).collect();
     files.dedup();
     for file in files {
-        let agent_wrote = std::fs::read(sandbox.join(file)).ok();
+        let agent_wrote = ws
+            .checkpoint_git(&["show", &format!("{commit}:{file}")])
+            .ok();
         let checkout = std::fs::read(ws.repo().join(file)).ok();
         assert_eq!(checkout, agent_wrote, "{file} after accepting: {ctx}");
     }
-}
-
-/// The one sandbox an `--isolation none` hub made (`<state>/sandboxes/N`).
-fn sandbox_dir(state: &Path) -> PathBuf {
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(state.join("sandboxes"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.is_dir())
-        .collect();
-    assert_eq!(dirs.len(), 1, "{dirs:?}");
-    dirs.pop().unwrap()
 }
 
 #[tokio::test]
