@@ -119,3 +119,42 @@ fn readme_curl_lines_work() {
         "a README curl line is not covered by this test"
     );
 }
+
+/// The relative links (`[text](path)`, `path#anchor`) of a Markdown text that name no file
+/// under `dir`; web links and pure anchors are not looked at.
+fn dead_links(text: &str, dir: &std::path::Path) -> Vec<String> {
+    let mut dead = Vec::new();
+    for (i, _) in text.match_indices("](") {
+        let rest = &text[i + 2..];
+        let Some(end) = rest.find(')') else { continue };
+        let target = rest[..end].split('#').next().unwrap_or("");
+        if target.is_empty() || target.contains("://") || target.starts_with("mailto:") {
+            continue;
+        }
+        if !dir.join(target).exists() {
+            dead.push(rest[..end].to_string());
+        }
+    }
+    dead
+}
+
+/// Every relative link in README.md and nvim/README.md names a file of this checkout (the
+/// protocol spec moved once and the README kept pointing at its old place).
+#[test]
+fn relative_links_in_the_readmes_resolve() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    // Control: a link to a missing file is found, a link to an existing one is not.
+    assert_eq!(
+        dead_links(
+            "[a](README.md) [b](no/such.md#x) [c](https://x.invalid/y)",
+            &root
+        ),
+        ["no/such.md#x"]
+    );
+    for page in ["README.md", "nvim/README.md"] {
+        let path = root.join(page);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let dead = dead_links(&text, path.parent().unwrap());
+        assert!(dead.is_empty(), "{page}: dead links {dead:?}");
+    }
+}
