@@ -124,29 +124,6 @@ local function run(prompt, selection)
   end, { start = true })
 end
 
---- The current repository's runs (`GET /runs`), for `cb(err, runs)`.
----@param cb fun(err: string?, runs: {run_id: string, status: string, prompt?: string}[]?)
-local function fetch_runs(cb)
-  local c = hub().client
-  local ep = c and c.endpoint
-  if not ep then
-    return cb('not connected to a hub (:Hunkgate connect, :Hunkgate serve)')
-  end
-  require('hunkgate.http').request('GET', ep.url .. '/runs', {
-    headers = { Authorization = 'Bearer ' .. ep.token },
-    timeout = require('hunkgate.config').get().server.request_timeout,
-  }, function(err, reply)
-    local ok, body = false, nil
-    if not err and reply and reply.status == 200 then
-      ok, body = pcall(vim.json.decode, reply.body, { luanil = { object = true, array = true } })
-    end
-    if not ok or type(body) ~= 'table' or type(body.runs) ~= 'table' then
-      return cb(err or ('the hub answered GET /runs with %s'):format(reply and reply.status or '?'))
-    end
-    cb(nil, body.runs)
-  end)
-end
-
 --- Queued or running: a run that can still be cancelled.
 local function active(r)
   return r.status == 'queued' or r.status == 'working'
@@ -157,7 +134,7 @@ end
 ---@param id? string
 local function cancel(id)
   id = id and vim.trim(id) or ''
-  fetch_runs(function(err, runs)
+  hub().fetch_runs(hub().current(), function(err, runs)
     if err then
       return notify('hunkgate: cancel: ' .. err, vim.log.levels.ERROR)
     end

@@ -187,30 +187,43 @@ function M.announce(conn, q)
   end
 end
 
---- After a resync: the questions runs wait on, from the run list (events do not say which
---- questions were asked or answered while away). A failed fetch keeps what is known.
-local function resync_questions(conn)
-  local client = conn.client
+--- The run list of `conn`'s hub (`GET /runs`), for `cb(err, runs)`; `err` when there is none
+--- to be had (not connected, an older hub without /runs, a hiccup).
+---@param conn hunkgate.Conn
+---@param cb fun(err: string?, runs: {run_id: string, status: string, prompt?: string}[]?)
+function M.fetch_runs(conn, cb)
+  local client = conn and conn.client
   local ep = client and client.endpoint
   if not ep then
-    return
+    return cb('not connected to a hub (:Hunkgate connect, :Hunkgate serve)')
   end
-  local since = conn.store.known
   require('hunkgate.http').request('GET', ep.url .. '/runs', {
     headers = { Authorization = 'Bearer ' .. ep.token },
     timeout = config.get().server.request_timeout,
   }, function(err, reply)
     if conn.client ~= client then
-      return
+      return cb('the connection changed meanwhile')
     end
     local ok, body = false, nil
     if not err and reply and reply.status == 200 then
       ok, body = pcall(vim.json.decode, reply.body, { luanil = { object = true, array = true } })
     end
     if not ok or type(body) ~= 'table' or type(body.runs) ~= 'table' then
+      return cb(err or ('the hub answered GET /runs with %s'):format(reply and reply.status or '?'))
+    end
+    cb(nil, body.runs)
+  end)
+end
+
+--- After a resync: the questions runs wait on, from the run list (events do not say which
+--- questions were asked or answered while away). A failed fetch keeps what is known.
+local function resync_questions(conn)
+  local since = conn.store.known
+  M.fetch_runs(conn, function(err, runs)
+    if err then
       return -- an older hub without /runs, or a hiccup: the next resync tries again
     end
-    local new = conn.store:replace_questions(body.runs, since)
+    local new = conn.store:replace_questions(runs, since)
     M.settle({ kind = 'question' }, conn)
     for _, q in ipairs(new) do
       M.announce(conn, q)
