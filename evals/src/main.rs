@@ -223,20 +223,7 @@ fn print_metrics(lines: &[runner::ResultLine], json: bool) -> Result<()> {
 
 fn real_main(cli: Cli) -> Result<ExitCode> {
     match cli.cmd {
-        Cmd::Score { json, files } => {
-            let mut readers = Vec::new();
-            for f in &files {
-                let file = std::fs::File::open(f).with_context(|| f.display().to_string())?;
-                readers.push(BufReader::new(file));
-            }
-            let report = hunkgate_evals::score(readers)?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            } else {
-                print!("{}", hunkgate_evals::render(&report));
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Cmd::Score { json, files } => score(&files, json),
         Cmd::Report {
             results,
             json,
@@ -244,159 +231,214 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
             html,
             feedback,
             title,
-        } => {
-            let results = if results.is_empty() {
-                vec![PathBuf::from("results.jsonl")]
-            } else {
-                results
-            };
-            let mut lines = Vec::new();
-            for r in &results {
-                let these = runner::latest(runner::read_results(r)?);
-                if these.is_empty() {
-                    bail!("{} holds no results", r.display());
-                }
-                lines.extend(these);
-            }
-            print_metrics(&lines, json)?;
-            let mut time = report::feedback_over_time(&feedback)?;
-            time.extend(report::replay_over_time(&lines));
-            if let Some(p) = md {
-                std::fs::write(&p, report::markdown(&title, &lines, &time))
-                    .with_context(|| format!("writing {}", p.display()))?;
-            }
-            if let Some(p) = html {
-                std::fs::write(&p, report::html(&title, &lines, &time))
-                    .with_context(|| format!("writing {}", p.display()))?;
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Cmd::Replay(a) => {
-            let repo = match a.repo {
-                Some(r) => r,
-                None => a.logs[0]
-                    .parent()
-                    .unwrap_or(Path::new("."))
-                    .join("checkpoints.git"),
-            };
-            if !repo.exists() {
-                bail!(
-                    "{} does not exist: pass --repo with the hub's <state-dir>/checkpoints.git, \
-                     or your repository if the hub ran with --mirror-refs",
-                    repo.display()
-                );
-            }
-            let ex = replay::extract(&a.logs, &repo, &a.tasks_out)?;
-            for s in &ex.skipped {
-                eprintln!("hunkgate-evals: replay: skipped {s}");
-            }
-            if ex.bad_lines > 0 {
-                eprintln!(
-                    "hunkgate-evals: replay: {} lines were not feedback records",
-                    ex.bad_lines
-                );
-            }
-            eprintln!(
-                "hunkgate-evals: replay: {} tasks in {}",
-                ex.tasks.len(),
-                a.tasks_out.display()
-            );
-            if ex.tasks.is_empty() {
-                bail!("no run of the logs could be replayed");
-            }
-            if a.agents.is_empty() && a.models.is_empty() {
-                eprintln!(
-                    "score an agent on them with: hunkgate-evals replay … --agent CMD, or \
-                     hunkgate-evals run --tasks {} --agent CMD",
-                    a.tasks_out.display()
-                );
-                return Ok(ExitCode::SUCCESS);
-            }
-            let names: Vec<String> = ex
-                .tasks
-                .iter()
-                .filter_map(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
-                .collect();
-            real_main(Cli {
-                cmd: Cmd::Run(RunArgs {
-                    tasks: a.tasks_out,
-                    agents: a.agents,
-                    provider_url: a.provider_url,
-                    models: a.models,
-                    hub: a.hub,
-                    jobs: a.jobs,
-                    out: a.out,
-                    run_timeout: a.run_timeout,
-                    hub_config: a.hub_config,
-                    tags: Vec::new(),
-                    only: names,
-                    json: a.json,
-                    quiet: a.quiet,
-                    keep: None,
-                }),
-            })
-        }
-        Cmd::ScriptedModel { tasks, addr } => {
-            let tasks = task::load_tasks(&tasks)?;
-            let rt = tokio::runtime::Runtime::new()?;
-            rt.block_on(async {
-                let (local, server) = scripted::bind(tasks, addr).await?;
-                println!("http://{local}/v1");
-                server.await?;
-                Ok::<_, anyhow::Error>(())
-            })?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Cmd::Run(a) => {
-            let hub_config = a.hub_config.as_deref().map(hub_config).transpose()?;
-            let mut tasks = task::load_tasks(&a.tasks)?;
-            if !a.tags.is_empty() {
-                tasks.retain(|t| t.spec.tags.iter().any(|g| a.tags.contains(g)));
-            }
-            if !a.only.is_empty() {
-                for name in &a.only {
-                    if !tasks.iter().any(|t| &t.name == name) {
-                        bail!("--task {name}: no such task in {}", a.tasks.display());
-                    }
-                }
-                tasks.retain(|t| a.only.contains(&t.name));
-            }
-            if tasks.is_empty() {
-                bail!("no task left after --tag/--task filters");
-            }
-            let mut agents: Vec<Agent> = a.agents.into_iter().map(Agent::Command).collect();
-            agents.extend(a.models.into_iter().map(|model| Agent::Builtin { model }));
-            if agents.is_empty() {
-                bail!("name at least one --agent 'CMD {{prompt}}' or --provider-url U --model M");
-            }
-            let cfg = RunnerConfig {
-                hub: a.hub.unwrap_or_else(default_hub),
-                provider_url: a.provider_url,
-                jobs: a.jobs,
-                out: a.out.clone(),
-                progress: !a.quiet,
-                run_timeout: a.run_timeout,
-                hub_config,
-                keep: a.keep,
-            };
-            let rt = tokio::runtime::Runtime::new()?;
-            let ran = rt.block_on(runner::run_all(&cfg, &tasks, &agents))?;
-            // The metrics of these tasks and agents, including pairs resumed from the file.
-            let labels: Vec<String> = agents.iter().map(Agent::label).collect();
-            let lines: Vec<_> = runner::latest(runner::read_results(&a.out)?)
-                .into_iter()
-                .filter(|l| labels.contains(&l.agent) && tasks.iter().any(|t| t.name == l.task))
-                .collect();
-            print_metrics(&lines, a.json)?;
-            let errors = ran.iter().filter(|l| l.status == "runner_error").count();
-            if errors > 0 {
-                eprintln!(
-                    "hunkgate-evals: {errors} pairs failed in the runner (status runner_error; see `error` in {}); run again to retry them",
-                    a.out.display()
-                );
-                return Ok(ExitCode::FAILURE);
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        } => report(ReportArgs {
+            results,
+            json,
+            md,
+            html,
+            feedback,
+            title,
+        }),
+        Cmd::Replay(a) => replay(a),
+        Cmd::ScriptedModel { tasks, addr } => scripted_model(&tasks, addr),
+        Cmd::Run(a) => run(a),
     }
+}
+
+/// `score`: each agent's hunks, from feedback logs.
+fn score(files: &[PathBuf], json: bool) -> Result<ExitCode> {
+    let mut readers = Vec::new();
+    for f in files {
+        let file = std::fs::File::open(f).with_context(|| f.display().to_string())?;
+        readers.push(BufReader::new(file));
+    }
+    let report = hunkgate_evals::score(readers)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", hunkgate_evals::render(&report));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What `report` was asked for (the fields of [`Cmd::Report`]).
+struct ReportArgs {
+    results: Vec<PathBuf>,
+    json: bool,
+    md: Option<PathBuf>,
+    html: Option<PathBuf>,
+    feedback: Vec<PathBuf>,
+    title: String,
+}
+
+/// `report`: the metrics of results files, and their Markdown/HTML pages.
+fn report(a: ReportArgs) -> Result<ExitCode> {
+    let results = if a.results.is_empty() {
+        vec![PathBuf::from("results.jsonl")]
+    } else {
+        a.results
+    };
+    let mut lines = Vec::new();
+    for r in &results {
+        let these = runner::latest(runner::read_results(r)?);
+        if these.is_empty() {
+            bail!("{} holds no results", r.display());
+        }
+        lines.extend(these);
+    }
+    print_metrics(&lines, a.json)?;
+    let mut time = report::feedback_over_time(&a.feedback)?;
+    time.extend(report::replay_over_time(&lines));
+    if let Some(p) = a.md {
+        std::fs::write(&p, report::markdown(&a.title, &lines, &time))
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    if let Some(p) = a.html {
+        std::fs::write(&p, report::html(&a.title, &lines, &time))
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `replay`: tasks made from the runs of feedback logs, then scored on the agents named.
+fn replay(a: ReplayArgs) -> Result<ExitCode> {
+    let repo = match a.repo {
+        Some(r) => r,
+        None => a.logs[0]
+            .parent()
+            .unwrap_or(Path::new("."))
+            .join("checkpoints.git"),
+    };
+    if !repo.exists() {
+        bail!(
+            "{} does not exist: pass --repo with the hub's <state-dir>/checkpoints.git, \
+             or your repository if the hub ran with --mirror-refs",
+            repo.display()
+        );
+    }
+    let ex = replay::extract(&a.logs, &repo, &a.tasks_out)?;
+    say_what_replay_found(&ex, &a.tasks_out)?;
+    if a.agents.is_empty() && a.models.is_empty() {
+        eprintln!(
+            "score an agent on them with: hunkgate-evals replay … --agent CMD, or \
+             hunkgate-evals run --tasks {} --agent CMD",
+            a.tasks_out.display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let names: Vec<String> = ex
+        .tasks
+        .iter()
+        .filter_map(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .collect();
+    run(RunArgs {
+        tasks: a.tasks_out,
+        agents: a.agents,
+        provider_url: a.provider_url,
+        models: a.models,
+        hub: a.hub,
+        jobs: a.jobs,
+        out: a.out,
+        run_timeout: a.run_timeout,
+        hub_config: a.hub_config,
+        tags: Vec::new(),
+        only: names,
+        json: a.json,
+        quiet: a.quiet,
+        keep: None,
+    })
+}
+
+/// The replay's account on stderr; an error when it made no task at all.
+fn say_what_replay_found(ex: &replay::Extracted, tasks_out: &Path) -> Result<()> {
+    for s in &ex.skipped {
+        eprintln!("hunkgate-evals: replay: skipped {s}");
+    }
+    if ex.bad_lines > 0 {
+        eprintln!(
+            "hunkgate-evals: replay: {} lines were not feedback records",
+            ex.bad_lines
+        );
+    }
+    eprintln!(
+        "hunkgate-evals: replay: {} tasks in {}",
+        ex.tasks.len(),
+        tasks_out.display()
+    );
+    if ex.tasks.is_empty() {
+        bail!("no run of the logs could be replayed");
+    }
+    Ok(())
+}
+
+/// `scripted-model`: serve the tasks' scripted answers as an OpenAI-style endpoint until killed.
+fn scripted_model(tasks: &Path, addr: SocketAddr) -> Result<ExitCode> {
+    let tasks = task::load_tasks(tasks)?;
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        let (local, server) = scripted::bind(tasks, addr).await?;
+        println!("http://{local}/v1");
+        server.await?;
+        Ok::<_, anyhow::Error>(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The tasks of `a.tasks` that `--tag`/`--task` keep; an error names a `--task` that is not there.
+fn selected_tasks(a: &RunArgs) -> Result<Vec<task::Task>> {
+    let mut tasks = task::load_tasks(&a.tasks)?;
+    if !a.tags.is_empty() {
+        tasks.retain(|t| t.spec.tags.iter().any(|g| a.tags.contains(g)));
+    }
+    if !a.only.is_empty() {
+        for name in &a.only {
+            if !tasks.iter().any(|t| &t.name == name) {
+                bail!("--task {name}: no such task in {}", a.tasks.display());
+            }
+        }
+        tasks.retain(|t| a.only.contains(&t.name));
+    }
+    if tasks.is_empty() {
+        bail!("no task left after --tag/--task filters");
+    }
+    Ok(tasks)
+}
+
+/// `run`: every agent on every selected task, then the metrics of those pairs.
+fn run(a: RunArgs) -> Result<ExitCode> {
+    let hub_config = a.hub_config.as_deref().map(hub_config).transpose()?;
+    let tasks = selected_tasks(&a)?;
+    let mut agents: Vec<Agent> = a.agents.into_iter().map(Agent::Command).collect();
+    agents.extend(a.models.into_iter().map(|model| Agent::Builtin { model }));
+    if agents.is_empty() {
+        bail!("name at least one --agent 'CMD {{prompt}}' or --provider-url U --model M");
+    }
+    let cfg = RunnerConfig {
+        hub: a.hub.unwrap_or_else(default_hub),
+        provider_url: a.provider_url,
+        jobs: a.jobs,
+        out: a.out.clone(),
+        progress: !a.quiet,
+        run_timeout: a.run_timeout,
+        hub_config,
+        keep: a.keep,
+    };
+    let rt = tokio::runtime::Runtime::new()?;
+    let ran = rt.block_on(runner::run_all(&cfg, &tasks, &agents))?;
+    // The metrics of these tasks and agents, including pairs resumed from the file.
+    let labels: Vec<String> = agents.iter().map(Agent::label).collect();
+    let lines: Vec<_> = runner::latest(runner::read_results(&a.out)?)
+        .into_iter()
+        .filter(|l| labels.contains(&l.agent) && tasks.iter().any(|t| t.name == l.task))
+        .collect();
+    print_metrics(&lines, a.json)?;
+    let errors = ran.iter().filter(|l| l.status == "runner_error").count();
+    if errors > 0 {
+        eprintln!(
+            "hunkgate-evals: {errors} pairs failed in the runner (status runner_error; see `error` in {}); run again to retry them",
+            a.out.display()
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
 }
