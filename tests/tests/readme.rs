@@ -183,8 +183,7 @@ fn dead_links(text: &str, page: &std::path::Path) -> Vec<String> {
             target.exists()
                 && (anchor.is_empty()
                     || target.extension().is_none_or(|e| e != "md")
-                    || std::fs::read_to_string(&target)
-                        .is_ok_and(|t| anchors(&t).contains(anchor)))
+                    || std::fs::read_to_string(&target).is_ok_and(|t| anchors(&t).contains(anchor)))
         };
         if !found {
             dead.push(link.to_string());
