@@ -8,10 +8,10 @@
 //! uses that binary instead), a synthetic repository of 10,000 files × 200 lines, and drives the
 //! hub through its HTTP + WebSocket API only, under `--isolation none` and, when the sandbox
 //! user is set up (`hunkgate setup`), `--isolation user`. Prints a markdown table per mode
-//! (the README's speed section is pasted from it). Figures only: no thresholds. The scale comes
-//! from `HUNKGATE_BENCH_*` variables (see `hunkgate_tests::hub_bench::Config::from_env` and the
-//! README); the code itself is in `tests/src/hub_bench.rs`, which `bench_smoke` runs at a tiny
-//! scale in the test suite.
+//! (`docs/performance.md`'s newest run is pasted from it; the README keeps a few of its rows).
+//! Figures only: no thresholds. The scale comes from `HUNKGATE_BENCH_*` variables (see
+//! `hunkgate_tests::hub_bench::Config::from_env` and `docs/performance.md`); the code itself is
+//! in `tests/src/hub_bench.rs`, which `bench_smoke` runs at a tiny scale in the test suite.
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -138,7 +138,7 @@ impl Config {
         }
     }
 
-    /// The issue's scale with every `HUNKGATE_BENCH_*` variable applied (see the README).
+    /// The issue's scale with every `HUNKGATE_BENCH_*` variable applied (see `docs/performance.md`).
     pub fn from_env(bin: PathBuf) -> Result<Self> {
         let mut c = Self::issue_scale(bin);
         let num = |name: &str, default: usize| -> Result<usize> {

@@ -268,7 +268,7 @@ fn kept_by(hub: i32, pid: i32, cmd: &str) -> bool {
 
 /// The probe agent: tries every escape the issue lists and prints `RESULT name value` lines.
 /// `kill_parent`: also try to kill the supervising process (in a PID namespace that is the
-/// namespace's init, which ignores it; without one it is the helper itself — see README).
+/// namespace's init, which ignores it; without one it is the helper itself — see docs/security.md).
 fn probe_script(s: &Setup, hub: &Hub, kill_parent: bool) -> Result<PathBuf> {
     let repo = s.ws.repo();
     let state = &hub.state;

@@ -120,41 +120,124 @@ fn readme_curl_lines_work() {
     );
 }
 
-/// The relative links (`[text](path)`, `path#anchor`) of a Markdown text that name no file
-/// under `dir`; web links and pure anchors are not looked at.
-fn dead_links(text: &str, dir: &std::path::Path) -> Vec<String> {
+/// GitHub's anchor for a heading's text: lower case, every character but letters, digits, `-`
+/// and `_` dropped, each space a `-` (so `## MCP: agents` is `#mcp-agents`).
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The anchors of a Markdown page's headings outside fenced code (a `# comment` in a `sh`
+/// block is no heading); a repeated heading's anchor gets `-1`, `-2`, … as on GitHub.
+fn anchors(text: &str) -> std::collections::HashSet<String> {
+    let mut seen = std::collections::HashMap::<String, usize>::new();
+    let mut out = std::collections::HashSet::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        let level = line.bytes().take_while(|b| *b == b'#').count();
+        if fenced || !(1..=6).contains(&level) || !line[level..].starts_with(' ') {
+            continue;
+        }
+        let base = slug(&line[level..]);
+        let n = seen.entry(base.clone()).or_default();
+        out.insert(if *n == 0 {
+            base.clone()
+        } else {
+            format!("{base}-{n}")
+        });
+        *n += 1;
+    }
+    out
+}
+
+/// The relative links (`[text](path)`, `path#anchor`, `#anchor`) of a Markdown page at `page`
+/// that name no file, or a heading its target page (a `.md` file) does not have; web links
+/// are not looked at.
+fn dead_links(text: &str, page: &std::path::Path) -> Vec<String> {
+    let dir = page.parent().unwrap();
     let mut dead = Vec::new();
     for (i, _) in text.match_indices("](") {
         let rest = &text[i + 2..];
         let Some(end) = rest.find(')') else { continue };
-        let target = rest[..end].split('#').next().unwrap_or("");
-        if target.is_empty() || target.contains("://") || target.starts_with("mailto:") {
+        let link = &rest[..end];
+        if link.contains("://") || link.starts_with("mailto:") {
             continue;
         }
-        if !dir.join(target).exists() {
-            dead.push(rest[..end].to_string());
+        let (file, anchor) = link.split_once('#').unwrap_or((link, ""));
+        let target = dir.join(file);
+        let found = if file.is_empty() {
+            anchors(text).contains(anchor)
+        } else {
+            target.exists()
+                && (anchor.is_empty()
+                    || target.extension().is_none_or(|e| e != "md")
+                    || std::fs::read_to_string(&target).is_ok_and(|t| anchors(&t).contains(anchor)))
+        };
+        if !found {
+            dead.push(link.to_string());
         }
     }
     dead
 }
 
-/// Every relative link in README.md and nvim/README.md names a file of this checkout (the
-/// protocol spec moved once and the README kept pointing at its old place).
+/// The Markdown pages whose links are checked: both READMEs and every page under `docs/`.
+fn markdown_pages(root: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut pages = vec![root.join("README.md"), root.join("nvim/README.md")];
+    let mut dirs = vec![root.join("docs")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                pages.push(path);
+            }
+        }
+    }
+    pages
+}
+
+/// Every relative link in README.md, nvim/README.md and the pages of docs/ names a file of
+/// this checkout, and a heading of it when the link has an anchor (the protocol spec moved once
+/// and the README kept pointing at its old place).
 #[test]
 fn relative_links_in_the_readmes_resolve() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    // Control: a link to a missing file is found, a link to an existing one is not.
+    // Control: a missing file, a missing heading and a missing anchor of this page are found;
+    // an existing file, heading and anchor, and a web link, are not.
+    let page = root.join("README.md");
     assert_eq!(
         dead_links(
-            "[a](README.md) [b](no/such.md#x) [c](https://x.invalid/y)",
-            &root
+            "## Set it up\n[a](README.md) [b](no/such.md#x) [c](https://x.invalid/y) \
+             [d](README.md#curl) [e](README.md#no-such-heading) [f](#set-it-up) [g](#nope)",
+            &page
         ),
-        ["no/such.md#x"]
+        ["no/such.md#x", "README.md#no-such-heading", "#nope"]
     );
-    for page in ["README.md", "nvim/README.md"] {
-        let path = root.join(page);
+    assert_eq!(
+        slug(" MCP: agents that bring `their` own loop"),
+        "mcp-agents-that-bring-their-own-loop"
+    );
+    let pages = markdown_pages(&root);
+    assert!(
+        pages.iter().any(|p| p.ends_with("docs/security.md")),
+        "{pages:?}"
+    );
+    for path in pages {
         let text = std::fs::read_to_string(&path).unwrap();
-        let dead = dead_links(&text, path.parent().unwrap());
-        assert!(dead.is_empty(), "{page}: dead links {dead:?}");
+        let dead = dead_links(&text, &path);
+        assert!(dead.is_empty(), "{}: dead links {dead:?}", path.display());
     }
 }

@@ -79,17 +79,28 @@ fn installed(test: &str, agent: &Agent) -> bool {
     ) && require(test, agent.name, agent_installed(agent))
 }
 
+/// The `--agent` template of the `hunkgate serve --agent '…'` line of `text` that runs
+/// `evals/agents/<agent>.sh`, if there is one.
+fn recipe_template(text: &str, agent: &str) -> Option<String> {
+    let script = format!("/evals/agents/{agent}.sh ");
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("hunkgate serve --agent '") && l.contains(&script))?;
+    let start = line.find("--agent '")? + "--agent '".len();
+    let end = start + line[start..].find('\'')?;
+    Some(line[start..end].to_string())
+}
+
+/// The recipe for `agent` in `page` (relative to the repository), which must have one.
+fn page_template(page: &str, agent: &str) -> String {
+    let text = std::fs::read_to_string(repo_root().join(page)).unwrap();
+    recipe_template(&text, agent)
+        .unwrap_or_else(|| panic!("{page} has no `hunkgate serve --agent` recipe for {agent}"))
+}
+
 /// The README's recipe for `agent`: the `--agent` template of its `hunkgate serve` line.
 fn readme_template(agent: &str) -> String {
-    let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
-    let script = format!("/evals/agents/{agent}.sh ");
-    let line = readme
-        .lines()
-        .find(|l| l.trim_start().starts_with("hunkgate serve --agent '") && l.contains(&script))
-        .unwrap_or_else(|| panic!("the README has no `hunkgate serve --agent` recipe for {agent}"));
-    let start = line.find("--agent '").unwrap() + "--agent '".len();
-    let end = start + line[start..].find('\'').unwrap();
-    line[start..end].to_string()
+    page_template("README.md", agent)
 }
 
 /// The README's template made runnable here: the checkout's path for `/path/to/hunkgate`, and
@@ -247,8 +258,21 @@ async fn opencode_runs_through_the_hub_against_a_local_model() {
     .await;
 }
 
+/// The recipe reader finds a recipe's template, only for the agent it names.
+#[test]
+fn a_recipe_is_read_from_its_serve_line() {
+    let text = "# aider\nhunkgate serve --agent 'sh /x/evals/agents/aider.sh http://h/v1 local {prompt}'\n";
+    assert_eq!(
+        recipe_template(text, "aider").as_deref(),
+        Some("sh /x/evals/agents/aider.sh http://h/v1 local {prompt}")
+    );
+    assert_eq!(recipe_template(text, "opencode"), None);
+    assert_eq!(recipe_template("hunkgate serve --repo x", "aider"), None);
+}
+
 /// The README's recipes name the tested scripts, and each script still runs the agent with the
-/// flags that keep it off the network (a positive control for `whole_run`'s template parsing).
+/// flags that keep it off the network (a positive control for `whole_run`'s template parsing);
+/// docs/agents.md shows the same recipes.
 #[test]
 fn the_readme_recipes_are_the_tested_scripts() {
     for (agent, must) in [
@@ -271,6 +295,11 @@ fn the_readme_recipes_are_the_tested_scripts() {
             ][..],
         ),
     ] {
+        assert_eq!(
+            page_template("docs/agents.md", agent),
+            readme_template(agent),
+            "docs/agents.md and the README show different {agent} recipes"
+        );
         let t = runnable_template(agent, "http://127.0.0.1:9/v1");
         assert!(t.ends_with(" http://127.0.0.1:9/v1 local {prompt}"), "{t}");
         let script =

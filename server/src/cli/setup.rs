@@ -429,7 +429,7 @@ fn create_user(name: &str, home: Option<&Path>) -> anyhow::Result<()> {
 
 #[cfg(target_os = "macos")]
 fn create_user(name: &str, home: Option<&Path>) -> anyhow::Result<()> {
-    // Untested: written from Apple's dscl/dseditgroup documentation (see README).
+    // Untested: written from Apple's dscl/dseditgroup documentation (see docs/testing.md, Platforms).
     let home = home
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("/var").join(name));
