@@ -90,6 +90,19 @@ pub fn tune_malloc() {
     }
 }
 
+/// Let a write to a closed pipe end this process quietly, as it ends `cat` or `git log`:
+/// `hunkgate show … | head` must stop when `head` has read enough, not print a panic. Rust
+/// ignores `SIGPIPE` so that a write fails with `EPIPE` instead, which `println!` turns into a
+/// panic. Only for the commands that print and exit: the hub and the MCP server keep ignoring
+/// it, since a client that hangs up must not end them.
+pub fn die_on_broken_pipe() {
+    // SAFETY: restoring a signal's default disposition installs no handler; it is called before
+    // the runtime's threads exist.
+    unsafe {
+        nix::libc::signal(nix::libc::SIGPIPE, nix::libc::SIG_DFL);
+    }
+}
+
 /// See [`tune_malloc`]: a block this large is worth its own mapping (and the page faults of
 /// filling it), for it is given back the moment it is freed.
 pub const LARGE_BLOCK: usize = 1 << 20;

@@ -416,3 +416,70 @@ fn serve_logs_without_colour_codes_when_stderr_is_not_a_terminal() {
         "colour codes in a piped log: {log:?}"
     );
 }
+
+/// `hunkgate show … | head` ends when `head` has read enough, as `git log | head` does: no panic
+/// about a broken pipe, no error. The control: the same output read whole ends well and in full.
+#[test]
+fn show_into_a_pipe_closed_early_ends_quietly() {
+    use std::io::{BufRead, BufReader, Read};
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::{Command, Stdio};
+
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    let agent = ws.table_agent(20_000).unwrap();
+    let template = format!("{} {{prompt}}", agent.display());
+    let _hub = ws.serve(&[]).unwrap();
+    let o = ok(&ws, &["run", "A long table", "--agent", &template]);
+    let sid = o
+        .stdout
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("suggestion "))
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no suggestion in: {}", &o.stdout[..200]))
+        .to_string();
+    let state = ws.state();
+    let show = || {
+        let mut cmd = Command::new(hunkgate_tests::hunkgate_bin());
+        hunkgate_tests::hermetic_env(&mut cmd, &ws.home());
+        cmd.current_dir(ws.repo())
+            .args(["show", &sid, "--state-dir", state.to_str().unwrap()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd.spawn().unwrap()
+    };
+
+    // Read whole: all 20,000 lines, exit status 0.
+    let whole = show().wait_with_output().unwrap();
+    assert!(whole.status.success(), "{whole:?}");
+    let text = String::from_utf8_lossy(&whole.stdout);
+    assert!(
+        text.contains("+line 020000 of a generated table"),
+        "the control read the whole suggestion"
+    );
+    assert!(whole.stdout.len() > 1 << 20, "more than a pipe holds");
+
+    // Read one line, then hang up.
+    let mut child = show();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    assert!(first.starts_with("suggestion "), "{first}");
+    drop(out);
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(!err.contains("Broken pipe"), "{err}");
+    assert_eq!(
+        status.signal(),
+        Some(13),
+        "ended by SIGPIPE: {status:?} {err}"
+    );
+}

@@ -248,6 +248,9 @@ pub fn main() -> ExitCode {
     #[cfg(target_os = "linux")]
     hunkgate_sandbox::agent::pidns::exec_roles_with(c"/proc/self/exe");
     hunkgate_sandbox::tune_malloc();
+    if !matches!(cli.cmd, Cmd::Serve(_) | Cmd::Mcp) {
+        hunkgate_sandbox::die_on_broken_pipe();
+    }
     init_logging();
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
