@@ -1042,7 +1042,8 @@ pub fn show_only_own_slot(
 ///   ([`pidns::enter_for_process_group`]).
 /// - `--isolation user`: the helper's namespace init mounts a fresh `/proc` in a mount
 ///   namespace of its own ([`pidns::mount_private_proc`]), so an agent sees only its own namespace's
-///   processes — never another run's agent, whose environment holds that run's token.
+///   processes — never another run's agent, whose environment holds that run's token — and
+///   covers every other slot ([`pidns::show_only_own_slot`]), so it reaches only its own.
 #[cfg(target_os = "linux")]
 pub mod pidns {
     use nix::libc;

@@ -4,7 +4,10 @@
 //!
 //! - `probe`: prove it starts as the sandbox user and that user's home is private.
 //! - `prepare`: receive the run's base as frames on stdin and make the sandbox hold exactly that,
-//!   with a fresh `.git` (like [`LocalSandbox`](crate::workspace::LocalSandbox) does).
+//!   with a fresh `.git` (like [`LocalSandbox`](crate::workspace::LocalSandbox) does) that holds
+//!   no object of the old one: an earlier agent could have forged any of them. A slot private
+//!   to its agent (`private_slot`: see `exec`) keeps its bases' objects beside it, out of its
+//!   agents' reach, and its `.git` borrows them; any other slot is sent every blob.
 //! - `snapshot`: read the sandbox as data (no symlink followed, FIFOs and devices skipped, files
 //!   over the cap skipped) and stream it to stdout; the hub re-checks every byte. As a
 //!   standby (see [`crate::wire`]'s module docs) it is started as the run's sync begins,
@@ -30,7 +33,9 @@
 //!   and reaps what it left, then answers on the lifeline (a socket) with the agent's wait
 //!   status: the hub knows the run is over, and its output whole, without waiting for the init,
 //!   this helper and sudo to exit. The init is not dumpable: the agent, the same user in the
-//!   same namespace, can neither trace it nor speak for it.
+//!   same namespace, can neither trace it nor speak for it. With a private `/proc` the
+//!   namespaces include a mount namespace, in which the init also covers every slot but the
+//!   run's own ([`crate::agent::show_only_own_slot`]): no agent can write another run's slot.
 //!
 //! Everything arrives on stdin; nothing secret is ever in argv.
 //!

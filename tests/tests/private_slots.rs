@@ -217,6 +217,7 @@ printf 'POISONED by run 1\n' | git hash-object -w --stdin >/dev/null
 P=$(printf 'POISONED by run 1\n' | git hash-object --stdin)
 mv .git/objects/$(echo $P | cut -c1-2)/$(echo $P | cut -c3-) $E/$(echo $O | cut -c1-2)/$(echo $O | cut -c3-)
 rm -f .git/objects/$(echo $O | cut -c1-2)/$(echo $O | cut -c3-)
+mkdir -p .git/objects/info
 echo "$E" > .git/objects/info/alternates
 "#,
     ),
