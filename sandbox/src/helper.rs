@@ -1796,6 +1796,43 @@ fn exit_like(status: WaitStatus) -> Result<ExitCode, HelperFailure> {
 mod tests {
     use super::*;
 
+    /// A slot's base objects outlive a sync only where the slot is private (and the sync is
+    /// not a full one), and are never reached through what was planted in their place.
+    #[test]
+    fn base_objects_are_kept_only_for_a_private_slot_and_never_through_a_symlink() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("0");
+        std::fs::create_dir(&dir).unwrap();
+        let open = |private, keep| base_objects(&dir, private, keep).unwrap();
+        let id = open(true, true).unwrap().write_blob(b"kept\n").unwrap();
+        assert!(
+            open(true, true).unwrap().has_object(id),
+            "kept for the next sync"
+        );
+        assert!(
+            !open(true, false).unwrap().has_object(id),
+            "a full prepare starts them afresh"
+        );
+        open(true, true).unwrap().write_blob(b"kept\n").unwrap();
+        assert!(open(false, true).is_none());
+        assert!(
+            std::fs::symlink_metadata(base_objects_path(&dir)).is_err(),
+            "a slot that is not private keeps none"
+        );
+        // Something planted in their place is removed, never followed.
+        let elsewhere = tmp.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, base_objects_path(&dir)).unwrap();
+        let store = open(true, true).unwrap();
+        assert!(!store.has_object(id));
+        let meta = std::fs::symlink_metadata(base_objects_path(&dir)).unwrap();
+        assert!(meta.is_dir() && !meta.file_type().is_symlink());
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+        // A helper kept beside a slot that is not private refuses to sync it.
+        assert!(kept_base_objects(&dir, false).is_err());
+        assert!(kept_base_objects(&dir, true).is_ok());
+    }
+
     #[test]
     fn stat_lines_with_hostile_names_parse() {
         assert_eq!(parse_stat("12 (sh) S 7 12 12 0"), Some((7, false)));
