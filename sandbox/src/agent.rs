@@ -1012,6 +1012,27 @@ pub fn mount_private_proc() -> std::io::Result<()> {
     }
 }
 
+/// In a namespace's init, after [`mount_private_proc`]: show the agent only its own slot (see
+/// [`pidns::show_only_own_slot`]).
+pub fn show_only_own_slot(
+    root: &std::path::Path,
+    slot: &std::path::Path,
+    objects: Option<&std::path::Path>,
+) -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        pidns::show_only_own_slot(root, slot, objects)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (root, slot, objects);
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "mount namespaces exist only on Linux",
+        ))
+    }
+}
+
 /// PID (and mount) namespaces for agents, on Linux.
 ///
 /// Two uses:
@@ -1021,7 +1042,8 @@ pub fn mount_private_proc() -> std::io::Result<()> {
 ///   ([`pidns::enter_for_process_group`]).
 /// - `--isolation user`: the helper's namespace init mounts a fresh `/proc` in a mount
 ///   namespace of its own ([`pidns::mount_private_proc`]), so an agent sees only its own namespace's
-///   processes — never another run's agent, whose environment holds that run's token.
+///   processes — never another run's agent, whose environment holds that run's token — and
+///   covers every other slot ([`pidns::show_only_own_slot`]), so it reaches only its own.
 #[cfg(target_os = "linux")]
 pub mod pidns {
     use nix::libc;
@@ -1436,6 +1458,124 @@ pub mod pidns {
             }
         }
         Ok(())
+    }
+
+    /// In a namespace's init, after [`mount_private_proc`]: make every slot but the run's own
+    /// unreachable. `root`, the directory that holds every slot of the sandbox user (of every
+    /// repository), is covered with an empty tmpfs, and only `slot` (read-write) and
+    /// `objects` (the slot's base objects, which its `.git` borrows: read-only) are bound back
+    /// at their own paths; then the tmpfs is made read-only. So whatever way an agent finds
+    /// another slot's path — the hub's layout, `..`, another agent's `/proc/<pid>/cwd` (out of
+    /// sight anyway) — there is nothing there, and nothing it writes reaches another run.
+    ///
+    /// The agent cannot undo it: it runs as a user that is not root in this namespace, so it
+    /// has no capability here once exec'd, and in a user namespace of its own these mounts
+    /// are locked (the kernel refuses to unmount one of them, or to make the read-only one
+    /// writable, from a less privileged namespace).
+    pub fn show_only_own_slot(
+        root: &std::path::Path,
+        slot: &std::path::Path,
+        objects: Option<&std::path::Path>,
+    ) -> std::io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let fail = |what: String| {
+            move |e: std::io::Error| std::io::Error::new(e.kind(), format!("{what}: {e}"))
+        };
+        let open = |p: &std::path::Path| -> std::io::Result<std::fs::File> {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW)
+                .open(p)
+                .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", p.display())))
+        };
+        // Held open across the tmpfs, which hides their paths; closed on exec.
+        let mut binds = vec![(open(slot)?, slot, false)];
+        if let Some(objects) = objects {
+            binds.push((open(objects)?, objects, true));
+        }
+        mount(
+            Some("tmpfs"),
+            root,
+            Some("tmpfs"),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            Some("mode=0700,size=64k"),
+        )
+        .map_err(fail(format!("covering {}", root.display())))?;
+        for (fd, path, read_only) in &binds {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .create(path)
+                .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+            let source = format!("/proc/self/fd/{}", fd.as_raw_fd());
+            mount(Some(&source), path, None, libc::MS_BIND, None)
+                .map_err(fail(format!("binding {} back", path.display())))?;
+            if *read_only {
+                remount_read_only(path)?;
+            }
+        }
+        remount_read_only(root)
+    }
+
+    /// Make the mount at `path` read-only, keeping the flags it has (the kernel refuses to
+    /// clear a flag that was locked by a more privileged namespace).
+    fn remount_read_only(path: &std::path::Path) -> std::io::Result<()> {
+        let st = nix::sys::statvfs::statvfs(path).map_err(std::io::Error::from)?;
+        use nix::sys::statvfs::FsFlags;
+        let mut flags = libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY;
+        for (has, flag) in [
+            (FsFlags::ST_NOSUID, libc::MS_NOSUID),
+            (FsFlags::ST_NODEV, libc::MS_NODEV),
+            (FsFlags::ST_NOEXEC, libc::MS_NOEXEC),
+            (FsFlags::ST_NOATIME, libc::MS_NOATIME),
+            (FsFlags::ST_NODIRATIME, libc::MS_NODIRATIME),
+            (FsFlags::ST_RELATIME, libc::MS_RELATIME),
+        ] {
+            if st.flags().contains(has) {
+                flags |= flag;
+            }
+        }
+        mount(None, path, None, flags, None).map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("making {} read-only: {e}", path.display()),
+            )
+        })
+    }
+
+    /// mount(2) with Rust strings.
+    fn mount(
+        source: Option<&str>,
+        target: &std::path::Path,
+        fstype: Option<&str>,
+        flags: libc::c_ulong,
+        data: Option<&str>,
+    ) -> std::io::Result<()> {
+        use std::os::unix::ffi::OsStrExt;
+        let c = |s: &[u8]| {
+            std::ffi::CString::new(s).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))
+        };
+        let source = source.map(|s| c(s.as_bytes())).transpose()?;
+        let target = c(target.as_os_str().as_bytes())?;
+        let fstype = fstype.map(|s| c(s.as_bytes())).transpose()?;
+        let data = data.map(|s| c(s.as_bytes())).transpose()?;
+        let ptr =
+            |s: &Option<std::ffi::CString>| s.as_ref().map_or(std::ptr::null(), |s| s.as_ptr());
+        // SAFETY: mount(2) with NUL-terminated strings that outlive the call (or null).
+        let done = unsafe {
+            libc::mount(
+                ptr(&source),
+                target.as_ptr(),
+                ptr(&fstype),
+                flags,
+                ptr(&data).cast(),
+            )
+        };
+        if done == 0 {
+            Ok(())
+        } else {
+            Err(last())
+        }
     }
 
     /// Whether this process could give an agent a PID namespace with a private `/proc`: user,

@@ -4,7 +4,10 @@
 //!
 //! - `probe`: prove it starts as the sandbox user and that user's home is private.
 //! - `prepare`: receive the run's base as frames on stdin and make the sandbox hold exactly that,
-//!   with a fresh `.git` (like [`LocalSandbox`](crate::workspace::LocalSandbox) does).
+//!   with a fresh `.git` (like [`LocalSandbox`](crate::workspace::LocalSandbox) does) that holds
+//!   no object of the old one: an earlier agent could have forged any of them. A slot private
+//!   to its agent (`private_slot`: see `exec`) keeps its bases' objects beside it, out of its
+//!   agents' reach, and its `.git` borrows them; any other slot is sent every blob.
 //! - `snapshot`: read the sandbox as data (no symlink followed, FIFOs and devices skipped, files
 //!   over the cap skipped) and stream it to stdout; the hub re-checks every byte. As a
 //!   standby (see [`crate::wire`]'s module docs) it is started as the run's sync begins,
@@ -30,7 +33,9 @@
 //!   and reaps what it left, then answers on the lifeline (a socket) with the agent's wait
 //!   status: the hub knows the run is over, and its output whole, without waiting for the init,
 //!   this helper and sudo to exit. The init is not dumpable: the agent, the same user in the
-//!   same namespace, can neither trace it nor speak for it.
+//!   same namespace, can neither trace it nor speak for it. With a private `/proc` the
+//!   namespaces include a mount namespace, in which the init also covers every slot but the
+//!   run's own ([`crate::agent::show_only_own_slot`]): no agent can write another run's slot.
 //!
 //! Everything arrives on stdin; nothing secret is ever in argv.
 //!
@@ -308,23 +313,27 @@ fn prepare(
     let dir = sandbox_dir(home, req, true)?;
     let base = base_from_wire(std::mem::take(&mut req.base))
         .map_err(|(path, why)| HelperFailure::BadPath { path, why })?;
-    // A new .git first (keeping the old one's loose objects), so the blobs the hub sends can
-    // be written straight into it as they arrive.
-    // A full prepare (no record: the first, or the hub's retry after a failure) starts from
-    // no objects, so a damaged one cannot wedge the slot.
-    let (repo, mut known) = fresh_git(&dir, None, req.record.is_some(), Discard::Now)?;
+    // The base's objects: kept beside a private slot (a full prepare, with no record — the
+    // first, or the hub's retry after a failure — starts them from nothing, so a damaged one
+    // cannot wedge the slot), else none at all.
+    let kept = base_objects(&dir, req.private_slot, req.record.is_some())?;
+    // A new .git first, with not one object of the old (an earlier agent wrote them all), so
+    // the blobs the hub sends can be written as they arrive.
+    let alternate = kept.as_ref().map(|k| k.path().join("objects"));
+    let (repo, _) = fresh_git(&dir, alternate.as_deref(), false, Discard::Now)?;
+    let objects = kept.as_ref().unwrap_or(&repo);
     // A full prepare sends every blob of the base: written as one pack, not 10,000 loose
     // objects (an inode each).
-    let mut blobs = repo.batch();
+    let mut known = HashSet::new();
+    let mut blobs = objects.batch();
     read_blobs(input, |id, bytes| {
         store_blob(&dir, &mut blobs, id, &bytes)?;
         known.insert(id);
         Ok(())
     })?;
     blobs.finish().map_err(SyncError::from)?;
-    // Every blob of the base must be here now: kept (found by name as the old objects were
-    // carried over, no `stat` each) or just sent.
-    crate::sync::ensure_blobs(&dir, &repo, &base, &known, |_| Ok(None))?;
+    // Every blob of the base must be here now: kept or just sent.
+    crate::sync::ensure_blobs(&dir, objects, &base, &known, |_| Ok(None))?;
     let synced = crate::sync::drop_former_base(&dir, &base)
         .and_then(|()| sync_files(&dir, &repo, &base, req.record.as_ref(), None, None));
     let reply = match synced {
@@ -346,6 +355,61 @@ fn prepare(
         }
     };
     wire::write_prepare_reply(out, &reply).map_err(HelperFailure::Output)
+}
+
+/// The repository beside a private slot `dir` (`.<slot>.base.git`) that keeps the objects of
+/// its bases from one sync to the next: the slot's `.git` borrows them (an alternate), its
+/// agent can only read them (bound read-only into its mount namespace, see
+/// [`crate::agent::show_only_own_slot`]), and its own objects — anything an earlier agent
+/// could have written or forged — are dropped at every sync. None when the slot is not private
+/// (its agent could write there too): then the repository is removed, and every blob comes
+/// from the hub. `keep` false starts it afresh.
+fn base_objects(
+    dir: &Path,
+    private: bool,
+    keep: bool,
+) -> Result<Option<crate::store::Store>, HelperFailure> {
+    let path = base_objects_path(dir);
+    let is_ours = std::fs::symlink_metadata(&path)
+        .is_ok_and(|m| m.is_dir() && m.uid() == nix::unistd::getuid().as_raw());
+    if !(private && keep && is_ours) {
+        crate::sync::remove_any(&path).map_err(|e| HelperFailure::Dir {
+            path: path.clone(),
+            problem: e.to_string(),
+        })?;
+    }
+    if !private {
+        return Ok(None);
+    }
+    Ok(Some(
+        crate::store::Store::open_or_init(&path).map_err(SyncError::from)?,
+    ))
+}
+
+/// The base objects of the private slot `dir`, for a sync by the helper kept beside it,
+/// which has only them to take blobs from. A slot that is not private has no such helper:
+/// its objects would be the earlier agent's.
+fn kept_base_objects(dir: &Path, private: bool) -> Result<crate::store::Store, HelperFailure> {
+    if !private {
+        return Err(HelperFailure::Dir {
+            path: dir.to_path_buf(),
+            problem: "a kept helper syncs only a slot private to its agent".into(),
+        });
+    }
+    base_objects(dir, true, true)?.ok_or_else(|| HelperFailure::Dir {
+        path: base_objects_path(dir),
+        problem: "no base objects".into(),
+    })
+}
+
+/// Where [`base_objects`] keeps the base objects of the slot `dir`: beside it, in the
+/// directory an agent's mount namespace covers.
+pub(crate) fn base_objects_path(dir: &Path) -> PathBuf {
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    dir.with_file_name(format!(".{name}.base.git"))
 }
 
 /// The blobs after a `prepare` or `again` request, each given to `each` with its id, up to the
@@ -464,7 +528,9 @@ fn standby(
             wait_for_input(input, &mut watch, None);
             match wire::read_next(input)? {
                 None => return Ok(ExitCode::SUCCESS),
-                Some(Next::Idle) => was_reset = was_reset || reset(&dir, &mut watch)?,
+                Some(Next::Idle) => {
+                    was_reset = was_reset || reset(&dir, req.private_slot, &mut watch)?
+                }
                 Some(Next::Again(again)) => break *again,
             }
         };
@@ -493,15 +559,20 @@ fn standby(
 /// Only once the hub says the slot's run is over: no agent of this slot runs from then to its
 /// next sync (its whole PID namespace is gone), so the next sync may trust the watch
 /// ([`sync_again`]).
-fn reset(dir: &Path, watch: &mut Option<Watch>) -> Result<bool, HelperFailure> {
+fn reset(dir: &Path, private: bool, watch: &mut Option<Watch>) -> Result<bool, HelperFailure> {
     let Some(synced) = recall(dir) else {
         return Ok(false);
     };
-    // Every blob of the base is in the sandbox's objects (kept, checked when written out):
-    // one that the agent deleted fails the reset, and the helper with it.
-    let reply = sync_slot_with(dir, &synced.base, None, None, Discard::InBackground, |_| {
-        Ok(None)
-    })?;
+    // Every blob of the base is in the slot's base objects, out of the agent's reach.
+    let objects = kept_base_objects(dir, private)?;
+    let reply = sync_slot_with(
+        dir,
+        &synced.base,
+        Some(&objects.path().join("objects")),
+        None,
+        Discard::InBackground,
+        |_| Ok(None),
+    )?;
     watch_on(dir, watch, &reply.record);
     Ok(true)
 }
@@ -560,16 +631,23 @@ fn sync_again(
         .as_mut()
         .filter(|_| reset)
         .and_then(|w| seen_since_sync(w, Some(&synced.record)));
-    // This process lives on: the old .git is deleted on a thread. A blob the sync needs and
-    // was not sent (the agent deleted a kept object) fails the sync; the hub then starts a
-    // helper that is sent every blob.
+    // The blobs sent join the slot's base objects (each checked against its id), which its
+    // new .git borrows. This process lives on: the old .git is deleted on a thread. A blob the
+    // sync needs and was not sent fails the sync; the hub then starts a helper that is sent
+    // every blob.
+    let objects = kept_base_objects(dir, again.private_slot)?;
+    let mut batch = objects.batch();
+    for (id, bytes) in blobs {
+        store_blob(dir, &mut batch, id, &bytes)?;
+    }
+    batch.finish().map_err(SyncError::from)?;
     let mut reply = sync_slot_with(
         dir,
         &base,
-        None,
+        Some(&objects.path().join("objects")),
         dirty.as_ref(),
         Discard::InBackground,
-        |oid| Ok(blobs.remove(&oid)),
+        |_| Ok(None),
     )?;
     let reshaped = watch.as_mut().is_none_or(|w| w.needs_restart());
     // A sync that looked only where the watch saw something leaves no directory record. When
@@ -1300,6 +1378,24 @@ fn spawn_init(req: &Request, dir: &Path) -> Result<Pid, HelperFailure> {
     }
 }
 
+/// For a private slot, in the agent's mount namespace: show the agent its own slot (and its
+/// base objects, read-only) and no other of the sandbox user's (see
+/// [`crate::agent::show_only_own_slot`]). `dir` is `<home>/sandboxes/<key>/<slot>`
+/// ([`sandbox_dir`]): every slot of every repository is under `<home>/sandboxes`.
+fn hide_other_slots(req: &Request, dir: &Path) -> std::io::Result<()> {
+    if !req.private_slot {
+        return Ok(());
+    }
+    let root = dir.ancestors().nth(2).ok_or_else(|| {
+        std::io::Error::other(format!("{}: not a slot's directory", dir.display()))
+    })?;
+    let objects = base_objects_path(dir);
+    let objects = std::fs::symlink_metadata(&objects)
+        .is_ok_and(|m| m.is_dir())
+        .then_some(objects.as_path());
+    crate::agent::show_only_own_slot(root, dir, objects)
+}
+
 fn init_main(req: &Request, dir: &Path, guard: std::os::fd::OwnedFd) -> i32 {
     #[cfg(target_os = "linux")]
     // SAFETY: prctl with integer arguments. If the helper dies, so does this init, and with it
@@ -1314,7 +1410,8 @@ fn init_main(req: &Request, dir: &Path, guard: std::os::fd::OwnedFd) -> i32 {
         );
     }
     if req.private_proc {
-        if let Err(e) = crate::agent::mount_private_proc() {
+        if let Err(e) = crate::agent::mount_private_proc().and_then(|()| hide_other_slots(req, dir))
+        {
             eprintln!("hunkgate: refusing to start the agent: {e}");
             return HELPER_FAILED as i32;
         }
@@ -1698,6 +1795,43 @@ fn exit_like(status: WaitStatus) -> Result<ExitCode, HelperFailure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A slot's base objects outlive a sync only where the slot is private (and the sync is
+    /// not a full one), and are never reached through what was planted in their place.
+    #[test]
+    fn base_objects_are_kept_only_for_a_private_slot_and_never_through_a_symlink() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("0");
+        std::fs::create_dir(&dir).unwrap();
+        let open = |private, keep| base_objects(&dir, private, keep).unwrap();
+        let id = open(true, true).unwrap().write_blob(b"kept\n").unwrap();
+        assert!(
+            open(true, true).unwrap().has_object(id),
+            "kept for the next sync"
+        );
+        assert!(
+            !open(true, false).unwrap().has_object(id),
+            "a full prepare starts them afresh"
+        );
+        open(true, true).unwrap().write_blob(b"kept\n").unwrap();
+        assert!(open(false, true).is_none());
+        assert!(
+            std::fs::symlink_metadata(base_objects_path(&dir)).is_err(),
+            "a slot that is not private keeps none"
+        );
+        // Something planted in their place is removed, never followed.
+        let elsewhere = tmp.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, base_objects_path(&dir)).unwrap();
+        let store = open(true, true).unwrap();
+        assert!(!store.has_object(id));
+        let meta = std::fs::symlink_metadata(base_objects_path(&dir)).unwrap();
+        assert!(meta.is_dir() && !meta.file_type().is_symlink());
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+        // A helper kept beside a slot that is not private refuses to sync it.
+        assert!(kept_base_objects(&dir, false).is_err());
+        assert!(kept_base_objects(&dir, true).is_ok());
+    }
 
     #[test]
     fn stat_lines_with_hostile_names_parse() {

@@ -11,11 +11,14 @@
 //! the racy rule sends it to the content comparison.
 //!
 //! The sandbox's own `.git` is recreated on every sync (the agent may have planted hooks,
-//! filters or an fsmonitor in it), but its objects are carried over — loose objects in plain
-//! fan-out directories and packs whose index reads, dropping everything else, `info/`
-//! (alternates) included — so only the base's new blobs are written into it. A blob taken
-//! from them is checked against its id before it is written into the sandbox: the agent
-//! could have rewritten any of them.
+//! filters or an fsmonitor in it, forged a loose object or a pack, added an alternate), with
+//! not one object of the old: it borrows the base's objects (an alternate) from a repository
+//! the sandbox's agents cannot write — the hub's store under `--isolation none` (whose agent
+//! runs as the hub's user, so only by convention), the slot's base objects under
+//! `--isolation user` (see [`crate::helper`]) — so only the base's new blobs are written, and
+//! into that. A blob read from there is still checked against its id before it is written
+//! into the sandbox. ([`fresh_git`] can keep the old objects only for a retry within one sync,
+//! when no agent ran since they were written.)
 //!
 //! Records live in this process ([`remember`], [`recall`]), keyed by the slot's directory: a
 //! hub restart forgets them and the next sync compares every file by content once. A kept

@@ -414,6 +414,7 @@ impl UserIsolation {
                 "agents of concurrent runs all run as {} and see each other in /proc: one agent could read another run's agent token (HUNKGATE_AGENT_TOKEN) from /proc/<pid>/environ.",
                 self.user.name
             ),
+            "They also see every sandbox: one agent could write into a concurrent run's sandbox, and its change would show in that run's suggestion, credited to the other agent. (Each run's sandbox is also sent every blob of its base, since nothing of an earlier agent's git objects is kept.)".into(),
             "Each agent gets a private /proc only where the sandbox user can make user namespaces (sysctl kernel.unprivileged_userns_clone=1 and user.max_user_namespaces > 0, no AppArmor restriction such as Ubuntu's kernel.apparmor_restrict_unprivileged_userns, /proc not masked as in some containers); `hunkgate setup --check` tells. Until then, run one agent at a time (--max-runs 1).".into(),
         ]
     }
@@ -1583,6 +1584,8 @@ impl UserSandbox {
         Request {
             key: self.key.clone(),
             slot: self.slot as u64,
+            // The mount namespace that makes a slot private comes with the private /proc.
+            private_slot: self.iso.private_proc,
             ..Request::default()
         }
     }
@@ -1975,9 +1978,10 @@ impl Sandbox for UserSandbox {
             .zip(changed.as_deref())
             .map(|(prev, changed)| rebase_onto(prev, changed))
             .filter(|r| !r.files.is_empty());
-        // Blobs are left out only alongside a record: without one the helper starts from no
-        // objects.
-        let changed = changed.filter(|_| record.is_some());
+        // Blobs are left out only alongside a record, and only for a private slot, whose
+        // helper keeps its base objects out of its agents' reach: otherwise the helper starts
+        // from no objects.
+        let changed = changed.filter(|_| record.is_some() && self.iso.private_proc);
         let planned = started.elapsed();
         let reply = match self.prepare_with(store, base, changed.as_deref(), record.as_deref()) {
             Ok(reply) => reply,
@@ -2024,7 +2028,12 @@ impl Sandbox for UserSandbox {
                         slot = self.slot,
                         "sandbox read back by the helper that stood by"
                     );
-                    keep(&self.workdir, kept);
+                    // Kept for the slot's next sync only where the slot is private: such a
+                    // helper has nothing but the slot's base objects to sync from, and
+                    // elsewhere the agent could have written them.
+                    if self.iso.private_proc {
+                        keep(&self.workdir, kept);
+                    }
                     return Ok(snap);
                 }
                 // Past the limits: another helper would find the same.

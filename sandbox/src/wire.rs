@@ -113,6 +113,14 @@ pub struct Request {
     /// in it, or fail: other runs' agents, and their tokens, must stay out of sight.
     #[serde(default)]
     pub private_proc: bool,
+    /// Every request: the slot is private to its run's agent. The agent runs in a mount
+    /// namespace that shows it no other slot (`exec`, with `private_proc`), and the slot's base
+    /// objects are kept beside it, where the agent can only read them, and borrowed by its
+    /// `.git`; its own objects are dropped at every sync. Without it, nothing of a slot's
+    /// `.git` outlives a sync, so `prepare` must be sent every blob of the base, and a helper
+    /// is not kept for the slot's next sync (see [`crate::helper`]).
+    #[serde(default)]
+    pub private_slot: bool,
     /// `exec`: stdin stays open as the hub's lifeline, and its EOF stops the agent. Without it
     /// (short commands), stdin is ignored after the request.
     #[serde(default)]

@@ -1472,8 +1472,9 @@ r done yes
 /// Every kind of change is still seen — an edit deep in a watched directory, a removal, a new
 /// directory, and a new file in `build/`, a directory the first run's agent made (it holds
 /// only ignored files) and the second run's sync kept. What a watch
-/// cannot see — a write through a hard link the agent made outside the sandbox — is not in
-/// the suggestion, so it can never reach the checkout, and the next run's sync puts the
+/// cannot see — a write through a hard link the agent made outside the watched directories
+/// (in its `.git`: outside its slot it cannot make one, the slot being a mount of its own in
+/// the agent's namespace) — is not in the suggestion, so it can never reach the checkout, and the next run's sync puts the
 /// file back (its stat changed). Controls: the hub logs that each run's helper watched;
 /// and when the agent renames a directory, the watch gives up and that read-back looks at every
 /// file, so the same write through a hard link is in the suggestion.
@@ -1509,14 +1510,14 @@ second)
   rm src/b.txt
   mkdir -p src/deep/new && echo n > src/deep/new/n.txt
   echo made > build/new.c
-  ln keep.txt "$HOME/outside-link" && echo sneaky >> "$HOME/outside-link" && rm "$HOME/outside-link"
+  ln keep.txt .git/outside-link && echo sneaky >> .git/outside-link && rm .git/outside-link
   echo linked > {out}/linked
   stat -c %i .git > {out}/git ;;
 third)
   cat keep.txt > {out}/keep ;;
 fourth)
   mv src/deep src/moved
-  ln keep.txt "$HOME/outside-link" && echo sneaky >> "$HOME/outside-link" && rm "$HOME/outside-link" ;;
+  ln keep.txt .git/outside-link && echo sneaky >> .git/outside-link && rm .git/outside-link ;;
 esac"#,
             out = out.display()
         ),

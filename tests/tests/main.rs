@@ -18,6 +18,7 @@ mod jj;
 mod kill_campaign;
 mod mcp;
 mod nvim;
+mod private_slots;
 mod protocol;
 mod readme;
 mod real_agents;

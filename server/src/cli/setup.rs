@@ -241,9 +241,9 @@ fn check_helper(
                 out.push(ok("NOTE: no unprivileged user namespaces here, so agents run without a PID namespace; the helper still kills every descendant it can find, but an agent that deliberately kills its own helper can leave processes behind (allow user namespaces, or run the hub as root, to close that)"));
             }
             if answer.contains("privateproc=yes") {
-                out.push(ok("each agent sees only its own processes (a private /proc): no agent can read another run's token"));
+                out.push(ok("each agent sees only its own processes (a private /proc) and its own sandbox: no agent can read another run's token or write another run's sandbox"));
             } else {
-                out.push(ok("NOTE: agents cannot get a private /proc here (no unprivileged user, PID and mount namespaces, or a masked /proc), so one agent could read a concurrent run's token from /proc; allow user namespaces, or run one agent at a time (--max-runs 1)"));
+                out.push(ok("NOTE: agents cannot get a private /proc here (no unprivileged user, PID and mount namespaces, or a masked /proc), so one agent could read a concurrent run's token from /proc and write into a concurrent run's sandbox (its change then shows in that run's suggestion), and each run's sandbox is sent every blob of its base; allow user namespaces, or run one agent at a time (--max-runs 1)"));
             }
         }
         Err(e) => out.push(missing(e.to_string())),
