@@ -653,10 +653,8 @@ mod tests {
         sb.prepare(&store, &Arc::new(base.clone())).unwrap();
         assert_eq!(std::fs::read(sb.workdir().join("a.txt")).unwrap(), b"a\n");
         assert!(!sb.workdir().join("stray.txt").exists());
-        assert!(
-            sb.workdir().join("target/cache").exists(),
-            "ignored caches survive"
-        );
+        // Ignored by the base's rules or not, nothing but the base stays.
+        assert!(!sb.workdir().join("target").exists());
         let snap = sb.snapshot(&store, &base, u64::MAX).unwrap();
         assert_eq!(snap.tree(&base), base);
         assert!(snap.changes.is_empty(), "{:?}", snap.changes);
@@ -929,6 +927,41 @@ mod tests {
         );
     }
 
+    /// Between runs a watched slot holds exactly its base (#54.3): what the agent planted —
+    /// ignored by the base's rules or its own, unreadable, too deep, not UTF-8 — is gone after
+    /// the next run's sync, which looks only where the watch saw something, and after the
+    /// put-back once a run is over. Controls: the base's files are there as the base has
+    /// them, and the agent's symlinks' targets outside the slot are untouched.
+    #[test]
+    fn a_watched_slot_holds_exactly_the_base_between_runs() {
+        use crate::foreign::test_support::{exactly, listing, plant};
+        let (tmp, store, base, sb) = synced_slot(&[
+            (".gitignore", "build/\n*.o\n"),
+            ("a.txt", "a\n"),
+            ("a/b.txt", "b\n"),
+        ]);
+        let dir = sb.workdir().to_path_buf();
+        let outside = tmp.path().join("outside.txt");
+        std::fs::write(&outside, "mine\n").unwrap();
+        let base = Arc::new(base);
+        for put_back in [false, true] {
+            plant(&dir, &outside);
+            assert!(dir.join("sub/plant.py").exists() && dir.join("locked").exists());
+            if put_back {
+                sb.run_over();
+            } else {
+                assert!(dirty_in(&dir).is_some(), "the watch still knows");
+            }
+            sb.prepare(&store, &base).unwrap();
+            assert_eq!(listing(&dir), exactly(&base), "put back {put_back}");
+            assert_eq!(
+                sb.snapshot(&store, &base, u64::MAX).unwrap().tree(&base),
+                *base
+            );
+            assert_eq!(std::fs::read(&outside).unwrap(), b"mine\n");
+        }
+    }
+
     #[cfg(target_os = "linux")]
     #[test]
     fn a_watched_slot_reads_back_and_syncs_exactly_like_a_full_look() {
@@ -1016,7 +1049,8 @@ mod tests {
             base2
         );
         assert!(!p("src/new.rs").exists() && !p("pkg/mod.rs").exists());
-        assert!(p("build/out.txt").exists(), "ignored files stay");
+        // Ignored or not, what the agent left goes (see `crate::foreign`).
+        assert!(!p("src/new.o").exists() && !p("build").exists());
 
         // Positive control that the read-back really trusts the watch, and the limit the
         // module documents: a write through a hard link made outside the sandbox makes no
