@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::snapshot::{
-    read_back_sandbox, read_early, walk, Early, EarlyRead, EarlyReads, OverLimit, ReadBack,
-    ReadLimits, SnapshotError, DEFAULT_FILE_CAP,
+    read_back_sandbox, read_early, Early, EarlyRead, EarlyReads, OverLimit, ReadBack, ReadLimits,
+    SnapshotError, DEFAULT_FILE_CAP,
 };
 use crate::store::{FlatTree, ObjectBatch, Store, StoreError};
 use crate::sync::{recall, record_for, sync_slot, SyncError};
@@ -215,7 +215,7 @@ fn sync_watched(
             w.clear();
             Some(w)
         }
-        _ => start_watch(dir),
+        _ => start_watch(dir, base),
     };
     if let Some(w) = watch {
         put_watch(w, run_on);
@@ -380,12 +380,14 @@ pub(crate) const NO_WATCH: &str = "no change notification (inotify) for this san
      read-back after its run looks at every file; raise fs.inotify.max_user_instances or \
      fs.inotify.max_user_watches (sysctl) if either is exhausted";
 
-/// A watch on every directory of the slot that is not ignored; None (every file is looked at)
-/// where there is no change notification or it cannot be set up (such as too few inotify
-/// watches allowed).
-fn start_watch(dir: &Path) -> Option<Watch> {
-    let dirs = walk(dir, false, None, None).dirs;
-    match Watch::start(dir, dirs.iter().map(String::as_str)) {
+/// A watch on every directory of the slot, right after its sync to `base`: the base's
+/// directories, ignored or not (the slot holds nothing else then, see [`crate::foreign`], and
+/// the next sync must see what the agent leaves in an ignored one too). None (every file is
+/// looked at) where there is no change notification or it cannot be set up (such as too few
+/// inotify watches allowed).
+fn start_watch(dir: &Path, base: &FlatTree) -> Option<Watch> {
+    let dirs = crate::foreign::base_dirs(base);
+    match Watch::start_present(dir, dirs.iter().copied()) {
         Ok(w) => Some(w),
         Err(e) => {
             // Only Linux has it: elsewhere there is nothing to say. On Linux a publish without
@@ -935,10 +937,13 @@ mod tests {
     #[test]
     fn a_watched_slot_holds_exactly_the_base_between_runs() {
         use crate::foreign::test_support::{exactly, listing, plant};
+        // `build/kept.o` is tracked though ignored: `build/` is a base directory the
+        // agent's leftovers there go from too.
         let (tmp, store, base, sb) = synced_slot(&[
             (".gitignore", "build/\n*.o\n"),
             ("a.txt", "a\n"),
             ("a/b.txt", "b\n"),
+            ("build/kept.o", "k\n"),
         ]);
         let dir = sb.workdir().to_path_buf();
         let outside = tmp.path().join("outside.txt");
@@ -960,6 +965,12 @@ mod tests {
             );
             assert_eq!(std::fs::read(&outside).unwrap(), b"mine\n");
         }
+        // Alone (no `.gitignore` edited, which has every directory read): a file left in the
+        // ignored base directory is seen by the watch, and goes.
+        std::fs::write(dir.join("build/late.o"), "late\n").unwrap();
+        assert!(dirty_in(&dir).is_some_and(|d| d.covers("build/late.o")));
+        sb.prepare(&store, &base).unwrap();
+        assert_eq!(listing(&dir), exactly(&base));
     }
 
     #[cfg(target_os = "linux")]
