@@ -379,7 +379,7 @@ pub(crate) mod test_support {
         ] {
             std::fs::set_permissions(p(d), std::fs::Permissions::from_mode(mode)).unwrap();
         }
-        deep(&p("deep"), 5000);
+        crate::store::test_support::deep(&p("deep"), 5000);
         std::fs::write(dir.join(std::ffi::OsStr::from_bytes(b"bad\xffname")), "x\n").unwrap();
         let odd_dir = dir.join(std::ffi::OsStr::from_bytes(b"a/odd\xfe"));
         std::fs::create_dir_all(&odd_dir).unwrap();
@@ -395,29 +395,6 @@ pub(crate) mod test_support {
         )
         .unwrap();
         symlink(outside, p("escape")).unwrap();
-    }
-
-    /// A chain of directories below `top` whose path is longer than `bytes`, with a file at
-    /// its end (made by descriptor: no path that long can be opened).
-    pub(crate) fn deep(top: &Path, bytes: usize) {
-        use nix::fcntl::{openat, OFlag};
-        use nix::sys::stat::Mode;
-        std::fs::create_dir_all(top).unwrap();
-        let flags = OFlag::O_DIRECTORY | OFlag::O_CLOEXEC | OFlag::O_RDONLY;
-        let mut fd = nix::fcntl::open(top, flags, Mode::empty()).unwrap();
-        let name = "d".repeat(200);
-        for _ in 0..bytes / 201 + 1 {
-            nix::sys::stat::mkdirat(&fd, name.as_str(), Mode::from_bits_truncate(0o755)).unwrap();
-            fd = openat(&fd, name.as_str(), flags, Mode::empty()).unwrap();
-        }
-        let file = openat(
-            &fd,
-            "leaf",
-            OFlag::O_CREAT | OFlag::O_WRONLY | OFlag::O_CLOEXEC,
-            Mode::from_bits_truncate(0o644),
-        )
-        .unwrap();
-        drop(file);
     }
 
     /// Every entry of the slot `dir` (its `.git` aside), relative, as bytes: directories with
@@ -466,8 +443,9 @@ pub(crate) mod test_support {
 
 #[cfg(test)]
 mod tests {
-    use super::test_support::{deep, listing};
+    use super::test_support::listing;
     use super::*;
+    use crate::store::test_support::deep;
     use std::os::unix::fs::{symlink, PermissionsExt};
 
     /// `remove_at` takes apart any tree an agent can make — directories without their
