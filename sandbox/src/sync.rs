@@ -2,6 +2,13 @@
 //! [`LocalSandbox`](crate::workspace::LocalSandbox) (in the hub, `--isolation none`) and the
 //! sandbox helper (as the sandbox user, `--isolation user`).
 //!
+//! **A synced slot holds exactly its base — nothing more, nothing less.** Every sync (the
+//! put-back once a run is over, the next run's sync, a from-scratch one) first removes
+//! whatever is neither a base path nor a directory on the way to one, whatever the ignore
+//! rules say (they are the agent's to write): see [`crate::foreign`]. Then it writes every base
+//! path that differs, and removes the paths of the slot's former base that this one lacks
+//! ([`drop_former_base`]).
+//!
 //! A sync leaves a [`SyncRecord`]: the stat of every base path right after the sync, and the
 //! sync's stamp. The next sync of the slot, and the read-back after the run
 //! ([`crate::snapshot::snapshot_sandbox`], the helper's `snapshot`), trust a path whose stat
@@ -740,7 +747,8 @@ fn former_base_paths(dir: &Path) -> Vec<String> {
 /// Remove from the slot at `dir` every path of the base it was last synced to that `base`
 /// no longer has — ignored or not: a file the user stopped tracking (`git rm --cached` of a
 /// `.env` under an ignore rule) must not stay in the slot for the next agents to read, and
-/// the walk for leftovers, which keeps ignored files (build caches), would never name it.
+/// [`crate::foreign::drop_foreign`] reads only the directories whose stat moved since the
+/// last sync, which a file of the base that stayed untouched in one did not do.
 /// Then note `base` as what the slot is synced to, before the files are written: a sync that
 /// fails halfway still knows every base path it may have written.
 pub fn drop_former_base(dir: &Path, base: &FlatTree) -> Result<(), SyncError> {

@@ -79,10 +79,10 @@ pub enum Stop {
 pub trait Sandbox: Send + Sync + std::fmt::Debug {
     /// The directory the agent sees as its repository root.
     fn workdir(&self) -> &Path;
-    /// Make the sandbox hold exactly `base` (every file that is not ignored), keeping ignored
-    /// files such as build caches so the agent's builds stay incremental — but never a file
-    /// of an earlier base that `base` no longer has, ignored or not (see
-    /// [`crate::sync::drop_former_base`]). The sync is
+    /// Make the sandbox hold exactly `base`, nothing more: whatever else is there — ignored
+    /// or not, build caches included — goes (see [`crate::foreign`]), and so does every file
+    /// of an earlier base that `base` no longer has (see [`crate::sync::drop_former_base`]).
+    /// The sync is
     /// remembered with `base` itself: a [`Sandbox::snapshot`] given that same tree (by
     /// address) takes it as the synced base without comparing entries.
     fn prepare(&self, store: &Store, base: &Arc<FlatTree>) -> Result<(), SandboxError>;
