@@ -85,18 +85,19 @@ pub fn drop_foreign(
         let Some(fd) = open_below(&root, d)? else {
             continue;
         };
-        for name in entries(fd.as_fd())? {
+        // The agent's: neither the slot's own `.git` nor a base path or directory.
+        let theirs = |name: &CStr| {
             let bytes = name.to_bytes();
             if d.is_empty() && bytes == b".git" {
-                continue;
+                return false;
             }
             let path = std::str::from_utf8(bytes).ok().map(|n| match d {
                 "" => n.to_string(),
                 _ => format!("{d}/{n}"),
             });
-            if path.is_some_and(|p| base.contains_key(&p) || dirs.contains(p.as_str())) {
-                continue;
-            }
+            !path.is_some_and(|p| base.contains_key(&p) || dirs.contains(p.as_str()))
+        };
+        for name in entries(fd.as_fd(), theirs)? {
             remove_at(fd.as_fd(), &name)?;
             removed += 1;
         }
@@ -187,16 +188,17 @@ fn open_below(root: &OwnedFd, rel: &str) -> std::io::Result<Option<OwnedFd>> {
     Ok(Some(fd))
 }
 
-/// The names in the open directory `dir` (`.` and `..` aside).
-fn entries(dir: BorrowedFd<'_>) -> std::io::Result<Vec<CString>> {
+/// The names in the open directory `dir` (`.` and `..` aside) that `wanted` picks.
+fn entries(dir: BorrowedFd<'_>, wanted: impl Fn(&CStr) -> bool) -> std::io::Result<Vec<CString>> {
     // A copy of the descriptor for the listing (it shares the read position, read to its end
     // here once): the caller keeps `dir` for the removals.
     let mut list = nix::dir::Dir::from_fd(dir.try_clone_to_owned()?)?;
     let mut out = Vec::new();
     for entry in list.iter() {
-        let name = entry?.file_name().to_owned();
-        if !matches!(name.to_bytes(), b"." | b"..") {
-            out.push(name);
+        let entry = entry?;
+        let name = entry.file_name();
+        if !matches!(name.to_bytes(), b"." | b"..") && wanted(name) {
+            out.push(name.to_owned());
         }
     }
     Ok(out)
@@ -238,6 +240,8 @@ struct Level {
     name: CString,
     id: (nix::libc::dev_t, nix::libc::ino_t),
     pending: Vec<CString>,
+    /// It was taken apart once already and was not empty then.
+    again: bool,
 }
 
 /// Remove the entry `name` of the directory `parent` — a file, a symlink (itself), anything
@@ -292,7 +296,25 @@ pub fn remove_at(parent: BorrowedFd<'_>, name: &CStr) -> std::io::Result<()> {
                 up
             }
         };
-        nix::unistd::unlinkat(up.as_fd(), done.name.as_c_str(), UnlinkatFlags::RemoveDir)?;
+        match nix::unistd::unlinkat(up.as_fd(), done.name.as_c_str(), UnlinkatFlags::RemoveDir) {
+            // An entry the listing did not return (one may go unlisted while a directory is
+            // emptied as it is read): the directory is taken apart once more.
+            Err(Errno::ENOTEMPTY) if !done.again => {
+                let st = nix::sys::stat::fstatat(
+                    up.as_fd(),
+                    done.name.as_c_str(),
+                    AtFlags::AT_SYMLINK_NOFOLLOW,
+                )?;
+                let (fd, level) = descend(up.as_fd(), &done.name, &st)?;
+                cur = fd;
+                levels.push(Level {
+                    again: true,
+                    ..level
+                });
+                continue;
+            }
+            other => other?,
+        }
         if levels.is_empty() {
             return Ok(());
         }
@@ -336,6 +358,7 @@ fn descend(
         name: name.to_owned(),
         id: (st.st_dev, st.st_ino),
         pending,
+        again: false,
     };
     Ok((fd, level))
 }
