@@ -556,10 +556,14 @@ pub fn sync_files(
     let root = Beneath::open_scratch(dir).map_err(fs_err)?;
     // Whatever is neither a base path nor a directory on the way to one goes first, ignored
     // or not (see `crate::foreign`): the ignore rules are the agent's to write.
-    crate::foreign::drop_foreign(dir, base, record, dirty).map_err(|source| SyncError::Io {
-        dir: dir.to_path_buf(),
-        source,
-    })?;
+    let dropped =
+        crate::foreign::drop_foreign(dir, base, record, dirty).map_err(|source| SyncError::Io {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
+    if dropped > 0 {
+        tracing::debug!(dir = %dir.display(), dropped, "removed what the base does not have");
+    }
     let mut files = Vec::with_capacity(base.len());
     // What is there now (not ignored), so leftovers of an earlier run disappear.
     // With a dirty set, only its candidates are looked at, against the record cut down to
