@@ -7,11 +7,12 @@
 //! What decides which files a snapshot holds, beyond the files themselves, is checked every
 //! time and sends the snapshot back to a whole one when it changed: the index (a path added
 //! or removed there is looked at; `git add -f` of an ignored file), the repository's
-//! `info/exclude` and the user's git config and global excludes file. A `.gitignore` that
-//! changed makes its directory's whole tree be walked again. The watch gives up (and the
-//! snapshot is a whole one, which starts a new watch first) when the kernel dropped events, a
-//! directory was renamed, or directories came or went since the last whole snapshot (a new
-//! directory is not watched yet).
+//! `info/exclude` and the user's git config and global excludes file. The watch gives up (and
+//! the snapshot is a whole one, which starts a new watch first) when the kernel dropped
+//! events, a directory was renamed, directories came or went since the last whole snapshot (a
+//! new directory is not watched yet), or a `.gitignore` changed: the watch is over the
+//! directories that were not ignored, and one a rule no longer ignores must be watched from
+//! then on, or an edit there would be missed by every later snapshot (#54.5).
 //!
 //! A whole snapshot starts its watch *before* it walks, so a change made while it runs is seen
 //! by the next one. What inotify cannot see (a write through a hard link made from outside the
@@ -306,6 +307,60 @@ mod tests {
         }
     }
 
+    /// A directory an ignore rule change un-ignores (#54.5) — the rule gone from the root
+    /// `.gitignore`, from a nested one, or from `.git/info/exclude` — is watched from then
+    /// on: an edit of a file there and a new file there are in every later snapshot, as the
+    /// oracle (a whole snapshot that trusts nothing) has them, round after round.
+    #[test]
+    fn a_directory_a_rule_change_unignores_is_watched_from_then_on() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("repo");
+        std::fs::create_dir_all(repo.join("ign")).unwrap();
+        std::fs::create_dir_all(repo.join("sub/deep")).unwrap();
+        std::fs::create_dir_all(repo.join("ex")).unwrap();
+        git(&repo, &["init", "-q"]);
+        std::fs::write(repo.join(".gitignore"), "ign/\n").unwrap();
+        std::fs::write(repo.join("sub/.gitignore"), "deep/\n").unwrap();
+        std::fs::write(repo.join(".git/info/exclude"), "ex/\n").unwrap();
+        std::fs::write(repo.join("a.txt"), "a\n").unwrap();
+        git(&repo, &["add", "-A"]);
+        commit(&repo, "init");
+        for d in ["ign", "sub/deep", "ex"] {
+            std::fs::write(repo.join(d).join("inner.txt"), "ignored\n").unwrap();
+        }
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let mut state = None;
+        check(&repo, &store, &mut state);
+        let unignore: [(&str, &str, &str); 3] = [
+            ("ign", ".gitignore", ""),
+            ("sub/deep", "sub/.gitignore", ""),
+            ("ex", ".git/info/exclude", ""),
+        ];
+        for (d, rules, now) in unignore {
+            std::fs::write(repo.join(rules), now).unwrap();
+            check(&repo, &store, &mut state);
+            for round in 0..3 {
+                std::fs::write(repo.join(d).join("inner.txt"), format!("edit {round}\n")).unwrap();
+                check(&repo, &store, &mut state);
+                std::fs::write(repo.join(d).join(format!("new{round}.txt")), "new\n").unwrap();
+                let (snap, _) = snapshot(&repo, &store, DEFAULT_FILE_CAP, &mut state).unwrap();
+                let got = |p: &str| snap.tree.get(&format!("{d}/{p}")).map(|e| e.oid);
+                let blob = |b: &str| Some(crate::store::blob_id(b.as_bytes()));
+                assert_eq!(
+                    got("inner.txt"),
+                    blob(&format!("edit {round}\n")),
+                    "{d} {round}"
+                );
+                assert_eq!(
+                    got(&format!("new{round}.txt")),
+                    blob("new\n"),
+                    "{d} {round}"
+                );
+                check(&repo, &store, &mut state);
+            }
+        }
+    }
+
     #[test]
     fn an_incremental_snapshot_is_always_the_whole_one() {
         let tmp = tempfile::tempdir().unwrap();
@@ -356,8 +411,9 @@ mod tests {
         assert_eq!(changed(check(&repo, &store, &mut state)), 5);
 
         // A .gitignore rule dropped: the ignored file appears; one added: a file disappears.
+        // Either may change which directories are watched: a whole snapshot, a new watch.
         std::fs::write(p(".gitignore"), "build/\nsrc/new.rs\n").unwrap();
-        changed(check(&repo, &store, &mut state));
+        assert_eq!(check(&repo, &store, &mut state), How::Whole, "a .gitignore");
         // `git add -f` of an ignored file (only the index changes), and `git rm --cached`.
         git(&repo, &["add", "-f", "src/new.rs"]);
         changed(check(&repo, &store, &mut state));

@@ -10,7 +10,8 @@
 //! - [`snapshot`]: a checkout or a sandbox captured into the store as a tree; [`limits`] bounds
 //!   what one read-back of a sandbox may bring in.
 //! - [`sync`]: bringing a sandbox slot to a base writing only what differs, and the stat record
-//!   that lets the read-back after a run read only what the agent changed.
+//!   that lets the read-back after a run read only what the agent changed; [`foreign`]: between
+//!   runs a slot holds exactly its base, and whatever else an agent left there goes.
 //! - [`checkout`]: the user's checkout snapshotted at the cost of what changed, under change
 //!   notification (the hub keeps one [`checkout::CheckoutWatch`]).
 //! - [`watch`]: change notification (inotify) for a local slot, so that the read-back and the
@@ -26,7 +27,7 @@
 //!
 //! Modules import only downward, in the order of `LAYERS` (the `layering` test below fails on
 //! any other import): `wire`, `closer`, `pack`, `watch`, `spares`, `limits`, `agent_path` → `beneath` → `store` → `statcache`
-//! → `snapshot` → `tools`, `sync`, `checkout` → `workspace` → `agent`, `jj` → `user`,
+//! → `snapshot`, `foreign` → `tools`, `sync`, `checkout` → `workspace` → `agent`, `jj` → `user`,
 //! `helper`. So the wire contract is a leaf, the sandbox trait knows nothing of user
 //! isolation, and the hub's side (`user`) and the helper never import each other.
 
@@ -35,6 +36,7 @@ pub mod agent_path;
 pub mod beneath;
 pub mod checkout;
 pub mod closer;
+pub mod foreign;
 pub mod helper;
 pub mod jj;
 pub mod limits;
@@ -569,7 +571,8 @@ mod layering {
     //! 1. `wire`: the hub↔helper contract, a leaf; `pack`, `watch`, `watchdog`, `spares`,
     //!    `limits` and `tree_edit`, leaves too;
     //! 2. `beneath`, then `store`: confined file access, the checkpoint store;
-    //! 3. `statcache`, then `snapshot`: stat data, reading trees as data;
+    //! 3. `statcache`, then `snapshot` and `foreign`: stat data, reading trees as data, what a
+    //!    slot holds beyond its base;
     //! 4. `tools`, `sync`, `checkout`: the agent's file tools; bringing a slot to a base; the
     //!    checkout snapshotted under change notification;
     //! 5. `workspace`: the `Sandbox` trait and the same-user sandbox;
@@ -590,7 +593,7 @@ mod layering {
         &["beneath"],
         &["store"],
         &["statcache"],
-        &["snapshot"],
+        &["snapshot", "foreign"],
         &["tools", "sync", "checkout"],
         &["workspace"],
         &["agent", "jj"],

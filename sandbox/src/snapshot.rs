@@ -259,9 +259,13 @@ impl<'s> ignore::ParallelVisitorBuilder<'s> for Collect<'s> {
 
 impl ignore::ParallelVisitor for CollectOne<'_> {
     fn visit(&mut self, entry: Result<ignore::DirEntry, ignore::Error>) -> ignore::WalkState {
-        match entry {
-            Ok(entry) if !self.mine.take(self.root, &entry, self.budget) => ignore::WalkState::Quit,
-            _ => ignore::WalkState::Continue,
+        let took = match entry {
+            Ok(entry) => self.mine.take(self.root, &entry, self.budget),
+            Err(e) => self.mine.take_error(self.root, &e, self.budget),
+        };
+        match took {
+            true => ignore::WalkState::Continue,
+            false => ignore::WalkState::Quit,
         }
     }
 }
@@ -292,6 +296,11 @@ impl Walked {
             return true;
         };
         let rel = rel.strip_prefix(b"/").unwrap_or(rel);
+        if rel.len() as u64 > crate::wire::MAX_PATH {
+            // Its directory could be read, yet its path is past what hunkgate carries. (A
+            // directory cannot be read in turn: that error reports it, see `take_error`.)
+            return is_dir || self.skip(rel, TOO_LONG.into(), budget);
+        }
         match std::str::from_utf8(rel).ok() {
             Some(s) if is_dir => self.dirs.push(s.to_string()),
             Some("") => {}
@@ -301,11 +310,73 @@ impl Walked {
                 self.files.insert(s.to_string());
             }
             None => self.skipped.push(Skipped {
-                path: shown_name(rel),
+                path: shown_path(rel),
                 reason: NOT_UTF8.into(),
             }),
         }
         true
+    }
+}
+
+impl Walked {
+    /// Keep what the walker could not read (a directory its user may not list, one whose
+    /// path is past `PATH_MAX`) as skipped, with why: never silently left out. An error
+    /// without a path under `root` or an I/O cause (a symlink loop is never met: nothing is
+    /// followed) is not one. False past the walk's budget, as for [`Walked::take`].
+    fn take_error(&mut self, root: &Path, e: &ignore::Error, budget: &Budget) -> bool {
+        use std::os::unix::ffi::OsStrExt;
+        let (Some(path), Some(io)) = (error_path(e), e.io_error()) else {
+            return true;
+        };
+        let Ok(rel) = path.strip_prefix(root) else {
+            return true;
+        };
+        let reason = match io.raw_os_error() {
+            Some(nix::libc::ENAMETOOLONG) => TOO_LONG.to_string(),
+            _ => format!("cannot be read ({io}): hunkgate cannot review it"),
+        };
+        self.skip(rel.as_os_str().as_bytes(), reason, budget)
+    }
+
+    /// Report `rel` as skipped for `reason`, within the walk's budget.
+    fn skip(&mut self, rel: &[u8], reason: String, budget: &Budget) -> bool {
+        if !budget.take_one() {
+            return false;
+        }
+        self.skipped.push(Skipped {
+            path: shown_path(rel),
+            reason,
+        });
+        true
+    }
+}
+
+const TOO_LONG: &str = "path is longer than 4096 bytes: hunkgate cannot review it";
+
+/// The most bytes of a path [`shown_path`] shows.
+const SHOWN_PATH_MAX: usize = 256;
+
+/// A path as a skip report shows it: [`shown_name`], cut after its first
+/// [`SHOWN_PATH_MAX`] bytes with how long it was (a path past `PATH_MAX` fits no frame).
+fn shown_path(rel: &[u8]) -> String {
+    if rel.len() <= SHOWN_PATH_MAX {
+        return shown_name(rel);
+    }
+    format!(
+        "{}… ({} bytes)",
+        shown_name(&rel[..SHOWN_PATH_MAX]),
+        rel.len()
+    )
+}
+
+/// The path an error of the walker names, if it names one.
+fn error_path(e: &ignore::Error) -> Option<&Path> {
+    match e {
+        ignore::Error::WithPath { path, .. } => Some(path),
+        ignore::Error::WithDepth { err, .. } | ignore::Error::WithLineNumber { err, .. } => {
+            error_path(err)
+        }
+        _ => None,
     }
 }
 
@@ -1578,6 +1649,42 @@ mod tests {
         );
         assert_eq!(snap.skipped.len(), 1, "{:?}", snap.skipped);
         assert_eq!(snap.skipped[0].path, "fifo");
+    }
+
+    /// What a walk cannot carry is reported, never silently left out (#54.3): a path longer
+    /// than 4096 bytes once, by the first directory past it, its path cut short for the
+    /// report, and a read-back of a sandbox names it as skipped. Control: the file beside it
+    /// is found.
+    #[test]
+    fn a_walk_reports_a_path_too_long_to_carry() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("sb");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("ok.txt"), "ok\n").unwrap();
+        crate::store::test_support::deep(&dir.join("deep"), 5000);
+        let w = walk(&dir, false, None, None);
+        assert_eq!(
+            Vec::from_iter(w.files.iter().map(String::as_str)),
+            ["ok.txt"]
+        );
+        assert_eq!(w.skipped.len(), 1, "{:?}", w.skipped);
+        let s = &w.skipped[0];
+        assert!(
+            s.path.starts_with("deep/ddd") && s.path.ends_with(" bytes)"),
+            "{s:?}"
+        );
+        assert!(
+            s.path.len() < 300 && s.reason.contains("longer than 4096"),
+            "{s:?}"
+        );
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let snap =
+            snapshot_sandbox(&dir, &FlatTree::new(), &store, DEFAULT_FILE_CAP, None, None).unwrap();
+        assert_eq!(snap.skipped, w.skipped);
+        assert_eq!(
+            Vec::from_iter(snap.changes.keys().map(String::as_str)),
+            ["ok.txt"]
+        );
     }
 
     /// A whole walk is shared among threads: it must find exactly what one thread going through

@@ -1766,6 +1766,29 @@ pub(crate) fn isolated_open_options() -> gix::open::Options {
 pub(crate) mod test_support {
     use super::*;
 
+    /// A chain of directories below `top` whose path is longer than `bytes`, with a file at
+    /// its end (made by descriptor: no path that long can be opened).
+    pub(crate) fn deep(top: &Path, bytes: usize) {
+        use nix::fcntl::{openat, OFlag};
+        use nix::sys::stat::Mode;
+        std::fs::create_dir_all(top).unwrap();
+        let flags = OFlag::O_DIRECTORY | OFlag::O_CLOEXEC | OFlag::O_RDONLY;
+        let mut fd = nix::fcntl::open(top, flags, Mode::empty()).unwrap();
+        let name = "d".repeat(200);
+        for _ in 0..bytes / 201 + 1 {
+            nix::sys::stat::mkdirat(&fd, name.as_str(), Mode::from_bits_truncate(0o755)).unwrap();
+            fd = openat(&fd, name.as_str(), flags, Mode::empty()).unwrap();
+        }
+        let file = openat(
+            &fd,
+            "leaf",
+            OFlag::O_CREAT | OFlag::O_WRONLY | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o644),
+        )
+        .unwrap();
+        drop(file);
+    }
+
     /// Run git in `dir` with no user or system config and return its stdout; fails the test
     /// if git does.
     pub(crate) fn git_in(dir: &Path, args: &[&str]) -> String {

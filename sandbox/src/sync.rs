@@ -2,6 +2,13 @@
 //! [`LocalSandbox`](crate::workspace::LocalSandbox) (in the hub, `--isolation none`) and the
 //! sandbox helper (as the sandbox user, `--isolation user`).
 //!
+//! **A synced slot holds exactly its base — nothing more, nothing less.** Every sync (the
+//! put-back once a run is over, the next run's sync, a from-scratch one) first removes
+//! whatever is neither a base path nor a directory on the way to one, whatever the ignore
+//! rules say (they are the agent's to write): see [`crate::foreign`]. Then it writes every base
+//! path that differs, and removes the paths of the slot's former base that this one lacks
+//! ([`drop_former_base`]).
+//!
 //! A sync leaves a [`SyncRecord`]: the stat of every base path right after the sync, and the
 //! sync's stamp. The next sync of the slot, and the read-back after the run
 //! ([`crate::snapshot::snapshot_sandbox`], the helper's `snapshot`), trust a path whose stat
@@ -296,46 +303,27 @@ pub(crate) fn remove_any(p: &Path) -> std::io::Result<()> {
     }
 }
 
-/// Remove the directory tree at `p` (nothing followed). Where a directory in it denies the
-/// removal (no write or search permission: what an agent may leave), every directory of the
-/// tree is made the owner's to read, search and write, and the removal tried once more. The
-/// reset runs as the user who owns what the agent made (the sandbox user under
-/// `--isolation user`), so whatever the agent could create it can remove.
+/// Remove the directory tree at `p` (nothing followed; see [`crate::foreign::remove_at`]):
+/// directories the agent left without their owner's read, search or write permission are
+/// given it first. The reset runs as the user who owns what the agent made (the sandbox user
+/// under `--isolation user`), so whatever the agent could create it can remove; neither the
+/// tree's depth nor its paths' length (past `PATH_MAX`) stops it.
 pub(crate) fn remove_tree(p: &Path) -> std::io::Result<()> {
-    match std::fs::remove_dir_all(p) {
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            open_up(p);
-            std::fs::remove_dir_all(p)
-        }
-        other => other,
-    }
-}
-
-/// Give every directory of the tree at `p` (itself included; symlinks never followed) the
-/// owner's read, search and write permission, as far as the owner may. Best effort: what
-/// cannot be changed makes the removal after it fail, with its own error.
-fn open_up(p: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    let Ok(m) = std::fs::symlink_metadata(p) else {
-        return;
+    let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else {
+        return std::fs::remove_dir_all(p);
     };
-    if !m.is_dir() {
-        return;
-    }
-    let mode = m.permissions().mode();
-    if mode & 0o700 != 0o700 {
-        // `chmod` follows a symlink, and `p` was a directory a moment ago: only something
-        // running as the same user could swap it since, and that one could chmod anyway.
-        let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode | 0o700));
-    }
-    let Ok(entries) = std::fs::read_dir(p) else {
-        return;
+    let parent = match parent.as_os_str().is_empty() {
+        true => Path::new("."),
+        false => parent,
     };
-    for entry in entries.flatten() {
-        if entry.file_type().is_ok_and(|t| t.is_dir()) {
-            open_up(&entry.path());
-        }
-    }
+    let dir = nix::fcntl::open(
+        parent,
+        nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    use std::os::unix::ffi::OsStrExt;
+    let name = std::ffi::CString::new(name.as_bytes())?;
+    crate::foreign::remove_at(std::os::fd::AsFd::as_fd(&dir), &name)
 }
 
 /// Keep of an objects directory only what a later sync may use, each checked to be a plain
@@ -547,8 +535,8 @@ fn write_entries(
 }
 
 /// Bring the files of `dir` to exactly `base` (whose blobs are all in `repo`, see
-/// [`ensure_blobs`]), leaving ignored files alone, then commit the base in the sandbox's
-/// repository. Only paths whose stat differs from `record` (or is racy), and then only those
+/// [`ensure_blobs`]) — nothing more: whatever else is there goes, ignored or not (see
+/// [`crate::foreign`]) — then commit the base in the sandbox's repository. Only paths whose stat differs from `record` (or is racy), and then only those
 /// whose content differs, are written. Nothing is followed: every write goes through
 /// [`Beneath`].
 ///
@@ -569,6 +557,16 @@ pub fn sync_files(
         source,
     };
     let root = Beneath::open_scratch(dir).map_err(fs_err)?;
+    // Whatever is neither a base path nor a directory on the way to one goes first, ignored
+    // or not (see `crate::foreign`): the ignore rules are the agent's to write.
+    let dropped =
+        crate::foreign::drop_foreign(dir, base, record, dirty).map_err(|source| SyncError::Io {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
+    if dropped > 0 {
+        tracing::debug!(dir = %dir.display(), dropped, "removed what the base does not have");
+    }
     let mut files = Vec::with_capacity(base.len());
     // What is there now (not ignored), so leftovers of an earlier run disappear.
     // With a dirty set, only its candidates are looked at, against the record cut down to
@@ -756,7 +754,8 @@ fn former_base_paths(dir: &Path) -> Vec<String> {
 /// Remove from the slot at `dir` every path of the base it was last synced to that `base`
 /// no longer has — ignored or not: a file the user stopped tracking (`git rm --cached` of a
 /// `.env` under an ignore rule) must not stay in the slot for the next agents to read, and
-/// the walk for leftovers, which keeps ignored files (build caches), would never name it.
+/// [`crate::foreign::drop_foreign`] reads only the directories whose stat moved since the
+/// last sync, which a file of the base that stayed untouched in one did not do.
 /// Then note `base` as what the slot is synced to, before the files are written: a sync that
 /// fails halfway still knows every base path it may have written.
 pub fn drop_former_base(dir: &Path, base: &FlatTree) -> Result<(), SyncError> {
@@ -1132,7 +1131,7 @@ mod tests {
     fn a_read_back_reads_only_changed_directories_yet_finds_every_new_file() {
         use crate::snapshot::{sandbox_candidates, sandbox_candidates_since, Candidates};
         let f = Mode::File;
-        let (_tmp, store, base, dir) = synced_slot(&[
+        let (_tmp, _store, base, dir) = synced_slot(&[
             (".gitignore", f, "*.log\n"),
             ("a/1.txt", f, "1\n"),
             ("a/b/2.txt", f, "2\n"),
@@ -1141,16 +1140,18 @@ mod tests {
             ("e/5.txt", f, "5\n"),
             ("f/6.txt", f, "6\n"),
         ]);
-        // An ignored file (a build's, say) that later syncs leave alone, in a directory of
-        // its own.
+        // An ignored file in a directory of its own, recorded as if a sync had left it (a
+        // sync removes it: see `crate::foreign`; the read-back reads the record it is given).
         std::fs::create_dir_all(dir.join("f/g")).unwrap();
         std::fs::write(dir.join("f/g/old.log"), "log\n").unwrap();
-        prepare(&store, &dir, &base);
-        assert!(dir.join("f/g/old.log").exists());
+        let root = Beneath::open(&dir).unwrap();
+        let walked = crate::snapshot::walk(&dir, false, None, None).dirs;
+        let mut synced = (*recall(&dir).unwrap()).clone();
+        synced.record.dirs = dir_record(&dir, &root, &base, walked);
+        remember(&dir, Some(synced));
         let recorded = recall(&dir).unwrap().record.dirs.clone();
         let names: Vec<&str> = recorded.iter().map(|(p, _)| p.as_str()).collect();
         assert_eq!(names, ["", "a", "a/b", "a/b/c", "d", "e", "f", "f/g"]);
-        let root = Beneath::open(&dir).unwrap();
         let check = |what: &str, cached: bool| -> Candidates {
             let synced = recall(&dir);
             let record = record_for(synced.as_deref(), &base);
@@ -1210,10 +1211,53 @@ mod tests {
             .contains(&"f/g/old.log".into()));
     }
 
+    /// Between runs a slot holds exactly its base (#54.3): whatever the agent planted — ignored
+    /// by the base's rules or by its own, unreadable, deeper than `PATH_MAX`, not UTF-8, empty
+    /// directories, a `.git` below the slot — is gone after a sync made with the last sync's
+    /// record, and after one made by a process that never synced the slot (a restarted hub, a
+    /// new helper). Controls: the base's files are all there as the base has them, and what
+    /// the agent's symlinks point to outside the slot is untouched.
+    #[test]
+    fn a_sync_leaves_exactly_the_base_whatever_the_agent_planted() {
+        use crate::foreign::test_support::{exactly, listing, plant};
+        let f = Mode::File;
+        for restart in [false, true] {
+            let (tmp, store, base, dir) = synced_slot(&[
+                (".gitignore", f, "build/\n*.o\n"),
+                ("a.txt", f, "a\n"),
+                ("a/b.txt", f, "b\n"),
+            ]);
+            let outside = tmp.path().join("outside.txt");
+            std::fs::write(&outside, "mine\n").unwrap();
+            plant(&dir, &outside);
+            for planted in [
+                "sub/plant.py",
+                "plant2.py",
+                "locked",
+                "deep",
+                "empty",
+                "a/.git",
+            ] {
+                assert!(dir.join(planted).symlink_metadata().is_ok(), "{planted}");
+            }
+            if restart {
+                remember(&dir, None);
+            }
+            prepare(&store, &dir, &base);
+            assert_eq!(listing(&dir), exactly(&base), "restart {restart}");
+            assert_eq!(read_back(&store, &dir, &base), base, "restart {restart}");
+            assert_eq!(
+                std::fs::read(dir.join(".gitignore")).unwrap(),
+                b"build/\n*.o\n"
+            );
+            assert_eq!(std::fs::read(&outside).unwrap(), b"mine\n");
+        }
+    }
+
     /// A base file under an ignore rule (`t.log` with `*.log`, a `.env`) that leaves the base
     /// (the user untracked it) leaves the slot at the next sync — in this process, and in one
     /// that never synced the slot before (a restarted hub, a new helper), with or without a
-    /// watch's word. Control: an ignored file no base ever had (a build's) stays.
+    /// watch's word. Control: the base's files stay.
     #[test]
     fn a_file_that_left_the_base_leaves_the_slot_even_when_ignored() {
         let f = Mode::File;
@@ -1241,7 +1285,8 @@ mod tests {
                 .unwrap();
                 assert!(!dir.join("t.log").exists(), "{what}");
                 assert!(!dir.join("sub/.env").exists(), "{what}");
-                assert!(dir.join("build.log").exists(), "{what}: the control stays");
+                assert!(dir.join("a.txt").exists(), "{what}: the control stays");
+                assert!(!dir.join("build.log").exists(), "{what}");
                 assert_eq!(read_back(&store, &dir, &next), *next, "{what}");
                 // Back to the first base: the files come back.
                 prepare(&store, &dir, &base);
@@ -1303,9 +1348,10 @@ mod tests {
         assert!(racy >= 2, "the slot and d at least: {racy}");
     }
 
-    /// A sync vouches for no directory holding a `.gitignore` that is not a base path (its
-    /// rules could change unseen): its record has no directories, and every read-back reads
-    /// every directory.
+    /// A directory record vouches for no directory holding a `.gitignore` that is not a base
+    /// path (its rules could change unseen): there is none then, and every read-back reads
+    /// every directory. A sync leaves no such file (even one the base's rules ignore, even
+    /// one that ignores itself), so its record has directories.
     #[test]
     fn a_stray_gitignore_leaves_no_directory_record() {
         let (_tmp, store, base, dir) = synced_slot(&[
@@ -1313,10 +1359,13 @@ mod tests {
             ("a/1.txt", Mode::File, "1\n"),
         ]);
         assert!(!recall(&dir).unwrap().record.dirs.is_empty());
-        // Ignored by the base's rules, so the sync leaves it; yet a walk reads its rules.
         std::fs::write(dir.join("a/.gitignore"), "*\n").unwrap();
+        let root = Beneath::open(&dir).unwrap();
+        let walked = crate::snapshot::walk(&dir, false, None, None).dirs;
+        assert!(dir_record(&dir, &root, &base, walked).is_empty());
         prepare(&store, &dir, &base);
-        assert!(recall(&dir).unwrap().record.dirs.is_empty());
+        assert!(!dir.join("a/.gitignore").exists());
+        assert!(!recall(&dir).unwrap().record.dirs.is_empty());
     }
 
     #[test]

@@ -2,11 +2,16 @@
 //! so that the read-back after a run and the next sync look at those paths only, instead of
 //! walking and `lstat`ing the whole sandbox (what git's fsmonitor does for `git status`).
 //!
-//! A [`Watch`] holds an inotify watch on every (not ignored) directory of the slot, started or
-//! cleared right after a sync. Each event names a path in a watched directory; [`Dirty`]
+//! A [`Watch`] holds an inotify watch on every directory of a slot (every base directory,
+//! ignored or not: see `workspace`'s `start_watch`) or of the user's checkout (every directory
+//! that is not ignored: see [`crate::checkout`]), started or cleared right after a sync or a
+//! whole snapshot. Each event names a path in a watched directory; [`Dirty`]
 //! collects them: `paths` (a file or symlink created, written, removed, renamed or `chmod`ed)
 //! and `trees` (a directory created or removed, a directory's own attributes, a `.gitignore`
-//! changed: everything beneath may differ, and is walked).
+//! changed: everything beneath may differ, and is walked). A `.gitignore` changed also means
+//! the set of watched directories may be out of date, as when a directory comes or goes
+//! ([`Watch::reshaped`]): a directory it no longer ignores was not watched, and an edit there
+//! later would go unseen by every snapshot.
 //!
 //! The watch gives up — [`Watch::changes`] says `None`, and the caller falls back to looking at
 //! every file — when the kernel dropped events (queue overflow), a watched directory was
@@ -223,8 +228,8 @@ fn next_mark() -> Mark {
 }
 
 impl Watch {
-    /// Watch `dirs` (relative to `root`, `""` being the root itself; every directory that is
-    /// not ignored), from now on. No directory is followed through a symlink.
+    /// Watch `dirs` (relative to `root`, `""` being the root itself: every directory the
+    /// caller must hear of, see the module docs), from now on. No directory is followed through a symlink.
     #[cfg(target_os = "linux")]
     pub fn start<'a>(
         root: &Path,
@@ -338,8 +343,9 @@ impl Watch {
         }
     }
 
-    /// Whether directories came or went since the watch was started (new ones are not
-    /// watched: the watch must be started again to see inside them).
+    /// Whether directories came or went since the watch was started, or a `.gitignore`
+    /// changed (new or no longer ignored ones are not watched: the watch must be started
+    /// again to see inside them).
     pub fn reshaped(&mut self) -> bool {
         self.drain();
         self.reshaped
@@ -483,9 +489,12 @@ impl Watch {
                     self.named_at.insert(path.clone(), mark);
                     self.dirty.add_tree(path);
                 } else if name == ".gitignore" {
-                    // Other files of this directory may be ignored or not now.
+                    // Other files of this directory may be ignored or not now — and so may
+                    // directories below it, which a watch started over the directories that
+                    // were not ignored does not watch (#54.5): it must be started again.
                     self.named_at.insert(dir.clone(), mark);
                     self.dirty.add_tree(dir);
+                    self.reshaped = true;
                 } else {
                     self.named_at.insert(path.clone(), mark);
                     if ev.mask.intersects(F::IN_DELETE | F::IN_MOVED_FROM) {

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::snapshot::{
-    read_back_sandbox, read_early, walk, Early, EarlyRead, EarlyReads, OverLimit, ReadBack,
-    ReadLimits, SnapshotError, DEFAULT_FILE_CAP,
+    read_back_sandbox, read_early, Early, EarlyRead, EarlyReads, OverLimit, ReadBack, ReadLimits,
+    SnapshotError, DEFAULT_FILE_CAP,
 };
 use crate::store::{FlatTree, ObjectBatch, Store, StoreError};
 use crate::sync::{recall, record_for, sync_slot, SyncError};
@@ -79,10 +79,10 @@ pub enum Stop {
 pub trait Sandbox: Send + Sync + std::fmt::Debug {
     /// The directory the agent sees as its repository root.
     fn workdir(&self) -> &Path;
-    /// Make the sandbox hold exactly `base` (every file that is not ignored), keeping ignored
-    /// files such as build caches so the agent's builds stay incremental — but never a file
-    /// of an earlier base that `base` no longer has, ignored or not (see
-    /// [`crate::sync::drop_former_base`]). The sync is
+    /// Make the sandbox hold exactly `base`, nothing more: whatever else is there — ignored
+    /// or not, build caches included — goes (see [`crate::foreign`]), and so does every file
+    /// of an earlier base that `base` no longer has (see [`crate::sync::drop_former_base`]).
+    /// The sync is
     /// remembered with `base` itself: a [`Sandbox::snapshot`] given that same tree (by
     /// address) takes it as the synced base without comparing entries.
     fn prepare(&self, store: &Store, base: &Arc<FlatTree>) -> Result<(), SandboxError>;
@@ -215,7 +215,7 @@ fn sync_watched(
             w.clear();
             Some(w)
         }
-        _ => start_watch(dir),
+        _ => start_watch(dir, base),
     };
     if let Some(w) = watch {
         put_watch(w, run_on);
@@ -380,12 +380,14 @@ pub(crate) const NO_WATCH: &str = "no change notification (inotify) for this san
      read-back after its run looks at every file; raise fs.inotify.max_user_instances or \
      fs.inotify.max_user_watches (sysctl) if either is exhausted";
 
-/// A watch on every directory of the slot that is not ignored; None (every file is looked at)
-/// where there is no change notification or it cannot be set up (such as too few inotify
-/// watches allowed).
-fn start_watch(dir: &Path) -> Option<Watch> {
-    let dirs = walk(dir, false, None, None).dirs;
-    match Watch::start(dir, dirs.iter().map(String::as_str)) {
+/// A watch on every directory of the slot, right after its sync to `base`: the base's
+/// directories, ignored or not (the slot holds nothing else then, see [`crate::foreign`], and
+/// the next sync must see what the agent leaves in an ignored one too). None (every file is
+/// looked at) where there is no change notification or it cannot be set up (such as too few
+/// inotify watches allowed).
+fn start_watch(dir: &Path, base: &FlatTree) -> Option<Watch> {
+    let dirs = crate::foreign::base_dirs(base);
+    match Watch::start_present(dir, dirs.iter().copied()) {
         Ok(w) => Some(w),
         Err(e) => {
             // Only Linux has it: elsewhere there is nothing to say. On Linux a publish without
@@ -653,10 +655,8 @@ mod tests {
         sb.prepare(&store, &Arc::new(base.clone())).unwrap();
         assert_eq!(std::fs::read(sb.workdir().join("a.txt")).unwrap(), b"a\n");
         assert!(!sb.workdir().join("stray.txt").exists());
-        assert!(
-            sb.workdir().join("target/cache").exists(),
-            "ignored caches survive"
-        );
+        // Ignored by the base's rules or not, nothing but the base stays.
+        assert!(!sb.workdir().join("target").exists());
         let snap = sb.snapshot(&store, &base, u64::MAX).unwrap();
         assert_eq!(snap.tree(&base), base);
         assert!(snap.changes.is_empty(), "{:?}", snap.changes);
@@ -929,6 +929,50 @@ mod tests {
         );
     }
 
+    /// Between runs a watched slot holds exactly its base (#54.3): what the agent planted —
+    /// ignored by the base's rules or its own, unreadable, too deep, not UTF-8 — is gone after
+    /// the next run's sync, which looks only where the watch saw something, and after the
+    /// put-back once a run is over. Controls: the base's files are there as the base has
+    /// them, and the agent's symlinks' targets outside the slot are untouched.
+    #[test]
+    fn a_watched_slot_holds_exactly_the_base_between_runs() {
+        use crate::foreign::test_support::{exactly, listing, plant};
+        // `build/kept.o` is tracked though ignored: `build/` is a base directory the
+        // agent's leftovers there go from too.
+        let (tmp, store, base, sb) = synced_slot(&[
+            (".gitignore", "build/\n*.o\n"),
+            ("a.txt", "a\n"),
+            ("a/b.txt", "b\n"),
+            ("build/kept.o", "k\n"),
+        ]);
+        let dir = sb.workdir().to_path_buf();
+        let outside = tmp.path().join("outside.txt");
+        std::fs::write(&outside, "mine\n").unwrap();
+        let base = Arc::new(base);
+        for put_back in [false, true] {
+            plant(&dir, &outside);
+            assert!(dir.join("sub/plant.py").exists() && dir.join("locked").exists());
+            if put_back {
+                sb.run_over();
+            } else {
+                assert!(dirty_in(&dir).is_some(), "the watch still knows");
+            }
+            sb.prepare(&store, &base).unwrap();
+            assert_eq!(listing(&dir), exactly(&base), "put back {put_back}");
+            assert_eq!(
+                sb.snapshot(&store, &base, u64::MAX).unwrap().tree(&base),
+                *base
+            );
+            assert_eq!(std::fs::read(&outside).unwrap(), b"mine\n");
+        }
+        // Alone (no `.gitignore` edited, which has every directory read): a file left in the
+        // ignored base directory is seen by the watch, and goes.
+        std::fs::write(dir.join("build/late.o"), "late\n").unwrap();
+        assert!(dirty_in(&dir).is_some_and(|d| d.covers("build/late.o")));
+        sb.prepare(&store, &base).unwrap();
+        assert_eq!(listing(&dir), exactly(&base));
+    }
+
     #[cfg(target_os = "linux")]
     #[test]
     fn a_watched_slot_reads_back_and_syncs_exactly_like_a_full_look() {
@@ -1016,7 +1060,8 @@ mod tests {
             base2
         );
         assert!(!p("src/new.rs").exists() && !p("pkg/mod.rs").exists());
-        assert!(p("build/out.txt").exists(), "ignored files stay");
+        // Ignored or not, what the agent left goes (see `crate::foreign`).
+        assert!(!p("src/new.o").exists() && !p("build").exists());
 
         // Positive control that the read-back really trusts the watch, and the limit the
         // module documents: a write through a hard link made outside the sandbox makes no

@@ -1470,8 +1470,9 @@ r done yes
 /// The read-back helper that waits beside the agent watches the slot (inotify, from the end of
 /// the run's sync), so the read-back at the run's end looks only where something happened.
 /// Every kind of change is still seen — an edit deep in a watched directory, a removal, a new
-/// directory, and a new file in `build/`, a directory the first run's agent made (it holds
-/// only ignored files) and the second run's sync kept. What a watch
+/// directory, and a new file in `build/`, the name of a directory the first run's agent made
+/// (holding only ignored files) and the second run's sync removed (between runs a slot holds
+/// exactly its base). What a watch
 /// cannot see — a write through a hard link the agent made outside the watched directories
 /// (in its `.git`: outside its slot it cannot make one, the slot being a mount of its own in
 /// the agent's namespace) — is not in the suggestion, so it can never reach the checkout, and the next run's sync puts the
@@ -1509,7 +1510,8 @@ second)
   echo deep >> src/deep/a.txt
   rm src/b.txt
   mkdir -p src/deep/new && echo n > src/deep/new/n.txt
-  echo made > build/new.c
+  (test -e build && echo kept || echo gone) > {out}/build
+  mkdir -p build && echo made > build/new.c
   ln keep.txt .git/outside-link && echo sneaky >> .git/outside-link && rm .git/outside-link
   echo linked > {out}/linked
   stat -c %i .git > {out}/git ;;
@@ -1541,6 +1543,11 @@ esac"#,
     run("first", "ready")?;
     let r = run("second", "ready")?;
     let ctx = || hub.log_text();
+    anyhow::ensure!(
+        std::fs::read_to_string(out.join("build"))? == "gone\n",
+        "the first run's ignored build/ was still there: {}",
+        ctx()
+    );
     anyhow::ensure!(
         std::fs::read_to_string(out.join("linked")).is_ok(),
         "the agent could not write through its hard link: {}",
@@ -1912,4 +1919,67 @@ fn untracked_files_leave_every_sandbox_under_user_isolation() {
         &agent,
         &out,
     );
+}
+
+/// [`crate::slots::planted_files_leave_every_sandbox`] under `--isolation user`: the kept
+/// helper's put-back and the next run's sync (by that helper, or a new one after the hub's
+/// restart) remove what the agent planted, as the sandbox user — its `chmod 000` directory
+/// opened up first — and the read-back names that directory as skipped (the sandbox user
+/// cannot read it).
+#[test]
+fn planted_files_leave_every_sandbox_under_user_isolation() {
+    if !require_root("planted_files_leave_every_sandbox_under_user_isolation") {
+        return;
+    }
+    let s = Setup::new(false).unwrap();
+    let out = s.open_dir("out").unwrap();
+    s.ws.write("README", b"plant\n").unwrap();
+    s.as_owner(&crate::runs::in_repo(
+        &s.ws.repo(),
+        "git add README && git commit -qm readme",
+    ))
+    .unwrap();
+    let agent = s
+        .script("plant.sh", &crate::slots::planting_agent_body(&out))
+        .unwrap();
+    crate::slots::planted_files_leave_every_sandbox(
+        || s.one_slot_hub().unwrap(),
+        |script| owner_git(&s, script),
+        &agent,
+        &out,
+        true,
+    );
+}
+
+/// [`crate::slots::unignored_directories_are_seen_by_every_run`] under `--isolation user`.
+#[test]
+fn unignored_directories_are_seen_by_every_run_under_user_isolation() {
+    if !require_root("unignored_directories_are_seen_by_every_run_under_user_isolation") {
+        return;
+    }
+    let s = Setup::new(false).unwrap();
+    let out = s.open_dir("out").unwrap();
+    s.ws.write("README", b"ign\n").unwrap();
+    s.as_owner(&crate::runs::in_repo(
+        &s.ws.repo(),
+        "git add README && git commit -qm readme",
+    ))
+    .unwrap();
+    let agent = s
+        .script("ign.sh", &crate::slots::ign_agent_body(&out))
+        .unwrap();
+    crate::slots::unignored_directories_are_seen_by_every_run(
+        || s.one_slot_hub().unwrap(),
+        |script| owner_git(&s, script),
+        &agent,
+        &out,
+    );
+}
+
+/// Run `script` in the checkout as its owner (see [`crate::runs::in_repo`]); it must succeed.
+fn owner_git(s: &Setup, script: &str) {
+    let out = s
+        .as_owner(&crate::runs::in_repo(&s.ws.repo(), script))
+        .unwrap();
+    assert!(out.status.success(), "{script}: {out:?}");
 }

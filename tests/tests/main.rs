@@ -26,4 +26,5 @@ mod real_models;
 mod review;
 mod runs;
 mod security;
+mod slots;
 mod smoke;

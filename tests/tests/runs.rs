@@ -537,7 +537,7 @@ async fn the_sandbox_holds_the_checkout_as_the_user_sees_it() {
                    test -e debug.log && echo 'user debug.log' >> {seen} || true\n\
                    mkdir -p build && echo cache > build/cache.o ;;\n\
                  second)\n\
-                   cat build/cache.o > {kept} ;;\n\
+                   (test -e build && echo kept || echo gone) > {kept} ;;\n\
                  esac",
                 seen = seen.display(),
                 kept = kept.display()
@@ -570,14 +570,15 @@ async fn the_sandbox_holds_the_checkout_as_the_user_sees_it() {
             .unwrap(),
         b"uncommitted edit\n"
     );
-    // The sandbox's own ignored files (build caches) survive into the next run.
+    // Between runs the slot holds exactly the base: the first run's build cache, ignored or
+    // not, is gone by the second (its agent made it: the script stops at any failure).
     let run = c
         .start_run("second", &template(&agent), None)
         .await
         .unwrap();
     let r = wait_run_finished(&hub, &run, SECS).await.unwrap();
     assert_eq!(r["status"], "no_changes", "{r}");
-    assert_eq!(std::fs::read_to_string(&kept).unwrap(), "cache\n");
+    assert_eq!(std::fs::read_to_string(&kept).unwrap(), "gone\n");
     // And nothing of this touched the user's checkout.
     assert_eq!(ws.read("build/out.o").unwrap(), b"ignored object\n");
     assert!(!ws.exists("build/cache.o"));
@@ -1078,8 +1079,7 @@ pub(crate) fn in_repo(repo: &std::path::Path, script: &str) -> String {
 /// A file tracked under an ignore rule (`t.log` with `*.log`, a `.env`) that the user then
 /// untracks (`git rm --cached`, committed) reaches no later run's sandbox — with the hub that
 /// synced it there, and with a hub started afresh over the same state (the untracking made
-/// while it was down). Controls: while tracked, the agent sees both files, and an ignored file
-/// of its own making is kept for the next run. `start` starts the hub (`--max-runs 1`), `git`
+/// while it was down). Control: while tracked, the agent sees both files. `start` starts the hub (`--max-runs 1`), `git`
 /// runs a shell command in the checkout as its owner; `agent` runs [`listing_agent_body`].
 pub(crate) fn untracked_files_leave_every_sandbox(
     start: impl Fn() -> hunkgate_tests::Hub,

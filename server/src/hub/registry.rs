@@ -152,7 +152,8 @@ impl Runs {
         }
     }
 
-    /// A sandbox directory no other run is using; reused across runs so build caches survive.
+    /// A sandbox directory no other run is using; reused across runs so a sync writes only what
+    /// differs from its last base (between runs it holds exactly that base, nothing more).
     ///
     /// `local`: the slots are directories under `sandbox_root` that agents run in as the hub's
     /// own user (`--isolation none`). A slot where some process still has its working directory

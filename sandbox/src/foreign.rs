@@ -1,0 +1,543 @@
+//! **Between runs a slot holds exactly its base — nothing more, nothing less.** Whatever an
+//! agent leaves in its slot that the base does not have goes at the slot's next sync (the
+//! put-back once its run is over, or the next run's sync if that comes first), whatever it
+//! is: a file under an ignore rule (the sandbox's `.gitignore` files are the agent's to write,
+//! so no rule of theirs decides what stays — a self-ignoring `sub/.gitignore` of `*`, a line
+//! appended to the base's own `.gitignore`, a build cache all go alike), a name that is not
+//! UTF-8, an empty directory, a `chmod 000` directory, a tree deeper than `PATH_MAX`. What the
+//! next agent reads is what the reviewer's checkout held, and nothing one agent planted can be
+//! published by the next as its own. (A run's read-back reports what it cannot review — see
+//! [`crate::snapshot`] — before this removes it.)
+//!
+//! Only the base's directories are ever read: an entry of one that is neither a base path nor
+//! a base directory is removed whole, never entered as a path. Removal goes by directory
+//! descriptor (`openat`, `unlinkat`), never by a path from the slot's root, so no depth is too
+//! deep and nothing is followed; a directory its owner cannot search or write is given the
+//! owner's `rwx` first (the sync runs as the user who owns what the agent made: the sandbox
+//! user under `--isolation user`, the hub's own under `none`).
+//!
+//! Which base directories are read: with change notification's word ([`Dirty`]), those where
+//! it saw something; else, with a sync record's directory stats ([`SyncRecord::dirs`]), those
+//! whose stat moved since (or is racy) and those it does not name; else every one. A
+//! directory's entries cannot change without its ctime changing.
+//!
+//! **Layer:** imports [`crate::beneath`], [`crate::store`], [`crate::statcache`],
+//! [`crate::watch`] and [`crate::wire`].
+
+use std::collections::BTreeSet;
+use std::ffi::{CStr, CString};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, OFlag};
+use nix::sys::stat::{FchmodatFlags, FileStat, Mode as Perm, SFlag};
+use nix::unistd::UnlinkatFlags;
+
+use crate::beneath::Beneath;
+use crate::statcache::{file_stat, is_racy};
+use crate::store::FlatTree;
+use crate::watch::Dirty;
+use crate::wire::SyncRecord;
+
+const DIR_FLAGS: OFlag = OFlag::O_DIRECTORY
+    .union(OFlag::O_NOFOLLOW)
+    .union(OFlag::O_CLOEXEC)
+    .union(OFlag::O_RDONLY);
+
+/// Every directory on the way to a path of `base` (`""`, the slot itself, included).
+pub fn base_dirs(base: &FlatTree) -> BTreeSet<&str> {
+    let mut dirs = BTreeSet::from([""]);
+    for path in base.keys() {
+        let mut d = path.as_str();
+        while let Some(i) = d.rfind('/') {
+            d = &d[..i];
+            if !dirs.insert(d) {
+                break;
+            }
+        }
+    }
+    dirs
+}
+
+/// Remove from the slot `dir` every entry of the base's directories that is neither a path of
+/// `base` nor a directory on the way to one (its own `.git` aside: the sync makes that anew),
+/// reading only the directories `record` or `dirty` cannot vouch for (see the module docs).
+/// Returns how many entries were removed (a directory counts once).
+///
+/// A base path that is now of another kind (a directory where the base has a file, a file
+/// where it has a directory) is left for the sync, which writes it or starts from scratch.
+pub fn drop_foreign(
+    dir: &Path,
+    base: &FlatTree,
+    record: Option<&SyncRecord>,
+    dirty: Option<&Dirty>,
+) -> std::io::Result<usize> {
+    let dirs = base_dirs(base);
+    let read = match (dirty, record.filter(|r| !r.dirs.is_empty())) {
+        (Some(dirty), _) => dirs_seen(&dirs, dirty),
+        (None, Some(record)) => dirs_moved(dir, &dirs, record)?,
+        (None, None) => dirs.iter().copied().collect(),
+    };
+    let root = nix::fcntl::open(dir, OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Perm::empty())?;
+    let mut removed = 0;
+    for d in read {
+        let Some(fd) = open_below(&root, d)? else {
+            continue;
+        };
+        // The agent's: neither the slot's own `.git` nor a base path or directory.
+        let theirs = |name: &CStr| {
+            let bytes = name.to_bytes();
+            if d.is_empty() && bytes == b".git" {
+                return false;
+            }
+            let path = std::str::from_utf8(bytes).ok().map(|n| match d {
+                "" => n.to_string(),
+                _ => format!("{d}/{n}"),
+            });
+            !path.is_some_and(|p| base.contains_key(&p) || dirs.contains(p.as_str()))
+        };
+        for name in entries(fd.as_fd(), theirs)? {
+            remove_at(fd.as_fd(), &name)?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
+/// The base directories where something may have come since the watch that saw `dirty` was
+/// cleared: the nearest base directory holding each named path or dirty tree, and every base
+/// directory inside a dirty tree.
+fn dirs_seen<'a>(dirs: &BTreeSet<&'a str>, dirty: &Dirty) -> Vec<&'a str> {
+    let nearest = |path: &str| -> &'a str {
+        let mut d = path;
+        loop {
+            if let Some(found) = dirs.get(d) {
+                return found;
+            }
+            match d.rfind('/') {
+                Some(i) => d = &d[..i],
+                None => return "",
+            }
+        }
+    };
+    let mut out: BTreeSet<&'a str> = BTreeSet::new();
+    for p in &dirty.paths {
+        out.insert(nearest(p.rfind('/').map_or("", |i| &p[..i])));
+    }
+    for t in &dirty.trees {
+        out.insert(nearest(t));
+        if t.is_empty() {
+            out.extend(dirs.iter().copied());
+            continue;
+        }
+        let prefix = format!("{t}/");
+        let inside = dirs
+            .iter()
+            .copied()
+            .skip_while(|d| *d < prefix.as_str())
+            .take_while(|d| d.starts_with(&prefix));
+        out.extend(inside);
+    }
+    out.into_iter().collect()
+}
+
+/// The base directories whose stat differs from `record`'s (or is racy against its stamp),
+/// and those it does not name.
+fn dirs_moved<'a>(
+    dir: &Path,
+    dirs: &BTreeSet<&'a str>,
+    record: &SyncRecord,
+) -> std::io::Result<Vec<&'a str>> {
+    let stamp = (record.stamp_s, record.stamp_ns);
+    let recorded: std::collections::HashMap<&str, &crate::wire::FileStat> =
+        record.dirs.iter().map(|(d, s)| (d.as_str(), s)).collect();
+    let root = Beneath::open(dir).map_err(std::io::Error::other)?;
+    let below: Vec<&str> = dirs.iter().copied().filter(|d| !d.is_empty()).collect();
+    let mut now: Vec<Option<crate::wire::FileStat>> =
+        vec![nix::sys::stat::lstat(dir).ok().map(|st| file_stat(&st))];
+    now.extend(
+        root.lstat_many(&below)
+            .into_iter()
+            .map(|st| st.ok().flatten().map(|st| file_stat(&st))),
+    );
+    Ok(std::iter::once("")
+        .chain(below.iter().copied())
+        .zip(now)
+        .filter(|(d, now)| {
+            !recorded
+                .get(d)
+                .is_some_and(|was| *now == Some(**was) && !is_racy(was, stamp))
+        })
+        .map(|(d, _)| d)
+        .collect())
+}
+
+/// The directory `rel` below `root` (`""` is `root` itself), opened without following
+/// anything; None when it is missing or not a directory now (the sync's own checks deal with
+/// a base directory the agent replaced).
+fn open_below(root: &OwnedFd, rel: &str) -> std::io::Result<Option<OwnedFd>> {
+    let mut fd = root.try_clone()?;
+    for part in rel.split('/').filter(|p| !p.is_empty()) {
+        fd = match open_dir_at(fd.as_fd(), &CString::new(part)?) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+    }
+    Ok(Some(fd))
+}
+
+/// The names in the open directory `dir` (`.` and `..` aside) that `wanted` picks.
+fn entries(dir: BorrowedFd<'_>, wanted: impl Fn(&CStr) -> bool) -> std::io::Result<Vec<CString>> {
+    // A copy of the descriptor for the listing (it shares the read position, read to its end
+    // here once): the caller keeps `dir` for the removals.
+    let mut list = nix::dir::Dir::from_fd(dir.try_clone_to_owned()?)?;
+    let mut out = Vec::new();
+    for entry in list.iter() {
+        let entry = entry?;
+        let name = entry.file_name();
+        if !matches!(name.to_bytes(), b"." | b"..") && wanted(name) {
+            out.push(name.to_owned());
+        }
+    }
+    Ok(out)
+}
+
+/// Open the directory `name` in `parent`, nothing followed; one its owner may not read
+/// (`chmod 000`) is given the owner's `rwx` first.
+fn open_dir_at(parent: BorrowedFd<'_>, name: &CStr) -> nix::Result<OwnedFd> {
+    match nix::fcntl::openat(parent, name, DIR_FLAGS, Perm::empty()) {
+        Err(Errno::EACCES) => {
+            let st = nix::sys::stat::fstatat(parent, name, AtFlags::AT_SYMLINK_NOFOLLOW)?;
+            open_up(parent, name, &st)?;
+            nix::fcntl::openat(parent, name, DIR_FLAGS, Perm::empty())
+        }
+        other => other,
+    }
+}
+
+/// Give the directory `name` in `parent` (whose `lstat` is `st`) its owner's `rwx`, if it
+/// lacks any of them.
+fn open_up(parent: BorrowedFd<'_>, name: &CStr, st: &FileStat) -> nix::Result<()> {
+    let mode = Perm::from_bits_truncate(st.st_mode & 0o7777);
+    if mode.contains(Perm::S_IRWXU) {
+        return Ok(());
+    }
+    // `chmod` follows a symlink, and `name` was a directory a moment ago: only something
+    // running as the same user could swap it since, and that one could chmod anyway.
+    nix::sys::stat::fchmodat(
+        parent,
+        name,
+        mode | Perm::S_IRWXU,
+        FchmodatFlags::FollowSymlink,
+    )
+}
+
+/// One directory on the way down of [`remove_at`]: its name in the one above, its identity
+/// (to check `..` on the way back up), and the subdirectories still to remove.
+struct Level {
+    name: CString,
+    id: (nix::libc::dev_t, nix::libc::ino_t),
+    pending: Vec<CString>,
+    /// It was taken apart once already and was not empty then.
+    again: bool,
+}
+
+/// Remove the entry `name` of the directory `parent` — a file, a symlink (itself), anything
+/// else, or a whole directory tree — following nothing. A directory tree is taken apart one
+/// directory at a time, each opened from the one above and left by `..` (checked to be the
+/// directory it came from), so neither its depth nor its path length is bounded by file
+/// descriptors or `PATH_MAX`. A directory its owner may not search or write is opened up
+/// first. Absent is fine.
+pub fn remove_at(parent: BorrowedFd<'_>, name: &CStr) -> std::io::Result<()> {
+    let st = match nix::sys::stat::fstatat(parent, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(Errno::ENOENT) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    if !is_dir(&st) {
+        return Ok(nix::unistd::unlinkat(
+            parent,
+            name,
+            UnlinkatFlags::NoRemoveDir,
+        )?);
+    }
+    let (mut cur, first) = descend(parent, name, &st)?;
+    let mut levels = vec![first];
+    loop {
+        if let Some(child) = levels.last_mut().and_then(|l| l.pending.pop()) {
+            let at = cur.as_fd();
+            match nix::sys::stat::fstatat(at, child.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+                Ok(st) if is_dir(&st) => {
+                    let (fd, level) = descend(at, &child, &st)?;
+                    cur = fd;
+                    levels.push(level);
+                }
+                Ok(_) => nix::unistd::unlinkat(at, child.as_c_str(), UnlinkatFlags::NoRemoveDir)?,
+                Err(Errno::ENOENT) => {}
+                Err(e) => return Err(e.into()),
+            }
+            continue;
+        }
+        let Some(done) = levels.pop() else {
+            return Ok(());
+        };
+        let up = match levels.last() {
+            None => parent.try_clone_to_owned()?,
+            Some(above) => {
+                let up = nix::fcntl::openat(cur.as_fd(), "..", DIR_FLAGS, Perm::empty())?;
+                let st = nix::sys::stat::fstat(up.as_fd())?;
+                if (st.st_dev, st.st_ino) != above.id {
+                    return Err(std::io::Error::other(
+                        "a directory being removed was moved away meanwhile",
+                    ));
+                }
+                up
+            }
+        };
+        match nix::unistd::unlinkat(up.as_fd(), done.name.as_c_str(), UnlinkatFlags::RemoveDir) {
+            // An entry the listing did not return (one may go unlisted while a directory is
+            // emptied as it is read): the directory is taken apart once more.
+            Err(Errno::ENOTEMPTY) if !done.again => {
+                let st = nix::sys::stat::fstatat(
+                    up.as_fd(),
+                    done.name.as_c_str(),
+                    AtFlags::AT_SYMLINK_NOFOLLOW,
+                )?;
+                let (fd, level) = descend(up.as_fd(), &done.name, &st)?;
+                cur = fd;
+                levels.push(Level {
+                    again: true,
+                    ..level
+                });
+                continue;
+            }
+            other => other?,
+        }
+        if levels.is_empty() {
+            return Ok(());
+        }
+        cur = up;
+    }
+}
+
+/// Open the directory `name` of `parent` (whose `lstat` is `st`) for [`remove_at`], opened up
+/// first if its owner lacks any of `rwx` (it is emptied next), and remove every entry of it
+/// that is not a directory; the subdirectories are its level's `pending`.
+fn descend(
+    parent: BorrowedFd<'_>,
+    name: &CStr,
+    st: &FileStat,
+) -> std::io::Result<(OwnedFd, Level)> {
+    open_up(parent, name, st)?;
+    let fd = nix::fcntl::openat(parent, name, DIR_FLAGS, Perm::empty())?;
+    let mut pending = Vec::new();
+    let mut list = nix::dir::Dir::from_fd(fd.try_clone()?)?;
+    for entry in list.iter() {
+        let entry = entry?;
+        let child = entry.file_name();
+        if matches!(child.to_bytes(), b"." | b"..") {
+            continue;
+        }
+        let dir = match entry.file_type() {
+            Some(t) => t == nix::dir::Type::Directory,
+            None => nix::sys::stat::fstatat(fd.as_fd(), child, AtFlags::AT_SYMLINK_NOFOLLOW)
+                .is_ok_and(|st| is_dir(&st)),
+        };
+        if dir {
+            pending.push(child.to_owned());
+        } else {
+            match nix::unistd::unlinkat(fd.as_fd(), child, UnlinkatFlags::NoRemoveDir) {
+                Ok(()) | Err(Errno::ENOENT) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    let level = Level {
+        name: name.to_owned(),
+        id: (st.st_dev, st.st_ino),
+        pending,
+        again: false,
+    };
+    Ok((fd, level))
+}
+
+fn is_dir(st: &FileStat) -> bool {
+    SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFDIR
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    use std::collections::BTreeSet;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::{symlink, PermissionsExt};
+    use std::path::Path;
+
+    /// Leave in the slot `dir` (synced to a base with a `.gitignore`, `a.txt` and `a/b.txt`)
+    /// what an agent may leave beside its base: a self-ignoring directory (`sub/.gitignore`
+    /// of `*`), a line appended to the base's own `.gitignore` and the file it hides, a
+    /// `chmod 000` directory and a `chmod 555` one, a path longer than `PATH_MAX`, names that
+    /// are not UTF-8 (a file, a directory), an empty directory, a `.git` of its own below the
+    /// slot, a FIFO, and symlinks to `outside` (which must outlive them).
+    pub(crate) fn plant(dir: &Path, outside: &Path) {
+        let p = |n: &str| dir.join(n);
+        std::fs::create_dir_all(p("sub")).unwrap();
+        std::fs::write(p("sub/.gitignore"), "*\n").unwrap();
+        std::fs::write(p("sub/plant.py"), "print('planted')\n").unwrap();
+        symlink(outside, p("sub/out")).unwrap();
+        let mut rules = std::fs::read(p(".gitignore")).unwrap();
+        rules.extend_from_slice(b"plant2.py\n");
+        std::fs::write(p(".gitignore"), rules).unwrap();
+        std::fs::write(p("plant2.py"), "print('planted')\n").unwrap();
+        std::fs::create_dir_all(p("locked/in")).unwrap();
+        std::fs::write(p("locked/in/secret.txt"), "s\n").unwrap();
+        std::fs::create_dir_all(p("ro/inner")).unwrap();
+        std::fs::write(p("ro/inner/f"), "f\n").unwrap();
+        for (d, mode) in [
+            ("locked/in", 0o000),
+            ("locked", 0o000),
+            ("ro/inner", 0o555),
+            ("ro", 0o555),
+        ] {
+            std::fs::set_permissions(p(d), std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+        crate::store::test_support::deep(&p("deep"), 5000);
+        std::fs::write(dir.join(std::ffi::OsStr::from_bytes(b"bad\xffname")), "x\n").unwrap();
+        let odd_dir = dir.join(std::ffi::OsStr::from_bytes(b"a/odd\xfe"));
+        std::fs::create_dir_all(&odd_dir).unwrap();
+        std::fs::write(odd_dir.join("x"), "x\n").unwrap();
+        std::fs::create_dir_all(p("empty")).unwrap();
+        std::fs::create_dir_all(p("a/.git/hooks")).unwrap();
+        std::fs::write(p("a/.git/hooks/post-checkout"), "#!/bin/sh\n").unwrap();
+        std::fs::create_dir_all(p("build")).unwrap();
+        std::fs::write(p("build/out.o"), "o\n").unwrap();
+        nix::unistd::mkfifo(
+            &p("a/pipe"),
+            nix::sys::stat::Mode::from_bits_truncate(0o644),
+        )
+        .unwrap();
+        symlink(outside, p("escape")).unwrap();
+    }
+
+    /// Every entry of the slot `dir` (its `.git` aside), relative, as bytes: directories with
+    /// a trailing `/`. Listed by path: an entry that cannot be listed (too long a path, a
+    /// directory that cannot be read) fails the test.
+    pub(crate) fn listing(dir: &Path) -> BTreeSet<Vec<u8>> {
+        let mut out = BTreeSet::new();
+        let mut todo = vec![dir.to_path_buf()];
+        while let Some(d) = todo.pop() {
+            for entry in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {
+                let entry = entry.unwrap();
+                let path = entry.path();
+                if path == dir.join(".git") {
+                    continue;
+                }
+                let mut rel = path
+                    .strip_prefix(dir)
+                    .unwrap()
+                    .as_os_str()
+                    .as_bytes()
+                    .to_vec();
+                if entry.file_type().unwrap().is_dir() {
+                    rel.push(b'/');
+                    todo.push(path);
+                }
+                out.insert(rel);
+            }
+        }
+        out
+    }
+
+    /// What [`listing`] gives of a slot that holds exactly `base`.
+    pub(crate) fn exactly(base: &crate::store::FlatTree) -> BTreeSet<Vec<u8>> {
+        let dirs = super::base_dirs(base);
+        let dirs = dirs
+            .iter()
+            .filter(|d| !d.is_empty())
+            .map(|d| format!("{d}/"));
+        base.keys()
+            .cloned()
+            .chain(dirs)
+            .map(String::into_bytes)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::listing;
+    use super::*;
+    use crate::store::test_support::deep;
+    use std::os::unix::fs::{symlink, PermissionsExt};
+
+    /// `remove_at` takes apart any tree an agent can make — directories without their
+    /// owner's permissions, a path past `PATH_MAX`, a FIFO — and follows no symlink in it.
+    /// Controls: what the symlinks point to, and the entry beside the one removed, stay.
+    #[test]
+    fn remove_at_takes_any_tree_apart_and_follows_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir_all(outside.join("inner")).unwrap();
+        std::fs::write(outside.join("inner/keep"), "keep\n").unwrap();
+        let top = tmp.path().join("slot");
+        let t = top.join("t");
+        std::fs::create_dir_all(t.join("a/b/c")).unwrap();
+        std::fs::write(t.join("a/b/c/f"), "f\n").unwrap();
+        symlink(&outside, t.join("a/link")).unwrap();
+        symlink(outside.join("inner"), t.join("a/b/link")).unwrap();
+        nix::unistd::mkfifo(&t.join("a/pipe"), Perm::from_bits_truncate(0o644)).unwrap();
+        deep(&t.join("deep"), 5000);
+        for (d, mode) in [("a/b/c", 0o000), ("a/b", 0o500), ("a", 0o000)] {
+            std::fs::set_permissions(t.join(d), std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+        std::fs::write(top.join("beside"), "b\n").unwrap();
+        let fd = nix::fcntl::open(&top, DIR_FLAGS, Perm::empty()).unwrap();
+        remove_at(fd.as_fd(), c"t").unwrap();
+        assert!(!t.exists());
+        assert!(top.join("beside").exists(), "the control beside it stays");
+        assert_eq!(
+            std::fs::read(outside.join("inner/keep")).unwrap(),
+            b"keep\n"
+        );
+        // Absent is fine; a file or a symlink is removed as itself.
+        remove_at(fd.as_fd(), c"t").unwrap();
+        symlink(&outside, top.join("l")).unwrap();
+        remove_at(fd.as_fd(), c"l").unwrap();
+        remove_at(fd.as_fd(), c"beside").unwrap();
+        assert!(listing(&top).is_empty());
+        assert!(outside.join("inner/keep").exists());
+    }
+
+    /// Which base directories a sync reads, given the watch's word: the nearest base
+    /// directory of each named path or dirty tree, and every base directory in a dirty tree.
+    #[test]
+    fn the_watch_names_the_directories_to_read() {
+        let e = crate::store::Entry {
+            mode: crate::store::Mode::File,
+            oid: crate::store::blob_id(b""),
+        };
+        let base: FlatTree = ["a/b/c/f", "a/g", "x/y", "top"]
+            .into_iter()
+            .map(|p| (p.to_string(), e))
+            .collect();
+        let dirs = base_dirs(&base);
+        assert_eq!(
+            Vec::from_iter(dirs.iter().copied()),
+            ["", "a", "a/b", "a/b/c", "x"]
+        );
+        let dirty = Dirty {
+            paths: ["a/b/new", "sub/deeper/plant", "top2"]
+                .map(String::from)
+                .into(),
+            trees: ["x", "a/b/c/made"].map(String::from).into(),
+            gone: Default::default(),
+        };
+        assert_eq!(dirs_seen(&dirs, &dirty), ["", "a/b", "a/b/c", "x"]);
+        let everything = Dirty {
+            trees: [String::new()].into(),
+            ..Dirty::default()
+        };
+        assert_eq!(dirs_seen(&dirs, &everything).len(), dirs.len());
+    }
+}
