@@ -293,3 +293,46 @@ async fn the_protocol_curl_lines_land_a_merge() {
     assert_eq!(ws.read_string("a.txt").unwrap(), git);
     drop(hub);
 }
+
+/// The CLI: `show` prints the merge and the SHA to name; `accept --merged-against` lands it.
+#[tokio::test]
+async fn the_cli_shows_a_merge_and_accepts_it_by_its_sha() {
+    let base = numbered(20);
+    let (ws, hub, sid, hid) = shouted_ten(&base).await;
+    let yours = base.replace("line 12\n", "line 12, mine\n");
+    ws.write("a.txt", yours.as_bytes()).unwrap();
+    let out = ws.cli(&["accept", &sid, "1"]).unwrap();
+    assert!(!out.status.success(), "stale: {out:?}");
+    assert_eq!(ws.read_string("a.txt").unwrap(), yours);
+
+    let out = ws.cli(&["show", &sid]).unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let shown = String::from_utf8(out.stdout).unwrap();
+    let sha = sha256(&yours);
+    assert!(
+        shown.contains(&format!(
+            "merged with your file (clean; accept it with --merged-against {sha}):"
+        )),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("+LINE 10\n") && shown.contains(" line 12, mine\n"),
+        "{shown}"
+    );
+
+    // One hunk only, and only the SHA shown.
+    let out = ws.cli(&["accept", &sid, "--merged-against", &sha]).unwrap();
+    assert!(!out.status.success(), "no hunk named: {out:?}");
+    let out = ws
+        .cli(&["accept", &sid, "1", "--merged-against", &sha256(&base)])
+        .unwrap();
+    assert!(!out.status.success(), "another file's SHA: {out:?}");
+    assert_eq!(ws.read_string("a.txt").unwrap(), yours, "nothing written");
+    let out = ws
+        .cli(&["accept", &sid, "1", "--merged-against", &sha])
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let (git, _) = git_merge_file(&yours, &base, &base.replace("line 10\n", "LINE 10\n"));
+    assert_eq!(ws.read_string("a.txt").unwrap(), git);
+    assert_eq!(hunk_of(&hub, &sid, &hid)["state"], "accepted");
+}
