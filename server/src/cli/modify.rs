@@ -94,7 +94,14 @@ fn edit_in_editor(h: &HunkView) -> anyhow::Result<Option<String>> {
     let edited = std::fs::read_to_string(&path)
         .with_context(|| format!("reading back {}", path.display()))?;
     if edited == new_side {
-        eprintln!("the hunk was saved unchanged: nothing was changed (`hunkgate accept` takes it as it is)");
+        let accept = match &h.merge {
+            Some(m) if h.state == HunkState::Conflict => format!(
+                "`hunkgate accept --merged-against {}` takes a clean merge as it is",
+                visible_line(&m.merged_against)
+            ),
+            _ => "`hunkgate accept` takes it as it is".into(),
+        };
+        eprintln!("the hunk was saved unchanged: nothing was changed ({accept})");
         return Ok(None);
     }
     let modified = with_new_side(&hunk, &edited);

@@ -86,10 +86,19 @@ pub fn merge_texts(current: &str, base: &str, agent: &str) -> (String, MergeOutc
     (String::from_utf8_lossy(&out).into_owned(), outcome)
 }
 
+/// Files are merged up to this size (the run's base and the user's file together): a merge
+/// diffs both against the base while the hub's state is locked, and one accept must not hold
+/// it for long. A bigger stale hunk is a conflict without a merge.
+pub const MERGE_CAP: usize = 16 << 20;
+
 /// Merge `hunk` (a hunk of `base`, the run's version of the file) into `current`. None when
-/// there is nothing to merge: the hunk does not apply to its own base (never so for a hunk the
-/// hub made), or the merge leaves the file as it is (the change is in it already).
+/// there is nothing to merge: the files are over [`MERGE_CAP`], the hunk does not apply to its
+/// own base (never so for a hunk the hub made), or the merge leaves the file as it is (the
+/// change is in it already).
 pub fn merge_hunk(base: &str, hunk: &Hunk, current: &str) -> Option<Merged> {
+    if base.len().saturating_add(current.len()) > MERGE_CAP {
+        return None;
+    }
     let agent = apply_hunk(base, hunk, 0).ok()?.text;
     let (text, outcome) = merge_texts(current, base, &agent);
     let hunk = one_hunk(current, &text)?;

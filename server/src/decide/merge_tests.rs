@@ -217,3 +217,19 @@ fn markers_are_told_apart_from_lines_like_them() {
         "a heading's underline is no marker"
     );
 }
+
+#[test]
+fn files_over_the_cap_are_not_merged() {
+    let base = lines(20, "\n").concat();
+    let hunk = agent_hunk(&base, &with(lines(20, "\n"), 10, "agent's line 10\n"));
+    let edited = with(lines(20, "\n"), 8, "your line 8\n");
+    assert!(
+        merge_hunk(&base, &hunk, &edited).is_some(),
+        "positive control"
+    );
+    let padding = "x".repeat(MERGE_CAP);
+    assert_eq!(
+        merge_hunk(&base, &hunk, &format!("{edited}{padding}")),
+        None
+    );
+}
