@@ -44,11 +44,14 @@ pub struct AgentScore {
     pub hunks: usize,
     pub accepted: usize,
     pub modified: usize,
+    /// Accepted through a clean three-way merge with the user's edit that had made the hunk
+    /// stale (feedback outcome `merged`).
+    pub merged: usize,
     pub rejected: usize,
     /// Accept attempts that hit a conflict (a hunk can conflict and later be accepted).
     pub conflicts: usize,
     pub undos: usize,
-    /// (accepted + modified) / hunks.
+    /// (accepted + modified + merged) / hunks.
     pub kept_ratio: f64,
     /// accepted / hunks: kept exactly as proposed.
     pub exact_ratio: f64,
@@ -175,7 +178,7 @@ pub fn score(readers: impl IntoIterator<Item = impl BufRead>) -> std::io::Result
                     *undos.entry(agent).or_default() += 1;
                     last.remove(&rec.hunk_id);
                 }
-                "applied" | "modified" | "rejected" => {
+                "applied" | "modified" | "merged" | "rejected" => {
                     last.insert(rec.hunk_id, (agent, rec.suggestion_id, rec.outcome));
                 }
                 _ => skipped += 1,
@@ -200,6 +203,7 @@ pub fn score(readers: impl IntoIterator<Item = impl BufRead>) -> std::io::Result
         match outcome.as_str() {
             "applied" => s.accepted += 1,
             "modified" => s.modified += 1,
+            "merged" => s.merged += 1,
             _ => s.rejected += 1,
         }
     }
@@ -228,7 +232,7 @@ pub fn score(readers: impl IntoIterator<Item = impl BufRead>) -> std::io::Result
         .map(|(mut s, sugg)| {
             s.suggestions = sugg.len();
             if s.hunks > 0 {
-                s.kept_ratio = (s.accepted + s.modified) as f64 / s.hunks as f64;
+                s.kept_ratio = (s.accepted + s.modified + s.merged) as f64 / s.hunks as f64;
                 s.exact_ratio = s.accepted as f64 / s.hunks as f64;
             }
             s
@@ -358,6 +362,29 @@ mod tests {
     fn line(agent: &str, sugg: &str, hunk: &str, outcome: &str) -> String {
         serde_json::json!({"agent": agent, "suggestion_id": sugg, "hunk_id": hunk, "outcome": outcome, "action": "x"})
             .to_string()
+    }
+
+    #[test]
+    fn merged_hunks_count_apart_and_as_kept() {
+        let log = [
+            line("a", "s1", "s1:f:0", "conflict"),
+            line("a", "s1", "s1:f:0", "merged"),
+            line("a", "s1", "s1:f:1", "applied"),
+            line("a", "s1", "s1:f:2", "rejected"),
+        ]
+        .join("\n");
+        let r = score([log.as_bytes()]).unwrap();
+        let a = &r.agents[0];
+        assert_eq!(
+            (a.hunks, a.accepted, a.merged, a.rejected, a.conflicts),
+            (3, 1, 1, 1, 1)
+        );
+        assert!((a.kept_ratio - 2.0 / 3.0).abs() < 1e-9, "{}", a.kept_ratio);
+        assert!(
+            (a.exact_ratio - 1.0 / 3.0).abs() < 1e-9,
+            "{}",
+            a.exact_ratio
+        );
     }
 
     #[test]

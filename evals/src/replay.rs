@@ -207,7 +207,7 @@ fn read_runs(logs: &[PathBuf]) -> Result<(Vec<Run>, usize)> {
                 run.prompt = rec.prompt.clone();
             }
             match rec.outcome.as_str() {
-                "applied" | "modified" | "rejected" => {
+                "applied" | "modified" | "merged" | "rejected" => {
                     run.decided.insert(rec.hunk_id.clone(), rec);
                 }
                 "undone" => {
@@ -495,7 +495,9 @@ fn extract_run(run: &Run, repo: &Path, out: &Path) -> Result<Option<PathBuf>> {
     let mut rejected: Vec<(&Record, &str)> = Vec::new();
     for rec in run.decided.values() {
         match rec.outcome.as_str() {
-            "applied" => {
+            // A merged hunk is the agent's change as proposed, merged with the user's edit
+            // (which is not the run's to replay).
+            "applied" | "merged" => {
                 expect.hunks_accepted += 1;
                 expect
                     .kept

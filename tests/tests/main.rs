@@ -17,6 +17,7 @@ mod isolation;
 mod jj;
 mod kill_campaign;
 mod mcp;
+mod merge;
 mod nvim;
 mod private_slots;
 mod protocol;

@@ -225,6 +225,56 @@ fn numbered(n: usize) -> String {
     (1..=n).map(|i| format!("line {i}\n")).collect()
 }
 
+/// A stale hunk in the floating review (`nvim/tests/e2e/merge.lua`): a clean merge shown first
+/// and landed with `a`, a conflicted one resolved in the modify buffer; the files are what
+/// `git merge-file` makes of a clean merge and what the user wrote.
+#[test]
+fn stale_hunks_merge_three_ways_in_the_review() {
+    let base = numbered(20);
+    let ws = Workspace::new(&[("a.txt", base.as_bytes()), ("b.txt", base.as_bytes())]).unwrap();
+    let agent = ws
+        .agent_script("agent.sh", "sed -i 's/^line 10$/LINE 10/' a.txt b.txt")
+        .unwrap();
+    let template = format!("{} {{prompt}}", agent.display());
+    let hub = ws.serve(&["--agent", &template]).unwrap();
+    let state = ws.state();
+    Scenario::start(&ws, "merge", Some(&state)).finish(&[&hub]);
+
+    let yours = base.replace("line 8\n", "line 8, mine\n");
+    let agents = base.replace("line 10\n", "LINE 10\n");
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text) in [("yours", &yours), ("base", &base), ("agent", &agents)] {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    let git = Command::new("git")
+        .args(["merge-file", "-p", "yours", "base", "agent"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(git.status.success(), "{git:?}");
+    assert_eq!(ws.read_string("a.txt").unwrap().as_bytes(), git.stdout);
+    assert_eq!(
+        ws.read_string("b.txt").unwrap(),
+        base.replace("line 10\n", "line ten, both\n")
+    );
+    let log = std::fs::read_to_string(state.join("feedback.jsonl")).unwrap();
+    let outcomes: Vec<String> = log
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["outcome"].to_string())
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            r#""conflict""#,
+            r#""merged""#,
+            r#""conflict""#,
+            r#""conflict""#,
+            r#""modified""#
+        ],
+        "{log}"
+    );
+}
+
 /// Connect, get notified, navigate, accept, undo, reject, be refused under unsaved changes,
 /// modify (a CRLF file), accept the rest (a new file large enough that its suggestion comes in
 /// fragments) and complete — all through the review keymaps.

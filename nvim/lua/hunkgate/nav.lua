@@ -19,6 +19,23 @@ function M.is_modifiable(kind)
   return kind == nil or kind == 'modify' or kind == 'create' or kind == 'delete'
 end
 
+--- The three-way merge a hunk in conflict carries (an accept found it stale), or nil.
+---@param h {state: string, merge?: {outcome: 'clean'|'conflicted', diff: string, merged_against: string}}
+function M.merge_of(h)
+  if h.state == 'conflict' and type(h.merge) == 'table' and type(h.merge.diff) == 'string' then
+    return h.merge
+  end
+end
+
+--- The diff a hunk shows and a modify edits: its three-way merge with the file as it is now
+--- while it is in conflict and has one (what would land), else the agent's hunk.
+---@param h {state: string, diff?: string, merge?: table}
+---@return string
+function M.shown_diff(h)
+  local m = M.merge_of(h)
+  return m and m.diff or h.diff or ''
+end
+
 ---@param hunks {id: string}[]
 ---@param id string?
 ---@return integer?

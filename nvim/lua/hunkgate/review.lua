@@ -461,10 +461,23 @@ local function open_hunk(verb)
   return s, h
 end
 
+--- What an accept of `h` sends. A hunk in conflict with a three-way merge (the diff the view
+--- shows) names that merge by the file it was computed against: the hub lands exactly it, or,
+--- when the file changed since, merges again and answers conflict; a merge with conflict
+--- markers is refused as it is (modify resolves it).
+---@param h hunkgate.Hunk
+local function accept_fields(h)
+  local m = nav.merge_of(h)
+  if m then
+    return { action = 'accept', mergedAgainst = m.merged_against }
+  end
+  return { action = 'accept' }
+end
+
 M.accept_hunk = serial(function()
   local s, h = open_hunk('accept')
   if s and h and not blocked_by_unsaved(h) then
-    decide(s, h, { action = 'accept' })
+    decide(s, h, accept_fields(h))
   end
 end)
 
@@ -495,7 +508,8 @@ M.reject_hunk = serial(function(comment)
   end)
 end)
 
---- Edit the hunk's new side in a scratch buffer; writing it sends `modify`.
+--- Edit the hunk's new side in a scratch buffer; writing it sends `modify`. A hunk in conflict
+--- with a three-way merge is edited as its merge: the markers to resolve, over the file's lines.
 M.modify_hunk = serial(function()
   local s, h = open_hunk('modify')
   if not s or not h then
@@ -504,7 +518,7 @@ M.modify_hunk = serial(function()
   if not nav.is_modifiable(h.kind) then
     return warn(('a %s change can be accepted or rejected, not modified'):format(h.kind))
   end
-  local parsed, err = diff.parse(h.diff or '')
+  local parsed, err = diff.parse(nav.shown_diff(h))
   if not parsed then
     return warn('cannot read the hunk: ' .. tostring(err))
   end
@@ -544,7 +558,7 @@ M.modify_hunk = serial(function()
         return done(false)
       end
       if what == 'accept' then
-        return decide(s, h, { action = 'accept' }, { done = done })
+        return decide(s, h, accept_fields(h), { done = done })
       end
       decide(s, h, { action = 'modify', modifiedDiff = diff.format(assert(modified)) }, { done = done })
     end,

@@ -14,6 +14,7 @@ local nav = require('hunkgate.nav')
 ---@field applied_diff? string
 ---@field old_path? string
 ---@field conflict? string
+---@field merge? {outcome: 'clean'|'conflicted', diff: string, merged_against: string} a stale hunk's three-way merge
 ---@field comment? string
 
 ---@class hunkgate.Suggestion
@@ -257,6 +258,7 @@ function Store:update_hunk(sid, view)
   if view.state ~= 'conflict' then
     s.hunks[i].conflict = view.conflict
   end
+  s.hunks[i].merge = view.merge
   recount(s)
   return {
     kind = 'hunk',
@@ -290,6 +292,7 @@ function Store:apply(ev)
     h.conflict = nil
     if not nav.is_applied(ev.state) then
       h.applied_diff = nil
+      h.merge = nil
     end
     recount(s)
     return {
@@ -346,6 +349,7 @@ function Store:apply(ev)
     if s and i and ev.code == 'apply_failed' then
       s.hunks[i].state = 'conflict'
       s.hunks[i].conflict = ev.message
+      s.hunks[i].merge = ev.merge
       recount(s)
     end
     return { kind = 'error', suggestion_id = ev.suggestion_id, file = s and i and s.hunks[i].file or nil }

@@ -227,6 +227,40 @@ test('a conflict is shown in the window and the review stays on the hunk', funct
   end, notes), "the hub's suggestion.error tells of it (notifications.on_error)")
 end)
 
+test('a stale hunk shows its clean three-way merge; a accepts exactly that merge', function()
+  local s = suggestion(1)
+  s.hunks[1].state = 'conflict'
+  s.hunks[1].conflict = 'stale; merged three ways with your file, cleanly'
+  s.hunks[1].merge = { outcome = 'clean', diff = '@@ -1,2 +1,2 @@\n mine\n-old 0\n+new 0\n', merged_against = 'abc123' }
+  local f = start(s)
+  eq({ 'mine', 'old 0', 'new 0' }, view_lines(), 'the merge against the file, not the agent hunk')
+  truthy(footer():find('[conflict · merged]', 1, true), footer())
+  press('a')
+  eq({ { hunk = 's1:a.txt:0', action = 'accept', mergedAgainst = 'abc123' } }, f.sent)
+  eq('accepted', f.store:get(s.id).hunks[1].state)
+end)
+
+test('a conflicted merge opens in modify with its markers; what is written goes over the file', function()
+  local s = suggestion(1)
+  s.hunks[1].state = 'conflict'
+  s.hunks[1].merge = {
+    outcome = 'conflicted',
+    diff = '@@ -1 +1,5 @@\n-mine 0\n+<<<<<<< yours\n+mine 0\n+=======\n+new 0\n+>>>>>>> agent\n',
+    merged_against = 'def456',
+  }
+  local f = start(s)
+  truthy(footer():find('[conflict · markers]', 1, true), footer())
+  press('m')
+  local edit = vim.api.nvim_get_current_buf()
+  eq({ '<<<<<<< yours', 'mine 0', '=======', 'new 0', '>>>>>>> agent' }, vim.api.nvim_buf_get_lines(edit, 0, -1, false))
+  vim.api.nvim_buf_set_lines(edit, 0, -1, false, { 'mine and new 0' })
+  vim.cmd('write')
+  eq('modify', f.sent[1].action)
+  eq('@@ -1,1 +1,1 @@\n-mine 0\n+mine and new 0\n', f.sent[1].modifiedDiff)
+  -- Positive control for the view: once decided, the hunk shows the agent's diff again.
+  eq('modified', f.store:get(s.id).hunks[1].state)
+end)
+
 test('with notifications.on_error off, the review itself says why the hunk did not apply', function()
   config.set(assert(config.resolve({ server = { auto_connect = false }, notifications = { on_error = false } })))
   local f = start(suggestion(1))

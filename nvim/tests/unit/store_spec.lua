@@ -65,6 +65,34 @@ test('ready, decisions, completion', function()
   eq('ignored', st:apply({ type = 'suggestion.completed', suggestion_id = 'abc-123' }).kind)
 end)
 
+test("an apply_failed event's three-way merge goes on the hunk; a later decision takes it off", function()
+  local st = store_mod.new()
+  st:put(suggestion())
+  local merge = { outcome = 'clean', diff = '@@ -1 +1 @@\n-a\n+b\n', merged_against = 'abc' }
+  st:apply({
+    type = 'suggestion.error',
+    code = 'apply_failed',
+    suggestion_id = 'abc-123',
+    hunk_id = 'abc-123:c.rs:1',
+    message = 'stale; merged',
+    merge = merge,
+  })
+  eq(merge, st:get('abc-123').hunks[5].merge)
+  st:apply({
+    type = 'suggestion.hunk_applied',
+    suggestion_id = 'abc-123',
+    hunk_id = 'abc-123:c.rs:1',
+    action = 'rejected',
+    state = 'rejected',
+  })
+  eq(nil, st:get('abc-123').hunks[5].merge)
+  -- A feedback answer's hunk replaces it (a landed merge carries its own).
+  st:update_hunk('abc-123', { id = 'abc-123:c.rs:1', state = 'accepted', merge = merge })
+  eq(merge, st:get('abc-123').hunks[5].merge)
+  st:update_hunk('abc-123', { id = 'abc-123:c.rs:1', state = 'pending' })
+  eq(nil, st:get('abc-123').hunks[5].merge)
+end)
+
 test('status lines and unknown events', function()
   local st = store_mod.new()
   st:apply({ type = 'suggestion.status', status = 'working', message = 'Running tests...' })

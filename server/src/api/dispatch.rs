@@ -8,7 +8,9 @@ use serde_json::{json, Value};
 
 use crate::error::AppError;
 use crate::hub::{DecisionResult, Hub};
-use crate::protocol::{ClientMsg, PublishReply, RunView, SuggestionSummary, SuggestionView};
+use crate::protocol::{
+    ClientMsg, FeedbackAction, PublishReply, RunView, SuggestionSummary, SuggestionView,
+};
 
 /// What a command answers, typed; [`Reply::into_data`] is the WebSocket response's `data`.
 #[derive(Debug)]
@@ -53,14 +55,24 @@ fn to_data<T: serde::Serialize>(v: T) -> Result<Value, AppError> {
 pub async fn dispatch(hub: &Arc<Hub>, msg: ClientMsg) -> Result<Reply, AppError> {
     match msg {
         ClientMsg::Feedback(cmd) => hub
-            .blocking(move |hub| {
-                hub.decide(
+            .blocking(move |hub| match cmd.merged_against.as_deref() {
+                Some(against) if cmd.action == FeedbackAction::Accept => hub.decide_merged(
+                    &cmd.suggestion_id,
+                    &cmd.hunk_id,
+                    against,
+                    cmd.comment.as_deref(),
+                ),
+                Some(_) => Err(AppError::bad_request(format!(
+                    "mergedAgainst is only allowed with action \"accept\", not {:?}",
+                    cmd.action.word()
+                ))),
+                None => hub.decide(
                     &cmd.suggestion_id,
                     &cmd.hunk_id,
                     cmd.action,
                     cmd.modified_diff.as_deref(),
                     cmd.comment.as_deref(),
-                )
+                ),
             })
             .await
             .map(|d| Reply::Decision(Box::new(d))),

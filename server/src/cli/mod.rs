@@ -134,6 +134,11 @@ enum Cmd {
         /// Hunk numbers as `show` prints them (from 1), hunk ids, or `<file>:<index>` (the end
         /// of a hunk id: index counts from 0 within the file).
         hunks: Vec<String>,
+        /// Land the clean three-way merge of the one hunk named, as `show` printed it: the
+        /// SHA-256 of the file it was computed against. If the file changed since, the hub
+        /// merges again and nothing is written.
+        #[arg(long, value_name = "SHA256")]
+        merged_against: Option<String>,
         #[arg(long)]
         comment: Option<String>,
         #[command(flatten)]
@@ -356,6 +361,14 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
         Cmd::Accept {
             id,
             hunks,
+            merged_against: Some(sha),
+            comment,
+            client,
+        } => review::accept_merged(client, id, hunks, sha, comment).await,
+        Cmd::Accept {
+            id,
+            hunks,
+            merged_against: None,
             comment,
             client,
         } => review::decide(client, id, hunks, "accept", comment).await,

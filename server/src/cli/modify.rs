@@ -1,6 +1,8 @@
 //! `hunkgate modify ID HUNK`: the user's own version of a hunk, applied to the checkout. As
 //! Neovim's modify: the hunk's new side is edited (here in `$VISUAL` / `$EDITOR`, else `vi`)
 //! and sent back as a diff over the same old lines; or the diff is given whole (`--diff FILE`).
+//! A hunk in `conflict` with a three-way merge is edited as its merge (conflict markers and all),
+//! over the lines of the user's file now.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,7 +14,7 @@ use serde_json::json;
 use crate::cli::review::hunk_name;
 use crate::cli::term::{visible_line, wire};
 use crate::cli::{reviewer_client, typed, ClientArgs};
-use crate::protocol::{DecisionReply, HunkKind, HunkView, SuggestionView};
+use crate::protocol::{DecisionReply, HunkKind, HunkState, HunkView, SuggestionView};
 
 pub async fn modify(
     client: ClientArgs,
@@ -66,7 +68,7 @@ fn edit_in_editor(h: &HunkView) -> anyhow::Result<Option<String>> {
             wire(&h.kind)
         );
     }
-    let hunk = parse_one_hunk(&h.diff, &h.file)
+    let hunk = parse_one_hunk(diff_to_edit(h), &h.file)
         .map_err(|e| anyhow::anyhow!("cannot read hunk {}: {e}", visible_line(&h.id)))?;
     let new_side: String = hunk.new_lines().concat();
     let file_name = std::path::Path::new(&h.file)
@@ -92,7 +94,14 @@ fn edit_in_editor(h: &HunkView) -> anyhow::Result<Option<String>> {
     let edited = std::fs::read_to_string(&path)
         .with_context(|| format!("reading back {}", path.display()))?;
     if edited == new_side {
-        eprintln!("the hunk was saved unchanged: nothing was changed (`hunkgate accept` takes it as it is)");
+        let accept = match &h.merge {
+            Some(m) if h.state == HunkState::Conflict => format!(
+                "`hunkgate accept --merged-against {}` takes a clean merge as it is",
+                visible_line(&m.merged_against)
+            ),
+            _ => "`hunkgate accept` takes it as it is".into(),
+        };
+        eprintln!("the hunk was saved unchanged: nothing was changed ({accept})");
         return Ok(None);
     }
     let modified = with_new_side(&hunk, &edited);
@@ -105,6 +114,15 @@ fn edit_in_editor(h: &HunkView) -> anyhow::Result<Option<String>> {
         return Ok(None);
     }
     Ok(Some(modified.to_unified()))
+}
+
+/// What the user edits: the hunk's three-way merge with their file while the hunk is in
+/// `conflict` and has one (its conflict markers to resolve), else the agent's hunk.
+fn diff_to_edit(h: &HunkView) -> &str {
+    match &h.merge {
+        Some(m) if h.state == HunkState::Conflict => &m.diff,
+        _ => &h.diff,
+    }
 }
 
 /// A directory of our own (mode 0700, a fresh name) for the file being edited, removed with

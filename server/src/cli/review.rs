@@ -11,7 +11,8 @@ use serde_json::json;
 use crate::cli::term::{short, visible, visible_line, wire};
 use crate::cli::{reviewer_client, typed, ClientArgs};
 use crate::protocol::{
-    BulkReply, CompleteReply, DecisionReply, SuggestionList, SuggestionSummary, SuggestionView,
+    BulkReply, CompleteReply, DecisionReply, HunkMerge, MergeOutcome, SuggestionList,
+    SuggestionSummary, SuggestionView,
 };
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -111,7 +112,51 @@ pub fn print_suggestion(s: &SuggestionView) {
             println!("    conflict: {}", visible_line(c));
         }
         print!("{}", visible(&h.diff));
+        if let Some(m) = &h.merge {
+            print_merge(m);
+        }
     }
+}
+
+/// A hunk's three-way merge with the user's file, under the agent's hunk.
+fn print_merge(m: &HunkMerge) {
+    let how = match m.outcome {
+        MergeOutcome::Clean => format!(
+            "clean; accept it with --merged-against {}",
+            visible_line(&m.merged_against)
+        ),
+        MergeOutcome::Conflicted => "conflicted; resolve it with `hunkgate modify`".into(),
+    };
+    println!("    merged with your file ({how}):");
+    print!("{}", visible(&m.diff));
+}
+
+/// `accept --merged-against SHA`: land the clean three-way merge of one hunk that `show`
+/// printed, computed against the file of that SHA-256. If the file changed since, the hub
+/// merges again and answers a conflict: `show` prints the new merge.
+pub async fn accept_merged(
+    client: ClientArgs,
+    id: String,
+    hunks: Vec<String>,
+    merged_against: String,
+    comment: Option<String>,
+) -> anyhow::Result<ExitCode> {
+    let [hunk] = hunks.as_slice() else {
+        bail!("--merged-against accepts the merge of one hunk: name exactly one");
+    };
+    let c = reviewer_client(&client).await?;
+    let s: SuggestionView = typed(c.get(&format!("/suggestions/{id}")).await?)?;
+    let name = hunk_name(&s, hunk)?;
+    let body = json!({"suggestion_id": s.id, "hunk_id": name, "action": "accept",
+        "merged_against": merged_against, "comment": comment});
+    let v = c.post("/feedback", body).await?;
+    if client.json {
+        println!("{v}");
+    } else {
+        let r: DecisionReply = typed(v)?;
+        println!("{:<9} {}", wire(&r.hunk.state), visible_line(&r.hunk.id));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `accept` / `reject` / `undo`: the named hunks one by one, or every pending one at once.

@@ -55,6 +55,8 @@ pub struct Plan {
     /// The permission bits of the file an accepted delete removes, kept on the hunk so that
     /// undoing it brings the file back with them.
     pub perm: Option<u32>,
+    /// The three-way merge this plan lands ([`crate::decide::merge`]).
+    pub merge: Option<crate::protocol::HunkMerge>,
 }
 
 fn text_of<'a>(path: &str, cur: &'a Cur) -> Result<&'a str, PlanError> {
@@ -305,6 +307,7 @@ impl Plan {
             ops: vec![op],
             applied,
             perm: None,
+            merge: None,
         }
     }
 }
@@ -362,6 +365,7 @@ fn forward_delete(cx: &Ctx, rec: &HunkRec, fwd: &Forward) -> Result<Plan, PlanEr
         } else {
             None
         },
+        merge: None,
     })
 }
 
@@ -440,6 +444,7 @@ fn rename_plan(cx: &Ctx, rec: &HunkRec, reverse: bool) -> Result<Plan, PlanError
         ops: vec![write, remove],
         applied: None,
         perm: None,
+        merge: None,
     })
 }
 

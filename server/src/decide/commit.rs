@@ -317,7 +317,7 @@ impl Hub {
     /// this event's seq).
     pub(crate) fn recovered_event(s: &Suggestion, f: &FeedbackRecord) -> Event {
         let action = match f.outcome.as_str() {
-            "applied" => AppliedAction::Accepted,
+            "applied" | "merged" => AppliedAction::Accepted,
             "modified" => AppliedAction::Modified,
             "undone" => AppliedAction::Undone,
             "conflict" => {
@@ -328,6 +328,7 @@ impl Hub {
                     suggestion_id: Some(s.id.clone()),
                     hunk_id: Some(f.hunk_id.clone()),
                     run_id: Some(s.run_id.clone()),
+                    merge: s.hunk(&f.hunk_id).and_then(|h| h.merge.clone()),
                 }
             }
             _ => AppliedAction::Rejected,

@@ -127,7 +127,9 @@ fn put_entry_hunks(tree: &mut FlatTree, file: &str, hunks: &[&HunkRec]) {
     }
 }
 
-/// What was applied of a file's line hunks (the user's version where modified), top to bottom.
+/// What was applied of a file's line hunks (the user's version where modified), top to bottom,
+/// in base line numbers. A hunk that landed through a three-way merge counts as the agent's
+/// hunk: what was written is a diff against the user's file, whose edit is not the review's.
 fn line_hunks<'a>(hunks: &[&'a HunkRec]) -> Vec<&'a Hunk> {
     let mut line_hunks: Vec<&Hunk> = hunks
         .iter()
@@ -137,7 +139,10 @@ fn line_hunks<'a>(hunks: &[&'a HunkRec]) -> Vec<&'a Hunk> {
                 HunkKind::Modify | HunkKind::Create | HunkKind::Delete
             )
         })
-        .filter_map(|h| h.applied.as_deref().or(h.patch.as_ref()))
+        .filter_map(|h| match &h.merge {
+            Some(_) => h.patch.as_ref(),
+            None => h.applied.as_deref().or(h.patch.as_ref()),
+        })
         .collect();
     line_hunks.sort_by_key(|h| h.old_start);
     line_hunks
@@ -260,6 +265,29 @@ mod tests {
         assert_eq!(sorted.len(), 2);
         let text = apply_line_hunks("a\nb\nc\n".into(), &sorted).unwrap();
         assert_eq!(text, "a\na2\nb\nuser's C\n");
+    }
+
+    #[test]
+    fn a_merged_hunk_counts_as_the_agents() {
+        let agent = parse_hunks("@@ -2 +2 @@\n-b\n+B\n").unwrap().remove(0);
+        // What landed: the merge, against the user's file (which has their `a, mine`).
+        let merged = parse_hunks("@@ -1,2 +1,2 @@\n a, mine\n-b\n+B\n")
+            .unwrap()
+            .remove(0);
+        let mut h = rec("modify", "f");
+        h.patch = Some(agent.clone());
+        h.applied = Some(Box::new(merged.clone()));
+        h.merge = Some(crate::protocol::HunkMerge {
+            outcome: crate::protocol::MergeOutcome::Clean,
+            diff: merged.to_unified(),
+            merged_against: "x".into(),
+        });
+        assert_eq!(line_hunks(&[&h]), [&agent]);
+        let text = apply_line_hunks("a\nb\n".into(), &line_hunks(&[&h])).unwrap();
+        assert_eq!(text, "a\nB\n");
+        // Positive control: without the merge, what was applied counts.
+        h.merge = None;
+        assert_eq!(line_hunks(&[&h]), [&merged]);
     }
 
     #[test]

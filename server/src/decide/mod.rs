@@ -8,6 +8,7 @@ pub mod checkpoints;
 pub mod commit;
 pub mod execute;
 pub mod finalize;
+pub mod merge;
 pub mod overlay;
 pub mod recover;
 pub mod review;

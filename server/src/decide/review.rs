@@ -50,6 +50,28 @@ impl Hub {
         let ask = Ask {
             action,
             modified_diff,
+            merged_against: None,
+            comment,
+        };
+        self.quiet().note();
+        self.decide_as(suggestion_id, hunk_id, &ask, None)
+    }
+
+    /// Accept the clean three-way merge of a stale hunk that was computed against the file of
+    /// SHA-256 `merged_against` (the hunk's `merge`): it lands only while the file is still
+    /// that one; otherwise the hunk is merged again and the answer is a conflict with the new
+    /// outcome ([`crate::decide::merge`]).
+    pub fn decide_merged(
+        &self,
+        suggestion_id: &str,
+        hunk_id: &str,
+        merged_against: &str,
+        comment: Option<&str>,
+    ) -> Result<DecisionResult, AppError> {
+        let ask = Ask {
+            action: FeedbackAction::Accept,
+            modified_diff: None,
+            merged_against: Some(merged_against),
             comment,
         };
         self.quiet().note();
@@ -76,7 +98,7 @@ impl Hub {
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         // Validate the user's diff before anything else: bad input changes nothing.
         let modified = modified_hunk(ask, rec)?;
-        let planned = match self.plan_one(s, idx, ask.action, modified.as_ref())? {
+        let planned = match self.plan_step(s, idx, ask, modified.as_ref())? {
             Step::Planned(state, plan, act) => (state, plan, act),
             Step::Conflict(msg) => return self.record_conflict(&mut st, &sid, idx, &id, ask, msg),
         };
@@ -109,6 +131,20 @@ impl Hub {
             remaining_hunks: s.hunks.len() - s.reviewed_count(),
             hunk: s.hunks[idx].view(),
         })
+    }
+
+    /// [`Hub::plan_one`], or the landing of a merge when the accept names one.
+    fn plan_step(
+        &self,
+        s: &Suggestion,
+        idx: usize,
+        ask: &Ask,
+        modified: Option<&Hunk>,
+    ) -> Result<Step, AppError> {
+        match ask.merged_against {
+            Some(against) => self.plan_merged(s, idx, against),
+            None => self.plan_one(s, idx, ask.action, modified),
+        }
     }
 
     /// What deciding hunk `idx` of `s` does to the checkout: the new state and file operations,
@@ -184,7 +220,15 @@ impl Hub {
         ask: &Ask,
         msg: String,
     ) -> Result<DecisionResult, AppError> {
-        let (change, line, event) = conflict_parts(&st.suggestions[sid], idx, ask, &msg);
+        let (merge, msg) = self.merge_for_conflict(&st.suggestions[sid], idx, ask, msg);
+        let (mut change, line, mut event) = conflict_parts(&st.suggestions[sid], idx, ask, &msg);
+        // An accept's merge replaces the one before (none: nothing to merge any more).
+        if ask.action == FeedbackAction::Accept {
+            if let Event::Error { merge: m, .. } = &mut event {
+                m.clone_from(&merge);
+            }
+            change.merge = merge;
+        }
         let mut d = Decision::with_id(decision.to_string());
         d.change(change).line(line, event);
         self.commit(st, d)?;
@@ -227,6 +271,7 @@ impl Hub {
                 BulkAction::Reject => FeedbackAction::Reject,
             },
             modified_diff: None,
+            merged_against: None,
             comment,
         };
         let mut d = Decision::new();
@@ -445,11 +490,13 @@ impl Hub {
 pub(crate) struct Ask<'a> {
     pub(crate) action: FeedbackAction,
     pub(crate) modified_diff: Option<&'a str>,
+    /// An accept of the hunk's three-way merge, computed against the file of this SHA-256.
+    pub(crate) merged_against: Option<&'a str>,
     pub(crate) comment: Option<&'a str>,
 }
 
 /// A planned decision on one hunk, or the conflict that stops it.
-enum Step {
+pub(crate) enum Step {
     Planned(HunkState, apply::Plan, AppliedAction),
     Conflict(String),
 }
@@ -533,7 +580,7 @@ fn parse_modified(text: &str, rec: &HunkRec) -> Result<Hunk, AppError> {
             .to_lowercase(),
         ));
     }
-    parse_one_hunk(text, &rec.file).map_err(|e| {
+    let hunk = parse_one_hunk(text, &rec.file).map_err(|e| {
         AppError::bad_request(match e {
             OneHunkError::OtherFile(p) => format!(
                 "modifiedDiff names file {p:?} but hunk {} is in {:?}",
@@ -544,5 +591,11 @@ fn parse_modified(text: &str, rec: &HunkRec) -> Result<Hunk, AppError> {
                 format!("modifiedDiff must hold exactly one hunk, found {n}")
             }
         })
-    })
+    })?;
+    if crate::decide::merge::holds_markers(&hunk) {
+        return Err(AppError::bad_request(
+            "modifiedDiff still holds the merge's conflict markers (<<<<<<< yours, >>>>>>> agent): keep the lines you want and remove the markers".into(),
+        ));
+    }
+    Ok(hunk)
 }

@@ -76,10 +76,17 @@ pub(crate) fn step_parts(
             None
         },
         conflict: None,
+        merge: if state.applied() {
+            plan.merge.clone()
+        } else {
+            None
+        },
         comment: ask.comment.map(str::to_string),
         perm: if state.applied() { plan.perm } else { None },
     };
     let outcome = match act {
+        // A clean three-way merge of a stale hunk, told apart in the feedback log.
+        AppliedAction::Accepted if change.merge.is_some() => "merged",
         AppliedAction::Accepted => "applied",
         AppliedAction::Modified => "modified",
         AppliedAction::Rejected => "rejected",
@@ -88,6 +95,7 @@ pub(crate) fn step_parts(
     let mut line = LineRec::new(s, rec, ask.action.word(), outcome);
     line.comment = ask.comment.map(str::to_string);
     line.modified_diff = modified.as_ref().map(|h| h.to_unified());
+    line.merged_diff = change.merge.as_ref().map(|m| m.diff.clone());
     counts.shift(rec.state, state);
     let event = Event::HunkApplied {
         seq: 0,
@@ -124,6 +132,7 @@ pub(crate) fn conflict_parts(
         suggestion_id: Some(s.id.clone()),
         hunk_id: Some(rec.id.clone()),
         run_id: Some(s.run_id.clone()),
+        merge: None,
     };
     (change, line, event)
 }

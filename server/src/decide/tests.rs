@@ -924,3 +924,96 @@ fn accept_all_of_a_symlink_that_became_a_directory_removes_the_link_first() {
     assert_eq!(f.read("ulink/victim.txt"), "planted\n");
     assert_eq!(f.read("target.txt"), "the link's target\n");
 }
+
+/// A stale hunk's merge, as an accept that found it stale left it on the hunk.
+fn stale_merge_of(f: &Fixture, sid: &str, i: usize) -> crate::protocol::HunkMerge {
+    let hunk_id = f.hub().lock().unwrap().suggestions[sid].hunks[i].id.clone();
+    let e = f
+        .hub()
+        .decide(sid, &hunk_id, FeedbackAction::Accept, None, None)
+        .unwrap_err();
+    assert_eq!(e.error_code(), ErrorCode::Conflict, "{e}");
+    f.hub().lock().unwrap().suggestions[sid].hunks[i]
+        .merge
+        .clone()
+        .expect("the stale hunk carries its merge")
+}
+
+#[test]
+fn a_merge_shown_and_landed_survives_restarts_and_lands_once() {
+    let (base, run) = two_hunks();
+    let mut f = Fixture::new(&base);
+    let s = f.suggest("s1", &base, &run);
+    // The user edits a line of hunk 0's context (line 3; the agent changed line 5).
+    let yours = numbered(40, &[(3, "line 3, mine")]);
+    std::fs::write(f.path("a.txt"), &yours).unwrap();
+    let merge = stale_merge_of(&f, "s1", 0);
+    assert_eq!(merge.outcome, crate::protocol::MergeOutcome::Clean);
+    assert_eq!(f.read("a.txt"), yours, "nothing written before it is seen");
+    f.reopen();
+    let kept = f.hub().lock().unwrap().suggestions["s1"].hunks[0]
+        .merge
+        .clone();
+    assert_eq!(
+        kept,
+        Some(merge.clone()),
+        "the merge shown is back after a restart"
+    );
+
+    let hid = s.hunks[0].id.as_str();
+    f.hub()
+        .decide_merged("s1", hid, &merge.merged_against, None)
+        .unwrap();
+    let merged = numbered(40, &[(3, "line 3, mine"), (5, "five")]);
+    assert_eq!(f.read("a.txt"), merged);
+    f.reopen();
+    assert_eq!(f.state("s1", 0), HunkState::Accepted);
+    assert_eq!(f.read("a.txt"), merged, "applied once");
+    let outcomes: Vec<_> = f.feedback().iter().map(|l| l["outcome"].clone()).collect();
+    assert_eq!(outcomes, ["conflict", "merged"]);
+    // Undo takes out the merged change and leaves the user's edit.
+    f.hub()
+        .decide("s1", hid, FeedbackAction::Undo, None, None)
+        .unwrap();
+    assert_eq!(f.read("a.txt"), yours);
+}
+
+#[test]
+fn a_merged_decision_cut_off_after_its_write_is_finished_on_restart_once() {
+    let (base, run) = two_hunks();
+    let mut f = Fixture::new(&base);
+    f.suggest("s1", &base, &run);
+    let yours = numbered(40, &[(3, "line 3, mine")]);
+    std::fs::write(f.path("a.txt"), &yours).unwrap();
+    let merge = stale_merge_of(&f, "s1", 0);
+    {
+        // What a kill -9 after the checkout write leaves: the prepare and the file, no line.
+        let hub = f.hub();
+        let st = hub.lock().unwrap();
+        let s = &st.suggestions["s1"];
+        let planned = match hub.plan_merged(s, 0, &merge.merged_against).unwrap() {
+            crate::decide::review::Step::Planned(state, plan, act) => (state, plan, act),
+            crate::decide::review::Step::Conflict(m) => panic!("{m}"),
+        };
+        let ask = crate::decide::review::Ask {
+            action: FeedbackAction::Accept,
+            modified_diff: None,
+            merged_against: Some(&merge.merged_against),
+            comment: None,
+        };
+        let d = crate::decide::steps::decision_for(s, 0, Decision::new(), &ask, &None, planned);
+        hub.journal_append(&Record::Decision(Box::new(d.record().clone())))
+            .unwrap();
+        let root = hub.checkout().unwrap();
+        crate::decide::execute::execute(&root, hub.store(), d.file_ops()).unwrap();
+    }
+    let merged = numbered(40, &[(3, "line 3, mine"), (5, "five")]);
+    assert_eq!(f.read("a.txt"), merged);
+    f.reopen();
+    assert_eq!(f.state("s1", 0), HunkState::Accepted);
+    let fb = f.feedback();
+    assert_eq!(fb.last().unwrap()["outcome"], "merged", "{fb:?}");
+    f.reopen();
+    assert_eq!(f.feedback().len(), fb.len(), "never logged twice");
+    assert_eq!(f.read("a.txt"), merged, "applied once");
+}

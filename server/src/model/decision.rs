@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::feedback::FeedbackRecord;
 use crate::model::fileop::FileOp;
 use crate::model::suggestion::{HunkRec, Suggestion};
-use crate::protocol::HunkState;
+use crate::protocol::{HunkMerge, HunkState};
 
 /// The reviewable fields of one hunk after a decision. `state`, `applied` and `conflict` are
 /// the new values; `comment` and `perm` change only when set.
@@ -28,6 +28,9 @@ pub struct HunkChange {
     pub applied: Option<Box<Hunk>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conflict: Option<String>,
+    /// The hunk's three-way merge after the decision (a new value, like `conflict`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merge: Option<HunkMerge>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comment: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -45,6 +48,7 @@ impl HunkChange {
             state,
             applied: rec.applied.clone(),
             conflict: rec.conflict.clone(),
+            merge: rec.merge.clone(),
             comment: None,
             perm: None,
         }
@@ -54,6 +58,7 @@ impl HunkChange {
         rec.state = self.state;
         rec.applied = self.applied.clone();
         rec.conflict = self.conflict.clone();
+        rec.merge = self.merge.clone();
         if self.comment.is_some() {
             rec.comment = self.comment.clone();
         }
@@ -89,6 +94,8 @@ pub struct LineRec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub modified_diff: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merged_diff: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
 
@@ -103,6 +110,7 @@ impl LineRec {
             via: None,
             comment: None,
             modified_diff: None,
+            merged_diff: None,
             error: None,
         }
     }
@@ -129,6 +137,7 @@ impl LineRec {
                 .unwrap_or_default(),
             diff: rec.map(HunkRec::diff_text).unwrap_or_default(),
             modified_diff: self.modified_diff.clone(),
+            merged_diff: self.merged_diff.clone(),
             error: self.error.clone(),
             base_commit: s.base_commit.clone(),
             run_commit: s.run_commit.clone(),
@@ -148,6 +157,7 @@ impl LineRec {
             via: f.via.clone(),
             comment: f.comment.clone(),
             modified_diff: f.modified_diff.clone(),
+            merged_diff: f.merged_diff.clone(),
             error: f.error.clone(),
         }
     }
@@ -238,6 +248,7 @@ impl DecisionRec {
                     b.state != h.state
                         || b.applied != h.applied
                         || b.conflict != h.conflict
+                        || b.merge != h.merge
                         || b.comment != h.comment
                         || b.perm != h.perm
                 })
@@ -249,6 +260,7 @@ impl DecisionRec {
                 state: h.state,
                 applied: h.applied.clone(),
                 conflict: h.conflict.clone(),
+                merge: h.merge.clone(),
                 comment: h.comment.clone(),
                 perm: h.perm,
             })
@@ -276,6 +288,7 @@ mod tests {
             applied: None,
             comment: None,
             conflict: None,
+            merge: None,
             description: None,
         }
     }

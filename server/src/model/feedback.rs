@@ -19,7 +19,8 @@ pub struct FeedbackRecord {
     pub file: String,
     /// What the user asked: accept, reject, modify, undo.
     pub action: String,
-    /// What happened: applied, modified, rejected, undone, conflict.
+    /// What happened: applied, modified, merged (a clean three-way merge of a stale hunk),
+    /// rejected, undone, conflict.
     pub outcome: String,
     /// Set when the decision came from `complete` or a bulk action rather than a single hunk.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -31,6 +32,9 @@ pub struct FeedbackRecord {
     pub diff: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub modified_diff: Option<String>,
+    /// What landed for outcome "merged": the merged change as a diff against the user's file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merged_diff: Option<String>,
     /// Why an accept did not apply (outcome "conflict").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

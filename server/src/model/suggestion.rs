@@ -11,7 +11,7 @@ use hunkgate_sandbox::ObjectId;
 use serde::{Deserialize, Serialize};
 
 use crate::protocol::{
-    HunkHeader, HunkKind, HunkState, HunkView, SuggestionStatus, SuggestionView,
+    HunkHeader, HunkKind, HunkMerge, HunkState, HunkView, SuggestionStatus, SuggestionView,
 };
 
 /// Lines of context around each hunk, as `git diff` uses by default.
@@ -92,6 +92,10 @@ pub struct HunkRec {
     pub comment: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conflict: Option<String>,
+    /// The three-way merge of this hunk with the user's edit that made it stale (computed when
+    /// an accept finds it stale; [`crate::decide::merge`]), or the clean one that landed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merge: Option<HunkMerge>,
     /// Why the agent made this change (`hunk_descriptions` at publish, or the built-in
     /// agent's edit rationale).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -230,6 +234,7 @@ impl HunkRec {
             comment: self.comment.clone(),
             conflict: self.conflict.clone(),
             description: self.description.clone(),
+            merge: self.merge.clone(),
         }
     }
 }
@@ -430,6 +435,7 @@ pub fn build_hunks_with(
             applied: None,
             comment: None,
             conflict: None,
+            merge: None,
             description: None,
         };
         let recs = match renames.get(*path) {
@@ -704,6 +710,7 @@ mod tests {
             applied: None,
             comment: None,
             conflict: None,
+            merge: None,
             description: None,
         }
     }

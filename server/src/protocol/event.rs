@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::{CompleteAction, HunkState, RollbackMode, SuggestionView};
+use crate::protocol::{CompleteAction, HunkMerge, HunkState, RollbackMode, SuggestionView};
 
 /// Every error code the hub sends: in `error` events and in error responses (`code`).
 /// Clients switch on these; the message beside them is for people.
@@ -123,6 +123,10 @@ pub enum Event {
         hunk_id: Option<String>,
         #[serde(skip_serializing_if = "Option::is_none")]
         run_id: Option<String>,
+        /// With `apply_failed` of an accept that found the hunk stale: the hunk's three-way
+        /// merge with the user's file, as the hunk now carries it (protocol.md).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        merge: Option<HunkMerge>,
     },
     #[serde(rename = "suggestion.hunk_applied")]
     HunkApplied {

@@ -105,6 +105,36 @@ pub struct HunkView {
     /// The agent's word on why it made this change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// The three-way merge of a hunk made stale by an edit of the user's, while `state` is
+    /// `conflict` (and, once a clean one landed, what landed): see [`HunkMerge`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merge: Option<HunkMerge>,
+}
+
+/// A stale hunk merged three ways — the run's base version of the file, the user's file as it
+/// is now, and the base with only this hunk applied — as the reviewer sees it before anything
+/// is written (protocol.md, "Three-way merge of a stale hunk").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HunkMerge {
+    pub outcome: MergeOutcome,
+    /// The merged change as one hunk of a unified diff against the user's file now; with
+    /// `conflicted`, its added lines hold git-style conflict markers (`<<<<<<< yours`,
+    /// `=======`, `>>>>>>> agent`).
+    pub diff: String,
+    /// The SHA-256 (hex) of the user's file the merge was computed against: an accept of the
+    /// merge names it (`merged_against`), and lands only while the file still has it.
+    pub merged_against: String,
+}
+
+/// Whether a three-way merge resolved on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MergeOutcome {
+    /// No overlap: the merged diff can be accepted as it is.
+    Clean,
+    /// The user's edit and the agent's overlap: the diff holds conflict markers, and lands
+    /// only through a modify.
+    Conflicted,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -304,6 +334,10 @@ pub struct FeedbackCmd {
     pub action: FeedbackAction,
     #[serde(default, alias = "modifiedDiff")]
     pub modified_diff: Option<String>,
+    /// With `accept` of a hunk in `conflict`: land the hunk's clean three-way merge, which was
+    /// computed against the file of this SHA-256 ([`HunkMerge::merged_against`]).
+    #[serde(default, alias = "mergedAgainst")]
+    pub merged_against: Option<String>,
     #[serde(default)]
     pub comment: Option<String>,
     #[serde(default, rename = "type")]

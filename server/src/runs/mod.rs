@@ -101,6 +101,7 @@ impl Hub {
             suggestion_id: None,
             hunk_id: None,
             run_id: Some(run_id.to_string()),
+            merge: None,
         });
     }
 

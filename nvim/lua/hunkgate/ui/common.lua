@@ -19,7 +19,8 @@ M.ns = vim.api.nvim_create_namespace('hunkgate')
 ---@param hunk hunkgate.Hunk
 ---@return hunkgate.Rendered
 function M.render(hunk)
-  local parsed = nav.is_modifiable(hunk.kind) and diff.parse(hunk.diff or '') or nil
+  -- A stale hunk shows its three-way merge with the file: what an accept would land.
+  local parsed = nav.is_modifiable(hunk.kind) and diff.parse(nav.shown_diff(hunk)) or nil
   if not parsed then
     -- binary, rename and mode changes are a one-line description, not code.
     local lines = vim.split(vim.trim(hunk.diff or ''), '\n', { plain = true })

@@ -1,6 +1,7 @@
 --- The floating review window: one hunk at a time, highlighted as its file type, with the
 --- review keys mapped in it.
 local common = require('hunkgate.ui.common')
+local nav = require('hunkgate.nav')
 local visible = require('hunkgate.visible')
 
 ---@class hunkgate.ViewCtx
@@ -106,6 +107,12 @@ function Float:show(ctx)
   local conf = common.geometry(self.cfg.ui, 1 + #r.lines + ((h.state == 'conflict') and 1 or 0))
   local width = conf.width
   local status = h.state
+  local merge = nav.merge_of(h)
+  if merge then
+    -- The window shows the merge with the file, not the agent's hunk: say so (short: the
+    -- footer is cut to the window's width).
+    status = status .. (merge.outcome == 'clean' and ' · merged' or ' · markers')
+  end
   if ctx.done then
     status = status .. ' · all reviewed'
   end
