@@ -325,14 +325,17 @@ impl Store {
         Ok(())
     }
 
-    /// Forget every object this handle knew the store to have, and open the repository anew
-    /// ([`Store::release_maps`]): for after something outside this handle removed objects
-    /// (the hub's garbage collection repacking and pruning the store), so that a blob written
-    /// again is written, not taken for present, and no old pack's map answers for it.
+    /// Forget every object this handle knew the store to have, make the loose objects'
+    /// directories again (`git prune` removes the empty ones, and writes expect them), and
+    /// open the repository anew ([`Store::release_maps`]): for after something outside this
+    /// handle removed objects (the hub's garbage collection repacking and pruning the store),
+    /// so that a blob written again is written, not taken for present, and no old pack's map
+    /// answers for it.
     pub fn forget_known_objects(&self) -> Result<(), StoreError> {
         if let Ok(mut present) = self.present.lock() {
             present.clear();
         }
+        make_fanout_dirs(&self.path.join("objects")).map_err(|e| self.err(e))?;
         self.release_maps()
     }
 

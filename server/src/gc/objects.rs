@@ -174,7 +174,15 @@ mod tests {
         store.forget_known_objects().unwrap();
         assert!(store.has_object(gone_blob), "younger than the grace");
         repack_and_prune(&path, Duration::ZERO).unwrap();
+        let fanout = || {
+            std::fs::read_dir(path.join("objects"))
+                .unwrap()
+                .filter(|e| e.as_ref().unwrap().file_name().len() == 2)
+                .count()
+        };
+        assert!(fanout() < 256, "git prune removes the empty object directories");
         store.forget_known_objects().unwrap();
+        assert_eq!(fanout(), 256, "made again: writes go into them");
         assert!(!store.has_object(gone_blob) && !store.has_object(gone));
         assert!(store.has_object(kept));
         assert_eq!(store.read_blob(kept_blob).unwrap(), b"kept\n");
