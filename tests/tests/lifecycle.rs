@@ -63,15 +63,24 @@ fn du(dir: &Path) -> u64 {
         .unwrap_or(0)
 }
 
+/// Bytes of the logs bounded by rotation rather than by retention: `feedback.jsonl` (the
+/// evals' input) and `archive.jsonl` (what collections removed), each with its `.1`.
+fn rotated_logs(ws: &Workspace) -> u64 {
+    [
+        "feedback.jsonl",
+        "feedback.jsonl.1",
+        "archive.jsonl",
+        "archive.jsonl.1",
+    ]
+    .iter()
+    .map(|f| std::fs::metadata(ws.state().join(f)).map_or(0, |m| m.len()))
+    .sum()
+}
+
 /// The state directory without the sandbox slots (copies of the checkout, one per slot) and
-/// the two logs bounded by rotation instead (`feedback.jsonl`, the evals' input, and
-/// `archive.jsonl`, what collections removed), each moved to `.1` past its size.
+/// the logs bounded by rotation ([`rotated_logs`]).
 fn state_bytes(ws: &Workspace) -> u64 {
-    let rotated = ["feedback.jsonl", "archive.jsonl"]
-        .iter()
-        .map(|f| std::fs::metadata(ws.state().join(f)).map_or(0, |m| m.len()))
-        .sum::<u64>();
-    du(&ws.state()) - du(&ws.state().join("sandboxes")) - rotated
+    du(&ws.state()) - du(&ws.state().join("sandboxes")) - rotated_logs(ws)
 }
 
 fn gc(ws: &Workspace, dry_run: bool) -> Value {
@@ -160,6 +169,12 @@ async fn a_month_of_use_stays_bounded_and_keeps_every_pending_hunk() {
     assert!(
         after.iter().all(|a| a.abs_diff(after[0]) < 16 * 1024),
         "state grew with the batches: {after:?}"
+    );
+    // The archive is rotated at 16 MiB, the feedback log at 64 MiB: each at most twice that.
+    assert!(
+        rotated_logs(&ws) < 2 * (16 + 64) << 20,
+        "{}",
+        rotated_logs(&ws)
     );
     // Nothing finished is left in the hub's state, and every pending suggestion is.
     let runs = hub.curl().get("/runs").unwrap().body;

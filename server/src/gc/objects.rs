@@ -180,7 +180,10 @@ mod tests {
                 .filter(|e| e.as_ref().unwrap().file_name().len() == 2)
                 .count()
         };
-        assert!(fanout() < 256, "git prune removes the empty object directories");
+        assert!(
+            fanout() < 256,
+            "git prune removes the empty object directories"
+        );
         store.forget_known_objects().unwrap();
         assert_eq!(fanout(), 256, "made again: writes go into them");
         assert!(!store.has_object(gone_blob) && !store.has_object(gone));

@@ -104,54 +104,94 @@ impl<'a> Index<'a> {
 /// `ledger`, the stamps of the last collection.
 pub fn select(st: &State, ledger: &Ledger, now: u64, policy: &Retention) -> Plan {
     let ix = Index::new(st);
-    let ttl = policy.completed_ttl.as_secs();
-    let mut plan = Plan::default();
-    let mut stamps = Ledger::new();
-    let mut stamp = |k: String, at_least: u64| -> u64 {
-        let t = ledger.get(&k).copied().unwrap_or(now).max(at_least);
-        stamps.insert(k, t);
-        t
+    let seen = Seen::stamp(&ix, ledger, now, policy.completed_ttl.as_secs());
+    let mut plan = Plan {
+        suggestions: seen.lone_suggestions.clone(),
+        ..Plan::default()
     };
-    // Every finished piece of work gets its stamp, and whether its time is up.
-    let mut expired = BTreeSet::new();
-    for r in st.runs.keys().filter(|r| !ix.run_live(r)) {
-        if stamp(key("run", r), 0).saturating_add(ttl) <= now {
-            expired.insert(key("run", r));
-        }
+    choose_sessions(&mut plan, &ix, &seen, policy.max_sessions);
+    choose_runs(&mut plan, &ix, &seen, policy.max_runs_per_session);
+    for r in &plan.runs {
+        plan.suggestions
+            .extend(ix.suggestions(r).map(str::to_string));
     }
-    let mut finished_sessions = Vec::new();
-    for s in st
-        .sessions
-        .sessions
-        .values()
-        .filter(|s| !ix.session_live(&s.id))
-    {
-        let t = stamp(key("session", &s.id), updated_at(s));
-        if t.saturating_add(ttl) <= now {
-            expired.insert(key("session", &s.id));
+    let gone = |k: &String| match k.split_once(':') {
+        Some(("run", id)) => plan.runs.contains(id),
+        Some(("session", id)) => plan.sessions.contains(id),
+        Some(("suggestion", id)) => plan.suggestions.contains(id),
+        _ => true,
+    };
+    let ledger = seen.stamps.into_iter().filter(|(k, _)| !gone(k)).collect();
+    plan.ledger = ledger;
+    plan
+}
+
+/// The finished work of a state with its stamps, and which of it is past its time.
+struct Seen<'a> {
+    stamps: Ledger,
+    /// Ledger keys of the finished runs and sessions whose time is up.
+    expired: BTreeSet<String>,
+    /// Finished sessions, oldest stamp first: (stamp, created_at, id).
+    sessions: Vec<(u64, &'a str, &'a str)>,
+    /// Finished suggestions whose run the state does not have, past their time.
+    lone_suggestions: BTreeSet<String>,
+}
+
+impl<'a> Seen<'a> {
+    fn stamp(ix: &Index<'a>, ledger: &Ledger, now: u64, ttl: u64) -> Self {
+        let st = ix.st;
+        let mut seen = Seen {
+            stamps: Ledger::new(),
+            expired: BTreeSet::new(),
+            sessions: Vec::new(),
+            lone_suggestions: BTreeSet::new(),
+        };
+        let mut stamp = |k: String, at_least: u64| -> (u64, bool) {
+            let t = ledger.get(&k).copied().unwrap_or(now).max(at_least);
+            seen.stamps.insert(k, t);
+            (t, t.saturating_add(ttl) <= now)
+        };
+        for r in st.runs.keys().filter(|r| !ix.run_live(r)) {
+            if stamp(key("run", r), 0).1 {
+                seen.expired.insert(key("run", r));
+            }
         }
-        finished_sessions.push((t, s.created_at.as_str(), s.id.as_str()));
-    }
-    let orphans = st
-        .suggestions
-        .values()
-        .filter(|s| !st.runs.contains_key(&s.run_id) && !suggestion_live(s));
-    for s in orphans {
-        if stamp(key("suggestion", &s.id), 0).saturating_add(ttl) <= now {
-            plan.suggestions.insert(s.id.clone());
+        for s in st.sessions.sessions.values() {
+            if ix.session_live(&s.id) {
+                continue;
+            }
+            let (t, up) = stamp(key("session", &s.id), updated_at(s));
+            if up {
+                seen.expired.insert(key("session", &s.id));
+            }
+            seen.sessions.push((t, &s.created_at, &s.id));
         }
+        let lone = st
+            .suggestions
+            .values()
+            .filter(|s| !st.runs.contains_key(&s.run_id) && !suggestion_live(s));
+        for s in lone {
+            if stamp(key("suggestion", &s.id), 0).1 {
+                seen.lone_suggestions.insert(s.id.clone());
+            }
+        }
+        seen.sessions.sort();
+        seen
     }
-    // Sessions past their time, then the oldest finished ones past `max_sessions`.
-    finished_sessions.sort();
-    let mut left = st.sessions.sessions.len();
-    for (_, _, id) in &finished_sessions {
-        if expired.contains(&key("session", id)) {
+}
+
+/// Sessions past their time, then the oldest finished ones past `max_sessions`; with them,
+/// their runs.
+fn choose_sessions(plan: &mut Plan, ix: &Index<'_>, seen: &Seen<'_>, max_sessions: usize) {
+    let mut left = ix.st.sessions.sessions.len();
+    for (_, _, id) in &seen.sessions {
+        if seen.expired.contains(&key("session", id)) {
             plan.sessions.insert(id.to_string());
             left -= 1;
         }
     }
-    for (_, _, id) in &finished_sessions {
-        if left <= policy.max_sessions {
+    for (_, _, id) in &seen.sessions {
+        if left <= max_sessions {
             break;
         }
         if plan.sessions.insert(id.to_string()) {
@@ -161,10 +201,14 @@ pub fn select(st: &State, ledger: &Ledger, now: u64, policy: &Retention) -> Plan
     for id in &plan.sessions {
         plan.runs.extend(ix.runs(id).map(str::to_string));
     }
-    // Runs past their time, in a session that stays or in none; then a session's oldest
-    // finished runs past `max_runs_per_session`.
+}
+
+/// Runs past their time, in a session that stays or in none; then a session's oldest
+/// finished runs past `max_runs`.
+fn choose_runs(plan: &mut Plan, ix: &Index<'_>, seen: &Seen<'_>, max_runs: usize) {
+    let st = ix.st;
     for r in st.runs.keys() {
-        if expired.contains(&key("run", r)) {
+        if seen.expired.contains(&key("run", r)) {
             plan.runs.insert(r.clone());
         }
     }
@@ -178,24 +222,11 @@ pub fn select(st: &State, ledger: &Ledger, now: u64, policy: &Retention) -> Plan
             .map(|r| (st.runs[r].created_at.as_str(), r))
             .collect();
         runs.sort();
-        let over = runs.len().saturating_sub(policy.max_runs_per_session);
+        let over = runs.len().saturating_sub(max_runs);
         let oldest_finished = runs.iter().filter(|(_, r)| !ix.run_live(r)).take(over);
-        plan.runs
-            .extend(oldest_finished.map(|(_, r)| r.to_string()));
+        let oldest_finished: Vec<String> = oldest_finished.map(|(_, r)| r.to_string()).collect();
+        plan.runs.extend(oldest_finished);
     }
-    for r in &plan.runs {
-        plan.suggestions
-            .extend(ix.suggestions(r).map(str::to_string));
-    }
-    let gone = |k: &String| match k.split_once(':') {
-        Some(("run", id)) => plan.runs.contains(id),
-        Some(("session", id)) => plan.sessions.contains(id),
-        Some(("suggestion", id)) => plan.suggestions.contains(id),
-        _ => true,
-    };
-    let ledger = stamps.into_iter().filter(|(k, _)| !gone(k)).collect();
-    plan.ledger = ledger;
-    plan
 }
 
 /// When the session was last changed (seconds since the epoch; 0 when unreadable).
