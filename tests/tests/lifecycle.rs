@@ -168,7 +168,7 @@ async fn a_month_of_use_stays_bounded_and_keeps_every_pending_hunk() {
     );
     // The archive is rotated at 16 MiB, the feedback log at 64 MiB: each at most twice that.
     assert!(
-        rotated_logs(&ws) < 2 * (16 + 64) << 20,
+        rotated_logs(&ws) < (2 * (16 + 64)) << 20,
         "{}",
         rotated_logs(&ws)
     );
