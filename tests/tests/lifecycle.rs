@@ -434,3 +434,89 @@ async fn the_feedback_log_is_rotated_and_keeps_every_decision() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("state size "), "{text}");
 }
+
+/// Past `max_runs_per_session`, a session that stays loses its oldest finished runs (and the
+/// journal says so across a restart); the session itself, its newest runs and a pending one
+/// stay.
+#[tokio::test]
+async fn past_max_runs_per_session_the_oldest_finished_runs_go() {
+    let ws = workspace("[retention]\nmax_runs_per_session = 2\ngc_interval_minutes = 0\n");
+    let agent = agent(&ws);
+    let mut hub = ws.serve(&[]).unwrap();
+    let session = hub
+        .curl()
+        .post("/sessions", &json!({"title": "long"}))
+        .unwrap();
+    let sid = session.body["id"].as_str().unwrap().to_string();
+    let mut c = hub.ws().await.unwrap();
+    let template = format!("{} {{prompt}}", agent.display());
+    let mut runs = Vec::new();
+    for i in 0..4 {
+        let r = c
+            .call(json!({"type": "run", "prompt": format!("step {i}"), "agent": template, "sessionId": sid}))
+            .await
+            .unwrap();
+        let run = r["data"]["run_id"].as_str().unwrap().to_string();
+        let s = c
+            .event(
+                "suggestion.ready",
+                |v| v["suggestion"]["run_id"] == run,
+                Duration::from_secs(60),
+            )
+            .await
+            .unwrap()["suggestion"]
+            .clone();
+        if i > 0 {
+            let r = c
+                .decide(s["id"].as_str().unwrap(), &hunk_of(&s), "reject")
+                .await
+                .unwrap();
+            assert_eq!(r["success"], true, "{r}");
+        }
+        runs.push(run);
+    }
+    gc(&ws, false);
+    // Four runs, two allowed: the oldest finished ones (1 and 2; 0 is pending) went.
+    let expect = |hub: &Hub| {
+        let s = hub.curl().get(&format!("/sessions/{sid}")).unwrap().body;
+        assert_eq!(s["run_ids"], json!([runs[0], runs[3]]), "{s}");
+        for (run, status) in [
+            (&runs[0], 200),
+            (&runs[1], 404),
+            (&runs[2], 404),
+            (&runs[3], 200),
+        ] {
+            assert_eq!(
+                hub.curl().get(&format!("/runs/{run}")).unwrap().status,
+                status,
+                "{run}"
+            );
+        }
+    };
+    expect(&hub);
+    drop(c);
+    hub.stop().unwrap();
+    let hub = ws.serve(&[]).unwrap();
+    expect(&hub);
+}
+
+/// The agent's token cannot drive a collection (reviewer API): its `POST /gc` is refused.
+#[tokio::test]
+async fn an_agent_cannot_ask_for_a_collection() {
+    let ws = workspace(RETENTION_NOW);
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            "curl -s -o /dev/null -w '%{http_code}\\n' -X POST \
+             -H \"Authorization: Bearer $HUNKGATE_AGENT_TOKEN\" \"$HUNKGATE_URL/gc\" > gc-status.txt",
+        )
+        .unwrap();
+    let hub = ws.serve(&[]).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let s = run_agent(&hub, &mut c, &agent, "collect").await.unwrap();
+    let diff = s["hunks"][0]["diff"].as_str().unwrap();
+    assert!(diff.contains("+403"), "{diff}");
+    // Positive control: the reviewer's token may.
+    let r = hub.curl().post("/gc", &json!({"dry_run": true})).unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+}
