@@ -446,15 +446,19 @@ fn remember_size(dir: &Path, bytes: u64) {
 
 /// The bytes of the files under the state directory `dir`, measured at most every
 /// [`SIZE_FRESH`] (a walk of the directory; `/health` asks for it, and anyone may ask
-/// `/health`).
+/// `/health`). While one request walks the directory, the others answer the last size measured: a flood
+/// of `/health` walks it once.
 pub fn state_bytes(dir: &Path) -> u64 {
-    if let Ok(s) = SIZES.lock() {
-        if let Some((at, bytes)) = s.get(dir) {
-            if at.elapsed() < SIZE_FRESH {
-                return *bytes;
-            }
+    static MEASURING: Mutex<()> = Mutex::new(());
+    let last = SIZES.lock().ok().and_then(|s| s.get(dir).copied());
+    if let Some((at, bytes)) = last {
+        if at.elapsed() < SIZE_FRESH {
+            return bytes;
         }
     }
+    let Ok(_measuring) = MEASURING.try_lock() else {
+        return last.map_or(0, |(_, bytes)| bytes);
+    };
     let bytes = files::dir_bytes(dir);
     remember_size(dir, bytes);
     bytes
