@@ -107,8 +107,9 @@ pub struct Store {
     opened: PathBuf,
     path: PathBuf,
     /// Objects this handle wrote or found, so that asking again costs no `stat` of a loose
-    /// object. Nothing ever deletes an object from a store while it is open (hunkgate neither
-    /// prunes nor repacks), so an id once present stays present.
+    /// object. Only the hub's garbage collection deletes objects from a store while it is
+    /// open, and it forgets them all afterwards ([`Store::forget_known_objects`]): otherwise an
+    /// id once present stays present.
     present: std::sync::Mutex<std::collections::HashSet<ObjectId>>,
     /// Whether a pack this store writes is fsynced: not for a sandbox's own `.git`
     /// ([`Store::init_worktree`]), a scratch repository a crash may lose.
@@ -322,6 +323,20 @@ impl Store {
         // Unmapped here, outside the lock, unless a handle taken from it is still in use.
         drop(old);
         Ok(())
+    }
+
+    /// Forget every object this handle knew the store to have, make the loose objects'
+    /// directories again (`git prune` removes the empty ones, and writes expect them), and
+    /// open the repository anew ([`Store::release_maps`]): for after something outside this
+    /// handle removed objects (the hub's garbage collection repacking and pruning the store),
+    /// so that a blob written again is written, not taken for present, and no old pack's map
+    /// answers for it.
+    pub fn forget_known_objects(&self) -> Result<(), StoreError> {
+        if let Ok(mut present) = self.present.lock() {
+            present.clear();
+        }
+        make_fanout_dirs(&self.path.join("objects")).map_err(|e| self.err(e))?;
+        self.release_maps()
     }
 
     pub fn write_blob(&self, bytes: &[u8]) -> Result<ObjectId, StoreError> {

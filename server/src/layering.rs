@@ -18,6 +18,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("decide", 7),
     ("sessions", 7),
     ("agent", 8),
+    ("gc", 8),
     ("runs", 9),
     ("api", 10),
     ("mcp", 11),

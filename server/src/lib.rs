@@ -15,7 +15,7 @@
 //! | 4 | `config` | flags > environment > file > defaults; provider and limits |
 //! | 5 | `hub`, `discovery` | the shared handle, its state, the run and session registries, the event bus; the hubs' discovery records |
 //! | 6 | `decide`, `sessions` | review decisions, checkpoints, rollback, recovery; sessions |
-//! | 7 | `agent` | model providers and the built-in agent's tool loop |
+//! | 7 | `agent`, `gc` | model providers and the built-in agent's tool loop; lifecycle and garbage collection of finished work |
 //! | 8 | `runs` | agent runs: snapshot, sandbox, agent, publish |
 //! | 9 | `api` | REST + WebSocket, `run(listener, shutdown)` |
 //! | 10 | `cli`, `mcp` | the command line, the hub client, the MCP server |
@@ -27,6 +27,7 @@ pub mod config;
 pub mod decide;
 pub mod discovery;
 pub mod error;
+pub mod gc;
 pub mod hub;
 pub mod isolation;
 

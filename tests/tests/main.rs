@@ -16,6 +16,7 @@ mod filekinds;
 mod isolation;
 mod jj;
 mod kill_campaign;
+mod lifecycle;
 mod mcp;
 mod merge;
 mod nvim;

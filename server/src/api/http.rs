@@ -54,6 +54,7 @@ pub fn router(hub: Arc<Hub>) -> Router {
         .route("/checkpoints/{id}", get(get_checkpoint))
         .route("/checkpoints/{id}/diff3", get(get_diff3))
         .route("/checkpoints/{id}/rollback", post(rollback))
+        .route("/gc", post(collect_garbage))
         .route("/events", get(events))
         .route("/ws", get(crate::api::ws::upgrade))
         .route("/agent/publish", post(agent_publish))
@@ -127,6 +128,10 @@ pub fn parse_json<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> R
 }
 
 async fn health(State(hub): State<Arc<Hub>>) -> Json<Value> {
+    let dir = hub.cfg().state_dir.clone();
+    let state_bytes = tokio::task::spawn_blocking(move || crate::gc::state_bytes(&dir))
+        .await
+        .unwrap_or(0);
     Json(json!({
         "healthy": true,
         "service": SERVICE,
@@ -135,7 +140,24 @@ async fn health(State(hub): State<Arc<Hub>>) -> Json<Value> {
         // Which hub this is, for a client to check before it sends a token.
         "repo": hub.cfg().repo,
         "pid": std::process::id(),
+        // Bytes under the state directory (measured at most every 30 s).
+        "stateBytes": state_bytes,
     }))
+}
+
+/// `POST /gc`: collect finished work past its retention now, or (`dry_run`) say what would go.
+async fn collect_garbage(
+    State(hub): State<Arc<Hub>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, AppError> {
+    let cmd: crate::protocol::GcCmd = match &body {
+        Ok(b) if b.iter().all(u8::is_ascii_whitespace) => Default::default(),
+        _ => parse_json(body)?,
+    };
+    let report = hub
+        .blocking(move |h| h.collect_garbage(crate::gc::Trigger::Asked, cmd.dry_run))
+        .await?;
+    Ok(ok(to_json(&report)?))
 }
 
 #[derive(serde::Deserialize)]

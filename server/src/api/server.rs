@@ -346,6 +346,15 @@ pub async fn run_then(
             }
         },
     ));
+    // Seed 000 §25: collect finished work past its retention at start, and then on a timer.
+    hub.collect_in_background(crate::gc::Trigger::Start);
+    if let Some(every) = hub.cfg().retention.interval {
+        hub.tasks().spawn(crate::gc::collect_on_a_timer(
+            Arc::downgrade(&hub),
+            every,
+            shutdown.clone(),
+        ));
+    }
     // Opening the hub read its journal whole and decoded every suggestion in it: a heap in
     // proportion to the journal, most of it freed again, and resident until something else
     // gave it back (after a restart on three suggestions of 300,000 lines, 233 MiB

@@ -49,6 +49,7 @@ impl Fixture {
             limits: Default::default(),
             max_concurrent_runs: 1,
             read_limits: Default::default(),
+            retention: Default::default(),
         };
         let started = open_hub(cfg, port, CancellationToken::new()).unwrap();
         Self { _tmp: tmp, started }

@@ -12,6 +12,7 @@
 
 pub mod agent;
 pub mod client;
+pub mod gc;
 pub mod locate;
 pub mod mcp;
 pub mod modify;
@@ -94,6 +95,19 @@ enum Cmd {
     Runs {
         #[arg(long)]
         all: bool,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Collect finished work past its retention now (the hub also does at start, after each
+    /// new run and every [retention] gc_interval_minutes): finished sessions, runs and
+    /// suggestions older than [retention] completed_ttl_hours (72), or past max_sessions (25)
+    /// or max_runs_per_session (40), with their journal records, run logs and checkpoint
+    /// objects. Nothing queued, running, waiting for an answer or with a hunk to review is
+    /// ever collected.
+    Gc {
+        /// Say what would be removed and how many bytes; remove nothing.
+        #[arg(long)]
+        dry_run: bool,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -312,6 +326,7 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
         } => status::status(message, state, client).await,
         Cmd::Runs { all, client } => runs::runs(all, client).await,
         Cmd::Cancel { run, client } => runs::cancel(run, client).await,
+        Cmd::Gc { dry_run, client } => gc::gc(dry_run, client).await,
         Cmd::Modify {
             id,
             hunk,

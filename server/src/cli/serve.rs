@@ -209,6 +209,7 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<(ServeConfig, bool)> {
         limits,
         max_concurrent_runs,
         read_limits: file.limits.read_limits(),
+        retention: file.retention.resolve(),
     };
     Ok((cfg, port_given.is_some()))
 }

@@ -82,7 +82,8 @@ async fn user_status(client: ClientArgs) -> anyhow::Result<ExitCode> {
         println!(
             "{}",
             json!({"url": c.url(), "repo": hub_json["repo"], "state_dir": state_dir,
-                "version": health["version"], "runs": runs, "pending": pending})
+                "version": health["version"], "state_bytes": health["stateBytes"],
+                "runs": runs, "pending": pending})
         );
         return Ok(ExitCode::SUCCESS);
     }
@@ -94,6 +95,9 @@ async fn user_status(client: ClientArgs) -> anyhow::Result<ExitCode> {
         "state dir  {}",
         visible_line(&state_dir.display().to_string())
     );
+    if let Some(bytes) = health["stateBytes"].as_u64() {
+        println!("state size {}", crate::cli::gc::human(bytes));
+    }
     println!(
         "version    {}",
         visible_line(health["version"].as_str().unwrap_or("?"))

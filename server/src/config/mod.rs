@@ -5,6 +5,7 @@
 
 pub mod checks;
 pub mod provider;
+pub mod retention;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -53,6 +54,9 @@ pub struct FileConfig {
     /// The built-in agent's limits.
     #[serde(default)]
     pub limits: LimitsFile,
+    /// How long finished work is kept, and how much of it ([`retention`]).
+    #[serde(default)]
+    pub retention: retention::RetentionFile,
 }
 
 /// `[provider]`: any OpenAI-compatible chat-completions server.
@@ -357,6 +361,8 @@ pub struct ServeConfig {
     pub max_concurrent_runs: usize,
     /// How much a publish may read back from a run's sandbox.
     pub read_limits: hunkgate_sandbox::limits::ReadLimits,
+    /// What finished work is kept, and for how long (see [`crate::gc`]).
+    pub retention: retention::Retention,
 }
 
 /// `--max-runs` / `[limits] max_concurrent_runs`, else the number of CPU cores (at least 1).

@@ -49,6 +49,7 @@ fn config(tmp: &Path) -> ServeConfig {
         limits: Default::default(),
         max_concurrent_runs: 1,
         read_limits: Default::default(),
+        retention: Default::default(),
     }
 }
 

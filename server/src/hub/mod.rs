@@ -499,7 +499,8 @@ impl NewSuggestion {
 /// `before-commit` (after the checkout is written, before the feedback line and `commit`);
 /// `suggestion-ready`, right after a new suggestion's `suggestion.ready` is sent;
 /// `before-suggestion-journal`, once a publish's run commit is written, before the suggestion
-/// and its run are journaled.
+/// and its run are journaled; `gc-after-state` and `gc-after-refs`, between a garbage
+/// collection's steps ([`crate::gc`]).
 pub mod test_hooks {
     #[cfg(debug_assertions)]
     pub fn pause(point: &str) {

@@ -8,9 +8,11 @@ use serde::{Deserialize, Serialize};
 
 mod command;
 mod event;
+mod gc;
 mod reply;
 pub use command::*;
 pub use event::*;
+pub use gc::*;
 pub use reply::*;
 
 pub const PROTOCOL_VERSION: u32 = 1;

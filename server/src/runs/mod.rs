@@ -194,6 +194,8 @@ impl Hub {
         };
         self.tasks()
             .spawn(async move { hub.drive_queued(job).await });
+        // Seed 000 §25: collect finished work after each new run (off this request's path).
+        self.collect_in_background(crate::gc::Trigger::NewRun);
         Ok(run.clone())
     }
 
