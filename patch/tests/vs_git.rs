@@ -391,9 +391,7 @@ proptest! {
                 let refs: Vec<&Hunk> = zero.iter().collect();
                 prop_assert_eq!(&repo.git_apply_with(&file, &refs, &["--unidiff-zero"]), &applied.text);
                 file = applied.text;
-                for i in first - 1..last {
-                    accepted[i] = true;
-                }
+                accepted[first - 1..last].fill(true);
             }
             for p in pos.iter_mut() {
                 *p = p.and_then(|i| split.moved[i]);
