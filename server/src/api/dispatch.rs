@@ -53,14 +53,25 @@ fn to_data<T: serde::Serialize>(v: T) -> Result<Value, AppError> {
 pub async fn dispatch(hub: &Arc<Hub>, msg: ClientMsg) -> Result<Reply, AppError> {
     match msg {
         ClientMsg::Feedback(cmd) => hub
-            .blocking(move |hub| {
-                hub.decide(
+            .blocking(move |hub| match cmd.lines {
+                Some(lines) if cmd.modified_diff.is_none() => hub.decide_lines(
+                    &cmd.suggestion_id,
+                    &cmd.hunk_id,
+                    cmd.action,
+                    lines,
+                    cmd.comment.as_deref(),
+                ),
+                Some(_) => Err(AppError::bad_request(
+                    "\"lines\" and modifiedDiff do not go together: a modify lands the diff you give"
+                        .into(),
+                )),
+                None => hub.decide(
                     &cmd.suggestion_id,
                     &cmd.hunk_id,
                     cmd.action,
                     cmd.modified_diff.as_deref(),
                     cmd.comment.as_deref(),
-                )
+                ),
             })
             .await
             .map(|d| Reply::Decision(Box::new(d))),

@@ -426,6 +426,9 @@ fn rollback_decision(
             state: HunkState::Rejected,
             reviewed_count: sugg.reviewed_count(),
             hunk_count: sugg.hunks.len(),
+            lines: None,
+            new_hunks: Vec::new(),
+            removed_hunk_ids: Vec::new(),
         };
         d.change(change).line(line, event);
     }

@@ -32,6 +32,9 @@ pub struct HunkChange {
     pub comment: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub perm: Option<u32>,
+    /// The range a line-range decision decided (the new value, like `state`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lines: Option<[usize; 2]>,
 }
 
 impl HunkChange {
@@ -47,6 +50,7 @@ impl HunkChange {
             conflict: rec.conflict.clone(),
             comment: None,
             perm: None,
+            lines: rec.lines,
         }
     }
 
@@ -54,6 +58,7 @@ impl HunkChange {
         rec.state = self.state;
         rec.applied = self.applied.clone();
         rec.conflict = self.conflict.clone();
+        rec.lines = self.lines;
         if self.comment.is_some() {
             rec.comment = self.comment.clone();
         }
@@ -89,6 +94,10 @@ pub struct LineRec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub modified_diff: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lines: Option<[usize; 2]>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_diff: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
 
@@ -103,6 +112,8 @@ impl LineRec {
             via: None,
             comment: None,
             modified_diff: None,
+            lines: None,
+            applied_diff: None,
             error: None,
         }
     }
@@ -129,6 +140,8 @@ impl LineRec {
                 .unwrap_or_default(),
             diff: rec.map(HunkRec::diff_text).unwrap_or_default(),
             modified_diff: self.modified_diff.clone(),
+            lines: self.lines,
+            applied_diff: self.applied_diff.clone(),
             error: self.error.clone(),
             base_commit: s.base_commit.clone(),
             run_commit: s.run_commit.clone(),
@@ -148,6 +161,8 @@ impl LineRec {
             via: f.via.clone(),
             comment: f.comment.clone(),
             modified_diff: f.modified_diff.clone(),
+            lines: f.lines,
+            applied_diff: f.applied_diff.clone(),
             error: f.error.clone(),
         }
     }
@@ -165,6 +180,39 @@ pub struct DecisionRec {
     pub closings: Vec<Closing>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lines: Vec<LineRec>,
+    /// Hunks taken out of their suggestions (the rest of a line-range decision, when that
+    /// decision is undone), by their position before the decision.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drops: Vec<HunkRef>,
+    /// Hunks added to their suggestions (the rest of a line-range decision), each at its
+    /// position once the drops are done.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub adds: Vec<HunkAdd>,
+}
+
+/// A hunk at a position of its suggestion; `hunk_id` guards the position.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HunkRef {
+    pub suggestion_id: String,
+    pub index: usize,
+    pub hunk_id: String,
+}
+
+/// A hunk to insert at `index` of its suggestion, whole (it is journaled only here).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HunkAdd {
+    pub suggestion_id: String,
+    pub index: usize,
+    pub hunk: HunkRec,
+}
+
+impl PartialEq for HunkAdd {
+    fn eq(&self, other: &Self) -> bool {
+        // A hunk record has no equality of its own; its journal form is what counts.
+        self.suggestion_id == other.suggestion_id
+            && self.index == other.index
+            && serde_json::to_value(&self.hunk).ok() == serde_json::to_value(&other.hunk).ok()
+    }
 }
 
 /// Why a decision's deltas do not fit the state they are applied to.
@@ -201,6 +249,39 @@ impl DecisionRec {
                 return Err(bad(format!("no suggestion {}", c.suggestion_id)));
             }
         }
+        self.check_hunk_set(suggestions).map_err(bad)
+    }
+
+    /// Check the drops and adds: a dropped hunk is where it is said to be, and each add's
+    /// position and id fit its suggestion as the drops (and the adds before it) leave it.
+    fn check_hunk_set(&self, suggestions: &BTreeMap<String, Suggestion>) -> Result<(), String> {
+        let mut len: BTreeMap<&str, usize> = BTreeMap::new();
+        for d in &self.drops {
+            let s = suggestions
+                .get(&d.suggestion_id)
+                .ok_or_else(|| format!("no suggestion {}", d.suggestion_id))?;
+            if s.hunks.get(d.index).is_none_or(|h| h.id != d.hunk_id) {
+                return Err(format!(
+                    "suggestion {} has no hunk {} at {} to drop",
+                    d.suggestion_id, d.hunk_id, d.index
+                ));
+            }
+            *len.entry(&d.suggestion_id).or_insert(s.hunks.len()) -= 1;
+        }
+        for a in &self.adds {
+            let s = suggestions
+                .get(&a.suggestion_id)
+                .ok_or_else(|| format!("no suggestion {}", a.suggestion_id))?;
+            let n = len.entry(&a.suggestion_id).or_insert(s.hunks.len());
+            let dropped = |id: &str| self.drops.iter().any(|d| d.hunk_id == id);
+            if a.index > *n || s.hunks.iter().any(|h| h.id == a.hunk.id && !dropped(&h.id)) {
+                return Err(format!(
+                    "suggestion {} cannot take hunk {} at {}",
+                    a.suggestion_id, a.hunk.id, a.index
+                ));
+            }
+            *n += 1;
+        }
         Ok(())
     }
 
@@ -213,6 +294,18 @@ impl DecisionRec {
                 .and_then(|s| s.hunks.get_mut(c.index))
             {
                 c.apply_to(h);
+            }
+        }
+        let mut drops: Vec<&HunkRef> = self.drops.iter().collect();
+        drops.sort_by_key(|d| std::cmp::Reverse(d.index));
+        for d in drops {
+            if let Some(s) = suggestions.get_mut(&d.suggestion_id) {
+                s.hunks.remove(d.index);
+            }
+        }
+        for a in &self.adds {
+            if let Some(s) = suggestions.get_mut(&a.suggestion_id) {
+                s.hunks.insert(a.index, a.hunk.clone());
             }
         }
         for c in &self.closings {
@@ -240,6 +333,7 @@ impl DecisionRec {
                         || b.conflict != h.conflict
                         || b.comment != h.comment
                         || b.perm != h.perm
+                        || b.lines != h.lines
                 })
             })
             .map(|(i, h)| HunkChange {
@@ -251,6 +345,7 @@ impl DecisionRec {
                 conflict: h.conflict.clone(),
                 comment: h.comment.clone(),
                 perm: h.perm,
+                lines: h.lines,
             })
             .collect()
     }
@@ -277,6 +372,8 @@ mod tests {
             comment: None,
             conflict: None,
             description: None,
+            lines: None,
+            parent: None,
         }
     }
 
@@ -309,6 +406,8 @@ mod tests {
             changes: vec![c],
             closings: Vec::new(),
             lines: vec![LineRec::new(s, &s.hunks[i], "accept", "applied")],
+            drops: Vec::new(),
+            adds: Vec::new(),
         }
     }
 
@@ -361,6 +460,8 @@ mod tests {
                 reviewed_commit: None,
             }],
             lines: Vec::new(),
+            drops: Vec::new(),
+            adds: Vec::new(),
         };
         rec.apply(&mut map).unwrap();
         assert_eq!(map["s1"].closed.as_deref(), Some("discard"));
@@ -399,6 +500,8 @@ mod tests {
             changes,
             closings: Vec::new(),
             lines: Vec::new(),
+            drops: Vec::new(),
+            adds: Vec::new(),
         }
         .apply(&mut map)
         .unwrap();

@@ -105,6 +105,13 @@ pub struct HunkView {
     /// The agent's word on why it made this change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// Decided in part: the range of `diff`'s lines (1-based, after the `@@` line) that was
+    /// accepted (`applied_diff` is what landed) or rejected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lines: Option<[usize; 2]>,
+    /// This hunk is what a line-range decision on that hunk left to decide.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_hunk_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -304,6 +311,10 @@ pub struct FeedbackCmd {
     pub action: FeedbackAction,
     #[serde(default, alias = "modifiedDiff")]
     pub modified_diff: Option<String>,
+    /// Decide only these lines of the hunk's diff: `[first, last]`, 1-based, inclusive,
+    /// counting the lines after its `@@` header (`accept` and `reject` only).
+    #[serde(default)]
+    pub lines: Option<[usize; 2]>,
     #[serde(default)]
     pub comment: Option<String>,
     #[serde(default, rename = "type")]
