@@ -134,6 +134,12 @@ enum Cmd {
         /// Hunk numbers as `show` prints them (from 1), hunk ids, or `<file>:<index>` (the end
         /// of a hunk id: index counts from 0 within the file).
         hunks: Vec<String>,
+        /// Accept only these lines of the one hunk named: `FIRST-LAST` (or `N`), counting the
+        /// lines of its diff after the `@@` line from 1, as `show` prints them. The selected `+`
+        /// lines are added and `-` lines removed; the rest of the hunk stays pending as a new
+        /// hunk.
+        #[arg(long, value_parser = review::parse_lines)]
+        lines: Option<[usize; 2]>,
         #[arg(long)]
         comment: Option<String>,
         #[command(flatten)]
@@ -146,6 +152,10 @@ enum Cmd {
         id: String,
         /// Hunk numbers (from 1), hunk ids, or `<file>:<index>`, as for `accept`.
         hunks: Vec<String>,
+        /// Reject only these lines of the one hunk named (`FIRST-LAST` or `N`, as for
+        /// `accept`): they are dropped from it, and the rest stays pending as a new hunk.
+        #[arg(long, value_parser = review::parse_lines)]
+        lines: Option<[usize; 2]>,
         #[arg(long)]
         comment: Option<String>,
         #[command(flatten)]
@@ -353,16 +363,20 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
         Cmd::Accept {
             id,
             hunks,
+            lines,
             comment,
             client,
-        } => review::decide(client, id, hunks, "accept", comment).await,
+        } => review::decide(client, id, hunks, ("accept", lines), comment).await,
         Cmd::Reject {
             id,
             hunks,
+            lines,
             comment,
             client,
-        } => review::decide(client, id, hunks, "reject", comment).await,
-        Cmd::Undo { id, hunks, client } => review::decide(client, id, hunks, "undo", None).await,
+        } => review::decide(client, id, hunks, ("reject", lines), comment).await,
+        Cmd::Undo { id, hunks, client } => {
+            review::decide(client, id, hunks, ("undo", None), None).await
+        }
         Cmd::Complete { id, action, client } => review::complete(id, action, client).await,
     }
 }
