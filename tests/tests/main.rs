@@ -16,6 +16,7 @@ mod filekinds;
 mod isolation;
 mod jj;
 mod kill_campaign;
+mod lines;
 mod mcp;
 mod nvim;
 mod protocol;
