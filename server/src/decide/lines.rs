@@ -126,7 +126,8 @@ impl Hub {
     }
 
     /// Undo a line-range decision on hunk `idx`: take back what landed, if anything, and take
-    /// its rest out of the suggestion, which must still be undecided.
+    /// its rest out of the suggestion, which must still be undecided. A reject of a partly
+    /// accepted hunk does the same and leaves the whole hunk rejected.
     pub(super) fn undo_lines(
         &self,
         st: &mut State,
@@ -138,15 +139,20 @@ impl Hub {
         let s = &st.suggestions[sid];
         let rec = &s.hunks[idx];
         let (at, child) = rest_index(s, rec)?;
-        let Step::Planned(state, plan, act) = self.plan_one(s, idx, FeedbackAction::Undo, None)?
-        else {
+        let Step::Planned(state, plan, act) = self.plan_one(s, idx, ask.action, None)? else {
             return Err(AppError::internal("an undo planned as a conflict"));
         };
         let mut counts = Counts::of(s);
-        counts.reviewed -= usize::from(rec.state.reviewed());
+        counts.reviewed =
+            counts.reviewed + usize::from(state.reviewed()) - usize::from(rec.state.reviewed());
         counts.applied -= usize::from(rec.state.applied());
         let total = s.hunks.len() - 1;
-        let mut line = LineRec::new(s, rec, ask.action.word(), "undone");
+        let outcome = if state == HunkState::Rejected {
+            "rejected"
+        } else {
+            "undone"
+        };
+        let mut line = LineRec::new(s, rec, ask.action.word(), outcome);
         line.comment = ask.comment.map(str::to_string);
         line.lines = rec.lines;
         let event = Event::HunkApplied {

@@ -265,3 +265,63 @@ fn rolling_back_a_partly_accepted_hunk_and_its_rest_restores_the_base() {
     assert_eq!(f.read("a.txt"), base[0].1);
     assert_eq!(run.len(), 1);
 }
+
+#[test]
+fn rejecting_a_partly_accepted_hunk_takes_it_all_back_and_rejects_it_whole() {
+    let (base, run) = twelve();
+    let f = Fixture::new(&base);
+    let s = f.suggest("s1", &base, &run);
+    let h = s.hunks[0].id.clone();
+    f.hub()
+        .decide_lines("s1", &h, FeedbackAction::Accept, [3, 7], None)
+        .unwrap();
+    let r = f
+        .hub()
+        .decide("s1", &h, FeedbackAction::Reject, None, Some("no"))
+        .unwrap();
+    assert_eq!((r.hunk.state, r.hunk.lines), (HunkState::Rejected, None));
+    assert_eq!(r.removed_hunk_ids, vec![format!("{h}~a3-7")]);
+    assert_eq!(f.read("a.txt"), base[0].1);
+    assert_eq!(f.hub().get("s1").unwrap().hunks.len(), 2);
+    let last = f.feedback().pop().unwrap();
+    assert_eq!(
+        (&last["action"], &last["outcome"]),
+        (&"reject".into(), &"rejected".into())
+    );
+    assert_eq!(run.len(), 1);
+}
+
+#[test]
+fn rolling_back_a_partly_accepted_hunk_takes_its_pending_rest_back() {
+    let (base, run) = twelve();
+    let mut f = Fixture::new(&base);
+    let s = f.suggest("s1", &base, &run);
+    let h = s.hunks[0].id.clone();
+    f.hub()
+        .decide_lines("s1", &h, FeedbackAction::Accept, [3, 7], None)
+        .unwrap();
+    f.hub()
+        .rollback(
+            "s1",
+            crate::protocol::RollbackMode::ScopedSelected,
+            std::slice::from_ref(&h),
+            true,
+        )
+        .unwrap();
+    assert_eq!(f.read("a.txt"), base[0].1);
+    let ids = |f: &Fixture| -> Vec<(String, HunkState, Option<[usize; 2]>)> {
+        let v = f.hub().get("s1").unwrap();
+        v.hunks
+            .iter()
+            .map(|h| (h.id.clone(), h.state, h.lines))
+            .collect()
+    };
+    let want = vec![
+        (h.clone(), HunkState::Rejected, None),
+        (s.hunks[1].id.clone(), HunkState::Pending, None),
+    ];
+    assert_eq!(ids(&f), want);
+    f.reopen();
+    assert_eq!(ids(&f), want, "after a restart");
+    assert_eq!(run.len(), 1);
+}

@@ -75,7 +75,9 @@ impl Hub {
         let id = decision
             .map(str::to_string)
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-        if ask.action == FeedbackAction::Undo && rec.lines.is_some() {
+        if matches!(ask.action, FeedbackAction::Undo | FeedbackAction::Reject)
+            && rec.lines.is_some()
+        {
             return self.undo_lines(&mut st, &sid, idx, ask, id);
         }
         // Validate the user's diff before anything else: bad input changes nothing.
