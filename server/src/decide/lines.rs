@@ -49,16 +49,7 @@ impl Hub {
         lines: [usize; 2],
         comment: Option<&str>,
     ) -> Result<DecisionResult, AppError> {
-        let pick = match action {
-            FeedbackAction::Accept => Pick::Accept,
-            FeedbackAction::Reject => Pick::Reject,
-            other => {
-                return Err(AppError::bad_request(format!(
-                    "\"lines\" goes with action \"accept\" or \"reject\", not {:?}; undo takes back a whole decision, a line-range one too",
-                    other.word()
-                )))
-            }
-        };
+        let pick = pick_of(action)?;
         self.quiet().note();
         let mut st = self.lock()?;
         let sid = Self::resolve_id(&st, suggestion_id)?;
@@ -198,6 +189,18 @@ impl Hub {
             new_hunks: Vec::new(),
             removed_hunk_ids: vec![child],
         })
+    }
+}
+
+/// What a line-range decision does with the lines: only accept and reject take a range.
+fn pick_of(action: FeedbackAction) -> Result<Pick, AppError> {
+    match action {
+        FeedbackAction::Accept => Ok(Pick::Accept),
+        FeedbackAction::Reject => Ok(Pick::Reject),
+        other => Err(AppError::bad_request(format!(
+            "\"lines\" goes with action \"accept\" or \"reject\", not {:?}; undo takes back a whole decision, a line-range one too",
+            other.word()
+        ))),
     }
 }
 
