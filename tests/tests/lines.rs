@@ -287,6 +287,10 @@ async fn the_cli_accepts_and_rejects_lines() {
         shown.contains(&format!("[2] pending   modify  {hunk}~a3-7")),
         "{shown}"
     );
+    assert!(
+        shown.contains("\n    decided lines 3-7 only; the rest is the next hunk\n"),
+        "{shown}"
+    );
     // Its lines 5-6 are `+six` `+seven`: rejected, nothing is left of it to decide.
     let (ok, out, err) = cli(&["reject", &sid, "2", "--lines", "5-6"]);
     assert!(ok, "{out}{err}");

@@ -110,6 +110,9 @@ pub fn print_suggestion(s: &SuggestionView) {
         if let Some(c) = &h.conflict {
             println!("    conflict: {}", visible_line(c));
         }
+        if let Some([first, last]) = h.lines {
+            println!("    decided lines {first}-{last} only; the rest is the next hunk");
+        }
         print!("{}", visible(&h.diff));
     }
 }

@@ -325,3 +325,20 @@ fn rolling_back_a_partly_accepted_hunk_takes_its_pending_rest_back() {
     assert_eq!(ids(&f), want, "after a restart");
     assert_eq!(run.len(), 1);
 }
+
+#[test]
+fn accepting_everything_after_a_partial_accept_gives_the_run() {
+    let (base, run) = twelve();
+    let f = Fixture::new(&base);
+    let s = f.suggest("s1", &base, &run);
+    f.hub()
+        .decide_lines("s1", &s.hunks[0].id, FeedbackAction::Accept, [5, 9], None)
+        .unwrap();
+    let out = f
+        .hub()
+        .decide_all("s1", crate::protocol::BulkAction::Accept, None, None)
+        .unwrap();
+    assert_eq!(out["decided"].as_array().unwrap().len(), 2, "{out}");
+    assert_eq!(out["remaining_hunks"], 0, "{out}");
+    assert_eq!(f.read("a.txt"), run[0].1);
+}
