@@ -309,3 +309,71 @@ async fn the_cli_accepts_and_rejects_lines() {
         2
     );
 }
+
+/// The hub dies after writing the checkout and before logging a partial accept: the next start
+/// finishes it from the journal, with the rest in place, logged once, announced with its rest.
+#[tokio::test]
+async fn a_partial_accept_cut_short_by_kill_9_is_finished_with_its_rest() {
+    let ws = Workspace::new(&[("a.txt", numbered(40).as_bytes())]).unwrap();
+    let (mut hub, pauses) = ws.serve_pausable().unwrap();
+    let (c, s) = twelve_line_suggestion(&hub, &ws).await;
+    let sid = s["id"].as_str().unwrap().to_string();
+    let hunk = s["hunks"][0]["id"].as_str().unwrap().to_string();
+
+    let pause = hunkgate_tests::Pause::arm(&pauses, "before-commit");
+    let curl = hub.curl();
+    let body = json!({"suggestion_id": sid, "hunk_id": hunk, "action": "accept", "lines": [3, 7]});
+    let answer = std::thread::spawn(move || curl.post("/feedback", &body));
+    pause.reached();
+    assert_eq!(ws.read_string("a.txt").unwrap(), after_3_to_7(), "written");
+    assert!(ws.feedback_log().unwrap().is_empty(), "not logged yet");
+    hub.kill9();
+    pause.release();
+    let _ = answer.join();
+    drop(c);
+
+    let (hub, _) = ws.serve_pausable().unwrap();
+    let view = hub.curl().get(&format!("/suggestions/{sid}")).unwrap().body;
+    let states: Vec<(&str, &str)> = view["hunks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| (h["id"].as_str().unwrap(), h["state"].as_str().unwrap()))
+        .collect();
+    let rest = format!("{hunk}~a3-7");
+    assert_eq!(
+        states[..2],
+        [(hunk.as_str(), "accepted"), (rest.as_str(), "pending")]
+    );
+    assert_eq!(
+        ws.read_string("a.txt").unwrap(),
+        after_3_to_7(),
+        "applied once"
+    );
+    let log = ws.feedback_log().unwrap();
+    assert_eq!(log.len(), 1, "{log:?}");
+    assert_eq!(
+        (&log[0]["outcome"], &log[0]["lines"]),
+        (&json!("partial"), &json!([3, 7]))
+    );
+    let mut c = hub.ws().await.unwrap();
+    let r = c.call(json!({"type": "replay", "since": 0})).await.unwrap();
+    let ev = r["data"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["type"] == "suggestion.hunk_applied" && e["hunk_id"] == hunk.as_str())
+        .cloned()
+        .unwrap_or_else(|| panic!("no event for the recovered decision: {r}"));
+    assert_eq!(ev["new_hunks"][0]["id"], rest, "{ev}");
+    assert_eq!(ev["seq"], log[0]["seq"]);
+    // And the rest is decided as any hunk.
+    assert_eq!(
+        c.decide(&sid, &rest, "accept").await.unwrap()["success"],
+        true
+    );
+    assert_eq!(
+        ws.read_string("a.txt").unwrap(),
+        edited(&[(5, "five"), (6, "six"), (7, "seven")])
+    );
+}
