@@ -3,7 +3,10 @@
 //!
 //! A hunk's *final* outcome counts (an accept that was later undone and rejected is a
 //! rejection), so a user changing their mind does not inflate an agent's score. Conflicts are
-//! counted separately: they say more about how stale the run was than about the agent.
+//! counted separately: they say more about how stale the run was than about the agent. So are
+//! hunks decided in part (a line range accepted or rejected, feedback outcome `partial`): such a
+//! decision is neither an accept nor a reject of the hunk, and what it left to decide is a hunk
+//! of its own, whose final outcome counts like any other.
 //!
 //! Given the hub's journal too (`state.jsonl`), each agent also gets the run metrics of seed 000
 //! §16: task success rate (runs with at least one hunk kept), tool calls per successful run,
@@ -33,6 +36,8 @@ struct Line {
     suggestion_id: String,
     outcome: String,
     #[serde(default)]
+    action: String,
+    #[serde(default)]
     agent: Option<String>,
 }
 
@@ -51,6 +56,10 @@ pub struct AgentScore {
     /// Accept attempts that hit a conflict (a hunk can conflict and later be accepted).
     pub conflicts: usize,
     pub undos: usize,
+    /// Hunks whose final decision was on a range of their lines: some lines accepted (landed)
+    /// or rejected, the rest left as a hunk of its own. Not in `hunks`.
+    pub partly_accepted: usize,
+    pub partly_rejected: usize,
     /// (accepted + modified + merged) / hunks.
     pub kept_ratio: f64,
     /// accepted / hunks: kept exactly as proposed.
@@ -181,6 +190,14 @@ pub fn score(readers: impl IntoIterator<Item = impl BufRead>) -> std::io::Result
                 "applied" | "modified" | "merged" | "rejected" => {
                     last.insert(rec.hunk_id, (agent, rec.suggestion_id, rec.outcome));
                 }
+                "partial" => {
+                    let how = if rec.action == "accept" {
+                        "partly_accepted"
+                    } else {
+                        "partly_rejected"
+                    };
+                    last.insert(rec.hunk_id, (agent, rec.suggestion_id, how.into()));
+                }
                 _ => skipped += 1,
             }
         }
@@ -189,7 +206,8 @@ pub fn score(readers: impl IntoIterator<Item = impl BufRead>) -> std::io::Result
         BTreeMap::new();
     let mut kept_runs: std::collections::BTreeSet<String> = Default::default();
     for (_, suggestion, outcome) in last.values() {
-        if outcome != "rejected" {
+        // Some of the run's change is in the user's checkout.
+        if !matches!(outcome.as_str(), "rejected" | "partly_rejected") {
             if let Some(r) = run_of_suggestion.get(suggestion) {
                 kept_runs.insert(r.clone());
             }
@@ -199,13 +217,15 @@ pub fn score(readers: impl IntoIterator<Item = impl BufRead>) -> std::io::Result
         let (s, sugg) = by_agent.entry(agent.clone()).or_default();
         s.agent = agent;
         sugg.insert(suggestion);
-        s.hunks += 1;
         match outcome.as_str() {
+            "partly_accepted" => s.partly_accepted += 1,
+            "partly_rejected" => s.partly_rejected += 1,
             "applied" => s.accepted += 1,
             "modified" => s.modified += 1,
             "merged" => s.merged += 1,
             _ => s.rejected += 1,
         }
+        s.hunks = s.accepted + s.modified + s.rejected;
     }
     for (agent, n) in &conflicts {
         let (s, _) = by_agent.entry(agent.clone()).or_default();
@@ -300,13 +320,13 @@ fn run_stats(
 /// A plain-text table, best agent first.
 pub fn render(report: &Report) -> String {
     let mut out = format!(
-        "{:<40} {:>5} {:>5} {:>6} {:>6} {:>6} {:>6} {:>6}\n",
-        "agent", "sugg", "hunks", "kept%", "exact%", "mod", "rej", "confl"
+        "{:<40} {:>5} {:>5} {:>6} {:>6} {:>6} {:>6} {:>6} {:>7}\n",
+        "agent", "sugg", "hunks", "kept%", "exact%", "mod", "rej", "confl", "part+/-"
     );
     for a in &report.agents {
         let name: String = a.agent.chars().take(40).collect();
         out.push_str(&format!(
-            "{:<40} {:>5} {:>5} {:>6.1} {:>6.1} {:>6} {:>6} {:>6}\n",
+            "{:<40} {:>5} {:>5} {:>6.1} {:>6.1} {:>6} {:>6} {:>6} {:>7}\n",
             name,
             a.suggestions,
             a.hunks,
@@ -314,7 +334,8 @@ pub fn render(report: &Report) -> String {
             a.exact_ratio * 100.0,
             a.modified,
             a.rejected,
-            a.conflicts
+            a.conflicts,
+            format!("{}/{}", a.partly_accepted, a.partly_rejected)
         ));
     }
     let with_runs: Vec<(&AgentScore, &RunStats)> = report
@@ -431,6 +452,37 @@ mod tests {
         assert_eq!(b.kept_ratio, 0.0);
         let table = render(&r);
         assert!(table.lines().nth(1).unwrap().starts_with("a "), "{table}");
+    }
+
+    /// A hunk decided in part is neither accepted nor rejected: it is counted on its own, and
+    /// its rest is a hunk like any other; undoing the partial decision takes it back.
+    #[test]
+    fn partial_decisions_are_neither_accepts_nor_rejects() {
+        let partial = |hunk: &str, action: &str| {
+            serde_json::json!({"agent": "a", "suggestion_id": "s1", "hunk_id": hunk,
+                "outcome": "partial", "action": action, "lines": [3, 7]})
+            .to_string()
+        };
+        let log = [
+            partial("s1:f:0", "accept"),
+            line("a", "s1", "s1:f:0~a3-7", "applied"),
+            partial("s1:f:1", "reject"),
+            line("a", "s1", "s1:f:1~r3-7", "rejected"),
+            partial("s1:f:2", "accept"),
+            line("a", "s1", "s1:f:2", "undone"),
+            line("a", "s1", "s1:f:2", "applied"),
+        ]
+        .join("\n");
+        let r = score([log.as_bytes()]).unwrap();
+        assert_eq!(r.skipped_lines, 0);
+        let a = &r.agents[0];
+        assert_eq!((a.partly_accepted, a.partly_rejected), (1, 1));
+        assert_eq!((a.hunks, a.accepted, a.rejected, a.undos), (3, 2, 1, 1));
+        assert!(
+            render(&r).lines().nth(1).unwrap().ends_with("1/1"),
+            "{}",
+            render(&r)
+        );
     }
 
     #[test]

@@ -45,6 +45,7 @@ mod diff;
 mod hunk;
 mod lines;
 mod parse;
+mod select;
 mod user;
 
 pub use apply::{apply_all, apply_hunk, Applied, ApplyError};
@@ -52,4 +53,5 @@ pub use diff::diff_hunks;
 pub use hunk::{Hunk, HunkLine};
 pub use lines::{as_text, into_text, is_text, line_ending, split_lines};
 pub use parse::{parse_file_header, parse_hunks, ParseError, Side};
+pub use select::{split_hunk, split_where, Pick, Split, SplitError};
 pub use user::{adopt_line_endings, parse_one_hunk, EndingsError, OneHunkError};

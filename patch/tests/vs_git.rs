@@ -10,7 +10,10 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use common::{apply_in_order, case, pick, subset_and_order};
-use hunkgate_patch::{apply_all, diff_hunks, parse_hunks, Hunk};
+use hunkgate_patch::{
+    apply_all, apply_hunk, diff_hunks, parse_hunks, split_hunk, split_where, Hunk, HunkLine, Pick,
+    SplitError,
+};
 use proptest::prelude::*;
 
 const FILE_HEADER: &str = "diff --git a/f b/f\n--- a/f\n+++ b/f\n";
@@ -278,5 +281,138 @@ fn zero_context_hunks_apply_like_git() {
         );
         let owned: Vec<Hunk> = subset.iter().map(|h| (*h).clone()).collect();
         assert_eq!(apply_all(&old, &owned), Ok(by_git), "subset {chosen:?}");
+    }
+}
+
+/// The changes of `landed` as the zero-context patch a client such as gitsigns builds for the
+/// selected lines: one hunk per run of changed lines, each at its place in the file (old
+/// numbers) and in the result (new numbers).
+fn zero_context(landed: &Hunk) -> Vec<Hunk> {
+    let first = |start: usize, len: usize| if len == 0 { start + 1 } else { start };
+    let (mut old, mut new) = (
+        first(landed.old_start, landed.old_len),
+        first(landed.new_start, landed.new_len),
+    );
+    let mut out: Vec<Hunk> = Vec::new();
+    let mut open = false;
+    for line in &landed.lines {
+        if let HunkLine::Context(_) = line {
+            (old, new, open) = (old + 1, new + 1, false);
+            continue;
+        }
+        if !open {
+            out.push(Hunk {
+                old_start: old,
+                old_len: 0,
+                new_start: new,
+                new_len: 0,
+                lines: Vec::new(),
+            });
+            open = true;
+        }
+        let h = out.last_mut().expect("a hunk is open");
+        h.lines.push(line.clone());
+        match line {
+            HunkLine::Remove(_) => (h.old_len, old) = (h.old_len + 1, old + 1),
+            _ => (h.new_len, new) = (h.new_len + 1, new + 1),
+        }
+    }
+    for h in &mut out {
+        // git's start for an empty side is the line after which the other side's lines go.
+        if h.old_len == 0 {
+            h.old_start -= 1;
+        }
+        if h.new_len == 0 {
+            h.new_start -= 1;
+        }
+    }
+    out
+}
+
+/// Cut positions `1..=len` into consecutive ranges at the given cut points.
+fn parts(len: usize, cuts: &[usize]) -> Vec<(usize, usize)> {
+    let mut at: Vec<usize> = cuts.iter().map(|c| 1 + c % len.max(1)).collect();
+    at.push(1);
+    at.push(len + 1);
+    at.sort_unstable();
+    at.dedup();
+    at.windows(2).map(|w| (w[0], w[1] - 1)).collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(40))]
+
+    /// A hunk cut into random ranges, decided range by range in a random order (each range
+    /// found again in the hunk that is left), ends as the lines accepted say: the whole hunk when
+    /// every range is accepted. Each accepted range lands exactly at its header and gives the
+    /// file `git apply --unidiff-zero` gives for the zero-context patch of the selected lines.
+    #[test]
+    fn ranges_decided_one_by_one_add_up_and_each_is_gits_zero_context_patch(
+        c in prop_oneof![case(false), case(true)],
+        which in any::<u16>(),
+        cuts in proptest::collection::vec(any::<u16>().prop_map(usize::from), 0..5),
+        keys in proptest::collection::vec(any::<u32>(), 8),
+        rejects in proptest::collection::vec(any::<bool>(), 8),
+        reject_some in any::<bool>(),
+    ) {
+        let hunks = diff_hunks(&c.old, &c.new, 3);
+        prop_assume!(!hunks.is_empty());
+        let h = &hunks[usize::from(which) % hunks.len()];
+        let whole = apply_hunk(&c.old, h, 0).expect("a diff's hunk applies").text;
+        let mut order = parts(h.lines.len(), &cuts);
+        order.sort_by_key(|&(first, _)| (keys[first % keys.len()], first));
+        let repo = Repo::new();
+        let mut file = c.old.clone();
+        let mut rest = Some(h.clone());
+        // Where each line of `h` is among the lines of `rest`.
+        let mut pos: Vec<Option<usize>> = (0..h.lines.len()).map(Some).collect();
+        let mut accepted = vec![false; h.lines.len()];
+        for (k, &(first, last)) in order.iter().enumerate() {
+            let Some(cur) = rest.as_ref() else { break };
+            let at: Vec<usize> = (first - 1..last).map(|i| pos[i].expect("an undecided line is there")).collect();
+            prop_assert!(at.windows(2).all(|w| w[1] == w[0] + 1), "a range stays a range: {:?}", at);
+            let pick = if reject_some && rejects[k % rejects.len()] { Pick::Reject } else { Pick::Accept };
+            let split = match split_hunk(cur, at[0] + 1, at[at.len() - 1] + 1, pick) {
+                Ok(s) => s,
+                Err(SplitError::NoChange { .. }) => {
+                    prop_assert!(at.iter().all(|&i| matches!(cur.lines[i], HunkLine::Context(_))));
+                    continue;
+                }
+                // A range that would join a line lacking its newline to the next: refused, and
+                // this case ends here.
+                Err(SplitError::NoNewline { .. }) => return Ok(()),
+                Err(e) => return Err(TestCaseError::fail(format!("{e}"))),
+            };
+            if let Some(landed) = &split.landed {
+                let applied = apply_hunk(&file, landed, 0).expect("the landed part applies");
+                let header_at = if landed.old_len == 0 { landed.old_start } else { landed.old_start - 1 };
+                prop_assert_eq!(applied.at, header_at);
+                let zero = zero_context(landed);
+                let refs: Vec<&Hunk> = zero.iter().collect();
+                prop_assert_eq!(&repo.git_apply_with(&file, &refs, &["--unidiff-zero"]), &applied.text);
+                file = applied.text;
+                accepted[first - 1..last].fill(true);
+            }
+            for p in pos.iter_mut() {
+                *p = p.and_then(|i| split.moved[i]);
+            }
+            rest = split.rest;
+        }
+        // What is still undecided is accepted whole, like a pending hunk.
+        if let Some(r) = &rest {
+            file = apply_hunk(&file, r, 0).expect("the rest applies").text;
+            for (i, p) in pos.iter().enumerate() {
+                // A rejected `-` line is context there: it stays.
+                accepted[i] |= p.is_some_and(|j| !matches!(r.lines[j], HunkLine::Context(_)));
+            }
+        }
+        let want = match split_where(h, |i| accepted[i], Pick::Accept).landed {
+            Some(l) => apply_hunk(&c.old, &l, 0).expect("the accepted lines apply").text,
+            None => c.old.clone(),
+        };
+        prop_assert_eq!(&file, &want);
+        if !reject_some {
+            prop_assert_eq!(&file, &whole);
+        }
     }
 }

@@ -18,8 +18,10 @@
 //!   same hunk states.
 //!
 //! The decisions are accepts, rejects (of pending and of applied hunks), modifies (one
-//! replacement line, two lines, or none, so later hunks shift), undos of accepted, modified and
-//! rejected hunks, bulk accepts of every pending hunk of one file (`/feedback/all`: one
+//! replacement line, two lines, or none, so later hunks shift), partial accepts (the hunk's `-`
+//! line only, `"lines"`: its rest stays pending at the hub, checked beside the model, and goes
+//! again when the hunk is undone, rejected or rolled back), undos of accepted, modified,
+//! partly accepted and rejected hunks, bulk accepts of every pending hunk of one file (`/feedback/all`: one
 //! decision that writes the file once), scoped rollbacks of one to three applied hunks, and one
 //! hard rollback halfway through.
 //!
@@ -40,7 +42,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
-use hunkgate_patch::{apply_all, parse_hunks, Hunk, HunkLine};
+use hunkgate_patch::{apply_all, parse_hunks, split_hunk, Hunk, HunkLine, Pick};
 use hunkgate_tests::{run_agent, Hub, Workspace, Ws};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
@@ -132,17 +134,19 @@ enum St {
     Accepted,
     /// Modified with this diff (the one the client sent).
     Modified(Hunk),
+    /// Accepted in part: this landed, and the rest is a pending hunk of its own at the hub.
+    Partial(Hunk),
     Rejected,
 }
 
 impl St {
     fn applied(&self) -> bool {
-        matches!(self, St::Accepted | St::Modified(_))
+        matches!(self, St::Accepted | St::Modified(_) | St::Partial(_))
     }
     fn word(&self) -> &'static str {
         match self {
             St::Pending => "pending",
-            St::Accepted => "accepted",
+            St::Accepted | St::Partial(_) => "accepted",
             St::Modified(_) => "modified",
             St::Rejected => "rejected",
         }
@@ -224,6 +228,7 @@ impl Campaign {
             } => {
                 let to = match *action {
                     "accept" => St::Accepted,
+                    "accept_lines" => St::Partial(modified.clone().expect("the landed part")),
                     "modify" => St::Modified(modified.clone().expect("modified diff")),
                     "reject" => St::Rejected,
                     "undo" => St::Pending,
@@ -267,7 +272,10 @@ impl Campaign {
                 let hunks: Vec<usize> = (0..self.model.len())
                     .filter(|&h| self.infos[h].file == f)
                     .collect();
-                hunks.iter().all(|h| !busy.contains(h))
+                // A partly accepted hunk's rest is pending at the hub: the bulk would take it.
+                hunks
+                    .iter()
+                    .all(|h| !busy.contains(h) && !matches!(self.model[*h], St::Partial(_)))
                     && hunks
                         .iter()
                         .filter(|&&h| self.model[h] == St::Pending)
@@ -316,9 +324,10 @@ impl Campaign {
             St::Pending => match roll {
                 0..=4 => "accept",
                 5..=6 => "reject",
+                7 => "accept_lines",
                 _ => "modify",
             },
-            St::Accepted | St::Modified(_) => {
+            St::Accepted | St::Modified(_) | St::Partial(_) => {
                 if roll < 6 {
                     "undo"
                 } else {
@@ -327,11 +336,15 @@ impl Campaign {
             }
             St::Rejected => "undo",
         };
-        let modified = (action == "modify").then(|| {
-            self.tag += 1;
-            let variant = self.rng.below(3);
-            modify(&self.infos[hunk], variant, self.tag)
-        });
+        let modified = match action {
+            "modify" => {
+                self.tag += 1;
+                let variant = self.rng.below(3);
+                Some(modify(&self.infos[hunk], variant, self.tag))
+            }
+            "accept_lines" => Some(landed_part(&self.infos[hunk])),
+            _ => None,
+        };
         Op::Decide {
             hunk,
             action,
@@ -409,12 +422,61 @@ fn modify(info: &Info, variant: usize, tag: usize) -> Hunk {
     }
 }
 
-/// The hub's view of one hunk: its state word and, when modified, what it applied.
+/// The position of a hunk's `-` line among its diff lines (from 1): what a partial accept
+/// selects.
+fn minus_line(info: &Info) -> usize {
+    1 + info
+        .hunk
+        .lines
+        .iter()
+        .position(|l| matches!(l, HunkLine::Remove(_)))
+        .expect("every hunk of the campaign removes a line")
+}
+
+/// What accepting only the `-` line of a hunk lands.
+fn landed_part(info: &Info) -> Hunk {
+    let at = minus_line(info);
+    split_hunk(&info.hunk, at, at, Pick::Accept)
+        .expect("a range of one `-` line")
+        .landed
+        .expect("an accept lands")
+}
+
+/// The rests of partly accepted hunks at the hub: pending, each right after its hunk, and
+/// exactly one for every hunk the model has partly accepted.
+fn check_rests(c: &Campaign, s: &Value) {
+    let ctx = c.ctx();
+    let hunks = s["hunks"].as_array().expect("hunks");
+    let mut parents = HashSet::new();
+    for (i, h) in hunks.iter().enumerate() {
+        let Some(parent) = h["parent_hunk_id"].as_str() else {
+            continue;
+        };
+        assert_eq!(
+            h["state"], "pending",
+            "{ctx}: a rest the client never decided: {h}"
+        );
+        assert_eq!(
+            hunks[i - 1]["id"].as_str(),
+            Some(parent),
+            "{ctx}: a rest not right after its hunk: {h}"
+        );
+        parents.insert(c.by_id[parent]);
+    }
+    let partial: HashSet<usize> = (0..c.model.len())
+        .filter(|&h| matches!(c.model[h], St::Partial(_)))
+        .collect();
+    assert_eq!(parents, partial, "{ctx}: the hunks with a rest at the hub");
+}
+
+/// The hub's view of one hunk: its state word and, when modified, what it applied. The rests
+/// of partly accepted hunks are left out ([`check_rests`]), so positions are the model's.
 fn hub_states(s: &Value) -> Vec<(String, Option<Vec<HunkLine>>)> {
     s["hunks"]
         .as_array()
         .expect("hunks")
         .iter()
+        .filter(|h| h["parent_hunk_id"].is_null())
         .map(|h| {
             let state = h["state"].as_str().unwrap_or("?").to_string();
             let applied = h["applied_diff"].as_str().map(|d| {
@@ -432,7 +494,7 @@ fn matches(model: &St, hub: &(String, Option<Vec<HunkLine>>)) -> bool {
         return false;
     }
     match model {
-        St::Modified(mine) => hub.1.as_ref() == Some(&mine.lines),
+        St::Modified(mine) | St::Partial(mine) => hub.1.as_ref() == Some(&mine.lines),
         _ => true,
     }
 }
@@ -508,6 +570,11 @@ fn check_feedback(c: &Campaign, ws: &Workspace) -> usize {
                     St::Accepted
                 }
             }
+            "partial" => {
+                assert!(!was_applied, "{ctx}: DOUBLE APPLICATION of hunk {hid}: {l}");
+                let d = l["applied_diff"].as_str().unwrap_or_default();
+                St::Partial(parse_hunks(d).expect("applied_diff").remove(0))
+            }
             "rejected" => St::Rejected,
             "undone" => St::Pending,
             other => panic!("{ctx}: unexpected outcome {other:?} in feedback line {l}"),
@@ -515,7 +582,9 @@ fn check_feedback(c: &Campaign, ws: &Workspace) -> usize {
     }
     for (h, (got, want)) in replay.iter().zip(&c.model).enumerate() {
         let same = match (got, want) {
-            (St::Modified(a), St::Modified(b)) => a.lines == b.lines,
+            (St::Modified(a), St::Modified(b)) | (St::Partial(a), St::Partial(b)) => {
+                a.lines == b.lines
+            }
             (a, b) => a == b,
         };
         assert!(
@@ -536,7 +605,7 @@ fn check_checkout(c: &Campaign, ws: &Workspace) {
             .filter(|&h| c.infos[h].file == f)
             .filter_map(|h| match &c.model[h] {
                 St::Accepted => Some(c.infos[h].hunk.clone()),
-                St::Modified(m) => Some(m.clone()),
+                St::Modified(m) | St::Partial(m) => Some(m.clone()),
                 _ => None,
             })
             .collect();
@@ -576,6 +645,10 @@ fn decide_body(c: &Campaign, op: &Op, camel: bool) -> Value {
     } else {
         ("suggestion_id", "hunk_id", "modified_diff")
     };
+    if *action == "accept_lines" {
+        let at = minus_line(&c.infos[*hunk]);
+        return json!({sk: c.sid, hk: c.infos[*hunk].id, "action": "accept", "lines": [at, at]});
+    }
     let mut body = json!({sk: c.sid, hk: c.infos[*hunk].id, "action": action});
     if let Some(m) = modified {
         body[mk] = m.to_unified().into();
@@ -738,7 +811,8 @@ fn reconcile(c: &mut Campaign, s: &Value, flights: &[Flight]) {
                 "acknowledged or untouched"
             }
         );
-    }
+    } // Now that the model knows which uncertain decisions landed.
+    check_rests(c, s);
 }
 
 async fn get_suggestion(client: &mut Ws, sid: &str, ctx: &str) -> Value {
@@ -1009,4 +1083,5 @@ async fn kill9_campaign_keeps_every_acknowledged_decision() {
     assert!(c.stats.scoped_rollbacks > 0 && c.stats.hard_rollbacks > 0 || kills < 4);
     assert!(c.stats.bulk_accepts > 0 || kills < 6);
     assert!(c.stats.by_action.get("undo").copied().unwrap_or(0) > 0 || kills < 20);
+    assert!(c.stats.by_action.get("accept_lines").copied().unwrap_or(0) > 0 || kills < 20);
 }

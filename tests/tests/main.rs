@@ -17,6 +17,7 @@ mod isolation;
 mod jj;
 mod kill_campaign;
 mod lifecycle;
+mod lines;
 mod mcp;
 mod merge;
 mod nvim;

@@ -860,3 +860,45 @@ fn cancel_stops_the_working_run() {
         report("nvim", &out)
     );
 }
+
+/// Line-range decisions from Visual selections (see `nvim/tests/e2e/lines.lua`): lines 3-7 of
+/// a 12-line hunk accepted and one line of its rest rejected in the floating review, what is
+/// left accepted from a selection of the file's own lines in the inline review. The file is
+/// what those decisions land, byte for byte, and the feedback log tells them apart.
+#[test]
+fn visual_selections_decide_lines_in_the_float_and_inline_views() {
+    let ws = Workspace::new(&[("a.txt", numbered(40).as_bytes())]).unwrap();
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            "sed -i 's/^line 5$/five/; s/^line 6$/six/; s/^line 7$/seven/; s/^line 30$/thirty/' a.txt",
+        )
+        .unwrap();
+    let template = format!("{} {{prompt}}", agent.display());
+    let hub = ws.serve(&["--agent", &template]).unwrap();
+    let state = ws.state();
+    Scenario::start(&ws, "lines", Some(&state)).finish(&[&hub]);
+    assert_eq!(
+        ws.read_string("a.txt").unwrap(),
+        numbered(40).replace("line 5\nline 6\nline 7\n", "five\nseven\n"),
+        "+six was rejected, the hunk at line 30 is still pending"
+    );
+    let log: Vec<(String, String, Value)> = ws
+        .feedback_log()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["action"].as_str().unwrap().to_string(),
+                l["outcome"].as_str().unwrap().to_string(),
+                l["lines"].clone(),
+            )
+        })
+        .collect();
+    let want = [
+        ("accept", "partial", json!([3, 7])),
+        ("reject", "partial", json!([5, 5])),
+        ("accept", "applied", Value::Null),
+    ];
+    assert_eq!(log, want.map(|(a, o, l)| (a.to_string(), o.to_string(), l)));
+}

@@ -305,18 +305,20 @@ M.list = {
     name = 'accept',
     api = 'accept_hunk',
     fn = on_review('accept_hunk'),
+    lines = on_review('accept_lines'),
     key = 'accept',
     hint = 'accept',
-    desc = 'accept the current hunk',
+    desc = 'accept the current hunk (in Visual mode: the selected lines of it)',
   },
   {
     name = 'reject',
     api = 'reject_hunk',
     fn = on_review('reject_hunk'),
+    lines = on_review('reject_lines'),
     arg = 'optional',
     key = 'reject',
     hint = 'reject',
-    desc = 'reject the current hunk, with a comment for the agent',
+    desc = 'reject the current hunk, with a comment for the agent (in Visual mode: the selected lines of it)',
   },
   {
     name = 'modify',
@@ -492,7 +494,7 @@ function M.review_maps(keys, wrap)
       local fn = wrap and wrap(a) or function()
         M.invoke(a)
       end
-      out[#out + 1] = { keys[a.key], fn, a.hint or a.name, a.key, a.desc }
+      out[#out + 1] = { keys[a.key], fn, a.hint or a.name, a.key, a.desc, a.lines }
     end
   end
   return out

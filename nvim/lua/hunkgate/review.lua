@@ -474,6 +474,34 @@ local function accept_fields(h)
   return { action = 'accept' }
 end
 
+--- Accept or reject the lines of the current hunk that rows `first`..`last` of the review
+--- view show (a Visual selection); the rest of the hunk stays to be decided, as the next hunk.
+---@param verb 'accept'|'reject'
+---@param first integer
+---@param last integer
+local function decide_lines(verb, first, last)
+  local s, h = open_hunk(verb)
+  if not s or not h then
+    return
+  end
+  local range = M.session.view:lines_at(first, last)
+  if not range then
+    return warn(('the selection holds no line of the hunk; select the lines to %s'):format(verb))
+  end
+  if verb == 'accept' and blocked_by_unsaved(h) then
+    return
+  end
+  decide(s, h, { action = verb, lines = range })
+end
+
+M.accept_lines = serial(function(first, last)
+  decide_lines('accept', first, last)
+end)
+
+M.reject_lines = serial(function(first, last)
+  decide_lines('reject', first, last)
+end)
+
 M.accept_hunk = serial(function()
   local s, h = open_hunk('accept')
   if s and h and not blocked_by_unsaved(h) then

@@ -11,7 +11,7 @@
 ---@field list fun(self): hunkgate.Suggestion[] open suggestions, oldest first
 ---@field root fun(self): string the checkout the decisions write to
 ---@field connected fun(self): boolean
----@field decide fun(self, sid: string, hunk_id: string, fields: {action: string, modifiedDiff?: string, comment?: string}, cb: fun(resp: table)) one decision; on success the hunk as the hub reports it is merged before `cb`
+---@field decide fun(self, sid: string, hunk_id: string, fields: {action: string, modifiedDiff?: string, lines?: integer[], comment?: string}, cb: fun(resp: table)) one decision; on success the hunk as the hub reports it is merged before `cb`, with the hunks a line-range decision added or its undo removed
 ---@field decide_all fun(self, sid: string, action: 'accept'|'reject', file: string?, cb: fun(resp: table)) every open hunk (of `file`); `data.decided`, `data.failed`
 ---@field finish fun(self, sid: string, action: 'finalize'|'discard', cb: fun(resp: table)) complete or discard; on success the suggestion is gone before `cb`
 ---@field subscribe fun(self, fn: fun(change: hunkgate.Change)) told of every change, whoever made it
@@ -66,7 +66,9 @@ function M.hub()
       hub.request(cmd, function(resp)
         then_answer(function()
           if resp.success and resp.data and resp.data.hunk and conn then
-            hub.settle(conn.store:update_hunk(sid, resp.data.hunk), conn)
+            local d = resp.data
+            conn.store:reshape(sid, d.hunk.id, d.new_hunks, d.removed_hunk_ids)
+            hub.settle(conn.store:update_hunk(sid, d.hunk), conn)
           end
         end, cb, resp)
       end, { conn = conn })

@@ -259,6 +259,11 @@ function Store:update_hunk(sid, view)
     s.hunks[i].conflict = view.conflict
   end
   s.hunks[i].merge = view.merge
+  -- An undo takes a line-range decision back: no range, nothing applied.
+  s.hunks[i].lines = view.lines
+  if not nav.is_applied(view.state) then
+    s.hunks[i].applied_diff = nil
+  end
   recount(s)
   return {
     kind = 'hunk',
@@ -266,6 +271,41 @@ function Store:update_hunk(sid, view)
     file = s.hunks[i].file,
     file_changed = nav.is_applied(before) ~= nav.is_applied(view.state),
   }
+end
+
+--- A decision changed the suggestion's hunk set: take out the hunks it took back and put the
+--- ones it added (a line-range decision's rest) right after the hunk it decided. A hunk
+--- already there is not added twice (the answer and the event both carry it).
+---@param sid string
+---@param after_id string the decided hunk
+---@param added? hunkgate.Hunk[]
+---@param removed? string[]
+---@return boolean changed
+function Store:reshape(sid, after_id, added, removed)
+  local s = self.suggestions[sid]
+  if not s then
+    return false
+  end
+  local changed = false
+  for _, id in ipairs(removed or {}) do
+    local i = nav.index_of(s.hunks, id)
+    if i then
+      table.remove(s.hunks, i)
+      changed = true
+    end
+  end
+  local at = nav.index_of(s.hunks, after_id) or #s.hunks
+  for _, h in ipairs(added or {}) do
+    if not nav.index_of(s.hunks, h.id) then
+      at = at + 1
+      table.insert(s.hunks, at, h)
+      changed = true
+    end
+  end
+  if changed then
+    recount(s)
+  end
+  return changed
 end
 
 --- Apply one hub event.
@@ -294,6 +334,10 @@ function Store:apply(ev)
       h.applied_diff = nil
       h.merge = nil
     end
+    if ev.lines or ev.removed_hunk_ids then
+      h.lines = ev.lines
+    end
+    self:reshape(s.id, h.id, ev.new_hunks, ev.removed_hunk_ids)
     recount(s)
     return {
       kind = 'hunk',

@@ -123,6 +123,40 @@ test('update_hunk merges a feedback answer', function()
   eq('create', st:get('abc-123').hunks[4].kind, 'fields not in the answer are kept')
 end)
 
+test('a line-range decision adds its rest after the hunk, and its undo takes it back', function()
+  local st = store_mod.new()
+  st:put(suggestion())
+  local h = 'abc-123:a.rs:0'
+  local rest = { id = h .. '~a3-7', file = 'a.rs', state = 'pending', kind = 'modify', diff = '@@ …', parent_hunk_id = h }
+  local ev = {
+    type = 'suggestion.hunk_applied',
+    suggestion_id = 'abc-123',
+    hunk_id = h,
+    state = 'accepted',
+    action = 'accepted',
+    lines = { 3, 7 },
+    new_hunks = { rest },
+  }
+  st:apply(ev)
+  local ids = function()
+    return vim.tbl_map(function(x)
+      return x.id
+    end, st:get('abc-123').hunks)
+  end
+  eq({ h, rest.id, 'abc-123:a.rs:1', 'abc-123:b.rs:0', 'abc-123:c.rs:0', 'abc-123:c.rs:1' }, ids())
+  eq({ 3, 7 }, st:get('abc-123').hunks[1].lines)
+  eq(6, st:get('abc-123').hunk_count)
+  -- The answer carries the rest too: not added twice.
+  eq(false, st:reshape('abc-123', h, { rest }, nil))
+  eq(6, #ids())
+  local c = st:update_hunk('abc-123', { id = h, state = 'pending' })
+  eq(true, c.file_changed)
+  eq(nil, st:get('abc-123').hunks[1].lines, 'the undo takes the range back')
+  eq(true, st:reshape('abc-123', h, nil, { rest.id }))
+  eq({ h, 'abc-123:a.rs:1', 'abc-123:b.rs:0', 'abc-123:c.rs:0', 'abc-123:c.rs:1' }, ids())
+  eq(5, st:get('abc-123').hunk_count)
+end)
+
 test('prompt context: selection as a fenced block', function()
   eq('fix it', prompt.with_context('fix it', nil))
   local sel = { path = 'src/a.lua', first = 3, last = 4, filetype = 'lua', lines = { 'local x = 1', 'return x' } }

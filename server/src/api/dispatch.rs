@@ -55,18 +55,32 @@ fn to_data<T: serde::Serialize>(v: T) -> Result<Value, AppError> {
 pub async fn dispatch(hub: &Arc<Hub>, msg: ClientMsg) -> Result<Reply, AppError> {
     match msg {
         ClientMsg::Feedback(cmd) => hub
-            .blocking(move |hub| match cmd.merged_against.as_deref() {
-                Some(against) if cmd.action == FeedbackAction::Accept => hub.decide_merged(
+            .blocking(move |hub| match (cmd.merged_against.as_deref(), cmd.lines) {
+                (Some(_), Some(_)) => Err(AppError::bad_request(
+                    "\"lines\" and mergedAgainst do not go together: a merge lands whole".into(),
+                )),
+                (Some(against), None) if cmd.action == FeedbackAction::Accept => hub.decide_merged(
                     &cmd.suggestion_id,
                     &cmd.hunk_id,
                     against,
                     cmd.comment.as_deref(),
                 ),
-                Some(_) => Err(AppError::bad_request(format!(
+                (Some(_), None) => Err(AppError::bad_request(format!(
                     "mergedAgainst is only allowed with action \"accept\", not {:?}",
                     cmd.action.word()
                 ))),
-                None => hub.decide(
+                (None, Some(lines)) if cmd.modified_diff.is_none() => hub.decide_lines(
+                    &cmd.suggestion_id,
+                    &cmd.hunk_id,
+                    cmd.action,
+                    lines,
+                    cmd.comment.as_deref(),
+                ),
+                (None, Some(_)) => Err(AppError::bad_request(
+                    "\"lines\" and modifiedDiff do not go together: a modify lands the diff you give"
+                        .into(),
+                )),
+                (None, None) => hub.decide(
                     &cmd.suggestion_id,
                     &cmd.hunk_id,
                     cmd.action,

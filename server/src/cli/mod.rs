@@ -151,8 +151,14 @@ enum Cmd {
         /// Land the clean three-way merge of the one hunk named, as `show` printed it: the
         /// SHA-256 of the file it was computed against. If the file changed since, the hub
         /// merges again and nothing is written.
-        #[arg(long, value_name = "SHA256")]
+        #[arg(long, value_name = "SHA256", conflicts_with = "lines")]
         merged_against: Option<String>,
+        /// Accept only these lines of the one hunk named: `FIRST-LAST` (or `N`), counting the
+        /// lines of its diff after the `@@` line from 1, as `show` prints them. The selected `+`
+        /// lines are added and `-` lines removed; the rest of the hunk stays pending as a new
+        /// hunk.
+        #[arg(long, value_parser = review::parse_lines)]
+        lines: Option<[usize; 2]>,
         #[arg(long)]
         comment: Option<String>,
         #[command(flatten)]
@@ -165,6 +171,10 @@ enum Cmd {
         id: String,
         /// Hunk numbers (from 1), hunk ids, or `<file>:<index>`, as for `accept`.
         hunks: Vec<String>,
+        /// Reject only these lines of the one hunk named (`FIRST-LAST` or `N`, as for
+        /// `accept`): they are dropped from it, and the rest stays pending as a new hunk.
+        #[arg(long, value_parser = review::parse_lines)]
+        lines: Option<[usize; 2]>,
         #[arg(long)]
         comment: Option<String>,
         #[command(flatten)]
@@ -377,6 +387,7 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
             id,
             hunks,
             merged_against: Some(sha),
+            lines: _,
             comment,
             client,
         } => review::accept_merged(client, id, hunks, sha, comment).await,
@@ -384,16 +395,20 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
             id,
             hunks,
             merged_against: None,
+            lines,
             comment,
             client,
-        } => review::decide(client, id, hunks, "accept", comment).await,
+        } => review::decide(client, id, hunks, ("accept", lines), comment).await,
         Cmd::Reject {
             id,
             hunks,
+            lines,
             comment,
             client,
-        } => review::decide(client, id, hunks, "reject", comment).await,
-        Cmd::Undo { id, hunks, client } => review::decide(client, id, hunks, "undo", None).await,
+        } => review::decide(client, id, hunks, ("reject", lines), comment).await,
+        Cmd::Undo { id, hunks, client } => {
+            review::decide(client, id, hunks, ("undo", None), None).await
+        }
         Cmd::Complete { id, action, client } => review::complete(id, action, client).await,
     }
 }

@@ -111,6 +111,9 @@ pub fn print_suggestion(s: &SuggestionView) {
         if let Some(c) = &h.conflict {
             println!("    conflict: {}", visible_line(c));
         }
+        if let Some([first, last]) = h.lines {
+            println!("    decided lines {first}-{last} only; the rest is the next hunk");
+        }
         print!("{}", visible(&h.diff));
         if let Some(m) = &h.merge {
             print_merge(m);
@@ -159,14 +162,30 @@ pub async fn accept_merged(
     Ok(ExitCode::SUCCESS)
 }
 
-/// `accept` / `reject` / `undo`: the named hunks one by one, or every pending one at once.
+/// `--lines FIRST-LAST` (or `--lines N`): a range of a hunk's diff lines, 1-based, inclusive.
+pub fn parse_lines(text: &str) -> Result<[usize; 2], String> {
+    let (first, last) = text.split_once('-').unwrap_or((text, text));
+    let number = |n: &str| n.trim().parse::<usize>().ok().filter(|&n| n > 0);
+    match (number(first), number(last)) {
+        (Some(a), Some(b)) if a <= b => Ok([a, b]),
+        _ => Err(format!(
+            "{text:?} is not a line range: write FIRST-LAST (or one line N), counting the lines after the hunk's @@ line from 1"
+        )),
+    }
+}
+
+/// `accept` / `reject` / `undo`: the named hunks one by one, or every pending one at once; with
+/// a line range, those lines of the one named hunk.
 pub async fn decide(
     client: ClientArgs,
     id: String,
     hunks: Vec<String>,
-    action: &str,
+    (action, lines): (&str, Option<[usize; 2]>),
     comment: Option<String>,
 ) -> anyhow::Result<ExitCode> {
+    if lines.is_some() && hunks.len() != 1 {
+        bail!("--lines decides lines of one hunk: name exactly one (its number as `hunkgate show` prints it, or its id)");
+    }
     // Every name is resolved before anything is decided: a bad one changes nothing.
     let hunks = if hunks.iter().any(|h| is_number(h)) {
         let c = reviewer_client(&client).await?;
@@ -181,7 +200,7 @@ pub async fn decide(
     let failed = if hunks.is_empty() {
         decide_all(&client, id, action, comment).await?
     } else {
-        decide_each(&client, id, hunks, action, comment).await?
+        decide_each(&client, id, hunks, (action, lines), comment).await?
     };
     Ok(if failed {
         ExitCode::FAILURE
@@ -229,13 +248,17 @@ async fn decide_each(
     client: &ClientArgs,
     id: String,
     hunks: Vec<String>,
-    action: &str,
+    (action, lines): (&str, Option<[usize; 2]>),
     comment: Option<String>,
 ) -> anyhow::Result<bool> {
     let c = reviewer_client(client).await?;
     let mut failed = false;
     for h in hunks {
-        let body = json!({"suggestion_id": id, "hunk_id": h, "action": action, "comment": comment});
+        let mut body =
+            json!({"suggestion_id": id, "hunk_id": h, "action": action, "comment": comment});
+        if let Some(lines) = lines {
+            body["lines"] = json!(lines);
+        }
         let reply = match c.post("/feedback", body).await {
             Ok(v) if client.json => {
                 println!("{v}");
@@ -245,7 +268,7 @@ async fn decide_each(
             Err(e) => Err(e.into()),
         };
         match reply {
-            Ok(r) => println!("{:<9} {}", wire(&r.hunk.state), visible_line(&r.hunk.id)),
+            Ok(r) => print_decision(&r),
             Err(e) => {
                 failed = true;
                 eprintln!("{}: {}", visible_line(&h), visible(&e.to_string()));
@@ -253,6 +276,33 @@ async fn decide_each(
         }
     }
     Ok(failed)
+}
+
+/// A decided hunk, and the hunks the decision added (the rest of a line-range decision) or
+/// took back (undoing one).
+fn print_decision(r: &DecisionReply) {
+    let h = &r.hunk;
+    match h.lines {
+        Some([a, b]) => println!(
+            "{:<9} {} (lines {a}-{b})",
+            wire(&h.state),
+            visible_line(&h.id)
+        ),
+        None => println!("{:<9} {}", wire(&h.state), visible_line(&h.id)),
+    }
+    for n in &r.new_hunks {
+        println!(
+            "{:<9} {} (the rest of the hunk)",
+            wire(&n.state),
+            visible_line(&n.id)
+        );
+    }
+    for gone in &r.removed_hunk_ids {
+        println!(
+            "removed   {} (the rest, back in the hunk)",
+            visible_line(gone)
+        );
+    }
 }
 
 /// A hunk as the CLI takes it: its id, `<file>:<index>` (the end of its id: `index` counts from
@@ -348,6 +398,16 @@ mod tests {
             "01234567  partial  1/2  Shout^[[2K^Jlines  (a.txt, b^G.txt)"
         );
         assert!(summary_line(&summary(Some("finalize"))).starts_with("01234567  finalize 1/2"));
+    }
+
+    #[test]
+    fn a_line_range_is_first_last_or_one_line() {
+        assert_eq!(parse_lines("3-7"), Ok([3, 7]));
+        assert_eq!(parse_lines("4"), Ok([4, 4]));
+        for bad in ["0-2", "7-3", "x", "3-", "-3", ""] {
+            let e = parse_lines(bad).unwrap_err();
+            assert!(e.contains("FIRST-LAST"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -629,8 +629,8 @@ pub fn plan_restore(
 /// Plan reverse-applying several applied line hunks of one text file together, as one write.
 ///
 /// `hunks` are (what was applied, the agent hunk's base position, offset of this suggestion's
-/// other applied hunks above it). They are undone bottom-up, so undoing one never moves the
-/// ones above it.
+/// other applied hunks above it), in their suggestion's order. They are undone bottom-up, so
+/// undoing one never moves the ones above it.
 pub fn plan_reverse_lines(
     root: &Beneath,
     store: &Store,
@@ -645,6 +645,9 @@ pub fn plan_reverse_lines(
     };
     let cur = cx.cur(path)?;
     let mut text = text_of(path, &cur)?.to_string();
+    // Bottom-up; of a hunk and the rest of its line-range decision (same start, the rest after
+    // it), the rest first: it was applied on top.
+    hunks.reverse();
     hunks.sort_by_key(|(_, base_start, _)| std::cmp::Reverse(*base_start));
     for (applied, _, offset) in &hunks {
         let rev = reversal(applied);

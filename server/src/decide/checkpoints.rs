@@ -23,7 +23,7 @@ use crate::decide::apply::{plan_restore, plan_reverse, plan_reverse_lines, read_
 use crate::decide::commit::Decision;
 use crate::error::{AppError, Kind};
 use crate::hub::{Hub, State};
-use crate::model::decision::{HunkChange, LineRec};
+use crate::model::decision::{HunkChange, HunkRef, LineRec};
 use crate::model::fileop::Cur;
 use crate::model::fileop::FileOp;
 use crate::model::suggestion::{oid, HunkRec, Side, Suggestion};
@@ -411,9 +411,25 @@ fn rollback_decision(
     };
     let mut d = Decision::new();
     d.ops(ops);
-    for change in changes {
+    // A partly accepted hunk rolled back is a whole hunk again: the rest it left goes, unless
+    // it was decided too.
+    let rests: Vec<Option<HunkRef>> = changes
+        .iter()
+        .map(|c| pending_rest(&st.suggestions[&c.suggestion_id], c.index))
+        .collect();
+    let dropped_in = |sid: &str| {
+        rests
+            .iter()
+            .flatten()
+            .filter(|r| r.suggestion_id == sid)
+            .count()
+    };
+    for (mut change, rest) in changes.into_iter().zip(rests.iter().cloned()) {
         let sugg = &st.suggestions[&change.suggestion_id];
         let rec = &sugg.hunks[change.index];
+        if rest.is_some() {
+            change.lines = None;
+        }
         let mut line = LineRec::new(sugg, rec, "rollback", "rejected");
         line.via = Some(via.into());
         // Applied and rejected hunks both count as reviewed: the count stays.
@@ -425,9 +441,15 @@ fn rollback_decision(
             file: rec.file.clone(),
             state: HunkState::Rejected,
             reviewed_count: sugg.reviewed_count(),
-            hunk_count: sugg.hunks.len(),
+            hunk_count: sugg.hunks.len() - dropped_in(&sugg.id),
+            lines: None,
+            new_hunks: Vec::new(),
+            removed_hunk_ids: rest.iter().map(|r| r.hunk_id.clone()).collect(),
         };
         d.change(change).line(line, event);
+        if let Some(r) = rest {
+            d.drop_hunk(r);
+        }
     }
     d.event(Event::RollbackCompleted {
         seq: 0,
@@ -437,6 +459,21 @@ fn rollback_decision(
         hunk_ids: done.hunk_ids.clone(),
     });
     (d, done)
+}
+
+/// The undecided rest of hunk `index` of `s`, when a line-range decision left one.
+fn pending_rest(s: &Suggestion, index: usize) -> Option<HunkRef> {
+    let rec = &s.hunks[index];
+    rec.lines?;
+    let at = s
+        .hunks
+        .iter()
+        .position(|h| h.parent.as_deref() == Some(rec.id.as_str()))?;
+    (!s.hunks[at].state.reviewed()).then(|| HunkRef {
+        suggestion_id: s.id.clone(),
+        index: at,
+        hunk_id: s.hunks[at].id.clone(),
+    })
 }
 
 /// Refuse a rollback that is malformed or not confirmed, before anything is announced.

@@ -5,7 +5,7 @@ use crate::decide::apply::PlanError;
 use crate::decide::execute::{self, execute, ExecError};
 use crate::error::AppError;
 use crate::hub::{test_hooks, Hub, State};
-use crate::model::decision::{Closing, DecisionRec, HunkChange, LineRec};
+use crate::model::decision::{Closing, DecisionRec, HunkAdd, HunkChange, HunkRef, LineRec};
 use crate::model::feedback::FeedbackRecord;
 use crate::model::fileop::{FileOp, Op};
 use crate::model::suggestion::{oid, Suggestion};
@@ -38,6 +38,8 @@ impl Decision {
                 changes: Vec::new(),
                 closings: Vec::new(),
                 lines: Vec::new(),
+                drops: Vec::new(),
+                adds: Vec::new(),
             },
             line_events: Vec::new(),
             events: Vec::new(),
@@ -55,6 +57,18 @@ impl Decision {
 
     pub fn change(&mut self, change: HunkChange) -> &mut Self {
         self.rec.changes.push(change);
+        self
+    }
+
+    /// Take a hunk out of its suggestion (by its position before the decision).
+    pub fn drop_hunk(&mut self, hunk: HunkRef) -> &mut Self {
+        self.rec.drops.push(hunk);
+        self
+    }
+
+    /// Put a hunk into its suggestion (at its position once the drops are done).
+    pub fn add_hunk(&mut self, hunk: HunkAdd) -> &mut Self {
+        self.rec.adds.push(hunk);
         self
     }
 
@@ -318,6 +332,7 @@ impl Hub {
     pub(crate) fn recovered_event(s: &Suggestion, f: &FeedbackRecord) -> Event {
         let action = match f.outcome.as_str() {
             "applied" | "merged" => AppliedAction::Accepted,
+            "partial" if f.action == "accept" => AppliedAction::Accepted,
             "modified" => AppliedAction::Modified,
             "undone" => AppliedAction::Undone,
             "conflict" => {
@@ -345,12 +360,29 @@ impl Hub {
                 .unwrap_or(HunkState::Pending),
             reviewed_count: s.reviewed_count(),
             hunk_count: s.hunks.len(),
+            lines: f.lines.filter(|_| f.outcome == "partial"),
+            new_hunks: s
+                .hunks
+                .iter()
+                .filter(|h| f.outcome == "partial" && h.parent.as_deref() == Some(&f.hunk_id))
+                .map(|h| h.view())
+                .collect(),
+            removed_hunk_ids: Vec::new(),
         }
     }
 
     /// The suggestion's status after a decision, given its counts then.
     pub(crate) fn status_event(s: &Suggestion, reviewed: usize, applied: usize) -> Event {
-        let total = s.hunks.len();
+        Self::status_event_of(s, reviewed, applied, s.hunks.len())
+    }
+
+    /// [`Hub::status_event`] for a decision that changes the number of hunks to `total`.
+    pub(crate) fn status_event_of(
+        s: &Suggestion,
+        reviewed: usize,
+        applied: usize,
+        total: usize,
+    ) -> Event {
         Event::Status {
             seq: 0,
             suggestion_id: Some(s.id.clone()),

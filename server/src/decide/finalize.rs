@@ -149,13 +149,25 @@ fn line_hunks<'a>(hunks: &[&'a HunkRec]) -> Vec<&'a Hunk> {
 }
 
 /// `text` with `hunks` (sorted top to bottom, in base line numbers) applied in turn, each moved
-/// by what the ones above it added or removed.
+/// by what the ones above it added or removed. Hunks that start at the same line are a hunk and
+/// the rest of its line-range decision, in that order: the rest is written against the file the
+/// hunk's landed part left, so they do not move each other ([`crate::decide::lines`]).
 fn apply_line_hunks(mut text: String, hunks: &[&Hunk]) -> Result<String, ApplyError> {
     let mut offset = 0isize;
+    // The start of the hunks being applied, and what they add up to so far.
+    let mut here: Option<(usize, isize)> = None;
     for h in hunks {
-        let applied = apply_hunk(&text, h, offset)?;
-        offset += h.delta();
-        text = applied.text;
+        match &mut here {
+            Some((start, delta)) if *start == h.old_start => {
+                text = apply_hunk(&text, h, offset)?.text;
+                *delta += h.delta();
+                continue;
+            }
+            _ => {}
+        }
+        offset += here.map_or(0, |(_, delta)| delta);
+        text = apply_hunk(&text, h, offset)?.text;
+        here = Some((h.old_start, h.delta()));
     }
     Ok(text)
 }
@@ -265,6 +277,30 @@ mod tests {
         assert_eq!(sorted.len(), 2);
         let text = apply_line_hunks("a\nb\nc\n".into(), &sorted).unwrap();
         assert_eq!(text, "a\na2\nb\nuser's C\n");
+    }
+
+    /// A hunk decided in part and its rest start at the same line: the rest is written against
+    /// what the hunk's part left, so neither moves the other, while a hunk below is moved by
+    /// both.
+    #[test]
+    fn a_partly_decided_hunk_and_its_rest_do_not_move_each_other() {
+        let h = parse_hunks("@@ -1,3 +1,4 @@\n a\n-b\n+B\n+B2\n c\n")
+            .unwrap()
+            .remove(0);
+        // `+B2` lands first (one line more); the rest, `-b +B`, then expects `a b B2 c`, which
+        // the file holds twice: only its own start, unmoved, tells the places apart.
+        let split = hunkgate_patch::split_hunk(&h, 4, 4, hunkgate_patch::Pick::Accept).unwrap();
+        let mut part = rec("modify", "f");
+        part.patch = Some(h);
+        part.applied = split.landed.map(Box::new);
+        let mut rest = rec("modify", "f");
+        rest.patch = split.rest;
+        let mut below = rec("modify", "f");
+        below.patch = parse_hunks("@@ -9 +10 @@\n-e\n+E\n").unwrap().pop();
+        let sorted = line_hunks(&[&part, &rest, &below]);
+        let base = "a\nb\nc\nd\na\nb\nB2\nc\ne\n";
+        let text = apply_line_hunks(base.into(), &sorted).unwrap();
+        assert_eq!(text, "a\nB\nB2\nc\nd\na\nb\nB2\nc\nE\n");
     }
 
     #[test]

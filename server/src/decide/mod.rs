@@ -8,6 +8,7 @@ pub mod checkpoints;
 pub mod commit;
 pub mod execute;
 pub mod finalize;
+pub mod lines;
 pub mod merge;
 pub mod overlay;
 pub mod recover;

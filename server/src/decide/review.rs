@@ -52,6 +52,7 @@ impl Hub {
             modified_diff,
             merged_against: None,
             comment,
+            lines: None,
         };
         self.quiet().note();
         self.decide_as(suggestion_id, hunk_id, &ask, None)
@@ -73,6 +74,7 @@ impl Hub {
             modified_diff: None,
             merged_against: Some(merged_against),
             comment,
+            lines: None,
         };
         self.quiet().note();
         self.decide_as(suggestion_id, hunk_id, &ask, None)
@@ -80,7 +82,7 @@ impl Hub {
 
     /// [`Hub::decide`] as one hunk of a bulk action: its feedback line carries the bulk action's
     /// `decision` id, shared by all the hunks it decided (protocol.md, "Feedback log").
-    fn decide_as(
+    pub(super) fn decide_as(
         &self,
         suggestion_id: &str,
         hunk_id: &str,
@@ -96,6 +98,11 @@ impl Hub {
         let id = decision
             .map(str::to_string)
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        if matches!(ask.action, FeedbackAction::Undo | FeedbackAction::Reject)
+            && rec.lines.is_some()
+        {
+            return self.undo_lines(&mut st, &sid, idx, ask, id);
+        }
         // Validate the user's diff before anything else: bad input changes nothing.
         let modified = modified_hunk(ask, rec)?;
         let planned = match self.plan_step(s, idx, ask, modified.as_ref())? {
@@ -130,6 +137,8 @@ impl Hub {
             applied,
             remaining_hunks: s.hunks.len() - s.reviewed_count(),
             hunk: s.hunks[idx].view(),
+            new_hunks: Vec::new(),
+            removed_hunk_ids: Vec::new(),
         })
     }
 
@@ -149,7 +158,7 @@ impl Hub {
 
     /// What deciding hunk `idx` of `s` does to the checkout: the new state and file operations,
     /// or the conflict that stops it.
-    fn plan_one(
+    pub(super) fn plan_one(
         &self,
         s: &Suggestion,
         idx: usize,
@@ -211,7 +220,7 @@ impl Hub {
 
     /// Record that hunk `idx` conflicts (state `conflict`, a feedback line, an `apply_failed`
     /// event) and answer the conflict.
-    fn record_conflict(
+    pub(super) fn record_conflict(
         &self,
         st: &mut State,
         sid: &str,
@@ -273,6 +282,7 @@ impl Hub {
             modified_diff: None,
             merged_against: None,
             comment,
+            lines: None,
         };
         let mut d = Decision::new();
         let (done, failed) = self.plan_bulk(s, &picked, &ask, &mut d)?;
@@ -447,6 +457,9 @@ impl Hub {
                 state: HunkState::Rejected,
                 reviewed_count: reviewed,
                 hunk_count: s.hunks.len(),
+                lines: None,
+                new_hunks: Vec::new(),
+                removed_hunk_ids: Vec::new(),
             };
             d.change(HunkChange::keep(&sid, i, rec, HunkState::Rejected))
                 .line(line, event);
@@ -493,6 +506,8 @@ pub(crate) struct Ask<'a> {
     /// An accept of the hunk's three-way merge, computed against the file of this SHA-256.
     pub(crate) merged_against: Option<&'a str>,
     pub(crate) comment: Option<&'a str>,
+    /// A line-range decision: the range of the hunk's diff lines.
+    pub(crate) lines: Option<[usize; 2]>,
 }
 
 /// A planned decision on one hunk, or the conflict that stops it.
@@ -501,11 +516,11 @@ pub(crate) enum Step {
     Conflict(String),
 }
 
-fn already(message: String) -> AppError {
+pub(super) fn already(message: String) -> AppError {
     AppError::conflict(ErrorCode::AlreadyDecided, message.to_lowercase())
 }
 
-fn ensure_open(s: &Suggestion) -> Result<(), AppError> {
+pub(super) fn ensure_open(s: &Suggestion) -> Result<(), AppError> {
     match &s.closed {
         Some(how) => Err(AppError::conflict(
             ErrorCode::Closed,

@@ -83,6 +83,8 @@ pub(crate) fn step_parts(
         },
         comment: ask.comment.map(str::to_string),
         perm: if state.applied() { plan.perm } else { None },
+        // A decision on the whole hunk: no line range (an undo takes a partial one back).
+        lines: None,
     };
     let outcome = match act {
         // A clean three-way merge of a stale hunk, told apart in the feedback log.
@@ -106,6 +108,9 @@ pub(crate) fn step_parts(
         state,
         reviewed_count: counts.reviewed,
         hunk_count: s.hunks.len(),
+        lines: None,
+        new_hunks: Vec::new(),
+        removed_hunk_ids: Vec::new(),
     };
     (plan.ops, change, line, event)
 }
@@ -124,6 +129,7 @@ pub(crate) fn conflict_parts(
     let mut line = LineRec::new(s, rec, ask.action.word(), "conflict");
     line.comment = ask.comment.map(str::to_string);
     line.modified_diff = ask.modified_diff.map(str::to_string);
+    line.lines = ask.lines;
     line.error = Some(msg.to_string());
     let event = Event::Error {
         seq: 0,

@@ -18,12 +18,12 @@ use crate::protocol::ErrorCode;
 use crate::protocol::{FeedbackAction, HunkKind, HunkState, RollbackMode};
 use crate::store::journal::{Journal, Record};
 
-struct Fixture {
+pub(super) struct Fixture {
     tmp: tempfile::TempDir,
     started: Option<Started>,
 }
 
-fn numbered(n: usize, edit: &[(usize, &str)]) -> String {
+pub(super) fn numbered(n: usize, edit: &[(usize, &str)]) -> String {
     (1..=n)
         .map(|i| match edit.iter().find(|(at, _)| *at == i) {
             Some((_, text)) => format!("{text}\n"),
@@ -55,7 +55,7 @@ fn config(tmp: &Path) -> ServeConfig {
 
 impl Fixture {
     /// A checkout holding `base` (path, text) and a hub over it.
-    fn new(base: &[(&str, String)]) -> Self {
+    pub(super) fn new(base: &[(&str, String)]) -> Self {
         let tmp = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(tmp.path().join("repo")).unwrap();
         for (path, text) in base {
@@ -68,21 +68,21 @@ impl Fixture {
 
     /// Close the hub (as a crash would: nothing is flushed that was not already) and open it
     /// again over the same state directory.
-    fn reopen(&mut self) {
+    pub(super) fn reopen(&mut self) {
         self.started = None;
         let cfg = config(self.tmp.path());
         self.started = Some(open_hub(cfg, 0, CancellationToken::new()).unwrap());
     }
 
-    fn hub(&self) -> &Arc<Hub> {
+    pub(super) fn hub(&self) -> &Arc<Hub> {
         &self.started.as_ref().unwrap().hub
     }
 
-    fn path(&self, rel: &str) -> PathBuf {
+    pub(super) fn path(&self, rel: &str) -> PathBuf {
         self.tmp.path().join("repo").join(rel)
     }
 
-    fn read(&self, rel: &str) -> String {
+    pub(super) fn read(&self, rel: &str) -> String {
         std::fs::read_to_string(self.path(rel)).unwrap()
     }
 
@@ -103,7 +103,12 @@ impl Fixture {
     }
 
     /// Publish the change from `base` to `run` as suggestion `id`.
-    fn suggest(&self, id: &str, base: &[(&str, String)], run: &[(&str, String)]) -> Suggestion {
+    pub(super) fn suggest(
+        &self,
+        id: &str,
+        base: &[(&str, String)],
+        run: &[(&str, String)],
+    ) -> Suggestion {
         self.suggest_trees(id, self.tree(base), self.tree(run))
     }
 
@@ -137,11 +142,11 @@ impl Fixture {
         s
     }
 
-    fn state(&self, sid: &str, i: usize) -> HunkState {
+    pub(super) fn state(&self, sid: &str, i: usize) -> HunkState {
         self.hub().lock().unwrap().suggestions[sid].hunks[i].state
     }
 
-    fn journal_len(&self) -> u64 {
+    pub(super) fn journal_len(&self) -> u64 {
         std::fs::metadata(self.tmp.path().join("state/state.jsonl"))
             .unwrap()
             .len()
@@ -159,7 +164,7 @@ impl Fixture {
             .collect()
     }
 
-    fn feedback(&self) -> Vec<serde_json::Value> {
+    pub(super) fn feedback(&self) -> Vec<serde_json::Value> {
         std::fs::read_to_string(self.tmp.path().join("state/feedback.jsonl"))
             .unwrap_or_default()
             .lines()
@@ -168,7 +173,7 @@ impl Fixture {
     }
 }
 
-type Files = Vec<(&'static str, String)>;
+pub(super) type Files = Vec<(&'static str, String)>;
 
 fn two_hunks() -> (Files, Files) {
     (
@@ -1001,6 +1006,7 @@ fn a_merged_decision_cut_off_after_its_write_is_finished_on_restart_once() {
             modified_diff: None,
             merged_against: Some(&merge.merged_against),
             comment: None,
+            lines: None,
         };
         let d = crate::decide::steps::decision_for(s, 0, Decision::new(), &ask, &None, planned);
         hub.journal_append(&Record::Decision(Box::new(d.record().clone())))

@@ -187,6 +187,12 @@ pub struct DecisionResult {
     pub applied: bool,
     pub remaining_hunks: usize,
     pub hunk: crate::protocol::HunkView,
+    /// What a line-range decision left to decide, as a new hunk.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub new_hunks: Vec<crate::protocol::HunkView>,
+    /// The hunks undoing a line-range decision took back.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub removed_hunk_ids: Vec<String>,
 }
 
 impl Hub {

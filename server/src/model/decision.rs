@@ -35,6 +35,9 @@ pub struct HunkChange {
     pub comment: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub perm: Option<u32>,
+    /// The range a line-range decision decided (the new value, like `state`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lines: Option<[usize; 2]>,
 }
 
 impl HunkChange {
@@ -51,6 +54,7 @@ impl HunkChange {
             merge: rec.merge.clone(),
             comment: None,
             perm: None,
+            lines: rec.lines,
         }
     }
 
@@ -59,6 +63,7 @@ impl HunkChange {
         rec.applied = self.applied.clone();
         rec.conflict = self.conflict.clone();
         rec.merge = self.merge.clone();
+        rec.lines = self.lines;
         if self.comment.is_some() {
             rec.comment = self.comment.clone();
         }
@@ -95,6 +100,9 @@ pub struct LineRec {
     pub modified_diff: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub merged_diff: Option<String>,
+    pub lines: Option<[usize; 2]>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_diff: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
@@ -111,6 +119,8 @@ impl LineRec {
             comment: None,
             modified_diff: None,
             merged_diff: None,
+            lines: None,
+            applied_diff: None,
             error: None,
         }
     }
@@ -138,6 +148,8 @@ impl LineRec {
             diff: rec.map(HunkRec::diff_text).unwrap_or_default(),
             modified_diff: self.modified_diff.clone(),
             merged_diff: self.merged_diff.clone(),
+            lines: self.lines,
+            applied_diff: self.applied_diff.clone(),
             error: self.error.clone(),
             base_commit: s.base_commit.clone(),
             run_commit: s.run_commit.clone(),
@@ -158,6 +170,8 @@ impl LineRec {
             comment: f.comment.clone(),
             modified_diff: f.modified_diff.clone(),
             merged_diff: f.merged_diff.clone(),
+            lines: f.lines,
+            applied_diff: f.applied_diff.clone(),
             error: f.error.clone(),
         }
     }
@@ -175,6 +189,39 @@ pub struct DecisionRec {
     pub closings: Vec<Closing>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lines: Vec<LineRec>,
+    /// Hunks taken out of their suggestions (the rest of a line-range decision, when that
+    /// decision is undone), by their position before the decision.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drops: Vec<HunkRef>,
+    /// Hunks added to their suggestions (the rest of a line-range decision), each at its
+    /// position once the drops are done.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub adds: Vec<HunkAdd>,
+}
+
+/// A hunk at a position of its suggestion; `hunk_id` guards the position.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HunkRef {
+    pub suggestion_id: String,
+    pub index: usize,
+    pub hunk_id: String,
+}
+
+/// A hunk to insert at `index` of its suggestion, whole (it is journaled only here).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HunkAdd {
+    pub suggestion_id: String,
+    pub index: usize,
+    pub hunk: HunkRec,
+}
+
+impl PartialEq for HunkAdd {
+    fn eq(&self, other: &Self) -> bool {
+        // A hunk record has no equality of its own; its journal form is what counts.
+        self.suggestion_id == other.suggestion_id
+            && self.index == other.index
+            && serde_json::to_value(&self.hunk).ok() == serde_json::to_value(&other.hunk).ok()
+    }
 }
 
 /// Why a decision's deltas do not fit the state they are applied to.
@@ -211,6 +258,39 @@ impl DecisionRec {
                 return Err(bad(format!("no suggestion {}", c.suggestion_id)));
             }
         }
+        self.check_hunk_set(suggestions).map_err(bad)
+    }
+
+    /// Check the drops and adds: a dropped hunk is where it is said to be, and each add's
+    /// position and id fit its suggestion as the drops (and the adds before it) leave it.
+    fn check_hunk_set(&self, suggestions: &BTreeMap<String, Suggestion>) -> Result<(), String> {
+        let mut len: BTreeMap<&str, usize> = BTreeMap::new();
+        for d in &self.drops {
+            let s = suggestions
+                .get(&d.suggestion_id)
+                .ok_or_else(|| format!("no suggestion {}", d.suggestion_id))?;
+            if s.hunks.get(d.index).is_none_or(|h| h.id != d.hunk_id) {
+                return Err(format!(
+                    "suggestion {} has no hunk {} at {} to drop",
+                    d.suggestion_id, d.hunk_id, d.index
+                ));
+            }
+            *len.entry(&d.suggestion_id).or_insert(s.hunks.len()) -= 1;
+        }
+        for a in &self.adds {
+            let s = suggestions
+                .get(&a.suggestion_id)
+                .ok_or_else(|| format!("no suggestion {}", a.suggestion_id))?;
+            let n = len.entry(&a.suggestion_id).or_insert(s.hunks.len());
+            let dropped = |id: &str| self.drops.iter().any(|d| d.hunk_id == id);
+            if a.index > *n || s.hunks.iter().any(|h| h.id == a.hunk.id && !dropped(&h.id)) {
+                return Err(format!(
+                    "suggestion {} cannot take hunk {} at {}",
+                    a.suggestion_id, a.hunk.id, a.index
+                ));
+            }
+            *n += 1;
+        }
         Ok(())
     }
 
@@ -223,6 +303,18 @@ impl DecisionRec {
                 .and_then(|s| s.hunks.get_mut(c.index))
             {
                 c.apply_to(h);
+            }
+        }
+        let mut drops: Vec<&HunkRef> = self.drops.iter().collect();
+        drops.sort_by_key(|d| std::cmp::Reverse(d.index));
+        for d in drops {
+            if let Some(s) = suggestions.get_mut(&d.suggestion_id) {
+                s.hunks.remove(d.index);
+            }
+        }
+        for a in &self.adds {
+            if let Some(s) = suggestions.get_mut(&a.suggestion_id) {
+                s.hunks.insert(a.index, a.hunk.clone());
             }
         }
         for c in &self.closings {
@@ -251,6 +343,7 @@ impl DecisionRec {
                         || b.merge != h.merge
                         || b.comment != h.comment
                         || b.perm != h.perm
+                        || b.lines != h.lines
                 })
             })
             .map(|(i, h)| HunkChange {
@@ -263,6 +356,7 @@ impl DecisionRec {
                 merge: h.merge.clone(),
                 comment: h.comment.clone(),
                 perm: h.perm,
+                lines: h.lines,
             })
             .collect()
     }
@@ -290,6 +384,8 @@ mod tests {
             conflict: None,
             merge: None,
             description: None,
+            lines: None,
+            parent: None,
         }
     }
 
@@ -322,6 +418,8 @@ mod tests {
             changes: vec![c],
             closings: Vec::new(),
             lines: vec![LineRec::new(s, &s.hunks[i], "accept", "applied")],
+            drops: Vec::new(),
+            adds: Vec::new(),
         }
     }
 
@@ -374,6 +472,8 @@ mod tests {
                 reviewed_commit: None,
             }],
             lines: Vec::new(),
+            drops: Vec::new(),
+            adds: Vec::new(),
         };
         rec.apply(&mut map).unwrap();
         assert_eq!(map["s1"].closed.as_deref(), Some("discard"));
@@ -412,6 +512,8 @@ mod tests {
             changes,
             closings: Vec::new(),
             lines: Vec::new(),
+            drops: Vec::new(),
+            adds: Vec::new(),
         }
         .apply(&mut map)
         .unwrap();

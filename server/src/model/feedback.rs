@@ -20,7 +20,8 @@ pub struct FeedbackRecord {
     /// What the user asked: accept, reject, modify, undo.
     pub action: String,
     /// What happened: applied, modified, merged (a clean three-way merge of a stale hunk),
-    /// rejected, undone, conflict.
+    /// rejected, undone, conflict, partial (a line range of the hunk was accepted or rejected
+    /// and the rest stays pending).
     pub outcome: String,
     /// Set when the decision came from `complete` or a bulk action rather than a single hunk.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -35,6 +36,12 @@ pub struct FeedbackRecord {
     /// What landed for outcome "merged": the merged change as a diff against the user's file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub merged_diff: Option<String>,
+    /// A line-range decision (outcome "partial"): the range of `diff`'s lines decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lines: Option<[usize; 2]>,
+    /// What a partial accept landed, exactly (the rest of the hunk stays to be decided).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_diff: Option<String>,
     /// Why an accept did not apply (outcome "conflict").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

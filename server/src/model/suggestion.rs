@@ -100,6 +100,14 @@ pub struct HunkRec {
     /// agent's edit rationale).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// Decided in part: the 1-based range of its diff's lines that was accepted (what landed is
+    /// `applied`) or rejected; the rest is the hunk whose `parent` this one is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lines: Option<[usize; 2]>,
+    /// Left by a line-range decision on this hunk: what was not decided of it, re-anchored to
+    /// the file as that decision left it ([`crate::decide::lines`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
 }
 
 /// A hunk's patch in the journal: its unified-diff text (`"@@ -2,7 +2,7 @@\n ctx\n-old\n+new\n…"`,
@@ -229,8 +237,11 @@ impl HunkRec {
             }),
             applied_diff: match (self.state, &self.applied) {
                 (HunkState::Modified, Some(a)) => Some(a.to_unified()),
+                (HunkState::Accepted, Some(a)) if self.lines.is_some() => Some(a.to_unified()),
                 _ => None,
             },
+            lines: self.lines,
+            parent_hunk_id: self.parent.clone(),
             comment: self.comment.clone(),
             conflict: self.conflict.clone(),
             description: self.description.clone(),
@@ -437,6 +448,8 @@ pub fn build_hunks_with(
             conflict: None,
             merge: None,
             description: None,
+            lines: None,
+            parent: None,
         };
         let recs = match renames.get(*path) {
             Some(from) => {
@@ -712,6 +725,8 @@ mod tests {
             conflict: None,
             merge: None,
             description: None,
+            lines: None,
+            parent: None,
         }
     }
 

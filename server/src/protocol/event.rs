@@ -2,7 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::{CompleteAction, HunkMerge, HunkState, RollbackMode, SuggestionView};
+use crate::protocol::{
+    CompleteAction, HunkMerge, HunkState, HunkView, RollbackMode, SuggestionView,
+};
 
 /// Every error code the hub sends: in `error` events and in error responses (`code`).
 /// Clients switch on these; the message beside them is for people.
@@ -138,6 +140,15 @@ pub enum Event {
         state: HunkState,
         reviewed_count: usize,
         hunk_count: usize,
+        /// A line-range decision: the range of the hunk's diff that was decided.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lines: Option<[usize; 2]>,
+        /// Hunks the decision added: what a line-range decision left to decide.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        new_hunks: Vec<HunkView>,
+        /// Hunks the decision took away: undoing a line-range decision takes its rest back.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        removed_hunk_ids: Vec<String>,
     },
     #[serde(rename = "checkpoint.created")]
     CheckpointCreated {

@@ -107,6 +107,13 @@ pub struct HunkView {
     /// The agent's word on why it made this change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// Decided in part: the range of `diff`'s lines (1-based, after the `@@` line) that was
+    /// accepted (`applied_diff` is what landed) or rejected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lines: Option<[usize; 2]>,
+    /// This hunk is what a line-range decision on that hunk left to decide.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_hunk_id: Option<String>,
     /// The three-way merge of a hunk made stale by an edit of the user's, while `state` is
     /// `conflict` (and, once a clean one landed, what landed): see [`HunkMerge`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -340,6 +347,10 @@ pub struct FeedbackCmd {
     /// computed against the file of this SHA-256 ([`HunkMerge::merged_against`]).
     #[serde(default, alias = "mergedAgainst")]
     pub merged_against: Option<String>,
+    /// Decide only these lines of the hunk's diff: `[first, last]`, 1-based, inclusive,
+    /// counting the lines after its `@@` header (`accept` and `reject` only).
+    #[serde(default)]
+    pub lines: Option<[usize; 2]>,
     #[serde(default)]
     pub comment: Option<String>,
     #[serde(default, rename = "type")]

@@ -11,6 +11,12 @@ pub struct DecisionReply {
     pub applied: bool,
     pub remaining_hunks: usize,
     pub hunk: HunkView,
+    /// What a line-range decision left to decide.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub new_hunks: Vec<HunkView>,
+    /// The hunks undoing a line-range decision took back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removed_hunk_ids: Vec<String>,
 }
 
 /// `feedback_all`: every pending hunk (of one file) decided, each on its own.

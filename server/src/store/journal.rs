@@ -105,6 +105,8 @@ impl Prepared {
             changes,
             closings,
             lines: self.feedback.iter().map(LineRec::from_record).collect(),
+            drops: Vec::new(),
+            adds: Vec::new(),
         }
     }
 }

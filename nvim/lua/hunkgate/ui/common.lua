@@ -134,13 +134,23 @@ function M.geometry(ui, content_height)
   return { relative = 'editor', row = row, col = math.max(0, col), width = width, height = height }
 end
 
---- Set buffer-local normal-mode maps; `maps` holds {lhs or false, fn, description, name}.
+--- Set buffer-local normal-mode maps; `maps` holds {lhs or false, fn, description, name,
+--- help, lines}. An action with `lines` (accept, reject) is mapped in Visual mode too: it gets
+--- the selected rows (1-based, first <= last) once Visual mode is left.
 ---@param buf integer
 ---@param maps {[1]: string|false, [2]: fun(), [3]: string}[]
 function M.map(buf, maps)
   for _, m in ipairs(maps) do
     if m[1] then
       vim.keymap.set('n', m[1], m[2], { buffer = buf, nowait = true, silent = true, desc = 'hunkgate: ' .. m[3] })
+    end
+    local on_lines = m[6]
+    if m[1] and on_lines then
+      vim.keymap.set('x', m[1], function()
+        local a, b = vim.fn.line('v'), vim.fn.line('.')
+        vim.api.nvim_feedkeys(vim.keycode('<Esc>'), 'nx', false)
+        on_lines(math.min(a, b), math.max(a, b))
+      end, { buffer = buf, nowait = true, silent = true, desc = 'hunkgate: ' .. m[3] .. ' the selected lines' })
     end
   end
 end
@@ -154,6 +164,9 @@ function M.unmap(buf, maps)
   for _, m in ipairs(maps) do
     if m[1] then
       pcall(vim.keymap.del, 'n', m[1], { buffer = buf })
+    end
+    if m[1] and m[6] then
+      pcall(vim.keymap.del, 'x', m[1], { buffer = buf })
     end
   end
 end

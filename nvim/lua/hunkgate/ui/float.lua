@@ -81,6 +81,20 @@ local function hints(maps, done)
   return table.concat(out, '  ')
 end
 
+--- The positions among the shown hunk's diff lines (after its @@ line, from 1) of the float's
+--- rows `first`..`last`: each row is one line of the diff.
+---@param first integer
+---@param last integer
+---@return integer[]? range nil when the rows hold no line of the hunk's diff
+function Float:lines_at(first, last)
+  local parsed = self.rendered and self.rendered.parsed
+  if not parsed then
+    return nil
+  end
+  local a, b = math.max(first, 1), math.min(last, #parsed.lines)
+  return a <= b and { a, b } or nil
+end
+
 ---@param ctx hunkgate.ViewCtx
 function Float:show(ctx)
   local h, s = ctx.hunk, ctx.suggestion

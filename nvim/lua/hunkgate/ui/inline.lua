@@ -13,6 +13,7 @@ local ns = vim.api.nvim_create_namespace('hunkgate_inline')
 ---@field buf integer? the buffer currently decorated and mapped
 ---@field maps table?
 ---@field qf_id integer?
+---@field positions table<integer, integer>? buffer row (0-based) -> position of its diff line
 local Inline = {}
 Inline.__index = Inline
 
@@ -124,6 +125,24 @@ function Inline:_quickfix(ctx)
   end
 end
 
+--- The positions among the shown hunk's diff lines (after its @@ line, from 1) that buffer
+--- lines `first`..`last` cover: from the first selected line's to the last's, so the added
+--- lines (shown as virtual lines) between two selected lines are in it, and those below the
+--- last selected line are not.
+---@param first integer
+---@param last integer
+---@return integer[]? range nil when no selected line is one of the hunk's
+function Inline:lines_at(first, last)
+  local a, b
+  for row = first - 1, last - 1 do
+    local i = (self.positions or {})[row]
+    if i then
+      a, b = math.min(a or i, i), math.max(b or i, i)
+    end
+  end
+  return a and { a, b } or nil
+end
+
 ---@param ctx hunkgate.ViewCtx
 function Inline:show(ctx)
   local h = ctx.hunk
@@ -146,6 +165,7 @@ function Inline:show(ctx)
   end
   vim.api.nvim_buf_clear_namespace(buf, ns, 0, -1)
   self:_quickfix(ctx)
+  self.positions = {}
 
   local p = nav.is_modifiable(h.kind) and diff.parse(h.diff or '') or nil
   local text = (' hunkgate %d/%d [%s] '):format(ctx.index, #ctx.suggestion.hunks, h.state)
@@ -187,7 +207,10 @@ function Inline:show(ctx)
       end
       adds = {}
     end
-    for _, l in ipairs(p.lines) do
+    for i, l in ipairs(p.lines) do
+      if l.kind ~= '+' then
+        self.positions[row] = i
+      end
       if l.kind == '+' then
         first_row = first_row or math.max(0, row - 1)
         -- Virtual lines are drawn as given: control characters must be made visible here.
