@@ -26,3 +26,4 @@ mod review;
 mod runs;
 mod security;
 mod smoke;
+mod user_writes;

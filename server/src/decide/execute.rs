@@ -48,7 +48,7 @@ fn execute_writes(root: &Beneath, store: &Store, ops: &[FileOp]) -> Result<(), E
     let mut dirs = Vec::with_capacity(ops.len());
     for (i, (op, pending)) in ops.iter().zip(staged).enumerate() {
         let path = op.path.as_str();
-        let placed = pending.put_in_place(|| Ok(Fp::of(&read_cur(root, path)?) == op.pre));
+        let placed = pending.put_in_place(|at| still_pre(root, op, at));
         match fs_outcome(path, placed) {
             Ok(dir) => dirs.push((path, dir)),
             Err(error) => return Err(taken_back(root, store, &ops[..i], error)),
@@ -128,6 +128,16 @@ pub fn inverse(op: &FileOp) -> Option<FileOp> {
     })
 }
 
+/// Whether the file at `at` — `op.path` right before the write goes in, or where the file it
+/// replaces is kept right after — still is what `op` was planned against.
+fn still_pre(root: &Beneath, op: &FileOp, at: &str) -> Result<bool, FsError> {
+    let same = Fp::of(&read_cur(root, at)?) == op.pre;
+    if same && at == op.path {
+        crate::hub::test_hooks::pause("before-rename");
+    }
+    Ok(same)
+}
+
 fn changed(path: &str) -> PlanError {
     PlanError::Conflict(format!(
         "{path} changed since the hunk was checked against it; your version was kept and nothing was written"
@@ -154,7 +164,7 @@ fn fs_outcome<T>(path: &str, result: Result<T, FsError>) -> Result<T, PlanError>
     match result {
         Ok(t) => Ok(t),
         Err(FsError::Changed { .. }) => Err(changed(path)),
-        Err(e @ FsError::Symlink { .. }) => conflict(e.to_string()),
+        Err(e @ (FsError::Symlink { .. } | FsError::Busy { .. })) => conflict(e.to_string()),
         Err(e) => Err(e.into()),
     }
 }
@@ -173,10 +183,9 @@ fn execute_one(root: &Beneath, store: &Store, op: &FileOp) -> Result<(), PlanErr
         Op::Write { oid, exec, perm } => {
             let bytes = blob(oid)?;
             // The last look at the file is right before the rename, after the new content is
-            // written and fsynced: a user's save made since the plan is never renamed over.
-            root.write_atomic_with(path, &bytes, *exec, *perm, || {
-                Ok(Fp::of(&read_cur(root, path)?) == op.pre)
-            })
+            // written and fsynced, and one more at the replaced file after it: a user's save
+            // made since the plan is never renamed over (see `PendingWrite::put_in_place`).
+            root.write_atomic_with(path, &bytes, *exec, *perm, |at| still_pre(root, op, at))
         }
         Op::Symlink { oid } => {
             check()?;
