@@ -986,7 +986,10 @@ async fn writes_to_a_multi_megabyte_file_during_its_accepts_are_kept() {
     let path = ws.repo().join("big.txt");
     let append = |line: &str| {
         use std::io::Write as _;
-        let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
         f.write_all(line.as_bytes()).unwrap();
     };
     let mut tail = String::new();
@@ -1005,7 +1008,10 @@ async fn writes_to_a_multi_megabyte_file_during_its_accepts_are_kept() {
     assert_eq!(r.status, 409, "{}", r.body);
     assert_eq!(r.body["code"], "conflict", "{}", r.body);
     assert!(
-        r.body["error"].as_str().unwrap().contains("open for writing"),
+        r.body["error"]
+            .as_str()
+            .unwrap()
+            .contains("open for writing"),
         "{}",
         r.body
     );
@@ -1069,9 +1075,11 @@ async fn writes_to_a_multi_megabyte_file_during_its_accepts_are_kept() {
     }
     assert_big(&ws, [true; 3], &tail, "after the writers");
     assert!(
-        std::fs::read_dir(ws.repo())
+        std::fs::read_dir(ws.repo()).unwrap().all(|e| !e
             .unwrap()
-            .all(|e| !e.unwrap().file_name().to_string_lossy().ends_with(".tmp")),
+            .file_name()
+            .to_string_lossy()
+            .ends_with(".tmp")),
         "a temporary file was left"
     );
 }

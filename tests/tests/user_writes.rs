@@ -101,9 +101,13 @@ fn passes(child: Child) -> usize {
 /// What the writers wrote to file `f`, in order.
 fn written(f: usize, appender: usize, holder: usize) -> String {
     if APPENDED.contains(&f) {
-        (1..=appender).map(|n| format!("user w{f:02} {n}\n")).collect()
+        (1..=appender)
+            .map(|n| format!("user w{f:02} {n}\n"))
+            .collect()
     } else {
-        (1..=holder).map(|n| format!("held w{f:02} {n}\n")).collect()
+        (1..=holder)
+            .map(|n| format!("held w{f:02} {n}\n"))
+            .collect()
     }
 }
 
@@ -114,7 +118,10 @@ type Owned = Vec<(usize, usize, String)>;
 async fn accept_ws(c: &mut Ws, sid: &str, hunks: &Owned) -> Vec<(String, Value)> {
     let mut answers = Vec::new();
     for (_, _, id) in hunks {
-        let r = c.decide(sid, id, "accept").await.expect("a WebSocket answer");
+        let r = c
+            .decide(sid, id, "accept")
+            .await
+            .expect("a WebSocket answer");
         answers.push((id.clone(), r));
     }
     answers
@@ -261,7 +268,10 @@ async fn round(ws: &Workspace, hub: &Hub, clients: &mut [Ws; 2], agent: &Path, r
         .filter_map(|e| e.ok())
         .filter(|e| e.file_name().to_string_lossy().starts_with(".hg-"))
         .collect();
-    assert!(temps.is_empty(), "round {round}: temporary files left: {temps:?}");
+    assert!(
+        temps.is_empty(),
+        "round {round}: temporary files left: {temps:?}"
+    );
 }
 
 #[tokio::test]

@@ -264,7 +264,10 @@ mod tests {
         assert_eq!(open_for_writing(&held), Some(false));
         let reader = std::fs::File::open(&path).unwrap();
         assert_eq!(open_for_writing(&held), Some(false));
-        let writer = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+        let writer = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
         assert_eq!(open_for_writing(&held), Some(true));
         drop((reader, writer));
         assert_eq!(open_for_writing(&held), Some(false));
