@@ -1043,6 +1043,7 @@ async fn writes_to_a_multi_megabyte_file_during_its_accepts_are_kept() {
         .current_dir(ws.repo())
         .stdout(std::process::Stdio::piped())
         .spawn()
+        .map(hunkgate_tests::Reaped::new)
         .unwrap();
     let mut accepted = [false; 3];
     for _ in 0..3 {

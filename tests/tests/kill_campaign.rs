@@ -48,7 +48,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
 use hunkgate_patch::{apply_all, parse_hunks, Hunk, HunkLine};
-use hunkgate_tests::{run_agent, Hub, Workspace, Ws};
+use hunkgate_tests::{run_agent, Hub, Reaped, Workspace, Ws};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -858,7 +858,7 @@ fn reconcile(c: &mut Campaign, s: &Value, flights: &[Flight]) {
 
 /// The concurrent writer: a shell appending `writer fNN n` to each file of [`WRITTEN`] with
 /// `>>` (open, write, close) every 20 ms until `stop` exists, then printing its last `n`.
-fn start_writer(ws: &Workspace, stop: &std::path::Path) -> Writer {
+fn start_writer(ws: &Workspace, stop: &std::path::Path) -> Reaped {
     let files: Vec<String> = WRITTEN.map(|f| format!("f{f:02}")).collect();
     let child = std::process::Command::new("sh")
         .arg("-c")
@@ -871,25 +871,7 @@ fn start_writer(ws: &Workspace, stop: &std::path::Path) -> Writer {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("starting the writer");
-    Writer(Some(child))
-}
-
-/// The writer's process, killed if the campaign fails before it is told to stop.
-struct Writer(Option<std::process::Child>);
-
-impl Writer {
-    fn wait_with_output(mut self) -> std::io::Result<std::process::Output> {
-        self.0.take().expect("a writer").wait_with_output()
-    }
-}
-
-impl Drop for Writer {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
+    Reaped::new(child)
 }
 
 async fn get_suggestion(client: &mut Ws, sid: &str, ctx: &str) -> Value {

@@ -18,9 +18,9 @@
 //! `HUNKGATE_RACE_ROUNDS` sets the rounds (default 3).
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
-use hunkgate_tests::{run_agent, Hub, Workspace, Ws};
+use hunkgate_tests::{run_agent, Hub, Reaped, Workspace, Ws};
 use serde_json::{json, Value};
 
 const FILES: usize = 22;
@@ -62,7 +62,7 @@ fn with_accepted(f: usize, accepted: &[usize]) -> String {
 /// Two writers: `appender` (open, append one line, close; each file in turn) and `holder`
 /// (two descriptors kept open). Each runs until `stop` exists, then prints how many passes it
 /// finished: pass `n` wrote `user wNN n` (or `held wNN n`) to each of its files.
-fn writers(repo: &Path, stop: &Path) -> (Child, Child) {
+fn writers(repo: &Path, stop: &Path) -> (Reaped, Reaped) {
     let appended: Vec<String> = APPENDED.map(file_name).collect();
     let appender = format!(
         "n=0; while [ ! -e '{stop}' ]; do n=$((n+1)); for f in {files}; do echo \"user ${{f%.txt}} $n\" >> $f; done; sleep 0.001; done; echo $n",
@@ -83,13 +83,14 @@ fn writers(repo: &Path, stop: &Path) -> (Child, Child) {
             .current_dir(repo)
             .stdout(Stdio::piped())
             .spawn()
+            .map(Reaped::new)
             .expect("spawning a writer")
     };
     (spawn(&appender), spawn(&holder))
 }
 
 /// How many passes a writer finished, once it is told to stop.
-fn passes(child: Child) -> usize {
+fn passes(child: Reaped) -> usize {
     let out = child.wait_with_output().expect("waiting for a writer");
     assert!(out.status.success(), "writer: {:?}", out.status);
     String::from_utf8_lossy(&out.stdout)
