@@ -814,8 +814,22 @@ fn reconcile(c: &mut Campaign, s: &Value, flights: &[Flight]) {
     for fl in flights.iter().filter(|f| !f.acked) {
         let landed = fl.after.iter().all(|(h, st)| matches(st, &hub[*h]));
         let dropped = fl.before.iter().all(|(h, st)| matches(st, &hub[*h]));
+        // Answered `conflict` (the writer's file changed), the answer lost with the kill.
+        let conflicted = !dropped
+            && touches_written(c, &fl.op)
+            && fl
+                .before
+                .iter()
+                .all(|(h, st)| matches(st, &hub[*h]) || hub[*h].0 == "conflict");
+        if conflicted {
+            for (h, _) in &fl.before {
+                if hub[*h].0 == "conflict" {
+                    c.model[*h] = St::Conflict;
+                }
+            }
+        }
         assert!(
-            landed || dropped,
+            landed || dropped || conflicted,
             "{ctx}: the unacknowledged {:?} half landed: hub has {:?}, before {:?}",
             fl.op,
             fl.after
