@@ -18,6 +18,8 @@ use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::{Mode, SFlag};
 use nix::unistd::UnlinkatFlags;
 
+mod swap;
+
 /// Why a relative path was refused before touching the file system.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum PathError {
@@ -82,6 +84,10 @@ pub enum FsError {
     /// The file changed between the moment its new content was planned and the write.
     #[error("{path} changed while hunkgate was writing it; your version was kept and nothing was written")]
     Changed { path: String },
+    /// Another program has the file open for writing: what it writes next would go into a
+    /// file with no name if hunkgate replaced it now ([`PendingWrite::put_in_place`]).
+    #[error("{path} is open for writing in another program; your version was kept and nothing was written: save or close it there and try again")]
+    Busy { path: String },
     #[error("{path}: {source}")]
     Io {
         path: String,
@@ -442,19 +448,20 @@ impl Beneath {
     /// fchmod, fsync, rename over the target, fsync the directory. A reader sees the old bytes or
     /// the new bytes, never a mix, and a crash leaves at most a stray temp file.
     pub fn write_atomic(&self, path: &str, bytes: &[u8], executable: bool) -> Result<(), FsError> {
-        self.write_atomic_checked(path, bytes, executable, || Ok(true))
+        self.write_atomic_checked(path, bytes, executable, |_| Ok(true))
     }
 
     /// [`Beneath::write_atomic`], but `still_expected` is asked right before the rename (after
     /// the new content is written and fsynced, so the window is as small as it can be) whether
-    /// the file is still what the new content was made from. `false` writes nothing and answers
+    /// the file is still what the new content was made from, and once more after it, about the
+    /// replaced file (see [`PendingWrite::put_in_place`]). `false` writes nothing and answers
     /// [`FsError::Changed`]: a user's edit made meanwhile is never renamed over.
     pub fn write_atomic_checked(
         &self,
         path: &str,
         bytes: &[u8],
         executable: bool,
-        still_expected: impl FnOnce() -> Result<bool, FsError>,
+        still_expected: impl FnMut(&str) -> Result<bool, FsError>,
     ) -> Result<(), FsError> {
         self.write_atomic_with(path, bytes, executable, None, still_expected)
     }
@@ -469,7 +476,7 @@ impl Beneath {
         bytes: &[u8],
         executable: bool,
         new_perm: Option<u32>,
-        still_expected: impl FnOnce() -> Result<bool, FsError>,
+        still_expected: impl FnMut(&str) -> Result<bool, FsError>,
     ) -> Result<(), FsError> {
         let pending = self.stage_write(path, bytes, executable, new_perm)?;
         pending.sync()?;
@@ -742,34 +749,65 @@ impl PendingWrite {
         }
     }
 
-    /// Rename the new content over the path once `still_expected` (asked right before, after
-    /// the content is written and fsynced, so the window is as small as it can be) says the
-    /// file is still what the new content was made from; `false` writes nothing and answers
-    /// [`FsError::Changed`]. Returns the directory, whose fsync makes the rename durable
-    /// ([`Beneath::sync_dir`]).
+    /// Put the new content at the path once `still_expected` (asked right before, after the
+    /// content is written and fsynced, so the window is as small as it can be; given the path
+    /// to look at) says the file is still what the new content was made from; `false` writes
+    /// nothing and answers [`FsError::Changed`]. Returns the directory, whose fsync makes the
+    /// change durable ([`Beneath::sync_dir`]).
+    ///
+    /// A save the user makes between that look and the rename, or after it through a
+    /// descriptor opened before, would land in the replaced file and be lost with it; so where
+    /// the system can, the new content is swapped with the file and the file looked at once
+    /// more under its temporary name (`still_expected` asked again, with that name; nobody may
+    /// have it open for writing: [`FsError::Busy`]) before it goes, or is swapped back (see
+    /// [`swap`]).
     pub fn put_in_place(
         mut self,
-        still_expected: impl FnOnce() -> Result<bool, FsError>,
+        mut still_expected: impl FnMut(&str) -> Result<bool, FsError>,
     ) -> Result<OwnedFd, FsError> {
         drop(self.file.take());
-        if !still_expected()? {
-            return Err(FsError::Changed {
-                path: self.path.clone(),
-            });
-        }
         let dir = self
             .dir
             .as_ref()
             .ok_or_else(|| FsError::io(&self.path, Errno::EBADF))?;
-        freed_later(dir, &self.name, || {
-            nix::fcntl::renameat(
-                dir.as_fd(),
-                self.tmp.as_str(),
-                dir.as_fd(),
-                self.name.as_str(),
-            )
-            .map_err(|e| FsError::io(&self.path, e))
-        })?;
+        let held = swap::hold_replaced(dir, &self.name);
+        if !still_expected(&self.path)? {
+            return Err(FsError::Changed {
+                path: self.path.clone(),
+            });
+        }
+        let swapped = swap::swap_in(
+            dir,
+            &self.tmp,
+            &self.name,
+            &self.path,
+            held,
+            &mut still_expected,
+        );
+        match swapped {
+            Ok(swap::Swapped::Done(old)) => {
+                // The old file has no name now: its blocks are freed off this thread.
+                if let Some(old) = old {
+                    crate::closer::close_later(old);
+                }
+            }
+            Ok(swap::Swapped::Unsupported) => freed_later(dir, &self.name, || {
+                nix::fcntl::renameat(
+                    dir.as_fd(),
+                    self.tmp.as_str(),
+                    dir.as_fd(),
+                    self.name.as_str(),
+                )
+                .map_err(|e| FsError::io(&self.path, e))
+            })?,
+            Ok(swap::Swapped::Stranded(e)) => {
+                // The temporary name holds the user's version: dropped, it is not removed.
+                self.dir.take();
+                return Err(e);
+            }
+            // The temporary file holds the new content again: dropped, it is removed.
+            Err(e) => return Err(e),
+        }
         self.dir
             .take()
             .ok_or_else(|| FsError::io(&self.path, Errno::EBADF))
@@ -1108,7 +1146,7 @@ mod tests {
         assert!(!tmp.path().join("fresh.txt").exists());
 
         // Holding it changed nothing: a symlink is still never written over or through.
-        b.write_atomic_checked("link", b"x", false, || Ok(true))
+        b.write_atomic_checked("link", b"x", false, |_| Ok(true))
             .expect_err("a symlink is never written over");
         assert_eq!(
             std::fs::read(tmp.path().join("old.txt")).unwrap(),
@@ -1334,7 +1372,7 @@ mod tests {
         b.write_atomic(&long, b"two\n", false).unwrap();
         assert_eq!(b.read(&long, 100).unwrap().unwrap().0, b"two\n");
         let real = tmp.path().join(&long);
-        let r = b.write_atomic_checked(&long, b"three\n", false, || {
+        let r = b.write_atomic_checked(&long, b"three\n", false, |_| {
             std::fs::write(&real, b"user\n").unwrap();
             Ok(false)
         });
@@ -1346,7 +1384,7 @@ mod tests {
             .collect();
         assert_eq!(names.len(), 1, "no stray temporary file: {names:?}");
         // Positive control: a check that passes writes.
-        b.write_atomic_checked(&long, b"four\n", false, || Ok(true))
+        b.write_atomic_checked(&long, b"four\n", false, |_| Ok(true))
             .unwrap();
         assert_eq!(std::fs::read(&real).unwrap(), b"four\n");
     }

@@ -1303,6 +1303,10 @@ pub struct Fresh {
     blobs: std::collections::HashMap<ObjectId, std::sync::Arc<Vec<u8>>>,
     bytes: usize,
     budget: usize,
+    /// The blobs past the budget that are not text ([`hunkgate_patch::is_text`]): what a diff
+    /// needs to know of them without reading them back from the store (a publish of hundreds
+    /// of megabytes of binary files would otherwise map the whole pack into memory again).
+    not_text: std::collections::HashSet<ObjectId>,
 }
 
 impl Fresh {
@@ -1314,6 +1318,20 @@ impl Fresh {
             blobs,
             bytes,
             budget: usize::MAX,
+            not_text: Default::default(),
+        }
+    }
+
+    /// Whether blob `oid` was given past the budget and is not text: a binary file, whatever
+    /// else it holds.
+    pub fn not_text(&self, oid: &ObjectId) -> bool {
+        self.not_text.contains(oid)
+    }
+
+    /// Remember that `bytes` (blob `oid`, not kept) are not text, if they are not.
+    fn spilled(&mut self, oid: ObjectId, bytes: &[u8]) {
+        if !hunkgate_patch::is_text(bytes) {
+            self.not_text.insert(oid);
         }
     }
 
@@ -1491,7 +1509,10 @@ impl ObjectBatch<'_> {
         match bytes {
             Ok(kept) => self.hold(gix::objs::Kind::Blob, oid, kept)?,
             Err(bytes) => {
-                self.spilled |= self.fresh.is_some();
+                if let Some(fresh) = self.fresh.as_mut() {
+                    fresh.spilled(oid, &bytes);
+                    self.spilled = true;
+                }
                 self.put(gix::objs::Kind::Blob, oid, bytes)?
             }
         }
@@ -1517,7 +1538,10 @@ impl ObjectBatch<'_> {
                 bytes
             }
             _ => {
-                self.spilled |= self.fresh.is_some();
+                if let Some(fresh) = self.fresh.as_mut() {
+                    fresh.spilled(oid, &bytes);
+                    self.spilled = true;
+                }
                 self.ids.insert(oid);
                 self.put(gix::objs::Kind::Blob, oid, Cow::Borrowed(&bytes))?;
                 return Ok(oid);
@@ -2715,17 +2739,21 @@ mod tests {
         assert_eq!(&shown, body);
         git(store.path(), &["fsck", "--no-dangling"]);
 
-        // Over the budget: only what fits is kept, the rest goes into a pack as it comes.
+        // Over the budget: only what fits is kept, the rest goes into a pack as it comes; of
+        // those, which are not text is known without reading them back.
         let mut over = store.batch().keeping(100);
         let big: Vec<String> = (0..80).map(|i| format!("big {i}\n").repeat(20)).collect();
         let ids: Vec<ObjectId> = big
             .iter()
             .map(|b| over.write_blob(b.as_bytes()).unwrap())
             .collect();
-        assert!(
-            over.take_fresh().is_empty(),
-            "each blob is larger than the budget"
-        );
+        let binary = over.write_blob(&[0u8; 200]).unwrap();
+        let small_binary = over.write_blob(b"\0").unwrap();
+        let fresh = over.take_fresh();
+        assert_eq!(fresh.len(), 1, "only the one-byte blob fits: {fresh:?}");
+        assert!(fresh.not_text(&binary));
+        assert!(!fresh.not_text(&small_binary), "kept: read from memory");
+        assert!(ids.iter().all(|id| !fresh.not_text(id)), "text");
         assert!(
             over.spilled(),
             "a blob not kept is readable only once finished"

@@ -1272,6 +1272,31 @@ pub fn check_early_reads(log: &str, suggestion: &Value) -> Result<()> {
     Ok(())
 }
 
+/// A helper process a test started (a concurrent writer, say), killed and reaped if the test
+/// ends before waiting for it: a failed assertion must not leave it running.
+pub struct Reaped(Option<Child>);
+
+impl Reaped {
+    pub fn new(child: Child) -> Self {
+        Self(Some(child))
+    }
+
+    /// Wait for it to end on its own, with its output.
+    pub fn wait_with_output(mut self) -> Result<std::process::Output> {
+        let child = self.0.take().ok_or_else(|| anyhow!("already waited for"))?;
+        Ok(child.wait_with_output()?)
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -453,3 +453,35 @@ async fn a_hard_rollback_of_many_hunks_takes_memory_in_proportion() {
         "a hard rollback of {n} hunks raised the hub's peak memory by {grew} KiB"
     );
 }
+
+#[tokio::test]
+async fn a_publish_of_binary_files_takes_memory_in_proportion_to_a_file_not_to_all() {
+    // New files of 4 MiB of random bytes (nothing compresses them away): 25 of them (100
+    // MiB), then 50 (200 MiB). What a publish holds is bounded by its budgets (the early
+    // reads', the read rounds', the batch's and the kept contents': about 80 MiB, whatever
+    // the total), so the peak of the second is about the peak of the first. Holding the files
+    // whole, or reading them all back for their diffs (they are binary: there is nothing to
+    // diff), it would be 100 MiB more.
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            "for i in $(seq 1 \"$1\"); do head -c 4194304 /dev/urandom > big$1-$i.bin; done",
+        )
+        .unwrap();
+    let hub = ws.serve(&[]).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let mut peaks = Vec::new();
+    for files in [25, 50] {
+        let s = run_agent(&hub, &mut c, &agent, &files.to_string())
+            .await
+            .unwrap();
+        assert_eq!(s["hunks"].as_array().unwrap().len(), files, "{s}");
+        peaks.push(peak_rss_kib(hub.child.id()));
+    }
+    let grew = peaks[1].saturating_sub(peaks[0]);
+    assert!(
+        grew < 32 * 1024,
+        "a 200 MiB publish raised the hub's peak memory by {grew} KiB over a 100 MiB one's ({peaks:?} KiB)"
+    );
+}

@@ -939,3 +939,148 @@ async fn a_read_only_state_directory_changes_nothing_and_a_restart_recovers() {
     assert_eq!(ws.read_string("a.txt").unwrap(), numbered(11));
     assert_eq!(ws.feedback_log().unwrap().len(), 1);
 }
+
+/// `big.txt` (8 MiB) with the agent's three changes: lines 1000, 350000 and 690000 shouted.
+const BIG_LINES: usize = 700_000;
+const BIG_CHANGED: [usize; 3] = [1000, 350_000, 690_000];
+
+/// `big.txt` with the changes of the hunks `accepted` says, then `tail`.
+fn big_with(accepted: [bool; 3], tail: &str) -> String {
+    let mut text = numbered(BIG_LINES);
+    for (k, line) in BIG_CHANGED.iter().enumerate().rev() {
+        if accepted[k] {
+            text = text.replace(&format!("\nline {line}\n"), &format!("\nLINE {line}\n"));
+        }
+    }
+    text + tail
+}
+
+fn assert_big(ws: &Workspace, accepted: [bool; 3], tail: &str, what: &str) {
+    let got = ws.read_string("big.txt").unwrap();
+    let want = big_with(accepted, tail);
+    if got != want {
+        let lost: Vec<&str> = tail.lines().filter(|l| !got.contains(l)).collect();
+        panic!(
+            "{what}: big.txt ({} bytes) is not the accepted content plus the user's lines ({} bytes); lines lost: {lost:?}",
+            got.len(),
+            want.len()
+        );
+    }
+}
+
+#[tokio::test]
+async fn writes_to_a_multi_megabyte_file_during_its_accepts_are_kept() {
+    let ws = Workspace::new(&[("big.txt", numbered(BIG_LINES).as_bytes())]).unwrap();
+    let (hub, pauses) = ws.serve_pausable().unwrap();
+    let sed: Vec<String> = BIG_CHANGED
+        .iter()
+        .map(|l| format!("s/^line {l}$/LINE {l}/"))
+        .collect();
+    let agent = ws
+        .agent_script("agent.sh", &format!("sed -i '{}' big.txt", sed.join("; ")))
+        .unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let s = run_agent(&hub, &mut c, &agent, "shout").await.unwrap();
+    let sid = s["id"].as_str().unwrap().to_string();
+    let hids: Vec<String> = (0..3).map(|k| hunk_id(&s, "big.txt", k)).collect();
+    let path = ws.repo().join("big.txt");
+    let append = |line: &str| {
+        use std::io::Write as _;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        f.write_all(line.as_bytes()).unwrap();
+    };
+    let mut tail = String::new();
+
+    // A descriptor held open for writing across the accept (a logger, a save in progress):
+    // what it writes after the answer would go into a file with no name. The accept is
+    // refused, and the line is in the file.
+    let mut held = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    let r = accept(&hub, &sid, &hids[0]);
+    std::io::Write::write_all(&mut held, b"held open\n").unwrap();
+    drop(held);
+    tail.push_str("held open\n");
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert_eq!(r.body["code"], "conflict", "{}", r.body);
+    assert!(
+        r.body["error"]
+            .as_str()
+            .unwrap()
+            .contains("open for writing"),
+        "{}",
+        r.body
+    );
+    assert_eq!(state_of(&hub, &sid, &hids[0]), "conflict");
+    assert_big(&ws, [false; 3], &tail, "a descriptor held open");
+
+    // A save that lands after the hub's last look at the file, right before the new content
+    // goes in (open, write, close): a conflict, and the save is kept.
+    let pause = Pause::arm(&pauses, "before-rename");
+    let answer = decide_in_background(&hub, &sid, &hids[1], "accept");
+    pause.reached();
+    append("saved in the window\n");
+    tail.push_str("saved in the window\n");
+    pause.release();
+    let r = answer.join().unwrap();
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert_eq!(state_of(&hub, &sid, &hids[1]), "conflict");
+    assert_big(&ws, [false; 3], &tail, "a save in the window");
+
+    // A writer appending over and over (a real process) while the hunks are accepted: each
+    // is accepted or a conflict, and every line it wrote is there.
+    let stop = ws.path("stop");
+    let writer = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "n=0; while [ ! -e '{}' ]; do n=$((n+1)); echo \"writer $n\" >> big.txt; sleep 0.01; done; echo $n",
+            stop.display()
+        ))
+        .current_dir(ws.repo())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map(hunkgate_tests::Reaped::new)
+        .unwrap();
+    let mut accepted = [false; 3];
+    for _ in 0..3 {
+        for (k, hid) in hids.iter().enumerate() {
+            if !accepted[k] {
+                let r = accept(&hub, &sid, hid);
+                assert!(matches!(r.status, 200 | 409), "{}", r.body);
+                accepted[k] = r.status == 200;
+            }
+        }
+    }
+    std::fs::write(&stop, b"").unwrap();
+    let out = writer.wait_with_output().unwrap();
+    let n: usize = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    assert!(n > 0, "the writer wrote nothing");
+    tail.extend((1..=n).map(|i| format!("writer {i}\n")));
+    assert_big(&ws, accepted, &tail, "a writer appending");
+    for (k, hid) in hids.iter().enumerate() {
+        let want = if accepted[k] { "accepted" } else { "conflict" };
+        assert_eq!(state_of(&hub, &sid, hid), want, "hunk {k}");
+    }
+
+    // Positive control: with nobody writing, every hunk left goes in.
+    for (k, hid) in hids.iter().enumerate() {
+        if !accepted[k] {
+            let r = accept(&hub, &sid, hid);
+            assert_eq!(r.status, 200, "{}", r.body);
+            accepted[k] = true;
+        }
+    }
+    assert_big(&ws, [true; 3], &tail, "after the writers");
+    assert!(
+        std::fs::read_dir(ws.repo()).unwrap().all(|e| !e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .ends_with(".tmp")),
+        "a temporary file was left"
+    );
+}

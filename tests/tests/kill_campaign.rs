@@ -25,6 +25,13 @@
 //! decision that writes the file once), scoped rollbacks of one to three applied hunks, and one
 //! hard rollback halfway through.
 //!
+//! Meanwhile a real process appends a line to each of four files (`f48`–`f51`) every 20 ms, across
+//! the kills and restarts, with open/write/close; two of those files are multi-megabyte (a
+//! 24 KiB line between each two numbered lines: about 5 MiB each). A decision on them may be
+//! answered `conflict` (the file changed since it was checked): the hunk's state is then the
+//! hub's, as long as it is the one before or `conflict`. Their checks: every line the writer
+//! wrote is still there, in order, after the base with the applied hunks (issue #54).
+//!
 //! Environment (CI runs the defaults: a fixed seed and 200 kills):
 //!
 //! - `HUNKGATE_KILL_SEED`: the seed of the PRNG that picks the decisions, the transport, the
@@ -43,11 +50,16 @@ use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
 use hunkgate_patch::{apply_all, parse_hunks, split_hunk, Hunk, HunkLine, Pick};
-use hunkgate_tests::{run_agent, Hub, Workspace, Ws};
+use hunkgate_tests::{run_agent, Hub, Reaped, Workspace, Ws};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 
-const FILES: usize = 50;
+const FILES: usize = 52;
+/// Files a concurrent writer appends to.
+const WRITTEN: std::ops::Range<usize> = 48..52;
+/// Multi-megabyte files: a line of `PAD` bytes between each two numbered lines.
+const BIG: std::ops::Range<usize> = 50..52;
+const PAD: usize = 24 * 1024;
 const HUNKS_PER_FILE: usize = 20;
 /// One changed line every `SPACING` lines: 9 unchanged lines between two changes keep hunks
 /// with 3 lines of context apart (git merges them only when 6 or fewer lines separate them).
@@ -102,9 +114,21 @@ fn file_name(f: usize) -> String {
     format!("f{f:02}.txt")
 }
 
-/// The committed content: `fNN line i`, unique in the whole repository.
+/// The committed content: `fNN line i`, unique in the whole repository (in a big file each
+/// followed by a padding line the agent leaves alone).
 fn base_content(f: usize) -> String {
-    (1..=LINES).map(|i| format!("f{f:02} line {i}\n")).collect()
+    (1..=LINES)
+        .map(|i| format!("f{f:02} line {i}\n{}", pad_line(f, i)))
+        .collect()
+}
+
+/// The line after line `i` of a big file; nothing in the others.
+fn pad_line(f: usize, i: usize) -> String {
+    if BIG.contains(&f) {
+        format!("f{f:02} pad {i} {}\n", "x".repeat(PAD))
+    } else {
+        String::new()
+    }
 }
 
 /// The changed lines: 5, 15, 25, … — index `k` of a file is line `k * SPACING + 5`.
@@ -116,10 +140,11 @@ fn changed_line(k: usize) -> usize {
 fn agent_content(f: usize) -> String {
     (1..=LINES)
         .map(|i| {
+            let pad = pad_line(f, i);
             if i % SPACING == 5 {
-                format!("f{f:02} line {i} (agent)\n")
+                format!("f{f:02} line {i} (agent)\n{pad}")
             } else {
-                format!("f{f:02} line {i}\n")
+                format!("f{f:02} line {i}\n{pad}")
             }
         })
         .collect()
@@ -137,6 +162,8 @@ enum St {
     /// Accepted in part: this landed, and the rest is a pending hunk of its own at the hub.
     Partial(Hunk),
     Rejected,
+    /// Answered `conflict` (a file the writer appends to changed meanwhile): not applied.
+    Conflict,
 }
 
 impl St {
@@ -149,6 +176,7 @@ impl St {
             St::Accepted | St::Partial(_) => "accepted",
             St::Modified(_) => "modified",
             St::Rejected => "rejected",
+            St::Conflict => "conflict",
         }
     }
 }
@@ -193,6 +221,8 @@ struct Campaign {
     infos: Vec<Info>,
     by_id: HashMap<String, usize>,
     model: Vec<St>,
+    /// Hunks of a decision answered `conflict`: their state is the hub's at the next restart.
+    unsure: HashSet<usize>,
     sid: String,
     /// Counter that makes every modified line unique.
     tag: usize,
@@ -209,6 +239,7 @@ struct Stats {
     scoped_rollbacks: usize,
     hard_rollbacks: usize,
     bulk_accepts: usize,
+    conflicts: usize,
     by_action: HashMap<&'static str, usize>,
 }
 
@@ -267,7 +298,10 @@ impl Campaign {
     /// decision of the burst may touch any hunk of that file (an undo landing first would
     /// give the bulk one more pending hunk to take).
     fn choose_bulk(&mut self, busy: &HashSet<usize>) -> Option<Op> {
+        // Not of a file the writer appends to: a conflict there would leave which hunks a
+        // bulk accept takes to the hub.
         let files: Vec<usize> = (0..FILES)
+            .filter(|&f| !WRITTEN.contains(&f))
             .filter(|&f| {
                 let hunks: Vec<usize> = (0..self.model.len())
                     .filter(|&h| self.infos[h].file == f)
@@ -293,7 +327,7 @@ impl Campaign {
                 return None;
             }
             let h = from[self.rng.below(from.len())];
-            if !busy.contains(&h) {
+            if !busy.contains(&h) && !self.unsure.contains(&h) {
                 return Some(h);
             }
         }
@@ -309,10 +343,15 @@ impl Campaign {
             .filter(|&h| self.model[h] == St::Rejected)
             .collect();
         let all: Vec<usize> = (0..self.model.len()).collect();
+        // A fifth of the decisions are on the files the writer appends to (8% of the hunks).
+        let written: Vec<usize> = (0..self.model.len())
+            .filter(|&h| WRITTEN.contains(&self.infos[h].file))
+            .collect();
         let hunk = loop {
             let from = match self.rng.below(100) {
                 0..=24 => &applied,
                 25..=32 => &rejected,
+                33..=52 => &written,
                 _ => &all,
             };
             if let Some(h) = self.pick(from, busy) {
@@ -321,7 +360,7 @@ impl Campaign {
         };
         let roll = self.rng.below(10);
         let action = match self.model[hunk] {
-            St::Pending => match roll {
+            St::Pending | St::Conflict => match roll {
                 0..=4 => "accept",
                 5..=6 => "reject",
                 7 => "accept_lines",
@@ -356,7 +395,7 @@ impl Campaign {
     /// A scoped rollback of one to three applied hunks (often of one file), if any is applied.
     fn choose_scoped(&mut self, busy: &HashSet<usize>) -> Option<Op> {
         let applied: Vec<usize> = (0..self.model.len())
-            .filter(|&h| self.model[h].applied() && !busy.contains(&h))
+            .filter(|&h| self.model[h].applied() && !busy.contains(&h) && !self.unsure.contains(&h))
             .collect();
         let first = *applied.get(self.rng.below(applied.len().max(1)))?;
         let mut hs = vec![first];
@@ -577,6 +616,9 @@ fn check_feedback(c: &Campaign, ws: &Workspace) -> usize {
             }
             "rejected" => St::Rejected,
             "undone" => St::Pending,
+            // A decision that found the file changed: an applied hunk stays applied.
+            "conflict" if was_applied => replay[h].clone(),
+            "conflict" => St::Conflict,
             other => panic!("{ctx}: unexpected outcome {other:?} in feedback line {l}"),
         };
     }
@@ -598,8 +640,41 @@ fn check_feedback(c: &Campaign, ws: &Workspace) -> usize {
     log.len()
 }
 
-/// Each file equals its base with exactly the applied hunks of the model applied.
-fn check_checkout(c: &Campaign, ws: &Workspace) {
+/// The writer's lines at the end of file `f` (`writer fNN 1`, `writer fNN 2`, …), split off
+/// what comes before them; panics when one is missing or out of order, or when `written` (the
+/// writer's count, once it stopped) are not all there.
+fn writer_tail(c: &Campaign, f: usize, got: String, written: Option<usize>) -> String {
+    let first = format!("writer f{f:02} 1\n");
+    let at = if got.starts_with(&first) {
+        Some(0)
+    } else {
+        got.find(&format!("\n{first}")).map(|i| i + 1)
+    };
+    let (body, tail) = got.split_at(at.unwrap_or(got.len()));
+    let n = tail.lines().count();
+    let want: String = (1..=n).map(|i| format!("writer f{f:02} {i}\n")).collect();
+    assert!(
+        tail == want,
+        "{}: WRITER'S LINE LOST in {}: its {n} lines at the end are not 1..{n} in order: {:?}",
+        c.ctx(),
+        file_name(f),
+        tail.lines().zip(want.lines()).find(|(a, b)| a != b)
+    );
+    if let Some(written) = written {
+        assert_eq!(
+            n,
+            written,
+            "{}: WRITER'S LINE LOST in {}: it wrote {written} lines, {n} are there",
+            c.ctx(),
+            file_name(f)
+        );
+    }
+    body.to_string()
+}
+
+/// Each file equals its base with exactly the applied hunks of the model applied (followed,
+/// in a file the writer appends to, by every line it wrote).
+fn check_checkout(c: &Campaign, ws: &Workspace, written: Option<usize>) {
     for f in 0..FILES {
         let hunks: Vec<Hunk> = (0..c.infos.len())
             .filter(|&h| c.infos[h].file == f)
@@ -611,7 +686,10 @@ fn check_checkout(c: &Campaign, ws: &Workspace) {
             .collect();
         let expected = apply_all(&base_content(f), &hunks)
             .unwrap_or_else(|e| panic!("{}: the model does not apply: {e}", c.ctx()));
-        let got = ws.read_string(&file_name(f)).unwrap();
+        let mut got = ws.read_string(&file_name(f)).unwrap();
+        if WRITTEN.contains(&f) {
+            got = writer_tail(c, f, got, written);
+        }
         if got != expected {
             let first = got
                 .lines()
@@ -623,11 +701,16 @@ fn check_checkout(c: &Campaign, ws: &Workspace) {
                 c.ctx(),
                 file_name(f),
                 first + 1,
-                got.lines().skip(first).take(3).collect::<Vec<_>>(),
-                expected.lines().skip(first).take(3).collect::<Vec<_>>()
+                short(got.lines().skip(first).take(3)),
+                short(expected.lines().skip(first).take(3))
             );
         }
     }
+}
+
+/// Lines cut to 80 bytes (a big file's padding lines are 24 KiB).
+fn short<'a>(lines: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+    lines.map(|l| &l[..l.len().min(80)]).collect()
 }
 
 fn decide_body(c: &Campaign, op: &Op, camel: bool) -> Value {
@@ -704,6 +787,15 @@ async fn send(c: &Campaign, hub: &Hub, client: &mut Ws, op: &Op, id: &str) -> Op
 /// An answer arrived: the decision is acknowledged and must succeed as the model says.
 fn acknowledge(c: &mut Campaign, flight: &mut Flight, answer: &Value, status: Option<u16>) {
     let ctx = c.ctx();
+    if answer["success"] != true && answer["code"] == "conflict" && touches_written(c, &flight.op) {
+        // The writer changed the file since the hub checked it: nothing was applied, and the
+        // hub says at the next restart what the hunks are now (`reconcile`).
+        c.unsure.extend(flight.before.iter().map(|(h, _)| *h));
+        c.stats.conflicts += 1;
+        flight.acked = true;
+        c.stats.acked += 1;
+        return;
+    }
     assert!(
         answer["success"] == true && status.is_none_or(|s| s == 200),
         "{ctx}: {:?} was answered with a failure ({status:?}): {answer}",
@@ -751,6 +843,17 @@ fn acknowledge(c: &mut Campaign, flight: &mut Flight, answer: &Value, status: Op
     c.stats.acked += 1;
 }
 
+/// Whether `op` writes a file the writer appends to.
+fn touches_written(c: &Campaign, op: &Op) -> bool {
+    let written = |h: &usize| WRITTEN.contains(&c.infos[*h].file);
+    match op {
+        Op::Decide { hunk, .. } => written(hunk),
+        Op::AcceptFile(f) => WRITTEN.contains(f),
+        Op::Scoped(hs) => hs.iter().any(written),
+        Op::HardAll => true,
+    }
+}
+
 fn handle_ws(c: &mut Campaign, flights: &mut [Flight], ids: &HashMap<String, usize>, text: &str) {
     let v: Value = serde_json::from_str(text).expect("a JSON message");
     if v["type"] != "response" {
@@ -768,12 +871,38 @@ fn reconcile(c: &mut Campaign, s: &Value, flights: &[Flight]) {
     let ctx = c.ctx();
     let hub = hub_states(s);
     assert_eq!(hub.len(), c.model.len(), "{ctx}: the hunk count changed");
+    for h in std::mem::take(&mut c.unsure) {
+        assert!(
+            matches(&c.model[h], &hub[h]) || hub[h].0 == "conflict",
+            "{ctx}: hunk {} of a decision answered `conflict` is {} at the hub, it was {}",
+            c.infos[h].id,
+            show(&hub[h]),
+            c.model[h].word()
+        );
+        if hub[h].0 == "conflict" {
+            c.model[h] = St::Conflict;
+        }
+    }
     let mut uncertain = HashSet::new();
     for fl in flights.iter().filter(|f| !f.acked) {
         let landed = fl.after.iter().all(|(h, st)| matches(st, &hub[*h]));
         let dropped = fl.before.iter().all(|(h, st)| matches(st, &hub[*h]));
+        // Answered `conflict` (the writer's file changed), the answer lost with the kill.
+        let conflicted = !dropped
+            && touches_written(c, &fl.op)
+            && fl
+                .before
+                .iter()
+                .all(|(h, st)| matches(st, &hub[*h]) || hub[*h].0 == "conflict");
+        if conflicted {
+            for (h, _) in &fl.before {
+                if hub[*h].0 == "conflict" {
+                    c.model[*h] = St::Conflict;
+                }
+            }
+        }
         assert!(
-            landed || dropped,
+            landed || dropped || conflicted,
             "{ctx}: the unacknowledged {:?} half landed: hub has {:?}, before {:?}",
             fl.op,
             fl.after
@@ -813,6 +942,24 @@ fn reconcile(c: &mut Campaign, s: &Value, flights: &[Flight]) {
         );
     } // Now that the model knows which uncertain decisions landed.
     check_rests(c, s);
+}
+
+/// The concurrent writer: a shell appending `writer fNN n` to each file of [`WRITTEN`] with
+/// `>>` (open, write, close) every 20 ms until `stop` exists, then printing its last `n`.
+fn start_writer(ws: &Workspace, stop: &std::path::Path) -> Reaped {
+    let files: Vec<String> = WRITTEN.map(|f| format!("f{f:02}")).collect();
+    let child = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "n=0; while [ ! -e '{}' ]; do n=$((n+1)); for f in {}; do echo \"writer $f $n\" >> $f.txt; done; sleep 0.02; done; echo $n",
+            stop.display(),
+            files.join(" ")
+        ))
+        .current_dir(ws.repo())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting the writer");
+    Reaped::new(child)
 }
 
 async fn get_suggestion(client: &mut Ws, sid: &str, ctx: &str) -> Value {
@@ -900,6 +1047,7 @@ async fn kill9_campaign_keeps_every_acknowledged_decision() {
         round: 0,
         rng: Rng::new(seed),
         model: vec![St::Pending; infos.len()],
+        unsure: HashSet::new(),
         infos,
         by_id,
         sid,
@@ -907,7 +1055,9 @@ async fn kill9_campaign_keeps_every_acknowledged_decision() {
         stats: Stats::default(),
         http: reqwest::Client::new(),
     };
-    check_checkout(&c, &ws);
+    check_checkout(&c, &ws, None);
+    let stop = ws.path("stop-writer");
+    let writer = start_writer(&ws, &stop);
 
     let mut next_id = 0usize;
     let mut latency = Duration::from_micros(MAX_KILL_DELAY_US);
@@ -1047,14 +1197,20 @@ async fn kill9_campaign_keeps_every_acknowledged_decision() {
         jsonl(&ws.state().join("state.jsonl"), &ctx);
         feedback_lines = check_feedback(&c, &ws);
         if round % check_every == 0 || round + 1 == kills {
-            check_checkout(&c, &ws);
+            check_checkout(&c, &ws, None);
         }
         restarts += t2 - t1;
         checks += t3.elapsed();
     }
 
-    // The end: a clean stop and one more start change nothing.
+    // The end: the writer stops; a clean stop and one more start change nothing.
     c.round = kills;
+    std::fs::write(&stop, b"").unwrap();
+    let out = writer.wait_with_output().unwrap();
+    let written: usize = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("the writer's count: {e}: {out:?}"));
     hub.stop().unwrap();
     drop(client);
     let hub = ws.serve(&[]).unwrap();
@@ -1063,7 +1219,8 @@ async fn kill9_campaign_keeps_every_acknowledged_decision() {
     reconcile(&mut c, &s, &[]);
     jsonl(&ws.state().join("state.jsonl"), &c.ctx());
     check_feedback(&c, &ws);
-    check_checkout(&c, &ws);
+    check_checkout(&c, &ws, Some(written));
+    assert!(written > 0, "the writer wrote nothing");
 
     let broken: Vec<String> = std::fs::read_dir(ws.state())
         .unwrap()
@@ -1076,7 +1233,7 @@ async fn kill9_campaign_keeps_every_acknowledged_decision() {
         m
     });
     eprintln!(
-        "kill campaign: {kills} kills in {:.1?}; one decision took ~{latency:.1?}; restarts took {restarts:.1?}, checks {checks:.1?}; {:?}; {feedback_lines} feedback lines; final states {states:?}; torn tails kept aside: {broken:?}",
+        "kill campaign: {kills} kills in {:.1?}; one decision took ~{latency:.1?}; restarts took {restarts:.1?}, checks {checks:.1?}; {:?}; {feedback_lines} feedback lines; final states {states:?}; torn tails kept aside: {broken:?}; the writer wrote {written} lines to each of its files",
         started.elapsed(),
         c.stats
     );

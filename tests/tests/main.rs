@@ -31,3 +31,4 @@ mod runs;
 mod security;
 mod slots;
 mod smoke;
+mod user_writes;

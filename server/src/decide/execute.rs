@@ -7,8 +7,8 @@ use hunkgate_sandbox::beneath::{Beneath, FsError, PendingWrite};
 use hunkgate_sandbox::store::Store;
 
 use crate::decide::apply::{conflict, read_cur, PlanError};
-use crate::model::fileop::{FileOp, Fp, Op};
-use crate::model::suggestion::oid;
+use crate::model::fileop::{Cur, FileOp, Fp, Op};
+use crate::model::suggestion::{oid, CONTEXT};
 
 /// Carry out planned operations in order, all or nothing: each is checked against the file as
 /// it is at that moment (a write right before its rename), and when one fails the ones already
@@ -48,7 +48,7 @@ fn execute_writes(root: &Beneath, store: &Store, ops: &[FileOp]) -> Result<(), E
     let mut dirs = Vec::with_capacity(ops.len());
     for (i, (op, pending)) in ops.iter().zip(staged).enumerate() {
         let path = op.path.as_str();
-        let placed = pending.put_in_place(|| Ok(Fp::of(&read_cur(root, path)?) == op.pre));
+        let placed = pending.put_in_place(|at| still_pre(root, op, at));
         match fs_outcome(path, placed) {
             Ok(dir) => dirs.push((path, dir)),
             Err(error) => return Err(taken_back(root, store, &ops[..i], error)),
@@ -128,6 +128,16 @@ pub fn inverse(op: &FileOp) -> Option<FileOp> {
     })
 }
 
+/// Whether the file at `at` — `op.path` right before the write goes in, or where the file it
+/// replaces is kept right after — still is what `op` was planned against.
+fn still_pre(root: &Beneath, op: &FileOp, at: &str) -> Result<bool, FsError> {
+    let same = Fp::of(&read_cur(root, at)?) == op.pre;
+    if same && at == op.path {
+        crate::hub::test_hooks::pause("before-rename");
+    }
+    Ok(same)
+}
+
 fn changed(path: &str) -> PlanError {
     PlanError::Conflict(format!(
         "{path} changed since the hunk was checked against it; your version was kept and nothing was written"
@@ -154,7 +164,7 @@ fn fs_outcome<T>(path: &str, result: Result<T, FsError>) -> Result<T, PlanError>
     match result {
         Ok(t) => Ok(t),
         Err(FsError::Changed { .. }) => Err(changed(path)),
-        Err(e @ FsError::Symlink { .. }) => conflict(e.to_string()),
+        Err(e @ (FsError::Symlink { .. } | FsError::Busy { .. })) => conflict(e.to_string()),
         Err(e) => Err(e.into()),
     }
 }
@@ -173,10 +183,9 @@ fn execute_one(root: &Beneath, store: &Store, op: &FileOp) -> Result<(), PlanErr
         Op::Write { oid, exec, perm } => {
             let bytes = blob(oid)?;
             // The last look at the file is right before the rename, after the new content is
-            // written and fsynced: a user's save made since the plan is never renamed over.
-            root.write_atomic_with(path, &bytes, *exec, *perm, || {
-                Ok(Fp::of(&read_cur(root, path)?) == op.pre)
-            })
+            // written and fsynced, and one more at the replaced file after it: a user's save
+            // made since the plan is never renamed over (see `PendingWrite::put_in_place`).
+            root.write_atomic_with(path, &bytes, *exec, *perm, |at| still_pre(root, op, at))
         }
         Op::Symlink { oid } => {
             check()?;
@@ -202,21 +211,51 @@ pub enum OpState {
     Neither,
 }
 
-pub fn op_state(root: &Beneath, op: &FileOp) -> Result<OpState, FsError> {
-    let fp = Fp::of(&read_cur(root, &op.path)?);
+pub fn op_state(root: &Beneath, store: &Store, op: &FileOp) -> Result<OpState, FsError> {
+    let cur = read_cur(root, &op.path)?;
+    let fp = Fp::of(&cur);
     Ok(if fp == op.post {
         OpState::Done
     } else if fp == op.pre {
         OpState::Before
+    } else if written_then_edited(store, op, &cur) {
+        OpState::Done
     } else {
         OpState::Neither
     })
 }
 
+/// Whether `cur`, neither what `op` found nor what it wrote, is what it wrote with the user's
+/// edits since: a crash cut the decision between its write and its commit, and the user saved
+/// the file before the restart. The change `op` made (its text diff from `pre` to `post`) can
+/// be taken back from `cur` exactly, and cannot be made again: it is in the file. Anything
+/// else (not text, a change that both applies and reverts, or neither) is not.
+fn written_then_edited(store: &Store, op: &FileOp, cur: &Cur) -> bool {
+    let (Op::Write { oid: post, .. }, Some(pre), Cur::File { bytes, .. }) =
+        (&op.op, op.pre_oid.as_deref(), cur)
+    else {
+        return false;
+    };
+    let text = |hex: &str| {
+        blob(store, hex)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())
+    };
+    let (Some(pre), Some(post), Ok(cur)) = (text(pre), text(post), std::str::from_utf8(bytes))
+    else {
+        return false;
+    };
+    let change = hunkgate_patch::diff_hunks(&pre, &post, CONTEXT);
+    let back: Vec<hunkgate_patch::Hunk> = change.iter().map(|h| h.reversed()).collect();
+    !change.is_empty()
+        && hunkgate_patch::apply_all(cur, &back).is_ok()
+        && hunkgate_patch::apply_all(cur, &change).is_err()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::fileop::{sha, Cur};
+    use crate::model::fileop::sha;
 
     /// Three files in two directories, and a plan that writes a new version of each.
     fn three() -> (tempfile::TempDir, Beneath, Store, Vec<FileOp>) {
@@ -295,5 +334,23 @@ mod tests {
                 ("d/c.txt".to_string(), "old d/c.txt\n".to_string()),
             ]
         );
+    }
+
+    /// After a crash between a write and its commit, a file the user saved since is still
+    /// seen as written when the write's change is in it (so recovery does not report the hunk
+    /// pending while its change is in the file), and as neither when it is not.
+    #[test]
+    fn a_write_the_user_edited_after_is_seen_as_done() {
+        let (tmp, root, store, ops) = three();
+        let op = &ops[0];
+        let state = |text: &str| {
+            std::fs::write(tmp.path().join("repo/a.txt"), text).unwrap();
+            op_state(&root, &store, op).unwrap()
+        };
+        assert_eq!(state("old a.txt\n"), OpState::Before);
+        assert_eq!(state("new a.txt\n"), OpState::Done);
+        assert_eq!(state("new a.txt\nthe user's line\n"), OpState::Done);
+        assert_eq!(state("old a.txt\nthe user's line\n"), OpState::Neither);
+        assert_eq!(state("the user's own\n"), OpState::Neither);
     }
 }

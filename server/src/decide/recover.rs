@@ -86,7 +86,8 @@ fn finish(
         tracing::info!(decision = %d.decision, "a decision whose commit was lost is committed (its feedback lines are logged)");
         return Ok(true);
     }
-    let states: Result<Vec<OpState>, _> = d.ops.iter().map(|op| op_state(root, op)).collect();
+    let states: Result<Vec<OpState>, _> =
+        d.ops.iter().map(|op| op_state(root, store, op)).collect();
     let states = states.map_err(|e| e.to_string())?;
     if states.contains(&OpState::Neither) {
         tracing::warn!(decision = %d.decision, "a file changed since an unfinished decision; leaving it undone");

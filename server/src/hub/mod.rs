@@ -503,6 +503,8 @@ impl NewSuggestion {
 /// fault (fill a disk, make a file immutable, edit a file) at exactly that moment. Points:
 /// `before-write` (after the `prepare` is fsynced, before the checkout is written) and
 /// `before-commit` (after the checkout is written, before the feedback line and `commit`);
+/// `before-rename`, when a file's new content is written and found still made from the file,
+/// right before it is put in place (the window a user's save used to be lost in);
 /// `suggestion-ready`, right after a new suggestion's `suggestion.ready` is sent;
 /// `before-suggestion-journal`, once a publish's run commit is written, before the suggestion
 /// and its run are journaled; `gc-after-state` and `gc-after-refs`, between a garbage

@@ -377,6 +377,10 @@ impl<'a> ThreadBlobs<'a> {
 
     /// Text of a blob when it is reviewable line by line.
     fn text_of(&self, entry: &Entry) -> Result<Option<Cow<'a, str>>, StoreError> {
+        // Known not to be text when it was written: not read back.
+        if self.blobs.fresh.not_text(&entry.oid) {
+            return Ok(None);
+        }
         Ok(match self.read(entry.oid)? {
             Cow::Borrowed(b) => as_text(b).map(Cow::Borrowed),
             Cow::Owned(b) => into_text(b).map(Cow::Owned),
