@@ -618,6 +618,43 @@ impl Beneath {
             nix::unistd::unlinkat(dir.as_fd(), name, UnlinkatFlags::NoRemoveDir)
                 .map_err(|e| FsError::io(path, e))
         })?;
+        self.removed_from(path, &parts, &dir)
+    }
+
+    /// [`Beneath::remove_file`], but only while `still_expected` says the file is what the
+    /// removal was planned against: asked before, and where the system can, once more after
+    /// the file was renamed out of the way (given its temporary name then; nobody may have it
+    /// open for writing: [`FsError::Busy`]), so that a write made in between is never lost —
+    /// the file is renamed back and the answer is [`FsError::Changed`] (see [`swap`]).
+    pub fn remove_file_checked(
+        &self,
+        path: &str,
+        mut still_expected: impl FnMut(&str) -> Result<bool, FsError>,
+    ) -> Result<(), FsError> {
+        let parts = components(path)?;
+        let Some(dir) = self.parent_dir(path, &parts, false)? else {
+            return Err(FsError::io(path, Errno::ENOENT));
+        };
+        let name = parts[parts.len() - 1];
+        let held = swap::hold_replaced(&dir, name);
+        if !still_expected(path)? {
+            return Err(FsError::Changed {
+                path: path.to_string(),
+            });
+        }
+        let Some(held) = held else {
+            return self.remove_file(path);
+        };
+        match swap::take_away(&dir, name, &temp_name(), path, held, &mut still_expected)? {
+            swap::Taken::Done(held) => crate::closer::close_later(held),
+            swap::Taken::Unsupported => return self.remove_file(path),
+            swap::Taken::Stranded(e) => return Err(e),
+        }
+        self.removed_from(path, &parts, &dir)
+    }
+
+    /// After `path` (`parts`) left `dir`: the directory fsynced, and now-empty parents pruned.
+    fn removed_from(&self, path: &str, parts: &[&str], dir: &OwnedFd) -> Result<(), FsError> {
         if self.durable {
             nix::unistd::fsync(dir.as_fd()).map_err(|e| FsError::io(path, e))?;
         }
@@ -635,6 +672,25 @@ impl Beneath {
             }
         }
         Ok(())
+    }
+
+    /// [`Beneath::remove_entry`] of what `still_expected` (given the path where the entry is
+    /// then) says is what the removal was planned against; a regular file through
+    /// [`Beneath::remove_file_checked`].
+    pub fn remove_entry_checked(
+        &self,
+        path: &str,
+        mut still_expected: impl FnMut(&str) -> Result<bool, FsError>,
+    ) -> Result<(), FsError> {
+        if let Some(Kind::File { .. }) = self.kind(path)? {
+            return self.remove_file_checked(path, still_expected);
+        }
+        if !still_expected(path)? {
+            return Err(FsError::Changed {
+                path: path.to_string(),
+            });
+        }
+        self.remove_entry(path)
     }
 
     /// Remove a file or a symlink (the link itself; it is not followed). Directories are left.

@@ -1084,3 +1084,74 @@ async fn writes_to_a_multi_megabyte_file_during_its_accepts_are_kept() {
         "a temporary file was left"
     );
 }
+
+/// A deletion accepted while another program holds the file open for writing (a logger, an
+/// editor's save in progress) is refused, and what it writes next is still in the file at its
+/// path: the removal looks at the file once more after moving it out of the way, as a write
+/// does. A save that lands in the window (the `before-rename` pause, right after the last look
+/// before the move) is kept the same way. The control: closed and unchanged, the deletion lands.
+#[tokio::test]
+async fn a_file_written_while_its_deletion_is_accepted_is_kept() {
+    use std::io::Write;
+    let ws =
+        Workspace::new(&[("gone.txt", numbered(10).as_bytes()), ("keep.txt", b"k\n")]).unwrap();
+    let (hub, pauses) = ws.serve_pausable().unwrap();
+    let agent = ws.agent_script("agent.sh", "rm gone.txt").unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let s = run_agent(&hub, &mut c, &agent, "delete").await.unwrap();
+    let sid = s["id"].as_str().unwrap().to_string();
+    let hid = hunk_id(&s, "gone.txt", 0);
+
+    // Held open for writing across the accept.
+    let mut writer = std::fs::OpenOptions::new()
+        .append(true)
+        .open(ws.repo().join("gone.txt"))
+        .unwrap();
+    let r = accept(&hub, &sid, &hid);
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert!(
+        r.body["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("open for writing"),
+        "{}",
+        r.body
+    );
+    writer.write_all(b"logged after\n").unwrap();
+    drop(writer);
+    let held = format!("{}logged after\n", numbered(10));
+    assert_eq!(ws.read_string("gone.txt").unwrap(), held);
+    assert_eq!(state_of(&hub, &sid, &hid), "conflict");
+
+    // A save in the window between the last look and the removal.
+    let pause = Pause::arm(&pauses, "before-rename");
+    let answer = decide_in_background(&hub, &sid, &hid, "accept");
+    pause.reached();
+    let mut late = std::fs::OpenOptions::new()
+        .append(true)
+        .open(ws.repo().join("gone.txt"))
+        .unwrap();
+    late.write_all(b"saved in the window\n").unwrap();
+    drop(late);
+    pause.release();
+    let r = answer.join().unwrap();
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert_eq!(
+        ws.read_string("gone.txt").unwrap(),
+        format!("{held}saved in the window\n")
+    );
+
+    // Positive control: the file as the hunk was checked against, nobody writing: it goes.
+    ws.write("gone.txt", numbered(10).as_bytes()).unwrap();
+    let r = accept(&hub, &sid, &hid);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(!ws.exists("gone.txt"));
+    let names: Vec<String> = std::fs::read_dir(ws.repo())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names.iter().all(|n| !n.ends_with(".tmp")),
+        "a temporary file was left: {names:?}"
+    );
+}

@@ -112,6 +112,57 @@ pub(super) fn swap_in(
     }
 }
 
+/// How a file was taken away for a removal.
+#[derive(Debug)]
+pub(super) enum Taken {
+    /// Gone; the descriptor holding the file, for [`crate::closer::close_later`].
+    Done(OwnedFd),
+    /// No rename without replacing here: remove it after the last look, as before.
+    Unsupported,
+    /// The file changed and could not be put back: the user's version is at the temporary name
+    /// (which must not be removed).
+    Stranded(FsError),
+}
+
+/// Remove the user's file `name` from `dir`, a removal the reviewer accepted, without losing a
+/// write made since the last look: the file is first renamed to `tmp` (replacing nothing), and
+/// looked at there as after a swap — the same file as `held`, open for writing by nobody, and
+/// (`unchanged`, given its path then) still what the removal was planned against — before its
+/// name goes; otherwise it is renamed back. A save through the path after the rename makes a new
+/// file there, which stays (a later edit of the user's, not a lost one).
+/// `Err(Changed)` / `Err(Busy)` leave the user's file at `name`, untouched.
+pub(super) fn take_away(
+    dir: &OwnedFd,
+    name: &str,
+    tmp: &str,
+    path: &str,
+    held: OwnedFd,
+    unchanged: impl FnOnce(&str) -> Result<bool, FsError>,
+) -> Result<Taken, FsError> {
+    match rename2(dir, name, tmp, RENAME_NOREPLACE) {
+        Ok(()) => {}
+        Err(e) if unsupported(e) => return Ok(Taken::Unsupported),
+        Err(e) => return Err(FsError::io(path, e)),
+    }
+    let looked = after_swap(dir, tmp, path, &held, unchanged).and_then(|()| {
+        nix::unistd::unlinkat(dir.as_fd(), tmp, UnlinkatFlags::NoRemoveDir)
+            .map_err(|e| FsError::io(path, e))
+    });
+    match looked {
+        Ok(()) => Ok(Taken::Done(held)),
+        Err(why) => match rename2(dir, tmp, name, RENAME_NOREPLACE) {
+            Ok(()) => Err(why),
+            Err(e) => Ok(Taken::Stranded(FsError::Io {
+                path: path.to_string(),
+                source: std::io::Error::new(
+                    std::io::Error::from(e).kind(),
+                    format!("{why}, but putting your version back failed ({e}): it is in {tmp} beside it"),
+                ),
+            })),
+        },
+    }
+}
+
 /// The look after the swap at the user's file, now named `tmp`: the same file as `old`, open
 /// for writing by nobody, and (`unchanged`, given its path) still what the new content was
 /// made from. The writers are asked first, so that the content read is final.
@@ -317,6 +368,43 @@ mod tests {
         assert!(matches!(r, Ok(Swapped::Done(Some(_)))), "{r:?}");
         assert_eq!(std::fs::read(&f).unwrap(), b"new\n");
         assert!(!tmp.path().join("new").exists());
+    }
+
+    /// A removal: a write made after the last look, or a descriptor still open for writing,
+    /// puts the file back at its path with every write in it; without either it is gone.
+    #[test]
+    fn a_removal_keeps_a_file_written_meanwhile() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = dir_fd(tmp.path());
+        let f = tmp.path().join("f");
+        std::fs::write(&f, "old\n").unwrap();
+        let held = hold_replaced(&dir, "f").unwrap();
+        let mut late = std::fs::OpenOptions::new().append(true).open(&f).unwrap();
+        late.write_all(b"typed\n").unwrap();
+        drop(late);
+        let r = take_away(&dir, "f", ".t", "f", held, |at| {
+            Ok(std::fs::read(tmp.path().join(at)).unwrap() == b"old\n")
+        });
+        assert!(matches!(r, Err(FsError::Changed { .. })), "{r:?}");
+        assert_eq!(std::fs::read(&f).unwrap(), b"old\ntyped\n");
+        assert!(!tmp.path().join(".t").exists());
+
+        let mut writer = std::fs::OpenOptions::new().append(true).open(&f).unwrap();
+        let held = hold_replaced(&dir, "f").unwrap();
+        let r = take_away(&dir, "f", ".t", "f", held, |_| Ok(true));
+        assert!(matches!(r, Err(FsError::Busy { .. })), "{r:?}");
+        writer.write_all(b"more\n").unwrap();
+        assert_eq!(std::fs::read(&f).unwrap(), b"old\ntyped\nmore\n");
+
+        // Positive control: closed, and unchanged, it goes.
+        drop(writer);
+        let held = hold_replaced(&dir, "f").unwrap();
+        let r = take_away(&dir, "f", ".t", "f", held, |at| {
+            Ok(std::fs::read(tmp.path().join(at)).unwrap() == b"old\ntyped\nmore\n")
+        });
+        assert!(matches!(r, Ok(Taken::Done(_))), "{r:?}");
+        assert!(!f.exists());
+        assert!(!tmp.path().join(".t").exists());
     }
 
     /// A file created by the user after the last look is not replaced.

@@ -191,10 +191,9 @@ fn execute_one(root: &Beneath, store: &Store, op: &FileOp) -> Result<(), PlanErr
             check()?;
             root.symlink(path, &blob(oid)?)
         }
-        Op::Remove => {
-            check()?;
-            root.remove_entry(path)
-        }
+        // Like a write, a removal looks at the file once more after it is out of the way (and
+        // puts it back if a save landed meanwhile): see `Beneath::remove_file_checked`.
+        Op::Remove => root.remove_entry_checked(path, |at| still_pre(root, op, at)),
         Op::SetExec { exec } => {
             check()?;
             root.set_executable(path, *exec)
