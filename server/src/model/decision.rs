@@ -290,6 +290,7 @@ mod tests {
             conflict: None,
             merge: None,
             description: None,
+            destructive: false,
         }
     }
 
