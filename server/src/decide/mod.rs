@@ -11,6 +11,7 @@ pub mod finalize;
 pub mod merge;
 pub mod overlay;
 pub mod recover;
+pub mod restore;
 pub mod review;
 pub mod steps;
 
