@@ -202,6 +202,28 @@ async fn ws_accept_all_skips_destructive_and_a_named_accept_lands_one() {
     let (ws, agent) = workspace();
     let (hub, s, sid) = published(&ws, &agent).await;
     let mut c = hub.ws().await.unwrap();
+    // One file's accept-all: its only hunk is destructive, so nothing is decided.
+    let r = c
+        .call(
+            json!({"type": "feedback_all", "suggestionId": sid, "action": "accept",
+                     "file": "tool.sh"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r["success"], true, "{r}");
+    assert_eq!(r["data"]["decided"], json!([]), "{r}");
+    assert_eq!(
+        listed(&r["data"], "skipped_destructive"),
+        ids(&s, &["tool.sh"])
+    );
+    assert!(
+        r["data"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("1 destructive hunk left pending (deletes tool.sh): accept it by name"),
+        "{r}"
+    );
+    assert!(ws.exists("tool.sh"));
     let r = c
         .call(json!({"type": "feedback_all", "suggestionId": sid, "action": "accept"}))
         .await

@@ -54,8 +54,9 @@ impl Hub {
         let rec = &s.hunks[idx];
         let op = match plan_restore(&root, self.store(), path, Some(&side)) {
             Ok(Some(mut op)) => {
+                // A deletion's accept kept the file's permission bits (not only git's two).
                 if let Op::Write { perm, .. } = &mut op.op {
-                    *perm = rec.perm.filter(|_| rec.kind != HunkKind::Rename);
+                    *perm = rec.perm;
                 }
                 op
             }
