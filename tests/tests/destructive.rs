@@ -284,3 +284,66 @@ async fn cli_accept_all_needs_include_destructive() {
     assert!(out.status.success(), "{out:?}");
     assert_destructive_applied(&ws);
 }
+
+/// `[review] destructive_deleted_lines` sets the threshold; what a deletion removed stays
+/// restorable across a collection while its suggestion is kept (the collection keeps the
+/// suggestion's base commit, and with it the deleted file), and once retention collected the
+/// suggestion, `restore` says there is nothing to restore and changes nothing.
+#[tokio::test]
+async fn restore_lasts_as_long_as_retention_keeps_the_suggestion() {
+    let ws = Workspace::new(&[
+        ("a.txt", b"one\n"),
+        ("list.txt", b"1\n2\n3\n4\n"),
+        ("tool.sh", b"#!/bin/sh\necho tool\n"),
+    ])
+    .unwrap();
+    let cfg = ws.home().join(".config/hunkgate");
+    std::fs::create_dir_all(&cfg).unwrap();
+    let config = |ttl_hours: u32| {
+        let text = format!(
+            "[review]\ndestructive_deleted_lines = 2\n[retention]\ncompleted_ttl_hours = {ttl_hours}\nprune_grace_minutes = 0\ngc_interval_minutes = 0\n"
+        );
+        std::fs::write(cfg.join("config.toml"), text).unwrap();
+    };
+    config(1);
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            "echo ONE > a.txt\nprintf '4\\n' > list.txt\nrm tool.sh",
+        )
+        .unwrap();
+    let (mut hub, s, sid) = published(&ws, &agent).await;
+    let curl = hub.curl();
+    let all = |confirm: bool| json!({"suggestion_id": sid, "action": "accept", "confirm": confirm});
+    let r = curl.post("/feedback/all", &all(false)).unwrap();
+    assert_eq!(
+        listed(&r.body, "skipped_destructive"),
+        ids(&s, &["list.txt", "tool.sh"]),
+        "3 lines deleted is over the configured 2: {}",
+        r.body
+    );
+    let r = curl.post("/feedback/all", &all(true)).unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(!ws.exists("tool.sh"));
+
+    // Kept (finished an hour ago at the earliest): a collection prunes unreferenced objects at
+    // once, and the deleted file is still there to restore.
+    let out = ws.cli(&["gc"]).unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let out = ws.cli(&["restore", "tool.sh"]).unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(ws.read("tool.sh").unwrap(), b"#!/bin/sh\necho tool\n");
+
+    // Collected: nothing to restore, nothing changed.
+    std::fs::remove_file(ws.repo().join("tool.sh")).unwrap();
+    hub.stop().unwrap();
+    config(0);
+    let _hub = ws.serve(&[]).unwrap();
+    let out = ws.cli(&["gc"]).unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let out = ws.cli(&["restore", "tool.sh"]).unwrap();
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("nothing to restore"), "{err}");
+    assert!(!ws.exists("tool.sh"));
+}
