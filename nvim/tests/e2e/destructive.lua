@@ -58,6 +58,14 @@ t.wait('warned about what was left', function()
   return t.note('^hunkgate: left pending, destructive: deletes gone%.txt')
 end)
 t.eq('pending', t.hunk_state(s.id, by_file['gone.txt'].id), 'the deletion waits')
+-- The review bar marks the destructive hunk, not the other one.
+local function bar_at(file)
+  sess.hunk_id = by_file[file].id
+  require('hunkgate.review').render()
+  return vim.wo[sess.view.win].winbar
+end
+t.eq(true, bar_at('gone.txt'):find('DESTRUCTIVE', 1, true) ~= nil, 'bar of gone.txt: ' .. bar_at('gone.txt'))
+t.eq(nil, bar_at('a.txt'):find('DESTRUCTIVE', 1, true), 'bar of a.txt')
 t.mark('partial')
 t.wait_mark('checked')
 
