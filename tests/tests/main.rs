@@ -7,6 +7,7 @@ mod checkpoints;
 mod cli;
 mod cli_cockpit;
 mod conflict;
+mod destructive;
 mod discovery;
 mod durability;
 mod fake_llm;

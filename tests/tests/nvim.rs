@@ -476,6 +476,45 @@ async fn reconnect_and_resync_after_hub_restart() {
     .unwrap();
 }
 
+/// Accept-all over a destructive hunk (`nvim/tests/e2e/destructive.lua`): `A` asks; without
+/// the destructive ones, the edit lands and the deleted file is still there; with them, it goes.
+#[test]
+fn accept_all_asks_before_destructive_hunks() {
+    let ws = Workspace::new(&[
+        (
+            "a.txt", b"alpha
+",
+        ),
+        (
+            "gone.txt",
+            b"keep me?
+",
+        ),
+    ])
+    .unwrap();
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            "echo ALPHA > a.txt
+rm gone.txt",
+        )
+        .unwrap();
+    let template = format!("{} {{prompt}}", agent.display());
+    let hub = ws.serve(&["--agent", &template]).unwrap();
+    let state = ws.state();
+    let mut scenario = Scenario::start(&ws, "destructive", Some(&state));
+    scenario.wait_mark("partial");
+    assert_eq!(ws.read_string("a.txt").unwrap(), "ALPHA\n");
+    assert_eq!(
+        ws.read_string("gone.txt").unwrap(),
+        "keep me?\n",
+        "left pending"
+    );
+    scenario.mark("checked", "");
+    scenario.finish(&[&hub]);
+    assert!(!ws.exists("gone.txt"), "confirmed: deleted");
+}
+
 /// `ui.style = "inline"`: the hunk overlaid in the real buffer and a quickfix list of all
 /// hunks; the inline keymaps decide. Also `:checkhealth hunkgate` and command completion.
 #[test]

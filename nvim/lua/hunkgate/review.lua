@@ -7,6 +7,7 @@ local config = require('hunkgate.config')
 local diff = require('hunkgate.diff')
 local nav = require('hunkgate.nav')
 local notify = require('hunkgate.notify')
+local visible = require('hunkgate.visible')
 
 local M = {}
 
@@ -618,8 +619,39 @@ M.undo = serial(function()
   decide(s, h, { action = 'undo' }, { advance = false })
 end)
 
+--- Before an accept-all with destructive hunks among `open` (deletions, renames, mode changes,
+--- large deletions), ask whether to land them too (`review.confirm`); `then_(confirm)` goes on,
+--- `confirm` true to include them. Without asking, the hub leaves them pending and says so.
+---@param open hunkgate.Hunk[]
+---@param then_ fun(confirm: boolean)
+local function ask_destructive(open, then_)
+  local risky = vim.tbl_filter(function(h)
+    return h.destructive
+  end, open)
+  if #risky == 0 or not config.get().review.confirm then
+    return then_(false)
+  end
+  local sess = M.session
+  local files = table.concat(vim.tbl_map(function(h)
+    return visible.line(h.file)
+  end, risky), ', ')
+  local choices = { 'all but the destructive ones', 'all, destructive ones too', 'cancel' }
+  vim.ui.select(choices, {
+    prompt = ('Accept all? %s destructive (%s: deletes, renames, mode or many lines)'):format(
+      #risky == 1 and '1 hunk is' or (#risky .. ' hunks are'),
+      files
+    ),
+  }, function(choice)
+    if M.session ~= sess or not choice or choice == 'cancel' then
+      return
+    end
+    then_(choice == choices[2])
+  end)
+end
+
 ---@param action 'accept'|'reject'
-local function decide_all(action)
+---@param confirm? boolean accept the destructive hunks too
+local function decide_all(action, confirm)
   local s = M.current()
   if not s then
     return warn('no review open (:Hunkgate review)')
@@ -629,6 +661,11 @@ local function decide_all(action)
   end, s.hunks)
   if #open == 0 then
     return notify.send('hunkgate: no hunks left to decide')
+  end
+  if action == 'accept' and confirm == nil then
+    return ask_destructive(open, function(yes)
+      decide_all(action, yes)
+    end)
   end
   -- Rejecting a pending hunk never writes, so only accepting has to avoid unsaved buffers.
   local files, skipped = {}, {}
@@ -650,6 +687,7 @@ local function decide_all(action)
   local left = #calls
   local sess = assert(M.session)
   sess.busy = true
+  local left_pending = {}
   for _, file in ipairs(calls) do
     src():decide_all(s.id, action, file or nil, function(resp)
       if not resp.success then
@@ -657,6 +695,9 @@ local function decide_all(action)
       else
         for _, f in ipairs(resp.data and resp.data.failed or {}) do
           failed[#failed + 1] = ('%s: %s'):format(f.hunk_id, f.error)
+        end
+        for _, k in ipairs(resp.data and resp.data.skipped_destructive or {}) do
+          left_pending[#left_pending + 1] = visible.line(k.why or k.hunk_id)
         end
         for _, d in ipairs(resp.data and resp.data.decided or {}) do
           table.insert(sess.history, d.hunk_id)
@@ -667,12 +708,15 @@ local function decide_all(action)
         if #failed > 0 then
           warn(('%s all: %s'):format(action, table.concat(failed, '; ')))
         end
+        if #left_pending > 0 then
+          warn(('left pending, destructive: %s (accept each by name)'):format(table.concat(left_pending, '; ')))
+        end
         if M.session == sess then
           M.render()
         end
         release(sess)
       end
-    end)
+    end, confirm)
   end
 end
 

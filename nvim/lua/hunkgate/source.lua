@@ -12,7 +12,7 @@
 ---@field root fun(self): string the checkout the decisions write to
 ---@field connected fun(self): boolean
 ---@field decide fun(self, sid: string, hunk_id: string, fields: {action: string, modifiedDiff?: string, lines?: integer[], comment?: string}, cb: fun(resp: table)) one decision; on success the hunk as the hub reports it is merged before `cb`, with the hunks a line-range decision added or its undo removed
----@field decide_all fun(self, sid: string, action: 'accept'|'reject', file: string?, cb: fun(resp: table)) every open hunk (of `file`); `data.decided`, `data.failed`
+---@field decide_all fun(self, sid: string, action: 'accept'|'reject', file: string?, cb: fun(resp: table), confirm: boolean?) every open hunk (of `file`); `data.decided`, `data.failed`, `data.skipped_destructive` (an accept without `confirm` leaves destructive hunks pending)
 ---@field finish fun(self, sid: string, action: 'finalize'|'discard', cb: fun(resp: table)) complete or discard; on success the suggestion is gone before `cb`
 ---@field subscribe fun(self, fn: fun(change: hunkgate.Change)) told of every change, whoever made it
 
@@ -73,8 +73,9 @@ function M.hub()
         end, cb, resp)
       end, { conn = conn })
     end,
-    decide_all = function(_, sid, action, file, cb)
-      hub.request({ type = 'feedback_all', suggestionId = sid, action = action, file = file }, cb, { conn = hub.owner(sid) })
+    decide_all = function(_, sid, action, file, cb, confirm)
+      local cmd = { type = 'feedback_all', suggestionId = sid, action = action, file = file, confirm = confirm or nil }
+      hub.request(cmd, cb, { conn = hub.owner(sid) })
     end,
     finish = function(_, sid, action, cb)
       local conn = hub.owner(sid)

@@ -16,6 +16,7 @@ local nav = require('hunkgate.nav')
 ---@field conflict? string
 ---@field merge? {outcome: 'clean'|'conflicted', diff: string, merged_against: string} a stale hunk's three-way merge
 ---@field comment? string
+---@field destructive? boolean deletes a file, renames one, changes its mode or deletes many lines
 
 ---@class hunkgate.Suggestion
 ---@field id string

@@ -97,6 +97,7 @@ pub async fn dispatch(hub: &Arc<Hub>, msg: ClientMsg) -> Result<Reply, AppError>
                     cmd.action,
                     cmd.file.as_deref(),
                     cmd.comment.as_deref(),
+                    cmd.confirm,
                 )
             })
             .await

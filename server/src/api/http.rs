@@ -55,6 +55,7 @@ pub fn router(hub: Arc<Hub>) -> Router {
         .route("/checkpoints/{id}/diff3", get(get_diff3))
         .route("/checkpoints/{id}/rollback", post(rollback))
         .route("/gc", post(collect_garbage))
+        .route("/restore", post(restore))
         .route("/events", get(events))
         .route("/ws", get(crate::api::ws::upgrade))
         .route("/agent/publish", post(agent_publish))
@@ -158,6 +159,17 @@ async fn collect_garbage(
         .blocking(move |h| h.collect_garbage(crate::gc::Trigger::Asked, cmd.dry_run))
         .await?;
     Ok(ok(to_json(&report)?))
+}
+
+/// `POST /restore {"path"}`: bring back the last version of a file an accepted hunk deleted
+/// ([`crate::decide::restore`]).
+async fn restore(
+    State(hub): State<Arc<Hub>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, AppError> {
+    let cmd: crate::protocol::RestoreCmd = parse_json(body)?;
+    let done = hub.blocking(move |h| h.restore(&cmd.path)).await?;
+    Ok(ok(done))
 }
 
 #[derive(serde::Deserialize)]

@@ -111,6 +111,15 @@ enum Cmd {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Bring back a file an accepted hunk deleted (a deletion, or the old path of a rename):
+    /// its last version, byte for byte and with its mode, for as long as its suggestion is
+    /// kept. Refuses, changing nothing, when something is at the path again.
+    Restore {
+        /// Relative to the repository root, as `show` names it.
+        path: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// Cancel a run (its id or a unique prefix) and wait until its agent has stopped.
     Cancel {
         run: String,
@@ -159,6 +168,10 @@ enum Cmd {
         /// hunk.
         #[arg(long, value_parser = review::parse_lines)]
         lines: Option<[usize; 2]>,
+        /// With no hunks named: accept the destructive ones too (file deletions, renames,
+        /// mode changes, large deletions), which an accept-all otherwise leaves pending.
+        #[arg(long)]
+        include_destructive: bool,
         #[arg(long)]
         comment: Option<String>,
         #[command(flatten)]
@@ -337,6 +350,7 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
         Cmd::Runs { all, client } => runs::runs(all, client).await,
         Cmd::Cancel { run, client } => runs::cancel(run, client).await,
         Cmd::Gc { dry_run, client } => gc::gc(dry_run, client).await,
+        Cmd::Restore { path, client } => review::restore(path, client).await,
         Cmd::Modify {
             id,
             hunk,
@@ -390,24 +404,29 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
             lines: _,
             comment,
             client,
+            ..
         } => review::accept_merged(client, id, hunks, sha, comment).await,
         Cmd::Accept {
             id,
             hunks,
             merged_against: None,
             lines,
+            include_destructive,
             comment,
             client,
-        } => review::decide(client, id, hunks, ("accept", lines), comment).await,
+        } => {
+            let action = ("accept", lines);
+            review::decide(client, id, hunks, action, comment, include_destructive).await
+        }
         Cmd::Reject {
             id,
             hunks,
             lines,
             comment,
             client,
-        } => review::decide(client, id, hunks, ("reject", lines), comment).await,
+        } => review::decide(client, id, hunks, ("reject", lines), comment, false).await,
         Cmd::Undo { id, hunks, client } => {
-            review::decide(client, id, hunks, ("undo", None), None).await
+            review::decide(client, id, hunks, ("undo", None), None, false).await
         }
         Cmd::Complete { id, action, client } => review::complete(id, action, client).await,
     }

@@ -61,6 +61,23 @@ fn summary_line(s: &SuggestionSummary) -> String {
     )
 }
 
+/// `restore PATH`: the hub puts back the last version of PATH an accepted hunk deleted.
+pub async fn restore(path: String, client: ClientArgs) -> anyhow::Result<ExitCode> {
+    let c = reviewer_client(&client).await?;
+    let v = c.post("/restore", json!({ "path": path })).await?;
+    if client.json {
+        println!("{v}");
+    } else {
+        let from = v["suggestion_id"].as_str().unwrap_or_default();
+        println!(
+            "restored  {} (deleted by suggestion {})",
+            visible_line(v["path"].as_str().unwrap_or(&path)),
+            visible_line(from)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 pub async fn show(id: String, client: ClientArgs) -> anyhow::Result<ExitCode> {
     let c = reviewer_client(&client).await?;
     let v = c.get(&format!("/suggestions/{id}")).await?;
@@ -97,11 +114,12 @@ pub fn print_suggestion(s: &SuggestionView) {
     }
     for (i, h) in s.hunks.iter().enumerate() {
         println!(
-            "\n[{}] {:<9} {:<7} {}",
+            "\n[{}] {:<9} {:<7} {}{}",
             i + 1,
             wire(&h.state),
             wire(&h.kind),
-            visible_line(&h.id)
+            visible_line(&h.id),
+            if h.destructive { "  DESTRUCTIVE" } else { "" }
         );
         if let Some(d) = &h.description {
             for line in d.split('\n') {
@@ -182,6 +200,7 @@ pub async fn decide(
     hunks: Vec<String>,
     (action, lines): (&str, Option<[usize; 2]>),
     comment: Option<String>,
+    include_destructive: bool,
 ) -> anyhow::Result<ExitCode> {
     if lines.is_some() && hunks.len() != 1 {
         bail!("--lines decides lines of one hunk: name exactly one (its number as `hunkgate show` prints it, or its id)");
@@ -198,7 +217,7 @@ pub async fn decide(
         hunks
     };
     let failed = if hunks.is_empty() {
-        decide_all(&client, id, action, comment).await?
+        decide_all(&client, id, action, comment, include_destructive).await?
     } else {
         decide_each(&client, id, hunks, (action, lines), comment).await?
     };
@@ -215,12 +234,14 @@ async fn decide_all(
     id: String,
     action: &str,
     comment: Option<String>,
+    confirm: bool,
 ) -> anyhow::Result<bool> {
     let c = reviewer_client(client).await?;
     let v = c
         .post(
             "/feedback/all",
-            json!({"suggestion_id": id, "action": action, "comment": comment}),
+            json!({"suggestion_id": id, "action": action, "comment": comment,
+                "confirm": confirm}),
         )
         .await?;
     if client.json {
@@ -238,7 +259,18 @@ async fn decide_all(
                 visible_line(&f.error)
             );
         }
+        for k in &r.skipped_destructive {
+            let why = k.why.as_deref().unwrap_or("destructive");
+            println!(
+                "SKIPPED   {}: {}",
+                visible_line(&k.hunk_id),
+                visible_line(why)
+            );
+        }
         println!("{} hunks remaining", r.remaining_hunks);
+        if let Some(m) = &r.message {
+            println!("{}", visible_line(m));
+        }
     }
     Ok(!r.failed.is_empty())
 }

@@ -210,6 +210,7 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<(ServeConfig, bool)> {
         max_concurrent_runs,
         read_limits: file.limits.read_limits(),
         retention: file.retention.resolve(),
+        review: file.review.resolve(),
     };
     Ok((cfg, port_given.is_some()))
 }

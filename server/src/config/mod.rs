@@ -57,6 +57,41 @@ pub struct FileConfig {
     /// How long finished work is kept, and how much of it ([`retention`]).
     #[serde(default)]
     pub retention: retention::RetentionFile,
+    /// How reviews go ([`ReviewFile`]).
+    #[serde(default)]
+    pub review: ReviewFile,
+}
+
+/// `[review]`.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewFile {
+    /// A hunk deleting more lines than this is destructive: an accept-all leaves it pending
+    /// unless confirmed (default
+    /// [`crate::model::suggestion::DEFAULT_DESTRUCTIVE_DELETED_LINES`]).
+    pub destructive_deleted_lines: Option<usize>,
+}
+
+impl ReviewFile {
+    pub fn resolve(&self) -> Review {
+        Review {
+            destructive_deleted_lines: self
+                .destructive_deleted_lines
+                .unwrap_or(crate::model::suggestion::DEFAULT_DESTRUCTIVE_DELETED_LINES),
+        }
+    }
+}
+
+/// The `[review]` settings, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Review {
+    pub destructive_deleted_lines: usize,
+}
+
+impl Default for Review {
+    fn default() -> Self {
+        ReviewFile::default().resolve()
+    }
 }
 
 /// `[provider]`: any OpenAI-compatible chat-completions server.
@@ -363,6 +398,8 @@ pub struct ServeConfig {
     pub read_limits: hunkgate_sandbox::limits::ReadLimits,
     /// What finished work is kept, and for how long (see [`crate::gc`]).
     pub retention: retention::Retention,
+    /// Which hunks an accept-all leaves pending unless confirmed.
+    pub review: Review,
 }
 
 /// `--max-runs` / `[limits] max_concurrent_runs`, else the number of CPU cores (at least 1).

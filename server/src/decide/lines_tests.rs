@@ -336,7 +336,7 @@ fn accepting_everything_after_a_partial_accept_gives_the_run() {
         .unwrap();
     let out = f
         .hub()
-        .decide_all("s1", crate::protocol::BulkAction::Accept, None, None)
+        .decide_all("s1", crate::protocol::BulkAction::Accept, None, None, false)
         .unwrap();
     assert_eq!(out["decided"].as_array().unwrap().len(), 2, "{out}");
     assert_eq!(out["remaining_hunks"], 0, "{out}");

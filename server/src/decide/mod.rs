@@ -12,6 +12,7 @@ pub mod lines;
 pub mod merge;
 pub mod overlay;
 pub mod recover;
+pub mod restore;
 pub mod review;
 pub mod steps;
 

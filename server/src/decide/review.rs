@@ -249,12 +249,73 @@ impl Hub {
     /// each file is written once. A hunk that does not apply is recorded as a conflict and the
     /// others go on. If the checkout changes between the plan and the write, the hunks are
     /// decided one at a time instead.
+    ///
+    /// An accept leaves the destructive hunks pending unless `confirm` (see
+    /// [`crate::model::suggestion::mark_destructive`]); the answer lists them
+    /// (`skipped_destructive`) and says how to land them.
     pub fn decide_all(
         &self,
         suggestion_id: &str,
         action: BulkAction,
         file: Option<&str>,
         comment: Option<&str>,
+        confirm: bool,
+    ) -> Result<serde_json::Value, AppError> {
+        let skip = action == BulkAction::Accept && !confirm;
+        let mut answer = self.decide_bulk(suggestion_id, action, file, comment, skip)?;
+        if skip {
+            self.note_skipped(&mut answer, file)?;
+        }
+        Ok(answer)
+    }
+
+    /// Add to a bulk accept's answer the destructive hunks it left pending (of `file`, when
+    /// it was one file's), and a message saying how to accept them.
+    fn note_skipped(
+        &self,
+        answer: &mut serde_json::Value,
+        file: Option<&str>,
+    ) -> Result<(), AppError> {
+        let st = self.lock()?;
+        let sid = answer["suggestion_id"].as_str().unwrap_or_default();
+        let Some(s) = st.suggestions.get(sid) else {
+            return Ok(());
+        };
+        let left: Vec<&HunkRec> = s
+            .hunks
+            .iter()
+            .filter(|h| skipped_destructive(h) && file.is_none_or(|f| h.file == f))
+            .collect();
+        if left.is_empty() {
+            return Ok(());
+        }
+        let why: Vec<String> = left.iter().filter_map(|h| h.destructive_why()).collect();
+        let n = left.len();
+        answer["message"] = serde_json::Value::String(format!(
+            "{n} destructive hunk{s} left pending ({list}): accept {them} by name, or accept all again with confirm (hunkgate accept --include-destructive)",
+            s = if n == 1 { "" } else { "s" },
+            list = why.join("; "),
+            them = if n == 1 { "it" } else { "them" },
+        ));
+        let skipped = left
+            .iter()
+            .map(|h| {
+                serde_json::json!({"hunk_id": h.id, "file": h.file, "kind": h.kind,
+                    "why": h.destructive_why()})
+            })
+            .collect();
+        answer["skipped_destructive"] = serde_json::Value::Array(skipped);
+        Ok(())
+    }
+
+    /// [`Hub::decide_all`]'s decision: `skip_destructive` leaves the destructive hunks out.
+    fn decide_bulk(
+        &self,
+        suggestion_id: &str,
+        action: BulkAction,
+        file: Option<&str>,
+        comment: Option<&str>,
+        skip_destructive: bool,
     ) -> Result<serde_json::Value, AppError> {
         self.quiet().note();
         let mut st = self.lock()?;
@@ -271,7 +332,9 @@ impl Hub {
         let picked: Vec<usize> = (0..s.hunks.len())
             .filter(|&i| {
                 let h = &s.hunks[i];
-                !h.state.reviewed() && file.is_none_or(|f| h.file == f)
+                !h.state.reviewed()
+                    && file.is_none_or(|f| h.file == f)
+                    && !(skip_destructive && h.destructive)
             })
             .collect();
         let ask = Ask {
@@ -514,6 +577,11 @@ pub(crate) struct Ask<'a> {
 pub(crate) enum Step {
     Planned(HunkState, apply::Plan, AppliedAction),
     Conflict(String),
+}
+
+/// A destructive hunk an accept-all leaves for the reviewer to confirm: one not decided yet.
+fn skipped_destructive(h: &HunkRec) -> bool {
+    h.destructive && !h.state.reviewed()
 }
 
 pub(super) fn already(message: String) -> AppError {

@@ -50,6 +50,7 @@ fn config(tmp: &Path) -> ServeConfig {
         max_concurrent_runs: 1,
         read_limits: Default::default(),
         retention: Default::default(),
+        review: Default::default(),
     }
 }
 
@@ -114,6 +115,18 @@ impl Fixture {
 
     /// [`Fixture::suggest`] of two trees made by the caller (with modes of its choosing).
     fn suggest_trees(&self, id: &str, b: FlatTree, r: FlatTree) -> Suggestion {
+        self.suggest_marking(id, b, r, None)
+    }
+
+    /// [`Fixture::suggest_trees`], its destructive hunks marked as a publish marks them when
+    /// `max_deleted_lines` is given.
+    fn suggest_marking(
+        &self,
+        id: &str,
+        b: FlatTree,
+        r: FlatTree,
+        max_deleted_lines: Option<usize>,
+    ) -> Suggestion {
         let store = self.hub().store();
         let bc = store
             .commit(store.write_tree(&b).unwrap(), &[], "base")
@@ -122,7 +135,10 @@ impl Fixture {
             .commit(store.write_tree(&r).unwrap(), &[bc], "run")
             .unwrap();
         let changes = hunkgate_sandbox::store::changes_between(&b, &r);
-        let hunks = build_hunks(Blobs::stored(store), id, &b, &changes, &|_| true).unwrap();
+        let mut hunks = build_hunks(Blobs::stored(store), id, &b, &changes, &|_| true).unwrap();
+        if let Some(max) = max_deleted_lines {
+            crate::model::suggestion::mark_destructive(&mut hunks, max);
+        }
         let s = Suggestion {
             id: id.into(),
             run_id: format!("run-{id}"),
@@ -477,7 +493,7 @@ fn accept_all_writes_each_file_once_and_lands_every_hunk() {
     assert_eq!(s.hunks.len(), 5);
     let out = f
         .hub()
-        .decide_all("s1", crate::protocol::BulkAction::Accept, None, None)
+        .decide_all("s1", crate::protocol::BulkAction::Accept, None, None, false)
         .unwrap();
     assert_eq!(out["decided"].as_array().unwrap().len(), 5, "{out}");
     assert_eq!(out["remaining_hunks"], 0);
@@ -522,7 +538,7 @@ fn accept_all_keeps_only_the_versions_its_write_names() {
     }
     let out = f
         .hub()
-        .decide_all("s1", crate::protocol::BulkAction::Accept, None, None)
+        .decide_all("s1", crate::protocol::BulkAction::Accept, None, None, false)
         .unwrap();
     assert_eq!(out["decided"].as_array().unwrap().len(), 20, "{out}");
     assert_eq!(f.read("a.txt"), versions[20]);
@@ -579,7 +595,7 @@ fn accept_all_of_a_file_whose_lines_and_mode_change_writes_it_once() {
     assert!(kinds.contains(&HunkKind::Mode), "{kinds:?}");
     let out = f
         .hub()
-        .decide_all("s1", crate::protocol::BulkAction::Accept, None, None)
+        .decide_all("s1", crate::protocol::BulkAction::Accept, None, None, false)
         .unwrap();
     assert_eq!(out["decided"].as_array().unwrap().len(), 3, "{out}");
     assert_eq!(f.read("a.sh"), run[0].1);
@@ -630,7 +646,7 @@ fn accept_all_records_a_conflicting_hunk_and_applies_the_rest() {
     std::fs::write(f.path("a.txt"), &mine).unwrap();
     let out = f
         .hub()
-        .decide_all("s1", crate::protocol::BulkAction::Accept, None, None)
+        .decide_all("s1", crate::protocol::BulkAction::Accept, None, None, false)
         .unwrap();
     assert_eq!(out["decided"].as_array().unwrap().len(), 2, "{out}");
     assert_eq!(out["failed"][0]["hunk_id"], s.hunks[1].id.as_str());
@@ -917,7 +933,7 @@ fn accept_all_of_a_symlink_that_became_a_directory_removes_the_link_first() {
     );
     let out = f
         .hub()
-        .decide_all("s2", crate::protocol::BulkAction::Accept, None, None)
+        .decide_all("s2", crate::protocol::BulkAction::Accept, None, None, false)
         .unwrap();
     assert_eq!(out["failed"], serde_json::json!([]), "{out}");
     assert_eq!(
@@ -1023,4 +1039,75 @@ fn a_merged_decision_cut_off_after_its_write_is_finished_on_restart_once() {
     f.reopen();
     assert_eq!(f.feedback().len(), fb.len(), "never logged twice");
     assert_eq!(f.read("a.txt"), merged, "applied once");
+}
+
+/// An accept-all leaves the destructive hunks (here a deletion, and an edit deleting more
+/// lines than the threshold) pending and says so; confirmed, they land. A deleted file comes
+/// back with `restore`, after a restart too, and `restore` never overwrites a file that is
+/// there again.
+#[test]
+fn accept_all_skips_destructive_hunks_and_restore_brings_back_a_deletion() {
+    let base = vec![
+        ("a.txt", numbered(10, &[])),
+        ("big.txt", numbered(10, &[])),
+        ("gone.txt", "bye\n".to_string()),
+    ];
+    let run = vec![
+        ("a.txt", numbered(10, &[(3, "A3")])),
+        ("big.txt", "line 1\n".to_string()),
+    ];
+    let mut f = Fixture::new(&base);
+    let s = f.suggest_marking("s1", f.tree(&base), f.tree(&run), Some(5));
+    let marked: Vec<(&str, bool)> = s
+        .hunks
+        .iter()
+        .map(|h| (h.file.as_str(), h.destructive))
+        .collect();
+    assert_eq!(
+        marked,
+        vec![("a.txt", false), ("big.txt", true), ("gone.txt", true)]
+    );
+    let accept = crate::protocol::BulkAction::Accept;
+    let out = f.hub().decide_all("s1", accept, None, None, false).unwrap();
+    assert_eq!(out["decided"].as_array().unwrap().len(), 1, "{out}");
+    let skipped: Vec<&str> = out["skipped_destructive"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["hunk_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(skipped, vec!["s1:big.txt:0", "s1:gone.txt:0"]);
+    assert_eq!(
+        out["message"],
+        "2 destructive hunks left pending (deletes 9 lines of big.txt; deletes gone.txt): accept them by name, or accept all again with confirm (hunkgate accept --include-destructive)"
+    );
+    assert_eq!(f.read("a.txt"), run[0].1);
+    assert_eq!(f.read("gone.txt"), "bye\n");
+    assert_eq!(f.read("big.txt"), base[1].1);
+    // Nothing to restore while nothing was deleted.
+    let err = f.hub().restore("gone.txt").unwrap_err();
+    assert_eq!(err.error_code(), ErrorCode::NotFound, "{err}");
+
+    let out = f.hub().decide_all("s1", accept, None, None, true).unwrap();
+    assert_eq!(out["decided"].as_array().unwrap().len(), 2, "{out}");
+    assert!(out.get("skipped_destructive").is_none(), "{out}");
+    assert!(!f.path("gone.txt").exists());
+    assert_eq!(f.read("big.txt"), "line 1\n");
+
+    f.reopen();
+    let done = f.hub().restore("gone.txt").unwrap();
+    assert_eq!(done["hunk_id"], "s1:gone.txt:0");
+    assert_eq!(f.read("gone.txt"), "bye\n");
+    let restores: Vec<serde_json::Value> = f
+        .feedback()
+        .into_iter()
+        .filter(|l| l["action"] == "restore")
+        .collect();
+    assert_eq!(restores.len(), 1);
+    assert_eq!(restores[0]["outcome"], "restored");
+    // There again, edited: restore refuses and changes nothing.
+    std::fs::write(f.path("gone.txt"), "mine\n").unwrap();
+    let err = f.hub().restore("gone.txt").unwrap_err();
+    assert_eq!(err.error_code(), ErrorCode::Conflict, "{err}");
+    assert_eq!(f.read("gone.txt"), "mine\n");
 }

@@ -386,6 +386,7 @@ mod tests {
             description: None,
             lines: None,
             parent: None,
+            destructive: false,
         }
     }
 

@@ -108,6 +108,10 @@ pub struct HunkRec {
     /// the file as that decision left it ([`crate::decide::lines`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
+    /// Deletes a file, renames it, changes its mode or deletes many lines
+    /// ([`mark_destructive`]): an accept-all leaves it pending unless confirmed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub destructive: bool,
 }
 
 /// A hunk's patch in the journal: its unified-diff text (`"@@ -2,7 +2,7 @@\n ctx\n-old\n+new\n…"`,
@@ -246,7 +250,52 @@ impl HunkRec {
             conflict: self.conflict.clone(),
             description: self.description.clone(),
             merge: self.merge.clone(),
+            destructive: self.destructive,
         }
+    }
+
+    /// What makes this hunk destructive, in words (None: it is not).
+    pub fn destructive_why(&self) -> Option<String> {
+        if !self.destructive {
+            return None;
+        }
+        Some(match self.kind {
+            HunkKind::Rename => format!(
+                "renames {} to {}",
+                self.old_path.as_deref().unwrap_or("?"),
+                self.file
+            ),
+            HunkKind::Mode => format!("changes the mode of {}", self.file),
+            _ if self.old.is_some() && self.new.is_none() => format!("deletes {}", self.file),
+            _ => format!("deletes {} lines of {}", self.removed_lines(), self.file),
+        })
+    }
+
+    /// Lines this hunk removes from the file.
+    fn removed_lines(&self) -> usize {
+        self.patch.as_ref().map_or(0, |p| {
+            p.lines
+                .iter()
+                .filter(|l| matches!(l, hunkgate_patch::HunkLine::Remove(_)))
+                .count()
+        })
+    }
+}
+
+/// The lines a hunk may delete before it counts as destructive, unless the config says
+/// otherwise (`[review] destructive_deleted_lines`).
+pub const DEFAULT_DESTRUCTIVE_DELETED_LINES: usize = 50;
+
+/// Mark the hunks an accept-all must not land unasked (seed 002, "pre-approval only for
+/// destructive actions"): those that delete a file (of any kind), rename one, change its mode,
+/// or delete more than `max_deleted_lines` lines. What they remove is gone from the checkout
+/// once accepted, so the reviewer says yes to each of them, or to all of them knowingly.
+pub fn mark_destructive(hunks: &mut [HunkRec], max_deleted_lines: usize) {
+    for h in hunks {
+        let deletes_file = h.old.is_some() && h.new.is_none();
+        h.destructive = deletes_file
+            || matches!(h.kind, HunkKind::Rename | HunkKind::Mode | HunkKind::Delete)
+            || h.removed_lines() > max_deleted_lines;
     }
 }
 
@@ -454,6 +503,7 @@ pub fn build_hunks_with(
             description: None,
             lines: None,
             parent: None,
+            destructive: false,
         };
         let recs = match renames.get(*path) {
             Some(from) => {
@@ -731,6 +781,7 @@ mod tests {
             description: None,
             lines: None,
             parent: None,
+            destructive: false,
         }
     }
 
@@ -1091,5 +1142,77 @@ mod tests {
             e.to_string().contains("an object id of 40 hex digits"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn destructive_are_deletions_renames_mode_changes_and_large_deletions() {
+        let side = Some(Side {
+            mode: Mode::File,
+            oid: ObjectId::from_hex(b"0123456789012345678901234567890123456789").unwrap(),
+        });
+        let removing = |n: usize| {
+            let body: String = (0..n).map(|i| format!("-gone {i}\n")).collect();
+            hunkgate_patch::parse_hunks(&format!("@@ -1,{n} +0,0 @@\n{body}")).unwrap()[0].clone()
+        };
+        let mut edit = rec("edit.txt", Some(removing(3)));
+        edit.old = side.clone();
+        edit.new = side.clone();
+        let mut big = rec("big.txt", Some(removing(4)));
+        big.old = side.clone();
+        big.new = side.clone();
+        let mut deleted = rec("gone.txt", Some(removing(1)));
+        deleted.kind = HunkKind::Delete;
+        deleted.old = side.clone();
+        let mut binary_gone = rec("img.bin", None);
+        binary_gone.kind = HunkKind::Binary;
+        binary_gone.old = side.clone();
+        let mut binary_changed = binary_gone.clone();
+        binary_changed.new = side.clone();
+        let mut moved = rec("new.txt", None);
+        moved.kind = HunkKind::Rename;
+        moved.old_path = Some("old.txt".into());
+        moved.old = side.clone();
+        moved.new = side.clone();
+        let mut chmod = rec("run.sh", None);
+        chmod.kind = HunkKind::Mode;
+        chmod.old = side.clone();
+        chmod.new = side.clone();
+        let mut created = rec("new.rs", None);
+        created.kind = HunkKind::Create;
+        created.new = side.clone();
+        let mut hunks = vec![
+            edit,
+            big,
+            deleted,
+            binary_gone,
+            binary_changed,
+            moved,
+            chmod,
+            created,
+        ];
+        mark_destructive(&mut hunks, 3);
+        let why: Vec<Option<String>> = hunks.iter().map(HunkRec::destructive_why).collect();
+        assert_eq!(
+            why,
+            vec![
+                None,
+                Some("deletes 4 lines of big.txt".into()),
+                Some("deletes gone.txt".into()),
+                Some("deletes img.bin".into()),
+                None,
+                Some("renames old.txt to new.txt".into()),
+                Some("changes the mode of run.sh".into()),
+                None,
+            ]
+        );
+        assert!(hunks.iter().all(|h| h.view().destructive == h.destructive));
+        // Journaled only when set, read back as it was.
+        let text = serde_json::to_string(&hunks[1]).unwrap();
+        assert!(text.contains("\"destructive\":true"), "{text}");
+        let back: HunkRec = serde_json::from_str(&text).unwrap();
+        assert!(back.destructive);
+        assert!(!serde_json::to_string(&hunks[0])
+            .unwrap()
+            .contains("destructive"));
     }
 }

@@ -218,6 +218,15 @@ pub enum Event {
         answer: String,
         skipped: bool,
     },
+    /// `restore`: a file an accepted hunk deleted is back in the checkout.
+    #[serde(rename = "file.restored")]
+    FileRestored {
+        seq: u64,
+        path: String,
+        /// The suggestion and hunk whose accept deleted it.
+        suggestion_id: String,
+        hunk_id: String,
+    },
     #[serde(rename = "suggestion.completed")]
     Completed {
         seq: u64,
@@ -243,7 +252,8 @@ impl Event {
             | Event::ToolRequested { seq, .. }
             | Event::ToolCompleted { seq, .. }
             | Event::ClarificationRequested { seq, .. }
-            | Event::ClarificationReceived { seq, .. } => *seq = value,
+            | Event::ClarificationReceived { seq, .. }
+            | Event::FileRestored { seq, .. } => *seq = value,
         }
     }
 }

@@ -118,6 +118,11 @@ pub struct HunkView {
     /// `conflict` (and, once a clean one landed, what landed): see [`HunkMerge`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub merge: Option<HunkMerge>,
+    /// Deletes a file, renames it, changes its mode or deletes more lines than
+    /// `[review] destructive_deleted_lines`: an accept-all leaves it pending unless it is
+    /// confirmed (`confirm: true`); accepting it by name is enough.
+    #[serde(default)]
+    pub destructive: bool,
 }
 
 /// A stale hunk merged three ways — the run's base version of the file, the user's file as it
@@ -377,6 +382,9 @@ pub struct FeedbackAllCmd {
     pub file: Option<String>,
     #[serde(default)]
     pub comment: Option<String>,
+    /// Accept the destructive hunks too (an accept-all leaves them pending without it).
+    #[serde(default)]
+    pub confirm: bool,
     #[serde(default, rename = "type")]
     pub _type: Option<String>,
     #[serde(default)]
@@ -454,6 +462,14 @@ pub enum RollbackMode {
     HardAll,
     /// Reverse-apply only the listed hunks; refuse, touching nothing, where newer edits overlap.
     ScopedSelected,
+}
+
+/// `POST /restore`: bring back a file an accepted hunk deleted.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestoreCmd {
+    /// Relative to the repository root, as the hunk named it.
+    pub path: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -26,6 +26,23 @@ pub struct BulkReply {
     pub decided: Vec<BulkDecided>,
     pub failed: Vec<BulkFailed>,
     pub remaining_hunks: usize,
+    /// The destructive hunks an accept-all without `confirm` left pending.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped_destructive: Vec<BulkSkipped>,
+    /// What was left pending and how to accept it, when something was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// A destructive hunk an accept-all left pending.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BulkSkipped {
+    pub hunk_id: String,
+    pub file: String,
+    pub kind: super::HunkKind,
+    /// In words: "deletes old.txt", "renames a to b", "deletes 80 lines of big.txt".
+    #[serde(default)]
+    pub why: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

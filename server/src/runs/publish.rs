@@ -15,7 +15,9 @@ use crate::hub::registry::{poisoned, Active};
 use crate::hub::{Hub, NewSuggestion};
 use crate::model::now;
 use crate::model::run::RunRec;
-use crate::model::suggestion::{attach_notes, build_hunks_with, Blobs, HunkRec, Suggestion};
+use crate::model::suggestion::{
+    attach_notes, build_hunks_with, mark_destructive, Blobs, HunkRec, Suggestion,
+};
 use crate::protocol::{ErrorCode, Event, HunkNote, RunState, SuggestionView};
 
 impl Hub {
@@ -160,6 +162,7 @@ impl Hub {
             let mut hunks = hunks.map_err(|e| publish_error(&e))?;
             let unmatched = attach_notes(&mut hunks, capped_notes(&notes));
             cap_descriptions(&mut hunks);
+            mark_destructive(&mut hunks, self.cfg().review.destructive_deleted_lines);
             if !unmatched.is_empty() {
                 tracing::info!(?unmatched, "hunk descriptions that match no hunk");
             }

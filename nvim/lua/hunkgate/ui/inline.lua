@@ -107,7 +107,7 @@ function Inline:_quickfix(ctx)
     items[#items + 1] = {
       filename = ctx.root .. '/' .. h.file,
       lnum = math.max(1, hd.new_start or hd.old_start or 1),
-      text = visible.line(('[%s] %s'):format(h.state, first_change_text(h))),
+      text = visible.line(('[%s]%s %s'):format(h.state, h.destructive and ' DESTRUCTIVE' or '', first_change_text(h))),
       user_data = { hunkgate = h.id },
     }
   end
@@ -168,7 +168,12 @@ function Inline:show(ctx)
   self.positions = {}
 
   local p = nav.is_modifiable(h.kind) and diff.parse(h.diff or '') or nil
-  local text = (' hunkgate %d/%d [%s] '):format(ctx.index, #ctx.suggestion.hunks, h.state)
+  local text = (' hunkgate %d/%d [%s]%s '):format(
+    ctx.index,
+    #ctx.suggestion.hunks,
+    h.state,
+    h.destructive and ' DESTRUCTIVE' or ''
+  )
   local label = { { text, 'HunkgateDescription' } }
   if not p then
     vim.api.nvim_buf_set_extmark(buf, ns, 0, 0, { virt_lines_above = true, virt_lines = { label } })
