@@ -50,6 +50,7 @@ impl Fixture {
             max_concurrent_runs: 1,
             read_limits: Default::default(),
             retention: Default::default(),
+            sensitive: Default::default(),
         };
         let started = open_hub(cfg, port, CancellationToken::new()).unwrap();
         Self { _tmp: tmp, started }

@@ -6,6 +6,7 @@
 pub mod checks;
 pub mod provider;
 pub mod retention;
+pub mod sensitive;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -57,6 +58,9 @@ pub struct FileConfig {
     /// How long finished work is kept, and how much of it ([`retention`]).
     #[serde(default)]
     pub retention: retention::RetentionFile,
+    /// Which files never enter a sandbox nor a suggestion ([`sensitive`]).
+    #[serde(default)]
+    pub sensitive: sensitive::SensitiveFile,
 }
 
 /// `[provider]`: any OpenAI-compatible chat-completions server.
@@ -363,6 +367,8 @@ pub struct ServeConfig {
     pub read_limits: hunkgate_sandbox::limits::ReadLimits,
     /// What finished work is kept, and for how long (see [`crate::gc`]).
     pub retention: retention::Retention,
+    /// `[sensitive]`: more files that stay home, and files that may go (see [`sensitive`]).
+    pub sensitive: sensitive::SensitiveFile,
 }
 
 /// `--max-runs` / `[limits] max_concurrent_runs`, else the number of CPU cores (at least 1).

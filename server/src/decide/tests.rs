@@ -50,6 +50,7 @@ fn config(tmp: &Path) -> ServeConfig {
         max_concurrent_runs: 1,
         read_limits: Default::default(),
         retention: Default::default(),
+        sensitive: Default::default(),
     }
 }
 
