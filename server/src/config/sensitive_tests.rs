@@ -57,7 +57,10 @@ fn extra_widens_and_allow_narrows() {
     assert!(p.is_sensitive("infra/prod.tfstate"));
     assert!(p.is_sensitive("private/notes.txt"));
     assert!(!p.is_sensitive(".env.example"));
-    assert!(p.is_sensitive(".env.local"), "allow names one file, not the rule");
+    assert!(
+        p.is_sensitive(".env.local"),
+        "allow names one file, not the rule"
+    );
 }
 
 #[test]

@@ -18,7 +18,10 @@ pub(crate) const KEYS: &[(&str, &str)] = &[
         "anthropic",
         "sk-ant-api03-Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2Ji1Hg0Fe-dC_bA9zY8xW7vU6tS5rQ4pO3nM2lK1jI0hG",
     ),
-    ("slack", "xoxb-2048123456-4096789012-Ab3Cd5Ef7Gh9Ij1Kl3Mn5Op7"),
+    (
+        "slack",
+        "xoxb-2048123456-4096789012-Ab3Cd5Ef7Gh9Ij1Kl3Mn5Op7",
+    ),
     ("stripe", "sk_live_51HxYzAbCdEfGhIjKlMnOpQrStUv"),
     ("google", "AIzaSyD4fG7hJ9kL2mN5pQ8rS1tU4vW7xY0zA3b"),
 ];
@@ -41,7 +44,10 @@ fn an_aws_secret_key_assignment_is_redacted() {
     let out = redact(text);
     assert!(!out.contains("wJalrXUtnFEMI"), "{out}");
     assert!(!out.contains("AKIAIOSFODNN7EXAMPLE"), "{out}");
-    assert!(out.contains("aws_secret_access_key = [REDACTED:assignment]"), "{out}");
+    assert!(
+        out.contains("aws_secret_access_key = [REDACTED:assignment]"),
+        "{out}"
+    );
 }
 
 #[test]
