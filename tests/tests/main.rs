@@ -28,5 +28,6 @@ mod real_models;
 mod review;
 mod runs;
 mod security;
+mod sensitive;
 mod slots;
 mod smoke;
