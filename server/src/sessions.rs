@@ -266,6 +266,10 @@ impl Hub {
     /// Append to the history of the session `run_id` belongs to. History is best effort: a
     /// failure is logged and never fails the run.
     pub fn history(&self, run_id: &str, mut entry: Entry) {
+        // What a tool read or a model said is kept, and sent back to the model as context, only
+        // with secret-looking strings taken out (see [`crate::model::redact`]).
+        entry.content = crate::model::redact::redacted(&entry.content);
+        entry.call = entry.call.as_deref().map(crate::model::redact::redacted);
         let result = (|| -> Result<(), AppError> {
             let mut st = self.lock()?;
             let Some(sid) = st.runs.get(run_id).and_then(|r| r.session_id.clone()) else {

@@ -30,6 +30,7 @@ mod real_models;
 mod review;
 mod runs;
 mod security;
+mod sensitive;
 mod slots;
 mod smoke;
 mod user_writes;

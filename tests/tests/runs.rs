@@ -1076,7 +1076,7 @@ pub(crate) fn in_repo(repo: &std::path::Path, script: &str) -> String {
     )
 }
 
-/// A file tracked under an ignore rule (`t.log` with `*.log`, a `.env`) that the user then
+/// A file tracked under an ignore rule (`t.log` with `*.log`, `local.conf`) that the user then
 /// untracks (`git rm --cached`, committed) reaches no later run's sandbox — with the hub that
 /// synced it there, and with a hub started afresh over the same state (the untracking made
 /// while it was down). Control: while tracked, the agent sees both files. `start` starts the hub (`--max-runs 1`), `git`
@@ -1088,8 +1088,8 @@ pub(crate) fn untracked_files_leave_every_sandbox(
     out: &std::path::Path,
 ) {
     git(
-        "printf '*.log\\n.env\\nbuild/\\n' > .gitignore && echo log > t.log && \
-         echo SECRET=1 > .env && git add .gitignore && git add -f t.log .env && \
+        "printf '*.log\\nlocal.conf\\nbuild/\\n' > .gitignore && echo log > t.log && \
+         echo SETTING=1 > local.conf && git add .gitignore && git add -f t.log local.conf && \
          git commit -qm tracked",
     );
     let listed =
@@ -1102,27 +1102,27 @@ pub(crate) fn untracked_files_leave_every_sandbox(
     run(&hub, "one");
     let one = listed("one");
     assert!(
-        one.contains("./t.log\n") && one.contains("./.env\n"),
+        one.contains("./t.log\n") && one.contains("./local.conf\n"),
         "tracked: {one}"
     );
-    git("git rm -q --cached t.log .env && git commit -qm untracked");
+    git("git rm -q --cached t.log local.conf && git commit -qm untracked");
     run(&hub, "two");
     let two = listed("two");
     assert!(
-        !two.contains("t.log") && !two.contains(".env"),
+        !two.contains("t.log") && !two.contains("local.conf"),
         "untracked: {two}"
     );
 
-    git("git add -f t.log .env && git commit -qm again");
+    git("git add -f t.log local.conf && git commit -qm again");
     run(&hub, "three");
     assert!(listed("three").contains("./t.log\n"), "{}", listed("three"));
     hub.stop().unwrap();
-    git("git rm -q --cached t.log .env && git commit -qm untracked && echo touched >> t.log");
+    git("git rm -q --cached t.log local.conf && git commit -qm untracked && echo touched >> t.log");
     let hub = start();
     run(&hub, "four");
     let four = listed("four");
     assert!(
-        !four.contains("t.log") && !four.contains(".env"),
+        !four.contains("t.log") && !four.contains("local.conf"),
         "after a restart: {four}"
     );
 }

@@ -196,6 +196,12 @@ pub(crate) enum ToolFailure {
 
 /// Run a file tool in the sandbox, as the sandbox user, off the async runtime.
 pub(crate) async fn run_file_tool(run: &BuiltinRun, tool: &FileTool) -> Result<Value, ToolFailure> {
+    if let Some(path) = tool_paths(tool)
+        .into_iter()
+        .find(|p| run.sensitive.is_sensitive(p))
+    {
+        return Err(ToolFailure::Message(sensitive_refusal(path)));
+    }
     let sandbox = run.sandbox.clone();
     let request = ToolRequest {
         tool: tool.clone(),
@@ -214,6 +220,27 @@ pub(crate) async fn run_file_tool(run: &BuiltinRun, tool: &FileTool) -> Result<V
             )))
         }
     }
+}
+
+/// The paths a file tool names (a listing or a search names none: the sandbox holds no
+/// sensitive file for them to find).
+fn tool_paths(tool: &FileTool) -> Vec<&str> {
+    match tool {
+        FileTool::ListFiles { .. } | FileTool::SearchProject { .. } => vec![],
+        FileTool::ReadFile { file_path, .. }
+        | FileTool::WriteFile { file_path, .. }
+        | FileTool::DeleteFile { file_path } => vec![file_path],
+        FileTool::EditFile(e) => vec![&e.file_path],
+        FileTool::MoveFile { from_path, to_path } => vec![from_path, to_path],
+    }
+}
+
+/// What the model is told when it names a sensitive file.
+fn sensitive_refusal(path: &str) -> String {
+    format!(
+        "refused: {path:?} is a sensitive file (hunkgate's sensitive-file policy): it is not in \
+         the sandbox, and it cannot be read, written, moved or deleted; leave it to the user"
+    )
 }
 
 /// How long a command may run: what the model asked for, at most the configured limit and

@@ -35,6 +35,8 @@ pub struct BuiltinRun {
     /// Session context: pinned rows, earlier chat, decisions on earlier suggestions.
     pub context: Vec<Message>,
     pub sandbox: Arc<dyn Sandbox>,
+    /// The run's sensitive-file policy: its file tools refuse those paths.
+    pub sensitive: Arc<crate::config::sensitive::Policy>,
     pub provider: Arc<dyn Provider>,
     pub limits: LoopLimits,
     pub cancel: CancellationToken,

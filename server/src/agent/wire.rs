@@ -9,24 +9,30 @@ use crate::agent::provider::{error_message, Attempt};
 use crate::model::chat::{Message, ProviderError, StepResult, StopReason, ToolCall, Usage};
 use crate::model::text::{error_chain, shorten};
 
+/// A message as the OpenAI chat-completions API takes it.
+///
+/// Every text in it goes out with secret-looking strings taken out (see
+/// [`crate::model::redact`]): a model provider never receives one the agent came across.
 pub(crate) fn wire_message(m: &Message) -> Value {
+    let r = crate::model::redact::redacted;
     match m {
-        Message::System { content } => json!({"role": "system", "content": content}),
-        Message::User { content } => json!({"role": "user", "content": content}),
+        Message::System { content } => json!({"role": "system", "content": r(content)}),
+        Message::User { content } => json!({"role": "user", "content": r(content)}),
         Message::Assistant {
             content,
             tool_calls,
         } => {
             // Never `null`: servers that validate the OpenAI schema strictly (llama-cpp-python)
             // refuse a null content even beside tool calls, and "" means the same to all.
-            let mut v = json!({"role": "assistant", "content": content.as_deref().unwrap_or("")});
+            let mut v =
+                json!({"role": "assistant", "content": r(content.as_deref().unwrap_or(""))});
             if !tool_calls.is_empty() {
                 v["tool_calls"] = Value::Array(
                     tool_calls
                         .iter()
                         .map(|c| {
                             json!({"id": c.tool_call_id, "type": "function",
-                                "function": {"name": c.name, "arguments": c.arguments}})
+                                "function": {"name": c.name, "arguments": r(&c.arguments)}})
                         })
                         .collect(),
                 );
@@ -38,7 +44,7 @@ pub(crate) fn wire_message(m: &Message) -> Value {
             name,
             content,
         } => {
-            json!({"role": "tool", "tool_call_id": tool_call_id, "name": name, "content": content})
+            json!({"role": "tool", "tool_call_id": tool_call_id, "name": name, "content": r(content)})
         }
     }
 }

@@ -51,6 +51,7 @@ impl Fixture {
             read_limits: Default::default(),
             retention: Default::default(),
             review: Default::default(),
+            sensitive: Default::default(),
         };
         let started = open_hub(cfg, port, CancellationToken::new()).unwrap();
         Self { _tmp: tmp, started }

@@ -139,6 +139,7 @@ async fn bind(host: &str, port: u16, port_given: bool) -> anyhow::Result<tokio::
 /// Flags > environment > config file > defaults; and whether any of them named the port.
 fn serve_config(args: ServeArgs) -> anyhow::Result<(ServeConfig, bool)> {
     let file = config::load_file(args.config.as_deref())?;
+    file.sensitive.check()?;
     let repo = super::repo_root(args.repo)?;
     let detected_vcs = Vcs::detect(&repo);
     let host = config::resolve_host(args.host, &file);
@@ -211,6 +212,7 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<(ServeConfig, bool)> {
         read_limits: file.limits.read_limits(),
         retention: file.retention.resolve(),
         review: file.review.resolve(),
+        sensitive: file.sensitive.clone(),
     };
     Ok((cfg, port_given.is_some()))
 }

@@ -6,6 +6,7 @@
 pub mod checks;
 pub mod provider;
 pub mod retention;
+pub mod sensitive;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -60,6 +61,9 @@ pub struct FileConfig {
     /// How reviews go ([`ReviewFile`]).
     #[serde(default)]
     pub review: ReviewFile,
+    /// Which files never enter a sandbox nor a suggestion ([`sensitive`]).
+    #[serde(default)]
+    pub sensitive: sensitive::SensitiveFile,
 }
 
 /// `[review]`.
@@ -400,6 +404,8 @@ pub struct ServeConfig {
     pub retention: retention::Retention,
     /// Which hunks an accept-all leaves pending unless confirmed.
     pub review: Review,
+    /// `[sensitive]`: more files that stay home, and files that may go (see [`sensitive`]).
+    pub sensitive: sensitive::SensitiveFile,
 }
 
 /// `--max-runs` / `[limits] max_concurrent_runs`, else the number of CPU cores (at least 1).

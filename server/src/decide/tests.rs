@@ -51,6 +51,7 @@ fn config(tmp: &Path) -> ServeConfig {
         read_limits: Default::default(),
         retention: Default::default(),
         review: Default::default(),
+        sensitive: Default::default(),
     }
 }
 

@@ -169,6 +169,13 @@ impl Bus {
     }
 
     fn emit_locked(&self, inner: &mut Inner, mut event: Event) -> u64 {
+        // Status and error lines carry agent output and its stderr: secret-looking strings
+        // never reach a client or the replay buffer (see [`crate::model::redact`]).
+        if let Event::Status { message, .. } | Event::Error { message, .. } = &mut event {
+            if let std::borrow::Cow::Owned(clean) = crate::model::redact::redact(message) {
+                *message = clean;
+            }
+        }
         self.send_locked(inner, |seq| {
             event.set_seq(seq);
             serde_json::to_string(&event)

@@ -32,6 +32,9 @@ pub(crate) struct Active {
     /// [`Sandbox::on_early_reads`](hunkgate_sandbox::workspace::Sandbox::on_early_reads)),
     /// for the publish to take.
     pub(crate) diffs: Arc<Mutex<crate::model::suggestion::DiffCache>>,
+    /// The sensitive-file policy the base was made with: what it withheld, the publish
+    /// refuses (see [`crate::config::sensitive`]).
+    pub(crate) sensitive: Arc<crate::config::sensitive::Policy>,
 }
 
 /// Live run bookkeeping (not persisted: a run does not survive a hub restart).

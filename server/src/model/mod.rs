@@ -8,6 +8,7 @@ pub mod chat;
 pub mod decision;
 pub mod feedback;
 pub mod fileop;
+pub mod redact;
 pub mod run;
 pub mod session;
 pub mod suggestion;

@@ -25,6 +25,7 @@ impl Hub {
         job: &RunJob,
         model: &str,
         sandbox: Arc<dyn Sandbox>,
+        sensitive: Arc<crate::config::sensitive::Policy>,
     ) -> Result<(), AppError> {
         let run_id = job.run_id.as_str();
         let provider = self.builtin_provider()?;
@@ -45,6 +46,7 @@ impl Hub {
                 prompt: job.prompt.clone(),
                 context,
                 sandbox,
+                sensitive,
                 provider,
                 limits: self.cfg().limits.clone(),
                 cancel: job.cancel.clone(),

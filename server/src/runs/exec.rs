@@ -11,6 +11,7 @@ use hunkgate_sandbox::store::FlatTree;
 use hunkgate_sandbox::workspace::{LocalSandbox, Sandbox};
 use hunkgate_sandbox::ObjectId;
 
+use crate::config::sensitive::Policy;
 use crate::error::AppError;
 use crate::hub::registry::{poisoned, Active};
 use crate::hub::Hub;
@@ -35,6 +36,9 @@ impl Hub {
         );
         if !skipped.is_empty() {
             self.run_status(run_id, "working", snapshot_skipped_message(&skipped));
+        }
+        if base.withheld > 0 {
+            self.run_status(run_id, "working", withheld_message(base.withheld));
         }
         self.update_run(run_id, |r| r.base_commit = Some(base.commit.to_string()))?;
 
@@ -69,6 +73,9 @@ impl Hub {
                 .map_err(|e| AppError::failed("snapshotting the checkout", e))?
             };
             tracing::debug!(run = rid, ?how, "checkout snapshot");
+            let mut snap = snap;
+            let policy = Policy::load(&hub.cfg().repo, &hub.cfg().sensitive);
+            let withheld = withhold_sensitive(&mut snap.tree, &policy);
             let ierr = |e: hunkgate_sandbox::store::StoreError| {
                 AppError::failed("writing the run's base to the checkpoint store", e)
             };
@@ -86,6 +93,8 @@ impl Hub {
                     commit,
                     tree: Arc::new(snap.tree),
                     tree_id: tree,
+                    sensitive: Arc::new(policy),
+                    withheld,
                 },
                 snap.skipped,
             ))
@@ -153,6 +162,7 @@ impl Hub {
             None
         };
         let diffs = Arc::default();
+        let sensitive = base.sensitive.clone();
         sandbox.on_early_reads(self.early_differ(&base.tree, &diffs));
         self.runs().active.lock().map_err(|_| poisoned())?.insert(
             run_id.to_string(),
@@ -163,11 +173,12 @@ impl Hub {
                 sandbox: sandbox.clone(),
                 change_id,
                 diffs,
+                sensitive: base.sensitive,
             }),
         );
         match &job.driver {
             Driver::Command(template) => self.run_agent_command(job, template, sandbox).await,
-            Driver::Builtin { model } => self.drive_builtin(job, model, sandbox).await,
+            Driver::Builtin { model } => self.drive_builtin(job, model, sandbox, sensitive).await,
         }
     }
 
@@ -385,6 +396,26 @@ struct RunBase {
     tree: Arc<FlatTree>,
     /// The id of `tree` in the checkpoint store.
     tree_id: ObjectId,
+    /// The sensitive-file policy `tree` was made with.
+    sensitive: Arc<Policy>,
+    /// How many sensitive files of the checkout it left out.
+    withheld: usize,
+}
+
+/// Leave the files `policy` names sensitive out of a base `tree` (so out of the sandbox, which
+/// holds exactly its base); how many there were.
+fn withhold_sensitive(tree: &mut FlatTree, policy: &Policy) -> usize {
+    let before = tree.len();
+    tree.retain(|path, _| !policy.is_sensitive(path));
+    before - tree.len()
+}
+
+/// The status line saying how many sensitive files the sandbox does not get (never which:
+/// a name can say too much, and the user knows their own files).
+fn withheld_message(n: usize) -> String {
+    format!(
+        "Withheld {n} sensitive file(s) from the sandbox (the [sensitive] policy and .hunkgateignore)"
+    )
 }
 
 /// A file the checkout snapshot left out.
@@ -460,7 +491,8 @@ impl RunLog {
 
     fn line(&mut self, tag: &str, line: &str) {
         use std::io::Write;
-        let text = format!("{tag} {line}\n");
+        // A secret the agent printed never reaches the log (see [`crate::model::redact`]).
+        let text = format!("{tag} {}\n", crate::model::redact::redact(line));
         if self.written + text.len() <= LOG_HEAD && self.tail.is_empty() {
             self.written += text.len();
             let _ = self.file.write_all(text.as_bytes());

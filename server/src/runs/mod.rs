@@ -64,6 +64,11 @@ impl Hub {
             .ok_or_else(|| AppError::not_found(format!("no run {run_id:?}")))?;
         let was_running = !run.finished();
         f(run);
+        // A failed run's error carries the agent's stderr: no secret-looking string in it is
+        // kept (see [`crate::model::redact`]).
+        if let Some(e) = run.error.as_mut() {
+            *e = crate::model::redact::redacted(e);
+        }
         // A run stopped because the hub itself is shutting down was not cancelled by anyone:
         // it was interrupted, and says so (the hub marks those it finds unfinished at start
         // the same way).

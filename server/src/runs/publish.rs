@@ -141,7 +141,8 @@ impl Hub {
             "sandbox read back"
         );
         let only = |p: &str| filter.as_ref().is_none_or(|f| f.is_match(p));
-        let skipped = keep_skipped_as_base(&mut back, &active.base_tree, &only);
+        let mut skipped = keep_skipped_as_base(&mut back, &active.base_tree, &only);
+        skipped.extend(refuse_sensitive(&mut back, &active.sensitive, &only));
         if back.changes.is_empty() {
             return Err(AppError::no_changes(no_changes_message(&skipped)));
         }
@@ -553,6 +554,33 @@ fn keep_skipped_as_base(
         }
     }
     out
+}
+
+/// What the agent created, changed or deleted at a sensitive path is refused: taken out of the
+/// changes — the run tree keeps the base's entry, which for a path the base withheld is none,
+/// so no hunk of it is ever offered — and returned (those `only` lets through) as skipped with
+/// reason `sensitive`, never silently dropped.
+fn refuse_sensitive(
+    back: &mut ReadBack,
+    policy: &crate::config::sensitive::Policy,
+    only: &dyn Fn(&str) -> bool,
+) -> Vec<crate::protocol::SkippedFile> {
+    let refused: Vec<String> = back
+        .changes
+        .keys()
+        .filter(|p| policy.is_sensitive(p))
+        .cloned()
+        .collect();
+    refused
+        .into_iter()
+        .filter_map(|path| {
+            back.changes.remove(&path);
+            only(&path).then(|| crate::protocol::SkippedFile {
+                path,
+                reason: crate::config::sensitive::SENSITIVE.into(),
+            })
+        })
+        .collect()
 }
 
 /// A publish keeps up to this many bytes of the files it read back in memory for its diffs
