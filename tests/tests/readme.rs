@@ -241,3 +241,18 @@ fn relative_links_in_the_readmes_resolve() {
         assert!(dead.is_empty(), "{}: dead links {dead:?}", path.display());
     }
 }
+
+/// The README is the five-minute page: at most 200 lines, everything else in `docs/`. The
+/// control: the README is read (it has its title and links to the docs index).
+#[test]
+fn the_readme_is_a_five_minute_page() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    assert!(readme.starts_with("# hunkgate\n"), "not the README");
+    assert!(readme.contains("(docs/README.md)"), "no link to docs/");
+    let n = readme.lines().count();
+    assert!(
+        n <= 200,
+        "README.md has {n} lines: move detail into docs/ (the README keeps at most 200)"
+    );
+}
