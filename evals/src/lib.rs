@@ -132,90 +132,117 @@ pub struct Report {
     pub skipped_lines: usize,
 }
 
+/// What the lines of feedback logs and journals say, per hunk, agent and run.
+#[derive(Default)]
+struct Read {
+    /// hunk id -> (agent, suggestion, final outcome)
+    last: BTreeMap<String, (String, String, String)>,
+    conflicts: BTreeMap<String, usize>,
+    undos: BTreeMap<String, usize>,
+    skipped: usize,
+    /// From journals: the newest record of each run, and the runs that asked a question.
+    runs: BTreeMap<String, RunLine>,
+    asked: std::collections::BTreeSet<String>,
+    /// Hunks kept per run, from the feedback lines.
+    run_of_suggestion: BTreeMap<String, String>,
+}
+
+impl Read {
+    fn line(&mut self, line: &str) {
+        if line.trim().is_empty() {
+            return;
+        }
+        let Ok(value) = serde_json::from_str::<serde_json::Value>(line) else {
+            self.skipped += 1;
+            return;
+        };
+        if let Some(kind) = value.get("t").and_then(|t| t.as_str()) {
+            self.journal_record(kind, value);
+            return;
+        }
+        if let (Some(s), Some(r)) = (value["suggestion_id"].as_str(), value["run_id"].as_str()) {
+            self.run_of_suggestion.insert(s.to_string(), r.to_string());
+        }
+        let Ok(rec) = serde_json::from_value::<Line>(value) else {
+            self.skipped += 1;
+            return;
+        };
+        let agent = rec.agent.unwrap_or_else(|| "(unknown)".into());
+        match rec.outcome.as_str() {
+            "conflict" => *self.conflicts.entry(agent).or_default() += 1,
+            "undone" => {
+                *self.undos.entry(agent).or_default() += 1;
+                self.last.remove(&rec.hunk_id);
+            }
+            "applied" | "modified" | "merged" | "rejected" => {
+                self.last
+                    .insert(rec.hunk_id, (agent, rec.suggestion_id, rec.outcome));
+            }
+            "partial" => {
+                let how = if rec.action == "accept" {
+                    "partly_accepted"
+                } else {
+                    "partly_rejected"
+                };
+                self.last
+                    .insert(rec.hunk_id, (agent, rec.suggestion_id, how.into()));
+            }
+            _ => self.skipped += 1,
+        }
+    }
+
+    /// A journal record: a run, or a question a run asked.
+    fn journal_record(&mut self, kind: &str, value: serde_json::Value) {
+        match kind {
+            "run" => match serde_json::from_value::<RunLine>(value) {
+                Ok(r) => {
+                    self.runs.insert(r.run_id.clone(), r);
+                }
+                Err(_) => self.skipped += 1,
+            },
+            "history" if value["tool"] == "clarify_user" => {
+                if let Some(r) = value["run_id"].as_str() {
+                    self.asked.insert(r.to_string());
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The runs some of whose change is in the user's checkout.
+    fn kept_runs(&self) -> std::collections::BTreeSet<String> {
+        self.last
+            .values()
+            .filter(|(_, _, outcome)| !matches!(outcome.as_str(), "rejected" | "partly_rejected"))
+            .filter_map(|(_, suggestion, _)| self.run_of_suggestion.get(suggestion).cloned())
+            .collect()
+    }
+}
+
+/// Each agent's score so far, and the suggestions its scored hunks came from.
+type ByAgent = BTreeMap<String, (AgentScore, std::collections::BTreeSet<String>)>;
+
+fn entry<'a>(
+    by_agent: &'a mut ByAgent,
+    agent: &str,
+) -> &'a mut (AgentScore, std::collections::BTreeSet<String>) {
+    let e = by_agent.entry(agent.to_string()).or_default();
+    e.0.agent = agent.to_string();
+    e
+}
+
 /// Score every agent in one or more feedback logs.
 pub fn score(readers: impl IntoIterator<Item = impl BufRead>) -> std::io::Result<Report> {
-    // hunk id -> (agent, suggestion, final outcome)
-    let mut last: BTreeMap<String, (String, String, String)> = BTreeMap::new();
-    let mut conflicts: BTreeMap<String, usize> = BTreeMap::new();
-    let mut undos: BTreeMap<String, usize> = BTreeMap::new();
-    let mut skipped = 0;
-    // From journals: the newest record of each run, and the runs that asked a question.
-    let mut runs: BTreeMap<String, RunLine> = BTreeMap::new();
-    let mut asked: std::collections::BTreeSet<String> = Default::default();
-    // Hunks kept per run, from the feedback lines.
-    let mut run_of_suggestion: BTreeMap<String, String> = BTreeMap::new();
+    let mut read = Read::default();
     for reader in readers {
         for line in reader.lines() {
-            let line = line?;
-            if line.trim().is_empty() {
-                continue;
-            }
-            let Ok(value) = serde_json::from_str::<serde_json::Value>(&line) else {
-                skipped += 1;
-                continue;
-            };
-            if let Some(kind) = value.get("t").and_then(|t| t.as_str()) {
-                // A journal record.
-                match kind {
-                    "run" => match serde_json::from_value::<RunLine>(value) {
-                        Ok(r) => {
-                            runs.insert(r.run_id.clone(), r);
-                        }
-                        Err(_) => skipped += 1,
-                    },
-                    "history" if value["tool"] == "clarify_user" => {
-                        if let Some(r) = value["run_id"].as_str() {
-                            asked.insert(r.to_string());
-                        }
-                    }
-                    _ => {}
-                }
-                continue;
-            }
-            if let (Some(s), Some(r)) = (value["suggestion_id"].as_str(), value["run_id"].as_str())
-            {
-                run_of_suggestion.insert(s.to_string(), r.to_string());
-            }
-            let Ok(rec) = serde_json::from_value::<Line>(value) else {
-                skipped += 1;
-                continue;
-            };
-            let agent = rec.agent.unwrap_or_else(|| "(unknown)".into());
-            match rec.outcome.as_str() {
-                "conflict" => *conflicts.entry(agent).or_default() += 1,
-                "undone" => {
-                    *undos.entry(agent).or_default() += 1;
-                    last.remove(&rec.hunk_id);
-                }
-                "applied" | "modified" | "merged" | "rejected" => {
-                    last.insert(rec.hunk_id, (agent, rec.suggestion_id, rec.outcome));
-                }
-                "partial" => {
-                    let how = if rec.action == "accept" {
-                        "partly_accepted"
-                    } else {
-                        "partly_rejected"
-                    };
-                    last.insert(rec.hunk_id, (agent, rec.suggestion_id, how.into()));
-                }
-                _ => skipped += 1,
-            }
+            read.line(&line?);
         }
     }
-    let mut by_agent: BTreeMap<String, (AgentScore, std::collections::BTreeSet<String>)> =
-        BTreeMap::new();
-    let mut kept_runs: std::collections::BTreeSet<String> = Default::default();
-    for (_, suggestion, outcome) in last.values() {
-        // Some of the run's change is in the user's checkout.
-        if !matches!(outcome.as_str(), "rejected" | "partly_rejected") {
-            if let Some(r) = run_of_suggestion.get(suggestion) {
-                kept_runs.insert(r.clone());
-            }
-        }
-    }
-    for (agent, suggestion, outcome) in last.into_values() {
-        let (s, sugg) = by_agent.entry(agent.clone()).or_default();
-        s.agent = agent;
+    let kept_runs = read.kept_runs();
+    let mut by_agent = ByAgent::new();
+    for (agent, suggestion, outcome) in std::mem::take(&mut read.last).into_values() {
+        let (s, sugg) = entry(&mut by_agent, &agent);
         sugg.insert(suggestion);
         match outcome.as_str() {
             "partly_accepted" => s.partly_accepted += 1,
@@ -225,27 +252,22 @@ pub fn score(readers: impl IntoIterator<Item = impl BufRead>) -> std::io::Result
             "merged" => s.merged += 1,
             _ => s.rejected += 1,
         }
-        s.hunks = s.accepted + s.modified + s.rejected;
+        // A partial decision is neither an accept nor a reject: not in `hunks`.
+        s.hunks = s.accepted + s.modified + s.merged + s.rejected;
     }
-    for (agent, n) in &conflicts {
-        let (s, _) = by_agent.entry(agent.clone()).or_default();
-        s.agent = agent.clone();
-        s.conflicts = *n;
+    for (agent, n) in &read.conflicts {
+        entry(&mut by_agent, agent).0.conflicts = *n;
     }
-    for (agent, n) in &undos {
-        let (s, _) = by_agent.entry(agent.clone()).or_default();
-        s.agent = agent.clone();
-        s.undos = *n;
+    for (agent, n) in &read.undos {
+        entry(&mut by_agent, agent).0.undos = *n;
     }
     let mut per_agent_runs: BTreeMap<String, Vec<&RunLine>> = BTreeMap::new();
-    for r in runs.values() {
+    for r in read.runs.values() {
         let agent = r.agent.clone().unwrap_or_else(|| "(unknown)".into());
         per_agent_runs.entry(agent).or_default().push(r);
     }
     for (agent, list) in per_agent_runs {
-        let (s, _) = by_agent.entry(agent.clone()).or_default();
-        s.agent = agent;
-        s.runs = Some(run_stats(&list, &kept_runs, &asked));
+        entry(&mut by_agent, &agent).0.runs = Some(run_stats(&list, &kept_runs, &read.asked));
     }
     let mut agents: Vec<AgentScore> = by_agent
         .into_values()
@@ -265,7 +287,7 @@ pub fn score(readers: impl IntoIterator<Item = impl BufRead>) -> std::io::Result
     });
     Ok(Report {
         agents,
-        skipped_lines: skipped,
+        skipped_lines: read.skipped,
     })
 }
 

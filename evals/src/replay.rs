@@ -448,115 +448,30 @@ fn extract_run(run: &Run, repo: &Path, out: &Path) -> Result<Option<PathBuf>> {
     let Some(prompt) = run.prompt.clone() else {
         bail!("the log has no prompt for it");
     };
-    let base_tree = tree(repo, &run.base_commit)?.ok_or_else(|| {
-        anyhow!(
-            "its base commit {} is not in {}: pass --repo <state-dir>/checkpoints.git (or the \
-             repository the hub ran with --mirror-refs)",
-            run.base_commit,
-            repo.display()
-        )
-    })?;
-    // The run commits' versions of whole-file (binary, symlink) hunks.
-    let mut run_entries: BTreeMap<String, Entry> = BTreeMap::new();
-    for rec in run.decided.values() {
-        if matches!(rec.kind.as_str(), "binary" | "symlink") {
-            let commit = &run.run_commits[&rec.suggestion_id];
-            let t = tree(repo, commit)?
-                .ok_or_else(|| anyhow!("its run commit {commit} is not in {}", repo.display()))?;
-            if let Some(e) = t.get(&rec.file) {
-                run_entries.insert(rec.file.clone(), e.clone());
-            }
-        }
-    }
-    let oids: BTreeSet<String> = base_tree
-        .values()
-        .chain(run_entries.values())
-        .map(|e| e.oid.clone())
-        .collect();
-    let contents = blobs(repo, &oids)?;
-    let base: BTreeMap<String, Vec<u8>> = base_tree
-        .iter()
-        .map(|(p, e)| (p.clone(), contents[&e.oid].clone()))
-        .collect();
-    let run_files: BTreeMap<String, Vec<u8>> = run_entries
-        .iter()
-        .map(|(p, e)| (p.clone(), contents[&e.oid].clone()))
-        .collect();
-
-    let mut expect = ReplayExpect {
-        run_id: run.run_id.clone(),
-        suggestion_ids: run.run_commits.keys().cloned().collect(),
-        agent: run.agent.clone(),
-        ts: run.first_ts.clone(),
-        base_commit: run.base_commit.clone(),
-        ..ReplayExpect::default()
-    };
-    let mut kept: Vec<(&Record, &str)> = Vec::new();
-    let mut rejected: Vec<(&Record, &str)> = Vec::new();
-    for rec in run.decided.values() {
-        match rec.outcome.as_str() {
-            // A merged hunk is the agent's change as proposed, merged with the user's edit
-            // (which is not the run's to replay).
-            "applied" | "merged" => {
-                expect.hunks_accepted += 1;
-                expect
-                    .kept
-                    .extend(units_of_hunk(&rec.file, &rec.kind, &rec.diff));
-                kept.push((rec, &rec.diff));
-            }
-            "modified" => {
-                expect.hunks_modified += 1;
-                let d = rec.modified_diff.as_deref().unwrap_or(&rec.diff);
-                expect.kept.extend(units_of_hunk(&rec.file, &rec.kind, d));
-                kept.push((rec, d));
-            }
-            _ => {
-                expect.hunks_rejected += 1;
-                expect
-                    .rejected
-                    .extend(units_of_hunk(&rec.file, &rec.kind, &rec.diff));
-                rejected.push((rec, &rec.diff));
-            }
-        }
-    }
-    let kept_state = state_after(&base, &run_files, &kept)?;
-    let rejected_state = state_after(&base, &run_files, &rejected)?;
+    let files = RunFiles::read(run, repo)?;
+    let (expect, kept, rejected) = expectations(run);
+    let kept_state = state_after(&files.base, &files.run_files, &kept)?;
+    let rejected_state = state_after(&files.base, &files.run_files, &rejected)?;
 
     let dir = out.join(dir_name(&run.run_id));
     if dir.exists() {
         std::fs::remove_dir_all(&dir).with_context(|| format!("replacing {}", dir.display()))?;
     }
-    for (path, e) in &base_tree {
+    for (path, e) in &files.base_tree {
         if e.mode == "120000" {
             // A symlink in repo/ would be followed when the runner copies the tree.
             continue;
         }
         write_file(
             &dir.join("repo").join(path),
-            &base[path],
+            &files.base[path],
             e.mode == "100755",
         )?;
     }
     std::fs::create_dir_all(dir.join("repo"))?;
-    write_state(&dir, "solution", &base, &kept_state)?;
-    write_state(&dir, "rejected", &base, &rejected_state)?;
-    // The check: every file the run's decisions touched is as the user left it.
-    let mut check = Check::default();
-    // Every touched file is listed (both states name the same files).
-    let touched: BTreeSet<&String> = kept_state.keys().chain(rejected_state.keys()).collect();
-    for path in touched {
-        let content = match kept_state.get(path) {
-            Some(c) => c.clone(),
-            None => base.get(path).cloned(),
-        };
-        match content {
-            Some(c) => {
-                write_file(&dir.join("expected").join(path), &c, false)?;
-                check.expected_dir = true;
-            }
-            None => check.absent.push(path.clone()),
-        }
-    }
+    write_state(&dir, "solution", &files.base, &kept_state)?;
+    write_state(&dir, "rejected", &files.base, &rejected_state)?;
+    let check = expected_files(&dir, &files.base, &kept_state, &rejected_state)?;
     let spec = TaskSpec {
         prompt,
         tags: vec!["replay".into()],
@@ -584,6 +499,122 @@ fn extract_run(run: &Run, repo: &Path, out: &Path) -> Result<Option<PathBuf>> {
         serde_json::to_string_pretty(&expect)? + "\n",
     )?;
     Ok(Some(dir))
+}
+
+/// A run's files from the checkpoint store: its base tree and contents, and the run commits'
+/// versions of whole-file (binary, symlink) hunks.
+struct RunFiles {
+    base_tree: BTreeMap<String, Entry>,
+    base: BTreeMap<String, Vec<u8>>,
+    run_files: BTreeMap<String, Vec<u8>>,
+}
+
+impl RunFiles {
+    fn read(run: &Run, repo: &Path) -> Result<Self> {
+        let base_tree = tree(repo, &run.base_commit)?.ok_or_else(|| {
+            anyhow!(
+                "its base commit {} is not in {}: pass --repo <state-dir>/checkpoints.git (or the \
+                 repository the hub ran with --mirror-refs)",
+                run.base_commit,
+                repo.display()
+            )
+        })?;
+        let mut run_entries: BTreeMap<String, Entry> = BTreeMap::new();
+        for rec in run.decided.values() {
+            if matches!(rec.kind.as_str(), "binary" | "symlink") {
+                let commit = &run.run_commits[&rec.suggestion_id];
+                let t = tree(repo, commit)?.ok_or_else(|| {
+                    anyhow!("its run commit {commit} is not in {}", repo.display())
+                })?;
+                if let Some(e) = t.get(&rec.file) {
+                    run_entries.insert(rec.file.clone(), e.clone());
+                }
+            }
+        }
+        let oids: BTreeSet<String> = base_tree
+            .values()
+            .chain(run_entries.values())
+            .map(|e| e.oid.clone())
+            .collect();
+        let contents = blobs(repo, &oids)?;
+        let of = |entries: &BTreeMap<String, Entry>| -> BTreeMap<String, Vec<u8>> {
+            entries
+                .iter()
+                .map(|(p, e)| (p.clone(), contents[&e.oid].clone()))
+                .collect()
+        };
+        Ok(RunFiles {
+            base: of(&base_tree),
+            run_files: of(&run_entries),
+            base_tree,
+        })
+    }
+}
+
+/// What the user kept and rejected of a run, and the hunks (with the diff that landed) of each.
+fn expectations(run: &Run) -> (ReplayExpect, Vec<(&Record, &str)>, Vec<(&Record, &str)>) {
+    let mut expect = ReplayExpect {
+        run_id: run.run_id.clone(),
+        suggestion_ids: run.run_commits.keys().cloned().collect(),
+        agent: run.agent.clone(),
+        ts: run.first_ts.clone(),
+        base_commit: run.base_commit.clone(),
+        ..ReplayExpect::default()
+    };
+    let mut kept: Vec<(&Record, &str)> = Vec::new();
+    let mut rejected: Vec<(&Record, &str)> = Vec::new();
+    for rec in run.decided.values() {
+        match rec.outcome.as_str() {
+            "applied" | "merged" => {
+                expect.hunks_accepted += 1;
+                expect
+                    .kept
+                    .extend(units_of_hunk(&rec.file, &rec.kind, &rec.diff));
+                kept.push((rec, &rec.diff));
+            }
+            "modified" => {
+                expect.hunks_modified += 1;
+                let d = rec.modified_diff.as_deref().unwrap_or(&rec.diff);
+                expect.kept.extend(units_of_hunk(&rec.file, &rec.kind, d));
+                kept.push((rec, d));
+            }
+            _ => {
+                expect.hunks_rejected += 1;
+                expect
+                    .rejected
+                    .extend(units_of_hunk(&rec.file, &rec.kind, &rec.diff));
+                rejected.push((rec, &rec.diff));
+            }
+        }
+    }
+    (expect, kept, rejected)
+}
+
+/// The check of a replay task: every file the run's decisions touched is as the user left it
+/// (written under `dir/expected/`, or listed as absent).
+fn expected_files(
+    dir: &Path,
+    base: &BTreeMap<String, Vec<u8>>,
+    kept_state: &BTreeMap<String, Option<Vec<u8>>>,
+    rejected_state: &BTreeMap<String, Option<Vec<u8>>>,
+) -> Result<Check> {
+    let mut check = Check::default();
+    // Every touched file is listed (both states name the same files).
+    let touched: BTreeSet<&String> = kept_state.keys().chain(rejected_state.keys()).collect();
+    for path in touched {
+        let content = match kept_state.get(path) {
+            Some(c) => c.clone(),
+            None => base.get(path).cloned(),
+        };
+        match content {
+            Some(c) => {
+                write_file(&dir.join("expected").join(path), &c, false)?;
+                check.expected_dir = true;
+            }
+            None => check.absent.push(path.clone()),
+        }
+    }
+    Ok(check)
 }
 
 /// `replay.json` of a task directory, if it is a replay task.

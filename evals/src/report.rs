@@ -184,6 +184,15 @@ pub fn markdown(title: &str, lines: &[ResultLine], time: &[TimePoint]) -> String
         pct(Some(AIDER_BEST.1)),
         pct(Some(AIDER_BEST.2))
     );
+    md_replay(&mut o, &rows);
+    md_tags(&mut o, &rows);
+    md_statuses(&mut o, &rows);
+    md_over_time(&mut o, time);
+    o
+}
+
+/// The decision replay's table, when some rows have replayed runs.
+fn md_replay(o: &mut String, rows: &[Metrics]) {
     if rows.iter().any(|m| m.replay_tasks > 0) {
         o.push_str("\n## Decision replay\n\nOn runs replayed from real feedback logs: of the changed lines the user kept, the share proposed; of those the user rejected, the share avoided; of those proposed, the share the user kept.\n\n| agent × model | runs | kept lines proposed | rejected lines avoided | precision |\n|---|--:|--:|--:|--:|\n");
         for m in rows.iter().filter(|m| m.replay_tasks > 0) {
@@ -198,10 +207,14 @@ pub fn markdown(title: &str, lines: &[ResultLine], time: &[TimePoint]) -> String
             );
         }
     }
-    let tags: Vec<String> = tag_list(&rows);
+}
+
+/// Success per tag, a column per row.
+fn md_tags(o: &mut String, rows: &[Metrics]) {
+    let tags: Vec<String> = tag_list(rows);
     if !tags.is_empty() {
         o.push_str("\n## Success per tag\n\n| tag |");
-        for m in &rows {
+        for m in rows {
             let _ = write!(o, " {} |", md_cell(&row_name(&m.agent, m.model.as_deref())));
         }
         o.push_str("\n|---|");
@@ -209,7 +222,7 @@ pub fn markdown(title: &str, lines: &[ResultLine], time: &[TimePoint]) -> String
         o.push('\n');
         for t in &tags {
             let _ = write!(o, "| {} |", md_cell(t));
-            for m in &rows {
+            for m in rows {
                 match m.per_tag.get(t) {
                     Some(r) => {
                         let _ = write!(o, " {}/{} |", r.succeeded, r.tasks);
@@ -220,8 +233,12 @@ pub fn markdown(title: &str, lines: &[ResultLine], time: &[TimePoint]) -> String
             o.push('\n');
         }
     }
+}
+
+/// Each row's run statuses and stop reasons.
+fn md_statuses(o: &mut String, rows: &[Metrics]) {
     o.push_str("\n## Statuses and stop reasons\n\n");
-    for m in &rows {
+    for m in rows {
         let list = |map: &BTreeMap<String, usize>| {
             map.iter()
                 .map(|(k, v)| format!("{k} {v}"))
@@ -240,6 +257,10 @@ pub fn markdown(title: &str, lines: &[ResultLine], time: &[TimePoint]) -> String
             }
         );
     }
+}
+
+/// The ratios over time, by day and series.
+fn md_over_time(o: &mut String, time: &[TimePoint]) {
     if !time.is_empty() {
         o.push_str("\n## Over time\n\n| day | series | ratio | over |\n|---|---|--:|--:|\n");
         let mut t = time.to_vec();
@@ -255,7 +276,6 @@ pub fn markdown(title: &str, lines: &[ResultLine], time: &[TimePoint]) -> String
             );
         }
     }
-    o
 }
 
 fn tag_list(rows: &[Metrics]) -> Vec<String> {

@@ -565,110 +565,21 @@ async fn review_runs(
     let mut status: Option<String> = None;
     for (i, (prompt, review)) in task.runs().into_iter().enumerate() {
         std::fs::write(run_file, format!("{}\n", i + 1))?;
-        let mut body = json!({"prompt": prompt, "timeout_secs": timeout});
-        match agent {
-            Agent::Command(t) => body["agent"] = json!(t),
-            Agent::Builtin { model } => body["model"] = json!(model),
-        }
-        if let Some(s) = &session {
-            body["session_id"] = json!(s);
-        }
         let started = Instant::now();
-        let posted = hub.ok(reqwest::Method::POST, "/runs", Some(body)).await?;
-        let run_id = posted["run_id"]
-            .as_str()
-            .ok_or_else(|| anyhow!("POST /runs answered without run_id: {posted}"))?
-            .to_string();
-        let deadline = started + Duration::from_secs(timeout + 30);
-        let mut asked = false;
-        let run = loop {
-            let run = hub
-                .ok(reqwest::Method::GET, &format!("/runs/{run_id}"), None)
-                .await?;
-            let st = run["status"].as_str().unwrap_or("");
-            if TERMINAL.contains(&st) {
-                break run;
-            }
-            if st == "waiting_for_user" {
-                asked = true;
-                answer(hub, &run_id, &run, review, line).await?;
-            }
-            if Instant::now() > deadline {
-                bail!("run {run_id} still {st} after {} s", timeout + 30);
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
+        let run_id = start_run(hub, agent, &prompt, timeout, session.as_deref()).await?;
+        let (run, asked) =
+            wait_for_run(hub, &run_id, (started, timeout + 30), review, line).await?;
         line.wall_ms += started.elapsed().as_millis() as u64;
-        line.runs += 1;
-        line.clarification_asked |= asked;
         let st = run["status"].as_str().unwrap_or("").to_string();
         if session.is_none() {
             session = run["session_id"].as_str().map(str::to_string);
         }
-        if let Some(u) = run.get("usage").filter(|u| u.is_object()) {
-            let add = |acc: &mut Option<u64>, k: &str| {
-                *acc = Some(acc.unwrap_or(0) + u[k].as_u64().unwrap_or(0));
-            };
-            add(&mut line.tool_calls, "tool_calls");
-            add(&mut line.model_ms, "model_ms");
-            add(&mut line.prompt_tokens, "prompt_tokens");
-            add(&mut line.completion_tokens, "completion_tokens");
-        }
-        if let Some(r) = run["stop_reason"].as_str() {
-            line.stop_reason = Some(r.to_string());
-        }
-        if st != "ready" {
-            if let Some(e) = run["error"].as_str() {
-                // Every failed run's reason, in run order.
-                let msg = format!("run {}: {}", i + 1, e);
-                line.error = Some(match line.error.take() {
-                    Some(prev) => format!("{prev}; {msg}"),
-                    None => msg,
-                });
-            }
-        }
-        if let Review::Clarify {
-            require_question: true,
-            ..
-        } = review
-        {
-            if !asked {
-                line.failures.push(format!(
-                    "run {}: the policy expects a clarification question; none was asked",
-                    i + 1
-                ));
-            }
-        }
+        note_run(line, &run, i + 1, asked, review);
         if status.as_deref().is_none_or(|s| s == "ready") {
             status = Some(st.clone());
         }
         if st == "ready" {
-            let ids: Vec<String> = run["suggestion_ids"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|v| v.as_str().map(str::to_string))
-                        .collect()
-                })
-                .unwrap_or_default();
-            let conflicts_before = tally.conflicts;
-            if let Review::Conflict { file, content } = review {
-                let p = repo.join(file);
-                if let Some(d) = p.parent() {
-                    std::fs::create_dir_all(d)?;
-                }
-                std::fs::write(&p, content)
-                    .with_context(|| format!("editing {} behind the hub's back", p.display()))?;
-            }
-            for id in ids {
-                decide(hub, &id, review, &mut tally, line, i + 1).await?;
-            }
-            if matches!(review, Review::Conflict { .. }) && tally.conflicts == conflicts_before {
-                line.failures.push(format!(
-                    "run {}: the policy expects a conflict after editing the file; every accept applied",
-                    i + 1
-                ));
-            }
+            review_suggestions(hub, &run, review, repo, &mut tally, line, i + 1).await?;
         } else if matches!(review, Review::Conflict { .. } | Review::Modify { .. }) {
             line.failures.push(format!(
                 "run {}: no suggestion to apply the {} policy to (status {st})",
@@ -686,6 +597,137 @@ async fn review_runs(
     line.apply_clean = (tally.attempts > 0).then_some(tally.clean);
     if let Some(expect) = &task.replay {
         line.replay = Some(crate::replay::ReplayScore::of(expect, &tally.proposed));
+    }
+    Ok(())
+}
+
+/// `POST /runs` of one run of a task (in `session`, after the first): its id.
+async fn start_run(
+    hub: &Hub,
+    agent: &Agent,
+    prompt: &str,
+    timeout: u64,
+    session: Option<&str>,
+) -> Result<String> {
+    let mut body = json!({"prompt": prompt, "timeout_secs": timeout});
+    match agent {
+        Agent::Command(t) => body["agent"] = json!(t),
+        Agent::Builtin { model } => body["model"] = json!(model),
+    }
+    if let Some(s) = session {
+        body["session_id"] = json!(s);
+    }
+    let posted = hub.ok(reqwest::Method::POST, "/runs", Some(body)).await?;
+    Ok(posted["run_id"]
+        .as_str()
+        .ok_or_else(|| anyhow!("POST /runs answered without run_id: {posted}"))?
+        .to_string())
+}
+
+/// The run once it ended (answering its questions by `review` meanwhile), and whether it asked
+/// one; an error once `secs` passed since `started`.
+async fn wait_for_run(
+    hub: &Hub,
+    run_id: &str,
+    (started, secs): (Instant, u64),
+    review: &Review,
+    line: &mut ResultLine,
+) -> Result<(Value, bool)> {
+    let mut asked = false;
+    loop {
+        let run = hub
+            .ok(reqwest::Method::GET, &format!("/runs/{run_id}"), None)
+            .await?;
+        let st = run["status"].as_str().unwrap_or("");
+        if TERMINAL.contains(&st) {
+            return Ok((run, asked));
+        }
+        if st == "waiting_for_user" {
+            asked = true;
+            answer(hub, run_id, &run, review, line).await?;
+        }
+        if started.elapsed() > Duration::from_secs(secs) {
+            bail!("run {run_id} still {st} after {secs} s");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// What run number `n` (ended as `run`) adds to the line: its count, usage, stop reason,
+/// error, and a failure when the policy expected a question it did not ask.
+fn note_run(line: &mut ResultLine, run: &Value, n: usize, asked: bool, review: &Review) {
+    line.runs += 1;
+    line.clarification_asked |= asked;
+    if let Some(u) = run.get("usage").filter(|u| u.is_object()) {
+        let add = |acc: &mut Option<u64>, k: &str| {
+            *acc = Some(acc.unwrap_or(0) + u[k].as_u64().unwrap_or(0));
+        };
+        add(&mut line.tool_calls, "tool_calls");
+        add(&mut line.model_ms, "model_ms");
+        add(&mut line.prompt_tokens, "prompt_tokens");
+        add(&mut line.completion_tokens, "completion_tokens");
+    }
+    if let Some(r) = run["stop_reason"].as_str() {
+        line.stop_reason = Some(r.to_string());
+    }
+    if run["status"] != "ready" {
+        if let Some(e) = run["error"].as_str() {
+            // Every failed run's reason, in run order.
+            let msg = format!("run {n}: {e}");
+            line.error = Some(match line.error.take() {
+                Some(prev) => format!("{prev}; {msg}"),
+                None => msg,
+            });
+        }
+    }
+    if let Review::Clarify {
+        require_question: true,
+        ..
+    } = review
+    {
+        if !asked {
+            line.failures.push(format!(
+                "run {n}: the policy expects a clarification question; none was asked"
+            ));
+        }
+    }
+}
+
+/// The suggestions of a ready run, decided by `review` (after editing the file behind the hub's
+/// back first, for the conflict policy, which then expects a conflict).
+async fn review_suggestions(
+    hub: &Hub,
+    run: &Value,
+    review: &Review,
+    repo: &Path,
+    tally: &mut Tally,
+    line: &mut ResultLine,
+    n: usize,
+) -> Result<()> {
+    let ids: Vec<String> = run["suggestion_ids"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    let conflicts_before = tally.conflicts;
+    if let Review::Conflict { file, content } = review {
+        let p = repo.join(file);
+        if let Some(d) = p.parent() {
+            std::fs::create_dir_all(d)?;
+        }
+        std::fs::write(&p, content)
+            .with_context(|| format!("editing {} behind the hub's back", p.display()))?;
+    }
+    for id in ids {
+        decide(hub, &id, review, tally, line, n).await?;
+    }
+    if matches!(review, Review::Conflict { .. }) && tally.conflicts == conflicts_before {
+        line.failures.push(format!(
+            "run {n}: the policy expects a conflict after editing the file; every accept applied"
+        ));
     }
     Ok(())
 }
@@ -758,84 +800,15 @@ async fn decide(
     let hunks = s["hunks"].as_array().cloned().unwrap_or_default();
     let mut modify_done = false;
     for h in &hunks {
-        let id = h["id"].as_str().unwrap_or_default();
         let file = h["file"].as_str().unwrap_or_default();
         let diff = h["diff"].as_str().unwrap_or_default();
-        let index = h["index"].as_u64().unwrap_or(0) as usize;
         tally.proposed.extend(crate::replay::units_of_hunk(
             file,
             h["kind"].as_str().unwrap_or("modify"),
             diff,
         ));
-        let mut body = json!({"suggestion_id": suggestion, "hunk_id": id});
-        match review {
-            Review::AcceptAll {} | Review::Conflict { .. } | Review::Clarify { .. } => {
-                body["action"] = json!("accept")
-            }
-            Review::AcceptMatching { files, contains } => {
-                let ok = Review::matcher(files).is_match(file)
-                    && contains.as_deref().is_none_or(|c| diff.contains(c));
-                body["action"] = json!(if ok { "accept" } else { "reject" });
-            }
-            Review::Reject { files, comment } => {
-                if Review::matcher(files).is_match(file) {
-                    body["action"] = json!("reject");
-                    body["comment"] = json!(comment);
-                } else {
-                    body["action"] = json!("accept");
-                }
-            }
-            Review::Modify {
-                file: f,
-                index: i,
-                from,
-                to,
-            } => {
-                if f == file && *i == index {
-                    match modified_diff(diff, from, to) {
-                        Some(m) => {
-                            body["action"] = json!("modify");
-                            body["modified_diff"] = json!(m);
-                            modify_done = true;
-                        }
-                        None => {
-                            line.failures.push(format!(
-                                "run {run}: modify: {from:?} is not in an added line of hunk {id}; accepted it as is"
-                            ));
-                            body["action"] = json!("accept");
-                        }
-                    }
-                } else {
-                    body["action"] = json!("accept");
-                }
-            }
-        }
-        let action = body["action"].as_str().unwrap_or_default().to_string();
-        if action != "reject" {
-            tally.attempts += 1;
-        }
-        match hub
-            .call(reqwest::Method::POST, "/feedback", Some(body))
-            .await?
-        {
-            Ok(v) => match v["hunk"]["state"].as_str().unwrap_or(action.as_str()) {
-                "accepted" => tally.accepted += 1,
-                "modified" => tally.modified += 1,
-                "rejected" => tally.rejected += 1,
-                other => {
-                    bail!("POST /feedback {action} {id}: unexpected hunk state {other:?}: {v}")
-                }
-            },
-            Err((409, v)) if v["code"] == "conflict" => {
-                tally.conflicts += 1;
-                tally.clean = false;
-            }
-            Err((s, v)) => {
-                tally.clean = false;
-                line.failures
-                    .push(format!("run {run}: {action} {id}: HTTP {s}: {v}"));
-            }
-        }
+        let body = feedback_for(review, suggestion, h, line, run, &mut modify_done);
+        send_feedback(hub, body, tally, line, run).await?;
     }
     if let Review::Modify { file, index, .. } = review {
         if !modify_done {
@@ -850,6 +823,100 @@ async fn decide(
         Some(json!({"suggestion_id": suggestion, "action": "finalize"})),
     )
     .await?;
+    Ok(())
+}
+
+/// The `POST /feedback` body that `review` decides hunk `h` of `suggestion` with (a modify
+/// that cannot be made is an accept, and a failure on the line).
+fn feedback_for(
+    review: &Review,
+    suggestion: &str,
+    h: &Value,
+    line: &mut ResultLine,
+    run: usize,
+    modify_done: &mut bool,
+) -> Value {
+    let id = h["id"].as_str().unwrap_or_default();
+    let file = h["file"].as_str().unwrap_or_default();
+    let diff = h["diff"].as_str().unwrap_or_default();
+    let index = h["index"].as_u64().unwrap_or(0) as usize;
+    let mut body = json!({"suggestion_id": suggestion, "hunk_id": id});
+    match review {
+        Review::AcceptAll {} | Review::Conflict { .. } | Review::Clarify { .. } => {
+            body["action"] = json!("accept")
+        }
+        Review::AcceptMatching { files, contains } => {
+            let ok = Review::matcher(files).is_match(file)
+                && contains.as_deref().is_none_or(|c| diff.contains(c));
+            body["action"] = json!(if ok { "accept" } else { "reject" });
+        }
+        Review::Reject { files, comment } => {
+            if Review::matcher(files).is_match(file) {
+                body["action"] = json!("reject");
+                body["comment"] = json!(comment);
+            } else {
+                body["action"] = json!("accept");
+            }
+        }
+        Review::Modify {
+            file: f,
+            index: i,
+            from,
+            to,
+        } => {
+            body["action"] = json!("accept");
+            if f == file && *i == index {
+                match modified_diff(diff, from, to) {
+                    Some(m) => {
+                        body["action"] = json!("modify");
+                        body["modified_diff"] = json!(m);
+                        *modify_done = true;
+                    }
+                    None => line.failures.push(format!(
+                        "run {run}: modify: {from:?} is not in an added line of hunk {id}; accepted it as is"
+                    )),
+                }
+            }
+        }
+    }
+    body
+}
+
+/// Send one decision and count its answer.
+async fn send_feedback(
+    hub: &Hub,
+    body: Value,
+    tally: &mut Tally,
+    line: &mut ResultLine,
+    run: usize,
+) -> Result<()> {
+    let id = body["hunk_id"].as_str().unwrap_or_default().to_string();
+    let action = body["action"].as_str().unwrap_or_default().to_string();
+    if action != "reject" {
+        tally.attempts += 1;
+    }
+    match hub
+        .call(reqwest::Method::POST, "/feedback", Some(body))
+        .await?
+    {
+        Ok(v) => match v["hunk"]["state"].as_str().unwrap_or(action.as_str()) {
+            "accepted" => tally.accepted += 1,
+            "modified" => tally.modified += 1,
+            "rejected" => tally.rejected += 1,
+            other => {
+                bail!("POST /feedback {action} {id}: unexpected hunk state {other:?}: {v}")
+            }
+        },
+        Err((409, v)) if v["code"] == "conflict" => {
+            tally.conflicts += 1;
+            tally.clean = false;
+        }
+        Err((s, v)) => {
+            tally.clean = false;
+            line.failures
+                .push(format!("run {run}: {action} {id}: HTTP {s}: {v}"));
+        }
+    }
     Ok(())
 }
 
