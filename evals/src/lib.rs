@@ -156,8 +156,8 @@ impl Read {
             self.skipped += 1;
             return;
         };
-        if let Some(kind) = value.get("t").and_then(|t| t.as_str()) {
-            self.journal_record(kind, value);
+        if let Some(kind) = value.get("t").and_then(|t| t.as_str()).map(str::to_string) {
+            self.journal_record(&kind, value);
             return;
         }
         if let (Some(s), Some(r)) = (value["suggestion_id"].as_str(), value["run_id"].as_str()) {
