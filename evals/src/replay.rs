@@ -551,8 +551,11 @@ impl RunFiles {
     }
 }
 
+/// Decided hunks, each with the diff that landed (or would have).
+type Decided<'a> = Vec<(&'a Record, &'a str)>;
+
 /// What the user kept and rejected of a run, and the hunks (with the diff that landed) of each.
-fn expectations(run: &Run) -> (ReplayExpect, Vec<(&Record, &str)>, Vec<(&Record, &str)>) {
+fn expectations(run: &Run) -> (ReplayExpect, Decided<'_>, Decided<'_>) {
     let mut expect = ReplayExpect {
         run_id: run.run_id.clone(),
         suggestion_ids: run.run_commits.keys().cloned().collect(),

@@ -566,7 +566,7 @@ async fn review_runs(
     for (i, (prompt, review)) in task.runs().into_iter().enumerate() {
         std::fs::write(run_file, format!("{}\n", i + 1))?;
         let started = Instant::now();
-        let run_id = start_run(hub, agent, &prompt, timeout, session.as_deref()).await?;
+        let run_id = start_run(hub, agent, prompt, timeout, session.as_deref()).await?;
         let (run, asked) =
             wait_for_run(hub, &run_id, (started, timeout + 30), review, line).await?;
         line.wall_ms += started.elapsed().as_millis() as u64;
