@@ -483,3 +483,42 @@ fn show_into_a_pipe_closed_early_ends_quietly() {
         "ended by SIGPIPE: {status:?} {err}"
     );
 }
+
+/// `hunkgate show ID HUNK` numbers the lines of one hunk's diff as `--lines` counts them: the
+/// number it prints beside the added line is the one that accepts just that line.
+#[test]
+fn show_of_one_hunk_numbers_its_lines_as_lines_counts_them() {
+    let ws = Workspace::new(&[("a.txt", numbered(10).as_bytes())]).unwrap();
+    let agent = ws
+        .agent_script("agent.sh", "sed -i 's/^line 3$/LINE 3/' a.txt")
+        .unwrap();
+    let template = format!("{} {{prompt}}", agent.display());
+    let _hub = ws.serve(&[]).unwrap();
+    let o = ok(&ws, &["run", "Shout", "--agent", &template]);
+    let sid = o
+        .stdout
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("suggestion "))
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap()
+        .to_string();
+    let o = ok(&ws, &["show", &sid[..8], "1"]);
+    let added = o
+        .stdout
+        .lines()
+        .find(|l| l.ends_with("+LINE 3"))
+        .unwrap_or_else(|| panic!("no numbered +LINE 3 in:\n{}", o.stdout));
+    let n: usize = added.split_whitespace().next().unwrap().parse().unwrap();
+    assert_eq!(n, 4, "{}", o.stdout);
+    assert!(o.stdout.contains("   3 -line 3\n"), "{}", o.stdout);
+    assert!(o.stdout.contains("--lines FIRST-LAST"), "{}", o.stdout);
+    // That number accepts only the added line: `line 3` stays, `LINE 3` comes after it.
+    ok(&ws, &["accept", &sid[..8], "1", "--lines", &n.to_string()]);
+    let mut want = numbered(10);
+    want = want.replace("line 3\n", "line 3\nLINE 3\n");
+    assert_eq!(ws.read_string("a.txt").unwrap(), want);
+    // A hunk that is not there is named.
+    let o = cli(&ws, &["show", &sid[..8], "9"]);
+    assert!(!o.ok && o.stderr.contains("no hunk 9"), "{}", o.stderr);
+}

@@ -148,6 +148,9 @@ enum Cmd {
     /// Show a suggestion with its hunks, numbered [1], [2], ... (an id prefix is enough).
     Show {
         id: String,
+        /// Only this hunk (its number, id or `<file>:<index>`), with the lines of its diff
+        /// numbered as `accept --lines` and `reject --lines` count them.
+        hunk: Option<String>,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -163,7 +166,7 @@ enum Cmd {
         #[arg(long, value_name = "SHA256", conflicts_with = "lines")]
         merged_against: Option<String>,
         /// Accept only these lines of the one hunk named: `FIRST-LAST` (or `N`), counting the
-        /// lines of its diff after the `@@` line from 1, as `show` prints them. The selected `+`
+        /// lines of its diff after the `@@` line from 1, as `show ID HUNK` numbers them. The selected `+`
         /// lines are added and `-` lines removed; the rest of the hunk stays pending as a new
         /// hunk.
         #[arg(long, value_parser = review::parse_lines)]
@@ -396,7 +399,7 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
             client,
         } => run::answer(run, answer, skip, client).await,
         Cmd::List { all, client } => review::list(all, client).await,
-        Cmd::Show { id, client } => review::show(id, client).await,
+        Cmd::Show { id, hunk, client } => review::show(id, hunk, client).await,
         Cmd::Accept {
             id,
             hunks,

@@ -11,7 +11,7 @@ use serde_json::json;
 use crate::cli::term::{short, visible, visible_line, wire};
 use crate::cli::{reviewer_client, typed, ClientArgs};
 use crate::protocol::{
-    BulkReply, CompleteReply, DecisionReply, HunkMerge, MergeOutcome, SuggestionList,
+    BulkReply, CompleteReply, DecisionReply, HunkMerge, HunkView, MergeOutcome, SuggestionList,
     SuggestionSummary, SuggestionView,
 };
 
@@ -78,15 +78,53 @@ pub async fn restore(path: String, client: ClientArgs) -> anyhow::Result<ExitCod
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn show(id: String, client: ClientArgs) -> anyhow::Result<ExitCode> {
+pub async fn show(
+    id: String,
+    hunk: Option<String>,
+    client: ClientArgs,
+) -> anyhow::Result<ExitCode> {
     let c = reviewer_client(&client).await?;
     let v = c.get(&format!("/suggestions/{id}")).await?;
-    if client.json {
-        println!("{v}");
-    } else {
-        print_suggestion(&typed(v)?);
+    match hunk {
+        None if client.json => println!("{v}"),
+        None => print_suggestion(&typed(v)?),
+        Some(name) => {
+            let s: SuggestionView = typed(v)?;
+            let id = hunk_name(&s, &name)?;
+            let Some((i, h)) = s.hunks.iter().enumerate().find(|(_, h)| h.id == id) else {
+                bail!("no hunk {name} in suggestion {}", short(&s.id));
+            };
+            if client.json {
+                println!("{}", serde_json::to_string(h)?);
+            } else {
+                print_numbered(i + 1, h);
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One hunk with the lines of its diff after the `@@` line numbered from 1, the positions
+/// `--lines FIRST-LAST` names.
+fn print_numbered(n: usize, h: &HunkView) {
+    println!(
+        "[{n}] {:<9} {:<7} {}{}",
+        wire(&h.state),
+        wire(&h.kind),
+        visible_line(&h.id),
+        if h.destructive { "  DESTRUCTIVE" } else { "" }
+    );
+    let mut lines = h.diff.lines();
+    if let Some(header) = lines.next() {
+        println!("     {}", visible_line(header));
+    }
+    for (k, line) in lines.enumerate() {
+        println!("{:>4} {}", k + 1, visible_line(line));
+    }
+    println!(
+        "decide part of it: hunkgate accept|reject {} {n} --lines FIRST-LAST",
+        short(&h.id)
+    );
 }
 
 /// A suggestion and its hunks, every line of agent text made visible.
