@@ -42,6 +42,17 @@ fn json(ws: &Workspace, args: &[&str]) -> Value {
         .unwrap_or_else(|e| panic!("hunkgate {a:?} printed no JSON ({e}): {}", o.stdout))
 }
 
+/// `hunkgate run PROMPT --agent TEMPLATE`, waited for: the id of the suggestion it printed first.
+fn run_suggestion(ws: &Workspace, prompt: &str, template: &str) -> String {
+    let o = ok(ws, &["run", prompt, "--agent", template]);
+    let first = o.stdout.lines().next().unwrap_or_default();
+    first
+        .strip_prefix("suggestion ")
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no suggestion in: {first}"))
+        .to_string()
+}
+
 #[test]
 fn a_review_from_the_command_line() {
     let text = numbered(30);
@@ -429,15 +440,7 @@ fn show_into_a_pipe_closed_early_ends_quietly() {
     let agent = ws.table_agent(20_000).unwrap();
     let template = format!("{} {{prompt}}", agent.display());
     let _hub = ws.serve(&[]).unwrap();
-    let o = ok(&ws, &["run", "A long table", "--agent", &template]);
-    let sid = o
-        .stdout
-        .lines()
-        .next()
-        .and_then(|l| l.strip_prefix("suggestion "))
-        .and_then(|r| r.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no suggestion in: {}", &o.stdout[..200]))
-        .to_string();
+    let sid = run_suggestion(&ws, "A long table", &template);
     let state = ws.state();
     let show = || {
         let mut cmd = Command::new(hunkgate_tests::hunkgate_bin());
@@ -494,15 +497,7 @@ fn show_of_one_hunk_numbers_its_lines_as_lines_counts_them() {
         .unwrap();
     let template = format!("{} {{prompt}}", agent.display());
     let _hub = ws.serve(&[]).unwrap();
-    let o = ok(&ws, &["run", "Shout", "--agent", &template]);
-    let sid = o
-        .stdout
-        .lines()
-        .next()
-        .and_then(|l| l.strip_prefix("suggestion "))
-        .and_then(|r| r.split_whitespace().next())
-        .unwrap()
-        .to_string();
+    let sid = run_suggestion(&ws, "Shout", &template);
     let o = ok(&ws, &["show", &sid[..8], "1"]);
     let added = o
         .stdout

@@ -30,12 +30,12 @@ use hunkgate_patch::{split_hunk, Pick};
 use crate::decide::apply::{self, plan_forward, PlanError};
 use crate::decide::commit::Decision;
 use crate::decide::review::{already, ensure_open, find_hunk, Ask, Step};
-use crate::decide::steps::Counts;
+use crate::decide::steps::{hunk_applied, Counts, Reshaped};
 use crate::error::AppError;
 use crate::hub::{DecisionResult, Hub, State};
 use crate::model::decision::{HunkAdd, HunkChange, HunkRef, LineRec};
 use crate::model::suggestion::{HunkRec, Suggestion};
-use crate::protocol::{AppliedAction, ErrorCode, Event, FeedbackAction, HunkKind, HunkState};
+use crate::protocol::{AppliedAction, ErrorCode, FeedbackAction, HunkKind, HunkState};
 
 impl Hub {
     /// Accept or reject lines `lines[0]..=lines[1]` of a hunk's diff (1-based, after its `@@`
@@ -147,19 +147,16 @@ impl Hub {
         let mut line = LineRec::new(s, rec, ask.action.word(), outcome);
         line.comment = ask.comment.map(str::to_string);
         line.lines = rec.lines;
-        let event = Event::HunkApplied {
-            seq: 0,
-            suggestion_id: s.id.clone(),
-            hunk_id: rec.id.clone(),
-            action: act,
-            file: rec.file.clone(),
-            state,
-            reviewed_count: counts.reviewed,
-            hunk_count: total,
-            lines: None,
-            new_hunks: Vec::new(),
-            removed_hunk_ids: vec![child.clone()],
-        };
+        let event = hunk_applied(
+            s,
+            rec,
+            (act, state),
+            (counts.reviewed, total),
+            Reshaped {
+                removed_hunk_ids: vec![child.clone()],
+                ..Reshaped::default()
+            },
+        );
         let mut change = HunkChange::keep(&s.id, idx, rec, state);
         (change.applied, change.lines) = (None, None);
         change.comment = ask.comment.map(str::to_string);
@@ -310,19 +307,17 @@ fn split_decision(
     line.comment = ask.comment.map(str::to_string);
     line.lines = ask.lines;
     line.applied_diff = plan.applied.as_ref().map(|h| h.to_unified());
-    let event = Event::HunkApplied {
-        seq: 0,
-        suggestion_id: s.id.clone(),
-        hunk_id: rec.id.clone(),
-        action: act,
-        file: rec.file.clone(),
-        state,
-        reviewed_count: counts.reviewed,
-        hunk_count: total,
-        lines: ask.lines,
-        new_hunks: vec![child.view()],
-        removed_hunk_ids: Vec::new(),
-    };
+    let event = hunk_applied(
+        s,
+        rec,
+        (act, state),
+        (counts.reviewed, total),
+        Reshaped {
+            lines: ask.lines,
+            new_hunks: vec![child.view()],
+            removed_hunk_ids: Vec::new(),
+        },
+    );
     d.ops(plan.ops)
         .change(change)
         .add_hunk(HunkAdd {

@@ -10,7 +10,7 @@ use crate::decide::review::Ask;
 use crate::hub::Hub;
 use crate::model::decision::{HunkChange, LineRec};
 use crate::model::fileop::FileOp;
-use crate::model::suggestion::Suggestion;
+use crate::model::suggestion::{HunkRec, Suggestion};
 use crate::protocol::{AppliedAction, ErrorCode, Event, HunkState};
 
 /// A suggestion's reviewed and applied hunks, kept up to date as a decision is planned.
@@ -99,19 +99,13 @@ pub(crate) fn step_parts(
     line.modified_diff = modified.as_ref().map(|h| h.to_unified());
     line.merged_diff = change.merge.as_ref().map(|m| m.diff.clone());
     counts.shift(rec.state, state);
-    let event = Event::HunkApplied {
-        seq: 0,
-        suggestion_id: s.id.clone(),
-        hunk_id: rec.id.clone(),
-        action: act,
-        file: rec.file.clone(),
-        state,
-        reviewed_count: counts.reviewed,
-        hunk_count: s.hunks.len(),
-        lines: None,
-        new_hunks: Vec::new(),
-        removed_hunk_ids: Vec::new(),
-    };
+    let event = hunk_applied(
+        s,
+        rec,
+        (act, state),
+        (counts.reviewed, s.hunks.len()),
+        Reshaped::default(),
+    );
     (plan.ops, change, line, event)
 }
 
@@ -141,4 +135,40 @@ pub(crate) fn conflict_parts(
         merge: None,
     };
     (change, line, event)
+}
+
+/// What a line-range decision did to a suggestion's hunks, for its event.
+#[derive(Default)]
+pub(super) struct Reshaped {
+    /// The range of the hunk's diff decided.
+    pub lines: Option<[usize; 2]>,
+    /// The rest it left to decide.
+    pub new_hunks: Vec<crate::protocol::HunkView>,
+    /// The rests an undo took back.
+    pub removed_hunk_ids: Vec<String>,
+}
+
+/// The `suggestion.hunk_applied` event of a decision on `rec` (its seq is set when it is sent):
+/// `(act, state)` what was done and the state it left, `(reviewed, total)` the suggestion's
+/// counts after it.
+pub(super) fn hunk_applied(
+    s: &Suggestion,
+    rec: &HunkRec,
+    (act, state): (AppliedAction, HunkState),
+    (reviewed, total): (usize, usize),
+    reshaped: Reshaped,
+) -> Event {
+    Event::HunkApplied {
+        seq: 0,
+        suggestion_id: s.id.clone(),
+        hunk_id: rec.id.clone(),
+        action: act,
+        file: rec.file.clone(),
+        state,
+        reviewed_count: reviewed,
+        hunk_count: total,
+        lines: reshaped.lines,
+        new_hunks: reshaped.new_hunks,
+        removed_hunk_ids: reshaped.removed_hunk_ids,
+    }
 }
