@@ -227,6 +227,8 @@ struct Campaign {
     /// Counter that makes every modified line unique.
     tag: usize,
     stats: Stats,
+    /// What happened to every decision, in order: printed when a check fails.
+    history: Vec<String>,
     http: reqwest::Client,
 }
 
@@ -696,6 +698,8 @@ fn check_checkout(c: &Campaign, ws: &Workspace, written: Option<usize>) {
                 .zip(expected.lines())
                 .position(|(a, b)| a != b)
                 .unwrap_or(got.lines().count().min(expected.lines().count()));
+            let tail = c.history.len().saturating_sub(80);
+            eprintln!("the last decisions:\n{}", c.history[tail..].join("\n"));
             panic!(
                 "{}: {} differs from what the hunk states say from line {}: got {:?}, expected {:?}",
                 c.ctx(),
@@ -792,6 +796,10 @@ fn acknowledge(c: &mut Campaign, flight: &mut Flight, answer: &Value, status: Op
         // hub says at the next restart what the hunks are now (`reconcile`).
         c.unsure.extend(flight.before.iter().map(|(h, _)| *h));
         c.stats.conflicts += 1;
+        c.history.push(format!(
+            "round {}: {:?} answered conflict",
+            c.round, flight.op
+        ));
         flight.acked = true;
         c.stats.acked += 1;
         return;
@@ -839,8 +847,22 @@ fn acknowledge(c: &mut Campaign, flight: &mut Flight, answer: &Value, status: Op
     for (h, st) in &flight.after {
         c.model[*h] = st.clone();
     }
+    c.history.push(format!(
+        "round {}: {:?} answered: {}",
+        c.round,
+        flight.op,
+        moves(c, &flight.after)
+    ));
     flight.acked = true;
     c.stats.acked += 1;
+}
+
+/// `hunk=state, …` of a decision's moves, for the history.
+fn moves(c: &Campaign, m: &[(usize, St)]) -> String {
+    m.iter()
+        .map(|(h, st)| format!("{}={}", c.infos[*h].id, st.word()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Whether `op` writes a file the writer appends to.
@@ -915,6 +937,19 @@ fn reconcile(c: &mut Campaign, s: &Value, flights: &[Flight]) {
                 .collect::<Vec<_>>()
         );
         // `landed && dropped` cannot happen: every decision changes the state of its hunks.
+        let fate = if landed {
+            "landed"
+        } else if conflicted {
+            "conflicted"
+        } else {
+            "dropped"
+        };
+        c.history.push(format!(
+            "round {}: {:?} unanswered, {fate} at the restart: {}",
+            c.round,
+            fl.op,
+            moves(c, &fl.after)
+        ));
         if landed {
             c.stats.unacked_landed += 1;
             for (h, st) in &fl.after {
@@ -1053,6 +1088,7 @@ async fn kill9_campaign_keeps_every_acknowledged_decision() {
         sid,
         tag: 0,
         stats: Stats::default(),
+        history: Vec::new(),
         http: reqwest::Client::new(),
     };
     check_checkout(&c, &ws, None);
