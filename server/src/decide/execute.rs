@@ -230,10 +230,17 @@ pub fn op_state(root: &Beneath, store: &Store, op: &FileOp) -> Result<OpState, F
 /// be taken back from `cur` exactly, and cannot be made again: it is in the file. Anything
 /// else (not text, a change that both applies and reverts, or neither) is not.
 fn written_then_edited(store: &Store, op: &FileOp, cur: &Cur) -> bool {
+    change_taken_out(store, op, cur).is_some()
+}
+
+/// `cur` with the text change `op` made taken back out of it, when `cur` holds that change
+/// (it cannot be made again) and taking it back applies with exact context: what a file that
+/// `op` wrote and the user edited since would be without `op`.
+fn change_taken_out(store: &Store, op: &FileOp, cur: &Cur) -> Option<String> {
     let (Op::Write { oid: post, .. }, Some(pre), Cur::File { bytes, .. }) =
         (&op.op, op.pre_oid.as_deref(), cur)
     else {
-        return false;
+        return None;
     };
     let text = |hex: &str| {
         blob(store, hex)
@@ -242,13 +249,47 @@ fn written_then_edited(store: &Store, op: &FileOp, cur: &Cur) -> bool {
     };
     let (Some(pre), Some(post), Ok(cur)) = (text(pre), text(post), std::str::from_utf8(bytes))
     else {
-        return false;
+        return None;
     };
     let change = hunkgate_patch::diff_hunks(&pre, &post, CONTEXT);
+    if change.is_empty() || hunkgate_patch::apply_all(cur, &change).is_ok() {
+        return None;
+    }
     let back: Vec<hunkgate_patch::Hunk> = change.iter().map(|h| h.reversed()).collect();
-    !change.is_empty()
-        && hunkgate_patch::apply_all(cur, &back).is_ok()
-        && hunkgate_patch::apply_all(cur, &change).is_err()
+    hunkgate_patch::apply_all(cur, &back).ok()
+}
+
+/// Take back operations a crash left done ([`OpState::Done`]), last first: exactly when the
+/// file is what the operation wrote; when the user edited it since, by taking the operation's
+/// text change back out of what is there (their edits stay). Each write is checked against
+/// the file as it was found, like any other.
+pub fn undo_found(root: &Beneath, store: &Store, done: &[FileOp]) -> Result<(), PlanError> {
+    for op in done.iter().rev() {
+        let cur = read_cur(root, &op.path)?;
+        if Fp::of(&cur) == op.post {
+            undo(root, store, std::slice::from_ref(op))?;
+            continue;
+        }
+        let (Some(text), Cur::File { exec, .. }) = (change_taken_out(store, op, &cur), &cur) else {
+            return Err(changed(&op.path));
+        };
+        let bytes = text.into_bytes();
+        let oid = store.write_blob(&bytes)?;
+        let back = Cur::File { bytes, exec: *exec };
+        let op = FileOp {
+            path: op.path.clone(),
+            op: Op::Write {
+                oid: oid.to_string(),
+                exec: *exec,
+                perm: None,
+            },
+            pre: Fp::of(&cur),
+            post: Fp::of(&back),
+            pre_oid: None,
+        };
+        execute_one(root, store, &op)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use hunkgate_sandbox::beneath::Beneath;
 use hunkgate_sandbox::store::Store;
 
-use crate::decide::execute::{execute, op_state, undo, OpState};
+use crate::decide::execute::{execute, op_state, undo_found, OpState};
 use crate::hub::Hub;
 use crate::model::decision::{DecisionRec, LineRec};
 use crate::model::feedback::FeedbackRecord;
@@ -90,8 +90,17 @@ fn finish(
         d.ops.iter().map(|op| op_state(root, store, op)).collect();
     let states = states.map_err(|e| e.to_string())?;
     if states.contains(&OpState::Neither) {
-        tracing::warn!(decision = %d.decision, "a file changed since an unfinished decision; leaving it undone");
-        return Ok(false);
+        // It cannot be finished, and its client never heard back: what of it was written
+        // (another file of the same decision) is taken back, so that it holds not at all.
+        let done: Vec<FileOp> = d
+            .ops
+            .iter()
+            .zip(&states)
+            .filter(|(_, st)| **st == OpState::Done)
+            .map(|(op, _)| op.clone())
+            .collect();
+        tracing::warn!(decision = %d.decision, taking_back = done.len(), "a file changed since an unfinished decision; taking back what of it was written");
+        return take_back(root, store, d, &done, "a file changed since it was planned");
     }
     if states.iter().all(|s| *s == OpState::Before) {
         // Nothing was written and the client never heard back: drop it.
@@ -122,7 +131,7 @@ fn take_back(
     done: &[FileOp],
     why: &str,
 ) -> Result<bool, String> {
-    match undo(root, store, done) {
+    match undo_found(root, store, done) {
         Ok(()) => {
             tracing::warn!(decision = %d.decision, error = why, "an unfinished decision could not be finished and was taken back; its hunks stay as they were");
             Ok(false)

@@ -1112,3 +1112,114 @@ fn accept_all_skips_destructive_hunks_and_restore_brings_back_a_deletion() {
     assert_eq!(err.error_code(), ErrorCode::Conflict, "{err}");
     assert_eq!(f.read("gone.txt"), "mine\n");
 }
+
+/// Journal a scoped rollback of hunks `hs` as `commit` would, and stop where a kill -9 would:
+/// after the first `written` of its file operations, before the feedback log and `commit`.
+fn prepare_rollback_cut(f: &Fixture, sid: &str, hs: &[usize], written: usize) {
+    let hub = f.hub();
+    let st = hub.lock().unwrap();
+    let s = &st.suggestions[sid];
+    let root = hub.checkout().unwrap();
+    let mut d = Decision::new();
+    let mut ops = Vec::new();
+    for &i in hs {
+        let rec = &s.hunks[i];
+        ops.extend(
+            crate::decide::apply::plan_reverse(&root, hub.store(), rec, 0)
+                .unwrap()
+                .ops,
+        );
+        let line = crate::model::decision::LineRec::new(s, rec, "rollback", "rejected");
+        d.change(crate::model::decision::HunkChange::keep(
+            sid,
+            i,
+            rec,
+            HunkState::Rejected,
+        ))
+        .line(
+            line,
+            crate::protocol::Event::Status {
+                seq: 0,
+                suggestion_id: None,
+                run_id: None,
+                status: "x".into(),
+                message: "x".into(),
+            },
+        );
+    }
+    d.ops(ops);
+    hub.journal_append(&Record::Decision(Box::new(d.record().clone())))
+        .unwrap();
+    let done = &d.file_ops()[..written];
+    crate::decide::execute::execute(&root, hub.store(), done).unwrap();
+}
+
+/// Two files, each with one hunk of suggestion `s1`, both accepted.
+fn two_files_accepted() -> Fixture {
+    let base: Files = vec![("a.txt", numbered(20, &[])), ("b.txt", numbered(20, &[]))];
+    let run: Files = vec![
+        ("a.txt", numbered(20, &[(5, "five")])),
+        ("b.txt", numbered(20, &[(5, "five")])),
+    ];
+    let f = Fixture::new(&base);
+    let s = f.suggest("s1", &base, &run);
+    for h in &s.hunks {
+        f.hub()
+            .decide("s1", &h.id, FeedbackAction::Accept, None, None)
+            .unwrap();
+    }
+    f
+}
+
+/// A rollback of hunks in two files, cut by a crash after its first file was written, while
+/// something appended to the second (the kill -9 campaign's writer): it cannot be finished, so
+/// it is taken back whole — the first file gets its hunk again — and its hunks stay accepted.
+#[test]
+fn a_decision_cut_by_a_crash_that_cannot_be_finished_is_taken_back_whole() {
+    let mut f = two_files_accepted();
+    let logged = f.feedback().len();
+    prepare_rollback_cut(&f, "s1", &[0, 1], 1);
+    assert_eq!(f.read("a.txt"), numbered(20, &[]), "the cut wrote a.txt");
+    let appended = numbered(20, &[(5, "five")]) + "appended\n";
+    std::fs::write(f.path("b.txt"), &appended).unwrap();
+    f.reopen();
+    assert_eq!(f.state("s1", 0), HunkState::Accepted);
+    assert_eq!(f.state("s1", 1), HunkState::Accepted);
+    assert_eq!(
+        f.read("a.txt"),
+        numbered(20, &[(5, "five")]),
+        "the half of the rollback that was written is taken back"
+    );
+    assert_eq!(
+        f.read("b.txt"),
+        appended,
+        "the other file is left as it was"
+    );
+    assert_eq!(f.feedback().len(), logged, "nothing logged for it");
+}
+
+/// [`a_decision_cut_by_a_crash_that_cannot_be_finished_is_taken_back_whole`]'s positive
+/// control: the same cut without the append is finished on restart.
+#[test]
+fn a_decision_cut_by_a_crash_with_nothing_changed_since_is_finished() {
+    let mut f = two_files_accepted();
+    prepare_rollback_cut(&f, "s1", &[0, 1], 1);
+    f.reopen();
+    assert_eq!(f.state("s1", 0), HunkState::Rejected);
+    assert_eq!(f.state("s1", 1), HunkState::Rejected);
+    assert_eq!(f.read("a.txt"), numbered(20, &[]));
+    assert_eq!(f.read("b.txt"), numbered(20, &[]));
+}
+
+/// The same cut, and the user saved the half-rolled-back file before the restart: the
+/// rollback's change is taken back out of their version, their edit stays.
+#[test]
+fn a_cut_decision_taken_back_keeps_the_users_edits_since() {
+    let mut f = two_files_accepted();
+    prepare_rollback_cut(&f, "s1", &[0, 1], 1);
+    std::fs::write(f.path("a.txt"), numbered(20, &[(18, "mine")])).unwrap();
+    std::fs::write(f.path("b.txt"), numbered(20, &[(5, "five")]) + "appended\n").unwrap();
+    f.reopen();
+    assert_eq!(f.state("s1", 0), HunkState::Accepted);
+    assert_eq!(f.read("a.txt"), numbered(20, &[(5, "five"), (18, "mine")]));
+}
