@@ -922,7 +922,7 @@ fn visual_selections_decide_lines_in_the_float_and_inline_views() {
         numbered(40).replace("line 5\nline 6\nline 7\n", "five\nseven\n"),
         "+six was rejected, the hunk at line 30 is still pending"
     );
-    let log: Vec<(String, String, Value)> = ws
+    let log: Vec<(String, String, Value, Value)> = ws
         .feedback_log()
         .unwrap()
         .iter()
@@ -931,13 +931,18 @@ fn visual_selections_decide_lines_in_the_float_and_inline_views() {
                 l["action"].as_str().unwrap().to_string(),
                 l["outcome"].as_str().unwrap().to_string(),
                 l["lines"].clone(),
+                l["comment"].clone(),
             )
         })
         .collect();
     let want = [
-        ("accept", "partial", json!([3, 7])),
-        ("reject", "partial", json!([5, 5])),
-        ("accept", "applied", Value::Null),
+        ("accept", "partial", json!([3, 7]), Value::Null),
+        ("reject", "partial", json!([5, 5]), json!("not six")),
+        ("accept", "applied", Value::Null, Value::Null),
     ];
-    assert_eq!(log, want.map(|(a, o, l)| (a.to_string(), o.to_string(), l)));
+    assert_eq!(
+        log,
+        want.map(|(a, o, l, c)| (a.to_string(), o.to_string(), l, c)),
+        "the reject's comment, asked for as a whole hunk's is, is logged"
+    );
 }

@@ -475,6 +475,35 @@ local function accept_fields(h)
   return { action = 'accept' }
 end
 
+--- Reject `h` (or the lines of it that `fields.lines` names) with a comment for the agent's
+--- next run: `comment` when given, else asked for when `review.reject_comment` is on — empty
+--- rejects without one, cancelling keeps the hunk.
+---@param s hunkgate.Suggestion
+---@param h hunkgate.Hunk
+---@param fields table action, lines?
+---@param comment? string
+local function reject_with_comment(s, h, fields, comment)
+  local function send(text)
+    text = text and vim.trim(text) or ''
+    fields.comment = text ~= '' and text or nil
+    decide(s, h, fields)
+  end
+  if comment ~= nil or not config.get().review.reject_comment then
+    return send(comment)
+  end
+  local sess = M.session
+  local what = fields.lines and 'Reject comment for these lines' or 'Reject comment'
+  vim.ui.input({ prompt = what .. ' (Enter: none, Esc: keep the hunk): ' }, function(input)
+    if M.session ~= sess then
+      return
+    end
+    if input == nil then
+      return notify.send(('hunkgate: %s not rejected'):format(h.file))
+    end
+    send(input)
+  end)
+end
+
 --- Accept or reject the lines of the current hunk that rows `first`..`last` of the review
 --- view show (a Visual selection); the rest of the hunk stays to be decided, as the next hunk.
 ---@param verb 'accept'|'reject'
@@ -489,10 +518,13 @@ local function decide_lines(verb, first, last)
   if not range then
     return warn(('the selection holds no line of the hunk; select the lines to %s'):format(verb))
   end
-  if verb == 'accept' and blocked_by_unsaved(h) then
+  if verb == 'reject' then
+    return reject_with_comment(s, h, { action = 'reject', lines = range })
+  end
+  if blocked_by_unsaved(h) then
     return
   end
-  decide(s, h, { action = verb, lines = range })
+  decide(s, h, { action = 'accept', lines = range })
 end
 
 M.accept_lines = serial(function(first, last)
@@ -510,31 +542,14 @@ M.accept_hunk = serial(function()
   end
 end)
 
---- Reject the current hunk. `comment` (for the agent's next run) is asked for when not given
---- and `review.reject_comment` is on: empty rejects without one, cancelling keeps the hunk.
+--- Reject the current hunk, with a comment for the agent's next run (see
+--- `reject_with_comment`).
 ---@param comment? string
 M.reject_hunk = serial(function(comment)
   local s, h = open_hunk('reject')
-  if not s or not h then
-    return
+  if s and h then
+    reject_with_comment(s, h, { action = 'reject' }, comment)
   end
-  local function send(text)
-    text = text and vim.trim(text) or ''
-    decide(s, h, { action = 'reject', comment = text ~= '' and text or nil })
-  end
-  if comment ~= nil or not config.get().review.reject_comment then
-    return send(comment)
-  end
-  local sess = M.session
-  vim.ui.input({ prompt = 'Reject comment (Enter: none, Esc: keep the hunk): ' }, function(input)
-    if M.session ~= sess then
-      return
-    end
-    if input == nil then
-      return notify.send(('hunkgate: %s not rejected'):format(h.file))
-    end
-    send(input)
-  end)
 end)
 
 --- Edit the hunk's new side in a scratch buffer; writing it sends `modify`. A hunk in conflict

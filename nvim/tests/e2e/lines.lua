@@ -66,7 +66,8 @@ t.eq({ 3, 7 }, s.hunks[1].lines, 'the decided range')
 -- The rest's row 5 is `+six`: rejected from a one-line selection, it is dropped; nothing is
 -- written, and what is left is the next hunk again.
 t.eq('six', t.buf_lines(sess.view.buf)[5], 'row 5 of the rest')
-t.feed('5GVr')
+-- The reject asks for a comment, as a whole hunk's does.
+t.feed('5GVrnot six<CR>')
 t.wait('+six rejected', function()
   return t.hunk_state(s.id, rest) == 'rejected'
 end)

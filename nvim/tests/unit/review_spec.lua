@@ -355,6 +355,17 @@ test('r asks for a comment: it is sent; Enter rejects without one; Esc keeps the
   eq({ hunk = 's1:a.txt:1', action = 'reject' }, f.sent[2], 'a blank comment is no comment')
 end)
 
+test('a Visual reject of some lines asks for a comment too; Esc keeps the hunk', function()
+  local f = start(suggestion(3))
+  answers = { false }
+  press('2GVr')
+  eq({}, f.sent, 'cancelled: nothing sent')
+  truthy(asked[1]:find('for these lines', 1, true), asked[1])
+  answers = { 'not the new one' }
+  press('2GVr')
+  eq({ { hunk = 's1:a.txt:0', action = 'reject', lines = { 2, 2 }, comment = 'not the new one' } }, f.sent)
+end)
+
 test(':Hunkgate reject <text> keeps its text and does not ask; the prompt can be turned off', function()
   local f = start(suggestion(3))
   require('hunkgate.commands').dispatch({ args = 'reject keep the old name', range = 0 })
