@@ -1043,6 +1043,28 @@ pub mod isolation {
             Self::lookup(&name)
         }
 
+        /// The sandbox user `name` made as a user makes it, by `hunkgate setup --install` for a
+        /// hub run by `hub_user`, and adopted for clean-up (taking turns with the other tests'
+        /// `useradd`: `setup` runs one too).
+        pub fn set_up_sandbox_user(name: &str, hub_user: &str) -> Result<Self> {
+            let out = {
+                let _g = USERS.lock().unwrap_or_else(|e| e.into_inner());
+                Command::new(hunkgate_bin())
+                    .args(["setup", "--user", name, "--hub-user", hub_user])
+                    .args(["--install", "--yes"])
+                    .output()?
+            };
+            let user = Self::lookup(name)
+                .with_context(|| String::from_utf8_lossy(&out.stderr).into_owned())?;
+            anyhow::ensure!(
+                out.status.success(),
+                "hunkgate setup failed: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            Ok(user)
+        }
+
         /// A user that already exists (made by `hunkgate setup`), adopted for clean-up.
         pub fn lookup(name: &str) -> Result<Self> {
             let u = nix::unistd::User::from_name(name)?

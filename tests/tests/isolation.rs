@@ -85,25 +85,7 @@ impl Setup {
             .as_ref()
             .map(|o| o.name.clone())
             .unwrap_or("root".into());
-        let out = Command::new(hunkgate_bin())
-            .args([
-                "setup",
-                "--user",
-                &name,
-                "--hub-user",
-                &hub_user,
-                "--install",
-                "--yes",
-            ])
-            .output()?;
-        let agent = TestUser::lookup(&name)
-            .with_context(|| String::from_utf8_lossy(&out.stderr).into_owned())?;
-        anyhow::ensure!(
-            out.status.success(),
-            "hunkgate setup failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let agent = TestUser::set_up_sandbox_user(&name, &hub_user)?;
         let shared = tempfile::tempdir()?;
         std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o755))?;
         Ok(Self {

@@ -8,12 +8,11 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use hunkgate_tests::isolation::{require_root, start_hub, HubAs, TestUser};
-use hunkgate_tests::{hunkgate_bin, wait_until, Hub, Workspace};
+use hunkgate_tests::{wait_until, Hub, Workspace};
 use serde_json::{json, Value};
 
 const BASE: &str = "base content\n";
@@ -39,25 +38,7 @@ impl Setup {
             std::process::id(),
             NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
         );
-        let out = Command::new(hunkgate_bin())
-            .args([
-                "setup",
-                "--user",
-                &name,
-                "--hub-user",
-                "root",
-                "--install",
-                "--yes",
-            ])
-            .output()?;
-        let agent = TestUser::lookup(&name)
-            .with_context(|| String::from_utf8_lossy(&out.stderr).into_owned())?;
-        anyhow::ensure!(
-            out.status.success(),
-            "hunkgate setup failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let agent = TestUser::set_up_sandbox_user(&name, "root")?;
         let shared = tempfile::tempdir()?;
         std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o755))?;
         Ok(Self { ws, shared, agent })

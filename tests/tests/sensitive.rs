@@ -7,12 +7,11 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use hunkgate_tests::fake_llm::{FakeLlm, Reply};
 use hunkgate_tests::isolation::{require_root, start_hub, HubAs, TestUser};
-use hunkgate_tests::{hunkgate_bin, wait_run_finished, Hub, Workspace};
+use hunkgate_tests::{wait_run_finished, Hub, Workspace};
 use serde_json::{json, Value};
 
 const SECS: Duration = Duration::from_secs(90);
@@ -218,26 +217,8 @@ async fn sensitive_files_never_enter_the_sandbox_under_user_isolation() {
     }
     let ws = repo();
     let name = format!("hws{}", std::process::id());
-    let out = Command::new(hunkgate_bin())
-        .args([
-            "setup",
-            "--user",
-            &name,
-            "--hub-user",
-            "root",
-            "--install",
-            "--yes",
-        ])
-        .output()
-        .unwrap();
     // Removed when the test ends.
-    let agent = TestUser::lookup(&name)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let agent = TestUser::set_up_sandbox_user(&name, "root").unwrap();
     std::fs::set_permissions(ws.dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let args = ["--isolation", "user", "--sandbox-user", &agent.name];
