@@ -148,7 +148,9 @@ function M.map(buf, maps)
     if m[1] and on_lines then
       vim.keymap.set('x', m[1], function()
         local a, b = vim.fn.line('v'), vim.fn.line('.')
-        vim.api.nvim_feedkeys(vim.keycode('<Esc>'), 'nx', false)
+        -- Leave Visual mode with `:normal!`, which runs only its own keys: feeding <Esc> with
+        -- 'x' would first run whatever the user typed ahead (the reject comment) as commands.
+        vim.cmd.normal({ args = { vim.keycode('<Esc>') }, bang = true })
         on_lines(math.min(a, b), math.max(a, b))
       end, { buffer = buf, nowait = true, silent = true, desc = 'hunkgate: ' .. m[3] .. ' the selected lines' })
     end
