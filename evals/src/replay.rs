@@ -21,10 +21,14 @@ use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use std::borrow::Cow;
+
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::task::{Check, Review, TaskSpec};
+
+mod family;
 
 /// One changed line (`+text` / `-text`, with its line terminator) of a file, or one whole-file
 /// change (`binary`, `rename from A to B`, `old mode … new mode …`). What a replay compares.
@@ -95,6 +99,10 @@ pub struct ReplayExpect {
     pub hunks_accepted: usize,
     pub hunks_modified: usize,
     pub hunks_rejected: usize,
+    /// Hunks decided in part (a line range accepted or rejected): their changed lines count
+    /// in `kept` and `rejected` as the user decided each, their rests' included.
+    #[serde(default)]
+    pub hunks_partial: usize,
     /// Changed lines the user kept (modified hunks in the user's version).
     pub kept: Vec<Unit>,
     /// Changed lines of the hunks the user rejected.
@@ -145,6 +153,11 @@ struct Record {
     diff: String,
     #[serde(default)]
     modified_diff: Option<String>,
+    #[serde(default)]
+    action: String,
+    /// The range a line-range decision (`partial`) decided.
+    #[serde(default)]
+    lines: Option<[usize; 2]>,
     base_commit: String,
     run_commit: String,
     #[serde(default)]
@@ -207,7 +220,7 @@ fn read_runs(logs: &[PathBuf]) -> Result<(Vec<Run>, usize)> {
                 run.prompt = rec.prompt.clone();
             }
             match rec.outcome.as_str() {
-                "applied" | "modified" | "merged" | "rejected" => {
+                "applied" | "modified" | "merged" | "rejected" | "partial" => {
                     run.decided.insert(rec.hunk_id.clone(), rec);
                 }
                 "undone" => {
@@ -317,15 +330,16 @@ fn blobs(repo: &Path, oids: &BTreeSet<String>) -> Result<HashMap<String, Vec<u8>
 
 /// Each touched file's content after applying `hunks` (a subset of one run's decided hunks,
 /// each `(record, diff to apply)`) to the base; `None` = the file does not exist.
-fn state_after(
+fn state_after<D: AsRef<str>>(
     base: &BTreeMap<String, Vec<u8>>,
     run_files: &BTreeMap<String, Vec<u8>>,
-    hunks: &[(&Record, &str)],
+    hunks: &[(&Record, D)],
 ) -> Result<BTreeMap<String, Option<Vec<u8>>>> {
     let mut out: BTreeMap<String, Option<Vec<u8>>> = BTreeMap::new();
     // file -> (its hunks, whether one deletes the file)
     let mut text: BTreeMap<&str, (Vec<hunkgate_patch::Hunk>, bool)> = BTreeMap::new();
     for (rec, diff) in hunks {
+        let diff = diff.as_ref();
         match rec.kind.as_str() {
             "binary" | "symlink" => {
                 out.insert(rec.file.clone(), run_files.get(&rec.file).cloned());
@@ -346,7 +360,8 @@ fn state_after(
                     .with_context(|| format!("hunk {}: unreadable diff", rec.hunk_id))?;
                 let e = text.entry(&rec.file).or_default();
                 e.0.extend(parsed);
-                e.1 |= rec.kind == "delete";
+                // A hunk decided in part leaves the file (what it kept is in the hunk).
+                e.1 |= rec.kind == "delete" && rec.outcome != "partial";
             }
         }
     }
@@ -449,7 +464,7 @@ fn extract_run(run: &Run, repo: &Path, out: &Path) -> Result<Option<PathBuf>> {
         bail!("the log has no prompt for it");
     };
     let files = RunFiles::read(run, repo)?;
-    let (expect, kept, rejected) = expectations(run);
+    let (expect, kept, rejected) = expectations(run)?;
     let kept_state = state_after(&files.base, &files.run_files, &kept)?;
     let rejected_state = state_after(&files.base, &files.run_files, &rejected)?;
 
@@ -552,10 +567,11 @@ impl RunFiles {
 }
 
 /// Decided hunks, each with the diff that landed (or would have).
-type Decided<'a> = Vec<(&'a Record, &'a str)>;
+type Decided<'a> = Vec<(&'a Record, Cow<'a, str>)>;
 
 /// What the user kept and rejected of a run, and the hunks (with the diff that landed) of each.
-fn expectations(run: &Run) -> (ReplayExpect, Decided<'_>, Decided<'_>) {
+/// A hunk decided in part counts with its rests (see [`family`]).
+fn expectations(run: &Run) -> Result<(ReplayExpect, Decided<'_>, Decided<'_>)> {
     let mut expect = ReplayExpect {
         run_id: run.run_id.clone(),
         suggestion_ids: run.run_commits.keys().cloned().collect(),
@@ -564,33 +580,55 @@ fn expectations(run: &Run) -> (ReplayExpect, Decided<'_>, Decided<'_>) {
         base_commit: run.base_commit.clone(),
         ..ReplayExpect::default()
     };
-    let mut kept: Vec<(&Record, &str)> = Vec::new();
-    let mut rejected: Vec<(&Record, &str)> = Vec::new();
+    let mut kept: Decided = Vec::new();
+    let mut rejected: Decided = Vec::new();
     for rec in run.decided.values() {
+        if family::parent_of(&rec.hunk_id).is_some() {
+            // A rest: counted with the hunk it was left by.
+            continue;
+        }
         match rec.outcome.as_str() {
             "applied" | "merged" => {
                 expect.hunks_accepted += 1;
                 expect
                     .kept
                     .extend(units_of_hunk(&rec.file, &rec.kind, &rec.diff));
-                kept.push((rec, &rec.diff));
+                kept.push((rec, Cow::Borrowed(&rec.diff)));
             }
             "modified" => {
                 expect.hunks_modified += 1;
                 let d = rec.modified_diff.as_deref().unwrap_or(&rec.diff);
                 expect.kept.extend(units_of_hunk(&rec.file, &rec.kind, d));
-                kept.push((rec, d));
+                kept.push((rec, Cow::Borrowed(d)));
+            }
+            "partial" => {
+                expect.hunks_partial += 1;
+                let fam = family::follow(rec, &run.decided)?;
+                let unit = |change| Unit {
+                    file: rec.file.clone(),
+                    change,
+                };
+                expect.kept.extend(fam.kept_changes.into_iter().map(unit));
+                expect
+                    .rejected
+                    .extend(fam.rejected_changes.into_iter().map(unit));
+                if let Some(h) = fam.kept {
+                    kept.push((rec, Cow::Owned(h.to_unified())));
+                }
+                if let Some(h) = fam.rejected {
+                    rejected.push((rec, Cow::Owned(h.to_unified())));
+                }
             }
             _ => {
                 expect.hunks_rejected += 1;
                 expect
                     .rejected
                     .extend(units_of_hunk(&rec.file, &rec.kind, &rec.diff));
-                rejected.push((rec, &rec.diff));
+                rejected.push((rec, Cow::Borrowed(&rec.diff)));
             }
         }
     }
-    (expect, kept, rejected)
+    Ok((expect, kept, rejected))
 }
 
 /// The check of a replay task: every file the run's decisions touched is as the user left it
@@ -698,7 +736,7 @@ mod tests {
         );
     }
 
-    fn rec(file: &str, kind: &str, diff: &str) -> Record {
+    pub(super) fn rec(file: &str, kind: &str, diff: &str) -> Record {
         Record {
             ts: String::new(),
             suggestion_id: "s".into(),
@@ -709,6 +747,8 @@ mod tests {
             kind: kind.into(),
             diff: diff.into(),
             modified_diff: None,
+            action: "accept".into(),
+            lines: None,
             base_commit: String::new(),
             run_commit: String::new(),
             agent: None,

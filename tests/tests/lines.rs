@@ -377,3 +377,57 @@ async fn a_partial_accept_cut_short_by_kill_9_is_finished_with_its_rest() {
         edited(&[(5, "five"), (6, "six"), (7, "seven")])
     );
 }
+
+/// A real feedback log of line-range decisions replayed (`hunkgate-evals replay`): lines 3-7
+/// accepted, `+six` of the rest rejected, what is left accepted. The replay task's solution is
+/// the checkout those decisions left, and its expectations count each changed line as decided.
+#[tokio::test]
+async fn a_replay_of_line_range_decisions_keeps_what_the_user_kept() {
+    let ws = Workspace::new(&[("a.txt", numbered(40).as_bytes())]).unwrap();
+    let hub = ws.serve(&[]).unwrap();
+    let (_c, s) = twelve_line_suggestion(&hub, &ws).await;
+    let sid = s["id"].as_str().unwrap().to_string();
+    let state = ws.state();
+    let cli = |args: &[&str]| {
+        let mut full = args.to_vec();
+        full.extend(["--state-dir", state.to_str().unwrap()]);
+        let out = ws.cli(&full).unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
+    cli(&["accept", &sid, "1", "--lines", "3-7"]);
+    // The rest's lines 5-7 are `+six` `+seven` and context: `+six` rejected, then the rest of
+    // that accepted whole.
+    cli(&["reject", &sid, "2", "--lines", "5-5"]);
+    cli(&["accept", &sid, "3"]);
+    let kept = numbered(40).replace("line 5\nline 6\nline 7\n", "five\nseven\n");
+    assert_eq!(ws.read_string("a.txt").unwrap(), kept);
+
+    let out = tempfile::tempdir().unwrap();
+    let ex = hunkgate_evals::replay::extract(
+        &[state.join("feedback.jsonl")],
+        &state.join("checkpoints.git"),
+        out.path(),
+    )
+    .unwrap();
+    assert_eq!((ex.tasks.len(), ex.skipped.len()), (1, 0), "{ex:?}");
+    let task = &ex.tasks[0];
+    assert_eq!(
+        std::fs::read_to_string(task.join("solution/a.txt")).unwrap(),
+        kept,
+        "the solution is the checkout the decisions left"
+    );
+    assert_eq!(
+        std::fs::read_to_string(task.join("expected/a.txt")).unwrap(),
+        kept
+    );
+    let expect = hunkgate_evals::replay::load_expect(task).unwrap().unwrap();
+    let units = |u: &[hunkgate_evals::replay::Unit]| -> Vec<String> {
+        u.iter().map(|u| u.change.trim_end().to_string()).collect()
+    };
+    assert_eq!(expect.hunks_partial, 1);
+    assert_eq!(
+        units(&expect.kept),
+        ["-line 5", "-line 6", "-line 7", "+five", "+seven"]
+    );
+    assert_eq!(units(&expect.rejected), ["+six"]);
+}
