@@ -74,14 +74,27 @@ pub struct ReviewFile {
     /// unless confirmed (default
     /// [`crate::model::suggestion::DEFAULT_DESTRUCTIVE_DELETED_LINES`]).
     pub destructive_deleted_lines: Option<usize>,
+    /// A hunk showing more lines than this is cut into parts, or marked oversized (default
+    /// [`crate::model::suggestion::DEFAULT_MAX_HUNK_LINES`], seed 000 §23).
+    pub max_hunk_lines: Option<usize>,
+    /// A hunk showing more bytes than this is cut into parts, or marked oversized (default
+    /// [`crate::model::suggestion::DEFAULT_MAX_HUNK_BYTES`], seed 000 §23).
+    pub max_hunk_bytes: Option<usize>,
 }
 
 impl ReviewFile {
+    /// The settings, defaults where the file says nothing. A hunk limit of 0 would leave no
+    /// hunk within it: it is read as 1.
     pub fn resolve(&self) -> Review {
+        use crate::model::suggestion::{DEFAULT_MAX_HUNK_BYTES, DEFAULT_MAX_HUNK_LINES};
         Review {
             destructive_deleted_lines: self
                 .destructive_deleted_lines
                 .unwrap_or(crate::model::suggestion::DEFAULT_DESTRUCTIVE_DELETED_LINES),
+            hunk_limits: hunkgate_patch::Limits {
+                lines: self.max_hunk_lines.unwrap_or(DEFAULT_MAX_HUNK_LINES).max(1),
+                bytes: self.max_hunk_bytes.unwrap_or(DEFAULT_MAX_HUNK_BYTES).max(1),
+            },
         }
     }
 }
@@ -90,6 +103,8 @@ impl ReviewFile {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Review {
     pub destructive_deleted_lines: usize,
+    /// `max_hunk_lines` and `max_hunk_bytes`: what a hunk may show before it is cut.
+    pub hunk_limits: hunkgate_patch::Limits,
 }
 
 impl Default for Review {
