@@ -343,13 +343,21 @@ impl Block<'_, '_> {
         cuts_new: &[usize],
     ) -> Option<At> {
         let context = self.body.context;
-        let news: Vec<usize> = cuts_new
-            .iter()
-            .copied()
-            .filter(|&a| a >= from.added)
-            .collect();
+        // A part shows each line it takes: no cut further than the line limit can fit, so
+        // only those are looked at, and cutting a change of any length takes time in
+        // proportion to it.
+        let reach = self.body.limits.lines;
+        let within_reach = |cuts: &[usize], from: usize| -> Vec<usize> {
+            let start = cuts.partition_point(|&c| c < from);
+            cuts[start..]
+                .iter()
+                .copied()
+                .take_while(|&c| c - from <= reach)
+                .collect()
+        };
+        let news = within_reach(cuts_new, from.added);
         let mut best: Option<(Progress, At)> = None;
-        for &removed in cuts_old.iter().filter(|&&r| r >= from.removed) {
+        for removed in within_reach(cuts_old, from.removed) {
             let lead = if first { self.lead.len() } else { 0 };
             let anchor = lead + removed - from.removed;
             let rest = self.removes.len() - removed + self.trail.len();
@@ -612,6 +620,30 @@ mod tests {
                 oversized: true
             }]
         );
+    }
+
+    /// A change of tens of thousands of lines is cut like a short one, every part within the
+    /// limits (each part looks only at the cuts within its reach).
+    #[test]
+    fn a_long_change_is_cut_all_the_way() {
+        let text = |tag: &str, blank: &str| -> String {
+            (0..20_000)
+                .map(|i| match i % 10 {
+                    9 => blank.to_owned(),
+                    _ => format!("{tag} {i}\n"),
+                })
+                .collect()
+        };
+        let old = format!("head\n{}tail\n", text("old", "\n"));
+        let new = format!("head\n{}tail\n", text("new", " \n"));
+        let hunk = one_hunk(&old, &new);
+        let parts = fit_hunk(hunk, 3, limits(80));
+        assert!(parts.len() >= 40_000 / 80, "{}", parts.len());
+        assert!(parts
+            .iter()
+            .all(|p| !p.oversized && p.hunk.lines.len() <= 80));
+        let hunks: Vec<Hunk> = parts.into_iter().map(|p| p.hunk).collect();
+        assert_eq!(apply_all(&old, &hunks).unwrap(), new);
     }
 
     /// The byte limit cuts as the line limit does.
