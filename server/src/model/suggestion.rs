@@ -5,14 +5,12 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use hunkgate_patch::{as_text, diff_hunks, into_text, Hunk, Limits};
-
-use super::sizing::{is_rewrite, sized};
-pub use super::sizing::{DEFAULT_MAX_HUNK_BYTES, DEFAULT_MAX_HUNK_LINES};
 use hunkgate_sandbox::store::Changes;
 use hunkgate_sandbox::store::{BlobReader, Entry, FlatTree, Fresh, Mode, Store, StoreError};
 use hunkgate_sandbox::ObjectId;
 use serde::{Deserialize, Serialize};
 
+use super::sizing::{is_rewrite, sized};
 use crate::protocol::{
     HunkHeader, HunkKind, HunkMerge, HunkState, HunkView, SuggestionStatus, SuggestionView,
 };
@@ -805,8 +803,8 @@ mod tests {
 
     /// The default limits, as a hub without `[review]` settings has them.
     const LIMITS: Limits = Limits {
-        lines: DEFAULT_MAX_HUNK_LINES,
-        bytes: DEFAULT_MAX_HUNK_BYTES,
+        lines: crate::model::sizing::DEFAULT_MAX_HUNK_LINES,
+        bytes: crate::model::sizing::DEFAULT_MAX_HUNK_BYTES,
     };
 
     fn rec(file: &str, patch: Option<Hunk>) -> HunkRec {
