@@ -46,6 +46,7 @@ mod hunk;
 mod lines;
 mod parse;
 mod select;
+mod size;
 mod user;
 
 pub use apply::{apply_all, apply_hunk, Applied, ApplyError};
@@ -54,4 +55,5 @@ pub use hunk::{Hunk, HunkLine};
 pub use lines::{as_text, into_text, is_text, line_ending, split_lines};
 pub use parse::{parse_file_header, parse_hunks, ParseError, Side};
 pub use select::{split_hunk, split_where, Pick, Split, SplitError};
+pub use size::{fit_hunk, Limits, Part};
 pub use user::{adopt_line_endings, parse_one_hunk, EndingsError, OneHunkError};

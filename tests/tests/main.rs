@@ -31,6 +31,7 @@ mod review;
 mod runs;
 mod security;
 mod sensitive;
+mod sizing;
 mod slots;
 mod smoke;
 mod user_writes;

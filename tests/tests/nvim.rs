@@ -515,6 +515,41 @@ rm gone.txt",
     assert!(!ws.exists("gone.txt"), "confirmed: deleted");
 }
 
+/// Hunks sized for a reviewer (`nvim/tests/e2e/sizing.lua`): a rewrite in parts, each marked
+/// REWRITE in the review bar, a block that cannot be cut marked OVERSIZED; `A` lands them all.
+#[test]
+fn a_rewrite_in_parts_and_an_oversized_block_are_marked_in_the_review() {
+    let ws = Workspace::new(&[
+        ("big.txt", numbered(200).as_bytes()),
+        ("block.txt", b"one\n"),
+    ])
+    .unwrap();
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            "sed -i '/0$/!s/^line /new line /' big.txt\n\
+             seq 1 100 | sed 's/^/block /' >> block.txt",
+        )
+        .unwrap();
+    let template = format!("{} {{prompt}}", agent.display());
+    let hub = ws.serve(&["--agent", &template]).unwrap();
+    let state = ws.state();
+    let scenario = Scenario::start(&ws, "sizing", Some(&state));
+    scenario.finish(&[&hub]);
+    let rewritten: String = (1..=200)
+        .map(|i| match i % 10 {
+            0 => format!("line {i}\n"),
+            _ => format!("new line {i}\n"),
+        })
+        .collect();
+    assert_eq!(ws.read_string("big.txt").unwrap(), rewritten);
+    let block: String = (1..=100).map(|i| format!("block {i}\n")).collect();
+    assert_eq!(
+        ws.read_string("block.txt").unwrap(),
+        format!("one\n{block}")
+    );
+}
+
 /// `ui.style = "inline"`: the hunk overlaid in the real buffer and a quickfix list of all
 /// hunks; the inline keymaps decide. Also `:checkhealth hunkgate` and command completion.
 #[test]

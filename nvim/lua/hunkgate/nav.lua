@@ -19,6 +19,22 @@ function M.is_modifiable(kind)
   return kind == nil or kind == 'modify' or kind == 'create' or kind == 'delete'
 end
 
+--- What a reviewer is told about a hunk beside its state, each word after a space (or ''):
+--- DESTRUCTIVE (an accept-all asks before landing it), OVERSIZED (over the hub's hunk size
+--- limits and not cut into parts: take it whole or by a line range), REWRITE (one of the hunks
+--- of a file the change rewrote).
+---@param h {destructive?: boolean, oversized?: boolean, rewrite?: boolean}
+---@return string
+function M.marks(h)
+  local out = ''
+  for _, m in ipairs({ { h.destructive, 'DESTRUCTIVE' }, { h.oversized, 'OVERSIZED' }, { h.rewrite, 'REWRITE' } }) do
+    if m[1] == true then
+      out = out .. ' ' .. m[2]
+    end
+  end
+  return out
+end
+
 --- The three-way merge a hunk in conflict carries (an accept found it stale), or nil.
 ---@param h {state: string, merge?: {outcome: 'clean'|'conflicted', diff: string, merged_against: string}}
 function M.merge_of(h)

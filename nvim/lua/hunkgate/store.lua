@@ -17,6 +17,8 @@ local nav = require('hunkgate.nav')
 ---@field merge? {outcome: 'clean'|'conflicted', diff: string, merged_against: string} a stale hunk's three-way merge
 ---@field comment? string
 ---@field destructive? boolean deletes a file, renames one, changes its mode or deletes many lines
+---@field oversized? boolean over the hub's hunk size limits, and not cut into parts
+---@field rewrite? boolean one of the hunks of a file the change rewrote
 
 ---@class hunkgate.Suggestion
 ---@field id string

@@ -54,3 +54,12 @@ test('modifiable kinds', function()
   eq(false, nav.is_modifiable('binary'))
   eq(false, nav.is_modifiable('rename'))
 end)
+
+test('marks name what a hunk is, in one order, and nothing for a plain hunk', function()
+  eq('', nav.marks({}))
+  eq('', nav.marks({ destructive = false, oversized = false, rewrite = false }))
+  eq(' OVERSIZED', nav.marks({ oversized = true }))
+  eq(' DESTRUCTIVE OVERSIZED REWRITE', nav.marks({ rewrite = true, oversized = true, destructive = true }))
+  -- Only a real true: the wire's JSON null decodes to vim.NIL, which is truthy in Lua.
+  eq('', nav.marks({ oversized = vim.NIL }))
+end)

@@ -146,6 +146,10 @@ enum Cmd {
         client: ClientArgs,
     },
     /// Show a suggestion with its hunks, numbered [1], [2], ... (an id prefix is enough).
+    ///
+    /// A hunk's line says DESTRUCTIVE (an accept-all leaves it pending), OVERSIZED (over
+    /// `[review] max_hunk_lines` / `max_hunk_bytes` and not cut into parts: take it whole, or
+    /// by `--lines`) or REWRITE (one of the hunks of a file the change rewrote).
     Show {
         id: String,
         /// Only this hunk (its number, id or `<file>:<index>`), with the lines of its diff

@@ -104,6 +104,21 @@ pub async fn show(
     Ok(ExitCode::SUCCESS)
 }
 
+/// What a reviewer is told about a hunk beside its id: `DESTRUCTIVE` (an accept-all leaves it
+/// pending), `OVERSIZED` (over the hunk size limits, and no cut into parts applied on its own:
+/// take it whole or by `--lines`), `REWRITE` (one of the hunks of a file the change rewrote).
+fn marks(h: &HunkView) -> String {
+    [
+        (h.destructive, "  DESTRUCTIVE"),
+        (h.oversized, "  OVERSIZED"),
+        (h.rewrite, "  REWRITE"),
+    ]
+    .iter()
+    .filter(|(on, _)| *on)
+    .map(|(_, mark)| *mark)
+    .collect()
+}
+
 /// One hunk with the lines of its diff after the `@@` line numbered from 1, the positions
 /// `--lines FIRST-LAST` names.
 fn print_numbered(n: usize, h: &HunkView) {
@@ -112,7 +127,7 @@ fn print_numbered(n: usize, h: &HunkView) {
         wire(&h.state),
         wire(&h.kind),
         visible_line(&h.id),
-        if h.destructive { "  DESTRUCTIVE" } else { "" }
+        marks(h)
     );
     let mut lines = h.diff.lines();
     if let Some(header) = lines.next() {
@@ -157,7 +172,7 @@ pub fn print_suggestion(s: &SuggestionView) {
             wire(&h.state),
             wire(&h.kind),
             visible_line(&h.id),
-            if h.destructive { "  DESTRUCTIVE" } else { "" }
+            marks(h)
         );
         if let Some(d) = &h.description {
             for line in d.split('\n') {
@@ -468,6 +483,19 @@ mod tests {
             "01234567  partial  1/2  Shout^[[2K^Jlines  (a.txt, b^G.txt)"
         );
         assert!(summary_line(&summary(Some("finalize"))).starts_with("01234567  finalize 1/2"));
+    }
+
+    #[test]
+    fn a_hunk_is_marked_destructive_oversized_and_rewrite_as_it_is() {
+        let mut h: HunkView = serde_json::from_value(json!({"id": "s1:a:0", "file": "a",
+            "diff": "", "kind": "modify", "index": 0, "state": "pending"}))
+        .unwrap();
+        assert_eq!(marks(&h), "");
+        h.oversized = true;
+        assert_eq!(marks(&h), "  OVERSIZED");
+        h.destructive = true;
+        h.rewrite = true;
+        assert_eq!(marks(&h), "  DESTRUCTIVE  OVERSIZED  REWRITE");
     }
 
     #[test]

@@ -74,14 +74,27 @@ pub struct ReviewFile {
     /// unless confirmed (default
     /// [`crate::model::suggestion::DEFAULT_DESTRUCTIVE_DELETED_LINES`]).
     pub destructive_deleted_lines: Option<usize>,
+    /// A hunk showing more lines than this is cut into parts, or marked oversized (default
+    /// [`crate::model::sizing::DEFAULT_MAX_HUNK_LINES`], seed 000 §23).
+    pub max_hunk_lines: Option<usize>,
+    /// A hunk showing more bytes than this is cut into parts, or marked oversized (default
+    /// [`crate::model::sizing::DEFAULT_MAX_HUNK_BYTES`], seed 000 §23).
+    pub max_hunk_bytes: Option<usize>,
 }
 
 impl ReviewFile {
+    /// The settings, defaults where the file says nothing. A hunk limit of 0 would leave no
+    /// hunk within it: it is read as 1.
     pub fn resolve(&self) -> Review {
+        use crate::model::sizing::{DEFAULT_MAX_HUNK_BYTES, DEFAULT_MAX_HUNK_LINES};
         Review {
             destructive_deleted_lines: self
                 .destructive_deleted_lines
                 .unwrap_or(crate::model::suggestion::DEFAULT_DESTRUCTIVE_DELETED_LINES),
+            hunk_limits: hunkgate_patch::Limits {
+                lines: self.max_hunk_lines.unwrap_or(DEFAULT_MAX_HUNK_LINES).max(1),
+                bytes: self.max_hunk_bytes.unwrap_or(DEFAULT_MAX_HUNK_BYTES).max(1),
+            },
         }
     }
 }
@@ -90,6 +103,8 @@ impl ReviewFile {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Review {
     pub destructive_deleted_lines: usize,
+    /// `max_hunk_lines` and `max_hunk_bytes`: what a hunk may show before it is cut.
+    pub hunk_limits: hunkgate_patch::Limits,
 }
 
 impl Default for Review {
@@ -449,5 +464,19 @@ mod tests {
         let cfg = load_file(Some(&p)).unwrap();
         assert_eq!(cfg.port, Some(5000));
         assert_eq!(resolve_port(Some(6000), &cfg).unwrap(), Some(6000));
+    }
+
+    /// `[review]`'s hunk limits: §23's defaults, the file's values, and 0 read as 1.
+    #[test]
+    fn review_hunk_limits_default_to_the_seed_and_read_the_file() {
+        let limits = |text: &str| -> hunkgate_patch::Limits {
+            let file: FileConfig = toml::from_str(text).unwrap();
+            file.review.resolve().hunk_limits
+        };
+        let l = limits("");
+        assert_eq!((l.lines, l.bytes), (80, 8192));
+        let l = limits("[review]\nmax_hunk_lines = 30\nmax_hunk_bytes = 0\n");
+        assert_eq!((l.lines, l.bytes), (30, 1));
+        assert!(toml::from_str::<FileConfig>("[review]\nmax_hunk = 3\n").is_err());
     }
 }

@@ -95,7 +95,7 @@ impl Hub {
             }
             None => apply::Plan::default(),
         };
-        let child = rest_of(s, rec, rest, lines, pick);
+        let child = rest_of(s, rec, rest, lines, pick, self.cfg().review.hunk_limits);
         let d = split_decision(s, idx, Decision::with_id(id.clone()), &ask, plan, child);
         let applied = !d.file_ops().is_empty();
         match self.commit(&mut st, d) {
@@ -217,14 +217,17 @@ fn ranged_patch(rec: &HunkRec) -> Result<&hunkgate_patch::Hunk, AppError> {
     }
 }
 
-/// The hunk record of what a line-range decision on `rec` leaves to decide.
+/// The hunk record of what a line-range decision on `rec` leaves to decide. It is oversized
+/// while the hunk was and the rest is still over `limits` (it is never cut into parts).
 fn rest_of(
     s: &Suggestion,
     rec: &HunkRec,
     rest: hunkgate_patch::Hunk,
     [first, last]: [usize; 2],
     pick: Pick,
+    limits: hunkgate_patch::Limits,
 ) -> HunkRec {
+    let oversized = rec.oversized && !limits.fits(&rest);
     let how = if pick == Pick::Accept { 'a' } else { 'r' };
     // Per file, hunks are numbered from 0 as the publish made them; a rest takes the next
     // number, so `<file>:<index>` names it as well.
@@ -246,6 +249,7 @@ fn rest_of(
         perm: None,
         lines: None,
         parent: Some(rec.id.clone()),
+        oversized,
         ..rec.clone()
     }
 }

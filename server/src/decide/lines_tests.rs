@@ -342,3 +342,38 @@ fn accepting_everything_after_a_partial_accept_gives_the_run() {
     assert_eq!(out["remaining_hunks"], 0, "{out}");
     assert_eq!(f.read("a.txt"), run[0].1);
 }
+
+/// An oversized hunk (100 lines inserted with no blank line: nothing to cut it at) is decided by
+/// line ranges like any other; its rest stays oversized while it is over the limits, and is not
+/// once a reject has taken enough out of it.
+#[test]
+fn the_rest_of_an_oversized_hunk_is_oversized_while_it_is_over_the_limits() {
+    let block: String = (1..=100).map(|i| format!("block {i}\n")).collect();
+    let base = vec![("a.txt", numbered(10, &[]))];
+    let grown = format!("line 5\n{}", block.trim_end());
+    let run = vec![("a.txt", numbered(10, &[(5, &grown)]))];
+    let mut f = Fixture::new(&base);
+    let s = f.suggest("s1", &base, &run);
+    assert_eq!(s.hunks.len(), 1);
+    let h = &s.hunks[0];
+    assert!(h.oversized && h.view().oversized, "{}", h.diff_text());
+    // Accepting 57 of the added lines leaves them as context in the rest: still over.
+    let r = f
+        .hub()
+        .decide_lines("s1", &h.id, FeedbackAction::Accept, [4, 60], None)
+        .unwrap();
+    let rest = &r.new_hunks[0];
+    assert!(rest.oversized, "{}", rest.diff);
+    // Rejecting 40 of the 43 left drops them: the rest is within the limits.
+    let r = f
+        .hub()
+        .decide_lines("s1", &rest.id, FeedbackAction::Reject, [61, 100], None)
+        .unwrap();
+    let rest = &r.new_hunks[0];
+    assert!(!rest.oversized, "{}", rest.diff);
+    assert!(rest.diff.lines().count() - 1 <= 80, "{}", rest.diff);
+    f.reopen();
+    let v = f.hub().get("s1").unwrap();
+    let after: Vec<bool> = v.hunks.iter().map(|h| h.oversized).collect();
+    assert_eq!(after, [true, true, false], "kept across a restart");
+}

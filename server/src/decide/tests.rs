@@ -136,7 +136,15 @@ impl Fixture {
             .commit(store.write_tree(&r).unwrap(), &[bc], "run")
             .unwrap();
         let changes = hunkgate_sandbox::store::changes_between(&b, &r);
-        let mut hunks = build_hunks(Blobs::stored(store), id, &b, &changes, &|_| true).unwrap();
+        let mut hunks = build_hunks(
+            Blobs::stored(store),
+            id,
+            &b,
+            &changes,
+            &|_| true,
+            crate::config::Review::default().hunk_limits,
+        )
+        .unwrap();
         if let Some(max) = max_deleted_lines {
             crate::model::suggestion::mark_destructive(&mut hunks, max);
         }

@@ -387,6 +387,8 @@ mod tests {
             lines: None,
             parent: None,
             destructive: false,
+            oversized: false,
+            rewrite: false,
         }
     }
 

@@ -11,6 +11,7 @@ pub mod fileop;
 pub mod redact;
 pub mod run;
 pub mod session;
+pub mod sizing;
 pub mod suggestion;
 pub mod text;
 

@@ -4,12 +4,13 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
-use hunkgate_patch::{as_text, diff_hunks, into_text, Hunk};
+use hunkgate_patch::{as_text, diff_hunks, into_text, Hunk, Limits};
 use hunkgate_sandbox::store::Changes;
 use hunkgate_sandbox::store::{BlobReader, Entry, FlatTree, Fresh, Mode, Store, StoreError};
 use hunkgate_sandbox::ObjectId;
 use serde::{Deserialize, Serialize};
 
+use super::sizing::{is_rewrite, sized};
 use crate::protocol::{
     HunkHeader, HunkKind, HunkMerge, HunkState, HunkView, SuggestionStatus, SuggestionView,
 };
@@ -112,6 +113,14 @@ pub struct HunkRec {
     /// ([`mark_destructive`]): an accept-all leaves it pending unless confirmed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub destructive: bool,
+    /// Shows more than `[review] max_hunk_lines` or `max_hunk_bytes`, and no cut keeps its
+    /// parts independent ([`hunkgate_patch::fit_hunk`]): the reviewer takes it whole or
+    /// decides it by line ranges.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub oversized: bool,
+    /// One of the hunks of a file the change rewrote ([`is_rewrite`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rewrite: bool,
 }
 
 /// A hunk's patch in the journal: its unified-diff text (`"@@ -2,7 +2,7 @@\n ctx\n-old\n+new\n…"`,
@@ -251,6 +260,8 @@ impl HunkRec {
             description: self.description.clone(),
             merge: self.merge.clone(),
             destructive: self.destructive,
+            oversized: self.oversized,
+            rewrite: self.rewrite,
         }
     }
 
@@ -442,15 +453,17 @@ type Sides<'a> = (Option<&'a Entry>, Option<&'a Entry>);
 type Changed<'a> = BTreeMap<&'a str, Sides<'a>>;
 
 /// The hunk records (ids filled in with `suggestion_id`) of `changes` made to `base`, in path
-/// order. `only` restricts the result to paths it accepts (the agent's `--files` globs).
+/// order, cut to `limits` ([`sized`]). `only` restricts the result to paths it accepts (the
+/// agent's `--files` globs).
 pub fn build_hunks(
     blobs: Blobs<'_>,
     suggestion_id: &str,
     base: &FlatTree,
     changes: &Changes,
     only: &dyn Fn(&str) -> bool,
+    limits: Limits,
 ) -> Result<Vec<HunkRec>, StoreError> {
-    build_hunks_with(blobs, suggestion_id, base, changes, only, None)
+    build_hunks_with(blobs, suggestion_id, base, changes, only, limits, None)
 }
 
 /// [`build_hunks`], taking each path's diff from `ready` when it holds one for exactly that
@@ -462,6 +475,7 @@ pub fn build_hunks_with(
     base: &FlatTree,
     changes: &Changes,
     only: &dyn Fn(&str) -> bool,
+    limits: Limits,
     ready: Option<&std::sync::Mutex<DiffCache>>,
 ) -> Result<Vec<HunkRec>, StoreError> {
     let mut changed: Changed = changes
@@ -504,6 +518,8 @@ pub fn build_hunks_with(
             lines: None,
             parent: None,
             destructive: false,
+            oversized: false,
+            rewrite: false,
         };
         let recs = match renames.get(*path) {
             Some(from) => {
@@ -512,12 +528,19 @@ pub fn build_hunks_with(
                 rec.old = Side::of(base.get(from));
                 vec![rec]
             }
-            None => diffs
-                .next()
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(kind, patch)| mk(kind, patch))
-                .collect(),
+            None => {
+                let made = diffs.next().unwrap_or_default();
+                let rewrite = made.rewrite;
+                sized(made.hunks, limits)
+                    .into_iter()
+                    .map(|(kind, patch, oversized)| {
+                        let mut rec = mk(kind, patch);
+                        rec.oversized = oversized;
+                        rec.rewrite = rewrite && kind == HunkKind::Modify;
+                        rec
+                    })
+                    .collect()
+            }
         };
         for (i, mut rec) in recs.into_iter().enumerate() {
             rec.index = i;
@@ -531,8 +554,14 @@ pub fn build_hunks_with(
     Ok(out)
 }
 
-/// What one path's change shows as: its hunks' kinds and patches.
-pub type PathHunks = Vec<(HunkKind, Option<Hunk>)>;
+/// What one path's change shows as: its hunks' kinds and patches, as the diff makes them
+/// (before [`sized`] cuts them to the limits of the publish).
+#[derive(Debug, Clone, Default)]
+pub struct PathHunks {
+    pub hunks: Vec<(HunkKind, Option<Hunk>)>,
+    /// The change rewrote the file ([`is_rewrite`]).
+    pub rewrite: bool,
+}
 
 /// Diffs made ahead of a publish, by the change they are of: the path's base entry and its
 /// new one. A diff depends on nothing else, so one made while the agent ran is the publish's
@@ -624,7 +653,11 @@ fn diff_all(blobs: Blobs<'_>, paths: &[(&str, Sides)]) -> Result<Vec<PathHunks>,
         });
     let mut parts: Vec<_> = parts.into_iter().map(Vec::into_iter).collect();
     (0..paths.len())
-        .map(|i| parts[i % threads].next().unwrap_or_else(|| Ok(Vec::new())))
+        .map(|i| {
+            parts[i % threads]
+                .next()
+                .unwrap_or_else(|| Ok(PathHunks::default()))
+        })
         .collect()
 }
 
@@ -658,7 +691,7 @@ fn path_hunks(
     blobs: &ThreadBlobs<'_>,
     old: Option<&Entry>,
     new: Option<&Entry>,
-) -> Result<Vec<(HunkKind, Option<Hunk>)>, StoreError> {
+) -> Result<PathHunks, StoreError> {
     let is_link = |e: Option<&Entry>| e.is_some_and(|e| e.mode == Mode::Symlink);
     if is_link(old) || is_link(new) {
         // A symlink's target is shown as a one-line text; file <-> symlink swaps are
@@ -671,16 +704,23 @@ fn path_hunks(
         };
         let (o, n) = (show(old)?, show(new)?);
         let patch = diff_hunks(&o, &n, CONTEXT).into_iter().next();
-        return Ok(vec![(HunkKind::Symlink, patch)]);
+        return Ok(PathHunks {
+            hunks: vec![(HunkKind::Symlink, patch)],
+            rewrite: false,
+        });
     }
     let old_text = old.map(|e| blobs.text_of(e)).transpose()?;
     let new_text = new.map(|e| blobs.text_of(e)).transpose()?;
     if matches!(old_text, Some(None)) || matches!(new_text, Some(None)) {
-        return Ok(vec![(HunkKind::Binary, None)]);
+        return Ok(PathHunks {
+            hunks: vec![(HunkKind::Binary, None)],
+            rewrite: false,
+        });
     }
     let o = old_text.flatten().unwrap_or_default();
     let n = new_text.flatten().unwrap_or_default();
-    Ok(match (old, new) {
+    let mut rewrite = false;
+    let hunks = match (old, new) {
         (None, Some(_)) => vec![(
             HunkKind::Create,
             diff_hunks("", &n, CONTEXT).into_iter().next(),
@@ -694,15 +734,14 @@ fn path_hunks(
             if oe.mode != ne.mode {
                 out.push((HunkKind::Mode, None));
             }
-            out.extend(
-                diff_hunks(&o, &n, CONTEXT)
-                    .into_iter()
-                    .map(|h| (HunkKind::Modify, Some(h))),
-            );
+            let lines = diff_hunks(&o, &n, CONTEXT);
+            rewrite = is_rewrite(&o, &lines);
+            out.extend(lines.into_iter().map(|h| (HunkKind::Modify, Some(h))));
             out
         }
         (None, None) => Vec::new(),
-    })
+    };
+    Ok(PathHunks { hunks, rewrite })
 }
 
 /// Longest hunk description kept (it is the agent's text, shown to the user).
@@ -762,6 +801,12 @@ mod tests {
     use super::*;
     use crate::protocol::HunkNote;
 
+    /// The default limits, as a hub without `[review]` settings has them.
+    const LIMITS: Limits = Limits {
+        lines: crate::model::sizing::DEFAULT_MAX_HUNK_LINES,
+        bytes: crate::model::sizing::DEFAULT_MAX_HUNK_BYTES,
+    };
+
     fn rec(file: &str, patch: Option<Hunk>) -> HunkRec {
         HunkRec {
             id: String::new(),
@@ -782,6 +827,8 @@ mod tests {
             lines: None,
             parent: None,
             destructive: false,
+            oversized: false,
+            rewrite: false,
         }
     }
 
@@ -823,7 +870,15 @@ mod tests {
         changes.insert("d0/f07.txt".into(), None);
         changes.insert("moved/f07.txt".into(), Some(base["d0/f07.txt"]));
         changes.insert("new.txt".into(), Some(file("a\nb\n")));
-        let hunks = build_hunks(Blobs::stored(&store), "s", &base, &changes, &|_| true).unwrap();
+        let hunks = build_hunks(
+            Blobs::stored(&store),
+            "s",
+            &base,
+            &changes,
+            &|_| true,
+            LIMITS,
+        )
+        .unwrap();
         let mut expected = Vec::new();
         for (path, new) in &changes {
             if path == "d0/f07.txt" {
@@ -839,6 +894,7 @@ mod tests {
                 new.as_ref(),
             )
             .unwrap()
+            .hunks
             {
                 expected.push((path.clone(), kind, patch));
             }
@@ -936,10 +992,17 @@ mod tests {
             store: &store,
             fresh: &fresh,
         };
-        let from_memory = build_hunks(blobs, "s", &base, &changes, &|_| true).unwrap();
+        let from_memory = build_hunks(blobs, "s", &base, &changes, &|_| true, LIMITS).unwrap();
         batch.finish().unwrap();
-        let from_store =
-            build_hunks(Blobs::stored(&store), "s", &base, &changes, &|_| true).unwrap();
+        let from_store = build_hunks(
+            Blobs::stored(&store),
+            "s",
+            &base,
+            &changes,
+            &|_| true,
+            LIMITS,
+        )
+        .unwrap();
         assert_eq!(shown(&from_memory), shown(&from_store));
         let kinds = |k: HunkKind| from_memory.iter().filter(|h| h.kind == k).count();
         assert_eq!(
@@ -992,17 +1055,24 @@ mod tests {
         // Another change of f01.txt than the one published: not taken.
         let other = store.write_blob(b"other\n").unwrap();
         let stale_key = (base.get("f01.txt").copied(), Some(file(other)));
-        ready.insert(stale_key, vec![(HunkKind::Binary, None)]);
+        ready.insert(
+            stale_key,
+            PathHunks {
+                hunks: vec![(HunkKind::Binary, None)],
+                rewrite: false,
+            },
+        );
         let ready = std::sync::Mutex::new(ready);
 
         let all = &|_: &str| true;
-        let made = build_hunks(Blobs::stored(&store), "s", &base, &changes, all).unwrap();
+        let made = build_hunks(Blobs::stored(&store), "s", &base, &changes, all, LIMITS).unwrap();
         let with = build_hunks_with(
             Blobs::stored(&store),
             "s",
             &base,
             &changes,
             all,
+            LIMITS,
             Some(&ready),
         )
         .unwrap();
@@ -1014,13 +1084,20 @@ mod tests {
 
         // Positive control: a ready diff is used as it is, not made again.
         let key = (base.get("f03.txt").copied(), changes["f03.txt"]);
-        let planted = std::sync::Mutex::new(DiffCache::from([(key, vec![(HunkKind::Mode, None)])]));
+        let planted = std::sync::Mutex::new(DiffCache::from([(
+            key,
+            PathHunks {
+                hunks: vec![(HunkKind::Mode, None)],
+                rewrite: false,
+            },
+        )]));
         let with = build_hunks_with(
             Blobs::stored(&store),
             "s",
             &base,
             &changes,
             all,
+            LIMITS,
             Some(&planted),
         )
         .unwrap();

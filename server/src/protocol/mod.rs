@@ -123,6 +123,13 @@ pub struct HunkView {
     /// confirmed (`confirm: true`); accepting it by name is enough.
     #[serde(default)]
     pub destructive: bool,
+    /// Shows more than `[review] max_hunk_lines` or `max_hunk_bytes` and could not be cut into
+    /// parts that apply on their own: take it whole, or decide it by line ranges.
+    #[serde(default)]
+    pub oversized: bool,
+    /// A hunk of a file the change rewrote: most of its old lines removed and replaced.
+    #[serde(default)]
+    pub rewrite: bool,
 }
 
 /// A stale hunk merged three ways — the run's base version of the file, the user's file as it

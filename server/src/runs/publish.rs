@@ -158,6 +158,7 @@ impl Hub {
         }
         let sid = uuid::Uuid::new_v4().to_string();
         let changes = &back.changes;
+        let limits = self.cfg().review.hunk_limits;
         // What the suggestion is, once its hunks and its run commit's id are known.
         let suggest = |hunks: Result<Vec<HunkRec>, StoreError>, commit: ObjectId| {
             let mut hunks = hunks.map_err(|e| publish_error(&e))?;
@@ -212,8 +213,15 @@ impl Hub {
                     let _ = staged.send(commit);
                     self.write_run_head(objects, rid, commit)
                 });
-                let hunks =
-                    build_hunks_with(blobs, &sid, base, changes, &only, Some(&active.diffs));
+                let hunks = build_hunks_with(
+                    blobs,
+                    &sid,
+                    base,
+                    changes,
+                    &only,
+                    limits,
+                    Some(&active.diffs),
+                );
                 // No id: the commit failed, and says why below.
                 let new = commit_id
                     .recv()
@@ -235,7 +243,15 @@ impl Hub {
                 spares = self.store().spares_ready(),
                 "run commit's objects written"
             );
-            let hunks = build_hunks_with(blobs, &sid, base, changes, &only, Some(&active.diffs));
+            let hunks = build_hunks_with(
+                blobs,
+                &sid,
+                base,
+                changes,
+                &only,
+                limits,
+                Some(&active.diffs),
+            );
             (suggest(hunks, commit)?, commit)
         };
         tracing::debug!(run = rid, us = us(started), "run commit written");

@@ -161,9 +161,10 @@ function Float:show(ctx)
   end, r.numbers)
   vim.w[self.win].hunkgate_number_width = widest
   -- The hunk header stays in view above the code, as in `git diff`.
-  -- A destructive hunk (a deletion, rename, mode change, large deletion) says so first: an
-  -- accept-all asks before landing it.
-  local bar = (h.destructive and 'DESTRUCTIVE ' or '') .. (r.header or h.kind or '')
+  -- A destructive hunk (a deletion, rename, mode change, large deletion) says so first, as an
+  -- accept-all asks before landing it; so do an oversized hunk and a rewritten file's.
+  local marks = nav.marks(h)
+  local bar = (marks ~= '' and marks:sub(2) .. ' ' or '') .. (r.header or h.kind or '')
   vim.wo[self.win].winbar = '%#HunkgateDescription#' .. bar:gsub('%%', '%%%%')
   pcall(vim.api.nvim_win_set_cursor, self.win, { r.first_change + 1, 0 })
 end

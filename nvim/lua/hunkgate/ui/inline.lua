@@ -107,7 +107,7 @@ function Inline:_quickfix(ctx)
     items[#items + 1] = {
       filename = ctx.root .. '/' .. h.file,
       lnum = math.max(1, hd.new_start or hd.old_start or 1),
-      text = visible.line(('[%s]%s %s'):format(h.state, h.destructive and ' DESTRUCTIVE' or '', first_change_text(h))),
+      text = visible.line(('[%s]%s %s'):format(h.state, nav.marks(h), first_change_text(h))),
       user_data = { hunkgate = h.id },
     }
   end
@@ -172,7 +172,7 @@ function Inline:show(ctx)
     ctx.index,
     #ctx.suggestion.hunks,
     h.state,
-    h.destructive and ' DESTRUCTIVE' or ''
+    nav.marks(h)
   )
   local label = { { text, 'HunkgateDescription' } }
   if not p then
