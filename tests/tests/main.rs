@@ -33,4 +33,5 @@ mod security;
 mod sensitive;
 mod slots;
 mod smoke;
+mod url_context;
 mod user_writes;
