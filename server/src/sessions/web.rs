@@ -30,6 +30,11 @@ use crate::protocol::ErrorCode;
 const MAX_REDIRECTS: usize = 5;
 /// Elements of a page parsed at most (a page with more is refused, not parsed).
 const MAX_ELEMENTS: usize = 100_000;
+/// Fetches at a time, so that pins sent at once hold at most this many bodies
+/// (`url_max_bytes` each) and extractions; the others wait their turn.
+const MAX_FETCHES: usize = 4;
+
+static FETCHES: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_FETCHES);
 
 /// Why a page was not pinned.
 #[derive(Debug, thiserror::Error)]
@@ -157,6 +162,8 @@ fn body_kind(content_type: Option<&str>) -> Option<Body> {
 
 /// Fetch `url` under `policy` and make its text ready to pin.
 pub async fn fetch(policy: &UrlPolicy, url: &Url) -> Result<Page, FetchError> {
+    // Never closed: the semaphore lives as long as the process.
+    let _turn = FETCHES.acquire().await;
     let net = |u: &Url, e: reqwest::Error| FetchError::Network {
         url: u.to_string(),
         why: crate::error::error_chain(&e),
