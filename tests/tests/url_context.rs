@@ -266,21 +266,9 @@ async fn a_pinned_page_reaches_the_builtin_agents_next_run_within_its_budget() {
     let fake =
         FakeLlm::with(|_: &Recorded| Reply::tool("finish", json!({"description": "read"}))).await;
     let url = fake.base_url();
-    let hub = ws
-        .serve(&["--config", &cfg, "--provider-url", &url, "--model", "m"])
-        .unwrap();
+    let args = ["--config", &cfg, "--provider-url", &url, "--model", "m"];
+    let mut hub = ws.serve(&args).unwrap();
     let sid = new_session(&hub);
-    let run = |n: usize| {
-        let r = hub
-            .curl()
-            .post(
-                &format!("/sessions/{sid}/runs"),
-                &json!({"prompt": format!("run {n}")}),
-            )
-            .unwrap();
-        assert_eq!(r.status, 200, "{}", r.body);
-        r.body["run_id"].as_str().unwrap().to_string()
-    };
     let first_message_of = |req: &Recorded| -> String {
         req.messages()
             .iter()
@@ -289,13 +277,16 @@ async fn a_pinned_page_reaches_the_builtin_agents_next_run_within_its_budget() {
             .join("\n")
     };
     // Positive control: before the pin, the model sees nothing of the page.
-    let r1 = run(1);
+    let r1 = session_run(&hub, &sid, json!({"prompt": "run 1"}));
     wait_run_finished(&hub, &r1, SECS).await.unwrap();
     assert!(!first_message_of(&fake.requests()[0]).contains(SAYS));
 
     let text = pin_article(&hub, &sid, port);
+    // The pinned text is journaled with the session: a hub killed and started again has it.
+    hub.kill9();
+    let hub = ws.serve(&args).unwrap();
     let before = fake.requests().len();
-    let r2 = run(2);
+    let r2 = session_run(&hub, &sid, json!({"prompt": "run 2"}));
     wait_run_finished(&hub, &r2, SECS).await.unwrap();
     let sent = first_message_of(&fake.requests()[before]);
     assert!(sent.contains(&text), "the pinned text, whole:\n{sent}");
@@ -308,36 +299,55 @@ async fn a_pinned_page_reaches_the_builtin_agents_next_run_within_its_budget() {
     }
 }
 
+/// Start a run in session `sid` with `body`; its id.
+fn session_run(hub: &Hub, sid: &str, body: Value) -> String {
+    let r = hub
+        .curl()
+        .post(&format!("/sessions/{sid}/runs"), &body)
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.body["run_id"].as_str().unwrap().to_string()
+}
+
 /// An agent that copies the first file its prompt names into `seen.md` of the repository.
 const COPIER: &str = "f=$(printf '%s\\n' \"$HUNKGATE_PROMPT\" | sed -n 's/^- \\(\\/[^:]*\\): http.*/\\1/p' | head -n 1)\n\
                       test -n \"$f\"\ncat \"$f\" > seen.md\n";
 
-/// Pin the article, run `agent` in the session, and check what it read reached its suggestion
-/// whole, and that nothing else did.
-async fn command_agent_reads_the_page(hub: &Hub, port: u16, agent: &Path) {
-    let sid = new_session(hub);
-    let text = pin_article(hub, &sid, port);
-    let r = hub
-        .curl()
-        .post(
-            &format!("/sessions/{sid}/runs"),
-            &json!({"prompt": "use the page", "agent": format!("{} {{prompt}}", agent.display())}),
-        )
-        .unwrap();
-    assert_eq!(r.status, 200, "{}", r.body);
-    let run = wait_run_finished(hub, r.body["run_id"].as_str().unwrap(), SECS)
-        .await
-        .unwrap();
+/// Run `agent` (a script, given the prompt) in session `sid`; the run's one suggestion.
+async fn agent_suggestion(hub: &Hub, sid: &str, agent: &Path) -> Value {
+    let template = format!("{} {{prompt}}", agent.display());
+    let id = session_run(
+        hub,
+        sid,
+        json!({"prompt": "use the page", "agent": template}),
+    );
+    let run = wait_run_finished(hub, &id, SECS).await.unwrap();
     assert_eq!(run["status"], "ready", "{run}\n{}", hub.log_text());
     let id = run["suggestion_ids"][0].as_str().unwrap();
-    let s: Value = hub.curl().get(&format!("/suggestions/{id}")).unwrap().body;
-    let files: Vec<&str> = s["hunks"]
+    hub.curl().get(&format!("/suggestions/{id}")).unwrap().body
+}
+
+fn files_of(s: &Value) -> Vec<String> {
+    s["hunks"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|h| h["file"].as_str().unwrap())
-        .collect();
-    assert_eq!(files, ["seen.md"], "only the agent's own file: {s:#}");
+        .map(|h| h["file"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Pin the article, run `copier` in the session, and check what it read reached its suggestion
+/// whole, and that nothing else did. Then, in the same (only) slot, a run of a session with no
+/// page runs `prober`, which finds no page file left.
+async fn command_agent_reads_the_page(hub: &Hub, port: u16, copier: &Path, prober: &Path) {
+    let sid = new_session(hub);
+    let text = pin_article(hub, &sid, port);
+    let s = agent_suggestion(hub, &sid, copier).await;
+    assert_eq!(
+        files_of(&s),
+        ["seen.md"],
+        "only the agent's own file: {s:#}"
+    );
     let added: String = s["hunks"][0]["diff"]
         .as_str()
         .unwrap()
@@ -347,28 +357,27 @@ async fn command_agent_reads_the_page(hub: &Hub, port: u16, agent: &Path) {
         .collect::<Vec<_>>()
         .join("\n");
     assert_eq!(added, text, "the page's text, as pinned");
+    // The next run of the slot, in a session with no page, finds none (the copier's run above
+    // is the control: the same slot had one).
+    let other = new_session(hub);
+    let s = agent_suggestion(hub, &other, prober).await;
+    assert_eq!(files_of(&s), ["clean.txt"], "{s:#}");
 }
+
+/// Writes what it finds of pinned pages into `leaked.txt`, or `clean.txt` when there is none.
+const PROBER: &str =
+    "if [ -e .git/hunkgate-context ]; then ls -la .git/hunkgate-context > leaked.txt; \
+                      else echo clean > clean.txt; fi\n";
 
 #[tokio::test]
 async fn an_agent_command_reads_the_page_from_a_file_outside_the_tree() {
     let port = web_server();
     let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
     let cfg = config(&ws.path(""), port);
-    let hub = ws.serve(&["--config", &cfg]).unwrap();
-    let agent = ws.agent_script("copier.sh", COPIER).unwrap();
-    command_agent_reads_the_page(&hub, port, &agent).await;
-    // Positive control for the agent: without a pinned page it finds no file and fails.
-    let r = hub
-        .curl()
-        .post(
-            "/runs",
-            &json!({"prompt": "no page", "agent": format!("{} {{prompt}}", agent.display())}),
-        )
-        .unwrap();
-    let run = wait_run_finished(&hub, r.body["run_id"].as_str().unwrap(), SECS)
-        .await
-        .unwrap();
-    assert_eq!(run["status"], "failed", "{run}");
+    let hub = ws.serve(&["--config", &cfg, "--max-runs", "1"]).unwrap();
+    let copier = ws.agent_script("copier.sh", COPIER).unwrap();
+    let prober = ws.agent_script("prober.sh", PROBER).unwrap();
+    command_agent_reads_the_page(&hub, port, &copier, &prober).await;
 }
 
 #[tokio::test]
@@ -402,11 +411,18 @@ async fn an_agent_command_reads_the_page_under_user_isolation() {
     );
     let shared = tempfile::tempdir().unwrap();
     std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let agent = shared.path().join("copier.sh");
-    std::fs::write(&agent, format!("#!/bin/sh\nset -e\n{COPIER}")).unwrap();
-    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = |name: &str, body: &str| {
+        let p = shared.path().join(name);
+        std::fs::write(&p, format!("#!/bin/sh\nset -e\n{body}")).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    };
+    let copier = script("copier.sh", COPIER);
+    let prober = script("prober.sh", PROBER);
     let cfg = config(shared.path(), port);
     let args = [
+        "--max-runs",
+        "1",
         "--isolation",
         "user",
         "--sandbox-user",
@@ -424,5 +440,5 @@ async fn an_agent_command_reads_the_page_under_user_isolation() {
         },
     )
     .unwrap();
-    command_agent_reads_the_page(&hub, port, &agent).await;
+    command_agent_reads_the_page(&hub, port, &copier, &prober).await;
 }
