@@ -186,6 +186,19 @@ async fn refusals_are_clear_at_pin_time_and_in_the_history() {
     assert_eq!(forged.status, 400, "{}", forged.body);
     let view = hub.curl().get(&format!("/sessions/{sid}")).unwrap().body;
     assert_eq!(view["context"], json!([]), "nothing refused was pinned");
+    // A page is pinned to a session that exists, where its fetch can be recorded.
+    let early = hub
+        .curl()
+        .post(
+            "/sessions",
+            &json!({"context": [{"kind": "url", "url": format!("http://127.0.0.1:{port}/guide")}]}),
+        )
+        .unwrap();
+    assert_eq!(early.status, 400, "{}", early.body);
+    assert!(early.body["error"]
+        .as_str()
+        .unwrap()
+        .contains("/sessions/:id/context"));
 
     // Positive controls: the listed host, directly and through a redirect within the list.
     pin_article(&hub, &sid, port);
