@@ -53,6 +53,8 @@ pub enum FetchError {
         to: String,
         host: String,
     },
+    #[error("{from} redirects to {to}, which is not an http(s) page")]
+    RedirectNotWeb { from: String, to: String },
     #[error("{0}: more than {MAX_REDIRECTS} redirects")]
     TooManyRedirects(String),
     #[error("{url}: the server answered {status}")]
@@ -71,7 +73,9 @@ impl From<FetchError> for AppError {
     fn from(e: FetchError) -> AppError {
         match e {
             FetchError::BadUrl(_) => AppError::bad_request(e.to_string()),
-            FetchError::NotAllowed { .. } | FetchError::RedirectNotAllowed { .. } => {
+            FetchError::NotAllowed { .. }
+            | FetchError::RedirectNotAllowed { .. }
+            | FetchError::RedirectNotWeb { .. } => {
                 AppError::refused(ErrorCode::UrlRefused, e.to_string())
             }
             _ => AppError::bad_gateway(ErrorCode::FetchFailed, e.to_string()),
@@ -114,10 +118,15 @@ pub fn requested_url(row: &ContextRow) -> Result<Url, AppError> {
 fn check(policy: &UrlPolicy, url: &Url, from: Option<&Url>) -> Result<(), FetchError> {
     let host = url.host_str().unwrap_or_default().to_string();
     let port = url.port_or_known_default().unwrap_or(0);
-    if matches!(url.scheme(), "http" | "https") && policy.allows(&host, port) {
+    let web = matches!(url.scheme(), "http" | "https");
+    if web && policy.allows(&host, port) {
         return Ok(());
     }
     Err(match from {
+        Some(f) if !web => FetchError::RedirectNotWeb {
+            from: f.to_string(),
+            to: url.to_string(),
+        },
         Some(f) => FetchError::RedirectNotAllowed {
             from: f.to_string(),
             to: url.to_string(),

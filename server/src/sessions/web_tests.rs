@@ -52,6 +52,10 @@ async fn server() -> u16 {
             "/relative",
             get(|| async { axum::response::Redirect::to("/page") }),
         )
+        .route(
+            "/to-file",
+            get(|| async { axum::response::Redirect::to("file:///etc/passwd") }),
+        )
         .route("/big", get(|| async { "x".repeat(4096) }))
         .route(
             "/big-stream",
@@ -140,6 +144,10 @@ async fn hosts_off_the_list_and_redirects_to_them_are_refused() {
         e.to_string().contains("redirects to http://localhost"),
         "{e}"
     );
+    let e = fetch(&p, &url(port, "127.0.0.1", "/to-file"))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, FetchError::RedirectNotWeb { .. }), "{e}");
     // Positive controls: redirects within the list are followed, relative ones too.
     for path in ["/redirect-in", "/relative"] {
         let page = fetch(
