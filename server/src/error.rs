@@ -31,6 +31,8 @@ pub enum Kind {
     Unauthorized,
     Forbidden,
     TooLarge,
+    /// Something the hub fetched for the client failed (a web page to pin).
+    BadGateway,
     /// The hub failed; its log has the cause.
     Internal,
 }
@@ -82,6 +84,16 @@ impl AppError {
 
     pub fn too_large(message: String) -> Self {
         Self::new(Kind::TooLarge, ErrorCode::TooLarge, message)
+    }
+
+    /// A fetch made for the client failed (`code` says how), e.g. a web page to pin.
+    pub fn bad_gateway(code: ErrorCode, message: String) -> Self {
+        Self::new(Kind::BadGateway, code, message)
+    }
+
+    /// A request refused for what it names, with its specific code (`url_refused`).
+    pub fn refused(code: ErrorCode, message: String) -> Self {
+        Self::new(Kind::Forbidden, code, message)
     }
 
     /// The hub failed. `message` says what it was doing, in words for the user; attach the
@@ -139,6 +151,7 @@ impl AppError {
             Kind::Unauthorized => StatusCode::UNAUTHORIZED,
             Kind::Forbidden => StatusCode::FORBIDDEN,
             Kind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Kind::BadGateway => StatusCode::BAD_GATEWAY,
             Kind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

@@ -6,6 +6,8 @@
 //! restart. Stored text is bounded ([`MAX_ENTRY`](crate::model::session::MAX_ENTRY)) — history is for people and models to read,
 //! not an archive of whole files.
 
+pub mod web;
+
 use serde::{Deserialize, Serialize};
 
 use crate::error::AppError;
@@ -98,6 +100,14 @@ impl Hub {
 
     pub fn create_session(&self, req: NewSession) -> Result<SessionView, AppError> {
         for row in &req.context {
+            if row.kind == ContextKind::Url {
+                // Its fetch may be refused or fail, and that is recorded in the session's
+                // history: the session comes first.
+                return Err(AppError::bad_request(
+                    "context row: pin a web page once the session exists (POST /sessions/:id/context)"
+                        .into(),
+                ));
+            }
             row.validate()?;
         }
         let t = now();
@@ -265,26 +275,42 @@ impl Hub {
 
     /// Append to the history of the session `run_id` belongs to. History is best effort: a
     /// failure is logged and never fails the run.
-    pub fn history(&self, run_id: &str, mut entry: Entry) {
+    pub fn history(&self, run_id: &str, entry: Entry) {
+        let sid = match self.lock() {
+            Ok(st) => st.runs.get(run_id).and_then(|r| r.session_id.clone()),
+            Err(e) => {
+                tracing::warn!(run = run_id, error = %e, "recording session history");
+                return;
+            }
+        };
+        if let Some(sid) = sid {
+            self.append_history(&sid, Some(run_id), entry);
+        }
+    }
+
+    /// Append to session `sid`'s history what happened outside any run (a page pinned or
+    /// refused). Best effort, like [`Hub::history`].
+    pub fn session_entry(&self, sid: &str, entry: Entry) {
+        self.append_history(sid, None, entry);
+    }
+
+    fn append_history(&self, sid: &str, run_id: Option<&str>, mut entry: Entry) {
         // What a tool read or a model said is kept, and sent back to the model as context, only
         // with secret-looking strings taken out (see [`crate::model::redact`]).
         entry.content = crate::model::redact::redacted(&entry.content);
         entry.call = entry.call.as_deref().map(crate::model::redact::redacted);
         let result = (|| -> Result<(), AppError> {
             let mut st = self.lock()?;
-            let Some(sid) = st.runs.get(run_id).and_then(|r| r.session_id.clone()) else {
-                return Ok(());
-            };
-            let list = st.sessions.history.entry(sid.clone()).or_default();
+            let list = st.sessions.history.entry(sid.to_string()).or_default();
             entry.index = list.len();
-            entry.session_id = sid;
-            entry.run_id = Some(run_id.to_string());
+            entry.session_id = sid.to_string();
+            entry.run_id = run_id.map(str::to_string);
             self.journal_append(&Record::History(Box::new(entry.clone())))?;
             list.push(entry);
             Ok(())
         })();
         if let Err(e) = result {
-            tracing::warn!(run = run_id, error = %e, "recording session history");
+            tracing::warn!(session = sid, run = run_id, error = %e, "recording session history");
         }
     }
 
@@ -398,6 +424,11 @@ fn render_row(row: &ContextRow, checkout: Option<&hunkgate_sandbox::beneath::Ben
     };
     let what = match (row.kind, &row.file_path) {
         (ContextKind::Note, _) => "Note".to_string(),
+        (ContextKind::Url, _) => format!(
+            "Web page {} (as fetched {})",
+            row.url.as_deref().unwrap_or(""),
+            row.fetched_at.as_deref().unwrap_or("when pinned")
+        ),
         (_, Some(p)) => p.clone(),
         (_, None) => "Selection".to_string(),
     };
@@ -495,6 +526,8 @@ mod tests {
             start_line: None,
             end_line: None,
             content: content.map(str::to_string),
+            url: None,
+            fetched_at: None,
         };
         assert!(row(ContextKind::File, Some("src/a.rs"), None)
             .validate()

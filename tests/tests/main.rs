@@ -34,4 +34,5 @@ mod sensitive;
 mod sizing;
 mod slots;
 mod smoke;
+mod url_context;
 mod user_writes;

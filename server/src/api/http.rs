@@ -514,7 +514,12 @@ async fn pin_context(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, AppError> {
     let row: crate::model::session::ContextRow = parse_json(body)?;
-    Ok(ok(to_json(&hub.pin_context(&id, row)?)?))
+    let s = if row.kind == crate::model::session::ContextKind::Url {
+        hub.pin_url(&id, row).await?
+    } else {
+        hub.pin_context(&id, row)?
+    };
+    Ok(ok(to_json(&s)?))
 }
 
 async fn unpin_context(

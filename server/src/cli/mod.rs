@@ -3,6 +3,7 @@
 //! - [`serve`]: `serve` (the hub itself); [`setup`]: `setup` (the sandbox user);
 //! - [`review`]: `list`, `show`, `accept`, `reject`, `undo`, `complete`; [`modify`]: `modify`;
 //! - [`run`]: `run` (follow a run to its suggestion), `answer`; [`runs`]: `runs`, `cancel`;
+//! - [`context`]: `context add|list` (what is pinned to a session);
 //! - [`status`]: `status` (the user's view of the hub, or the agent's status inside a run);
 //! - [`agent`]: the agent's `publish` and `agent-status`; [`mcp`]: the agent's MCP server;
 //! - `token` here; [`client`]: the HTTP/WebSocket client they share; [`locate`]: which hub a
@@ -12,6 +13,7 @@
 
 pub mod agent;
 pub mod client;
+pub mod context;
 pub mod gc;
 pub mod locate;
 pub mod mcp;
@@ -79,6 +81,12 @@ enum Cmd {
         no_wait: bool,
         #[command(flatten)]
         client: ClientArgs,
+    },
+    /// Pin context to a session for the agent of its next runs (a web page, a note, a file), or
+    /// list what is pinned.
+    Context {
+        #[command(subcommand)]
+        cmd: crate::cli::context::ContextCmd,
     },
     /// Answer the built-in agent's question (or --skip it).
     Answer {
@@ -357,6 +365,7 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
         Cmd::Runs { all, client } => runs::runs(all, client).await,
         Cmd::Cancel { run, client } => runs::cancel(run, client).await,
         Cmd::Gc { dry_run, client } => gc::gc(dry_run, client).await,
+        Cmd::Context { cmd } => context::context(cmd).await,
         Cmd::Restore { path, client } => review::restore(path, client).await,
         Cmd::Modify {
             id,

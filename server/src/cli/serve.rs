@@ -213,6 +213,10 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<(ServeConfig, bool)> {
         retention: file.retention.resolve(),
         review: file.review.resolve(),
         sensitive: file.sensitive.clone(),
+        url_context: file
+            .context
+            .resolve()
+            .map_err(config::ConfigError::Context)?,
     };
     Ok((cfg, port_given.is_some()))
 }

@@ -4,6 +4,7 @@
 //! 127.0.0.1:4097 (any free port when that one is taken) and keeps its state under `$XDG_STATE_HOME/hunkgate/<repo>-<hash>/`.
 
 pub mod checks;
+pub mod context;
 pub mod provider;
 pub mod retention;
 pub mod sensitive;
@@ -64,6 +65,9 @@ pub struct FileConfig {
     /// Which files never enter a sandbox nor a suggestion ([`sensitive`]).
     #[serde(default)]
     pub sensitive: sensitive::SensitiveFile,
+    /// Which web pages may be pinned to a session, and how much of them is kept ([`context`]).
+    #[serde(default)]
+    pub context: context::ContextFile,
 }
 
 /// `[review]`.
@@ -284,6 +288,8 @@ pub enum ConfigError {
     NoHome,
     #[error("[provider]: {0}")]
     Provider(String),
+    #[error("[context]: {0}")]
+    Context(String),
 }
 
 fn home() -> Option<PathBuf> {
@@ -421,6 +427,8 @@ pub struct ServeConfig {
     pub review: Review,
     /// `[sensitive]`: more files that stay home, and files that may go (see [`sensitive`]).
     pub sensitive: sensitive::SensitiveFile,
+    /// `[context]`: the hosts whose pages may be pinned, and the limits of a fetch.
+    pub url_context: context::UrlPolicy,
 }
 
 /// `--max-runs` / `[limits] max_concurrent_runs`, else the number of CPU cores (at least 1).

@@ -30,6 +30,9 @@ pub enum ContextKind {
     Selection,
     /// Free text: conventions, constraints.
     Note,
+    /// A web page: the hub fetches `url` when it is pinned (only from a host of `[context]
+    /// url_hosts`) and keeps its readable text as `content`.
+    Url,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,6 +49,12 @@ pub struct ContextRow {
     pub end_line: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// `url` rows: the page as the user named it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// `url` rows: when the hub fetched it (set by the hub, never by a client).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fetched_at: Option<String>,
 }
 
 impl ContextRow {
@@ -61,8 +70,12 @@ impl ContextRow {
                 return bad("lines are 1-based and end_line must not be before start_line");
             }
         }
+        if self.url.is_some() != (self.kind == ContextKind::Url) {
+            return bad("url goes with kind \"url\", and only with it");
+        }
         match self.kind {
             ContextKind::File if self.file_path.is_none() => bad("kind \"file\" needs file_path"),
+            ContextKind::Url if self.file_path.is_some() => bad("kind \"url\" takes no file_path"),
             ContextKind::Selection | ContextKind::Note
                 if self.content.as_deref().is_none_or(|c| c.trim().is_empty()) =>
             {

@@ -53,6 +53,12 @@ pub enum ErrorCode {
     TooLarge,
     /// the hub failed; its log has the cause.
     Internal,
+    /// a web page to pin is not allowed: its host (or a redirect's) is not in `[context]
+    /// url_hosts`, or it is not http(s).
+    UrlRefused,
+    /// a web page to pin could not be fetched or read: a network error, an error status, too
+    /// large, not text, no readable text.
+    FetchFailed,
 }
 
 impl ErrorCode {
@@ -80,6 +86,8 @@ impl ErrorCode {
             ErrorCode::Forbidden => "forbidden",
             ErrorCode::TooLarge => "too_large",
             ErrorCode::Internal => "internal",
+            ErrorCode::UrlRefused => "url_refused",
+            ErrorCode::FetchFailed => "fetch_failed",
         }
     }
 }

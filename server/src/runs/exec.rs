@@ -250,6 +250,17 @@ impl Hub {
         sandbox: Arc<dyn Sandbox>,
     ) -> Result<(), AppError> {
         let run_id = job.run_id.as_str();
+        let prompt = match self.prompt_with_pages(job, sandbox.as_ref()).await {
+            Ok(p) => p,
+            Err(e) => {
+                return self.fail_run(
+                    run_id,
+                    RunState::Failed,
+                    ErrorCode::ExperimentFailed,
+                    e.message().to_string(),
+                )
+            }
+        };
         let agent_token = crate::hub::auth::random_token();
         self.runs()
             .agent_tokens
@@ -258,8 +269,8 @@ impl Hub {
             .insert(agent_token.clone(), run_id.to_string());
 
         let argv =
-            build_argv(template, &job.prompt).map_err(|e| AppError::bad_request(e.to_string()))?;
-        let env = self.agent_env(job, &agent_token);
+            build_argv(template, &prompt).map_err(|e| AppError::bad_request(e.to_string()))?;
+        let env = self.agent_env(job, &prompt, &agent_token);
         self.run_status(
             run_id,
             "working",
@@ -288,11 +299,11 @@ impl Hub {
         self.publish_after_exit(run_id, &job.prompt).await
     }
 
-    /// The agent command's environment: the scrubbed host environment, then the run's prompt,
-    /// id, hub URL and agent token.
-    fn agent_env(&self, job: &RunJob, agent_token: &str) -> Vec<(String, String)> {
+    /// The agent command's environment: the scrubbed host environment, then its `prompt`
+    /// (the run's, with the pinned pages named), the run's id, hub URL and agent token.
+    fn agent_env(&self, job: &RunJob, prompt: &str, agent_token: &str) -> Vec<(String, String)> {
         let mut env = scrubbed_env(&self.cfg().agent_env);
-        env.push(("HUNKGATE_PROMPT".into(), job.prompt.clone()));
+        env.push(("HUNKGATE_PROMPT".into(), prompt.to_string()));
         env.push(("HUNKGATE_RUN_ID".into(), job.run_id.clone()));
         env.push(("HUNKGATE_URL".into(), self.url()));
         env.push(("HUNKGATE_AGENT_TOKEN".into(), agent_token.to_string()));

@@ -6,6 +6,7 @@
 
 mod builtin;
 mod exec;
+mod pages;
 mod publish;
 
 pub use exec::{LOG_HEAD, LOG_TAIL};
