@@ -52,6 +52,7 @@ impl Fixture {
             retention: Default::default(),
             review: Default::default(),
             sensitive: Default::default(),
+            checks: crate::config::checkers::Checks::none(),
         };
         let started = open_hub(cfg, port, CancellationToken::new()).unwrap();
         Self { _tmp: tmp, started }

@@ -213,6 +213,7 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<(ServeConfig, bool)> {
         retention: file.retention.resolve(),
         review: file.review.resolve(),
         sensitive: file.sensitive.clone(),
+        checks: config::resolve_checks(&file)?,
     };
     Ok((cfg, port_given.is_some()))
 }

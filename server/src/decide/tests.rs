@@ -52,6 +52,7 @@ fn config(tmp: &Path) -> ServeConfig {
         retention: Default::default(),
         review: Default::default(),
         sensitive: Default::default(),
+        checks: crate::config::checkers::Checks::none(),
     }
 }
 
@@ -154,6 +155,8 @@ impl Fixture {
             closed: None,
             reviewed_commit: None,
             skipped: Vec::new(),
+            checks: None,
+            diagnostics: Vec::new(),
         };
         self.hub().add_suggestion(s.clone()).unwrap();
         s
