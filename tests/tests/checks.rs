@@ -282,6 +282,13 @@ async fn ruff_marks_a_new_lint_warning_and_a_fixed_one_on_their_hunks() {
     );
     let out = ws.cli(&["show", sid]).unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
+    // Journaled with the suggestion: a hub killed -9 has them back.
+    let mut hub = hub;
+    hub.kill9();
+    let hub = ws.serve_env(&[], &[("PATH", &path)]).unwrap();
+    let again = hub.curl().get(&format!("/suggestions/{sid}")).unwrap().body;
+    assert_eq!(diagnostics_of(&again), diagnostics_of(&s));
+    assert_eq!(again["checks"], s["checks"]);
     assert!(
         text.contains("check: new warning app.py:22:17 Comparison to `None` should be `cond is None` [ruff E711]"),
         "{text}"
