@@ -13,7 +13,7 @@ const LONG: Duration = Duration::from_secs(300);
 
 /// The directory of the `ruff` that `scripts/install-test-deps` puts in a venv in the target
 /// dir (`HUNKGATE_TEST_RUFF_BIN` overrides it).
-fn ruff_bin() -> PathBuf {
+pub(crate) fn ruff_bin() -> PathBuf {
     let dir = match std::env::var_os("HUNKGATE_TEST_RUFF_BIN") {
         Some(d) => PathBuf::from(d),
         None => {
@@ -56,7 +56,7 @@ fn rust_env() -> Vec<(&'static str, String)> {
     env
 }
 
-fn write_config(ws: &Workspace, text: &str) {
+pub(crate) fn write_config(ws: &Workspace, text: &str) {
     let dir = ws.home().join(".config/hunkgate");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("config.toml"), text).unwrap();
@@ -232,8 +232,10 @@ async fn cargo_check_puts_a_new_type_error_a_new_warning_and_a_fixed_one_on_thei
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ruff_marks_a_new_lint_warning_and_a_fixed_one_on_their_hunks() {
+/// A Python repository whose `app.py` has an unused `import os` (F401, line 1), an agent
+/// (`agent.sh`) that removes it and compares with `== None` (E711, line 22 of its run), the
+/// `ruff` preset configured, and the `PATH` that finds ruff, for the hub.
+pub(crate) fn python_repo() -> (Workspace, PathBuf, String) {
     let base = format!(
         "import os\n\n\ndef f(x):\n    return x\n\n\n{}\n\ndef g(y):\n    return y\n",
         filler(8, 20, "#").trim_end()
@@ -255,6 +257,12 @@ async fn ruff_marks_a_new_lint_warning_and_a_fixed_one_on_their_hunks() {
         ruff_bin().display(),
         std::env::var("PATH").unwrap_or_default()
     );
+    (ws, agent, path)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ruff_marks_a_new_lint_warning_and_a_fixed_one_on_their_hunks() {
+    let (ws, agent, path) = python_repo();
     let hub = ws.serve_env(&[], &[("PATH", &path)]).unwrap();
     let (ready, checked, _c) = checked_run(&hub, &agent).await;
     assert_eq!(checked["checks"]["state"], "done", "{checked}");
