@@ -417,7 +417,7 @@ fn new_diagnostics_are_counted_when_the_hub_checks() {
     assert_eq!(m.checked_suggestions, 3);
     let total: usize = lines.iter().map(|l| l.new_diagnostics).sum();
     assert_eq!(m.new_diagnostics_per_suggestion, Some(total as f64 / 3.0));
-    assert!(metrics::render(&[m.clone()]).contains("checks:"));
+    assert!(metrics::render(std::slice::from_ref(m)).contains("checks:"));
     let unchecked = run_asks(None);
     assert!(unchecked
         .iter()
