@@ -178,6 +178,31 @@ fn old_side_hunk<'h>(f: &Found, hunks: &'h [HunkRec]) -> Option<&'h HunkRec> {
     })
 }
 
+/// The diagnostics of `found` (on the run's tree) that fall on a line a hunk adds: those the
+/// run's own lines carry, new by construction (a line the run wrote keeps no base diagnostic).
+/// What the built-in agent's `check` tool reports, having no base to compare with.
+pub fn on_added_lines<'a>(found: &'a [Found], hunks: &[HunkRec]) -> Vec<&'a Found> {
+    let mut added: std::collections::HashSet<(&str, usize)> = Default::default();
+    for h in hunks {
+        let Some(p) = &h.patch else { continue };
+        let mut new = p.new_start;
+        for l in &p.lines {
+            match l {
+                HunkLine::Add(_) => {
+                    added.insert((h.file.as_str(), new));
+                    new += 1;
+                }
+                HunkLine::Context(_) => new += 1,
+                HunkLine::Remove(_) => {}
+            }
+        }
+    }
+    found
+        .iter()
+        .filter(|f| added.contains(&(f.file.as_str(), f.line)))
+        .collect()
+}
+
 #[cfg(test)]
 #[path = "diagnostics_tests.rs"]
 mod tests;

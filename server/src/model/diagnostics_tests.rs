@@ -172,6 +172,31 @@ fn outside_every_hunk_belongs_to_the_suggestion_and_a_deleted_file_fixes_all_of_
     assert_eq!(classify("c", &same, &same, &hunks), vec![]);
 }
 
+#[test]
+fn on_added_lines_keeps_only_what_falls_on_a_line_the_run_wrote() {
+    let old = text(&numbered(20));
+    let mut new = numbered(20);
+    new[9] = "bad ten".into(); // line 10, rewritten
+    new.insert(15, "bad added".into()); // line 16, new
+    let new = text(&new);
+    let hunks = hunks_of("a.rs", &old, &new);
+    let found = vec![
+        found("a.rs", 10, "bad ten"),
+        found("a.rs", 12, "on context"),
+        found("a.rs", 16, "bad added"),
+        found("b.rs", 10, "other file"),
+    ];
+    let kept: Vec<usize> = on_added_lines(&found, &hunks)
+        .iter()
+        .map(|f| f.line)
+        .collect();
+    assert_eq!(kept, vec![10, 16]);
+    assert!(
+        on_added_lines(&found, &[]).is_empty(),
+        "no change, nothing of the run's"
+    );
+}
+
 proptest! {
     /// Whatever the edit, the new diagnostics are exactly the run's `bad` lines that the diff
     /// adds, each on the hunk that adds it, and the fixed ones exactly the base's `bad` lines

@@ -17,18 +17,17 @@
 //! (comparing a finished side with an unfinished one would call everything new or fixed).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use hunkgate_sandbox::agent::{self, scrubbed_env, Exit, Stream};
 use hunkgate_sandbox::store::FlatTree;
 use hunkgate_sandbox::workspace::Sandbox;
-use tokio_util::sync::CancellationToken;
 
+use crate::agent::checker::Ran;
 use crate::config::checkers::Checker;
 use crate::error::AppError;
 use crate::hub::registry::poisoned;
 use crate::hub::Hub;
-use crate::model::checker_output::{parse, Found, Output};
+
 use crate::model::diagnostics::classify;
 use crate::model::suggestion::oid;
 use crate::protocol::{ChecksState, ChecksView, Diagnostic, DiagnosticChange, Event};
@@ -37,14 +36,6 @@ use crate::store::journal::Record;
 /// The most diagnostics a suggestion keeps from its checks; the notes say how many more there
 /// were.
 pub const MAX_DIAGNOSTICS: usize = 500;
-
-/// What one checker gave on one tree.
-#[derive(Debug)]
-enum Ran {
-    Found(Vec<Found>),
-    /// It gave nothing to compare, and why.
-    Failed(String),
-}
 
 impl Hub {
     /// Check each open suggestion `run_id` published, against `base`, in its slot's `sandbox`
@@ -160,34 +151,11 @@ impl Hub {
                     self.cfg().checks.budget.as_secs()
                 ))
             } else {
-                self.run_checker(sandbox.as_ref(), checker, which, left)
+                self.run_checker(sandbox.as_ref(), checker, which, left, self.shutdown())
                     .await
             });
         }
         out
-    }
-
-    /// Run one checker in the sandbox for at most `timeout`, its output capped, and read it.
-    async fn run_checker(
-        &self,
-        sandbox: &dyn Sandbox,
-        checker: &Checker,
-        which: &str,
-        timeout: Duration,
-    ) -> Ran {
-        let argv = vec!["sh".to_string(), "-c".to_string(), checker.command.clone()];
-        let env = scrubbed_env(&self.cfg().agent_env);
-        let stop = self.shutdown().child_token();
-        let mut output = Capped::new(self.cfg().checks.max_output, stop.clone());
-        let outcome = agent::run(sandbox, &argv, &env, timeout, stop, |stream, line| {
-            output.push(stream, line)
-        })
-        .await;
-        let root = sandbox.workdir().to_string_lossy().into_owned();
-        match ran_outcome(&outcome.exit, &output, which, timeout) {
-            Some(why) => Ran::Failed(why),
-            None => Ran::Found(parse(checker.format, &output.output, &root)),
-        }
     }
 
     /// Journal what the checks found on suggestion `sid` (new and fixed, mapped to its hunks),
@@ -233,29 +201,6 @@ impl Hub {
     }
 }
 
-/// Why a checker's run gives nothing to compare (None: it ran to its end, whatever its exit
-/// status — linters exit non-zero when they find something).
-fn ran_outcome(exit: &Exit, output: &Capped, which: &str, timeout: Duration) -> Option<String> {
-    if output.over {
-        return Some(format!(
-            "its output on {which} passed {} bytes: stopped, left out",
-            output.max
-        ));
-    }
-    match exit {
-        Exit::Code(0..=125) => None,
-        Exit::Code(126 | 127) => Some(format!(
-            "could not be run on {which}: {}",
-            output.last_stderr().unwrap_or("command not found")
-        )),
-        Exit::TimedOut => Some(format!(
-            "timed out on {which} after {}s (the checks' budget): stopped, left out",
-            timeout.as_secs().max(1)
-        )),
-        other => Some(format!("{other} on {which}")),
-    }
-}
-
 /// The checks' view and the diagnostics of one suggestion: each checker's new and fixed ones
 /// when it ran to its end on both trees, a note for each that did not.
 fn compare(
@@ -297,55 +242,6 @@ fn compare(
     (view, diagnostics)
 }
 
-/// A checker's output, kept up to `max` bytes: past that it is stopped (`stop`), and what it
-/// printed is not read at all (a cut JSON array or a half list of diagnostics would only
-/// mislead).
-struct Capped {
-    output: Output,
-    bytes: usize,
-    max: usize,
-    over: bool,
-    stop: CancellationToken,
-}
-
-impl Capped {
-    fn new(max: usize, stop: CancellationToken) -> Self {
-        Capped {
-            output: Output::default(),
-            bytes: 0,
-            max,
-            over: false,
-            stop,
-        }
-    }
-
-    fn push(&mut self, stream: Stream, line: &str) {
-        if self.over {
-            return;
-        }
-        self.bytes += line.len() + 1;
-        if self.bytes > self.max {
-            self.over = true;
-            self.output = Output::default();
-            self.stop.cancel();
-            return;
-        }
-        match stream {
-            Stream::Stdout => self.output.stdout.push(line.to_string()),
-            Stream::Stderr => self.output.stderr.push(line.to_string()),
-        }
-    }
-
-    fn last_stderr(&self) -> Option<&str> {
-        self.output
-            .stderr
-            .iter()
-            .rev()
-            .map(|l| l.trim())
-            .find(|l| !l.is_empty())
-    }
-}
-
 /// The base tree of a run that is active, for its checks.
 pub(super) fn active_base(hub: &Hub, run_id: &str) -> Result<Option<Arc<FlatTree>>, AppError> {
     Ok(hub
@@ -360,7 +256,7 @@ pub(super) fn active_base(hub: &Hub, run_id: &str) -> Result<Option<Arc<FlatTree
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::checker_output::Format;
+    use crate::model::checker_output::{Format, Found};
     use crate::protocol::Severity;
 
     fn found(line: usize) -> Found {
@@ -425,35 +321,6 @@ mod tests {
             vec![format!(
                 "7 more diagnostics left out (a suggestion keeps {MAX_DIAGNOSTICS})"
             )]
-        );
-    }
-
-    #[test]
-    fn output_past_its_cap_stops_the_checker_and_keeps_nothing() {
-        let stop = CancellationToken::new();
-        let mut c = Capped::new(100, stop.clone());
-        c.push(Stream::Stdout, "a.rs:1: w");
-        assert!(!stop.is_cancelled());
-        assert_eq!(c.output.stdout.len(), 1);
-        for _ in 0..1000 {
-            c.push(Stream::Stderr, &"y".repeat(50));
-        }
-        assert!(stop.is_cancelled() && c.over);
-        assert!(c.output.stdout.is_empty() && c.output.stderr.is_empty());
-        let why = ran_outcome(&Exit::Cancelled, &c, "the run", Duration::from_secs(5));
-        assert_eq!(
-            why.as_deref(),
-            Some("its output on the run passed 100 bytes: stopped, left out")
-        );
-        let fine = Capped::new(100, CancellationToken::new());
-        assert_eq!(
-            ran_outcome(&Exit::Code(1), &fine, "the run", Duration::ZERO),
-            None
-        );
-        assert!(
-            ran_outcome(&Exit::TimedOut, &fine, "the base", Duration::from_secs(3))
-                .unwrap()
-                .starts_with("timed out on the base after 3s")
         );
     }
 }
