@@ -169,18 +169,17 @@ impl Hub {
     ) -> Result<(), AppError> {
         let checkers = &self.cfg().checks.checkers;
         let mut st = self.lock()?;
-        let Some(mut s) = st.suggestions.get(sid).cloned() else {
+        let Some(s) = st.suggestions.get_mut(sid) else {
             return Ok(());
         };
         let (view, diagnostics) = compare(checkers, on_base, on_run, &s.hunks);
+        self.journal_append(&Record::Checks {
+            suggestion_id: sid.to_string(),
+            checks: view.clone(),
+            diagnostics: diagnostics.clone(),
+        })?;
         s.checks = Some(view.clone());
         s.diagnostics = diagnostics.clone();
-        let rec = Record::Suggestion(Box::new(s));
-        self.journal_append(&rec)?;
-        let Record::Suggestion(s) = rec else {
-            unreachable!("the record was made as a suggestion just above")
-        };
-        st.suggestions.insert(sid.to_string(), *s);
         drop(st);
         let count = |c: DiagnosticChange| diagnostics.iter().filter(|d| d.change == c).count();
         let (new, fixed) = (count(DiagnosticChange::New), count(DiagnosticChange::Fixed));
