@@ -167,11 +167,16 @@ async fn cargo_check_puts_a_new_type_error_a_new_warning_and_a_fixed_one_on_thei
     let env = rust_env();
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let hub = ws.serve_env(&[], &env).unwrap();
-    let (ready, checked, _c) = checked_run(&hub, &agent).await;
+    let (ready, checked, mut c) = checked_run(&hub, &agent).await;
     assert!(
         ready.get("checks").is_none(),
         "the suggestion is out before its checks: {ready}"
     );
+    let line = c
+        .event("suggestion.status", |v| v["status"] == "checked", LONG)
+        .await
+        .unwrap();
+    assert_eq!(line["message"], "Checks: 2 new, 1 fixed diagnostic(s)");
     assert_eq!(checked["checks"]["state"], "done", "{checked}");
     assert_eq!(
         checked["checks"]["checkers"],

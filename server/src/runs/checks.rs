@@ -58,7 +58,7 @@ impl Hub {
         let deadline = Instant::now() + checks.budget;
         self.run_status(
             run_id,
-            "ready",
+            "checking",
             format!(
                 "Checking the suggestion and its base: {}",
                 checks
@@ -195,7 +195,7 @@ impl Hub {
             message.push_str("; ");
             message.push_str(note);
         }
-        self.run_status(run_id, "ready", message);
+        self.run_status(run_id, "checked", message);
         Ok(())
     }
 }
