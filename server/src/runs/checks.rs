@@ -1,7 +1,7 @@
 //! Checks after a run (`[[check]]`): each configured checker is run on the tree of every
 //! suggestion the run published and on the run's base, and what is new or fixed is mapped to
-//! the hunks ([`crate::model::diagnostics`]), journaled with the suggestion, and announced as
-//! `suggestion.checked`.
+//! the hunks ([`crate::model::diagnostics`]), journaled (a `checks` record: see
+//! [`Record::Checks`]), and announced as `suggestion.checked`.
 //!
 //! Where: in the run's own sandbox slot, still held after its agent ended, brought first to
 //! the suggestion's tree and then to the base (each [`Sandbox::prepare`], the sync a run starts
@@ -27,7 +27,6 @@ use crate::config::checkers::Checker;
 use crate::error::AppError;
 use crate::hub::registry::poisoned;
 use crate::hub::Hub;
-
 use crate::model::diagnostics::classify;
 use crate::model::suggestion::oid;
 use crate::protocol::{ChecksState, ChecksView, Diagnostic, DiagnosticChange, Event};
@@ -114,6 +113,7 @@ impl Hub {
         .await
     }
 
+    /// Every checker's result when none could run, and why.
     fn all_failed(&self, why: &str) -> Vec<Ran> {
         self.cfg()
             .checks
