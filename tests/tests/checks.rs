@@ -87,9 +87,9 @@ async fn checked_run(hub: &Hub, agent: &Path) -> (Value, Value, Ws) {
 /// `(hunk file:index, change, severity, code, message)`.
 type Row = (Option<String>, String, String, String, String);
 
-/// The [`Row`] of every diagnostic on the hunks of
-/// `s`, and `None` as the hunk for the suggestion's own.
-fn diagnostics_of(s: &Value) -> Vec<Row> {
+/// The [`Row`] of every diagnostic of checker `source` on the hunks of `s`, and `None` as the
+/// hunk for the suggestion's own.
+fn diagnostics_of(s: &Value, source: &str) -> Vec<Row> {
     let row = |hunk: Option<String>, d: &Value| {
         (
             hunk,
@@ -103,11 +103,15 @@ fn diagnostics_of(s: &Value) -> Vec<Row> {
     for h in s["hunks"].as_array().unwrap() {
         let name = format!("{}:{}", h["file"].as_str().unwrap(), h["index"]);
         for d in h["diagnostics"].as_array().into_iter().flatten() {
-            out.push(row(Some(name.clone()), d));
+            if d["source"] == source {
+                out.push(row(Some(name.clone()), d));
+            }
         }
     }
     for d in s["diagnostics"].as_array().into_iter().flatten() {
-        out.push(row(None, d));
+        if d["source"] == source {
+            out.push(row(None, d));
+        }
     }
     out
 }
@@ -162,7 +166,8 @@ async fn cargo_check_puts_a_new_type_error_a_new_warning_and_a_fixed_one_on_thei
     write_config(
         &ws,
         "agent_env = [\"RUSTUP_HOME\", \"CARGO_HOME\", \"RUSTUP_TOOLCHAIN\"]\n\
-         [limits]\nchecks_budget_secs = 600\n\n[[check]]\npreset = \"cargo-check\"\n",
+         [limits]\nchecks_budget_secs = 600\n\n[[check]]\npreset = \"cargo-check\"\n\n\
+         [[check]]\npreset = \"cargo-clippy\"\n",
     );
     let env = rust_env();
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -176,18 +181,23 @@ async fn cargo_check_puts_a_new_type_error_a_new_warning_and_a_fixed_one_on_thei
         .event("suggestion.status", |v| v["status"] == "checked", LONG)
         .await
         .unwrap();
-    assert_eq!(line["message"], "Checks: 2 new, 1 fixed diagnostic(s)");
+    assert_eq!(line["message"], "Checks: 4 new, 2 fixed diagnostic(s)");
     assert_eq!(checked["checks"]["state"], "done", "{checked}");
     assert_eq!(
         checked["checks"]["checkers"],
-        serde_json::json!(["cargo-check"])
+        serde_json::json!(["cargo-check", "cargo-clippy"])
     );
 
     let sid = ready["id"].as_str().unwrap();
     let s = hub.curl().get(&format!("/suggestions/{sid}")).unwrap().body;
     let unused_help = ": help: if this is intentional, prefix it with an underscore";
+    // clippy runs rustc's lints too: the same three, from its own checker.
     assert_eq!(
-        diagnostics_of(&s),
+        diagnostics_of(&s, "cargo-clippy"),
+        diagnostics_of(&s, "cargo-check")
+    );
+    assert_eq!(
+        diagnostics_of(&s, "cargo-check"),
         vec![
             row(
                 "a/src/lib.rs:0",
@@ -219,12 +229,15 @@ async fn cargo_check_puts_a_new_type_error_a_new_warning_and_a_fixed_one_on_thei
         (Some(22), Some("cargo-check"))
     );
     // The event carries the same, each with its hunk.
-    assert_eq!(checked["diagnostics"].as_array().unwrap().len(), 3);
+    assert_eq!(checked["diagnostics"].as_array().unwrap().len(), 6);
 
     let out = ws.cli(&["show", sid]).unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("  checks: done (cargo-check)"), "{text}");
+    assert!(
+        text.contains("  checks: done (cargo-check, cargo-clippy)"),
+        "{text}"
+    );
     let b_hunk = text.find("b/src/lib.rs:0").expect("b's hunk");
     let fresh_line = text.find("check: new warning a/src/lib.rs:22:9 unused variable: `fresh`");
     let fixed_line = text.find("check: fixed warning a/src/lib.rs:2:9 unused variable: `unused`");
@@ -274,7 +287,7 @@ async fn ruff_marks_a_new_lint_warning_and_a_fixed_one_on_their_hunks() {
     let sid = ready["id"].as_str().unwrap();
     let s = hub.curl().get(&format!("/suggestions/{sid}")).unwrap().body;
     assert_eq!(
-        diagnostics_of(&s),
+        diagnostics_of(&s, "ruff"),
         vec![
             row(
                 "app.py:0",
@@ -300,7 +313,7 @@ async fn ruff_marks_a_new_lint_warning_and_a_fixed_one_on_their_hunks() {
     hub.kill9();
     let hub = ws.serve_env(&[], &[("PATH", &path)]).unwrap();
     let again = hub.curl().get(&format!("/suggestions/{sid}")).unwrap().body;
-    assert_eq!(diagnostics_of(&again), diagnostics_of(&s));
+    assert_eq!(diagnostics_of(&again, "ruff"), diagnostics_of(&s, "ruff"));
     assert_eq!(again["checks"], s["checks"]);
     assert!(
         text.contains("check: new warning app.py:22:17 Comparison to `None` should be `cond is None` [ruff E711]"),
