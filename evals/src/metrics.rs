@@ -46,6 +46,12 @@ pub struct Metrics {
     pub rejected_avoided: Option<f64>,
     /// Of the changed lines the agent proposed on replay tasks, the share users kept.
     pub replay_precision: Option<f64>,
+    /// Suggestions whose checks came (checkers in the hub's config), and the `new`
+    /// diagnostics on them.
+    pub checked_suggestions: usize,
+    pub new_diagnostics: usize,
+    /// new diagnostics / checked suggestions: what a reviewer finds broken per suggestion.
+    pub new_diagnostics_per_suggestion: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -156,7 +162,11 @@ pub fn compute(lines: &[ResultLine]) -> Vec<Metrics> {
                     *m.stop_reasons.entry(r.clone()).or_default() += 1;
                 }
                 *m.statuses.entry(l.status.clone()).or_default() += 1;
+                m.checked_suggestions += l.checked_suggestions;
+                m.new_diagnostics += l.new_diagnostics;
             }
+            m.new_diagnostics_per_suggestion = (m.checked_suggestions > 0)
+                .then(|| m.new_diagnostics as f64 / m.checked_suggestions as f64);
             m.kept_recall = ratio(kept_hit, kept_lines);
             m.rejected_avoided = ratio(rej_hit, rej_lines).map(|r| 1.0 - r);
             m.replay_precision = ratio(kept_hit, proposed);
@@ -258,6 +268,27 @@ pub fn render(rows: &[Metrics]) -> String {
                 pct(m.kept_recall),
                 pct(m.rejected_avoided),
                 pct(m.replay_precision),
+            ));
+        }
+    }
+    if rows.iter().any(|m| m.checked_suggestions > 0) {
+        out.push_str(&format!(
+            "\nchecks: {:<28} {:<12} {:>11} {:>5} {:>10}\n",
+            "agent", "model", "suggestions", "new", "new/sugg."
+        ));
+        for m in rows.iter().filter(|m| m.checked_suggestions > 0) {
+            out.push_str(&format!(
+                "        {:<28} {:<12} {:>11} {:>5} {:>10.2}\n",
+                m.label().chars().take(28).collect::<String>(),
+                m.model
+                    .as_deref()
+                    .unwrap_or("-")
+                    .chars()
+                    .take(12)
+                    .collect::<String>(),
+                m.checked_suggestions,
+                m.new_diagnostics,
+                m.new_diagnostics_per_suggestion.unwrap_or(0.0),
             ));
         }
     }
@@ -425,5 +456,32 @@ mod tests {
             (None, None)
         );
         assert!(!render(&rows).contains("replay:"));
+    }
+
+    #[test]
+    fn new_diagnostics_are_counted_per_checked_suggestion() {
+        let l = |agent: &str, checked, new| ResultLine {
+            task: "t".into(),
+            agent: agent.into(),
+            checked_suggestions: checked,
+            new_diagnostics: new,
+            ..ResultLine::default()
+        };
+        let rows = compute(&[l("a", 2, 3), l("a", 1, 0), l("b", 0, 0)]);
+        let a = rows.iter().find(|m| m.agent == "a").unwrap();
+        assert_eq!((a.checked_suggestions, a.new_diagnostics), (3, 3));
+        assert_eq!(a.new_diagnostics_per_suggestion, Some(1.0));
+        let b = rows.iter().find(|m| m.agent == "b").unwrap();
+        assert_eq!(
+            b.new_diagnostics_per_suggestion, None,
+            "nothing checked: no rate"
+        );
+        let t = render(&rows);
+        assert!(t.contains("checks:"), "{t}");
+        assert!(t.contains("1.00"), "{t}");
+        assert!(
+            !render(&rows[1..]).contains("checks:"),
+            "only agents whose suggestions were checked"
+        );
     }
 }

@@ -107,6 +107,16 @@ pub struct ResultLine {
     /// Replay tasks only: how the proposal compares with what the user kept and rejected.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<crate::replay::ReplayScore>,
+    /// With checkers in the hub's config (`[[check]]`): the suggestions whose checks came, and
+    /// the `new` diagnostics on them (on hunks and off), a quality measure of the proposal.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub checked_suggestions: usize,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub new_diagnostics: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl ResultLine {
@@ -331,6 +341,8 @@ struct Hub {
     token: String,
     http: reqwest::Client,
     log: PathBuf,
+    /// With checkers in its config: how long to wait for a suggestion's checks.
+    checks_wait: Option<Duration>,
 }
 
 impl Hub {
@@ -406,7 +418,22 @@ impl Hub {
             token,
             http: reqwest::Client::new(),
             log,
+            checks_wait: checks_wait(cfg.hub_config.as_deref())?,
         })
+    }
+
+    /// Suggestion `id` once its checks came (or the wait is over: counted as unchecked); at
+    /// once when the hub checks nothing.
+    async fn suggestion_checked(&self, id: &str) -> Result<Value> {
+        let path = format!("/suggestions/{id}");
+        let deadline = self.checks_wait.map(|w| Instant::now() + w);
+        loop {
+            let s = self.ok(reqwest::Method::GET, &path, None).await?;
+            if s.get("checks").is_some() || deadline.is_none_or(|d| Instant::now() > d) {
+                return Ok(s);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// A request; `Ok(Err((status, body)))` for an HTTP error the caller may expect.
@@ -444,6 +471,49 @@ impl Hub {
             Err((s, v)) => bail!("{method} {path}: HTTP {s}: {v}"),
         }
     }
+}
+
+/// How long a suggestion's checks may take to come, when the hub `config` names checkers
+/// (`[[check]]`): their budget (`[limits] checks_budget_secs`, default 120 s) and 30 s more.
+pub fn checks_wait(config: Option<&Path>) -> Result<Option<Duration>> {
+    let Some(path) = config else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the hub config {}", path.display()))?;
+    let v: toml::Value =
+        toml::from_str(&text).with_context(|| format!("the hub config {}", path.display()))?;
+    let checks = v
+        .get("check")
+        .and_then(toml::Value::as_array)
+        .is_some_and(|a| !a.is_empty());
+    let budget = v
+        .get("limits")
+        .and_then(|l| l.get("checks_budget_secs"))
+        .and_then(toml::Value::as_integer)
+        .unwrap_or(120)
+        .max(1) as u64;
+    Ok(checks.then(|| Duration::from_secs(budget + 30)))
+}
+
+/// The `new` diagnostics of a suggestion (its hunks' and its own), when its checks came.
+pub fn new_diagnostics(s: &Value) -> Option<usize> {
+    s.get("checks")?;
+    let is_new = |d: &&Value| d["change"] == "new";
+    let on_hunks: usize = s["hunks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|h| {
+            h["diagnostics"]
+                .as_array()
+                .map_or(0, |ds| ds.iter().filter(is_new).count())
+        })
+        .sum();
+    let own = s["diagnostics"]
+        .as_array()
+        .map_or(0, |ds| ds.iter().filter(is_new).count());
+    Some(on_hunks + own)
 }
 
 fn tail(s: &str, n: usize) -> &str {
@@ -790,13 +860,11 @@ async fn decide(
     line: &mut ResultLine,
     run: usize,
 ) -> Result<()> {
-    let s = hub
-        .ok(
-            reqwest::Method::GET,
-            &format!("/suggestions/{suggestion}"),
-            None,
-        )
-        .await?;
+    let s = hub.suggestion_checked(suggestion).await?;
+    if let Some(n) = new_diagnostics(&s) {
+        line.checked_suggestions += 1;
+        line.new_diagnostics += n;
+    }
     let hunks = s["hunks"].as_array().cloned().unwrap_or_default();
     let mut modify_done = false;
     for h in &hunks {
@@ -1037,6 +1105,42 @@ mod tests {
         let e = format!("{:#}", read_results(&out).unwrap_err());
         assert!(e.contains("results.jsonl:1"), "{e}");
         assert!(read_results(&dir.path().join("none")).unwrap().is_empty());
+    }
+
+    #[test]
+    fn new_diagnostics_count_hunks_and_the_suggestions_own_once_checked() {
+        let d = |change: &str| json!({"change": change, "line": 1});
+        let s = json!({
+            "checks": {"state": "done", "checkers": ["ruff"]},
+            "hunks": [{"diagnostics": [d("new"), d("fixed")]}, {}],
+            "diagnostics": [d("new")],
+        });
+        assert_eq!(new_diagnostics(&s), Some(2));
+        let unchecked = json!({"hunks": [{"diagnostics": [d("new")]}]});
+        assert_eq!(new_diagnostics(&unchecked), None);
+    }
+
+    #[test]
+    fn the_checks_are_waited_for_only_when_the_config_names_checkers() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.toml");
+        assert_eq!(checks_wait(None).unwrap(), None);
+        std::fs::write(&p, "[limits]\nchecks_budget_secs = 10\n").unwrap();
+        assert_eq!(checks_wait(Some(&p)).unwrap(), None);
+        std::fs::write(
+            &p,
+            "[limits]\nchecks_budget_secs = 10\n[[check]]\npreset = \"ruff\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            checks_wait(Some(&p)).unwrap(),
+            Some(Duration::from_secs(40))
+        );
+        std::fs::write(&p, "[[check]]\npreset = \"ruff\"\n").unwrap();
+        assert_eq!(
+            checks_wait(Some(&p)).unwrap(),
+            Some(Duration::from_secs(150))
+        );
     }
 
     #[test]

@@ -391,3 +391,35 @@ fn a_bad_hub_config_is_refused_up_front() {
     assert!(err.contains("no-such-task"), "{err}");
     assert!(!err.contains("--hub-config"), "{err}");
 }
+
+/// With a checker in `--hub-config`, the runner waits for each suggestion's checks and counts
+/// its new diagnostics: here a "checker" that flags every non-empty line, so each line the
+/// agent wrote is new. Without one (`asks_answers_every_clarification_task`'s run) nothing is
+/// counted.
+#[test]
+fn new_diagnostics_are_counted_when_the_hub_checks() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("hub.toml");
+    std::fs::write(
+        &cfg,
+        "[[check]]\nname = \"lines\"\nformat = \"gnu\"\n\
+         command = \"grep -rnI -v '^$' --exclude-dir=.git . || true\"\n",
+    )
+    .unwrap();
+    let lines = run_asks(Some(cfg));
+    assert_eq!(lines.len(), CLARIFICATION_TASKS.len());
+    for l in &lines {
+        assert!(l.success, "{l:?}");
+        assert_eq!(l.checked_suggestions, 1, "{l:?}");
+        assert!(l.new_diagnostics >= 1, "{l:?}");
+    }
+    let m = &metrics::compute(&lines)[0];
+    assert_eq!(m.checked_suggestions, 3);
+    let total: usize = lines.iter().map(|l| l.new_diagnostics).sum();
+    assert_eq!(m.new_diagnostics_per_suggestion, Some(total as f64 / 3.0));
+    assert!(metrics::render(std::slice::from_ref(m)).contains("checks:"));
+    let unchecked = run_asks(None);
+    assert!(unchecked
+        .iter()
+        .all(|l| l.checked_suggestions == 0 && l.new_diagnostics == 0));
+}

@@ -1026,3 +1026,61 @@ async fn a_request_the_server_rejects_as_invalid_is_not_retried() {
     assert_eq!(fake.requests().len(), 1, "a validation error is final");
     // Positive control: a plain 500 is still retried (transient_failures_… above).
 }
+
+/// With checkers configured the model is offered `check` (and told to call it before finish):
+/// it runs them in the sandbox on the agent's work as it is, and returns the diagnostics on the
+/// lines the agent wrote — here ruff's `== None` — not those of lines it left alone (the
+/// unused import above them). Without checkers it is not offered.
+#[tokio::test]
+async fn the_check_tool_returns_the_diagnostics_on_the_agents_lines() {
+    let (ws, _agent, path) = crate::checks::python_repo();
+    let base = ws.read("app.py").unwrap();
+    let edited = String::from_utf8(base.clone())
+        .unwrap()
+        .replace("    return y\n", "    return y == None\n");
+    let fake = FakeLlm::with(move |req: &Recorded| match req.tool_results().len() {
+        0 => Reply::tool(
+            "write_file",
+            json!({"file_path": "app.py", "content": edited, "expected_hash": file_hash(&base)}),
+        ),
+        1 => Reply::tool("check", json!({})),
+        _ => Reply::tool("finish", json!({"description": "compare with None"})),
+    })
+    .await;
+    let hub = serve_env(&ws, &fake, &[], &[("PATH", &path)]);
+    let run = start(&hub, json!({"prompt": "compare y with None"}));
+    let r = wait_run_finished(&hub, &run, SECS).await.unwrap();
+    assert_eq!(r["status"], "ready", "{r}");
+    let first = &fake.requests()[0];
+    let names = first.tool_names();
+    assert_eq!(&names[names.len() - 2..], ["check", "finish"], "{names:?}");
+    assert!(first.messages()[0]["content"]
+        .as_str()
+        .unwrap()
+        .contains("call check"));
+    let results = tool_results(&fake.requests()[2]);
+    assert_eq!(
+        results[1]["result"],
+        json!({
+            "diagnostics": [{
+                "checker": "ruff", "severity": "warning", "code": "E711", "file": "app.py",
+                "line": 23, "column": 17,
+                "message": "Comparison to `None` should be `cond is None`",
+            }],
+            "more": 0,
+            "notes": [],
+        }),
+        "{results:?}"
+    );
+
+    // The control: without checkers, no `check` among the tools.
+    let plain = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    let fake =
+        FakeLlm::with(|_: &Recorded| Reply::tool("finish", json!({"description": "x"}))).await;
+    let hub = serve(&plain, &fake, &[]);
+    let run = start(&hub, json!({"prompt": "nothing"}));
+    wait_run_finished(&hub, &run, SECS).await.unwrap();
+    assert!(!fake.requests()[0]
+        .tool_names()
+        .contains(&"check".to_string()));
+}

@@ -1968,3 +1968,82 @@ fn owner_git(s: &Setup, script: &str) {
         .unwrap();
     assert!(out.status.success(), "{script}: {out:?}");
 }
+
+/// Under `--isolation user` a checker (`[[check]]`) runs as the sandbox user, in the sandbox,
+/// with the agents' scrubbed environment: what it prints names its user, the hub's secrets it
+/// does not see, the tree it checked, and whether it could read the owner's SSH key. The
+/// positive control is the owner reading that same key.
+#[test]
+fn checkers_run_as_the_sandbox_user_without_the_hubs_secrets() {
+    if !require_root("checkers_run_as_the_sandbox_user_without_the_hubs_secrets") {
+        return;
+    }
+    let s = Setup::new(false).unwrap();
+    let key = s.ws.home().join(".ssh/id_ed25519");
+    let cfg = s.shared.path().join("checks.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[[check]]\nname = \"who\"\nformat = \"gnu\"\ncommand = '''echo \"hello.txt:1: warning: \
+             user=$(id -un) secret=${{ANTHROPIC_API_KEY:-none}} text=$(cat hello.txt) \
+             key=$(cat {} 2>/dev/null | head -c 20 || true)\"'''\n",
+            key.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let hub = s
+        .hub(
+            false,
+            &["--config", cfg.to_str().unwrap(), "--max-runs", "1"],
+        )
+        .unwrap();
+    let agent = s.script("agent.sh", "echo hi > hello.txt").unwrap();
+    let run = run_to_end(&hub, &agent, None).unwrap();
+    let sid = run["suggestion_ids"][0].as_str().unwrap().to_string();
+    let mut s_view = Value::Null;
+    wait_until("the suggestion's checks", Duration::from_secs(60), || {
+        s_view = hub
+            .curl()
+            .get(&format!("/suggestions/{sid}"))
+            .map(|r| r.body)
+            .unwrap_or(Value::Null);
+        s_view.get("checks").is_some()
+    })
+    .unwrap();
+    let hunk = &s_view["hunks"][0];
+    let messages: Vec<(&str, &str)> = hunk["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d["change"].as_str().unwrap(),
+                d["message"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    let user = &s.agent.name;
+    assert_eq!(
+        messages,
+        vec![
+            (
+                "new",
+                format!("user={user} secret=none text=hi key=").as_str()
+            ),
+            (
+                "fixed",
+                format!("user={user} secret=none text=hello key=").as_str()
+            ),
+        ],
+        "{s_view}"
+    );
+    // The positive control: the owner can read the key the checker could not.
+    let owner = s
+        .as_owner(&format!("head -c 20 {}", key.display()))
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&owner.stdout),
+        "-----BEGIN OPENSSH P"
+    );
+}

@@ -4,6 +4,7 @@
 mod bench_smoke;
 mod builtin_agent;
 mod checkpoints;
+mod checks;
 mod cli;
 mod cli_cockpit;
 mod conflict;

@@ -981,3 +981,16 @@ fn visual_selections_decide_lines_in_the_float_and_inline_views() {
         "the reject's comment, asked for as a whole hunk's is, is logged"
     );
 }
+
+/// Checks per hunk in a real Neovim (`nvim/tests/e2e/checks.lua`): ruff's new warning and the
+/// one the run fixed as `vim.diagnostic` entries in the file and in the review window.
+#[test]
+fn checker_diagnostics_show_in_the_file_and_the_review() {
+    let (ws, agent, path) = crate::checks::python_repo();
+    let template = format!("{} {{prompt}}", agent.display());
+    let hub = ws
+        .serve_env(&["--agent", &template], &[("PATH", &path)])
+        .unwrap();
+    let state = ws.state();
+    Scenario::start(&ws, "checks", Some(&state)).finish(&[&hub]);
+}

@@ -100,9 +100,15 @@ function M.subscribe(fn)
   table.insert(M.listeners, fn)
 end
 
+-- Changes that leave every suggestion's hunks and diagnostics as they were.
+local agent_news = { status = true, tool = true, question = true, answered = true }
+
 local function changed(change)
   for _, fn in ipairs(M.listeners) do
     fn(change)
+  end
+  if not agent_news[change.kind] then
+    require('hunkgate.checks').refresh(change.root and M.conns[change.root] or nil)
   end
   vim.api.nvim_exec_autocmds('User', { pattern = 'HunkgateUpdate', modeline = false, data = change })
   vim.cmd('redrawstatus')
@@ -449,6 +455,13 @@ function M.start()
   M.paused = false
   local group = vim.api.nvim_create_augroup('hunkgate_hub', { clear = true })
   vim.api.nvim_create_autocmd({ 'BufEnter', 'DirChanged' }, { group = group, callback = M.follow })
+  -- After following: a file opened now gets its checks' diagnostics.
+  vim.api.nvim_create_autocmd('BufEnter', {
+    group = group,
+    callback = function()
+      require('hunkgate.checks').refresh()
+    end,
+  })
   vim.api.nvim_create_autocmd({ 'BufDelete', 'BufWipeout', 'DirChanged' }, { group = group, callback = M.prune_soon })
   M.current_root = nil
   M.follow()

@@ -19,6 +19,7 @@ local nav = require('hunkgate.nav')
 ---@field destructive? boolean deletes a file, renames one, changes its mode or deletes many lines
 ---@field oversized? boolean over the hub's hunk size limits, and not cut into parts
 ---@field rewrite? boolean one of the hunks of a file the change rewrote
+---@field diagnostics? table[] the checkers' new and fixed diagnostics on its lines (|hunkgate-checks|)
 
 ---@class hunkgate.Suggestion
 ---@field id string
@@ -32,6 +33,8 @@ local nav = require('hunkgate.nav')
 ---@field created_at? string
 ---@field run_id? string
 ---@field skipped? {path: string, reason: string}[] files the run left out: never hunks, never changed
+---@field checks? {state: string, checkers: string[], notes?: string[]} how its checks went
+---@field diagnostics? table[] the checkers' diagnostics outside every hunk
 
 --- A question the built-in agent asked (`clarify_user`) and waits on.
 ---@class hunkgate.Question
@@ -41,7 +44,7 @@ local nav = require('hunkgate.nav')
 ---@field order integer when it became known here (for oldest first)
 
 ---@class hunkgate.Change
----@field kind 'ready'|'hunk'|'completed'|'status'|'error'|'tool'|'question'|'answered'|'ignored'
+---@field kind 'ready'|'hunk'|'checked'|'completed'|'status'|'error'|'tool'|'question'|'answered'|'ignored'
 ---@field suggestion_id? string
 ---@field run_id? string
 ---@field question_id? string
@@ -348,6 +351,28 @@ function Store:apply(ev)
       file = h.file,
       file_changed = nav.is_applied(before) ~= nav.is_applied(ev.state),
     }
+  elseif t == 'suggestion.checked' then
+    local s = self.suggestions[ev.suggestion_id]
+    if not s then
+      return { kind = 'ignored' }
+    end
+    -- The event holds every diagnostic, each with its hunk: those on no hunk are the
+    -- suggestion's own.
+    local on = {}
+    s.diagnostics = {}
+    for _, d in ipairs(ev.diagnostics or {}) do
+      if d.hunk_id then
+        on[d.hunk_id] = on[d.hunk_id] or {}
+        table.insert(on[d.hunk_id], d)
+      else
+        table.insert(s.diagnostics, d)
+      end
+    end
+    for _, h in ipairs(s.hunks) do
+      h.diagnostics = on[h.id]
+    end
+    s.checks = ev.checks
+    return { kind = 'checked', suggestion_id = s.id }
   elseif t == 'suggestion.completed' then
     local s = self.suggestions[ev.suggestion_id]
     local st = self.last_status

@@ -36,6 +36,7 @@ impl Hub {
             Action::SuggestionStatus { suggestion_id } => {
                 self.suggestion_status(&run.run_id, suggestion_id.as_deref())
             }
+            Action::Check => self.check_tool(run).await,
             Action::Finish { .. } => Ok(json!({})),
         }
     }

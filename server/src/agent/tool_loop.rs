@@ -16,7 +16,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::run_tool::ToolFailure;
 use crate::agent::tools::{
-    parse_call, summarize_request, summarize_result, system_prompt, tool_specs, Action, Notes, Stop,
+    parse_call, summarize_request, summarize_result, system_prompt, tool_specs_for, Action, Notes,
+    Stop,
 };
 use crate::config::provider::LoopLimits;
 use crate::hub::Hub;
@@ -70,8 +71,9 @@ impl Hub {
 
     /// Drive the built-in agent until it finishes or a limit ends it.
     pub async fn run_builtin(self: &Arc<Self>, run: BuiltinRun) -> LoopEnd {
-        let specs = tool_specs();
-        let mut state = LoopState::new(opening_messages(&run));
+        let checks = !self.cfg().checks.checkers.is_empty();
+        let specs = tool_specs_for(checks);
+        let mut state = LoopState::new(opening_messages(&run, checks));
         loop {
             let step = match self.next_step(&run, &specs, &state.messages).await {
                 Ok(step) => step,
@@ -439,9 +441,10 @@ enum Next {
 }
 
 /// The conversation a run opens with: the system prompt, the session's context, the prompt.
-fn opening_messages(run: &BuiltinRun) -> Vec<Message> {
+/// `checks`: the hub has checkers, and the `check` tool is offered.
+fn opening_messages(run: &BuiltinRun, checks: bool) -> Vec<Message> {
     let mut messages = vec![Message::System {
-        content: system_prompt(&run.limits),
+        content: system_prompt(&run.limits, checks),
     }];
     messages.extend(run.context.iter().cloned());
     messages.push(Message::User {

@@ -51,6 +51,8 @@ pub enum Action {
     SuggestionStatus {
         suggestion_id: Option<String>,
     },
+    /// Run the configured checkers on the sandbox as it is now.
+    Check,
     Finish {
         description: String,
         hunk_descriptions: Vec<HunkNote>,
@@ -79,6 +81,24 @@ pub fn tool_specs() -> Vec<ToolSpec> {
     .iter()
     .map(|spec| spec())
     .collect()
+}
+
+/// [`tool_specs`], with `check` before `finish` when the hub has checkers (`[[check]]`).
+pub fn tool_specs_for(checks: bool) -> Vec<ToolSpec> {
+    let mut specs = tool_specs();
+    if checks {
+        specs.insert(specs.len() - 1, check_spec());
+    }
+    specs
+}
+
+/// `check`: the configured checkers on the sandbox as it is now.
+fn check_spec() -> ToolSpec {
+    ToolSpec {
+        name: "check",
+        description: "Run the repository's checkers (compiler, linters) on your changes as they are now. Returns the diagnostics on the lines you added or changed: fix them before finish.",
+        parameters: schema(json!({}), &[]),
+    }
 }
 
 /// The schema of an argument that names a file in the repository.
@@ -243,6 +263,9 @@ struct StatusArgs {
 }
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct NoArgs {}
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct FinishArgs {
     description: String,
     #[serde(default)]
@@ -289,6 +312,10 @@ pub fn parse_call(call: &ToolCall) -> Result<Action, String> {
             Action::SuggestionStatus {
                 suggestion_id: a.suggestion_id,
             }
+        }
+        "check" => {
+            let _: NoArgs = args(name, v)?;
+            Action::Check
         }
         "finish" => {
             let a: FinishArgs = args(name, v)?;
@@ -395,7 +422,7 @@ pub fn summarize_request(name: &str, action: Option<&Action>) -> String {
             suggestion_id.clone().unwrap_or_default()
         }
         Some(Action::Finish { description, .. }) => description.clone(),
-        None => String::new(),
+        Some(Action::Check) | None => String::new(),
     };
     one_line(&format!("{name} {detail}"), 160)
 }
@@ -476,7 +503,13 @@ impl Notes {
     }
 }
 
-pub(crate) fn system_prompt(limits: &LoopLimits) -> String {
+pub(crate) fn system_prompt(limits: &LoopLimits, checks: bool) -> String {
+    let check = if checks {
+        "- Before finish, call check: it runs the repository's checkers and returns the \
+         diagnostics on the lines you changed. Fix those your change caused.\n"
+    } else {
+        ""
+    };
     format!(
         "You are a coding agent working in a sandbox copy of the user's repository. Nothing you \
          do reaches the user's files directly: when you call finish, your changes are shown to \
@@ -488,8 +521,8 @@ pub(crate) fn system_prompt(limits: &LoopLimits) -> String {
          - Make focused edits, each with a short rationale; they are shown beside the hunks.\n\
          - You may run tests or builds with run_command.\n\
          - If the request is ambiguous, ask one question with clarify_user.\n\
-         - You have at most {} tool calls in this run. When the work is done, call finish with \
-         a one-line description of the change.",
+         {check}- You have at most {} tool calls in this run. When the work is done, call \
+         finish with a one-line description of the change.",
         limits.max_tool_calls
     )
 }

@@ -170,3 +170,22 @@ fn long_output_keeps_head_and_tail() {
     assert_eq!(small.finish(), "only\n");
     assert_eq!(one_line("a\n\tb  c\x1b", 100), "a b c");
 }
+
+#[test]
+fn check_is_offered_before_finish_only_with_checkers_and_takes_no_arguments() {
+    let names = |checks| -> Vec<&str> { tool_specs_for(checks).iter().map(|t| t.name).collect() };
+    assert_eq!(
+        names(false),
+        tool_specs().iter().map(|t| t.name).collect::<Vec<_>>()
+    );
+    let with = names(true);
+    assert_eq!(&with[with.len() - 2..], ["check", "finish"]);
+    assert_eq!(parse_call(&call("check", "{}")), Ok(Action::Check));
+    assert_eq!(parse_call(&call("check", "")), Ok(Action::Check));
+    assert!(parse_call(&call("check", r#"{"files": ["a"]}"#))
+        .unwrap_err()
+        .contains("invalid arguments for check"));
+    let limits = LoopLimits::default();
+    assert!(system_prompt(&limits, true).contains("call check"));
+    assert!(!system_prompt(&limits, false).contains("check"));
+}

@@ -144,6 +144,16 @@ fn replay(records: Vec<Record>) -> anyhow::Result<Replayed> {
             }
             Record::Abort { decision } => r.pending.retain(|p| p.decision != decision),
             Record::Seq { upto } => r.seq_upto = r.seq_upto.max(upto),
+            Record::Checks {
+                suggestion_id,
+                checks,
+                diagnostics,
+            } => {
+                if let Some(s) = r.suggestions.get_mut(&suggestion_id) {
+                    s.checks = Some(checks);
+                    s.diagnostics = diagnostics;
+                }
+            }
             rec @ (Record::Session(_) | Record::History(_)) => r.sessions.replay(rec),
         }
     }
@@ -437,5 +447,62 @@ mod nagle_tests {
         let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
         let (io, _) = Listener::accept(&mut plain).await;
         assert!(!io.nodelay().unwrap());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{ChecksState, ChecksView};
+
+    fn suggestion(id: &str) -> Suggestion {
+        Suggestion {
+            id: id.into(),
+            run_id: "r".into(),
+            description: "d".into(),
+            base_commit: String::new(),
+            run_commit: String::new(),
+            change_id: None,
+            created_at: String::new(),
+            agent: None,
+            prompt: None,
+            hunks: Vec::new(),
+            closed: None,
+            reviewed_commit: None,
+            skipped: Vec::new(),
+            checks: None,
+            diagnostics: Vec::new(),
+        }
+    }
+
+    /// A `checks` record sets a suggestion's checks and nothing else of it; one for a
+    /// suggestion the journal no longer has is dropped.
+    #[test]
+    fn a_checks_record_sets_only_the_checks_of_its_suggestion() {
+        let checks = ChecksView {
+            state: ChecksState::Incomplete,
+            notes: vec!["ruff: timed out".into()],
+            checkers: vec!["ruff".into()],
+        };
+        let mut closed = suggestion("s");
+        closed.closed = Some("finalize".into());
+        let line = serde_json::to_string(&Record::Checks {
+            suggestion_id: "s".into(),
+            checks: checks.clone(),
+            diagnostics: Vec::new(),
+        })
+        .unwrap();
+        assert!(line.starts_with(r#"{"t":"checks","#), "{line}");
+        let checks_rec: Record = serde_json::from_str(&line).unwrap();
+        let gone = Record::Checks {
+            suggestion_id: "gone".into(),
+            checks: checks.clone(),
+            diagnostics: Vec::new(),
+        };
+        let r = replay(vec![Record::Suggestion(Box::new(closed)), checks_rec, gone]).unwrap();
+        assert_eq!(r.suggestions.len(), 1);
+        let s = &r.suggestions["s"];
+        assert_eq!(s.checks, Some(checks));
+        assert_eq!(s.closed.as_deref(), Some("finalize"), "the rest as it was");
     }
 }

@@ -53,6 +53,7 @@ impl Fixture {
             review: Default::default(),
             sensitive: Default::default(),
             url_context: Default::default(),
+            checks: crate::config::checkers::Checks::none(),
         };
         let started = open_hub(cfg, port, CancellationToken::new()).unwrap();
         Self { _tmp: tmp, started }

@@ -11,8 +11,8 @@ use serde_json::json;
 use crate::cli::term::{short, visible, visible_line, wire};
 use crate::cli::{reviewer_client, typed, ClientArgs};
 use crate::protocol::{
-    BulkReply, CompleteReply, DecisionReply, HunkMerge, HunkView, MergeOutcome, SuggestionList,
-    SuggestionSummary, SuggestionView,
+    BulkReply, ChecksView, CompleteReply, DecisionReply, Diagnostic, HunkMerge, HunkView,
+    MergeOutcome, SuggestionList, SuggestionSummary, SuggestionView,
 };
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -136,6 +136,7 @@ fn print_numbered(n: usize, h: &HunkView) {
     for (k, line) in lines.enumerate() {
         println!("{:>4} {}", k + 1, visible_line(line));
     }
+    print_diagnostics(&h.diagnostics);
     println!(
         "decide part of it: hunkgate accept|reject {} {n} --lines FIRST-LAST",
         short(&h.id)
@@ -165,6 +166,10 @@ pub fn print_suggestion(s: &SuggestionView) {
             println!("    {}: {}", visible_line(&f.path), visible_line(&f.reason));
         }
     }
+    if let Some(checks) = &s.checks {
+        print_checks(checks);
+    }
+    print_diagnostics(&s.diagnostics);
     for (i, h) in s.hunks.iter().enumerate() {
         println!(
             "\n[{}] {:<9} {:<7} {}{}",
@@ -186,10 +191,50 @@ pub fn print_suggestion(s: &SuggestionView) {
             println!("    decided lines {first}-{last} only; the rest is the next hunk");
         }
         print!("{}", visible(&h.diff));
+        print_diagnostics(&h.diagnostics);
         if let Some(m) = &h.merge {
             print_merge(m);
         }
     }
+}
+
+/// How the checks went: `  checks: done (cargo-check, ruff)`, and a line per note.
+fn print_checks(c: &ChecksView) {
+    println!(
+        "  checks: {} ({})",
+        wire(&c.state),
+        visible_line(&c.checkers.join(", "))
+    );
+    for note in &c.notes {
+        println!("    {}", visible_line(note));
+    }
+}
+
+/// Checker diagnostics, one line each, under what they belong to:
+/// `    check: new error src/lib.rs:3:18 mismatched types [cargo-check E0308]`. Checker output
+/// is the sandbox's text: made visible like the agent's.
+fn print_diagnostics(ds: &[Diagnostic]) {
+    for d in ds {
+        println!("    {}", visible_line(&diagnostic_line(d)));
+    }
+}
+
+fn diagnostic_line(d: &Diagnostic) -> String {
+    let column = d.column.map(|c| format!(":{c}")).unwrap_or_default();
+    let code = d
+        .code
+        .as_deref()
+        .map(|c| format!(" {c}"))
+        .unwrap_or_default();
+    format!(
+        "check: {} {} {}:{}{column} {} [{}{code}]",
+        wire(&d.change),
+        d.severity.as_str(),
+        d.file,
+        d.line,
+        d.message,
+        d.source
+    )
 }
 
 /// A hunk's three-way merge with the user's file, under the agent's hunk.
@@ -496,6 +541,30 @@ mod tests {
         h.destructive = true;
         h.rewrite = true;
         assert_eq!(marks(&h), "  DESTRUCTIVE  OVERSIZED  REWRITE");
+    }
+
+    #[test]
+    fn a_diagnostic_is_one_line_naming_its_change_place_and_checker() {
+        let mut d = Diagnostic {
+            severity: crate::protocol::Severity::Error,
+            source: "cargo-check".into(),
+            code: Some("E0308".into()),
+            message: "mismatched types".into(),
+            file: "src/lib.rs".into(),
+            line: 3,
+            column: Some(18),
+            change: crate::protocol::DiagnosticChange::New,
+            hunk_id: None,
+        };
+        assert_eq!(
+            diagnostic_line(&d),
+            "check: new error src/lib.rs:3:18 mismatched types [cargo-check E0308]"
+        );
+        (d.code, d.column, d.change) = (None, None, crate::protocol::DiagnosticChange::Fixed);
+        assert_eq!(
+            diagnostic_line(&d),
+            "check: fixed error src/lib.rs:3 mismatched types [cargo-check]"
+        );
     }
 
     #[test]

@@ -217,6 +217,7 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<(ServeConfig, bool)> {
             .context
             .resolve()
             .map_err(config::ConfigError::Context)?,
+        checks: config::resolve_checks(&file)?,
     };
     Ok((cfg, port_given.is_some()))
 }

@@ -3,6 +3,7 @@
 //! Defaults work with no flags at all: `hunkgate serve` inside any git repository binds
 //! 127.0.0.1:4097 (any free port when that one is taken) and keeps its state under `$XDG_STATE_HOME/hunkgate/<repo>-<hash>/`.
 
+pub mod checkers;
 pub mod checks;
 pub mod context;
 pub mod provider;
@@ -68,6 +69,9 @@ pub struct FileConfig {
     /// Which web pages may be pinned to a session, and how much of them is kept ([`context`]).
     #[serde(default)]
     pub context: context::ContextFile,
+    /// `[[check]]`: the checkers run on each run's tree and base ([`checkers`]).
+    #[serde(default)]
+    pub check: Vec<checkers::CheckFile>,
 }
 
 /// `[review]`.
@@ -157,6 +161,10 @@ pub struct LimitsFile {
     pub max_changed_files: Option<usize>,
     /// The most bytes of new file content a publish reads back from a run's sandbox.
     pub max_changed_bytes: Option<u64>,
+    /// How long a run's checks (`[[check]]`, on its tree and its base) may take together.
+    pub checks_budget_secs: Option<u64>,
+    /// The most bytes of output read from one checker run.
+    pub max_check_output_bytes: Option<usize>,
 }
 
 impl LimitsFile {
@@ -290,6 +298,8 @@ pub enum ConfigError {
     Provider(String),
     #[error("[context]: {0}")]
     Context(String),
+    #[error("{0}")]
+    Check(String),
 }
 
 fn home() -> Option<PathBuf> {
@@ -429,6 +439,18 @@ pub struct ServeConfig {
     pub sensitive: sensitive::SensitiveFile,
     /// `[context]`: the hosts whose pages may be pinned, and the limits of a fetch.
     pub url_context: context::UrlPolicy,
+    /// `[[check]]`: what is checked after each run, and its bounds.
+    pub checks: checkers::Checks,
+}
+
+/// The `[[check]]` tables of `file`, resolved with their `[limits]`.
+pub fn resolve_checks(file: &FileConfig) -> Result<checkers::Checks, ConfigError> {
+    checkers::resolve(
+        &file.check,
+        file.limits.checks_budget_secs,
+        file.limits.max_check_output_bytes,
+    )
+    .map_err(ConfigError::Check)
 }
 
 /// `--max-runs` / `[limits] max_concurrent_runs`, else the number of CPU cores (at least 1).

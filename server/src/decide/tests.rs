@@ -53,6 +53,7 @@ fn config(tmp: &Path) -> ServeConfig {
         review: Default::default(),
         sensitive: Default::default(),
         url_context: Default::default(),
+        checks: crate::config::checkers::Checks::none(),
     }
 }
 
@@ -163,6 +164,8 @@ impl Fixture {
             closed: None,
             reviewed_commit: None,
             skipped: Vec::new(),
+            checks: None,
+            diagnostics: Vec::new(),
         };
         self.hub().add_suggestion(s.clone()).unwrap();
         s

@@ -409,6 +409,8 @@ mod tests {
             closed: None,
             reviewed_commit: None,
             skipped: Vec::new(),
+            checks: None,
+            diagnostics: Vec::new(),
         }
     }
 

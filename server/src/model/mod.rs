@@ -5,7 +5,9 @@
 //! Layer 2: may import `crate::protocol` and `crate::error`.
 
 pub mod chat;
+pub mod checker_output;
 pub mod decision;
+pub mod diagnostics;
 pub mod feedback;
 pub mod fileop;
 pub mod redact;

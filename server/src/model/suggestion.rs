@@ -262,6 +262,7 @@ impl HunkRec {
             destructive: self.destructive,
             oversized: self.oversized,
             rewrite: self.rewrite,
+            diagnostics: Vec::new(),
         }
     }
 
@@ -332,6 +333,13 @@ pub struct Suggestion {
     /// Files the run's snapshot left out (reported, never hunks).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<crate::protocol::SkippedFile>,
+    /// How the configured checkers went, once they ran ([`crate::model::diagnostics`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checks: Option<crate::protocol::ChecksView>,
+    /// Their new and fixed diagnostics, each with the hunk it falls on (if any): kept here,
+    /// not in the hunks, and handed to each hunk's view.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub diagnostics: Vec<crate::protocol::Diagnostic>,
 }
 
 impl Suggestion {
@@ -374,7 +382,7 @@ impl Suggestion {
                 .unwrap_or_else(|| self.run_commit.clone()),
             description: self.description.clone(),
             files: self.files(),
-            hunks: self.hunks.iter().map(HunkRec::view).collect(),
+            hunks: self.hunks.iter().map(|h| self.hunk_view(h)).collect(),
             hunk_count: self.hunks.len(),
             reviewed_count: self.reviewed_count(),
             status: self.status(),
@@ -387,7 +395,26 @@ impl Suggestion {
             agent: self.agent.clone(),
             prompt: self.prompt.clone(),
             skipped: self.skipped.clone(),
+            checks: self.checks.clone(),
+            diagnostics: self
+                .diagnostics
+                .iter()
+                .filter(|d| d.hunk_id.is_none())
+                .cloned()
+                .collect(),
         }
+    }
+
+    /// A hunk's view with the diagnostics that fall on it.
+    pub fn hunk_view(&self, h: &HunkRec) -> HunkView {
+        let mut view = h.view();
+        view.diagnostics = self
+            .diagnostics
+            .iter()
+            .filter(|d| d.hunk_id.as_deref() == Some(h.id.as_str()))
+            .cloned()
+            .collect();
+        view
     }
 }
 

@@ -3,7 +3,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::protocol::{
-    CompleteAction, HunkMerge, HunkState, HunkView, RollbackMode, SuggestionView,
+    ChecksView, CompleteAction, Diagnostic, HunkMerge, HunkState, HunkView, RollbackMode,
+    SuggestionView,
 };
 
 /// Every error code the hub sends: in `error` events and in error responses (`code`).
@@ -235,6 +236,16 @@ pub enum Event {
         suggestion_id: String,
         hunk_id: String,
     },
+    /// The configured checkers ran on a suggestion's run and base (protocol.md, "Checks"):
+    /// every new and fixed diagnostic, each with the hunk it falls on.
+    #[serde(rename = "suggestion.checked")]
+    Checked {
+        seq: u64,
+        suggestion_id: String,
+        run_id: String,
+        checks: ChecksView,
+        diagnostics: Vec<Diagnostic>,
+    },
     #[serde(rename = "suggestion.completed")]
     Completed {
         seq: u64,
@@ -253,6 +264,7 @@ impl Event {
             | Event::Error { seq, .. }
             | Event::HunkApplied { seq, .. }
             | Event::Completed { seq, .. }
+            | Event::Checked { seq, .. }
             | Event::CheckpointCreated { seq, .. }
             | Event::RollbackStarted { seq, .. }
             | Event::RollbackCompleted { seq, .. }

@@ -130,6 +130,89 @@ pub struct HunkView {
     /// A hunk of a file the change rewrote: most of its old lines removed and replaced.
     #[serde(default)]
     pub rewrite: bool,
+    /// What the configured checkers (`[[check]]`) report new on this hunk's lines in the run,
+    /// or fixed on the lines it replaces (protocol.md, "Checks").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+/// One diagnostic of a checker (`[[check]]`) that a run made appear (`new`) or go away
+/// (`fixed`): protocol.md, "Checks". Checker output is data: every field is bounded
+/// ([`Diagnostic::MAX_MESSAGE`]) and nothing of it is ever run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Diagnostic {
+    pub severity: Severity,
+    /// The `[[check]]`'s name (`cargo-check`, `ruff`, …).
+    pub source: String,
+    /// The checker's code for it (`E0308`, `F401`), when it gives one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    pub message: String,
+    /// The file, relative to the repository root: in the run's tree when `new`, in the base's
+    /// when `fixed`.
+    pub file: String,
+    /// 1-based, in that same tree.
+    pub line: usize,
+    /// 1-based, when the checker gives one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub column: Option<usize>,
+    pub change: DiagnosticChange,
+    /// The hunk it falls on (its new lines for `new`, its old lines for `fixed`); none: it
+    /// falls outside every hunk, and belongs to the suggestion.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hunk_id: Option<String>,
+}
+
+impl Diagnostic {
+    /// A message is cut to this many bytes (at a character boundary).
+    pub const MAX_MESSAGE: usize = 1000;
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Error,
+    Warning,
+    Info,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+            Severity::Info => "info",
+        }
+    }
+}
+
+/// Whether the run brought a diagnostic in or took it away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DiagnosticChange {
+    New,
+    Fixed,
+}
+
+/// How a suggestion's checks went: `done`, or `incomplete` with `notes` saying which checker
+/// did not finish and why (timed out, output over its cap, could not be started).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChecksView {
+    pub state: ChecksState,
+    /// One line per checker that gave nothing to compare, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+    /// The checkers that were run (their `[[check]]` names).
+    pub checkers: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChecksState {
+    /// Every checker ran to its end on both trees.
+    Done,
+    /// At least one did not (see `notes`); the others' diagnostics are there.
+    Incomplete,
 }
 
 /// A stale hunk merged three ways — the run's base version of the file, the user's file as it
@@ -194,6 +277,14 @@ pub struct SuggestionView {
     /// a name that is not UTF-8): never offered as hunks, never deleted, only reported.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<SkippedFile>,
+    /// How the configured checkers went on this suggestion, once they ran (absent before, and
+    /// when none is configured); `suggestion.checked` says when.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checks: Option<ChecksView>,
+    /// The checkers' new and fixed diagnostics that fall outside every hunk (those on a hunk
+    /// are in its `diagnostics`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub diagnostics: Vec<Diagnostic>,
 }
 
 /// A file left out of a suggestion, and why.

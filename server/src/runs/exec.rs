@@ -46,6 +46,12 @@ impl Hub {
         let slot = self.runs().acquire_slot(local)?;
         let sandbox = self.sandbox_for_slot(slot);
         let result = self.run_in_sandbox(&job, base, sandbox.clone()).await;
+        // The slot is still the run's: the checks use it, after the suggestion is out.
+        if result.is_ok() && !job.cancel.is_cancelled() {
+            if let Ok(Some(base)) = super::checks::active_base(self, run_id) {
+                self.check_run(run_id, &sandbox, base).await;
+            }
+        }
         sandbox.run_over();
         self.runs().release_slot(slot);
         if let Ok(mut a) = self.runs().active.lock() {

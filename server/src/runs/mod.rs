@@ -5,6 +5,7 @@
 //! `builtin.rs` drives the built-in agent; `publish.rs` turns a sandbox into a suggestion.
 
 mod builtin;
+mod checks;
 mod exec;
 mod pages;
 mod publish;

@@ -193,6 +193,8 @@ impl Hub {
                 closed: None,
                 reviewed_commit: None,
                 skipped: skipped.clone(),
+                checks: None,
+                diagnostics: Vec::new(),
             })
         };
         // The run commit and the hunks need nothing of each other but the commit's id, known

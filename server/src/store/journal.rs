@@ -63,6 +63,16 @@ pub enum Record {
     Seq {
         upto: u64,
     },
+    /// A suggestion's checks came ([`crate::model::diagnostics`]): its `checks` and
+    /// `diagnostics`, and nothing else of it. Not the whole suggestion, which a decision whose
+    /// `commit` is not written yet may have changed: replaying that decision's commit after a
+    /// whole suggestion that already holds it would apply it twice.
+    Checks {
+        suggestion_id: String,
+        checks: crate::protocol::ChecksView,
+        #[serde(default)]
+        diagnostics: Vec<crate::protocol::Diagnostic>,
+    },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -112,6 +112,7 @@ function Float:show(ctx)
   vim.bo[buf].modified = false
   common.highlight_as(buf, h.file)
   common.decorate(buf, r)
+  require('hunkgate.checks').show_in_review(buf, h, r.numbers)
   if h.state == 'conflict' and h.conflict then
     vim.api.nvim_buf_set_extmark(buf, common.ns, #r.lines - 1, 0, {
       virt_lines = { { { visible.line('conflict: ' .. h.conflict), 'HunkgateConflict' } } },
