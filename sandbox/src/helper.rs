@@ -1006,6 +1006,44 @@ fn snapshot<W: Write>(
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
+/// Set by [`relay_stdin`]'s thread when the lifeline it reads has reached EOF (or failed).
+static LIFELINE_CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// The agent's stdin under `stdio`: a pipe whose read end is the agent's fd 0.
+struct AgentStdin {
+    rd: std::os::fd::OwnedFd,
+    wr: std::os::fd::OwnedFd,
+}
+
+/// Relay what follows the request on the lifeline (stdin, through the buffer the request was
+/// read with, which may hold the first of it) to the agent's stdin pipe `wr`, on a thread of
+/// its own, until the lifeline's EOF; then set [`LIFELINE_CLOSED`] and wake the supervisor.
+/// Once the agent stops reading (its end closed), the rest is read and dropped: the lifeline
+/// is still watched.
+fn relay_stdin(wr: std::os::fd::OwnedFd) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut pipe = Some(std::fs::File::from(wr));
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match std::io::stdin().read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    if let Some(p) = pipe.as_mut() {
+                        if p.write_all(&buf[..n]).is_err() {
+                            pipe = None;
+                        }
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        drop(pipe);
+        LIFELINE_CLOSED.store(true, Ordering::SeqCst);
+        wake::poke();
+    })
+}
+
 extern "C" fn on_stop_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
     wake::poke();
@@ -1135,10 +1173,18 @@ fn exec(mut req: Request, home: &Path) -> Result<ExitCode, HelperFailure> {
     let deadline = (req.timeout_ms > 0)
         .then(|| Instant::now() + Duration::from_millis(req.timeout_ms) + DEADLINE_GRACE);
 
-    let child = if pid_ns {
-        spawn_init(req, &dir)?
+    // With `stdio`, the agent's stdin is a pipe this helper fills from the lifeline.
+    let stdin_pipe = if req.stdio {
+        let (rd, wr) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .map_err(|e| sys("creating the agent's stdin pipe")(e.into()))?;
+        Some(AgentStdin { rd, wr })
     } else {
-        match spawn_agent(req, &dir) {
+        None
+    };
+    let child = if pid_ns {
+        spawn_init(req, &dir, stdin_pipe.as_ref())?
+    } else {
+        match spawn_agent(req, &dir, stdin_pipe.as_ref().map(|p| &p.rd)) {
             Ok(pid) => pid,
             Err(e) => {
                 eprintln!("{}{:?}: {e}", agent_path::NOT_STARTED, req.argv[0]);
@@ -1146,7 +1192,12 @@ fn exec(mut req: Request, home: &Path) -> Result<ExitCode, HelperFailure> {
             }
         }
     };
-    let status = supervise(child, pid_ns, deadline, req.lifeline);
+    // Started after any fork above: the init is a fork of a single-threaded helper.
+    let relaying = stdin_pipe.map(|p| {
+        drop(p.rd);
+        relay_stdin(p.wr)
+    });
+    let status = supervise(child, pid_ns, deadline, req.lifeline, relaying.is_some());
     // A namespace init that exited of itself (not killed) has, but for the rare ends where the
     // agent never started, told the hub how the agent ended (on a lifeline that is a socket it
     // can): then the hub does not wait for this exit either. Otherwise it does, and this exit
@@ -1358,7 +1409,7 @@ fn check_no_network() -> Result<(), HelperFailure> {
 /// Fork the PID namespace's init: it starts the agent, reaps everything re-parented to it,
 /// forwards SIGTERM to the whole namespace, and exits with the agent's status as soon as the
 /// agent exits — at which point the kernel kills every other process in the namespace.
-fn spawn_init(req: &Request, dir: &Path) -> Result<Pid, HelperFailure> {
+fn spawn_init(req: &Request, dir: &Path, stdin: Option<&AgentStdin>) -> Result<Pid, HelperFailure> {
     // The init watches this pipe: EOF means the helper is gone (however it died).
     let (guard_rd, guard_wr) = nix::unistd::pipe().map_err(|e| sys("creating a pipe")(e.into()))?;
     // SAFETY: the helper is single-threaded (it runs before any runtime is started), so the
@@ -1372,7 +1423,13 @@ fn spawn_init(req: &Request, dir: &Path) -> Result<Pid, HelperFailure> {
         }
         nix::unistd::ForkResult::Child => {
             drop(guard_wr);
-            let code = init_main(req, dir, guard_rd);
+            // Only the helper writes the agent's stdin: EOF there is the helper's to give.
+            let stdin = stdin.map(|p| {
+                // SAFETY: the child's own copy of the descriptor, closed once here.
+                unsafe { libc::close(p.wr.as_raw_fd()) };
+                &p.rd
+            });
+            let code = init_main(req, dir, guard_rd, stdin);
             std::process::exit(code)
         }
     }
@@ -1396,7 +1453,12 @@ fn hide_other_slots(req: &Request, dir: &Path) -> std::io::Result<()> {
     crate::agent::show_only_own_slot(root, dir, objects)
 }
 
-fn init_main(req: &Request, dir: &Path, guard: std::os::fd::OwnedFd) -> i32 {
+fn init_main(
+    req: &Request,
+    dir: &Path,
+    guard: std::os::fd::OwnedFd,
+    stdin: Option<&std::os::fd::OwnedFd>,
+) -> i32 {
     #[cfg(target_os = "linux")]
     // SAFETY: prctl with integer arguments. If the helper dies, so does this init, and with it
     // the whole namespace.
@@ -1424,7 +1486,7 @@ fn init_main(req: &Request, dir: &Path, guard: std::os::fd::OwnedFd) -> i32 {
     }
     // Without the pipe the loop below still sees the agent's exit, at its next timeout.
     let _ = wake::install();
-    let agent = match spawn_agent(req, dir) {
+    let agent = match spawn_agent(req, dir, stdin) {
         Ok(pid) => pid,
         Err(e) => {
             eprintln!("{}{:?}: {e}", agent_path::NOT_STARTED, req.argv[0]);
@@ -1492,14 +1554,23 @@ fn init_done(req: &Request, report: [u8; 2], code: i32) -> i32 {
     code
 }
 
-/// Start the agent itself: new session, limits, only fds 0–2, exactly the given environment.
-fn spawn_agent(req: &Request, dir: &Path) -> std::io::Result<Pid> {
+/// Start the agent itself: new session, limits, only fds 0–2, exactly the given environment;
+/// its stdin is `stdin` (the read end of the pipe the helper relays the lifeline to) or
+/// `/dev/null`.
+fn spawn_agent(
+    req: &Request,
+    dir: &Path,
+    stdin: Option<&std::os::fd::OwnedFd>,
+) -> std::io::Result<Pid> {
     let mut cmd = std::process::Command::new(&req.argv[0]);
     cmd.args(&req.argv[1..])
         .env_clear()
         .envs(req.env.iter().map(|(k, v)| (k, v)))
         .current_dir(dir)
-        .stdin(Stdio::null());
+        .stdin(match stdin {
+            Some(fd) => Stdio::from(fd.try_clone()?),
+            None => Stdio::null(),
+        });
     let nproc = if req.nproc == 0 {
         crate::wire::AGENT_NPROC
     } else {
@@ -1624,7 +1695,16 @@ fn wait_readable(fd: libc::c_int, ms: libc::c_int) -> Readable {
 
 /// Wait for `child` (the agent, or the namespace's init), reaping every other process that is
 /// re-parented to us, and stop the tree when told to: SIGTERM, lifeline EOF, or the deadline.
-fn supervise(child: Pid, pid_ns: bool, deadline: Option<Instant>, lifeline: bool) -> WaitStatus {
+///
+/// With `relayed`, a thread of [`relay_stdin`] reads the lifeline: its EOF is
+/// [`LIFELINE_CLOSED`] then.
+fn supervise(
+    child: Pid,
+    pid_ns: bool,
+    deadline: Option<Instant>,
+    lifeline: bool,
+    relayed: bool,
+) -> WaitStatus {
     let mut stopping_since: Option<Instant> = None;
     let mut killed = false;
     let mut lifeline_open = lifeline;
@@ -1644,7 +1724,10 @@ fn supervise(child: Pid, pid_ns: bool, deadline: Option<Instant>, lifeline: bool
                 Err(_) => return WaitStatus::Exited(child, HELPER_FAILED as i32),
             }
         }
-        if lifeline_open {
+        if lifeline_open && relayed {
+            wait_readable(-1, 100);
+            lifeline_open = !LIFELINE_CLOSED.load(Ordering::SeqCst);
+        } else if lifeline_open {
             if wait_readable(libc::STDIN_FILENO, 100) == Readable::Closed {
                 lifeline_open = false;
             }
