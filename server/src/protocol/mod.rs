@@ -410,6 +410,9 @@ pub struct RunCmd {
     /// A command template, or `builtin` for the built-in agent.
     #[serde(default)]
     pub agent: Option<String>,
+    /// An agent spoken to over the Agent Client Protocol: its command (`opencode acp`).
+    #[serde(default)]
+    pub acp: Option<String>,
     /// The built-in agent's model for this run (implies `agent: "builtin"`).
     #[serde(default)]
     pub model: Option<String>,
