@@ -15,6 +15,9 @@ ACP agent. `python acp_agent.py SCENARIO` — what it does in its one turn:
 - huge: one 100 MiB line on stdout.
 - flood: 20000 session/update notifications, then as `edit`.
 - mute: never answers initialize.
+- probe: as `edit`, and who it runs as (uid) and its environment's names go to probe.txt.
+
+Its pid and what it was asked are said on stderr (the hub's run log).
 """
 
 import asyncio
@@ -41,6 +44,9 @@ class Scripted:
         self.conn = conn
 
     async def initialize(self, protocol_version, client_capabilities=None, client_info=None, **kw):
+        # As /proc has it: the machine's pid when /proc is the machine's, though the agent
+        # runs in a PID namespace of its own.
+        log("pid", os.readlink("/proc/self"))
         log("initialize", protocol_version, client_info.name if client_info else None)
         if SCENARIO == "mute":
             await asyncio.Event().wait()
@@ -75,13 +81,21 @@ class Scripted:
             await asyncio.sleep(0.2)
             os._exit(3)
         if SCENARIO == "huge":
-            os.write(1, b"x" * (100 * 1024 * 1024) + b"\n")
+            # Blocking, all of it (the SDK's transport made stdout non-blocking).
+            os.set_blocking(1, True)
+            line = memoryview(b"x" * (100 * 1024 * 1024) + b"\n")
+            while line:
+                line = line[os.write(1, line):]
             await asyncio.Event().wait()
         if SCENARIO == "permission":
             return await self.ask(sid)
         if SCENARIO == "garbage":
             for line in [b"hello from a print()\n", b"{not json\n", b"[1,2,3]\n", b'{"id":1}\n']:
                 os.write(1, line)
+        if SCENARIO == "probe":
+            with open(os.path.join(self.cwd, "probe.txt"), "w") as f:
+                f.write(f"uid {os.getuid()}\n")
+                f.write("env " + " ".join(sorted(os.environ)) + "\n")
         if SCENARIO == "flood":
             for i in range(20000):
                 await self.update(sid, acp.update_agent_thought_text(f"thinking {i}"))

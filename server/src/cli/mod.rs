@@ -51,7 +51,7 @@ struct Cli {
 enum Cmd {
     /// Start the hub for a repository (defaults: the repository around the current directory,
     /// 127.0.0.1:4097, or a free port when that is taken).
-    Serve(crate::cli::serve::ServeArgs),
+    Serve(Box<crate::cli::serve::ServeArgs>),
     /// Create or check the sandbox user agents run as (and the sudoers rule a non-root hub
     /// needs): `hunkgate setup --check` says what is missing.
     Setup(crate::cli::setup::SetupArgs),
@@ -336,7 +336,7 @@ pub(crate) fn repo_root(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
 
 async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
     match cmd {
-        Cmd::Serve(args) => serve::serve(args).await,
+        Cmd::Serve(args) => serve::serve(*args).await,
         Cmd::Setup(args) => setup::setup(args),
         Cmd::SandboxHelper { .. } => unreachable!("the sandbox helper runs before the runtime"),
         Cmd::Publish {

@@ -32,6 +32,8 @@ use super::RunJob;
 /// After `session/cancel` (a cancel or the timeout), how long the agent has to end its turn
 /// before its process tree is killed.
 pub const CANCEL_GRACE: Duration = Duration::from_secs(5);
+/// After the agent's output ended, how long it has to exit of itself before it is killed.
+const EXIT_GRACE: Duration = Duration::from_secs(2);
 /// Lines on the agent's stdout that are not ACP messages before the run fails.
 const MAX_MALFORMED: usize = 100;
 /// Tool events one run emits at most (the log keeps the rest).
@@ -117,26 +119,36 @@ impl Hub {
         let prompt = self.acp_prompt(job).await;
         let mut conv =
             Conversation::new(self.clone(), job, stdin, Framer::new(stdout), log.clone());
+        let exited = CancellationToken::new();
         let talk = async {
             let end = conv.turn(cwd, &mcp_env, &prompt).await;
+            if conv.output_ended {
+                // It is exiting (a crash): its own exit says more than a kill would.
+                tokio::select! {
+                    () = exited.cancelled() => {}
+                    () = tokio::time::sleep(EXIT_GRACE) => {}
+                }
+            }
             stop.cancel();
             end
         };
         let stderr_log = log.clone();
-        let wait = process.wait(limit, stop.clone(), move |stream, line| {
-            if let Ok(mut l) = stderr_log.lock() {
-                if let Some(f) = l.as_mut() {
-                    f.line(
-                        if stream == Stream::Stderr {
-                            "err"
-                        } else {
-                            "out"
-                        },
-                        line,
-                    );
-                }
-            }
-        });
+        let wait = async {
+            let outcome = process
+                .wait(limit, stop.clone(), move |stream, line| {
+                    let tag = if stream == Stream::Stderr {
+                        "err"
+                    } else {
+                        "out"
+                    };
+                    if let Some(f) = stderr_log.lock().ok().as_mut().and_then(|l| l.as_mut()) {
+                        f.line(tag, line);
+                    }
+                })
+                .await;
+            exited.cancel();
+            outcome
+        };
         let (end, outcome) = tokio::join!(talk, wait);
         conv.keep_message();
         if let Some(l) = log.lock().ok().and_then(|mut l| l.take()) {
@@ -240,6 +252,8 @@ struct Conversation {
     /// Set once `session/cancel` is sent: the turn must end within [`CANCEL_GRACE`].
     cancelling: bool,
     timed_out: bool,
+    /// The agent's stdout has ended.
+    output_ended: bool,
     malformed: usize,
     tool_events: usize,
     tools_started: HashMap<String, Instant>,
@@ -269,6 +283,7 @@ impl Conversation {
             waiting: VecDeque::new(),
             cancelling: false,
             timed_out: false,
+            output_ended: false,
             malformed: 0,
             tool_events: 0,
             tools_started: HashMap::new(),
@@ -305,6 +320,7 @@ impl Conversation {
             .await?;
         let name = acp::check_initialized(&init).map_err(TurnEnd::Failed)?;
         if let Some(name) = name {
+            self.note(&format!("initialized: {name}"));
             self.status(format!("ACP agent: {name}"));
         }
         let exe = std::env::current_exe().unwrap_or_else(|_| "hunkgate".into());
@@ -331,6 +347,7 @@ impl Conversation {
             tokio::select! {
                 frame = self.framer.next() => match frame {
                     None => {
+                        self.output_ended = true;
                         return Err(TurnEnd::Failed(format!(
                             "the ACP agent's output ended before it answered {method}"
                         )))

@@ -248,7 +248,7 @@ impl Permission {
     /// (`[acp] ask`). Every other question is allowed: the sandbox is the boundary.
     pub fn must_ask(&self, ask: &[String]) -> bool {
         let kind = self.kind();
-        ask.iter().any(|k| *k == kind)
+        ask.contains(&kind)
     }
 
     /// The answer without asking: the first "allow once" option (else "allow always", else
