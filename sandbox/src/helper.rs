@@ -223,7 +223,16 @@ fn run(op: &str) -> Result<ExitCode, HelperFailure> {
         }
         "exec" => {
             check_my_home(&home)?;
-            let req: Request = wire::read_request(&mut std::io::stdin().lock())?;
+            // Unbuffered (the request's blocks are read exactly): with `stdio`, what follows
+            // it on stdin is the agent's, and no buffer of this process may hold its start.
+            let mut stdin = std::fs::File::from(
+                std::io::stdin()
+                    .as_fd()
+                    .try_clone_to_owned()
+                    .map_err(sys("dup(stdin)"))?,
+            );
+            let req: Request = wire::read_request(&mut stdin)?;
+            drop(stdin);
             exec(req, &home)
         }
         other => Err(HelperFailure::UnknownOp(other.to_string())),
@@ -1006,42 +1015,113 @@ fn snapshot<W: Write>(
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
-/// Set by [`relay_stdin`]'s thread when the lifeline it reads has reached EOF (or failed).
-static LIFELINE_CLOSED: AtomicBool = AtomicBool::new(false);
-
 /// The agent's stdin under `stdio`: a pipe whose read end is the agent's fd 0.
 struct AgentStdin {
     rd: std::os::fd::OwnedFd,
     wr: std::os::fd::OwnedFd,
 }
 
-/// Relay what follows the request on the lifeline (stdin, through the buffer the request was
-/// read with, which may hold the first of it) to the agent's stdin pipe `wr`, on a thread of
-/// its own, until the lifeline's EOF; then set [`LIFELINE_CLOSED`] and wake the supervisor.
-/// Once the agent stops reading (its end closed), the rest is read and dropped: the lifeline
-/// is still watched.
-fn relay_stdin(wr: std::os::fd::OwnedFd) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
-        let mut pipe = Some(std::fs::File::from(wr));
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            match std::io::stdin().read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => {
-                    if let Some(p) = pipe.as_mut() {
-                        if p.write_all(&buf[..n]).is_err() {
-                            pipe = None;
-                        }
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(_) => break,
-            }
+/// What follows the request on the lifeline (stdin), on its way to the agent's stdin pipe:
+/// relayed by the supervisor's loop as both sides are ready (the helper has no other thread:
+/// none can be made once it entered a PID namespace for its children), holding at most
+/// [`RELAY_HELD`] bytes; once the agent closed its end, the rest is read and dropped.
+struct Relay {
+    pipe: Option<std::os::fd::OwnedFd>,
+    pending: Vec<u8>,
+}
+
+/// The most a [`Relay`] holds: while it holds this much, the lifeline is not read.
+const RELAY_HELD: usize = 256 * 1024;
+
+impl Relay {
+    fn new(pipe: std::os::fd::OwnedFd) -> Self {
+        // SAFETY: fcntl on a descriptor this struct owns.
+        unsafe {
+            let flags = libc::fcntl(pipe.as_raw_fd(), libc::F_GETFL);
+            libc::fcntl(pipe.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
         }
-        drop(pipe);
-        LIFELINE_CLOSED.store(true, Ordering::SeqCst);
-        wake::poke();
-    })
+        Self {
+            pipe: Some(pipe),
+            pending: Vec::new(),
+        }
+    }
+
+    /// Wait up to `ms` for the lifeline, the pipe or a [`wake`], and move what can be moved;
+    /// `Closed` at the lifeline's EOF.
+    fn step(&mut self, ms: libc::c_int) -> Readable {
+        let want_out = !self.pending.is_empty() && self.pipe.is_some();
+        let pipe_fd = self.pipe.as_ref().map_or(-1, |p| p.as_raw_fd());
+        let mut pfds = [
+            libc::pollfd {
+                fd: if self.pending.len() < RELAY_HELD {
+                    libc::STDIN_FILENO
+                } else {
+                    -1
+                },
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: if want_out { pipe_fd } else { -1 },
+                events: libc::POLLOUT,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: wake::fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: three pollfds on the stack (a negative fd is ignored by poll).
+        let n = unsafe { libc::poll(pfds.as_mut_ptr(), 3, ms) };
+        if pfds[2].revents != 0 {
+            wake::drain();
+        }
+        if n <= 0 {
+            return Readable::No;
+        }
+        if pfds[1].revents != 0 {
+            self.flush();
+        }
+        if pfds[0].revents == 0 {
+            return Readable::No;
+        }
+        let mut buf = [0u8; 64 * 1024];
+        // SAFETY: reading into a stack buffer of the given length.
+        let got = unsafe { libc::read(libc::STDIN_FILENO, buf.as_mut_ptr().cast(), buf.len()) };
+        if got <= 0 {
+            return Readable::Closed;
+        }
+        if self.pipe.is_some() {
+            self.pending.extend_from_slice(&buf[..got as usize]);
+            self.flush();
+        }
+        Readable::Yes
+    }
+
+    /// Write what the pipe takes now; a closed pipe drops the rest.
+    fn flush(&mut self) {
+        let Some(pipe) = &self.pipe else { return };
+        while !self.pending.is_empty() {
+            // SAFETY: writing from a live buffer of the given length.
+            let n = unsafe {
+                libc::write(
+                    pipe.as_raw_fd(),
+                    self.pending.as_ptr().cast(),
+                    self.pending.len(),
+                )
+            };
+            if n > 0 {
+                self.pending.drain(..n as usize);
+                continue;
+            }
+            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EAGAIN) {
+                self.pipe = None;
+                self.pending.clear();
+            }
+            return;
+        }
+    }
 }
 
 extern "C" fn on_stop_signal(_: libc::c_int) {
@@ -1192,12 +1272,11 @@ fn exec(mut req: Request, home: &Path) -> Result<ExitCode, HelperFailure> {
             }
         }
     };
-    // Started after any fork above: the init is a fork of a single-threaded helper.
-    let relaying = stdin_pipe.map(|p| {
+    let relay = stdin_pipe.map(|p| {
         drop(p.rd);
-        relay_stdin(p.wr)
+        Relay::new(p.wr)
     });
-    let status = supervise(child, pid_ns, deadline, req.lifeline, relaying.is_some());
+    let status = supervise(child, pid_ns, deadline, req.lifeline, relay);
     // A namespace init that exited of itself (not killed) has, but for the rare ends where the
     // agent never started, told the hub how the agent ended (on a lifeline that is a socket it
     // can): then the hub does not wait for this exit either. Otherwise it does, and this exit
@@ -1696,14 +1775,13 @@ fn wait_readable(fd: libc::c_int, ms: libc::c_int) -> Readable {
 /// Wait for `child` (the agent, or the namespace's init), reaping every other process that is
 /// re-parented to us, and stop the tree when told to: SIGTERM, lifeline EOF, or the deadline.
 ///
-/// With `relayed`, a thread of [`relay_stdin`] reads the lifeline: its EOF is
-/// [`LIFELINE_CLOSED`] then.
+/// With `relay`, what comes on the lifeline goes on to the agent's stdin as it waits.
 fn supervise(
     child: Pid,
     pid_ns: bool,
     deadline: Option<Instant>,
     lifeline: bool,
-    relayed: bool,
+    mut relay: Option<Relay>,
 ) -> WaitStatus {
     let mut stopping_since: Option<Instant> = None;
     let mut killed = false;
@@ -1724,9 +1802,12 @@ fn supervise(
                 Err(_) => return WaitStatus::Exited(child, HELPER_FAILED as i32),
             }
         }
-        if lifeline_open && relayed {
-            wait_readable(-1, 100);
-            lifeline_open = !LIFELINE_CLOSED.load(Ordering::SeqCst);
+        if let (true, Some(r)) = (lifeline_open, relay.as_mut()) {
+            if r.step(100) == Readable::Closed {
+                lifeline_open = false;
+                // The agent's stdin ends with the lifeline.
+                relay = None;
+            }
         } else if lifeline_open {
             if wait_readable(libc::STDIN_FILENO, 100) == Readable::Closed {
                 lifeline_open = false;
