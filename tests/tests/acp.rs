@@ -401,3 +401,40 @@ async fn a_run_names_its_acp_agent_and_a_prompt_placeholder_is_refused() -> Resu
     );
     Ok(())
 }
+
+/// The next run of a session tells the ACP agent what the reviewer did with its last
+/// suggestion: per hunk accepted, or rejected with the reviewer's comment.
+#[tokio::test]
+async fn the_next_run_of_a_session_hears_the_reviewers_decisions() -> Result<()> {
+    let ws_dir = workspace()?;
+    let hub = hub(&ws_dir, "edit", &[])?;
+    let mut ws = hub.ws().await?;
+    let first = start(&hub, json!({"prompt": "write hello"}))?;
+    let s = ready(&mut ws, &first).await?;
+    let sid = s["id"].as_str().context("id")?;
+    for (file, action, comment) in [
+        ("hello.txt", "accept", None),
+        ("shell.txt", "reject", Some("no shell-made files, please")),
+    ] {
+        let mut body = json!({"suggestion_id": sid, "hunk_id": hunkgate_tests::hunk_id(&s, file, 0), "action": action});
+        if let Some(c) = comment {
+            body["comment"] = json!(c);
+        }
+        let r = hub.curl().post("/feedback", &body)?;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    let session = wait_run_finished(&hub, &first, SECS).await?["session_id"].clone();
+    let second = start(
+        &hub,
+        json!({"prompt": "and now the rest", "session_id": session}),
+    )?;
+    let s = ready(&mut ws, &second).await?;
+    let prompt = added(&s).remove("prompt.txt").context("prompt.txt")?;
+    assert!(prompt.contains("- hello.txt hunk 0: accepted"), "{prompt}");
+    assert!(
+        prompt.contains("- shell.txt hunk 0: rejected — comment: no shell-made files, please"),
+        "{prompt}"
+    );
+    assert!(prompt.ends_with("and now the rest"), "{prompt}");
+    Ok(())
+}
