@@ -78,6 +78,10 @@ struct RunArgs {
     /// (repeatable).
     #[arg(long = "agent")]
     agents: Vec<String>,
+    /// An agent spoken to over the Agent Client Protocol, by its command, e.g. 'opencode acp'
+    /// (repeatable).
+    #[arg(long = "acp")]
+    acp: Vec<String>,
     /// The model server of the hub's built-in agent (OpenAI-compatible base URL).
     #[arg(long)]
     provider_url: Option<String>,
@@ -409,9 +413,12 @@ fn run(a: RunArgs) -> Result<ExitCode> {
     let hub_config = a.hub_config.as_deref().map(hub_config).transpose()?;
     let tasks = selected_tasks(&a)?;
     let mut agents: Vec<Agent> = a.agents.into_iter().map(Agent::Command).collect();
+    agents.extend(a.acp.into_iter().map(Agent::Acp));
     agents.extend(a.models.into_iter().map(|model| Agent::Builtin { model }));
     if agents.is_empty() {
-        bail!("name at least one --agent 'CMD {{prompt}}' or --provider-url U --model M");
+        bail!(
+            "name at least one --agent 'CMD {{prompt}}', --acp 'CMD' or --provider-url U --model M"
+        );
     }
     let cfg = RunnerConfig {
         hub: a.hub.unwrap_or_else(default_hub),
