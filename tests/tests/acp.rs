@@ -381,7 +381,8 @@ async fn a_huge_line_fails_the_run_without_being_held_and_a_flood_ends_in_a_sugg
     Ok(())
 }
 
-/// A run may name its ACP agent; a command for ACP takes no `{prompt}`.
+/// A run may name its ACP agent (REST, and `hunkgate run --acp`); a command for ACP takes no
+/// `{prompt}`.
 #[tokio::test]
 async fn a_run_names_its_acp_agent_and_a_prompt_placeholder_is_refused() -> Result<()> {
     let ws_dir = workspace()?;
@@ -389,6 +390,10 @@ async fn a_run_names_its_acp_agent_and_a_prompt_placeholder_is_refused() -> Resu
     let mut ws = hub.ws().await?;
     let run_id = start(&hub, json!({"prompt": "write hello", "acp": agent("edit")}))?;
     ready(&mut ws, &run_id).await?;
+    let out = ws_dir.cli(&["run", "--acp", &agent("edit"), "write hello"])?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(stdout.contains("+hello from the ACP agent"), "{stdout}");
     let r = hub.curl().post(
         "/runs",
         &json!({"prompt": "x", "acp": "opencode acp {prompt}"}),

@@ -65,6 +65,10 @@ enum Cmd {
         /// Agent command template for this run (`{prompt}` is replaced by the prompt).
         #[arg(long)]
         agent: Option<String>,
+        /// An agent spoken to over the Agent Client Protocol for this run: its command, e.g.
+        /// 'opencode acp'.
+        #[arg(long, value_name = "COMMAND", conflicts_with_all = ["agent", "model"])]
+        acp: Option<String>,
         /// Seconds before the agent is killed.
         #[arg(long)]
         timeout: Option<u64>,
@@ -376,6 +380,7 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
         Cmd::Run {
             prompt,
             agent,
+            acp,
             timeout,
             model,
             session,
@@ -385,6 +390,7 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
             let req = run::RunRequest {
                 prompt,
                 agent,
+                acp,
                 timeout,
                 model,
                 session,
