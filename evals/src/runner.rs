@@ -675,6 +675,10 @@ fn note_run(line: &mut ResultLine, run: &Value, n: usize, asked: bool, review: &
     if let Some(r) = run["stop_reason"].as_str() {
         line.stop_reason = Some(r.to_string());
     }
+    // An ACP agent's name and version, from its `initialize`, stand in its row's model column.
+    if let Some(info) = run["agent_info"].as_str() {
+        line.model = Some(info.to_string());
+    }
     if run["status"] != "ready" {
         if let Some(e) = run["error"].as_str() {
             // Every failed run's reason, in run order.

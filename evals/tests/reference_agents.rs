@@ -423,6 +423,8 @@ fn an_acp_agent_is_scored_like_the_others() {
     assert_eq!(lines.len(), 1, "{o:?}");
     let l = &lines[0];
     assert_eq!(l.agent, format!("acp:{acp}"));
+    // The agent's name and version from its `initialize`.
+    assert_eq!(l.model.as_deref(), Some("scripted-acp-agent 0.1"), "{l:?}");
     assert_eq!(l.status, "ready", "{l:?}");
     assert_eq!(l.stop_reason.as_deref(), Some("end_turn"), "{l:?}");
     assert!(l.hunks_decided > 0, "{l:?}");

@@ -199,6 +199,7 @@ async fn an_acp_turn_ends_in_a_reviewed_suggestion() -> Result<()> {
     let run = wait_run_finished(&hub, &run_id, SECS).await?;
     assert_eq!(run["status"], "ready");
     assert_eq!(run["stop_reason"], "end_turn");
+    assert_eq!(run["agent_info"], "scripted-acp-agent 0.1", "{run}");
     assert!(
         run["agent"].as_str().unwrap_or("").starts_with("acp:"),
         "{run}"
@@ -261,6 +262,21 @@ async fn a_listed_permission_is_asked_and_the_cli_answer_reaches_the_agent() -> 
     );
     let run = wait_run_finished(&hub, &run_id, SECS).await?;
     assert!(run.get("question").is_none_or(Value::is_null), "{run}");
+
+    // Nobody answers within --acp-ask-timeout: the agent is told "reject once".
+    let ws_dir = workspace()?;
+    let hub = self::hub(
+        &ws_dir,
+        "permission",
+        &["--acp-ask", "execute", "--acp-ask-timeout", "1"],
+    )?;
+    let mut ws = hub.ws().await?;
+    let run_id = start(&hub, json!({"prompt": "clean up"}))?;
+    let s = ready(&mut ws, &run_id).await?;
+    assert_eq!(
+        added(&s).get("permission.txt").map(String::as_str),
+        Some("reject-once")
+    );
     Ok(())
 }
 

@@ -193,7 +193,11 @@ impl Hub {
             TurnEnd::TimedOut => "timeout".into(),
             TurnEnd::Failed(_) => "failed".into(),
         };
-        self.update_run(run_id, |r| r.stop_reason = Some(reason))?;
+        self.update_run(run_id, |r| {
+            r.stop_reason = Some(reason);
+            // A question still open when the turn ended is answered by nobody now.
+            r.question = None;
+        })?;
         match end {
             TurnEnd::Stopped(_) if job.cancel.is_cancelled() => self.acp_cancelled(run_id),
             TurnEnd::Stopped(_) => self.publish_after_exit(run_id, &job.prompt).await,
@@ -240,6 +244,8 @@ struct Conversation {
     hub: Arc<Hub>,
     run_id: String,
     cancel: CancellationToken,
+    /// Ends the question put to the reviewer: cancelled with the run, or by the timeout.
+    asks_cancel: CancellationToken,
     deadline: tokio::time::Instant,
     stdin: tokio::sync::mpsc::Sender<Vec<u8>>,
     framer: Framer<agent::Pipe>,
@@ -273,6 +279,7 @@ impl Conversation {
             hub,
             run_id: job.run_id.clone(),
             cancel: job.cancel.clone(),
+            asks_cancel: job.cancel.child_token(),
             deadline: tokio::time::Instant::now() + job.timeout,
             stdin,
             framer,
@@ -322,6 +329,10 @@ impl Conversation {
         if let Some(name) = name {
             self.note(&format!("initialized: {name}"));
             self.status(format!("ACP agent: {name}"));
+            let info = name.chars().take(200).collect::<String>();
+            let _ = self
+                .hub
+                .update_run(&self.run_id, |r| r.agent_info = Some(info));
         }
         let exe = std::env::current_exe().unwrap_or_else(|_| "hunkgate".into());
         let session = self
@@ -396,8 +407,9 @@ impl Conversation {
         ))
         .await?;
         self.note("session/cancel sent");
-        // The question put to the reviewer ends with the run's cancel token, or times out;
+        // The question put to the reviewer is withdrawn (and answered "cancelled" as it ends);
         // those behind it are answered now.
+        self.asks_cancel.cancel();
         while let Some((id, _)) = self.waiting.pop_front() {
             self.send(framing::response(&id, acp::cancelled_permission()))
                 .await?;
@@ -507,7 +519,7 @@ impl Conversation {
         };
         let hub = self.hub.clone();
         let run_id = self.run_id.clone();
-        let cancel = self.cancel.clone();
+        let cancel = self.asks_cancel.clone();
         let timeout = hub.cfg().acp.ask_timeout;
         self.asking = Some(Box::pin(async move {
             let answer = ask_reviewer(&hub, &run_id, &perm, &cancel, timeout).await;
@@ -625,7 +637,7 @@ async fn poll_asking(asking: &mut Option<Asking>) -> (Value, Value) {
 /// Put a permission question to the reviewer as the built-in agent's `clarify_user` is (the
 /// run `waiting_for_user`), and turn the answer into the agent's: the option it names; "reject
 /// once" for a skip, an answer naming no option, or no answer within `timeout`; "cancelled"
-/// when the run is (`run_cancel`).
+/// once the turn is being cancelled (`run_cancel`: the run's cancel or its timeout).
 async fn ask_reviewer(
     hub: &Arc<Hub>,
     run_id: &str,

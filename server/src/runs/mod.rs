@@ -431,6 +431,7 @@ fn new_run_rec(run_id: String, prompt: &str, driver: &Driver, session_id: String
         stop_reason: None,
         usage: None,
         question: None,
+        agent_info: None,
     }
 }
 
