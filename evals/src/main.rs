@@ -140,6 +140,9 @@ struct ReplayArgs {
     /// An agent command template to score on the replayed runs (repeatable).
     #[arg(long = "agent")]
     agents: Vec<String>,
+    /// An ACP agent's command to score on the replayed runs (repeatable).
+    #[arg(long = "acp")]
+    acp: Vec<String>,
     #[arg(long)]
     provider_url: Option<String>,
     /// A built-in agent model to score (repeatable; needs --provider-url).
@@ -322,7 +325,7 @@ fn replay(a: ReplayArgs) -> Result<ExitCode> {
     }
     let ex = replay::extract(&a.logs, &repo, &a.tasks_out)?;
     say_what_replay_found(&ex, &a.tasks_out)?;
-    if a.agents.is_empty() && a.models.is_empty() {
+    if a.agents.is_empty() && a.acp.is_empty() && a.models.is_empty() {
         eprintln!(
             "score an agent on them with: hunkgate-evals replay … --agent CMD, or \
              hunkgate-evals run --tasks {} --agent CMD",
@@ -338,6 +341,7 @@ fn replay(a: ReplayArgs) -> Result<ExitCode> {
     run(RunArgs {
         tasks: a.tasks_out,
         agents: a.agents,
+        acp: a.acp,
         provider_url: a.provider_url,
         models: a.models,
         hub: a.hub,
