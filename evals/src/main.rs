@@ -78,6 +78,10 @@ struct RunArgs {
     /// (repeatable).
     #[arg(long = "agent")]
     agents: Vec<String>,
+    /// An agent spoken to over the Agent Client Protocol, by its command, e.g. 'opencode acp'
+    /// (repeatable).
+    #[arg(long = "acp")]
+    acp: Vec<String>,
     /// The model server of the hub's built-in agent (OpenAI-compatible base URL).
     #[arg(long)]
     provider_url: Option<String>,
@@ -136,6 +140,9 @@ struct ReplayArgs {
     /// An agent command template to score on the replayed runs (repeatable).
     #[arg(long = "agent")]
     agents: Vec<String>,
+    /// An ACP agent's command to score on the replayed runs (repeatable).
+    #[arg(long = "acp")]
+    acp: Vec<String>,
     #[arg(long)]
     provider_url: Option<String>,
     /// A built-in agent model to score (repeatable; needs --provider-url).
@@ -318,7 +325,7 @@ fn replay(a: ReplayArgs) -> Result<ExitCode> {
     }
     let ex = replay::extract(&a.logs, &repo, &a.tasks_out)?;
     say_what_replay_found(&ex, &a.tasks_out)?;
-    if a.agents.is_empty() && a.models.is_empty() {
+    if a.agents.is_empty() && a.acp.is_empty() && a.models.is_empty() {
         eprintln!(
             "score an agent on them with: hunkgate-evals replay … --agent CMD, or \
              hunkgate-evals run --tasks {} --agent CMD",
@@ -334,6 +341,7 @@ fn replay(a: ReplayArgs) -> Result<ExitCode> {
     run(RunArgs {
         tasks: a.tasks_out,
         agents: a.agents,
+        acp: a.acp,
         provider_url: a.provider_url,
         models: a.models,
         hub: a.hub,
@@ -409,9 +417,12 @@ fn run(a: RunArgs) -> Result<ExitCode> {
     let hub_config = a.hub_config.as_deref().map(hub_config).transpose()?;
     let tasks = selected_tasks(&a)?;
     let mut agents: Vec<Agent> = a.agents.into_iter().map(Agent::Command).collect();
+    agents.extend(a.acp.into_iter().map(Agent::Acp));
     agents.extend(a.models.into_iter().map(|model| Agent::Builtin { model }));
     if agents.is_empty() {
-        bail!("name at least one --agent 'CMD {{prompt}}' or --provider-url U --model M");
+        bail!(
+            "name at least one --agent 'CMD {{prompt}}', --acp 'CMD' or --provider-url U --model M"
+        );
     }
     let cfg = RunnerConfig {
         hub: a.hub.unwrap_or_else(default_hub),

@@ -31,6 +31,8 @@ pub const ENV_RUN_FILE: &str = "HUNKGATE_EVAL_RUN_FILE";
 pub enum Agent {
     /// A command template, run by the hub in the sandbox.
     Command(String),
+    /// An agent the hub speaks the Agent Client Protocol with, by its command (`opencode acp`).
+    Acp(String),
     /// The hub's built-in agent with this model (the hub gets `--provider-url`).
     Builtin { model: String },
 }
@@ -40,12 +42,14 @@ impl Agent {
     pub fn label(&self) -> String {
         match self {
             Agent::Command(t) => t.clone(),
+            // As the hub records it (`acp:` and the command).
+            Agent::Acp(c) => format!("acp:{c}"),
             Agent::Builtin { model } => format!("builtin:{model}"),
         }
     }
     pub fn model(&self) -> Option<&str> {
         match self {
-            Agent::Command(_) => None,
+            Agent::Command(_) | Agent::Acp(_) => None,
             Agent::Builtin { model } => Some(model),
         }
     }
@@ -682,6 +686,7 @@ async fn start_run(
     let mut body = json!({"prompt": prompt, "timeout_secs": timeout});
     match agent {
         Agent::Command(t) => body["agent"] = json!(t),
+        Agent::Acp(c) => body["acp"] = json!(c),
         Agent::Builtin { model } => body["model"] = json!(model),
     }
     if let Some(s) = session {
@@ -739,6 +744,10 @@ fn note_run(line: &mut ResultLine, run: &Value, n: usize, asked: bool, review: &
     }
     if let Some(r) = run["stop_reason"].as_str() {
         line.stop_reason = Some(r.to_string());
+    }
+    // An ACP agent's name and version, from its `initialize`, stand in its row's model column.
+    if let Some(info) = run["agent_info"].as_str() {
+        line.model = Some(info.to_string());
     }
     if run["status"] != "ready" {
         if let Some(e) = run["error"].as_str() {

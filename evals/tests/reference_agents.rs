@@ -423,3 +423,42 @@ fn new_diagnostics_are_counted_when_the_hub_checks() {
         .iter()
         .all(|l| l.checked_suggestions == 0 && l.new_diagnostics == 0));
 }
+
+/// `run --acp` scores an agent spoken to over the Agent Client Protocol like any other: here
+/// the suite's scripted ACP agent (tests/acp_agent.py, on the official Python SDK in the venv
+/// `scripts/install-test-deps` makes), whose turn writes files of its own, so the task fails
+/// its checks but the run is reviewed, and the row names the agent as the hub records it.
+#[test]
+fn an_acp_agent_is_scored_like_the_others() {
+    let exe = std::env::current_exe().unwrap();
+    let py = exe.ancestors().nth(3).unwrap().join("py-acp/bin/python");
+    assert!(
+        py.exists(),
+        "{} is missing: run scripts/install-test-deps",
+        py.display()
+    );
+    let script = manifest_dir().join("../tests/acp_agent.py");
+    let acp = format!("{} {} edit", py.display(), script.display());
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("results.jsonl");
+    let o = Command::new(env!("CARGO_BIN_EXE_hunkgate-evals"))
+        .arg("run")
+        .arg("--tasks")
+        .arg(manifest_dir().join("tasks"))
+        .arg("--hub")
+        .arg(hunkgate_bin())
+        .args(["--task", "add-function", "--quiet", "--acp", &acp, "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let lines = runner::read_results(&out).unwrap();
+    assert_eq!(lines.len(), 1, "{o:?}");
+    let l = &lines[0];
+    assert_eq!(l.agent, format!("acp:{acp}"));
+    // The agent's name and version from its `initialize`.
+    assert_eq!(l.model.as_deref(), Some("scripted-acp-agent 0.1"), "{l:?}");
+    assert_eq!(l.status, "ready", "{l:?}");
+    assert_eq!(l.stop_reason.as_deref(), Some("end_turn"), "{l:?}");
+    assert!(l.hunks_decided > 0, "{l:?}");
+    assert!(!l.success, "the scripted agent does not do the task: {l:?}");
+}

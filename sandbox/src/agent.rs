@@ -430,41 +430,114 @@ pub async fn run(
     cancel: CancellationToken,
     on_line: impl FnMut(Stream, &str) + Send,
 ) -> Outcome {
+    let cmd = sandbox.agent_command(argv, env, timeout);
+    match start(cmd, argv, env, false) {
+        Ok((process, _)) => process.wait(timeout, cancel, on_line).await,
+        Err(outcome) => outcome,
+    }
+}
+
+/// An agent spoken to over its stdio (see [`spawn_interactive`]).
+pub struct Interactive {
+    /// What is sent here is written to the agent's stdin, in order (bounded: a sender waits
+    /// while the agent does not read). Dropping every sender closes the agent's stdin where
+    /// the hub holds it (`--isolation none`); under a supervisor its lifeline stays open.
+    pub stdin: tokio::sync::mpsc::Sender<Vec<u8>>,
+    /// The agent's stdout, raw: the caller frames it (and bounds what it holds). It ends when
+    /// the agent's tree is gone.
+    pub stdout: Pipe,
+    /// The process: wait for it, stop it.
+    pub process: Process,
+}
+
+/// Start `argv` in `sandbox` as [`run`] does — the same environment, namespaces, limits and
+/// supervision — but with its stdin and stdout given to the caller ([`Interactive`]); only
+/// its stderr lines go to [`Process::wait`]'s `on_line`. Err: it could not be started.
+pub fn spawn_interactive(
+    sandbox: &dyn Sandbox,
+    argv: &[String],
+    env: &[(String, String)],
+    timeout: Duration,
+) -> Result<Interactive, Outcome> {
+    let cmd = sandbox.interactive_command(argv, env, timeout);
+    let (process, io) = start(cmd, argv, env, true)?;
+    let (stdin, stdout) = io.ok_or_else(|| Outcome {
+        exit: Exit::SpawnFailed(format!("{}: no stdio to speak over", argv[0])),
+        stderr_tail: String::new(),
+        stdout_tail: String::new(),
+    })?;
+    Ok(Interactive {
+        stdin,
+        stdout,
+        process,
+    })
+}
+
+/// A started agent process (or its supervisor), to wait for.
+pub struct Process {
+    agent: Agent,
+    output: tokio::sync::mpsc::Receiver<(Stream, String)>,
+    settled: CancellationToken,
+    supervised: bool,
+    argv0: String,
+    env: Vec<(String, String)>,
+}
+
+/// The agent's stdin sender and its raw stdout, for [`spawn_interactive`].
+type Stdio2 = (tokio::sync::mpsc::Sender<Vec<u8>>, Pipe);
+
+/// Spawn `cmd`: with `interactive`, its stdin fed from a channel and its stdout handed back
+/// raw; otherwise both its output streams read as lines for [`Process::wait`].
+fn start(
+    cmd: AgentCommand,
+    argv: &[String],
+    env: &[(String, String)],
+    interactive: bool,
+) -> Result<(Process, Option<Stdio2>), Outcome> {
     let AgentCommand {
         command: mut cmd,
         stop,
-    } = sandbox.agent_command(argv, env, timeout);
+    } = cmd;
     // A supervisor is never signalled as a group of the hub's, even without its lifeline.
     let supervised = matches!(stop, Stop::Lifeline { .. });
-    let Prepared { lifeline, verdict } = prepare_command(&mut cmd, stop);
+    let Prepared { lifeline, verdict } = prepare_command(&mut cmd, stop, interactive);
     let spawned = cmd.spawn();
     // Only the agent's side may hold its ends of the verdict's pipe and of the lifeline from
     // here on (the command keeps the lifeline's until it is dropped).
     drop(cmd);
     let verdict = verdict.map(|v| Heard::Pipe(v.rx));
-    let mut child = match spawned {
-        Ok(c) => c,
-        Err(e) => {
-            return Outcome {
-                exit: Exit::SpawnFailed(format!("{}: {e}", argv[0])),
-                stderr_tail: String::new(),
-                stdout_tail: String::new(),
+    let mut child = spawned.map_err(|e| Outcome {
+        exit: Exit::SpawnFailed(format!("{}: {e}", argv[0])),
+        stderr_tail: String::new(),
+        stdout_tail: String::new(),
+    })?;
+    let (stdin_tx, stdin_rx) = tokio::sync::mpsc::channel::<Vec<u8>>(STDIN_QUEUE);
+    let mut stdin_rx = interactive.then_some(stdin_rx);
+    let (close_lifeline, verdict) =
+        match lifeline.map(|l| hold_lifeline(l.request, l.ours, stdin_rx.take())) {
+            Some(Ok((close, word))) => (Some(close), Some(Heard::Lifeline(word))),
+            Some(Err(e)) => {
+                // Without its lifeline the supervisor stops the agent at once: say why.
+                tracing::warn!(error = %e, "the sandbox supervisor's lifeline cannot be held");
+                (None, None)
             }
-        }
-    };
-    let (close_lifeline, verdict) = match lifeline.map(|l| hold_lifeline(l.request, l.ours)) {
-        Some(Ok((close, word))) => (Some(close), Some(Heard::Lifeline(word))),
-        Some(Err(e)) => {
-            // Without its lifeline the supervisor stops the agent at once: say why.
-            tracing::warn!(error = %e, "the sandbox supervisor's lifeline cannot be held");
-            (None, None)
-        }
-        None => (None, verdict),
-    };
+            None => (None, verdict),
+        };
+    if let (Some(rx), Some(pipe)) = (stdin_rx, child.stdin.take()) {
+        tokio::spawn(feed_stdin(rx, pipe));
+    }
     let pid = child.id().map(|id| nix::unistd::Pid::from_raw(id as i32));
     let settled = CancellationToken::new();
-    let rx = spawn_line_readers(child.stdout.take(), child.stderr.take(), &settled);
-    let mut agent = Agent {
+    let stdout = child
+        .stdout
+        .take()
+        .map(|p| Box::new(Settling::new(p, settled.clone())) as Pipe);
+    let (lines_of_stdout, io) = match (interactive, stdout) {
+        (true, Some(out)) => (None, Some((stdin_tx, out))),
+        (_, out) => (out, None),
+    };
+    let output = spawn_line_readers(lines_of_stdout, child.stderr.take(), &settled);
+    let agent = Agent {
         child,
         pid,
         pgid: if supervised { None } else { pid },
@@ -473,27 +546,76 @@ pub async fn run(
         verdict,
         heard: false,
     };
-    let mut output = Output {
-        rx,
-        tails: Tails::default(),
-        on_line,
+    let process = Process {
+        agent,
+        output,
+        settled,
+        supervised,
+        argv0: argv[0].clone(),
+        env: env.to_vec(),
     };
-    let (status, forced) = agent.wait(&mut output, timeout, &cancel).await;
-    if agent.heard {
-        // Nothing the agent started is left to write: its output ends at what the pipes hold
-        // now, whoever else still holds them (the supervisor, sudo) for a moment longer.
-        settled.cancel();
-    }
-    agent.clean_up();
-    output.drain().await;
-    agent.reap();
-    let mut exit = forced.unwrap_or_else(|| exit_of(status));
-    if supervised && exit == Exit::Code(i32::from(crate::agent_path::NOT_STARTED_STATUS)) {
-        if let Some(why) = output.tails.not_started() {
-            exit = Exit::SpawnFailed(why + &hub_has_it(&argv[0], env));
+    Ok((process, io))
+}
+
+/// How many writes to an interactive agent's stdin may wait before a sender does.
+const STDIN_QUEUE: usize = 64;
+
+/// Write what comes on `rx` to the agent's stdin pipe until the senders are gone (then close
+/// it: EOF) or the agent stops reading.
+async fn feed_stdin(
+    mut rx: tokio::sync::mpsc::Receiver<Vec<u8>>,
+    mut pipe: tokio::process::ChildStdin,
+) {
+    use tokio::io::AsyncWriteExt;
+    while let Some(bytes) = rx.recv().await {
+        if pipe.write_all(&bytes).await.is_err() || pipe.flush().await.is_err() {
+            return;
         }
     }
-    output.into_outcome(exit)
+}
+
+impl Process {
+    /// Wait for the agent to exit (or stop it on `timeout` or `cancel`), handing its output
+    /// lines — stderr only, for an interactive one — to `on_line`.
+    pub async fn wait(
+        self,
+        timeout: Duration,
+        cancel: CancellationToken,
+        on_line: impl FnMut(Stream, &str) + Send,
+    ) -> Outcome {
+        let Process {
+            mut agent,
+            output,
+            settled,
+            supervised,
+            argv0,
+            env,
+        } = self;
+        let mut output = Output {
+            rx: output,
+            tails: Tails::default(),
+            on_line,
+        };
+        let (status, forced) = agent.wait(&mut output, timeout, &cancel).await;
+        if agent.heard {
+            // Nothing the agent started is left to write: its output ends at what the pipes
+            // hold now, whoever else still holds them (the supervisor, sudo) for a moment
+            // longer.
+            settled.cancel();
+        }
+        agent.clean_up();
+        output.drain().await;
+        agent.reap();
+        // A reader of an interactive agent's stdout sees its end now, whoever holds the pipe.
+        settled.cancel();
+        let mut exit = forced.unwrap_or_else(|| exit_of(status));
+        if supervised && exit == Exit::Code(i32::from(crate::agent_path::NOT_STARTED_STATUS)) {
+            if let Some(why) = output.tails.not_started() {
+                exit = Exit::SpawnFailed(why + &hub_has_it(&argv0, &env));
+            }
+        }
+        output.into_outcome(exit)
+    }
 }
 
 /// Where the hub's own `PATH` (in `env`) has `program`, said for a program the sandbox user
@@ -555,14 +677,19 @@ struct Verdict {
     tx: std::os::fd::OwnedFd,
 }
 
-/// Set up the agent's pipes and how it is stopped.
-fn prepare_command(cmd: &mut tokio::process::Command, stop: Stop) -> Prepared {
+/// Set up the agent's pipes and how it is stopped; with `interactive`, a stdin pipe where the
+/// hub spawns the agent itself (a supervisor relays its lifeline instead).
+fn prepare_command(cmd: &mut tokio::process::Command, stop: Stop, interactive: bool) -> Prepared {
     cmd.stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
     match stop {
         Stop::ProcessGroup => {
-            cmd.stdin(Stdio::null())
+            cmd.stdin(if interactive {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
                 // Its own process group, so a timeout or cancel reaches every grandchild too.
                 .process_group(0);
             #[cfg(target_os = "linux")]
@@ -639,11 +766,13 @@ fn die_with_the_hub(cmd: &mut tokio::process::Command) -> Option<Verdict> {
 
 /// Send `request` down the supervisor's lifeline, then hold it open until the returned
 /// sender is dropped (or this process dies, which closes it too), passing on the agent's wait
-/// status if the supervisor's side sends it first.
+/// status if the supervisor's side sends it first. With `stdin`, what comes there follows the
+/// request on the lifeline: the supervisor relays it to the agent's stdin.
 #[allow(clippy::type_complexity)]
 fn hold_lifeline(
     request: Vec<u8>,
     ours: std::os::unix::net::UnixStream,
+    stdin: Option<tokio::sync::mpsc::Receiver<Vec<u8>>>,
 ) -> std::io::Result<(
     tokio::sync::oneshot::Sender<()>,
     tokio::sync::oneshot::Receiver<Option<std::process::ExitStatus>>,
@@ -655,36 +784,61 @@ fn hold_lifeline(
     tokio::spawn(async move {
         use tokio::io::AsyncWriteExt;
         // A supervisor that died before reading its request shows up as its exit status.
-        if stream.write_all(&request).await.is_ok() {
-            tokio::select! {
-                status = read_verdict(&mut stream) => {
-                    let _ = tell.send(status);
-                    let _ = closed.await;
-                }
-                _ = &mut closed => {}
-            }
+        if stream.write_all(&request).await.is_err() {
+            return;
         }
-        drop(stream);
+        let (mut rd, wr) = stream.into_split();
+        let relay = relay_to_lifeline(stdin, wr);
+        tokio::pin!(relay);
+        tokio::select! {
+            status = read_verdict(&mut rd) => {
+                let _ = tell.send(status);
+                tokio::select! {
+                    _ = &mut closed => {}
+                    () = &mut relay => {}
+                }
+            }
+            _ = &mut closed => {}
+            () = &mut relay => {}
+        }
+        // Dropping the write half (in `relay`) shuts the lifeline down: the supervisor's EOF.
     });
     Ok((close, word))
 }
 
-type Pipe = Box<dyn tokio::io::AsyncRead + Send + Unpin>;
+/// Write what comes on `stdin` to the lifeline `wr`, until the senders are gone or a write
+/// fails; then hold `wr` without end: the lifeline stays open until the task holding it is
+/// told to close it.
+async fn relay_to_lifeline(
+    stdin: Option<tokio::sync::mpsc::Receiver<Vec<u8>>>,
+    mut wr: tokio::net::unix::OwnedWriteHalf,
+) {
+    use tokio::io::AsyncWriteExt;
+    if let Some(mut rx) = stdin {
+        while let Some(bytes) = rx.recv().await {
+            if wr.write_all(&bytes).await.is_err() {
+                break;
+            }
+        }
+    }
+    std::future::pending::<()>().await;
+    drop(wr);
+}
+
+/// A pipe of the agent's, as it is read.
+pub type Pipe = Box<dyn tokio::io::AsyncRead + Send + Unpin>;
 
 /// Read the agent's stdout and stderr line by line on their own tasks; the lines arrive on
 /// the returned channel, which closes when both pipes have — or, once `settled` is cancelled,
 /// when each has given what it holds (see [`Settling`]).
 fn spawn_line_readers(
-    stdout: Option<tokio::process::ChildStdout>,
+    stdout: Option<Pipe>,
     stderr: Option<tokio::process::ChildStderr>,
     settled: &CancellationToken,
 ) -> tokio::sync::mpsc::Receiver<(Stream, String)> {
     let (tx, rx) = tokio::sync::mpsc::channel::<(Stream, String)>(256);
     for (stream, pipe) in [
-        (
-            Stream::Stdout,
-            stdout.map(|p| Box::new(Settling::new(p, settled.clone())) as Pipe),
-        ),
+        (Stream::Stdout, stdout),
         (
             Stream::Stderr,
             stderr.map(|p| Box::new(Settling::new(p, settled.clone())) as Pipe),
@@ -2179,6 +2333,69 @@ mod tests {
         assert_eq!(out.exit, Exit::Code(5));
         assert_eq!(got.last().map(String::as_str), Some("after the word"));
         assert_eq!(got.len(), expected.len() + 1);
+    }
+
+    /// Talk to an interactive agent: send `input` on its stdin, read its stdout to the end,
+    /// and wait for it; returns its stdout and outcome.
+    async fn converse(sb: &dyn Sandbox, argv: &[String], input: &str) -> (String, Outcome) {
+        use tokio::io::AsyncReadExt;
+        let Interactive {
+            stdin,
+            mut stdout,
+            process,
+        } = spawn_interactive(sb, argv, &scrubbed_env(&[]), Duration::from_secs(60))
+            .unwrap_or_else(|o| panic!("not started: {o:?}"));
+        stdin.send(input.as_bytes().to_vec()).await.unwrap();
+        // The last sender gone: the agent's EOF where the hub holds its stdin.
+        drop(stdin);
+        let mut stderr = Vec::new();
+        let wait = process.wait(Duration::from_secs(60), CancellationToken::new(), |s, l| {
+            stderr.push((s, l.to_string()))
+        });
+        let read = async {
+            let mut out = String::new();
+            stdout.read_to_string(&mut out).await.unwrap();
+            out
+        };
+        let (outcome, out) = tokio::join!(wait, read);
+        assert!(
+            stderr.iter().all(|(s, _)| *s == Stream::Stderr),
+            "only stderr goes to on_line: {stderr:?}"
+        );
+        (out, outcome)
+    }
+
+    /// An interactive agent run by the hub itself reads what the hub writes and its stdout
+    /// reaches the hub raw, not as lines for `on_line`; closing its stdin is its EOF.
+    #[tokio::test]
+    async fn an_interactive_agent_hears_its_stdin_and_speaks_on_stdout() {
+        let tmp = tempfile::tempdir().unwrap();
+        let sb = crate::workspace::LocalSandbox::new(tmp.path().to_path_buf());
+        let argv: Vec<String> = ["sh", "-c", "read a; echo \"got $a\"; echo to-stderr >&2"]
+            .map(String::from)
+            .to_vec();
+        let (out, outcome) = converse(&sb, &argv, "hello\n").await;
+        assert_eq!(out, "got hello\n");
+        assert_eq!(outcome.exit, Exit::Code(0));
+        assert_eq!(outcome.stderr_tail, "to-stderr");
+        // `cat` ends only at the EOF of its stdin: the hub closes it once done writing.
+        let cat = vec!["cat".to_string()];
+        let (out, outcome) = converse(&sb, &cat, "a\nb").await;
+        assert_eq!((out.as_str(), outcome.exit), ("a\nb", Exit::Code(0)));
+    }
+
+    /// Under a supervisor, what the hub writes to an interactive agent follows the request on
+    /// the lifeline (the supervisor relays it), in order.
+    #[tokio::test]
+    async fn an_interactive_agents_stdin_follows_the_request_on_the_lifeline() {
+        let tmp = tempfile::tempdir().unwrap();
+        let sb = Supervised {
+            local: crate::workspace::LocalSandbox::new(tmp.path().to_path_buf()),
+            script: "read request; read line; echo \"$request|$line\"".into(),
+        };
+        let (out, outcome) = converse(&sb, &["unused".to_string()], "after it\n").await;
+        assert_eq!(out, "the request|after it\n");
+        assert_eq!(outcome.exit, Exit::Code(0));
     }
 
     #[tokio::test]

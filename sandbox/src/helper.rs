@@ -223,7 +223,16 @@ fn run(op: &str) -> Result<ExitCode, HelperFailure> {
         }
         "exec" => {
             check_my_home(&home)?;
-            let req: Request = wire::read_request(&mut std::io::stdin().lock())?;
+            // Unbuffered (the request's blocks are read exactly): with `stdio`, what follows
+            // it on stdin is the agent's, and no buffer of this process may hold its start.
+            let mut stdin = std::fs::File::from(
+                std::io::stdin()
+                    .as_fd()
+                    .try_clone_to_owned()
+                    .map_err(sys("dup(stdin)"))?,
+            );
+            let req: Request = wire::read_request(&mut stdin)?;
+            drop(stdin);
             exec(req, &home)
         }
         other => Err(HelperFailure::UnknownOp(other.to_string())),
@@ -1006,6 +1015,115 @@ fn snapshot<W: Write>(
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
+/// The agent's stdin under `stdio`: a pipe whose read end is the agent's fd 0.
+struct AgentStdin {
+    rd: std::os::fd::OwnedFd,
+    wr: std::os::fd::OwnedFd,
+}
+
+/// What follows the request on the lifeline (stdin), on its way to the agent's stdin pipe:
+/// relayed by the supervisor's loop as both sides are ready (the helper has no other thread:
+/// none can be made once it entered a PID namespace for its children), holding at most
+/// [`RELAY_HELD`] bytes; once the agent closed its end, the rest is read and dropped.
+struct Relay {
+    pipe: Option<std::os::fd::OwnedFd>,
+    pending: Vec<u8>,
+}
+
+/// The most a [`Relay`] holds: while it holds this much, the lifeline is not read.
+const RELAY_HELD: usize = 256 * 1024;
+
+impl Relay {
+    fn new(pipe: std::os::fd::OwnedFd) -> Self {
+        // SAFETY: fcntl on a descriptor this struct owns.
+        unsafe {
+            let flags = libc::fcntl(pipe.as_raw_fd(), libc::F_GETFL);
+            libc::fcntl(pipe.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
+        }
+        Self {
+            pipe: Some(pipe),
+            pending: Vec::new(),
+        }
+    }
+
+    /// Wait up to `ms` for the lifeline, the pipe or a [`wake`], and move what can be moved;
+    /// `Closed` at the lifeline's EOF.
+    fn step(&mut self, ms: libc::c_int) -> Readable {
+        let want_out = !self.pending.is_empty() && self.pipe.is_some();
+        let pipe_fd = self.pipe.as_ref().map_or(-1, |p| p.as_raw_fd());
+        let mut pfds = [
+            libc::pollfd {
+                fd: if self.pending.len() < RELAY_HELD {
+                    libc::STDIN_FILENO
+                } else {
+                    -1
+                },
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: if want_out { pipe_fd } else { -1 },
+                events: libc::POLLOUT,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: wake::fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: three pollfds on the stack (a negative fd is ignored by poll).
+        let n = unsafe { libc::poll(pfds.as_mut_ptr(), 3, ms) };
+        if pfds[2].revents != 0 {
+            wake::drain();
+        }
+        if n <= 0 {
+            return Readable::No;
+        }
+        if pfds[1].revents != 0 {
+            self.flush();
+        }
+        if pfds[0].revents == 0 {
+            return Readable::No;
+        }
+        let mut buf = [0u8; 64 * 1024];
+        // SAFETY: reading into a stack buffer of the given length.
+        let got = unsafe { libc::read(libc::STDIN_FILENO, buf.as_mut_ptr().cast(), buf.len()) };
+        if got <= 0 {
+            return Readable::Closed;
+        }
+        if self.pipe.is_some() {
+            self.pending.extend_from_slice(&buf[..got as usize]);
+            self.flush();
+        }
+        Readable::Yes
+    }
+
+    /// Write what the pipe takes now; a closed pipe drops the rest.
+    fn flush(&mut self) {
+        let Some(pipe) = &self.pipe else { return };
+        while !self.pending.is_empty() {
+            // SAFETY: writing from a live buffer of the given length.
+            let n = unsafe {
+                libc::write(
+                    pipe.as_raw_fd(),
+                    self.pending.as_ptr().cast(),
+                    self.pending.len(),
+                )
+            };
+            if n > 0 {
+                self.pending.drain(..n as usize);
+                continue;
+            }
+            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EAGAIN) {
+                self.pipe = None;
+                self.pending.clear();
+            }
+            return;
+        }
+    }
+}
+
 extern "C" fn on_stop_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
     wake::poke();
@@ -1135,10 +1253,18 @@ fn exec(mut req: Request, home: &Path) -> Result<ExitCode, HelperFailure> {
     let deadline = (req.timeout_ms > 0)
         .then(|| Instant::now() + Duration::from_millis(req.timeout_ms) + DEADLINE_GRACE);
 
-    let child = if pid_ns {
-        spawn_init(req, &dir)?
+    // With `stdio`, the agent's stdin is a pipe this helper fills from the lifeline.
+    let stdin_pipe = if req.stdio {
+        let (rd, wr) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .map_err(|e| sys("creating the agent's stdin pipe")(e.into()))?;
+        Some(AgentStdin { rd, wr })
     } else {
-        match spawn_agent(req, &dir) {
+        None
+    };
+    let child = if pid_ns {
+        spawn_init(req, &dir, stdin_pipe.as_ref())?
+    } else {
+        match spawn_agent(req, &dir, stdin_pipe.as_ref().map(|p| &p.rd)) {
             Ok(pid) => pid,
             Err(e) => {
                 eprintln!("{}{:?}: {e}", agent_path::NOT_STARTED, req.argv[0]);
@@ -1146,7 +1272,11 @@ fn exec(mut req: Request, home: &Path) -> Result<ExitCode, HelperFailure> {
             }
         }
     };
-    let status = supervise(child, pid_ns, deadline, req.lifeline);
+    let relay = stdin_pipe.map(|p| {
+        drop(p.rd);
+        Relay::new(p.wr)
+    });
+    let status = supervise(child, pid_ns, deadline, req.lifeline, relay);
     // A namespace init that exited of itself (not killed) has, but for the rare ends where the
     // agent never started, told the hub how the agent ended (on a lifeline that is a socket it
     // can): then the hub does not wait for this exit either. Otherwise it does, and this exit
@@ -1358,7 +1488,7 @@ fn check_no_network() -> Result<(), HelperFailure> {
 /// Fork the PID namespace's init: it starts the agent, reaps everything re-parented to it,
 /// forwards SIGTERM to the whole namespace, and exits with the agent's status as soon as the
 /// agent exits — at which point the kernel kills every other process in the namespace.
-fn spawn_init(req: &Request, dir: &Path) -> Result<Pid, HelperFailure> {
+fn spawn_init(req: &Request, dir: &Path, stdin: Option<&AgentStdin>) -> Result<Pid, HelperFailure> {
     // The init watches this pipe: EOF means the helper is gone (however it died).
     let (guard_rd, guard_wr) = nix::unistd::pipe().map_err(|e| sys("creating a pipe")(e.into()))?;
     // SAFETY: the helper is single-threaded (it runs before any runtime is started), so the
@@ -1372,7 +1502,13 @@ fn spawn_init(req: &Request, dir: &Path) -> Result<Pid, HelperFailure> {
         }
         nix::unistd::ForkResult::Child => {
             drop(guard_wr);
-            let code = init_main(req, dir, guard_rd);
+            // Only the helper writes the agent's stdin: EOF there is the helper's to give.
+            let stdin = stdin.map(|p| {
+                // SAFETY: the child's own copy of the descriptor, closed once here.
+                unsafe { libc::close(p.wr.as_raw_fd()) };
+                &p.rd
+            });
+            let code = init_main(req, dir, guard_rd, stdin);
             std::process::exit(code)
         }
     }
@@ -1396,7 +1532,12 @@ fn hide_other_slots(req: &Request, dir: &Path) -> std::io::Result<()> {
     crate::agent::show_only_own_slot(root, dir, objects)
 }
 
-fn init_main(req: &Request, dir: &Path, guard: std::os::fd::OwnedFd) -> i32 {
+fn init_main(
+    req: &Request,
+    dir: &Path,
+    guard: std::os::fd::OwnedFd,
+    stdin: Option<&std::os::fd::OwnedFd>,
+) -> i32 {
     #[cfg(target_os = "linux")]
     // SAFETY: prctl with integer arguments. If the helper dies, so does this init, and with it
     // the whole namespace.
@@ -1424,7 +1565,7 @@ fn init_main(req: &Request, dir: &Path, guard: std::os::fd::OwnedFd) -> i32 {
     }
     // Without the pipe the loop below still sees the agent's exit, at its next timeout.
     let _ = wake::install();
-    let agent = match spawn_agent(req, dir) {
+    let agent = match spawn_agent(req, dir, stdin) {
         Ok(pid) => pid,
         Err(e) => {
             eprintln!("{}{:?}: {e}", agent_path::NOT_STARTED, req.argv[0]);
@@ -1492,14 +1633,23 @@ fn init_done(req: &Request, report: [u8; 2], code: i32) -> i32 {
     code
 }
 
-/// Start the agent itself: new session, limits, only fds 0–2, exactly the given environment.
-fn spawn_agent(req: &Request, dir: &Path) -> std::io::Result<Pid> {
+/// Start the agent itself: new session, limits, only fds 0–2, exactly the given environment;
+/// its stdin is `stdin` (the read end of the pipe the helper relays the lifeline to) or
+/// `/dev/null`.
+fn spawn_agent(
+    req: &Request,
+    dir: &Path,
+    stdin: Option<&std::os::fd::OwnedFd>,
+) -> std::io::Result<Pid> {
     let mut cmd = std::process::Command::new(&req.argv[0]);
     cmd.args(&req.argv[1..])
         .env_clear()
         .envs(req.env.iter().map(|(k, v)| (k, v)))
         .current_dir(dir)
-        .stdin(Stdio::null());
+        .stdin(match stdin {
+            Some(fd) => Stdio::from(fd.try_clone()?),
+            None => Stdio::null(),
+        });
     let nproc = if req.nproc == 0 {
         crate::wire::AGENT_NPROC
     } else {
@@ -1624,7 +1774,15 @@ fn wait_readable(fd: libc::c_int, ms: libc::c_int) -> Readable {
 
 /// Wait for `child` (the agent, or the namespace's init), reaping every other process that is
 /// re-parented to us, and stop the tree when told to: SIGTERM, lifeline EOF, or the deadline.
-fn supervise(child: Pid, pid_ns: bool, deadline: Option<Instant>, lifeline: bool) -> WaitStatus {
+///
+/// With `relay`, what comes on the lifeline goes on to the agent's stdin as it waits.
+fn supervise(
+    child: Pid,
+    pid_ns: bool,
+    deadline: Option<Instant>,
+    lifeline: bool,
+    mut relay: Option<Relay>,
+) -> WaitStatus {
     let mut stopping_since: Option<Instant> = None;
     let mut killed = false;
     let mut lifeline_open = lifeline;
@@ -1644,7 +1802,13 @@ fn supervise(child: Pid, pid_ns: bool, deadline: Option<Instant>, lifeline: bool
                 Err(_) => return WaitStatus::Exited(child, HELPER_FAILED as i32),
             }
         }
-        if lifeline_open {
+        if let (true, Some(r)) = (lifeline_open, relay.as_mut()) {
+            if r.step(100) == Readable::Closed {
+                lifeline_open = false;
+                // The agent's stdin ends with the lifeline.
+                relay = None;
+            }
+        } else if lifeline_open {
             if wait_readable(libc::STDIN_FILENO, 100) == Readable::Closed {
                 lifeline_open = false;
             }

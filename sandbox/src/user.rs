@@ -1598,6 +1598,19 @@ impl UserSandbox {
         timeout: Duration,
         lifeline: bool,
     ) -> Vec<u8> {
+        self.exec_request_with(argv, env, timeout, lifeline, false)
+    }
+
+    /// [`Self::exec_request`], with `stdio`: the agent's stdin is what follows the request on
+    /// the lifeline (see [`wire::Request::stdio`]).
+    fn exec_request_with(
+        &self,
+        argv: &[String],
+        env: &[(String, String)],
+        timeout: Duration,
+        lifeline: bool,
+        stdio: bool,
+    ) -> Vec<u8> {
         let user = &self.iso.user;
         // The agent is the sandbox user: its own home and name, no TMPDIR of the hub's, and a
         // PATH of directories it can search (the helper adds those of the hub's it can).
@@ -1636,6 +1649,7 @@ impl UserSandbox {
         request.lifeline = lifeline;
         // The lifeline is a socket pair (see `agent::run`); a short command's stdin is a pipe.
         request.verdict = lifeline;
+        request.stdio = stdio && lifeline;
         request.no_pid_namespace = pid_namespace_disabled();
         let mut bytes = Vec::new();
         // Serializing strings and integers into a Vec cannot fail.
@@ -2116,6 +2130,19 @@ impl Sandbox for UserSandbox {
                 request: self.exec_request(argv, env, timeout, true),
             },
         }
+    }
+
+    fn interactive_command(
+        &self,
+        argv: &[String],
+        env: &[(String, String)],
+        timeout: Duration,
+    ) -> AgentCommand {
+        let mut cmd = self.agent_command(argv, env, timeout);
+        if let Stop::Lifeline { request } = &mut cmd.stop {
+            *request = self.exec_request_with(argv, env, timeout, true, true);
+        }
+        cmd
     }
 
     fn run_over(&self) {

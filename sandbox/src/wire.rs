@@ -131,6 +131,12 @@ pub struct Request {
     /// init, the helper and sudo to exit before it knows the run is over.
     #[serde(default)]
     pub verdict: bool,
+    /// `exec`, with `lifeline`: the bytes that follow the request on the lifeline are the
+    /// agent's stdin (an agent spoken to over its stdio, such as an ACP agent). The helper
+    /// relays them to a pipe that is the agent's fd 0; the lifeline's EOF still stops the tree.
+    /// Without it the agent's stdin is `/dev/null`.
+    #[serde(default)]
+    pub stdio: bool,
 }
 
 /// How a base path is stored (the wire's copy of the store's mode).

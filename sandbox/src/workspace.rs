@@ -120,6 +120,18 @@ pub trait Sandbox: Send + Sync + std::fmt::Debug {
             stop: Stop::ProcessGroup,
         }
     }
+    /// Like [`Sandbox::agent_command`], for an agent spoken to over its stdio: the returned
+    /// command's stdin carries what the hub writes after the request (see
+    /// [`crate::wire::Request::stdio`]). Where the hub spawns the agent itself (a process
+    /// group) the two are the same: [`crate::agent::spawn_interactive`] pipes its stdin.
+    fn interactive_command(
+        &self,
+        argv: &[String],
+        env: &[(String, String)],
+        timeout: Duration,
+    ) -> AgentCommand {
+        self.agent_command(argv, env, timeout)
+    }
     /// Run one of the built-in agent's file tools in the sandbox, as the sandbox's user.
     fn tool(&self, request: &ToolRequest) -> Result<ToolReply, SandboxError>;
     /// A short description for logs and status lines.

@@ -2047,3 +2047,66 @@ fn checkers_run_as_the_sandbox_user_without_the_hubs_secrets() {
         "-----BEGIN OPENSSH P"
     );
 }
+
+/// An ACP agent (`--acp`) runs as command agents do under user isolation: as the sandbox user,
+/// with the scrubbed environment (none of the hub's secrets), spoken to through the
+/// supervisor's lifeline; `session/cancel` reaches it the same way, and cancel leaves no
+/// process of the sandbox user.
+fn acp_agent_runs_as_the_sandbox_user(root_hub: bool) -> Result<()> {
+    let s = Setup::new(root_hub)?;
+    let hub = s.hub(false, &["--acp", &crate::acp::agent("probe")])?;
+    let id = crate::acp::start(&hub, json!({"prompt": "probe"}))?;
+    let run = wait_run(&hub, &id, Duration::from_secs(90))?;
+    let log = crate::acp::run_log(&hub, &id);
+    assert_eq!(run["status"], "ready", "{run}\n{log}");
+    let sid = run["suggestion_ids"][0].as_str().context("suggestion")?;
+    let sug = hub.curl().get(&format!("/suggestions/{sid}"))?.body;
+    let files = crate::acp::added(&sug);
+    let probe = files.get("probe.txt").context("probe.txt")?;
+    assert!(
+        probe.starts_with(&format!("uid {}\n", s.agent.uid)),
+        "{probe}"
+    );
+    for (secret, _) in SECRETS {
+        assert!(
+            !probe.contains(secret),
+            "{secret} reached the agent: {probe}"
+        );
+    }
+    assert!(probe.contains("HUNKGATE_AGENT_TOKEN"), "{probe}");
+    assert!(files.contains_key("hello.txt"), "{files:?}");
+    assert!(log.contains("mcp: hunkgate"), "{log}");
+    wait_no_process_of(&s.agent, Some(&hub), Duration::from_secs(10))?;
+
+    let id = crate::acp::start(
+        &hub,
+        json!({"prompt": "wait", "acp": crate::acp::agent("hang")}),
+    )?;
+    wait_until("the prompt to be sent", Duration::from_secs(60), || {
+        crate::acp::run_log(&hub, &id).contains("new_session")
+    })?;
+    let r = hub.curl().post(&format!("/runs/{id}/cancel"), &json!({}))?;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let run = wait_run(&hub, &id, Duration::from_secs(30))?;
+    assert_eq!(run["status"], "cancelled", "{run}");
+    let log = crate::acp::run_log(&hub, &id);
+    assert!(log.contains("got session/cancel"), "{log}");
+    wait_no_process_of(&s.agent, Some(&hub), Duration::from_secs(10))?;
+    Ok(())
+}
+
+#[test]
+fn acp_agent_runs_as_the_sandbox_user_via_sudo() {
+    if !require_root("acp_agent_runs_as_the_sandbox_user_via_sudo") {
+        return;
+    }
+    acp_agent_runs_as_the_sandbox_user(false).unwrap();
+}
+
+#[test]
+fn acp_agent_runs_as_the_sandbox_user_when_the_hub_is_root() {
+    if !require_root("acp_agent_runs_as_the_sandbox_user_when_the_hub_is_root") {
+        return;
+    }
+    acp_agent_runs_as_the_sandbox_user(true).unwrap();
+}

@@ -1,6 +1,7 @@
 //! The end-to-end suite as one test binary: each module is one area of the product, run against
 //! the real `hunkgate` binary (build it first: `cargo build --workspace --bins`).
 
+mod acp;
 mod bench_smoke;
 mod builtin_agent;
 mod checkpoints;

@@ -124,8 +124,45 @@ fn runnable_template(agent: &str, url: &str) -> String {
     format!("sh {script} {url} local {{prompt}}")
 }
 
+/// How the hub runs the agent: its recipe's command template (`--agent`), or over the Agent
+/// Client Protocol (`--acp`, the recipe in docs/agents.md).
+#[derive(Clone, Copy, PartialEq)]
+enum Via {
+    Command,
+    Acp,
+}
+
+/// The `--acp` command of docs/agents.md's `opencode acp` recipe, made runnable here: the
+/// checkout's path for `/path/to/hunkgate`, the proxy's URL for the server's.
+fn runnable_acp_command(url: &str) -> String {
+    let text = std::fs::read_to_string(repo_root().join("docs/agents.md")).unwrap();
+    let line = text
+        .lines()
+        .find(|l| {
+            l.trim_start().starts_with("hunkgate serve --acp 'sh ")
+                && l.contains("/opencode-acp.sh ")
+        })
+        .expect("docs/agents.md has a `hunkgate serve --acp` recipe for opencode-acp.sh");
+    let start = line.find("--acp '").unwrap() + "--acp '".len();
+    let command = &line[start..start + line[start..].find('\'').unwrap()];
+    let words: Vec<&str> = command.split(' ').collect();
+    assert_eq!(
+        words.len(),
+        4,
+        "the recipe is `sh SCRIPT URL MODEL`: {command}"
+    );
+    assert_eq!((words[0], words[3]), ("sh", "local"), "{command}");
+    let script = words[1].replace("/path/to/hunkgate", repo_root().to_str().unwrap());
+    assert!(Path::new(&script).is_file(), "{script} is missing");
+    format!("sh {script} {url} local")
+}
+
 /// One whole run of `agent` through a hub against a real model server, reviewed.
 async fn whole_run(test: &str, agent: Agent) {
+    whole_run_via(test, agent, Via::Command).await
+}
+
+async fn whole_run_via(test: &str, agent: Agent, via: Via) {
     if !installed(test, &agent) {
         return;
     }
@@ -138,7 +175,19 @@ async fn whole_run(test: &str, agent: Agent) {
         ("README.md", b"# math\n".as_slice()),
     ])
     .unwrap();
-    let template = runnable_template(agent.name, &proxy.base_url());
+    let (flag, template, banner) = match via {
+        Via::Command => (
+            "--agent",
+            runnable_template(agent.name, &proxy.base_url()),
+            agent.banner,
+        ),
+        // The hub's own note of the agent's `initialize` answer.
+        Via::Acp => (
+            "--acp",
+            runnable_acp_command(&proxy.base_url()),
+            "acp initialized: OpenCode",
+        ),
+    };
     // The agent finds its executable, and opencode `hunkgate mcp`, on PATH.
     let hub_dir = hunkgate_bin().parent().unwrap().to_path_buf();
     let path = std::env::join_paths(
@@ -156,7 +205,7 @@ async fn whole_run(test: &str, agent: Agent) {
         &[
             "--isolation",
             "none",
-            "--agent",
+            flag,
             &template,
             "--agent-timeout",
             &timeout,
@@ -186,7 +235,7 @@ async fn whole_run(test: &str, agent: Agent) {
     eprintln!("{test}: the run ended {}", run["status"]);
 
     // The hub ran this agent, and it ran to its end: not killed by the hub's timeout.
-    assert!(agent_log.contains(agent.banner), "{ctx}");
+    assert!(agent_log.contains(banner), "{ctx}");
     let error = run["error"].as_str().unwrap_or("").to_lowercase();
     assert!(
         !error.contains("timed out"),
@@ -308,4 +357,16 @@ fn the_readme_recipes_are_the_tested_scripts() {
             assert!(script.contains(m), "{agent}.sh lost {m}");
         }
     }
+}
+
+/// `opencode acp` over the Agent Client Protocol, through docs/agents.md's recipe: the hub
+/// speaks ACP with it in the sandbox, and the turn's end is a suggestion reviewed as any other.
+#[tokio::test]
+async fn opencode_acp_runs_through_the_hub_against_a_local_model() {
+    whole_run_via(
+        "opencode_acp_runs_through_the_hub_against_a_local_model",
+        opencode(),
+        Via::Acp,
+    )
+    .await;
 }

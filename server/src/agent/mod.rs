@@ -2,6 +2,7 @@
 //!
 //! Layer 6: may import everything below `runs`.
 
+pub mod acp;
 pub mod checker;
 pub mod provider;
 pub mod run_tool;

@@ -39,6 +39,7 @@ impl Fixture {
             port,
             state_dir: tmp.path().join("state"),
             agent: None,
+            acp: Default::default(),
             agent_timeout: Duration::from_secs(60),
             agent_env: Vec::new(),
             allowed_origins: Vec::new(),

@@ -53,7 +53,7 @@ struct Cli {
 enum Cmd {
     /// Start the hub for a repository (defaults: the repository around the current directory,
     /// 127.0.0.1:4097, or a free port when that is taken).
-    Serve(crate::cli::serve::ServeArgs),
+    Serve(Box<crate::cli::serve::ServeArgs>),
     /// Create or check the sandbox user agents run as (and the sudoers rule a non-root hub
     /// needs): `hunkgate setup --check` says what is missing.
     Setup(crate::cli::setup::SetupArgs),
@@ -67,6 +67,10 @@ enum Cmd {
         /// Agent command template for this run (`{prompt}` is replaced by the prompt).
         #[arg(long)]
         agent: Option<String>,
+        /// An agent spoken to over the Agent Client Protocol for this run: its command, e.g.
+        /// 'opencode acp'.
+        #[arg(long, value_name = "COMMAND", conflicts_with_all = ["agent", "model"])]
+        acp: Option<String>,
         /// Seconds before the agent is killed.
         #[arg(long)]
         timeout: Option<u64>,
@@ -348,7 +352,7 @@ pub(crate) fn repo_root(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
 
 async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
     match cmd {
-        Cmd::Serve(args) => serve::serve(args).await,
+        Cmd::Serve(args) => serve::serve(*args).await,
         Cmd::Setup(args) => setup::setup(args),
         Cmd::SandboxHelper { .. } => unreachable!("the sandbox helper runs before the runtime"),
         Cmd::Publish {
@@ -389,6 +393,7 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
         Cmd::Run {
             prompt,
             agent,
+            acp,
             timeout,
             model,
             session,
@@ -398,6 +403,7 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
             let req = run::RunRequest {
                 prompt,
                 agent,
+                acp,
                 timeout,
                 model,
                 session,

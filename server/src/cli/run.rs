@@ -21,6 +21,7 @@ use crate::protocol::{Event, RunState, RunView};
 pub struct RunRequest {
     pub prompt: String,
     pub agent: Option<String>,
+    pub acp: Option<String>,
     pub timeout: Option<u64>,
     pub model: Option<String>,
     pub session: Option<String>,
@@ -42,8 +43,8 @@ pub async fn run(client: ClientArgs, req: RunRequest) -> anyhow::Result<ExitCode
     } else {
         Some(signal(SignalKind::interrupt()).context("listening for Ctrl-C")?)
     };
-    let body = json!({"prompt": req.prompt, "agent": req.agent, "timeout_secs": req.timeout,
-        "model": req.model, "session_id": req.session});
+    let body = json!({"prompt": req.prompt, "agent": req.agent, "acp": req.acp,
+        "timeout_secs": req.timeout, "model": req.model, "session_id": req.session});
     let v = c.post("/runs", body).await?;
     let run_id = v["run_id"].as_str().unwrap_or("").to_string();
     if req.no_wait {

@@ -167,6 +167,7 @@ mod tests {
             stop_reason: None,
             usage: None,
             question: None,
+            agent_info: None,
         }
     }
 

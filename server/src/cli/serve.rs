@@ -37,6 +37,19 @@ pub struct ServeArgs {
     /// Default agent command template, e.g. 'claude -p {prompt}'.
     #[arg(long)]
     agent: Option<String>,
+    /// Default agent spoken to over the Agent Client Protocol: its command, e.g.
+    /// 'opencode acp' (used when no --agent is given; also `[acp] command`).
+    #[arg(long, value_name = "COMMAND")]
+    acp: Option<String>,
+    /// Put an ACP agent's permission questions for this tool kind to the reviewer (repeatable:
+    /// execute, edit, delete, move, fetch, read, search, think, switch_mode, other; also
+    /// `[acp] ask`). Others are allowed: the sandbox is the boundary.
+    #[arg(long = "acp-ask", value_name = "KIND")]
+    acp_ask: Vec<String>,
+    /// Seconds an ACP permission question waits for the reviewer before the agent is told
+    /// "reject once" (default 600).
+    #[arg(long, value_name = "SECS")]
+    acp_ask_timeout: Option<u64>,
     /// Seconds before an agent run is killed (default 1800).
     #[arg(long)]
     agent_timeout: Option<u64>,
@@ -192,6 +205,9 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<(ServeConfig, bool)> {
         port,
         state_dir,
         agent: args.agent.or(file.agent.clone()),
+        acp: file
+            .acp
+            .resolve(args.acp, args.acp_ask, args.acp_ask_timeout)?,
         agent_timeout: Duration::from_secs(
             args.agent_timeout
                 .or(file.agent_timeout_secs)
@@ -240,6 +256,8 @@ fn announce(cfg: &ServeConfig, actual: std::net::SocketAddr) {
             p.base_url,
             p.key_source
         );
+    } else if let (None, Some(acp)) = (&cfg.agent, &cfg.acp.command) {
+        eprintln!("hunkgate: ACP agent: {acp}");
     } else if cfg.agent.is_none() {
         eprintln!("hunkgate: no default agent; runs need \"agent\", or start with --agent 'claude -p {{prompt}}' or --provider-url for the built-in agent");
     }

@@ -28,6 +28,9 @@ pub struct FileConfig {
     pub port: Option<u16>,
     /// Default agent command template, e.g. `claude -p {prompt}`.
     pub agent: Option<String>,
+    /// `[acp]`: the default agent spoken to over the Agent Client Protocol, and its policy.
+    #[serde(default)]
+    pub acp: AcpFile,
     pub agent_timeout_secs: Option<u64>,
     /// Names of environment variables passed through to agents (everything else is scrubbed).
     #[serde(default)]
@@ -72,6 +75,76 @@ pub struct FileConfig {
     /// `[[check]]`: the checkers run on each run's tree and base ([`checkers`]).
     #[serde(default)]
     pub check: Vec<checkers::CheckFile>,
+}
+
+/// `[acp]`.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcpFile {
+    /// The ACP agent's command, e.g. `opencode acp` (the default agent when no `agent` is set).
+    pub command: Option<String>,
+    /// Tool kinds whose permission questions are put to the reviewer (default: none, every
+    /// question is allowed: the sandbox is the boundary).
+    #[serde(default)]
+    pub ask: Vec<String>,
+    /// How long a question waits for the reviewer before the agent is told "reject once"
+    /// (default 600).
+    pub ask_timeout_secs: Option<u64>,
+}
+
+/// ACP's tool kinds: what `[acp] ask` may name.
+pub const ACP_TOOL_KINDS: &[&str] = &[
+    "read",
+    "edit",
+    "delete",
+    "move",
+    "search",
+    "execute",
+    "think",
+    "fetch",
+    "switch_mode",
+    "other",
+];
+
+/// How long an ACP permission question waits for the reviewer by default.
+pub const DEFAULT_ACP_ASK_TIMEOUT_SECS: u64 = 600;
+
+/// ACP agents, resolved.
+#[derive(Debug, Clone, Default)]
+pub struct Acp {
+    pub command: Option<String>,
+    pub ask: Vec<String>,
+    pub ask_timeout: Duration,
+}
+
+impl AcpFile {
+    /// With the flags (which win): the command, the kinds asked about (flags add to the
+    /// file's), the question timeout. An unknown kind is an error naming the known ones.
+    pub fn resolve(
+        &self,
+        command: Option<String>,
+        ask: Vec<String>,
+        ask_timeout_secs: Option<u64>,
+    ) -> anyhow::Result<Acp> {
+        let mut kinds = self.ask.clone();
+        kinds.extend(ask);
+        if let Some(bad) = kinds.iter().find(|k| !ACP_TOOL_KINDS.contains(&k.as_str())) {
+            anyhow::bail!(
+                "ACP permission kind {bad:?} is not one of ACP's tool kinds: {}",
+                ACP_TOOL_KINDS.join(", ")
+            );
+        }
+        Ok(Acp {
+            command: command.or_else(|| self.command.clone()),
+            ask: kinds,
+            ask_timeout: Duration::from_secs(
+                ask_timeout_secs
+                    .or(self.ask_timeout_secs)
+                    .unwrap_or(DEFAULT_ACP_ASK_TIMEOUT_SECS)
+                    .max(1),
+            ),
+        })
+    }
 }
 
 /// `[review]`.
@@ -417,6 +490,8 @@ pub struct ServeConfig {
     pub port: u16,
     pub state_dir: PathBuf,
     pub agent: Option<String>,
+    /// The ACP agent and its permission policy.
+    pub acp: Acp,
     pub agent_timeout: Duration,
     pub agent_env: Vec<String>,
     pub allowed_origins: Vec<String>,

@@ -39,6 +39,7 @@ fn config(tmp: &Path) -> ServeConfig {
         port: 0,
         state_dir: tmp.join("state"),
         agent: None,
+        acp: Default::default(),
         agent_timeout: Duration::from_secs(5),
         agent_env: Vec::new(),
         allowed_origins: Vec::new(),

@@ -374,9 +374,13 @@ pub struct RunView {
     /// Built-in agent: what the run cost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<RunUsage>,
-    /// Built-in agent: the question it waits on (status `waiting_for_user`).
+    /// Built-in agent: the question it waits on (status `waiting_for_user`); an ACP agent's
+    /// permission question too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub question: Option<Question>,
+    /// ACP agent: the name and version it gave in `initialize` (`OpenCode 1.18.33`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_info: Option<String>,
 }
 
 /// Token and call counts of a built-in agent run.
@@ -508,6 +512,9 @@ pub struct RunCmd {
     /// A command template, or `builtin` for the built-in agent.
     #[serde(default)]
     pub agent: Option<String>,
+    /// An agent spoken to over the Agent Client Protocol: its command (`opencode acp`).
+    #[serde(default)]
+    pub acp: Option<String>,
     /// The built-in agent's model for this run (implies `agent: "builtin"`).
     #[serde(default)]
     pub model: Option<String>,

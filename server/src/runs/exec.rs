@@ -184,6 +184,7 @@ impl Hub {
         );
         match &job.driver {
             Driver::Command(template) => self.run_agent_command(job, template, sandbox).await,
+            Driver::Acp(command) => self.drive_acp(job, command, sandbox).await,
             Driver::Builtin { model } => self.drive_builtin(job, model, sandbox, sensitive).await,
         }
     }
@@ -231,7 +232,7 @@ impl Hub {
 
     /// Mark the run ended in `state` with `message` as its error, and say so as a
     /// `suggestion.error` with `code`.
-    fn fail_run(
+    pub(super) fn fail_run(
         &self,
         run_id: &str,
         state: RunState,
@@ -267,13 +268,7 @@ impl Hub {
                 )
             }
         };
-        let agent_token = crate::hub::auth::random_token();
-        self.runs()
-            .agent_tokens
-            .lock()
-            .map_err(|_| poisoned())?
-            .insert(agent_token.clone(), run_id.to_string());
-
+        let agent_token = self.register_agent_token(run_id)?;
         let argv =
             build_argv(template, &prompt).map_err(|e| AppError::bad_request(e.to_string()))?;
         let env = self.agent_env(job, &prompt, &agent_token);
@@ -296,18 +291,39 @@ impl Hub {
             }
         };
         tracing::debug!(run = run_id, exit = ?outcome.exit, "agent process ended");
-        if let Ok(mut t) = self.runs().agent_tokens.lock() {
-            t.remove(&agent_token);
-        }
+        self.forget_agent_token(&agent_token);
         if let Some((state, message)) = agent_failure(&outcome) {
             return self.fail_run(run_id, state, ErrorCode::ExperimentFailed, message);
         }
         self.publish_after_exit(run_id, &job.prompt).await
     }
 
+    /// A new agent token for the run `run_id`: what its agent calls the agent API with.
+    pub(super) fn register_agent_token(&self, run_id: &str) -> Result<String, AppError> {
+        let agent_token = crate::hub::auth::random_token();
+        self.runs()
+            .agent_tokens
+            .lock()
+            .map_err(|_| poisoned())?
+            .insert(agent_token.clone(), run_id.to_string());
+        Ok(agent_token)
+    }
+
+    /// The run is over: its agent token opens nothing any more.
+    pub(super) fn forget_agent_token(&self, agent_token: &str) {
+        if let Ok(mut t) = self.runs().agent_tokens.lock() {
+            t.remove(agent_token);
+        }
+    }
+
     /// The agent command's environment: the scrubbed host environment, then its `prompt`
     /// (the run's, with the pinned pages named), the run's id, hub URL and agent token.
-    fn agent_env(&self, job: &RunJob, prompt: &str, agent_token: &str) -> Vec<(String, String)> {
+    pub(super) fn agent_env(
+        &self,
+        job: &RunJob,
+        prompt: &str,
+        agent_token: &str,
+    ) -> Vec<(String, String)> {
         let mut env = scrubbed_env(&self.cfg().agent_env);
         env.push(("HUNKGATE_PROMPT".into(), prompt.to_string()));
         env.push(("HUNKGATE_RUN_ID".into(), job.run_id.clone()));
@@ -363,7 +379,7 @@ impl Hub {
     }
 
     /// The run's output log, `<state>/runs/<run>.log` (None when it cannot be created).
-    fn open_run_log(&self, run_id: &str) -> Option<RunLog> {
+    pub(super) fn open_run_log(&self, run_id: &str) -> Option<RunLog> {
         let log_path = self
             .cfg()
             .state_dir
@@ -377,7 +393,7 @@ impl Hub {
 
     /// After an agent command exited 0: `ready` if it published already, else what it left
     /// becomes a suggestion (or the run ends `no_changes`).
-    async fn publish_after_exit(
+    pub(super) async fn publish_after_exit(
         self: &Arc<Self>,
         run_id: &str,
         prompt: &str,
@@ -450,7 +466,7 @@ fn snapshot_skipped_message(skipped: &[SkippedEntry]) -> String {
 
 /// How an agent command that did not exit 0 ends its run: `cancelled` or `failed`, with its
 /// exit and the last 20 lines of its stderr. None when it exited 0.
-fn agent_failure(outcome: &agent::Outcome) -> Option<(RunState, String)> {
+pub(super) fn agent_failure(outcome: &agent::Outcome) -> Option<(RunState, String)> {
     let exit = &outcome.exit;
     if *exit == Exit::Code(0) {
         return None;
@@ -485,7 +501,7 @@ pub const LOG_TAIL: usize = 1024 * 1024;
 
 /// An agent's output log (`<state>/runs/<run>.log`), capped: the head as it comes, then the
 /// tail, with what was dropped between them said in the file.
-struct RunLog {
+pub(super) struct RunLog {
     file: std::fs::File,
     written: usize,
     tail: std::collections::VecDeque<String>,
@@ -506,7 +522,7 @@ impl RunLog {
         }
     }
 
-    fn line(&mut self, tag: &str, line: &str) {
+    pub(super) fn line(&mut self, tag: &str, line: &str) {
         use std::io::Write;
         // A secret the agent printed never reaches the log (see [`crate::model::redact`]).
         let text = format!("{tag} {}\n", crate::model::redact::redact(line));
@@ -527,7 +543,7 @@ impl RunLog {
         }
     }
 
-    fn finish(mut self) {
+    pub(super) fn finish(mut self) {
         use std::io::Write;
         if self.dropped_lines > 0 {
             let _ = writeln!(

@@ -2,8 +2,10 @@
 //! record what it left as the run commit, and publish the difference as a suggestion.
 //!
 //! `mod.rs` starts, queues and cancels runs; `exec.rs` runs the agent in its sandbox;
-//! `builtin.rs` drives the built-in agent; `publish.rs` turns a sandbox into a suggestion.
+//! `builtin.rs` drives the built-in agent; `acp.rs` drives an agent over the Agent Client
+//! Protocol; `publish.rs` turns a sandbox into a suggestion.
 
+mod acp;
 mod builtin;
 mod checks;
 mod exec;
@@ -145,6 +147,14 @@ impl Hub {
             }
             Ok(Driver::Builtin { model })
         };
+        if let Some(acp) = cmd.acp.as_deref() {
+            if cmd.agent.is_some() || cmd.model.is_some() {
+                return Err(AppError::bad_request(
+                    "\"acp\" names the run's agent: leave out \"agent\" and \"model\"".into(),
+                ));
+            }
+            return Ok(Driver::Acp(acp.to_string()));
+        }
         match (cmd.agent.as_deref(), cmd.model.as_deref()) {
             (Some(BUILTIN), m) | (None, m @ Some(_)) => builtin(m),
             (Some(_), Some(_)) => Err(AppError::bad_request(
@@ -153,6 +163,9 @@ impl Hub {
             (Some(t), None) => Ok(Driver::Command(t.to_string())),
             (None, None) => match self.cfg().agent.as_deref() {
                 _ if session_model.is_some() => builtin(None),
+                None if self.cfg().acp.command.is_some() => Ok(Driver::Acp(
+                    self.cfg().acp.command.clone().unwrap_or_default(),
+                )),
                 Some(BUILTIN) => builtin(None),
                 Some(t) => Ok(Driver::Command(t.to_string())),
                 None if self.cfg().provider.is_some() => builtin(None),
@@ -217,9 +230,13 @@ impl Hub {
             None => None,
         };
         let driver = self.resolve_driver(cmd, session_model.as_deref())?;
-        if let Driver::Command(template) = &driver {
+        match &driver {
             // Refuse a broken template now rather than as a failed run later.
-            build_argv(template, prompt).map_err(|e| AppError::bad_request(e.to_string()))?;
+            Driver::Command(template) => {
+                build_argv(template, prompt).map_err(|e| AppError::bad_request(e.to_string()))?;
+            }
+            Driver::Acp(command) => check_acp_command(command)?,
+            Driver::Builtin { .. } => {}
         }
         let timeout = Duration::from_secs(
             cmd.timeout_secs
@@ -358,11 +375,28 @@ impl Hub {
 }
 
 pub const BUILTIN: &str = "builtin";
+/// A run's `agent` for an ACP agent: this, then its command.
+pub const ACP_PREFIX: &str = "acp:";
 
-/// What drives a run: an agent command in the sandbox, or the hub's own tool loop.
+/// An ACP agent's command: words split like a shell's, and no `{prompt}` (the prompt goes over
+/// ACP).
+fn check_acp_command(command: &str) -> Result<(), AppError> {
+    if command.contains("{prompt}") {
+        return Err(AppError::bad_request(format!(
+            "ACP agent {command:?}: the prompt goes over ACP (session/prompt), so the command takes no {{prompt}}"
+        )));
+    }
+    build_argv(command, "")
+        .map(drop)
+        .map_err(|e| AppError::bad_request(e.to_string()))
+}
+
+/// What drives a run: an agent command in the sandbox, an ACP agent in the sandbox (its
+/// command), or the hub's own tool loop.
 #[derive(Debug, Clone)]
 enum Driver {
     Command(String),
+    Acp(String),
     Builtin { model: String },
 }
 
@@ -383,6 +417,7 @@ fn new_run_rec(run_id: String, prompt: &str, driver: &Driver, session_id: String
         prompt: prompt.to_string(),
         agent: Some(match driver {
             Driver::Command(t) => t.clone(),
+            Driver::Acp(c) => format!("{ACP_PREFIX}{c}"),
             Driver::Builtin { model } => format!("{BUILTIN}:{model}"),
         }),
         suggestion_ids: Vec::new(),
@@ -393,11 +428,12 @@ fn new_run_rec(run_id: String, prompt: &str, driver: &Driver, session_id: String
         session_id: Some(session_id),
         model: match driver {
             Driver::Builtin { model } => Some(model.clone()),
-            Driver::Command(_) => None,
+            Driver::Command(_) | Driver::Acp(_) => None,
         },
         stop_reason: None,
         usage: None,
         question: None,
+        agent_info: None,
     }
 }
 
