@@ -335,14 +335,15 @@ pub async fn run_then(
         &hub.url(),
         &hub.cfg().state_dir,
     )?;
-    write_private(
-        &hub_json,
-        &serde_json::to_vec(&record).expect("a record serialises"),
-    )?;
     let discovery_dir = crate::discovery::dir()?;
     warn_of_another_hub(&discovery_dir, &record);
     let record_path = crate::discovery::write(&discovery_dir, &record)?;
     tracing::debug!(record = %record_path.display(), "wrote the hub's discovery record");
+    // After the discovery record: whoever sees `hub.json` finds the hub by its repository too.
+    write_private(
+        &hub_json,
+        &serde_json::to_vec(&record).expect("a record serialises"),
+    )?;
     ready(hub.cfg());
     let weak = Arc::downgrade(&hub);
     hub.tasks().spawn(crate::hub::quiet::give_back_when_quiet(
