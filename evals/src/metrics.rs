@@ -193,10 +193,33 @@ pub fn compute(lines: &[ResultLine]) -> Vec<Metrics> {
 
 /// A plain-text table, one row per agent × model, then the stop reasons and statuses.
 pub fn render(rows: &[Metrics]) -> String {
-    let pct = |v: Option<f64>| {
-        v.map(|v| format!("{:.1}", v * 100.0))
-            .unwrap_or_else(|| "-".into())
-    };
+    let mut out = main_table(rows);
+    out.push_str(&aider_table(rows));
+    out.push_str(&replay_table(rows));
+    out.push_str(&checks_table(rows));
+    out.push('\n');
+    out.push_str(&statuses(rows));
+    out
+}
+
+/// A percentage with one decimal, or `-`.
+fn pct(v: Option<f64>) -> String {
+    v.map(|v| format!("{:.1}", v * 100.0))
+        .unwrap_or_else(|| "-".into())
+}
+
+/// At most `n` characters of `s` (a column's width).
+fn cut(s: &str, n: usize) -> String {
+    s.chars().take(n).collect()
+}
+
+/// The model column: the model's name, or `-`.
+fn model_col(m: &Metrics) -> String {
+    cut(m.model.as_deref().unwrap_or("-"), 12)
+}
+
+/// Tasks, success, review outcomes, tool calls, times, tokens and clarifications.
+fn main_table(rows: &[Metrics]) -> String {
     let num = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_else(|| "-".into());
     let mut out = format!(
         "{:<28} {:<12} {:>5} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>5}\n",
@@ -206,8 +229,8 @@ pub fn render(rows: &[Metrics]) -> String {
     for m in rows {
         out.push_str(&format!(
             "{:<28} {:<12} {:>5} {:>6.1} {:>6} {:>6} {:>6} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>5.1}\n",
-            crate::runner::short_agent(&m.agent).chars().take(28).collect::<String>(),
-            m.model.as_deref().unwrap_or("-").chars().take(12).collect::<String>(),
+            cut(&crate::runner::short_agent(&m.agent), 28),
+            model_col(m),
             m.tasks,
             m.success_rate * 100.0,
             pct(m.accepted_ratio),
@@ -225,20 +248,20 @@ pub fn render(rows: &[Metrics]) -> String {
             m.clarification_rate * 100.0,
         ));
     }
-    out.push_str(&format!(
+    out
+}
+
+/// Aider's polyglot benchmark's two figures, with its best published result beside them.
+fn aider_table(rows: &[Metrics]) -> String {
+    let mut out = format!(
         "\nAider polyglot analogues: {:<28} {:<12} {:>9} {:>11}\n",
         "agent", "model", "pass%", "well-formed%"
-    ));
+    );
     for m in rows {
         out.push_str(&format!(
             "                          {:<28} {:<12} {:>9.1} {:>11}\n",
-            m.label().chars().take(28).collect::<String>(),
-            m.model
-                .as_deref()
-                .unwrap_or("-")
-                .chars()
-                .take(12)
-                .collect::<String>(),
+            cut(&m.label(), 28),
+            model_col(m),
             m.pass_rate() * 100.0,
             pct(m.well_formed_rate()),
         ));
@@ -249,6 +272,13 @@ pub fn render(rows: &[Metrics]) -> String {
         AIDER_BEST.1 * 100.0,
         AIDER_BEST.2 * 100.0
     ));
+    out
+}
+
+/// Replays of a feedback log: what the user kept that each reproduced, what they rejected
+/// that it avoided. Empty without replay tasks.
+fn replay_table(rows: &[Metrics]) -> String {
+    let mut out = String::new();
     if rows.iter().any(|m| m.replay_tasks > 0) {
         out.push_str(&format!(
             "\nreplay: {:<28} {:<12} {:>5} {:>7} {:>9} {:>6}\n",
@@ -257,13 +287,8 @@ pub fn render(rows: &[Metrics]) -> String {
         for m in rows.iter().filter(|m| m.replay_tasks > 0) {
             out.push_str(&format!(
                 "        {:<28} {:<12} {:>5} {:>7} {:>9} {:>6}\n",
-                m.label().chars().take(28).collect::<String>(),
-                m.model
-                    .as_deref()
-                    .unwrap_or("-")
-                    .chars()
-                    .take(12)
-                    .collect::<String>(),
+                cut(&m.label(), 28),
+                model_col(m),
                 m.replay_tasks,
                 pct(m.kept_recall),
                 pct(m.rejected_avoided),
@@ -271,6 +296,12 @@ pub fn render(rows: &[Metrics]) -> String {
             ));
         }
     }
+    out
+}
+
+/// The checkers' new diagnostics per suggestion. Empty when the hub checked nothing.
+fn checks_table(rows: &[Metrics]) -> String {
+    let mut out = String::new();
     if rows.iter().any(|m| m.checked_suggestions > 0) {
         out.push_str(&format!(
             "\nchecks: {:<28} {:<12} {:>11} {:>5} {:>10}\n",
@@ -279,27 +310,27 @@ pub fn render(rows: &[Metrics]) -> String {
         for m in rows.iter().filter(|m| m.checked_suggestions > 0) {
             out.push_str(&format!(
                 "        {:<28} {:<12} {:>11} {:>5} {:>10.2}\n",
-                m.label().chars().take(28).collect::<String>(),
-                m.model
-                    .as_deref()
-                    .unwrap_or("-")
-                    .chars()
-                    .take(12)
-                    .collect::<String>(),
+                cut(&m.label(), 28),
+                model_col(m),
                 m.checked_suggestions,
                 m.new_diagnostics,
                 m.new_diagnostics_per_suggestion.unwrap_or(0.0),
             ));
         }
     }
-    out.push('\n');
+    out
+}
+
+/// How each agent's runs ended: statuses and stop reasons, one line each.
+fn statuses(rows: &[Metrics]) -> String {
+    let list = |map: &BTreeMap<String, usize>| {
+        map.iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut out = String::new();
     for m in rows {
-        let list = |map: &BTreeMap<String, usize>| {
-            map.iter()
-                .map(|(k, v)| format!("{k} {v}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
         out.push_str(&format!(
             "{}: statuses: {}{}\n",
             crate::runner::short_agent(&m.agent),

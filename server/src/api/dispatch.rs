@@ -9,7 +9,8 @@ use serde_json::{json, Value};
 use crate::error::AppError;
 use crate::hub::{DecisionResult, Hub};
 use crate::protocol::{
-    ClientMsg, FeedbackAction, PublishReply, RunView, SuggestionSummary, SuggestionView,
+    ClientMsg, FeedbackAction, FeedbackCmd, PublishReply, RunView, SuggestionSummary,
+    SuggestionView,
 };
 
 /// What a command answers, typed; [`Reply::into_data`] is the WebSocket response's `data`.
@@ -55,39 +56,7 @@ fn to_data<T: serde::Serialize>(v: T) -> Result<Value, AppError> {
 pub async fn dispatch(hub: &Arc<Hub>, msg: ClientMsg) -> Result<Reply, AppError> {
     match msg {
         ClientMsg::Feedback(cmd) => hub
-            .blocking(move |hub| match (cmd.merged_against.as_deref(), cmd.lines) {
-                (Some(_), Some(_)) => Err(AppError::bad_request(
-                    "\"lines\" and mergedAgainst do not go together: a merge lands whole".into(),
-                )),
-                (Some(against), None) if cmd.action == FeedbackAction::Accept => hub.decide_merged(
-                    &cmd.suggestion_id,
-                    &cmd.hunk_id,
-                    against,
-                    cmd.comment.as_deref(),
-                ),
-                (Some(_), None) => Err(AppError::bad_request(format!(
-                    "mergedAgainst is only allowed with action \"accept\", not {:?}",
-                    cmd.action.word()
-                ))),
-                (None, Some(lines)) if cmd.modified_diff.is_none() => hub.decide_lines(
-                    &cmd.suggestion_id,
-                    &cmd.hunk_id,
-                    cmd.action,
-                    lines,
-                    cmd.comment.as_deref(),
-                ),
-                (None, Some(_)) => Err(AppError::bad_request(
-                    "\"lines\" and modifiedDiff do not go together: a modify lands the diff you give"
-                        .into(),
-                )),
-                (None, None) => hub.decide(
-                    &cmd.suggestion_id,
-                    &cmd.hunk_id,
-                    cmd.action,
-                    cmd.modified_diff.as_deref(),
-                    cmd.comment.as_deref(),
-                ),
-            })
+            .blocking(move |hub| feedback(hub, cmd))
             .await
             .map(|d| Reply::Decision(Box::new(d))),
         ClientMsg::FeedbackAll(cmd) => hub
@@ -144,6 +113,44 @@ pub async fn dispatch(hub: &Arc<Hub>, msg: ClientMsg) -> Result<Reply, AppError>
             hub.agent_status(&run_id, &cmd.message, cmd.status.as_deref())?;
             Ok(Reply::Sent)
         }
+    }
+}
+
+/// One hunk decided: whole, by a line range, as its three-way merge, or in the reviewer's
+/// version — refusing the fields that do not go together.
+fn feedback(hub: &Hub, cmd: FeedbackCmd) -> Result<DecisionResult, AppError> {
+    match (cmd.merged_against.as_deref(), cmd.lines) {
+        (Some(_), Some(_)) => Err(AppError::bad_request(
+            "\"lines\" and mergedAgainst do not go together: a merge lands whole".into(),
+        )),
+        (Some(against), None) if cmd.action == FeedbackAction::Accept => hub.decide_merged(
+            &cmd.suggestion_id,
+            &cmd.hunk_id,
+            against,
+            cmd.comment.as_deref(),
+        ),
+        (Some(_), None) => Err(AppError::bad_request(format!(
+            "mergedAgainst is only allowed with action \"accept\", not {:?}",
+            cmd.action.word()
+        ))),
+        (None, Some(lines)) if cmd.modified_diff.is_none() => hub.decide_lines(
+            &cmd.suggestion_id,
+            &cmd.hunk_id,
+            cmd.action,
+            lines,
+            cmd.comment.as_deref(),
+        ),
+        (None, Some(_)) => Err(AppError::bad_request(
+            "\"lines\" and modifiedDiff do not go together: a modify lands the diff you give"
+                .into(),
+        )),
+        (None, None) => hub.decide(
+            &cmd.suggestion_id,
+            &cmd.hunk_id,
+            cmd.action,
+            cmd.modified_diff.as_deref(),
+            cmd.comment.as_deref(),
+        ),
     }
 }
 

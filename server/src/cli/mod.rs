@@ -361,23 +361,6 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
             json,
         } => agent::publish(message, files, json).await,
         Cmd::AgentStatus { message, state } => agent::status(message, state).await,
-        Cmd::Status {
-            message,
-            state,
-            client,
-        } => status::status(message, state, client).await,
-        Cmd::Runs { all, client } => runs::runs(all, client).await,
-        Cmd::Cancel { run, client } => runs::cancel(run, client).await,
-        Cmd::Gc { dry_run, client } => gc::gc(dry_run, client).await,
-        Cmd::Context { cmd } => context::context(cmd).await,
-        Cmd::Restore { path, client } => review::restore(path, client).await,
-        Cmd::Modify {
-            id,
-            hunk,
-            diff,
-            comment,
-            client,
-        } => modify::modify(client, id, hunk, diff, comment).await,
         Cmd::Mcp => {
             mcp::run_stdio().await?;
             Ok(ExitCode::SUCCESS)
@@ -390,6 +373,15 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
             println!("{}", reviewer_client(&client).await?.url());
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Status {
+            message,
+            state,
+            client,
+        } => status::status(message, state, client).await,
+        Cmd::Runs { all, client } => runs::runs(all, client).await,
+        Cmd::Cancel { run, client } => runs::cancel(run, client).await,
+        Cmd::Gc { dry_run, client } => gc::gc(dry_run, client).await,
+        Cmd::Context { cmd } => context::context(cmd).await,
         Cmd::Run {
             prompt,
             agent,
@@ -417,6 +409,13 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
             skip,
             client,
         } => run::answer(run, answer, skip, client).await,
+        review => dispatch_review(review).await,
+    }
+}
+
+/// The reviewer's commands on suggestions and their hunks ([`dispatch`] passes them on).
+async fn dispatch_review(cmd: Cmd) -> anyhow::Result<ExitCode> {
+    match cmd {
         Cmd::List { all, client } => review::list(all, client).await,
         Cmd::Show { id, hunk, client } => review::show(id, hunk, client).await,
         Cmd::Accept {
@@ -450,7 +449,16 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
         Cmd::Undo { id, hunks, client } => {
             review::decide(client, id, hunks, ("undo", None), None, false).await
         }
+        Cmd::Modify {
+            id,
+            hunk,
+            diff,
+            comment,
+            client,
+        } => modify::modify(client, id, hunk, diff, comment).await,
+        Cmd::Restore { path, client } => review::restore(path, client).await,
         Cmd::Complete { id, action, client } => review::complete(id, action, client).await,
+        _ => unreachable!("dispatch runs every other command itself"),
     }
 }
 
