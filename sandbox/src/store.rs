@@ -120,8 +120,6 @@ pub struct Store {
     /// allocated and cleared). One is taken for a whole stream and put back only after it, so
     /// a failure never leaves half of one for the next.
     deflate: std::sync::Mutex<Vec<flate2::write::ZlibEncoder<Vec<u8>>>>,
-    /// Blobs compressed ahead of the pack that is to hold them ([`Store::compress_ahead`]).
-    ahead: std::sync::Mutex<Ahead>,
     /// Bytes of blobs read since the maps were last released ([`Store::release_maps_after`]).
     read_bytes: std::sync::atomic::AtomicU64,
     /// The last blobs [`Store::write_blob`] wrote, for [`Store::read_blob`] to answer from
@@ -162,20 +160,6 @@ impl RecentBlobs {
         found.map(|(_, bytes)| bytes.clone())
     }
 }
-
-/// Pack entries of blobs compressed before any batch holds them: a publish's new files, read
-/// and compressed while its agent still works, so that the pack written after the agent's
-/// end only has to be put together. Taken by the pack that holds them; the rest is dropped
-/// when the run is over ([`Store::forget_ahead`]).
-#[derive(Default)]
-struct Ahead {
-    entries: std::collections::HashMap<ObjectId, Vec<u8>>,
-    bytes: usize,
-}
-
-/// At most this many compressed bytes wait in [`Ahead`]; blobs past it are compressed when
-/// their pack is written, as without.
-const AHEAD_BYTES: usize = 16 << 20;
 
 const IDENTITY_NAME: &str = "hunkgate";
 
@@ -221,7 +205,6 @@ impl Store {
             durable: true,
             spares: None,
             deflate: Default::default(),
-            ahead: Default::default(),
             read_bytes: Default::default(),
             recent: Default::default(),
         })
@@ -243,7 +226,6 @@ impl Store {
             durable: false,
             spares: None,
             deflate: Default::default(),
-            ahead: Default::default(),
             read_bytes: Default::default(),
             recent: Default::default(),
         })
@@ -737,96 +719,6 @@ impl Store {
             .unwrap_or_else(crate::pack::new_deflate)
     }
 
-    /// Compress `blobs` into pack entries now, for the pack that will hold them to take
-    /// instead of compressing them then ([`Ahead`]). `blobs` are ids and contents whose ids
-    /// this process computed from those very bytes (a file it read itself). Blobs the store
-    /// has, blobs compressed already, and blobs past [`AHEAD_BYTES`] are left alone.
-    pub fn compress_ahead<'a>(&self, blobs: impl IntoIterator<Item = (ObjectId, &'a [u8])>) {
-        let mut z = None;
-        for (oid, bytes) in blobs {
-            debug_assert_eq!(oid, blob_id(bytes));
-            let wanted = !self.known(oid)
-                && self.ahead.lock().is_ok_and(|a| {
-                    !a.entries.contains_key(&oid) && a.bytes + bytes.len() <= AHEAD_BYTES
-                });
-            if !wanted {
-                continue;
-            }
-            let deflate = z.get_or_insert_with(|| self.take_deflate());
-            let Ok(entry) = crate::pack::deflate_entry(crate::pack::OBJ_BLOB, bytes, deflate)
-            else {
-                // Half a stream is never put back; its pack compresses the blob itself.
-                z = None;
-                break;
-            };
-            if let Ok(mut a) = self.ahead.lock() {
-                a.bytes += entry.len();
-                a.entries.insert(oid, entry);
-            }
-        }
-        if let Some(z) = z {
-            self.give_deflate(z);
-        }
-    }
-
-    /// The entries compressed ahead for those of `oids` that have one, taken out.
-    fn take_ahead(
-        &self,
-        oids: impl Iterator<Item = ObjectId>,
-    ) -> std::collections::HashMap<ObjectId, Vec<u8>> {
-        let Ok(mut a) = self.ahead.lock() else {
-            return Default::default();
-        };
-        if a.entries.is_empty() {
-            return Default::default();
-        }
-        let taken: std::collections::HashMap<_, _> = oids
-            .filter_map(|oid| a.entries.remove(&oid).map(|e| (oid, e)))
-            .collect();
-        a.bytes -= taken.values().map(Vec::len).sum::<usize>();
-        tracing::debug!(
-            taken = taken.len(),
-            left = a.entries.len(),
-            "blobs compressed ahead"
-        );
-        taken
-    }
-
-    /// Drop the entries compressed ahead for `oids`, which the store now has.
-    fn drop_ahead(&self, oids: &std::collections::HashSet<ObjectId>) {
-        if let Ok(mut a) = self.ahead.lock() {
-            if a.entries.is_empty() {
-                return;
-            }
-            let dropped: usize = oids
-                .iter()
-                .filter_map(|oid| a.entries.remove(oid))
-                .map(|e| e.len())
-                .sum();
-            a.bytes -= dropped;
-        }
-    }
-
-    /// How many bytes of `objects` have no entry compressed ahead.
-    fn bytes_not_ahead(&self, objects: &[HeldObject]) -> usize {
-        let Ok(a) = self.ahead.lock() else {
-            return objects.iter().map(|(_, _, b)| b.len()).sum();
-        };
-        objects
-            .iter()
-            .filter(|(_, oid, _)| !a.entries.contains_key(oid))
-            .map(|(_, _, b)| b.len())
-            .sum()
-    }
-
-    /// Drop what was compressed ahead and not taken (a run is over: its files were written
-    /// again after they were read, or not published).
-    pub fn forget_ahead(&self) {
-        if let Ok(mut a) = self.ahead.lock() {
-            *a = Ahead::default();
-        }
-    }
-
     /// Keep a compressor that finished its last stream (at most one per I/O thread).
     fn give_deflate(&self, z: flate2::write::ZlibEncoder<Vec<u8>>) {
         if let Ok(mut d) = self.deflate.lock() {
@@ -850,9 +742,7 @@ impl Store {
         let started = std::time::Instant::now();
         let (done, compressed) = compressed.unwrap_or_default();
         let objects = &all[done..];
-        let taken = self.take_ahead(objects.iter().map(|(_, oid, _)| *oid));
-        // What is left to compress: an entry compressed ahead costs nothing now.
-        let cost = |(_, oid, b): &HeldObject| if taken.contains_key(oid) { 0 } else { b.len() };
+        let cost = |(_, _, b): &HeldObject| b.len();
         let total: usize = objects.iter().map(cost).sum();
         let threads = crate::io_threads().min(total / BYTES_PER_THREAD).max(1);
         // Contiguous shares of about equal bytes to compress, in order.
@@ -866,11 +756,9 @@ impl Store {
             }
         }
         shares.push(&objects[start..]);
-        let ahead = std::sync::Mutex::new(taken);
-        let ahead = |oid: &ObjectId| ahead.lock().ok().and_then(|mut a| a.remove(oid));
         let deflate_share = |share: &[HeldObject]| -> std::io::Result<Vec<PackEntry>> {
             let mut z = self.take_deflate();
-            let entries = deflate_entries(share, &mut z, &ahead)?;
+            let entries = deflate_entries(share, &mut z)?;
             self.give_deflate(z);
             Ok(entries)
         };
@@ -1150,7 +1038,6 @@ impl Store {
             durable: true,
             spares: None,
             deflate: Default::default(),
-            ahead: Default::default(),
             read_bytes: Default::default(),
             recent: Default::default(),
         })
@@ -1310,18 +1197,6 @@ pub struct Fresh {
 }
 
 impl Fresh {
-    /// These blobs, as they are (their ids the caller's to vouch for), without a budget.
-    pub fn of(blobs: impl IntoIterator<Item = (ObjectId, std::sync::Arc<Vec<u8>>)>) -> Fresh {
-        let blobs: std::collections::HashMap<_, _> = blobs.into_iter().collect();
-        let bytes = blobs.values().map(|b| b.len()).sum();
-        Fresh {
-            blobs,
-            bytes,
-            budget: usize::MAX,
-            not_text: Default::default(),
-        }
-    }
-
     /// Whether blob `oid` was given past the budget and is not text: a binary file, whatever
     /// else it holds.
     pub fn not_text(&self, oid: &ObjectId) -> bool {
@@ -1434,27 +1309,23 @@ impl ObjectBatch<'_> {
     /// Start compressing what the batch holds now on a thread of its own, for the pack that
     /// [`ObjectBatch::finish`] writes — a publish's new blobs, while their trees are made and
     /// the hunks diffed; `finish` then compresses only what came after. Nothing happens when
-    /// the objects already go into a pack as they come, or are too few for one, or when all
-    /// but [`ObjectBatch::COMPRESS_AT_FINISH`] bytes of them were compressed ahead
-    /// ([`Store::compress_ahead`]): on a busy machine a new thread may wait milliseconds for
-    /// a core, longer than `finish` takes to compress that much itself.
+    /// the objects already go into a pack as they come, or are too few for one, or hold no
+    /// more than [`ObjectBatch::COMPRESS_AT_FINISH`] bytes: on a busy machine a new thread
+    /// may wait milliseconds for a core, longer than `finish` takes to compress that much
+    /// itself.
     pub fn compress_held(&mut self) {
         if self.pack.is_some() || self.compressing.is_some() || self.held.len() <= Self::PACK_AT {
             return;
         }
-        if self.store.bytes_not_ahead(&self.held) <= Self::COMPRESS_AT_FINISH {
+        let bytes: usize = self.held.iter().map(|(_, _, b)| b.len()).sum();
+        if bytes <= Self::COMPRESS_AT_FINISH {
             return;
         }
         let held = self.held.clone();
-        let ahead =
-            std::cell::RefCell::new(self.store.take_ahead(held.iter().map(|(_, oid, _)| *oid)));
         let mut z = self.store.take_deflate();
         let thread = std::thread::Builder::new()
             .name("hunkgate-deflate".into())
-            .spawn(move || {
-                let ahead = |oid: &ObjectId| ahead.borrow_mut().remove(oid);
-                (deflate_entries(&held, &mut z, &ahead), z)
-            });
+            .spawn(move || (deflate_entries(&held, &mut z), z));
         match thread {
             Ok(thread) => self.compressing = Some((self.held.len(), thread)),
             Err(e) => tracing::debug!(error = %e, "compressing at finish instead"),
@@ -1516,39 +1387,6 @@ impl ObjectBatch<'_> {
                 self.put(gix::objs::Kind::Blob, oid, bytes)?
             }
         }
-        Ok(oid)
-    }
-
-    /// [`ObjectBatch::write_blob_hashed`] of bytes that are shared already (an early read's:
-    /// see [`crate::snapshot::Early`]): kept or held without a copy.
-    pub(crate) fn write_blob_shared(
-        &mut self,
-        oid: ObjectId,
-        bytes: std::sync::Arc<Vec<u8>>,
-    ) -> Result<ObjectId, StoreError> {
-        debug_assert_eq!(oid, blob_id(&bytes));
-        if self.ids.contains(&oid) || self.store.known(oid) {
-            return Ok(oid);
-        }
-        self.take_new_blob(bytes.len())?;
-        let kept = match self.fresh.as_mut() {
-            Some(fresh) if fresh.bytes + bytes.len() <= fresh.budget => {
-                fresh.bytes += bytes.len();
-                fresh.blobs.insert(oid, bytes.clone());
-                bytes
-            }
-            _ => {
-                if let Some(fresh) = self.fresh.as_mut() {
-                    fresh.spilled(oid, &bytes);
-                    self.spilled = true;
-                }
-                self.ids.insert(oid);
-                self.put(gix::objs::Kind::Blob, oid, Cow::Borrowed(&bytes))?;
-                return Ok(oid);
-            }
-        };
-        self.ids.insert(oid);
-        self.hold(gix::objs::Kind::Blob, oid, kept)?;
         Ok(oid)
     }
 
@@ -1669,8 +1507,6 @@ impl ObjectBatch<'_> {
         for oid in &self.ids {
             store.remember(*oid);
         }
-        // Whatever was compressed ahead for objects written loose is of no use now.
-        store.drop_ahead(&self.ids);
         Ok(())
     }
 }
@@ -1699,18 +1535,15 @@ impl BlobReader<'_> {
     }
 }
 
-/// The pack entries of `objects`, in order: those `ahead` has ([`Store::compress_ahead`]),
-/// the others compressed with `z`.
+/// The pack entries of `objects`, in order, compressed with `z`.
 fn deflate_entries(
     objects: &[HeldObject],
     z: &mut flate2::write::ZlibEncoder<Vec<u8>>,
-    ahead: &dyn Fn(&ObjectId) -> Option<Vec<u8>>,
 ) -> std::io::Result<Vec<PackEntry>> {
     objects
         .iter()
-        .map(|(kind, oid, bytes)| match ahead(oid) {
-            Some(entry) => Ok((*oid, entry)),
-            None => crate::pack::deflate_entry(pack_kind(*kind), bytes, z).map(|e| (*oid, e)),
+        .map(|(kind, oid, bytes)| {
+            crate::pack::deflate_entry(pack_kind(*kind), bytes, z).map(|e| (*oid, e))
         })
         .collect()
 }
@@ -2842,79 +2675,6 @@ mod tests {
         drop(dropped);
         assert!(packs_in(&store).iter().all(|p| !p.ends_with(".pack")));
         assert!(!store.has_object(blob_id(bodies[0].as_bytes())));
-    }
-
-    /// Blobs compressed ahead ([`Store::compress_ahead`], a publish's files read while its
-    /// agent works) are taken by the pack that holds them, which is the very pack compressing
-    /// everything at `finish` makes, byte for byte — whether all of the blobs came compressed
-    /// (then no thread is started for them) or some. What a pack did not take is dropped once
-    /// the store has the blobs (written loose), or when the run is over.
-    #[test]
-    fn blobs_compressed_ahead_make_the_same_pack_as_at_finish() {
-        let tmp = tempfile::tempdir().unwrap();
-        let bodies: Vec<String> = (0..300)
-            .map(|i| format!("line {i} of a new file\n").repeat(i % 40 + 1))
-            .collect();
-        let ahead_len = |store: &Store| store.ahead.lock().unwrap().entries.len();
-        let pack_of = |name: &str, ahead: usize| {
-            let store = Store::open_or_init(&tmp.path().join(name)).unwrap();
-            store.compress_ahead(
-                bodies[..ahead]
-                    .iter()
-                    .map(|b| (blob_id(b.as_bytes()), b.as_bytes())),
-            );
-            assert_eq!(ahead_len(&store), ahead);
-            let mut batch = store.batch().keeping(16 << 20);
-            for body in &bodies {
-                batch.write_blob(body.as_bytes()).unwrap();
-            }
-            batch.compress_held();
-            // All of them ahead: nothing left worth a thread.
-            assert_eq!(batch.compressing.is_none(), ahead == bodies.len());
-            batch.finish().unwrap();
-            assert_eq!(ahead_len(&store), 0, "the pack took every entry");
-            git(store.path(), &["fsck", "--no-dangling"]);
-            the_one_pack_of(&store, &bodies)
-        };
-        let at_finish = pack_of("at-finish.git", 0);
-        assert_eq!(pack_of("all-ahead.git", 300), at_finish);
-        assert_eq!(pack_of("some-ahead.git", 120), at_finish);
-        // Control: the pack is made of the entries compressed ahead, not compressed anew — ones
-        // made at zlib's best level, not its fastest, make another pack of the same objects.
-        let store = Store::open_or_init(&tmp.path().join("best.git")).unwrap();
-        let mut best = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
-        for body in &bodies {
-            let entry =
-                crate::pack::deflate_entry(crate::pack::OBJ_BLOB, body.as_bytes(), &mut best)
-                    .unwrap();
-            let mut a = store.ahead.lock().unwrap();
-            a.bytes += entry.len();
-            a.entries.insert(blob_id(body.as_bytes()), entry);
-        }
-        let mut batch = store.batch().keeping(16 << 20);
-        for body in &bodies {
-            batch.write_blob(body.as_bytes()).unwrap();
-        }
-        batch.finish().unwrap();
-        assert_ne!(the_one_pack_of(&store, &bodies), at_finish);
-
-        let store = Store::open_or_init(&tmp.path().join("loose.git")).unwrap();
-        let body = b"one new file\n";
-        store.compress_ahead([(blob_id(body), &body[..])]);
-        // A blob the store has already is not compressed again.
-        let known = store.write_blob(b"known\n").unwrap();
-        store.compress_ahead([(known, &b"known\n"[..])]);
-        assert_eq!(ahead_len(&store), 1);
-        let mut few = store.batch();
-        few.write_blob(body).unwrap();
-        few.finish().unwrap();
-        assert_eq!(ahead_len(&store), 0, "written loose, the entry is dropped");
-        assert_eq!(store.read_blob(blob_id(body)).unwrap(), body);
-        store.compress_ahead([(blob_id(b"never written\n"), &b"never written\n"[..])]);
-        assert_eq!(ahead_len(&store), 1);
-        store.forget_ahead();
-        assert_eq!(ahead_len(&store), 0);
-        assert_eq!(store.ahead.lock().unwrap().bytes, 0);
     }
 
     /// Released, the store's maps go; everything reads as before — through a handle taken

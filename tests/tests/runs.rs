@@ -1127,30 +1127,6 @@ pub(crate) fn untracked_files_leave_every_sandbox(
     );
 }
 
-/// Under `--isolation none` the hub reads what the agent writes while it runs, and diffs it;
-/// the read-back takes those reads, and the publish those diffs, except of a path an event
-/// named again since (see `hunkgate_tests::EARLY_READ_AGENT`).
-#[tokio::test]
-async fn files_read_while_the_agent_runs_are_taken_unless_written_again() {
-    let ws = Workspace::new(&[("hello.txt", b"hello\n")]).unwrap();
-    let agent = ws
-        .agent_script("early.sh", hunkgate_tests::EARLY_READ_AGENT)
-        .unwrap();
-    let hub = ws
-        .serve_env(
-            &["--isolation", "none"],
-            &[(
-                "HUNKGATE_LOG",
-                "warn,hunkgate_sandbox::workspace=debug,hunkgate::model::suggestion=debug",
-            )],
-        )
-        .unwrap();
-    let sug = run_to_suggestion(&hub, "early", &agent).await;
-    let log = hub.log_text();
-    // The hub diffed hello.txt as it read it early; the publish took that diff.
-    hunkgate_tests::check_early_reads(&log, &sug).unwrap();
-}
-
 /// The `[limits]` a read-back test hub runs with: 10 files, 64 KiB of new content.
 pub(crate) const READ_LIMITS_TOML: &str =
     "[limits]\nmax_changed_files = 10\nmax_changed_bytes = 65536\n";

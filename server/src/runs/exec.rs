@@ -161,9 +161,7 @@ impl Hub {
         } else {
             None
         };
-        let diffs = Arc::default();
         let sensitive = base.sensitive.clone();
-        sandbox.on_early_reads(self.early_differ(&base.tree, &diffs));
         self.runs().active.lock().map_err(|_| poisoned())?.insert(
             run_id.to_string(),
             Arc::new(Active {
@@ -172,7 +170,6 @@ impl Hub {
                 base_tree_id: base.tree_id,
                 sandbox: sandbox.clone(),
                 change_id,
-                diffs,
                 sensitive: base.sensitive,
             }),
         );
@@ -180,47 +177,6 @@ impl Hub {
             Driver::Command(template) => self.run_agent_command(job, template, sandbox).await,
             Driver::Builtin { model } => self.drive_builtin(job, model, sandbox, sensitive).await,
         }
-    }
-
-    /// What the sandbox is to do with the files it reads early while the agent runs: diff
-    /// each against `base`, as the publish would, into `diffs` (see [`Active::diffs`]), and
-    /// compress it for the publish's pack ([`hunkgate_sandbox::store::Store::compress_ahead`]).
-    /// A diff that fails is left to the publish, which says why.
-    fn early_differ(
-        self: &Arc<Self>,
-        base: &Arc<FlatTree>,
-        diffs: &Arc<std::sync::Mutex<crate::model::suggestion::DiffCache>>,
-    ) -> hunkgate_sandbox::workspace::EarlyHook {
-        let (hub, base, diffs) = (Arc::downgrade(self), base.clone(), diffs.clone());
-        Arc::new(move |reads| {
-            let Some(hub) = hub.upgrade() else {
-                return;
-            };
-            let todo = {
-                let Ok(made) = diffs.lock() else {
-                    return;
-                };
-                reads
-                    .iter()
-                    .map(|(path, read)| (base.get(path).copied(), read.entry, read.bytes.clone()))
-                    .filter(|(old, new, _)| {
-                        *old != Some(*new) && !made.contains_key(&(*old, Some(*new)))
-                    })
-                    .collect::<Vec<_>>()
-            };
-            if todo.is_empty() {
-                return;
-            }
-            // The ids are this process's own, hashed from these bytes as they were read.
-            hub.store().compress_ahead(
-                todo.iter()
-                    .map(|(_, new, bytes)| (new.oid, bytes.as_slice())),
-            );
-            let made = crate::model::suggestion::diff_early(hub.store(), todo);
-            if let Ok(mut d) = diffs.lock() {
-                d.extend(made);
-            }
-        })
     }
 
     /// Mark the run ended in `state` with `message` as its error, and say so as a

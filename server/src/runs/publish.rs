@@ -16,7 +16,7 @@ use crate::hub::{Hub, NewSuggestion};
 use crate::model::now;
 use crate::model::run::RunRec;
 use crate::model::suggestion::{
-    attach_notes, build_hunks_with, mark_destructive, Blobs, HunkRec, Suggestion,
+    attach_notes, build_hunks, mark_destructive, Blobs, HunkRec, Suggestion,
 };
 use crate::protocol::{ErrorCode, Event, HunkNote, RunState, SuggestionView};
 
@@ -212,8 +212,7 @@ impl Hub {
                     let _ = staged.send(commit);
                     self.write_run_head(objects, rid, commit)
                 });
-                let hunks =
-                    build_hunks_with(blobs, &sid, base, changes, &only, Some(&active.diffs));
+                let hunks = build_hunks(blobs, &sid, base, changes, &only);
                 // No id: the commit failed, and says why below.
                 let new = commit_id
                     .recv()
@@ -235,7 +234,7 @@ impl Hub {
                 spares = self.store().spares_ready(),
                 "run commit's objects written"
             );
-            let hunks = build_hunks_with(blobs, &sid, base, changes, &only, Some(&active.diffs));
+            let hunks = build_hunks(blobs, &sid, base, changes, &only);
             (suggest(hunks, commit)?, commit)
         };
         tracing::debug!(run = rid, us = us(started), "run commit written");
