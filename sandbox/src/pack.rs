@@ -280,7 +280,7 @@ impl WholePack {
 }
 
 /// Write `bytes` as the file `dest` (replacing it) by way of a temporary file beside it,
-/// fsynced first if `durable` — [`WholePack::place`]'s writer when no spare file is ready.
+/// fsynced first if `durable` — [`WholePack::place`]'s writer.
 pub fn write_file_via_temp(dest: &Path, bytes: &[u8], durable: bool) -> std::io::Result<()> {
     let dir = dest
         .parent()

@@ -114,8 +114,6 @@ pub struct Store {
     /// Whether a pack this store writes is fsynced: not for a sandbox's own `.git`
     /// ([`Store::init_worktree`]), a scratch repository a crash may lose.
     durable: bool,
-    /// Files made ahead of need that loose objects are written to ([`Store::keep_spares`]).
-    spares: Option<std::sync::Arc<crate::spares::Spares>>,
     /// Compressors kept once made: a new one costs more than compressing a tree (its tables
     /// allocated and cleared). One is taken for a whole stream and put back only after it, so
     /// a failure never leaves half of one for the next.
@@ -178,10 +176,6 @@ fn make_fanout_dirs(objects: &Path) -> std::io::Result<()> {
 }
 const IDENTITY_EMAIL: &str = "hunkgate@localhost";
 
-/// The most spare files [`Store::stock_spares_in_background`] makes: empty inodes, a thousand of which
-/// take no space to speak of, and a hub that restarts removes in a few milliseconds.
-pub const MAX_SPARE_STOCK: usize = 1024;
-
 impl Store {
     /// Open the store at `path`, creating a bare repository there on first use.
     pub fn open_or_init(path: &Path) -> Result<Self, StoreError> {
@@ -203,7 +197,6 @@ impl Store {
             path: path.to_path_buf(),
             present: Default::default(),
             durable: true,
-            spares: None,
             deflate: Default::default(),
             read_bytes: Default::default(),
             recent: Default::default(),
@@ -224,7 +217,6 @@ impl Store {
             path: dir.join(".git"),
             present: Default::default(),
             durable: false,
-            spares: None,
             deflate: Default::default(),
             read_bytes: Default::default(),
             recent: Default::default(),
@@ -331,61 +323,6 @@ impl Store {
         Ok(id)
     }
 
-    /// Keep `n` files made ahead of need (in `hunkgate-spares/` beside `objects/`) for the
-    /// loose objects this store writes: each of a publish's few loose objects then costs a
-    /// write and a rename, not a new inode (see [`crate::spares`]). They are made now, and
-    /// again on threads of their own as they are used ([`Store::refill_spares_in_background`]).
-    pub fn keep_spares(&mut self, n: usize) -> Result<(), StoreError> {
-        let dir = self.path.join("hunkgate-spares");
-        let io = |e: std::io::Error| self.err(format!("{}: {e}", dir.display()));
-        // Read-only, as git makes its loose objects.
-        let spares = crate::spares::Spares::open(&dir, n, 0o444).map_err(io)?;
-        spares.refill().map_err(io)?;
-        self.spares = Some(std::sync::Arc::new(spares));
-        Ok(())
-    }
-
-    /// Make spare files to replace those used since the last time, on the calling thread (the
-    /// hub makes them on threads of their own: [`Store::refill_spares_in_background`],
-    /// [`Store::stock_spares_in_background`]).
-    #[cfg(test)]
-    pub(crate) fn refill_spares(&self) {
-        if let Some(spares) = &self.spares {
-            if let Err(e) = spares.refill() {
-                tracing::warn!(store = %self.path.display(), error = %e, "making spare files for loose objects");
-            }
-        }
-    }
-
-    /// Make enough spare files for `expected` loose objects in a row (at most
-    /// [`MAX_SPARE_STOCK`]) — one per decision on the hunks waiting for review, say, each of
-    /// which writes the file it makes as a loose object — on a thread of its own at idle
-    /// priority (see [`crate::spares::Spares::stock_in_background`]); returns at once.
-    pub fn stock_spares_in_background(&self, expected: usize) {
-        if let Some(spares) = &self.spares {
-            spares.stock_in_background(expected.min(MAX_SPARE_STOCK));
-        }
-    }
-
-    /// Make spare files again on a thread of its own once half the spares are used (see
-    /// [`crate::spares::Spares::refill_in_background`]): after a decision, whose loose
-    /// objects took them, so that the next decisions find them ready.
-    pub fn refill_spares_in_background(&self) {
-        if let Some(spares) = &self.spares {
-            spares.refill_in_background();
-        }
-    }
-
-    /// Whether spare files are being made on a thread right now.
-    pub fn spares_refilling(&self) -> bool {
-        self.spares.as_ref().is_some_and(|s| s.refilling())
-    }
-
-    /// How many spare files are ready ([`Store::keep_spares`]).
-    pub fn spares_ready(&self) -> usize {
-        self.spares.as_ref().map_or(0, |s| s.ready())
-    }
-
     /// Make the loose objects among `ids` durable: each file fsynced, then the directories
     /// that name them (`objects/xx/`, and `objects/` for a fan-out directory made lately).
     ///
@@ -479,17 +416,15 @@ impl Store {
         Ok(dropped)
     }
 
-    /// Write one loose object: into a spare file when one is ready ([`Store::keep_spares`]),
-    /// else through gix (a new temporary file). Either way a zlib stream of git's header and
-    /// the content (into a spare, a blob compressed and a tree or commit stored), renamed to
-    /// `objects/xx/…`, and not fsynced, as git and gix write loose objects.
+    /// Write one loose object through gix: a zlib stream of git's header and the content in a
+    /// new temporary file, renamed to `objects/xx/…`, and not fsynced, as git writes loose
+    /// objects.
     fn write_loose(
         &self,
         repo: &gix::Repository,
         kind: gix::objs::Kind,
         data: &[u8],
     ) -> Result<ObjectId, StoreError> {
-        use std::io::Write as _;
         // An object the store has is not written again (as gix's own writes of blobs and
         // commits do not): a decision stores the file it replaces, mostly a blob already there.
         let id =
@@ -502,32 +437,6 @@ impl Store {
         if repo.objects.exists_without_refresh(&id) && !self.drop_empty_loose(repo, id)? {
             self.remember(id);
             return Ok(id);
-        }
-        if let Some(spares) = self.spares.as_ref().filter(|s| s.ready() > 0) {
-            let dest = loose_object_path(repo.objects.store_ref().path(), id);
-            let io = |e: std::io::Error| self.err(format!("writing {}: {e}", dest.display()));
-            let header = gix::objs::encode::loose_header(kind, data.len() as u64);
-            let bytes = if kind == gix::objs::Kind::Blob {
-                let mut z = self.take_deflate();
-                let bytes = z
-                    .write_all(&header)
-                    .and_then(|()| z.write_all(data))
-                    .and_then(|()| z.reset(Vec::new()))
-                    .map_err(io)?;
-                self.give_deflate(z);
-                bytes
-            } else {
-                // A tree or a commit is stored, not compressed (git's `core.looseCompression`
-                // 0), as in a pack ([`crate::pack::deflate_entry`]): a tree is mostly object
-                // ids, which do not compress, and a commit is a few hundred bytes. Compressing
-                // them took a third of the time a small publish spends writing its objects.
-                let mut bytes = Vec::new();
-                crate::pack::stored_zlib_of(&[&header, data], &mut bytes);
-                bytes
-            };
-            if spares.write_as(&dest, &bytes).map_err(io)? {
-                return Ok(id);
-            }
         }
         // The id is known already: gix need not hash the object a second time.
         use gix::objs::Write;
@@ -729,8 +638,7 @@ impl Store {
     }
 
     /// Compress `all` into pack entries — on a few threads when they are many bytes — and
-    /// write them as one pack made in memory ([`crate::pack::WholePack`]), its two files taken
-    /// from the spares when they are ready; returns the pack's path. The first of `all` may
+    /// write them as one pack made in memory ([`crate::pack::WholePack`]); returns the pack's path. The first of `all` may
     /// come compressed already (`compressed`: how many, and their entries, in order).
     fn write_whole_pack(
         &self,
@@ -779,15 +687,7 @@ impl Store {
         let durable = self.durable;
         let placed = whole
             .place(&dir, durable, |dest, bytes| {
-                let spare = match self.spares.as_ref() {
-                    Some(s) if durable => s.write_synced_as(dest, bytes)?,
-                    Some(s) => s.write_as(dest, bytes)?,
-                    None => false,
-                };
-                match spare {
-                    true => Ok(()),
-                    false => crate::pack::write_file_via_temp(dest, bytes, durable),
-                }
+                crate::pack::write_file_via_temp(dest, bytes, durable)
             })
             .map_err(io);
         tracing::debug!(
@@ -1036,7 +936,6 @@ impl Store {
             path: path.to_path_buf(),
             present: Default::default(),
             durable: true,
-            spares: None,
             deflate: Default::default(),
             read_bytes: Default::default(),
             recent: Default::default(),
@@ -1903,8 +1802,7 @@ mod tests {
             "in the pack"
         );
 
-        let mut store = Store::open_or_init(&path).unwrap();
-        store.keep_spares(2).unwrap();
+        let store = Store::open_or_init(&path).unwrap();
         let a = store.write_blob(b"a\n").unwrap();
         let b = store.write_blob(b"b\n").unwrap();
         assert!(loose_path(a).is_file() && loose_path(b).is_file());
@@ -1960,8 +1858,7 @@ mod tests {
     fn empty_loose_objects_are_dropped_whole_ones_and_packs_kept() {
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("store.git");
-        let mut store = Store::open_or_init(&path).unwrap();
-        store.keep_spares(8).unwrap();
+        let store = Store::open_or_init(&path).unwrap();
         write_a_pack(&store);
         let ids: Vec<ObjectId> = ["a\n", "b\n", "c\n"]
             .iter()
@@ -1975,20 +1872,8 @@ mod tests {
         for id in &ids[..2] {
             std::fs::File::create(loose_object_path(&path.join("objects"), *id)).unwrap();
         }
-        let spares = || {
-            std::fs::read_dir(path.join("hunkgate-spares"))
-                .unwrap()
-                .count()
-        };
-        let spare_files = spares();
-        assert!(spare_files > 0);
         let store = Store::open_or_init(&path).unwrap();
         assert_eq!(store.drop_empty_loose_objects().unwrap(), 2);
-        assert_eq!(
-            spares(),
-            spare_files,
-            "spare files, empty by design, are not objects"
-        );
         assert!(!store.has_object(ids[0]) && !store.has_object(ids[1]));
         assert_eq!(store.read_blob(ids[2]).unwrap(), b"c\n");
         assert_eq!(
@@ -1996,104 +1881,6 @@ mod tests {
             b"packed 3\n"
         );
         git(&path, &["fsck", "--strict", "--no-dangling"]);
-    }
-
-    /// With spare files kept, a blob, an edited tree and a commit are loose objects git reads
-    /// as its own, each written into a spare; once the spares are used up the next objects
-    /// are written the usual way, and a refill makes them again.
-    #[test]
-    fn loose_objects_written_into_spares_are_gits_own() {
-        let tmp = tempfile::tempdir().unwrap();
-        let mut store = Store::open_or_init(&tmp.path().join("store.git")).unwrap();
-        let (tree, _) = sample_tree(&store);
-        let base = store.write_tree(&tree).unwrap();
-        store.keep_spares(4).unwrap();
-        assert_eq!(store.spares_ready(), 4);
-
-        let blob = store.write_blob(b"new\n").unwrap();
-        let mut changes = Changes::new();
-        let new = |oid| {
-            Some(Entry {
-                mode: Mode::File,
-                oid,
-            })
-        };
-        changes.insert("a/b/c/e.txt".into(), new(blob));
-        let edited = store.edit_tree(base, &changes).unwrap();
-        // The blob, then the trees a/b/c, a/b, a and the root: five objects for four
-        // spares, so the root tree was written the usual way.
-        assert_eq!(store.spares_ready(), 0);
-        let commit = store.commit(edited, &[], "edit").unwrap();
-        let other = store.write_blob(b"other\n").unwrap();
-        store.refill_spares();
-        assert_eq!(store.spares_ready(), 4);
-        let third = store.write_blob(b"third\n").unwrap();
-        assert_eq!(store.spares_ready(), 3);
-        // A commit (or a tree) goes into its spare stored, uncompressed: a zlib stream of
-        // one stored block of its header and content, which git reads like any other.
-        let again = store.commit(edited, &[commit], "edit again").unwrap();
-        assert_eq!(store.spares_ready(), 2);
-        let hex = again.to_string();
-        let file =
-            std::fs::read(store.path().join("objects").join(&hex[..2]).join(&hex[2..])).unwrap();
-        let raw = git(store.path(), &["cat-file", "commit", &hex]);
-        let header = format!("commit {}\0", raw.len());
-        assert_eq!(file[..3], [0x78, 0x01, 0x01], "one final stored block");
-        assert_eq!(
-            &file[7..file.len() - 4],
-            [header.as_bytes(), raw.as_bytes()].concat()
-        );
-        // An object the store has takes no spare and is not written again, whether this
-        // handle wrote it or git did.
-        assert_eq!(store.write_blob(b"new\n").unwrap(), blob);
-        let file = tmp.path().join("by-git.txt");
-        std::fs::write(&file, b"by git\n").unwrap();
-        let by_git = git(store.path(), &["hash-object", "-w", file.to_str().unwrap()]);
-        assert_eq!(
-            store.write_blob(b"by git\n").unwrap().to_string(),
-            by_git.trim()
-        );
-        assert_eq!(store.spares_ready(), 2);
-        // A stock for the decisions to come, made on a thread, and capped.
-        let ready_within_10s = |n: usize| {
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-            while store.spares_ready() < n && std::time::Instant::now() < deadline {
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
-            store.spares_ready()
-        };
-        store.stock_spares_in_background(10);
-        assert_eq!(ready_within_10s(10), 10);
-        store.stock_spares_in_background(usize::MAX);
-        assert_eq!(ready_within_10s(MAX_SPARE_STOCK), MAX_SPARE_STOCK);
-        let stocked = std::fs::read_dir(store.path().join("hunkgate-spares")).unwrap();
-        assert_eq!(stocked.count(), MAX_SPARE_STOCK);
-
-        for (id, kind) in [
-            (blob, "blob"),
-            (edited, "tree"),
-            (commit, "commit"),
-            (other, "blob"),
-            (third, "blob"),
-            (again, "commit"),
-        ] {
-            assert_eq!(
-                git(store.path(), &["cat-file", "-t", &id.to_string()]),
-                format!("{kind}\n")
-            );
-        }
-        assert_eq!(
-            git(store.path(), &["show", &format!("{commit}:a/b/c/e.txt")]),
-            "new\n"
-        );
-        git(store.path(), &["fsck", "--strict", "--no-dangling"]);
-        let mut reopened = Store::open_or_init(store.path()).unwrap();
-        assert_eq!(reopened.read_tree(commit).unwrap().len(), tree.len() + 1);
-        reopened.keep_spares(2).unwrap();
-        let left: Vec<_> = std::fs::read_dir(store.path().join("hunkgate-spares"))
-            .unwrap()
-            .collect();
-        assert_eq!(left.len(), 2, "the first handle's spares were cleared");
     }
 
     /// Many new trees go into one pack that git reads as its own (`fsck`, `ls-tree`); a few
@@ -2473,14 +2260,13 @@ mod tests {
 
     /// A batch keeping contents (a publish's) holds the new blobs readable in memory and
     /// writes nothing until it is finished; then the blobs, the trees and the commit made
-    /// into it are one pack, made in memory and written into spare files, that git verifies
+    /// into it are one pack, made in memory, that git verifies
     /// and reads. Past its budget it keeps no more and writes as it goes; dropped, it leaves
     /// nothing.
     #[test]
     fn a_keeping_batch_writes_blobs_trees_and_commit_as_one_pack() {
         let tmp = tempfile::tempdir().unwrap();
-        let mut store = Store::open_or_init(&tmp.path().join("store.git")).unwrap();
-        store.keep_spares(4).unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store.git")).unwrap();
         let file = |body: &str| Entry {
             mode: Mode::File,
             oid: blob_id(body.as_bytes()),
@@ -2495,9 +2281,6 @@ mod tests {
         }
         let base_id = store.write_tree(&base).unwrap();
         let before = packs_in(&store);
-        store.refill_spares();
-        let spares = store.spares_ready();
-        assert_eq!(spares, 4);
 
         let bodies: Vec<(String, String)> = (0..100)
             .map(|d| {
@@ -2546,7 +2329,6 @@ mod tests {
         let packs = packs_in(&store);
         let new: Vec<&String> = packs.iter().filter(|p| !before.contains(p)).collect();
         assert_eq!(new.len(), 2, "one .pack and its .idx: {packs:?}");
-        assert_eq!(store.spares_ready(), spares - 2, "both files were spares");
         let pack = store.path().join("objects/pack").join(new[1]);
         let mode = std::os::unix::fs::PermissionsExt::mode(
             &std::fs::metadata(&pack).unwrap().permissions(),

@@ -1676,8 +1676,8 @@ async fn review_hub(
     settle()?;
     let fanout = fanout(hub, &mut client, cfg, &small_id, &small_hunks).await?;
 
-    // What an idle hub that has worked holds: the background work after each run (spares
-    // made, memory returned) is done by the pause in `settle`, and the hub gives back what its
+    // What an idle hub that has worked holds: the background work after each run (memory
+    // returned) is done by the pause in `settle`, and the hub gives back what its
     // last decisions and connections freed once it has been quiet for 2 s.
     tokio::time::sleep(AT_REST_AFTER).await;
     settle()?;

@@ -796,39 +796,6 @@ async fn hunk_descriptions_are_capped_per_hunk_and_in_total() {
     assert!(size < 512 * 1024, "the suggestion is {size} bytes");
 }
 
-/// A run that leaves more hunks waiting than the hub keeps spare files for (32) gets a spare
-/// for each, made after the run: every decision on them writes its file into one instead of
-/// making a new file while the reviewer waits (`sandbox/src/spares.rs`).
-#[tokio::test]
-async fn a_run_leaves_a_spare_file_for_each_hunk_waiting_for_review() {
-    let text = hunkgate_tests::numbered(400);
-    let ws = Workspace::new(&[("a.txt", text.as_bytes())]).unwrap();
-    let agent = ws
-        .agent_script(
-            "agent.sh",
-            "sed -i 's/^line \\([0-9]*0\\)$/LINE \\1/' a.txt\n",
-        )
-        .unwrap();
-    let hub = ws.serve(&[]).unwrap();
-    let spares_dir = hub.state.join("checkpoints.git/hunkgate-spares");
-    let spares = || std::fs::read_dir(&spares_dir).map_or(0, |d| d.count());
-    // Positive control: what a fresh hub keeps, fewer than the run's hunks.
-    let kept = spares();
-    assert!((1..40).contains(&kept), "{kept} spare files at start");
-    let s = run_to_suggestion(&hub, "forty", &agent).await;
-    let hunks = s["hunks"].as_array().unwrap().len();
-    assert_eq!(hunks, 40);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while spares() < hunks && std::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(
-        spares() >= hunks,
-        "{} spare files for {hunks} hunks",
-        spares()
-    );
-}
-
 /// Files the sandbox-sync scenario starts from (every one 11 bytes, so a same-size edit fits).
 pub(crate) const SYNC_FILES: &[&str] = &[
     "keep.txt",

@@ -228,12 +228,7 @@ impl Hub {
             let (commit, objects) = self.stage_run_head(objects, &rid, &desc, &active, changes)?;
             tracing::debug!(run = rid, us = us(started), "run commit staged");
             self.write_run_head(objects, &rid, commit)?;
-            tracing::debug!(
-                run = rid,
-                us = us(started),
-                spares = self.store().spares_ready(),
-                "run commit's objects written"
-            );
+            tracing::debug!(run = rid, us = us(started), "run commit's objects written");
             let hunks = build_hunks(blobs, &sid, base, changes, &only);
             (suggest(hunks, commit)?, commit)
         };
