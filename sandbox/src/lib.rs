@@ -25,7 +25,7 @@
 //!   touches its sandbox; [`wire`] is the byte stream between the two.
 //!
 //! Modules import only downward, in the order of `LAYERS` (the `layering` test below fails on
-//! any other import): `wire`, `closer`, `pack`, `watch`, `limits`, `agent_path` → `beneath` → `store` → `statcache`
+//! any other import): `wire`, `pack`, `watch`, `limits`, `agent_path` → `beneath` → `store` → `statcache`
 //! → `snapshot`, `foreign` → `tools`, `sync`, `checkout` → `workspace` → `agent`, `jj` → `user`,
 //! `helper`. So the wire contract is a leaf, the sandbox trait knows nothing of user
 //! isolation, and the hub's side (`user`) and the helper never import each other.
@@ -34,7 +34,6 @@ pub mod agent;
 pub mod agent_path;
 pub mod beneath;
 pub mod checkout;
-pub mod closer;
 pub mod foreign;
 pub mod helper;
 pub mod jj;
@@ -579,7 +578,6 @@ mod layering {
     const LAYERS: &[&[&str]] = &[
         &[
             "wire",
-            "closer",
             "pack",
             "watch",
             "watchdog",
