@@ -638,18 +638,12 @@ impl Store {
     }
 
     /// Compress `all` into pack entries — on a few threads when they are many bytes — and
-    /// write them as one pack made in memory ([`crate::pack::WholePack`]); returns the pack's path. The first of `all` may
-    /// come compressed already (`compressed`: how many, and their entries, in order).
-    fn write_whole_pack(
-        &self,
-        all: &[HeldObject],
-        compressed: Option<(usize, Vec<PackEntry>)>,
-    ) -> Result<PathBuf, StoreError> {
+    /// write them as one pack made in memory ([`crate::pack::WholePack`]); returns the pack's
+    /// path.
+    fn write_whole_pack(&self, objects: &[HeldObject]) -> Result<PathBuf, StoreError> {
         /// Below this many bytes per thread, one thread compresses everything.
         const BYTES_PER_THREAD: usize = 256 << 10;
         let started = std::time::Instant::now();
-        let (done, compressed) = compressed.unwrap_or_default();
-        let objects = &all[done..];
         let cost = |(_, _, b): &HeldObject| b.len();
         let total: usize = objects.iter().map(cost).sum();
         let threads = crate::io_threads().min(total / BYTES_PER_THREAD).max(1);
@@ -671,8 +665,7 @@ impl Store {
             Ok(entries)
         };
         let io = |e: std::io::Error| self.err(format!("writing a pack: {e}"));
-        let mut entries = compressed;
-        entries.reserve(objects.len());
+        let mut entries = Vec::with_capacity(objects.len());
         if shares.len() == 1 {
             entries.extend(deflate_share(shares[0]).map_err(io)?);
         } else {
@@ -1012,7 +1005,6 @@ impl Store {
             ids: Default::default(),
             fresh: None,
             buf: Vec::new(),
-            compressing: None,
             new_blob_bytes: crate::limits::Tally::new(u64::MAX),
         }
     }
@@ -1047,9 +1039,7 @@ pub fn loose_object_path(objects: &Path, id: ObjectId) -> PathBuf {
 ///
 /// A batch [`ObjectBatch::keeping`] blob contents also holds them in memory ([`Fresh`]), up to
 /// a budget, for what comes next to read without the store; under that budget it compresses
-/// nothing until it is finished, or told to start ([`ObjectBatch::compress_held`]) — a
-/// publish reads a sandbox back, starts compressing the new files, and makes its run
-/// commit's trees on one thread while it diffs on another.
+/// nothing until it is finished.
 pub struct ObjectBatch<'s> {
     store: &'s Store,
     /// Objects not yet in the pack (or to be written loose), in the order they came.
@@ -1060,22 +1050,12 @@ pub struct ObjectBatch<'s> {
     fresh: Option<Fresh>,
     /// Where a tree is encoded to be hashed (copied only if it is new).
     buf: Vec<u8>,
-    /// The first objects held, being compressed on a thread of their own
-    /// ([`ObjectBatch::compress_held`]): how many, and the thread.
-    compressing: Option<(usize, std::thread::JoinHandle<Compressed>)>,
     /// The bytes of new blobs taken, against [`ObjectBatch::limit_new_blob_bytes`].
     new_blob_bytes: crate::limits::Tally,
     /// A new blob was not kept (a batch [`ObjectBatch::keeping`] contents, past its budget):
     /// it is readable from the store only once the batch is finished.
     spilled: bool,
 }
-
-/// What [`ObjectBatch::compress_held`]'s thread gives back: the entries, and the compressor
-/// to keep.
-type Compressed = (
-    std::io::Result<Vec<PackEntry>>,
-    flate2::write::ZlibEncoder<Vec<u8>>,
-);
 
 /// An object's id and its pack entry ([`crate::pack::deflate_entry`]).
 type PackEntry = (ObjectId, Vec<u8>);
@@ -1172,11 +1152,6 @@ impl ObjectBatch<'_> {
         self.spilled
     }
 
-    /// Up to this many bytes of held objects left to compress are compressed by
-    /// [`ObjectBatch::finish`] itself (a tenth of a millisecond at zlib's fastest level)
-    /// rather than on a thread started ahead ([`ObjectBatch::compress_held`]).
-    pub const COMPRESS_AT_FINISH: usize = 64 << 10;
-
     /// Keep the blobs' contents, up to `budget` bytes of them, readable from
     /// [`ObjectBatch::take_fresh`]; and hold off compressing while they fit.
     pub fn keeping(mut self, budget: usize) -> Self {
@@ -1202,32 +1177,6 @@ impl ObjectBatch<'_> {
                 )
             }
             None => Fresh::default(),
-        }
-    }
-
-    /// Start compressing what the batch holds now on a thread of its own, for the pack that
-    /// [`ObjectBatch::finish`] writes — a publish's new blobs, while their trees are made and
-    /// the hunks diffed; `finish` then compresses only what came after. Nothing happens when
-    /// the objects already go into a pack as they come, or are too few for one, or hold no
-    /// more than [`ObjectBatch::COMPRESS_AT_FINISH`] bytes: on a busy machine a new thread
-    /// may wait milliseconds for a core, longer than `finish` takes to compress that much
-    /// itself.
-    pub fn compress_held(&mut self) {
-        if self.pack.is_some() || self.compressing.is_some() || self.held.len() <= Self::PACK_AT {
-            return;
-        }
-        let bytes: usize = self.held.iter().map(|(_, _, b)| b.len()).sum();
-        if bytes <= Self::COMPRESS_AT_FINISH {
-            return;
-        }
-        let held = self.held.clone();
-        let mut z = self.store.take_deflate();
-        let thread = std::thread::Builder::new()
-            .name("hunkgate-deflate".into())
-            .spawn(move || (deflate_entries(&held, &mut z), z));
-        match thread {
-            Ok(thread) => self.compressing = Some((self.held.len(), thread)),
-            Err(e) => tracing::debug!(error = %e, "compressing at finish instead"),
         }
     }
 
@@ -1374,19 +1323,7 @@ impl ObjectBatch<'_> {
         match self.pack.take() {
             // All held (a batch keeping contents, under its budget): one pack made whole.
             None if self.held.len() > Self::PACK_AT => {
-                let compressed = match self.compressing.take() {
-                    Some((n, thread)) => {
-                        let (entries, z) = thread
-                            .join()
-                            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-                        store.give_deflate(z);
-                        let entries =
-                            entries.map_err(|e| store.err(format!("writing a pack: {e}")))?;
-                        Some((n, entries))
-                    }
-                    None => None,
-                };
-                let path = store.write_whole_pack(&self.held, compressed)?;
+                let path = store.write_whole_pack(&self.held)?;
                 tracing::debug!(objects = self.held.len(), pack = %path.display(), "wrote a pack");
             }
             Some(pack) => {
@@ -2413,50 +2350,6 @@ mod tests {
             bodies.len()
         );
         packs[0].clone()
-    }
-
-    /// Blobs a batch started compressing early ([`ObjectBatch::compress_held`], a publish's new
-    /// files) end up in the very pack a batch compressing everything at `finish` makes, byte
-    /// for byte, with what came after them (trees, here more blobs); a batch too small for a
-    /// pack starts nothing, and one dropped after starting writes nothing.
-    #[test]
-    fn blobs_compressed_early_make_the_same_pack_as_at_finish() {
-        let tmp = tempfile::tempdir().unwrap();
-        let bodies: Vec<String> = (0..300)
-            .map(|i| format!("line {i} of a new file\n").repeat(i % 40 + 1))
-            .collect();
-        let pack_of = |name: &str, early: bool| {
-            let store = Store::open_or_init(&tmp.path().join(name)).unwrap();
-            let mut batch = store.batch().keeping(16 << 20);
-            for body in &bodies[..200] {
-                batch.write_blob(body.as_bytes()).unwrap();
-            }
-            if early {
-                batch.compress_held();
-                assert_eq!(batch.compressing.as_ref().map(|(n, _)| *n), Some(200));
-            }
-            for body in &bodies[200..] {
-                batch.write_blob(body.as_bytes()).unwrap();
-            }
-            batch.finish().unwrap();
-            the_one_pack_of(&store, &bodies)
-        };
-        assert_eq!(pack_of("early.git", true), pack_of("at-finish.git", false));
-
-        let store = Store::open_or_init(&tmp.path().join("small.git")).unwrap();
-        let mut few = store.batch().keeping(16 << 20);
-        few.write_blob(b"one\n").unwrap();
-        few.compress_held();
-        assert!(few.compressing.is_none(), "too few objects for a pack");
-        let mut dropped = store.batch().keeping(16 << 20);
-        for body in &bodies {
-            dropped.write_blob(body.as_bytes()).unwrap();
-        }
-        dropped.compress_held();
-        assert!(dropped.compressing.is_some());
-        drop(dropped);
-        assert!(packs_in(&store).iter().all(|p| !p.ends_with(".pack")));
-        assert!(!store.has_object(blob_id(bodies[0].as_bytes())));
     }
 
     /// Released, the store's maps go; everything reads as before — through a handle taken
