@@ -2329,29 +2329,6 @@ mod tests {
         assert!(!store.has_object(dropped_id));
     }
 
-    /// The name of the one pack `store` has, which git verifies, holding `bodies` as blobs that
-    /// the store reads back.
-    fn the_one_pack_of(store: &Store, bodies: &[String]) -> String {
-        for body in bodies {
-            assert_eq!(
-                store.read_blob(blob_id(body.as_bytes())).unwrap(),
-                body.as_bytes()
-            );
-        }
-        let packs: Vec<String> = packs_in(store)
-            .into_iter()
-            .filter(|p| p.ends_with(".pack"))
-            .collect();
-        assert_eq!(packs.len(), 1, "{packs:?}");
-        let pack = store.path().join("objects/pack").join(&packs[0]);
-        let verified = git(store.path(), &["verify-pack", "-v", pack.to_str().unwrap()]);
-        assert_eq!(
-            verified.lines().filter(|l| l.contains(" blob ")).count(),
-            bodies.len()
-        );
-        packs[0].clone()
-    }
-
     /// Released, the store's maps go; everything reads as before — through a handle taken
     /// before the release too — and new objects are written and read as ever.
     #[test]
