@@ -61,7 +61,7 @@ use nix::unistd::Pid;
 use crate::agent_path;
 use crate::beneath::Beneath;
 use crate::snapshot::{
-    capture_each, readback_check, sandbox_candidates_since, split_by_dirty, Captured,
+    capture_each, readback_check, sandbox_candidates_since, split_by_dirty, Captured, Hints,
 };
 use crate::store::FlatTree;
 use crate::sync::{
@@ -192,7 +192,11 @@ fn run(op: &str) -> Result<ExitCode, HelperFailure> {
                 .map_err(|(path, why)| HelperFailure::BadPath { path, why })?;
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::with_capacity(wire::STREAM_BUFFER, stdout.lock());
-            snapshot(&req, &base, req.record.as_ref(), &home, None, &mut out)?;
+            let hints = Hints {
+                record: req.record.as_ref(),
+                dirty: None,
+            };
+            snapshot(&req, &base, &home, hints, &mut out)?;
             out.flush().map_err(HelperFailure::Output)?;
             Ok(ExitCode::SUCCESS)
         }
@@ -484,8 +488,11 @@ fn standby(
         let dirty = watch
             .as_mut()
             .and_then(|w| seen_since_sync(w, Some(&synced.record)));
-        let record = Some(&synced.record);
-        snapshot(&req, &synced.base, record, home, dirty.as_ref(), &mut out)?;
+        let hints = Hints {
+            record: Some(&synced.record),
+            dirty: dirty.as_ref(),
+        };
+        snapshot(&req, &synced.base, home, hints, &mut out)?;
         out.flush().map_err(HelperFailure::Output)?;
         drop(out);
         drop(synced);
@@ -755,11 +762,11 @@ fn seen_since_sync(
 fn snapshot<W: Write>(
     req: &Request,
     base: &FlatTree,
-    record: Option<&crate::wire::SyncRecord>,
     home: &Path,
-    dirty: Option<&crate::watch::Dirty>,
+    hints: Hints<'_>,
     out: &mut W,
 ) -> Result<(), HelperFailure> {
+    let Hints { record, dirty } = hints;
     let dir = sandbox_dir(home, req, false)?;
     let root = Beneath::open(&dir).map_err(|e| HelperFailure::Dir {
         path: dir.clone(),
@@ -1718,7 +1725,7 @@ mod tests {
         .map(|(p, e)| (p.to_string(), e))
         .collect();
         let mut out = Vec::new();
-        snapshot(&req, &base, None, tmp.path(), None, &mut out).unwrap();
+        snapshot(&req, &base, tmp.path(), Hints::default(), &mut out).unwrap();
         let mut r = std::io::Cursor::new(out);
         let mut frames = Vec::new();
         loop {

@@ -25,11 +25,12 @@
 //!   touches its sandbox; [`wire`] is the byte stream between the two.
 //!
 //! Modules import only downward, in the order of `LAYERS` (the `layering` test below fails on
-//! any other import): `wire`, `pack`, `watch`, `limits`, `agent_path` → `beneath` → `store` → `statcache`
+//! any other import): `accel`, `wire`, `pack`, `watch`, `limits`, `agent_path` → `beneath` → `store` → `statcache`
 //! → `snapshot`, `foreign` → `tools`, `sync`, `checkout` → `workspace` → `agent`, `jj` → `user`,
 //! `helper`. So the wire contract is a leaf, the sandbox trait knows nothing of user
 //! isolation, and the hub's side (`user`) and the helper never import each other.
 
+pub mod accel;
 pub mod agent;
 pub mod agent_path;
 pub mod beneath;
@@ -565,7 +566,7 @@ mod layering {
     //! Each module may import (`crate::x`) only modules of a lower layer. The layers, bottom
     //! up — a new module must be given one here:
     //!
-    //! 1. `wire`: the hub↔helper contract, a leaf; `pack`, `watch`, `watchdog`,
+    //! 1. `wire`: the hub↔helper contract, a leaf; `accel`, `pack`, `watch`, `watchdog`,
     //!    `limits` and `tree_edit`, leaves too;
     //! 2. `beneath`, then `store`: confined file access, the checkpoint store;
     //! 3. `statcache`, then `snapshot` and `foreign`: stat data, reading trees as data, what a
@@ -577,6 +578,7 @@ mod layering {
     //! 7. `user`, `helper`: the two ends of user isolation, which never import each other.
     const LAYERS: &[&[&str]] = &[
         &[
+            "accel",
             "wire",
             "pack",
             "watch",

@@ -1129,21 +1129,31 @@ pub(crate) fn tracked_paths(
         .collect())
 }
 
+/// What a read-back of a sandbox may go by besides the files themselves: the hints its
+/// accelerators give. With none ([`Hints::default`]) it reads every file, the slow path that is
+/// the correctness baseline; each hint only lets it look at less and must find the same.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Hints<'a> {
+    /// The record of the sync that wrote the base there: only paths whose stat changed (or
+    /// is racy) are read, a base path read back with its base content is not stored again,
+    /// and only the directories whose stat moved are read for new files (git's untracked
+    /// cache, when the record has its directories).
+    pub record: Option<&'a SyncRecord>,
+    /// What change notification saw since that sync (see [`crate::watch`]), with `record`:
+    /// only the paths it covers are even looked at, the other base paths taken as the sync
+    /// wrote them, and new files looked for only in the directories where something happened.
+    pub dirty: Option<&'a Dirty>,
+}
+
 /// Snapshot a sandbox directory: `base` paths (tracked by construction) plus untracked files not
-/// ignored by the tree's own .gitignore files. With the `record` of the sync that wrote `base`
-/// there, only paths whose stat changed (or is racy) are read, and a base path read back with
-/// its base content is not stored again.
-///
-/// With `dirty` as well — what change notification saw since that sync (see [`crate::watch`]) —
-/// only the paths it covers are even looked at: the other base paths are taken as the sync
-/// wrote them, and new files are looked for only in the directories where something happened.
+/// ignored by the tree's own .gitignore files, looking only where `hints` say something may
+/// have changed.
 pub fn snapshot_sandbox(
     dir: &Path,
     base: &FlatTree,
     store: &Store,
     cap: u64,
-    record: Option<&SyncRecord>,
-    dirty: Option<&Dirty>,
+    hints: Hints<'_>,
 ) -> Result<ReadBack, SnapshotError> {
     let mut objects = store.batch();
     let back = read_back_sandbox(
@@ -1151,8 +1161,7 @@ pub fn snapshot_sandbox(
         base,
         &mut objects,
         ReadLimits::only_file_cap(cap),
-        record,
-        dirty,
+        hints,
     )?;
     objects.finish()?;
     Ok(back)
@@ -1169,9 +1178,9 @@ pub fn read_back_sandbox(
     base: &FlatTree,
     objects: &mut ObjectBatch<'_>,
     limits: ReadLimits,
-    record: Option<&SyncRecord>,
-    dirty: Option<&Dirty>,
+    hints: Hints<'_>,
 ) -> Result<ReadBack, SnapshotError> {
+    let Hints { record, dirty } = hints;
     let started = std::time::Instant::now();
     let cap = limits.file_cap;
     objects.limit_new_blob_bytes(limits.bytes);
@@ -1461,8 +1470,14 @@ mod tests {
             "{s:?}"
         );
         let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
-        let snap =
-            snapshot_sandbox(&dir, &FlatTree::new(), &store, DEFAULT_FILE_CAP, None, None).unwrap();
+        let snap = snapshot_sandbox(
+            &dir,
+            &FlatTree::new(),
+            &store,
+            DEFAULT_FILE_CAP,
+            Hints::default(),
+        )
+        .unwrap();
         assert_eq!(snap.skipped, w.skipped);
         assert_eq!(
             Vec::from_iter(snap.changes.keys().map(String::as_str)),
@@ -1679,8 +1694,10 @@ mod tests {
                 &base,
                 &store,
                 DEFAULT_FILE_CAP,
-                Some(record),
-                Some(&dirty),
+                Hints {
+                    record: Some(record),
+                    dirty: Some(&dirty),
+                },
             )
             .unwrap();
             let changed: Vec<&str> = back.changes.keys().map(String::as_str).collect();
@@ -1772,8 +1789,14 @@ mod tests {
         std::fs::create_dir(dir.join("target")).unwrap();
         std::fs::write(dir.join("target/junk"), "x\n").unwrap();
         let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
-        let snap =
-            snapshot_sandbox(&dir, &FlatTree::new(), &store, DEFAULT_FILE_CAP, None, None).unwrap();
+        let snap = snapshot_sandbox(
+            &dir,
+            &FlatTree::new(),
+            &store,
+            DEFAULT_FILE_CAP,
+            Hints::default(),
+        )
+        .unwrap();
         let paths: Vec<&str> = snap.changes.keys().map(|s| s.as_str()).collect();
         assert_eq!(paths, vec![".gitignore", "hidden.txt"]);
     }

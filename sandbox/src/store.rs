@@ -118,6 +118,9 @@ pub struct Store {
     /// allocated and cleared). One is taken for a whole stream and put back only after it, so
     /// a failure never leaves half of one for the next.
     deflate: std::sync::Mutex<Vec<flate2::write::ZlibEncoder<Vec<u8>>>>,
+    /// Whether a batch of many objects is written as one pack (`[accel] pack`, see
+    /// [`Store::use_packs`]).
+    packs: bool,
     /// Bytes of blobs read since the maps were last released ([`Store::release_maps_after`]).
     read_bytes: std::sync::atomic::AtomicU64,
     /// The last blobs [`Store::write_blob`] wrote, for [`Store::read_blob`] to answer from
@@ -198,6 +201,7 @@ impl Store {
             present: Default::default(),
             durable: true,
             deflate: Default::default(),
+            packs: true,
             read_bytes: Default::default(),
             recent: Default::default(),
         })
@@ -218,6 +222,7 @@ impl Store {
             present: Default::default(),
             durable: false,
             deflate: Default::default(),
+            packs: true,
             read_bytes: Default::default(),
             recent: Default::default(),
         })
@@ -321,6 +326,13 @@ impl Store {
             recent.keep(id, bytes);
         }
         Ok(id)
+    }
+
+    /// Whether a batch of more than [`ObjectBatch::PACK_AT`] new objects is written as one pack
+    /// (the default), or every object loose, as `git add` writes them (`[accel] pack =
+    /// false`, see [`crate::accel::Accel::pack`]).
+    pub fn use_packs(&mut self, on: bool) {
+        self.packs = on;
     }
 
     /// Make the loose objects among `ids` durable: each file fsynced, then the directories
@@ -930,6 +942,7 @@ impl Store {
             present: Default::default(),
             durable: true,
             deflate: Default::default(),
+            packs: true,
             read_bytes: Default::default(),
             recent: Default::default(),
         })
@@ -1300,8 +1313,24 @@ impl ObjectBatch<'_> {
             .is_some_and(|f| self.held_bytes <= f.budget);
         let many = self.held.len() > Self::PACK_AT || self.held_bytes > Self::HOLD_BYTES;
         if many && !deferring {
-            self.start_pack()?;
+            match self.store.packs {
+                true => self.start_pack()?,
+                // No pack: what is held goes out loose now, not all of it held to the end.
+                false => self.write_held_loose()?,
+            }
         }
+        Ok(())
+    }
+
+    /// Write what the batch holds as loose objects, and hold nothing (without packs: see
+    /// [`Store::use_packs`]). Readable at once, before the batch is finished: a batch dropped
+    /// after that leaves them, unreferenced, for `git gc` to remove.
+    fn write_held_loose(&mut self) -> Result<(), StoreError> {
+        let repo = self.store.local();
+        for (kind, _, bytes) in self.held.drain(..) {
+            self.store.write_loose(&repo, kind, &bytes)?;
+        }
+        self.held_bytes = 0;
         Ok(())
     }
 
@@ -1322,7 +1351,7 @@ impl ObjectBatch<'_> {
         let store = self.store;
         match self.pack.take() {
             // All held (a batch keeping contents, under its budget): one pack made whole.
-            None if self.held.len() > Self::PACK_AT => {
+            None if self.held.len() > Self::PACK_AT && store.packs => {
                 let path = store.write_whole_pack(&self.held)?;
                 tracing::debug!(objects = self.held.len(), pack = %path.display(), "wrote a pack");
             }
@@ -1333,12 +1362,7 @@ impl ObjectBatch<'_> {
                     .map_err(|e| store.err(format!("writing a pack: {e}")))?;
                 tracing::debug!(objects = n, pack = %path.display(), "wrote a pack");
             }
-            None => {
-                let repo = store.local();
-                for (kind, _, bytes) in &self.held {
-                    store.write_loose(&repo, *kind, bytes)?;
-                }
-            }
+            None => self.write_held_loose()?,
         }
         for oid in &self.ids {
             store.remember(*oid);
@@ -2327,6 +2351,48 @@ mod tests {
         drop(dropped);
         assert_eq!(packs_in(&store), packs);
         assert!(!store.has_object(dropped_id));
+    }
+
+    /// Without packs (`[accel] pack = false`) a batch of many objects — held to the end, or
+    /// past what a batch holds — is written loose, each object what the pack would hold:
+    /// git reads every one, and no pack is made. Control: the same batch with packs makes one.
+    #[test]
+    fn without_packs_a_batch_writes_the_same_objects_loose() {
+        let tmp = tempfile::tempdir().unwrap();
+        let bodies: Vec<String> = (0..200).map(|i| format!("new file {i}\n")).collect();
+        let big = vec![b'x'; ObjectBatch::HOLD_BYTES + 1];
+        let write = |name: &str, packs: bool, keeping: bool| {
+            let mut store = Store::open_or_init(&tmp.path().join(name)).unwrap();
+            store.use_packs(packs);
+            let mut batch = match keeping {
+                true => store.batch().keeping(16 << 20),
+                false => store.batch(),
+            };
+            let mut ids: Vec<ObjectId> = bodies
+                .iter()
+                .map(|b| batch.write_blob(b.as_bytes()).unwrap())
+                .collect();
+            if !keeping {
+                ids.push(batch.write_blob(&big).unwrap());
+            }
+            batch.finish().unwrap();
+            let loose = ids
+                .iter()
+                .filter(|id| loose_object_path(&store.path().join("objects"), **id).is_file())
+                .count();
+            git(store.path(), &["fsck", "--strict", "--no-dangling"]);
+            for (id, body) in ids.iter().zip(&bodies) {
+                assert_eq!(store.read_blob(*id).unwrap(), body.as_bytes());
+            }
+            (ids, loose, packs_in(&store).len())
+        };
+        for keeping in [true, false] {
+            let (with, loose, packs) = write(&format!("packs-{keeping}.git"), true, keeping);
+            assert_eq!((loose, packs), (0, 2), "control: one pack and its index");
+            let (without, loose, packs) = write(&format!("loose-{keeping}.git"), false, keeping);
+            assert_eq!(without, with);
+            assert_eq!((loose, packs), (without.len(), 0), "keeping {keeping}");
+        }
     }
 
     /// Released, the store's maps go; everything reads as before — through a handle taken

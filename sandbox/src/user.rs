@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use nix::libc;
 
+use crate::accel::Accel;
 use crate::snapshot::{OverLimit, ReadBack, ReadLimits, Skipped};
 use crate::store::{Entry, FlatTree, Mode, ObjectBatch, Store, StoreError};
 use crate::sync::{base_refs, changed_paths, rebase_onto, recall, record_for, remember, Synced};
@@ -303,6 +304,10 @@ pub struct UserIsolation {
     /// Absolute directories put first on the agent's `PATH` (`agent_path` in the hub's config;
     /// see [`crate::agent_path`]).
     pub agent_path: Vec<String>,
+    /// The accelerators on (`[accel]`): the kept helper ([`Standby`]) only with
+    /// `kept_helper`, `watch` and `untracked_cache` all on, since it is the one that watches
+    /// the slot and holds its directory record.
+    pub accel: Accel,
 }
 
 /// The absolute path of this binary, as the sudoers rule names it.
@@ -386,6 +391,7 @@ impl UserIsolation {
             network_none,
             private_proc: false,
             agent_path: Vec::new(),
+            accel: Accel::ALL,
         };
         let answer = iso.probe()?;
         iso.private_proc =
@@ -1486,7 +1492,9 @@ impl UserSandbox {
     /// It is started from a thread, beside the sync's own helper.
     fn stand_by(&self) -> Option<std::thread::JoinHandle<Result<Standby, HelperError>>> {
         drop(self.standby.lock().ok()?.take());
-        if !self.iso.agent_walled_off() {
+        let accel = self.iso.accel;
+        let kept = accel.kept_helper && accel.watch && accel.untracked_cache;
+        if !self.iso.agent_walled_off() || !kept {
             return None;
         }
         let (iso, request) = (self.iso.clone(), self.request());
@@ -1876,6 +1884,15 @@ impl Sandbox for UserSandbox {
                 }
             }
         }
+        // Without the untracked cache, the helper is sent no directory record to go by.
+        let cut;
+        let record = match record {
+            Some(r) if !self.iso.accel.untracked_cache => {
+                cut = crate::workspace::without_dirs(r);
+                Some(&cut)
+            }
+            other => other,
+        };
         let snap = self.iso.run_helper(
             "snapshot",
             |w| {

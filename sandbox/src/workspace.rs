@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::snapshot::{read_back_sandbox, OverLimit, ReadBack, ReadLimits, SnapshotError};
+use crate::accel::Accel;
+use crate::snapshot::{read_back_sandbox, Hints, OverLimit, ReadBack, ReadLimits, SnapshotError};
 use crate::store::{FlatTree, ObjectBatch, Store, StoreError};
 use crate::sync::{recall, record_for, sync_slot, SyncError};
 use crate::tools::{ToolReply, ToolRequest};
@@ -142,11 +143,22 @@ pub type Following = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Se
 #[derive(Debug)]
 pub struct LocalSandbox {
     dir: PathBuf,
+    /// The accelerators on (see [`crate::accel`]).
+    accel: Accel,
 }
 
 impl LocalSandbox {
     pub fn new(dir: PathBuf) -> Self {
-        Self { dir }
+        Self {
+            dir,
+            accel: Accel::ALL,
+        }
+    }
+
+    /// With only the accelerators `accel` has on: without the watch every sync and read-back
+    /// looks at every file; without the untracked cache a read-back walks every directory.
+    pub fn with_accel(self, accel: Accel) -> Self {
+        Self { accel, ..self }
     }
 }
 
@@ -159,6 +171,8 @@ struct Reset {
     /// The run is over and its slot was not yet synced with every file `lstat`ed.
     due: bool,
     objects: Option<PathBuf>,
+    /// Whether the slot is watched (`[accel] watch`), as its last sync was told.
+    watched: bool,
 }
 
 fn resets(
@@ -179,12 +193,14 @@ fn reset_of(dir: &Path) -> Arc<std::sync::Mutex<Reset>> {
 
 /// Sync the slot at `dir` to `base`, with the store's `objects` borrowed: with `dirty`
 /// looking only where the watch saw something, else at every file. Then its watch is cleared,
-/// or started again (see [`Sandbox::prepare`]).
+/// or started again (see [`Sandbox::prepare`]); unless `watched` is false (`[accel] watch`):
+/// then the slot has no watch.
 fn sync_watched(
     dir: &Path,
     base: &Arc<FlatTree>,
     objects: &Path,
     full: bool,
+    watched: bool,
     mut source: impl FnMut(crate::ObjectId) -> Result<Option<Vec<u8>>, crate::sync::SyncError>,
 ) -> Result<(), SyncError> {
     let mut watch = take_watch(dir);
@@ -193,6 +209,9 @@ fn sync_watched(
         false => watch.as_mut().and_then(|w| w.changes().cloned()),
     };
     sync_slot(dir, base, Some(objects), dirty.as_ref(), &mut source)?;
+    if !watched {
+        return Ok(());
+    }
     // From here on, what the agent changes is seen as it happens.
     let keep = watch
         .as_mut()
@@ -232,7 +251,8 @@ fn reset_after_run(dir: PathBuf) {
                 return;
             }
             // Every blob of the base is in the store the sandbox's `.git` borrows from.
-            match sync_watched(&dir, &synced.base, &objects, true, |_| Ok(None)) {
+            let watched = st.watched;
+            match sync_watched(&dir, &synced.base, &objects, true, watched, |_| Ok(None)) {
                 Ok(()) => st.due = false,
                 Err(e) => tracing::debug!(dir = %dir.display(), error = %e, "the slot's reset after its run failed; its next sync looks at every file"),
             }
@@ -320,6 +340,15 @@ fn changes_in(dir: &Path) -> Option<Dirty> {
     dirty
 }
 
+/// `record` without its directories (`[accel] untracked_cache = false`): a read-back that goes
+/// by it reads every directory for new files.
+pub(crate) fn without_dirs(record: &crate::wire::SyncRecord) -> crate::wire::SyncRecord {
+    crate::wire::SyncRecord {
+        dirs: Vec::new(),
+        ..record.clone()
+    }
+}
+
 /// What a hub on Linux says when a sandbox cannot be watched.
 pub(crate) const NO_WATCH: &str = "no change notification (inotify) for this sandbox: the \
      read-back after its run looks at every file; raise fs.inotify.max_user_instances or \
@@ -358,9 +387,11 @@ impl Sandbox for LocalSandbox {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         st.objects = Some(objects.clone());
+        st.watched = self.accel.watch && self.accel.untracked_cache;
         // The put-back after the last run did not come first: this sync makes it.
         let full = std::mem::take(&mut st.due);
-        let synced = sync_watched(&self.dir, base, &objects, full, |oid| {
+        let watched = st.watched;
+        let synced = sync_watched(&self.dir, base, &objects, full, watched, |oid| {
             Ok(Some(store.read_blob(oid)?))
         });
         // A failed sync leaves the slot without a watch: the next one looks at every file.
@@ -376,15 +407,31 @@ impl Sandbox for LocalSandbox {
         let started = std::time::Instant::now();
         let synced = recall(&self.dir);
         let record = record_for(synced.as_deref(), base);
-        let dirty = record.and_then(|_| changes_in(&self.dir));
+        // Without the untracked cache, the record's directories are not gone by (nor the
+        // watch, which vouches against them).
+        let cut;
+        let record = match record {
+            Some(r) if !self.accel.untracked_cache => {
+                cut = without_dirs(r);
+                Some(&cut)
+            }
+            other => other,
+        };
+        let watched = self.accel.watch && self.accel.untracked_cache;
+        let dirty = record
+            .filter(|_| watched)
+            .and_then(|_| changes_in(&self.dir));
         tracing::debug!(
             us = started.elapsed().as_micros() as u64,
             paths = dirty.as_ref().map(|d| d.paths.len()),
             trees = dirty.as_ref().map(|d| d.trees.len()),
             "the watch's changes taken"
         );
-        let back = read_back_sandbox(&self.dir, base, objects, limits, record, dirty.as_ref())?;
-        Ok(back)
+        let hints = Hints {
+            record,
+            dirty: dirty.as_ref(),
+        };
+        Ok(read_back_sandbox(&self.dir, base, objects, limits, hints)?)
     }
 
     fn command(&self, argv: &[String], env: &[(String, String)]) -> tokio::process::Command {
@@ -601,7 +648,7 @@ mod tests {
 
     /// The oracle: a read-back that trusts neither the sync's record nor change notification.
     fn full_look(sb: &LocalSandbox, store: &Store, base: &FlatTree) -> FlatTree {
-        crate::snapshot::snapshot_sandbox(sb.workdir(), base, store, u64::MAX, None, None)
+        crate::snapshot::snapshot_sandbox(sb.workdir(), base, store, u64::MAX, Default::default())
             .unwrap()
             .tree(base)
     }
@@ -621,6 +668,60 @@ mod tests {
         let sb = LocalSandbox::new(tmp.path().join("sb"));
         sb.prepare(&store, &Arc::new(base.clone())).unwrap();
         (tmp, store, base, sb)
+    }
+
+    /// With accelerators off (no watch, no untracked cache, or neither) a slot is synced and
+    /// read back on the slow paths, and finds what a full look finds: edits, a new file in a
+    /// new directory, a deletion; and the next sync puts the slot back to its base. Control:
+    /// without the watch the slot has none.
+    #[test]
+    fn without_accelerators_a_slot_reads_back_what_a_full_look_finds() {
+        let off = [
+            Accel::NONE,
+            Accel {
+                watch: false,
+                ..Accel::ALL
+            },
+            Accel {
+                untracked_cache: false,
+                ..Accel::ALL
+            },
+        ];
+        for accel in off {
+            let tmp = tempfile::tempdir().unwrap();
+            let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+            let files = [("a.txt", Mode::File, "a\n"), ("d/b.txt", Mode::File, "b\n")];
+            let base = Arc::new(tree(&store, &files));
+            let sb = LocalSandbox::new(tmp.path().join("sb")).with_accel(accel);
+            sb.prepare(&store, &base).unwrap();
+            assert!(dirty_in(sb.workdir()).is_none(), "{accel:?}: no watch");
+            let dir = sb.workdir();
+            std::fs::write(dir.join("a.txt"), "a, edited\n").unwrap();
+            std::fs::remove_file(dir.join("d/b.txt")).unwrap();
+            std::fs::create_dir_all(dir.join("new/deep")).unwrap();
+            std::fs::write(dir.join("new/deep/n.txt"), "n\n").unwrap();
+            let mut objects = store.batch();
+            let back = sb
+                .read_back(&mut objects, &base, ReadLimits::only_file_cap(u64::MAX))
+                .unwrap();
+            objects.finish().unwrap();
+            let changed: Vec<&str> = back.changes.keys().map(String::as_str).collect();
+            assert_eq!(changed, ["a.txt", "d/b.txt", "new/deep/n.txt"], "{accel:?}");
+            assert_eq!(back.tree(&base), full_look(&sb, &store, &base), "{accel:?}");
+            sb.prepare(&store, &base).unwrap();
+            assert_eq!(
+                full_look(&sb, &store, &base),
+                *base,
+                "{accel:?}: synced back"
+            );
+        }
+        // Control: with every accelerator on, the slot is watched (where there is inotify).
+        let (_tmp, _store, _base, sb) = synced_slot(&[("a.txt", "a\n")]);
+        assert_eq!(
+            dirty_in(sb.workdir()).is_some(),
+            cfg!(target_os = "linux"),
+            "watched"
+        );
     }
 
     /// What the slot's watch has taken in so far, without reading its queue.

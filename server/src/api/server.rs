@@ -239,7 +239,8 @@ pub fn open_hub(
     let lock = lock_state_dir(&cfg.state_dir)?;
     let token = crate::hub::auth::load_or_create_token(&cfg.state_dir.join("token"))
         .context("the reviewer token")?;
-    let store = Store::open_or_init(&cfg.state_dir.join("checkpoints.git"))?;
+    let mut store = Store::open_or_init(&cfg.state_dir.join("checkpoints.git"))?;
+    store.use_packs(cfg.accel.pack);
     remove_spare_files(&cfg.state_dir.join("checkpoints.git"));
     look_over_store_after_a_reboot(&cfg.state_dir, &store)?;
     let journal_path = cfg.state_dir.join("state.jsonl");

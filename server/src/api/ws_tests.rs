@@ -52,6 +52,7 @@ impl Fixture {
             retention: Default::default(),
             review: Default::default(),
             sensitive: Default::default(),
+            accel: Default::default(),
         };
         let started = open_hub(cfg, port, CancellationToken::new()).unwrap();
         Self { _tmp: tmp, started }

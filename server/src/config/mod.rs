@@ -64,6 +64,9 @@ pub struct FileConfig {
     /// Which files never enter a sandbox nor a suggestion ([`sensitive`]).
     #[serde(default)]
     pub sensitive: sensitive::SensitiveFile,
+    /// `[accel]`: an off switch for each accelerator (see [`hunkgate_sandbox::accel`]).
+    #[serde(default)]
+    pub accel: hunkgate_sandbox::accel::Accel,
 }
 
 /// `[review]`.
@@ -406,6 +409,18 @@ pub struct ServeConfig {
     pub review: Review,
     /// `[sensitive]`: more files that stay home, and files that may go (see [`sensitive`]).
     pub sensitive: sensitive::SensitiveFile,
+    /// The accelerators on: `[accel]`, less those `HUNKGATE_ACCEL_OFF` names.
+    pub accel: hunkgate_sandbox::accel::Accel,
+}
+
+/// `[accel]`, less the accelerators `off` (`HUNKGATE_ACCEL_OFF`) names.
+pub fn resolve_accel(
+    file: &FileConfig,
+    off: Option<&str>,
+) -> Result<hunkgate_sandbox::accel::Accel, String> {
+    file.accel
+        .turn_off(off.unwrap_or_default())
+        .map_err(|e| format!("HUNKGATE_ACCEL_OFF: {e}"))
 }
 
 /// `--max-runs` / `[limits] max_concurrent_runs`, else the number of CPU cores (at least 1).
@@ -449,5 +464,31 @@ mod tests {
         let cfg = load_file(Some(&p)).unwrap();
         assert_eq!(cfg.port, Some(5000));
         assert_eq!(resolve_port(Some(6000), &cfg).unwrap(), Some(6000));
+    }
+
+    /// `[accel]` turns accelerators off by name; `HUNKGATE_ACCEL_OFF` turns more off; an
+    /// unknown name in either is an error that names it.
+    #[test]
+    fn accelerators_are_turned_off_by_the_file_and_the_environment() {
+        use hunkgate_sandbox::accel::Accel;
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("c.toml");
+        std::fs::write(&p, "port = 5000\n").unwrap();
+        let none = load_file(Some(&p)).unwrap();
+        assert_eq!(resolve_accel(&none, None).unwrap(), Accel::ALL);
+        std::fs::write(&p, "[accel]\nwatch = false\n").unwrap();
+        let file = load_file(Some(&p)).unwrap();
+        assert_eq!(resolve_accel(&file, None).unwrap().off(), ["watch"]);
+        let both = resolve_accel(&file, Some("pack")).unwrap();
+        assert_eq!(both.off(), ["watch", "pack"]);
+        assert_eq!(resolve_accel(&file, Some("all")).unwrap(), Accel::NONE);
+        let e = resolve_accel(&file, Some("fsmonitor")).unwrap_err();
+        assert!(
+            e.contains("HUNKGATE_ACCEL_OFF") && e.contains("fsmonitor"),
+            "{e}"
+        );
+        std::fs::write(&p, "[accel]\nfsmonitor = false\n").unwrap();
+        let err = load_file(Some(&p)).unwrap_err().to_string();
+        assert!(err.contains("fsmonitor"), "{err}");
     }
 }

@@ -52,6 +52,7 @@ fn config(tmp: &Path) -> ServeConfig {
         retention: Default::default(),
         review: Default::default(),
         sensitive: Default::default(),
+        accel: Default::default(),
     }
 }
 

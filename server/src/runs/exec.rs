@@ -64,12 +64,20 @@ impl Hub {
         self.blocking(move |hub| {
             let (snap, how) = {
                 let mut watch = hub.runs().checkout.lock().map_err(|_| poisoned())?;
-                hunkgate_sandbox::checkout::snapshot(
-                    &hub.cfg().repo,
-                    hub.store(),
-                    DEFAULT_FILE_CAP,
-                    &mut watch,
-                )
+                let (repo, store) = (&hub.cfg().repo, hub.store());
+                match hub.cfg().accel.watch {
+                    true => hunkgate_sandbox::checkout::snapshot(
+                        repo,
+                        store,
+                        DEFAULT_FILE_CAP,
+                        &mut watch,
+                    ),
+                    false => hunkgate_sandbox::checkout::snapshot_unwatched(
+                        repo,
+                        store,
+                        DEFAULT_FILE_CAP,
+                    ),
+                }
                 .map_err(|e| AppError::failed("snapshotting the checkout", e))?
             };
             tracing::debug!(run = rid, ?how, "checkout snapshot");
@@ -105,9 +113,10 @@ impl Hub {
     /// The sandbox of slot `slot` under the hub's isolation.
     fn sandbox_for_slot(&self, slot: usize) -> Arc<dyn Sandbox> {
         match &self.cfg().isolation {
-            crate::isolation::Isolation::None => Arc::new(LocalSandbox::new(
-                self.runs().sandbox_root.join(slot.to_string()),
-            )),
+            crate::isolation::Isolation::None => Arc::new(
+                LocalSandbox::new(self.runs().sandbox_root.join(slot.to_string()))
+                    .with_accel(self.cfg().accel),
+            ),
             // In the sandbox user's home, reached only through the sandbox helper.
             crate::isolation::Isolation::User(iso) => {
                 Arc::new(iso.sandbox(&crate::isolation::sandbox_key(&self.cfg().state_dir), slot))
