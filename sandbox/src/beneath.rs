@@ -614,10 +614,8 @@ impl Beneath {
         let st = nix::sys::stat::fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW)
             .map_err(|e| FsError::io(path, e))?;
         regular(path, kind_of(&st))?;
-        freed_later(&dir, name, || {
-            nix::unistd::unlinkat(dir.as_fd(), name, UnlinkatFlags::NoRemoveDir)
-                .map_err(|e| FsError::io(path, e))
-        })?;
+        nix::unistd::unlinkat(dir.as_fd(), name, UnlinkatFlags::NoRemoveDir)
+            .map_err(|e| FsError::io(path, e))?;
         self.removed_from(path, &parts, &dir)
     }
 
@@ -646,7 +644,8 @@ impl Beneath {
             return self.remove_file(path);
         };
         match swap::take_away(&dir, name, &temp_name(), path, held, &mut still_expected)? {
-            swap::Taken::Done(held) => crate::closer::close_later(held),
+            // Closed here: the file had no name left, its blocks are freed now.
+            swap::Taken::Done(held) => drop(held),
             swap::Taken::Unsupported => return self.remove_file(path),
             swap::Taken::Stranded(e) => return Err(e),
         }
@@ -841,21 +840,15 @@ impl PendingWrite {
             &mut still_expected,
         );
         match swapped {
-            Ok(swap::Swapped::Done(old)) => {
-                // The old file has no name now: its blocks are freed off this thread.
-                if let Some(old) = old {
-                    crate::closer::close_later(old);
-                }
-            }
-            Ok(swap::Swapped::Unsupported) => freed_later(dir, &self.name, || {
-                nix::fcntl::renameat(
-                    dir.as_fd(),
-                    self.tmp.as_str(),
-                    dir.as_fd(),
-                    self.name.as_str(),
-                )
-                .map_err(|e| FsError::io(&self.path, e))
-            })?,
+            // The old file has no name now: closed here, its blocks are freed now.
+            Ok(swap::Swapped::Done(old)) => drop(old),
+            Ok(swap::Swapped::Unsupported) => nix::fcntl::renameat(
+                dir.as_fd(),
+                self.tmp.as_str(),
+                dir.as_fd(),
+                self.name.as_str(),
+            )
+            .map_err(|e| FsError::io(&self.path, e))?,
             Ok(swap::Swapped::Stranded(e)) => {
                 // The temporary name holds the user's version: dropped, it is not removed.
                 self.dir.take();
@@ -876,45 +869,6 @@ impl Drop for PendingWrite {
             let _ =
                 nix::unistd::unlinkat(dir.as_fd(), self.tmp.as_str(), UnlinkatFlags::NoRemoveDir);
         }
-    }
-}
-
-/// Run `unname` — a rename over `name` in `dir`, or its unlink — with the file that had the
-/// name held open across it ([`pin_replaced`]), and hand that file to the closer once it has
-/// no name left: its blocks are freed there, not in `unname` on the caller's thread.
-fn freed_later(
-    dir: &OwnedFd,
-    name: &str,
-    unname: impl FnOnce() -> Result<(), FsError>,
-) -> Result<(), FsError> {
-    let held = pin_replaced(dir, name);
-    unname()?;
-    if let Some(held) = held {
-        crate::closer::close_later(held);
-    }
-    Ok(())
-}
-
-/// The file a rename is about to replace in `dir` (or an unlink to remove), held by an
-/// `O_PATH` descriptor (it reads nothing, opens no FIFO or device, and pins a symlink itself,
-/// never its target), so that the rename does not free it: its last close, handed to
-/// [`crate::closer::close_later`], does, off the caller's thread. None where nothing is
-/// there, or where `O_PATH` is not (the rename then frees it as before).
-pub fn pin_replaced(dir: &OwnedFd, name: &str) -> Option<OwnedFd> {
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    {
-        nix::fcntl::openat(
-            dir.as_fd(),
-            name,
-            OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )
-        .ok()
-    }
-    #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    {
-        let _ = (dir, name);
-        None
     }
 }
 
@@ -1151,63 +1105,6 @@ mod tests {
         let b = Beneath::open(tmp.path()).unwrap();
         assert_eq!(b.read("ours.txt", 100).unwrap().unwrap().0, b"x\n");
         assert_eq!(accessed(&ours), long_ago);
-    }
-
-    /// The file a write replaces is held across the rename (so that the rename does not free
-    /// it, its last close does, elsewhere), and only that file: a symlink is held itself,
-    /// never what it points to.
-    #[cfg(target_os = "linux")]
-    #[test]
-    fn the_file_a_write_replaces_is_held_across_the_rename() {
-        use std::os::unix::fs::MetadataExt;
-        let tmp = tempfile::tempdir().unwrap();
-        std::fs::write(tmp.path().join("old.txt"), "old\n").unwrap();
-        std::os::unix::fs::symlink("old.txt", tmp.path().join("link")).unwrap();
-        let dir = OwnedFd::from(std::fs::File::open(tmp.path()).unwrap());
-        let old_ino = std::fs::metadata(tmp.path().join("old.txt")).unwrap().ino();
-        let b = Beneath::open(tmp.path()).unwrap();
-
-        let held = pin_replaced(&dir, "old.txt").expect("a file is there to hold");
-        b.write_atomic("old.txt", b"new\n", false).unwrap();
-        let st = nix::sys::stat::fstat(held.as_fd()).unwrap();
-        assert_eq!(st.st_ino, old_ino);
-        assert_eq!(
-            st.st_nlink, 0,
-            "the replaced file has no name left; only this holds it"
-        );
-        assert_eq!(std::fs::read(tmp.path().join("old.txt")).unwrap(), b"new\n");
-        let new_ino = std::fs::metadata(tmp.path().join("old.txt")).unwrap().ino();
-        assert_ne!(new_ino, old_ino);
-
-        let link = pin_replaced(&dir, "link").expect("a symlink is there to hold");
-        let st = nix::sys::stat::fstat(link.as_fd()).unwrap();
-        assert_eq!(st.st_mode & nix::libc::S_IFMT, nix::libc::S_IFLNK);
-        assert_ne!(
-            st.st_ino, new_ino,
-            "the symlink's target is not what is held"
-        );
-
-        assert!(pin_replaced(&dir, "absent").is_none());
-
-        // A write hands the file it replaces to the closer, one that creates a file nothing.
-        let handed = || crate::closer::HANDED.with(|n| n.get());
-        let before = handed();
-        b.write_atomic("old.txt", b"newer\n", false).unwrap();
-        assert_eq!(handed(), before + 1);
-        b.write_atomic("fresh.txt", b"new\n", false).unwrap();
-        assert_eq!(handed(), before + 1);
-        // A file removed is handed over the same way.
-        b.remove_file("fresh.txt").unwrap();
-        assert_eq!(handed(), before + 2);
-        assert!(!tmp.path().join("fresh.txt").exists());
-
-        // Holding it changed nothing: a symlink is still never written over or through.
-        b.write_atomic_checked("link", b"x", false, |_| Ok(true))
-            .expect_err("a symlink is never written over");
-        assert_eq!(
-            std::fs::read(tmp.path().join("old.txt")).unwrap(),
-            b"newer\n"
-        );
     }
 
     #[test]

@@ -135,6 +135,18 @@ pub fn snapshot(
     Ok((parts.snap, How::Whole))
 }
 
+/// [`snapshot`] without change notification (`[accel] watch = false`): a whole snapshot, every
+/// file `lstat`ed, the stat cache still used, and no watch started.
+pub fn snapshot_unwatched(
+    repo_root: &Path,
+    store: &Store,
+    cap: u64,
+) -> Result<(Snapshot, How), SnapshotError> {
+    let mut cache = StatCache::load(&stat_cache_path(store), repo_root, store);
+    let parts = checkout_parts(repo_root, store, cap, Some(&mut cache))?;
+    Ok((parts.snap, How::Whole))
+}
+
 /// The files whose content decides what else a checkout snapshot ignores: the repository's
 /// `info/exclude`, and git's global and system config and the global excludes file they name.
 fn rules(repo: Option<&gix::Repository>) -> Vec<PathBuf> {
@@ -298,6 +310,34 @@ mod tests {
         };
         assert_eq!(sorted(&snap), sorted(&full), "skipped, {how:?}");
         how
+    }
+
+    /// With the watch off, every snapshot is a whole one, and the oracle's.
+    #[test]
+    fn an_unwatched_snapshot_is_the_whole_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("repo");
+        std::fs::create_dir_all(repo.join("src")).unwrap();
+        git(&repo, &["init", "-q"]);
+        std::fs::write(repo.join(".gitignore"), "*.o\n").unwrap();
+        std::fs::write(repo.join("src/a.rs"), "a\n").unwrap();
+        git(&repo, &["add", "-A"]);
+        commit(&repo, "init");
+        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+        let same = |store: &Store| {
+            let (snap, how) = snapshot_unwatched(&repo, store, DEFAULT_FILE_CAP).unwrap();
+            let full = snapshot_checkout_cached(&repo, store, DEFAULT_FILE_CAP, None).unwrap();
+            assert_eq!(how, How::Whole);
+            assert_eq!(snap.tree, full.tree);
+            snap
+        };
+        let first = same(&store);
+        std::fs::write(repo.join("src/a.rs"), "a edited\n").unwrap();
+        std::fs::write(repo.join("src/new.rs"), "new\n").unwrap();
+        std::fs::write(repo.join("src/new.o"), "ignored\n").unwrap();
+        let second = same(&store);
+        assert_ne!(first.tree, second.tree, "the edits are seen");
+        assert!(second.tree.contains_key("src/new.rs") && !second.tree.contains_key("src/new.o"));
     }
 
     fn changed(how: How) -> usize {

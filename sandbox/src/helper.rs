@@ -13,9 +13,8 @@
 //!   standby (see [`crate::wire`]'s module docs) it is started as the run's sync begins,
 //!   watches the slot with inotify ([`crate::watch`]) from the sync's end, before the agent
 //!   starts, to the run's end, out of its reach
-//!   (non-dumpable, outside the agent's PID namespace), sends the hub what the agent writes as
-//!   it reads it early, and at the hub's go reads back only where its watch saw something
-//!   happen. Then it stays, watching on, and makes the slot's
+//!   (non-dumpable, outside the agent's PID namespace), and at the hub's go reads back only
+//!   where its watch saw something happen. Then it stays, watching on, and makes the slot's
 //!   next sync itself when the hub asks for it (sent only the base's changes, against the
 //!   record it holds), and stands by for that run in turn.
 //! - `tool`: run one of the built-in agent's file tools ([`crate::tools`]) in the sandbox and
@@ -62,13 +61,12 @@ use nix::unistd::Pid;
 use crate::agent_path;
 use crate::beneath::Beneath;
 use crate::snapshot::{
-    capture_each, read_early, readback_check, sandbox_candidates_since, split_by_dirty, Captured,
-    Check, Early, EarlyRead, EarlyReads, DEFAULT_FILE_CAP,
+    capture_each, readback_check, sandbox_candidates_since, split_by_dirty, Captured, Hints,
 };
 use crate::store::FlatTree;
 use crate::sync::{
     base_from_wire, clear_except_git, fresh_git, recall, remember, store_blob, sync_files,
-    sync_slot_with, wire_mode, Discard, SyncError, Synced,
+    sync_slot_with, Discard, SyncError, Synced,
 };
 use crate::watch::Watch;
 use crate::wire::{self, Frame, Next, Request, WireError};
@@ -194,17 +192,11 @@ fn run(op: &str) -> Result<ExitCode, HelperFailure> {
                 .map_err(|(path, why)| HelperFailure::BadPath { path, why })?;
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::with_capacity(wire::STREAM_BUFFER, stdout.lock());
-            let early = EarlyReads::new();
-            snapshot(
-                &req,
-                &base,
-                req.record.as_ref(),
-                &home,
-                None,
-                early,
-                &Default::default(),
-                &mut out,
-            )?;
+            let hints = Hints {
+                record: req.record.as_ref(),
+                dirty: None,
+            };
+            snapshot(&req, &base, &home, hints, &mut out)?;
             out.flush().map_err(HelperFailure::Output)?;
             Ok(ExitCode::SUCCESS)
         }
@@ -480,8 +472,6 @@ fn standby(
         path: String::new(),
         why: "a standby's request must carry the record of the run's sync".into(),
     })?;
-    // What the agent writes is read as it goes (see [`Early`]), and sent, until the go.
-    let mut early = EarlyOut::opened();
     // This process's record of the slot, as a sync of its own would leave it.
     remember(
         &dir,
@@ -492,15 +482,13 @@ fn standby(
         }),
     );
     loop {
-        wait_for_input(input, &mut watch, Some((&dir, &mut early)));
+        wait_for_input(input, &mut watch);
         let Some(cap) = wire::read_go(input)? else {
             // The hub wants no read-back after all.
             return Ok(ExitCode::SUCCESS);
         };
         let stdout = std::io::stdout();
         let mut out = std::io::BufWriter::with_capacity(wire::STREAM_BUFFER, stdout.lock());
-        // The early stream ends where the read-back begins.
-        wire::write_frame(&mut out, &Frame::End).map_err(HelperFailure::Output)?;
         req.cap = cap;
         let synced = recall(&dir).ok_or_else(|| HelperFailure::Dir {
             path: dir.clone(),
@@ -509,23 +497,11 @@ fn standby(
         let dirty = watch
             .as_mut()
             .and_then(|w| seen_since_sync(w, Some(&synced.record)));
-        // The events are read: the early reads no event named since. None are made from here
-        // to the slot's next sync (a later read-back of this run, after a publish of the
-        // agent's own, is another helper's).
-        let taken = watch
-            .as_ref()
-            .map(|w| early.early.hand_over(w))
-            .unwrap_or_default();
-        snapshot(
-            &req,
-            &synced.base,
-            Some(&synced.record),
-            home,
-            dirty.as_ref(),
-            taken,
-            &early.streamed,
-            &mut out,
-        )?;
+        let hints = Hints {
+            record: Some(&synced.record),
+            dirty: dirty.as_ref(),
+        };
+        snapshot(&req, &synced.base, home, hints, &mut out)?;
         out.flush().map_err(HelperFailure::Output)?;
         drop(out);
         drop(synced);
@@ -534,7 +510,7 @@ fn standby(
         // start.
         let mut was_reset = false;
         let again = loop {
-            wait_for_input(input, &mut watch, None);
+            wait_for_input(input, &mut watch);
             match wire::read_next(input)? {
                 None => return Ok(ExitCode::SUCCESS),
                 Some(Next::Idle) => {
@@ -553,8 +529,6 @@ fn standby(
         wire::write_prepare_reply(&mut out, &reply).map_err(HelperFailure::Output)?;
         wire::write_watching(&mut out, watch.is_some()).map_err(HelperFailure::Output)?;
         out.flush().map_err(HelperFailure::Output)?;
-        // The next run is on: its agent's writes are read early.
-        early = EarlyOut::opened();
     }
 }
 
@@ -726,17 +700,11 @@ const MAX_WATCHED: usize = 100_000;
 
 /// Wait for the hub's go signal to be there to read. Meanwhile the watch's events are read as
 /// they come, so the kernel's queue does not overflow while the agent works; a watch that
-/// loses track, or collects more than [`MAX_WATCHED`] paths, is dropped. With `early` (the
-/// slot's directory and its early reads), the files the events name are read early, once
-/// [`GATHER_MS`] passed without the signal.
-fn wait_for_input(
-    input: &mut std::io::BufReader<std::fs::File>,
-    watch: &mut Option<Watch>,
-    mut early: Option<(&Path, &mut EarlyOut)>,
-) {
+/// loses track, or collects more than [`MAX_WATCHED`] paths, is dropped.
+fn wait_for_input(input: &mut std::io::BufReader<std::fs::File>, watch: &mut Option<Watch>) {
     // Elsewhere there is no watch to read: the read of the signal just blocks.
     #[cfg(not(target_os = "linux"))]
-    let _ = (input, watch, early);
+    let _ = (input, watch);
     #[cfg(target_os = "linux")]
     while input.buffer().is_empty() {
         let Some(w) = watch.as_mut() else {
@@ -772,79 +740,7 @@ fn wait_for_input(
                 *watch = None;
                 continue;
             }
-            if let Some((dir, early)) = early.as_mut() {
-                // A moment for the agent's burst of writes to end; the go comes first.
-                let mut go = [libc::pollfd {
-                    fd: input.get_ref().as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                }];
-                // SAFETY: one pollfd on the stack.
-                if unsafe { libc::poll(go.as_mut_ptr(), 1, GATHER_MS) } != 0 {
-                    // Input (or an interruption: then the loop looks again).
-                    continue;
-                }
-                let mark = w.mark();
-                let paths = early.early.wanted(w);
-                if !paths.is_empty() {
-                    let reads = read_early(dir, &paths, DEFAULT_FILE_CAP);
-                    w.absorb();
-                    let kept = early.early.keep(w, mark, reads);
-                    early.send(&kept, &mut std::io::stdout().lock());
-                }
-            }
         }
-    }
-}
-
-/// How long a standby waits after the watch's events, for more to gather, before it reads the
-/// files they name early.
-const GATHER_MS: libc::c_int = 5;
-
-/// A standby's early reads of the run on, and what of them it sent the hub: the early stream
-/// (see [`crate::wire`]'s module docs).
-struct EarlyOut {
-    early: Early,
-    /// Content sent so far, at most [`wire::EARLY_STREAM_BYTES`].
-    sent: u64,
-    /// The paths whose last read kept was sent: the hub has it, and a read-back that takes it
-    /// names it as sent ([`Frame::Sent`]) rather than sending it again.
-    streamed: HashSet<String>,
-    /// Writing to the hub failed: nothing more is sent (its next word, or the end of its
-    /// input, says what comes next).
-    broken: bool,
-}
-
-impl EarlyOut {
-    fn opened() -> Self {
-        EarlyOut {
-            early: Early::opened(),
-            sent: 0,
-            streamed: HashSet::new(),
-            broken: false,
-        }
-    }
-
-    /// Send `kept` (reads just kept) to the hub, each as one frame, those that fit in what is
-    /// left of the budget. Blocks while the hub's pipe is full: the hub reads the stream
-    /// throughout the run.
-    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-    fn send(&mut self, kept: &[(String, EarlyRead)], out: &mut impl Write) {
-        let mut w = std::io::BufWriter::with_capacity(wire::STREAM_BUFFER, out);
-        for (path, read) in kept {
-            let len = read.len() as u64;
-            let fits = !self.broken && self.sent + len <= wire::EARLY_STREAM_BYTES;
-            let mode = wire_mode(read.entry.mode);
-            if fits && wire::write_early_read(&mut w, path, mode, &read.bytes).is_ok() {
-                self.sent += len;
-                self.streamed.insert(path.clone());
-            } else {
-                self.broken |= fits;
-                self.streamed.remove(path);
-            }
-        }
-        // Once broken, the hub's reader fails, and with it this standby's read-back.
-        self.broken |= w.flush().is_err();
     }
 }
 
@@ -871,21 +767,15 @@ fn seen_since_sync(
 /// Read the sandbox back (see [`crate::snapshot::snapshot_sandbox`]): only what differs from
 /// `base` (the request's, already read) goes out, as frames. With `dirty` (what a watch saw
 /// since the sync of the request's record), only the paths it covers are looked at: every
-/// other base path is as the sync left it. A candidate in `early` whose `lstat` is exactly
-/// the stat it was read with is sent from there, not read again (see
-/// [`crate::snapshot::read_back_sandbox`]) — or, when its path is in `streamed` (the hub has
-/// that read from the early stream), named as sent.
-#[allow(clippy::too_many_arguments)]
+/// other base path is as the sync left it.
 fn snapshot<W: Write>(
     req: &Request,
     base: &FlatTree,
-    record: Option<&crate::wire::SyncRecord>,
     home: &Path,
-    dirty: Option<&crate::watch::Dirty>,
-    early: EarlyReads,
-    streamed: &HashSet<String>,
+    hints: Hints<'_>,
     out: &mut W,
 ) -> Result<(), HelperFailure> {
+    let Hints { record, dirty } = hints;
     let dir = sandbox_dir(home, req, false)?;
     let root = Beneath::open(&dir).map_err(|e| HelperFailure::Dir {
         path: dir.clone(),
@@ -929,42 +819,16 @@ fn snapshot<W: Write>(
         }
         Ok(())
     };
-    let early = std::cell::RefCell::new(early);
     let mut sink = |item: Captured| -> Result<(), HelperFailure> {
-        // An early read that is not what the base holds is sent as read.
-        let item = match item {
-            Captured::Unchanged { path, entry, stat } if base.get(&path) != Some(&entry) => {
-                let Some(read) = early.borrow_mut().remove(&path) else {
-                    return Err(HelperFailure::BadPath {
-                        path,
-                        why: "vouched for by neither the base nor an early read".into(),
-                    });
-                };
-                if streamed.contains(&path) {
-                    gone_before(Some(&path), out)?;
-                    let frame = Frame::Sent { path };
-                    return wire::write_frame(out, &frame).map_err(HelperFailure::Output);
-                }
-                // Shared with no one in this process: taken, not copied.
-                let bytes = Arc::try_unwrap(read.bytes).unwrap_or_else(|b| (*b).clone());
-                match entry.mode {
-                    crate::store::Mode::Symlink => Captured::Symlink {
-                        path,
-                        target: bytes,
-                        stat,
-                        oid: None,
-                    },
-                    mode => Captured::File {
-                        path,
-                        bytes,
-                        executable: mode == crate::store::Mode::Executable,
-                        stat,
-                        oid: None,
-                    },
-                }
+        // The read-back trusts a stat only for what the base holds.
+        if let Captured::Unchanged { path, entry, .. } = &item {
+            if base.get(path) != Some(entry) {
+                return Err(HelperFailure::BadPath {
+                    path: path.clone(),
+                    why: "reported unchanged, yet not what the base holds".into(),
+                });
             }
-            item => item,
-        };
+        }
         let path = match &item {
             Captured::File { path, .. }
             | Captured::Symlink { path, .. }
@@ -994,22 +858,10 @@ fn snapshot<W: Write>(
         };
         wire::write_frame(out, &frame).map_err(HelperFailure::Output)
     };
-    let mut on_record = readback_check(base, looked.or(record));
-    let mut taken = 0u64;
-    let check = |path: &str, stat: &crate::wire::FileStat| match early.borrow().get(path) {
-        Some(read) if read.stat == *stat => {
-            taken += 1;
-            Check::Trust(read.entry)
-        }
-        _ => on_record(path, stat),
-    };
+    let check = readback_check(base, looked.or(record));
     // The hub hashes what it stores itself: the sandbox's word is data, never an id.
     capture_each(&root, &candidates, req.cap, false, check, &mut sink)?;
     gone_before(None, out)?;
-    if taken > 0 {
-        let frame = Frame::EarlyReads { count: taken };
-        wire::write_frame(out, &frame).map_err(HelperFailure::Output)?;
-    }
     wire::write_frame(out, &Frame::End).map_err(HelperFailure::Output)
 }
 
@@ -2004,105 +1856,10 @@ mod tests {
         assert_eq!(parse_stat("garbage"), None);
     }
 
-    /// The early stream sends each read kept as one frame, the hub's to hash, while its
-    /// budget for the run lasts: a read that would go past it is not sent, and its path is no
-    /// longer one whose last read the hub has. Once writing fails, nothing more is written.
+    /// A whole read-back (no watch) sends what differs from the base, names a base path that
+    /// is gone, and says nothing of one that still holds the base's content.
     #[test]
-    fn early_reads_are_sent_as_frames_within_the_budget() {
-        use crate::store::{blob_id, Entry, Mode};
-        let read = |path: &str, mode, bytes: &[u8]| {
-            let entry = Entry {
-                mode,
-                oid: blob_id(bytes),
-            };
-            let stat = crate::wire::FileStat::default();
-            let bytes = Arc::new(bytes.to_vec());
-            (path.to_string(), EarlyRead { entry, stat, bytes })
-        };
-        let mut early = EarlyOut::opened();
-        let mut out = Vec::new();
-        early.send(
-            &[
-                read("a.txt", Mode::File, b"a\n"),
-                read("run", Mode::Executable, b"#!\n"),
-                read("link", Mode::Symlink, b"a.txt"),
-            ],
-            &mut out,
-        );
-        let mut r = out.as_slice();
-        let mut frames = Vec::new();
-        while !r.is_empty() {
-            frames.push(wire::read_frame(&mut r, 1 << 20).unwrap());
-        }
-        let file = |path: &str, bytes: &[u8], executable| Frame::File {
-            path: path.into(),
-            bytes: bytes.to_vec(),
-            executable,
-        };
-        let link = Frame::Symlink {
-            path: "link".into(),
-            target: b"a.txt".to_vec(),
-        };
-        let want = [
-            file("a.txt", b"a\n", false),
-            file("run", b"#!\n", true),
-            link,
-        ];
-        assert_eq!(frames, want);
-        assert_eq!(early.sent, 10);
-        let streamed = |e: &EarlyOut| {
-            let mut paths: Vec<String> = e.streamed.iter().cloned().collect();
-            paths.sort();
-            paths
-        };
-        assert_eq!(streamed(&early), ["a.txt", "link", "run"]);
-
-        // The budget: up to it exactly, then nothing.
-        early.sent = wire::EARLY_STREAM_BYTES - 3;
-        let mut out = Vec::new();
-        let two = [
-            read("b.txt", Mode::File, b"b\n"),
-            read("c.txt", Mode::File, b"c\n"),
-        ];
-        early.send(&two, &mut out);
-        assert_eq!(
-            wire::read_frame(&mut out.as_slice(), 1 << 20).unwrap(),
-            file("b.txt", b"b\n", false)
-        );
-        assert_eq!(early.sent, wire::EARLY_STREAM_BYTES - 1);
-        let before = out.len();
-        early.send(&two[1..], &mut out);
-        assert_eq!(out.len(), before, "over the budget: not sent");
-        assert_eq!(streamed(&early), ["a.txt", "b.txt", "link", "run"]);
-        // a.txt read again, too large to send: the hub's read of it is not its last.
-        let big = vec![b'x'; 2];
-        early.send(&[read("a.txt", Mode::File, &big)], &mut Vec::new());
-        assert_eq!(streamed(&early), ["b.txt", "link", "run"]);
-
-        // A hub that is gone: the stream is broken, and stays so.
-        struct Gone;
-        impl Write for Gone {
-            fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
-                Err(std::io::ErrorKind::BrokenPipe.into())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Err(std::io::ErrorKind::BrokenPipe.into())
-            }
-        }
-        let mut early = EarlyOut::opened();
-        early.send(&two, &mut Gone);
-        assert!(early.broken);
-        let mut out = Vec::new();
-        early.send(&two, &mut out);
-        assert!(out.is_empty(), "nothing written once broken");
-    }
-
-    /// A read-back sends an early read whose path's stat is still the one it was read with,
-    /// in place of reading the file; one whose stat moved is read from the disk; one that is
-    /// the base's content is not sent at all.
-    #[test]
-    fn a_read_back_sends_the_early_reads_whose_stat_still_matches() {
-        use crate::snapshot::EarlyRead;
+    fn a_read_back_sends_only_what_differs_from_the_base() {
         use crate::store::{blob_id, Entry, Mode};
         let tmp = tempfile::tempdir().unwrap();
         let req = Request {
@@ -2114,8 +1871,8 @@ mod tests {
         let dir = sandbox_dir(tmp.path(), &req, true).unwrap();
         for (p, text) in [
             ("a.txt", "a on disk\n"),
-            ("b.txt", "b on disk\n"),
-            ("same.txt", "s on disk\n"),
+            ("new.txt", "new\n"),
+            ("same.txt", "s\n"),
         ] {
             std::fs::write(dir.join(p), text).unwrap();
         }
@@ -2125,72 +1882,33 @@ mod tests {
         };
         let base: FlatTree = [
             ("a.txt", file("a\n")),
-            ("b.txt", file("b\n")),
+            ("gone.txt", file("g\n")),
             ("same.txt", file("s\n")),
         ]
         .into_iter()
         .map(|(p, e)| (p.to_string(), e))
         .collect();
-        let stat_of =
-            |p: &str| crate::statcache::file_stat(&nix::sys::stat::lstat(&dir.join(p)).unwrap());
-        let read = |p: &str, text: &str, stat| {
-            let bytes = Arc::new(text.as_bytes().to_vec());
-            let entry = file(text);
-            (p.to_string(), EarlyRead { entry, stat, bytes })
-        };
-        let mut moved = stat_of("b.txt");
-        moved.size += 1;
-        let early = || -> EarlyReads {
-            [
-                read("a.txt", "a, early\n", stat_of("a.txt")),
-                read("b.txt", "b, early\n", moved),
-                read("same.txt", "s\n", stat_of("same.txt")),
-            ]
-            .into_iter()
-            .collect()
-        };
-        let frames = |streamed: &[&str]| {
-            let streamed = streamed.iter().map(|p| p.to_string()).collect();
-            let mut out = Vec::new();
-            snapshot(
-                &req,
-                &base,
-                None,
-                tmp.path(),
-                None,
-                early(),
-                &streamed,
-                &mut out,
-            )
-            .unwrap();
-            let mut r = std::io::Cursor::new(out);
-            let mut frames = Vec::new();
-            loop {
-                match wire::read_frame(&mut r, u64::MAX).unwrap() {
-                    Frame::End => break frames,
-                    Frame::EarlyReads { count } => assert_eq!(count, 2, "a.txt and same.txt"),
-                    frame => frames.push(frame),
-                }
+        let mut out = Vec::new();
+        snapshot(&req, &base, tmp.path(), Hints::default(), &mut out).unwrap();
+        let mut r = std::io::Cursor::new(out);
+        let mut frames = Vec::new();
+        loop {
+            match wire::read_frame(&mut r, u64::MAX).unwrap() {
+                Frame::End => break,
+                frame => frames.push(frame),
             }
-        };
+        }
         let f = |path: &str, text: &str| Frame::File {
             path: path.into(),
             bytes: text.as_bytes().to_vec(),
             executable: false,
         };
-        assert_eq!(
-            frames(&[]),
-            [f("a.txt", "a, early\n"), f("b.txt", "b on disk\n")],
-            "same.txt's early read is the base: unchanged"
-        );
-        // Reads the hub has from the early stream are named, not sent again; b.txt's stat
-        // moved since its read: read from the disk all the same.
-        let sent = Frame::Sent {
-            path: "a.txt".into(),
+        let gone = Frame::Gone {
+            path: "gone.txt".into(),
         };
         assert_eq!(
-            frames(&["a.txt", "b.txt", "same.txt"]),
-            [sent, f("b.txt", "b on disk\n")]
+            frames,
+            [f("a.txt", "a on disk\n"), gone, f("new.txt", "new\n")]
         );
     }
 

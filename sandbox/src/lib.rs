@@ -3,8 +3,7 @@
 //! - [`beneath`]: file access confined beneath a directory, never through a symlink — used to
 //!   read the sandbox as data and to write the user's checkout.
 //! - [`store`]: the checkpoint store, a bare git repository only the hub writes (gix, in-process);
-//!   [`pack`] writes a batch of its blobs as one pack; [`spares`] keeps files made ahead of
-//!   need for the loose objects a publish waits for.
+//!   [`pack`] writes a batch of its blobs as one pack.
 //! - [`statcache`]: stat data, git's racy rule, and the stat cache that lets a checkout
 //!   snapshot read only new or changed files.
 //! - [`snapshot`]: a checkout or a sandbox captured into the store as a tree; [`limits`] bounds
@@ -26,23 +25,22 @@
 //!   touches its sandbox; [`wire`] is the byte stream between the two.
 //!
 //! Modules import only downward, in the order of `LAYERS` (the `layering` test below fails on
-//! any other import): `wire`, `closer`, `pack`, `watch`, `spares`, `limits`, `agent_path` → `beneath` → `store` → `statcache`
+//! any other import): `accel`, `wire`, `pack`, `watch`, `limits`, `agent_path` → `beneath` → `store` → `statcache`
 //! → `snapshot`, `foreign` → `tools`, `sync`, `checkout` → `workspace` → `agent`, `jj` → `user`,
 //! `helper`. So the wire contract is a leaf, the sandbox trait knows nothing of user
 //! isolation, and the hub's side (`user`) and the helper never import each other.
 
+pub mod accel;
 pub mod agent;
 pub mod agent_path;
 pub mod beneath;
 pub mod checkout;
-pub mod closer;
 pub mod foreign;
 pub mod helper;
 pub mod jj;
 pub mod limits;
 pub mod pack;
 pub mod snapshot;
-pub mod spares;
 pub mod statcache;
 pub mod store;
 pub mod sync;
@@ -318,7 +316,7 @@ pub fn streamed_on_threads<T: Send, R: Send, E>(
 
 /// Run the calling thread (or single-threaded process) only when nothing else wants its CPU
 /// (Linux's `SCHED_IDLE`); where refused or unsupported it runs as it was, and the error says
-/// why. For work nobody waits for: making spare files, and the exits of an agent's namespace
+/// why. For work nobody waits for: the exits of an agent's namespace
 /// init, group leader and supervisor once the hub has heard how the agent ended (tearing
 /// down an address space takes a few hundred microseconds of CPU on a small machine, which
 /// would otherwise be taken from the hub's publish of what the agent left, at the same
@@ -568,7 +566,7 @@ mod layering {
     //! Each module may import (`crate::x`) only modules of a lower layer. The layers, bottom
     //! up — a new module must be given one here:
     //!
-    //! 1. `wire`: the hub↔helper contract, a leaf; `pack`, `watch`, `watchdog`, `spares`,
+    //! 1. `wire`: the hub↔helper contract, a leaf; `accel`, `pack`, `watch`, `watchdog`,
     //!    `limits` and `tree_edit`, leaves too;
     //! 2. `beneath`, then `store`: confined file access, the checkpoint store;
     //! 3. `statcache`, then `snapshot` and `foreign`: stat data, reading trees as data, what a
@@ -580,12 +578,11 @@ mod layering {
     //! 7. `user`, `helper`: the two ends of user isolation, which never import each other.
     const LAYERS: &[&[&str]] = &[
         &[
+            "accel",
             "wire",
-            "closer",
             "pack",
             "watch",
             "watchdog",
-            "spares",
             "limits",
             "tree_edit",
             "agent_path",

@@ -280,13 +280,17 @@ impl WholePack {
 }
 
 /// Write `bytes` as the file `dest` (replacing it) by way of a temporary file beside it,
-/// fsynced first if `durable` — [`WholePack::place`]'s writer when no spare file is ready.
+/// read-only as git makes its pack files, fsynced first if `durable` — [`WholePack::place`]'s
+/// writer.
 pub fn write_file_via_temp(dest: &Path, bytes: &[u8], durable: bool) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
     let dir = dest
         .parent()
         .ok_or_else(|| std::io::Error::other("a pack file's path has no directory"))?;
     let mut file = tempfile::Builder::new().prefix("tmp_").tempfile_in(dir)?;
     file.write_all(bytes)?;
+    file.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(0o444))?;
     if durable {
         file.as_file().sync_all()?;
     }

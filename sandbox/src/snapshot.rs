@@ -19,7 +19,7 @@ use crate::statcache::{file_stat, is_racy, StatCache};
 use crate::store::{
     blob_id, changes_between, Changes, Entry, FlatTree, Mode, ObjectBatch, Store, StoreError,
 };
-use crate::watch::{Dirty, Mark, Watch, Within};
+use crate::watch::{Dirty, Within};
 use crate::wire::{FileStat, SyncRecord};
 use crate::ObjectId;
 
@@ -1129,21 +1129,31 @@ pub(crate) fn tracked_paths(
         .collect())
 }
 
+/// What a read-back of a sandbox may go by besides the files themselves: the hints its
+/// accelerators give. With none ([`Hints::default`]) it reads every file, the slow path that is
+/// the correctness baseline; each hint only lets it look at less and must find the same.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Hints<'a> {
+    /// The record of the sync that wrote the base there: only paths whose stat changed (or
+    /// is racy) are read, a base path read back with its base content is not stored again,
+    /// and only the directories whose stat moved are read for new files (git's untracked
+    /// cache, when the record has its directories).
+    pub record: Option<&'a SyncRecord>,
+    /// What change notification saw since that sync (see [`crate::watch`]), with `record`:
+    /// only the paths it covers are even looked at, the other base paths taken as the sync
+    /// wrote them, and new files looked for only in the directories where something happened.
+    pub dirty: Option<&'a Dirty>,
+}
+
 /// Snapshot a sandbox directory: `base` paths (tracked by construction) plus untracked files not
-/// ignored by the tree's own .gitignore files. With the `record` of the sync that wrote `base`
-/// there, only paths whose stat changed (or is racy) are read, and a base path read back with
-/// its base content is not stored again.
-///
-/// With `dirty` as well — what change notification saw since that sync (see [`crate::watch`]) —
-/// only the paths it covers are even looked at: the other base paths are taken as the sync
-/// wrote them, and new files are looked for only in the directories where something happened.
+/// ignored by the tree's own .gitignore files, looking only where `hints` say something may
+/// have changed.
 pub fn snapshot_sandbox(
     dir: &Path,
     base: &FlatTree,
     store: &Store,
     cap: u64,
-    record: Option<&SyncRecord>,
-    dirty: Option<&Dirty>,
+    hints: Hints<'_>,
 ) -> Result<ReadBack, SnapshotError> {
     let mut objects = store.batch();
     let back = read_back_sandbox(
@@ -1151,208 +1161,13 @@ pub fn snapshot_sandbox(
         base,
         &mut objects,
         ReadLimits::only_file_cap(cap),
-        record,
-        dirty,
-        &mut EarlyReads::new(),
+        hints,
     )?;
     objects.finish()?;
     Ok(back)
 }
 
-/// A file or symlink of a sandbox read while its agent was still running (see
-/// [`read_early`]): what it held then, and the stat it had.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EarlyRead {
-    pub entry: Entry,
-    /// For a file, its stat taken on the open file before it was read; for a symlink, its
-    /// `lstat`.
-    pub stat: FileStat,
-    /// Shared: a hub that diffs early reads while the agent runs holds them too.
-    pub bytes: std::sync::Arc<Vec<u8>>,
-}
-
-impl EarlyRead {
-    /// Bytes held.
-    pub fn len(&self) -> usize {
-        self.bytes.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.bytes.is_empty()
-    }
-}
-
-/// Early reads by path, each still what its path holds by change notification's word (the
-/// caller's to check: see [`crate::watch::Watch::named_since`]).
-pub type EarlyReads = HashMap<String, EarlyRead>;
-
-/// Read `paths` of the sandbox `dir` as a read-back would — regular files up to `cap` bytes
-/// and symlinks, beneath `dir`, never through a symlink — and hash them, while the agent may
-/// still be writing: a read-back that finds a path with exactly the stat it had here, and no
-/// event named it since, takes it from here instead of reading it again. Paths that are not
-/// there, are not a file or symlink, or cannot be read are left out (the read-back looks at
-/// them itself).
-pub fn read_early(dir: &Path, paths: &[String], cap: u64) -> Vec<(String, EarlyRead)> {
-    let Ok(root) = Beneath::open(dir) else {
-        return Vec::new();
-    };
-    let mut out = Vec::with_capacity(paths.len());
-    let _ = capture_each(
-        &root,
-        paths,
-        cap,
-        true,
-        |_, _| Check::Read,
-        |item| {
-            let (path, entry, stat, bytes) = match item {
-                Captured::File {
-                    path,
-                    bytes,
-                    executable,
-                    stat,
-                    oid: Some(oid),
-                } => {
-                    let mode = if executable {
-                        Mode::Executable
-                    } else {
-                        Mode::File
-                    };
-                    (path, Entry { mode, oid }, stat, bytes)
-                }
-                Captured::Symlink {
-                    path,
-                    target,
-                    stat,
-                    oid: Some(oid),
-                } => (
-                    path,
-                    Entry {
-                        mode: Mode::Symlink,
-                        oid,
-                    },
-                    stat,
-                    target,
-                ),
-                _ => return Ok::<_, std::convert::Infallible>(()),
-            };
-            let bytes = std::sync::Arc::new(bytes);
-            out.push((path, EarlyRead { entry, stat, bytes }));
-            Ok(())
-        },
-    );
-    out
-}
-
-/// The most bytes of a slot's files held as early reads ([`Early`]); what the agent writes
-/// beyond is read after it ends.
-const EARLY_BYTES: usize = 32 << 20;
-/// How often one path is read early: a file the agent writes again and again (a log, a
-/// test's output) is left to the read-back after this.
-const EARLY_READS_PER_PATH: u8 = 4;
-
-/// The early reads of one slot: files and symlinks the agent wrote, read and hashed as the
-/// run goes (by whoever holds the slot's watch: the hub under `--isolation none`, the
-/// read-back's standby helper under `user`), each with the [`Mark`] it was read after; a
-/// read-back takes those that no event named since (and whose stat is still the same)
-/// instead of reading them again.
-#[derive(Debug, Default)]
-pub struct Early {
-    pub(crate) reads: HashMap<String, (Mark, EarlyRead)>,
-    /// Bytes held in `reads`.
-    held: usize,
-    /// How often each path was read early.
-    times: HashMap<String, u8>,
-    /// Paths whose read was handed to a read-back ([`Early::hand_over`]), with its mark.
-    handed: HashMap<String, Mark>,
-    /// Whether a run is on (from the slot's sync to the run's end, or its read-back under user
-    /// isolation): only then are reads kept.
-    open: bool,
-}
-
-impl Early {
-    /// Early reads for a run that starts now.
-    pub fn opened() -> Self {
-        Early {
-            open: true,
-            ..Early::default()
-        }
-    }
-
-    /// The named paths worth reading now: not gone, not read since they were last named, not
-    /// read too often, while the budget lasts; by the events `watch` has read (read them
-    /// first, and take the read's [`Watch::mark`] after).
-    pub fn wanted(&self, watch: &Watch) -> Vec<String> {
-        if !self.open || self.held >= EARLY_BYTES {
-            return Vec::new();
-        }
-        let Some(dirty) = watch.changes_read() else {
-            return Vec::new();
-        };
-        dirty
-            .paths
-            .iter()
-            .filter(|p| !dirty.gone.contains(*p))
-            .filter(|p| self.times.get(*p).is_none_or(|n| *n < EARLY_READS_PER_PATH))
-            .filter(|p| {
-                self.reads
-                    .get(*p)
-                    .map(|(mark, _)| mark)
-                    .or_else(|| self.handed.get(*p))
-                    .is_none_or(|mark| watch.named_since(p, *mark))
-            })
-            .cloned()
-            .collect()
-    }
-
-    /// Keep what was read after `mark`, unless an event named it since; returns what was
-    /// kept.
-    pub fn keep(
-        &mut self,
-        watch: &Watch,
-        mark: Mark,
-        reads: Vec<(String, EarlyRead)>,
-    ) -> Vec<(String, EarlyRead)> {
-        let mut kept = Vec::with_capacity(reads.len());
-        for (path, read) in reads {
-            if !self.open || self.held + read.len() > EARLY_BYTES {
-                break;
-            }
-            if watch.named_since(&path, mark) {
-                continue;
-            }
-            *self.times.entry(path.clone()).or_default() += 1;
-            self.held += read.len();
-            kept.push((path.clone(), read.clone()));
-            if let Some((_, old)) = self.reads.insert(path, (mark, read)) {
-                self.held -= old.len();
-            }
-        }
-        kept
-    }
-
-    /// Hand the reads that are still what their paths hold, by the watch's word (its events
-    /// read), to a read-back; the others are dropped. Those handed over are not read early
-    /// again unless an event names them since: a later read-back of the same run (the agent
-    /// published, and works on) reads them itself, and what it does not need is not held.
-    pub fn hand_over(&mut self, watch: &Watch) -> EarlyReads {
-        self.held = 0;
-        let mut out = EarlyReads::new();
-        for (path, (mark, read)) in std::mem::take(&mut self.reads) {
-            if !watch.named_since(&path, mark) {
-                self.handed.insert(path.clone(), mark);
-                out.insert(path, read);
-            }
-        }
-        out
-    }
-}
-
 /// [`snapshot_sandbox`], the new blobs added to `objects` (written when it is finished).
-///
-/// A candidate in `early` whose `lstat` now is exactly the stat it was read with is taken from
-/// there, not read again; those taken are removed from `early`. Every entry of `early` must
-/// still be what its path held by change notification's word (the caller has dropped any
-/// named since it was read).
 ///
 /// Past `limits` it stops with [`SnapshotError::OverLimit`]: before reading anything when the
 /// walk found more new files than it allows, else as soon as the new content is over its
@@ -1363,10 +1178,9 @@ pub fn read_back_sandbox(
     base: &FlatTree,
     objects: &mut ObjectBatch<'_>,
     limits: ReadLimits,
-    record: Option<&SyncRecord>,
-    dirty: Option<&Dirty>,
-    early: &mut EarlyReads,
+    hints: Hints<'_>,
 ) -> Result<ReadBack, SnapshotError> {
+    let Hints { record, dirty } = hints;
     let started = std::time::Instant::now();
     let cap = limits.file_cap;
     objects.limit_new_blob_bytes(limits.bytes);
@@ -1411,36 +1225,14 @@ pub fn read_back_sandbox(
     // Only a restricted read-back needs its candidates again (a full one compares all).
     let restricted = looked.as_ref().map(|_| candidates.clone());
     let candidates: Vec<String> = candidates.into_iter().collect();
-    let mut taken = Vec::new();
-    {
-        let mut check = readback_check(base, looked.as_ref().or(record));
-        capture_each(
-            &root,
-            &candidates,
-            cap,
-            true,
-            |path, stat| match early.get(path) {
-                // Its size is in the stat; a file grown past the cap since is not the same
-                // stat.
-                Some(e) if e.stat == *stat => {
-                    taken.push(path.to_string());
-                    Check::Trust(e.entry)
-                }
-                _ => check(path, stat),
-            },
-            |item| store_captured(objects, &mut got, item).map(drop),
-        )?;
-    }
+    let check = readback_check(base, looked.as_ref().or(record));
+    capture_each(&root, &candidates, cap, true, check, |item| {
+        store_captured(objects, &mut got, item).map(drop)
+    })?;
     tracing::debug!(
         us = started.elapsed().as_micros() as u64,
-        taken = taken.len(),
         "read-back candidates looked at"
     );
-    for path in taken {
-        if let Some(e) = early.remove(&path) {
-            objects.write_blob_shared(e.entry.oid, e.bytes)?;
-        }
-    }
     let changes = match restricted {
         Some(paths) => paths
             .into_iter()
@@ -1678,8 +1470,14 @@ mod tests {
             "{s:?}"
         );
         let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
-        let snap =
-            snapshot_sandbox(&dir, &FlatTree::new(), &store, DEFAULT_FILE_CAP, None, None).unwrap();
+        let snap = snapshot_sandbox(
+            &dir,
+            &FlatTree::new(),
+            &store,
+            DEFAULT_FILE_CAP,
+            Hints::default(),
+        )
+        .unwrap();
         assert_eq!(snap.skipped, w.skipped);
         assert_eq!(
             Vec::from_iter(snap.changes.keys().map(String::as_str)),
@@ -1896,8 +1694,10 @@ mod tests {
                 &base,
                 &store,
                 DEFAULT_FILE_CAP,
-                Some(record),
-                Some(&dirty),
+                Hints {
+                    record: Some(record),
+                    dirty: Some(&dirty),
+                },
             )
             .unwrap();
             let changed: Vec<&str> = back.changes.keys().map(String::as_str).collect();
@@ -1989,8 +1789,14 @@ mod tests {
         std::fs::create_dir(dir.join("target")).unwrap();
         std::fs::write(dir.join("target/junk"), "x\n").unwrap();
         let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
-        let snap =
-            snapshot_sandbox(&dir, &FlatTree::new(), &store, DEFAULT_FILE_CAP, None, None).unwrap();
+        let snap = snapshot_sandbox(
+            &dir,
+            &FlatTree::new(),
+            &store,
+            DEFAULT_FILE_CAP,
+            Hints::default(),
+        )
+        .unwrap();
         let paths: Vec<&str> = snap.changes.keys().map(|s| s.as_str()).collect();
         assert_eq!(paths, vec![".gitignore", "hidden.txt"]);
     }

@@ -114,14 +114,13 @@ pub struct Store {
     /// Whether a pack this store writes is fsynced: not for a sandbox's own `.git`
     /// ([`Store::init_worktree`]), a scratch repository a crash may lose.
     durable: bool,
-    /// Files made ahead of need that loose objects are written to ([`Store::keep_spares`]).
-    spares: Option<std::sync::Arc<crate::spares::Spares>>,
     /// Compressors kept once made: a new one costs more than compressing a tree (its tables
     /// allocated and cleared). One is taken for a whole stream and put back only after it, so
     /// a failure never leaves half of one for the next.
     deflate: std::sync::Mutex<Vec<flate2::write::ZlibEncoder<Vec<u8>>>>,
-    /// Blobs compressed ahead of the pack that is to hold them ([`Store::compress_ahead`]).
-    ahead: std::sync::Mutex<Ahead>,
+    /// Whether a batch of many objects is written as one pack (`[accel] pack`, see
+    /// [`Store::use_packs`]).
+    packs: bool,
     /// Bytes of blobs read since the maps were last released ([`Store::release_maps_after`]).
     read_bytes: std::sync::atomic::AtomicU64,
     /// The last blobs [`Store::write_blob`] wrote, for [`Store::read_blob`] to answer from
@@ -163,20 +162,6 @@ impl RecentBlobs {
     }
 }
 
-/// Pack entries of blobs compressed before any batch holds them: a publish's new files, read
-/// and compressed while its agent still works, so that the pack written after the agent's
-/// end only has to be put together. Taken by the pack that holds them; the rest is dropped
-/// when the run is over ([`Store::forget_ahead`]).
-#[derive(Default)]
-struct Ahead {
-    entries: std::collections::HashMap<ObjectId, Vec<u8>>,
-    bytes: usize,
-}
-
-/// At most this many compressed bytes wait in [`Ahead`]; blobs past it are compressed when
-/// their pack is written, as without.
-const AHEAD_BYTES: usize = 16 << 20;
-
 const IDENTITY_NAME: &str = "hunkgate";
 
 /// Make the 256 directories loose objects go into (`objects/00` … `objects/ff`) where they
@@ -193,10 +178,6 @@ fn make_fanout_dirs(objects: &Path) -> std::io::Result<()> {
     Ok(())
 }
 const IDENTITY_EMAIL: &str = "hunkgate@localhost";
-
-/// The most spare files [`Store::stock_spares_in_background`] makes: empty inodes, a thousand of which
-/// take no space to speak of, and a hub that restarts removes in a few milliseconds.
-pub const MAX_SPARE_STOCK: usize = 1024;
 
 impl Store {
     /// Open the store at `path`, creating a bare repository there on first use.
@@ -219,9 +200,8 @@ impl Store {
             path: path.to_path_buf(),
             present: Default::default(),
             durable: true,
-            spares: None,
             deflate: Default::default(),
-            ahead: Default::default(),
+            packs: true,
             read_bytes: Default::default(),
             recent: Default::default(),
         })
@@ -241,9 +221,8 @@ impl Store {
             path: dir.join(".git"),
             present: Default::default(),
             durable: false,
-            spares: None,
             deflate: Default::default(),
-            ahead: Default::default(),
+            packs: true,
             read_bytes: Default::default(),
             recent: Default::default(),
         })
@@ -349,59 +328,11 @@ impl Store {
         Ok(id)
     }
 
-    /// Keep `n` files made ahead of need (in `hunkgate-spares/` beside `objects/`) for the
-    /// loose objects this store writes: each of a publish's few loose objects then costs a
-    /// write and a rename, not a new inode (see [`crate::spares`]). They are made now, and
-    /// again on threads of their own as they are used ([`Store::refill_spares_in_background`]).
-    pub fn keep_spares(&mut self, n: usize) -> Result<(), StoreError> {
-        let dir = self.path.join("hunkgate-spares");
-        let io = |e: std::io::Error| self.err(format!("{}: {e}", dir.display()));
-        // Read-only, as git makes its loose objects.
-        let spares = crate::spares::Spares::open(&dir, n, 0o444).map_err(io)?;
-        spares.refill().map_err(io)?;
-        self.spares = Some(std::sync::Arc::new(spares));
-        Ok(())
-    }
-
-    /// Make spare files to replace those used since the last time, on the calling thread (the
-    /// hub makes them on threads of their own: [`Store::refill_spares_in_background`],
-    /// [`Store::stock_spares_in_background`]).
-    #[cfg(test)]
-    pub(crate) fn refill_spares(&self) {
-        if let Some(spares) = &self.spares {
-            if let Err(e) = spares.refill() {
-                tracing::warn!(store = %self.path.display(), error = %e, "making spare files for loose objects");
-            }
-        }
-    }
-
-    /// Make enough spare files for `expected` loose objects in a row (at most
-    /// [`MAX_SPARE_STOCK`]) — one per decision on the hunks waiting for review, say, each of
-    /// which writes the file it makes as a loose object — on a thread of its own at idle
-    /// priority (see [`crate::spares::Spares::stock_in_background`]); returns at once.
-    pub fn stock_spares_in_background(&self, expected: usize) {
-        if let Some(spares) = &self.spares {
-            spares.stock_in_background(expected.min(MAX_SPARE_STOCK));
-        }
-    }
-
-    /// Make spare files again on a thread of its own once half the spares are used (see
-    /// [`crate::spares::Spares::refill_in_background`]): after a decision, whose loose
-    /// objects took them, so that the next decisions find them ready.
-    pub fn refill_spares_in_background(&self) {
-        if let Some(spares) = &self.spares {
-            spares.refill_in_background();
-        }
-    }
-
-    /// Whether spare files are being made on a thread right now.
-    pub fn spares_refilling(&self) -> bool {
-        self.spares.as_ref().is_some_and(|s| s.refilling())
-    }
-
-    /// How many spare files are ready ([`Store::keep_spares`]).
-    pub fn spares_ready(&self) -> usize {
-        self.spares.as_ref().map_or(0, |s| s.ready())
+    /// Whether a batch of more than [`ObjectBatch::PACK_AT`] new objects is written as one pack
+    /// (the default), or every object loose, as `git add` writes them (`[accel] pack =
+    /// false`, see [`crate::accel::Accel::pack`]).
+    pub fn use_packs(&mut self, on: bool) {
+        self.packs = on;
     }
 
     /// Make the loose objects among `ids` durable: each file fsynced, then the directories
@@ -497,17 +428,15 @@ impl Store {
         Ok(dropped)
     }
 
-    /// Write one loose object: into a spare file when one is ready ([`Store::keep_spares`]),
-    /// else through gix (a new temporary file). Either way a zlib stream of git's header and
-    /// the content (into a spare, a blob compressed and a tree or commit stored), renamed to
-    /// `objects/xx/…`, and not fsynced, as git and gix write loose objects.
+    /// Write one loose object through gix: a zlib stream of git's header and the content in a
+    /// new temporary file, renamed to `objects/xx/…`, and not fsynced, as git writes loose
+    /// objects.
     fn write_loose(
         &self,
         repo: &gix::Repository,
         kind: gix::objs::Kind,
         data: &[u8],
     ) -> Result<ObjectId, StoreError> {
-        use std::io::Write as _;
         // An object the store has is not written again (as gix's own writes of blobs and
         // commits do not): a decision stores the file it replaces, mostly a blob already there.
         let id =
@@ -520,32 +449,6 @@ impl Store {
         if repo.objects.exists_without_refresh(&id) && !self.drop_empty_loose(repo, id)? {
             self.remember(id);
             return Ok(id);
-        }
-        if let Some(spares) = self.spares.as_ref().filter(|s| s.ready() > 0) {
-            let dest = loose_object_path(repo.objects.store_ref().path(), id);
-            let io = |e: std::io::Error| self.err(format!("writing {}: {e}", dest.display()));
-            let header = gix::objs::encode::loose_header(kind, data.len() as u64);
-            let bytes = if kind == gix::objs::Kind::Blob {
-                let mut z = self.take_deflate();
-                let bytes = z
-                    .write_all(&header)
-                    .and_then(|()| z.write_all(data))
-                    .and_then(|()| z.reset(Vec::new()))
-                    .map_err(io)?;
-                self.give_deflate(z);
-                bytes
-            } else {
-                // A tree or a commit is stored, not compressed (git's `core.looseCompression`
-                // 0), as in a pack ([`crate::pack::deflate_entry`]): a tree is mostly object
-                // ids, which do not compress, and a commit is a few hundred bytes. Compressing
-                // them took a third of the time a small publish spends writing its objects.
-                let mut bytes = Vec::new();
-                crate::pack::stored_zlib_of(&[&header, data], &mut bytes);
-                bytes
-            };
-            if spares.write_as(&dest, &bytes).map_err(io)? {
-                return Ok(id);
-            }
         }
         // The id is known already: gix need not hash the object a second time.
         use gix::objs::Write;
@@ -737,96 +640,6 @@ impl Store {
             .unwrap_or_else(crate::pack::new_deflate)
     }
 
-    /// Compress `blobs` into pack entries now, for the pack that will hold them to take
-    /// instead of compressing them then ([`Ahead`]). `blobs` are ids and contents whose ids
-    /// this process computed from those very bytes (a file it read itself). Blobs the store
-    /// has, blobs compressed already, and blobs past [`AHEAD_BYTES`] are left alone.
-    pub fn compress_ahead<'a>(&self, blobs: impl IntoIterator<Item = (ObjectId, &'a [u8])>) {
-        let mut z = None;
-        for (oid, bytes) in blobs {
-            debug_assert_eq!(oid, blob_id(bytes));
-            let wanted = !self.known(oid)
-                && self.ahead.lock().is_ok_and(|a| {
-                    !a.entries.contains_key(&oid) && a.bytes + bytes.len() <= AHEAD_BYTES
-                });
-            if !wanted {
-                continue;
-            }
-            let deflate = z.get_or_insert_with(|| self.take_deflate());
-            let Ok(entry) = crate::pack::deflate_entry(crate::pack::OBJ_BLOB, bytes, deflate)
-            else {
-                // Half a stream is never put back; its pack compresses the blob itself.
-                z = None;
-                break;
-            };
-            if let Ok(mut a) = self.ahead.lock() {
-                a.bytes += entry.len();
-                a.entries.insert(oid, entry);
-            }
-        }
-        if let Some(z) = z {
-            self.give_deflate(z);
-        }
-    }
-
-    /// The entries compressed ahead for those of `oids` that have one, taken out.
-    fn take_ahead(
-        &self,
-        oids: impl Iterator<Item = ObjectId>,
-    ) -> std::collections::HashMap<ObjectId, Vec<u8>> {
-        let Ok(mut a) = self.ahead.lock() else {
-            return Default::default();
-        };
-        if a.entries.is_empty() {
-            return Default::default();
-        }
-        let taken: std::collections::HashMap<_, _> = oids
-            .filter_map(|oid| a.entries.remove(&oid).map(|e| (oid, e)))
-            .collect();
-        a.bytes -= taken.values().map(Vec::len).sum::<usize>();
-        tracing::debug!(
-            taken = taken.len(),
-            left = a.entries.len(),
-            "blobs compressed ahead"
-        );
-        taken
-    }
-
-    /// Drop the entries compressed ahead for `oids`, which the store now has.
-    fn drop_ahead(&self, oids: &std::collections::HashSet<ObjectId>) {
-        if let Ok(mut a) = self.ahead.lock() {
-            if a.entries.is_empty() {
-                return;
-            }
-            let dropped: usize = oids
-                .iter()
-                .filter_map(|oid| a.entries.remove(oid))
-                .map(|e| e.len())
-                .sum();
-            a.bytes -= dropped;
-        }
-    }
-
-    /// How many bytes of `objects` have no entry compressed ahead.
-    fn bytes_not_ahead(&self, objects: &[HeldObject]) -> usize {
-        let Ok(a) = self.ahead.lock() else {
-            return objects.iter().map(|(_, _, b)| b.len()).sum();
-        };
-        objects
-            .iter()
-            .filter(|(_, oid, _)| !a.entries.contains_key(oid))
-            .map(|(_, _, b)| b.len())
-            .sum()
-    }
-
-    /// Drop what was compressed ahead and not taken (a run is over: its files were written
-    /// again after they were read, or not published).
-    pub fn forget_ahead(&self) {
-        if let Ok(mut a) = self.ahead.lock() {
-            *a = Ahead::default();
-        }
-    }
-
     /// Keep a compressor that finished its last stream (at most one per I/O thread).
     fn give_deflate(&self, z: flate2::write::ZlibEncoder<Vec<u8>>) {
         if let Ok(mut d) = self.deflate.lock() {
@@ -837,22 +650,13 @@ impl Store {
     }
 
     /// Compress `all` into pack entries — on a few threads when they are many bytes — and
-    /// write them as one pack made in memory ([`crate::pack::WholePack`]), its two files taken
-    /// from the spares when they are ready; returns the pack's path. The first of `all` may
-    /// come compressed already (`compressed`: how many, and their entries, in order).
-    fn write_whole_pack(
-        &self,
-        all: &[HeldObject],
-        compressed: Option<(usize, Vec<PackEntry>)>,
-    ) -> Result<PathBuf, StoreError> {
+    /// write them as one pack made in memory ([`crate::pack::WholePack`]); returns the pack's
+    /// path.
+    fn write_whole_pack(&self, objects: &[HeldObject]) -> Result<PathBuf, StoreError> {
         /// Below this many bytes per thread, one thread compresses everything.
         const BYTES_PER_THREAD: usize = 256 << 10;
         let started = std::time::Instant::now();
-        let (done, compressed) = compressed.unwrap_or_default();
-        let objects = &all[done..];
-        let taken = self.take_ahead(objects.iter().map(|(_, oid, _)| *oid));
-        // What is left to compress: an entry compressed ahead costs nothing now.
-        let cost = |(_, oid, b): &HeldObject| if taken.contains_key(oid) { 0 } else { b.len() };
+        let cost = |(_, _, b): &HeldObject| b.len();
         let total: usize = objects.iter().map(cost).sum();
         let threads = crate::io_threads().min(total / BYTES_PER_THREAD).max(1);
         // Contiguous shares of about equal bytes to compress, in order.
@@ -866,17 +670,14 @@ impl Store {
             }
         }
         shares.push(&objects[start..]);
-        let ahead = std::sync::Mutex::new(taken);
-        let ahead = |oid: &ObjectId| ahead.lock().ok().and_then(|mut a| a.remove(oid));
         let deflate_share = |share: &[HeldObject]| -> std::io::Result<Vec<PackEntry>> {
             let mut z = self.take_deflate();
-            let entries = deflate_entries(share, &mut z, &ahead)?;
+            let entries = deflate_entries(share, &mut z)?;
             self.give_deflate(z);
             Ok(entries)
         };
         let io = |e: std::io::Error| self.err(format!("writing a pack: {e}"));
-        let mut entries = compressed;
-        entries.reserve(objects.len());
+        let mut entries = Vec::with_capacity(objects.len());
         if shares.len() == 1 {
             entries.extend(deflate_share(shares[0]).map_err(io)?);
         } else {
@@ -891,15 +692,7 @@ impl Store {
         let durable = self.durable;
         let placed = whole
             .place(&dir, durable, |dest, bytes| {
-                let spare = match self.spares.as_ref() {
-                    Some(s) if durable => s.write_synced_as(dest, bytes)?,
-                    Some(s) => s.write_as(dest, bytes)?,
-                    None => false,
-                };
-                match spare {
-                    true => Ok(()),
-                    false => crate::pack::write_file_via_temp(dest, bytes, durable),
-                }
+                crate::pack::write_file_via_temp(dest, bytes, durable)
             })
             .map_err(io);
         tracing::debug!(
@@ -1148,9 +941,8 @@ impl Store {
             path: path.to_path_buf(),
             present: Default::default(),
             durable: true,
-            spares: None,
             deflate: Default::default(),
-            ahead: Default::default(),
+            packs: true,
             read_bytes: Default::default(),
             recent: Default::default(),
         })
@@ -1226,7 +1018,6 @@ impl Store {
             ids: Default::default(),
             fresh: None,
             buf: Vec::new(),
-            compressing: None,
             new_blob_bytes: crate::limits::Tally::new(u64::MAX),
         }
     }
@@ -1261,9 +1052,7 @@ pub fn loose_object_path(objects: &Path, id: ObjectId) -> PathBuf {
 ///
 /// A batch [`ObjectBatch::keeping`] blob contents also holds them in memory ([`Fresh`]), up to
 /// a budget, for what comes next to read without the store; under that budget it compresses
-/// nothing until it is finished, or told to start ([`ObjectBatch::compress_held`]) — a
-/// publish reads a sandbox back, starts compressing the new files, and makes its run
-/// commit's trees on one thread while it diffs on another.
+/// nothing until it is finished.
 pub struct ObjectBatch<'s> {
     store: &'s Store,
     /// Objects not yet in the pack (or to be written loose), in the order they came.
@@ -1274,22 +1063,12 @@ pub struct ObjectBatch<'s> {
     fresh: Option<Fresh>,
     /// Where a tree is encoded to be hashed (copied only if it is new).
     buf: Vec<u8>,
-    /// The first objects held, being compressed on a thread of their own
-    /// ([`ObjectBatch::compress_held`]): how many, and the thread.
-    compressing: Option<(usize, std::thread::JoinHandle<Compressed>)>,
     /// The bytes of new blobs taken, against [`ObjectBatch::limit_new_blob_bytes`].
     new_blob_bytes: crate::limits::Tally,
     /// A new blob was not kept (a batch [`ObjectBatch::keeping`] contents, past its budget):
     /// it is readable from the store only once the batch is finished.
     spilled: bool,
 }
-
-/// What [`ObjectBatch::compress_held`]'s thread gives back: the entries, and the compressor
-/// to keep.
-type Compressed = (
-    std::io::Result<Vec<PackEntry>>,
-    flate2::write::ZlibEncoder<Vec<u8>>,
-);
 
 /// An object's id and its pack entry ([`crate::pack::deflate_entry`]).
 type PackEntry = (ObjectId, Vec<u8>);
@@ -1310,18 +1089,6 @@ pub struct Fresh {
 }
 
 impl Fresh {
-    /// These blobs, as they are (their ids the caller's to vouch for), without a budget.
-    pub fn of(blobs: impl IntoIterator<Item = (ObjectId, std::sync::Arc<Vec<u8>>)>) -> Fresh {
-        let blobs: std::collections::HashMap<_, _> = blobs.into_iter().collect();
-        let bytes = blobs.values().map(|b| b.len()).sum();
-        Fresh {
-            blobs,
-            bytes,
-            budget: usize::MAX,
-            not_text: Default::default(),
-        }
-    }
-
     /// Whether blob `oid` was given past the budget and is not text: a binary file, whatever
     /// else it holds.
     pub fn not_text(&self, oid: &ObjectId) -> bool {
@@ -1398,11 +1165,6 @@ impl ObjectBatch<'_> {
         self.spilled
     }
 
-    /// Up to this many bytes of held objects left to compress are compressed by
-    /// [`ObjectBatch::finish`] itself (a tenth of a millisecond at zlib's fastest level)
-    /// rather than on a thread started ahead ([`ObjectBatch::compress_held`]).
-    pub const COMPRESS_AT_FINISH: usize = 64 << 10;
-
     /// Keep the blobs' contents, up to `budget` bytes of them, readable from
     /// [`ObjectBatch::take_fresh`]; and hold off compressing while they fit.
     pub fn keeping(mut self, budget: usize) -> Self {
@@ -1428,36 +1190,6 @@ impl ObjectBatch<'_> {
                 )
             }
             None => Fresh::default(),
-        }
-    }
-
-    /// Start compressing what the batch holds now on a thread of its own, for the pack that
-    /// [`ObjectBatch::finish`] writes — a publish's new blobs, while their trees are made and
-    /// the hunks diffed; `finish` then compresses only what came after. Nothing happens when
-    /// the objects already go into a pack as they come, or are too few for one, or when all
-    /// but [`ObjectBatch::COMPRESS_AT_FINISH`] bytes of them were compressed ahead
-    /// ([`Store::compress_ahead`]): on a busy machine a new thread may wait milliseconds for
-    /// a core, longer than `finish` takes to compress that much itself.
-    pub fn compress_held(&mut self) {
-        if self.pack.is_some() || self.compressing.is_some() || self.held.len() <= Self::PACK_AT {
-            return;
-        }
-        if self.store.bytes_not_ahead(&self.held) <= Self::COMPRESS_AT_FINISH {
-            return;
-        }
-        let held = self.held.clone();
-        let ahead =
-            std::cell::RefCell::new(self.store.take_ahead(held.iter().map(|(_, oid, _)| *oid)));
-        let mut z = self.store.take_deflate();
-        let thread = std::thread::Builder::new()
-            .name("hunkgate-deflate".into())
-            .spawn(move || {
-                let ahead = |oid: &ObjectId| ahead.borrow_mut().remove(oid);
-                (deflate_entries(&held, &mut z, &ahead), z)
-            });
-        match thread {
-            Ok(thread) => self.compressing = Some((self.held.len(), thread)),
-            Err(e) => tracing::debug!(error = %e, "compressing at finish instead"),
         }
     }
 
@@ -1516,39 +1248,6 @@ impl ObjectBatch<'_> {
                 self.put(gix::objs::Kind::Blob, oid, bytes)?
             }
         }
-        Ok(oid)
-    }
-
-    /// [`ObjectBatch::write_blob_hashed`] of bytes that are shared already (an early read's:
-    /// see [`crate::snapshot::Early`]): kept or held without a copy.
-    pub(crate) fn write_blob_shared(
-        &mut self,
-        oid: ObjectId,
-        bytes: std::sync::Arc<Vec<u8>>,
-    ) -> Result<ObjectId, StoreError> {
-        debug_assert_eq!(oid, blob_id(&bytes));
-        if self.ids.contains(&oid) || self.store.known(oid) {
-            return Ok(oid);
-        }
-        self.take_new_blob(bytes.len())?;
-        let kept = match self.fresh.as_mut() {
-            Some(fresh) if fresh.bytes + bytes.len() <= fresh.budget => {
-                fresh.bytes += bytes.len();
-                fresh.blobs.insert(oid, bytes.clone());
-                bytes
-            }
-            _ => {
-                if let Some(fresh) = self.fresh.as_mut() {
-                    fresh.spilled(oid, &bytes);
-                    self.spilled = true;
-                }
-                self.ids.insert(oid);
-                self.put(gix::objs::Kind::Blob, oid, Cow::Borrowed(&bytes))?;
-                return Ok(oid);
-            }
-        };
-        self.ids.insert(oid);
-        self.hold(gix::objs::Kind::Blob, oid, kept)?;
         Ok(oid)
     }
 
@@ -1614,8 +1313,24 @@ impl ObjectBatch<'_> {
             .is_some_and(|f| self.held_bytes <= f.budget);
         let many = self.held.len() > Self::PACK_AT || self.held_bytes > Self::HOLD_BYTES;
         if many && !deferring {
-            self.start_pack()?;
+            match self.store.packs {
+                true => self.start_pack()?,
+                // No pack: what is held goes out loose now, not all of it held to the end.
+                false => self.write_held_loose()?,
+            }
         }
+        Ok(())
+    }
+
+    /// Write what the batch holds as loose objects, and hold nothing (without packs: see
+    /// [`Store::use_packs`]). Readable at once, before the batch is finished: a batch dropped
+    /// after that leaves them, unreferenced, for `git gc` to remove.
+    fn write_held_loose(&mut self) -> Result<(), StoreError> {
+        let repo = self.store.local();
+        for (kind, _, bytes) in self.held.drain(..) {
+            self.store.write_loose(&repo, kind, &bytes)?;
+        }
+        self.held_bytes = 0;
         Ok(())
     }
 
@@ -1636,20 +1351,8 @@ impl ObjectBatch<'_> {
         let store = self.store;
         match self.pack.take() {
             // All held (a batch keeping contents, under its budget): one pack made whole.
-            None if self.held.len() > Self::PACK_AT => {
-                let compressed = match self.compressing.take() {
-                    Some((n, thread)) => {
-                        let (entries, z) = thread
-                            .join()
-                            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-                        store.give_deflate(z);
-                        let entries =
-                            entries.map_err(|e| store.err(format!("writing a pack: {e}")))?;
-                        Some((n, entries))
-                    }
-                    None => None,
-                };
-                let path = store.write_whole_pack(&self.held, compressed)?;
+            None if self.held.len() > Self::PACK_AT && store.packs => {
+                let path = store.write_whole_pack(&self.held)?;
                 tracing::debug!(objects = self.held.len(), pack = %path.display(), "wrote a pack");
             }
             Some(pack) => {
@@ -1659,18 +1362,11 @@ impl ObjectBatch<'_> {
                     .map_err(|e| store.err(format!("writing a pack: {e}")))?;
                 tracing::debug!(objects = n, pack = %path.display(), "wrote a pack");
             }
-            None => {
-                let repo = store.local();
-                for (kind, _, bytes) in &self.held {
-                    store.write_loose(&repo, *kind, bytes)?;
-                }
-            }
+            None => self.write_held_loose()?,
         }
         for oid in &self.ids {
             store.remember(*oid);
         }
-        // Whatever was compressed ahead for objects written loose is of no use now.
-        store.drop_ahead(&self.ids);
         Ok(())
     }
 }
@@ -1699,18 +1395,15 @@ impl BlobReader<'_> {
     }
 }
 
-/// The pack entries of `objects`, in order: those `ahead` has ([`Store::compress_ahead`]),
-/// the others compressed with `z`.
+/// The pack entries of `objects`, in order, compressed with `z`.
 fn deflate_entries(
     objects: &[HeldObject],
     z: &mut flate2::write::ZlibEncoder<Vec<u8>>,
-    ahead: &dyn Fn(&ObjectId) -> Option<Vec<u8>>,
 ) -> std::io::Result<Vec<PackEntry>> {
     objects
         .iter()
-        .map(|(kind, oid, bytes)| match ahead(oid) {
-            Some(entry) => Ok((*oid, entry)),
-            None => crate::pack::deflate_entry(pack_kind(*kind), bytes, z).map(|e| (*oid, e)),
+        .map(|(kind, oid, bytes)| {
+            crate::pack::deflate_entry(pack_kind(*kind), bytes, z).map(|e| (*oid, e))
         })
         .collect()
 }
@@ -2070,8 +1763,7 @@ mod tests {
             "in the pack"
         );
 
-        let mut store = Store::open_or_init(&path).unwrap();
-        store.keep_spares(2).unwrap();
+        let store = Store::open_or_init(&path).unwrap();
         let a = store.write_blob(b"a\n").unwrap();
         let b = store.write_blob(b"b\n").unwrap();
         assert!(loose_path(a).is_file() && loose_path(b).is_file());
@@ -2127,8 +1819,7 @@ mod tests {
     fn empty_loose_objects_are_dropped_whole_ones_and_packs_kept() {
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("store.git");
-        let mut store = Store::open_or_init(&path).unwrap();
-        store.keep_spares(8).unwrap();
+        let store = Store::open_or_init(&path).unwrap();
         write_a_pack(&store);
         let ids: Vec<ObjectId> = ["a\n", "b\n", "c\n"]
             .iter()
@@ -2142,20 +1833,8 @@ mod tests {
         for id in &ids[..2] {
             std::fs::File::create(loose_object_path(&path.join("objects"), *id)).unwrap();
         }
-        let spares = || {
-            std::fs::read_dir(path.join("hunkgate-spares"))
-                .unwrap()
-                .count()
-        };
-        let spare_files = spares();
-        assert!(spare_files > 0);
         let store = Store::open_or_init(&path).unwrap();
         assert_eq!(store.drop_empty_loose_objects().unwrap(), 2);
-        assert_eq!(
-            spares(),
-            spare_files,
-            "spare files, empty by design, are not objects"
-        );
         assert!(!store.has_object(ids[0]) && !store.has_object(ids[1]));
         assert_eq!(store.read_blob(ids[2]).unwrap(), b"c\n");
         assert_eq!(
@@ -2163,104 +1842,6 @@ mod tests {
             b"packed 3\n"
         );
         git(&path, &["fsck", "--strict", "--no-dangling"]);
-    }
-
-    /// With spare files kept, a blob, an edited tree and a commit are loose objects git reads
-    /// as its own, each written into a spare; once the spares are used up the next objects
-    /// are written the usual way, and a refill makes them again.
-    #[test]
-    fn loose_objects_written_into_spares_are_gits_own() {
-        let tmp = tempfile::tempdir().unwrap();
-        let mut store = Store::open_or_init(&tmp.path().join("store.git")).unwrap();
-        let (tree, _) = sample_tree(&store);
-        let base = store.write_tree(&tree).unwrap();
-        store.keep_spares(4).unwrap();
-        assert_eq!(store.spares_ready(), 4);
-
-        let blob = store.write_blob(b"new\n").unwrap();
-        let mut changes = Changes::new();
-        let new = |oid| {
-            Some(Entry {
-                mode: Mode::File,
-                oid,
-            })
-        };
-        changes.insert("a/b/c/e.txt".into(), new(blob));
-        let edited = store.edit_tree(base, &changes).unwrap();
-        // The blob, then the trees a/b/c, a/b, a and the root: five objects for four
-        // spares, so the root tree was written the usual way.
-        assert_eq!(store.spares_ready(), 0);
-        let commit = store.commit(edited, &[], "edit").unwrap();
-        let other = store.write_blob(b"other\n").unwrap();
-        store.refill_spares();
-        assert_eq!(store.spares_ready(), 4);
-        let third = store.write_blob(b"third\n").unwrap();
-        assert_eq!(store.spares_ready(), 3);
-        // A commit (or a tree) goes into its spare stored, uncompressed: a zlib stream of
-        // one stored block of its header and content, which git reads like any other.
-        let again = store.commit(edited, &[commit], "edit again").unwrap();
-        assert_eq!(store.spares_ready(), 2);
-        let hex = again.to_string();
-        let file =
-            std::fs::read(store.path().join("objects").join(&hex[..2]).join(&hex[2..])).unwrap();
-        let raw = git(store.path(), &["cat-file", "commit", &hex]);
-        let header = format!("commit {}\0", raw.len());
-        assert_eq!(file[..3], [0x78, 0x01, 0x01], "one final stored block");
-        assert_eq!(
-            &file[7..file.len() - 4],
-            [header.as_bytes(), raw.as_bytes()].concat()
-        );
-        // An object the store has takes no spare and is not written again, whether this
-        // handle wrote it or git did.
-        assert_eq!(store.write_blob(b"new\n").unwrap(), blob);
-        let file = tmp.path().join("by-git.txt");
-        std::fs::write(&file, b"by git\n").unwrap();
-        let by_git = git(store.path(), &["hash-object", "-w", file.to_str().unwrap()]);
-        assert_eq!(
-            store.write_blob(b"by git\n").unwrap().to_string(),
-            by_git.trim()
-        );
-        assert_eq!(store.spares_ready(), 2);
-        // A stock for the decisions to come, made on a thread, and capped.
-        let ready_within_10s = |n: usize| {
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-            while store.spares_ready() < n && std::time::Instant::now() < deadline {
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
-            store.spares_ready()
-        };
-        store.stock_spares_in_background(10);
-        assert_eq!(ready_within_10s(10), 10);
-        store.stock_spares_in_background(usize::MAX);
-        assert_eq!(ready_within_10s(MAX_SPARE_STOCK), MAX_SPARE_STOCK);
-        let stocked = std::fs::read_dir(store.path().join("hunkgate-spares")).unwrap();
-        assert_eq!(stocked.count(), MAX_SPARE_STOCK);
-
-        for (id, kind) in [
-            (blob, "blob"),
-            (edited, "tree"),
-            (commit, "commit"),
-            (other, "blob"),
-            (third, "blob"),
-            (again, "commit"),
-        ] {
-            assert_eq!(
-                git(store.path(), &["cat-file", "-t", &id.to_string()]),
-                format!("{kind}\n")
-            );
-        }
-        assert_eq!(
-            git(store.path(), &["show", &format!("{commit}:a/b/c/e.txt")]),
-            "new\n"
-        );
-        git(store.path(), &["fsck", "--strict", "--no-dangling"]);
-        let mut reopened = Store::open_or_init(store.path()).unwrap();
-        assert_eq!(reopened.read_tree(commit).unwrap().len(), tree.len() + 1);
-        reopened.keep_spares(2).unwrap();
-        let left: Vec<_> = std::fs::read_dir(store.path().join("hunkgate-spares"))
-            .unwrap()
-            .collect();
-        assert_eq!(left.len(), 2, "the first handle's spares were cleared");
     }
 
     /// Many new trees go into one pack that git reads as its own (`fsck`, `ls-tree`); a few
@@ -2640,14 +2221,13 @@ mod tests {
 
     /// A batch keeping contents (a publish's) holds the new blobs readable in memory and
     /// writes nothing until it is finished; then the blobs, the trees and the commit made
-    /// into it are one pack, made in memory and written into spare files, that git verifies
+    /// into it are one pack, made in memory, that git verifies
     /// and reads. Past its budget it keeps no more and writes as it goes; dropped, it leaves
     /// nothing.
     #[test]
     fn a_keeping_batch_writes_blobs_trees_and_commit_as_one_pack() {
         let tmp = tempfile::tempdir().unwrap();
-        let mut store = Store::open_or_init(&tmp.path().join("store.git")).unwrap();
-        store.keep_spares(4).unwrap();
+        let store = Store::open_or_init(&tmp.path().join("store.git")).unwrap();
         let file = |body: &str| Entry {
             mode: Mode::File,
             oid: blob_id(body.as_bytes()),
@@ -2662,9 +2242,6 @@ mod tests {
         }
         let base_id = store.write_tree(&base).unwrap();
         let before = packs_in(&store);
-        store.refill_spares();
-        let spares = store.spares_ready();
-        assert_eq!(spares, 4);
 
         let bodies: Vec<(String, String)> = (0..100)
             .map(|d| {
@@ -2713,7 +2290,6 @@ mod tests {
         let packs = packs_in(&store);
         let new: Vec<&String> = packs.iter().filter(|p| !before.contains(p)).collect();
         assert_eq!(new.len(), 2, "one .pack and its .idx: {packs:?}");
-        assert_eq!(store.spares_ready(), spares - 2, "both files were spares");
         let pack = store.path().join("objects/pack").join(new[1]);
         let mode = std::os::unix::fs::PermissionsExt::mode(
             &std::fs::metadata(&pack).unwrap().permissions(),
@@ -2777,144 +2353,46 @@ mod tests {
         assert!(!store.has_object(dropped_id));
     }
 
-    /// The name of the one pack `store` has, which git verifies, holding `bodies` as blobs that
-    /// the store reads back.
-    fn the_one_pack_of(store: &Store, bodies: &[String]) -> String {
-        for body in bodies {
-            assert_eq!(
-                store.read_blob(blob_id(body.as_bytes())).unwrap(),
-                body.as_bytes()
-            );
-        }
-        let packs: Vec<String> = packs_in(store)
-            .into_iter()
-            .filter(|p| p.ends_with(".pack"))
-            .collect();
-        assert_eq!(packs.len(), 1, "{packs:?}");
-        let pack = store.path().join("objects/pack").join(&packs[0]);
-        let verified = git(store.path(), &["verify-pack", "-v", pack.to_str().unwrap()]);
-        assert_eq!(
-            verified.lines().filter(|l| l.contains(" blob ")).count(),
-            bodies.len()
-        );
-        packs[0].clone()
-    }
-
-    /// Blobs a batch started compressing early ([`ObjectBatch::compress_held`], a publish's new
-    /// files) end up in the very pack a batch compressing everything at `finish` makes, byte
-    /// for byte, with what came after them (trees, here more blobs); a batch too small for a
-    /// pack starts nothing, and one dropped after starting writes nothing.
+    /// Without packs (`[accel] pack = false`) a batch of many objects — held to the end, or
+    /// past what a batch holds — is written loose, each object what the pack would hold:
+    /// git reads every one, and no pack is made. Control: the same batch with packs makes one.
     #[test]
-    fn blobs_compressed_early_make_the_same_pack_as_at_finish() {
+    fn without_packs_a_batch_writes_the_same_objects_loose() {
         let tmp = tempfile::tempdir().unwrap();
-        let bodies: Vec<String> = (0..300)
-            .map(|i| format!("line {i} of a new file\n").repeat(i % 40 + 1))
-            .collect();
-        let pack_of = |name: &str, early: bool| {
-            let store = Store::open_or_init(&tmp.path().join(name)).unwrap();
-            let mut batch = store.batch().keeping(16 << 20);
-            for body in &bodies[..200] {
-                batch.write_blob(body.as_bytes()).unwrap();
-            }
-            if early {
-                batch.compress_held();
-                assert_eq!(batch.compressing.as_ref().map(|(n, _)| *n), Some(200));
-            }
-            for body in &bodies[200..] {
-                batch.write_blob(body.as_bytes()).unwrap();
+        let bodies: Vec<String> = (0..200).map(|i| format!("new file {i}\n")).collect();
+        let big = vec![b'x'; ObjectBatch::HOLD_BYTES + 1];
+        let write = |name: &str, packs: bool, keeping: bool| {
+            let mut store = Store::open_or_init(&tmp.path().join(name)).unwrap();
+            store.use_packs(packs);
+            let mut batch = match keeping {
+                true => store.batch().keeping(16 << 20),
+                false => store.batch(),
+            };
+            let mut ids: Vec<ObjectId> = bodies
+                .iter()
+                .map(|b| batch.write_blob(b.as_bytes()).unwrap())
+                .collect();
+            if !keeping {
+                ids.push(batch.write_blob(&big).unwrap());
             }
             batch.finish().unwrap();
-            the_one_pack_of(&store, &bodies)
-        };
-        assert_eq!(pack_of("early.git", true), pack_of("at-finish.git", false));
-
-        let store = Store::open_or_init(&tmp.path().join("small.git")).unwrap();
-        let mut few = store.batch().keeping(16 << 20);
-        few.write_blob(b"one\n").unwrap();
-        few.compress_held();
-        assert!(few.compressing.is_none(), "too few objects for a pack");
-        let mut dropped = store.batch().keeping(16 << 20);
-        for body in &bodies {
-            dropped.write_blob(body.as_bytes()).unwrap();
-        }
-        dropped.compress_held();
-        assert!(dropped.compressing.is_some());
-        drop(dropped);
-        assert!(packs_in(&store).iter().all(|p| !p.ends_with(".pack")));
-        assert!(!store.has_object(blob_id(bodies[0].as_bytes())));
-    }
-
-    /// Blobs compressed ahead ([`Store::compress_ahead`], a publish's files read while its
-    /// agent works) are taken by the pack that holds them, which is the very pack compressing
-    /// everything at `finish` makes, byte for byte — whether all of the blobs came compressed
-    /// (then no thread is started for them) or some. What a pack did not take is dropped once
-    /// the store has the blobs (written loose), or when the run is over.
-    #[test]
-    fn blobs_compressed_ahead_make_the_same_pack_as_at_finish() {
-        let tmp = tempfile::tempdir().unwrap();
-        let bodies: Vec<String> = (0..300)
-            .map(|i| format!("line {i} of a new file\n").repeat(i % 40 + 1))
-            .collect();
-        let ahead_len = |store: &Store| store.ahead.lock().unwrap().entries.len();
-        let pack_of = |name: &str, ahead: usize| {
-            let store = Store::open_or_init(&tmp.path().join(name)).unwrap();
-            store.compress_ahead(
-                bodies[..ahead]
-                    .iter()
-                    .map(|b| (blob_id(b.as_bytes()), b.as_bytes())),
-            );
-            assert_eq!(ahead_len(&store), ahead);
-            let mut batch = store.batch().keeping(16 << 20);
-            for body in &bodies {
-                batch.write_blob(body.as_bytes()).unwrap();
+            let loose = ids
+                .iter()
+                .filter(|id| loose_object_path(&store.path().join("objects"), **id).is_file())
+                .count();
+            git(store.path(), &["fsck", "--strict", "--no-dangling"]);
+            for (id, body) in ids.iter().zip(&bodies) {
+                assert_eq!(store.read_blob(*id).unwrap(), body.as_bytes());
             }
-            batch.compress_held();
-            // All of them ahead: nothing left worth a thread.
-            assert_eq!(batch.compressing.is_none(), ahead == bodies.len());
-            batch.finish().unwrap();
-            assert_eq!(ahead_len(&store), 0, "the pack took every entry");
-            git(store.path(), &["fsck", "--no-dangling"]);
-            the_one_pack_of(&store, &bodies)
+            (ids, loose, packs_in(&store).len())
         };
-        let at_finish = pack_of("at-finish.git", 0);
-        assert_eq!(pack_of("all-ahead.git", 300), at_finish);
-        assert_eq!(pack_of("some-ahead.git", 120), at_finish);
-        // Control: the pack is made of the entries compressed ahead, not compressed anew — ones
-        // made at zlib's best level, not its fastest, make another pack of the same objects.
-        let store = Store::open_or_init(&tmp.path().join("best.git")).unwrap();
-        let mut best = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
-        for body in &bodies {
-            let entry =
-                crate::pack::deflate_entry(crate::pack::OBJ_BLOB, body.as_bytes(), &mut best)
-                    .unwrap();
-            let mut a = store.ahead.lock().unwrap();
-            a.bytes += entry.len();
-            a.entries.insert(blob_id(body.as_bytes()), entry);
+        for keeping in [true, false] {
+            let (with, loose, packs) = write(&format!("packs-{keeping}.git"), true, keeping);
+            assert_eq!((loose, packs), (0, 2), "control: one pack and its index");
+            let (without, loose, packs) = write(&format!("loose-{keeping}.git"), false, keeping);
+            assert_eq!(without, with);
+            assert_eq!((loose, packs), (without.len(), 0), "keeping {keeping}");
         }
-        let mut batch = store.batch().keeping(16 << 20);
-        for body in &bodies {
-            batch.write_blob(body.as_bytes()).unwrap();
-        }
-        batch.finish().unwrap();
-        assert_ne!(the_one_pack_of(&store, &bodies), at_finish);
-
-        let store = Store::open_or_init(&tmp.path().join("loose.git")).unwrap();
-        let body = b"one new file\n";
-        store.compress_ahead([(blob_id(body), &body[..])]);
-        // A blob the store has already is not compressed again.
-        let known = store.write_blob(b"known\n").unwrap();
-        store.compress_ahead([(known, &b"known\n"[..])]);
-        assert_eq!(ahead_len(&store), 1);
-        let mut few = store.batch();
-        few.write_blob(body).unwrap();
-        few.finish().unwrap();
-        assert_eq!(ahead_len(&store), 0, "written loose, the entry is dropped");
-        assert_eq!(store.read_blob(blob_id(body)).unwrap(), body);
-        store.compress_ahead([(blob_id(b"never written\n"), &b"never written\n"[..])]);
-        assert_eq!(ahead_len(&store), 1);
-        store.forget_ahead();
-        assert_eq!(ahead_len(&store), 0);
-        assert_eq!(store.ahead.lock().unwrap().bytes, 0);
     }
 
     /// Released, the store's maps go; everything reads as before — through a handle taken

@@ -1011,7 +1011,7 @@ pub fn rebase_onto<'a>(prev: &'a Synced, changed: &[&str]) -> Cow<'a, SyncRecord
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::{snapshot_sandbox, DEFAULT_FILE_CAP};
+    use crate::snapshot::{snapshot_sandbox, Hints, DEFAULT_FILE_CAP};
     use crate::store::test_support::{git_in as git_out, set_mtime, tree};
     use std::os::unix::fs::{symlink, PermissionsExt};
 
@@ -1075,9 +1075,18 @@ mod tests {
     fn read_back(store: &Store, dir: &Path, base: &FlatTree) -> FlatTree {
         let synced = recall(dir);
         let record = record_for(synced.as_deref(), base);
-        snapshot_sandbox(dir, base, store, DEFAULT_FILE_CAP, record, None)
-            .unwrap()
-            .tree(base)
+        snapshot_sandbox(
+            dir,
+            base,
+            store,
+            DEFAULT_FILE_CAP,
+            Hints {
+                record,
+                dirty: None,
+            },
+        )
+        .unwrap()
+        .tree(base)
     }
 
     /// A store, and a slot synced to a base of `files` (kept alive by the returned directory).
@@ -1416,7 +1425,7 @@ mod tests {
 
         let got = read_back(&store, &dir, &base);
         // The oracle: a read-back that trusts no stat at all.
-        let full = snapshot_sandbox(&dir, &base, &store, DEFAULT_FILE_CAP, None, None)
+        let full = snapshot_sandbox(&dir, &base, &store, DEFAULT_FILE_CAP, Hints::default())
             .unwrap()
             .tree(&base);
         assert_eq!(got, full);

@@ -28,13 +28,12 @@ use std::time::Duration;
 
 use nix::libc;
 
-use crate::snapshot::{
-    EarlyRead, EarlyReads, OverLimit, ReadBack, ReadLimits, Skipped, DEFAULT_FILE_CAP,
-};
+use crate::accel::Accel;
+use crate::snapshot::{OverLimit, ReadBack, ReadLimits, Skipped};
 use crate::store::{Entry, FlatTree, Mode, ObjectBatch, Store, StoreError};
 use crate::sync::{base_refs, changed_paths, rebase_onto, recall, record_for, remember, Synced};
 use crate::wire::{self, Frame, PrepareReply, Request, SyncRecord, WireError, AGENT_NPROC};
-use crate::workspace::{AgentCommand, EarlyHook, Sandbox, SandboxError, Stop};
+use crate::workspace::{AgentCommand, Sandbox, SandboxError, Stop};
 
 /// The sandbox user `hunkgate setup` creates unless told otherwise.
 pub const DEFAULT_USER: &str = "hunkgate-agent";
@@ -305,6 +304,10 @@ pub struct UserIsolation {
     /// Absolute directories put first on the agent's `PATH` (`agent_path` in the hub's config;
     /// see [`crate::agent_path`]).
     pub agent_path: Vec<String>,
+    /// The accelerators on (`[accel]`): the kept helper ([`Standby`]) only with
+    /// `kept_helper`, `watch` and `untracked_cache` all on, since it is the one that watches
+    /// the slot and holds its directory record.
+    pub accel: Accel,
 }
 
 /// The absolute path of this binary, as the sudoers rule names it.
@@ -388,6 +391,7 @@ impl UserIsolation {
             network_none,
             private_proc: false,
             agent_path: Vec::new(),
+            accel: Accel::ALL,
         };
         let answer = iso.probe()?;
         iso.private_proc =
@@ -480,7 +484,6 @@ impl UserIsolation {
                 .join(key)
                 .join(slot.to_string()),
             standby: Arc::default(),
-            early_hook: Arc::default(),
         }
     }
 
@@ -869,8 +872,6 @@ pub struct UserSandbox {
     workdir: PathBuf,
     /// The read-back helper started after the last prepare, if it still waits.
     standby: Arc<Mutex<Option<Standby>>>,
-    /// Who is handed what the standby reads early (see [`Sandbox::on_early_reads`]).
-    early_hook: HookSlot,
 }
 
 impl std::fmt::Debug for UserSandbox {
@@ -884,10 +885,6 @@ impl std::fmt::Debug for UserSandbox {
             .finish_non_exhaustive()
     }
 }
-
-/// Where the reader of a standby's early stream ([`read_early_stream`]) finds who to hand the
-/// reads to; empty (the reads are dropped) until [`Sandbox::on_early_reads`] sets it.
-type HookSlot = Arc<Mutex<Option<EarlyHook>>>;
 
 /// A `snapshot` helper started as a prepare begins (its start overlaps the sync), which waits
 /// for the run's end. Once the sync is done, and before the agent starts, it is told so with
@@ -922,13 +919,9 @@ struct StandbyParts {
     stderr: StderrTail,
 }
 
-/// A standby helper's stdout: the hub's to read, or, from the moment it watches the run's
-/// agent to the go, read by a thread of its own: the early stream ([`read_early_stream`]).
+/// A standby helper's stdout: the hub's to read between exchanges.
 enum Out {
     Here(StdoutReader),
-    /// What its reader thread sends once the stream has ended: received, not joined, so the
-    /// read-back does not wait for the thread to be torn down too.
-    Early(std::sync::mpsc::Receiver<Result<(StdoutReader, EarlyReads), HelperError>>),
     /// Taken by an exchange that failed (its helper is dismissed).
     Taken,
 }
@@ -940,37 +933,14 @@ impl Out {
         Out::Here(StdoutReader::with_capacity(wire::STREAM_BUFFER, stdout))
     }
 
-    /// Read the early stream from a thread of its own, handing its reads to `hook`'s hook.
-    fn follow(self, hook: HookSlot) -> Out {
-        match self {
-            Out::Here(mut r) => {
-                let (tx, rx) = std::sync::mpsc::sync_channel(1);
-                std::thread::spawn(move || {
-                    let read = read_early_stream(&mut r, &hook, wire::EARLY_STREAM_BYTES);
-                    let _ = tx.send(read.map(|reads| (r, reads)));
-                });
-                Out::Early(rx)
-            }
-            other => other,
-        }
-    }
-
-    /// The stdout to read, taken (put it back with [`Out::Here`]), with the early stream's
-    /// last read of each path: any early stream is read to its end first (which the go makes
-    /// the helper send), and one that went wrong is the error.
-    fn take(&mut self) -> Result<(StdoutReader, EarlyReads), HelperError> {
-        let protocol = |message: &str| HelperError::Protocol {
-            op: "snapshot",
-            message: message.into(),
-        };
+    /// The stdout to read, taken (put it back with [`Out::Here`]).
+    fn take(&mut self) -> Result<StdoutReader, HelperError> {
         match std::mem::replace(self, Out::Taken) {
-            Out::Here(r) => Ok((r, EarlyReads::new())),
-            Out::Early(read) => read
-                .recv()
-                .map_err(|_| protocol("the early stream's reader panicked"))?,
-            Out::Taken => Err(protocol(
-                "the standby's output was lost in an exchange before",
-            )),
+            Out::Here(r) => Ok(r),
+            Out::Taken => Err(HelperError::Protocol {
+                op: "snapshot",
+                message: "the standby's output was lost in an exchange before".into(),
+            }),
         }
     }
 }
@@ -1106,15 +1076,13 @@ impl Standby {
     /// The run's sync is done: tell the helper, with the sync's directories to watch
     /// ([`wire::write_synced`]), wait up to `wait` for its answer — whether it watches the
     /// slot — and send it the run's request (`request` with `synced`'s base and
-    /// record) to read while the agent works; from then on its early stream is read, its reads
-    /// handed to `hook`'s hook. An error (no answer in time, or a malformed one) means it must
+    /// record) to read while the agent works. An error (no answer in time, or a malformed one) means it must
     /// not be used: a watch that starts late would miss the agent's first changes.
     fn sync_done(
         &mut self,
         wait: Duration,
         request: Request,
         synced: Arc<Synced>,
-        hook: HookSlot,
     ) -> Result<bool, HelperError> {
         let protocol = |message: String| HelperError::Protocol {
             op: "snapshot",
@@ -1147,7 +1115,7 @@ impl Standby {
         let dirs: Vec<&str> = synced.record.dirs.iter().map(|(d, _)| d.as_str()).collect();
         let answer = feed.stdin().and_then(|mut stdin| {
             wire::write_synced(&mut stdin, &dirs).map_err(|e| stream(WireError::Io(e)))?;
-            let (mut r, _) = stdout.take()?;
+            let mut r = stdout.take()?;
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             let fd = std::os::fd::AsRawFd::as_raw_fd(r.get_ref());
             if r.buffer().is_empty() && !readable_within(fd, left) {
@@ -1161,7 +1129,7 @@ impl Standby {
                 self.parts = Some(StandbyParts {
                     feed: Feed::write(stdin, request, Some(synced.clone())),
                     child,
-                    stdout: Out::Here(r).follow(hook),
+                    stdout: Out::Here(r),
                     stderr,
                 });
                 self.synced = Some(synced);
@@ -1194,8 +1162,8 @@ impl Standby {
             .converse(|stdin, stdout| {
                 wire::write_go(stdin, limits.file_cap)
                     .map_err(|e| standby_stream(WireError::Io(e)))?;
-                let (mut r, sent) = stdout.take()?;
-                let snap = read_snapshot(&mut r, objects, base, limits, &sent)?;
+                let mut r = stdout.take()?;
+                let snap = read_snapshot(&mut r, objects, base, limits)?;
                 *stdout = Out::Here(r);
                 Ok((snap, synced))
             })
@@ -1212,15 +1180,13 @@ impl Standby {
     /// base and record, and has watched the slot since): sent only the paths whose base entry
     /// changed since `previous` (that sync) and their blobs. Its answer is checked like a
     /// `prepare` helper's; then it is this run's standby, already watching — or not, when
-    /// it answers so (see [`wire::write_again`]) — its early stream read and handed to
-    /// `hook`'s hook.
+    /// it answers so (see [`wire::write_again`]).
     fn again(
         mut self,
         mut request: Request,
         store: &Store,
         base: &Arc<FlatTree>,
         previous: &Synced,
-        hook: HookSlot,
     ) -> Result<(PrepareReply, bool, Standby), HelperError> {
         let parts = self.parts.take().ok_or_else(|| HelperError::Protocol {
             op: "snapshot",
@@ -1255,7 +1221,7 @@ impl Standby {
             wire::write_frame(&mut w, &Frame::End).map_err(stream)?;
             w.flush().map_err(stream)?;
             drop(w);
-            let (mut r, _) = stdout.take()?;
+            let mut r = stdout.take()?;
             let reply = wire::read_prepare_reply(&mut r).map_err(standby_stream)?;
             let watching = wire::read_watching(&mut r).map_err(standby_stream)?;
             *stdout = Out::Here(r);
@@ -1263,10 +1229,7 @@ impl Standby {
         })?;
         let standby = Standby {
             synced: None,
-            parts: Some(StandbyParts {
-                stdout: parts.stdout.follow(hook),
-                ..parts
-            }),
+            parts: Some(parts),
         };
         Ok((reply, watching, standby))
     }
@@ -1489,9 +1452,7 @@ impl UserSandbox {
             op: "snapshot",
             message: "no sync of the slot to continue from".into(),
         })?;
-        let hook = self.early_hook.clone();
-        let (reply, watching, mut standby) =
-            kept.again(self.request(), store, base, previous, hook)?;
+        let (reply, watching, mut standby) = kept.again(self.request(), store, base, previous)?;
         let exchanged = started.elapsed();
         let record = checked_record(reply.record, base)?;
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
@@ -1531,7 +1492,9 @@ impl UserSandbox {
     /// It is started from a thread, beside the sync's own helper.
     fn stand_by(&self) -> Option<std::thread::JoinHandle<Result<Standby, HelperError>>> {
         drop(self.standby.lock().ok()?.take());
-        if !self.iso.agent_walled_off() {
+        let accel = self.iso.accel;
+        let kept = accel.kept_helper && accel.watch && accel.untracked_cache;
+        if !self.iso.agent_walled_off() || !kept {
             return None;
         }
         let (iso, request) = (self.iso.clone(), self.request());
@@ -1555,8 +1518,7 @@ impl UserSandbox {
         // Asked to watch directories (a sync that could vouch for them all), on Linux it can
         // only fail to when inotify is exhausted: then the read-back looks at every file.
         let asked = !synced.record.dirs.is_empty();
-        let hook = self.early_hook.clone();
-        match standby.sync_done(STANDBY_ANSWER, self.request(), synced, hook) {
+        match standby.sync_done(STANDBY_ANSWER, self.request(), synced) {
             Ok(watching) => {
                 tracing::debug!(slot = self.slot, watching, "a read-back helper stands by");
                 if asked && !watching && cfg!(target_os = "linux") {
@@ -1740,14 +1702,11 @@ fn read_snapshot(
     blobs: &mut ObjectBatch<'_>,
     base: &FlatTree,
     limits: ReadLimits,
-    sent: &EarlyReads,
 ) -> Result<ReadBack, HelperError> {
     let cap = limits.file_cap;
     blobs.limit_new_blob_bytes(limits.bytes);
     let mut back = ReadBack::default();
     let mut seen = std::collections::HashSet::new();
-    let mut counted = false;
-    let mut named_sent = 0u64;
     let stream = |source| HelperError::Stream {
         op: "snapshot",
         source,
@@ -1767,23 +1726,12 @@ fn read_snapshot(
             | Frame::Symlink { path, .. }
             | Frame::Unchanged { path }
             | Frame::Gone { path }
-            | Frame::Sent { path }
             | Frame::Skipped { path, .. } => path.clone(),
             Frame::Blob { .. } => {
                 return Err(HelperError::Protocol {
                     op: "snapshot",
                     message: "sent a blob frame".into(),
                 })
-            }
-            Frame::EarlyReads { count } => {
-                if std::mem::replace(&mut counted, true) {
-                    return Err(HelperError::Protocol {
-                        op: "snapshot",
-                        message: "sent its early-read count twice".into(),
-                    });
-                }
-                tracing::debug!(early = count, "taken from early reads by the helper");
-                continue;
             }
             Frame::End => break,
         };
@@ -1836,123 +1784,14 @@ fn read_snapshot(
                 mode: Mode::Symlink,
                 oid: blobs.write_blob_hashed(None, target.into())?,
             },
-            Frame::Sent { .. } => {
-                let read = sent
-                    .get(&path)
-                    .ok_or_else(|| bad("named as sent in the early stream, but never sent"))?;
-                // As a file frame over the cap would be.
-                if read.len() as u64 > cap {
-                    return Err(bad(
-                        "named as sent in the early stream, but over the file cap",
-                    ));
-                }
-                // Hashed by this process as it came in the early stream.
-                blobs.write_blob_shared(read.entry.oid, read.bytes.clone())?;
-                named_sent += 1;
-                read.entry
-            }
-            Frame::Skipped { .. } | Frame::Blob { .. } | Frame::EarlyReads { .. } | Frame::End => {
-                continue
-            }
+            Frame::Skipped { .. } | Frame::Blob { .. } | Frame::End => continue,
         };
         if base.get(&path) != Some(&entry) {
             back.changes.insert(path, Some(entry));
         }
     }
     back.skipped.sort_by(|a, b| a.path.cmp(&b.path));
-    if named_sent > 0 {
-        tracing::debug!(named_sent, "taken from the helper's early stream");
-    }
     Ok(back)
-}
-
-/// Read a standby's early stream (see [`crate::wire`]'s module docs) to its end frame,
-/// handing the reads that arrived together to the hook in `hook`, if one is set by then
-/// (else they are dropped: they only get the publish ahead). The helper's word like all it
-/// sends: each path is checked, each read hashed here (and handed over on its own merits,
-/// whatever comes after it in the stream), and a stream of more content than
-/// `budget` ([`wire::EARLY_STREAM_BYTES`]), or with any other frame, is an error. Returns the
-/// last read of each path, for the read-back to name ([`Frame::Sent`]).
-fn read_early_stream(
-    r: &mut std::io::BufReader<impl std::io::Read>,
-    hook: &HookSlot,
-    budget: u64,
-) -> Result<EarlyReads, HelperError> {
-    let stream = |source| HelperError::Stream {
-        op: "snapshot",
-        source,
-        stderr: String::new(),
-    };
-    let refused = |message: String| HelperError::Protocol {
-        op: "snapshot",
-        message,
-    };
-    let (mut reads, mut bytes) = (0u64, 0u64);
-    let mut batch: Vec<(String, EarlyRead)> = Vec::new();
-    let mut last = EarlyReads::new();
-    let hand = |batch: &mut Vec<(String, EarlyRead)>| {
-        let hook = hook.lock().ok().and_then(|h| h.clone());
-        if let Some(hook) = hook.filter(|_| !batch.is_empty()) {
-            hook(batch);
-        }
-        batch.clear();
-    };
-    loop {
-        let (path, mode, content) = match wire::read_frame(r, DEFAULT_FILE_CAP).map_err(stream)? {
-            Frame::File {
-                path,
-                bytes,
-                executable,
-            } => (
-                path,
-                if executable {
-                    Mode::Executable
-                } else {
-                    Mode::File
-                },
-                bytes,
-            ),
-            Frame::Symlink { path, target } => (path, Mode::Symlink, target),
-            Frame::End => break,
-            _ => {
-                return Err(refused(
-                    "sent a frame other than a read in its early stream".into(),
-                ))
-            }
-        };
-        if let Err(e) = crate::beneath::components(&path) {
-            return Err(HelperError::BadPath {
-                path: sanitize(&path, 300),
-                why: e.to_string(),
-            });
-        }
-        bytes += content.len() as u64;
-        if bytes > budget {
-            return Err(refused(format!(
-                "sent more than {budget} bytes in its early stream"
-            )));
-        }
-        reads += 1;
-        let entry = Entry {
-            mode,
-            oid: crate::store::blob_id(&content),
-        };
-        let read = EarlyRead {
-            entry,
-            // The helper's stat is of no use here: only the read-back compares stats.
-            stat: wire::FileStat::default(),
-            bytes: Arc::new(content),
-        };
-        last.insert(path.clone(), read.clone());
-        batch.push((path, read));
-        // What arrived together is handed over together, before the reader waits for more.
-        if r.buffer().is_empty() {
-            hand(&mut batch);
-        }
-    }
-    hand(&mut batch);
-    tracing::debug!(reads, bytes, "early reads from the standby helper");
-    Ok(last)
 }
 
 /// Make a helper-sent reason printable and short: it is agent-controlled text.
@@ -2059,6 +1898,15 @@ impl Sandbox for UserSandbox {
                 }
             }
         }
+        // Without the untracked cache, the helper is sent no directory record to go by.
+        let cut;
+        let record = match record {
+            Some(r) if !self.iso.accel.untracked_cache => {
+                cut = crate::workspace::without_dirs(r);
+                Some(&cut)
+            }
+            other => other,
+        };
         let snap = self.iso.run_helper(
             "snapshot",
             |w| {
@@ -2072,7 +1920,6 @@ impl Sandbox for UserSandbox {
                     objects,
                     base,
                     limits,
-                    &EarlyReads::new(),
                 )
             },
         )?;
@@ -2146,16 +1993,7 @@ impl Sandbox for UserSandbox {
     }
 
     fn run_over(&self) {
-        if let Ok(mut hook) = self.early_hook.lock() {
-            *hook = None;
-        }
         tell_kept_idle(&self.workdir);
-    }
-
-    fn on_early_reads(&self, hook: EarlyHook) {
-        if let Ok(mut slot) = self.early_hook.lock() {
-            *slot = Some(hook);
-        }
     }
 
     fn isolation(&self) -> String {
@@ -2430,126 +2268,6 @@ mod tests {
         assert!(e.to_string().ends_with("(helper said: helper says)"), "{e}");
     }
 
-    /// A standby's early stream is read to its end frame, and no further: what follows (the
-    /// snapshot) is left to read. Its reads reach the hook hashed by the hub, those that
-    /// arrived together in one call; with no hook they are dropped. A hostile path, a frame
-    /// that is not a read, or more content than the budget is an error.
-    #[test]
-    fn an_early_stream_is_handed_over_checked_and_bounded() {
-        use crate::store::blob_id;
-        let mut buf = Vec::new();
-        wire::write_early_read(&mut buf, "a.txt", wire::EntryMode::File, b"a\n").unwrap();
-        wire::write_early_read(&mut buf, "bin/run", wire::EntryMode::Executable, b"#!\n").unwrap();
-        wire::write_early_read(&mut buf, "link", wire::EntryMode::Symlink, b"a.txt").unwrap();
-        let reads_only = buf.clone();
-        wire::write_frame(&mut buf, &Frame::End).unwrap();
-        let after = Frame::Gone {
-            path: "a.txt".into(),
-        };
-        wire::write_frame(&mut buf, &after).unwrap();
-        type Batch = Vec<(String, Entry, Vec<u8>)>;
-        let calls: Arc<Mutex<Vec<Batch>>> = Arc::default();
-        let seen = calls.clone();
-        let hook: EarlyHook = Arc::new(move |reads| {
-            let batch = reads
-                .iter()
-                .map(|(p, r)| (p.clone(), r.entry, r.bytes.to_vec()))
-                .collect();
-            seen.lock().unwrap().push(batch);
-        });
-        let slot: HookSlot = Arc::new(Mutex::new(Some(hook)));
-        let mut r = std::io::BufReader::new(buf.as_slice());
-        assert_eq!(read_early_stream(&mut r, &slot, 1 << 20).unwrap().len(), 3);
-        let entry = |mode, bytes: &[u8]| Entry {
-            mode,
-            oid: blob_id(bytes),
-        };
-        let want = vec![vec![
-            (
-                "a.txt".to_string(),
-                entry(Mode::File, b"a\n"),
-                b"a\n".to_vec(),
-            ),
-            (
-                "bin/run".to_string(),
-                entry(Mode::Executable, b"#!\n"),
-                b"#!\n".to_vec(),
-            ),
-            (
-                "link".to_string(),
-                entry(Mode::Symlink, b"a.txt"),
-                b"a.txt".to_vec(),
-            ),
-        ]];
-        assert_eq!(
-            *calls.lock().unwrap(),
-            want,
-            "one batch: it arrived together"
-        );
-        // The snapshot after the end frame is still there to read.
-        assert_eq!(wire::read_frame(&mut r, 1 << 20).unwrap(), after);
-
-        // A path read twice: the last read is the one kept for the read-back to name.
-        let mut twice = Vec::new();
-        wire::write_early_read(&mut twice, "a.txt", wire::EntryMode::File, b"one\n").unwrap();
-        wire::write_early_read(&mut twice, "a.txt", wire::EntryMode::File, b"two\n").unwrap();
-        wire::write_frame(&mut twice, &Frame::End).unwrap();
-        let last = read_early_stream(&mut std::io::BufReader::new(twice.as_slice()), &slot, 99);
-        let last = last.unwrap();
-        assert_eq!(last.len(), 1);
-        assert_eq!(last["a.txt"].entry, entry(Mode::File, b"two\n"));
-        assert_eq!(*last["a.txt"].bytes, b"two\n");
-
-        // No hook: read all the same, handed to no one.
-        let empty: HookSlot = Arc::default();
-        let mut r = std::io::BufReader::new(buf.as_slice());
-        assert_eq!(read_early_stream(&mut r, &empty, 1 << 20).unwrap().len(), 3);
-
-        let refused = |stream: &[u8], budget: u64| {
-            let before = calls.lock().unwrap().len();
-            let mut r = std::io::BufReader::new(stream);
-            let e = read_early_stream(&mut r, &slot, budget).unwrap_err();
-            assert_eq!(calls.lock().unwrap().len(), before, "nothing handed over");
-            e.to_string()
-        };
-        // Exactly the budget is fine; a byte more is not.
-        let exact = [reads_only.as_slice(), &end_frame()].concat();
-        let mut r = std::io::BufReader::new(exact.as_slice());
-        assert_eq!(
-            read_early_stream(&mut r, &slot, 2 + 3 + 5).unwrap().len(),
-            3
-        );
-        let e = refused(&exact, 2 + 3 + 5 - 1);
-        assert!(e.contains("more than 9 bytes"), "{e}");
-        // A stream cut short is an error, never a stream that ended (the reads before the
-        // cut were each checked, and may have been handed over).
-        let mut r = std::io::BufReader::new(reads_only.as_slice());
-        let e = read_early_stream(&mut r, &slot, 1 << 20).unwrap_err();
-        assert!(e.to_string().contains("ended early"), "{e}");
-        for (path, why) in [
-            ("../x", "traversal"),
-            (".git/config", "into .git"),
-            ("/etc/passwd", "absolute"),
-        ] {
-            let mut bad = Vec::new();
-            wire::write_early_read(&mut bad, path, wire::EntryMode::File, b"x").unwrap();
-            wire::write_frame(&mut bad, &Frame::End).unwrap();
-            let e = refused(&bad, 1 << 20);
-            assert!(e.contains(path), "{why}: {e}");
-        }
-        let mut other = Vec::new();
-        wire::write_frame(&mut other, &after).unwrap();
-        wire::write_frame(&mut other, &Frame::End).unwrap();
-        let e = refused(&other, 1 << 20);
-        assert!(e.contains("other than a read"), "{e}");
-    }
-
-    fn end_frame() -> Vec<u8> {
-        let mut end = Vec::new();
-        wire::write_frame(&mut end, &Frame::End).unwrap();
-        end
-    }
-
     /// A snapshot stream names only what changed: a base path it leaves out is unchanged, a
     /// `Gone` one deleted. Everything in it is still the agent's word.
     #[test]
@@ -2577,30 +2295,14 @@ mod tests {
             }
             buf
         };
-        // What the early stream brought: a read the helper may name as sent.
-        let early_bytes = b"read early\n".to_vec();
-        let early_entry = Entry {
-            mode: Mode::Executable,
-            oid: crate::store::blob_id(&early_bytes),
-        };
-        let sent: EarlyReads = [(
-            "early.sh".to_string(),
-            EarlyRead {
-                entry: early_entry,
-                stat: wire::FileStat::default(),
-                bytes: Arc::new(early_bytes.clone()),
-            },
-        )]
-        .into();
         let read = |frames: &[Frame]| {
             let mut objects = store.batch();
             let limits = ReadLimits::only_file_cap(1 << 20);
             let r = stream(frames);
-            let back = read_snapshot(&mut r.as_slice(), &mut objects, &base, limits, &sent)?;
+            let back = read_snapshot(&mut r.as_slice(), &mut objects, &base, limits)?;
             objects.finish()?;
             Ok::<_, HelperError>(back)
         };
-        let named_sent = |path: &str| Frame::Sent { path: path.into() };
         let f = |path: &str, bytes: &[u8]| Frame::File {
             path: path.into(),
             bytes: bytes.to_vec(),
@@ -2619,7 +2321,11 @@ mod tests {
                 path: "fifo".into(),
                 reason: "fifo skipped".into(),
             },
-            named_sent("early.sh"),
+            Frame::File {
+                path: "run.sh".into(),
+                bytes: b"#!/bin/sh\n".to_vec(),
+                executable: true,
+            },
             Frame::End,
         ])
         .unwrap();
@@ -2633,12 +2339,13 @@ mod tests {
             [
                 ("added.txt", Some(b"added\n".to_vec())),
                 ("deleted.txt", None),
-                ("early.sh", Some(early_bytes.clone())),
                 ("edited.txt", Some(b"new\n".to_vec())),
                 ("fifo", None),
+                ("run.sh", Some(b"#!/bin/sh\n".to_vec())),
             ]
         );
-        assert_eq!(back.changes["early.sh"], Some(early_entry), "its mode too");
+        let run = back.changes["run.sh"].unwrap();
+        assert_eq!(run.mode, Mode::Executable, "its mode too");
         assert_eq!(back.skipped.len(), 1);
         assert_eq!(back.skipped[0].path, "fifo");
         // An empty stream: nothing changed.
@@ -2669,22 +2376,6 @@ mod tests {
         refused(&[gone(".git/config"), Frame::End], "points into .git");
         // Cut short: an error, never "everything after the cut is unchanged".
         refused(&[f("edited.txt", b"new\n")], "ended early");
-        // The early-read count is a figure for the log, once; it changes nothing.
-        let count = Frame::EarlyReads { count: 7 };
-        let counted = read(&[f("edited.txt", b"new\n"), count.clone(), Frame::End]).unwrap();
-        assert_eq!(counted.changes.len(), 1);
-        refused(&[count.clone(), count, Frame::End], "count twice");
-        // Named as sent early: only a path the early stream brought, once, within the cap.
-        refused(&[named_sent("edited.txt"), Frame::End], "never sent");
-        let mut objects = store.batch();
-        let small = ReadLimits::only_file_cap(early_bytes.len() as u64 - 1);
-        let stream = stream(&[named_sent("early.sh"), Frame::End]);
-        let e = read_snapshot(&mut stream.as_slice(), &mut objects, &base, small, &sent);
-        assert!(e.unwrap_err().to_string().contains("over the file cap"));
-        refused(
-            &[named_sent("early.sh"), named_sent("early.sh"), Frame::End],
-            "sent twice",
-        );
     }
 
     /// A hostile helper's stream is bounded as a whole: what differs from the base, and the
@@ -2740,13 +2431,7 @@ mod tests {
                 at: 0,
             };
             let mut objects = store.batch();
-            let got = read_snapshot(
-                &mut endless,
-                &mut objects,
-                &base,
-                limits,
-                &EarlyReads::new(),
-            );
+            let got = read_snapshot(&mut endless, &mut objects, &base, limits);
             (got, endless.sent)
         };
         let limits = |files, bytes| ReadLimits {

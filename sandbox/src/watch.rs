@@ -207,24 +207,6 @@ pub struct Watch {
     /// A directory was created or removed: the set of watched directories is out of date, so
     /// the watch must be started again after the next sync.
     reshaped: bool,
-    /// The [`Mark`] each path (file or tree) of `dirty` was last named at.
-    named_at: HashMap<String, Mark>,
-    /// The [`Mark`] of the last [`Watch::clear`] (or of the start).
-    cleared_at: Mark,
-}
-
-/// A point in the events of every watch of this process, in the order they were read: an
-/// event read after [`Watch::mark`] was taken has a greater mark than it. With
-/// [`Watch::named_since`], it tells whether what was read of a path after a mark can still
-/// be what the path holds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Mark(u64);
-
-/// The last [`Mark`] given out.
-static MARKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-fn next_mark() -> Mark {
-    Mark(MARKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1)
 }
 
 impl Watch {
@@ -244,8 +226,6 @@ impl Watch {
             dirty: Dirty::default(),
             lost: None,
             reshaped: false,
-            named_at: HashMap::new(),
-            cleared_at: next_mark(),
         };
         for dir in dirs {
             let wd = w
@@ -306,15 +286,6 @@ impl Watch {
     /// cannot tell (see the module docs), and the caller must look at everything.
     pub fn changes(&mut self) -> Option<&Dirty> {
         self.drain();
-        match self.lost {
-            Some(_) => None,
-            None => Some(&self.dirty),
-        }
-    }
-
-    /// What [`Watch::changes`] says, from the events read so far only (the queued ones are
-    /// not read).
-    pub fn changes_read(&self) -> Option<&Dirty> {
         match self.lost {
             Some(_) => None,
             None => Some(&self.dirty),
@@ -400,27 +371,6 @@ impl Watch {
     pub fn clear(&mut self) {
         self.drain();
         self.dirty = Dirty::default();
-        self.named_at.clear();
-        self.cleared_at = next_mark();
-    }
-
-    /// The events queued so far read (as [`Watch::absorb`]), a mark after all of them: a read
-    /// of a path made after this is what the path holds until [`Watch::named_since`] says
-    /// otherwise.
-    pub fn mark(&mut self) -> Mark {
-        self.drain();
-        next_mark()
-    }
-
-    /// Whether what was read of `path` (a file's path) after `mark` may no longer be what it
-    /// holds: an event read so far named it or a directory above it since, the watch was
-    /// cleared since, or it cannot tell (lost). Only events already read count: read the
-    /// queued ones first ([`Watch::absorb`]).
-    pub fn named_since(&self, path: &str, mark: Mark) -> bool {
-        self.lost.is_some()
-            || self.cleared_at > mark
-            || self.named_at.get(path).is_some_and(|m| *m > mark)
-            || ancestors(path).any(|d| self.named_at.get(d).is_some_and(|m| *m > mark))
     }
 
     /// Read every queued event into `dirty`.
@@ -440,7 +390,6 @@ impl Watch {
             if events.is_empty() {
                 return;
             }
-            let mark = next_mark();
             for ev in events {
                 if ev.mask.contains(F::IN_Q_OVERFLOW) {
                     self.lost = Some("the kernel dropped change notifications (too many)");
@@ -465,13 +414,11 @@ impl Watch {
                 let Some(name) = ev.name.as_ref() else {
                     // An event on the directory itself (its mode or owner): what it holds may
                     // read differently now.
-                    self.named_at.insert(dir.clone(), mark);
                     self.dirty.add_tree(dir);
                     continue;
                 };
                 let Some(name) = name.to_str() else {
                     // A name hunkgate cannot carry: the walk of its directory reports it.
-                    self.named_at.insert(dir.clone(), mark);
                     self.dirty.add_tree(dir);
                     continue;
                 };
@@ -486,17 +433,14 @@ impl Watch {
                         self.lost = Some("a directory was renamed");
                     }
                     self.reshaped = true;
-                    self.named_at.insert(path.clone(), mark);
                     self.dirty.add_tree(path);
                 } else if name == ".gitignore" {
                     // Other files of this directory may be ignored or not now — and so may
                     // directories below it, which a watch started over the directories that
                     // were not ignored does not watch (#54.5): it must be started again.
-                    self.named_at.insert(dir.clone(), mark);
                     self.dirty.add_tree(dir);
                     self.reshaped = true;
                 } else {
-                    self.named_at.insert(path.clone(), mark);
                     if ev.mask.intersects(F::IN_DELETE | F::IN_MOVED_FROM) {
                         self.dirty.gone.insert(path.clone());
                     } else {
@@ -668,56 +612,6 @@ mod tests {
         assert!(d.covers("a/new/inside.txt") && d.covers("a/b/z.txt"));
         assert!(!d.covers("a/x.txt"));
         assert!(w.needs_restart(), "a directory was created");
-    }
-
-    /// A mark tells what an event read after it named: the path, a directory above it, a
-    /// clear of the watch, or a watch that cannot tell.
-    #[cfg(target_os = "linux")]
-    #[test]
-    fn named_since_a_mark_is_what_events_after_it_named() {
-        let tmp = tempfile::tempdir().unwrap();
-        let root = tmp.path();
-        std::fs::create_dir_all(root.join("a/b")).unwrap();
-        for f in ["a/x.txt", "a/y.txt", "a/b/z.txt"] {
-            std::fs::write(root.join(f), "base\n").unwrap();
-        }
-        let mut w = Watch::start(root, ["", "a", "a/b"]).unwrap();
-        std::fs::write(root.join("a/x.txt"), "before\n").unwrap();
-        let mark = w.mark();
-        assert!(
-            !w.named_since("a/x.txt", mark),
-            "named before the mark only"
-        );
-        std::fs::write(root.join("a/y.txt"), "after\n").unwrap();
-        assert!(
-            !w.named_since("a/y.txt", mark),
-            "an event not read yet does not count"
-        );
-        w.absorb();
-        assert!(w.named_since("a/y.txt", mark), "named after the mark");
-        assert!(!w.named_since("a/x.txt", mark) && !w.named_since("a/b/z.txt", mark));
-
-        // A directory above: its attributes changed (what it holds may read differently).
-        let mark = w.mark();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(root.join("a/b"), std::fs::Permissions::from_mode(0o700)).unwrap();
-        w.absorb();
-        assert!(w.named_since("a/b/z.txt", mark));
-        assert!(!w.named_since("a/x.txt", mark), "not beneath it");
-
-        // A clear after the mark: every read before it is stale.
-        let mark = w.mark();
-        assert!(!w.named_since("a/x.txt", mark));
-        w.clear();
-        assert!(w.named_since("a/x.txt", mark));
-        let mark = w.mark();
-        assert!(!w.named_since("a/x.txt", mark), "after the clear");
-
-        // A watch that cannot tell vouches for nothing.
-        std::fs::rename(root.join("a/b"), root.join("a/c")).unwrap();
-        w.absorb();
-        assert!(w.lost().is_some());
-        assert!(w.named_since("a/x.txt", mark));
     }
 
     #[cfg(target_os = "linux")]

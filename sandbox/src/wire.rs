@@ -25,23 +25,14 @@
 //! watch). Then it reads a second, ordinary request — the run's base and sync record — and
 //! waits for the go signal (`G` and the file cap as a `u64`) before it looks at the sandbox.
 //! So a read-back at the run's end starts with its request already read and, while
-//! watching, looks only where something happened since the sync (see [`crate::watch`]);
-//! meanwhile it reads early the files its watch names ([`crate::snapshot::Early`]) and sends
-//! each read at once, as a `File` or `Symlink` frame (the *early stream*), so that the hub can
-//! diff it while the agent works — at most [`EARLY_STREAM_BYTES`] of content per run; what it
-//! reads past that it keeps for its own read-back only. The go is answered first with the end
-//! frame that closes the early stream, then with the snapshot, which says, in an `R` frame
-//! before its end (the count as a `u64` payload, only when not 0), how many paths it took
-//! from those reads. A path it took from a read it sent is named in a `P` frame (sent), not
-//! sent again: it holds what that path's last read in the early stream held. The early
-//! stream is the helper's word like everything it sends: the hub checks each path and hashes
-//! each read itself.
+//! watching, looks only where something happened since the sync (see [`crate::watch`]). The
+//! go is answered with the snapshot.
 //! After its snapshot's end frame the standby stays, watching on, and waits for the hub's
 //! next word: `I` (idle, [`write_idle`]) once the slot's run is over, which lets it put the
 //! slot back to its base, and then or at once `A` (again, [`write_again`]), the slot's next
 //! sync, with only the base's changes since the last sync and their blobs, answered like a
-//! `prepare` and then with `W`/`N`; from there it is the next run's standby (early stream,
-//! go, snapshot, idle, again, …). End of input dismisses it at any point.
+//! `prepare` and then with `W`/`N`; from there it is the next run's standby (go, snapshot,
+//! idle, again, …). End of input dismisses it at any point.
 //!
 //! The hub reads what the helper writes as hostile data: the helper runs as the sandbox user,
 //! which the agent controls. Every length is checked against a limit before anything is
@@ -226,10 +217,6 @@ pub const MAX_REASON: u64 = 4096;
 /// first frames while the helper still reads the files after them.
 pub const STREAM_BUFFER: usize = 64 << 10;
 
-/// The most content a standby sends in one run's early stream (see the module docs): twice
-/// what it holds as early reads at once, since a file read early may be read again.
-pub const EARLY_STREAM_BYTES: u64 = 64 << 20;
-
 #[derive(Debug, thiserror::Error)]
 pub enum WireError {
     #[error("the sandbox helper's stream ended early (did the helper crash? its stderr says why)")]
@@ -280,18 +267,6 @@ pub enum Frame {
         oid: String,
         bytes: Vec<u8>,
     },
-    /// A standby's read-back, before its end: how many of the paths it sent (or found as the
-    /// base has them) it took from reads made while the agent ran (see
-    /// [`crate::snapshot::Early`]). A figure for the hub's log, the helper's word: nothing is
-    /// decided by it. Sent only when not 0.
-    EarlyReads {
-        count: u64,
-    },
-    /// A standby's read-back: the path holds what the last read of it in the run's early
-    /// stream held (see the module docs); the hub has those bytes already.
-    Sent {
-        path: String,
-    },
     End,
 }
 
@@ -303,8 +278,6 @@ const TAG_SAME: u8 = b'U';
 const TAG_GONE: u8 = b'D';
 const TAG_BLOB: u8 = b'B';
 const TAG_END: u8 = b'E';
-const TAG_EARLY: u8 = b'R';
-const TAG_SENT: u8 = b'P';
 const TAG_GO: u8 = b'G';
 const TAG_WATCHING: u8 = b'W';
 const TAG_SYNCED: u8 = b'S';
@@ -709,28 +682,10 @@ pub fn write_frame(w: &mut impl Write, frame: &Frame) -> std::io::Result<()> {
         Frame::Skipped { path, reason } => (TAG_SKIP, path, reason.as_bytes()),
         Frame::Unchanged { path } => (TAG_SAME, path, &[]),
         Frame::Gone { path } => (TAG_GONE, path, &[]),
-        Frame::Sent { path } => (TAG_SENT, path, &[]),
         Frame::Blob { oid, bytes } => (TAG_BLOB, oid, bytes),
         Frame::End => (TAG_END, "", &[]),
-        Frame::EarlyReads { count } => (TAG_EARLY, "", &count.to_be_bytes()),
     };
     write_raw(w, tag, path, payload)
-}
-
-/// One read of the early stream (see the module docs), as the `File` (or `Symlink`, for
-/// [`EntryMode::Symlink`]) frame [`write_frame`] would write, without a copy of its bytes.
-pub fn write_early_read(
-    w: &mut impl Write,
-    path: &str,
-    mode: EntryMode,
-    bytes: &[u8],
-) -> std::io::Result<()> {
-    let tag = match mode {
-        EntryMode::File => TAG_FILE,
-        EntryMode::Executable => TAG_EXEC,
-        EntryMode::Symlink => TAG_LINK,
-    };
-    write_raw(w, tag, path, bytes)
 }
 
 fn write_raw(w: &mut impl Write, tag: u8, path: &str, payload: &[u8]) -> std::io::Result<()> {
@@ -763,8 +718,7 @@ pub fn read_frame(r: &mut impl Read, max_payload: u64) -> Result<Frame, WireErro
     let payload_len = u64::from_be_bytes(len);
     let max = match tag[0] {
         TAG_SKIP => MAX_REASON,
-        TAG_SAME | TAG_GONE | TAG_SENT | TAG_END => 0,
-        TAG_EARLY => 8,
+        TAG_SAME | TAG_GONE | TAG_END => 0,
         _ => max_payload,
     };
     if payload_len > max {
@@ -791,19 +745,11 @@ pub fn read_frame(r: &mut impl Read, max_payload: u64) -> Result<Frame, WireErro
         },
         TAG_SAME => Frame::Unchanged { path },
         TAG_GONE => Frame::Gone { path },
-        TAG_SENT => Frame::Sent { path },
         TAG_BLOB => Frame::Blob {
             oid: path,
             bytes: payload,
         },
         TAG_END if path.is_empty() => Frame::End,
-        TAG_EARLY if path.is_empty() => Frame::EarlyReads {
-            count: u64::from_be_bytes(
-                payload
-                    .try_into()
-                    .map_err(|_| WireError::Malformed("an early-read count".into()))?,
-            ),
-        },
         other => return Err(WireError::Malformed(format!("unknown frame tag {other}"))),
     })
 }
@@ -859,14 +805,10 @@ mod tests {
             Frame::Gone {
                 path: "deleted.txt".into(),
             },
-            Frame::Sent {
-                path: "early.txt".into(),
-            },
             Frame::Blob {
                 oid: "ab".repeat(20),
                 bytes: b"blob\n".to_vec(),
             },
-            Frame::EarlyReads { count: 1 << 40 },
             Frame::End,
         ];
         let mut buf = Vec::new();

@@ -12,10 +12,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::snapshot::{
-    read_back_sandbox, read_early, Early, EarlyRead, EarlyReads, OverLimit, ReadBack, ReadLimits,
-    SnapshotError, DEFAULT_FILE_CAP,
-};
+use crate::accel::Accel;
+use crate::snapshot::{read_back_sandbox, Hints, OverLimit, ReadBack, ReadLimits, SnapshotError};
 use crate::store::{FlatTree, ObjectBatch, Store, StoreError};
 use crate::sync::{recall, record_for, sync_slot, SyncError};
 use crate::tools::{ToolReply, ToolRequest};
@@ -140,11 +138,6 @@ pub trait Sandbox: Send + Sync + std::fmt::Debug {
     /// its next [`Sandbox::prepare`]. (Under user isolation the slot's kept helper then puts it
     /// back to its base, off the next run's start.)
     fn run_over(&self) {}
-    /// While the agent runs, hand the files it wrote, as they are read early (see
-    /// [`crate::snapshot::Early`]), to `hook` — on the thread that read them, right after —
-    /// until the run is over ([`Sandbox::run_over`]) or the slot's next sync. Where nothing is
-    /// read early in this process (user isolation, no watch), it is never called.
-    fn on_early_reads(&self, _hook: EarlyHook) {}
     /// While the agent runs: take in what change notification reports as it comes, so that
     /// the read-back after the run has only the last moment's events left to read, not the
     /// whole run's. Runs until dropped; where this process watches nothing (no watch, not
@@ -154,10 +147,6 @@ pub trait Sandbox: Send + Sync + std::fmt::Debug {
     }
 }
 
-/// What [`Sandbox::on_early_reads`] is given: called with the paths just read early, each
-/// with what it held.
-pub type EarlyHook = Arc<dyn Fn(&[(String, EarlyRead)]) + Send + Sync>;
-
 /// What [`Sandbox::follow_changes`] returns: a task to run beside the agent until it ends.
 pub type Following = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
@@ -166,11 +155,22 @@ pub type Following = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Se
 #[derive(Debug)]
 pub struct LocalSandbox {
     dir: PathBuf,
+    /// The accelerators on (see [`crate::accel`]).
+    accel: Accel,
 }
 
 impl LocalSandbox {
     pub fn new(dir: PathBuf) -> Self {
-        Self { dir }
+        Self {
+            dir,
+            accel: Accel::ALL,
+        }
+    }
+
+    /// With only the accelerators `accel` has on: without the watch every sync and read-back
+    /// looks at every file; without the untracked cache a read-back walks every directory.
+    pub fn with_accel(self, accel: Accel) -> Self {
+        Self { accel, ..self }
     }
 }
 
@@ -183,6 +183,8 @@ struct Reset {
     /// The run is over and its slot was not yet synced with every file `lstat`ed.
     due: bool,
     objects: Option<PathBuf>,
+    /// Whether the slot is watched (`[accel] watch`), as its last sync was told.
+    watched: bool,
 }
 
 fn resets(
@@ -203,13 +205,14 @@ fn reset_of(dir: &Path) -> Arc<std::sync::Mutex<Reset>> {
 
 /// Sync the slot at `dir` to `base`, with the store's `objects` borrowed: with `dirty`
 /// looking only where the watch saw something, else at every file. Then its watch is cleared,
-/// or started again (see [`Sandbox::prepare`]).
+/// or started again (see [`Sandbox::prepare`]); unless `watched` is false (`[accel] watch`):
+/// then the slot has no watch.
 fn sync_watched(
     dir: &Path,
     base: &Arc<FlatTree>,
     objects: &Path,
     full: bool,
-    run_on: bool,
+    watched: bool,
     mut source: impl FnMut(crate::ObjectId) -> Result<Option<Vec<u8>>, crate::sync::SyncError>,
 ) -> Result<(), SyncError> {
     let mut watch = take_watch(dir);
@@ -218,6 +221,9 @@ fn sync_watched(
         false => watch.as_mut().and_then(|w| w.changes().cloned()),
     };
     sync_slot(dir, base, Some(objects), dirty.as_ref(), &mut source)?;
+    if !watched {
+        return Ok(());
+    }
     // From here on, what the agent changes is seen as it happens.
     let keep = watch
         .as_mut()
@@ -230,7 +236,7 @@ fn sync_watched(
         _ => start_watch(dir, base),
     };
     if let Some(w) = watch {
-        put_watch(w, run_on);
+        put_watch(w);
     }
     Ok(())
 }
@@ -257,7 +263,8 @@ fn reset_after_run(dir: PathBuf) {
                 return;
             }
             // Every blob of the base is in the store the sandbox's `.git` borrows from.
-            match sync_watched(&dir, &synced.base, &objects, true, false, |_| Ok(None)) {
+            let watched = st.watched;
+            match sync_watched(&dir, &synced.base, &objects, true, watched, |_| Ok(None)) {
                 Ok(()) => st.due = false,
                 Err(e) => tracing::debug!(dir = %dir.display(), error = %e, "the slot's reset after its run failed; its next sync looks at every file"),
             }
@@ -271,43 +278,28 @@ fn reset_after_run(dir: PathBuf) {
 /// sync to the next: started (or cleared) right after a sync, asked at the read-back and at
 /// the next sync. Like the sync records, it lives in this process; a restarted hub starts
 /// without, and its first sync of a slot looks at every file.
-fn watches() -> &'static std::sync::Mutex<std::collections::HashMap<PathBuf, Watched>> {
+fn watches() -> &'static std::sync::Mutex<std::collections::HashMap<PathBuf, Watch>> {
     static WATCHES: std::sync::OnceLock<
-        std::sync::Mutex<std::collections::HashMap<PathBuf, Watched>>,
+        std::sync::Mutex<std::collections::HashMap<PathBuf, Watch>>,
     > = std::sync::OnceLock::new();
     WATCHES.get_or_init(Default::default)
 }
 
-/// A slot's watch, what was read of the slot under it while its agent ran, and who is told.
-struct Watched {
-    watch: Watch,
-    early: Early,
-    hook: Option<EarlyHook>,
-}
-
 /// Take the slot's watch out (a sync that fails leaves the slot without one).
 fn take_watch(dir: &Path) -> Option<Watch> {
-    watches().lock().ok()?.remove(dir).map(|w| w.watch)
+    watches().lock().ok()?.remove(dir)
 }
 
-/// Put the slot's watch in, right after a sync: with `run_on`, a run is on, with nothing read
-/// early yet; else (the put-back after a run) nothing is read early until the next sync.
-fn put_watch(watch: Watch, run_on: bool) {
+/// Put the slot's watch in, right after a sync.
+fn put_watch(watch: Watch) {
     if let Ok(mut map) = watches().lock() {
-        let early = if run_on {
-            Early::opened()
-        } else {
-            Early::default()
-        };
-        let hook = None;
-        map.insert(watch.root().to_path_buf(), Watched { watch, early, hook });
+        map.insert(watch.root().to_path_buf(), watch);
     }
 }
 
 /// Follow the slot's watch (see [`Sandbox::follow_changes`]): whenever its events are
-/// queued, wait a moment for more to gather, then read them all into the watch's record, and
-/// read early the files they name, on a blocking thread. Waits forever if the slot has no
-/// watch.
+/// queued, wait a moment for more to gather, then read them all into the watch's record, on
+/// a blocking thread. Waits forever if the slot has no watch.
 async fn follow_watch(dir: PathBuf) {
     #[cfg(target_os = "linux")]
     {
@@ -315,7 +307,7 @@ async fn follow_watch(dir: PathBuf) {
         let fd = watches()
             .lock()
             .ok()
-            .and_then(|map| map.get(&dir).map(|w| w.watch.fd().try_clone_to_owned()));
+            .and_then(|map| map.get(&dir).map(|w| w.fd().try_clone_to_owned()));
         // The copy shares the watch's inotify queue (and its non-blocking mode).
         if let Some(Ok(fd)) = fd {
             // SAFETY: an OwnedFd is an open descriptor that stays open, the same one, until the
@@ -341,50 +333,32 @@ async fn follow_watch(dir: PathBuf) {
     std::future::pending::<()>().await
 }
 
-/// Read the slot's queued events into its watch, then read early the files they name (see
-/// [`Early`]); the lock is not held while reading.
+/// Read the slot's queued events into its watch.
 fn read_named(dir: &Path) {
-    let (mark, paths) = {
-        let Ok(mut map) = watches().lock() else {
-            return;
-        };
-        let Some(w) = map.get_mut(dir) else {
-            return;
-        };
-        let mark = w.watch.mark();
-        (mark, w.early.wanted(&w.watch))
-    };
-    if paths.is_empty() {
-        return;
-    }
-    let reads = read_early(dir, &paths, DEFAULT_FILE_CAP);
-    let (kept, hook) = {
-        let Ok(mut map) = watches().lock() else {
-            return;
-        };
-        let Some(w) = map.get_mut(dir) else {
-            return;
-        };
-        w.watch.absorb();
-        (w.early.keep(&w.watch, mark, reads), w.hook.clone())
-    };
-    if let Some(hook) = hook.filter(|_| !kept.is_empty()) {
-        hook(&kept);
+    if let Some(w) = watches().lock().ok().as_mut().and_then(|m| m.get_mut(dir)) {
+        w.absorb();
     }
 }
 
-/// What the slot's watch saw since the last sync, and the early reads still good; None if
-/// there is no watch or it cannot tell.
-fn changes_in(dir: &Path) -> Option<(Dirty, EarlyReads)> {
+/// What the slot's watch saw since the last sync; None if there is no watch or it cannot
+/// tell.
+fn changes_in(dir: &Path) -> Option<Dirty> {
     let mut map = watches().lock().ok()?;
     let w = map.get_mut(dir)?;
-    let Some(dirty) = w.watch.changes().cloned() else {
-        tracing::debug!(dir = %dir.display(), why = w.watch.lost(), "reading back every file");
-        w.early = Early::default();
-        return None;
-    };
-    let early = w.early.hand_over(&w.watch);
-    Some((dirty, early))
+    let dirty = w.changes().cloned();
+    if dirty.is_none() {
+        tracing::debug!(dir = %dir.display(), why = w.lost(), "reading back every file");
+    }
+    dirty
+}
+
+/// `record` without its directories (`[accel] untracked_cache = false`): a read-back that goes
+/// by it reads every directory for new files.
+pub(crate) fn without_dirs(record: &crate::wire::SyncRecord) -> crate::wire::SyncRecord {
+    crate::wire::SyncRecord {
+        dirs: Vec::new(),
+        ..record.clone()
+    }
 }
 
 /// What a hub on Linux says when a sandbox cannot be watched.
@@ -412,41 +386,6 @@ fn start_watch(dir: &Path, base: &FlatTree) -> Option<Watch> {
     }
 }
 
-impl LocalSandbox {
-    /// [`Sandbox::read_back`], and how many paths it took from early reads.
-    fn read_back_counted(
-        &self,
-        objects: &mut ObjectBatch<'_>,
-        base: &FlatTree,
-        limits: ReadLimits,
-    ) -> Result<(ReadBack, usize), SandboxError> {
-        let started = std::time::Instant::now();
-        let synced = recall(&self.dir);
-        let record = record_for(synced.as_deref(), base);
-        let (dirty, mut early) = match record.and_then(|_| changes_in(&self.dir)) {
-            Some((dirty, early)) => (Some(dirty), early),
-            None => (None, EarlyReads::new()),
-        };
-        tracing::debug!(
-            us = started.elapsed().as_micros() as u64,
-            paths = dirty.as_ref().map(|d| d.paths.len()),
-            trees = dirty.as_ref().map(|d| d.trees.len()),
-            "the watch's changes taken"
-        );
-        let offered = early.len();
-        let back = read_back_sandbox(
-            &self.dir,
-            base,
-            objects,
-            limits,
-            record,
-            dirty.as_ref(),
-            &mut early,
-        )?;
-        Ok((back, offered - early.len()))
-    }
-}
-
 impl Sandbox for LocalSandbox {
     fn workdir(&self) -> &Path {
         &self.dir
@@ -460,9 +399,11 @@ impl Sandbox for LocalSandbox {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         st.objects = Some(objects.clone());
+        st.watched = self.accel.watch && self.accel.untracked_cache;
         // The put-back after the last run did not come first: this sync makes it.
         let full = std::mem::take(&mut st.due);
-        let synced = sync_watched(&self.dir, base, &objects, full, true, |oid| {
+        let watched = st.watched;
+        let synced = sync_watched(&self.dir, base, &objects, full, watched, |oid| {
             Ok(Some(store.read_blob(oid)?))
         });
         // A failed sync leaves the slot without a watch: the next one looks at every file.
@@ -475,9 +416,34 @@ impl Sandbox for LocalSandbox {
         base: &FlatTree,
         limits: ReadLimits,
     ) -> Result<ReadBack, SandboxError> {
-        let (back, early) = self.read_back_counted(objects, base, limits)?;
-        tracing::debug!(dir = %self.dir.display(), early, "taken from early reads");
-        Ok(back)
+        let started = std::time::Instant::now();
+        let synced = recall(&self.dir);
+        let record = record_for(synced.as_deref(), base);
+        // Without the untracked cache, the record's directories are not gone by (nor the
+        // watch, which vouches against them).
+        let cut;
+        let record = match record {
+            Some(r) if !self.accel.untracked_cache => {
+                cut = without_dirs(r);
+                Some(&cut)
+            }
+            other => other,
+        };
+        let watched = self.accel.watch && self.accel.untracked_cache;
+        let dirty = record
+            .filter(|_| watched)
+            .and_then(|_| changes_in(&self.dir));
+        tracing::debug!(
+            us = started.elapsed().as_micros() as u64,
+            paths = dirty.as_ref().map(|d| d.paths.len()),
+            trees = dirty.as_ref().map(|d| d.trees.len()),
+            "the watch's changes taken"
+        );
+        let hints = Hints {
+            record,
+            dirty: dirty.as_ref(),
+        };
+        Ok(read_back_sandbox(&self.dir, base, objects, limits, hints)?)
     }
 
     fn command(&self, argv: &[String], env: &[(String, String)]) -> tokio::process::Command {
@@ -506,21 +472,7 @@ impl Sandbox for LocalSandbox {
     }
 
     fn run_over(&self) {
-        if let Ok(mut map) = watches().lock() {
-            if let Some(w) = map.get_mut(&self.dir) {
-                w.early = Early::default();
-                w.hook = None;
-            }
-        }
         reset_after_run(self.dir.clone());
-    }
-
-    fn on_early_reads(&self, hook: EarlyHook) {
-        if let Ok(mut map) = watches().lock() {
-            if let Some(w) = map.get_mut(&self.dir) {
-                w.hook = Some(hook);
-            }
-        }
     }
 }
 
@@ -708,14 +660,14 @@ mod tests {
 
     /// The oracle: a read-back that trusts neither the sync's record nor change notification.
     fn full_look(sb: &LocalSandbox, store: &Store, base: &FlatTree) -> FlatTree {
-        crate::snapshot::snapshot_sandbox(sb.workdir(), base, store, u64::MAX, None, None)
+        crate::snapshot::snapshot_sandbox(sb.workdir(), base, store, u64::MAX, Default::default())
             .unwrap()
             .tree(base)
     }
 
-    /// What the slot's watch saw since the last sync (its early reads, taken, dropped).
+    /// What the slot's watch saw since the last sync.
     fn dirty_in(dir: &Path) -> Option<Dirty> {
-        changes_in(dir).map(|(dirty, _)| dirty)
+        changes_in(dir)
     }
 
     /// A store with a base of `files` (path, text), and a slot synced to it.
@@ -730,10 +682,64 @@ mod tests {
         (tmp, store, base, sb)
     }
 
+    /// With accelerators off (no watch, no untracked cache, or neither) a slot is synced and
+    /// read back on the slow paths, and finds what a full look finds: edits, a new file in a
+    /// new directory, a deletion; and the next sync puts the slot back to its base. Control:
+    /// without the watch the slot has none.
+    #[test]
+    fn without_accelerators_a_slot_reads_back_what_a_full_look_finds() {
+        let off = [
+            Accel::NONE,
+            Accel {
+                watch: false,
+                ..Accel::ALL
+            },
+            Accel {
+                untracked_cache: false,
+                ..Accel::ALL
+            },
+        ];
+        for accel in off {
+            let tmp = tempfile::tempdir().unwrap();
+            let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
+            let files = [("a.txt", Mode::File, "a\n"), ("d/b.txt", Mode::File, "b\n")];
+            let base = Arc::new(tree(&store, &files));
+            let sb = LocalSandbox::new(tmp.path().join("sb")).with_accel(accel);
+            sb.prepare(&store, &base).unwrap();
+            assert!(dirty_in(sb.workdir()).is_none(), "{accel:?}: no watch");
+            let dir = sb.workdir();
+            std::fs::write(dir.join("a.txt"), "a, edited\n").unwrap();
+            std::fs::remove_file(dir.join("d/b.txt")).unwrap();
+            std::fs::create_dir_all(dir.join("new/deep")).unwrap();
+            std::fs::write(dir.join("new/deep/n.txt"), "n\n").unwrap();
+            let mut objects = store.batch();
+            let back = sb
+                .read_back(&mut objects, &base, ReadLimits::only_file_cap(u64::MAX))
+                .unwrap();
+            objects.finish().unwrap();
+            let changed: Vec<&str> = back.changes.keys().map(String::as_str).collect();
+            assert_eq!(changed, ["a.txt", "d/b.txt", "new/deep/n.txt"], "{accel:?}");
+            assert_eq!(back.tree(&base), full_look(&sb, &store, &base), "{accel:?}");
+            sb.prepare(&store, &base).unwrap();
+            assert_eq!(
+                full_look(&sb, &store, &base),
+                *base,
+                "{accel:?}: synced back"
+            );
+        }
+        // Control: with every accelerator on, the slot is watched (where there is inotify).
+        let (_tmp, _store, _base, sb) = synced_slot(&[("a.txt", "a\n")]);
+        assert_eq!(
+            dirty_in(sb.workdir()).is_some(),
+            cfg!(target_os = "linux"),
+            "watched"
+        );
+    }
+
     /// What the slot's watch has taken in so far, without reading its queue.
     #[cfg(target_os = "linux")]
     fn seen(dir: &Path) -> Dirty {
-        watches().lock().unwrap()[dir].watch.seen().clone()
+        watches().lock().unwrap()[dir].seen().clone()
     }
 
     /// Following the slot while its agent runs reads the watch's events as they come, and the
@@ -771,174 +777,6 @@ mod tests {
         let changed: Vec<&str> = back.changes.keys().map(String::as_str).collect();
         assert_eq!(changed, ["a.txt", "d/b.txt", "d/new.txt"]);
         assert_eq!(back.tree(&base), full_look(&sb, &store, &base));
-    }
-
-    /// Wait until the put-back after a run ([`reset_after_run`]) is done.
-    fn put_back(dir: &Path) {
-        let state = reset_of(dir);
-        for _ in 0..10_000 {
-            if !state.lock().unwrap().due {
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        panic!("the slot was not put back");
-    }
-
-    /// The paths of the slot read early so far, and still held.
-    #[cfg(target_os = "linux")]
-    fn early_paths(dir: &Path) -> Vec<String> {
-        let map = watches().lock().unwrap();
-        let mut paths: Vec<String> = map[dir].early.reads.keys().cloned().collect();
-        paths.sort();
-        paths
-    }
-
-    /// Follow the slot until `want` are read early.
-    #[cfg(target_os = "linux")]
-    async fn until_read_early(dir: &Path, want: &[&str]) {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while early_paths(dir) != want {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "never read early: {:?}",
-                early_paths(dir)
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
-
-    /// What the agent writes is read while it runs; the read-back takes those reads, with
-    /// their blobs stored, and finds exactly what a full look finds.
-    #[cfg(target_os = "linux")]
-    #[tokio::test]
-    async fn what_the_agent_wrote_is_read_early_and_the_read_back_takes_it() {
-        let (_tmp, store, base, sb) = synced_slot(&[("a.txt", "a\n"), ("d/b.txt", "b\n")]);
-        let told = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let hook_told = told.clone();
-        sb.on_early_reads(Arc::new(move |reads: &[(String, EarlyRead)]| {
-            let mut told = hook_told.lock().unwrap();
-            told.extend(reads.iter().map(|(p, r)| (p.clone(), r.bytes.len())));
-        }));
-        let following = tokio::spawn(sb.follow_changes());
-        let dir = sb.workdir();
-        std::fs::write(dir.join("a.txt"), "changed early\n").unwrap();
-        std::fs::write(dir.join("d/new.txt"), "new early\n").unwrap();
-        std::os::unix::fs::symlink("../a.txt", dir.join("d/link")).unwrap();
-        // An edit through a temporary file: only the file it replaced is read.
-        std::fs::write(dir.join("d/.b.tmp"), "b, edited\n").unwrap();
-        std::fs::rename(dir.join("d/.b.tmp"), dir.join("d/b.txt")).unwrap();
-        until_read_early(dir, &["a.txt", "d/b.txt", "d/link", "d/new.txt"]).await;
-        following.abort();
-        let _ = following.await;
-
-        let mut objects = store.batch();
-        let (back, early) = sb
-            .read_back_counted(&mut objects, &base, ReadLimits::only_file_cap(u64::MAX))
-            .unwrap();
-        objects.finish().unwrap();
-        assert_eq!(early, 4, "every change taken from its early read");
-        let mut told = told.lock().unwrap().clone();
-        told.sort();
-        assert_eq!(
-            told,
-            [
-                ("a.txt".to_string(), 14),
-                ("d/b.txt".to_string(), 10),
-                ("d/link".to_string(), 8),
-                ("d/new.txt".to_string(), 10)
-            ],
-            "the hook is told of each read as it is made"
-        );
-        // Handed over, not held: a later read-back of the run (the agent published, and
-        // works on) reads them itself, and they are not read early again unless written.
-        assert!(early_paths(dir).is_empty());
-        let wanted = {
-            let mut map = watches().lock().unwrap();
-            let w = map.get_mut(dir).unwrap();
-            w.watch.absorb();
-            w.early.wanted(&w.watch)
-        };
-        assert!(wanted.is_empty(), "{wanted:?}");
-        let mut objects = store.batch();
-        let (again, early) = sb
-            .read_back_counted(&mut objects, &base, ReadLimits::only_file_cap(u64::MAX))
-            .unwrap();
-        objects.finish().unwrap();
-        assert_eq!((early, &again), (0, &back), "read again, the same");
-        let blob = |p: &str| store.read_blob(back.changes[p].unwrap().oid).unwrap();
-        assert_eq!(blob("a.txt"), b"changed early\n");
-        assert_eq!(blob("d/new.txt"), b"new early\n");
-        assert_eq!(blob("d/b.txt"), b"b, edited\n");
-        assert_eq!(blob("d/link"), b"../a.txt");
-        assert_eq!(back.changes["d/link"].unwrap().mode, Mode::Symlink);
-        assert_eq!(back.tree(&base), full_look(&sb, &store, &base));
-    }
-
-    /// A path written again after its early read — same size, very likely the same clock
-    /// tick, so its stat may not tell — is read again: the event after the read's mark says
-    /// so. And a run that is over keeps no early reads; a sync drops them.
-    #[cfg(target_os = "linux")]
-    #[tokio::test]
-    async fn an_early_read_is_not_taken_once_an_event_named_its_path_again() {
-        let (_tmp, store, base, sb) = synced_slot(&[("a.txt", "a\n"), ("b.txt", "b\n")]);
-        let dir = sb.workdir();
-        let following = tokio::spawn(sb.follow_changes());
-        std::fs::write(dir.join("a.txt"), "first\n").unwrap();
-        std::fs::write(dir.join("b.txt"), "kept\n").unwrap();
-        until_read_early(dir, &["a.txt", "b.txt"]).await;
-        following.abort();
-        let _ = following.await;
-        // Not followed any more: the new event is still queued at the read-back.
-        std::fs::write(dir.join("a.txt"), "again\n").unwrap();
-        // As if the write had kept every stat field (same size, same clock tick): only the
-        // event can tell.
-        let now = crate::statcache::file_stat(&nix::sys::stat::lstat(&dir.join("a.txt")).unwrap());
-        watches()
-            .lock()
-            .unwrap()
-            .get_mut(dir)
-            .unwrap()
-            .early
-            .reads
-            .get_mut("a.txt")
-            .unwrap()
-            .1
-            .stat = now;
-
-        let mut objects = store.batch();
-        let (back, early) = sb
-            .read_back_counted(&mut objects, &base, ReadLimits::only_file_cap(u64::MAX))
-            .unwrap();
-        objects.finish().unwrap();
-        assert_eq!(early, 1, "b.txt only (the positive control)");
-        let blob = |p: &str| store.read_blob(back.changes[p].unwrap().oid).unwrap();
-        assert_eq!(blob("a.txt"), b"again\n", "read again, not the early read");
-        assert_eq!(blob("b.txt"), b"kept\n");
-
-        // A read after the run is over is not kept; the next sync starts with none.
-        let following = tokio::spawn(sb.follow_changes());
-        std::fs::write(dir.join("b.txt"), "late\n").unwrap();
-        // Read again: b.txt, written since its read was handed over, and a.txt, whose stale
-        // read was dropped rather than handed over.
-        until_read_early(dir, &["a.txt", "b.txt"]).await;
-        following.abort();
-        let _ = following.await;
-        sb.run_over();
-        put_back(dir);
-        assert!(early_paths(dir).is_empty(), "dropped when the run is over");
-        read_named(dir);
-        std::fs::write(dir.join("a.txt"), "after\n").unwrap();
-        read_named(dir);
-        assert!(early_paths(dir).is_empty(), "none kept until the next sync");
-        sb.prepare(&store, &Arc::new(base.clone())).unwrap();
-        std::fs::write(dir.join("a.txt"), "next run\n").unwrap();
-        read_named(dir);
-        assert_eq!(
-            early_paths(dir),
-            ["a.txt"],
-            "the next run reads early again"
-        );
     }
 
     /// Between runs a watched slot holds exactly its base (#54.3): what the agent planted —

@@ -103,6 +103,9 @@ pub struct Config {
     /// The hubs' `HUNKGATE_LOG` (None: their default, `info`). A diagnostic: a hub that logs
     /// more pays for it in the figures, and the report says so.
     pub hub_log: Option<String>,
+    /// The hubs' `HUNKGATE_ACCEL_OFF`: the accelerators turned off (`[accel]` in
+    /// docs/configuration.md), to measure what each one saves (None: all on).
+    pub accel_off: Option<String>,
     /// Where to copy each hub's log and its agents' run logs (with their start and end
     /// stamps) once the hub is done (None: they go with its state dir).
     pub keep_logs: Option<PathBuf>,
@@ -133,6 +136,7 @@ impl Config {
             isolation_none: true,
             isolation_user: Some("hunkgate-agent".into()),
             hub_log: None,
+            accel_off: None,
             keep_logs: None,
             bin,
         }
@@ -173,6 +177,7 @@ impl Config {
             c.isolation_user = Some(u);
         }
         c.hub_log = std::env::var("HUNKGATE_BENCH_HUB_LOG").ok();
+        c.accel_off = std::env::var("HUNKGATE_BENCH_ACCEL_OFF").ok();
         c.keep_logs = std::env::var_os("HUNKGATE_BENCH_KEEP_LOGS").map(PathBuf::from);
         match std::env::var("HUNKGATE_BENCH_ISOLATION").as_deref() {
             Err(_) | Ok("both") => {}
@@ -1434,10 +1439,10 @@ async fn run_mode(bench: &mut Bench<'_>, mode: &str, extra: &[&str]) -> Result<M
     let tag = format!("hgbench-{}-{mode}", std::process::id());
     let state_a = ws.path(&format!("{tag}-a"));
     let settled = settle_disk(&state_a, cfg.settle_limit)?;
-    let env: Vec<(&str, &std::ffi::OsStr)> = cfg
-        .hub_log
-        .iter()
-        .map(|f| ("HUNKGATE_LOG", f.as_ref()))
+    let log = cfg.hub_log.iter().map(|f| ("HUNKGATE_LOG", f.as_ref()));
+    let accel = cfg.accel_off.iter();
+    let env: Vec<(&str, &std::ffi::OsStr)> = log
+        .chain(accel.map(|a| ("HUNKGATE_ACCEL_OFF", a.as_ref())))
         .collect();
     let hub = Hub::start_in(
         &ws.repo(),
@@ -1676,8 +1681,8 @@ async fn review_hub(
     settle()?;
     let fanout = fanout(hub, &mut client, cfg, &small_id, &small_hunks).await?;
 
-    // What an idle hub that has worked holds: the background work after each run (spares
-    // made, memory returned) is done by the pause in `settle`, and the hub gives back what its
+    // What an idle hub that has worked holds: the background work after each run (memory
+    // returned) is done by the pause in `settle`, and the hub gives back what its
     // last decisions and connections freed once it has been quiet for 2 s.
     tokio::time::sleep(AT_REST_AFTER).await;
     settle()?;
@@ -2490,6 +2495,12 @@ impl Report {
         }
         for (mode, why) in &self.skipped {
             out.push_str(&format!("\n`--isolation {mode}`: skipped — {why}\n"));
+        }
+        if let Some(off) = &c.accel_off {
+            out.push_str(&format!(
+                "\nThe hubs ran with `HUNKGATE_ACCEL_OFF={off}` (`HUNKGATE_BENCH_ACCEL_OFF`): \
+                 those accelerators off.\n"
+            ));
         }
         if let Some(filter) = &c.hub_log {
             out.push_str(&format!(

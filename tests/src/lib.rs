@@ -1250,50 +1250,6 @@ pub mod isolation {
     }
 }
 
-/// An agent for the early-read tests (`sh`): it changes two files, waits long enough for them
-/// to be read early (by the hub under `--isolation none`, by the read-back's helper under
-/// `user`), writes one of them again — the same size, very likely in the same clock tick as
-/// its early read's stat, so only the change notification after that read tells — and
-/// exits at once.
-pub const EARLY_READ_AGENT: &str = "
-printf 'early\\n' >> hello.txt
-printf 'one\\n' > again.txt
-sleep 1
-printf 'two\\n' > again.txt
-";
-
-/// What the early-read tests check: the suggestion holds what the agent left (`two`, never
-/// the `one` read early), and the hub's `log` says the read-back took at least one path (the
-/// unchanged `hello.txt`) from an early read, and the publish at least one diff the hub made
-/// from an early read while the agent ran — the positive controls that early reads were made
-/// and used at all. The hub logs both at debug level (`hunkgate_sandbox::workspace` or
-/// `hunkgate_sandbox::user`, and `hunkgate::model::suggestion`).
-pub fn check_early_reads(log: &str, suggestion: &Value) -> Result<()> {
-    let text = suggestion.to_string();
-    anyhow::ensure!(
-        text.contains("+two") && text.contains("+early") && !text.contains("+one"),
-        "not what the agent left: {suggestion}\n{log}"
-    );
-    let taken: Vec<u64> = log
-        .lines()
-        .filter(|l| l.contains("taken from early reads"))
-        .filter_map(|l| {
-            let n = l.split("early=").nth(1)?;
-            n.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
-        })
-        .collect();
-    anyhow::ensure!(
-        taken.iter().any(|n| *n >= 1),
-        "no read-back took an early read ({taken:?}):\n{log}"
-    );
-    anyhow::ensure!(
-        log.lines()
-            .any(|l| l.contains("diffs made while the agent ran") && !l.contains("ready=0")),
-        "the publish took no diff made while the agent ran:\n{log}"
-    );
-    Ok(())
-}
-
 /// A helper process a test started (a concurrent writer, say), killed and reaped if the test
 /// ends before waiting for it: a failed assertion must not leave it running.
 pub struct Reaped(Option<Child>);

@@ -28,6 +28,7 @@ fn tiny() -> Config {
         // The isolation suite covers `--isolation user`; here the figures' plumbing is checked.
         isolation_user: None,
         hub_log: None,
+        accel_off: None,
         keep_logs: None,
         bin: hunkgate_tests::hunkgate_bin(),
     }

@@ -457,9 +457,8 @@ async fn a_hard_rollback_of_many_hunks_takes_memory_in_proportion() {
 #[tokio::test]
 async fn a_publish_of_binary_files_takes_memory_in_proportion_to_a_file_not_to_all() {
     // New files of 4 MiB of random bytes (nothing compresses them away): 25 of them (100
-    // MiB), then 50 (200 MiB). What a publish holds is bounded by its budgets (the early
-    // reads', the read rounds', the batch's and the kept contents': about 80 MiB, whatever
-    // the total), so the peak of the second is about the peak of the first. Holding the files
+    // MiB), then 50 (200 MiB). What a publish holds is bounded by its budgets (the read
+    // rounds', the batch's and the kept contents': about 50 MiB, whatever the total), so the peak of the second is about the peak of the first. Holding the files
     // whole, or reading them all back for their diffs (they are binary: there is nothing to
     // diff), it would be 100 MiB more.
     let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();

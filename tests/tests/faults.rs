@@ -789,8 +789,8 @@ struct ReadOnly(PathBuf);
 
 impl ReadOnly {
     /// The remount is refused while a file is being written through the new mount, as the hub
-    /// may be doing right after a suggestion was announced (its refs, the store's spare
-    /// files): it is tried again for up to ten seconds.
+    /// may be doing right after a suggestion was announced (its refs, the store's
+    /// objects): it is tried again for up to ten seconds.
     fn set(dir: &Path) -> Self {
         run(Command::new("mount").arg("--bind").arg(dir).arg(dir));
         let guard = Self(dir.to_path_buf());

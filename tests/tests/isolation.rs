@@ -1619,38 +1619,6 @@ esac"#,
     Ok(())
 }
 
-/// Under `--isolation user` the read-back's helper reads what the agent writes while it runs
-/// (as the sandbox user, out of the agent's reach) and sends it to the hub, which diffs it
-/// then; its read-back takes those reads, and the publish those diffs, except of a path an
-/// event named again since (see `hunkgate_tests::EARLY_READ_AGENT`).
-#[test]
-fn the_read_back_helper_reads_early_and_never_takes_a_stale_read() {
-    if !require_root("the_read_back_helper_reads_early_and_never_takes_a_stale_read") {
-        return;
-    }
-    let s = Setup::new(false).unwrap();
-    let agent = s
-        .script("early.sh", hunkgate_tests::EARLY_READ_AGENT)
-        .unwrap();
-    let log = "warn,hunkgate_sandbox::user=debug,hunkgate::model::suggestion=debug";
-    let hub = s
-        .hub_env(false, &["--max-runs", "1"], &[("HUNKGATE_LOG", log)])
-        .unwrap();
-    let r = run_to_end(&hub, &agent, None).unwrap();
-    assert_eq!(r["status"], "ready", "{r}\n{}", hub.log_text());
-    let sid = r["suggestion_ids"][0].as_str().unwrap_or_default();
-    let sug = hub.curl().get(&format!("/suggestions/{sid}")).unwrap().body;
-    let log = hub.log_text();
-    hunkgate_tests::check_early_reads(&log, &sug).unwrap();
-    // hello.txt's early read was sent while the agent ran: the read-back named it, and the
-    // hub took it from what the early stream brought.
-    assert!(
-        log.lines()
-            .any(|l| l.contains("taken from the helper's early stream")),
-        "{log}"
-    );
-}
-
 /// Under `--isolation user`, the helper's stream is bounded as a whole: see
 /// [`crate::runs::check_read_back_limits`].
 #[test]

@@ -796,39 +796,6 @@ async fn hunk_descriptions_are_capped_per_hunk_and_in_total() {
     assert!(size < 512 * 1024, "the suggestion is {size} bytes");
 }
 
-/// A run that leaves more hunks waiting than the hub keeps spare files for (32) gets a spare
-/// for each, made after the run: every decision on them writes its file into one instead of
-/// making a new file while the reviewer waits (`sandbox/src/spares.rs`).
-#[tokio::test]
-async fn a_run_leaves_a_spare_file_for_each_hunk_waiting_for_review() {
-    let text = hunkgate_tests::numbered(400);
-    let ws = Workspace::new(&[("a.txt", text.as_bytes())]).unwrap();
-    let agent = ws
-        .agent_script(
-            "agent.sh",
-            "sed -i 's/^line \\([0-9]*0\\)$/LINE \\1/' a.txt\n",
-        )
-        .unwrap();
-    let hub = ws.serve(&[]).unwrap();
-    let spares_dir = hub.state.join("checkpoints.git/hunkgate-spares");
-    let spares = || std::fs::read_dir(&spares_dir).map_or(0, |d| d.count());
-    // Positive control: what a fresh hub keeps, fewer than the run's hunks.
-    let kept = spares();
-    assert!((1..40).contains(&kept), "{kept} spare files at start");
-    let s = run_to_suggestion(&hub, "forty", &agent).await;
-    let hunks = s["hunks"].as_array().unwrap().len();
-    assert_eq!(hunks, 40);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while spares() < hunks && std::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(
-        spares() >= hunks,
-        "{} spare files for {hunks} hunks",
-        spares()
-    );
-}
-
 /// Files the sandbox-sync scenario starts from (every one 11 bytes, so a same-size edit fits).
 pub(crate) const SYNC_FILES: &[&str] = &[
     "keep.txt",
@@ -1127,30 +1094,6 @@ pub(crate) fn untracked_files_leave_every_sandbox(
     );
 }
 
-/// Under `--isolation none` the hub reads what the agent writes while it runs, and diffs it;
-/// the read-back takes those reads, and the publish those diffs, except of a path an event
-/// named again since (see `hunkgate_tests::EARLY_READ_AGENT`).
-#[tokio::test]
-async fn files_read_while_the_agent_runs_are_taken_unless_written_again() {
-    let ws = Workspace::new(&[("hello.txt", b"hello\n")]).unwrap();
-    let agent = ws
-        .agent_script("early.sh", hunkgate_tests::EARLY_READ_AGENT)
-        .unwrap();
-    let hub = ws
-        .serve_env(
-            &["--isolation", "none"],
-            &[(
-                "HUNKGATE_LOG",
-                "warn,hunkgate_sandbox::workspace=debug,hunkgate::model::suggestion=debug",
-            )],
-        )
-        .unwrap();
-    let sug = run_to_suggestion(&hub, "early", &agent).await;
-    let log = hub.log_text();
-    // The hub diffed hello.txt as it read it early; the publish took that diff.
-    hunkgate_tests::check_early_reads(&log, &sug).unwrap();
-}
-
 /// The `[limits]` a read-back test hub runs with: 10 files, 64 KiB of new content.
 pub(crate) const READ_LIMITS_TOML: &str =
     "[limits]\nmax_changed_files = 10\nmax_changed_bytes = 65536\n";
@@ -1299,4 +1242,107 @@ fn a_run_adding_forty_megabytes_is_published_whole() {
     let hub = ws.serve(&["--max-runs", "1"]).unwrap();
     let script = |name: &str, body: &str| ws.agent_script(name, body).unwrap();
     check_multi_megabyte_publish(&ws, &hub, &script);
+}
+
+/// A review with every accelerator off (`[accel]` in the config, see docs/configuration.md):
+/// two runs, each accepted whole, land in the checkout exactly as with them on — the slow paths
+/// are the correctness baseline. The hub says which are off, and its checkpoint store holds no
+/// pack although the first snapshot had more new objects than a batch writes loose (control:
+/// a hub with them on packs the same snapshot).
+#[tokio::test]
+async fn a_review_with_every_accelerator_off_lands_as_with_them_on() {
+    // Each file its own blob: 80 new objects in the first snapshot, past the 64 written loose.
+    let names: Vec<(String, String)> = (0..80)
+        .map(|i| (format!("f{i:02}.txt"), format!("one {i}\n")))
+        .collect();
+    let files: Vec<(&str, &[u8])> = names
+        .iter()
+        .map(|(n, body)| (n.as_str(), body.as_bytes()))
+        .collect();
+    let packs = |ws: &Workspace| {
+        std::fs::read_dir(ws.state().join("checkpoints.git/objects/pack"))
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .path()
+                    .extension()
+                    .is_some_and(|x| x == "pack")
+            })
+            .count()
+    };
+    let accept_all = |hub: &hunkgate_tests::Hub, s: &Value| {
+        let sid = s["id"].as_str().unwrap();
+        let r = hub
+            .curl()
+            .post(
+                "/feedback/all",
+                // A deletion is destructive: accepted with the rest only when confirmed.
+                &json!({"suggestion_id": sid, "action": "accept", "confirm": true}),
+            )
+            .unwrap();
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_eq!(r.body["remaining_hunks"], 0, "{}", r.body);
+    };
+    let hunk_files = |s: &Value| -> Vec<String> {
+        let mut f: Vec<String> = s["hunks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["file"].as_str().unwrap().to_string())
+            .collect();
+        f.dedup();
+        f
+    };
+
+    let ws = Workspace::new(&files).unwrap();
+    let cfg = ws.path("accel-off.toml");
+    std::fs::write(
+        &cfg,
+        "[accel]\nwatch = false\nkept_helper = false\nuntracked_cache = false\npack = false\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &cfg,
+        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o644),
+    )
+    .unwrap();
+    let hub = ws.serve(&["--config", cfg.to_str().unwrap()]).unwrap();
+    let first = ws
+        .agent_script(
+            "first.sh",
+            "printf 'two\\n' > f01.txt\nmkdir -p new/dir\nprintf 'n\\n' > new/dir/n.txt\n",
+        )
+        .unwrap();
+    let s = run_to_suggestion(&hub, "first", &first).await;
+    assert_eq!(hunk_files(&s), ["f01.txt", "new/dir/n.txt"], "{s}");
+    accept_all(&hub, &s);
+    // The next run's sync and read-back, after the first one's changes were accepted.
+    let second = ws
+        .agent_script("second.sh", "printf 'three\\n' > f02.txt\nrm f03.txt\n")
+        .unwrap();
+    let s = run_to_suggestion(&hub, "second", &second).await;
+    assert_eq!(hunk_files(&s), ["f02.txt", "f03.txt"], "{s}");
+    accept_all(&hub, &s);
+    assert_eq!(ws.read("f01.txt").unwrap(), b"two\n");
+    assert_eq!(ws.read("new/dir/n.txt").unwrap(), b"n\n");
+    assert_eq!(ws.read("f02.txt").unwrap(), b"three\n");
+    assert!(ws.read("f03.txt").is_err(), "f03.txt deleted");
+    assert_eq!(ws.read("f04.txt").unwrap(), b"one 4\n");
+    let log = hub.log_text();
+    assert!(
+        log.contains("accelerators off") && log.contains("untracked_cache"),
+        "{log}"
+    );
+    assert_eq!(packs(&ws), 0, "every object loose");
+
+    // Control: with them on, the same first snapshot is a pack.
+    let on = Workspace::new(&files).unwrap();
+    let hub = on.serve(&[]).unwrap();
+    let agent = on
+        .agent_script("first.sh", "printf 'two\\n' > f01.txt\n")
+        .unwrap();
+    let s = run_to_suggestion(&hub, "first", &agent).await;
+    assert_eq!(hunk_files(&s), ["f01.txt"]);
+    assert!(packs(&on) >= 1, "the first snapshot packed");
 }

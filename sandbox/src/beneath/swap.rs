@@ -39,8 +39,8 @@ use super::{kind_of, FsError, Kind};
 /// How the new content went in.
 #[derive(Debug)]
 pub(super) enum Swapped {
-    /// In place; the user's file (if any) has no name left: the descriptor pinning it, for
-    /// [`crate::closer::close_later`].
+    /// In place; the user's file (if any) has no name left: the descriptor still holding it,
+    /// for the caller to close.
     Done(Option<OwnedFd>),
     /// Neither swap nor no-replace rename is supported here: rename over it as before.
     Unsupported,
@@ -115,7 +115,7 @@ pub(super) fn swap_in(
 /// How a file was taken away for a removal.
 #[derive(Debug)]
 pub(super) enum Taken {
-    /// Gone; the descriptor holding the file, for [`crate::closer::close_later`].
+    /// Gone; the descriptor holding the file, for the caller to close.
     Done(OwnedFd),
     /// No rename without replacing here: remove it after the last look, as before.
     Unsupported,

@@ -195,10 +195,18 @@ fn interrupt_unfinished(runs: &mut BTreeMap<String, RunRec>) {
     }
 }
 
-/// Files the checkpoint store keeps made ahead of need for loose objects: a publish writes a
-/// blob per changed file (up to 64, more go into a pack), the trees above them and a commit;
-/// a run start the same for the checkout's changes.
-const SPARE_FILES: usize = 32;
+/// Remove the empty files an older hub kept made ahead of need for loose objects
+/// (`hunkgate-spares/` in the checkpoint store, up to 1,024 of them): nothing makes or takes
+/// them any more. Best effort: they are empty, and in no way objects.
+fn remove_spare_files(store: &Path) {
+    let dir = store.join("hunkgate-spares");
+    match std::fs::remove_dir_all(&dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            tracing::warn!(dir = %dir.display(), error = %e, "removing an older hub's spare files")
+        }
+        _ => {}
+    }
+}
 
 /// When the machine restarted since the hub last started here (it may have gone down under
 /// the hub), remove the empty loose objects a power loss can leave in the checkpoint store,
@@ -242,7 +250,8 @@ pub fn open_hub(
     let token = crate::hub::auth::load_or_create_token(&cfg.state_dir.join("token"))
         .context("the reviewer token")?;
     let mut store = Store::open_or_init(&cfg.state_dir.join("checkpoints.git"))?;
-    store.keep_spares(SPARE_FILES)?;
+    store.use_packs(cfg.accel.pack);
+    remove_spare_files(&cfg.state_dir.join("checkpoints.git"));
     look_over_store_after_a_reboot(&cfg.state_dir, &store)?;
     let journal_path = cfg.state_dir.join("state.jsonl");
     let feedback_path = cfg.state_dir.join("feedback.jsonl");
@@ -297,12 +306,6 @@ pub fn open_hub(
     for (ev, line) in recovered_events.into_iter().zip(&feedback_lines) {
         let seq = hub.bus().emit(ev);
         debug_assert_eq!(seq, line.seq);
-    }
-    // Hunks that waited for review across the restart get their spares as a run's do (see
-    // `Store::stock_spares_in_background`), made while the hub serves.
-    let pending = hub.pending_hunks();
-    if pending > SPARE_FILES {
-        hub.store().stock_spares_in_background(pending);
     }
     Ok(Started { hub, _lock: lock })
 }
@@ -505,5 +508,29 @@ mod tests {
         let s = &r.suggestions["s"];
         assert_eq!(s.checks, Some(checks));
         assert_eq!(s.closed.as_deref(), Some("finalize"), "the rest as it was");
+    }
+}
+
+#[cfg(test)]
+mod spare_files_tests {
+    use super::*;
+
+    /// An older hub's spare files go at the start; the store's own files stay, and a store
+    /// without them is fine.
+    #[test]
+    fn an_older_hubs_spare_files_are_removed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = tmp.path().join("checkpoints.git");
+        Store::open_or_init(&store).unwrap();
+        let spares = store.join("hunkgate-spares");
+        std::fs::create_dir(&spares).unwrap();
+        for i in 0..3 {
+            std::fs::write(spares.join(format!("spare-{i}")), b"").unwrap();
+        }
+        remove_spare_files(&store);
+        assert!(!spares.exists());
+        assert!(store.join("HEAD").is_file(), "the store itself is kept");
+        remove_spare_files(&store);
+        assert!(!spares.exists());
     }
 }

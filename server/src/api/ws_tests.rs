@@ -55,6 +55,7 @@ impl Fixture {
             sensitive: Default::default(),
             url_context: Default::default(),
             checks: crate::config::checkers::Checks::none(),
+            accel: Default::default(),
         };
         let started = open_hub(cfg, port, CancellationToken::new()).unwrap();
         Self { _tmp: tmp, started }

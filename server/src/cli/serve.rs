@@ -187,7 +187,9 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<(ServeConfig, bool)> {
     agent_path.extend(args.agent_path);
     let mut allowed_origins = file.allowed_origins.clone();
     allowed_origins.extend(args.allow_origin);
-    let isolation = crate::isolation::resolve(
+    let accel = config::resolve_accel(&file, std::env::var("HUNKGATE_ACCEL_OFF").ok().as_deref())
+        .map_err(anyhow::Error::msg)?;
+    let mut isolation = crate::isolation::resolve(
         args.isolation.or(file.isolation),
         args.sandbox_user
             .as_deref()
@@ -199,6 +201,12 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<(ServeConfig, bool)> {
         &agent_env,
         agent_path,
     )?;
+    if let crate::isolation::Isolation::User(iso) = &mut isolation {
+        iso.accel = accel;
+    }
+    if !accel.off().is_empty() {
+        tracing::info!(off = ?accel.off(), "accelerators off ([accel], HUNKGATE_ACCEL_OFF)");
+    }
     let cfg = ServeConfig {
         repo,
         host,
@@ -234,6 +242,7 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<(ServeConfig, bool)> {
             .resolve()
             .map_err(config::ConfigError::Context)?,
         checks: config::resolve_checks(&file)?,
+        accel,
     };
     Ok((cfg, port_given.is_some()))
 }

@@ -223,6 +223,7 @@ fn check_helper(
         network_none: false,
         private_proc: false,
         agent_path: Vec::new(),
+        accel: hunkgate_sandbox::accel::Accel::ALL,
     };
     let as_hub = (me == 0 && hub.uid != 0).then_some(hub);
     match iso.probe_as(as_hub) {

@@ -75,6 +75,9 @@ pub struct FileConfig {
     /// `[[check]]`: the checkers run on each run's tree and base ([`checkers`]).
     #[serde(default)]
     pub check: Vec<checkers::CheckFile>,
+    /// `[accel]`: an off switch for each accelerator (see [`hunkgate_sandbox::accel`]).
+    #[serde(default)]
+    pub accel: hunkgate_sandbox::accel::Accel,
 }
 
 /// `[acp]`.
@@ -516,6 +519,8 @@ pub struct ServeConfig {
     pub url_context: context::UrlPolicy,
     /// `[[check]]`: what is checked after each run, and its bounds.
     pub checks: checkers::Checks,
+    /// The accelerators on: `[accel]`, less those `HUNKGATE_ACCEL_OFF` names.
+    pub accel: hunkgate_sandbox::accel::Accel,
 }
 
 /// The `[[check]]` tables of `file`, resolved with their `[limits]`.
@@ -526,6 +531,16 @@ pub fn resolve_checks(file: &FileConfig) -> Result<checkers::Checks, ConfigError
         file.limits.max_check_output_bytes,
     )
     .map_err(ConfigError::Check)
+}
+
+/// `[accel]`, less the accelerators `off` (`HUNKGATE_ACCEL_OFF`) names.
+pub fn resolve_accel(
+    file: &FileConfig,
+    off: Option<&str>,
+) -> Result<hunkgate_sandbox::accel::Accel, String> {
+    file.accel
+        .turn_off(off.unwrap_or_default())
+        .map_err(|e| format!("HUNKGATE_ACCEL_OFF: {e}"))
 }
 
 /// `--max-runs` / `[limits] max_concurrent_runs`, else the number of CPU cores (at least 1).
@@ -583,5 +598,31 @@ mod tests {
         let l = limits("[review]\nmax_hunk_lines = 30\nmax_hunk_bytes = 0\n");
         assert_eq!((l.lines, l.bytes), (30, 1));
         assert!(toml::from_str::<FileConfig>("[review]\nmax_hunk = 3\n").is_err());
+    }
+
+    /// `[accel]` turns accelerators off by name; `HUNKGATE_ACCEL_OFF` turns more off; an
+    /// unknown name in either is an error that names it.
+    #[test]
+    fn accelerators_are_turned_off_by_the_file_and_the_environment() {
+        use hunkgate_sandbox::accel::Accel;
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("c.toml");
+        std::fs::write(&p, "port = 5000\n").unwrap();
+        let none = load_file(Some(&p)).unwrap();
+        assert_eq!(resolve_accel(&none, None).unwrap(), Accel::ALL);
+        std::fs::write(&p, "[accel]\nwatch = false\n").unwrap();
+        let file = load_file(Some(&p)).unwrap();
+        assert_eq!(resolve_accel(&file, None).unwrap().off(), ["watch"]);
+        let both = resolve_accel(&file, Some("pack")).unwrap();
+        assert_eq!(both.off(), ["watch", "pack"]);
+        assert_eq!(resolve_accel(&file, Some("all")).unwrap(), Accel::NONE);
+        let e = resolve_accel(&file, Some("fsmonitor")).unwrap_err();
+        assert!(
+            e.contains("HUNKGATE_ACCEL_OFF") && e.contains("fsmonitor"),
+            "{e}"
+        );
+        std::fs::write(&p, "[accel]\nfsmonitor = false\n").unwrap();
+        let err = load_file(Some(&p)).unwrap_err().to_string();
+        assert!(err.contains("fsmonitor"), "{err}");
     }
 }

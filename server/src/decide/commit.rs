@@ -192,9 +192,6 @@ impl Hub {
             rec.apply(&mut st.suggestions)
                 .map_err(|e| AppError::failed("applying the decision to the state", e))?;
             self.compact_if_due(st);
-            // The loose objects of this decision took spare files: the next decisions' should
-            // find them made again, not make their own while a client waits.
-            self.store().refill_spares_in_background();
             return Ok(());
         };
         let undone = match &root {

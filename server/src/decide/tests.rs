@@ -55,6 +55,7 @@ fn config(tmp: &Path) -> ServeConfig {
         sensitive: Default::default(),
         url_context: Default::default(),
         checks: crate::config::checkers::Checks::none(),
+        accel: Default::default(),
     }
 }
 
@@ -762,62 +763,6 @@ fn a_ready_event_encoded_in_advance_is_what_encoding_the_event_makes() {
         assert_eq!(returned, f.hub().get("s2").unwrap(), "{hunks} hunks");
         assert_eq!(returned.hunks.len(), hunks);
     }
-}
-
-#[test]
-fn decisions_that_use_up_spare_files_get_them_made_again_in_the_background() {
-    // Twenty hunks in one file: each accept writes the file it makes as a new loose object,
-    // into a spare file while one is ready.
-    let edits: Vec<(usize, &str)> = (0..20).map(|i| (5 + 10 * i, "changed")).collect();
-    let base: Files = vec![("a.txt", numbered(200, &[]))];
-    let run: Files = vec![("a.txt", numbered(200, &edits))];
-    let f = Fixture::new(&base);
-    let s = f.suggest("s1", &base, &run);
-    assert_eq!(s.hunks.len(), 20);
-    assert_eq!(f.hub().pending_hunks(), 20);
-    let store = f.hub().store();
-    // (The suggestion's own objects took a few of the hub's spares.)
-    let before = store.spares_ready();
-    assert!(before >= 20, "{before} spares ready");
-    for h in &s.hunks {
-        f.hub()
-            .decide("s1", &h.id, FeedbackAction::Accept, None, None)
-            .unwrap();
-    }
-    assert_eq!(f.read("a.txt"), numbered(200, &edits));
-    assert_eq!(f.hub().pending_hunks(), 0);
-    // Twenty were taken: without a refill only `before - 20` would be left, under half. A
-    // refill tops up to what the hub keeps (no fewer than `before`) once half are used.
-    assert!((before - 20) * 2 <= before);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while (store.spares_ready() * 2 <= before || store.spares_refilling())
-        && std::time::Instant::now() < deadline
-    {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let ready = store.spares_ready();
-    assert!(
-        ready * 2 > before,
-        "{ready} spares ready, {before} before the decisions"
-    );
-}
-
-#[test]
-fn a_restarted_hub_makes_spares_for_the_hunks_still_waiting() {
-    let edits: Vec<(usize, &str)> = (0..40).map(|i| (5 + 10 * i, "changed")).collect();
-    let base: Files = vec![("a.txt", numbered(400, &[]))];
-    let run: Files = vec![("a.txt", numbered(400, &edits))];
-    let mut f = Fixture::new(&base);
-    f.suggest("s1", &base, &run);
-    let kept = f.hub().store().spares_ready();
-    assert!(kept < 40, "{kept} spares before the restart");
-    f.reopen();
-    assert_eq!(f.hub().pending_hunks(), 40);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while f.hub().store().spares_ready() < 40 && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    assert!(f.hub().store().spares_ready() >= 40);
 }
 
 /// A hunk is found by its id with a binary search when the hunks are in a publish's order, and

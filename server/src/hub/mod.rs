@@ -202,18 +202,6 @@ impl Hub {
         })
     }
 
-    /// How many hunks of open suggestions wait for a decision (0 if the state is poisoned).
-    pub(crate) fn pending_hunks(&self) -> usize {
-        self.lock().map_or(0, |st| {
-            st.suggestions
-                .values()
-                .filter(|s| s.closed.is_none())
-                .flat_map(|s| &s.hunks)
-                .filter(|h| !h.state.reviewed())
-                .count()
-        })
-    }
-
     /// Compact the journal to a snapshot of `st` once it has grown enough (see
     /// [`Journal::due`]). Called with the state lock held, after a decision committed, so the
     /// snapshot holds every committed decision and no decision is half-way. A failure is

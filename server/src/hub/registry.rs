@@ -28,10 +28,6 @@ pub(crate) struct Active {
     pub(crate) sandbox: Arc<dyn Sandbox>,
     /// The run's jj change, when the sandbox uses jj.
     pub(crate) change_id: Option<String>,
-    /// Diffs of what the agent wrote, made as it was read early (see
-    /// [`Sandbox::on_early_reads`](hunkgate_sandbox::workspace::Sandbox::on_early_reads)),
-    /// for the publish to take.
-    pub(crate) diffs: Arc<Mutex<crate::model::suggestion::DiffCache>>,
     /// The sensitive-file policy the base was made with: what it withheld, the publish
     /// refuses (see [`crate::config::sensitive`]).
     pub(crate) sensitive: Arc<crate::config::sensitive::Policy>,

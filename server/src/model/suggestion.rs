@@ -490,21 +490,6 @@ pub fn build_hunks(
     only: &dyn Fn(&str) -> bool,
     limits: Limits,
 ) -> Result<Vec<HunkRec>, StoreError> {
-    build_hunks_with(blobs, suggestion_id, base, changes, only, limits, None)
-}
-
-/// [`build_hunks`], taking each path's diff from `ready` when it holds one for exactly that
-/// change (its base and new entries), as diffs made while the agent ran do ([`diff_early`]);
-/// those taken are removed from it.
-pub fn build_hunks_with(
-    blobs: Blobs<'_>,
-    suggestion_id: &str,
-    base: &FlatTree,
-    changes: &Changes,
-    only: &dyn Fn(&str) -> bool,
-    limits: Limits,
-    ready: Option<&std::sync::Mutex<DiffCache>>,
-) -> Result<Vec<HunkRec>, StoreError> {
     let mut changed: Changed = changes
         .iter()
         .filter(|(path, new)| base.get(*path) != new.as_ref())
@@ -520,7 +505,7 @@ pub fn build_hunks_with(
         .filter(|(path, _)| !renamed_from.contains(**path) && !renames.contains_key(**path))
         .map(|(path, sides)| (*path, *sides))
         .collect();
-    let mut diffs = each_diff(blobs, &diffed, ready)?.into_iter();
+    let mut diffs = diff_all(blobs, &diffed)?.into_iter();
     let mut out = Vec::new();
     for (path, (old, new)) in &changed {
         if renamed_from.contains(*path) {
@@ -590,71 +575,6 @@ pub struct PathHunks {
     pub rewrite: bool,
 }
 
-/// Diffs made ahead of a publish, by the change they are of: the path's base entry and its
-/// new one. A diff depends on nothing else, so one made while the agent ran is the publish's
-/// own for the same change.
-pub type DiffCache = std::collections::HashMap<(Option<Entry>, Option<Entry>), PathHunks>;
-
-/// The diff of each change from `old` (a base entry, read from `store`) to `new`, whose
-/// content is `bytes` (`new`'s blob, hashed by the caller): what a publish would make of that
-/// change. One store handle reads every base blob; a change whose diff fails is left out
-/// (the publish makes it, and says why).
-pub fn diff_early(
-    store: &Store,
-    changes: Vec<(Option<Entry>, Entry, std::sync::Arc<Vec<u8>>)>,
-) -> DiffCache {
-    let keys: Vec<(Option<Entry>, Entry)> = changes.iter().map(|(o, n, _)| (*o, *n)).collect();
-    let fresh = Fresh::of(changes.into_iter().map(|(_, new, bytes)| (new.oid, bytes)));
-    let blobs = Blobs {
-        store,
-        fresh: &fresh,
-    }
-    .on_thread();
-    keys.into_iter()
-        .filter_map(|(old, new)| {
-            let made = path_hunks(&blobs, old.as_ref(), Some(&new)).ok()?;
-            Some(((old, Some(new)), made))
-        })
-        .collect()
-}
-
-/// [`path_hunks`] of each of `paths`, in order: taken from `ready` where it has the change,
-/// else made. Many paths are shared among a few threads, taking every n-th path each (a
-/// change's big files tend to sit together).
-fn each_diff(
-    blobs: Blobs<'_>,
-    paths: &[(&str, Sides)],
-    ready: Option<&std::sync::Mutex<DiffCache>>,
-) -> Result<Vec<PathHunks>, StoreError> {
-    let mut made: Vec<Option<PathHunks>> = match ready.and_then(|r| r.lock().ok()) {
-        Some(mut ready) if !ready.is_empty() => paths
-            .iter()
-            .map(|(_, (old, new))| ready.remove(&(old.copied(), new.copied())))
-            .collect(),
-        _ => paths.iter().map(|_| None).collect(),
-    };
-    let taken = made.iter().filter(|m| m.is_some()).count();
-    if taken > 0 {
-        tracing::debug!(
-            ready = taken,
-            of = paths.len(),
-            "diffs made while the agent ran"
-        );
-    }
-    let todo: Vec<(&str, Sides)> = paths
-        .iter()
-        .zip(&made)
-        .filter(|(_, m)| m.is_none())
-        .map(|(p, _)| *p)
-        .collect();
-    let mut fresh = diff_all(blobs, &todo)?.into_iter();
-    for m in made.iter_mut().filter(|m| m.is_none()) {
-        *m = fresh.next();
-    }
-    Ok(made.into_iter().map(Option::unwrap_or_default).collect())
-}
-
-/// [`path_hunks`] of each of `paths`, in order (see [`each_diff`]).
 fn diff_all(blobs: Blobs<'_>, paths: &[(&str, Sides)]) -> Result<Vec<PathHunks>, StoreError> {
     /// Below this many paths one thread is quicker than starting others.
     const PER_THREAD: usize = 16;
@@ -1040,100 +960,6 @@ mod tests {
             ),
             (39, 1, 1)
         );
-    }
-
-    /// Diffs made while the agent ran ([`diff_early`]) are the publish's own: built with them
-    /// the hunks are exactly those built without, each ready diff is taken (and removed), and
-    /// one for another change of the same path (another new blob) is not.
-    #[test]
-    fn diffs_made_early_are_taken_for_exactly_their_change() {
-        let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
-        let text = |i: usize| -> String { (0..60).map(|l| format!("{i} line {l}\n")).collect() };
-        let file = |oid| Entry {
-            mode: Mode::File,
-            oid,
-        };
-        let mut base = FlatTree::new();
-        let mut changes = Changes::new();
-        let mut ready = DiffCache::new();
-        for i in 0..40 {
-            let path = format!("f{i:02}.txt");
-            base.insert(
-                path.clone(),
-                file(store.write_blob(text(i).as_bytes()).unwrap()),
-            );
-            let new = text(i).replace(&format!("{i} line 30\n"), "changed\n");
-            let oid = store.write_blob(new.as_bytes()).unwrap();
-            changes.insert(path.clone(), Some(file(oid)));
-            // Half of them diffed early, from the bytes as an early read holds them.
-            if i % 2 == 0 {
-                let old = base.get(&path).copied();
-                let bytes = std::sync::Arc::new(new.into_bytes());
-                ready.extend(diff_early(&store, vec![(old, file(oid), bytes)]));
-            }
-        }
-        // A new file, diffed early too.
-        let oid = store.write_blob(b"a\nb\n").unwrap();
-        changes.insert("new.txt".into(), Some(file(oid)));
-        let bytes = std::sync::Arc::new(b"a\nb\n".to_vec());
-        ready.extend(diff_early(&store, vec![(None, file(oid), bytes)]));
-        assert_eq!(ready.len(), 21, "every early diff made");
-        // Another change of f01.txt than the one published: not taken.
-        let other = store.write_blob(b"other\n").unwrap();
-        let stale_key = (base.get("f01.txt").copied(), Some(file(other)));
-        ready.insert(
-            stale_key,
-            PathHunks {
-                hunks: vec![(HunkKind::Binary, None)],
-                rewrite: false,
-            },
-        );
-        let ready = std::sync::Mutex::new(ready);
-
-        let all = &|_: &str| true;
-        let made = build_hunks(Blobs::stored(&store), "s", &base, &changes, all, LIMITS).unwrap();
-        let with = build_hunks_with(
-            Blobs::stored(&store),
-            "s",
-            &base,
-            &changes,
-            all,
-            LIMITS,
-            Some(&ready),
-        )
-        .unwrap();
-        assert_eq!(shown(&with), shown(&made));
-        assert_eq!(with.len(), 41);
-        let left = ready.into_inner().unwrap();
-        assert_eq!(left.len(), 1, "every ready diff of the change taken");
-        assert!(left.contains_key(&stale_key), "the other change's left");
-
-        // Positive control: a ready diff is used as it is, not made again.
-        let key = (base.get("f03.txt").copied(), changes["f03.txt"]);
-        let planted = std::sync::Mutex::new(DiffCache::from([(
-            key,
-            PathHunks {
-                hunks: vec![(HunkKind::Mode, None)],
-                rewrite: false,
-            },
-        )]));
-        let with = build_hunks_with(
-            Blobs::stored(&store),
-            "s",
-            &base,
-            &changes,
-            all,
-            LIMITS,
-            Some(&planted),
-        )
-        .unwrap();
-        let f03: Vec<_> = with
-            .iter()
-            .filter(|h| h.file == "f03.txt")
-            .map(|h| h.kind)
-            .collect();
-        assert_eq!(f03, [HunkKind::Mode]);
     }
 
     #[test]

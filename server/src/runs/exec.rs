@@ -70,12 +70,20 @@ impl Hub {
         self.blocking(move |hub| {
             let (snap, how) = {
                 let mut watch = hub.runs().checkout.lock().map_err(|_| poisoned())?;
-                hunkgate_sandbox::checkout::snapshot(
-                    &hub.cfg().repo,
-                    hub.store(),
-                    DEFAULT_FILE_CAP,
-                    &mut watch,
-                )
+                let (repo, store) = (&hub.cfg().repo, hub.store());
+                match hub.cfg().accel.watch {
+                    true => hunkgate_sandbox::checkout::snapshot(
+                        repo,
+                        store,
+                        DEFAULT_FILE_CAP,
+                        &mut watch,
+                    ),
+                    false => hunkgate_sandbox::checkout::snapshot_unwatched(
+                        repo,
+                        store,
+                        DEFAULT_FILE_CAP,
+                    ),
+                }
                 .map_err(|e| AppError::failed("snapshotting the checkout", e))?
             };
             tracing::debug!(run = rid, ?how, "checkout snapshot");
@@ -111,9 +119,10 @@ impl Hub {
     /// The sandbox of slot `slot` under the hub's isolation.
     fn sandbox_for_slot(&self, slot: usize) -> Arc<dyn Sandbox> {
         match &self.cfg().isolation {
-            crate::isolation::Isolation::None => Arc::new(LocalSandbox::new(
-                self.runs().sandbox_root.join(slot.to_string()),
-            )),
+            crate::isolation::Isolation::None => Arc::new(
+                LocalSandbox::new(self.runs().sandbox_root.join(slot.to_string()))
+                    .with_accel(self.cfg().accel),
+            ),
             // In the sandbox user's home, reached only through the sandbox helper.
             crate::isolation::Isolation::User(iso) => {
                 Arc::new(iso.sandbox(&crate::isolation::sandbox_key(&self.cfg().state_dir), slot))
@@ -167,9 +176,7 @@ impl Hub {
         } else {
             None
         };
-        let diffs = Arc::default();
         let sensitive = base.sensitive.clone();
-        sandbox.on_early_reads(self.early_differ(&base.tree, &diffs));
         self.runs().active.lock().map_err(|_| poisoned())?.insert(
             run_id.to_string(),
             Arc::new(Active {
@@ -178,7 +185,6 @@ impl Hub {
                 base_tree_id: base.tree_id,
                 sandbox: sandbox.clone(),
                 change_id,
-                diffs,
                 sensitive: base.sensitive,
             }),
         );
@@ -187,47 +193,6 @@ impl Hub {
             Driver::Acp(command) => self.drive_acp(job, command, sandbox).await,
             Driver::Builtin { model } => self.drive_builtin(job, model, sandbox, sensitive).await,
         }
-    }
-
-    /// What the sandbox is to do with the files it reads early while the agent runs: diff
-    /// each against `base`, as the publish would, into `diffs` (see [`Active::diffs`]), and
-    /// compress it for the publish's pack ([`hunkgate_sandbox::store::Store::compress_ahead`]).
-    /// A diff that fails is left to the publish, which says why.
-    fn early_differ(
-        self: &Arc<Self>,
-        base: &Arc<FlatTree>,
-        diffs: &Arc<std::sync::Mutex<crate::model::suggestion::DiffCache>>,
-    ) -> hunkgate_sandbox::workspace::EarlyHook {
-        let (hub, base, diffs) = (Arc::downgrade(self), base.clone(), diffs.clone());
-        Arc::new(move |reads| {
-            let Some(hub) = hub.upgrade() else {
-                return;
-            };
-            let todo = {
-                let Ok(made) = diffs.lock() else {
-                    return;
-                };
-                reads
-                    .iter()
-                    .map(|(path, read)| (base.get(path).copied(), read.entry, read.bytes.clone()))
-                    .filter(|(old, new, _)| {
-                        *old != Some(*new) && !made.contains_key(&(*old, Some(*new)))
-                    })
-                    .collect::<Vec<_>>()
-            };
-            if todo.is_empty() {
-                return;
-            }
-            // The ids are this process's own, hashed from these bytes as they were read.
-            hub.store().compress_ahead(
-                todo.iter()
-                    .map(|(_, new, bytes)| (new.oid, bytes.as_slice())),
-            );
-            let made = crate::model::suggestion::diff_early(hub.store(), todo);
-            if let Ok(mut d) = diffs.lock() {
-                d.extend(made);
-            }
-        })
     }
 
     /// Mark the run ended in `state` with `message` as its error, and say so as a

@@ -287,16 +287,10 @@ impl Hub {
             self.run_error(&run_id, ErrorCode::ExperimentFailed, msg);
         }
         self.forget_run(&run_id);
-        // The run's snapshots, sandbox exchanges and read-backs are freed now, with what was
-        // compressed ahead for a publish and not taken; and the spare files its loose objects
-        // took are made again, at idle priority: enough for a decision on every hunk waiting
-        // for review (each writes a loose object). The maps of the packs it read go once the
-        // hub is quiet (`hub::quiet`).
+        // The run's snapshots, sandbox exchanges and read-backs are freed now. The maps of the
+        // packs it read go once the hub is quiet (`hub::quiet`).
         let hub = self.clone();
         tokio::task::spawn_blocking(move || {
-            let pending = hub.pending_hunks();
-            hub.store().stock_spares_in_background(pending);
-            hub.store().forget_ahead();
             hunkgate_sandbox::return_freed_memory();
             hub.quiet().note();
         });

@@ -16,7 +16,7 @@ use crate::hub::{Hub, NewSuggestion};
 use crate::model::now;
 use crate::model::run::RunRec;
 use crate::model::suggestion::{
-    attach_notes, build_hunks_with, mark_destructive, Blobs, HunkRec, Suggestion,
+    attach_notes, build_hunks, mark_destructive, Blobs, HunkRec, Suggestion,
 };
 use crate::protocol::{ErrorCode, Event, HunkNote, RunState, SuggestionView};
 
@@ -127,8 +127,6 @@ impl Hub {
                 None => publish_error(&e),
             })?;
         let fresh = objects.take_fresh();
-        // The new files' compression starts now, beside the trees and the diffs.
-        objects.compress_held();
         let blobs = Blobs {
             store: self.store(),
             fresh: &fresh,
@@ -197,67 +195,17 @@ impl Hub {
                 diagnostics: Vec::new(),
             })
         };
-        // The run commit and the hunks need nothing of each other but the commit's id, known
-        // once its trees are hashed; the objects are written (compressed, a pack fsynced)
-        // before the suggestion is journaled, so a journaled suggestion's run commit is always
-        // in the store. For a change to many files, the objects are written on another thread
-        // while the hunks are diffed and the suggestion encoded; for a few, starting a thread
-        // costs more than it saves.
-        // Beside only when the diffs read every new file from memory: one the batch did not
-        // keep (past FRESH_BYTES) is in the store only once the commit's objects are written.
-        let (new, commit) = if changes.len() >= COMMIT_BESIDE_AT && !objects.spilled() {
-            std::thread::scope(|scope| {
-                let (staged, commit_id) = std::sync::mpsc::sync_channel(1);
-                let (rid, desc, active) = (&rid, &desc, &active);
-                let writing = scope.spawn(move || {
-                    let (commit, objects) =
-                        self.stage_run_head(objects, rid, desc, active, changes)?;
-                    let _ = staged.send(commit);
-                    self.write_run_head(objects, rid, commit)
-                });
-                let hunks = build_hunks_with(
-                    blobs,
-                    &sid,
-                    base,
-                    changes,
-                    &only,
-                    limits,
-                    Some(&active.diffs),
-                );
-                // No id: the commit failed, and says why below.
-                let new = commit_id
-                    .recv()
-                    .ok()
-                    .map(|commit| Ok((suggest(hunks, commit)?, commit)));
-                let written = writing
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-                written?;
-                new.unwrap_or_else(|| Err(publish_error(&"the run commit was not written")))
-            })?
-        } else {
-            let (commit, objects) = self.stage_run_head(objects, &rid, &desc, &active, changes)?;
-            tracing::debug!(run = rid, us = us(started), "run commit staged");
-            self.write_run_head(objects, &rid, commit)?;
-            tracing::debug!(
-                run = rid,
-                us = us(started),
-                spares = self.store().spares_ready(),
-                "run commit's objects written"
-            );
-            let hunks = build_hunks_with(
-                blobs,
-                &sid,
-                base,
-                changes,
-                &only,
-                limits,
-                Some(&active.diffs),
-            );
-            (suggest(hunks, commit)?, commit)
-        };
+        // The run commit's objects are written (compressed, a pack fsynced) before the suggestion
+        // is journaled, so a journaled suggestion's run commit is always in the store; then the
+        // hunks are diffed, reading what the batch kept from memory and the rest (past
+        // FRESH_BYTES) from the store, where it now is. One path for every size (see
+        // docs/performance.md for what writing the objects beside the diffs saved).
+        let (commit, objects) = self.stage_run_head(objects, &rid, &desc, &active, changes)?;
+        tracing::debug!(run = rid, us = us(started), "run commit staged");
+        self.write_run_head(objects, &rid, commit)?;
         tracing::debug!(run = rid, us = us(started), "run commit written");
-        Ok((new, commit))
+        let hunks = build_hunks(blobs, &sid, base, changes, &only, limits);
+        Ok((suggest(hunks, commit)?, commit))
     }
 
     /// The base with `changes` as the run's head commit (on the base): its trees and the
@@ -601,14 +549,10 @@ fn refuse_sensitive(
         .collect()
 }
 
-/// A publish keeps up to this many bytes of the files it read back in memory for its diffs
-/// (and compresses them for the store beside the diffs); past it, the rest are compressed as
-/// they are read, and the diffs read them back from the store.
+/// A publish keeps up to this many bytes of the files it read back in memory for its diffs;
+/// past it, the rest are compressed as they are read, and the diffs read them back from the
+/// store.
 const FRESH_BYTES: usize = 16 << 20;
-
-/// From this many changed files on, a publish writes its run commit on a second thread while
-/// it diffs the hunks.
-const COMMIT_BESIDE_AT: usize = 8;
 
 /// At most this many hunk descriptions are read from one publish.
 const MAX_NOTES: usize = 256;

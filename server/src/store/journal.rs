@@ -393,10 +393,8 @@ impl Journal {
     /// and go on appending to the new file. On failure the old journal stays as it was.
     pub fn replace<R: Serialize>(&mut self, records: &[R]) -> Result<(), JournalError> {
         let path = self.file.path().to_path_buf();
-        let old = std::mem::replace(self, Self::rewrite(&path, records)?);
-        // The old journal has no name left: its blocks are freed at its last close, which
-        // can wait for the disk (a trim), so not on this thread, where a decision waits.
-        hunkgate_sandbox::closer::close_later(old.file.file.into());
+        // The old journal has no name left: its blocks are freed as it is dropped.
+        drop(std::mem::replace(self, Self::rewrite(&path, records)?));
         Ok(())
     }
 
