@@ -71,6 +71,28 @@ pub struct Hunk {
 }
 
 impl Hunk {
+    /// A hunk of `lines` whose old side begins at 0-based line `old_begin` of the old text and
+    /// its new side at `new_begin`: its lengths counted, its starts written git's way (an empty
+    /// side's start is the line after which it sits).
+    pub fn anchored(lines: Vec<HunkLine>, old_begin: usize, new_begin: usize) -> Hunk {
+        let old_len = lines
+            .iter()
+            .filter(|l| !matches!(l, HunkLine::Add(_)))
+            .count();
+        let new_len = lines
+            .iter()
+            .filter(|l| !matches!(l, HunkLine::Remove(_)))
+            .count();
+        let start = |begin: usize, len: usize| if len == 0 { begin } else { begin + 1 };
+        Hunk {
+            old_start: start(old_begin, old_len),
+            old_len,
+            new_start: start(new_begin, new_len),
+            new_len,
+            lines,
+        }
+    }
+
     /// Context and removed lines, in order: what the hunk expects to find in the file.
     pub fn old_lines(&self) -> Vec<&str> {
         self.lines

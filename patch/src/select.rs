@@ -98,10 +98,11 @@ pub fn split_where(hunk: &Hunk, picked: impl Fn(usize) -> bool, pick: Pick) -> S
     }
     let first_old = first_line(hunk.old_start, hunk.old_len);
     let first_new = first_line(hunk.new_start, hunk.new_len);
-    let landed = (pick == Pick::Accept).then(|| anchored(landed, first_old, first_old));
+    let landed =
+        (pick == Pick::Accept).then(|| Hunk::anchored(landed, first_old - 1, first_old - 1));
     // The rest's old side is the file once the landed part is in (or as it was, after a
     // reject), starting where the hunk's old side started; its new side is where the hunk's was.
-    let rest = anchored(rest, first_old, first_new);
+    let rest = Hunk::anchored(rest, first_old - 1, first_new - 1);
     let rest = has_change(&rest).then_some(rest);
     if rest.is_none() {
         moved.iter_mut().for_each(|m| *m = None);
@@ -139,27 +140,6 @@ fn first_line(start: usize, len: usize) -> usize {
         start + 1
     } else {
         start
-    }
-}
-
-/// A hunk of these lines whose old side begins at line `first_old` and new side at `first_new`,
-/// with starts written git's way.
-fn anchored(lines: Vec<HunkLine>, first_old: usize, first_new: usize) -> Hunk {
-    let old_len = lines
-        .iter()
-        .filter(|l| !matches!(l, HunkLine::Add(_)))
-        .count();
-    let new_len = lines
-        .iter()
-        .filter(|l| !matches!(l, HunkLine::Remove(_)))
-        .count();
-    let start = |first: usize, len: usize| if len == 0 { first - 1 } else { first };
-    Hunk {
-        old_start: start(first_old, old_len),
-        old_len,
-        new_start: start(first_new, new_len),
-        new_len,
-        lines,
     }
 }
 

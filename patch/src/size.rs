@@ -199,7 +199,7 @@ impl<'h> Body<'h> {
 
     /// The hunk of `lines[span]`, where it sits in the file.
     fn part(&self, span: Range<usize>, oversized: bool) -> Part {
-        let hunk = anchored(
+        let hunk = Hunk::anchored(
             self.lines[span.clone()].to_vec(),
             self.old_begin + self.old[span.start],
             self.new_begin + self.new[span.start],
@@ -445,7 +445,7 @@ impl Block<'_, '_> {
             )
         };
         Part {
-            hunk: anchored(lines, body.old_begin + old_at, body.new_begin + new_at),
+            hunk: Hunk::anchored(lines, body.old_begin + old_at, body.new_begin + new_at),
             oversized: false,
         }
     }
@@ -458,27 +458,6 @@ fn first_index(start: usize, len: usize) -> usize {
         start
     } else {
         start.saturating_sub(1)
-    }
-}
-
-/// A hunk of these lines whose old side begins at 0-based line `old_begin` and new side at
-/// `new_begin`, with starts written git's way.
-fn anchored(lines: Vec<HunkLine>, old_begin: usize, new_begin: usize) -> Hunk {
-    let old_len = lines
-        .iter()
-        .filter(|l| !matches!(l, HunkLine::Add(_)))
-        .count();
-    let new_len = lines
-        .iter()
-        .filter(|l| !matches!(l, HunkLine::Remove(_)))
-        .count();
-    let start = |begin: usize, len: usize| if len == 0 { begin } else { begin + 1 };
-    Hunk {
-        old_start: start(old_begin, old_len),
-        old_len,
-        new_start: start(new_begin, new_len),
-        new_len,
-        lines,
     }
 }
 
