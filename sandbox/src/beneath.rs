@@ -105,6 +105,16 @@ impl FsError {
     }
 }
 
+/// What a write does with a symlink where its file goes. Neither ever writes through it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AtLink {
+    /// Refused ([`FsError::Symlink`]).
+    Refuse,
+    /// Replaced by the file, as a change of type the reviewer accepted (the write's last look
+    /// checks that the link is still the one the change was planned against).
+    Replace,
+}
+
 /// What is at a path, without following a symlink there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Kind {
@@ -463,22 +473,29 @@ impl Beneath {
         executable: bool,
         still_expected: impl FnMut(&str) -> Result<bool, FsError>,
     ) -> Result<(), FsError> {
-        self.write_atomic_with(path, bytes, executable, None, still_expected)
+        self.write_atomic_with(
+            path,
+            bytes,
+            (executable, None),
+            AtLink::Refuse,
+            still_expected,
+        )
     }
 
     /// [`Beneath::write_atomic_checked`]; a file it creates (none is at `path`) gets the
     /// permission bits `new_perm` (masked to `0o777`; its executable bits still follow
     /// `executable`) instead of git's 0644 / 0755: how a file a hunk brings back keeps the mode
-    /// it had.
+    /// it had. `at_link` says whether a symlink at `path` is refused or replaced (never written
+    /// through either way).
     pub fn write_atomic_with(
         &self,
         path: &str,
         bytes: &[u8],
-        executable: bool,
-        new_perm: Option<u32>,
+        (executable, new_perm): (bool, Option<u32>),
+        at_link: AtLink,
         still_expected: impl FnMut(&str) -> Result<bool, FsError>,
     ) -> Result<(), FsError> {
-        let pending = self.stage_write(path, bytes, executable, new_perm)?;
+        let pending = self.stage_write(path, bytes, (executable, new_perm), at_link)?;
         pending.sync()?;
         let dir = pending.put_in_place(still_expected)?;
         self.sync_dir(path, &dir)
@@ -491,15 +508,16 @@ impl Beneath {
         &self,
         path: &str,
         bytes: &[u8],
-        executable: bool,
-        new_perm: Option<u32>,
+        (executable, new_perm): (bool, Option<u32>),
+        at_link: AtLink,
     ) -> Result<PendingWrite, FsError> {
         let parts = components(path)?;
         let dir = self
             .parent_dir(path, &parts, true)?
             .ok_or_else(|| FsError::io(path, Errno::ENOENT))?;
         let name = parts[parts.len() - 1];
-        let mode = file_mode(existing_file_mode(&dir, name, path)?, new_perm, executable);
+        let existing = existing_file_mode(&dir, name, path, at_link)?;
+        let mode = file_mode(existing, new_perm, executable);
         // Short and independent of the name: `.{name}.tmp` would not fit a 250-byte name.
         let tmp = temp_name();
         let mut file = create_new(&dir, &tmp, path)?;
@@ -547,7 +565,7 @@ impl Beneath {
             .parent_dir(path, &parts, true)?
             .ok_or_else(|| FsError::io(path, Errno::ENOENT))?;
         let name = parts[parts.len() - 1];
-        let existing = existing_file_mode(&dir, name, path)?;
+        let existing = existing_file_mode(&dir, name, path, AtLink::Refuse)?;
         if let Some(mode) = existing {
             if overwrite_sole_link(&dir, name, bytes, file_mode(Some(mode), None, executable)) {
                 return Ok(());
@@ -716,6 +734,38 @@ impl Beneath {
         }
     }
 
+    /// A symlink to `target` at `path`, put in place as a write is
+    /// ([`PendingWrite::put_in_place`]): made under a temporary name beside it, swapped with
+    /// what is there once `still_expected` (asked right before, and again of the replaced
+    /// entry after the swap) says that is still what the operation was planned against, then
+    /// the directory fsynced. There is no moment without an entry at `path`, and a save made
+    /// meanwhile is a conflict, never lost. The target is data, never resolved.
+    pub fn symlink_checked(
+        &self,
+        path: &str,
+        target: &[u8],
+        still_expected: impl FnMut(&str) -> Result<bool, FsError>,
+    ) -> Result<(), FsError> {
+        let parts = components(path)?;
+        let dir = self
+            .parent_dir(path, &parts, true)?
+            .ok_or_else(|| FsError::io(path, Errno::ENOENT))?;
+        let tmp = temp_name();
+        let target = std::ffi::OsStr::from_bytes(target);
+        nix::unistd::symlinkat(target, dir.as_fd(), tmp.as_str())
+            .map_err(|e| FsError::io(path, e))?;
+        let pending = PendingWrite {
+            dir: Some(dir),
+            tmp,
+            name: parts[parts.len() - 1].to_string(),
+            path: path.to_string(),
+            file: None,
+            durable: self.durable,
+        };
+        let dir = pending.put_in_place(still_expected)?;
+        self.sync_dir(path, &dir)
+    }
+
     /// Create a symlink (replacing a file or symlink already there). The target is stored as
     /// given; it is data, never resolved by hunkgate.
     pub fn symlink(&self, path: &str, target: &[u8]) -> Result<(), FsError> {
@@ -874,8 +924,16 @@ impl Drop for PendingWrite {
 
 /// The permission bits of the regular file `name` in `dir`, None if nothing is there; an error
 /// if something else is (a symlink, a directory: never written through or over).
-fn existing_file_mode(dir: &OwnedFd, name: &str, path: &str) -> Result<Option<u32>, FsError> {
+fn existing_file_mode(
+    dir: &OwnedFd,
+    name: &str,
+    path: &str,
+    at_link: AtLink,
+) -> Result<Option<u32>, FsError> {
     match nix::sys::stat::fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        // A symlink the file replaces (a change of type) has no mode to keep; it is replaced
+        // itself, never written through.
+        Ok(st) if kind_of(&st) == Kind::Symlink && at_link == AtLink::Replace => Ok(None),
         Ok(st) => {
             regular(path, kind_of(&st))?;
             Ok(Some(mode_bits(&st) & 0o7777))
@@ -1313,6 +1371,56 @@ mod tests {
             b.read_link("file-link").unwrap().unwrap(),
             outside.path().join("secret").as_os_str().as_encoded_bytes()
         );
+    }
+
+    /// A change of type the reviewer accepted replaces the link itself (refused by default), a
+    /// symlink is swapped in over a file or another link, and a last look that finds the entry
+    /// changed leaves it, with no temporary name behind.
+    #[test]
+    fn a_change_of_type_replaces_the_entry_itself() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), b"secret").unwrap();
+        symlink(outside.path().join("secret"), tmp.path().join("file-link")).unwrap();
+        std::fs::write(tmp.path().join("plain"), b"plain\n").unwrap();
+        let b = Beneath::open(tmp.path()).unwrap();
+        let write = |at: AtLink| {
+            b.write_atomic_with("file-link", b"a file\n", (false, None), at, |_| Ok(true))
+        };
+        assert!(matches!(
+            write(AtLink::Refuse),
+            Err(FsError::Symlink { .. })
+        ));
+        write(AtLink::Replace).unwrap();
+        assert_eq!(
+            b.kind("file-link").unwrap(),
+            Some(Kind::File {
+                executable: false,
+                size: 7
+            })
+        );
+        assert_eq!(
+            std::fs::read(outside.path().join("secret")).unwrap(),
+            b"secret"
+        );
+
+        b.symlink_checked("plain", b"target-a", |_| Ok(true))
+            .unwrap();
+        assert_eq!(b.read_link("plain").unwrap().unwrap(), b"target-a");
+        b.symlink_checked("plain", b"target-b", |_| Ok(true))
+            .unwrap();
+        assert_eq!(b.read_link("plain").unwrap().unwrap(), b"target-b");
+        let r = b.symlink_checked("plain", b"target-c", |_| Ok(false));
+        assert!(matches!(r, Err(FsError::Changed { .. })), "{r:?}");
+        assert_eq!(b.read_link("plain").unwrap().unwrap(), b"target-b");
+        b.symlink_checked("new/link", b"../plain", |_| Ok(true))
+            .unwrap();
+        assert_eq!(b.read_link("new/link").unwrap().unwrap(), b"../plain");
+        let names: Vec<_> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(names.iter().all(|n| !n.ends_with(".tmp")), "{names:?}");
     }
 
     #[test]

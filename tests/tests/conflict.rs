@@ -221,3 +221,57 @@ async fn a_symlink_in_place_of_the_target_is_never_written_through() {
     assert_eq!(std::fs::read_to_string(&outside).unwrap(), a);
     assert_eq!(std::fs::read_to_string(outdir.join("b.txt")).unwrap(), a);
 }
+
+/// Changes of type accepted (a symlink that became a file, a file that became a symlink, a
+/// symlink given another target): each replaces the entry itself, never what a link points to,
+/// and one whose entry the user changed since is a conflict that leaves the user's entry.
+#[tokio::test]
+async fn changes_of_type_replace_the_entry_itself_and_never_follow_a_link() {
+    let ws = Workspace::new(&[("a.txt", b"a\n".as_slice()), ("f.txt", b"plain\n")]).unwrap();
+    for (link, target) in [("link", "a.txt"), ("link2", "a.txt"), ("link3", "a.txt")] {
+        std::os::unix::fs::symlink(target, ws.repo().join(link)).unwrap();
+    }
+    ws.git(&["add", "-A"]).unwrap();
+    ws.git(&["commit", "-q", "-m", "links"]).unwrap();
+    let agent = ws
+        .agent_script(
+            "agent.sh",
+            "rm link && echo 'now a file' > link\nln -sfn b.txt link2\nln -sfn b.txt link3\n\
+             rm f.txt && ln -s b.txt f.txt",
+        )
+        .unwrap();
+    let hub = ws.serve(&[]).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let s = run_agent(&hub, &mut c, &agent, "types").await.unwrap();
+    let sid = s["id"].as_str().unwrap().to_string();
+    // The user points link3 elsewhere before the review: its hunk must not land.
+    std::fs::remove_file(ws.repo().join("link3")).unwrap();
+    std::os::unix::fs::symlink("mine.txt", ws.repo().join("link3")).unwrap();
+    for f in ["link", "link2", "f.txt", "link3"] {
+        let r = c.decide(&sid, &hunk_id(&s, f, 0), "accept").await.unwrap();
+        assert_eq!(r["success"], f != "link3", "{f}: {r}");
+    }
+    let repo = ws.repo();
+    let meta = std::fs::symlink_metadata(repo.join("link")).unwrap();
+    assert!(meta.file_type().is_file(), "link is a file now");
+    assert_eq!(ws.read_string("link").unwrap(), "now a file\n");
+    assert_eq!(
+        ws.read_string("a.txt").unwrap(),
+        "a\n",
+        "never written through"
+    );
+    let target = |p: &str| std::fs::read_link(repo.join(p)).unwrap();
+    assert_eq!(target("link2"), std::path::PathBuf::from("b.txt"));
+    assert_eq!(target("f.txt"), std::path::PathBuf::from("b.txt"));
+    assert_eq!(
+        target("link3"),
+        std::path::PathBuf::from("mine.txt"),
+        "the user's link stays"
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(repo)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}

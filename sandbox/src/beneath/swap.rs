@@ -50,19 +50,43 @@ pub(super) enum Swapped {
 }
 
 /// The regular file at `name` in `dir`, opened read-only (never through a symlink, never
-/// blocking on a FIFO swapped in): the file the write is about to replace, held so that it can
-/// be recognized, and probed for writers, after the swap. None when nothing (or no regular
-/// file) is there.
+/// blocking on a FIFO swapped in), or the symlink there itself: what the write is about to
+/// replace, held so that it can be recognized, and a file probed for writers, after the swap.
+/// None when nothing (or neither) is there.
 pub(super) fn hold_replaced(dir: &OwnedFd, name: &str) -> Option<OwnedFd> {
-    let fd = nix::fcntl::openat(
+    let opened = nix::fcntl::openat(
         dir.as_fd(),
         name,
         OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
         Mode::empty(),
+    );
+    let fd = match opened {
+        Ok(fd) => fd,
+        Err(Errno::ELOOP) => return hold_symlink(dir, name),
+        Err(_) => return None,
+    };
+    let st = nix::sys::stat::fstat(fd.as_fd()).ok()?;
+    matches!(kind_of(&st), Kind::File { .. }).then_some(fd)
+}
+
+/// The symlink `name` in `dir` itself (an `O_PATH` descriptor of the link, never its target).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn hold_symlink(dir: &OwnedFd, name: &str) -> Option<OwnedFd> {
+    let fd = nix::fcntl::openat(
+        dir.as_fd(),
+        name,
+        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
     )
     .ok()?;
     let st = nix::sys::stat::fstat(fd.as_fd()).ok()?;
-    matches!(kind_of(&st), Kind::File { .. }).then_some(fd)
+    matches!(kind_of(&st), Kind::Symlink).then_some(fd)
+}
+
+/// Elsewhere a link cannot be held: the write renames over it after the last look.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn hold_symlink(_dir: &OwnedFd, _name: &str) -> Option<OwnedFd> {
+    None
 }
 
 /// Put `tmp` at `name` in `dir`: swapped with `held` (the file there when the caller last

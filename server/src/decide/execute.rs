@@ -3,7 +3,7 @@
 
 use std::os::fd::AsFd;
 
-use hunkgate_sandbox::beneath::{Beneath, FsError, PendingWrite};
+use hunkgate_sandbox::beneath::{AtLink, Beneath, FsError, PendingWrite};
 use hunkgate_sandbox::store::Store;
 
 use crate::decide::apply::{conflict, read_cur, PlanError};
@@ -40,7 +40,10 @@ fn execute_writes(root: &Beneath, store: &Store, ops: &[FileOp]) -> Result<(), E
             ))));
         };
         let bytes = blob(store, oid).map_err(nothing_done)?;
-        let pending = fs_outcome(&op.path, root.stage_write(&op.path, &bytes, *exec, *perm));
+        let pending = fs_outcome(
+            &op.path,
+            root.stage_write(&op.path, &bytes, (*exec, *perm), AtLink::Replace),
+        );
         staged.push(pending.map_err(nothing_done)?);
     }
     PendingWrite::sync_all(&staged).map_err(|e| nothing_done(e.into()))?;
@@ -185,11 +188,13 @@ fn execute_one(root: &Beneath, store: &Store, op: &FileOp) -> Result<(), PlanErr
             // The last look at the file is right before the rename, after the new content is
             // written and fsynced, and one more at the replaced file after it: a user's save
             // made since the plan is never renamed over (see `PendingWrite::put_in_place`).
-            root.write_atomic_with(path, &bytes, *exec, *perm, |at| still_pre(root, op, at))
+            root.write_atomic_with(path, &bytes, (*exec, *perm), AtLink::Replace, |at| {
+                still_pre(root, op, at)
+            })
         }
+        // Like a write: swapped in after a last look, the replaced entry looked at once more.
         Op::Symlink { oid } => {
-            check()?;
-            root.symlink(path, &blob(oid)?)
+            root.symlink_checked(path, &blob(oid)?, |at| still_pre(root, op, at))
         }
         // Like a write, a removal looks at the file once more after it is out of the way (and
         // puts it back if a save landed meanwhile): see `Beneath::remove_file_checked`.
