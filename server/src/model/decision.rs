@@ -370,25 +370,8 @@ mod tests {
     fn hunk(id: &str, state: HunkState) -> HunkRec {
         HunkRec {
             id: id.into(),
-            file: "a.txt".into(),
-            index: 0,
-            kind: HunkKind::Modify,
             state,
-            patch: None,
-            old: None,
-            new: None,
-            old_path: None,
-            perm: None,
-            applied: None,
-            comment: None,
-            conflict: None,
-            merge: None,
-            description: None,
-            lines: None,
-            parent: None,
-            destructive: false,
-            oversized: false,
-            rewrite: false,
+            ..HunkRec::pending("a.txt", HunkKind::Modify, None)
         }
     }
 

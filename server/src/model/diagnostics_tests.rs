@@ -5,30 +5,12 @@ use hunkgate_patch::diff_hunks;
 use proptest::prelude::*;
 
 use super::*;
-use crate::protocol::{HunkKind, HunkState, Severity};
+use crate::protocol::{HunkKind, Severity};
 
 fn rec(id: &str, file: &str, patch: Hunk) -> HunkRec {
     HunkRec {
         id: id.into(),
-        file: file.into(),
-        index: 0,
-        kind: HunkKind::Modify,
-        state: HunkState::Pending,
-        patch: Some(patch),
-        old: None,
-        new: None,
-        old_path: None,
-        perm: None,
-        applied: None,
-        comment: None,
-        conflict: None,
-        merge: None,
-        description: None,
-        lines: None,
-        parent: None,
-        destructive: false,
-        oversized: false,
-        rewrite: false,
+        ..HunkRec::pending(file, HunkKind::Modify, Some(patch))
     }
 }
 

@@ -212,6 +212,33 @@ pub mod patch_text {
 }
 
 impl HunkRec {
+    /// A pending hunk of `file`, not yet numbered (no id, index 0), with nothing else known of
+    /// it: what a publish fills in.
+    pub fn pending(file: &str, kind: HunkKind, patch: Option<Hunk>) -> HunkRec {
+        HunkRec {
+            id: String::new(),
+            file: file.to_string(),
+            index: 0,
+            kind,
+            state: HunkState::Pending,
+            patch,
+            old: None,
+            new: None,
+            old_path: None,
+            perm: None,
+            applied: None,
+            comment: None,
+            conflict: None,
+            merge: None,
+            description: None,
+            lines: None,
+            parent: None,
+            destructive: false,
+            oversized: false,
+            rewrite: false,
+        }
+    }
+
     pub fn diff_text(&self) -> String {
         match self.kind {
             HunkKind::Modify | HunkKind::Create | HunkKind::Delete | HunkKind::Symlink => self
@@ -512,26 +539,9 @@ pub fn build_hunks(
             continue;
         }
         let mk = |kind: HunkKind, patch: Option<Hunk>| HunkRec {
-            id: String::new(),
-            file: path.to_string(),
-            index: 0,
-            kind,
-            state: HunkState::Pending,
-            patch,
             old: Side::of(*old),
             new: Side::of(*new),
-            old_path: None,
-            perm: None,
-            applied: None,
-            comment: None,
-            conflict: None,
-            merge: None,
-            description: None,
-            lines: None,
-            parent: None,
-            destructive: false,
-            oversized: false,
-            rewrite: false,
+            ..HunkRec::pending(path, kind, patch)
         };
         let recs = match renames.get(*path) {
             Some(from) => {
@@ -755,28 +765,7 @@ mod tests {
     };
 
     fn rec(file: &str, patch: Option<Hunk>) -> HunkRec {
-        HunkRec {
-            id: String::new(),
-            file: file.into(),
-            index: 0,
-            kind: HunkKind::Modify,
-            state: HunkState::Pending,
-            patch,
-            old: None,
-            new: None,
-            old_path: None,
-            perm: None,
-            applied: None,
-            comment: None,
-            conflict: None,
-            merge: None,
-            description: None,
-            lines: None,
-            parent: None,
-            destructive: false,
-            oversized: false,
-            rewrite: false,
-        }
+        HunkRec::pending(file, HunkKind::Modify, patch)
     }
 
     fn note(file: &str, line: Option<usize>, d: &str) -> HunkNote {
