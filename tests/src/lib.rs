@@ -15,6 +15,14 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 
+/// `rel` in the target directory this test binary was built in (`target/<profile>/deps/<test>`
+/// → `target/<rel>`): where `scripts/install-test-deps` makes its venvs (`py-mcp`, `py-acp`,
+/// `py-ruff`).
+pub fn in_target_dir(rel: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.ancestors().nth(3).expect("target dir").join(rel)
+}
+
 /// The `hunkgate` binary next to this test executable (`target/<profile>/hunkgate`).
 pub fn hunkgate_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("HUNKGATE_BIN") {

@@ -22,12 +22,7 @@ pub(crate) fn python() -> PathBuf {
     PY.get_or_init(|| {
         let py = match std::env::var_os("HUNKGATE_TEST_ACP_PYTHON") {
             Some(p) => PathBuf::from(p),
-            None => {
-                // target/<profile>/deps/<test> -> target/py-acp
-                let exe = std::env::current_exe().expect("current_exe");
-                let target = exe.ancestors().nth(3).expect("target dir");
-                target.join("py-acp/bin/python")
-            }
+            None => hunkgate_tests::in_target_dir("py-acp/bin/python"),
         };
         let works = Command::new(&py)
             .args(["-c", "import acp"])

@@ -16,16 +16,7 @@ const LONG: Duration = Duration::from_secs(300);
 pub(crate) fn ruff_bin() -> PathBuf {
     let dir = match std::env::var_os("HUNKGATE_TEST_RUFF_BIN") {
         Some(d) => PathBuf::from(d),
-        None => {
-            // target/<profile>/deps/<test> -> target/py-ruff/bin
-            let exe = std::env::current_exe().expect("current_exe");
-            let target = exe
-                .parent()
-                .and_then(Path::parent)
-                .and_then(Path::parent)
-                .expect("target dir");
-            target.join("py-ruff/bin")
-        }
+        None => hunkgate_tests::in_target_dir("py-ruff/bin"),
     };
     assert!(
         dir.join("ruff").is_file(),

@@ -24,16 +24,7 @@ fn python() -> PathBuf {
 fn find_python() -> PathBuf {
     let py = match std::env::var_os("HUNKGATE_TEST_PYTHON") {
         Some(p) => PathBuf::from(p),
-        None => {
-            // target/<profile>/deps/<test> -> target/py-mcp
-            let exe = std::env::current_exe().expect("current_exe");
-            let target = exe
-                .parent()
-                .and_then(Path::parent)
-                .and_then(Path::parent)
-                .expect("target dir");
-            target.join("py-mcp/bin/python")
-        }
+        None => hunkgate_tests::in_target_dir("py-mcp/bin/python"),
     };
     let works = Command::new(&py)
         .args(["-c", "import mcp.client.stdio"])
