@@ -130,26 +130,7 @@ impl Hub {
         let (rec, events) = decision.all_events();
         rec.check(&st.suggestions)
             .map_err(|e| AppError::failed("checking the decision against the state", e))?;
-        if rec.ops.len() > 1 {
-            // A crash between two of its operations leaves recovery to finish the rest from
-            // the contents they write, or to take back the done ones from what their files
-            // held: those must survive a power loss as the record does.
-            let named = rec.ops.iter().flat_map(|op| {
-                let written = match &op.op {
-                    Op::Write { oid: id, .. } | Op::Symlink { oid: id } => oid(id),
-                    Op::Remove | Op::SetExec { .. } => None,
-                };
-                written
-                    .into_iter()
-                    .chain(op.pre_oid.as_deref().and_then(oid))
-            });
-            self.store().sync_loose(named).map_err(|e| {
-                AppError::failed(
-                    "making the decision's contents durable (nothing was changed)",
-                    e,
-                )
-            })?;
-        }
+        self.sync_contents(&rec)?;
         let record = Record::Decision(Box::new(rec));
         self.journal_append(&record).map_err(|e| {
             e.map_message(|m| format!("recording the decision: {m}; nothing was changed"))
@@ -194,35 +175,7 @@ impl Hub {
             self.compact_if_due(st);
             return Ok(());
         };
-        let undone = match &root {
-            Some(root) => execute::undo(root, self.store(), &rec.ops),
-            None => Ok(()),
-        };
-        match undone {
-            Ok(()) => {
-                self.abort(&id);
-                Err(e.map_message(|m| {
-                    format!("{m}; the decision was taken back, nothing was changed")
-                }))
-            }
-            Err(u) => {
-                // The checkout keeps the change and it cannot be taken back (the file changed
-                // again meanwhile): the decision stands. Its feedback line and commit are written
-                // before the next decision, or from the prepare record on the next start.
-                rec.apply(&mut st.suggestions)
-                    .map_err(|e| AppError::failed("applying the decision to the state", e))?;
-                let seqs: Vec<u64> = events.into_iter().map(|ev| self.bus().emit(ev)).collect();
-                for (f, seq) in feedback.iter_mut().zip(&seqs) {
-                    f.seq = *seq;
-                }
-                if let Ok(mut q) = self.unfinished().lock() {
-                    q.push((id, feedback));
-                }
-                Err(e.map_message(|m| format!(
-                    "{m}; the change is in your checkout and stays (taking it back failed: {u}); it is recorded once the state directory can be written again"
-                )))
-            }
-        }
+        self.take_back_or_keep(st, &rec, root.as_ref(), e, events, feedback)
     }
 
     /// Carry out a decision's file operations; on failure they are taken back (and the
@@ -249,6 +202,76 @@ impl Hub {
                 Err(AppError::internal(format!(
                     "writing your checkout failed half way: {e}; check {}",
                     files.join(", ")
+                )))
+            }
+        }
+    }
+
+    /// Make the contents a decision of several operations writes (and those its files held)
+    /// durable before the record: a crash between two of its operations leaves recovery to
+    /// finish the rest from those contents, or to take back the done ones from what their
+    /// files held, so they must survive a power loss as the record does.
+    fn sync_contents(&self, rec: &DecisionRec) -> Result<(), AppError> {
+        if rec.ops.len() <= 1 {
+            return Ok(());
+        }
+        let named = rec.ops.iter().flat_map(|op| {
+            let written = match &op.op {
+                Op::Write { oid: id, .. } | Op::Symlink { oid: id } => oid(id),
+                Op::Remove | Op::SetExec { .. } => None,
+            };
+            written
+                .into_iter()
+                .chain(op.pre_oid.as_deref().and_then(oid))
+        });
+        self.store().sync_loose(named).map_err(|e| {
+            AppError::failed(
+                "making the decision's contents durable (nothing was changed)",
+                e,
+            )
+        })?;
+        Ok(())
+    }
+
+    /// The decision's checkout writes are done but its feedback line or commit could not be
+    /// written: take the writes back and answer the error, or, when they cannot be taken back
+    /// (a file changed again meanwhile), let the decision stand and record it later.
+    fn take_back_or_keep(
+        &self,
+        st: &mut State,
+        rec: &DecisionRec,
+        root: Option<&hunkgate_sandbox::beneath::Beneath>,
+        e: AppError,
+        events: Vec<Event>,
+        mut feedback: Vec<FeedbackRecord>,
+    ) -> Result<(), AppError> {
+        let id = rec.decision.clone();
+        let undone = match root {
+            Some(root) => execute::undo(root, self.store(), &rec.ops),
+            None => Ok(()),
+        };
+        match undone {
+            Ok(()) => {
+                self.abort(&id);
+                Err(e.map_message(|m| {
+                    format!("{m}; the decision was taken back, nothing was changed")
+                }))
+            }
+            Err(u) => {
+                // The checkout keeps the change and it cannot be taken back (the file changed
+                // again meanwhile): the decision stands. Its feedback line and commit are written
+                // before the next decision, or from the prepare record on the next start.
+                rec.apply(&mut st.suggestions)
+                    .map_err(|e| AppError::failed("applying the decision to the state", e))?;
+                let seqs: Vec<u64> = events.into_iter().map(|ev| self.bus().emit(ev)).collect();
+                for (f, seq) in feedback.iter_mut().zip(&seqs) {
+                    f.seq = *seq;
+                }
+                if let Ok(mut q) = self.unfinished().lock() {
+                    q.push((id, feedback));
+                }
+                Err(e.map_message(|m| format!(
+                    "{m}; the change is in your checkout and stays (taking it back failed: {u}); it is recorded once the state directory can be written again"
                 )))
             }
         }
