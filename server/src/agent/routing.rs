@@ -334,6 +334,24 @@ impl Handoff {
         })
     }
 
+    /// A server that cut the conversation to fit its context instead of refusing it
+    /// (llama.cpp's `llama-server` does): the answer stopped at the length limit, and the
+    /// server counted under half the tokens the hub estimates it sent.
+    pub fn truncated(&self, step: &crate::model::chat::StepResult, sent: u64) -> Option<Switch> {
+        use crate::model::chat::StopReason;
+        let counted = step.usage.as_ref()?.prompt_tokens;
+        let cut = self.triggers.context_overflow
+            && step.stop_reason == StopReason::Length
+            && counted > 0
+            && counted.saturating_mul(2) < sent;
+        cut.then(|| Switch {
+            trigger: Trigger::ContextOverflow,
+            detail: format!(
+                "the server cut the conversation to {counted} tokens of ~{sent} sent (its context is smaller)"
+            ),
+        })
+    }
+
     /// The `fails`-th invalid call or failed edit, when that is the threshold (or the loop's
     /// own limit ended the leg: `exhausted`).
     pub fn schema_fail(&self, fails: u32, exhausted: bool) -> Option<Switch> {

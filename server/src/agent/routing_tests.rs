@@ -373,6 +373,29 @@ fn the_hybrid_triggers_fire_on_their_thresholds() {
     );
     assert_eq!(h.provider_failed(&E::Cancelled), None);
 
+    // A server that cut the prompt: stopped at the length limit, counting under half of it.
+    let step = |stop, prompt_tokens| crate::model::chat::StepResult {
+        assistant_message: None,
+        tool_calls: Vec::new(),
+        stop_reason: stop,
+        usage: Some(crate::model::chat::Usage {
+            prompt_tokens,
+            completion_tokens: 5,
+            total_tokens: prompt_tokens + 5,
+        }),
+        latency_ms: 1,
+        model: "m".into(),
+        attempts: 1,
+        streamed: false,
+    };
+    use crate::model::chat::StopReason;
+    let cut = h.truncated(&step(StopReason::Length, 251), 1251).unwrap();
+    assert_eq!(cut.trigger, Trigger::ContextOverflow);
+    assert!(cut.detail.contains("251 tokens of ~1251"), "{}", cut.detail);
+    assert_eq!(h.truncated(&step(StopReason::Length, 700), 1251), None);
+    assert_eq!(h.truncated(&step(StopReason::Done, 251), 1251), None);
+    assert_eq!(h.truncated(&step(StopReason::Length, 0), 1251), None);
+
     let off = Handoff {
         triggers: Triggers {
             budget_exhausted: false,
@@ -386,6 +409,7 @@ fn the_hybrid_triggers_fire_on_their_thresholds() {
     assert_eq!(off.budget(0, 12), None);
     assert_eq!(off.overflow(&big, &[]), None);
     assert_eq!(off.provider_failed(&overflow), None);
+    assert_eq!(off.truncated(&step(StopReason::Length, 251), 1251), None);
     let unknown = Handoff { context: None, ..h };
     assert_eq!(unknown.overflow(&big, &[]), None);
 }

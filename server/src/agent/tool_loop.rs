@@ -100,6 +100,13 @@ impl Hub {
                 }
             };
             self.record_step(&run.run_id, &step);
+            let sent = crate::agent::routing::estimate_tokens(&state.messages, &specs);
+            if let Some(switch) = run.handoff.as_ref().and_then(|h| h.truncated(&step, sent)) {
+                state.end.stop = Stop::ProviderError;
+                state.end.error = Some(switch.detail.clone());
+                state.end.switch = Some(switch);
+                break;
+            }
             state.messages.push(Message::Assistant {
                 content: step.assistant_message.clone(),
                 tool_calls: step.tool_calls.clone(),
