@@ -349,6 +349,7 @@ fn replay(a: ReplayArgs) -> Result<ExitCode> {
         acp: a.acp,
         provider_url: a.provider_url,
         models: a.models,
+        agent_modes: Vec::new(),
         hub: a.hub,
         jobs: a.jobs,
         out: a.out,

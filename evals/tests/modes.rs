@@ -95,9 +95,9 @@ fn the_report_shows_local_remote_and_hybrid_side_by_side() {
     let md = report::markdown("modes", &lines, &[]);
     assert!(md.contains("## Local, remote and hybrid"), "{md}");
     assert!(
-        md.contains("| hybrid_auto | 2 | 100.0 | 100.0 |")
+        md.contains("| hybrid_auto | 2 | 100.0 % | 100.0 % |")
             && md.contains("| 2 | context_overflow 2 |"),
         "{md}"
     );
-    assert!(md.contains("| local | 2 | 100.0 |"), "{md}");
+    assert!(md.contains("| local | 2 | 100.0 % |"), "{md}");
 }
