@@ -52,11 +52,7 @@ pub struct Ask {
 }
 
 /// One setting at three levels: the first that is set wins.
-fn first<T: Clone>(
-    request: Option<T>,
-    session: Option<T>,
-    config: Option<T>,
-) -> Option<(T, Level)> {
+fn first<T>(request: Option<T>, session: Option<T>, config: Option<T>) -> Option<(T, Level)> {
     request
         .map(|v| (v, Level::Request))
         .or_else(|| session.map(|v| (v, Level::Session)))
