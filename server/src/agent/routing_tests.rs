@@ -413,3 +413,59 @@ fn the_hybrid_triggers_fire_on_their_thresholds() {
     let unknown = Handoff { context: None, ..h };
     assert_eq!(unknown.overflow(&big, &[]), None);
 }
+
+/// A one-shot HTTP server on 127.0.0.1 that answers any request with `head` and then `body`
+/// (or holds the connection open, sending nothing more, when `hang`).
+async fn serve_once(head: String, body: Vec<u8>, hang: bool) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut buf = [0u8; 4096];
+        let _ = s.read(&mut buf).await;
+        let _ = s.write_all(head.as_bytes()).await;
+        if hang {
+            tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+        }
+        let _ = s.write_all(&body).await;
+    });
+    format!("http://{addr}/v1")
+}
+
+fn named(base_url: String) -> NamedProvider {
+    let mut p = routing(None).providers.remove(0);
+    p.cfg.base_url = base_url;
+    p
+}
+
+/// `GET /models` is bounded: a body over [`MODELS_MAX_BYTES`] and a server that never
+/// finishes give nothing (and no error); a small valid answer is read (the control).
+#[tokio::test]
+async fn models_fetches_are_bounded_in_size_and_time() {
+    let ok = br#"{"data":[{"id":"m","meta":{"n_ctx":4096}}]}"#.to_vec();
+    let head = |len: usize| {
+        format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {len}\r\nconnection: close\r\n\r\n")
+    };
+    let url = serve_once(head(ok.len()), ok.clone(), false).await;
+    let m = fetch_models(&named(url)).await;
+    assert_eq!((m.len(), m[0].context), (1, Some(4096)));
+
+    let mut big = br#"{"data":[{"id":"m","pad":""#.to_vec();
+    big.resize(MODELS_MAX_BYTES + 10, b'x');
+    big.extend_from_slice(br#""}]}"#);
+    let url = serve_once(head(big.len()), big, false).await;
+    assert_eq!(fetch_models(&named(url)).await, []);
+
+    // Headers promise a body that never comes: the fetch gives up at its timeout.
+    let url = serve_once(head(ok.len()), ok.clone(), true).await;
+    assert_eq!(fetch_models(&named(url)).await, []);
+
+    let url = serve_once(
+        "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n".into(),
+        Vec::new(),
+        false,
+    )
+    .await;
+    assert_eq!(fetch_models(&named(url)).await, []);
+}
