@@ -88,6 +88,11 @@ struct RunArgs {
     /// A model of the built-in agent to evaluate (repeatable; needs --provider-url).
     #[arg(long = "model")]
     models: Vec<String>,
+    /// An `agent_mode` of the built-in agent to evaluate: `local`, `remote` or `hybrid_auto`
+    /// (repeatable; needs --hub-config with `[providers.local]` and `[providers.remote]`).
+    /// Each mode is a row of its own, with its moves to the remote provider and their triggers.
+    #[arg(long = "agent-mode")]
+    agent_modes: Vec<String>,
     /// The hunkgate binary (default: `hunkgate` beside this program, else on PATH).
     #[arg(long)]
     hub: Option<PathBuf>,
@@ -344,6 +349,7 @@ fn replay(a: ReplayArgs) -> Result<ExitCode> {
         acp: a.acp,
         provider_url: a.provider_url,
         models: a.models,
+        agent_modes: Vec::new(),
         hub: a.hub,
         jobs: a.jobs,
         out: a.out,
@@ -419,6 +425,12 @@ fn run(a: RunArgs) -> Result<ExitCode> {
     let mut agents: Vec<Agent> = a.agents.into_iter().map(Agent::Command).collect();
     agents.extend(a.acp.into_iter().map(Agent::Acp));
     agents.extend(a.models.into_iter().map(|model| Agent::Builtin { model }));
+    for mode in a.agent_modes {
+        if !["local", "remote", "hybrid_auto"].contains(&mode.as_str()) {
+            bail!("--agent-mode {mode:?}: one of local, remote, hybrid_auto");
+        }
+        agents.push(Agent::Routed { mode });
+    }
     if agents.is_empty() {
         bail!(
             "name at least one --agent 'CMD {{prompt}}', --acp 'CMD' or --provider-url U --model M"

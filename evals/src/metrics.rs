@@ -52,6 +52,12 @@ pub struct Metrics {
     pub new_diagnostics: usize,
     /// new diagnostics / checked suggestions: what a reviewer finds broken per suggestion.
     pub new_diagnostics_per_suggestion: Option<f64>,
+    /// The built-in agent's `agent_mode`, when its runs had one.
+    pub agent_mode: Option<String>,
+    /// Tasks with a move to the remote provider (`hybrid_auto`).
+    pub switched: usize,
+    /// How many moves each trigger caused.
+    pub switch_triggers: BTreeMap<String, usize>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -186,9 +192,21 @@ pub fn compute(lines: &[ResultLine]) -> Vec<Metrics> {
             m.wall_ms_p95 = percentile(&wall, 95.0);
             m.model_ms_p50 = percentile(&model_ms, 50.0);
             m.model_ms_p95 = percentile(&model_ms, 95.0);
+            add_routes(&mut m, &ls);
             m
         })
         .collect()
+}
+
+/// The rows' mode, and their moves to the remote provider by trigger.
+fn add_routes(m: &mut Metrics, lines: &[&ResultLine]) {
+    m.agent_mode = lines.iter().find_map(|l| l.agent_mode.clone());
+    for l in lines {
+        m.switched += usize::from(!l.switches.is_empty());
+        for t in &l.switches {
+            *m.switch_triggers.entry(t.clone()).or_default() += 1;
+        }
+    }
 }
 
 /// A plain-text table, one row per agent × model, then the stop reasons and statuses.
@@ -197,6 +215,7 @@ pub fn render(rows: &[Metrics]) -> String {
     out.push_str(&aider_table(rows));
     out.push_str(&replay_table(rows));
     out.push_str(&checks_table(rows));
+    out.push_str(&modes_table(rows));
     out.push('\n');
     out.push_str(&statuses(rows));
     out
@@ -319,6 +338,43 @@ fn checks_table(rows: &[Metrics]) -> String {
         }
     }
     out
+}
+
+/// The built-in agent per `agent_mode`, side by side (seed 000 §16's comparison matrix):
+/// success, accepted hunks, and the moves to the remote provider with their triggers.
+fn modes_table(rows: &[Metrics]) -> String {
+    let mut out = String::new();
+    let moded: Vec<&Metrics> = rows.iter().filter(|m| m.agent_mode.is_some()).collect();
+    if moded.is_empty() {
+        return out;
+    }
+    out.push_str(&format!(
+        "\nmodes:  {:<12} {:>5} {:>8} {:>9} {:>8}  {}\n",
+        "agent_mode", "tasks", "success", "accepted", "switched", "triggers"
+    ));
+    for m in moded {
+        out.push_str(&format!(
+            "        {:<12} {:>5} {:>8} {:>9} {:>8}  {}\n",
+            cut(m.agent_mode.as_deref().unwrap_or("-"), 12),
+            m.tasks,
+            pct(Some(m.success_rate)),
+            pct(m.accepted_ratio),
+            m.switched,
+            trigger_list(&m.switch_triggers),
+        ));
+    }
+    out
+}
+
+/// `schema_fail 2, timeout 1`, or `-`.
+pub fn trigger_list(t: &BTreeMap<String, usize>) -> String {
+    if t.is_empty() {
+        return "-".into();
+    }
+    t.iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// How each agent's runs ended: statuses and stop reasons, one line each.
@@ -514,5 +570,50 @@ mod tests {
             !render(&rows[1..]).contains("checks:"),
             "only agents whose suggestions were checked"
         );
+    }
+
+    /// Rows per `agent_mode`: the tasks moved to the remote provider, and by which trigger,
+    /// in the text table; no modes table without a moded row.
+    #[test]
+    fn modes_are_rows_with_their_moves() {
+        let l = |agent: &str, mode: &str, ok: bool, switches: &[&str]| ResultLine {
+            task: format!("t{}", switches.len()),
+            agent: agent.into(),
+            status: "ready".into(),
+            success: ok,
+            agent_mode: Some(mode.into()),
+            switches: switches.iter().map(|s| s.to_string()).collect(),
+            ..ResultLine::default()
+        };
+        let lines = [
+            l("builtin@hybrid_auto", "hybrid_auto", true, &["schema_fail"]),
+            l(
+                "builtin@hybrid_auto",
+                "hybrid_auto",
+                true,
+                &["timeout", "schema_fail"],
+            ),
+            l("builtin@hybrid_auto", "hybrid_auto", false, &[]),
+            l("builtin@local", "local", false, &[]),
+        ];
+        let rows = compute(&lines);
+        let h = &rows[0];
+        assert_eq!(h.agent_mode.as_deref(), Some("hybrid_auto"));
+        assert_eq!((h.tasks, h.switched), (3, 2));
+        assert_eq!(trigger_list(&h.switch_triggers), "schema_fail 2, timeout 1");
+        assert_eq!(
+            (
+                rows[1].switched,
+                trigger_list(&rows[1].switch_triggers).as_str()
+            ),
+            (0, "-")
+        );
+        let text = render(&rows);
+        assert!(text.contains("schema_fail 2, timeout 1"), "{text}");
+        let plain = ResultLine {
+            agent: "a".into(),
+            ..ResultLine::default()
+        };
+        assert!(!render(&compute(&[plain])).contains("modes:"));
     }
 }

@@ -185,10 +185,38 @@ pub fn markdown(title: &str, lines: &[ResultLine], time: &[TimePoint]) -> String
         pct(Some(AIDER_BEST.2))
     );
     md_replay(&mut o, &rows);
+    md_modes(&mut o, &rows);
     md_tags(&mut o, &rows);
     md_statuses(&mut o, &rows);
     md_over_time(&mut o, time);
     o
+}
+
+/// The built-in agent per `agent_mode` side by side, when some rows ran in one: success,
+/// accepted hunks, and the moves to the remote provider by trigger (seed 000 §12, §16).
+fn md_modes(o: &mut String, rows: &[Metrics]) {
+    let moded: Vec<&Metrics> = rows.iter().filter(|m| m.agent_mode.is_some()).collect();
+    if moded.is_empty() {
+        return;
+    }
+    o.push_str("\n## Local, remote and hybrid\n\nThe built-in agent per `agent_mode` on the same tasks; *switched* counts the tasks `hybrid_auto` moved to the remote provider, *triggers* why.\n\n| agent_mode | tasks | success | accepted hunks | tool calls / success | model p50 | tokens | switched | triggers |\n|---|--:|--:|--:|--:|--:|--:|--:|---|\n");
+    for m in moded {
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            md_cell(m.agent_mode.as_deref().unwrap_or("–")),
+            m.tasks,
+            pct(Some(m.success_rate)),
+            pct(m.accepted_ratio),
+            m.tool_calls_per_success
+                .map(|c| format!("{c:.1}"))
+                .unwrap_or_else(|| "–".into()),
+            num(m.model_ms_p50),
+            m.tokens,
+            m.switched,
+            md_cell(&metrics::trigger_list(&m.switch_triggers)),
+        );
+    }
 }
 
 /// The decision replay's table, when some rows have replayed runs.

@@ -26,6 +26,9 @@ pub const ENV_TASK: &str = "HUNKGATE_EVAL_TASK";
 pub const ENV_CHECKOUT: &str = "HUNKGATE_EVAL_CHECKOUT";
 pub const ENV_RUN_FILE: &str = "HUNKGATE_EVAL_RUN_FILE";
 
+/// The label of an [`Agent::Routed`]: this, then the mode.
+pub const ROUTED_PREFIX: &str = "builtin@";
+
 /// Who does the tasks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Agent {
@@ -35,6 +38,10 @@ pub enum Agent {
     Acp(String),
     /// The hub's built-in agent with this model (the hub gets `--provider-url`).
     Builtin { model: String },
+    /// The hub's built-in agent in this `agent_mode` (`local`, `remote`, `hybrid_auto`), on
+    /// the providers of the hub config (`[providers.*]`, `[routing]`): the rows the seed's
+    /// §12 thresholds are set from.
+    Routed { mode: String },
 }
 
 impl Agent {
@@ -45,11 +52,12 @@ impl Agent {
             // As the hub records it (`acp:` and the command).
             Agent::Acp(c) => format!("acp:{c}"),
             Agent::Builtin { model } => format!("builtin:{model}"),
+            Agent::Routed { mode } => format!("{ROUTED_PREFIX}{mode}"),
         }
     }
     pub fn model(&self) -> Option<&str> {
         match self {
-            Agent::Command(_) | Agent::Acp(_) => None,
+            Agent::Command(_) | Agent::Acp(_) | Agent::Routed { .. } => None,
             Agent::Builtin { model } => Some(model),
         }
     }
@@ -117,6 +125,12 @@ pub struct ResultLine {
     pub checked_suggestions: usize,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub new_diagnostics: usize,
+    /// The built-in agent's `agent_mode` (its runs' `route.mode`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_mode: Option<String>,
+    /// `hybrid_auto`: the trigger of each move to the remote provider, over the task's runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub switches: Vec<String>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -192,6 +206,9 @@ pub async fn run_all(
 ) -> Result<Vec<ResultLine>> {
     if agents.iter().any(|a| matches!(a, Agent::Builtin { .. })) && cfg.provider_url.is_none() {
         bail!("a --model needs --provider-url (the model server the hub's built-in agent asks)");
+    }
+    if agents.iter().any(|a| matches!(a, Agent::Routed { .. })) && cfg.hub_config.is_none() {
+        bail!("an --agent-mode needs --hub-config with the providers ([providers.local], [providers.remote])");
     }
     if !cfg.hub.is_file() {
         bail!(
@@ -688,6 +705,7 @@ async fn start_run(
         Agent::Command(t) => body["agent"] = json!(t),
         Agent::Acp(c) => body["acp"] = json!(c),
         Agent::Builtin { model } => body["model"] = json!(model),
+        Agent::Routed { mode } => body["agent_mode"] = json!(mode),
     }
     if let Some(s) = session {
         body["session_id"] = json!(s);
@@ -697,6 +715,18 @@ async fn start_run(
         .as_str()
         .ok_or_else(|| anyhow!("POST /runs answered without run_id: {posted}"))?
         .to_string())
+}
+
+/// A built-in run's route: its mode and the triggers of its moves.
+fn note_route(line: &mut ResultLine, route: &Value) {
+    if let Some(mode) = route["mode"].as_str() {
+        line.agent_mode = Some(mode.to_string());
+    }
+    for s in route["switches"].as_array().into_iter().flatten() {
+        if let Some(t) = s["trigger"].as_str() {
+            line.switches.push(t.to_string());
+        }
+    }
 }
 
 /// The run once it ended (answering its questions by `review` meanwhile), and whether it asked
@@ -745,6 +775,7 @@ fn note_run(line: &mut ResultLine, run: &Value, n: usize, asked: bool, review: &
     if let Some(r) = run["stop_reason"].as_str() {
         line.stop_reason = Some(r.to_string());
     }
+    note_route(line, &run["route"]);
     // An ACP agent's name and version, from its `initialize`, stand in its row's model column.
     if let Some(info) = run["agent_info"].as_str() {
         line.model = Some(info.to_string());

@@ -41,6 +41,12 @@ pub struct NewSession {
     pub title: Option<String>,
     #[serde(default)]
     pub model: Option<String>,
+    /// The built-in agent's provider for this session's runs, by its config name.
+    #[serde(default)]
+    pub provider: Option<String>,
+    /// `local`, `remote` or `hybrid_auto` for this session's runs.
+    #[serde(default, alias = "agentMode")]
+    pub agent_mode: Option<String>,
     #[serde(default)]
     pub context: Vec<ContextRow>,
 }
@@ -98,6 +104,29 @@ impl Hub {
         Ok(())
     }
 
+    /// A session's `provider` must be configured and its `agent_mode` one the providers can
+    /// run.
+    fn check_route_settings(
+        &self,
+        provider: Option<&str>,
+        mode: Option<&str>,
+    ) -> Result<(), AppError> {
+        let routing = &self.cfg().routing;
+        if let Some(p) = provider.filter(|p| !p.trim().is_empty()) {
+            if routing.provider(p).is_none() {
+                return Err(AppError::bad_request(format!(
+                    "provider {p:?} is not configured ([providers.<name>])"
+                )));
+            }
+        }
+        if let Some(m) = mode.filter(|m| !m.trim().is_empty()) {
+            crate::config::routing::AgentMode::parse(m)
+                .and_then(|m| routing.check_mode(m))
+                .map_err(AppError::bad_request)?;
+        }
+        Ok(())
+    }
+
     pub fn create_session(&self, req: NewSession) -> Result<SessionView, AppError> {
         for row in &req.context {
             if row.kind == ContextKind::Url {
@@ -110,6 +139,7 @@ impl Hub {
             }
             row.validate()?;
         }
+        self.check_route_settings(req.provider.as_deref(), req.agent_mode.as_deref())?;
         let t = now();
         let mut context = req.context;
         for (i, row) in context.iter_mut().enumerate() {
@@ -125,6 +155,8 @@ impl Hub {
                 .map(|t| crate::model::text::one_line(&t, 200))
                 .unwrap_or_default(),
             model: req.model.filter(|m| !m.trim().is_empty()),
+            provider: req.provider.filter(|m| !m.trim().is_empty()),
+            agent_mode: req.agent_mode.filter(|m| !m.trim().is_empty()),
             context,
             run_ids: Vec::new(),
             created_at: t.clone(),

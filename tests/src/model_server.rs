@@ -117,6 +117,12 @@ pub struct ModelServer {
 
 impl ModelServer {
     pub fn start(kind: Kind) -> ModelServer {
+        ModelServer::start_with_ctx(kind, 8192)
+    }
+
+    /// With a context of `ctx` tokens (a small one makes a real context overflow).
+    pub fn start_with_ctx(kind: Kind, ctx: u32) -> ModelServer {
+        let ctx = ctx.to_string();
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("server.log");
         let port = free_port();
@@ -127,7 +133,7 @@ impl ModelServer {
                 c.args(["-m", "llama_cpp.server", "--model"])
                     .arg(&model)
                     .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-                    .args(["--n_ctx", "8192", "--model_alias", "local"]);
+                    .args(["--n_ctx", &ctx, "--model_alias", "local"]);
                 if let Some(f) = format {
                     c.args(["--chat_format", f]);
                 }
@@ -138,7 +144,7 @@ impl ModelServer {
                 c.arg("--model")
                     .arg(&model)
                     .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-                    .args(["--ctx-size", "8192", "--jinja", "--alias", "local"]);
+                    .args(["--ctx-size", &ctx, "--jinja", "--alias", "local"]);
                 c
             }
         };

@@ -30,6 +30,7 @@ mod readme;
 mod real_agents;
 mod real_models;
 mod review;
+mod routing;
 mod runs;
 mod security;
 mod sensitive;

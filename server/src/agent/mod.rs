@@ -5,6 +5,7 @@
 pub mod acp;
 pub mod checker;
 pub mod provider;
+pub mod routing;
 pub mod run_tool;
 pub mod tool_loop;
 pub mod tools;

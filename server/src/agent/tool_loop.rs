@@ -14,6 +14,7 @@ use hunkgate_sandbox::workspace::Sandbox;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
+use crate::agent::routing::{Handoff, Switch};
 use crate::agent::run_tool::ToolFailure;
 use crate::agent::tools::{
     parse_call, summarize_request, summarize_result, system_prompt, tool_specs_for, Action, Notes,
@@ -42,6 +43,8 @@ pub struct BuiltinRun {
     pub limits: LoopLimits,
     pub cancel: CancellationToken,
     pub deadline: Instant,
+    /// `hybrid_auto`'s local leg: what ends it early for the remote provider.
+    pub handoff: Option<Handoff>,
 }
 
 /// How the loop ended.
@@ -52,6 +55,8 @@ pub struct LoopEnd {
     pub notes: Vec<HunkNote>,
     pub error: Option<String>,
     pub edits: usize,
+    /// The leg ended for `hybrid_auto`'s remote provider, and why.
+    pub switch: Option<Switch>,
 }
 
 impl Hub {
@@ -75,15 +80,33 @@ impl Hub {
         let specs = tool_specs_for(checks);
         let mut state = LoopState::new(opening_messages(&run, checks));
         loop {
+            let overflow = run
+                .handoff
+                .as_ref()
+                .and_then(|h| h.overflow(&state.messages, &specs));
+            if let Some(switch) = overflow {
+                state.end.stop = Stop::ProviderError;
+                state.end.error = Some(switch.detail.clone());
+                state.end.switch = Some(switch);
+                break;
+            }
             let step = match self.next_step(&run, &specs, &state.messages).await {
                 Ok(step) => step,
                 Err(ended) => {
                     state.end.stop = ended.stop;
                     state.end.error = ended.error;
+                    state.end.switch = ended.switch;
                     break;
                 }
             };
             self.record_step(&run.run_id, &step);
+            let sent = crate::agent::routing::estimate_tokens(&state.messages, &specs);
+            if let Some(switch) = run.handoff.as_ref().and_then(|h| h.truncated(&step, sent)) {
+                state.end.stop = Stop::ProviderError;
+                state.end.error = Some(switch.detail.clone());
+                state.end.switch = Some(switch);
+                break;
+            }
             state.messages.push(Message::Assistant {
                 content: step.assistant_message.clone(),
                 tool_calls: step.tool_calls.clone(),
@@ -115,12 +138,30 @@ impl Hub {
         if remaining.is_zero() {
             return Err(Ended::by(Stop::Timeout));
         }
+        // `hybrid_auto`: a local call over its own limit moves the run on (the run's deadline,
+        // when nearer, still ends it).
+        let local_cap = run
+            .handoff
+            .as_ref()
+            .and_then(|h| h.triggers.local_timeout)
+            .filter(|cap| *cap < remaining);
         let step = tokio::select! {
             r = run.provider.run_step(
                 StepRequest { model: &run.model, messages, tools: specs },
                 &run.cancel,
             ) => r,
             _ = tokio::time::sleep(remaining) => return Err(Ended::by(Stop::Timeout)),
+            _ = tokio::time::sleep(local_cap.unwrap_or(remaining)), if local_cap.is_some() => {
+                let detail = format!(
+                    "a local model call took over {}ms ([routing] hybrid_remote_on_timeout_ms)",
+                    local_cap.unwrap_or_default().as_millis()
+                );
+                return Err(Ended {
+                    stop: Stop::Timeout,
+                    error: Some(detail.clone()),
+                    switch: Some(Switch { trigger: crate::agent::routing::Trigger::Timeout, detail }),
+                });
+            }
         };
         match step {
             Ok(s) => Ok(s),
@@ -130,6 +171,7 @@ impl Hub {
                 Err(Ended {
                     stop: Stop::ProviderError,
                     error: Some(e.to_string()),
+                    switch: run.handoff.as_ref().and_then(|h| h.provider_failed(&e)),
                 })
             }
         }
@@ -223,6 +265,9 @@ impl Hub {
             state
                 .messages
                 .push(tool_message(call, &json!({"ok": false, "error": msg})));
+            if let Some(h) = &run.handoff {
+                state.end.switch = h.budget(state.end.edits, run.limits.max_tool_calls);
+            }
             return Next::StopAfter(Stop::BudgetExhausted);
         }
         self.run_tool(run, &SummarizedCall { call, summary }, &action, state)
@@ -247,7 +292,17 @@ impl Hub {
         state
             .messages
             .push(tool_message(call, &json!({"ok": false, "error": msg})));
-        if state.schema_failures > run.limits.max_schema_retries {
+        state.failed_edits += 1;
+        let exhausted = state.schema_failures > run.limits.max_schema_retries;
+        if let Some(switch) = run
+            .handoff
+            .as_ref()
+            .and_then(|h| h.schema_fail(state.failed_edits, exhausted))
+        {
+            state.end.switch = Some(switch);
+            return Next::StopAfter(Stop::SchemaRetriesExhausted);
+        }
+        if exhausted {
             Next::StopAfter(Stop::SchemaRetriesExhausted)
         } else {
             Next::Continue
@@ -295,6 +350,17 @@ impl Hub {
             Entry::tool(&call.name, summary, ok, &result_summary),
         );
         state.messages.push(tool_message(call, &payload));
+        if !ok && matches!(action, Action::File(t) if t.writes()) {
+            state.failed_edits += 1;
+            if let Some(switch) = run
+                .handoff
+                .as_ref()
+                .and_then(|h| h.schema_fail(state.failed_edits, false))
+            {
+                state.end.switch = Some(switch);
+                return Next::StopAfter(Stop::SchemaRetriesExhausted);
+            }
+        }
         Next::Continue
     }
 
@@ -334,6 +400,8 @@ struct LoopState {
     used: usize,
     /// Invalid calls (counted against `max_schema_retries`).
     schema_failures: u32,
+    /// Invalid calls and edits that failed (`hybrid_auto`'s `schema_fail` trigger).
+    failed_edits: u32,
 }
 
 impl LoopState {
@@ -346,10 +414,12 @@ impl LoopState {
                 notes: Vec::new(),
                 error: None,
                 edits: 0,
+                switch: None,
             },
             notes: Notes::default(),
             used: 0,
             schema_failures: 0,
+            failed_edits: 0,
         }
     }
 
@@ -422,11 +492,16 @@ fn tool_answer(outcome: Result<Value, ToolFailure>, calls_left: usize) -> Option
 struct Ended {
     stop: Stop,
     error: Option<String>,
+    switch: Option<Switch>,
 }
 
 impl Ended {
     fn by(stop: Stop) -> Self {
-        Self { stop, error: None }
+        Self {
+            stop,
+            error: None,
+            switch: None,
+        }
     }
 }
 

@@ -47,6 +47,7 @@ impl Fixture {
             vcs: hunkgate_sandbox::jj::Vcs::Git,
             isolation: crate::isolation::Isolation::None,
             provider: None,
+            routing: Default::default(),
             limits: Default::default(),
             max_concurrent_runs: 1,
             read_limits: Default::default(),

@@ -69,7 +69,7 @@ enum Cmd {
         agent: Option<String>,
         /// An agent spoken to over the Agent Client Protocol for this run: its command, e.g.
         /// 'opencode acp'.
-        #[arg(long, value_name = "COMMAND", conflicts_with_all = ["agent", "model"])]
+        #[arg(long, value_name = "COMMAND", conflicts_with_all = ["agent", "model", "provider", "agent_mode"])]
         acp: Option<String>,
         /// Seconds before the agent is killed.
         #[arg(long)]
@@ -77,6 +77,13 @@ enum Cmd {
         /// The built-in agent's model for this run (needs a hub started with --provider-url).
         #[arg(long)]
         model: Option<String>,
+        /// The built-in agent's provider for this run, by its config name
+        /// (`[providers.<name>]`).
+        #[arg(long)]
+        provider: Option<String>,
+        /// `local`, `remote` or `hybrid_auto` for this run (the built-in agent).
+        #[arg(long, value_name = "MODE")]
+        agent_mode: Option<String>,
         /// Run in this session (id or prefix), so the agent sees its history and decisions.
         #[arg(long)]
         session: Option<String>,
@@ -388,6 +395,8 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
             acp,
             timeout,
             model,
+            provider,
+            agent_mode,
             session,
             no_wait,
             client,
@@ -398,6 +407,8 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 acp,
                 timeout,
                 model,
+                provider,
+                agent_mode,
                 session,
                 no_wait,
             };

@@ -24,6 +24,8 @@ pub struct RunRequest {
     pub acp: Option<String>,
     pub timeout: Option<u64>,
     pub model: Option<String>,
+    pub provider: Option<String>,
+    pub agent_mode: Option<String>,
     pub session: Option<String>,
     pub no_wait: bool,
 }
@@ -44,7 +46,8 @@ pub async fn run(client: ClientArgs, req: RunRequest) -> anyhow::Result<ExitCode
         Some(signal(SignalKind::interrupt()).context("listening for Ctrl-C")?)
     };
     let body = json!({"prompt": req.prompt, "agent": req.agent, "acp": req.acp,
-        "timeout_secs": req.timeout, "model": req.model, "session_id": req.session});
+        "timeout_secs": req.timeout, "model": req.model, "provider": req.provider,
+        "agent_mode": req.agent_mode, "session_id": req.session});
     let v = c.post("/runs", body).await?;
     let run_id = v["run_id"].as_str().unwrap_or("").to_string();
     if req.no_wait {

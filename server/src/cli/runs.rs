@@ -168,6 +168,8 @@ mod tests {
             usage: None,
             question: None,
             agent_info: None,
+            provider: None,
+            route: None,
         }
     }
 

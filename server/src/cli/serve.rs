@@ -173,11 +173,12 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<(ServeConfig, bool)> {
         },
         &file.provider,
     )?;
-    if let Some(crate::config::provider::KeySource::Env(var)) =
-        provider.as_ref().map(|p| &p.key_source)
-    {
-        if agent_env.iter().any(|e| e == var) {
-            bail!("--agent-env {var}: that variable holds the model provider's API key, which never reaches an agent");
+    let routing = config::resolve_routing(provider.as_ref(), &file)?;
+    for p in &routing.providers {
+        if let crate::config::provider::KeySource::Env(var) = &p.cfg.key_source {
+            if agent_env.iter().any(|e| e == var) {
+                bail!("--agent-env {var}: that variable holds the model provider's API key, which never reaches an agent");
+            }
         }
     }
     let limits = file.limits.resolve(args.max_tool_calls);
@@ -231,6 +232,7 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<(ServeConfig, bool)> {
         },
         isolation,
         provider,
+        routing,
         limits,
         max_concurrent_runs,
         read_limits: file.limits.read_limits(),
@@ -265,7 +267,24 @@ fn announce(cfg: &ServeConfig, actual: std::net::SocketAddr) {
             p.base_url,
             p.key_source
         );
-    } else if let (None, Some(acp)) = (&cfg.agent, &cfg.acp.command) {
+    }
+    for p in cfg.routing.providers.iter().filter(|p| p.name != "default") {
+        eprintln!(
+            "hunkgate: built-in agent provider {}: {} at {} ({})",
+            p.name,
+            if p.cfg.model.is_empty() {
+                "(model by the rules)"
+            } else {
+                &p.cfg.model
+            },
+            p.cfg.base_url,
+            p.cfg.key_source
+        );
+    }
+    if !cfg.routing.providers.is_empty() {
+        return;
+    }
+    if let (None, Some(acp)) = (&cfg.agent, &cfg.acp.command) {
         eprintln!("hunkgate: ACP agent: {acp}");
     } else if cfg.agent.is_none() {
         eprintln!("hunkgate: no default agent; runs need \"agent\", or start with --agent 'claude -p {{prompt}}' or --provider-url for the built-in agent");

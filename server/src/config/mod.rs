@@ -8,6 +8,7 @@ pub mod checks;
 pub mod context;
 pub mod provider;
 pub mod retention;
+pub mod routing;
 pub mod sensitive;
 
 use std::path::{Path, PathBuf};
@@ -57,6 +58,12 @@ pub struct FileConfig {
     /// The built-in agent's model server.
     #[serde(default)]
     pub provider: ProviderFile,
+    /// `[providers.<name>]`: more model servers, by name ([`routing`]).
+    #[serde(default)]
+    pub providers: std::collections::BTreeMap<String, ProviderFile>,
+    /// `[routing]`: which provider and model a built-in run gets ([`routing`]).
+    #[serde(default)]
+    pub routing: routing::RoutingFile,
     /// The built-in agent's limits.
     #[serde(default)]
     pub limits: LimitsFile,
@@ -214,6 +221,12 @@ pub struct ProviderFile {
     pub request_timeout_secs: Option<u64>,
     pub temperature: Option<f64>,
     pub max_tokens: Option<u32>,
+    /// What the user knows of this server's models ([`routing::ModelFile`]); wins over what
+    /// its `GET /models` says.
+    #[serde(default)]
+    pub models: Vec<routing::ModelFile>,
+    /// Ask the server's `GET /models` for its models and their context (default true).
+    pub discover_models: Option<bool>,
 }
 
 /// `[limits]` (seed 000 §1 defaults).
@@ -304,7 +317,6 @@ pub fn resolve_provider(
     flags: ProviderFlags,
     file: &ProviderFile,
 ) -> Result<Option<crate::config::provider::ProviderConfig>, ConfigError> {
-    use crate::config::provider::{read_key_file, KeySource, ProviderConfig, Secret};
     let Some(base_url) = flags
         .base_url
         .or_else(|| env_first(&["HUNKGATE_PROVIDER_URL"]).map(|(_, v)| v))
@@ -312,16 +324,7 @@ pub fn resolve_provider(
     else {
         return Ok(None);
     };
-    if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
-        return Err(ConfigError::Provider(format!(
-            "base URL {base_url:?} must start with http:// or https://"
-        )));
-    }
-    if base_url.starts_with("https://") && !cfg!(feature = "tls") {
-        return Err(ConfigError::Provider(format!(
-            "{base_url} needs TLS, and this hunkgate was built without the `tls` feature"
-        )));
-    }
+    check_base_url(&base_url)?;
     let model = flags
         .model
         .or_else(|| env_first(&["HUNKGATE_MODEL"]).map(|(_, v)| v))
@@ -331,13 +334,26 @@ pub fn resolve_provider(
     let key_env = flags
         .api_key_env
         .or_else(|| file.api_key_env.clone())
-        .unwrap_or_else(|| DEFAULT_API_KEY_ENV.to_string());
-    let (api_key, key_source) = match key_file {
-        Some(path) => (
+        .or_else(|| Some(DEFAULT_API_KEY_ENV.to_string()));
+    provider_config(base_url, model, key_file, key_env, file).map(Some)
+}
+
+/// A provider's settings from its table, once its URL and model are known; its key from
+/// `key_file`, else the variable `key_env`, else none.
+fn provider_config(
+    base_url: String,
+    model: String,
+    key_file: Option<PathBuf>,
+    key_env: Option<String>,
+    file: &ProviderFile,
+) -> Result<crate::config::provider::ProviderConfig, ConfigError> {
+    use crate::config::provider::{read_key_file, KeySource, ProviderConfig, Secret};
+    let (api_key, key_source) = match (key_file, key_env) {
+        (Some(path), _) => (
             Some(read_key_file(&path).map_err(|e| ConfigError::Provider(e.to_string()))?),
             KeySource::File(path),
         ),
-        None => match std::env::var(&key_env)
+        (None, Some(key_env)) => match std::env::var(&key_env)
             .ok()
             .filter(|k| !k.trim().is_empty())
         {
@@ -347,8 +363,9 @@ pub fn resolve_provider(
             ),
             None => (None, KeySource::None),
         },
+        (None, None) => (None, KeySource::None),
     };
-    Ok(Some(ProviderConfig {
+    Ok(ProviderConfig {
         base_url: base_url.trim_end_matches('/').to_string(),
         model,
         api_key,
@@ -359,7 +376,65 @@ pub fn resolve_provider(
         request_timeout: Duration::from_secs(file.request_timeout_secs.unwrap_or(300).max(1)),
         temperature: file.temperature,
         max_tokens: file.max_tokens,
-    }))
+    })
+}
+
+/// A base URL the hub can talk to: http, or https when built with TLS.
+fn check_base_url(base_url: &str) -> Result<(), ConfigError> {
+    if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
+        return Err(ConfigError::Provider(format!(
+            "base URL {base_url:?} must start with http:// or https://"
+        )));
+    }
+    if base_url.starts_with("https://") && !cfg!(feature = "tls") {
+        return Err(ConfigError::Provider(format!(
+            "{base_url} needs TLS, and this hunkgate was built without the `tls` feature"
+        )));
+    }
+    Ok(())
+}
+
+/// `[providers.*]` and `[routing]` around the `default` provider (`[provider]` and its flags).
+pub fn resolve_routing(
+    default: Option<&crate::config::provider::ProviderConfig>,
+    file: &FileConfig,
+) -> Result<routing::Routing, ConfigError> {
+    use routing::{ModelMeta, NamedProvider};
+    let named_of = |name: &str,
+                    cfg: crate::config::provider::ProviderConfig,
+                    table: &ProviderFile| NamedProvider {
+        name: name.to_string(),
+        cfg,
+        models: table.models.iter().map(ModelMeta::from).collect(),
+        discover: table.discover_models.unwrap_or(true),
+    };
+    let default = default.map(|c| named_of(routing::DEFAULT_PROVIDER, c.clone(), &file.provider));
+    let mut named = std::collections::BTreeMap::new();
+    // A named provider's key comes only from its own `api_key_env` or `api_key_file`: never
+    // `HUNKGATE_API_KEY` by default, so a remote key is not sent to a local server.
+    for (name, table) in &file.providers {
+        let bad = |m: String| ConfigError::Routing(format!("[providers.{name}]: {m}"));
+        let base_url = table
+            .base_url
+            .clone()
+            .ok_or_else(|| bad("base_url is missing".into()))?;
+        if let Err(ConfigError::Provider(m)) = check_base_url(&base_url) {
+            return Err(bad(m));
+        }
+        let cfg = provider_config(
+            base_url,
+            table.model.clone().unwrap_or_default(),
+            table.api_key_file.clone(),
+            table.api_key_env.clone(),
+            table,
+        )
+        .map_err(|e| match e {
+            ConfigError::Provider(m) => bad(m),
+            e => bad(e.to_string()),
+        })?;
+        named.insert(name.clone(), named_of(name, cfg, table));
+    }
+    routing::Routing::resolve(default, named, &file.routing).map_err(ConfigError::Routing)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -372,6 +447,9 @@ pub enum ConfigError {
     NoHome,
     #[error("[provider]: {0}")]
     Provider(String),
+    /// `[providers.*]`, `[routing]`.
+    #[error("{0}")]
+    Routing(String),
     #[error("[context]: {0}")]
     Context(String),
     #[error("{0}")]
@@ -504,6 +582,8 @@ pub struct ServeConfig {
     pub isolation: crate::isolation::Isolation,
     /// The built-in agent's model server, if one is configured.
     pub provider: Option<crate::config::provider::ProviderConfig>,
+    /// Every provider by name (`default` is `provider`), and how a built-in run picks one.
+    pub routing: routing::Routing,
     pub limits: crate::config::provider::LoopLimits,
     /// Agent runs at a time; later ones wait in the order they were posted (status `queued`).
     pub max_concurrent_runs: usize,

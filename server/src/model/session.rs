@@ -101,6 +101,12 @@ pub struct SessionRec {
     /// The built-in agent's model for this session's runs (a run may still name another).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// The built-in agent's provider for this session's runs (a run may still name another).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// `local`, `remote` or `hybrid_auto` for this session's runs (a run may still name another).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_mode: Option<String>,
     #[serde(default)]
     pub context: Vec<ContextRow>,
     #[serde(default)]

@@ -10,10 +10,12 @@ mod command;
 mod event;
 mod gc;
 mod reply;
+mod route;
 pub use command::*;
 pub use event::*;
 pub use gc::*;
 pub use reply::*;
+pub use route::*;
 
 pub const PROTOCOL_VERSION: u32 = 1;
 pub const SERVICE: &str = "hunkgate";
@@ -381,6 +383,12 @@ pub struct RunView {
     /// ACP agent: the name and version it gave in `initialize` (`OpenCode 1.18.33`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_info: Option<String>,
+    /// Built-in agent: the provider the run is on (the last one, after a `hybrid_auto` move).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// Built-in agent: how its provider and model were chosen, and its moves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<RouteView>,
 }
 
 /// Token and call counts of a built-in agent run.
@@ -518,6 +526,13 @@ pub struct RunCmd {
     /// The built-in agent's model for this run (implies `agent: "builtin"`).
     #[serde(default)]
     pub model: Option<String>,
+    /// The built-in agent's provider for this run, by its config name (implies `agent:
+    /// "builtin"`).
+    #[serde(default)]
+    pub provider: Option<String>,
+    /// `local`, `remote` or `hybrid_auto` for this run (implies `agent: "builtin"`).
+    #[serde(default, alias = "agentMode")]
+    pub agent_mode: Option<String>,
     #[serde(default, alias = "sessionId")]
     pub session_id: Option<String>,
     #[serde(default, alias = "timeoutSecs")]

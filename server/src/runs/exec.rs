@@ -191,7 +191,7 @@ impl Hub {
         match &job.driver {
             Driver::Command(template) => self.run_agent_command(job, template, sandbox).await,
             Driver::Acp(command) => self.drive_acp(job, command, sandbox).await,
-            Driver::Builtin { model } => self.drive_builtin(job, model, sandbox, sensitive).await,
+            Driver::Builtin { ask, .. } => self.drive_builtin(job, ask, sandbox, sensitive).await,
         }
     }
 

@@ -124,51 +124,71 @@ impl Hub {
         });
     }
 
-    /// Which agent a run gets: the request's, the session's model, the hub's default.
+    /// Which agent a run gets: the request's, the session's model, the hub's default. The
+    /// built-in agent's settings go request > session > config (seed 003).
     fn resolve_driver(
         &self,
         cmd: &RunCmd,
-        session_model: Option<&str>,
+        session: Option<&crate::model::session::SessionRec>,
     ) -> Result<Driver, AppError> {
+        let session_model = session.and_then(|s| s.model.as_deref());
         let builtin = |model: Option<&str>| -> Result<Driver, AppError> {
-            let Some(p) = &self.cfg().provider else {
+            let routing = &self.cfg().routing;
+            if routing.providers.is_empty() {
                 return Err(AppError::bad_request(
                     "the built-in agent needs a model server: start the hub with --provider-url (e.g. http://127.0.0.1:11434/v1 for Ollama) or [provider] base_url".into(),
                 ));
-            };
-            let model = model
-                .or(session_model)
-                .map(str::to_string)
-                .unwrap_or_else(|| p.model.clone());
-            if model.trim().is_empty() {
+            }
+            let ask = crate::agent::routing::Ask::resolve(
+                routing,
+                [model, cmd.provider.as_deref(), cmd.agent_mode.as_deref()],
+                [
+                    session_model,
+                    session.and_then(|s| s.provider.as_deref()),
+                    session.and_then(|s| s.agent_mode.as_deref()),
+                ],
+            )
+            .map_err(AppError::bad_request)?;
+            let model = ask.provisional_model(routing).unwrap_or_default();
+            let rules = routing
+                .providers
+                .iter()
+                .any(|p| !p.models.is_empty() || p.discover);
+            if model.trim().is_empty() && !rules {
                 return Err(AppError::bad_request(
                     "no model: pass \"model\" with the run, or start the hub with --model".into(),
                 ));
             }
-            Ok(Driver::Builtin { model })
+            Ok(Driver::Builtin { model, ask })
         };
         if let Some(acp) = cmd.acp.as_deref() {
-            if cmd.agent.is_some() || cmd.model.is_some() {
+            if cmd.agent.is_some()
+                || cmd.model.is_some()
+                || cmd.provider.is_some()
+                || cmd.agent_mode.is_some()
+            {
                 return Err(AppError::bad_request(
                     "\"acp\" names the run's agent: leave out \"agent\" and \"model\"".into(),
                 ));
             }
             return Ok(Driver::Acp(acp.to_string()));
         }
-        match (cmd.agent.as_deref(), cmd.model.as_deref()) {
-            (Some(BUILTIN), m) | (None, m @ Some(_)) => builtin(m),
-            (Some(_), Some(_)) => Err(AppError::bad_request(
-                "\"model\" is for the built-in agent; an agent command chooses its own".into(),
+        let wants_builtin =
+            cmd.model.is_some() || cmd.provider.is_some() || cmd.agent_mode.is_some();
+        match (cmd.agent.as_deref(), wants_builtin) {
+            (Some(BUILTIN), _) | (None, true) => builtin(cmd.model.as_deref()),
+            (Some(_), true) => Err(AppError::bad_request(
+                "\"model\", \"provider\" and \"agent_mode\" are for the built-in agent; an agent command chooses its own".into(),
             )),
-            (Some(t), None) => Ok(Driver::Command(t.to_string())),
-            (None, None) => match self.cfg().agent.as_deref() {
+            (Some(t), false) => Ok(Driver::Command(t.to_string())),
+            (None, false) => match self.cfg().agent.as_deref() {
                 _ if session_model.is_some() => builtin(None),
                 None if self.cfg().acp.command.is_some() => Ok(Driver::Acp(
                     self.cfg().acp.command.clone().unwrap_or_default(),
                 )),
                 Some(BUILTIN) => builtin(None),
                 Some(t) => Ok(Driver::Command(t.to_string())),
-                None if self.cfg().provider.is_some() => builtin(None),
+                None if !self.cfg().routing.providers.is_empty() => builtin(None),
                 None => Err(AppError::bad_request(
                     "no agent configured: pass \"agent\" (e.g. \"claude -p {prompt}\"), or start the hub with --agent, or with --provider-url for the built-in agent".into(),
                 )),
@@ -225,11 +245,11 @@ impl Hub {
         if prompt.trim().is_empty() {
             return Err(AppError::bad_request("prompt is empty".into()));
         }
-        let session_model = match &cmd.session_id {
-            Some(id) => self.session_view(id)?.session.model,
+        let session = match &cmd.session_id {
+            Some(id) => Some(self.session_view(id)?.session),
             None => None,
         };
-        let driver = self.resolve_driver(cmd, session_model.as_deref())?;
+        let driver = self.resolve_driver(cmd, session.as_ref())?;
         match &driver {
             // Refuse a broken template now rather than as a failed run later.
             Driver::Command(template) => {
@@ -391,7 +411,12 @@ fn check_acp_command(command: &str) -> Result<(), AppError> {
 enum Driver {
     Command(String),
     Acp(String),
-    Builtin { model: String },
+    /// `model`: the one named while the run waits (the rules may choose another when it
+    /// starts, and say so in its `route`).
+    Builtin {
+        model: String,
+        ask: crate::agent::routing::Ask,
+    },
 }
 
 /// What a queued run needs once it gets a slot.
@@ -412,7 +437,8 @@ fn new_run_rec(run_id: String, prompt: &str, driver: &Driver, session_id: String
         agent: Some(match driver {
             Driver::Command(t) => t.clone(),
             Driver::Acp(c) => format!("{ACP_PREFIX}{c}"),
-            Driver::Builtin { model } => format!("{BUILTIN}:{model}"),
+            Driver::Builtin { model, .. } if model.is_empty() => BUILTIN.to_string(),
+            Driver::Builtin { model, .. } => format!("{BUILTIN}:{model}"),
         }),
         suggestion_ids: Vec::new(),
         base_commit: None,
@@ -421,13 +447,15 @@ fn new_run_rec(run_id: String, prompt: &str, driver: &Driver, session_id: String
         last_message: None,
         session_id: Some(session_id),
         model: match driver {
-            Driver::Builtin { model } => Some(model.clone()),
+            Driver::Builtin { model, .. } => Some(model.clone()).filter(|m| !m.is_empty()),
             Driver::Command(_) | Driver::Acp(_) => None,
         },
         stop_reason: None,
         usage: None,
         question: None,
         agent_info: None,
+        provider: None,
+        route: None,
     }
 }
 
@@ -481,6 +509,7 @@ mod tests {
         assert_eq!(r.prompt, "do it");
         let builtin = Driver::Builtin {
             model: "gemma".into(),
+            ask: Default::default(),
         };
         let r = new_run_rec("r2".into(), "do it", &builtin, "s1".into());
         assert_eq!(r.agent.as_deref(), Some("builtin:gemma"));
