@@ -4,7 +4,7 @@
 //!
 //! A [`Watch`] holds an inotify watch on every directory of a slot (every base directory,
 //! ignored or not: see `workspace`'s `start_watch`) or of the user's checkout (every directory
-//! that is not ignored: see [`crate::checkout`]), started or cleared right after a sync or a
+//! that is not ignored: see [`crate::status::checkout`]), started or cleared right after a sync or a
 //! whole snapshot. Each event names a path in a watched directory; [`Dirty`]
 //! collects them: `paths` (a file or symlink created, written, removed, renamed or `chmod`ed)
 //! and `trees` (a directory created or removed, a directory's own attributes, a `.gitignore`

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use crate::beneath::{components, Beneath, FsError, Kind};
+use crate::fs::beneath::{components, Beneath, FsError, Kind};
 
 /// Caps on what one tool call may read or return (seed 000 §1; all configurable in the hub).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -475,7 +475,7 @@ fn list_files(
     let matcher = glob_matcher(glob.as_deref())?;
     let mut files = Vec::new();
     let mut total = 0usize;
-    for path in crate::snapshot::walk_not_ignored(root, false) {
+    for path in crate::status::snapshot::walk_not_ignored(root, false) {
         if !under_prefix(&path, prefix.as_deref()) {
             continue;
         }
@@ -762,7 +762,7 @@ fn search(
     let context = (limits.max_search_snippet_lines.saturating_sub(1) / 2).min(2);
     let mut results = Vec::new();
     let mut truncated = false;
-    'files: for path in crate::snapshot::walk_not_ignored(root, false) {
+    'files: for path in crate::status::snapshot::walk_not_ignored(root, false) {
         if matcher.as_ref().is_some_and(|m| !m.is_match(&path)) {
             continue;
         }

@@ -1,8 +1,8 @@
 //! The user's checkout, snapshotted at the cost of what changed: a [`CheckoutWatch`] keeps the
 //! last snapshot (every file's entry and stat) and an inotify watch over the checkout's
-//! directories (see [`crate::watch`]), so the next snapshot reads only the paths where
+//! directories (see [`crate::status::watch`]), so the next snapshot reads only the paths where
 //! something happened since, and walks only the directories they are in — git's fsmonitor
-//! idea, where the stat cache ([`crate::statcache`]) is git's index.
+//! idea, where the stat cache ([`crate::status::statcache`]) is git's index.
 //!
 //! What decides which files a snapshot holds, beyond the files themselves, is checked every
 //! time and sends the snapshot back to a whole one when it changed: the index (a path added
@@ -20,20 +20,20 @@
 //! a run starts from, and a hunk whose context no longer matches the checkout is a conflict at
 //! accept, never applied over an edit.
 //!
-//! **Layer:** imports [`crate::beneath`], [`crate::snapshot`], [`crate::statcache`],
-//! [`crate::store`], [`crate::watch`] and [`crate::wire`].
+//! **Layer:** imports [`crate::fs::beneath`], [`crate::status::snapshot`], [`crate::status::statcache`],
+//! [`crate::odb::store`], [`crate::status::watch`] and [`crate::wire`].
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 
-use crate::beneath::Beneath;
-use crate::snapshot::{
+use crate::fs::beneath::Beneath;
+use crate::odb::store::{Entry, Store};
+use crate::status::snapshot::{
     capture_each, checkout_parts, stat_cache_path, store_captured, tracked_paths, walk, Check,
     Skipped, Snapshot, SnapshotError,
 };
-use crate::statcache::{file_stat, StatCache};
-use crate::store::{Entry, Store};
-use crate::watch::{Dirty, Watch};
+use crate::status::statcache::{file_stat, StatCache};
+use crate::status::watch::{Dirty, Watch};
 use crate::wire::FileStat;
 
 /// A checkout, its last snapshot, and what changed since (see the module docs).
@@ -267,7 +267,7 @@ impl CheckoutWatch {
                     if let Some(got) = store_captured(&mut blobs, &mut snap, item)? {
                         seen.push(got);
                     }
-                    Ok::<_, crate::store::StoreError>(())
+                    Ok::<_, crate::odb::store::StoreError>(())
                 },
             )?;
             blobs.finish()?;
@@ -292,8 +292,8 @@ impl CheckoutWatch {
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
-    use crate::snapshot::{snapshot_checkout_cached, DEFAULT_FILE_CAP};
-    use crate::store::test_support::{commit, git_in as git, set_mtime};
+    use crate::odb::store::test_support::{commit, git_in as git, set_mtime};
+    use crate::status::snapshot::{snapshot_checkout_cached, DEFAULT_FILE_CAP};
     use std::os::unix::fs::{symlink, PermissionsExt};
 
     /// Snapshot with `state` and check it against the oracle, a whole snapshot that trusts no
@@ -385,7 +385,7 @@ mod tests {
                 std::fs::write(repo.join(d).join(format!("new{round}.txt")), "new\n").unwrap();
                 let (snap, _) = snapshot(&repo, &store, DEFAULT_FILE_CAP, &mut state).unwrap();
                 let got = |p: &str| snap.tree.get(&format!("{d}/{p}")).map(|e| e.oid);
-                let blob = |b: &str| Some(crate::store::blob_id(b.as_bytes()));
+                let blob = |b: &str| Some(crate::odb::store::blob_id(b.as_bytes()));
                 assert_eq!(
                     got("inner.txt"),
                     blob(&format!("edit {round}\n")),

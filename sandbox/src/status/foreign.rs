@@ -7,7 +7,7 @@
 //! UTF-8, an empty directory, a `chmod 000` directory, a tree deeper than `PATH_MAX`. What the
 //! next agent reads is what the reviewer's checkout held, and nothing one agent planted can be
 //! published by the next as its own. (A run's read-back reports what it cannot review — see
-//! [`crate::snapshot`] — before this removes it.)
+//! [`crate::status::snapshot`] — before this removes it.)
 //!
 //! Only the base's directories are ever read: an entry of one that is neither a base path nor
 //! a base directory is removed whole, never entered as a path. Removal goes by directory
@@ -21,8 +21,8 @@
 //! whose stat moved since (or is racy) and those it does not name; else every one. A
 //! directory's entries cannot change without its ctime changing.
 //!
-//! **Layer:** imports [`crate::beneath`], [`crate::store`], [`crate::statcache`],
-//! [`crate::watch`] and [`crate::wire`].
+//! **Layer:** imports [`crate::fs::beneath`], [`crate::odb::store`], [`crate::status::statcache`],
+//! [`crate::status::watch`] and [`crate::wire`].
 
 use std::collections::BTreeSet;
 use std::ffi::{CStr, CString};
@@ -34,10 +34,10 @@ use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::{FchmodatFlags, FileStat, Mode as Perm, SFlag};
 use nix::unistd::UnlinkatFlags;
 
-use crate::beneath::Beneath;
-use crate::statcache::{file_stat, is_racy};
-use crate::store::FlatTree;
-use crate::watch::Dirty;
+use crate::fs::beneath::Beneath;
+use crate::odb::store::FlatTree;
+use crate::status::statcache::{file_stat, is_racy};
+use crate::status::watch::Dirty;
 use crate::wire::SyncRecord;
 
 const DIR_FLAGS: OFlag = OFlag::O_DIRECTORY
@@ -402,7 +402,7 @@ pub(crate) mod test_support {
         ] {
             std::fs::set_permissions(p(d), std::fs::Permissions::from_mode(mode)).unwrap();
         }
-        crate::store::test_support::deep(&p("deep"), 5000);
+        crate::odb::store::test_support::deep(&p("deep"), 5000);
         std::fs::write(dir.join(std::ffi::OsStr::from_bytes(b"bad\xffname")), "x\n").unwrap();
         let odd_dir = dir.join(std::ffi::OsStr::from_bytes(b"a/odd\xfe"));
         std::fs::create_dir_all(&odd_dir).unwrap();
@@ -450,7 +450,7 @@ pub(crate) mod test_support {
     }
 
     /// What [`listing`] gives of a slot that holds exactly `base`.
-    pub(crate) fn exactly(base: &crate::store::FlatTree) -> BTreeSet<Vec<u8>> {
+    pub(crate) fn exactly(base: &crate::odb::store::FlatTree) -> BTreeSet<Vec<u8>> {
         let dirs = super::base_dirs(base);
         let dirs = dirs
             .iter()
@@ -468,7 +468,7 @@ pub(crate) mod test_support {
 mod tests {
     use super::test_support::listing;
     use super::*;
-    use crate::store::test_support::deep;
+    use crate::odb::store::test_support::deep;
     use std::os::unix::fs::{symlink, PermissionsExt};
 
     /// `remove_at` takes apart any tree an agent can make — directories without their
@@ -513,9 +513,9 @@ mod tests {
     /// directory of each named path or dirty tree, and every base directory in a dirty tree.
     #[test]
     fn the_watch_names_the_directories_to_read() {
-        let e = crate::store::Entry {
-            mode: crate::store::Mode::File,
-            oid: crate::store::blob_id(b""),
+        let e = crate::odb::store::Entry {
+            mode: crate::odb::store::Mode::File,
+            oid: crate::odb::store::blob_id(b""),
         };
         let base: FlatTree = ["a/b/c/f", "a/g", "x/y", "top"]
             .into_iter()

@@ -95,7 +95,7 @@ pub enum StoreError {
     /// A batch was given more new blob content than it was limited to
     /// ([`ObjectBatch::limit_new_blob_bytes`]).
     #[error(transparent)]
-    OverLimit(#[from] crate::limits::OverLimit),
+    OverLimit(#[from] crate::supervise::limits::OverLimit),
 }
 
 /// The hub's private object store.
@@ -373,9 +373,9 @@ impl Store {
         };
         // Files first, then the directories naming them: each on several threads, as the
         // disk takes flushes that come together at once.
-        crate::try_on_threads(&files, crate::SYNC_THREADS, fsync)?;
+        crate::threads::try_on_threads(&files, crate::threads::SYNC_THREADS, fsync)?;
         let dirs: Vec<PathBuf> = dirs.into_iter().collect();
-        crate::try_on_threads(&dirs, crate::SYNC_THREADS, fsync)?;
+        crate::threads::try_on_threads(&dirs, crate::threads::SYNC_THREADS, fsync)?;
         Ok(files.len())
     }
 
@@ -385,7 +385,7 @@ impl Store {
     /// an fsync in the seconds before it: their names, and no content. Git then fails on each
     /// ("object file … is empty") until someone removes them; so would every run, whose
     /// snapshot takes unchanged files' blobs from the stat cache. Removed, an object is
-    /// missing instead: the stat cache looks it up ([`crate::statcache::StatCache::lookup`])
+    /// missing instead: the stat cache looks it up ([`crate::status::statcache::StatCache::lookup`])
     /// and the next snapshot writes it again from the checkout.
     pub fn drop_empty_loose_objects(&self) -> Result<usize, StoreError> {
         let objects = self.path.join("objects");
@@ -584,7 +584,7 @@ impl Store {
             repo: gix::Repository,
             batch: &'b mut ObjectBatch<'s>,
         }
-        impl crate::tree_edit::Trees for InStore<'_, '_, '_> {
+        impl crate::odb::tree_edit::Trees for InStore<'_, '_, '_> {
             type Error = StoreError;
             fn read(&mut self, id: ObjectId) -> Result<Vec<u8>, StoreError> {
                 let tree = self.repo.find_tree(id).map_err(|e| self.store.err(e))?;
@@ -598,10 +598,10 @@ impl Store {
                     .err(format!("tree {id}: its entries cannot be read"))
             }
         }
-        let changes: Vec<(&str, Option<crate::tree_edit::Put>)> = changes
+        let changes: Vec<(&str, Option<crate::odb::tree_edit::Put>)> = changes
             .iter()
             .map(|(path, entry)| {
-                let put = entry.map(|e| crate::tree_edit::Put {
+                let put = entry.map(|e| crate::odb::tree_edit::Put {
                     mode: e.mode.kind().as_octal_str(),
                     oid: e.oid,
                 });
@@ -613,7 +613,7 @@ impl Store {
             repo: self.local(),
             batch,
         };
-        let root = crate::tree_edit::edit(&mut trees, base, &changes)?;
+        let root = crate::odb::tree_edit::edit(&mut trees, base, &changes)?;
         Ok(root)
     }
 
@@ -631,26 +631,26 @@ impl Store {
             .map_err(|e| self.err(format!("{path}: {e}")))
     }
 
-    /// A compressor from those kept, or a new one ([`crate::pack::new_deflate`]).
+    /// A compressor from those kept, or a new one ([`crate::odb::pack::new_deflate`]).
     fn take_deflate(&self) -> flate2::write::ZlibEncoder<Vec<u8>> {
         self.deflate
             .lock()
             .ok()
             .and_then(|mut d| d.pop())
-            .unwrap_or_else(crate::pack::new_deflate)
+            .unwrap_or_else(crate::odb::pack::new_deflate)
     }
 
     /// Keep a compressor that finished its last stream (at most one per I/O thread).
     fn give_deflate(&self, z: flate2::write::ZlibEncoder<Vec<u8>>) {
         if let Ok(mut d) = self.deflate.lock() {
-            if d.len() < crate::io_threads() {
+            if d.len() < crate::threads::io_threads() {
                 d.push(z);
             }
         }
     }
 
     /// Compress `all` into pack entries — on a few threads when they are many bytes — and
-    /// write them as one pack made in memory ([`crate::pack::WholePack`]); returns the pack's
+    /// write them as one pack made in memory ([`crate::odb::pack::WholePack`]); returns the pack's
     /// path.
     fn write_whole_pack(&self, objects: &[HeldObject]) -> Result<PathBuf, StoreError> {
         /// Below this many bytes per thread, one thread compresses everything.
@@ -658,7 +658,9 @@ impl Store {
         let started = std::time::Instant::now();
         let cost = |(_, _, b): &HeldObject| b.len();
         let total: usize = objects.iter().map(cost).sum();
-        let threads = crate::io_threads().min(total / BYTES_PER_THREAD).max(1);
+        let threads = crate::threads::io_threads()
+            .min(total / BYTES_PER_THREAD)
+            .max(1);
         // Contiguous shares of about equal bytes to compress, in order.
         let mut shares: Vec<&[HeldObject]> = Vec::with_capacity(threads);
         let (mut start, mut acc, per) = (0, 0, total.div_ceil(threads));
@@ -681,18 +683,18 @@ impl Store {
         if shares.len() == 1 {
             entries.extend(deflate_share(shares[0]).map_err(io)?);
         } else {
-            for share in crate::on_threads(shares, deflate_share) {
+            for share in crate::threads::on_threads(shares, deflate_share) {
                 entries.extend(share.map_err(io)?);
             }
         }
         let compressed_us = started.elapsed().as_micros() as u64;
-        let whole = crate::pack::WholePack::of(&entries).map_err(io)?;
+        let whole = crate::odb::pack::WholePack::of(&entries).map_err(io)?;
         let made_us = started.elapsed().as_micros() as u64;
         let dir = self.pack_dir();
         let durable = self.durable;
         let placed = whole
             .place(&dir, durable, |dest, bytes| {
-                crate::pack::write_file_via_temp(dest, bytes, durable)
+                crate::odb::pack::write_file_via_temp(dest, bytes, durable)
             })
             .map_err(io);
         tracing::debug!(
@@ -718,12 +720,12 @@ impl Store {
 
     /// A pack in [`Store::pack_dir`], fsynced when finished unless the store is a scratch
     /// one.
-    fn start_pack(&self) -> Result<crate::pack::PackWriter, StoreError> {
+    fn start_pack(&self) -> Result<crate::odb::pack::PackWriter, StoreError> {
         let dir = self.pack_dir();
         let pack = if self.durable {
-            crate::pack::PackWriter::new(&dir)
+            crate::odb::pack::PackWriter::new(&dir)
         } else {
-            crate::pack::PackWriter::scratch(&dir)
+            crate::odb::pack::PackWriter::scratch(&dir)
         };
         pack.map_err(|e| self.err(format!("starting a pack: {e}")))
     }
@@ -1018,7 +1020,7 @@ impl Store {
             ids: Default::default(),
             fresh: None,
             buf: Vec::new(),
-            new_blob_bytes: crate::limits::Tally::new(u64::MAX),
+            new_blob_bytes: crate::supervise::limits::Tally::new(u64::MAX),
         }
     }
 
@@ -1046,7 +1048,7 @@ pub fn loose_object_path(objects: &Path, id: ObjectId) -> PathBuf {
 
 /// Objects written together ([`Store::batch`]): blobs, and the trees and commit a snapshot or
 /// publish makes of them. Up to [`ObjectBatch::PACK_AT`] are written loose; more go into one
-/// pack ([`crate::pack`]), so a snapshot of thousands of new files creates two files, not
+/// pack ([`crate::odb::pack`]), so a snapshot of thousands of new files creates two files, not
 /// thousands. The objects are readable once [`ObjectBatch::finish`] returns; a batch dropped
 /// unfinished writes nothing (its temporary pack is removed).
 ///
@@ -1058,19 +1060,19 @@ pub struct ObjectBatch<'s> {
     /// Objects not yet in the pack (or to be written loose), in the order they came.
     held: Vec<HeldObject>,
     held_bytes: usize,
-    pack: Option<crate::pack::PackWriter>,
+    pack: Option<crate::odb::pack::PackWriter>,
     ids: std::collections::HashSet<ObjectId>,
     fresh: Option<Fresh>,
     /// Where a tree is encoded to be hashed (copied only if it is new).
     buf: Vec<u8>,
     /// The bytes of new blobs taken, against [`ObjectBatch::limit_new_blob_bytes`].
-    new_blob_bytes: crate::limits::Tally,
+    new_blob_bytes: crate::supervise::limits::Tally,
     /// A new blob was not kept (a batch [`ObjectBatch::keeping`] contents, past its budget):
     /// it is readable from the store only once the batch is finished.
     spilled: bool,
 }
 
-/// An object's id and its pack entry ([`crate::pack::deflate_entry`]).
+/// An object's id and its pack entry ([`crate::odb::pack::deflate_entry`]).
 type PackEntry = (ObjectId, Vec<u8>);
 
 /// An object an [`ObjectBatch`] holds: its kind, id and content.
@@ -1194,11 +1196,11 @@ impl ObjectBatch<'_> {
     }
 
     /// Take at most `limit` bytes of new blob content (blobs neither the store nor the batch
-    /// has): past it, adding a blob fails with [`OverLimit::Bytes`](crate::limits::OverLimit)
+    /// has): past it, adding a blob fails with [`OverLimit::Bytes`](crate::supervise::limits::OverLimit)
     /// and the blob is not taken. What was taken before stays, for the caller to finish or
     /// drop.
     pub fn limit_new_blob_bytes(&mut self, limit: u64) {
-        self.new_blob_bytes = crate::limits::Tally::new(limit);
+        self.new_blob_bytes = crate::supervise::limits::Tally::new(limit);
     }
 
     /// Count `len` bytes of a new blob against the limit.
@@ -1206,7 +1208,7 @@ impl ObjectBatch<'_> {
         if self.new_blob_bytes.take(len as u64) {
             return Ok(());
         }
-        Err(crate::limits::OverLimit::Bytes {
+        Err(crate::supervise::limits::OverLimit::Bytes {
             limit: self.new_blob_bytes.limit(),
         }
         .into())
@@ -1403,7 +1405,7 @@ fn deflate_entries(
     objects
         .iter()
         .map(|(kind, oid, bytes)| {
-            crate::pack::deflate_entry(pack_kind(*kind), bytes, z).map(|e| (*oid, e))
+            crate::odb::pack::deflate_entry(pack_kind(*kind), bytes, z).map(|e| (*oid, e))
         })
         .collect()
 }
@@ -1411,10 +1413,10 @@ fn deflate_entries(
 /// Git's pack type number of an object kind.
 fn pack_kind(kind: gix::objs::Kind) -> u8 {
     match kind {
-        gix::objs::Kind::Commit => crate::pack::OBJ_COMMIT,
-        gix::objs::Kind::Tree => crate::pack::OBJ_TREE,
-        gix::objs::Kind::Blob => crate::pack::OBJ_BLOB,
-        gix::objs::Kind::Tag => crate::pack::OBJ_TAG,
+        gix::objs::Kind::Commit => crate::odb::pack::OBJ_COMMIT,
+        gix::objs::Kind::Tree => crate::odb::pack::OBJ_TREE,
+        gix::objs::Kind::Blob => crate::odb::pack::OBJ_BLOB,
+        gix::objs::Kind::Tag => crate::odb::pack::OBJ_TAG,
     }
 }
 
@@ -1468,7 +1470,7 @@ fn index_v2(
         let len = out.len() - start;
         out.resize(start + (len + 8) / 8 * 8, 0);
     }
-    let sum = crate::pack::checksum(&out);
+    let sum = crate::odb::pack::checksum(&out);
     out.extend_from_slice(sum.as_bytes());
     Ok(out)
 }

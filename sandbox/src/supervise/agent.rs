@@ -338,12 +338,12 @@ struct Tails {
 
 impl Tails {
     /// The sandbox helper's word that the agent's program could not be run (the last line of
-    /// stderr, after [`crate::agent_path::NOT_STARTED`]), taken out of the tail.
+    /// stderr, after [`crate::supervise::agent_path::NOT_STARTED`]), taken out of the tail.
     fn not_started(&mut self) -> Option<String> {
         let why = self
             .stderr
             .back()?
-            .strip_prefix(crate::agent_path::NOT_STARTED)?
+            .strip_prefix(crate::supervise::agent_path::NOT_STARTED)?
             .to_string();
         self.stderr.pop_back();
         Some(why)
@@ -609,7 +609,9 @@ impl Process {
         // A reader of an interactive agent's stdout sees its end now, whoever holds the pipe.
         settled.cancel();
         let mut exit = forced.unwrap_or_else(|| exit_of(status));
-        if supervised && exit == Exit::Code(i32::from(crate::agent_path::NOT_STARTED_STATUS)) {
+        if supervised
+            && exit == Exit::Code(i32::from(crate::supervise::agent_path::NOT_STARTED_STATUS))
+        {
             if let Some(why) = output.tails.not_started() {
                 exit = Exit::SpawnFailed(why + &hub_has_it(&argv0, &env));
             }
@@ -625,7 +627,9 @@ fn hub_has_it(program: &str, env: &[(String, String)]) -> String {
         .iter()
         .find(|(k, _)| k == "PATH")
         .map(|(_, v)| v.as_str());
-    match hub_path.map(|p| crate::agent_path::find_program(program, p, std::path::Path::new("/"))) {
+    match hub_path
+        .map(|p| crate::supervise::agent_path::find_program(program, p, std::path::Path::new("/")))
+    {
         Some(Ok(at)) if !program.contains('/') => {
             format!(" (the hub's own PATH has it at {})", at.display())
         }
@@ -1516,7 +1520,7 @@ pub mod pidns {
     /// An agent's namespace init, once the agent (`agent`, its child) is started: reap orphans
     /// and, when the agent exits, kill and reap everything left in the namespace, write the
     /// agent's wait status to `verdict` (unless it is -1) and to `status` (for the leader, with
-    /// whether the hub heard it: then both exit at idle priority, [`crate::idle_priority`]), and
+    /// whether the hub heard it: then both exit at idle priority, [`crate::supervise::os::idle_priority`]), and
     /// exit (see [`enter_for_process_group`]).
     ///
     /// # Safety
@@ -1551,7 +1555,7 @@ pub mod pidns {
                 libc::write(status, told.as_ptr().cast(), told.len());
                 // Nobody waits for this exit, or the leader's, once the hub has heard.
                 if heard {
-                    let _ = crate::idle_priority();
+                    let _ = crate::supervise::os::idle_priority();
                 }
                 libc::_exit(report[1] as libc::c_int);
             }
@@ -1570,7 +1574,7 @@ pub mod pidns {
         let n = libc::read(status, report.as_mut_ptr().cast(), 3);
         if n >= 2 {
             if n == 3 && report[2] == 1 {
-                let _ = crate::idle_priority();
+                let _ = crate::supervise::os::idle_priority();
             }
             exit_like(report[0], report[1]);
         }
@@ -2231,17 +2235,17 @@ mod tests {
         }
         fn prepare(
             &self,
-            store: &crate::store::Store,
-            base: &std::sync::Arc<crate::store::FlatTree>,
+            store: &crate::odb::store::Store,
+            base: &std::sync::Arc<crate::odb::store::FlatTree>,
         ) -> Result<(), crate::workspace::SandboxError> {
             self.local.prepare(store, base)
         }
         fn read_back(
             &self,
-            objects: &mut crate::store::ObjectBatch<'_>,
-            base: &crate::store::FlatTree,
-            limits: crate::snapshot::ReadLimits,
-        ) -> Result<crate::snapshot::ReadBack, crate::workspace::SandboxError> {
+            objects: &mut crate::odb::store::ObjectBatch<'_>,
+            base: &crate::odb::store::FlatTree,
+            limits: crate::status::snapshot::ReadLimits,
+        ) -> Result<crate::status::snapshot::ReadBack, crate::workspace::SandboxError> {
             self.local.read_back(objects, base, limits)
         }
         fn command(&self, argv: &[String], env: &[(String, String)]) -> tokio::process::Command {
@@ -2264,8 +2268,8 @@ mod tests {
         }
         fn tool(
             &self,
-            request: &crate::tools::ToolRequest,
-        ) -> Result<crate::tools::ToolReply, crate::workspace::SandboxError> {
+            request: &crate::slot::tools::ToolRequest,
+        ) -> Result<crate::slot::tools::ToolReply, crate::workspace::SandboxError> {
             self.local.tool(request)
         }
         fn isolation(&self) -> String {

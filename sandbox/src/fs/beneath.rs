@@ -303,7 +303,7 @@ impl Beneath {
 
     /// [`Beneath::lstat_cached`] of each of `paths` (best sorted, so that neighbours share a
     /// directory), in order. A long list is split into contiguous runs taken by a few threads
-    /// at once ([`crate::io_threads`]): an `lstat` is a system call of a microsecond or two,
+    /// at once ([`crate::threads::io_threads`]): an `lstat` is a system call of a microsecond or two,
     /// and 10,000 of them one after the other are most of a sandbox's read-back (git's
     /// `core.preloadIndex` does the same for `git status`).
     pub fn lstat_many<P: AsRef<str> + Sync>(&self, paths: &[P]) -> Vec<LstatResult> {
@@ -313,7 +313,7 @@ impl Beneath {
                 .map(|p| self.lstat_cached(p.as_ref(), &mut dirs))
                 .collect()
         };
-        let threads = crate::io_threads();
+        let threads = crate::threads::io_threads();
         if threads < 2 || paths.len() < Self::LSTAT_PARALLEL_FROM {
             return one(paths);
         }
@@ -835,13 +835,13 @@ pub struct PendingWrite {
 impl PendingWrite {
     /// [`PendingWrite::sync`] each of `pending`, the first error if any: on up to
     /// [`PendingWrite::SYNC_THREADS`] threads, each waiting for the disk, which takes flushes
-    /// that come together at once (see [`crate::try_on_threads`]).
+    /// that come together at once (see [`crate::threads::try_on_threads`]).
     pub fn sync_all(pending: &[PendingWrite]) -> Result<(), FsError> {
-        crate::try_on_threads(pending, Self::SYNC_THREADS, PendingWrite::sync)
+        crate::threads::try_on_threads(pending, Self::SYNC_THREADS, PendingWrite::sync)
     }
 
     /// At most this many threads fsync at once ([`PendingWrite::sync_all`]).
-    pub const SYNC_THREADS: usize = crate::SYNC_THREADS;
+    pub const SYNC_THREADS: usize = crate::threads::SYNC_THREADS;
 
     /// Make the new content durable (when writes are: see [`Beneath::open_scratch`]).
     pub fn sync(&self) -> Result<(), FsError> {

@@ -14,7 +14,7 @@
 //! store does not have, is ignored and rebuilt. It is written atomically (temp + rename); a
 //! crash loses at most the cache, which the next snapshot rebuilds.
 //!
-//! **Layer:** imports [`crate::wire`] (the stat record type), [`crate::store`] and nothing else
+//! **Layer:** imports [`crate::wire`] (the stat record type), [`crate::odb::store`] and nothing else
 //! of the crate.
 
 use std::collections::HashMap;
@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use gix::hash::ObjectId;
 use sha2::{Digest, Sha256};
 
-use crate::store::{Entry, Mode, Store};
+use crate::odb::store::{Entry, Mode, Store};
 use crate::wire::FileStat;
 
 /// The stat fields change detection compares, from a raw `lstat`/`fstat`.
@@ -217,7 +217,7 @@ impl StatCache {
                 .file_name()
                 .and_then(|n| n.to_str())
                 .unwrap_or("stat-cache"),
-            crate::beneath::temp_name()
+            crate::fs::beneath::temp_name()
         ));
         let result = (|| {
             let mut f = std::fs::File::create(&tmp)?;

@@ -13,13 +13,13 @@
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
-use crate::beneath::{Beneath, FsError, Kind};
-pub use crate::limits::{OverLimit, ReadLimits};
-use crate::statcache::{file_stat, is_racy, StatCache};
-use crate::store::{
+use crate::fs::beneath::{Beneath, FsError, Kind};
+use crate::odb::store::{
     blob_id, changes_between, Changes, Entry, FlatTree, Mode, ObjectBatch, Store, StoreError,
 };
-use crate::watch::{Dirty, Within};
+use crate::status::statcache::{file_stat, is_racy, StatCache};
+use crate::status::watch::{Dirty, Within};
+pub use crate::supervise::limits::{OverLimit, ReadLimits};
 use crate::wire::{FileStat, SyncRecord};
 use crate::ObjectId;
 
@@ -133,7 +133,7 @@ pub(crate) struct Walked {
 /// Walk `root` as git would list it: `.gitignore` files apply (and with `user_excludes` the
 /// user's global excludes and `.git/info/exclude`), `.git` and `.jj` are never entered, nothing
 /// is followed. With `within`, only the directories it [enters](Within::enters) are entered —
-/// the directories where change notification saw something (see [`crate::watch`]) and the way
+/// the directories where change notification saw something (see [`crate::status::watch`]) and the way
 /// to them, each read with the same ignore rules as a whole walk would read it.
 ///
 /// With `max_files`, it stops once it has found more files (and names it cannot carry) than
@@ -177,7 +177,11 @@ pub(crate) fn walk(
     // 10,000 entries is most of a sandbox read-back); a restricted one gets one worker, the
     // point there being what is not read (the sequential walker opens every directory before
     // its filter can skip it, the parallel one asks the filter first).
-    let threads = if restricted { 1 } else { crate::io_threads() };
+    let threads = if restricted {
+        1
+    } else {
+        crate::threads::io_threads()
+    };
     let found = std::sync::Mutex::new(Vec::new());
     let budget = Budget {
         left: max_files.map(std::sync::atomic::AtomicUsize::new),
@@ -430,7 +434,7 @@ pub enum Check {
 /// The sandbox helper streams these to the hub; the hub's own snapshots store them directly.
 /// The `lstat`s come first, all at once ([`Beneath::lstat_many`]); then `check` is asked of
 /// each path in order; then the reads are made a round at a time — on a few threads when a
-/// round has many ([`crate::io_threads`]), at most [`ROUND_BYTES`] held at once — and handed to
+/// round has many ([`crate::threads::io_threads`]), at most [`ROUND_BYTES`] held at once — and handed to
 /// `sink` in the candidates' order, each as soon as it and those before it are read.
 pub fn capture_each<E, P: AsRef<str> + Sync>(
     root: &Beneath,
@@ -479,7 +483,9 @@ fn finish_round<E>(
         .iter()
         .filter(|p| matches!(p, Plan::Read { .. }))
         .count();
-    let threads = crate::io_threads().min(reads / READS_PER_THREAD).max(1);
+    let threads = crate::threads::io_threads()
+        .min(reads / READS_PER_THREAD)
+        .max(1);
     if threads == 1 {
         for plan in round {
             if let Some(captured) = plan.finish(root, cap, hash) {
@@ -490,10 +496,10 @@ fn finish_round<E>(
     }
     // Each read is handed on as soon as those before it are: the sink (hashing, storing,
     // sending to the hub) works while the later files are still being read.
-    crate::streamed_on_threads(
+    crate::threads::streamed_on_threads(
         round,
         threads,
-        (crate::STREAM_AHEAD, |plan: &Plan| plan.weight(cap)),
+        (crate::threads::STREAM_AHEAD, |plan: &Plan| plan.weight(cap)),
         |plan| plan.finish(root, cap, hash),
         |captured| captured.map_or(Ok(()), &mut *sink),
     )
@@ -512,7 +518,7 @@ enum Plan {
 
 impl Plan {
     /// What its read holds while it waits for the consumer: the file's size as `lstat` saw it,
-    /// at most `cap` (see [`crate::STREAM_AHEAD`]).
+    /// at most `cap` (see [`crate::threads::STREAM_AHEAD`]).
     fn weight(&self, cap: u64) -> usize {
         match self {
             Plan::Done(_) => 0,
@@ -546,7 +552,7 @@ impl Plan {
 /// read it may need; `None` when it is left out.
 fn plan_one(
     path: &str,
-    st: crate::beneath::LstatResult,
+    st: crate::fs::beneath::LstatResult,
     cap: u64,
     check: &mut impl FnMut(&str, &FileStat) -> Check,
 ) -> Option<Plan> {
@@ -556,7 +562,7 @@ fn plan_one(
             reason,
         }))
     };
-    if crate::beneath::check_path(path).is_err() {
+    if crate::fs::beneath::check_path(path).is_err() {
         return Some(skip("path hunkgate cannot represent".into()));
     }
     let st = match st {
@@ -565,7 +571,7 @@ fn plan_one(
         Err(e) => return Some(skip(e.to_string())),
     };
     let stat = file_stat(&st);
-    let how = match crate::beneath::kind_of(&st) {
+    let how = match crate::fs::beneath::kind_of(&st) {
         Kind::Dir => return None,
         Kind::Other(what) => return Some(skip(format!("{what} skipped"))),
         Kind::File { size, .. } if size > cap => {
@@ -602,7 +608,7 @@ fn read_entry(
     stat: FileStat,
     cap: u64,
 ) -> Result<Option<ReadEntry>, FsError> {
-    if matches!(crate::beneath::kind_of(st), Kind::Symlink) {
+    if matches!(crate::fs::beneath::kind_of(st), Kind::Symlink) {
         root.read_link(path).map(|t| {
             t.map(|target| ReadEntry {
                 bytes: target,
@@ -1024,7 +1030,8 @@ pub fn dir_record(
     {
         return Vec::new();
     }
-    let is_dir = |st: &nix::sys::stat::FileStat| matches!(crate::beneath::kind_of(st), Kind::Dir);
+    let is_dir =
+        |st: &nix::sys::stat::FileStat| matches!(crate::fs::beneath::kind_of(st), Kind::Dir);
     let mut out = Vec::with_capacity(dirs.len());
     match nix::sys::stat::lstat(dir) {
         Ok(st) if is_dir(&st) => out.push((String::new(), file_stat(&st))),
@@ -1139,7 +1146,7 @@ pub struct Hints<'a> {
     /// and only the directories whose stat moved are read for new files (git's untracked
     /// cache, when the record has its directories).
     pub record: Option<&'a SyncRecord>,
-    /// What change notification saw since that sync (see [`crate::watch`]), with `record`:
+    /// What change notification saw since that sync (see [`crate::status::watch`]), with `record`:
     /// only the paths it covers are even looked at, the other base paths taken as the sync
     /// wrote them, and new files looked for only in the directories where something happened.
     pub dirty: Option<&'a Dirty>,
@@ -1386,7 +1393,7 @@ pub fn discover_repo_root(start: &Path) -> Result<std::path::PathBuf, SnapshotEr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::test_support::{commit, git_in as git, set_mtime};
+    use crate::odb::store::test_support::{commit, git_in as git, set_mtime};
     use std::os::unix::fs::symlink;
 
     #[test]
@@ -1453,7 +1460,7 @@ mod tests {
         let dir = tmp.path().join("sb");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("ok.txt"), "ok\n").unwrap();
-        crate::store::test_support::deep(&dir.join("deep"), 5000);
+        crate::odb::store::test_support::deep(&dir.join("deep"), 5000);
         let w = walk(&dir, false, None, None);
         assert_eq!(
             Vec::from_iter(w.files.iter().map(String::as_str)),
@@ -1525,7 +1532,7 @@ mod tests {
         let skipped: Vec<&str> = w.skipped.iter().map(|s| s.path.as_str()).collect();
         assert_eq!(skipped, ["d07/bad-\\xff"]);
         // A restricted walk (one worker) agrees on what it enters.
-        let dirty = crate::watch::Dirty {
+        let dirty = crate::status::watch::Dirty {
             paths: ["d03/f1.txt".to_string()].into(),
             ..Default::default()
         };
@@ -1554,7 +1561,7 @@ mod tests {
             }
         }
         std::fs::write(root.join(std::ffi::OsStr::from_bytes(b"d0/bad-\xff")), "x").unwrap();
-        let dirty = crate::watch::Dirty {
+        let dirty = crate::status::watch::Dirty {
             trees: ["d1".to_string(), "d2".to_string()].into(),
             ..Default::default()
         };
