@@ -39,7 +39,6 @@
 #![deny(unsafe_code)]
 
 pub mod accel;
-#[allow(unsafe_code)] // `fs/beneath/swap.rs` until its system calls move to `supervise::os`
 pub mod fs;
 #[allow(unsafe_code)]
 pub mod helper;

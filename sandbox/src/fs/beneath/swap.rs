@@ -27,7 +27,7 @@
 //! after the look; and, when a conflict is being taken back, a write through the path in the
 //! microseconds between the swap and the swap back goes to the new content, which is dropped.
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag};
@@ -35,6 +35,7 @@ use nix::sys::stat::Mode;
 use nix::unistd::UnlinkatFlags;
 
 use super::{kind_of, FsError, Kind};
+use crate::supervise::os::open_for_writing;
 
 /// How the new content went in.
 #[derive(Debug)]
@@ -102,14 +103,14 @@ pub(super) fn swap_in(
     unchanged: impl FnOnce(&str) -> Result<bool, FsError>,
 ) -> Result<Swapped, FsError> {
     let Some(old) = held else {
-        return match rename2(dir, tmp, name, RENAME_NOREPLACE) {
+        return match rename2(dir, tmp, name, Rename::NoReplace) {
             Ok(()) => Ok(Swapped::Done(None)),
             Err(Errno::EEXIST) => Err(changed(path)),
             Err(e) if unsupported(e) => Ok(Swapped::Unsupported),
             Err(e) => Err(FsError::io(path, e)),
         };
     };
-    match rename2(dir, tmp, name, RENAME_EXCHANGE) {
+    match rename2(dir, tmp, name, Rename::Exchange) {
         Ok(()) => {}
         Err(e) if unsupported(e) => return Ok(Swapped::Unsupported),
         Err(e) => return Err(FsError::io(path, e)),
@@ -123,7 +124,7 @@ pub(super) fn swap_in(
             }
             Ok(Swapped::Done(Some(old)))
         }
-        Err(why) => match rename2(dir, tmp, name, RENAME_EXCHANGE) {
+        Err(why) => match rename2(dir, tmp, name, Rename::Exchange) {
             Ok(()) => Err(why),
             Err(e) => Ok(Swapped::Stranded(FsError::Io {
                 path: path.to_string(),
@@ -163,7 +164,7 @@ pub(super) fn take_away(
     held: OwnedFd,
     unchanged: impl FnOnce(&str) -> Result<bool, FsError>,
 ) -> Result<Taken, FsError> {
-    match rename2(dir, name, tmp, RENAME_NOREPLACE) {
+    match rename2(dir, name, tmp, Rename::NoReplace) {
         Ok(()) => {}
         Err(e) if unsupported(e) => return Ok(Taken::Unsupported),
         Err(e) => return Err(FsError::io(path, e)),
@@ -174,7 +175,7 @@ pub(super) fn take_away(
     });
     match looked {
         Ok(()) => Ok(Taken::Done(held)),
-        Err(why) => match rename2(dir, tmp, name, RENAME_NOREPLACE) {
+        Err(why) => match rename2(dir, tmp, name, Rename::NoReplace) {
             Ok(()) => Err(why),
             Err(e) => Ok(Taken::Stranded(FsError::Io {
                 path: path.to_string(),
@@ -207,7 +208,7 @@ fn after_swap(
     if !same {
         return Err(changed(path));
     }
-    if open_for_writing(old) == Some(true) {
+    if open_for_writing(old.as_fd()) == Some(true) {
         return Err(FsError::Busy {
             path: path.to_string(),
         });
@@ -229,84 +230,29 @@ fn changed(path: &str) -> FsError {
     }
 }
 
-/// Whether some process has the file `fd` (opened read-only) open for writing: a read lease is
-/// granted only when nobody has (`F_SETLEASE` answers `EAGAIN` otherwise), and is given back
-/// at once. None when leases are not to be had here (not the file's owner without
-/// `CAP_LEASE`, a file system without them, leases disabled): then nobody knows.
-///
-/// While the lease is held (a few instructions), another process opening the file for writing
-/// would make the kernel signal this one; the signal is set to `SIGURG`, which is ignored
-/// unless handled (nothing in hunkgate handles it), instead of the default `SIGIO`, which
-/// would end the process.
+/// `renameat2` within `dir`, by the system call (rustix's, which needs no wrapper of the C
+/// library's: that is not in every one hunkgate builds against).
 #[cfg(any(target_os = "linux", target_os = "android"))]
-pub(super) fn open_for_writing(fd: &OwnedFd) -> Option<bool> {
-    use nix::libc;
-    let raw = fd.as_raw_fd();
-    // SAFETY: fcntl on a descriptor this function borrows, with integer arguments only; it
-    // touches no memory of ours.
-    let set_sig = unsafe { libc::fcntl(raw, F_SETSIG, libc::SIGURG) };
-    if set_sig != 0 {
-        return None;
-    }
-    // SAFETY: as above.
-    let leased = unsafe { libc::fcntl(raw, libc::F_SETLEASE, libc::F_RDLCK) };
-    if leased == 0 {
-        // SAFETY: as above.
-        unsafe { libc::fcntl(raw, libc::F_SETLEASE, libc::F_UNLCK) };
-        return Some(false);
-    }
-    (Errno::last() == Errno::EAGAIN).then_some(true)
-}
-
-/// `F_SETSIG` (asm-generic/fcntl.h, the same on every Linux architecture), which the `libc`
-/// crate does not name.
-#[cfg(any(target_os = "linux", target_os = "android"))]
-const F_SETSIG: nix::libc::c_int = 10;
-
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
-pub(super) fn open_for_writing(_fd: &OwnedFd) -> Option<bool> {
-    None
-}
-
-#[cfg(any(target_os = "linux", target_os = "android"))]
-const RENAME_EXCHANGE: u32 = nix::libc::RENAME_EXCHANGE;
-#[cfg(any(target_os = "linux", target_os = "android"))]
-const RENAME_NOREPLACE: u32 = nix::libc::RENAME_NOREPLACE;
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
-const RENAME_EXCHANGE: u32 = 2;
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
-const RENAME_NOREPLACE: u32 = 1;
-
-/// `renameat2` within `dir`, by the system call (the C library's wrapper is not in every
-/// one hunkgate builds against).
-#[cfg(any(target_os = "linux", target_os = "android"))]
-fn rename2(dir: &OwnedFd, from: &str, to: &str, flags: u32) -> Result<(), Errno> {
-    use nix::libc;
-    let cstr = |s: &str| std::ffi::CString::new(s).map_err(|_| Errno::EINVAL);
-    let (from, to) = (cstr(from)?, cstr(to)?);
-    let raw = dir.as_raw_fd();
-    // SAFETY: both names are NUL-terminated C strings alive across the call, the directory
-    // descriptor is borrowed for it, and renameat2 writes to none of its arguments.
-    let res = unsafe {
-        libc::syscall(
-            libc::SYS_renameat2,
-            raw,
-            from.as_ptr(),
-            raw,
-            to.as_ptr(),
-            flags,
-        )
+fn rename2(dir: &OwnedFd, from: &str, to: &str, flags: Rename) -> Result<(), Errno> {
+    use rustix::fs::RenameFlags;
+    let flags = match flags {
+        Rename::Exchange => RenameFlags::EXCHANGE,
+        Rename::NoReplace => RenameFlags::NOREPLACE,
     };
-    if res == 0 {
-        Ok(())
-    } else {
-        Err(Errno::last())
-    }
+    rustix::fs::renameat_with(dir, from, dir, to, flags)
+        .map_err(|e| Errno::from_raw(e.raw_os_error()))
 }
 
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
-fn rename2(_dir: &OwnedFd, _from: &str, _to: &str, _flags: u32) -> Result<(), Errno> {
+fn rename2(_dir: &OwnedFd, _from: &str, _to: &str, _flags: Rename) -> Result<(), Errno> {
     Err(Errno::ENOSYS)
+}
+
+/// How [`rename2`] renames: swapping two entries, or refusing to replace one.
+#[derive(Clone, Copy)]
+enum Rename {
+    Exchange,
+    NoReplace,
 }
 
 /// The kernel or the file system cannot swap or refuse to replace.
@@ -336,16 +282,16 @@ mod tests {
         std::fs::write(&path, "x\n").unwrap();
         let dir = dir_fd(tmp.path());
         let held = hold_replaced(&dir, "f").unwrap();
-        assert_eq!(open_for_writing(&held), Some(false));
+        assert_eq!(open_for_writing(held.as_fd()), Some(false));
         let reader = std::fs::File::open(&path).unwrap();
-        assert_eq!(open_for_writing(&held), Some(false));
+        assert_eq!(open_for_writing(held.as_fd()), Some(false));
         let writer = std::fs::OpenOptions::new()
             .append(true)
             .open(&path)
             .unwrap();
-        assert_eq!(open_for_writing(&held), Some(true));
+        assert_eq!(open_for_writing(held.as_fd()), Some(true));
         drop((reader, writer));
-        assert_eq!(open_for_writing(&held), Some(false));
+        assert_eq!(open_for_writing(held.as_fd()), Some(false));
     }
 
     /// A write made after the last look (which a rename over the file would lose) puts the
