@@ -18,6 +18,7 @@ pub mod gc;
 pub mod locate;
 pub mod mcp;
 pub mod modify;
+pub mod process;
 pub mod review;
 pub mod run;
 pub mod runs;
@@ -315,7 +316,7 @@ pub fn main() -> ExitCode {
     // The hub's agents' namespace inits and group leaders become this program, exec'd.
     #[cfg(target_os = "linux")]
     hunkgate_sandbox::agent::pidns::exec_roles_with(c"/proc/self/exe");
-    hunkgate_sandbox::tune_malloc();
+    process::tune_malloc();
     if !matches!(cli.cmd, Cmd::Serve(_) | Cmd::Mcp) {
         hunkgate_sandbox::die_on_broken_pipe();
     }
