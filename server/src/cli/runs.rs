@@ -168,6 +168,7 @@ mod tests {
             usage: None,
             question: None,
             agent_info: None,
+            acp_session_id: None,
         }
     }
 

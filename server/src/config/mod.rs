@@ -93,6 +93,10 @@ pub struct AcpFile {
     /// How long a question waits for the reviewer before the agent is told "reject once"
     /// (default 600).
     pub ask_timeout_secs: Option<u64>,
+    /// How long an ACP agent is kept alive, idle, after a run of its session ended, for the
+    /// session's next run to reach the same process and ACP session (default 300; 0: one
+    /// process per run).
+    pub keep_alive_secs: Option<u64>,
 }
 
 /// ACP's tool kinds: what `[acp] ask` may name.
@@ -111,6 +115,8 @@ pub const ACP_TOOL_KINDS: &[&str] = &[
 
 /// How long an ACP permission question waits for the reviewer by default.
 pub const DEFAULT_ACP_ASK_TIMEOUT_SECS: u64 = 600;
+/// How long an idle ACP agent is kept for its session's next run by default.
+pub const DEFAULT_ACP_KEEP_ALIVE_SECS: u64 = 300;
 
 /// ACP agents, resolved.
 #[derive(Debug, Clone, Default)]
@@ -118,16 +124,20 @@ pub struct Acp {
     pub command: Option<String>,
     pub ask: Vec<String>,
     pub ask_timeout: Duration,
+    /// How long an idle agent waits for its session's next run (zero: none is kept).
+    pub keep_alive: Duration,
 }
 
 impl AcpFile {
     /// With the flags (which win): the command, the kinds asked about (flags add to the
-    /// file's), the question timeout. An unknown kind is an error naming the known ones.
+    /// file's), the question timeout, the keep-alive. An unknown kind is an error naming the
+    /// known ones.
     pub fn resolve(
         &self,
         command: Option<String>,
         ask: Vec<String>,
         ask_timeout_secs: Option<u64>,
+        keep_alive_secs: Option<u64>,
     ) -> anyhow::Result<Acp> {
         let mut kinds = self.ask.clone();
         kinds.extend(ask);
@@ -145,6 +155,11 @@ impl AcpFile {
                     .or(self.ask_timeout_secs)
                     .unwrap_or(DEFAULT_ACP_ASK_TIMEOUT_SECS)
                     .max(1),
+            ),
+            keep_alive: Duration::from_secs(
+                keep_alive_secs
+                    .or(self.keep_alive_secs)
+                    .unwrap_or(DEFAULT_ACP_KEEP_ALIVE_SECS),
             ),
         })
     }

@@ -68,6 +68,8 @@ pub struct Hub {
     epoch: String,
     ws_clients: AtomicUsize,
     runs: Runs,
+    /// The ACP agents kept between the runs of their sessions.
+    acp_live: crate::runs::LiveAcp,
     tasks: TaskTracker,
     shutdown: CancellationToken,
     /// Decisions that stand in the checkout but whose feedback lines and `commit` could not be
@@ -104,6 +106,7 @@ impl Hub {
             epoch: uuid::Uuid::new_v4().to_string(),
             ws_clients: AtomicUsize::new(0),
             runs: Runs::new(sandbox_root),
+            acp_live: crate::runs::LiveAcp::default(),
             tasks: TaskTracker::new(),
             shutdown: p.shutdown,
             cfg: p.cfg,
@@ -132,6 +135,10 @@ impl Hub {
     }
 
     /// The tasks the hub waits for on shutdown.
+    pub fn acp_live(&self) -> &crate::runs::LiveAcp {
+        &self.acp_live
+    }
+
     pub fn tasks(&self) -> &TaskTracker {
         &self.tasks
     }

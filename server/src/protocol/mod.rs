@@ -381,6 +381,9 @@ pub struct RunView {
     /// ACP agent: the name and version it gave in `initialize` (`OpenCode 1.18.33`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_info: Option<String>,
+    /// ACP agent: the ACP session its turn ran in (the session's next run continues it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acp_session_id: Option<String>,
 }
 
 /// Token and call counts of a built-in agent run.

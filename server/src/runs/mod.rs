@@ -6,12 +6,14 @@
 //! Protocol; `publish.rs` turns a sandbox into a suggestion.
 
 mod acp;
+mod acp_live;
 mod builtin;
 mod checks;
 mod exec;
 mod pages;
 mod publish;
 
+pub use acp_live::LiveAcp;
 pub use exec::{LOG_HEAD, LOG_TAIL};
 pub use publish::{restore_run_refs, MAX_DESCRIPTIONS_TOTAL, MAX_HUNK_DESCRIPTION};
 
@@ -428,6 +430,7 @@ fn new_run_rec(run_id: String, prompt: &str, driver: &Driver, session_id: String
         usage: None,
         question: None,
         agent_info: None,
+        acp_session_id: None,
     }
 }
 
