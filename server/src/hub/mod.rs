@@ -134,11 +134,12 @@ impl Hub {
         &self.runs
     }
 
-    /// The tasks the hub waits for on shutdown.
+    /// The ACP agents kept between the runs of their sessions.
     pub fn acp_live(&self) -> &crate::runs::LiveAcp {
         &self.acp_live
     }
 
+    /// The tasks the hub waits for on shutdown.
     pub fn tasks(&self) -> &TaskTracker {
         &self.tasks
     }

@@ -264,9 +264,10 @@ impl Hub {
         }
     }
 
-    /// At a run's end, with its slot `slot`: the agent the run left is parked with the slot
-    /// (true), unless the hub is shutting down, the session is archived or keep-alive is off
-    /// (the agent is retired). False: the caller releases the slot.
+    /// At a run's end, with its slot `slot`: the agent the run left is parked with the slot,
+    /// unless the hub is shutting down, the session was archived meanwhile or the agent ended
+    /// (then it is retired, and the slot released once its tree is gone). False: the run left
+    /// no agent, and the caller releases the slot.
     pub(super) fn acp_park(self: &Arc<Self>, run_id: &str, slot: usize) -> bool {
         let Some(agent) = self.acp_live().take_held(run_id) else {
             return false;
@@ -282,12 +283,12 @@ impl Hub {
         });
         let keep_alive = self.cfg().acp.keep_alive;
         let (Some(session), true) = (session, active && agent.alive()) else {
-            self.retire_acp(agent, None, "its session ended");
-            return false;
+            self.retire_acp(agent, Some(slot), "its session ended, or it did");
+            return true;
         };
         if keep_alive.is_zero() || self.shutdown().is_cancelled() {
-            self.retire_acp(agent, None, "keep-alive is off");
-            return false;
+            self.retire_acp(agent, Some(slot), "the hub is shutting down");
+            return true;
         }
         self.make_room_for_acp(&session);
         let taken = CancellationToken::new();

@@ -3,7 +3,8 @@
 //!
 //! `mod.rs` starts, queues and cancels runs; `exec.rs` runs the agent in its sandbox;
 //! `builtin.rs` drives the built-in agent; `acp.rs` drives an agent over the Agent Client
-//! Protocol; `publish.rs` turns a sandbox into a suggestion.
+//! Protocol, and `acp_live.rs` keeps it between the runs of its session; `publish.rs` turns a
+//! sandbox into a suggestion.
 
 mod acp;
 mod acp_live;
