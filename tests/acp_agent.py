@@ -16,6 +16,7 @@ ACP agent. `python acp_agent.py SCENARIO` — what it does in its one turn:
 - flood: 20000 session/update notifications, then as `edit`.
 - mute: never answers initialize.
 - probe: as `edit`, and who it runs as (uid) and its environment's names go to probe.txt.
+- edit-then-polite: its process's first prompt as `edit`, every later one as `polite`.
 
 The process lives on between turns (the hub keeps it for its session's next run): each turn that
 edits writes turn.txt, `pid P turn N session S` — its pid, how many prompts this process has
@@ -94,7 +95,7 @@ class Scripted:
         log("prompt", sid, "turn", self.turns)
         if SCENARIO == "hang":
             await asyncio.Event().wait()
-        if SCENARIO == "polite":
+        if SCENARIO == "polite" or (SCENARIO == "edit-then-polite" and self.turns > 1):
             await self.cancelled.wait()
             return schema.PromptResponse(stop_reason="cancelled")
         if SCENARIO == "crash":

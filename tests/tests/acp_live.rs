@@ -378,3 +378,35 @@ async fn a_restarted_hub_loads_the_session_its_journal_recorded() -> Result<()> 
     );
     Ok(())
 }
+
+/// Cancel during a continued turn sends `session/cancel` and then kills the process, kept or
+/// not: the session's next run starts a new one, which loads the session.
+#[tokio::test]
+async fn cancel_of_a_continued_turn_ends_the_agent_and_the_next_run_loads_the_session() -> Result<()>
+{
+    let ws_dir = Workspace::new(&[("a.txt", b"a\n")])?;
+    let hub = ws_dir.serve(&["--acp", &agent("edit-then-polite")])?;
+    let mut ws = hub.ws().await?;
+    let (run1, s1) = run(&hub, &mut ws, None, "write hello").await?;
+    let t1 = turn_of(&s1)?;
+    let session = run1["session_id"].clone();
+    let id2 = start(&hub, json!({"prompt": "wait", "session_id": session}))?;
+    wait_for("the second prompt", SECS, || {
+        run_log(&hub, &id2).contains(&format!("acp_agent: prompt {} turn 2", t1.session))
+    })
+    .await?;
+    let r = hub
+        .curl()
+        .post(&format!("/runs/{id2}/cancel"), &json!({}))?;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let run2 = wait_run_finished(&hub, &id2, SECS).await?;
+    assert_eq!(run2["status"], "cancelled", "{run2}");
+    assert!(run_log(&hub, &id2).contains("got session/cancel"));
+    gone(&hub, t1.pid).await?;
+
+    let (_, s3) = run(&hub, &mut ws, Some(&session), "write hello again").await?;
+    let t3 = turn_of(&s3)?;
+    assert_ne!(t3.pid, t1.pid);
+    assert_eq!((t3.turn, t3.session.as_str()), (1, t1.session.as_str()));
+    Ok(())
+}
