@@ -234,11 +234,12 @@ async fn an_idle_agent_is_killed_and_the_next_run_loads_its_session() -> Result<
     assert_eq!(t2.turn, 1, "{t2:?}");
     assert_eq!(t2.session, t1.session, "the session was not loaded");
     let id2 = run2["run_id"].as_str().unwrap_or("");
+    // The agent's word on stderr, which reaches the run's log beside the ACP traffic.
+    wait_for("the agent's load_session in the run's log", SECS, || {
+        run_log(&hub, id2).contains(&format!("err acp_agent: load_session {}", t1.session))
+    })
+    .await?;
     let log2 = run_log(&hub, id2);
-    assert!(
-        log2.contains(&format!("err acp_agent: load_session {}", t1.session)),
-        "{log2}"
-    );
     assert!(
         log2.contains(&format!(
             "acp session/load {}: the session goes on",

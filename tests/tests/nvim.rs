@@ -680,8 +680,14 @@ async fn an_acp_permission_question_is_answered_in_neovim() {
         Some("reject-once"),
         "{s}"
     );
-    let log = crate::acp::run_log(&hub, &run_id);
-    assert!(log.contains("permission answered: reject-once"), "{log}");
+    // The agent's own word (its stderr, in the run's log).
+    hunkgate_tests::wait_for(
+        "the agent's word in the run's log",
+        Duration::from_secs(30),
+        || crate::acp::run_log(&hub, &run_id).contains("permission answered: reject-once"),
+    )
+    .await
+    .unwrap();
 }
 
 /// `hunkgate serve` as a user starts it: no `--state-dir`, no `--port` (the default state dir;

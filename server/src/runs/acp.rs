@@ -89,8 +89,13 @@ impl Hub {
             .lock()
             .map_err(|_| poisoned())?
             .insert(agent.token.clone(), run_id.to_string());
-        if let Ok(mut l) = agent.log.lock() {
-            *l = self.open_run_log(run_id);
+        let last = agent
+            .log
+            .lock()
+            .ok()
+            .and_then(|mut l| std::mem::replace(&mut *l, self.open_run_log(run_id)));
+        if let Some(l) = last {
+            l.finish();
         }
         let how = if continued {
             format!("ACP agent continues its session (turn {})", agent.turns + 1)
@@ -116,8 +121,8 @@ impl Hub {
     }
 
     /// After the turn: a turn that ended of itself leaves the agent for the run's end to park
-    /// (None); any other end stops it and waits for its tree to be gone (how it ended). Then
-    /// the run's log is closed.
+    /// (None; the run's log stays open for what it still writes on stderr); any other end stops
+    /// it and waits for its tree to be gone (how it ended), and closes the run's log.
     async fn after_turn(
         self: &Arc<Self>,
         job: &RunJob,
@@ -130,7 +135,6 @@ impl Hub {
             && !self.cfg().acp.keep_alive.is_zero()
             && !self.shutdown().is_cancelled()
             && agent.alive();
-        let log = agent.log.clone();
         let outcome = if keep {
             agent.turns += 1;
             self.acp_live().hold(&job.run_id, agent);
@@ -144,9 +148,6 @@ impl Hub {
             };
             Some(agent.end(grace).await)
         };
-        if let Some(l) = log.lock().ok().and_then(|mut l| l.take()) {
-            l.finish();
-        }
         tracing::debug!(run = job.run_id, ?end, exit = ?outcome.as_ref().map(|o| &o.exit), kept = keep, "ACP turn ended");
         outcome
     }

@@ -42,7 +42,9 @@ pub const MAX_LIFE: Duration = Duration::from_secs(24 * 60 * 60);
 /// How much of the reviewer's decisions one prompt of a continued session carries at most.
 const DECISIONS_BUDGET: usize = 24 * 1024;
 
-/// The run's log an agent's stderr and ACP traffic go to (none between runs).
+/// The log of the run an agent works (or last worked) for: its stderr and the ACP traffic. An
+/// idle agent's stderr goes on to its last run's log, which is closed when the next run takes
+/// the agent or the agent is stopped.
 pub(super) type Log = Arc<Mutex<Option<RunLog>>>;
 
 /// The hub's side of an agent's stdio.
@@ -92,8 +94,8 @@ impl LiveAgent {
         !self.exited.is_cancelled()
     }
 
-    /// Stop it (after `grace` for it to exit of itself) and wait until its tree is gone: how
-    /// it ended.
+    /// Stop it (after `grace` for it to exit of itself) and wait until its tree is gone, then
+    /// close the log of its last run: how it ended.
     pub(super) async fn end(self, grace: Duration) -> agent::Outcome {
         tokio::select! {
             () = self.exited.cancelled() => {}
@@ -101,6 +103,9 @@ impl LiveAgent {
         }
         self.stop.cancel();
         self.exited.cancelled().await;
+        if let Some(l) = self.log.lock().ok().and_then(|mut l| l.take()) {
+            l.finish();
+        }
         let outcome = self.outcome.lock().ok().and_then(|mut o| o.take());
         outcome.unwrap_or_else(|| agent::Outcome {
             exit: agent::Exit::Cancelled,
