@@ -68,8 +68,6 @@ pub struct Hub {
     epoch: String,
     ws_clients: AtomicUsize,
     runs: Runs,
-    /// The ACP agents kept between the runs of their sessions.
-    acp_live: crate::runs::LiveAcp,
     tasks: TaskTracker,
     shutdown: CancellationToken,
     /// Decisions that stand in the checkout but whose feedback lines and `commit` could not be
@@ -106,7 +104,6 @@ impl Hub {
             epoch: uuid::Uuid::new_v4().to_string(),
             ws_clients: AtomicUsize::new(0),
             runs: Runs::new(sandbox_root),
-            acp_live: crate::runs::LiveAcp::default(),
             tasks: TaskTracker::new(),
             shutdown: p.shutdown,
             cfg: p.cfg,
@@ -132,11 +129,6 @@ impl Hub {
     /// The running agents: slots, queue, cancel tokens, agent tokens, pending questions.
     pub fn runs(&self) -> &Runs {
         &self.runs
-    }
-
-    /// The ACP agents kept between the runs of their sessions.
-    pub fn acp_live(&self) -> &crate::runs::LiveAcp {
-        &self.acp_live
     }
 
     /// The tasks the hub waits for on shutdown.

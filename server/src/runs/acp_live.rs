@@ -126,7 +126,7 @@ struct Parked {
 
 /// The kept ACP agents: parked ones by hub session, and those runs hold, by run.
 #[derive(Default)]
-pub struct LiveAcp {
+pub(super) struct LiveAcp {
     parked: Mutex<HashMap<String, Parked>>,
     held: Mutex<HashMap<String, LiveAgent>>,
     next_id: AtomicU64,
@@ -145,11 +145,6 @@ impl LiveAcp {
         }
     }
 
-    /// How many agents are parked.
-    pub fn parked(&self) -> usize {
-        self.parked.lock().map(|p| p.len()).unwrap_or(0)
-    }
-
     pub(super) fn hold(&self, run_id: &str, agent: LiveAgent) {
         if let Ok(mut h) = self.held.lock() {
             h.insert(run_id.to_string(), agent);
@@ -162,6 +157,15 @@ impl LiveAcp {
 }
 
 impl Hub {
+    /// The kept ACP agents (made on first use; the registry holds them, unnamed).
+    pub(super) fn acp_live(&self) -> &LiveAcp {
+        self.runs()
+            .acp_live
+            .get_or_init(|| Box::new(LiveAcp::default()))
+            .downcast_ref::<LiveAcp>()
+            .expect("only runs::acp_live fills the registry's acp_live, with a LiveAcp")
+    }
+
     /// Start the ACP agent `command` in `sandbox` for `job`: the process, and the task that
     /// waits for it for its whole life (its stderr to the log of the run it works for).
     pub(super) fn start_acp_agent(

@@ -14,7 +14,6 @@ mod exec;
 mod pages;
 mod publish;
 
-pub use acp_live::LiveAcp;
 pub use exec::{LOG_HEAD, LOG_TAIL};
 pub use publish::{restore_run_refs, MAX_DESCRIPTIONS_TOTAL, MAX_HUNK_DESCRIPTION};
 
