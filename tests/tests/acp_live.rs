@@ -411,3 +411,37 @@ async fn cancel_of_a_continued_turn_ends_the_agent_and_the_next_run_loads_the_se
     assert_eq!((t3.turn, t3.session.as_str()), (1, t1.session.as_str()));
     Ok(())
 }
+
+/// Context pinned to the session between runs reaches the continued agent once, in the next
+/// prompt, and is not repeated after.
+#[tokio::test]
+async fn context_pinned_between_runs_reaches_the_continued_agent_once() -> Result<()> {
+    let ws_dir = Workspace::new(&[("a.txt", b"a\n")])?;
+    let hub = ws_dir.serve(&["--acp", &agent("edit")])?;
+    let mut ws = hub.ws().await?;
+    let (run1, s1) = run(&hub, &mut ws, None, "write hello").await?;
+    let session = run1["session_id"].clone();
+    let sid = session.as_str().unwrap_or("");
+    let r = hub.curl().post(
+        &format!("/sessions/{sid}/context"),
+        &json!({"kind": "note", "content": "Tabs, never spaces."}),
+    )?;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let (_, s2) = run(&hub, &mut ws, Some(&session), "go on").await?;
+    assert_eq!(turn_of(&s2)?.pid, turn_of(&s1)?.pid);
+    let prompt2 = prompt_of(&s2)?;
+    assert!(
+        prompt2.starts_with(
+            "Context the user pinned to this session:\n### Note\n```\nTabs, never spaces.\n```"
+        ),
+        "{prompt2}"
+    );
+    let (_, s3) = run(&hub, &mut ws, Some(&session), "once more").await?;
+    let prompt3 = prompt_of(&s3)?;
+    assert!(prompt3.starts_with(FOLLOWUP), "{prompt3}");
+    assert!(
+        !prompt3.lines().any(|l| l == "Tabs, never spaces."),
+        "pinned context told again: {prompt3}"
+    );
+    Ok(())
+}

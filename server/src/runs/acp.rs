@@ -160,8 +160,16 @@ impl Hub {
         agent: &mut LiveAgent,
         cwd: &std::path::Path,
     ) -> (TurnEnd, bool) {
-        let full = self.acp_prompt(job).await;
-        let (followup, told) = self.acp_followup(job, &agent.told);
+        let context = self.acp_context(job).await;
+        let full = match context.is_empty() {
+            true => job.prompt.clone(),
+            false => format!("{}\n\nThe task:\n{}", context.join("\n\n"), job.prompt),
+        };
+        let pinned = context
+            .iter()
+            .find(|c| c.starts_with(crate::sessions::PINNED_HEADING))
+            .map_or("", String::as_str);
+        let (followup, told) = self.acp_followup(job, &agent.told, pinned);
         let earlier = match agent.session_id {
             Some(_) => None,
             None => self.earlier_acp_session(&job.run_id, &agent.command),
@@ -177,26 +185,21 @@ impl Hub {
         (end, output_ended)
     }
 
-    /// The prompt the agent gets: the session's context (pinned files, earlier conversation,
-    /// the reviewer's decisions on earlier suggestions), then the run's prompt.
-    async fn acp_prompt(self: &Arc<Self>, job: &RunJob) -> String {
+    /// What a new ACP session's prompt begins with: the session's context (pinned files,
+    /// earlier conversation, the reviewer's decisions on earlier suggestions), as texts.
+    async fn acp_context(self: &Arc<Self>, job: &RunJob) -> Vec<String> {
         let rid = job.run_id.clone();
         let context = self
             .blocking(move |hub| hub.session_context(&rid))
             .await
             .unwrap_or_default();
-        let mut parts: Vec<String> = context
+        context
             .into_iter()
             .filter_map(|m| match m {
                 Message::User { content } | Message::System { content } => Some(content),
                 _ => None,
             })
-            .collect();
-        if parts.is_empty() {
-            return job.prompt.clone();
-        }
-        parts.push(format!("The task:\n{}", job.prompt));
-        parts.join("\n\n")
+            .collect()
     }
 
     /// Record how the turn ended; on a stop reason, what the agent left becomes a suggestion.

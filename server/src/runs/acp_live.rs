@@ -39,6 +39,9 @@ use super::{Driver, RunJob, ACP_PREFIX};
 /// backstop should the hub hang; the hub's own limits are the turn's timeout and the
 /// keep-alive).
 pub const MAX_LIFE: Duration = Duration::from_secs(24 * 60 * 60);
+/// Where [`LiveAgent::told`] keeps the pinned context the agent saw (no hunk id: those are
+/// `suggestion:path:index`).
+const PINNED_KEY: &str = "pinned context";
 /// How much of the reviewer's decisions one prompt of a continued session carries at most.
 const DECISIONS_BUDGET: usize = 24 * 1024;
 
@@ -75,7 +78,8 @@ pub(super) struct LiveAgent {
     pub(super) session_id: Option<String>,
     pub(super) can_load: bool,
     pub(super) info: Option<String>,
-    /// Per hunk of the session's suggestions, its decision as the agent was last told it.
+    /// Per hunk of the session's suggestions, its decision as the agent was last told it (and
+    /// the pinned context it saw).
     pub(super) told: HashMap<String, String>,
     /// Turns it has ended (for the run's status line).
     pub(super) turns: u64,
@@ -396,25 +400,34 @@ impl Hub {
             .and_then(|r| r.acp_session_id.clone())
     }
 
-    /// The prompt of a continued ACP session: the reviewer's decisions the agent was not told
-    /// yet (per hunk of the session's earlier suggestions: accepted, rejected with the
-    /// comment, modified into the reviewer's version, or not reviewed yet), then the task.
-    /// Returns it with what the agent then knows (for [`LiveAgent::told`]).
+    /// The prompt of a continued ACP session: the session's pinned context when it changed
+    /// since the agent saw it (`pinned`, as the whole context has it), the reviewer's decisions
+    /// the agent was not told yet (per hunk of the session's earlier suggestions: accepted,
+    /// rejected with the comment, modified into the reviewer's version, or not reviewed yet),
+    /// then the task. Returns it with what the agent then knows (for [`LiveAgent::told`]).
     pub(super) fn acp_followup(
         &self,
         job: &RunJob,
         told: &HashMap<String, String>,
+        pinned: &str,
     ) -> (String, HashMap<String, String>) {
-        let (news, now) = self.untold_decisions(&job.run_id, told);
-        if news.is_empty() {
+        let (news, mut now) = self.untold_decisions(&job.run_id, told);
+        let mut parts = Vec::new();
+        if !pinned.is_empty() && told.get(PINNED_KEY).map(String::as_str) != Some(pinned) {
+            parts.push(pinned.to_string());
+        }
+        now.insert(PINNED_KEY.to_string(), pinned.to_string());
+        if !news.is_empty() {
+            parts.push(format!(
+                "What the reviewer did with the suggestions of this session since your last turn (accepted hunks are in the files now, rejected ones are not, a modified hunk is there as the reviewer's version):\n{}",
+                news.join("\n")
+            ));
+        }
+        if parts.is_empty() {
             return (job.prompt.clone(), now);
         }
-        let prompt = format!(
-            "What the reviewer did with the suggestions of this session since your last turn (accepted hunks are in the files now, rejected ones are not, a modified hunk is there as the reviewer's version):\n{}\nThe task:\n{}",
-            news.join("\n"),
-            job.prompt
-        );
-        (prompt, now)
+        parts.push(format!("The task:\n{}", job.prompt));
+        (parts.join("\n"), now)
     }
 
     /// Per earlier suggestion of the run's session with hunks whose decision differs from
