@@ -16,6 +16,13 @@ ACP agent. `python acp_agent.py SCENARIO` — what it does in its one turn:
 - flood: 20000 session/update notifications, then as `edit`.
 - mute: never answers initialize.
 - probe: as `edit`, and who it runs as (uid) and its environment's names go to probe.txt.
+- edit-then-polite: its process's first prompt as `edit`, every later one as `polite`.
+
+The process lives on between turns (the hub keeps it for its session's next run): each turn that
+edits writes turn.txt, `pid P turn N session S` — its pid, how many prompts this process has
+had, and the ACP session it was prompted in (`s-<random>`, made by `session/new`). It offers
+`session/load` (a second argument `noload` says it does not): a loaded session replays one
+message of its earlier conversation and is then prompted as its own.
 
 Its pid and what it was asked are said on stderr (the hub's run log).
 """
@@ -23,11 +30,13 @@ Its pid and what it was asked are said on stderr (the hub's run log).
 import asyncio
 import os
 import sys
+import uuid
 
 import acp
 from acp import schema
 
 SCENARIO = sys.argv[1] if len(sys.argv) > 1 else "edit"
+LOAD = "noload" not in sys.argv[2:]
 
 
 def log(*args):
@@ -39,6 +48,7 @@ class Scripted:
         self.conn = None
         self.cwd = "."
         self.cancelled = asyncio.Event()
+        self.turns = 0
 
     def on_connect(self, conn):
         self.conn = conn
@@ -52,6 +62,7 @@ class Scripted:
             await asyncio.Event().wait()
         return schema.InitializeResponse(
             protocol_version=1,
+            agent_capabilities=schema.AgentCapabilities(load_session=LOAD),
             agent_info=schema.Implementation(name="scripted-acp-agent", version="0.1"),
         )
 
@@ -59,7 +70,15 @@ class Scripted:
         self.cwd = cwd
         names = [getattr(m, "name", "?") for m in (mcp_servers or [])]
         log("new_session", cwd, "mcp:", ",".join(names))
-        return schema.NewSessionResponse(session_id="s-1")
+        return schema.NewSessionResponse(session_id=f"s-{uuid.uuid4().hex[:12]}")
+
+    async def load_session(self, cwd, session_id, mcp_servers=None, **kw):
+        self.cwd = cwd
+        names = [getattr(m, "name", "?") for m in (mcp_servers or [])]
+        log("load_session", session_id, cwd, "mcp:", ",".join(names))
+        # The conversation replayed, as ACP asks of a loaded session.
+        await self.update(session_id, acp.update_agent_message_text("replayed: an earlier answer"))
+        return schema.LoadSessionResponse()
 
     async def cancel(self, session_id, **kw):
         log("got session/cancel")
@@ -71,9 +90,12 @@ class Scripted:
     async def prompt(self, session_id, prompt, **kw):
         text = "".join(getattr(b, "text", "") for b in prompt)
         sid = session_id
+        self.turns += 1
+        self.cancelled.clear()
+        log("prompt", sid, "turn", self.turns)
         if SCENARIO == "hang":
             await asyncio.Event().wait()
-        if SCENARIO == "polite":
+        if SCENARIO == "polite" or (SCENARIO == "edit-then-polite" and self.turns > 1):
             await self.cancelled.wait()
             return schema.PromptResponse(stop_reason="cancelled")
         if SCENARIO == "crash":
@@ -131,6 +153,8 @@ class Scripted:
             f.write(" ".join(refused) + "\n")
         with open(os.path.join(self.cwd, "prompt.txt"), "w") as f:
             f.write(text + "\n")
+        with open(os.path.join(self.cwd, "turn.txt"), "w") as f:
+            f.write(f"pid {os.readlink('/proc/self')} turn {self.turns} session {sid}\n")
         return schema.PromptResponse(stop_reason="end_turn")
 
     async def ask(self, sid):

@@ -23,6 +23,8 @@ use crate::store::journal::Record;
 
 /// Budget of each part of the context a run starts with.
 const CONTEXT_BUDGET: usize = 24 * 1024;
+/// How the session's pinned context begins in [`Hub::session_context`].
+pub const PINNED_HEADING: &str = "Context the user pinned to this session:";
 
 /// A session as clients see it.
 #[derive(Debug, Clone, Serialize)]
@@ -376,7 +378,7 @@ impl Hub {
         let mut out = Vec::new();
         if !session.context.is_empty() {
             let checkout = self.checkout().ok();
-            let mut text = String::from("Context the user pinned to this session:\n");
+            let mut text = format!("{PINNED_HEADING}\n");
             for row in &session.context {
                 text.push_str(&render_row(row, checkout.as_ref()));
                 if text.len() > CONTEXT_BUDGET {

@@ -2044,6 +2044,31 @@ fn acp_agent_runs_as_the_sandbox_user(root_hub: bool) -> Result<()> {
     assert!(probe.contains("HUNKGATE_AGENT_TOKEN"), "{probe}");
     assert!(files.contains_key("hello.txt"), "{files:?}");
     assert!(log.contains("mcp: hunkgate"), "{log}");
+    // The session's next run reaches the same process, kept as the sandbox user under its
+    // supervisor, and the same ACP session; archiving the session ends it.
+    let turn = |files: &std::collections::BTreeMap<String, String>| {
+        files.get("turn.txt").cloned().unwrap_or_default()
+    };
+    let first = turn(&files);
+    assert!(first.contains(" turn 1 session "), "{first}");
+    let id2 = crate::acp::start(
+        &hub,
+        json!({"prompt": "probe again", "session_id": run["session_id"]}),
+    )?;
+    let run2 = wait_run(&hub, &id2, Duration::from_secs(90))?;
+    assert_eq!(run2["status"], "ready", "{run2}");
+    let sid2 = run2["suggestion_ids"][0].as_str().context("suggestion")?;
+    let files2 = crate::acp::added(&hub.curl().get(&format!("/suggestions/{sid2}"))?.body);
+    assert_eq!(
+        turn(&files2),
+        first.replace(" turn 1 ", " turn 2 "),
+        "not the same process and session"
+    );
+    let r = hub.curl().delete(&format!(
+        "/sessions/{}",
+        run["session_id"].as_str().unwrap_or("")
+    ))?;
+    assert_eq!(r.status, 200, "{}", r.body);
     wait_no_process_of(&s.agent, Some(&hub), Duration::from_secs(10))?;
 
     let id = crate::acp::start(

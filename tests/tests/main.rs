@@ -2,6 +2,7 @@
 //! the real `hunkgate` binary (build it first: `cargo build --workspace --bins`).
 
 mod acp;
+mod acp_live;
 mod bench_smoke;
 mod builtin_agent;
 mod checkpoints;

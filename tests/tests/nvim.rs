@@ -654,6 +654,42 @@ async fn clarify_questions_of_the_builtin_agent() {
     .unwrap();
 }
 
+/// An ACP agent's permission question (`--acp-ask execute`, the scripted agent on the Python
+/// SDK) reaches Neovim: the plugin prompts with the tool call and its options
+/// (`nvim/tests/e2e/acp_permission.lua`), and the option typed there — "reject-once", not the
+/// "allow-once" the policy gives unasked (tests/tests/acp.rs) — is what the agent receives.
+#[tokio::test]
+async fn an_acp_permission_question_is_answered_in_neovim() {
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    let acp = crate::acp::agent("permission");
+    let hub = ws.serve(&["--acp", &acp, "--acp-ask", "execute"]).unwrap();
+    let mut scenario = Scenario::start(&ws, "acp_permission", Some(&ws.state()));
+    scenario.wait_mark("synced");
+    let run_id = crate::acp::start(&hub, json!({"prompt": "clean up"})).unwrap();
+    let run = hunkgate_tests::wait_run_finished(&hub, &run_id, Duration::from_secs(60))
+        .await
+        .unwrap();
+    scenario.finish(&[&hub]);
+    assert_eq!(run["status"], "ready", "{run}");
+    let sid = run["suggestion_ids"][0].as_str().expect("a suggestion");
+    let s = hub.curl().get(&format!("/suggestions/{sid}")).unwrap().body;
+    assert_eq!(
+        crate::acp::added(&s)
+            .get("permission.txt")
+            .map(String::as_str),
+        Some("reject-once"),
+        "{s}"
+    );
+    // The agent's own word (its stderr, in the run's log).
+    hunkgate_tests::wait_for(
+        "the agent's word in the run's log",
+        Duration::from_secs(30),
+        || crate::acp::run_log(&hub, &run_id).contains("permission answered: reject-once"),
+    )
+    .await
+    .unwrap();
+}
+
 /// `hunkgate serve` as a user starts it: no `--state-dir`, no `--port` (the default state dir;
 /// port 4097 when free, else a free one), writing its discovery record into `hubs`.
 fn serve_default(ws: &Workspace, hubs: &Path) -> Hub {

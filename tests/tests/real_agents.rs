@@ -259,6 +259,42 @@ async fn whole_run_via(test: &str, agent: Agent, via: Via) {
         Some("failed") => assert!(!error.is_empty(), "a failure must say why: {ctx}"),
         _ => panic!("unexpected end of the run: {ctx}"),
     }
+    // A turn that ended of itself leaves the agent for the session's next run.
+    if via == Via::Acp && matches!(run["status"].as_str(), Some("ready" | "no_changes")) {
+        second_acp_turn(&hub, &ws, &run, &ctx).await;
+    }
+}
+
+/// The session's second run reaches the same `opencode acp` process and ACP session: no new
+/// `initialize`, only the next `session/prompt` (with the reviewer's decisions on the first
+/// suggestion), in the session the journal recorded for the first run.
+async fn second_acp_turn(hub: &Hub, ws: &Workspace, run: &Value, ctx: &str) {
+    let first = run["acp_session_id"].as_str().unwrap_or("");
+    assert!(!first.is_empty(), "{ctx}");
+    let r = hub
+        .curl()
+        .post(
+            "/runs",
+            &json!({"prompt": "Now add a sub function to lib.sh as well, next to add.", "session_id": run["session_id"]}),
+        )
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let id = r.body["run_id"].as_str().unwrap().to_string();
+    let run2 = wait_run_finished(hub, &id, Duration::from_secs(AGENT_TIMEOUT_SECS + 60))
+        .await
+        .unwrap();
+    let log =
+        std::fs::read_to_string(ws.state().join(format!("runs/{id}.log"))).unwrap_or_default();
+    let ctx = format!("{ctx}\nsecond run: {run2:#}\nits log:\n{log}");
+    eprintln!("the second run ended {}", run2["status"]);
+    assert!(
+        log.contains(&format!("acp continuing ACP session {first}")),
+        "{ctx}"
+    );
+    assert!(!log.contains("acp initialized"), "{ctx}");
+    assert_eq!(run2["acp_session_id"], first, "{ctx}");
+    let error = run2["error"].as_str().unwrap_or("").to_lowercase();
+    assert!(!error.contains("timed out"), "{ctx}");
 }
 
 /// Accept every hunk of the run's suggestion; the checkout then holds exactly what the agent

@@ -479,6 +479,8 @@ async fn archive_session(
         s.status = crate::model::session::SessionStatus::Archived;
         Ok(())
     })?;
+    // Its ACP agent kept for its next run is stopped.
+    hub.acp_session_ended(&s.id);
     Ok(ok(to_json(&s)?))
 }
 

@@ -170,6 +170,7 @@ mod tests {
             agent_info: None,
             provider: None,
             route: None,
+            acp_session_id: None,
         }
     }
 

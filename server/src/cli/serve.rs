@@ -50,6 +50,11 @@ pub struct ServeArgs {
     /// "reject once" (default 600).
     #[arg(long, value_name = "SECS")]
     acp_ask_timeout: Option<u64>,
+    /// Seconds an idle ACP agent is kept for its session's next run, which then reaches the
+    /// same process and ACP session (default 300; 0: a new process for every run; also `[acp]
+    /// keep_alive_secs`).
+    #[arg(long, value_name = "SECS")]
+    acp_keep_alive: Option<u64>,
     /// Seconds before an agent run is killed (default 1800).
     #[arg(long)]
     agent_timeout: Option<u64>,
@@ -214,9 +219,12 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<(ServeConfig, bool)> {
         port,
         state_dir,
         agent: args.agent.or(file.agent.clone()),
-        acp: file
-            .acp
-            .resolve(args.acp, args.acp_ask, args.acp_ask_timeout)?,
+        acp: file.acp.resolve(
+            args.acp,
+            args.acp_ask,
+            args.acp_ask_timeout,
+            args.acp_keep_alive,
+        )?,
         agent_timeout: Duration::from_secs(
             args.agent_timeout
                 .or(file.agent_timeout_secs)

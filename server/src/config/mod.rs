@@ -100,6 +100,10 @@ pub struct AcpFile {
     /// How long a question waits for the reviewer before the agent is told "reject once"
     /// (default 600).
     pub ask_timeout_secs: Option<u64>,
+    /// How long an ACP agent is kept alive, idle, after a run of its session ended, for the
+    /// session's next run to reach the same process and ACP session (default 300; 0: one
+    /// process per run).
+    pub keep_alive_secs: Option<u64>,
 }
 
 /// ACP's tool kinds: what `[acp] ask` may name.
@@ -118,6 +122,10 @@ pub const ACP_TOOL_KINDS: &[&str] = &[
 
 /// How long an ACP permission question waits for the reviewer by default.
 pub const DEFAULT_ACP_ASK_TIMEOUT_SECS: u64 = 600;
+/// How long an idle ACP agent is kept for its session's next run by default, and at most (a
+/// day: a kept agent's process lives no longer, see `runs::acp_live::MAX_LIFE`).
+pub const DEFAULT_ACP_KEEP_ALIVE_SECS: u64 = 300;
+pub const MAX_ACP_KEEP_ALIVE_SECS: u64 = 24 * 60 * 60;
 
 /// ACP agents, resolved.
 #[derive(Debug, Clone, Default)]
@@ -125,16 +133,20 @@ pub struct Acp {
     pub command: Option<String>,
     pub ask: Vec<String>,
     pub ask_timeout: Duration,
+    /// How long an idle agent waits for its session's next run (zero: none is kept).
+    pub keep_alive: Duration,
 }
 
 impl AcpFile {
     /// With the flags (which win): the command, the kinds asked about (flags add to the
-    /// file's), the question timeout. An unknown kind is an error naming the known ones.
+    /// file's), the question timeout, the keep-alive. An unknown kind is an error naming the
+    /// known ones.
     pub fn resolve(
         &self,
         command: Option<String>,
         ask: Vec<String>,
         ask_timeout_secs: Option<u64>,
+        keep_alive_secs: Option<u64>,
     ) -> anyhow::Result<Acp> {
         let mut kinds = self.ask.clone();
         kinds.extend(ask);
@@ -152,6 +164,12 @@ impl AcpFile {
                     .or(self.ask_timeout_secs)
                     .unwrap_or(DEFAULT_ACP_ASK_TIMEOUT_SECS)
                     .max(1),
+            ),
+            keep_alive: Duration::from_secs(
+                keep_alive_secs
+                    .or(self.keep_alive_secs)
+                    .unwrap_or(DEFAULT_ACP_KEEP_ALIVE_SECS)
+                    .min(MAX_ACP_KEEP_ALIVE_SECS),
             ),
         })
     }
@@ -678,6 +696,25 @@ mod tests {
         let l = limits("[review]\nmax_hunk_lines = 30\nmax_hunk_bytes = 0\n");
         assert_eq!((l.lines, l.bytes), (30, 1));
         assert!(toml::from_str::<FileConfig>("[review]\nmax_hunk = 3\n").is_err());
+    }
+
+    /// `[acp] keep_alive_secs`: 300 by default, the flag over the file, 0 kept (one process
+    /// per run), and at most a day.
+    #[test]
+    fn acp_keep_alive_defaults_reads_the_file_and_the_flag_wins() {
+        let keep = |text: &str, flag: Option<u64>| -> u64 {
+            let file: FileConfig = toml::from_str(text).unwrap();
+            file.acp
+                .resolve(None, Vec::new(), None, flag)
+                .unwrap()
+                .keep_alive
+                .as_secs()
+        };
+        assert_eq!(keep("", None), 300);
+        assert_eq!(keep("[acp]\nkeep_alive_secs = 0\n", None), 0);
+        assert_eq!(keep("[acp]\nkeep_alive_secs = 0\n", Some(60)), 60);
+        assert_eq!(keep("", Some(u64::MAX)), 24 * 60 * 60);
+        assert!(toml::from_str::<FileConfig>("[acp]\nkeep_alive = 3\n").is_err());
     }
 
     /// `[accel]` turns accelerators off by name; `HUNKGATE_ACCEL_OFF` turns more off; an

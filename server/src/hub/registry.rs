@@ -53,6 +53,9 @@ pub struct Runs {
     /// The checkout's last snapshot and the change-notification watch that lets the next one
     /// look only at what changed (held for the whole snapshot: snapshots take turns).
     pub(crate) checkout: Mutex<Option<hunkgate_sandbox::checkout::CheckoutWatch>>,
+    /// The ACP agents kept between the runs of their sessions, with the slots they hold
+    /// (`runs::acp_live`, a layer above: made and read there).
+    pub(crate) acp_live: std::sync::OnceLock<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 #[derive(Default)]
@@ -78,6 +81,7 @@ impl Runs {
             gate: Mutex::new(Gate::default()),
             gate_changed: tokio::sync::Notify::new(),
             checkout: Mutex::new(None),
+            acp_live: std::sync::OnceLock::new(),
         }
     }
 

@@ -389,6 +389,9 @@ pub struct RunView {
     /// Built-in agent: how its provider and model were chosen, and its moves.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub route: Option<RouteView>,
+    /// ACP agent: the ACP session its turn ran in (the session's next run continues it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acp_session_id: Option<String>,
 }
 
 /// Token and call counts of a built-in agent run.

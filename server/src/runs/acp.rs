@@ -1,32 +1,36 @@
 //! An ACP agent's run: the agent process in the sandbox exactly as a command agent runs (same
 //! environment, namespaces, limits, supervision), spoken to over its stdio with the Agent
-//! Client Protocol ([`crate::agent::acp`]): `initialize`, `session/new` in the sandbox with
-//! `hunkgate mcp` offered, one `session/prompt`; its updates become the run's progress, its
-//! permission questions are answered by the policy or put to the reviewer. The end of the turn
-//! ends the run: the sandbox's diff becomes the suggestion, as for a command agent.
+//! Client Protocol ([`crate::agent::acp`]): `initialize`, `session/new` (or `session/load`) in
+//! the sandbox with `hunkgate mcp` offered, then one `session/prompt`; its updates become the
+//! run's progress, its permission questions are answered by the policy or put to the reviewer.
+//! The end of the turn ends the run: the sandbox's diff becomes the suggestion, as for a
+//! command agent. The agent may stay alive for its session's next run, which then only sends
+//! the next `session/prompt` ([`super::acp_live`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hunkgate_sandbox::agent::{self, build_argv, Interactive, Stream};
+use hunkgate_sandbox::agent::{self, build_argv};
 use hunkgate_sandbox::workspace::Sandbox;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::acp::framing::{self, Frame, Framer, Incoming};
+use crate::agent::acp::framing::{self, Frame, Incoming};
 use crate::agent::acp::{self, method, Permission, Progress};
 use crate::agent::run_tool::ToolFailure;
 use crate::error::AppError;
+use crate::hub::registry::poisoned;
 use crate::hub::Hub;
 use crate::model::chat::Message;
 use crate::model::session::Entry;
 use crate::model::text::one_line;
 use crate::protocol::{ErrorCode, Event, RunState, NO_USER_ANSWER};
 
-use super::exec::{agent_failure, RunLog};
+use super::acp_live::LiveAgent;
+use super::exec::agent_failure;
 use super::RunJob;
 
 /// After `session/cancel` (a cancel or the timeout), how long the agent has to end its turn
@@ -54,10 +58,10 @@ enum TurnEnd {
     Failed(String),
 }
 
-type Log = Arc<Mutex<Option<RunLog>>>;
-
 impl Hub {
-    /// The run of the ACP agent `command` in `sandbox`.
+    /// The run of the ACP agent `command` in `sandbox`: the session's kept agent when the run
+    /// holds one (see [`super::acp_live`]), else a new one; one turn; then the agent is left for
+    /// the run's end to park, or stopped.
     pub(super) async fn drive_acp(
         self: &Arc<Self>,
         job: &RunJob,
@@ -66,118 +70,136 @@ impl Hub {
     ) -> Result<(), AppError> {
         let run_id = job.run_id.as_str();
         let argv = build_argv(command, "").map_err(|e| AppError::bad_request(e.to_string()))?;
-        let agent_token = self.register_agent_token(run_id)?;
-        // (The prompt goes as `session/prompt`, with the session's pinned context and pages.)
-        let env = self.agent_env(job, &job.prompt, &agent_token);
+        // A kept agent that died while idle is dropped here: a new one takes its slot.
+        let held = self.acp_live().take_held(run_id).filter(LiveAgent::alive);
+        let continued = held.is_some();
+        let mut agent = match held {
+            Some(a) => a,
+            None => match self.start_acp_agent(job, command, &argv, sandbox.as_ref()) {
+                Ok(a) => a,
+                Err(outcome) => {
+                    return self
+                        .finish_acp(job, TurnEnd::Failed(String::new()), Some(&outcome))
+                        .await
+                }
+            },
+        };
+        self.runs()
+            .agent_tokens
+            .lock()
+            .map_err(|_| poisoned())?
+            .insert(agent.token.clone(), run_id.to_string());
+        let last = agent
+            .log
+            .lock()
+            .ok()
+            .and_then(|mut l| std::mem::replace(&mut *l, self.open_run_log(run_id)));
+        if let Some(l) = last {
+            l.finish();
+        }
+        let how = if continued {
+            format!("ACP agent continues its session (turn {})", agent.turns + 1)
+        } else {
+            "ACP agent started".to_string()
+        };
         self.run_status(
             run_id,
             "working",
-            format!(
-                "ACP agent started ({}, isolation: {})",
-                argv[0],
-                sandbox.isolation()
-            ),
+            format!("{how} ({}, isolation: {})", argv[0], sandbox.isolation()),
         );
-        let limit = job.timeout + CANCEL_GRACE * 2;
-        let (end, outcome) = match agent::spawn_interactive(sandbox.as_ref(), &argv, &env, limit) {
-            Ok(io) => {
-                let work = self.converse(job, io, sandbox.workdir(), &env, limit);
-                tokio::pin!(work);
-                tokio::select! {
-                    r = &mut work => r,
-                    () = sandbox.follow_changes() => work.await,
-                }
+        let (end, output_ended) = {
+            let work = self.converse(job, &mut agent, sandbox.workdir());
+            tokio::pin!(work);
+            tokio::select! {
+                r = &mut work => r,
+                () = sandbox.follow_changes() => work.await,
             }
-            Err(outcome) => (TurnEnd::Failed(String::new()), outcome),
         };
-        self.forget_agent_token(&agent_token);
-        tracing::debug!(run = run_id, ?end, exit = ?outcome.exit, "ACP agent ended");
-        self.finish_acp(job, end, &outcome).await
+        self.forget_agent_token(&agent.token);
+        let outcome = self.after_turn(job, agent, &end, output_ended).await;
+        self.finish_acp(job, end, outcome.as_ref()).await
     }
 
-    /// Speak ACP with the started agent `io` until its turn ends, then stop its process and
-    /// wait for it; its stderr goes to the run's log.
+    /// After the turn: a turn that ended of itself leaves the agent for the run's end to park
+    /// (None; the run's log stays open for what it still writes on stderr); any other end stops
+    /// it and waits for its tree to be gone (how it ended), and closes the run's log.
+    async fn after_turn(
+        self: &Arc<Self>,
+        job: &RunJob,
+        mut agent: LiveAgent,
+        end: &TurnEnd,
+        output_ended: bool,
+    ) -> Option<agent::Outcome> {
+        let keep = matches!(end, TurnEnd::Stopped(_))
+            && !job.cancel.is_cancelled()
+            && !self.cfg().acp.keep_alive.is_zero()
+            && !self.shutdown().is_cancelled()
+            && agent.alive();
+        let outcome = if keep {
+            agent.turns += 1;
+            self.acp_live().hold(&job.run_id, agent);
+            None
+        } else {
+            // A crashing agent's own exit says more than a kill would.
+            let grace = if output_ended {
+                EXIT_GRACE
+            } else {
+                Duration::ZERO
+            };
+            Some(agent.end(grace).await)
+        };
+        tracing::debug!(run = job.run_id, ?end, exit = ?outcome.as_ref().map(|o| &o.exit), kept = keep, "ACP turn ended");
+        outcome
+    }
+
+    /// Speak ACP with `agent` until its turn ends: the handshake and session first when it is
+    /// new, then the prompt. Also whether its output ended (it is exiting).
     async fn converse(
         self: &Arc<Self>,
         job: &RunJob,
-        io: Interactive,
+        agent: &mut LiveAgent,
         cwd: &std::path::Path,
-        env: &[(String, String)],
-        limit: Duration,
-    ) -> (TurnEnd, agent::Outcome) {
-        let Interactive {
-            stdin,
-            stdout,
-            process,
-        } = io;
-        let log: Log = Arc::new(Mutex::new(self.open_run_log(&job.run_id)));
-        let stop = CancellationToken::new();
-        let mcp_env: Vec<(String, String)> = env
+    ) -> (TurnEnd, bool) {
+        let context = self.acp_context(job).await;
+        let full = match context.is_empty() {
+            true => job.prompt.clone(),
+            false => format!("{}\n\nThe task:\n{}", context.join("\n\n"), job.prompt),
+        };
+        let pinned = context
             .iter()
-            .filter(|(k, _)| k.starts_with("HUNKGATE_") && k != agent::PROMPT_VAR)
-            .cloned()
-            .collect();
-        let prompt = self.acp_prompt(job).await;
-        let mut conv =
-            Conversation::new(self.clone(), job, stdin, Framer::new(stdout), log.clone());
-        let exited = CancellationToken::new();
-        let talk = async {
-            let end = conv.turn(cwd, &mcp_env, &prompt).await;
-            if conv.output_ended {
-                // It is exiting (a crash): its own exit says more than a kill would.
-                tokio::select! {
-                    () = exited.cancelled() => {}
-                    () = tokio::time::sleep(EXIT_GRACE) => {}
-                }
-            }
-            stop.cancel();
-            end
+            .find(|c| c.starts_with(crate::sessions::PINNED_HEADING))
+            .map_or("", String::as_str);
+        let (followup, told) = self.acp_followup(job, &agent.told, pinned);
+        let earlier = match agent.session_id {
+            Some(_) => None,
+            None => self.earlier_acp_session(&job.run_id, &agent.command),
         };
-        let stderr_log = log.clone();
-        let wait = async {
-            let outcome = process
-                .wait(limit, stop.clone(), move |stream, line| {
-                    let tag = if stream == Stream::Stderr {
-                        "err"
-                    } else {
-                        "out"
-                    };
-                    if let Some(f) = stderr_log.lock().ok().as_mut().and_then(|l| l.as_mut()) {
-                        f.line(tag, line);
-                    }
-                })
-                .await;
-            exited.cancel();
-            outcome
-        };
-        let (end, outcome) = tokio::join!(talk, wait);
+        let prompts = Prompts { full, followup };
+        let mut conv = Conversation::new(self.clone(), job, agent);
+        let end = conv.turn(cwd, &prompts, earlier.as_deref()).await;
         conv.keep_message();
-        if let Some(l) = log.lock().ok().and_then(|mut l| l.take()) {
-            l.finish();
+        let output_ended = conv.output_ended;
+        if matches!(end, TurnEnd::Stopped(_)) {
+            agent.told = told;
         }
-        (end, outcome)
+        (end, output_ended)
     }
 
-    /// The prompt the agent gets: the session's context (pinned files, earlier conversation,
-    /// the reviewer's decisions on earlier suggestions), then the run's prompt.
-    async fn acp_prompt(self: &Arc<Self>, job: &RunJob) -> String {
+    /// What a new ACP session's prompt begins with: the session's context (pinned files,
+    /// earlier conversation, the reviewer's decisions on earlier suggestions), as texts.
+    async fn acp_context(self: &Arc<Self>, job: &RunJob) -> Vec<String> {
         let rid = job.run_id.clone();
         let context = self
             .blocking(move |hub| hub.session_context(&rid))
             .await
             .unwrap_or_default();
-        let mut parts: Vec<String> = context
+        context
             .into_iter()
             .filter_map(|m| match m {
                 Message::User { content } | Message::System { content } => Some(content),
                 _ => None,
             })
-            .collect();
-        if parts.is_empty() {
-            return job.prompt.clone();
-        }
-        parts.push(format!("The task:\n{}", job.prompt));
-        parts.join("\n\n")
+            .collect()
     }
 
     /// Record how the turn ended; on a stop reason, what the agent left becomes a suggestion.
@@ -185,7 +207,7 @@ impl Hub {
         self: &Arc<Self>,
         job: &RunJob,
         end: TurnEnd,
-        outcome: &agent::Outcome,
+        outcome: Option<&agent::Outcome>,
     ) -> Result<(), AppError> {
         let run_id = job.run_id.as_str();
         let reason = match &end {
@@ -213,7 +235,7 @@ impl Hub {
                 ),
             ),
             TurnEnd::Failed(why) => {
-                let exit = agent_failure(outcome).map(|(_, m)| m);
+                let exit = outcome.and_then(agent_failure).map(|(_, m)| m);
                 let message = match (why.is_empty(), exit) {
                     (true, Some(exit)) => exit,
                     (true, None) => "the ACP agent ended without answering".into(),
@@ -240,19 +262,22 @@ impl Hub {
 /// the answer to send.
 type Asking = Pin<Box<dyn Future<Output = (Value, Value)> + Send>>;
 
-/// One ACP conversation: the hub's side of the JSON-RPC connection and the run's progress.
-struct Conversation {
+/// The two prompts of a turn: for a new ACP session, the whole session context and the task;
+/// for a continued one (the same process, or `session/load`), what the agent was not told yet.
+struct Prompts {
+    full: String,
+    followup: String,
+}
+
+/// One ACP turn: the hub's side of the JSON-RPC connection and the run's progress.
+struct Conversation<'a> {
     hub: Arc<Hub>,
+    agent: &'a mut LiveAgent,
     run_id: String,
     cancel: CancellationToken,
     /// Ends the question put to the reviewer: cancelled with the run, or by the timeout.
     asks_cancel: CancellationToken,
     deadline: tokio::time::Instant,
-    stdin: tokio::sync::mpsc::Sender<Vec<u8>>,
-    framer: Framer<agent::Pipe>,
-    log: Log,
-    next_id: u64,
-    session_id: Option<String>,
     /// The question put to the reviewer now, and those waiting behind it.
     asking: Option<Asking>,
     waiting: VecDeque<(Value, Permission)>,
@@ -261,6 +286,10 @@ struct Conversation {
     timed_out: bool,
     /// The agent's stdout has ended.
     output_ended: bool,
+    /// The awaited answer was a JSON-RPC error.
+    refused: bool,
+    /// Within `session/load`: the updates are the agent replaying the conversation.
+    replaying: bool,
     malformed: usize,
     tool_events: usize,
     tools_started: HashMap<String, Instant>,
@@ -268,30 +297,22 @@ struct Conversation {
     message: String,
 }
 
-impl Conversation {
-    fn new(
-        hub: Arc<Hub>,
-        job: &RunJob,
-        stdin: tokio::sync::mpsc::Sender<Vec<u8>>,
-        framer: Framer<agent::Pipe>,
-        log: Log,
-    ) -> Self {
+impl<'a> Conversation<'a> {
+    fn new(hub: Arc<Hub>, job: &RunJob, agent: &'a mut LiveAgent) -> Self {
         Self {
             hub,
+            agent,
             run_id: job.run_id.clone(),
             cancel: job.cancel.clone(),
             asks_cancel: job.cancel.child_token(),
             deadline: tokio::time::Instant::now() + job.timeout,
-            stdin,
-            framer,
-            log,
-            next_id: 0,
-            session_id: None,
             asking: None,
             waiting: VecDeque::new(),
             cancelling: false,
             timed_out: false,
             output_ended: false,
+            refused: false,
+            replaying: false,
             malformed: 0,
             tool_events: 0,
             tools_started: HashMap::new(),
@@ -300,14 +321,15 @@ impl Conversation {
         }
     }
 
-    /// The whole turn: handshake, session, prompt.
+    /// The whole turn: for a new agent the handshake and the session (`earlier` loaded when
+    /// it can be), then the prompt.
     async fn turn(
         &mut self,
         cwd: &std::path::Path,
-        mcp_env: &[(String, String)],
-        prompt: &str,
+        prompts: &Prompts,
+        earlier: Option<&str>,
     ) -> TurnEnd {
-        match self.turn_steps(cwd, mcp_env, prompt).await {
+        match self.turn_steps(cwd, prompts, earlier).await {
             Ok(reason) if self.timed_out => {
                 self.note(&format!("after the timeout the agent stopped: {reason}"));
                 TurnEnd::TimedOut
@@ -320,44 +342,93 @@ impl Conversation {
     async fn turn_steps(
         &mut self,
         cwd: &std::path::Path,
-        mcp_env: &[(String, String)],
-        prompt: &str,
+        prompts: &Prompts,
+        earlier: Option<&str>,
     ) -> Result<String, TurnEnd> {
-        let init = self
-            .call(method::INITIALIZE, acp::initialize_params())
-            .await?;
-        let name = acp::check_initialized(&init).map_err(TurnEnd::Failed)?;
-        if let Some(name) = name {
-            self.note(&format!("initialized: {name}"));
-            self.status(format!("ACP agent: {name}"));
-            let info = name.chars().take(200).collect::<String>();
-            let _ = self
-                .hub
-                .update_run(&self.run_id, |r| r.agent_info = Some(info));
-        }
-        let exe = std::env::current_exe().unwrap_or_else(|_| "hunkgate".into());
-        let session = self
-            .call(
-                method::SESSION_NEW,
-                acp::new_session_params(cwd, &exe, mcp_env),
-            )
-            .await?;
-        self.session_id = Some(acp::session_id(&session).map_err(TurnEnd::Failed)?);
-        let params = acp::prompt_params(self.session_id.as_deref().unwrap_or(""), prompt);
+        let continued = match &self.agent.session_id {
+            Some(id) => {
+                self.note(&format!("continuing ACP session {id}"));
+                true
+            }
+            None => {
+                self.handshake().await?;
+                self.open_session(cwd, earlier).await?
+            }
+        };
+        let (sid, info) = (self.agent.session_id.clone(), self.agent.info.clone());
+        let _ = self.hub.update_run(&self.run_id, |r| {
+            r.acp_session_id = sid.clone();
+            r.agent_info = info;
+        });
+        let prompt = if continued {
+            &prompts.followup
+        } else {
+            &prompts.full
+        };
+        let params = acp::prompt_params(sid.as_deref().unwrap_or(""), prompt);
         let result = self.call(method::SESSION_PROMPT, params).await?;
         acp::stop_reason(&result).map_err(TurnEnd::Failed)
     }
 
+    /// `initialize`: the protocol version checked, the agent's name and whether it can load
+    /// a session kept.
+    async fn handshake(&mut self) -> Result<(), TurnEnd> {
+        let init = self
+            .call(method::INITIALIZE, acp::initialize_params())
+            .await?;
+        let name = acp::check_initialized(&init).map_err(TurnEnd::Failed)?;
+        self.agent.can_load = acp::can_load_session(&init);
+        if let Some(name) = name {
+            self.note(&format!("initialized: {name}"));
+            self.status(format!("ACP agent: {name}"));
+            self.agent.info = Some(name.chars().take(200).collect());
+        }
+        Ok(())
+    }
+
+    /// Open the ACP session in `cwd`: `session/load` of `earlier` when the agent can (true:
+    /// the conversation goes on), else — or when it refuses — `session/new`.
+    async fn open_session(
+        &mut self,
+        cwd: &std::path::Path,
+        earlier: Option<&str>,
+    ) -> Result<bool, TurnEnd> {
+        let exe = std::env::current_exe().unwrap_or_else(|_| "hunkgate".into());
+        if let (Some(id), true) = (earlier, self.agent.can_load) {
+            let params = acp::load_session_params(id, cwd, &exe, &self.agent.mcp_env);
+            self.replaying = true;
+            let loaded = self.call(method::SESSION_LOAD, params).await;
+            self.replaying = false;
+            match loaded {
+                Ok(_) => {
+                    self.note(&format!("session/load {id}: the session goes on"));
+                    self.status(format!("ACP session {id} loaded"));
+                    self.agent.session_id = Some(id.to_string());
+                    return Ok(true);
+                }
+                Err(TurnEnd::Failed(why)) if self.refused => {
+                    self.note(&format!("{why}: a new session instead"));
+                }
+                Err(end) => return Err(end),
+            }
+        }
+        let params = acp::new_session_params(cwd, &exe, &self.agent.mcp_env);
+        let session = self.call(method::SESSION_NEW, params).await?;
+        self.agent.session_id = Some(acp::session_id(&session).map_err(TurnEnd::Failed)?);
+        Ok(false)
+    }
+
     /// Send a request and serve the connection until its answer comes (or the turn ends).
     async fn call(&mut self, method: &str, params: Value) -> Result<Value, TurnEnd> {
-        let id = self.next_id;
-        self.next_id += 1;
+        let id = self.agent.io.next_id;
+        self.agent.io.next_id += 1;
+        self.refused = false;
         self.send(framing::request(id, method, params)).await?;
         let mut grace_until: Option<tokio::time::Instant> = None;
         loop {
             let deadline = grace_until.unwrap_or(self.deadline);
             tokio::select! {
-                frame = self.framer.next() => match frame {
+                frame = self.agent.io.framer.next() => match frame {
                     None => {
                         self.output_ended = true;
                         return Err(TurnEnd::Failed(format!(
@@ -365,6 +436,7 @@ impl Conversation {
                         )))
                     }
                     Some(Frame::Message(Incoming::Response { id: rid, result })) if rid == id => {
+                        self.refused = result.is_err();
                         return result.map_err(|e| {
                             TurnEnd::Failed(format!("the ACP agent refused {method}: {e}"))
                         });
@@ -377,13 +449,13 @@ impl Conversation {
                     self.ask_next();
                 }
                 _ = self.cancel.cancelled(), if !self.cancelling => {
-                    if self.session_id.is_none() {
+                    if self.agent.session_id.is_none() {
                         return Err(TurnEnd::Cancelled);
                     }
                     grace_until = Some(self.start_cancelling().await?);
                 }
                 _ = tokio::time::sleep_until(deadline) => {
-                    if self.cancelling || self.session_id.is_none() {
+                    if self.cancelling || self.agent.session_id.is_none() {
                         return Err(if self.cancel.is_cancelled() {
                             TurnEnd::Cancelled
                         } else {
@@ -401,7 +473,7 @@ impl Conversation {
     /// asks of a client); the turn now has [`CANCEL_GRACE`] to end.
     async fn start_cancelling(&mut self) -> Result<tokio::time::Instant, TurnEnd> {
         self.cancelling = true;
-        let sid = self.session_id.clone().unwrap_or_default();
+        let sid = self.agent.session_id.clone().unwrap_or_default();
         self.send(framing::notification(
             method::SESSION_CANCEL,
             acp::cancel_params(&sid),
@@ -419,7 +491,9 @@ impl Conversation {
     }
 
     async fn send(&mut self, line: Vec<u8>) -> Result<(), TurnEnd> {
-        self.stdin
+        self.agent
+            .io
+            .stdin
             .send(line)
             .await
             .map_err(|_| TurnEnd::Failed("the ACP agent's stdin is closed".into()))
@@ -429,7 +503,9 @@ impl Conversation {
     async fn handle(&mut self, frame: Frame) -> Result<(), TurnEnd> {
         match frame {
             Frame::Message(Incoming::Notification { method, params }) => {
-                if method == method::SESSION_UPDATE {
+                if method == method::SESSION_UPDATE && self.replaying {
+                    // The conversation `session/load` replays is not this run's progress.
+                } else if method == method::SESSION_UPDATE {
                     self.on_update(&params);
                 } else {
                     self.note(&format!("notification {method} ignored"));
@@ -611,7 +687,7 @@ impl Conversation {
 
     /// A line for the run's log (ACP traffic, summarised).
     fn note(&self, what: &str) {
-        if let Ok(mut l) = self.log.lock() {
+        if let Ok(mut l) = self.agent.log.lock() {
             if let Some(f) = l.as_mut() {
                 f.line("acp", &one_line(what, 500));
             }

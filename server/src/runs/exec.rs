@@ -43,7 +43,11 @@ impl Hub {
         self.update_run(run_id, |r| r.base_commit = Some(base.commit.to_string()))?;
 
         let local = matches!(self.cfg().isolation, crate::isolation::Isolation::None);
-        let slot = self.runs().acquire_slot(local)?;
+        // A kept ACP agent of the run's session comes with its slot (see `acp_live`).
+        let slot = match self.acp_kept_slot(run_id, super::acp_live::acp_command(&job.driver)) {
+            Some(slot) => slot,
+            None => self.runs().acquire_slot(local)?,
+        };
         let sandbox = self.sandbox_for_slot(slot);
         let result = self.run_in_sandbox(&job, base, sandbox.clone()).await;
         // The slot is still the run's: the checks use it, after the suggestion is out.
@@ -53,7 +57,9 @@ impl Hub {
             }
         }
         sandbox.run_over();
-        self.runs().release_slot(slot);
+        if !self.acp_park(run_id, slot) {
+            self.runs().release_slot(slot);
+        }
         if let Ok(mut a) = self.runs().active.lock() {
             a.remove(run_id);
         }

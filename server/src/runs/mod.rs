@@ -3,9 +3,11 @@
 //!
 //! `mod.rs` starts, queues and cancels runs; `exec.rs` runs the agent in its sandbox;
 //! `builtin.rs` drives the built-in agent; `acp.rs` drives an agent over the Agent Client
-//! Protocol; `publish.rs` turns a sandbox into a suggestion.
+//! Protocol, and `acp_live.rs` keeps it between the runs of its session; `publish.rs` turns a
+//! sandbox into a suggestion.
 
 mod acp;
+mod acp_live;
 mod builtin;
 mod checks;
 mod exec;
@@ -456,6 +458,7 @@ fn new_run_rec(run_id: String, prompt: &str, driver: &Driver, session_id: String
         agent_info: None,
         provider: None,
         route: None,
+        acp_session_id: None,
     }
 }
 

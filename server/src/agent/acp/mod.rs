@@ -16,10 +16,11 @@
 pub mod framing;
 
 use agent_client_protocol_schema::v1::{
-    ClientCapabilities, ContentBlock, EnvVariable, Implementation, InitializeRequest, McpServer,
-    McpServerStdio, NewSessionRequest, PermissionOption, PermissionOptionKind, PromptRequest,
-    RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
-    SelectedPermissionOutcome, SessionUpdate, StopReason, TextContent, ToolCallStatus, ToolKind,
+    ClientCapabilities, ContentBlock, EnvVariable, Implementation, InitializeRequest,
+    LoadSessionRequest, McpServer, McpServerStdio, NewSessionRequest, PermissionOption,
+    PermissionOptionKind, PromptRequest, RequestPermissionOutcome, RequestPermissionRequest,
+    RequestPermissionResponse, SelectedPermissionOutcome, SessionUpdate, StopReason, TextContent,
+    ToolCallStatus, ToolKind,
 };
 use agent_client_protocol_schema::ProtocolVersion;
 use serde_json::Value;
@@ -32,6 +33,7 @@ pub const MAX_AGENT_REQUESTS: usize = 16;
 pub mod method {
     pub const INITIALIZE: &str = "initialize";
     pub const SESSION_NEW: &str = "session/new";
+    pub const SESSION_LOAD: &str = "session/load";
     pub const SESSION_PROMPT: &str = "session/prompt";
     pub const SESSION_CANCEL: &str = "session/cancel";
     pub const SESSION_UPDATE: &str = "session/update";
@@ -65,17 +67,45 @@ pub fn check_initialized(result: &Value) -> Result<Option<String>, String> {
     }))
 }
 
+/// Whether the agent said in `initialize`'s answer that it can `session/load`.
+pub fn can_load_session(result: &Value) -> bool {
+    result
+        .pointer("/agentCapabilities/loadSession")
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+}
+
+/// `hunkgate mcp` (the binary at `exe`, with `env`: the hub's URL and the agent's token) as
+/// the MCP server offered to a session.
+fn hunkgate_mcp(exe: &std::path::Path, env: &[(String, String)]) -> McpServer {
+    McpServer::Stdio(
+        McpServerStdio::new("hunkgate", exe)
+            .args(vec!["mcp".to_string()])
+            .env(env.iter().map(|(k, v)| EnvVariable::new(k, v)).collect()),
+    )
+}
+
 /// `session/new`'s params: the sandbox as `cwd`, and `hunkgate mcp` (the binary at `exe`, with
-/// `env`: the hub's URL and the run's agent token) offered as an MCP server.
+/// `env`: the hub's URL and the agent's token) offered as an MCP server.
 pub fn new_session_params(
     cwd: &std::path::Path,
     exe: &std::path::Path,
     env: &[(String, String)],
 ) -> Value {
-    let mcp = McpServerStdio::new("hunkgate", exe)
-        .args(vec!["mcp".to_string()])
-        .env(env.iter().map(|(k, v)| EnvVariable::new(k, v)).collect());
-    let req = NewSessionRequest::new(cwd).mcp_servers(vec![McpServer::Stdio(mcp)]);
+    let req = NewSessionRequest::new(cwd).mcp_servers(vec![hunkgate_mcp(exe, env)]);
+    serde_json::to_value(req).unwrap_or_default()
+}
+
+/// `session/load`'s params: the earlier session `session_id`, in the sandbox as
+/// [`new_session_params`] has it.
+pub fn load_session_params(
+    session_id: &str,
+    cwd: &std::path::Path,
+    exe: &std::path::Path,
+    env: &[(String, String)],
+) -> Value {
+    let req = LoadSessionRequest::new(session_id.to_string(), cwd)
+        .mcp_servers(vec![hunkgate_mcp(exe, env)]);
     serde_json::to_value(req).unwrap_or_default()
 }
 

@@ -44,6 +44,38 @@ fn a_new_session_offers_hunkgate_mcp_in_the_sandbox() {
     assert!(session_id(&json!({})).is_err());
 }
 
+/// `session/load` only where the agent said it can; the earlier session in the sandbox, with
+/// `hunkgate mcp` offered as for a new one.
+#[test]
+fn a_session_is_loaded_only_where_the_agent_offers_it() {
+    assert!(can_load_session(
+        &json!({"protocolVersion": 1, "agentCapabilities": {"loadSession": true}})
+    ));
+    for no in [
+        json!({"protocolVersion": 1}),
+        json!({"protocolVersion": 1, "agentCapabilities": {}}),
+        json!({"protocolVersion": 1, "agentCapabilities": {"loadSession": false}}),
+        json!({"protocolVersion": 1, "agentCapabilities": {"loadSession": "yes"}}),
+    ] {
+        assert!(!can_load_session(&no), "{no}");
+    }
+    let env = vec![("HUNKGATE_URL".to_string(), "http://h".to_string())];
+    let p = load_session_params(
+        "s-7",
+        std::path::Path::new("/sb/0"),
+        std::path::Path::new("/bin/hunkgate"),
+        &env,
+    );
+    assert_eq!(p["sessionId"], "s-7");
+    assert_eq!(p["cwd"], "/sb/0");
+    assert_eq!(p["mcpServers"][0]["name"], "hunkgate");
+    assert_eq!(p["mcpServers"][0]["args"], json!(["mcp"]));
+    assert_eq!(
+        p["mcpServers"][0]["env"],
+        json!([{"name": "HUNKGATE_URL", "value": "http://h"}])
+    );
+}
+
 #[test]
 fn the_prompt_is_one_text_block_and_the_stop_reason_is_read() {
     let p = prompt_params("s1", "fix it");
