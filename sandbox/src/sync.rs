@@ -27,10 +27,12 @@
 //! into the sandbox. ([`fresh_git`] can keep the old objects only for a retry within one sync,
 //! when no agent ran since they were written.)
 //!
-//! Records live in this process ([`remember`], [`recall`]), keyed by the slot's directory: a
-//! hub restart forgets them and the next sync compares every file by content once. A kept
-//! standby helper (`--isolation user`, see [`crate::helper`]) holds the same record of its
-//! slot in its own process, as the hub does.
+//! A slot's last sync ([`Synced`]) is kept by the slot's one owner and handed to every sync
+//! of it ([`sync_slot`] takes it and leaves the new one): in the hub, the slot's
+//! [`Slot`](crate::workspace::Slot), which its registry owns; in a kept standby helper
+//! (`--isolation user`, see [`crate::helper`]), that process's own copy. No process-wide map
+//! holds them: a hub restart (or a second hub in one process) starts without, and the next
+//! sync compares every file by content once.
 //!
 //! **Layer:** imports [`crate::wire`], [`crate::beneath`], [`crate::store`],
 //! [`crate::statcache`] and [`crate::snapshot`]; nothing of `workspace`, `user` or `helper`.
@@ -38,7 +40,7 @@
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use gix::hash::ObjectId;
 
@@ -137,27 +139,6 @@ pub struct Synced {
     pub record: SyncRecord,
     /// The id of `base` as a tree, when this process wrote it.
     pub tree: Option<ObjectId>,
-}
-
-fn records() -> &'static Mutex<HashMap<PathBuf, Arc<Synced>>> {
-    static RECORDS: std::sync::OnceLock<Mutex<HashMap<PathBuf, Arc<Synced>>>> =
-        std::sync::OnceLock::new();
-    RECORDS.get_or_init(Default::default)
-}
-
-/// Remember the last sync of the slot at `dir` (None forgets it: a sync that failed halfway).
-pub fn remember(dir: &Path, synced: Option<Synced>) {
-    if let Ok(mut map) = records().lock() {
-        match synced {
-            Some(s) => map.insert(dir.to_path_buf(), Arc::new(s)),
-            None => map.remove(dir),
-        };
-    }
-}
-
-/// The last sync of the slot at `dir`, if this process made one.
-pub fn recall(dir: &Path) -> Option<Arc<Synced>> {
-    records().lock().ok()?.get(dir).cloned()
 }
 
 /// The record of `synced` if it was made for exactly `base` (else None: compare everything).
@@ -534,85 +515,120 @@ fn write_entries(
     Ok(out)
 }
 
-/// Bring the files of `dir` to exactly `base` (whose blobs are all in `repo`, see
-/// [`ensure_blobs`]) — nothing more: whatever else is there goes, ignored or not (see
-/// [`crate::foreign`]) — then commit the base in the sandbox's repository. Only paths whose stat differs from `record` (or is racy), and then only those
-/// whose content differs, are written. Nothing is followed: every write goes through
-/// [`Beneath`].
-///
-/// With `dirty` (what change notification saw since the sync of `record`, and every path whose
-/// base entry changed since: see [`sync_slot`]), paths it does not cover are not even looked
-/// at, and leftovers are looked for only where it saw something. `known_tree` is `base`'s tree
-/// id if the caller knows it (see [`commit_base`]); the tree id is returned with the reply.
-pub fn sync_files(
-    dir: &Path,
-    repo: &Store,
-    base: &FlatTree,
-    record: Option<&SyncRecord>,
-    dirty: Option<&Dirty>,
-    known_tree: Option<ObjectId>,
-) -> Result<(PrepareReply, ObjectId), SyncError> {
+/// What [`sync_files`] brings a slot to, and what it may go by.
+#[derive(Clone, Copy)]
+pub struct SyncFiles<'a> {
+    /// The slot.
+    pub dir: &'a Path,
+    /// The slot's repository, which holds every blob of `base` (see [`ensure_blobs`]).
+    pub repo: &'a Store,
+    pub base: &'a FlatTree,
+    /// The stat record of the slot's last sync, for the paths whose base entry did not change
+    /// since (see [`rebase_onto`]); None compares every file by content.
+    pub record: Option<&'a SyncRecord>,
+    /// What change notification saw since that sync, and every path whose base entry changed
+    /// since (see [`sync_slot`]): paths it does not cover are not even looked at, and
+    /// leftovers are looked for only where it saw something.
+    pub dirty: Option<&'a Dirty>,
+    /// `base`'s tree id if the caller knows it (see [`commit_base`]).
+    pub known_tree: Option<ObjectId>,
+}
+
+impl<'a> SyncFiles<'a> {
+    /// A sync of `dir` to `base` that goes by nothing: every file compared by content.
+    pub fn from_scratch(dir: &'a Path, repo: &'a Store, base: &'a FlatTree) -> Self {
+        SyncFiles {
+            dir,
+            repo,
+            base,
+            record: None,
+            dirty: None,
+            known_tree: None,
+        }
+    }
+}
+
+/// The paths a sync looks at (see [`looked_at`]).
+struct LookedAt {
+    /// What is there now and may differ (not ignored): leftovers among them are removed.
+    current: Vec<String>,
+    /// Base paths the dirty set does not cover: they keep their recorded stat.
+    untouched: Vec<(String, FileStat)>,
+    /// With a dirty set: the record cut down to the candidates.
+    looked: Option<SyncRecord>,
+    /// A whole walk's directories, for the new record (None: no directory record).
+    walked_dirs: Option<Vec<String>>,
+}
+
+/// What a sync of `job` looks at: with a dirty set, only its candidates, against the record
+/// cut down to them; otherwise what a read-back walks (leftovers looked for where the
+/// directory record says something may have changed since the sync before, everywhere
+/// without one).
+fn looked_at(job: &SyncFiles<'_>, root: &Beneath) -> LookedAt {
+    let SyncFiles {
+        dir, base, record, ..
+    } = *job;
+    if let (Some(record), Some(dirty)) = (record, job.dirty) {
+        let split = split_by_dirty(dir, root, base, record, dirty, None);
+        let untouched = record
+            .files
+            .iter()
+            .filter(|(p, _)| !split.candidates.contains(p))
+            .cloned()
+            .collect();
+        return LookedAt {
+            current: split.candidates.into_iter().collect(),
+            untouched,
+            looked: Some(split.looked),
+            walked_dirs: None,
+        };
+    }
+    let found = sandbox_candidates_since(dir, root, base, record, None);
+    // A name the walk cannot carry stays (and is reported by every read-back): its directory
+    // must be read each time.
+    let walked_dirs = found.skipped.is_empty().then(|| {
+        let mut dirs = found.dirs;
+        if found.dirs_read.is_some() {
+            // The directories not read again are still there, or gone: the record made after
+            // this sync `lstat`s every one.
+            dirs.extend(
+                record
+                    .into_iter()
+                    .flat_map(|r| &r.dirs)
+                    .map(|(d, _)| d.clone()),
+            );
+        }
+        dirs
+    });
+    LookedAt {
+        current: found.new.into_iter().collect(),
+        untouched: Vec::new(),
+        looked: None,
+        walked_dirs,
+    }
+}
+
+/// Of the base paths a sync examines, those that hold (with their stat, for the record) and
+/// those to write. A path holds when its stat vouches for it ([`readback_check`]) or its
+/// content is the base's; a file with another name (a hard link the agent made to a path
+/// outside the slot) can be written through that name with no event and no stat of ours to
+/// tell: it never holds, and is replaced by a file of its own (see `Beneath::write_scratch`).
+#[allow(clippy::type_complexity)]
+fn what_holds<'b>(
+    job: &SyncFiles<'b>,
+    root: &Beneath,
+    look: &'b LookedAt,
+) -> Result<(Vec<(String, FileStat)>, Vec<(&'b String, &'b Entry)>), SyncError> {
     let fs_err = |source| SyncError::Fs {
-        dir: dir.to_path_buf(),
+        dir: job.dir.to_path_buf(),
         source,
     };
-    let root = Beneath::open_scratch(dir).map_err(fs_err)?;
-    // Whatever is neither a base path nor a directory on the way to one goes first, ignored
-    // or not (see `crate::foreign`): the ignore rules are the agent's to write.
-    let dropped =
-        crate::foreign::drop_foreign(dir, base, record, dirty).map_err(|source| SyncError::Io {
-            dir: dir.to_path_buf(),
-            source,
-        })?;
-    if dropped > 0 {
-        tracing::debug!(dir = %dir.display(), dropped, "removed what the base does not have");
-    }
-    let mut files = Vec::with_capacity(base.len());
-    // What is there now (not ignored), so leftovers of an earlier run disappear.
-    // With a dirty set, only its candidates are looked at, against the record cut down to
-    // them; the untouched paths keep their recorded stat.
-    // A whole walk also lists the directories, for the record (None: no directory record).
-    let (current, untouched, looked, walked_dirs) = match (record, dirty) {
-        (Some(record), Some(dirty)) => {
-            let split = split_by_dirty(dir, &root, base, record, dirty, None);
-            let untouched: Vec<(String, FileStat)> = record
-                .files
-                .iter()
-                .filter(|(p, _)| !split.candidates.contains(p))
-                .cloned()
-                .collect();
-            (split.candidates, untouched, Some(split.looked), None)
-        }
-        _ => {
-            // Leftovers are looked for where the directory record says something may have
-            // changed since the sync before (everywhere without one): what a read-back does.
-            let found = sandbox_candidates_since(dir, &root, base, record, None);
-            // A name the walk cannot carry stays (and is reported by every read-back): its
-            // directory must be read each time.
-            let dirs = found.skipped.is_empty().then(|| {
-                let mut dirs = found.dirs;
-                if found.dirs_read.is_some() {
-                    // The directories not read again are still there, or gone: the record
-                    // made after this sync `lstat`s every one.
-                    dirs.extend(
-                        record
-                            .into_iter()
-                            .flat_map(|r| &r.dirs)
-                            .map(|(d, _)| d.clone()),
-                    );
-                }
-                dirs
-            });
-            (found.new.into_iter().collect(), Vec::new(), None, dirs)
-        }
-    };
-    for path in current.iter().filter(|p| !base.contains_key(*p)) {
-        root.remove_entry(path).map_err(fs_err)?;
-    }
+    let base = job.base;
     // Whether a path's stat vouches for the base entry: asked in path order, as the read-back's.
-    let mut check = readback_check(base, looked.as_ref().or(record));
-    let examine: Vec<(&String, &Entry)> = match looked {
-        Some(_) => current
+    let mut check = readback_check(base, look.looked.as_ref().or(job.record));
+    let examine: Vec<(&String, &Entry)> = match look.looked {
+        Some(_) => look
+            .current
             .iter()
             .filter_map(|p| base.get_key_value(p))
             .collect(),
@@ -621,15 +637,10 @@ pub fn sync_files(
     // Every `lstat` first, all at once (see `Beneath::lstat_many`).
     let paths: Vec<&str> = examine.iter().map(|(p, _)| p.as_str()).collect();
     let stats = root.lstat_many(&paths);
-    // What holds stays; the rest is written afterwards, on a few threads when it is a whole
-    // sandbox's worth (a first run's 10,000 files).
-    let mut to_write: Vec<(&String, &Entry)> = Vec::new();
+    let (mut holding, mut to_write) = (Vec::with_capacity(base.len()), Vec::new());
     for ((path, entry), st) in examine.into_iter().zip(stats) {
         let st = st.map_err(fs_err)?;
         let stat = st.as_ref().map(file_stat);
-        // A file with another name (a hard link the agent made to a path outside the slot)
-        // can be written through that name with no event and no stat of ours to tell: it
-        // never holds, and is replaced by a file of its own (see `Beneath::write_scratch`).
         let alone = st.as_ref().is_none_or(|st| st.st_nlink <= 1);
         let trusted = alone && stat.is_some_and(|now| matches!(check(path, &now), Check::Trust(_)));
         let holds = trusted
@@ -644,21 +655,57 @@ pub fn sync_files(
                     }
                     _ => false,
                 };
-        if holds {
-            if let Some(stat) = stat {
-                files.push((path.clone(), stat));
-            }
-            continue;
+        match (holds, stat) {
+            (true, Some(stat)) => holding.push((path.clone(), stat)),
+            (true, None) => {}
+            (false, _) => to_write.push((path, entry)),
         }
-        to_write.push((path, entry));
     }
+    Ok((holding, to_write))
+}
+
+/// Bring the files of `job.dir` to exactly `job.base` (whose blobs are all in `job.repo`, see
+/// [`ensure_blobs`]) — nothing more: whatever else is there goes, ignored or not (see
+/// [`crate::foreign`]) — then commit the base in the sandbox's repository. Only paths whose
+/// stat differs from the record (or is racy), and then only those whose content differs, are
+/// written. Nothing is followed: every write goes through [`Beneath`]. The tree id of the base
+/// is returned with the reply.
+pub fn sync_files(job: &SyncFiles<'_>) -> Result<(PrepareReply, ObjectId), SyncError> {
+    let SyncFiles {
+        dir, repo, base, ..
+    } = *job;
+    let fs_err = |source| SyncError::Fs {
+        dir: dir.to_path_buf(),
+        source,
+    };
+    let root = Beneath::open_scratch(dir).map_err(fs_err)?;
+    // Whatever is neither a base path nor a directory on the way to one goes first, ignored
+    // or not (see `crate::foreign`): the ignore rules are the agent's to write.
+    let dropped =
+        crate::foreign::drop_foreign(dir, base, job.record, job.dirty).map_err(|source| {
+            SyncError::Io {
+                dir: dir.to_path_buf(),
+                source,
+            }
+        })?;
+    if dropped > 0 {
+        tracing::debug!(dir = %dir.display(), dropped, "removed what the base does not have");
+    }
+    let mut look = looked_at(job, &root);
+    let untouched = std::mem::take(&mut look.untouched);
+    for path in look.current.iter().filter(|p| !base.contains_key(*p)) {
+        root.remove_entry(path).map_err(fs_err)?;
+    }
+    // What holds stays; the rest is written afterwards, on a few threads when it is a whole
+    // sandbox's worth (a first run's 10,000 files).
+    let (mut files, to_write) = what_holds(job, &root, &look)?;
     let written = to_write.len() as u64;
     files.extend(write_entries(dir, &root, repo, &to_write)?);
     // In base order, as a record goes (the untouched ones interleave with the rest).
     files.extend(untouched);
     files.sort_by(|a, b| a.0.cmp(&b.0));
     let stats: HashMap<&str, FileStat> = files.iter().map(|(p, s)| (p.as_str(), *s)).collect();
-    let tree = commit_base(dir, repo, base, known_tree, |p| stats.get(p).copied())?;
+    let tree = commit_base(dir, repo, base, job.known_tree, |p| stats.get(p).copied())?;
     // The index is written last: its mtime is the sync's stamp (every file written is no
     // newer), from the same filesystem clock as the files' own timestamps.
     let (stamp_s, stamp_ns) =
@@ -666,7 +713,8 @@ pub fn sync_files(
             dir: dir.to_path_buf(),
             source: std::io::Error::other("the sandbox's fresh .git/index is missing"),
         })?;
-    let dirs = walked_dirs
+    let dirs = look
+        .walked_dirs
         .map(|walked| dir_record(dir, &root, base, walked))
         .unwrap_or_default();
     let reply = PrepareReply {
@@ -818,13 +866,17 @@ pub fn clear_except_git(dir: &Path) -> std::io::Result<()> {
 /// A whole sync of the slot `dir` with blobs from `source` (and, with `alternate`, borrowed
 /// from that objects directory): fresh `.git` (objects kept), missing blobs, files, commit; on
 /// failure every blob is checked again, the directory is emptied (but for `.git`) and synced
-/// from nothing. The record is remembered for the next sync and the read-back.
+/// from nothing.
 ///
-/// `dirty` is what change notification saw in the slot since its last sync (see
-/// [`crate::watch`]); None looks at every file.
+/// `synced` is the slot's last sync, as its owner keeps it (see the module docs): the sync
+/// goes by it, forgets it while it works (a sync that fails halfway leaves None), and leaves
+/// the new one there for the next sync and the read-back. `dirty` is what change
+/// notification saw in the slot since that sync (see [`crate::watch`]); None looks at every
+/// file.
 pub fn sync_slot(
     dir: &Path,
     base: &Arc<FlatTree>,
+    synced: &mut Option<Arc<Synced>>,
     alternate: Option<&Path>,
     dirty: Option<&Dirty>,
     source: impl FnMut(ObjectId) -> Result<Option<Vec<u8>>, SyncError>,
@@ -835,21 +887,71 @@ pub fn sync_slot(
     } else {
         Discard::Now
     };
-    sync_slot_with(dir, base, alternate, dirty, discard, source)
+    let slot = SlotSync {
+        dir,
+        alternate,
+        discard,
+    };
+    sync_slot_with(&slot, base, synced, dirty, source)
 }
 
-/// [`sync_slot`], deleting the old `.git` as `discard` says (in the background only in a
-/// process that lives on after the sync).
+/// Where and how [`sync_slot_with`] syncs a slot.
+pub struct SlotSync<'a> {
+    pub dir: &'a Path,
+    /// An objects directory the slot's `.git` borrows from, which holds every blob of a base.
+    pub alternate: Option<&'a Path>,
+    /// How the old `.git` goes (in the background only in a process that lives on after the
+    /// sync).
+    pub discard: Discard,
+}
+
+/// What a sync goes by from the slot's last one, `previous` (see [`sync_slot`]).
+struct Resync<'a> {
+    /// The last record, for the paths whose base entry did not change since.
+    record: Option<Cow<'a, SyncRecord>>,
+    /// What may differ from the base now: what change notification saw, and every path whose
+    /// base entry changed.
+    dirty: Option<Dirty>,
+    known_tree: Option<ObjectId>,
+}
+
+impl<'a> Resync<'a> {
+    fn plan(previous: Option<&'a Synced>, base: &FlatTree, seen: Option<&Dirty>) -> Self {
+        // The base's delta since the last sync, found once: it limits the old record, and it
+        // is part of what may differ now.
+        let changed = previous
+            .map(|prev| changed_paths(&prev.base, base))
+            .unwrap_or_default();
+        let record = previous
+            .map(|prev| rebase_onto(prev, &changed))
+            .filter(|r| !r.files.is_empty());
+        let dirty = match seen {
+            Some(seen) if record.is_some() => Some(with_base_changes(seen, &changed)),
+            _ => None,
+        };
+        let known_tree = previous.filter(|p| p.is_for(base)).and_then(|p| p.tree);
+        Resync {
+            record,
+            dirty,
+            known_tree,
+        }
+    }
+}
+
+/// [`sync_slot`], where and how `slot` says.
 pub fn sync_slot_with(
-    dir: &Path,
+    slot: &SlotSync<'_>,
     base: &Arc<FlatTree>,
-    alternate: Option<&Path>,
+    synced: &mut Option<Arc<Synced>>,
     dirty: Option<&Dirty>,
-    discard: Discard,
     mut source: impl FnMut(ObjectId) -> Result<Option<Vec<u8>>, SyncError>,
 ) -> Result<PrepareReply, SyncError> {
-    let previous = recall(dir);
-    remember(dir, None);
+    let SlotSync {
+        dir,
+        alternate,
+        discard,
+    } = *slot;
+    let previous = synced.take();
     std::fs::create_dir_all(dir).map_err(|source| SyncError::Io {
         dir: dir.to_path_buf(),
         source,
@@ -862,59 +964,20 @@ pub fn sync_slot_with(
     known.extend(previous.iter().flat_map(|s| s.base.values().map(|e| e.oid)));
     ensure_blobs(dir, &repo, base, &known, &mut source)?;
     let blobs_done = start.elapsed();
-    // The base's delta since the last sync, found once: it limits the old record, and it is
-    // part of what may differ now.
-    let changed = previous
-        .as_deref()
-        .map(|prev| changed_paths(&prev.base, base))
-        .unwrap_or_default();
-    let record = previous
-        .as_deref()
-        .map(|prev| rebase_onto(prev, &changed))
-        .filter(|r| !r.files.is_empty());
-    // What may differ from `base` now: what change notification saw since the last sync, and
-    // every path whose base entry changed since.
-    let dirty = match dirty {
-        Some(seen) if record.is_some() => Some(with_base_changes(seen, &changed)),
-        _ => None,
+    let plan = Resync::plan(previous.as_deref(), base, dirty);
+    let job = SyncFiles {
+        record: plan.record.as_deref(),
+        dirty: plan.dirty.as_ref(),
+        known_tree: plan.known_tree,
+        ..SyncFiles::from_scratch(dir, &repo, base)
     };
-    let known_tree = previous
-        .as_deref()
-        .filter(|p| p.is_for(base))
-        .and_then(|p| p.tree);
-    let synced = drop_former_base(dir, base).and_then(|()| {
-        sync_files(
-            dir,
-            &repo,
-            base,
-            record.as_deref(),
-            dirty.as_ref(),
-            known_tree,
-        )
-    });
-    let (reply, tree) = match synced {
+    let (reply, tree) = match drop_former_base(dir, base).and_then(|()| sync_files(&job)) {
         Ok(reply) => reply,
         Err(first) => {
             // The agent may have left shapes an in-place sync cannot fix (a directory where
             // the base has a file), or deleted or damaged objects: start from nothing.
             tracing::warn!(error = %first, dir = %dir.display(), "resetting sandbox from scratch");
-            // First with the objects kept (a source that has no blobs, the kept helper's
-            // put-back, can only go on with them), then, if that fails too, from no objects at
-            // all: a damaged one must not wedge the slot.
-            let mut from_scratch = |keep: bool| -> Result<_, SyncError> {
-                let (repo, known) = fresh_git(dir, alternate, keep, Discard::Now)?;
-                ensure_blobs(dir, &repo, base, &known, &mut source)?;
-                clear_except_git(dir).map_err(|source| SyncError::Io {
-                    dir: dir.to_path_buf(),
-                    source,
-                })?;
-                drop_former_base(dir, base)?;
-                sync_files(dir, &repo, base, None, None, None)
-            };
-            match from_scratch(true) {
-                Ok(synced) => synced,
-                Err(_) => from_scratch(false)?,
-            }
+            from_scratch(slot, base, &mut source)?
         }
     };
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
@@ -926,15 +989,37 @@ pub fn sync_slot_with(
         written = reply.written,
         "sandbox synced"
     );
-    remember(
-        dir,
-        Some(Synced {
-            base: base.clone(),
-            record: reply.record.clone(),
-            tree: Some(tree),
-        }),
-    );
+    *synced = Some(Arc::new(Synced {
+        base: base.clone(),
+        record: reply.record.clone(),
+        tree: Some(tree),
+    }));
     Ok(reply)
+}
+
+/// A sync of the slot from nothing, after an in-place one failed: first with the objects kept
+/// (a source that has no blobs, the kept helper's put-back, can only go on with them), then,
+/// if that fails too, from no objects at all: a damaged one must not wedge the slot.
+fn from_scratch(
+    slot: &SlotSync<'_>,
+    base: &FlatTree,
+    mut source: impl FnMut(ObjectId) -> Result<Option<Vec<u8>>, SyncError>,
+) -> Result<(PrepareReply, ObjectId), SyncError> {
+    let dir = slot.dir;
+    let mut once = |keep: bool| -> Result<_, SyncError> {
+        let (repo, known) = fresh_git(dir, slot.alternate, keep, Discard::Now)?;
+        ensure_blobs(dir, &repo, base, &known, &mut source)?;
+        clear_except_git(dir).map_err(|source| SyncError::Io {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
+        drop_former_base(dir, base)?;
+        sync_files(&SyncFiles::from_scratch(dir, &repo, base))
+    };
+    match once(true) {
+        Ok(synced) => Ok(synced),
+        Err(_) => once(false),
+    }
 }
 
 /// `seen` (what changed in the slot since the last sync) plus `changed`, the paths whose base
@@ -1014,6 +1099,39 @@ mod tests {
     use crate::snapshot::{snapshot_sandbox, Hints, DEFAULT_FILE_CAP};
     use crate::store::test_support::{git_in as git_out, set_mtime, tree};
     use std::os::unix::fs::{symlink, PermissionsExt};
+
+    // The slots' owner, for these tests: each slot's last sync, by directory, on the test's
+    // own thread (the hub keeps it in the slot's `workspace::Slot`).
+    thread_local! {
+        static SLOTS: std::cell::RefCell<HashMap<PathBuf, Arc<Synced>>> = Default::default();
+    }
+
+    fn recall(dir: &Path) -> Option<Arc<Synced>> {
+        SLOTS.with(|s| s.borrow().get(dir).cloned())
+    }
+
+    fn remember(dir: &Path, synced: Option<Synced>) {
+        SLOTS.with(|s| match synced {
+            Some(synced) => s.borrow_mut().insert(dir.to_path_buf(), Arc::new(synced)),
+            None => s.borrow_mut().remove(dir),
+        });
+    }
+
+    /// [`super::sync_slot`] of the slot `dir`, with the last sync its owner here kept.
+    fn sync_slot(
+        dir: &Path,
+        base: &Arc<FlatTree>,
+        alternate: Option<&Path>,
+        dirty: Option<&Dirty>,
+        source: impl FnMut(ObjectId) -> Result<Option<Vec<u8>>, SyncError>,
+    ) -> Result<PrepareReply, SyncError> {
+        let mut synced = SLOTS.with(|s| s.borrow_mut().remove(dir));
+        let reply = super::sync_slot(dir, base, &mut synced, alternate, dirty, source);
+        if let Some(synced) = synced {
+            SLOTS.with(|s| s.borrow_mut().insert(dir.to_path_buf(), synced));
+        }
+        reply
+    }
 
     /// The base the helper is sent comes back as it was; a path hunkgate refuses or a blob id
     /// that is not one is refused, naming the path.

@@ -23,7 +23,7 @@ use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use nix::libc;
@@ -31,9 +31,12 @@ use nix::libc;
 use crate::accel::Accel;
 use crate::snapshot::{OverLimit, ReadBack, ReadLimits, Skipped};
 use crate::store::{Entry, FlatTree, Mode, ObjectBatch, Store, StoreError};
-use crate::sync::{base_refs, changed_paths, rebase_onto, recall, record_for, remember, Synced};
+use crate::sync::{base_refs, changed_paths, rebase_onto, record_for, Synced};
 use crate::wire::{self, Frame, PrepareReply, Request, SyncRecord, WireError, AGENT_NPROC};
-use crate::workspace::{AgentCommand, Sandbox, SandboxError, Stop};
+use crate::workspace::{lock, AgentCommand, Sandbox, SandboxError, SharedSlot, Stop};
+
+pub(crate) mod standby;
+use standby::{ChildStandby, Idle, Kept, Standby, Started, Watching, STANDBY_ANSWER};
 
 /// The sandbox user `hunkgate setup` creates unless told otherwise.
 pub const DEFAULT_USER: &str = "hunkgate-agent";
@@ -471,8 +474,9 @@ impl UserIsolation {
         Ok(stdout)
     }
 
-    /// A sandbox slot: `<home>/sandboxes/<key>/<slot>`, owned by the sandbox user.
-    pub fn sandbox(&self, key: &str, slot: usize) -> UserSandbox {
+    /// A sandbox slot: `<home>/sandboxes/<key>/<slot>`, owned by the sandbox user, whose state
+    /// between runs `state` holds (its owner's, the hub's registry, borrowed for the run).
+    pub fn sandbox(&self, key: &str, slot: usize, state: SharedSlot) -> UserSandbox {
         UserSandbox {
             iso: self.clone(),
             key: key.to_string(),
@@ -483,7 +487,7 @@ impl UserIsolation {
                 .join("sandboxes")
                 .join(key)
                 .join(slot.to_string()),
-            standby: Arc::default(),
+            state,
         }
     }
 
@@ -870,8 +874,9 @@ pub struct UserSandbox {
     key: String,
     slot: usize,
     workdir: PathBuf,
-    /// The read-back helper started after the last prepare, if it still waits.
-    standby: Arc<Mutex<Option<Standby>>>,
+    /// What the slot keeps between runs (its owner's): the record of its last sync, and its
+    /// standby helper ([`SlotHelper`]).
+    state: SharedSlot,
 }
 
 impl std::fmt::Debug for UserSandbox {
@@ -881,513 +886,44 @@ impl std::fmt::Debug for UserSandbox {
             .field("key", &self.key)
             .field("slot", &self.slot)
             .field("workdir", &self.workdir)
-            .field("standby", &self.standby)
+            .field("state", &self.state)
             .finish_non_exhaustive()
     }
 }
 
-/// A `snapshot` helper started as a prepare begins (its start overlaps the sync), which waits
-/// for the run's end. Once the sync is done, and before the agent starts, it is told so with
-/// the directories the sync left ([`wire::write_synced`]), puts an inotify watch on them and
-/// answers whether it watches ([`wire::write_watching`]); then it is sent the run's request
-/// (the base and the sync record, 10,000 paths in a large repository) and reads it while the
-/// agent works; at the run's end the go signal ([`wire::write_go`]) makes it look only where
-/// its watch saw something happen (or at everything, when it is not watching). Only where
-/// the agent is walled off in a PID namespace ([`UserIsolation::agent_walled_off`]); the
-/// helper also makes itself non-dumpable before it answers. Dropped unused, it is told to go
-/// away (its stdin closed) and reaped.
-///
-/// After its read-back it is kept for the slot ([`keep`]), watching on: the slot's next sync
-/// is asked of it ([`Standby::again`]) with only the base's changes — no helper started for
-/// the sync nor for the next read-back, no 10,000-path base and record sent and parsed twice
-/// — and it is that run's standby, its watch already on. Told that the slot's run is over
-/// ([`Sandbox::run_over`], [`wire::write_idle`]), it puts the slot back to its base off the
-/// next run's start (never sooner: a read-back may answer a publish the agent makes while it
-/// works). Its answer is checked like any helper's; if anything goes wrong with it (killed, stuck, a malformed or refused answer) it
-/// is dismissed and the sync is made by a new helper as if none had been kept.
-struct Standby {
-    /// The sync whose base and record it was sent ([`Standby::sync_done`]).
-    synced: Option<Arc<Synced>>,
-    /// Taken by [`Standby::read_back`]; what is left at drop is dismissed.
-    parts: Option<StandbyParts>,
+/// A slot's standby helper ([`standby`]), in whichever state it waits, kept in the slot's
+/// [`Slot`](crate::workspace::Slot): watching while the slot's run works, kept once it read
+/// that run back (only where the slot is private: such a helper has nothing but the slot's
+/// base objects to sync from, and elsewhere the agent could have written them), idle once
+/// told the run is over.
+#[derive(Debug)]
+enum SlotHelper {
+    Watching(ChildStandby<Watching>),
+    Kept(ChildStandby<Kept>),
+    Idle(ChildStandby<Idle>),
 }
 
-struct StandbyParts {
-    feed: Feed,
-    child: std::process::Child,
-    stdout: Out,
-    stderr: StderrTail,
-}
-
-/// A standby helper's stdout: the hub's to read between exchanges.
-enum Out {
-    Here(StdoutReader),
-    /// Taken by an exchange that failed (its helper is dismissed).
-    Taken,
-}
-
-type StdoutReader = std::io::BufReader<std::process::ChildStdout>;
-
-impl Out {
-    fn new(stdout: std::process::ChildStdout) -> Out {
-        Out::Here(StdoutReader::with_capacity(wire::STREAM_BUFFER, stdout))
-    }
-
-    /// The stdout to read, taken (put it back with [`Out::Here`]).
-    fn take(&mut self) -> Result<StdoutReader, HelperError> {
-        match std::mem::replace(self, Out::Taken) {
-            Out::Here(r) => Ok(r),
-            Out::Taken => Err(HelperError::Protocol {
-                op: "snapshot",
-                message: "the standby's output was lost in an exchange before".into(),
-            }),
-        }
-    }
-}
-
-/// A broken stream to or from a standby (or kept) helper; its stderr is logged when it is
-/// dismissed.
-fn standby_stream(source: WireError) -> HelperError {
-    HelperError::Stream {
-        op: "snapshot",
-        source,
-        stderr: String::new(),
-    }
-}
-
-/// A long-lived helper's stderr, read on a thread for as long as it lives (so it never blocks
-/// on a full pipe), its last 16 KiB kept to log if it has to be dismissed.
-struct StderrTail(Arc<Mutex<String>>);
-
-impl StderrTail {
-    const KEEP: usize = 16 * 1024;
-
-    fn drain(mut stderr: std::process::ChildStderr) -> StderrTail {
-        let tail = Arc::new(Mutex::new(String::new()));
-        let keep = tail.clone();
-        std::thread::spawn(move || {
-            use std::io::Read;
-            let mut buf = [0u8; 4096];
-            loop {
-                let n = match stderr.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => n,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(_) => break,
-                };
-                if let Ok(mut t) = keep.lock() {
-                    t.push_str(&String::from_utf8_lossy(&buf[..n]));
-                    if t.len() > 2 * Self::KEEP {
-                        let cut = t.len() - Self::KEEP;
-                        let cut = (cut..t.len()).find(|&i| t.is_char_boundary(i)).unwrap_or(0);
-                        t.drain(..cut);
-                    }
-                }
-            }
-        });
-        StderrTail(tail)
-    }
-
-    /// What the helper has said so far (its last 16–32 KiB), trimmed.
-    fn said(&self) -> String {
-        self.0
-            .lock()
-            .map(|t| t.trim().to_string())
-            .unwrap_or_default()
-    }
-}
-
-/// The standby helper's stdin: held by the thread writing a request to it (which gives it
-/// back), or ready, nothing being written.
-enum Feed {
-    Writing(std::thread::JoinHandle<std::io::Result<std::process::ChildStdin>>),
-    Ready(std::process::ChildStdin),
-}
-
-impl Feed {
-    /// Write `request` (with `synced`'s base and record, if any) from a thread of its own: a
-    /// request larger than the pipe must not hold up the caller.
-    fn write(
-        stdin: std::process::ChildStdin,
-        request: Request,
-        synced: Option<Arc<Synced>>,
-    ) -> Feed {
-        Feed::Writing(std::thread::spawn(move || {
-            let mut stdin = stdin;
-            let mut w = std::io::BufWriter::new(&mut stdin);
-            match &synced {
-                Some(s) => {
-                    wire::write_request_with(&mut w, &request, base_refs(&s.base), Some(&s.record))?
-                }
-                None => wire::write_request(&mut w, &request)?,
-            }
-            w.flush()?;
-            drop(w);
-            Ok(stdin)
-        }))
-    }
-
-    /// The stdin, once what was being written is written.
-    fn stdin(self) -> Result<std::process::ChildStdin, HelperError> {
-        let writer = match self {
-            Feed::Ready(stdin) => return Ok(stdin),
-            Feed::Writing(writer) => writer,
+impl SlotHelper {
+    /// A kept or idle helper that holds `synced` (the slot's last sync, by address): the one
+    /// to ask for the slot's next sync.
+    fn holds(&self, synced: Option<&Arc<Synced>>) -> bool {
+        let made_for = match self {
+            SlotHelper::Kept(s) => s.made_for(),
+            SlotHelper::Idle(s) => s.made_for(),
+            SlotHelper::Watching(_) => None,
         };
-        match writer.join() {
-            Ok(Ok(stdin)) => Ok(stdin),
-            Ok(Err(e)) => Err(standby_stream(WireError::Io(e))),
-            Err(_) => Err(HelperError::Protocol {
-                op: "snapshot",
-                message: "the writer thread panicked".into(),
-            }),
-        }
+        made_for.zip(synced).is_some_and(|(a, b)| Arc::ptr_eq(a, b))
     }
 }
 
-impl std::fmt::Debug for Standby {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Standby")
-            .field("pid", &self.parts.as_ref().map(|p| p.child.id()))
-            .finish_non_exhaustive()
-    }
-}
-
-/// How long a prepare that is done waits for its standby to say whether it watches, before
-/// it goes on without (the standby has had the whole sync to get there).
-const STANDBY_ANSWER: Duration = Duration::from_secs(2);
-
-impl Standby {
-    /// Start the read-back helper of `request`'s slot.
-    fn start(iso: &UserIsolation, mut request: Request) -> Result<Self, HelperError> {
-        let (child, stdin, stdout, stderr) = iso.spawn_helper("snapshot")?;
-        let stderr = StderrTail::drain(stderr);
-        request.standby = true;
-        Ok(Standby {
-            synced: None,
-            parts: Some(StandbyParts {
-                feed: Feed::write(stdin, request, None),
-                child,
-                stdout: Out::new(stdout),
-                stderr,
-            }),
-        })
-    }
-
-    /// The run's sync is done: tell the helper, with the sync's directories to watch
-    /// ([`wire::write_synced`]), wait up to `wait` for its answer — whether it watches the
-    /// slot — and send it the run's request (`request` with `synced`'s base and
-    /// record) to read while the agent works. An error (no answer in time, or a malformed one) means it must
-    /// not be used: a watch that starts late would miss the agent's first changes.
-    fn sync_done(
-        &mut self,
-        wait: Duration,
-        request: Request,
-        synced: Arc<Synced>,
-    ) -> Result<bool, HelperError> {
-        let protocol = |message: String| HelperError::Protocol {
-            op: "snapshot",
-            message,
-        };
-        let parts = self
-            .parts
-            .take()
-            .ok_or_else(|| protocol("the standby read-back was used already".into()))?;
-        let deadline = std::time::Instant::now() + wait;
-        let late = || {
-            protocol(format!(
-                "no answer from the standby within {} s",
-                wait.as_secs()
-            ))
-        };
-        // The first request is a short header, well within the pipe's buffer: its writer is
-        // done, or about to be, whatever the helper does.
-        let StandbyParts {
-            feed,
-            child,
-            mut stdout,
-            stderr,
-        } = parts;
-        let stream = |source| HelperError::Stream {
-            op: "snapshot",
-            source,
-            stderr: String::new(),
-        };
-        let dirs: Vec<&str> = synced.record.dirs.iter().map(|(d, _)| d.as_str()).collect();
-        let answer = feed.stdin().and_then(|mut stdin| {
-            wire::write_synced(&mut stdin, &dirs).map_err(|e| stream(WireError::Io(e)))?;
-            let mut r = stdout.take()?;
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            let fd = std::os::fd::AsRawFd::as_raw_fd(r.get_ref());
-            if r.buffer().is_empty() && !readable_within(fd, left) {
-                return Err(late());
-            }
-            let watching = wire::read_watching(&mut r).map_err(stream)?;
-            Ok((stdin, watching, r))
-        });
-        match answer {
-            Ok((stdin, watching, r)) => {
-                self.parts = Some(StandbyParts {
-                    feed: Feed::write(stdin, request, Some(synced.clone())),
-                    child,
-                    stdout: Out::Here(r),
-                    stderr,
-                });
-                self.synced = Some(synced);
-                Ok(watching)
-            }
-            Err(e) => {
-                // Its stdin is closed: it ends.
-                drop((stdout, stderr));
-                std::thread::spawn(move || reap(child));
-                Err(e)
-            }
-        }
-    }
-
-    /// Go: the read-back, as [`UserSandbox::snapshot`] reads it. The helper stays, watching
-    /// the slot on, and is returned with the read-back to be kept for the slot's next sync
-    /// ([`Standby::again`]).
-    fn read_back(
-        mut self,
-        objects: &mut ObjectBatch<'_>,
-        base: &FlatTree,
-        limits: ReadLimits,
-    ) -> Result<(ReadBack, Standby), HelperError> {
-        let parts = self.parts.take().ok_or_else(|| HelperError::Protocol {
-            op: "snapshot",
-            message: "the standby read-back was used already".into(),
-        })?;
-        let synced = self.synced.take();
-        parts
-            .converse(|stdin, stdout| {
-                wire::write_go(stdin, limits.file_cap)
-                    .map_err(|e| standby_stream(WireError::Io(e)))?;
-                let mut r = stdout.take()?;
-                let snap = read_snapshot(&mut r, objects, base, limits)?;
-                *stdout = Out::Here(r);
-                Ok((snap, synced))
-            })
-            .map(|((snap, synced), parts)| {
-                let kept = Standby {
-                    synced,
-                    parts: Some(parts),
-                };
-                (snap, kept)
-            })
-    }
-
-    /// The slot's next sync, by the helper that read the last run back (it has the last sync's
-    /// base and record, and has watched the slot since): sent only the paths whose base entry
-    /// changed since `previous` (that sync) and their blobs. Its answer is checked like a
-    /// `prepare` helper's; then it is this run's standby, already watching — or not, when
-    /// it answers so (see [`wire::write_again`]).
-    fn again(
-        mut self,
-        mut request: Request,
-        store: &Store,
-        base: &Arc<FlatTree>,
-        previous: &Synced,
-    ) -> Result<(PrepareReply, bool, Standby), HelperError> {
-        let parts = self.parts.take().ok_or_else(|| HelperError::Protocol {
-            op: "snapshot",
-            message: "the kept helper was used already".into(),
-        })?;
-        let changed = changed_paths(&previous.base, base);
-        request.removed = changed
-            .iter()
-            .filter(|p| !base.contains_key(**p))
-            .map(|p| p.to_string())
-            .collect();
-        let delta: FlatTree = changed
-            .iter()
-            .filter_map(|p| base.get_key_value(*p))
-            .map(|(p, e)| (p.clone(), *e))
-            .collect();
-        let stream = |e: std::io::Error| standby_stream(WireError::Io(e));
-        let ((reply, watching), parts) = parts.converse(|stdin, stdout| {
-            let mut w = std::io::BufWriter::with_capacity(wire::STREAM_BUFFER, stdin);
-            wire::write_again(&mut w, &request, base_refs(&delta)).map_err(stream)?;
-            let mut sent = std::collections::HashSet::new();
-            for entry in delta.values().filter(|e| sent.insert(e.oid)) {
-                let bytes = store
-                    .read_blob(entry.oid)
-                    .map_err(|e| stream(std::io::Error::other(e)))?;
-                let frame = Frame::Blob {
-                    oid: entry.oid.to_string(),
-                    bytes,
-                };
-                wire::write_frame(&mut w, &frame).map_err(stream)?;
-            }
-            wire::write_frame(&mut w, &Frame::End).map_err(stream)?;
-            w.flush().map_err(stream)?;
-            drop(w);
-            let mut r = stdout.take()?;
-            let reply = wire::read_prepare_reply(&mut r).map_err(standby_stream)?;
-            let watching = wire::read_watching(&mut r).map_err(standby_stream)?;
-            *stdout = Out::Here(r);
-            Ok((reply, watching))
-        })?;
-        let standby = Standby {
-            synced: None,
-            parts: Some(parts),
-        };
-        Ok((reply, watching, standby))
-    }
-}
-
-impl StandbyParts {
-    /// One exchange with a helper that stays: `talk` writes to its stdin and reads its answer
-    /// from its stdout, within [`HELPER_DEADLINE`] (or the helper is killed). The parts come
-    /// back for the next exchange; on any error the helper is dismissed (killed, its stderr
-    /// logged, reaped) and the error returned.
-    fn converse<T>(
-        self,
-        talk: impl FnOnce(&mut std::process::ChildStdin, &mut Out) -> Result<T, HelperError>,
-    ) -> Result<(T, StandbyParts), HelperError> {
-        let StandbyParts {
-            feed,
-            child,
-            mut stdout,
-            stderr,
-        } = self;
-        let dismiss = |child: std::process::Child, stderr: StderrTail| {
-            std::thread::spawn(move || {
-                let mut child = child;
-                let _ = child.kill();
-                let _ = child.wait();
-                let said = stderr.said();
-                if !said.is_empty() {
-                    tracing::warn!(stderr = %said, "the standby helper was dismissed");
-                }
-            });
-        };
-        let mut stdin = match feed.stdin() {
-            Ok(stdin) => stdin,
-            Err(e) => {
-                dismiss(child, stderr);
-                return Err(e);
-            }
-        };
-        let watched = crate::watchdog::watch(child.id() as i32, HELPER_DEADLINE);
-        let result = talk(&mut stdin, &mut stdout);
-        let stuck = watched.end();
-        match result {
-            Ok(answer) if !stuck => Ok((
-                answer,
-                StandbyParts {
-                    feed: Feed::Ready(stdin),
-                    child,
-                    stdout,
-                    stderr,
-                },
-            )),
-            Ok(_) => {
-                dismiss(child, stderr);
-                Err(HelperError::Stuck {
-                    op: "snapshot",
-                    secs: HELPER_DEADLINE.as_secs(),
-                })
-            }
-            Err(e) => {
-                drop(stdin);
-                dismiss(child, stderr);
-                Err(e)
-            }
-        }
-    }
-}
-
-impl Drop for Standby {
-    /// Not wanted after all: its stdin closes once what was being written is written, which
-    /// ends the helper; it is reaped from a thread of its own.
-    fn drop(&mut self) {
-        if let Some(parts) = self.parts.take() {
-            std::thread::spawn(move || {
-                drop(parts.feed.stdin());
-                drop((parts.stdout, parts.stderr));
-                reap(parts.child);
-            });
-        }
-    }
-}
-
-/// The helpers kept after a read-back, one per slot directory (see [`Standby::again`]): they
-/// outlive the run's [`UserSandbox`], not the hub (their input is a pipe from it, and its end
-/// is theirs).
-fn kept_helpers() -> &'static Mutex<std::collections::HashMap<PathBuf, Standby>> {
-    static KEPT: std::sync::OnceLock<Mutex<std::collections::HashMap<PathBuf, Standby>>> =
-        std::sync::OnceLock::new();
-    KEPT.get_or_init(Default::default)
-}
-
-/// Keep `helper` for the next sync of the slot `dir` (one kept before is dismissed).
-fn keep(dir: &Path, helper: Standby) {
-    if let Ok(mut kept) = kept_helpers().lock() {
-        kept.insert(dir.to_path_buf(), helper);
-    }
-}
-
-/// The slot's kept helper, if it holds `synced` (the slot's last sync, by address); one that
-/// does not is dismissed.
-fn take_kept(dir: &Path, synced: Option<&Arc<Synced>>) -> Option<Standby> {
-    let helper = kept_helpers().lock().ok()?.remove(dir)?;
-    let holds = helper.synced.as_ref()?;
-    synced
-        .is_some_and(|s| Arc::ptr_eq(s, holds))
-        .then_some(helper)
-}
-
-/// Tell the slot's kept helper, if there is one, that the slot's run is over
-/// ([`wire::write_idle`]); one that cannot be told is dismissed.
-fn tell_kept_idle(dir: &Path) {
-    let Ok(mut kept) = kept_helpers().lock() else {
-        return;
-    };
-    let Some(mut helper) = kept.remove(dir) else {
-        return;
-    };
-    let Some(parts) = helper.parts.take() else {
-        return;
-    };
-    // One byte into a pipe that holds nothing else: it does not block.
-    let told = parts
-        .converse(|stdin, _| wire::write_idle(stdin).map_err(|e| standby_stream(WireError::Io(e))));
-    match told {
-        Ok(((), parts)) => {
-            helper.parts = Some(parts);
-            kept.insert(dir.to_path_buf(), helper);
-        }
-        Err(e) => tracing::debug!(error = %e, "the kept helper could not be told its run is over"),
-    }
-}
-
-/// Whether `fd` becomes readable (or hangs up) within `wait`.
-fn readable_within(fd: libc::c_int, wait: Duration) -> bool {
-    let deadline = std::time::Instant::now() + wait;
-    loop {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let mut pfd = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = libc::c_int::try_from(left.as_millis()).unwrap_or(libc::c_int::MAX);
-        // SAFETY: one pollfd on the stack.
-        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if n > 0 {
-            return true;
-        }
-        let interrupted =
-            n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted;
-        if !interrupted || left.is_zero() {
-            return false;
-        }
-    }
-}
-
-/// Wait for a helper whose pipes are closed (its cue to exit).
-fn reap(mut child: std::process::Child) {
-    let _ = child.wait();
+/// Start the standby helper of `request`'s slot.
+fn start_standby(
+    iso: &UserIsolation,
+    request: Request,
+) -> Result<ChildStandby<Started>, HelperError> {
+    let (child, stdin, stdout, stderr) = iso.spawn_helper("snapshot")?;
+    let process = standby::Process::new(child, stderr);
+    Ok(Standby::start(stdin, stdout, Some(process), request))
 }
 
 impl UserSandbox {
@@ -1442,7 +978,7 @@ impl UserSandbox {
     /// standby.
     fn sync_by_kept(
         &self,
-        kept: Standby,
+        kept: SlotHelper,
         store: &Store,
         base: &Arc<FlatTree>,
         previous: Option<&Synced>,
@@ -1452,63 +988,72 @@ impl UserSandbox {
             op: "snapshot",
             message: "no sync of the slot to continue from".into(),
         })?;
-        let (reply, watching, mut standby) = kept.again(self.request(), store, base, previous)?;
-        let exchanged = started.elapsed();
-        let record = checked_record(reply.record, base)?;
-        let ms = |d: Duration| d.as_secs_f64() * 1e3;
-        tracing::debug!(
-            slot = self.slot,
-            helper_ms = ms(exchanged),
-            check_ms = ms(started.elapsed() - exchanged),
-            written = reply.written,
-            watching,
-            after_reset = reply.after_reset,
-            "sandbox synced by the kept helper"
-        );
-        // The read-back must know the sync by address: the one remembered now.
-        standby.synced = self.remember_sync(base, record);
-        if let Ok(mut slot) = self.standby.lock() {
-            *slot = Some(standby);
-        }
+        let made = |reply: PrepareReply, watching: bool| {
+            let exchanged = started.elapsed();
+            let (written, after_reset) = (reply.written, reply.after_reset);
+            let record = checked_record(reply.record, base)?;
+            let ms = |d: Duration| d.as_secs_f64() * 1e3;
+            tracing::debug!(
+                slot = self.slot,
+                helper_ms = ms(exchanged),
+                check_ms = ms(started.elapsed() - exchanged),
+                written,
+                watching,
+                after_reset,
+                "sandbox synced by the kept helper"
+            );
+            // The read-back must know the sync by address: the one remembered now.
+            Ok(self.remember_sync(base, record))
+        };
+        let request = self.request();
+        let standby = match kept {
+            SlotHelper::Kept(s) => s.again(request, store, base, previous, made)?,
+            SlotHelper::Idle(s) => s.again(request, store, base, previous, made)?,
+            SlotHelper::Watching(_) => {
+                return Err(HelperError::Protocol {
+                    op: "snapshot",
+                    message: "the slot's helper has not read its run back".into(),
+                })
+            }
+        };
+        lock(&self.state).keep(SlotHelper::Watching(standby));
         Ok(())
     }
 
     /// Remember the slot's sync of `base`, which left `record` (checked), and return it as
     /// remembered (a read-back knows its sync by address).
-    fn remember_sync(&self, base: &Arc<FlatTree>, record: SyncRecord) -> Option<Arc<Synced>> {
-        remember(
-            &self.workdir,
-            Some(Synced {
-                base: base.clone(),
-                record,
-                tree: None,
-            }),
-        );
-        recall(&self.workdir)
+    fn remember_sync(&self, base: &Arc<FlatTree>, record: SyncRecord) -> Arc<Synced> {
+        let synced = Arc::new(Synced {
+            base: base.clone(),
+            record,
+            tree: None,
+        });
+        lock(&self.state).synced = Some(synced.clone());
+        synced
     }
 
-    /// Start the run's read-back helper ([`Standby`]) as a prepare begins. Any standby left
-    /// from before is dismissed.
-    /// It is started from a thread, beside the sync's own helper.
-    fn stand_by(&self) -> Option<std::thread::JoinHandle<Result<Standby, HelperError>>> {
-        drop(self.standby.lock().ok()?.take());
+    /// Start the run's read-back helper ([`Standby`]) as a prepare begins, from a thread,
+    /// beside the sync's own helper.
+    fn stand_by(
+        &self,
+    ) -> Option<std::thread::JoinHandle<Result<ChildStandby<Started>, HelperError>>> {
         let accel = self.iso.accel;
         let kept = accel.kept_helper && accel.watch && accel.untracked_cache;
         if !self.iso.agent_walled_off() || !kept {
             return None;
         }
         let (iso, request) = (self.iso.clone(), self.request());
-        Some(std::thread::spawn(move || Standby::start(&iso, request)))
+        Some(std::thread::spawn(move || start_standby(&iso, request)))
     }
 
-    /// Once the sync is done: the standby is told so, and kept for the read-back if it
-    /// answered in time.
+    /// Once the sync is done: the standby is told so, and kept in the slot for the read-back
+    /// if it answered in time.
     fn keep_standby(
         &self,
-        standby: std::thread::JoinHandle<Result<Standby, HelperError>>,
+        standby: std::thread::JoinHandle<Result<ChildStandby<Started>, HelperError>>,
         synced: Arc<Synced>,
     ) {
-        let mut standby = match standby.join() {
+        let standby = match standby.join() {
             Ok(Ok(standby)) => standby,
             // Not started: the read-back after the run starts a helper of its own, which looks
             // at every file.
@@ -1518,28 +1063,35 @@ impl UserSandbox {
         // Asked to watch directories (a sync that could vouch for them all), on Linux it can
         // only fail to when inotify is exhausted: then the read-back looks at every file.
         let asked = !synced.record.dirs.is_empty();
-        match standby.sync_done(STANDBY_ANSWER, self.request(), synced) {
-            Ok(watching) => {
+        match standby.synced(STANDBY_ANSWER, self.request(), synced) {
+            Ok((standby, watching)) => {
                 tracing::debug!(slot = self.slot, watching, "a read-back helper stands by");
                 if asked && !watching && cfg!(target_os = "linux") {
                     tracing::warn!(slot = self.slot, "{}", crate::workspace::NO_WATCH);
                 }
-                if let Ok(mut slot) = self.standby.lock() {
-                    *slot = Some(standby);
-                }
+                lock(&self.state).keep(SlotHelper::Watching(standby));
             }
             Err(e) => tracing::warn!(error = %e, "the standby read-back is not used"),
         }
     }
 
-    /// The standby read-back, if there is one and it was made for `synced` (the slot's sync,
-    /// when its record holds for the base being read back).
-    fn take_standby(&self, synced: Option<&Arc<Synced>>) -> Option<Standby> {
-        let standby = self.standby.lock().ok()?.take()?;
-        let made_for = standby.synced.as_ref()?;
-        synced
-            .is_some_and(|s| Arc::ptr_eq(s, made_for))
-            .then_some(standby)
+    /// The standby read-back, if the slot has one and it was made for `synced` (the slot's
+    /// sync, when its record holds for the base being read back). One made for another sync
+    /// is dismissed; a kept or idle helper stays where it is.
+    fn take_standby(&self, synced: Option<&Arc<Synced>>) -> Option<ChildStandby<Watching>> {
+        let mut st = lock(&self.state);
+        match st.take_kept::<SlotHelper>()? {
+            SlotHelper::Watching(standby) => {
+                let made_for = standby.made_for()?;
+                synced
+                    .is_some_and(|s| Arc::ptr_eq(s, made_for))
+                    .then_some(standby)
+            }
+            other => {
+                st.keep(other);
+                None
+            }
+        }
     }
 
     fn request(&self) -> Request {
@@ -1735,10 +1287,6 @@ fn read_snapshot(
             }
             Frame::End => break,
         };
-        let bad = |why: &str| HelperError::BadPath {
-            path: sanitize(&path, 300),
-            why: why.into(),
-        };
         if let Frame::Skipped { reason, .. } = &frame {
             // A name it could not carry may not be a path at all: reported, never stored.
             back.skipped.push(Skipped {
@@ -1750,48 +1298,63 @@ fn read_snapshot(
             }
             continue;
         }
+        let bad = |why: &str| HelperError::BadPath {
+            path: sanitize(&path, 300),
+            why: why.into(),
+        };
         if let Err(e) = crate::beneath::components(&path) {
             return Err(bad(&e.to_string()));
         }
         if !seen.insert(path.clone()) {
             return Err(bad("sent twice"));
         }
-        let entry = match frame {
-            Frame::Unchanged { .. } => {
-                if !base.contains_key(&path) {
-                    return Err(bad("reported unchanged but not in the base"));
-                }
-                continue;
-            }
-            Frame::Gone { .. } => {
-                if !base.contains_key(&path) {
-                    return Err(bad("reported gone but not in the base"));
-                }
-                back.changes.insert(path, None);
-                continue;
-            }
-            Frame::File {
-                bytes, executable, ..
-            } => Entry {
-                mode: if executable {
-                    Mode::Executable
-                } else {
-                    Mode::File
-                },
-                oid: blobs.write_blob_hashed(None, bytes.into())?,
-            },
-            Frame::Symlink { target, .. } => Entry {
-                mode: Mode::Symlink,
-                oid: blobs.write_blob_hashed(None, target.into())?,
-            },
-            Frame::Skipped { .. } | Frame::Blob { .. } | Frame::End => continue,
-        };
-        if base.get(&path) != Some(&entry) {
-            back.changes.insert(path, Some(entry));
+        if let Some(change) = change_of(frame, base.get(&path), blobs, &bad)? {
+            back.changes.insert(path, change);
         }
     }
     back.skipped.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(back)
+}
+
+/// What a snapshot's frame for a path (checked, and seen once) says changed, given its
+/// `base` entry: None when nothing did; `bad` (what is wrong with it) for an unchanged or gone
+/// path the base does not have. New content goes into `blobs`, hashed by the hub.
+fn change_of(
+    frame: Frame,
+    base: Option<&Entry>,
+    blobs: &mut ObjectBatch<'_>,
+    bad: &dyn Fn(&str) -> HelperError,
+) -> Result<Option<Option<Entry>>, HelperError> {
+    let entry = match frame {
+        Frame::Unchanged { .. } => {
+            return match base {
+                Some(_) => Ok(None),
+                None => Err(bad("reported unchanged but not in the base")),
+            }
+        }
+        Frame::Gone { .. } => {
+            return match base {
+                Some(_) => Ok(Some(None)),
+                None => Err(bad("reported gone but not in the base")),
+            }
+        }
+        Frame::File {
+            bytes, executable, ..
+        } => Entry {
+            mode: if executable {
+                Mode::Executable
+            } else {
+                Mode::File
+            },
+            oid: blobs.write_blob_hashed(None, bytes.into())?,
+        },
+        Frame::Symlink { target, .. } => Entry {
+            mode: Mode::Symlink,
+            oid: blobs.write_blob_hashed(None, target.into())?,
+        },
+        Frame::Skipped { .. } | Frame::Blob { .. } | Frame::End => return Ok(None),
+    };
+    Ok((base != Some(&entry)).then_some(Some(entry)))
 }
 
 /// Make a helper-sent reason printable and short: it is agent-controlled text.
@@ -1809,9 +1372,13 @@ impl Sandbox for UserSandbox {
 
     fn prepare(&self, store: &Store, base: &Arc<FlatTree>) -> Result<(), SandboxError> {
         let started = std::time::Instant::now();
-        let previous = recall(&self.workdir);
-        remember(&self.workdir, None);
-        if let Some(kept) = take_kept(&self.workdir, previous.as_ref()) {
+        let (previous, helper) = {
+            let mut st = lock(&self.state);
+            (st.synced.take(), st.take_kept::<SlotHelper>())
+        };
+        // Any other helper the slot had (one that stood by for a run and never read it back)
+        // goes.
+        if let Some(kept) = helper.filter(|h| h.holds(previous.as_ref())) {
             match self.sync_by_kept(kept, store, base, previous.as_deref()) {
                 Ok(()) => return Ok(()),
                 // Whatever went wrong with it, the slot is synced as if it had never been.
@@ -1858,7 +1425,7 @@ impl Sandbox for UserSandbox {
             "sandbox synced by the helper"
         );
         let synced = self.remember_sync(base, record);
-        if let Some((standby, synced)) = standby.zip(synced) {
+        if let Some(standby) = standby {
             self.keep_standby(standby, synced);
         }
         Ok(())
@@ -1872,7 +1439,7 @@ impl Sandbox for UserSandbox {
     ) -> Result<ReadBack, SandboxError> {
         let mut request = self.request();
         request.cap = limits.file_cap;
-        let synced = recall(&self.workdir);
+        let synced = lock(&self.state).synced.clone();
         let record = record_for(synced.as_deref(), base);
         if let Some(standby) = self.take_standby(synced.as_ref().filter(|_| record.is_some())) {
             match standby.read_back(objects, base, limits) {
@@ -1885,7 +1452,7 @@ impl Sandbox for UserSandbox {
                     // helper has nothing but the slot's base objects to sync from, and
                     // elsewhere the agent could have written them.
                     if self.iso.private_proc {
-                        keep(&self.workdir, kept);
+                        lock(&self.state).keep(SlotHelper::Kept(kept));
                     }
                     return Ok(snap);
                 }
@@ -1993,7 +1560,19 @@ impl Sandbox for UserSandbox {
     }
 
     fn run_over(&self) {
-        tell_kept_idle(&self.workdir);
+        let mut st = lock(&self.state);
+        match st.take_kept::<SlotHelper>() {
+            // Told, it puts the slot back to its base; one that cannot be told is dismissed.
+            Some(SlotHelper::Kept(kept)) => match kept.idle() {
+                Ok(idle) => st.keep(SlotHelper::Idle(idle)),
+                Err(e) => {
+                    tracing::debug!(error = %e, "the kept helper could not be told its run is over")
+                }
+            },
+            Some(idle @ SlotHelper::Idle(_)) => st.keep(idle),
+            // One that stood by and was never asked to read the run back goes with the run.
+            Some(SlotHelper::Watching(_)) | None => {}
+        }
     }
 
     fn isolation(&self) -> String {
@@ -2218,7 +1797,7 @@ mod tests {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let tail = StderrTail::drain(child.stderr.take().unwrap());
+        let tail = standby::StderrTail::drain(child.stderr.take().unwrap());
         // Over 80 KiB written: it exits only if its stderr is being read.
         assert!(child.wait().unwrap().success());
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -2232,7 +1811,7 @@ mod tests {
             &said[said.len().saturating_sub(200)..]
         );
         assert!(
-            said.len() <= 2 * StderrTail::KEEP,
+            said.len() <= 2 * standby::StderrTail::KEEP,
             "{} bytes kept",
             said.len()
         );

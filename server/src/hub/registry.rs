@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use hunkgate_sandbox::store::FlatTree;
-use hunkgate_sandbox::workspace::Sandbox;
+use hunkgate_sandbox::workspace::{Sandbox, SharedSlot, Slot};
 use hunkgate_sandbox::ObjectId;
 use tokio_util::sync::CancellationToken;
 
@@ -36,7 +36,9 @@ pub(crate) struct Active {
 /// Live run bookkeeping (not persisted: a run does not survive a hub restart).
 pub struct Runs {
     pub(crate) sandbox_root: PathBuf,
-    pub(crate) slots: Mutex<Vec<bool>>,
+    /// The sandbox slots, each the one owner of what its slot keeps between runs (see
+    /// [`Slot`]): they end with the hub.
+    pub(crate) slots: Mutex<Vec<SlotEntry>>,
     pub(crate) cancels: Mutex<HashMap<String, CancellationToken>>,
     pub(crate) agent_tokens: Mutex<HashMap<String, String>>,
     pub(crate) active: Mutex<HashMap<String, Arc<Active>>>,
@@ -53,6 +55,15 @@ pub struct Runs {
     /// The checkout's last snapshot and the change-notification watch that lets the next one
     /// look only at what changed (held for the whole snapshot: snapshots take turns).
     pub(crate) checkout: Mutex<Option<hunkgate_sandbox::checkout::CheckoutWatch>>,
+}
+
+/// A sandbox slot as the registry holds it.
+#[derive(Default)]
+pub(crate) struct SlotEntry {
+    /// A run has it.
+    busy: bool,
+    /// What it keeps between runs, lent to the run that has it.
+    state: SharedSlot,
 }
 
 #[derive(Default)]
@@ -158,13 +169,16 @@ impl Runs {
     /// own user (`--isolation none`). A slot where some process still has its working directory
     /// is then skipped: an agent's child left by an earlier hub (killed with `kill -9` where no
     /// PID namespace could be had) must never write into the sandbox of the next run.
-    pub(crate) fn acquire_slot(&self, local: bool) -> Result<usize, AppError> {
+    pub(crate) fn acquire_slot(&self, local: bool) -> Result<(usize, SharedSlot), AppError> {
         let mut slots = self.slots.lock().map_err(|_| poisoned())?;
         for i in 0.. {
             if i == slots.len() {
-                slots.push(false);
+                slots.push(SlotEntry {
+                    busy: false,
+                    state: Slot::shared(),
+                });
             }
-            if slots[i] {
+            if slots[i].busy {
                 continue;
             }
             if local {
@@ -177,8 +191,8 @@ impl Runs {
                     continue;
                 }
             }
-            slots[i] = true;
-            return Ok(i);
+            slots[i].busy = true;
+            return Ok((i, slots[i].state.clone()));
         }
         unreachable!("an unbounded range ends only by returning")
     }
@@ -186,7 +200,7 @@ impl Runs {
     pub(crate) fn release_slot(&self, i: usize) {
         if let Ok(mut slots) = self.slots.lock() {
             if let Some(s) = slots.get_mut(i) {
-                *s = false;
+                s.busy = false;
             }
         }
     }
@@ -244,3 +258,7 @@ fn process_inside(dir: &std::path::Path) -> Option<i32> {
         cwd.starts_with(&dir).then_some(pid)
     })
 }
+
+#[cfg(test)]
+#[path = "registry_tests.rs"]
+mod tests;

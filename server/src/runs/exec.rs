@@ -8,7 +8,7 @@ use hunkgate_sandbox::agent::{self, build_argv, scrubbed_env, Exit};
 use hunkgate_sandbox::jj::{self, Vcs};
 use hunkgate_sandbox::snapshot::DEFAULT_FILE_CAP;
 use hunkgate_sandbox::store::FlatTree;
-use hunkgate_sandbox::workspace::{LocalSandbox, Sandbox};
+use hunkgate_sandbox::workspace::{LocalSandbox, Sandbox, SharedSlot};
 use hunkgate_sandbox::ObjectId;
 
 use crate::config::sensitive::Policy;
@@ -43,8 +43,8 @@ impl Hub {
         self.update_run(run_id, |r| r.base_commit = Some(base.commit.to_string()))?;
 
         let local = matches!(self.cfg().isolation, crate::isolation::Isolation::None);
-        let slot = self.runs().acquire_slot(local)?;
-        let sandbox = self.sandbox_for_slot(slot);
+        let (slot, state) = self.runs().acquire_slot(local)?;
+        let sandbox = self.sandbox_for_slot(slot, state);
         let result = self.run_in_sandbox(&job, base, sandbox.clone()).await;
         // The slot is still the run's: the checks use it, after the suggestion is out.
         if result.is_ok() && !job.cancel.is_cancelled() {
@@ -116,17 +116,20 @@ impl Hub {
         .await
     }
 
-    /// The sandbox of slot `slot` under the hub's isolation.
-    fn sandbox_for_slot(&self, slot: usize) -> Arc<dyn Sandbox> {
+    /// The sandbox of slot `slot` under the hub's isolation, with `state`, what the slot keeps
+    /// between runs (the registry's, lent to the run).
+    fn sandbox_for_slot(&self, slot: usize, state: SharedSlot) -> Arc<dyn Sandbox> {
         match &self.cfg().isolation {
             crate::isolation::Isolation::None => Arc::new(
-                LocalSandbox::new(self.runs().sandbox_root.join(slot.to_string()))
+                LocalSandbox::in_slot(self.runs().sandbox_root.join(slot.to_string()), state)
                     .with_accel(self.cfg().accel),
             ),
             // In the sandbox user's home, reached only through the sandbox helper.
-            crate::isolation::Isolation::User(iso) => {
-                Arc::new(iso.sandbox(&crate::isolation::sandbox_key(&self.cfg().state_dir), slot))
-            }
+            crate::isolation::Isolation::User(iso) => Arc::new(iso.sandbox(
+                &crate::isolation::sandbox_key(&self.cfg().state_dir),
+                slot,
+                state,
+            )),
         }
     }
 
