@@ -50,7 +50,6 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::libc;
@@ -65,11 +64,12 @@ use crate::snapshot::{
 };
 use crate::store::FlatTree;
 use crate::sync::{
-    base_from_wire, clear_except_git, fresh_git, recall, remember, store_blob, sync_files,
-    sync_slot_with, Discard, SyncError, Synced,
+    base_from_wire, clear_except_git, fresh_git, store_blob, sync_files, Discard, SyncError,
+    SyncFiles,
 };
-use crate::watch::Watch;
-use crate::wire::{self, Frame, Next, Request, WireError};
+use crate::wire::{self, Frame, Request, WireError};
+
+mod standby;
 
 /// Errors inside the helper; printed on its stderr, which the hub shows to the user.
 #[derive(Debug, thiserror::Error)]
@@ -184,21 +184,7 @@ fn run(op: &str) -> Result<ExitCode, HelperFailure> {
                 wire::STREAM_BUFFER,
                 std::fs::File::from(stdin.map_err(sys("dup(stdin)"))?),
             );
-            let mut req: Request = wire::read_request(&mut input)?;
-            if req.standby {
-                return standby(req, &home, &mut input);
-            }
-            let base = base_from_wire(std::mem::take(&mut req.base))
-                .map_err(|(path, why)| HelperFailure::BadPath { path, why })?;
-            let stdout = std::io::stdout();
-            let mut out = std::io::BufWriter::with_capacity(wire::STREAM_BUFFER, stdout.lock());
-            let hints = Hints {
-                record: req.record.as_ref(),
-                dirty: None,
-            };
-            snapshot(&req, &base, &home, hints, &mut out)?;
-            out.flush().map_err(HelperFailure::Output)?;
-            Ok(ExitCode::SUCCESS)
+            snapshot_op(&home, &mut input, std::io::stdout().lock(), not_dumpable)
         }
         "tool" => {
             check_my_home(&home)?;
@@ -229,6 +215,34 @@ fn run(op: &str) -> Result<ExitCode, HelperFailure> {
         }
         other => Err(HelperFailure::UnknownOp(other.to_string())),
     }
+}
+
+/// `snapshot`: read the request from `input`, then read the slot back to `out` — or, for a
+/// standby, serve the slot's runs until `input` ends (see [`standby`]), once `guard` has put
+/// this process out of the agent's reach (the helper's main passes [`not_dumpable`]; a
+/// process-wide step, which the unit tests that run a standby in the test binary leave out).
+pub(crate) fn snapshot_op<R: Read + AsFd, W: Write>(
+    home: &Path,
+    input: &mut std::io::BufReader<R>,
+    out: W,
+    guard: fn() -> Result<(), HelperFailure>,
+) -> Result<ExitCode, HelperFailure> {
+    let mut req: Request = wire::read_request(input)?;
+    if req.standby {
+        // Waiting while the agent runs as this same user: out of its reach.
+        guard()?;
+        return standby::serve(req, home, input, out);
+    }
+    let base = base_from_wire(std::mem::take(&mut req.base))
+        .map_err(|(path, why)| HelperFailure::BadPath { path, why })?;
+    let mut out = std::io::BufWriter::with_capacity(wire::STREAM_BUFFER, out);
+    let hints = Hints {
+        record: req.record.as_ref(),
+        dirty: None,
+    };
+    snapshot(&req, &base, home, hints, &mut out)?;
+    out.flush().map_err(HelperFailure::Output)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn my_home() -> Result<PathBuf, HelperFailure> {
@@ -305,7 +319,7 @@ fn sandbox_dir(home: &Path, req: &Request, create: bool) -> Result<PathBuf, Help
     Ok(dir)
 }
 
-fn prepare(
+pub(crate) fn prepare(
     req: &mut Request,
     home: &Path,
     input: &mut impl Read,
@@ -335,8 +349,11 @@ fn prepare(
     blobs.finish().map_err(SyncError::from)?;
     // Every blob of the base must be here now: kept or just sent.
     crate::sync::ensure_blobs(&dir, objects, &base, &known, |_| Ok(None))?;
-    let synced = crate::sync::drop_former_base(&dir, &base)
-        .and_then(|()| sync_files(&dir, &repo, &base, req.record.as_ref(), None, None));
+    let job = SyncFiles {
+        record: req.record.as_ref(),
+        ..SyncFiles::from_scratch(&dir, &repo, &base)
+    };
+    let synced = crate::sync::drop_former_base(&dir, &base).and_then(|()| sync_files(&job));
     let reply = match synced {
         Ok((reply, _)) => reply,
         Err(first) => {
@@ -352,7 +369,7 @@ fn prepare(
                 problem: e.to_string(),
             })?;
             crate::sync::drop_former_base(&dir, &base)?;
-            sync_files(&dir, &repo, &base, None, None, None)?.0
+            sync_files(&SyncFiles::from_scratch(&dir, &repo, &base))?.0
         }
     };
     wire::write_prepare_reply(out, &reply).map_err(HelperFailure::Output)
@@ -441,329 +458,6 @@ fn read_blobs(
     }
 }
 
-/// A standby (see the module docs and [`crate::wire`]'s): told the run's sync is done, it
-/// watches the slot, reads the run's request while the agent works, and at the go reads the
-/// sandbox back. Then it stays, watching on: told the slot's run is over ([`wire::write_idle`]),
-/// it puts the slot back to its base ([`reset`]); asked for the slot's next sync
-/// ([`wire::write_again`]), it makes that sync itself ([`sync_again`]) and is the next run's
-/// standby; until the hub closes its input.
-fn standby(
-    mut req: Request,
-    home: &Path,
-    input: &mut std::io::BufReader<std::fs::File>,
-) -> Result<ExitCode, HelperFailure> {
-    // Waiting while the agent runs as this same user: out of its reach.
-    not_dumpable()?;
-    let Some(dirs) = wire::read_synced(input)? else {
-        // The hub wants no read-back after all.
-        return Ok(ExitCode::SUCCESS);
-    };
-    // The sync is done and the agent not started yet.
-    let mut watch = watch_slot(home, &req, &dirs);
-    let mut out = std::io::stdout().lock();
-    wire::write_watching(&mut out, watch.is_some()).map_err(HelperFailure::Output)?;
-    drop(out);
-    // The run's own request: the base and the record of the sync the hub's helper made.
-    req = wire::read_request(input)?;
-    let base = base_from_wire(std::mem::take(&mut req.base))
-        .map_err(|(path, why)| HelperFailure::BadPath { path, why })?;
-    let dir = sandbox_dir(home, &req, false)?;
-    let record = req.record.take().ok_or_else(|| HelperFailure::BadPath {
-        path: String::new(),
-        why: "a standby's request must carry the record of the run's sync".into(),
-    })?;
-    // This process's record of the slot, as a sync of its own would leave it.
-    remember(
-        &dir,
-        Some(Synced {
-            base: Arc::new(base),
-            record,
-            tree: None,
-        }),
-    );
-    loop {
-        wait_for_input(input, &mut watch);
-        let Some(cap) = wire::read_go(input)? else {
-            // The hub wants no read-back after all.
-            return Ok(ExitCode::SUCCESS);
-        };
-        let stdout = std::io::stdout();
-        let mut out = std::io::BufWriter::with_capacity(wire::STREAM_BUFFER, stdout.lock());
-        req.cap = cap;
-        let synced = recall(&dir).ok_or_else(|| HelperFailure::Dir {
-            path: dir.clone(),
-            problem: "no sync of this slot to read back against".into(),
-        })?;
-        let dirty = watch
-            .as_mut()
-            .and_then(|w| seen_since_sync(w, Some(&synced.record)));
-        let hints = Hints {
-            record: Some(&synced.record),
-            dirty: dirty.as_ref(),
-        };
-        snapshot(&req, &synced.base, home, hints, &mut out)?;
-        out.flush().map_err(HelperFailure::Output)?;
-        drop(out);
-        drop(synced);
-        // The agent may still be at work (a publish of its own): only once the hub says the
-        // slot's run is over is the slot put back to its base, rather than at the next run's
-        // start.
-        let mut was_reset = false;
-        let again = loop {
-            wait_for_input(input, &mut watch);
-            match wire::read_next(input)? {
-                None => return Ok(ExitCode::SUCCESS),
-                Some(Next::Idle) => {
-                    was_reset = was_reset || reset(&dir, req.private_slot, &mut watch)?
-                }
-                Some(Next::Again(again)) => break *again,
-            }
-        };
-        let synced = recall(&dir).ok_or_else(|| HelperFailure::Dir {
-            path: dir.clone(),
-            problem: "no sync of this slot to sync again from".into(),
-        })?;
-        let reply = sync_again(again, &dir, &synced, was_reset, input, &mut watch)?;
-        let stdout = std::io::stdout();
-        let mut out = std::io::BufWriter::new(stdout.lock());
-        wire::write_prepare_reply(&mut out, &reply).map_err(HelperFailure::Output)?;
-        wire::write_watching(&mut out, watch.is_some()).map_err(HelperFailure::Output)?;
-        out.flush().map_err(HelperFailure::Output)?;
-    }
-}
-
-/// Between runs, put the slot back to the base of its last sync, as a sync of that base by a
-/// new helper would: every file `lstat`ed (so a write through a hard link, which the watch
-/// cannot see, is undone too), every directory whose stat moved read, what differs
-/// rewritten, a fresh `.git`. Then the watch is cleared, or started again over the
-/// directories the reset left. Whether the slot was reset (false: there was no record of a
-/// sync to reset to).
-///
-/// Only once the hub says the slot's run is over: no agent of this slot runs from then to its
-/// next sync (its whole PID namespace is gone), so the next sync may trust the watch
-/// ([`sync_again`]).
-fn reset(dir: &Path, private: bool, watch: &mut Option<Watch>) -> Result<bool, HelperFailure> {
-    let Some(synced) = recall(dir) else {
-        return Ok(false);
-    };
-    // Every blob of the base is in the slot's base objects, out of the agent's reach.
-    let objects = kept_base_objects(dir, private)?;
-    let reply = sync_slot_with(
-        dir,
-        &synced.base,
-        Some(&objects.path().join("objects")),
-        None,
-        Discard::InBackground,
-        |_| Ok(None),
-    )?;
-    watch_on(dir, watch, &reply.record);
-    Ok(true)
-}
-
-/// After a sync: from here on, what the next agent does is seen as it happens. The watch is
-/// cleared, or started again over the directories of `record` when directories came or went
-/// since it started (the sync's own included) or it lost track.
-fn watch_on(dir: &Path, watch: &mut Option<Watch>, record: &crate::wire::SyncRecord) {
-    let reshaped = watch.as_mut().is_none_or(|w| w.needs_restart());
-    match watch.as_mut() {
-        Some(w) if !reshaped => w.clear(),
-        _ => {
-            *watch = None;
-            let dirs: Vec<&str> = record.dirs.iter().map(|(d, _)| d.as_str()).collect();
-            *watch = watch_dir(dir, &dirs);
-        }
-    }
-}
-
-/// The slot's next sync, asked of a standby that read the last run back ([`wire::write_again`]):
-/// the new base is the last one with `again`'s changes (their blobs sent with them), and the
-/// sync is made against this process's record of the last sync (or of the [`reset`] since
-/// it, if `reset`). Then the watch goes on for the next run.
-fn sync_again(
-    again: Request,
-    dir: &Path,
-    synced: &Synced,
-    reset: bool,
-    input: &mut impl Read,
-    watch: &mut Option<Watch>,
-) -> Result<crate::wire::PrepareReply, HelperFailure> {
-    let mut blobs = std::collections::HashMap::new();
-    read_blobs(input, |id, bytes| {
-        blobs.insert(id, bytes);
-        Ok(())
-    })?;
-    let changed =
-        base_from_wire(again.base).map_err(|(path, why)| HelperFailure::BadPath { path, why })?;
-    let mut base = (*synced.base).clone();
-    for path in again.removed {
-        if base.remove(&path).is_none() {
-            return Err(HelperFailure::BadPath {
-                path,
-                why: "removed from the base, yet not in it".into(),
-            });
-        }
-    }
-    base.extend(changed);
-    let base = Arc::new(base);
-    // After a reset, what changed since is what the watch saw (and the paths whose base
-    // entry changed): no agent ran. Otherwise every base path is looked at (an `lstat` each)
-    // and every directory whose stat moved is read, as a sync by a new helper does: the watch
-    // cannot see a write through a hard link made from outside the sandbox, which the
-    // read-back then missed, and the file must be put back to the base all the same.
-    let dirty = watch
-        .as_mut()
-        .filter(|_| reset)
-        .and_then(|w| seen_since_sync(w, Some(&synced.record)));
-    // The blobs sent join the slot's base objects (each checked against its id), which its
-    // new .git borrows. This process lives on: the old .git is deleted on a thread. A blob the
-    // sync needs and was not sent fails the sync; the hub then starts a helper that is sent
-    // every blob.
-    let objects = kept_base_objects(dir, again.private_slot)?;
-    let mut batch = objects.batch();
-    for (id, bytes) in blobs {
-        store_blob(dir, &mut batch, id, &bytes)?;
-    }
-    batch.finish().map_err(SyncError::from)?;
-    let mut reply = sync_slot_with(
-        dir,
-        &base,
-        Some(&objects.path().join("objects")),
-        dirty.as_ref(),
-        Discard::InBackground,
-        |_| Ok(None),
-    )?;
-    let reshaped = watch.as_mut().is_none_or(|w| w.needs_restart());
-    // A sync that looked only where the watch saw something leaves no directory record. When
-    // the watch saw files only (no directory came or went, no `.gitignore` changed, no name
-    // hunkgate cannot carry appeared: each of those marks a tree), the directories are the
-    // watched ones, as they were at the reset, which recorded them all. Otherwise a walk
-    // finds them, unless it meets a name hunkgate cannot carry: then the record stays without
-    // (its directory must be read by every read-back, which reports it).
-    let files_only = dirty.as_ref().is_some_and(|d| d.trees.is_empty()) && !reshaped;
-    let dirs = match watch.as_ref() {
-        _ if !reply.record.dirs.is_empty() || dirty.is_none() => None,
-        Some(w) if files_only => Some(w.watched().map(String::from).collect::<Vec<_>>()),
-        _ => {
-            let walked = crate::snapshot::walk(dir, false, None, None);
-            walked.skipped.is_empty().then_some(walked.dirs)
-        }
-    };
-    if let Some(dirs) = dirs {
-        let root = Beneath::open(dir).map_err(|e| HelperFailure::Dir {
-            path: dir.to_path_buf(),
-            problem: e.to_string(),
-        })?;
-        reply.record.dirs = crate::snapshot::dir_record(dir, &root, &base, dirs);
-        // What this process remembers of the sync must be what the hub is told.
-        remember(
-            dir,
-            Some(Synced {
-                base: base.clone(),
-                record: reply.record.clone(),
-                tree: recall(dir).and_then(|s| s.tree),
-            }),
-        );
-    }
-    watch_on(dir, watch, &reply.record);
-    reply.after_reset = dirty.is_some();
-    Ok(reply)
-}
-
-/// A standby's watch over its slot (see [`crate::watch`]), on `dirs`: the directories the
-/// sync left, named by the hub once the sync is done and before the agent starts. None — the
-/// read-back looks at every file — when there is nothing to watch, a name is not a plain
-/// relative path, or inotify cannot watch them all.
-fn watch_slot(home: &Path, req: &Request, dirs: &[String]) -> Option<Watch> {
-    let dir = sandbox_dir(home, req, false).ok()?;
-    let dirs: Vec<&str> = dirs.iter().map(String::as_str).collect();
-    watch_dir(&dir, &dirs)
-}
-
-/// [`watch_slot`] of the slot `dir`.
-fn watch_dir(dir: &Path, dirs: &[&str]) -> Option<Watch> {
-    let plain = |d: &&str| d.is_empty() || crate::beneath::check_path(d).is_ok();
-    if dirs.is_empty() || dirs.len() > MAX_WATCHED || !dirs.iter().all(plain) {
-        return None;
-    }
-    match Watch::start_present(dir, dirs.iter().copied()) {
-        Ok(w) => Some(w),
-        Err(e) => {
-            eprintln!("hunkgate sandbox-helper: no change notification ({e})");
-            None
-        }
-    }
-}
-
-/// The most directories a standby watches, and the most paths its watch collects before it
-/// gives up on it (and the read-back looks at every file).
-const MAX_WATCHED: usize = 100_000;
-
-/// Wait for the hub's go signal to be there to read. Meanwhile the watch's events are read as
-/// they come, so the kernel's queue does not overflow while the agent works; a watch that
-/// loses track, or collects more than [`MAX_WATCHED`] paths, is dropped.
-fn wait_for_input(input: &mut std::io::BufReader<std::fs::File>, watch: &mut Option<Watch>) {
-    // Elsewhere there is no watch to read: the read of the signal just blocks.
-    #[cfg(not(target_os = "linux"))]
-    let _ = (input, watch);
-    #[cfg(target_os = "linux")]
-    while input.buffer().is_empty() {
-        let Some(w) = watch.as_mut() else {
-            break;
-        };
-        let mut pfds = [
-            libc::pollfd {
-                fd: input.get_ref().as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: w.fd().as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        // SAFETY: two pollfds on the stack.
-        if unsafe { libc::poll(pfds.as_mut_ptr(), 2, -1) } < 0 {
-            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            break;
-        }
-        if pfds[0].revents != 0 {
-            break;
-        }
-        if pfds[1].revents != 0 {
-            let keeps = w
-                .changes()
-                .is_some_and(|d| d.paths.len() + d.trees.len() <= MAX_WATCHED);
-            if !keeps {
-                *watch = None;
-                continue;
-            }
-        }
-    }
-}
-
-/// What may differ from the sync of `record`, by the watch started right after it: None —
-/// look at every file — when the watch lost track, or the sync left no directory record (then
-/// the sandbox's directories are not all known). A directory of the record the watch does
-/// not hold (it was gone when the watch started) may have changed throughout.
-fn seen_since_sync(
-    watch: &mut Watch,
-    record: Option<&crate::wire::SyncRecord>,
-) -> Option<crate::watch::Dirty> {
-    let record = record.filter(|r| !r.dirs.is_empty())?;
-    // Not taken: what the agent did is still to be seen by the slot's next sync.
-    let mut dirty = watch.changes()?.clone();
-    let watched: std::collections::HashSet<&str> = watch.watched().collect();
-    for (d, _) in &record.dirs {
-        if !watched.contains(d.as_str()) {
-            dirty.trees.insert(d.clone());
-        }
-    }
-    Some(dirty)
-}
-
 /// Read the sandbox back (see [`crate::snapshot::snapshot_sandbox`]): only what differs from
 /// `base` (the request's, already read) goes out, as frames. With `dirty` (what a watch saw
 /// since the sync of the request's record), only the paths it covers are looked at: every
@@ -836,33 +530,40 @@ fn snapshot<W: Write>(
             Captured::Skipped(s) => &s.path,
         };
         gone_before(Some(path), out)?;
-        let frame = match item {
-            Captured::File {
-                path,
-                bytes,
-                executable,
-                ..
-            } => Frame::File {
-                path,
-                bytes,
-                executable,
-            },
-            Captured::Symlink { path, target, .. } => Frame::Symlink { path, target },
-            // Not sent: a base path the helper says nothing of is unchanged, so a read-back
-            // costs frames for what changed, not for the whole base.
-            Captured::Unchanged { .. } => return Ok(()),
-            Captured::Skipped(s) => Frame::Skipped {
-                path: s.path,
-                reason: s.reason,
-            },
-        };
-        wire::write_frame(out, &frame).map_err(HelperFailure::Output)
+        match frame_of(item) {
+            Some(frame) => wire::write_frame(out, &frame).map_err(HelperFailure::Output),
+            None => Ok(()),
+        }
     };
     let check = readback_check(base, looked.or(record));
     // The hub hashes what it stores itself: the sandbox's word is data, never an id.
     capture_each(&root, &candidates, req.cap, false, check, &mut sink)?;
     gone_before(None, out)?;
     wire::write_frame(out, &Frame::End).map_err(HelperFailure::Output)
+}
+
+/// The frame that sends what a read-back captured; None for what it found unchanged: a base
+/// path the helper says nothing of is unchanged, so a read-back costs frames for what changed,
+/// not for the whole base.
+fn frame_of(item: Captured) -> Option<Frame> {
+    Some(match item {
+        Captured::File {
+            path,
+            bytes,
+            executable,
+            ..
+        } => Frame::File {
+            path,
+            bytes,
+            executable,
+        },
+        Captured::Symlink { path, target, .. } => Frame::Symlink { path, target },
+        Captured::Unchanged { .. } => return None,
+        Captured::Skipped(s) => Frame::Skipped {
+            path: s.path,
+            reason: s.reason,
+        },
+    })
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);

@@ -27,10 +27,12 @@
 //! into the sandbox. ([`fresh_git`] can keep the old objects only for a retry within one sync,
 //! when no agent ran since they were written.)
 //!
-//! Records live in this process ([`remember`], [`recall`]), keyed by the slot's directory: a
-//! hub restart forgets them and the next sync compares every file by content once. A kept
-//! standby helper (`--isolation user`, see [`crate::helper`]) holds the same record of its
-//! slot in its own process, as the hub does.
+//! A slot's last sync ([`Synced`]) is kept by the slot's one owner and handed to every sync
+//! of it ([`sync_slot`] takes it and leaves the new one): in the hub, the slot's
+//! [`Slot`](crate::workspace::Slot), which its registry owns; in a kept standby helper
+//! (`--isolation user`, see [`crate::helper`]), that process's own copy. No process-wide map
+//! holds them: a hub restart (or a second hub in one process) starts without, and the next
+//! sync compares every file by content once.
 //!
 //! **Layer:** imports [`crate::wire`], [`crate::beneath`], [`crate::store`],
 //! [`crate::statcache`] and [`crate::snapshot`]; nothing of `workspace`, `user` or `helper`.
@@ -38,7 +40,7 @@
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use gix::hash::ObjectId;
 
@@ -50,6 +52,12 @@ use crate::statcache::{file_stat, mtime_of};
 use crate::store::{blob_id, Entry, FlatTree, Mode, ObjectBatch, Store, StoreError};
 use crate::watch::Dirty;
 use crate::wire::{BaseEntry, BaseRef, EntryMode, FileStat, PrepareReply, SyncRecord};
+
+mod former;
+mod git;
+pub use former::drop_former_base;
+pub(crate) use git::remove_any;
+pub use git::{fresh_git, Discard};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SyncError {
@@ -139,27 +147,6 @@ pub struct Synced {
     pub tree: Option<ObjectId>,
 }
 
-fn records() -> &'static Mutex<HashMap<PathBuf, Arc<Synced>>> {
-    static RECORDS: std::sync::OnceLock<Mutex<HashMap<PathBuf, Arc<Synced>>>> =
-        std::sync::OnceLock::new();
-    RECORDS.get_or_init(Default::default)
-}
-
-/// Remember the last sync of the slot at `dir` (None forgets it: a sync that failed halfway).
-pub fn remember(dir: &Path, synced: Option<Synced>) {
-    if let Ok(mut map) = records().lock() {
-        match synced {
-            Some(s) => map.insert(dir.to_path_buf(), Arc::new(s)),
-            None => map.remove(dir),
-        };
-    }
-}
-
-/// The last sync of the slot at `dir`, if this process made one.
-pub fn recall(dir: &Path) -> Option<Arc<Synced>> {
-    records().lock().ok()?.get(dir).cloned()
-}
-
 /// The record of `synced` if it was made for exactly `base` (else None: compare everything).
 pub fn record_for<'a>(synced: Option<&'a Synced>, base: &FlatTree) -> Option<&'a SyncRecord> {
     synced.filter(|s| s.is_for(base)).map(|s| &s.record)
@@ -171,246 +158,6 @@ impl Synced {
     pub fn is_for(&self, base: &FlatTree) -> bool {
         std::ptr::eq(Arc::as_ptr(&self.base), base) || *self.base == *base
     }
-}
-
-/// Replace whatever `.git` (and `.jj`) the sandbox has — directory, file or symlink, never
-/// followed — with a new, empty repository, carrying over the old one's loose objects (see
-/// the module docs).
-///
-/// With `alternate` (an objects directory the sandbox's user may read: the hub's store, under
-/// `--isolation none`), the new repository borrows its objects instead of copying them.
-/// `keep_objects` false starts from no objects at all (the fallback after a failed sync: a
-/// damaged object must not wedge the slot forever).
-/// Returns the new repository and the ids of the loose objects it kept (by name: what
-/// [`Store::has_object`] would find there, without a `stat` each).
-///
-/// The old `.git` and `.jj` are deleted as `discard` says: [`Discard::InBackground`] moves
-/// them out of the sandbox (beside it, one `rename` each) and deletes them on a thread of
-/// their own, for a process that lives on (the hub's own, under `--isolation none`).
-pub fn fresh_git(
-    dir: &Path,
-    alternate: Option<&Path>,
-    keep_objects: bool,
-    discard: Discard,
-) -> Result<(Store, HashSet<ObjectId>), SyncError> {
-    let git_dir = dir.join(".git");
-    let io = |source| SyncError::Io {
-        dir: dir.to_path_buf(),
-        source,
-    };
-    let name = dir
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let keep = dir.with_file_name(format!(".{name}.objects"));
-    remove_any(&keep).map_err(io)?;
-    let objects = git_dir.join("objects");
-    let real_dir = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
-    let mut kept = HashSet::new();
-    if keep_objects && real_dir(&git_dir) && real_dir(&objects) {
-        std::fs::rename(&objects, &keep).map_err(io)?;
-        match kept_objects(&keep) {
-            Ok(ids) => kept = ids,
-            Err(e) => {
-                tracing::warn!(error = %e, dir = %keep.display(), "dropping the sandbox's old objects");
-                remove_any(&keep).map_err(io)?;
-            }
-        }
-    }
-    // A previous run's jj metadata goes too: jj is re-initialised on top of the fresh .git.
-    let metadata = [git_dir.clone(), dir.join(".jj")];
-    match discard {
-        Discard::Now => {
-            for meta in &metadata {
-                remove_any(meta).map_err(io)?;
-            }
-        }
-        Discard::InBackground => discard_in_background(dir, &name, &metadata).map_err(io)?,
-    }
-    Store::init_worktree(dir)?;
-    if real_dir(&keep) {
-        remove_tree(&objects).map_err(io)?;
-        std::fs::rename(&keep, &objects).map_err(io)?;
-    }
-    if let Some(alt) = alternate {
-        std::fs::create_dir_all(objects.join("info")).map_err(io)?;
-        std::fs::write(
-            objects.join("info").join("alternates"),
-            format!("{}\n", alt.display()),
-        )
-        .map_err(io)?;
-    }
-    Ok((Store::open_existing(dir)?, kept))
-}
-
-/// How [`fresh_git`] deletes a sandbox's old repository metadata.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Discard {
-    /// Before the new repository is made.
-    Now,
-    /// Moved out of the sandbox first, then deleted on a thread: deleting a `.git` (an index
-    /// of the whole base, the objects a run wrote) took 3–4 ms of a run's start, and 35–60 ms
-    /// while the disk was still busy with a first run's 10,000 files.
-    InBackground,
-}
-
-/// Move each of `metadata` (in the sandbox `dir`, named `name`) beside the sandbox, as
-/// `.<name>.discard-<n>-<i>`, and delete those on a thread, together with whatever an earlier
-/// one left (a hub killed while deleting).
-fn discard_in_background(dir: &Path, name: &str, metadata: &[PathBuf]) -> std::io::Result<()> {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let prefix = format!(".{name}.discard-");
-    for (i, meta) in metadata.iter().enumerate() {
-        match std::fs::symlink_metadata(meta) {
-            Ok(_) => std::fs::rename(meta, dir.with_file_name(format!("{prefix}{n}-{i}")))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
-    }
-    let Some(parent) = dir.parent().map(Path::to_path_buf) else {
-        return Ok(());
-    };
-    let spawned = std::thread::Builder::new()
-        .name("discard".into())
-        .spawn(move || {
-            let Ok(entries) = std::fs::read_dir(&parent) else {
-                return;
-            };
-            for entry in entries.flatten() {
-                if entry.file_name().to_string_lossy().starts_with(&prefix) {
-                    if let Err(e) = remove_any(&entry.path()) {
-                        tracing::debug!(error = %e, path = %entry.path().display(), "deleting an old sandbox .git");
-                    }
-                }
-            }
-        });
-    if let Err(e) = spawned {
-        tracing::debug!(error = %e, "no thread to delete an old sandbox .git; it waits for the next sync");
-    }
-    Ok(())
-}
-
-/// Remove a file, symlink or directory tree at `p` (nothing followed); absent is fine.
-/// Directories the agent made read-only (`chmod 555`, as Go's module cache leaves them, or
-/// `000`) are removed too: see [`remove_tree`].
-pub(crate) fn remove_any(p: &Path) -> std::io::Result<()> {
-    match std::fs::symlink_metadata(p) {
-        Ok(m) if m.is_dir() => remove_tree(p),
-        Ok(_) => std::fs::remove_file(p),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
-/// Remove the directory tree at `p` (nothing followed; see [`crate::foreign::remove_at`]):
-/// directories the agent left without their owner's read, search or write permission are
-/// given it first. The reset runs as the user who owns what the agent made (the sandbox user
-/// under `--isolation user`), so whatever the agent could create it can remove; neither the
-/// tree's depth nor its paths' length (past `PATH_MAX`) stops it.
-pub(crate) fn remove_tree(p: &Path) -> std::io::Result<()> {
-    let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else {
-        return std::fs::remove_dir_all(p);
-    };
-    let parent = match parent.as_os_str().is_empty() {
-        true => Path::new("."),
-        false => parent,
-    };
-    let dir = nix::fcntl::open(
-        parent,
-        nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC,
-        nix::sys::stat::Mode::empty(),
-    )?;
-    use std::os::unix::ffi::OsStrExt;
-    let name = std::ffi::CString::new(name.as_bytes())?;
-    crate::foreign::remove_at(std::os::fd::AsFd::as_fd(&dir), &name)
-}
-
-/// Keep of an objects directory only what a later sync may use, each checked to be a plain
-/// file: `xx/` fan-out directories (real directories, two hex digits) and the regular files in
-/// them, and in `pack/` the `pack-<hex>.pack` and `.idx` pairs whose index reads. No `info/`
-/// (alternates), no symlinks, nothing else. Returns the ids kept: by name for loose objects,
-/// from the index for packs (no `stat` per object either way).
-fn kept_objects(objects: &Path) -> std::io::Result<HashSet<ObjectId>> {
-    let mut ids = HashSet::new();
-    for entry in std::fs::read_dir(objects)? {
-        let entry = entry?;
-        let name = entry.file_name();
-        let path = entry.path();
-        let is_dir = entry.file_type()?.is_dir();
-        if is_dir && name == "pack" {
-            keep_packs(&path, &mut ids)?;
-            continue;
-        }
-        let fanout = name.len() == 2
-            && name
-                .to_str()
-                .is_some_and(|n| n.bytes().all(|b| b.is_ascii_hexdigit()));
-        if !fanout || !is_dir {
-            remove_any(&path)?;
-            continue;
-        }
-        let prefix = name.to_string_lossy().into_owned();
-        for obj in std::fs::read_dir(&path)? {
-            let obj = obj?;
-            if !obj.file_type()?.is_file() {
-                remove_any(&obj.path())?;
-                continue;
-            }
-            let hex = format!("{prefix}{}", obj.file_name().to_string_lossy());
-            if let Ok(id) = ObjectId::from_hex(hex.as_bytes()) {
-                ids.insert(id);
-            }
-        }
-    }
-    Ok(ids)
-}
-
-/// [`kept_objects`] for `objects/pack`: a pair is kept, and its ids added to `ids`, only when
-/// both files are regular files and the index reads; everything else there is removed.
-fn keep_packs(dir: &Path, ids: &mut HashSet<ObjectId>) -> std::io::Result<()> {
-    // pack name → (has .pack, has .idx)
-    let mut pairs: std::collections::BTreeMap<String, (bool, bool)> = Default::default();
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let stem = name
-            .strip_suffix(".pack")
-            .map(|s| (s, true))
-            .or_else(|| name.strip_suffix(".idx").map(|s| (s, false)))
-            .filter(|(s, _)| {
-                s.strip_prefix("pack-")
-                    .is_some_and(|h| h.len() == 40 && h.bytes().all(|b| b.is_ascii_hexdigit()))
-            });
-        match stem {
-            Some((stem, is_pack)) if entry.file_type()?.is_file() => {
-                let pair = pairs.entry(stem.to_string()).or_default();
-                if is_pack {
-                    pair.0 = true;
-                } else {
-                    pair.1 = true;
-                }
-            }
-            _ => remove_any(&entry.path())?,
-        }
-    }
-    for (stem, pair) in pairs {
-        let idx = dir.join(format!("{stem}.idx"));
-        let read = match pair {
-            (true, true) => gix::odb::pack::index::File::at(&idx, gix::hash::Kind::Sha1).ok(),
-            _ => None,
-        };
-        match read {
-            Some(index) => {
-                ids.extend((0..index.num_objects()).map(|i| index.oid_at_index(i).to_owned()))
-            }
-            None => {
-                remove_any(&dir.join(format!("{stem}.pack")))?;
-                remove_any(&idx)?;
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Make sure every blob of `base` is in the sandbox's repository, taking missing ones from
@@ -534,85 +281,120 @@ fn write_entries(
     Ok(out)
 }
 
-/// Bring the files of `dir` to exactly `base` (whose blobs are all in `repo`, see
-/// [`ensure_blobs`]) — nothing more: whatever else is there goes, ignored or not (see
-/// [`crate::foreign`]) — then commit the base in the sandbox's repository. Only paths whose stat differs from `record` (or is racy), and then only those
-/// whose content differs, are written. Nothing is followed: every write goes through
-/// [`Beneath`].
-///
-/// With `dirty` (what change notification saw since the sync of `record`, and every path whose
-/// base entry changed since: see [`sync_slot`]), paths it does not cover are not even looked
-/// at, and leftovers are looked for only where it saw something. `known_tree` is `base`'s tree
-/// id if the caller knows it (see [`commit_base`]); the tree id is returned with the reply.
-pub fn sync_files(
-    dir: &Path,
-    repo: &Store,
-    base: &FlatTree,
-    record: Option<&SyncRecord>,
-    dirty: Option<&Dirty>,
-    known_tree: Option<ObjectId>,
-) -> Result<(PrepareReply, ObjectId), SyncError> {
+/// What [`sync_files`] brings a slot to, and what it may go by.
+#[derive(Clone, Copy)]
+pub struct SyncFiles<'a> {
+    /// The slot.
+    pub dir: &'a Path,
+    /// The slot's repository, which holds every blob of `base` (see [`ensure_blobs`]).
+    pub repo: &'a Store,
+    pub base: &'a FlatTree,
+    /// The stat record of the slot's last sync, for the paths whose base entry did not change
+    /// since (see [`rebase_onto`]); None compares every file by content.
+    pub record: Option<&'a SyncRecord>,
+    /// What change notification saw since that sync, and every path whose base entry changed
+    /// since (see [`sync_slot`]): paths it does not cover are not even looked at, and
+    /// leftovers are looked for only where it saw something.
+    pub dirty: Option<&'a Dirty>,
+    /// `base`'s tree id if the caller knows it (see [`commit_base`]).
+    pub known_tree: Option<ObjectId>,
+}
+
+impl<'a> SyncFiles<'a> {
+    /// A sync of `dir` to `base` that goes by nothing: every file compared by content.
+    pub fn from_scratch(dir: &'a Path, repo: &'a Store, base: &'a FlatTree) -> Self {
+        SyncFiles {
+            dir,
+            repo,
+            base,
+            record: None,
+            dirty: None,
+            known_tree: None,
+        }
+    }
+}
+
+/// The paths a sync looks at (see [`looked_at`]).
+struct LookedAt {
+    /// What is there now and may differ (not ignored): leftovers among them are removed.
+    current: Vec<String>,
+    /// Base paths the dirty set does not cover: they keep their recorded stat.
+    untouched: Vec<(String, FileStat)>,
+    /// With a dirty set: the record cut down to the candidates.
+    looked: Option<SyncRecord>,
+    /// A whole walk's directories, for the new record (None: no directory record).
+    walked_dirs: Option<Vec<String>>,
+}
+
+/// What a sync of `job` looks at: with a dirty set, only its candidates, against the record
+/// cut down to them; otherwise what a read-back walks (leftovers looked for where the
+/// directory record says something may have changed since the sync before, everywhere
+/// without one).
+fn looked_at(job: &SyncFiles<'_>, root: &Beneath) -> LookedAt {
+    let SyncFiles {
+        dir, base, record, ..
+    } = *job;
+    if let (Some(record), Some(dirty)) = (record, job.dirty) {
+        let split = split_by_dirty(dir, root, base, record, dirty, None);
+        let untouched = record
+            .files
+            .iter()
+            .filter(|(p, _)| !split.candidates.contains(p))
+            .cloned()
+            .collect();
+        return LookedAt {
+            current: split.candidates.into_iter().collect(),
+            untouched,
+            looked: Some(split.looked),
+            walked_dirs: None,
+        };
+    }
+    let found = sandbox_candidates_since(dir, root, base, record, None);
+    // A name the walk cannot carry stays (and is reported by every read-back): its directory
+    // must be read each time.
+    let walked_dirs = found.skipped.is_empty().then(|| {
+        let mut dirs = found.dirs;
+        if found.dirs_read.is_some() {
+            // The directories not read again are still there, or gone: the record made after
+            // this sync `lstat`s every one.
+            dirs.extend(
+                record
+                    .into_iter()
+                    .flat_map(|r| &r.dirs)
+                    .map(|(d, _)| d.clone()),
+            );
+        }
+        dirs
+    });
+    LookedAt {
+        current: found.new.into_iter().collect(),
+        untouched: Vec::new(),
+        looked: None,
+        walked_dirs,
+    }
+}
+
+/// Of the base paths a sync examines, those that hold (with their stat, for the record) and
+/// those to write. A path holds when its stat vouches for it ([`readback_check`]) or its
+/// content is the base's; a file with another name (a hard link the agent made to a path
+/// outside the slot) can be written through that name with no event and no stat of ours to
+/// tell: it never holds, and is replaced by a file of its own (see `Beneath::write_scratch`).
+#[allow(clippy::type_complexity)]
+fn what_holds<'b>(
+    job: &SyncFiles<'b>,
+    root: &Beneath,
+    look: &'b LookedAt,
+) -> Result<(Vec<(String, FileStat)>, Vec<(&'b String, &'b Entry)>), SyncError> {
     let fs_err = |source| SyncError::Fs {
-        dir: dir.to_path_buf(),
+        dir: job.dir.to_path_buf(),
         source,
     };
-    let root = Beneath::open_scratch(dir).map_err(fs_err)?;
-    // Whatever is neither a base path nor a directory on the way to one goes first, ignored
-    // or not (see `crate::foreign`): the ignore rules are the agent's to write.
-    let dropped =
-        crate::foreign::drop_foreign(dir, base, record, dirty).map_err(|source| SyncError::Io {
-            dir: dir.to_path_buf(),
-            source,
-        })?;
-    if dropped > 0 {
-        tracing::debug!(dir = %dir.display(), dropped, "removed what the base does not have");
-    }
-    let mut files = Vec::with_capacity(base.len());
-    // What is there now (not ignored), so leftovers of an earlier run disappear.
-    // With a dirty set, only its candidates are looked at, against the record cut down to
-    // them; the untouched paths keep their recorded stat.
-    // A whole walk also lists the directories, for the record (None: no directory record).
-    let (current, untouched, looked, walked_dirs) = match (record, dirty) {
-        (Some(record), Some(dirty)) => {
-            let split = split_by_dirty(dir, &root, base, record, dirty, None);
-            let untouched: Vec<(String, FileStat)> = record
-                .files
-                .iter()
-                .filter(|(p, _)| !split.candidates.contains(p))
-                .cloned()
-                .collect();
-            (split.candidates, untouched, Some(split.looked), None)
-        }
-        _ => {
-            // Leftovers are looked for where the directory record says something may have
-            // changed since the sync before (everywhere without one): what a read-back does.
-            let found = sandbox_candidates_since(dir, &root, base, record, None);
-            // A name the walk cannot carry stays (and is reported by every read-back): its
-            // directory must be read each time.
-            let dirs = found.skipped.is_empty().then(|| {
-                let mut dirs = found.dirs;
-                if found.dirs_read.is_some() {
-                    // The directories not read again are still there, or gone: the record
-                    // made after this sync `lstat`s every one.
-                    dirs.extend(
-                        record
-                            .into_iter()
-                            .flat_map(|r| &r.dirs)
-                            .map(|(d, _)| d.clone()),
-                    );
-                }
-                dirs
-            });
-            (found.new.into_iter().collect(), Vec::new(), None, dirs)
-        }
-    };
-    for path in current.iter().filter(|p| !base.contains_key(*p)) {
-        root.remove_entry(path).map_err(fs_err)?;
-    }
+    let base = job.base;
     // Whether a path's stat vouches for the base entry: asked in path order, as the read-back's.
-    let mut check = readback_check(base, looked.as_ref().or(record));
-    let examine: Vec<(&String, &Entry)> = match looked {
-        Some(_) => current
+    let mut check = readback_check(base, look.looked.as_ref().or(job.record));
+    let examine: Vec<(&String, &Entry)> = match look.looked {
+        Some(_) => look
+            .current
             .iter()
             .filter_map(|p| base.get_key_value(p))
             .collect(),
@@ -621,15 +403,10 @@ pub fn sync_files(
     // Every `lstat` first, all at once (see `Beneath::lstat_many`).
     let paths: Vec<&str> = examine.iter().map(|(p, _)| p.as_str()).collect();
     let stats = root.lstat_many(&paths);
-    // What holds stays; the rest is written afterwards, on a few threads when it is a whole
-    // sandbox's worth (a first run's 10,000 files).
-    let mut to_write: Vec<(&String, &Entry)> = Vec::new();
+    let (mut holding, mut to_write) = (Vec::with_capacity(base.len()), Vec::new());
     for ((path, entry), st) in examine.into_iter().zip(stats) {
         let st = st.map_err(fs_err)?;
         let stat = st.as_ref().map(file_stat);
-        // A file with another name (a hard link the agent made to a path outside the slot)
-        // can be written through that name with no event and no stat of ours to tell: it
-        // never holds, and is replaced by a file of its own (see `Beneath::write_scratch`).
         let alone = st.as_ref().is_none_or(|st| st.st_nlink <= 1);
         let trusted = alone && stat.is_some_and(|now| matches!(check(path, &now), Check::Trust(_)));
         let holds = trusted
@@ -644,21 +421,57 @@ pub fn sync_files(
                     }
                     _ => false,
                 };
-        if holds {
-            if let Some(stat) = stat {
-                files.push((path.clone(), stat));
-            }
-            continue;
+        match (holds, stat) {
+            (true, Some(stat)) => holding.push((path.clone(), stat)),
+            (true, None) => {}
+            (false, _) => to_write.push((path, entry)),
         }
-        to_write.push((path, entry));
     }
+    Ok((holding, to_write))
+}
+
+/// Bring the files of `job.dir` to exactly `job.base` (whose blobs are all in `job.repo`, see
+/// [`ensure_blobs`]) — nothing more: whatever else is there goes, ignored or not (see
+/// [`crate::foreign`]) — then commit the base in the sandbox's repository. Only paths whose
+/// stat differs from the record (or is racy), and then only those whose content differs, are
+/// written. Nothing is followed: every write goes through [`Beneath`]. The tree id of the base
+/// is returned with the reply.
+pub fn sync_files(job: &SyncFiles<'_>) -> Result<(PrepareReply, ObjectId), SyncError> {
+    let SyncFiles {
+        dir, repo, base, ..
+    } = *job;
+    let fs_err = |source| SyncError::Fs {
+        dir: dir.to_path_buf(),
+        source,
+    };
+    let root = Beneath::open_scratch(dir).map_err(fs_err)?;
+    // Whatever is neither a base path nor a directory on the way to one goes first, ignored
+    // or not (see `crate::foreign`): the ignore rules are the agent's to write.
+    let dropped =
+        crate::foreign::drop_foreign(dir, base, job.record, job.dirty).map_err(|source| {
+            SyncError::Io {
+                dir: dir.to_path_buf(),
+                source,
+            }
+        })?;
+    if dropped > 0 {
+        tracing::debug!(dir = %dir.display(), dropped, "removed what the base does not have");
+    }
+    let mut look = looked_at(job, &root);
+    let untouched = std::mem::take(&mut look.untouched);
+    for path in look.current.iter().filter(|p| !base.contains_key(*p)) {
+        root.remove_entry(path).map_err(fs_err)?;
+    }
+    // What holds stays; the rest is written afterwards, on a few threads when it is a whole
+    // sandbox's worth (a first run's 10,000 files).
+    let (mut files, to_write) = what_holds(job, &root, &look)?;
     let written = to_write.len() as u64;
     files.extend(write_entries(dir, &root, repo, &to_write)?);
     // In base order, as a record goes (the untouched ones interleave with the rest).
     files.extend(untouched);
     files.sort_by(|a, b| a.0.cmp(&b.0));
     let stats: HashMap<&str, FileStat> = files.iter().map(|(p, s)| (p.as_str(), *s)).collect();
-    let tree = commit_base(dir, repo, base, known_tree, |p| stats.get(p).copied())?;
+    let tree = commit_base(dir, repo, base, job.known_tree, |p| stats.get(p).copied())?;
     // The index is written last: its mtime is the sync's stamp (every file written is no
     // newer), from the same filesystem clock as the files' own timestamps.
     let (stamp_s, stamp_ns) =
@@ -666,7 +479,8 @@ pub fn sync_files(
             dir: dir.to_path_buf(),
             source: std::io::Error::other("the sandbox's fresh .git/index is missing"),
         })?;
-    let dirs = walked_dirs
+    let dirs = look
+        .walked_dirs
         .map(|walked| dir_record(dir, &root, base, walked))
         .unwrap_or_default();
     let reply = PrepareReply {
@@ -709,98 +523,6 @@ pub fn commit_base(
     Ok(tree)
 }
 
-/// Where the paths of the base a slot was last synced to are kept: beside the slot (as its
-/// kept objects are, see [`fresh_git`]), written by whoever syncs it — the hub under
-/// `--isolation none`, the sandbox helper under `--isolation user` — so that a process that
-/// never synced the slot before (a restarted hub, a new helper) still knows them.
-fn former_base_file(dir: &Path) -> PathBuf {
-    let name = dir
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    dir.with_file_name(format!(".{name}.base"))
-}
-
-/// The most bytes [`former_base_paths`] reads: past it, the file is not ours.
-const FORMER_BASE_CAP: u64 = 64 << 20;
-
-/// The paths of the base the slot at `dir` was last synced to (see [`former_base_file`]);
-/// empty when there is none (a slot never synced by this version) or it cannot be read as
-/// one. Never followed, never waited on (a FIFO), never read past [`FORMER_BASE_CAP`].
-fn former_base_paths(dir: &Path) -> Vec<String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
-        .open(former_base_file(dir));
-    let Ok(file) = file else {
-        return Vec::new();
-    };
-    if !file.metadata().is_ok_and(|m| m.is_file()) {
-        return Vec::new();
-    }
-    let mut bytes = Vec::new();
-    if file.take(FORMER_BASE_CAP).read_to_end(&mut bytes).is_err() {
-        return Vec::new();
-    }
-    bytes
-        .split(|&b| b == 0)
-        .filter(|p| !p.is_empty())
-        .filter_map(|p| std::str::from_utf8(p).ok().map(str::to_string))
-        .collect()
-}
-
-/// Remove from the slot at `dir` every path of the base it was last synced to that `base`
-/// no longer has — ignored or not: a file the user stopped tracking (`git rm --cached` of a
-/// `.env` under an ignore rule) must not stay in the slot for the next agents to read, and
-/// [`crate::foreign::drop_foreign`] reads only the directories whose stat moved since the
-/// last sync, which a file of the base that stayed untouched in one did not do.
-/// Then note `base` as what the slot is synced to, before the files are written: a sync that
-/// fails halfway still knows every base path it may have written.
-pub fn drop_former_base(dir: &Path, base: &FlatTree) -> Result<(), SyncError> {
-    let former = former_base_paths(dir);
-    let fs_err = |source| SyncError::Fs {
-        dir: dir.to_path_buf(),
-        source,
-    };
-    if former.iter().any(|p| !base.contains_key(p)) {
-        let root = Beneath::open_scratch(dir).map_err(fs_err)?;
-        for path in former.iter().filter(|p| !base.contains_key(*p)) {
-            match root.kind(path) {
-                // A directory (the agent's) is for the leftover walk to judge; a path behind
-                // a symlink is not in the slot.
-                Ok(None | Some(Kind::Dir)) | Err(FsError::Symlink { .. }) => {}
-                Ok(Some(_)) => root.remove_entry(path).map_err(fs_err)?,
-                Err(e) => return Err(fs_err(e)),
-            }
-        }
-    }
-    if former.len() != base.len() || !former.iter().zip(base.keys()).all(|(a, b)| a == b) {
-        note_base(dir, base).map_err(|source| SyncError::Io {
-            dir: dir.to_path_buf(),
-            source,
-        })?;
-    }
-    Ok(())
-}
-
-/// Write the paths of `base` to [`former_base_file`], atomically (a temporary file beside it,
-/// then `rename`).
-fn note_base(dir: &Path, base: &FlatTree) -> std::io::Result<()> {
-    let mut bytes = Vec::with_capacity(base.len() * 32);
-    for path in base.keys() {
-        bytes.extend_from_slice(path.as_bytes());
-        bytes.push(0);
-    }
-    let file = former_base_file(dir);
-    let tmp = file.with_extension(format!("tmp-{}", crate::beneath::temp_name()));
-    std::fs::write(&tmp, &bytes)?;
-    std::fs::rename(&tmp, &file).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
-}
-
 /// Empty `dir` except its `.git` (the fallback when an in-place sync cannot fix what the agent
 /// left, such as a directory where the base has a file).
 pub fn clear_except_git(dir: &Path) -> std::io::Result<()> {
@@ -818,13 +540,17 @@ pub fn clear_except_git(dir: &Path) -> std::io::Result<()> {
 /// A whole sync of the slot `dir` with blobs from `source` (and, with `alternate`, borrowed
 /// from that objects directory): fresh `.git` (objects kept), missing blobs, files, commit; on
 /// failure every blob is checked again, the directory is emptied (but for `.git`) and synced
-/// from nothing. The record is remembered for the next sync and the read-back.
+/// from nothing.
 ///
-/// `dirty` is what change notification saw in the slot since its last sync (see
-/// [`crate::watch`]); None looks at every file.
+/// `synced` is the slot's last sync, as its owner keeps it (see the module docs): the sync
+/// goes by it, forgets it while it works (a sync that fails halfway leaves None), and leaves
+/// the new one there for the next sync and the read-back. `dirty` is what change
+/// notification saw in the slot since that sync (see [`crate::watch`]); None looks at every
+/// file.
 pub fn sync_slot(
     dir: &Path,
     base: &Arc<FlatTree>,
+    synced: &mut Option<Arc<Synced>>,
     alternate: Option<&Path>,
     dirty: Option<&Dirty>,
     source: impl FnMut(ObjectId) -> Result<Option<Vec<u8>>, SyncError>,
@@ -835,21 +561,71 @@ pub fn sync_slot(
     } else {
         Discard::Now
     };
-    sync_slot_with(dir, base, alternate, dirty, discard, source)
+    let slot = SlotSync {
+        dir,
+        alternate,
+        discard,
+    };
+    sync_slot_with(&slot, base, synced, dirty, source)
 }
 
-/// [`sync_slot`], deleting the old `.git` as `discard` says (in the background only in a
-/// process that lives on after the sync).
+/// Where and how [`sync_slot_with`] syncs a slot.
+pub struct SlotSync<'a> {
+    pub dir: &'a Path,
+    /// An objects directory the slot's `.git` borrows from, which holds every blob of a base.
+    pub alternate: Option<&'a Path>,
+    /// How the old `.git` goes (in the background only in a process that lives on after the
+    /// sync).
+    pub discard: Discard,
+}
+
+/// What a sync goes by from the slot's last one, `previous` (see [`sync_slot`]).
+struct Resync<'a> {
+    /// The last record, for the paths whose base entry did not change since.
+    record: Option<Cow<'a, SyncRecord>>,
+    /// What may differ from the base now: what change notification saw, and every path whose
+    /// base entry changed.
+    dirty: Option<Dirty>,
+    known_tree: Option<ObjectId>,
+}
+
+impl<'a> Resync<'a> {
+    fn plan(previous: Option<&'a Synced>, base: &FlatTree, seen: Option<&Dirty>) -> Self {
+        // The base's delta since the last sync, found once: it limits the old record, and it
+        // is part of what may differ now.
+        let changed = previous
+            .map(|prev| changed_paths(&prev.base, base))
+            .unwrap_or_default();
+        let record = previous
+            .map(|prev| rebase_onto(prev, &changed))
+            .filter(|r| !r.files.is_empty());
+        let dirty = match seen {
+            Some(seen) if record.is_some() => Some(with_base_changes(seen, &changed)),
+            _ => None,
+        };
+        let known_tree = previous.filter(|p| p.is_for(base)).and_then(|p| p.tree);
+        Resync {
+            record,
+            dirty,
+            known_tree,
+        }
+    }
+}
+
+/// [`sync_slot`], where and how `slot` says.
 pub fn sync_slot_with(
-    dir: &Path,
+    slot: &SlotSync<'_>,
     base: &Arc<FlatTree>,
-    alternate: Option<&Path>,
+    synced: &mut Option<Arc<Synced>>,
     dirty: Option<&Dirty>,
-    discard: Discard,
     mut source: impl FnMut(ObjectId) -> Result<Option<Vec<u8>>, SyncError>,
 ) -> Result<PrepareReply, SyncError> {
-    let previous = recall(dir);
-    remember(dir, None);
+    let SlotSync {
+        dir,
+        alternate,
+        discard,
+    } = *slot;
+    let previous = synced.take();
     std::fs::create_dir_all(dir).map_err(|source| SyncError::Io {
         dir: dir.to_path_buf(),
         source,
@@ -862,59 +638,20 @@ pub fn sync_slot_with(
     known.extend(previous.iter().flat_map(|s| s.base.values().map(|e| e.oid)));
     ensure_blobs(dir, &repo, base, &known, &mut source)?;
     let blobs_done = start.elapsed();
-    // The base's delta since the last sync, found once: it limits the old record, and it is
-    // part of what may differ now.
-    let changed = previous
-        .as_deref()
-        .map(|prev| changed_paths(&prev.base, base))
-        .unwrap_or_default();
-    let record = previous
-        .as_deref()
-        .map(|prev| rebase_onto(prev, &changed))
-        .filter(|r| !r.files.is_empty());
-    // What may differ from `base` now: what change notification saw since the last sync, and
-    // every path whose base entry changed since.
-    let dirty = match dirty {
-        Some(seen) if record.is_some() => Some(with_base_changes(seen, &changed)),
-        _ => None,
+    let plan = Resync::plan(previous.as_deref(), base, dirty);
+    let job = SyncFiles {
+        record: plan.record.as_deref(),
+        dirty: plan.dirty.as_ref(),
+        known_tree: plan.known_tree,
+        ..SyncFiles::from_scratch(dir, &repo, base)
     };
-    let known_tree = previous
-        .as_deref()
-        .filter(|p| p.is_for(base))
-        .and_then(|p| p.tree);
-    let synced = drop_former_base(dir, base).and_then(|()| {
-        sync_files(
-            dir,
-            &repo,
-            base,
-            record.as_deref(),
-            dirty.as_ref(),
-            known_tree,
-        )
-    });
-    let (reply, tree) = match synced {
+    let (reply, tree) = match drop_former_base(dir, base).and_then(|()| sync_files(&job)) {
         Ok(reply) => reply,
         Err(first) => {
             // The agent may have left shapes an in-place sync cannot fix (a directory where
             // the base has a file), or deleted or damaged objects: start from nothing.
             tracing::warn!(error = %first, dir = %dir.display(), "resetting sandbox from scratch");
-            // First with the objects kept (a source that has no blobs, the kept helper's
-            // put-back, can only go on with them), then, if that fails too, from no objects at
-            // all: a damaged one must not wedge the slot.
-            let mut from_scratch = |keep: bool| -> Result<_, SyncError> {
-                let (repo, known) = fresh_git(dir, alternate, keep, Discard::Now)?;
-                ensure_blobs(dir, &repo, base, &known, &mut source)?;
-                clear_except_git(dir).map_err(|source| SyncError::Io {
-                    dir: dir.to_path_buf(),
-                    source,
-                })?;
-                drop_former_base(dir, base)?;
-                sync_files(dir, &repo, base, None, None, None)
-            };
-            match from_scratch(true) {
-                Ok(synced) => synced,
-                Err(_) => from_scratch(false)?,
-            }
+            from_scratch(slot, base, &mut source)?
         }
     };
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
@@ -926,15 +663,37 @@ pub fn sync_slot_with(
         written = reply.written,
         "sandbox synced"
     );
-    remember(
-        dir,
-        Some(Synced {
-            base: base.clone(),
-            record: reply.record.clone(),
-            tree: Some(tree),
-        }),
-    );
+    *synced = Some(Arc::new(Synced {
+        base: base.clone(),
+        record: reply.record.clone(),
+        tree: Some(tree),
+    }));
     Ok(reply)
+}
+
+/// A sync of the slot from nothing, after an in-place one failed: first with the objects kept
+/// (a source that has no blobs, the kept helper's put-back, can only go on with them), then,
+/// if that fails too, from no objects at all: a damaged one must not wedge the slot.
+fn from_scratch(
+    slot: &SlotSync<'_>,
+    base: &FlatTree,
+    mut source: impl FnMut(ObjectId) -> Result<Option<Vec<u8>>, SyncError>,
+) -> Result<(PrepareReply, ObjectId), SyncError> {
+    let dir = slot.dir;
+    let mut once = |keep: bool| -> Result<_, SyncError> {
+        let (repo, known) = fresh_git(dir, slot.alternate, keep, Discard::Now)?;
+        ensure_blobs(dir, &repo, base, &known, &mut source)?;
+        clear_except_git(dir).map_err(|source| SyncError::Io {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
+        drop_former_base(dir, base)?;
+        sync_files(&SyncFiles::from_scratch(dir, &repo, base))
+    };
+    match once(true) {
+        Ok(synced) => Ok(synced),
+        Err(_) => once(false),
+    }
 }
 
 /// `seen` (what changed in the slot since the last sync) plus `changed`, the paths whose base
@@ -1014,6 +773,39 @@ mod tests {
     use crate::snapshot::{snapshot_sandbox, Hints, DEFAULT_FILE_CAP};
     use crate::store::test_support::{git_in as git_out, set_mtime, tree};
     use std::os::unix::fs::{symlink, PermissionsExt};
+
+    // The slots' owner, for these tests: each slot's last sync, by directory, on the test's
+    // own thread (the hub keeps it in the slot's `workspace::Slot`).
+    thread_local! {
+        static SLOTS: std::cell::RefCell<HashMap<PathBuf, Arc<Synced>>> = Default::default();
+    }
+
+    fn recall(dir: &Path) -> Option<Arc<Synced>> {
+        SLOTS.with(|s| s.borrow().get(dir).cloned())
+    }
+
+    fn remember(dir: &Path, synced: Option<Synced>) {
+        SLOTS.with(|s| match synced {
+            Some(synced) => s.borrow_mut().insert(dir.to_path_buf(), Arc::new(synced)),
+            None => s.borrow_mut().remove(dir),
+        });
+    }
+
+    /// [`super::sync_slot`] of the slot `dir`, with the last sync its owner here kept.
+    fn sync_slot(
+        dir: &Path,
+        base: &Arc<FlatTree>,
+        alternate: Option<&Path>,
+        dirty: Option<&Dirty>,
+        source: impl FnMut(ObjectId) -> Result<Option<Vec<u8>>, SyncError>,
+    ) -> Result<PrepareReply, SyncError> {
+        let mut synced = SLOTS.with(|s| s.borrow_mut().remove(dir));
+        let reply = super::sync_slot(dir, base, &mut synced, alternate, dirty, source);
+        if let Some(synced) = synced {
+            SLOTS.with(|s| s.borrow_mut().insert(dir.to_path_buf(), synced));
+        }
+        reply
+    }
 
     /// The base the helper is sent comes back as it was; a path hunkgate refuses or a blob id
     /// that is not one is refused, naming the path.

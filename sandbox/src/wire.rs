@@ -18,21 +18,9 @@
 //! end frame matters: a stream cut short (the helper crashed or was killed) must read as an
 //! error, never as a snapshot in which every file after the cut was deleted.
 //!
-//! A `snapshot` request with `standby` set is sent as a run's sync begins. Once the sync is
-//! done, and before the agent starts, the hub sends `S` (synced) with the directories the
-//! sync left (its record's, a JSON list): the helper puts an inotify watch on them and
-//! answers one byte, `W` (watching) or `N` (not: no change notification, or nothing to
-//! watch). Then it reads a second, ordinary request — the run's base and sync record — and
-//! waits for the go signal (`G` and the file cap as a `u64`) before it looks at the sandbox.
-//! So a read-back at the run's end starts with its request already read and, while
-//! watching, looks only where something happened since the sync (see [`crate::watch`]). The
-//! go is answered with the snapshot.
-//! After its snapshot's end frame the standby stays, watching on, and waits for the hub's
-//! next word: `I` (idle, [`write_idle`]) once the slot's run is over, which lets it put the
-//! slot back to its base, and then or at once `A` (again, [`write_again`]), the slot's next
-//! sync, with only the base's changes since the last sync and their blobs, answered like a
-//! `prepare` and then with `W`/`N`; from there it is the next run's standby (go, snapshot,
-//! idle, again, …). End of input dismisses it at any point.
+//! A `snapshot` request with `standby` set starts a *standby* helper, kept for the slot
+//! from run to run: its states and the one-byte words that move it on are a table,
+//! [`standby::TABLE`], beside these frames ([`standby`]).
 //!
 //! The hub reads what the helper writes as hostile data: the helper runs as the sandbox user,
 //! which the agent controls. Every length is checked against a limit before anything is
@@ -41,6 +29,12 @@
 use std::io::{Read, Write};
 
 use serde::{Deserialize, Serialize};
+
+pub mod standby;
+pub use standby::{
+    read_watching, read_word, write_again, write_go, write_idle, write_synced, write_watching,
+    Heard, Standing, Word,
+};
 
 /// Processes the sandbox user may have at once (RLIMIT_NPROC): enough for compilers and test
 /// runners, not for a fork bomb to take the machine down.
@@ -278,12 +272,6 @@ const TAG_SAME: u8 = b'U';
 const TAG_GONE: u8 = b'D';
 const TAG_BLOB: u8 = b'B';
 const TAG_END: u8 = b'E';
-const TAG_GO: u8 = b'G';
-const TAG_WATCHING: u8 = b'W';
-const TAG_SYNCED: u8 = b'S';
-const TAG_NOT_WATCHING: u8 = b'N';
-const TAG_AGAIN: u8 = b'A';
-const TAG_IDLE: u8 = b'I';
 
 pub fn write_header<T: serde::Serialize>(w: &mut impl Write, header: &T) -> std::io::Result<()> {
     let json = serde_json::to_vec(header).map_err(std::io::Error::other)?;
@@ -378,119 +366,6 @@ pub fn read_request(r: &mut impl Read) -> Result<Request, WireError> {
     req.record = read_record(&mut t)?;
     table_end(t)?;
     Ok(req)
-}
-
-/// The go signal for a `standby` snapshot: `G`, then the cap as a big-endian `u64`.
-pub fn write_go(w: &mut impl Write, cap: u64) -> std::io::Result<()> {
-    w.write_all(&[TAG_GO])?;
-    w.write_all(&cap.to_be_bytes())?;
-    w.flush()
-}
-
-/// Wait for [`write_go`]'s signal: the cap it carries, or None when the input ended first (the
-/// hub no longer wants this read-back).
-pub fn read_go(r: &mut impl Read) -> Result<Option<u64>, WireError> {
-    let mut tag = [0u8; 1];
-    if r.read(&mut tag)? == 0 {
-        return Ok(None);
-    }
-    if tag[0] != TAG_GO {
-        return Err(WireError::Malformed(format!("go signal {}", tag[0])));
-    }
-    let mut cap = [0u8; 8];
-    read_exact(r, &mut cap)?;
-    Ok(Some(u64::from_be_bytes(cap)))
-}
-
-/// The hub's word to a standby helper that has answered its read-back: sync the slot again,
-/// for the next run. `A`, then a request whose base table holds only the paths added or
-/// changed since the slot's last sync (and [`Request::removed`] those gone), then the blobs
-/// the helper may lack as [`Frame::Blob`]s and an end frame. The helper answers as a
-/// `prepare` does ([`write_prepare_reply`]), then with [`write_watching`]: it watches the slot
-/// again from the sync's end, and is the next run's standby.
-pub fn write_again<'a>(
-    w: &mut impl Write,
-    req: &Request,
-    changed: impl ExactSizeIterator<Item = BaseRef<'a>>,
-) -> std::io::Result<()> {
-    w.write_all(&[TAG_AGAIN])?;
-    write_request_with(w, req, changed, None)
-}
-
-/// The hub's word to a standby helper that has answered its read-back that the slot's run is
-/// over: `I`. Nothing runs in the slot until its next sync, and the helper may put it back to
-/// its base meanwhile. (Until then the agent may still be at work: a read-back also answers a
-/// publish made while the agent runs.)
-pub fn write_idle(w: &mut impl Write) -> std::io::Result<()> {
-    w.write_all(&[TAG_IDLE])?;
-    w.flush()
-}
-
-/// What a standby helper that has answered its read-back hears next.
-#[derive(Debug)]
-pub enum Next {
-    /// [`write_idle`]: the slot's run is over.
-    Idle,
-    /// [`write_again`]: sync the slot for the next run.
-    Again(Box<Request>),
-}
-
-/// After a read-back, wait for the hub's next word ([`write_idle`] or [`write_again`]): None
-/// when the input ended first (the hub is done with this helper).
-pub fn read_next(r: &mut impl Read) -> Result<Option<Next>, WireError> {
-    let mut tag = [0u8; 1];
-    if r.read(&mut tag)? == 0 {
-        return Ok(None);
-    }
-    match tag[0] {
-        TAG_IDLE => Ok(Some(Next::Idle)),
-        TAG_AGAIN => Ok(Some(Next::Again(Box::new(read_request(r)?)))),
-        other => Err(WireError::Malformed(format!("after a read-back: {other}"))),
-    }
-}
-
-/// The hub's word to a standby helper that the run's sync is done: `S`, then a JSON header
-/// naming the directories the sync left (relative, `""` the slot itself), to be watched from
-/// now on.
-pub fn write_synced(w: &mut impl Write, dirs: &[&str]) -> std::io::Result<()> {
-    w.write_all(&[TAG_SYNCED])?;
-    write_header(w, &dirs)?;
-    w.flush()
-}
-
-/// Wait for [`write_synced`]'s word: the directories to watch as well, or None when the input
-/// ended first (the hub no longer wants this read-back).
-pub fn read_synced(r: &mut impl Read) -> Result<Option<Vec<String>>, WireError> {
-    let mut tag = [0u8; 1];
-    if r.read(&mut tag)? == 0 {
-        return Ok(None);
-    }
-    match tag[0] {
-        TAG_SYNCED => Ok(Some(read_header(r)?)),
-        other => Err(WireError::Malformed(format!("synced signal {other}"))),
-    }
-}
-
-/// A standby helper's answer to [`write_synced`]: whether it watches the slot (`W`) or not
-/// (`N`).
-pub fn write_watching(w: &mut impl Write, watching: bool) -> std::io::Result<()> {
-    w.write_all(&[if watching {
-        TAG_WATCHING
-    } else {
-        TAG_NOT_WATCHING
-    }])?;
-    w.flush()
-}
-
-/// Read [`write_watching`]'s answer.
-pub fn read_watching(r: &mut impl Read) -> Result<bool, WireError> {
-    let mut tag = [0u8; 1];
-    read_exact(r, &mut tag)?;
-    match tag[0] {
-        TAG_WATCHING => Ok(true),
-        TAG_NOT_WATCHING => Ok(false),
-        other => Err(WireError::Malformed(format!("watch answer {other}"))),
-    }
 }
 
 /// Write the helper's answer to `prepare`: its JSON header, then the record table.
@@ -864,7 +739,7 @@ mod tests {
         }
     }
 
-    fn sample_request() -> Request {
+    pub(crate) fn sample_request() -> Request {
         let paths = ["a.txt", "dir/b c.sh", "ünï/cödé\n\ttab", "l"];
         let modes = [
             EntryMode::File,
@@ -901,7 +776,7 @@ mod tests {
         }
     }
 
-    fn same(a: &Request, b: &Request) -> bool {
+    pub(crate) fn same(a: &Request, b: &Request) -> bool {
         a.key == b.key
             && a.slot == b.slot
             && a.cap == b.cap
@@ -939,115 +814,6 @@ mod tests {
         write_request_with(&mut borrowed, &header, refs, req.record.as_ref()).unwrap();
         assert_eq!(owned, borrowed);
         assert!(same(&read_request(&mut &borrowed[..]).unwrap(), &req));
-    }
-
-    /// A standby request is read whole before the go signal, which carries the cap; the end
-    /// of input instead is "not wanted", and anything else is an error.
-    #[test]
-    fn a_standby_request_waits_for_the_go_signal() {
-        let mut req = sample_request();
-        req.standby = true;
-        let mut buf = Vec::new();
-        write_request(&mut buf, &req).unwrap();
-        let request_len = buf.len();
-        write_go(&mut buf, 12_345).unwrap();
-        let mut r = &buf[..];
-        let back = read_request(&mut r).unwrap();
-        assert!(back.standby && same(&req, &back), "{back:?}");
-        assert_eq!(r.len(), buf.len() - request_len);
-        assert_eq!(read_go(&mut r).unwrap(), Some(12_345));
-        assert_eq!(read_go(&mut r).unwrap(), None, "nothing after the signal");
-        // Dismissed: the request, then nothing.
-        let mut r = &buf[..request_len];
-        read_request(&mut r).unwrap();
-        assert_eq!(read_go(&mut r).unwrap(), None);
-        // Cut short, or not a go signal at all.
-        assert!(matches!(
-            read_go(&mut &buf[request_len..request_len + 4]),
-            Err(WireError::Truncated)
-        ));
-        assert!(matches!(
-            read_go(&mut &b"E\0\0\0\0\0\0\0\0"[..]),
-            Err(WireError::Malformed(_))
-        ));
-    }
-
-    /// The synced word and the watch answer are one byte each; anything else is an error, and
-    /// so is no answer (the end of input before the word is a dismissal).
-    #[test]
-    fn a_standby_hears_the_sync_is_done_and_answers_whether_it_watches() {
-        for watching in [true, false] {
-            let mut buf = Vec::new();
-            write_watching(&mut buf, watching).unwrap();
-            assert_eq!(buf.len(), 1);
-            assert_eq!(read_watching(&mut &buf[..]).unwrap(), watching);
-        }
-        assert!(matches!(
-            read_watching(&mut &b""[..]),
-            Err(WireError::Truncated)
-        ));
-        let mut buf = Vec::new();
-        write_synced(&mut buf, &["", "src/a b"]).unwrap();
-        write_synced(&mut buf, &[]).unwrap();
-        let mut r = &buf[..];
-        assert_eq!(read_synced(&mut r).unwrap().unwrap(), ["", "src/a b"]);
-        assert_eq!(read_synced(&mut r).unwrap().unwrap(), Vec::<String>::new());
-        assert_eq!(read_synced(&mut r).unwrap(), None, "dismissed");
-        assert!(matches!(
-            read_synced(&mut &buf[..3]),
-            Err(WireError::Truncated)
-        ));
-        assert!(matches!(
-            read_synced(&mut &b"W"[..]),
-            Err(WireError::Malformed(_))
-        ));
-        assert!(matches!(
-            read_watching(&mut &b"G"[..]),
-            Err(WireError::Malformed(_))
-        ));
-    }
-
-    /// A kept standby is told its slot's run is over, and asked for the next sync with only the
-    /// base's changes, the blobs after them; the end of the hub's input dismisses it; anything
-    /// else is refused.
-    #[test]
-    fn a_kept_standby_hears_the_next_sync_with_only_the_changes() {
-        let mut req = sample_request();
-        req.removed = vec!["gone.txt".into(), "old dir/x".into()];
-        let changed = [BaseRef {
-            path: "src/new file.rs",
-            mode: EntryMode::Executable,
-            oid: &[0xab; 20],
-        }];
-        let mut buf = Vec::new();
-        write_again(&mut buf, &req, changed.iter().copied()).unwrap();
-        write_frame(&mut buf, &Frame::End).unwrap();
-        write_idle(&mut buf).unwrap();
-        let mut r = &buf[..];
-        let Some(Next::Again(back)) = read_next(&mut r).unwrap() else {
-            panic!("not an again")
-        };
-        assert_eq!(back.removed, req.removed);
-        assert_eq!(
-            back.base,
-            [BaseEntry {
-                path: "src/new file.rs".into(),
-                mode: EntryMode::Executable,
-                oid: "ab".repeat(20),
-            }]
-        );
-        assert_eq!(back.record, None);
-        assert!(matches!(read_frame(&mut r, 0).unwrap(), Frame::End));
-        assert!(matches!(read_next(&mut r).unwrap(), Some(Next::Idle)));
-        assert!(read_next(&mut r).unwrap().is_none(), "dismissed");
-        assert!(matches!(
-            read_next(&mut &buf[..buf.len() / 2]),
-            Err(WireError::Truncated | WireError::Io(_))
-        ));
-        assert!(matches!(
-            read_next(&mut &b"G"[..]),
-            Err(WireError::Malformed(_))
-        ));
     }
 
     #[test]

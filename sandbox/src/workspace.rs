@@ -15,7 +15,7 @@ use std::time::Duration;
 use crate::accel::Accel;
 use crate::snapshot::{read_back_sandbox, Hints, OverLimit, ReadBack, ReadLimits, SnapshotError};
 use crate::store::{FlatTree, ObjectBatch, Store, StoreError};
-use crate::sync::{recall, record_for, sync_slot, SyncError};
+use crate::sync::{record_for, sync_slot, SyncError, Synced};
 use crate::tools::{ToolReply, ToolRequest};
 use crate::watch::{Dirty, Watch};
 
@@ -150,6 +150,70 @@ pub trait Sandbox: Send + Sync + std::fmt::Debug {
 /// What [`Sandbox::follow_changes`] returns: a task to run beside the agent until it ends.
 pub type Following = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
+/// Everything a sandbox slot keeps from one run to the next: the record of its last sync,
+/// its change-notification watch (`--isolation none`), its put-back to its base after a run,
+/// and its kept helper (`--isolation user`). One owner holds it — the hub's run registry,
+/// which hands it to each run's [`Sandbox`] ([`SharedSlot`]) — so it ends with its hub: two
+/// hubs in one process share nothing, and a restarted hub starts without (its first sync of a
+/// slot compares every file by content).
+#[derive(Default)]
+pub struct Slot {
+    /// The slot's last sync (None: none yet, or one failed halfway).
+    pub(crate) synced: Option<Arc<Synced>>,
+    /// The watch started right after the last sync, asked at the read-back and the next sync.
+    pub(crate) watch: Option<Watch>,
+    /// Its put-back to its base once a run is over.
+    pub(crate) reset: Reset,
+    /// What an isolation backend above this layer keeps for the slot (the kept helper, under
+    /// `--isolation user`): opaque here, since this layer knows nothing of user isolation.
+    kept: Option<Box<dyn std::any::Any + Send>>,
+}
+
+/// A slot as its owner and the run that borrows it share it: the run's [`Sandbox`] holds it
+/// while the run lasts; a put-back after the run may hold it a little longer.
+pub type SharedSlot = Arc<std::sync::Mutex<Slot>>;
+
+impl Slot {
+    /// A slot that has never been synced, ready to be shared.
+    pub fn shared() -> SharedSlot {
+        SharedSlot::default()
+    }
+
+    /// The slot's last sync, if it has one.
+    pub fn synced(&self) -> Option<&Arc<Synced>> {
+        self.synced.as_ref()
+    }
+
+    /// Keep `kept` for the slot (a kept helper; what was kept before goes).
+    pub(crate) fn keep<K: std::any::Any + Send>(&mut self, kept: K) {
+        self.kept = Some(Box::new(kept));
+    }
+
+    /// What is kept for the slot, taken, if it is a `K`.
+    pub(crate) fn take_kept<K: std::any::Any + Send>(&mut self) -> Option<K> {
+        let kept = self.kept.take()?.downcast::<K>();
+        kept.map(|k| *k).ok()
+    }
+}
+
+impl std::fmt::Debug for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slot")
+            .field("synced", &self.synced.as_ref().map(|s| s.base.len()))
+            .field("watched", &self.watch.is_some())
+            .field("reset", &self.reset)
+            .field("kept", &self.kept.is_some())
+            .finish()
+    }
+}
+
+/// The slot's lock, even if a thread panicked holding it (the state is still whole: every
+/// change to it is one assignment).
+pub(crate) fn lock(slot: &SharedSlot) -> std::sync::MutexGuard<'_, Slot> {
+    slot.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Isolation `none`: the agent runs as the hub's own user in a separate directory. Good for
 /// development; it keeps the agent out of the checkout only by convention.
 #[derive(Debug)]
@@ -157,13 +221,23 @@ pub struct LocalSandbox {
     dir: PathBuf,
     /// The accelerators on (see [`crate::accel`]).
     accel: Accel,
+    /// What the slot keeps between runs; its owner's.
+    slot: SharedSlot,
 }
 
 impl LocalSandbox {
+    /// The slot at `dir`, with nothing kept from before (a slot of its own).
     pub fn new(dir: PathBuf) -> Self {
+        Self::in_slot(dir, Slot::shared())
+    }
+
+    /// The slot at `dir`, whose state between runs `slot` holds (its owner's, borrowed for
+    /// the run).
+    pub fn in_slot(dir: PathBuf, slot: SharedSlot) -> Self {
         Self {
             dir,
             accel: Accel::ALL,
+            slot,
         }
     }
 
@@ -176,10 +250,10 @@ impl LocalSandbox {
 
 /// A local slot's put-back to its base between runs (what a kept helper does under
 /// `--isolation user`): whether one is due, and the store's objects its syncs borrow. Each
-/// sync of the slot holds this lock, so the put-back made on a thread of its own once a run is
-/// over and the next run's sync never overlap.
+/// sync of the slot holds the slot's lock, so the put-back made on a thread of its own once a
+/// run is over and the next run's sync never overlap.
 #[derive(Debug, Default)]
-struct Reset {
+pub(crate) struct Reset {
     /// The run is over and its slot was not yet synced with every file `lstat`ed.
     due: bool,
     objects: Option<PathBuf>,
@@ -187,57 +261,45 @@ struct Reset {
     watched: bool,
 }
 
-fn resets(
-) -> &'static std::sync::Mutex<std::collections::HashMap<PathBuf, Arc<std::sync::Mutex<Reset>>>> {
-    static RESETS: std::sync::OnceLock<
-        std::sync::Mutex<std::collections::HashMap<PathBuf, Arc<std::sync::Mutex<Reset>>>>,
-    > = std::sync::OnceLock::new();
-    RESETS.get_or_init(Default::default)
-}
-
-/// The reset state of the slot at `dir` (made on first use).
-fn reset_of(dir: &Path) -> Arc<std::sync::Mutex<Reset>> {
-    let mut map = resets()
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    map.entry(dir.to_path_buf()).or_default().clone()
-}
-
-/// Sync the slot at `dir` to `base`, with the store's `objects` borrowed: with `dirty`
-/// looking only where the watch saw something, else at every file. Then its watch is cleared,
-/// or started again (see [`Sandbox::prepare`]); unless `watched` is false (`[accel] watch`):
-/// then the slot has no watch.
+/// Sync the slot `slot` at `dir` to `base`, with the store's `objects` borrowed: with the
+/// watch's changes looking only where it saw something, else (`full`) at every file. Then its
+/// watch is cleared, or started again (see [`Sandbox::prepare`]); unless the slot is not
+/// watched (`[accel] watch`): then it has no watch.
 fn sync_watched(
     dir: &Path,
+    slot: &mut Slot,
     base: &Arc<FlatTree>,
-    objects: &Path,
     full: bool,
-    watched: bool,
     mut source: impl FnMut(crate::ObjectId) -> Result<Option<Vec<u8>>, crate::sync::SyncError>,
 ) -> Result<(), SyncError> {
-    let mut watch = take_watch(dir);
+    let objects = slot.reset.objects.clone().unwrap_or_default();
+    let mut watch = slot.watch.take();
     let dirty = match full {
         true => None,
         false => watch.as_mut().and_then(|w| w.changes().cloned()),
     };
-    sync_slot(dir, base, Some(objects), dirty.as_ref(), &mut source)?;
-    if !watched {
+    sync_slot(
+        dir,
+        base,
+        &mut slot.synced,
+        Some(&objects),
+        dirty.as_ref(),
+        &mut source,
+    )?;
+    if !slot.reset.watched {
         return Ok(());
     }
     // From here on, what the agent changes is seen as it happens.
     let keep = watch
         .as_mut()
         .is_some_and(|w| w.changes().is_some() && !w.needs_restart());
-    let watch = match watch {
+    slot.watch = match watch {
         Some(mut w) if keep => {
             w.clear();
             Some(w)
         }
         _ => start_watch(dir, base),
     };
-    if let Some(w) = watch {
-        put_watch(w);
-    }
     Ok(())
 }
 
@@ -246,26 +308,21 @@ fn sync_watched(
 /// the agent made to a path outside the slot makes no inotify event, and a file with another
 /// name is never trusted (see [`crate::sync::sync_files`]), so the link is cut here and a later
 /// write through it reaches no sandbox. The next sync, if it comes first, does the same.
-fn reset_after_run(dir: PathBuf) {
-    let state = reset_of(&dir);
-    state
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .due = true;
+fn reset_after_run(dir: PathBuf, slot: SharedSlot) {
+    lock(&slot).reset.due = true;
     let spawned = std::thread::Builder::new()
         .name("slot-reset".into())
         .spawn(move || {
-            let mut st = state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let (Some(objects), Some(synced)) = (st.objects.clone(), recall(&dir)) else {
+            let mut st = lock(&slot);
+            let Some(synced) = st.synced.clone() else {
                 return;
             };
-            if !st.due {
+            if !st.reset.due || st.reset.objects.is_none() {
                 return;
             }
             // Every blob of the base is in the store the sandbox's `.git` borrows from.
-            let watched = st.watched;
-            match sync_watched(&dir, &synced.base, &objects, true, watched, |_| Ok(None)) {
-                Ok(()) => st.due = false,
+            match sync_watched(&dir, &mut st, &synced.base, true, |_| Ok(None)) {
+                Ok(()) => st.reset.due = false,
                 Err(e) => tracing::debug!(dir = %dir.display(), error = %e, "the slot's reset after its run failed; its next sync looks at every file"),
             }
         });
@@ -274,40 +331,17 @@ fn reset_after_run(dir: PathBuf) {
     }
 }
 
-/// The change-notification watch of each local slot (see [`crate::watch`]), kept from one
-/// sync to the next: started (or cleared) right after a sync, asked at the read-back and at
-/// the next sync. Like the sync records, it lives in this process; a restarted hub starts
-/// without, and its first sync of a slot looks at every file.
-fn watches() -> &'static std::sync::Mutex<std::collections::HashMap<PathBuf, Watch>> {
-    static WATCHES: std::sync::OnceLock<
-        std::sync::Mutex<std::collections::HashMap<PathBuf, Watch>>,
-    > = std::sync::OnceLock::new();
-    WATCHES.get_or_init(Default::default)
-}
-
-/// Take the slot's watch out (a sync that fails leaves the slot without one).
-fn take_watch(dir: &Path) -> Option<Watch> {
-    watches().lock().ok()?.remove(dir)
-}
-
-/// Put the slot's watch in, right after a sync.
-fn put_watch(watch: Watch) {
-    if let Ok(mut map) = watches().lock() {
-        map.insert(watch.root().to_path_buf(), watch);
-    }
-}
-
 /// Follow the slot's watch (see [`Sandbox::follow_changes`]): whenever its events are
 /// queued, wait a moment for more to gather, then read them all into the watch's record, on
 /// a blocking thread. Waits forever if the slot has no watch.
-async fn follow_watch(dir: PathBuf) {
+async fn follow_watch(slot: SharedSlot) {
     #[cfg(target_os = "linux")]
     {
         use tokio::io::unix::AsyncFd;
-        let fd = watches()
-            .lock()
-            .ok()
-            .and_then(|map| map.get(&dir).map(|w| w.fd().try_clone_to_owned()));
+        let fd = lock(&slot)
+            .watch
+            .as_ref()
+            .map(|w| w.fd().try_clone_to_owned());
         // The copy shares the watch's inotify queue (and its non-blocking mode).
         if let Some(Ok(fd)) = fd {
             // SAFETY: an OwnedFd is an open descriptor that stays open, the same one, until the
@@ -319,8 +353,13 @@ async fn follow_watch(dir: PathBuf) {
                         break;
                     };
                     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-                    let dir = dir.clone();
-                    let taken = tokio::task::spawn_blocking(move || read_named(&dir)).await;
+                    let slot = slot.clone();
+                    let taken = tokio::task::spawn_blocking(move || {
+                        if let Some(w) = lock(&slot).watch.as_mut() {
+                            w.absorb();
+                        }
+                    })
+                    .await;
                     if taken.is_err() {
                         break;
                     }
@@ -330,21 +369,15 @@ async fn follow_watch(dir: PathBuf) {
             }
         }
     }
+    #[cfg(not(target_os = "linux"))]
+    let _ = slot;
     std::future::pending::<()>().await
-}
-
-/// Read the slot's queued events into its watch.
-fn read_named(dir: &Path) {
-    if let Some(w) = watches().lock().ok().as_mut().and_then(|m| m.get_mut(dir)) {
-        w.absorb();
-    }
 }
 
 /// What the slot's watch saw since the last sync; None if there is no watch or it cannot
 /// tell.
-fn changes_in(dir: &Path) -> Option<Dirty> {
-    let mut map = watches().lock().ok()?;
-    let w = map.get_mut(dir)?;
+fn changes_in(dir: &Path, slot: &mut Slot) -> Option<Dirty> {
+    let w = slot.watch.as_mut()?;
     let dirty = w.changes().cloned();
     if dirty.is_none() {
         tracing::debug!(dir = %dir.display(), why = w.lost(), "reading back every file");
@@ -392,18 +425,13 @@ impl Sandbox for LocalSandbox {
     }
 
     fn prepare(&self, store: &Store, base: &Arc<FlatTree>) -> Result<(), SandboxError> {
+        let mut st = lock(&self.slot);
         // Same user: the sandbox's .git borrows the store's objects instead of copying them.
-        let objects = store.path().join("objects");
-        let state = reset_of(&self.dir);
-        let mut st = state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        st.objects = Some(objects.clone());
-        st.watched = self.accel.watch && self.accel.untracked_cache;
+        st.reset.objects = Some(store.path().join("objects"));
+        st.reset.watched = self.accel.watch && self.accel.untracked_cache;
         // The put-back after the last run did not come first: this sync makes it.
-        let full = std::mem::take(&mut st.due);
-        let watched = st.watched;
-        let synced = sync_watched(&self.dir, base, &objects, full, watched, |oid| {
+        let full = std::mem::take(&mut st.reset.due);
+        let synced = sync_watched(&self.dir, &mut st, base, full, |oid| {
             Ok(Some(store.read_blob(oid)?))
         });
         // A failed sync leaves the slot without a watch: the next one looks at every file.
@@ -417,7 +445,8 @@ impl Sandbox for LocalSandbox {
         limits: ReadLimits,
     ) -> Result<ReadBack, SandboxError> {
         let started = std::time::Instant::now();
-        let synced = recall(&self.dir);
+        let mut st = lock(&self.slot);
+        let synced = st.synced.clone();
         let record = record_for(synced.as_deref(), base);
         // Without the untracked cache, the record's directories are not gone by (nor the
         // watch, which vouches against them).
@@ -432,7 +461,8 @@ impl Sandbox for LocalSandbox {
         let watched = self.accel.watch && self.accel.untracked_cache;
         let dirty = record
             .filter(|_| watched)
-            .and_then(|_| changes_in(&self.dir));
+            .and_then(|_| changes_in(&self.dir, &mut st));
+        drop(st);
         tracing::debug!(
             us = started.elapsed().as_micros() as u64,
             paths = dirty.as_ref().map(|d| d.paths.len()),
@@ -468,11 +498,11 @@ impl Sandbox for LocalSandbox {
     }
 
     fn follow_changes(&self) -> Following {
-        Box::pin(follow_watch(self.dir.clone()))
+        Box::pin(follow_watch(self.slot.clone()))
     }
 
     fn run_over(&self) {
-        reset_after_run(self.dir.clone());
+        reset_after_run(self.dir.clone(), self.slot.clone());
     }
 }
 
@@ -666,8 +696,8 @@ mod tests {
     }
 
     /// What the slot's watch saw since the last sync.
-    fn dirty_in(dir: &Path) -> Option<Dirty> {
-        changes_in(dir)
+    fn dirty_in(sb: &LocalSandbox) -> Option<Dirty> {
+        changes_in(&sb.dir, &mut lock(&sb.slot))
     }
 
     /// A store with a base of `files` (path, text), and a slot synced to it.
@@ -706,7 +736,7 @@ mod tests {
             let base = Arc::new(tree(&store, &files));
             let sb = LocalSandbox::new(tmp.path().join("sb")).with_accel(accel);
             sb.prepare(&store, &base).unwrap();
-            assert!(dirty_in(sb.workdir()).is_none(), "{accel:?}: no watch");
+            assert!(dirty_in(&sb).is_none(), "{accel:?}: no watch");
             let dir = sb.workdir();
             std::fs::write(dir.join("a.txt"), "a, edited\n").unwrap();
             std::fs::remove_file(dir.join("d/b.txt")).unwrap();
@@ -730,7 +760,7 @@ mod tests {
         // Control: with every accelerator on, the slot is watched (where there is inotify).
         let (_tmp, _store, _base, sb) = synced_slot(&[("a.txt", "a\n")]);
         assert_eq!(
-            dirty_in(sb.workdir()).is_some(),
+            dirty_in(&sb).is_some(),
             cfg!(target_os = "linux"),
             "watched"
         );
@@ -738,8 +768,8 @@ mod tests {
 
     /// What the slot's watch has taken in so far, without reading its queue.
     #[cfg(target_os = "linux")]
-    fn seen(dir: &Path) -> Dirty {
-        watches().lock().unwrap()[dir].seen().clone()
+    fn seen(sb: &LocalSandbox) -> Dirty {
+        lock(&sb.slot).watch.as_ref().unwrap().seen().clone()
     }
 
     /// Following the slot while its agent runs reads the watch's events as they come, and the
@@ -751,18 +781,18 @@ mod tests {
         std::fs::write(sb.workdir().join("a.txt"), "changed\n").unwrap();
         // Control: queued, but nothing read them yet.
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(seen(sb.workdir()).is_empty());
+        assert!(seen(&sb).is_empty());
 
         let following = tokio::spawn(sb.follow_changes());
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while !seen(sb.workdir()).paths.contains("a.txt") {
+        while !seen(&sb).paths.contains("a.txt") {
             assert!(std::time::Instant::now() < deadline, "never taken in");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         // And what comes later, too.
         std::fs::write(sb.workdir().join("d/b.txt"), "changed\n").unwrap();
         std::fs::write(sb.workdir().join("d/new.txt"), "new\n").unwrap();
-        while !seen(sb.workdir()).paths.contains("d/new.txt") {
+        while !seen(&sb).paths.contains("d/new.txt") {
             assert!(std::time::Instant::now() < deadline, "never taken in");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -805,7 +835,7 @@ mod tests {
             if put_back {
                 sb.run_over();
             } else {
-                assert!(dirty_in(&dir).is_some(), "the watch still knows");
+                assert!(dirty_in(&sb).is_some(), "the watch still knows");
             }
             sb.prepare(&store, &base).unwrap();
             assert_eq!(listing(&dir), exactly(&base), "put back {put_back}");
@@ -818,7 +848,7 @@ mod tests {
         // Alone (no `.gitignore` edited, which has every directory read): a file left in the
         // ignored base directory is seen by the watch, and goes.
         std::fs::write(dir.join("build/late.o"), "late\n").unwrap();
-        assert!(dirty_in(&dir).is_some_and(|d| d.covers("build/late.o")));
+        assert!(dirty_in(&sb).is_some_and(|d| d.covers("build/late.o")));
         sb.prepare(&store, &base).unwrap();
         assert_eq!(listing(&dir), exactly(&base));
     }
@@ -848,7 +878,7 @@ mod tests {
         sb.prepare(&store, &Arc::new(base.clone())).unwrap();
         let dir = sb.workdir().to_path_buf();
         let p = |n: &str| dir.join(n);
-        assert_eq!(dirty_in(&dir), Some(Dirty::default()), "watched, and quiet");
+        assert_eq!(dirty_in(&sb), Some(Dirty::default()), "watched, and quiet");
         assert_eq!(
             sb.snapshot(&store, &base, u64::MAX).unwrap().tree(&base),
             base
@@ -875,7 +905,7 @@ mod tests {
         // Same size, mtime put back.
         std::fs::write(p("docs/x.md"), "abcdefghij\n").unwrap();
         set_mtime(&p("docs/x.md"), mtime);
-        let dirty = dirty_in(&dir).expect("the watch still knows");
+        let dirty = dirty_in(&sb).expect("the watch still knows");
         assert!(!dirty.covers("keep.txt") && !dirty.covers("src/deep/c.rs"));
 
         let got = sb.snapshot(&store, &base, u64::MAX).unwrap().tree(&base);
@@ -926,9 +956,42 @@ mod tests {
         // The next sync after the watch gave up (a renamed directory) looks at every file
         // again, and repairs that one too.
         std::fs::rename(p("src"), p("src2")).unwrap();
-        assert_eq!(dirty_in(&dir), None);
+        assert_eq!(dirty_in(&sb), None);
         sb.prepare(&store, &Arc::new(base2.clone())).unwrap();
         assert_eq!(full_look(&sb, &store, &base2), base2);
-        assert_eq!(dirty_in(&dir), Some(Dirty::default()), "watched again");
+        assert_eq!(dirty_in(&sb), Some(Dirty::default()), "watched again");
+    }
+
+    /// A slot's state is its owner's: a second owner of the same directory (another hub in
+    /// this process) starts with nothing of the first's — no record, no watch — and its
+    /// read-back, comparing every file by content, still finds what the agent did; the first
+    /// keeps its own.
+    #[test]
+    fn two_owners_of_one_slot_share_nothing() {
+        let (_tmp, store, base, sb) = synced_slot(&[("a.txt", "a\n"), ("d/b.txt", "b\n")]);
+        {
+            let st = lock(&sb.slot);
+            assert!(
+                st.synced().is_some_and(|s| s.is_for(&base)),
+                "control: synced"
+            );
+            assert_eq!(st.watch.is_some(), cfg!(target_os = "linux"), "control");
+        }
+        let other = LocalSandbox::new(sb.workdir().to_path_buf());
+        {
+            let st = lock(&other.slot);
+            assert!(st.synced().is_none() && st.watch.is_none(), "{st:?}");
+        }
+        std::fs::write(sb.workdir().join("d/b.txt"), "b, edited\n").unwrap();
+        for owner in [&other, &sb] {
+            let mut objects = store.batch();
+            let back = owner
+                .read_back(&mut objects, &base, ReadLimits::only_file_cap(u64::MAX))
+                .unwrap();
+            objects.finish().unwrap();
+            let changed: Vec<&str> = back.changes.keys().map(String::as_str).collect();
+            assert_eq!(changed, ["d/b.txt"]);
+        }
+        assert!(lock(&other.slot).synced().is_none());
     }
 }

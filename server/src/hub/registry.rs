@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use hunkgate_sandbox::store::FlatTree;
-use hunkgate_sandbox::workspace::Sandbox;
+use hunkgate_sandbox::workspace::{Sandbox, SharedSlot, Slot};
 use hunkgate_sandbox::ObjectId;
 use tokio_util::sync::CancellationToken;
 
@@ -36,7 +36,9 @@ pub(crate) struct Active {
 /// Live run bookkeeping (not persisted: a run does not survive a hub restart).
 pub struct Runs {
     pub(crate) sandbox_root: PathBuf,
-    pub(crate) slots: Mutex<Vec<bool>>,
+    /// The sandbox slots, each the one owner of what its slot keeps between runs (see
+    /// [`Slot`]): they end with the hub.
+    pub(crate) slots: Mutex<Vec<SlotEntry>>,
     pub(crate) cancels: Mutex<HashMap<String, CancellationToken>>,
     pub(crate) agent_tokens: Mutex<HashMap<String, String>>,
     pub(crate) active: Mutex<HashMap<String, Arc<Active>>>,
@@ -56,6 +58,15 @@ pub struct Runs {
     /// The ACP agents kept between the runs of their sessions, with the slots they hold
     /// (`runs::acp_live`, a layer above: made and read there).
     pub(crate) acp_live: std::sync::OnceLock<Box<dyn std::any::Any + Send + Sync>>,
+}
+
+/// A sandbox slot as the registry holds it.
+#[derive(Default)]
+pub(crate) struct SlotEntry {
+    /// A run has it.
+    busy: bool,
+    /// What it keeps between runs, lent to the run that has it.
+    state: SharedSlot,
 }
 
 #[derive(Default)]
@@ -162,13 +173,16 @@ impl Runs {
     /// own user (`--isolation none`). A slot where some process still has its working directory
     /// is then skipped: an agent's child left by an earlier hub (killed with `kill -9` where no
     /// PID namespace could be had) must never write into the sandbox of the next run.
-    pub(crate) fn acquire_slot(&self, local: bool) -> Result<usize, AppError> {
+    pub(crate) fn acquire_slot(&self, local: bool) -> Result<(usize, SharedSlot), AppError> {
         let mut slots = self.slots.lock().map_err(|_| poisoned())?;
         for i in 0.. {
             if i == slots.len() {
-                slots.push(false);
+                slots.push(SlotEntry {
+                    busy: false,
+                    state: Slot::shared(),
+                });
             }
-            if slots[i] {
+            if slots[i].busy {
                 continue;
             }
             if local {
@@ -181,16 +195,26 @@ impl Runs {
                     continue;
                 }
             }
-            slots[i] = true;
-            return Ok(i);
+            slots[i].busy = true;
+            return Ok((i, slots[i].state.clone()));
         }
         unreachable!("an unbounded range ends only by returning")
+    }
+
+    /// The state of slot `i`, which its holder already has marked busy (a kept ACP agent's
+    /// slot, handed on to its session's next run).
+    pub(crate) fn held_slot(&self, i: usize) -> Result<SharedSlot, AppError> {
+        let slots = self.slots.lock().map_err(|_| poisoned())?;
+        match slots.get(i) {
+            Some(s) if s.busy => Ok(s.state.clone()),
+            _ => Err(AppError::internal("a kept agent's slot is not held")),
+        }
     }
 
     pub(crate) fn release_slot(&self, i: usize) {
         if let Ok(mut slots) = self.slots.lock() {
             if let Some(s) = slots.get_mut(i) {
-                *s = false;
+                s.busy = false;
             }
         }
     }
@@ -248,3 +272,7 @@ fn process_inside(dir: &std::path::Path) -> Option<i32> {
         cwd.starts_with(&dir).then_some(pid)
     })
 }
+
+#[cfg(test)]
+#[path = "registry_tests.rs"]
+mod tests;

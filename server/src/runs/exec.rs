@@ -8,7 +8,7 @@ use hunkgate_sandbox::agent::{self, build_argv, scrubbed_env, Exit};
 use hunkgate_sandbox::jj::{self, Vcs};
 use hunkgate_sandbox::snapshot::DEFAULT_FILE_CAP;
 use hunkgate_sandbox::store::FlatTree;
-use hunkgate_sandbox::workspace::{LocalSandbox, Sandbox};
+use hunkgate_sandbox::workspace::{LocalSandbox, Sandbox, SharedSlot};
 use hunkgate_sandbox::ObjectId;
 
 use crate::config::sensitive::Policy;
@@ -44,11 +44,12 @@ impl Hub {
 
         let local = matches!(self.cfg().isolation, crate::isolation::Isolation::None);
         // A kept ACP agent of the run's session comes with its slot (see `acp_live`).
-        let slot = match self.acp_kept_slot(run_id, super::acp_live::acp_command(&job.driver)) {
-            Some(slot) => slot,
-            None => self.runs().acquire_slot(local)?,
-        };
-        let sandbox = self.sandbox_for_slot(slot);
+        let (slot, state) =
+            match self.acp_kept_slot(run_id, super::acp_live::acp_command(&job.driver)) {
+                Some(slot) => (slot, self.runs().held_slot(slot)?),
+                None => self.runs().acquire_slot(local)?,
+            };
+        let sandbox = self.sandbox_for_slot(slot, state);
         let result = self.run_in_sandbox(&job, base, sandbox.clone()).await;
         // The slot is still the run's: the checks use it, after the suggestion is out.
         if result.is_ok() && !job.cancel.is_cancelled() {
@@ -122,17 +123,20 @@ impl Hub {
         .await
     }
 
-    /// The sandbox of slot `slot` under the hub's isolation.
-    fn sandbox_for_slot(&self, slot: usize) -> Arc<dyn Sandbox> {
+    /// The sandbox of slot `slot` under the hub's isolation, with `state`, what the slot keeps
+    /// between runs (the registry's, lent to the run).
+    fn sandbox_for_slot(&self, slot: usize, state: SharedSlot) -> Arc<dyn Sandbox> {
         match &self.cfg().isolation {
             crate::isolation::Isolation::None => Arc::new(
-                LocalSandbox::new(self.runs().sandbox_root.join(slot.to_string()))
+                LocalSandbox::in_slot(self.runs().sandbox_root.join(slot.to_string()), state)
                     .with_accel(self.cfg().accel),
             ),
             // In the sandbox user's home, reached only through the sandbox helper.
-            crate::isolation::Isolation::User(iso) => {
-                Arc::new(iso.sandbox(&crate::isolation::sandbox_key(&self.cfg().state_dir), slot))
-            }
+            crate::isolation::Isolation::User(iso) => Arc::new(iso.sandbox(
+                &crate::isolation::sandbox_key(&self.cfg().state_dir),
+                slot,
+                state,
+            )),
         }
     }
 
