@@ -12,7 +12,8 @@
 //!    base; the checkout snapshotted under change notification;
 //! 6. `workspace`: the `Sandbox` trait and the same-user sandbox;
 //! 7. `supervise::agent`, `slot::jj`: processes and jj changes in any sandbox;
-//! 8. `user`, `helper`: the two ends of user isolation, which never import each other.
+//! 8. `user`, `helper`: the two ends of user isolation, which never import each other;
+//! 9. `both_ends` (tests only): the kept helper's two ends driven against each other.
 //!
 //! A module is a file's path under `src/` (`odb/store.rs` is `odb::store`); a file in a
 //! module's own folder (`fs/beneath/swap.rs`, `odb/store/batch.rs`) belongs to that module.
@@ -44,6 +45,8 @@ const LAYERS: &[&[&str]] = &[
     &["workspace"],
     &["supervise::agent", "slot::jj"],
     &["user", "helper"],
+    // Tests only: the kept helper's two ends driven against each other.
+    &["both_ends"],
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

@@ -69,4 +69,6 @@ pub use threads::{
 pub use gix::hash::ObjectId;
 
 #[cfg(test)]
+mod both_ends;
+#[cfg(test)]
 mod layering;

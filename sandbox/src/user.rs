@@ -36,7 +36,7 @@ use crate::wire::{self, Frame, PrepareReply, Request, SyncRecord, WireError, AGE
 use crate::workspace::{lock, AgentCommand, Sandbox, SandboxError, SharedSlot, Stop};
 
 mod exchange;
-mod sandbox;
+pub(crate) mod sandbox;
 pub(crate) mod standby;
 #[cfg(test)]
 use exchange::PIPE_BYTES;

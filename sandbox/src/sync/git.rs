@@ -92,12 +92,10 @@ pub(super) fn discard_in_background(
     name: &str,
     metadata: &[PathBuf],
 ) -> std::io::Result<()> {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let prefix = format!(".{name}.discard-");
     for (i, meta) in metadata.iter().enumerate() {
         match std::fs::symlink_metadata(meta) {
-            Ok(_) => std::fs::rename(meta, dir.with_file_name(format!("{prefix}{n}-{i}")))?,
+            Ok(_) => move_aside(meta, &dir.with_file_name(&prefix), i)?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
@@ -123,6 +121,31 @@ pub(super) fn discard_in_background(
         tracing::debug!(error = %e, "no thread to delete an old sandbox .git; it waits for the next sync");
     }
     Ok(())
+}
+
+/// Rename `meta` to `<prefix><n>-<i>` with the first `n` of this process's counter whose name
+/// is free: one an earlier hub left (killed before its thread deleted it) is skipped, not
+/// renamed onto (a rename onto a non-empty directory fails, and that sync with it).
+fn move_aside(meta: &Path, prefix: &Path, i: usize) -> std::io::Result<()> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut taken = 0;
+    loop {
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut to = prefix.as_os_str().to_owned();
+        to.push(format!("{n}-{i}"));
+        match std::fs::rename(meta, &to) {
+            Err(e)
+                if taken < 1000
+                    && matches!(
+                        e.kind(),
+                        std::io::ErrorKind::DirectoryNotEmpty | std::io::ErrorKind::AlreadyExists
+                    ) =>
+            {
+                taken += 1;
+            }
+            other => return other,
+        }
+    }
 }
 
 /// Remove a file, symlink or directory tree at `p` (nothing followed); absent is fine.
@@ -245,4 +268,35 @@ pub(super) fn keep_packs(dir: &Path, ids: &mut HashSet<ObjectId>) -> std::io::Re
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    /// Names an earlier hub left (non-empty: it was killed while deleting) are skipped; the
+    /// control: the directory moved aside is there, under the prefix, and nothing it held is
+    /// lost.
+    #[test]
+    fn a_discard_never_renames_onto_what_an_earlier_hub_left() {
+        let tmp = tempfile::tempdir().unwrap();
+        let prefix = tmp.path().join(".0.discard-");
+        // This process's counter is shared by every test that discarded before: more names
+        // left than any test run moves aside.
+        for n in 0..500 {
+            let left = tmp.path().join(format!(".0.discard-{n}-0"));
+            std::fs::create_dir_all(left.join("objects")).unwrap();
+        }
+        let git = tmp.path().join("0/.git");
+        std::fs::create_dir_all(&git).unwrap();
+        std::fs::write(git.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        super::move_aside(&git, &prefix, 0).unwrap();
+        assert!(!git.exists());
+        let moved: Vec<_> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.path().join("HEAD").exists())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(moved.len(), 1, "{moved:?}");
+        assert!(moved[0].starts_with(".0.discard-"), "{moved:?}");
+    }
 }

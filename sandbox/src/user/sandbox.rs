@@ -350,7 +350,7 @@ fn stdin_from_bytes(bytes: &[u8]) -> std::io::Result<()> {
 /// The helper's stat record of a prepare, checked: only base paths, each at most once; and
 /// directories that are paths hunkgate can name (or `""`, the slot), each at most once, no
 /// more of them than a sync records (see [`crate::snapshot::dir_record`]).
-pub(super) fn checked_record(
+pub(crate) fn checked_record(
     record: SyncRecord,
     base: &FlatTree,
 ) -> Result<SyncRecord, HelperError> {

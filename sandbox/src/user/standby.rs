@@ -548,6 +548,3 @@ fn readable_within(fd: libc::c_int, wait: Duration) -> bool {
         }
     }
 }
-
-#[cfg(test)]
-mod tests;

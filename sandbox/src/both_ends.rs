@@ -1,4 +1,5 @@
-//! The kept helper's whole life, both ends in this process as the same user: the hub's
+//! Tests only, in the layer above both ends of user isolation. The kept helper's whole life,
+//! both ends in this process as the same user: the hub's
 //! typestate ([`Standby`]) drives the helper's side (`crate::helper::snapshot_op`, on a
 //! thread) over in-memory pipes, through every transition of [`wire::standby::TABLE`]; and
 //! the helper refuses every word out of turn.
@@ -7,11 +8,19 @@ use std::io::{PipeReader, PipeWriter};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use super::*;
+use std::io::{BufReader, Write};
+use std::sync::Arc;
+use std::time::Duration;
+
 use crate::helper::HelperFailure;
+use crate::snapshot::ReadLimits;
 use crate::store::test_support::tree;
 use crate::store::Mode;
+use crate::store::{FlatTree, Store};
+use crate::sync::{base_refs, Synced};
+use crate::user::standby::*;
 use crate::wire::standby::{after, Word, TABLE};
+use crate::wire::{self, Frame, PrepareReply, Request, Standing, WireError};
 
 /// A store, a sandbox user's home (this user's), and its slot `k/0`, private to its agent.
 struct Bench {
@@ -120,7 +129,7 @@ fn request() -> Request {
 fn remembered(base: &Arc<FlatTree>, reply: PrepareReply) -> Arc<Synced> {
     Arc::new(Synced {
         base: base.clone(),
-        record: super::super::checked_record(reply.record, base).unwrap(),
+        record: crate::user::sandbox::checked_record(reply.record, base).unwrap(),
         tree: None,
     })
 }
