@@ -11,7 +11,8 @@
 //! 5. `slot::tools`, `sync`, `status::checkout`: the agent's file tools; bringing a slot to a
 //!    base; the checkout snapshotted under change notification;
 //! 6. `workspace`: the `Sandbox` trait and the same-user sandbox;
-//! 7. `supervise::agent`, `slot::jj`: processes and jj changes in any sandbox;
+//! 7. `supervise::agent`, `slot::jj`: processes and jj changes in any sandbox; then
+//!    `supervise::tree`: the agent's process tree under the helper (its PID-namespace init);
 //! 8. `user`, `helper`: the two ends of user isolation, which never import each other;
 //! 9. `both_ends` (tests only): the kept helper's two ends driven against each other.
 //!
@@ -44,6 +45,7 @@ const LAYERS: &[&[&str]] = &[
     &["slot::tools", "sync", "status::checkout"],
     &["workspace"],
     &["supervise::agent", "slot::jj"],
+    &["supervise::tree"],
     &["user", "helper"],
     // Tests only: the kept helper's two ends driven against each other.
     &["both_ends"],

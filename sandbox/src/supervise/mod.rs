@@ -9,4 +9,5 @@ pub mod agent;
 pub mod agent_path;
 pub mod limits;
 pub mod os;
+pub mod tree;
 pub mod watchdog;
