@@ -44,6 +44,8 @@
 //! `snapshot`, `tools` and what is below them — never [`crate::user`] (the hub's side) nor
 //! [`crate::workspace`].
 
+#![forbid(unsafe_code)]
+
 use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::os::fd::AsFd;

@@ -34,13 +34,12 @@
 //! leaf, the sandbox trait knows nothing of user isolation, and the hub's side (`user`) and
 //! the helper never import each other.
 
-// `unsafe` is denied everywhere but where a module is let have it: supervision, and — until they
-// are split — the user isolation's files (the other folders forbid it outright).
+// `unsafe` is denied everywhere but in supervision, the one module let have it (the others
+// forbid it outright).
 #![deny(unsafe_code)]
 
 pub mod accel;
 pub mod fs;
-#[allow(unsafe_code)]
 pub mod helper;
 pub mod odb;
 pub mod slot;
@@ -49,10 +48,8 @@ pub mod status;
 pub mod supervise;
 pub mod sync;
 pub mod threads;
-#[allow(unsafe_code)]
 pub mod user;
 pub mod wire;
-#[allow(unsafe_code)]
 pub mod workspace;
 
 // The flat names every module had before the folders, kept for the code that uses them.

@@ -7,6 +7,7 @@
 
 pub mod agent;
 pub mod agent_path;
+pub mod launch;
 pub mod limits;
 pub mod os;
 pub mod tree;
