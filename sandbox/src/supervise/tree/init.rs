@@ -250,34 +250,24 @@ fn init_main(
 }
 
 /// The agent has exited (`report`: its wait status as the hub reads it, see
-/// [`crate::wire::Request::verdict`]): kill and reap whatever it left in the namespace, as the
-/// kernel would once this init exits, then tell the hub on the lifeline, if it asked, that
-/// nothing the agent started is left. Returns the init's exit code.
+/// [`crate::wire::Request::verdict`]): end the namespace as every agent's namespace ends
+/// ([`crate::agent::pidns::end_of_agent`]: whatever the agent left killed and reaped, then the
+/// hub told on the lifeline, if it asked, that nothing the agent started is left). Returns the
+/// init's exit code.
 fn init_done(req: &Request, report: [u8; 2], code: i32) -> i32 {
     // PID namespaces, and so this init, exist only on Linux.
     #[cfg(target_os = "linux")]
-    // Only as the namespace's PID 1 does kill(-1) reach no further than the namespace.
-    if std::process::id() == 1 {
-        let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
-        // Any child, clones included, until there is none: each one reaped has closed its
-        // files, so what the agent's tree wrote to its output pipes is all in them.
-        while let Ok(_) | Err(nix::errno::Errno::EINTR) = waitpid(None, Some(WaitPidFlag::__WALL)) {
-        }
-        if req.verdict {
-            // SAFETY: send(2) of a two-byte stack buffer on stdin; a stdin that is no socket
-            // (a relaying sudo's pipe) fails, and the hub waits for the exits instead.
-            let sent = unsafe {
-                libc::send(
-                    libc::STDIN_FILENO,
-                    report.as_ptr().cast(),
-                    report.len(),
-                    libc::MSG_NOSIGNAL,
-                )
-            };
-            // The hub has heard: nobody waits for this init's exit.
-            if sent == report.len() as isize {
-                let _ = crate::idle_priority();
-            }
+    {
+        use crate::agent::pidns::{end_of_agent, Tell};
+        // Only PID 1 can say that nothing the agent started is left.
+        let tell = if req.verdict && std::process::id() == 1 {
+            Tell::Socket(libc::STDIN_FILENO)
+        } else {
+            Tell::Nobody
+        };
+        // The hub has heard: nobody waits for this init's exit.
+        if end_of_agent(report, tell) {
+            let _ = crate::idle_priority();
         }
     }
     #[cfg(not(target_os = "linux"))]
