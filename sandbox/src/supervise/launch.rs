@@ -117,3 +117,6 @@ fn stdin_from_bytes_now(bytes: &[u8], max: usize) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

@@ -3,14 +3,14 @@
 //!
 //! The agent gets a new session (no controlling terminal), `NO_NEW_PRIVS`, only fds 0–2,
 //! exactly the environment it was handed, RLIMIT_NPROC and no core dumps. On Linux it runs in
-//! a fresh PID namespace whose init is a fork of the helper ([`init`]), so when the agent
+//! a fresh PID namespace whose init is a fork of the helper (`tree/init.rs`), so when the agent
 //! exits, is cancelled or times out, every process it started dies with that namespace; where
 //! no PID namespace can be had, the helper is a child subreaper and kills every descendant it
 //! can find. The tree is killed when the agent exits, on SIGTERM, at the deadline, and when
 //! stdin — the lifeline from the hub — reaches EOF, which is how even `kill -9` of the hub ends
 //! the run. What follows the request on the lifeline is relayed to the agent's stdin
-//! ([`relay`]); a self-pipe wakes the waiting loops the moment a child exits or a stop signal
-//! comes.
+//! (`tree/relay.rs`); a self-pipe wakes the waiting loops the moment a child exits or a stop
+//! signal comes.
 //!
 //! **Layer:** above [`crate::supervise::agent`] (the private `/proc` and the covered slots),
 //! below `helper`, its one caller.
