@@ -15,7 +15,9 @@
 //! - [`supervise`]: command templates and agent processes (process groups, the PID-namespace
 //!   init, timeouts, cancellation: [`agent`]); the agent's `PATH` under user isolation and the
 //!   lookup of its program ([`agent_path`]); the [`watchdog`]; what one read-back of a sandbox
-//!   may bring in ([`limits`]); the system calls no dependency wraps safely ([`supervise::os`]).
+//!   may bring in ([`limits`]); the system calls no dependency wraps safely ([`supervise::os`]);
+//!   what a child does between fork and exec ([`supervise::launch`]); the agent's process tree
+//!   under user isolation, as the helper runs it ([`supervise::tree`]).
 //!   The only folder that allows `unsafe`; the others are `#![forbid(unsafe_code)]`.
 //! - [`threads`]: work shared among threads (fsyncs, `lstat`s, a read-back's reads).
 //! - [`sync`]: bringing a sandbox slot to a base writing only what differs, and the stat record
@@ -30,7 +32,7 @@
 //! import): the leaves (`threads`, `wire`, `accel`, `odb::pack`, `status::watch`,
 //! `supervise::os`, …) → `fs::beneath` → `odb::store` → `status::statcache` →
 //! `status::snapshot`, `status::foreign` → `slot::tools`, `sync`, `status::checkout` →
-//! `workspace` → `supervise::agent`, `slot::jj` → `user`, `helper`. So the wire contract is a
+//! `workspace` → `supervise::agent`, `slot::jj` → `supervise::tree` → `user`, `helper`. So the wire contract is a
 //! leaf, the sandbox trait knows nothing of user isolation, and the hub's side (`user`) and
 //! the helper never import each other.
 
