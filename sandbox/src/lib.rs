@@ -32,9 +32,9 @@
 //! import): the leaves (`threads`, `wire`, `accel`, `odb::pack`, `status::watch`,
 //! `supervise::os`, …) → `fs::beneath` → `odb::store` → `status::statcache` →
 //! `status::snapshot`, `status::foreign` → `slot::tools`, `sync`, `status::checkout` →
-//! `workspace` → `supervise::agent`, `slot::jj` → `supervise::tree` → `user`, `helper`. So the wire contract is a
-//! leaf, the sandbox trait knows nothing of user isolation, and the hub's side (`user`) and
-//! the helper never import each other.
+//! `workspace` → `supervise::agent`, `slot::jj` → `supervise::tree` → `user`, `helper`. So
+//! the wire contract is a leaf, the sandbox trait knows nothing of user isolation, and the
+//! hub's side (`user`) and the helper never import each other.
 
 // `unsafe` is denied everywhere but in supervision, the one module let have it (the others
 // forbid it outright).
