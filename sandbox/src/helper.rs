@@ -35,6 +35,8 @@
 //!   same namespace, can neither trace it nor speak for it. With a private `/proc` the
 //!   namespaces include a mount namespace, in which the init also covers every slot but the
 //!   run's own ([`crate::agent::show_only_own_slot`]): no agent can write another run's slot.
+//!   The helper checks the request and finds the program; the process tree itself — the
+//!   namespaces, their init, the relay, the supervision — is [`crate::supervise::tree`].
 //!
 //! Everything arrives on stdin; nothing secret is ever in argv.
 //!
@@ -42,20 +44,14 @@
 //! `snapshot`, `tools` and what is below them — never [`crate::user`] (the hub's side) nor
 //! [`crate::workspace`].
 
-use std::collections::{BTreeMap, HashSet};
-use std::io::{Read, Write};
-use std::os::fd::{AsFd, AsRawFd};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{ExitCode, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+#![forbid(unsafe_code)]
 
-use nix::libc;
-use nix::sys::signal::{kill, Signal};
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-use nix::unistd::Pid;
+use std::collections::HashSet;
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 use crate::agent_path;
 use crate::beneath::Beneath;
@@ -63,6 +59,7 @@ use crate::snapshot::{
     capture_each, readback_check, sandbox_candidates_since, split_by_dirty, Captured, Hints,
 };
 use crate::store::FlatTree;
+use crate::supervise::tree::{self, HELPER_FAILED};
 use crate::sync::{
     base_from_wire, clear_except_git, fresh_git, store_blob, sync_files, Discard, SyncError,
     SyncFiles,
@@ -98,12 +95,8 @@ pub enum HelperFailure {
     EmptyArgv,
     #[error("environment variable name {0:?} is not valid")]
     BadEnv(String),
-    #[error("--agent-network none needs a network namespace, and none could be made ({0}): run the hub as root, or allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces)")]
-    NoNetns(String),
-    #[error(
-        "--agent-network none was asked for, but this process still sees network interfaces: {0}"
-    )]
-    NetworkVisible(String),
+    #[error(transparent)]
+    Tree(#[from] tree::TreeError),
     #[error("{what}: {source}")]
     Sys {
         what: &'static str,
@@ -115,16 +108,6 @@ pub enum HelperFailure {
 fn sys(what: &'static str) -> impl FnOnce(std::io::Error) -> HelperFailure {
     move |source| HelperFailure::Sys { what, source }
 }
-
-/// Exit status when the helper itself failed before or instead of running an agent.
-const HELPER_FAILED: u8 = 125;
-/// Exit status when the agent could not be started.
-const SPAWN_FAILED: i32 = agent_path::NOT_STARTED_STATUS as i32;
-/// After the run's timeout, how long the helper waits for the hub to stop it before doing so
-/// on its own.
-const DEADLINE_GRACE: Duration = Duration::from_secs(30);
-/// Between SIGTERM and SIGKILL of the agent's tree.
-const TERM_GRACE: Duration = Duration::from_secs(2);
 
 /// Entry point of `hunkgate sandbox-helper <op>`. Must be called before any thread is started:
 /// `exec` forks without exec'ing (the PID namespace's init).
@@ -152,7 +135,7 @@ fn run(op: &str) -> Result<ExitCode, HelperFailure> {
                 "ok uid={} home={} pidns={} privateproc={}",
                 nix::unistd::getuid(),
                 home.display(),
-                if can_make_pid_namespace() {
+                if tree::can_make_pid_namespace() {
                     "yes"
                 } else {
                     "no"
@@ -184,7 +167,9 @@ fn run(op: &str) -> Result<ExitCode, HelperFailure> {
                 wire::STREAM_BUFFER,
                 std::fs::File::from(stdin.map_err(sys("dup(stdin)"))?),
             );
-            snapshot_op(&home, &mut input, std::io::stdout().lock(), not_dumpable)
+            snapshot_op(&home, &mut input, std::io::stdout().lock(), || {
+                Ok(tree::not_dumpable()?)
+            })
         }
         "tool" => {
             check_my_home(&home)?;
@@ -219,7 +204,7 @@ fn run(op: &str) -> Result<ExitCode, HelperFailure> {
 
 /// `snapshot`: read the request from `input`, then read the slot back to `out` — or, for a
 /// standby, serve the slot's runs until `input` ends (see [`standby`]), once `guard` has put
-/// this process out of the agent's reach (the helper's main passes [`not_dumpable`]; a
+/// this process out of the agent's reach (the helper's main passes [`tree::not_dumpable`]; a
 /// process-wide step, which the unit tests that run a standby in the test binary leave out).
 pub(crate) fn snapshot_op<R: Read + AsFd, W: Write>(
     home: &Path,
@@ -566,208 +551,6 @@ fn frame_of(item: Captured) -> Option<Frame> {
     })
 }
 
-static STOP: AtomicBool = AtomicBool::new(false);
-
-/// The agent's stdin under `stdio`: a pipe whose read end is the agent's fd 0.
-struct AgentStdin {
-    rd: std::os::fd::OwnedFd,
-    wr: std::os::fd::OwnedFd,
-}
-
-/// What follows the request on the lifeline (stdin), on its way to the agent's stdin pipe:
-/// relayed by the supervisor's loop as both sides are ready (the helper has no other thread:
-/// none can be made once it entered a PID namespace for its children), holding at most
-/// [`RELAY_HELD`] bytes; once the agent closed its end, the rest is read and dropped.
-struct Relay {
-    pipe: Option<std::os::fd::OwnedFd>,
-    pending: Vec<u8>,
-}
-
-/// The most a [`Relay`] holds: while it holds this much, the lifeline is not read.
-const RELAY_HELD: usize = 256 * 1024;
-
-impl Relay {
-    fn new(pipe: std::os::fd::OwnedFd) -> Self {
-        // SAFETY: fcntl on a descriptor this struct owns.
-        unsafe {
-            let flags = libc::fcntl(pipe.as_raw_fd(), libc::F_GETFL);
-            libc::fcntl(pipe.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
-        }
-        Self {
-            pipe: Some(pipe),
-            pending: Vec::new(),
-        }
-    }
-
-    /// Wait up to `ms` for the lifeline, the pipe or a [`wake`], and move what can be moved;
-    /// `Closed` at the lifeline's EOF.
-    fn step(&mut self, ms: libc::c_int) -> Readable {
-        let want_out = !self.pending.is_empty() && self.pipe.is_some();
-        let pipe_fd = self.pipe.as_ref().map_or(-1, |p| p.as_raw_fd());
-        let mut pfds = [
-            libc::pollfd {
-                fd: if self.pending.len() < RELAY_HELD {
-                    libc::STDIN_FILENO
-                } else {
-                    -1
-                },
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: if want_out { pipe_fd } else { -1 },
-                events: libc::POLLOUT,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: wake::fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        // SAFETY: three pollfds on the stack (a negative fd is ignored by poll).
-        let n = unsafe { libc::poll(pfds.as_mut_ptr(), 3, ms) };
-        if pfds[2].revents != 0 {
-            wake::drain();
-        }
-        if n <= 0 {
-            return Readable::No;
-        }
-        if pfds[1].revents != 0 {
-            self.flush();
-        }
-        if pfds[0].revents == 0 {
-            return Readable::No;
-        }
-        let mut buf = [0u8; 64 * 1024];
-        // SAFETY: reading into a stack buffer of the given length.
-        let got = unsafe { libc::read(libc::STDIN_FILENO, buf.as_mut_ptr().cast(), buf.len()) };
-        if got <= 0 {
-            return Readable::Closed;
-        }
-        if self.pipe.is_some() {
-            self.pending.extend_from_slice(&buf[..got as usize]);
-            self.flush();
-        }
-        Readable::Yes
-    }
-
-    /// Write what the pipe takes now; a closed pipe drops the rest.
-    fn flush(&mut self) {
-        let Some(pipe) = &self.pipe else { return };
-        while !self.pending.is_empty() {
-            // SAFETY: writing from a live buffer of the given length.
-            let n = unsafe {
-                libc::write(
-                    pipe.as_raw_fd(),
-                    self.pending.as_ptr().cast(),
-                    self.pending.len(),
-                )
-            };
-            if n > 0 {
-                self.pending.drain(..n as usize);
-                continue;
-            }
-            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EAGAIN) {
-                self.pipe = None;
-                self.pending.clear();
-            }
-            return;
-        }
-    }
-}
-
-extern "C" fn on_stop_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
-    wake::poke();
-}
-
-/// A self-pipe that wakes the waiting loops (the supervisor's and the namespace init's) the
-/// moment a child exits or a stop signal arrives, rather than at their next poll timeout:
-/// an agent's exit reaches the hub at once, which is most of a publish's latency otherwise.
-mod wake {
-    use nix::libc;
-    use std::sync::atomic::{AtomicI32, Ordering};
-
-    static READ: AtomicI32 = AtomicI32::new(-1);
-    static WRITE: AtomicI32 = AtomicI32::new(-1);
-
-    extern "C" fn on_child(_: libc::c_int) {
-        poke();
-    }
-
-    /// Make the pipe readable (async-signal-safe: one `write` to a non-blocking pipe; a full
-    /// pipe already wakes the reader).
-    pub(super) fn poke() {
-        let fd = WRITE.load(Ordering::SeqCst);
-        if fd >= 0 {
-            // SAFETY: write(2) of one byte from a static buffer.
-            unsafe { libc::write(fd, b"!".as_ptr().cast(), 1) };
-        }
-    }
-
-    /// A fresh pipe for this process (a forked child must not share its parent's: either
-    /// could swallow the other's wake-up) and SIGCHLD pokes it.
-    pub(super) fn install() -> std::io::Result<()> {
-        let mut fds = [-1; 2];
-        // SAFETY: pipe(2) into a two-element array; fcntl on the descriptors it returned.
-        unsafe {
-            if libc::pipe(fds.as_mut_ptr()) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            for fd in fds {
-                libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK);
-                libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
-            }
-        }
-        for old in [
-            READ.swap(fds[0], Ordering::SeqCst),
-            WRITE.swap(fds[1], Ordering::SeqCst),
-        ] {
-            if old >= 0 {
-                // SAFETY: the previous pipe's descriptors, owned by these statics alone.
-                unsafe { libc::close(old) };
-            }
-        }
-        use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
-        let action = SigAction::new(
-            SigHandler::Handler(on_child),
-            SaFlags::SA_RESTART | SaFlags::SA_NOCLDSTOP,
-            SigSet::empty(),
-        );
-        // SAFETY: the handler only writes to a pipe, which is async-signal-safe.
-        unsafe { sigaction(Signal::SIGCHLD, &action) }.map_err(std::io::Error::from)?;
-        Ok(())
-    }
-
-    /// The read end (-1 before [`install`]).
-    pub(super) fn fd() -> libc::c_int {
-        READ.load(Ordering::SeqCst)
-    }
-
-    /// Empty the pipe (every wake-up is handled by the caller's next pass).
-    pub(super) fn drain() {
-        let mut buf = [0u8; 64];
-        // SAFETY: reading into a stack buffer of the given length from a non-blocking fd.
-        while unsafe { libc::read(fd(), buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
-    }
-}
-
-fn catch_stop_signals() -> Result<(), HelperFailure> {
-    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet};
-    let action = SigAction::new(
-        SigHandler::Handler(on_stop_signal),
-        SaFlags::empty(),
-        SigSet::empty(),
-    );
-    for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
-        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-        unsafe { sigaction(sig, &action) }
-            .map_err(|e| sys("installing a signal handler")(e.into()))?;
-    }
-    Ok(())
-}
-
 fn exec(mut req: Request, home: &Path) -> Result<ExitCode, HelperFailure> {
     let dir = sandbox_dir(home, &req, false)?;
     if req.argv.is_empty() {
@@ -781,70 +564,9 @@ fn exec(mut req: Request, home: &Path) -> Result<ExitCode, HelperFailure> {
     let left_out = complete_path(&mut req);
     if let Err(message) = check_program(&req, &dir, &left_out) {
         eprintln!("{}{message}", agent_path::NOT_STARTED);
-        return Ok(ExitCode::from(SPAWN_FAILED as u8));
+        return Ok(ExitCode::from(tree::SPAWN_FAILED as u8));
     }
-    let req = &req;
-    // No core dumps from the helper either: they could hold the agent token.
-    nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0)
-        .map_err(|e| sys("setting RLIMIT_CORE")(e.into()))?;
-    catch_stop_signals()?;
-    set_no_new_privs()?;
-    #[cfg(target_os = "linux")]
-    {
-        // Orphans of the agent's tree are re-parented to us, not to init, so we can find them.
-        // SAFETY: prctl with integer arguments.
-        if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
-            return Err(sys("becoming a child subreaper")(
-                std::io::Error::last_os_error(),
-            ));
-        }
-    }
-    let pid_ns = enter_namespaces(req)?;
-    if req.network_none {
-        check_no_network()?;
-    }
-    let deadline = (req.timeout_ms > 0)
-        .then(|| Instant::now() + Duration::from_millis(req.timeout_ms) + DEADLINE_GRACE);
-
-    // With `stdio`, the agent's stdin is a pipe this helper fills from the lifeline.
-    let stdin_pipe = if req.stdio {
-        let (rd, wr) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-            .map_err(|e| sys("creating the agent's stdin pipe")(e.into()))?;
-        Some(AgentStdin { rd, wr })
-    } else {
-        None
-    };
-    let child = if pid_ns {
-        spawn_init(req, &dir, stdin_pipe.as_ref())?
-    } else {
-        match spawn_agent(req, &dir, stdin_pipe.as_ref().map(|p| &p.rd)) {
-            Ok(pid) => pid,
-            Err(e) => {
-                eprintln!("{}{:?}: {e}", agent_path::NOT_STARTED, req.argv[0]);
-                return Ok(ExitCode::from(SPAWN_FAILED as u8));
-            }
-        }
-    };
-    let relay = stdin_pipe.map(|p| {
-        drop(p.rd);
-        Relay::new(p.wr)
-    });
-    let status = supervise(child, pid_ns, deadline, req.lifeline, relay);
-    // A namespace init that exited of itself (not killed) has, but for the rare ends where the
-    // agent never started, told the hub how the agent ended (on a lifeline that is a socket it
-    // can): then the hub does not wait for this exit either. Otherwise it does, and this exit
-    // is only slower on a busy machine.
-    if pid_ns && req.verdict && matches!(status, WaitStatus::Exited(..)) && stdin_is_socket() {
-        let _ = crate::idle_priority();
-    }
-    // Whatever the agent left running dies now, whether it exited or was stopped. In a PID
-    // namespace the kernel has done it already: its init's exit is reported only once every
-    // other process of the namespace is gone, and nothing in it can leave it — so the end of
-    // the run is not held up by a look at every process of the machine.
-    if !pid_ns {
-        kill_tree(Signal::SIGKILL);
-    }
-    exit_like(status)
+    Ok(tree::run(&req, &dir, &base_objects_path(&dir))?)
 }
 
 /// Append to the agent's `PATH` the directories of the hub's that this user can search (see
@@ -891,624 +613,6 @@ fn check_program(req: &Request, dir: &Path, left_out: &[String]) -> Result<(), S
         })
 }
 
-/// Whether stdin is a socket: the hub's lifeline, not a relaying sudo's pipe.
-fn stdin_is_socket() -> bool {
-    nix::sys::stat::fstat(std::io::stdin().as_fd())
-        .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFSOCK)
-}
-
-/// Make this process one that processes of the same user cannot trace or read the memory of
-/// (`PR_SET_DUMPABLE` 0; Linux only: elsewhere a standby read-back is never asked for).
-fn not_dumpable() -> Result<(), HelperFailure> {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: prctl with integer arguments.
-        if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
-            return Err(sys("prctl(PR_SET_DUMPABLE)")(
-                std::io::Error::last_os_error(),
-            ));
-        }
-    }
-    Ok(())
-}
-
-fn set_no_new_privs() -> Result<(), HelperFailure> {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: prctl with integer arguments.
-        if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
-            return Err(sys("setting NO_NEW_PRIVS")(std::io::Error::last_os_error()));
-        }
-    }
-    Ok(())
-}
-
-/// Whether the helper's next child starts a fresh PID namespace. A root hub has already
-/// unshared PID (and network) namespaces; through sudo, an unprivileged user namespace can own
-/// new ones. Without either, the tree is tracked through the subreaper instead.
-#[cfg(target_os = "linux")]
-fn enter_namespaces(req: &Request) -> Result<bool, HelperFailure> {
-    let pending = pid_ns_pending();
-    if req.namespaces_ready && (pending || !req.network_none) {
-        return Ok(pending);
-    }
-    if req.no_pid_namespace && !req.network_none {
-        return Ok(false);
-    }
-    let uid = nix::unistd::getuid().as_raw();
-    let gid = nix::unistd::getgid().as_raw();
-    let mut flags = libc::CLONE_NEWUSER;
-    if !req.no_pid_namespace {
-        flags |= libc::CLONE_NEWPID;
-    }
-    if req.network_none {
-        flags |= libc::CLONE_NEWNET;
-    }
-    if req.private_proc {
-        flags |= libc::CLONE_NEWNS;
-    }
-    // SAFETY: unshare with integer flags; the helper is single-threaded, as a user namespace
-    // requires.
-    if unsafe { libc::unshare(flags) } != 0 {
-        let e = std::io::Error::last_os_error();
-        if req.private_proc {
-            return Err(sys("making the agent's PID namespace with a private /proc")(e));
-        }
-        if req.network_none {
-            return Err(HelperFailure::NoNetns(e.to_string()));
-        }
-        eprintln!(
-            "hunkgate: no PID namespace for the agent ({e}); tracking its process tree instead"
-        );
-        return Ok(false);
-    }
-    // Map only ourselves, so files keep their owners; setgroups must be denied first.
-    let write = |file: &str, text: String| {
-        std::fs::write(format!("/proc/self/{file}"), text)
-            .map_err(sys("writing the user namespace map"))
-    };
-    write("setgroups", "deny".into())?;
-    write("uid_map", format!("{uid} {uid} 1\n"))?;
-    write("gid_map", format!("{gid} {gid} 1\n"))?;
-    Ok(!req.no_pid_namespace)
-}
-
-#[cfg(not(target_os = "linux"))]
-fn enter_namespaces(req: &Request) -> Result<bool, HelperFailure> {
-    if req.network_none {
-        return Err(HelperFailure::NoNetns(
-            "network namespaces exist only on Linux".into(),
-        ));
-    }
-    Ok(false)
-}
-
-/// Whether an unprivileged user + PID namespace can be made here (tried in a throwaway child).
-fn can_make_pid_namespace() -> bool {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: the helper is single-threaded; the child only unshares and exits.
-        match unsafe { nix::unistd::fork() } {
-            Ok(nix::unistd::ForkResult::Child) => {
-                let ok = unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWPID) } == 0;
-                // SAFETY: exit without running the parent's atexit handlers twice.
-                unsafe { libc::_exit(if ok { 0 } else { 1 }) }
-            }
-            Ok(nix::unistd::ForkResult::Parent { child }) => {
-                matches!(waitpid(child, None), Ok(WaitStatus::Exited(_, 0)))
-            }
-            Err(_) => false,
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        false
-    }
-}
-
-#[cfg(target_os = "linux")]
-fn pid_ns_pending() -> bool {
-    let a = std::fs::read_link("/proc/self/ns/pid");
-    let b = std::fs::read_link("/proc/self/ns/pid_for_children");
-    match (a, b) {
-        (Ok(a), Ok(b)) => a != b,
-        // A fresh PID namespace reads as missing until its first process (our init) exists.
-        (Ok(_), Err(e)) => e.kind() == std::io::ErrorKind::NotFound,
-        _ => false,
-    }
-}
-
-/// In a fresh network namespace only `lo` exists; anything else means the request was not met.
-fn check_no_network() -> Result<(), HelperFailure> {
-    #[cfg(target_os = "linux")]
-    {
-        let text = std::fs::read_to_string("/proc/self/net/dev")
-            .map_err(sys("reading /proc/self/net/dev"))?;
-        let others: Vec<&str> = text
-            .lines()
-            .skip(2)
-            .filter_map(|l| l.split(':').next())
-            .map(str::trim)
-            .filter(|name| *name != "lo")
-            .collect();
-        if !others.is_empty() {
-            return Err(HelperFailure::NetworkVisible(others.join(", ")));
-        }
-    }
-    Ok(())
-}
-
-/// Fork the PID namespace's init: it starts the agent, reaps everything re-parented to it,
-/// forwards SIGTERM to the whole namespace, and exits with the agent's status as soon as the
-/// agent exits — at which point the kernel kills every other process in the namespace.
-fn spawn_init(req: &Request, dir: &Path, stdin: Option<&AgentStdin>) -> Result<Pid, HelperFailure> {
-    // The init watches this pipe: EOF means the helper is gone (however it died).
-    let (guard_rd, guard_wr) = nix::unistd::pipe().map_err(|e| sys("creating a pipe")(e.into()))?;
-    // SAFETY: the helper is single-threaded (it runs before any runtime is started), so the
-    // child may keep running Rust code after fork.
-    match unsafe { nix::unistd::fork() }.map_err(|e| sys("forking")(e.into()))? {
-        nix::unistd::ForkResult::Parent { child } => {
-            drop(guard_rd);
-            // Leak the write end on purpose: it must stay open exactly as long as we live.
-            std::mem::forget(guard_wr);
-            Ok(child)
-        }
-        nix::unistd::ForkResult::Child => {
-            drop(guard_wr);
-            // Only the helper writes the agent's stdin: EOF there is the helper's to give.
-            let stdin = stdin.map(|p| {
-                // SAFETY: the child's own copy of the descriptor, closed once here.
-                unsafe { libc::close(p.wr.as_raw_fd()) };
-                &p.rd
-            });
-            let code = init_main(req, dir, guard_rd, stdin);
-            std::process::exit(code)
-        }
-    }
-}
-
-/// For a private slot, in the agent's mount namespace: show the agent its own slot (and its
-/// base objects, read-only) and no other of the sandbox user's (see
-/// [`crate::agent::show_only_own_slot`]). `dir` is `<home>/sandboxes/<key>/<slot>`
-/// ([`sandbox_dir`]): every slot of every repository is under `<home>/sandboxes`.
-fn hide_other_slots(req: &Request, dir: &Path) -> std::io::Result<()> {
-    if !req.private_slot {
-        return Ok(());
-    }
-    let root = dir.ancestors().nth(2).ok_or_else(|| {
-        std::io::Error::other(format!("{}: not a slot's directory", dir.display()))
-    })?;
-    let objects = base_objects_path(dir);
-    let objects = std::fs::symlink_metadata(&objects)
-        .is_ok_and(|m| m.is_dir())
-        .then_some(objects.as_path());
-    crate::agent::show_only_own_slot(root, dir, objects)
-}
-
-fn init_main(
-    req: &Request,
-    dir: &Path,
-    guard: std::os::fd::OwnedFd,
-    stdin: Option<&std::os::fd::OwnedFd>,
-) -> i32 {
-    #[cfg(target_os = "linux")]
-    // SAFETY: prctl with integer arguments. If the helper dies, so does this init, and with it
-    // the whole namespace.
-    unsafe {
-        libc::prctl(
-            libc::PR_SET_PDEATHSIG,
-            libc::SIGKILL as libc::c_ulong,
-            0,
-            0,
-            0,
-        );
-    }
-    if req.private_proc {
-        if let Err(e) = crate::agent::mount_private_proc().and_then(|()| hide_other_slots(req, dir))
-        {
-            eprintln!("hunkgate: refusing to start the agent: {e}");
-            return HELPER_FAILED as i32;
-        }
-    }
-    // The agent runs as the same user in this namespace, and this process holds the hub's
-    // lifeline (its stdin): no tracing it, no reading its memory, no writing its words.
-    if let Err(e) = not_dumpable() {
-        eprintln!("hunkgate: refusing to start the agent: {e}");
-        return HELPER_FAILED as i32;
-    }
-    // Without the pipe the loop below still sees the agent's exit, at its next timeout.
-    let _ = wake::install();
-    let agent = match spawn_agent(req, dir, stdin) {
-        Ok(pid) => pid,
-        Err(e) => {
-            eprintln!("{}{:?}: {e}", agent_path::NOT_STARTED, req.argv[0]);
-            return SPAWN_FAILED;
-        }
-    };
-    let mut forwarded = false;
-    loop {
-        loop {
-            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::Exited(pid, code)) if pid == agent => {
-                    return init_done(req, [0, code as u8], code)
-                }
-                Ok(WaitStatus::Signaled(pid, sig, _)) if pid == agent => {
-                    return init_done(req, [1, sig as u8], 128 + sig as i32)
-                }
-                Ok(WaitStatus::StillAlive) | Err(_) => break,
-                Ok(_) => continue,
-            }
-        }
-        if STOP.load(Ordering::SeqCst) && !forwarded {
-            forwarded = true;
-            // From the namespace's init, -1 means every other process in the namespace.
-            let _ = kill(Pid::from_raw(-1), Signal::SIGTERM);
-        }
-        if wait_readable(guard.as_raw_fd(), 50) == Readable::Closed {
-            return 128 + libc::SIGKILL;
-        }
-    }
-}
-
-/// The agent has exited (`report`: its wait status as the hub reads it, see
-/// [`crate::wire::Request::verdict`]): kill and reap whatever it left in the namespace, as the
-/// kernel would once this init exits, then tell the hub on the lifeline, if it asked, that
-/// nothing the agent started is left. Returns the init's exit code.
-fn init_done(req: &Request, report: [u8; 2], code: i32) -> i32 {
-    // PID namespaces, and so this init, exist only on Linux.
-    #[cfg(target_os = "linux")]
-    // Only as the namespace's PID 1 does kill(-1) reach no further than the namespace.
-    if std::process::id() == 1 {
-        let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
-        // Any child, clones included, until there is none: each one reaped has closed its
-        // files, so what the agent's tree wrote to its output pipes is all in them.
-        while let Ok(_) | Err(nix::errno::Errno::EINTR) = waitpid(None, Some(WaitPidFlag::__WALL)) {
-        }
-        if req.verdict {
-            // SAFETY: send(2) of a two-byte stack buffer on stdin; a stdin that is no socket
-            // (a relaying sudo's pipe) fails, and the hub waits for the exits instead.
-            let sent = unsafe {
-                libc::send(
-                    libc::STDIN_FILENO,
-                    report.as_ptr().cast(),
-                    report.len(),
-                    libc::MSG_NOSIGNAL,
-                )
-            };
-            // The hub has heard: nobody waits for this init's exit.
-            if sent == report.len() as isize {
-                let _ = crate::idle_priority();
-            }
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = (req, report);
-    code
-}
-
-/// Start the agent itself: new session, limits, only fds 0–2, exactly the given environment;
-/// its stdin is `stdin` (the read end of the pipe the helper relays the lifeline to) or
-/// `/dev/null`.
-fn spawn_agent(
-    req: &Request,
-    dir: &Path,
-    stdin: Option<&std::os::fd::OwnedFd>,
-) -> std::io::Result<Pid> {
-    let mut cmd = std::process::Command::new(&req.argv[0]);
-    cmd.args(&req.argv[1..])
-        .env_clear()
-        .envs(req.env.iter().map(|(k, v)| (k, v)))
-        .current_dir(dir)
-        .stdin(match stdin {
-            Some(fd) => Stdio::from(fd.try_clone()?),
-            None => Stdio::null(),
-        });
-    let nproc = if req.nproc == 0 {
-        crate::wire::AGENT_NPROC
-    } else {
-        req.nproc
-    };
-    // SAFETY: the closure runs in the forked child before exec and makes only system calls.
-    unsafe {
-        cmd.pre_exec(move || agent_pre_exec(nproc));
-    }
-    let child = cmd.spawn()?;
-    Ok(Pid::from_raw(child.id() as i32))
-}
-
-fn agent_pre_exec(nproc: u64) -> std::io::Result<()> {
-    let last = std::io::Error::last_os_error;
-    // SAFETY: plain system calls with integer arguments and stack-allocated structs.
-    unsafe {
-        // A new session: no controlling terminal, so TIOCSTI and /dev/tty have nothing to reach.
-        if libc::setsid() < 0 {
-            return Err(last());
-        }
-        let core = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        if libc::setrlimit(libc::RLIMIT_CORE, &core) != 0 {
-            return Err(last());
-        }
-        let mut cur = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        if libc::getrlimit(libc::RLIMIT_NPROC, &mut cur) != 0 {
-            return Err(last());
-        }
-        let n = (nproc as libc::rlim_t).min(cur.rlim_max);
-        let lim = libc::rlimit {
-            rlim_cur: n,
-            rlim_max: n,
-        };
-        if libc::setrlimit(libc::RLIMIT_NPROC, &lim) != 0 {
-            return Err(last());
-        }
-        close_fds_from_3_on_exec()
-    }
-}
-
-/// Mark every descriptor above 2 close-on-exec (not closed now: std's exec-error pipe must
-/// stay usable until the exec).
-unsafe fn close_fds_from_3_on_exec() -> std::io::Result<()> {
-    #[cfg(target_os = "linux")]
-    {
-        const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
-        if libc::syscall(
-            libc::SYS_close_range,
-            3 as libc::c_uint,
-            libc::c_uint::MAX,
-            CLOSE_RANGE_CLOEXEC,
-        ) == 0
-        {
-            return Ok(());
-        }
-    }
-    // Older kernels and macOS: every possible descriptor, one by one.
-    let max = match libc::sysconf(libc::_SC_OPEN_MAX) {
-        n if n > 0 => n.min(1 << 20) as libc::c_int,
-        _ => 65536,
-    };
-    for fd in 3..max {
-        let flags = libc::fcntl(fd, libc::F_GETFD);
-        if flags >= 0 {
-            libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
-        }
-    }
-    Ok(())
-}
-
-#[derive(Debug, PartialEq, Eq)]
-enum Readable {
-    No,
-    Yes,
-    Closed,
-}
-
-/// Wait up to `ms` for `fd` to become readable, or for a [`wake`] (a child exited, a stop
-/// signal came: reported as `No`, for the caller's loop to look); report EOF or a hang-up as
-/// `Closed` (data is read and discarded: the lifeline carries none after the request).
-fn wait_readable(fd: libc::c_int, ms: libc::c_int) -> Readable {
-    let mut pfds = [
-        libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        },
-        libc::pollfd {
-            fd: wake::fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        },
-    ];
-    // SAFETY: two pollfds on the stack (a negative fd is ignored by poll).
-    let n = unsafe { libc::poll(pfds.as_mut_ptr(), 2, ms) };
-    if pfds[1].revents != 0 {
-        wake::drain();
-    }
-    let pfd = &pfds[0];
-    if n <= 0 || pfd.revents == 0 {
-        return Readable::No;
-    }
-    if pfd.revents & libc::POLLNVAL != 0 {
-        return Readable::Closed;
-    }
-    let mut buf = [0u8; 512];
-    // SAFETY: reading into a stack buffer of the given length.
-    let got = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-    if got <= 0 {
-        Readable::Closed
-    } else {
-        Readable::Yes
-    }
-}
-
-/// Wait for `child` (the agent, or the namespace's init), reaping every other process that is
-/// re-parented to us, and stop the tree when told to: SIGTERM, lifeline EOF, or the deadline.
-///
-/// With `relay`, what comes on the lifeline goes on to the agent's stdin as it waits.
-fn supervise(
-    child: Pid,
-    pid_ns: bool,
-    deadline: Option<Instant>,
-    lifeline: bool,
-    mut relay: Option<Relay>,
-) -> WaitStatus {
-    let mut stopping_since: Option<Instant> = None;
-    let mut killed = false;
-    let mut lifeline_open = lifeline;
-    // Without the pipe the loop below still sees the child's exit, at its next timeout.
-    let _ = wake::install();
-    loop {
-        loop {
-            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
-                Ok(status @ (WaitStatus::Exited(pid, _) | WaitStatus::Signaled(pid, _, _)))
-                    if pid == child =>
-                {
-                    return status
-                }
-                Ok(WaitStatus::StillAlive) => break,
-                Ok(_) => continue,
-                // No children at all: the child is gone and was reaped by someone else.
-                Err(_) => return WaitStatus::Exited(child, HELPER_FAILED as i32),
-            }
-        }
-        if let (true, Some(r)) = (lifeline_open, relay.as_mut()) {
-            if r.step(100) == Readable::Closed {
-                lifeline_open = false;
-                // The agent's stdin ends with the lifeline.
-                relay = None;
-            }
-        } else if lifeline_open {
-            if wait_readable(libc::STDIN_FILENO, 100) == Readable::Closed {
-                lifeline_open = false;
-            }
-        } else {
-            // No descriptor but the wake-up pipe: a child's exit or a signal, or the timeout.
-            wait_readable(-1, 100);
-        }
-        let stop = STOP.load(Ordering::SeqCst)
-            || (lifeline && !lifeline_open)
-            || deadline.is_some_and(|d| Instant::now() >= d);
-        if stop && stopping_since.is_none() {
-            stopping_since = Some(Instant::now());
-            let _ = kill(child, Signal::SIGTERM);
-            if !pid_ns {
-                kill_tree_once(Signal::SIGTERM);
-            }
-        }
-        if let Some(since) = stopping_since {
-            if !killed && since.elapsed() >= TERM_GRACE {
-                killed = true;
-                // Killing the namespace's init kills the namespace.
-                let _ = kill(child, Signal::SIGKILL);
-                kill_tree(Signal::SIGKILL);
-            }
-        }
-    }
-}
-
-/// Signal every descendant until none is left alive (a fork racing the sweep is caught by the
-/// next pass; RLIMIT_NPROC bounds how long that can go on).
-fn kill_tree(sig: Signal) {
-    for _ in 0..200 {
-        if kill_tree_once(sig) == 0 {
-            return;
-        }
-        reap_all();
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// Signal every live descendant once; returns how many there were.
-fn kill_tree_once(sig: Signal) -> usize {
-    let me = nix::unistd::getpid().as_raw();
-    let procs = process_table();
-    let mut children: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
-    for (&pid, &(ppid, _)) in &procs {
-        children.entry(ppid).or_default().push(pid);
-    }
-    let mut stack = vec![me];
-    let mut live = 0;
-    while let Some(p) = stack.pop() {
-        for &c in children.get(&p).map(Vec::as_slice).unwrap_or(&[]) {
-            stack.push(c);
-            if procs.get(&c).is_some_and(|&(_, zombie)| !zombie) {
-                live += 1;
-                let _ = kill(Pid::from_raw(c), sig);
-            }
-        }
-    }
-    live
-}
-
-fn reap_all() {
-    while let Ok(status) = waitpid(None, Some(WaitPidFlag::WNOHANG)) {
-        if status == WaitStatus::StillAlive {
-            break;
-        }
-    }
-}
-
-/// pid -> (parent pid, is a zombie), for every process we can see.
-#[cfg(target_os = "linux")]
-fn process_table() -> BTreeMap<i32, (i32, bool)> {
-    let mut out = BTreeMap::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        if let Some((ppid, zombie)) = std::fs::read_to_string(entry.path().join("stat"))
-            .ok()
-            .and_then(|s| parse_stat(&s))
-        {
-            out.insert(pid, (ppid, zombie));
-        }
-    }
-    out
-}
-
-/// `pid (comm) S ppid ...`; comm may itself contain ") ", so split at the last one.
-#[cfg(any(target_os = "linux", test))]
-fn parse_stat(stat: &str) -> Option<(i32, bool)> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace();
-    let state = fields.next()?;
-    let ppid = fields.next()?.parse().ok()?;
-    Some((ppid, state == "Z"))
-}
-
-#[cfg(not(target_os = "linux"))]
-fn process_table() -> BTreeMap<i32, (i32, bool)> {
-    // No /proc: ask ps (macOS ships it in /bin).
-    let mut out = BTreeMap::new();
-    let Ok(o) = std::process::Command::new("/bin/ps")
-        .args(["-axo", "pid=,ppid=,stat="])
-        .env_clear()
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-    else {
-        return out;
-    };
-    for line in String::from_utf8_lossy(&o.stdout).lines() {
-        let mut f = line.split_whitespace();
-        if let (Some(pid), Some(ppid), Some(stat)) = (f.next(), f.next(), f.next()) {
-            if let (Ok(pid), Ok(ppid)) = (pid.parse(), ppid.parse()) {
-                out.insert(pid, (ppid, stat.starts_with('Z')));
-            }
-        }
-    }
-    out
-}
-
-/// Exit the way the agent did: its exit code, or the signal that killed it (re-raised, so the
-/// hub — through sudo, which does the same — sees a death by that signal).
-fn exit_like(status: WaitStatus) -> Result<ExitCode, HelperFailure> {
-    match status {
-        WaitStatus::Exited(_, code) => std::process::exit(code),
-        WaitStatus::Signaled(_, sig, _) => {
-            use nix::sys::signal::{signal, SigHandler};
-            // SAFETY: restoring the default disposition of a signal.
-            unsafe {
-                let _ = signal(sig, SigHandler::SigDfl);
-            }
-            let _ = nix::sys::signal::raise(sig);
-            std::process::exit(128 + sig as i32)
-        }
-        _ => Ok(ExitCode::from(HELPER_FAILED)),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1548,13 +652,6 @@ mod tests {
         // A helper kept beside a slot that is not private refuses to sync it.
         assert!(kept_base_objects(&dir, false).is_err());
         assert!(kept_base_objects(&dir, true).is_ok());
-    }
-
-    #[test]
-    fn stat_lines_with_hostile_names_parse() {
-        assert_eq!(parse_stat("12 (sh) S 7 12 12 0"), Some((7, false)));
-        assert_eq!(parse_stat("13 (a) Z (b) Z 9 1 1"), Some((9, true)));
-        assert_eq!(parse_stat("garbage"), None);
     }
 
     /// A whole read-back (no watch) sends what differs from the base, names a base path that

@@ -4,14 +4,15 @@
 //! 0. leaves: `threads` (work shared among threads); `wire`, the hub↔helper contract; `accel`;
 //!    `odb::pack`, `odb::tree_edit`; `status::watch`; `supervise::os` (the system calls no
 //!    dependency wraps safely), `supervise::watchdog`, `supervise::limits`,
-//!    `supervise::agent_path`;
+//!    `supervise::agent_path`, `supervise::launch` (what a child does between fork and exec);
 //! 1. `fs::beneath`, then 2. `odb::store`: confined file access, the checkpoint store;
 //! 3. `status::statcache`, then 4. `status::snapshot` and `status::foreign`: stat data, reading
 //!    trees as data, what a slot holds beyond its base;
 //! 5. `slot::tools`, `sync`, `status::checkout`: the agent's file tools; bringing a slot to a
 //!    base; the checkout snapshotted under change notification;
 //! 6. `workspace`: the `Sandbox` trait and the same-user sandbox;
-//! 7. `supervise::agent`, `slot::jj`: processes and jj changes in any sandbox;
+//! 7. `supervise::agent`, `slot::jj`: processes and jj changes in any sandbox; then
+//!    `supervise::tree`: the agent's process tree under the helper (its PID-namespace init);
 //! 8. `user`, `helper`: the two ends of user isolation, which never import each other;
 //! 9. `both_ends` (tests only): the kept helper's two ends driven against each other.
 //!
@@ -36,6 +37,7 @@ const LAYERS: &[&[&str]] = &[
         "supervise::watchdog",
         "supervise::limits",
         "supervise::agent_path",
+        "supervise::launch",
     ],
     &["fs::beneath"],
     &["odb::store"],
@@ -44,6 +46,7 @@ const LAYERS: &[&[&str]] = &[
     &["slot::tools", "sync", "status::checkout"],
     &["workspace"],
     &["supervise::agent", "slot::jj"],
+    &["supervise::tree"],
     &["user", "helper"],
     // Tests only: the kept helper's two ends driven against each other.
     &["both_ends"],

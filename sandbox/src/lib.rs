@@ -15,7 +15,9 @@
 //! - [`supervise`]: command templates and agent processes (process groups, the PID-namespace
 //!   init, timeouts, cancellation: [`agent`]); the agent's `PATH` under user isolation and the
 //!   lookup of its program ([`agent_path`]); the [`watchdog`]; what one read-back of a sandbox
-//!   may bring in ([`limits`]); the system calls no dependency wraps safely ([`supervise::os`]).
+//!   may bring in ([`limits`]); the system calls no dependency wraps safely ([`supervise::os`]);
+//!   what a child does between fork and exec ([`supervise::launch`]); the agent's process tree
+//!   under user isolation, as the helper runs it ([`supervise::tree`]).
 //!   The only folder that allows `unsafe`; the others are `#![forbid(unsafe_code)]`.
 //! - [`threads`]: work shared among threads (fsyncs, `lstat`s, a read-back's reads).
 //! - [`sync`]: bringing a sandbox slot to a base writing only what differs, and the stat record
@@ -30,17 +32,16 @@
 //! import): the leaves (`threads`, `wire`, `accel`, `odb::pack`, `status::watch`,
 //! `supervise::os`, …) → `fs::beneath` → `odb::store` → `status::statcache` →
 //! `status::snapshot`, `status::foreign` → `slot::tools`, `sync`, `status::checkout` →
-//! `workspace` → `supervise::agent`, `slot::jj` → `user`, `helper`. So the wire contract is a
-//! leaf, the sandbox trait knows nothing of user isolation, and the hub's side (`user`) and
-//! the helper never import each other.
+//! `workspace` → `supervise::agent`, `slot::jj` → `supervise::tree` → `user`, `helper`. So
+//! the wire contract is a leaf, the sandbox trait knows nothing of user isolation, and the
+//! hub's side (`user`) and the helper never import each other.
 
-// `unsafe` is denied everywhere but where a module is let have it: supervision, and — until they
-// are split — the user isolation's files (the other folders forbid it outright).
+// `unsafe` is denied everywhere but in supervision, the one module let have it (the others
+// forbid it outright).
 #![deny(unsafe_code)]
 
 pub mod accel;
 pub mod fs;
-#[allow(unsafe_code)]
 pub mod helper;
 pub mod odb;
 pub mod slot;
@@ -49,10 +50,8 @@ pub mod status;
 pub mod supervise;
 pub mod sync;
 pub mod threads;
-#[allow(unsafe_code)]
 pub mod user;
 pub mod wire;
-#[allow(unsafe_code)]
 pub mod workspace;
 
 // The flat names every module had before the folders, kept for the code that uses them.

@@ -17,6 +17,8 @@
 //! implements), [`crate::sync`]'s records, [`crate::wire`] and what is below — never
 //! [`crate::helper`], the other end of the wire, which it only ever starts as a process.
 
+#![forbid(unsafe_code)]
+
 use crate::tools::{ToolReply, ToolRequest};
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
@@ -31,6 +33,7 @@ use nix::libc;
 use crate::accel::Accel;
 use crate::snapshot::{OverLimit, ReadBack, ReadLimits, Skipped};
 use crate::store::{Entry, FlatTree, Mode, ObjectBatch, Store, StoreError};
+use crate::supervise::launch;
 use crate::sync::{base_refs, changed_paths, rebase_onto, record_for, Synced};
 use crate::wire::{self, Frame, PrepareReply, Request, SyncRecord, WireError, AGENT_NPROC};
 use crate::workspace::{lock, AgentCommand, Sandbox, SandboxError, SharedSlot, Stop};
@@ -542,11 +545,7 @@ impl UserIsolation {
                 } else {
                     0
                 };
-                // SAFETY: the closure runs in the forked child before exec and makes only
-                // async-signal-safe system calls (no allocation, no locks).
-                unsafe {
-                    cmd.pre_exec(move || drop_privileges(uid, gid, ns));
-                }
+                launch::drop_privileges(&mut cmd, uid, gid, ns);
                 cmd
             }
             Launch::Sudo { sudo } => {
@@ -554,16 +553,9 @@ impl UserIsolation {
                 cmd.args(["-n", "-u", &self.user.name, "--"])
                     .arg(&self.helper_exe)
                     .args(["sandbox-helper", op]);
-                // SAFETY: setsid is async-signal-safe. Without a controlling terminal sudo
-                // never allocates a pty nor prompts, and the helper inherits none.
-                unsafe {
-                    cmd.pre_exec(|| {
-                        if libc::setsid() < 0 {
-                            return Err(std::io::Error::last_os_error());
-                        }
-                        Ok(())
-                    });
-                }
+                // Without a controlling terminal sudo never allocates a pty nor prompts, and the
+                // helper inherits none.
+                launch::new_session(&mut cmd);
                 cmd
             }
         };
@@ -663,53 +655,6 @@ fn namespace_flags(network_none: bool, pid: bool) -> libc::c_int {
 /// (unprivileged) user namespaces must — so that fallback can be exercised anywhere.
 fn pid_namespace_disabled() -> bool {
     std::env::var_os("HUNKGATE_SANDBOX_PIDNS").is_some_and(|v| v == "off")
-}
-
-/// In the forked child of a root hub: a new session (no controlling terminal), optional fresh
-/// namespaces (which need root, so before the drop), then supplementary groups, gid and uid —
-/// in that order, since each step needs the privilege the next one gives up — and a check that
-/// all of it took and cannot be undone. Only `EPERM`/`last_os_error` are built on failure:
-/// nothing here may allocate.
-fn drop_privileges(uid: u32, gid: u32, ns: libc::c_int) -> std::io::Result<()> {
-    let last = std::io::Error::last_os_error;
-    // SAFETY: plain system calls on integers; no memory is shared with the parent.
-    unsafe {
-        if libc::setsid() < 0 {
-            return Err(last());
-        }
-        // Without CAP_SYS_ADMIN (some containers) a PID namespace may be refused: the helper
-        // then tracks the tree itself. A network namespace that was asked for is not optional.
-        #[cfg(target_os = "linux")]
-        if ns != 0 && libc::unshare(ns) != 0 && ns & libc::CLONE_NEWNET != 0 {
-            return Err(last());
-        }
-        #[cfg(not(target_os = "linux"))]
-        let _ = ns;
-        if libc::setgroups(0, std::ptr::null()) != 0 {
-            return Err(last());
-        }
-        if libc::setgid(gid) != 0 {
-            return Err(last());
-        }
-        if libc::setuid(uid) != 0 {
-            return Err(last());
-        }
-        let denied = std::io::Error::from_raw_os_error(libc::EPERM);
-        if libc::getuid() != uid
-            || libc::geteuid() != uid
-            || libc::getgid() != gid
-            || libc::getegid() != gid
-            || libc::getgroups(0, std::ptr::null_mut()) != 0
-        {
-            return Err(denied);
-        }
-        if libc::setuid(0) == 0 || libc::setgid(0) == 0 {
-            return Err(denied);
-        }
-        // No parent-death signal: when the hub dies the helper must live on for a moment, see
-        // its lifeline close, and kill the agent's tree.
-    }
-    Ok(())
 }
 
 /// The sandbox user's home must exist, be a directory it owns, and be closed to everyone else

@@ -8,6 +8,8 @@
 //! (`snapshot`, `statcache`, `store`, `beneath`, `wire`) and [`crate::tools`]'s request
 //! types — nothing of the user-isolation side (`user`, `helper`), which builds on it.
 
+#![forbid(unsafe_code)]
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -337,16 +339,13 @@ fn reset_after_run(dir: PathBuf, slot: SharedSlot) {
 async fn follow_watch(slot: SharedSlot) {
     #[cfg(target_os = "linux")]
     {
-        use tokio::io::unix::AsyncFd;
         let fd = lock(&slot)
             .watch
             .as_ref()
             .map(|w| w.fd().try_clone_to_owned());
         // The copy shares the watch's inotify queue (and its non-blocking mode).
         if let Some(Ok(fd)) = fd {
-            // SAFETY: an OwnedFd is an open descriptor that stays open, the same one, until the
-            // AsyncFd that owns it is dropped.
-            let fd = unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) };
+            let fd = crate::supervise::os::async_fd(fd, tokio::io::Interest::READABLE);
             if let Ok(fd) = fd {
                 loop {
                     let Ok(mut ready) = fd.readable().await else {

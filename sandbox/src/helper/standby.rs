@@ -384,9 +384,8 @@ fn wait_for_input<R: Read + AsFd>(input: &mut BufReader<R>, watch: &mut Option<W
                 revents: 0,
             },
         ];
-        // SAFETY: two pollfds on the stack.
-        if unsafe { libc::poll(pfds.as_mut_ptr(), 2, -1) } < 0 {
-            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+        if let Err(e) = crate::supervise::os::poll(&mut pfds, -1) {
+            if e.kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
             break;

@@ -1,6 +1,7 @@
 //! The few system calls hunkgate needs that no dependency wraps safely, each behind a safe
 //! function: glibc's allocator tunables and `malloc_trim`, `SCHED_IDLE`, `SIGPIPE`'s default,
-//! and the read lease that tells whether a file is open for writing elsewhere. The policy —
+//! the read lease that tells whether a file is open for writing elsewhere, `poll`, and a
+//! descriptor's registration with tokio. The policy —
 //! which tunable, when to give memory back — is the caller's (the hub's binary side,
 //! `server/src/cli/process.rs`); this module only makes each call sound.
 
@@ -55,6 +56,29 @@ pub fn die_on_broken_pipe() {
     unsafe {
         nix::libc::signal(nix::libc::SIGPIPE, nix::libc::SIG_DFL);
     }
+}
+
+/// poll(2): wait up to `ms` milliseconds (-1: without limit) until one of `fds` has an event
+/// (a negative fd is ignored); how many have one (0 at the timeout), or the error (`EINTR`
+/// included, for the caller to decide).
+pub fn poll(fds: &mut [nix::libc::pollfd], ms: nix::libc::c_int) -> std::io::Result<usize> {
+    // SAFETY: the slice's pointer and length describe live pollfds, which poll only writes
+    // the `revents` of.
+    let n = unsafe { nix::libc::poll(fds.as_mut_ptr(), fds.len() as nix::libc::nfds_t, ms) };
+    usize::try_from(n).map_err(|_| std::io::Error::last_os_error())
+}
+
+/// `fd` registered with tokio's reactor for `interest` (in a runtime's context).
+pub fn async_fd(
+    fd: std::os::fd::OwnedFd,
+    interest: tokio::io::Interest,
+) -> Result<
+    tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>,
+    tokio::io::unix::AsyncFdRegisterError<std::os::fd::OwnedFd>,
+> {
+    // SAFETY: an OwnedFd is an open descriptor that stays open, the same one, until the
+    // AsyncFd that owns it is dropped.
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, interest) }
 }
 
 /// Run the calling thread (or single-threaded process) only when nothing else wants its CPU

@@ -310,42 +310,13 @@ impl UserSandbox {
     }
 }
 
-/// Largest request [`stdin_from_bytes`] takes: it must fit in a pipe's buffer (64 KiB on Linux,
+/// Largest request [`launch::stdin_from_bytes`] takes: it must fit in a pipe's buffer (64 KiB on Linux,
 /// 16 KiB guaranteed on macOS), or the child would block on its own write forever.
 const PIPE_REQUEST_MAX: usize = if cfg!(target_os = "linux") {
     60 * 1024
 } else {
     16 * 1024
 };
-
-/// In a forked child: make fd 0 a pipe that holds `bytes` and then EOF. Requests over
-/// [`PIPE_REQUEST_MAX`] fail with E2BIG ("argument list too long"), which is what they are.
-fn stdin_from_bytes(bytes: &[u8]) -> std::io::Result<()> {
-    if bytes.len() > PIPE_REQUEST_MAX {
-        return Err(std::io::Error::from_raw_os_error(libc::E2BIG));
-    }
-    let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: system calls on descriptors this function creates; `bytes` outlives the calls.
-    unsafe {
-        if libc::pipe(fds.as_mut_ptr()) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let mut off = 0;
-        while off < bytes.len() {
-            let n = libc::write(fds[1], bytes[off..].as_ptr().cast(), bytes.len() - off);
-            if n <= 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            off += n as usize;
-        }
-        libc::close(fds[1]);
-        if libc::dup2(fds[0], 0) < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        libc::close(fds[0]);
-    }
-    Ok(())
-}
 
 /// The helper's stat record of a prepare, checked: only base paths, each at most once; and
 /// directories that are paths hunkgate can name (or `""`, the slot), each at most once, no
@@ -665,11 +636,7 @@ impl Sandbox for UserSandbox {
         // at the deadline.
         let request = self.exec_request(argv, env, Duration::from_secs(30 * 60), false);
         let mut cmd = self.iso.helper_command("exec", true);
-        // SAFETY: pipe, write, dup2 and close are async-signal-safe; `request` was allocated
-        // before the fork and is only read here.
-        unsafe {
-            cmd.pre_exec(move || stdin_from_bytes(&request));
-        }
+        launch::stdin_from_bytes(&mut cmd, request, PIPE_REQUEST_MAX);
         tokio::process::Command::from(cmd)
     }
 

@@ -536,13 +536,11 @@ fn readable_within(fd: libc::c_int, wait: Duration) -> bool {
             revents: 0,
         };
         let ms = libc::c_int::try_from(left.as_millis()).unwrap_or(libc::c_int::MAX);
-        // SAFETY: one pollfd on the stack.
-        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if n > 0 {
+        let n = crate::supervise::os::poll(std::slice::from_mut(&mut pfd), ms);
+        if n.as_ref().is_ok_and(|&n| n > 0) {
             return true;
         }
-        let interrupted =
-            n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted;
+        let interrupted = n.is_err_and(|e| e.kind() == std::io::ErrorKind::Interrupted);
         if !interrupted || left.is_zero() {
             return false;
         }

@@ -9,6 +9,10 @@
 //!   namespace of its own ([`pidns::mount_private_proc`]), so an agent sees only its own namespace's
 //!   processes — never another run's agent, whose environment holds that run's token — and
 //!   covers every other slot ([`pidns::show_only_own_slot`]), so it reaches only its own.
+//!
+//! In both, the namespace's init ends it the same way once the agent exits
+//! ([`end_of_agent`]); under `--isolation user` the rest of that init, a fork of the helper,
+//! is `crate::supervise::tree`'s.
 
 use nix::libc;
 
@@ -359,17 +363,12 @@ unsafe fn be_init(agent: libc::pid_t, status: libc::c_int, verdict: libc::c_int)
             } else {
                 [0, libc::WEXITSTATUS(st) as u8]
             };
-            // What the agent left goes now, as it would when this init exits, but
-            // reaped before the word goes out: then the hub knows that nothing the
-            // agent started is left, without waiting for this process and the
-            // leader to exit.
-            // (Only as PID 1: kill(-1) reaches no further than this namespace.)
-            if libc::getpid() == 1 {
-                libc::kill(-1, libc::SIGKILL);
-                // Any child, clones included (`__WALL`), until there is none.
-                while waitpid_flags(-1, &mut st, libc::__WALL) > 0 {}
-            }
-            let heard = verdict >= 0 && libc::write(verdict, report.as_ptr().cast(), 2) == 2;
+            let tell = if verdict >= 0 {
+                Tell::Pipe(verdict)
+            } else {
+                Tell::Nobody
+            };
+            let heard = end_of_agent(report, tell);
             // The leader learns how the agent ended, and whether the hub has heard it.
             let told = [report[0], report[1], u8::from(heard)];
             libc::write(status, told.as_ptr().cast(), told.len());
@@ -379,6 +378,47 @@ unsafe fn be_init(agent: libc::pid_t, status: libc::c_int, verdict: libc::c_int)
             }
             libc::_exit(report[1] as libc::c_int);
         }
+    }
+}
+
+/// Where an agent's namespace init tells the hub how the agent ended.
+#[derive(Debug, Clone, Copy)]
+pub enum Tell {
+    /// Nobody asked: the hub waits for the exits.
+    Nobody,
+    /// The hub's verdict pipe (`--isolation none`, see [`Plan::with_verdict`]).
+    Pipe(libc::c_int),
+    /// The helper's lifeline, a socket (`--isolation user`); sent with `MSG_NOSIGNAL`, and a
+    /// descriptor that is no socket (a relaying sudo's pipe) fails: the hub waits instead.
+    Socket(libc::c_int),
+}
+
+/// How every agent's namespace ends, in both isolation modes: its init calls this once the
+/// agent has exited as `report` says (`[0, code]` or `[1, signal]`). What the agent left is
+/// killed and reaped now, as the kernel would once the init exits, but before the word goes
+/// out: then the hub knows that nothing the agent started is left without waiting for the
+/// init, nor the processes above it, to exit. (Only as PID 1: kill(-1) reaches no further
+/// than the namespace.) Each one reaped has closed its files, so what the agent's tree wrote
+/// to its output pipes is all in them. Then `tell` is told the report; returns whether it
+/// heard it (then nobody waits for the init's exit, which may go at idle priority).
+/// Async-signal-safe, without allocation: a forked init may call it.
+pub fn end_of_agent(report: [u8; 2], tell: Tell) -> bool {
+    // SAFETY: kill, waitpid, write and send on integers and a two-byte stack buffer.
+    unsafe {
+        if libc::getpid() == 1 {
+            libc::kill(-1, libc::SIGKILL);
+            let mut st: libc::c_int = 0;
+            // Any child, clones included (`__WALL`), until there is none.
+            while waitpid_flags(-1, &mut st, libc::__WALL) > 0 {}
+        }
+        let sent = match tell {
+            Tell::Nobody => return false,
+            Tell::Pipe(fd) => libc::write(fd, report.as_ptr().cast(), report.len()),
+            Tell::Socket(fd) => {
+                libc::send(fd, report.as_ptr().cast(), report.len(), libc::MSG_NOSIGNAL)
+            }
+        };
+        sent == report.len() as isize
     }
 }
 

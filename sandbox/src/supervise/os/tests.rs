@@ -63,3 +63,24 @@ fn set_malloc_moves_the_bar_for_blocks_mapped_on_their_own() {
     assert_eq!(Malloc::MmapThreshold.env_var(), "MALLOC_MMAP_THRESHOLD_");
     return_freed_memory();
 }
+
+/// poll reports a pipe readable once it holds a byte, and not before (the timeout).
+#[test]
+fn poll_sees_a_pipe_become_readable() {
+    use std::os::fd::AsRawFd;
+    let (rd, wr) = nix::unistd::pipe().unwrap();
+    let mut fds = [nix::libc::pollfd {
+        fd: rd.as_raw_fd(),
+        events: nix::libc::POLLIN,
+        revents: 0,
+    }];
+    assert_eq!(
+        poll(&mut fds, 0).unwrap(),
+        0,
+        "an empty pipe is not readable"
+    );
+    assert_eq!(fds[0].revents, 0);
+    nix::unistd::write(&wr, b"x").unwrap();
+    assert_eq!(poll(&mut fds, 0).unwrap(), 1);
+    assert_ne!(fds[0].revents & nix::libc::POLLIN, 0);
+}
