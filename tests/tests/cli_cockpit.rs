@@ -596,3 +596,79 @@ async fn a_reject_comment_reaches_the_feedback_log_and_the_sessions_next_run() {
     // Positive control: the first run had no such context.
     assert!(!context(&fake.requests()[0]).contains("say it quietly"));
 }
+
+/// `hunkgate run` says which session its run is in, and `--session last` goes on in the
+/// newest run's session: the agent of the next run sees what the reviewer did with the first.
+#[tokio::test]
+async fn session_last_continues_the_newest_runs_session() {
+    use hunkgate_tests::fake_llm::{FakeLlm, Recorded, Reply};
+    let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
+    let fake = FakeLlm::with(|req: &Recorded| match req.tool_results().len() {
+        0 => Reply::tool(
+            "write_file",
+            json!({"file_path": "hello.txt", "content": "HELLO\n"}),
+        ),
+        _ => Reply::tool("finish", json!({"description": "Add a greeting"})),
+    })
+    .await;
+    let hub = ws.serve(&["--provider-url", &fake.base_url()]).unwrap();
+    // No run yet: nothing to continue, and a clear error.
+    let none = cli(&ws, &["run", "greet", "--model", "m1", "--session", "last"]);
+    assert!(!none.ok);
+    assert!(
+        none.stderr.contains("there is no run yet"),
+        "{}",
+        none.stderr
+    );
+
+    let first = ok(&ws, &["run", "greet", "--model", "m1"]);
+    let run1 = hub
+        .curl()
+        .get(&format!("/runs/{}", sid_run(&hub, "greet")))
+        .unwrap()
+        .body;
+    let session = run1["session_id"].as_str().unwrap().to_string();
+    assert!(
+        first
+            .stderr
+            .contains(&format!("queued in session {session}")),
+        "{}",
+        first.stderr
+    );
+    let sid = run1["suggestion_ids"][0].as_str().unwrap().to_string();
+    ok(
+        &ws,
+        &["reject", &sid[..8], "1", "--comment", "say it quietly"],
+    );
+
+    // The session's next run, by `last`: the agent sees the reviewer's comment.
+    let before = fake.requests().len();
+    ok(&ws, &["run", "again", "--model", "m1", "--session", "last"]);
+    let again = hub
+        .curl()
+        .get(&format!("/runs/{}", sid_run(&hub, "again")))
+        .unwrap()
+        .body;
+    assert_eq!(again["session_id"].as_str(), Some(session.as_str()));
+    let second: String = fake.requests()[before]
+        .messages()
+        .iter()
+        .filter_map(|m| m["content"].as_str().map(str::to_string))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        second.contains("rejected — comment: say it quietly"),
+        "{second}"
+    );
+    // The control: a run without --session has a session of its own, and no such context.
+    let before = fake.requests().len();
+    ok(&ws, &["run", "other", "--model", "m1"]);
+    let other = hub
+        .curl()
+        .get(&format!("/runs/{}", sid_run(&hub, "other")))
+        .unwrap()
+        .body;
+    assert_ne!(other["session_id"].as_str(), Some(session.as_str()));
+    let fresh = serde_json::to_string(&fake.requests()[before].messages()).unwrap();
+    assert!(!fresh.contains("say it quietly"), "{fresh}");
+}

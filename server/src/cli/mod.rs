@@ -85,7 +85,8 @@ enum Cmd {
         /// `local`, `remote` or `hybrid_auto` for this run (the built-in agent).
         #[arg(long, value_name = "MODE")]
         agent_mode: Option<String>,
-        /// Run in this session (id or prefix), so the agent sees its history and decisions.
+        /// Run in this session (id, prefix, or `last`: the newest run's), so the agent sees its
+        /// history and the reviewer's decisions (a kept ACP agent is reached again).
         #[arg(long)]
         session: Option<String>,
         /// Print the run id and return without waiting.

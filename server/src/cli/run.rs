@@ -45,9 +45,13 @@ pub async fn run(client: ClientArgs, req: RunRequest) -> anyhow::Result<ExitCode
     } else {
         Some(signal(SignalKind::interrupt()).context("listening for Ctrl-C")?)
     };
+    let session = match req.session.as_deref() {
+        Some(LAST) => Some(last_session(&c).await?),
+        _ => req.session.clone(),
+    };
     let body = json!({"prompt": req.prompt, "agent": req.agent, "acp": req.acp,
         "timeout_secs": req.timeout, "model": req.model, "provider": req.provider,
-        "agent_mode": req.agent_mode, "session_id": req.session});
+        "agent_mode": req.agent_mode, "session_id": session});
     let v = c.post("/runs", body).await?;
     let run_id = v["run_id"].as_str().unwrap_or("").to_string();
     if req.no_wait {
@@ -55,7 +59,13 @@ pub async fn run(client: ClientArgs, req: RunRequest) -> anyhow::Result<ExitCode
         return Ok(ExitCode::SUCCESS);
     }
     if !client.json {
-        eprintln!("run {run_id} queued");
+        match v["session_id"].as_str() {
+            // How to go on in the same session (its agent sees this run and its review).
+            Some(sess) => {
+                eprintln!("run {run_id} queued in session {sess} (--session last continues it)")
+            }
+            None => eprintln!("run {run_id} queued"),
+        }
     }
     let (Some(ws), Some(interrupt)) = (ws.as_mut(), interrupt.as_mut()) else {
         return Ok(ExitCode::SUCCESS);
@@ -73,6 +83,18 @@ pub async fn run(client: ClientArgs, req: RunRequest) -> anyhow::Result<ExitCode
             }
         }
     }
+}
+
+/// `--session last`: the session of the newest run.
+pub const LAST: &str = "last";
+
+/// The session of the hub's newest run, for `--session last`.
+async fn last_session(c: &HubClient) -> anyhow::Result<String> {
+    let runs = crate::cli::runs::fetch(c).await?;
+    runs.into_iter()
+        .rev()
+        .find_map(|r| r.session_id)
+        .context("--session last continues the session of the newest run, and there is no run yet")
 }
 
 /// Read the next event and act on it if it is about the run; `Some(code)` when the command is

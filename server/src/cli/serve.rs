@@ -169,23 +169,13 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<(ServeConfig, bool)> {
     };
     let mut agent_env = file.agent_env.clone();
     agent_env.extend(args.agent_env);
-    let provider = config::resolve_provider(
-        config::ProviderFlags {
-            base_url: args.provider_url,
-            model: args.model,
-            api_key_env: args.api_key_env,
-            api_key_file: args.api_key_file,
-        },
-        &file.provider,
-    )?;
-    let routing = config::resolve_routing(provider.as_ref(), &file)?;
-    for p in &routing.providers {
-        if let crate::config::provider::KeySource::Env(var) = &p.cfg.key_source {
-            if agent_env.iter().any(|e| e == var) {
-                bail!("--agent-env {var}: that variable holds the model provider's API key, which never reaches an agent");
-            }
-        }
-    }
+    let flags = config::ProviderFlags {
+        base_url: args.provider_url,
+        model: args.model,
+        api_key_env: args.api_key_env,
+        api_key_file: args.api_key_file,
+    };
+    let (provider, routing) = models_of(flags, &file, &agent_env)?;
     let limits = file.limits.resolve(args.max_tool_calls);
     let max_concurrent_runs =
         config::resolve_max_runs(args.max_runs.map(|n| n as usize), &file.limits);
@@ -193,26 +183,14 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<(ServeConfig, bool)> {
     agent_path.extend(args.agent_path);
     let mut allowed_origins = file.allowed_origins.clone();
     allowed_origins.extend(args.allow_origin);
-    let accel = config::resolve_accel(&file, std::env::var("HUNKGATE_ACCEL_OFF").ok().as_deref())
-        .map_err(anyhow::Error::msg)?;
-    let mut isolation = crate::isolation::resolve(
-        args.isolation.or(file.isolation),
-        args.sandbox_user
-            .as_deref()
-            .or(file.sandbox_user.as_deref())
-            .unwrap_or(hunkgate_sandbox::user::DEFAULT_USER),
-        args.agent_network
-            .or(file.agent_network)
-            .unwrap_or(crate::isolation::AgentNetwork::Host),
+    let (isolation, accel) = isolation_of(
+        &file,
+        args.isolation,
+        args.sandbox_user.as_deref(),
+        args.agent_network,
         &agent_env,
         agent_path,
     )?;
-    if let crate::isolation::Isolation::User(iso) = &mut isolation {
-        iso.accel = accel;
-    }
-    if !accel.off().is_empty() {
-        tracing::info!(off = ?accel.off(), "accelerators off ([accel], HUNKGATE_ACCEL_OFF)");
-    }
     let cfg = ServeConfig {
         repo,
         host,
@@ -257,6 +235,60 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<(ServeConfig, bool)> {
     Ok((cfg, port_given.is_some()))
 }
 
+/// The model provider of the flags or the config, and the named providers and routing rules;
+/// refused when an agent would be given a provider's API key through `--agent-env`.
+fn models_of(
+    flags: config::ProviderFlags,
+    file: &config::FileConfig,
+    agent_env: &[String],
+) -> anyhow::Result<(
+    Option<crate::config::provider::ProviderConfig>,
+    config::routing::Routing,
+)> {
+    let provider = config::resolve_provider(flags, &file.provider)?;
+    let routing = config::resolve_routing(provider.as_ref(), file)?;
+    for p in &routing.providers {
+        if let crate::config::provider::KeySource::Env(var) = &p.cfg.key_source {
+            if agent_env.iter().any(|e| e == var) {
+                bail!("--agent-env {var}: that variable holds the model provider's API key, which never reaches an agent");
+            }
+        }
+    }
+    Ok((provider, routing))
+}
+
+/// How agents are isolated (flags > config > defaults), with the accelerators' switches
+/// (`[accel]`, `HUNKGATE_ACCEL_OFF`) given to user isolation.
+fn isolation_of(
+    file: &config::FileConfig,
+    isolation: Option<crate::isolation::IsolationMode>,
+    sandbox_user: Option<&str>,
+    agent_network: Option<crate::isolation::AgentNetwork>,
+    agent_env: &[String],
+    agent_path: Vec<String>,
+) -> anyhow::Result<(crate::isolation::Isolation, hunkgate_sandbox::accel::Accel)> {
+    let accel = config::resolve_accel(file, std::env::var("HUNKGATE_ACCEL_OFF").ok().as_deref())
+        .map_err(anyhow::Error::msg)?;
+    let mut isolation = crate::isolation::resolve(
+        isolation.or(file.isolation),
+        sandbox_user
+            .or(file.sandbox_user.as_deref())
+            .unwrap_or(hunkgate_sandbox::user::DEFAULT_USER),
+        agent_network
+            .or(file.agent_network)
+            .unwrap_or(crate::isolation::AgentNetwork::Host),
+        agent_env,
+        agent_path,
+    )?;
+    if let crate::isolation::Isolation::User(iso) = &mut isolation {
+        iso.accel = accel;
+    }
+    if !accel.off().is_empty() {
+        tracing::info!(off = ?accel.off(), "accelerators off ([accel], HUNKGATE_ACCEL_OFF)");
+    }
+    Ok((isolation, accel))
+}
+
 /// What is served where, and which agent runs, on stderr.
 fn announce(cfg: &ServeConfig, actual: std::net::SocketAddr) {
     eprintln!(
@@ -286,7 +318,14 @@ fn announce(cfg: &ServeConfig, actual: std::net::SocketAddr) {
                 &p.cfg.model
             },
             p.cfg.base_url,
-            p.cfg.key_source
+            match &p.cfg.key_source {
+                // A named provider never takes HUNKGATE_API_KEY: say where its key would go.
+                crate::config::provider::KeySource::None => format!(
+                    "no API key: [providers.{}] api_key_env or api_key_file sets one",
+                    p.name
+                ),
+                other => other.to_string(),
+            }
         );
     }
     if !cfg.routing.providers.is_empty() {

@@ -119,41 +119,15 @@ impl Hub {
         // batch, written (a pack, or a few loose objects) with the commit, beside the diffs;
         // the diffs read the new files from the batch's memory, not back from the store.
         let mut objects = self.store().batch().keeping(FRESH_BYTES);
-        let mut back = active
-            .sandbox
-            .read_back(&mut objects, &active.base_tree, self.cfg().read_limits)
-            .map_err(|e| match e.over_limit() {
-                Some(over) => AppError::too_large(over.to_string()),
-                None => publish_error(&e),
-            })?;
+        let only = |p: &str| filter.as_ref().is_none_or(|f| f.is_match(p));
+        let (back, skipped) = self.changes_to_review(&active, &mut objects, &only, &rid)?;
         let fresh = objects.take_fresh();
         let blobs = Blobs {
             store: self.store(),
             fresh: &fresh,
         };
         let us = |t: std::time::Instant| t.elapsed().as_micros() as u64;
-        tracing::debug!(
-            run = rid,
-            us = us(started),
-            changed = back.changes.len(),
-            "sandbox read back"
-        );
-        let only = |p: &str| filter.as_ref().is_none_or(|f| f.is_match(p));
-        let mut skipped = keep_skipped_as_base(&mut back, &active.base_tree, &only);
-        skipped.extend(refuse_sensitive(&mut back, &active.sensitive, &only));
-        if back.changes.is_empty() {
-            return Err(AppError::no_changes(no_changes_message(&skipped)));
-        }
         let base = &active.base_tree;
-        if !back
-            .changes
-            .iter()
-            .any(|(path, new)| only(path) && base.get(path) != new.as_ref())
-        {
-            return Err(AppError::no_changes(
-                "No changes match the given files".into(),
-            ));
-        }
         let sid = uuid::Uuid::new_v4().to_string();
         let changes = &back.changes;
         let limits = self.cfg().review.hunk_limits;
@@ -206,6 +180,48 @@ impl Hub {
         tracing::debug!(run = rid, us = us(started), "run commit written");
         let hunks = build_hunks(blobs, &sid, base, changes, &only, limits);
         Ok((suggest(hunks, commit)?, commit))
+    }
+
+    /// What the agent left in the sandbox that review may see: its read-back (new blobs added
+    /// to `objects`) less what was skipped or is sensitive, which is returned to be shown; a
+    /// `no_changes` error when nothing is left that `only` lets through.
+    fn changes_to_review(
+        &self,
+        active: &Active,
+        objects: &mut ObjectBatch<'_>,
+        only: &dyn Fn(&str) -> bool,
+        rid: &str,
+    ) -> Result<(ReadBack, Vec<crate::protocol::SkippedFile>), AppError> {
+        let started = std::time::Instant::now();
+        let mut back = active
+            .sandbox
+            .read_back(objects, &active.base_tree, self.cfg().read_limits)
+            .map_err(|e| match e.over_limit() {
+                Some(over) => AppError::too_large(over.to_string()),
+                None => publish_error(&e),
+            })?;
+        tracing::debug!(
+            run = rid,
+            us = started.elapsed().as_micros() as u64,
+            changed = back.changes.len(),
+            "sandbox read back"
+        );
+        let mut skipped = keep_skipped_as_base(&mut back, &active.base_tree, only);
+        skipped.extend(refuse_sensitive(&mut back, &active.sensitive, only));
+        if back.changes.is_empty() {
+            return Err(AppError::no_changes(no_changes_message(&skipped)));
+        }
+        let base = &active.base_tree;
+        if !back
+            .changes
+            .iter()
+            .any(|(path, new)| only(path) && base.get(path) != new.as_ref())
+        {
+            return Err(AppError::no_changes(
+                "No changes match the given files".into(),
+            ));
+        }
+        Ok((back, skipped))
     }
 
     /// The base with `changes` as the run's head commit (on the base): its trees and the
