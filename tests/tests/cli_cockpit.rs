@@ -537,16 +537,8 @@ fn modify_applies_what_the_editor_saved_and_nothing_when_it_fails() {
 /// session (the built-in agent's context).
 #[tokio::test]
 async fn a_reject_comment_reaches_the_feedback_log_and_the_sessions_next_run() {
-    use hunkgate_tests::fake_llm::{FakeLlm, Recorded, Reply};
     let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
-    let fake = FakeLlm::with(|req: &Recorded| match req.tool_results().len() {
-        0 => Reply::tool(
-            "write_file",
-            json!({"file_path": "hello.txt", "content": "HELLO\n"}),
-        ),
-        _ => Reply::tool("finish", json!({"description": "Add a greeting"})),
-    })
-    .await;
+    let fake = greeting_model().await;
     let hub = ws.serve(&["--provider-url", &fake.base_url()]).unwrap();
     let session = hub
         .curl()
@@ -581,36 +573,21 @@ async fn a_reject_comment_reaches_the_feedback_log_and_the_sessions_next_run() {
         &ws,
         &["run", "again", "--model", "m1", "--session", &session],
     );
-    let context = |req: &Recorded| -> String {
-        req.messages()
-            .iter()
-            .filter_map(|m| m["content"].as_str().map(str::to_string))
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
-    let second = context(&fake.requests()[before]);
+    let second = context_of(&fake.requests()[before]);
     assert!(
         second.contains("rejected — comment: say it quietly"),
         "{second}"
     );
     // Positive control: the first run had no such context.
-    assert!(!context(&fake.requests()[0]).contains("say it quietly"));
+    assert!(!context_of(&fake.requests()[0]).contains("say it quietly"));
 }
 
 /// `hunkgate run` says which session its run is in, and `--session last` goes on in the
 /// newest run's session: the agent of the next run sees what the reviewer did with the first.
 #[tokio::test]
 async fn session_last_continues_the_newest_runs_session() {
-    use hunkgate_tests::fake_llm::{FakeLlm, Recorded, Reply};
     let ws = Workspace::new(&[("a.txt", b"a\n")]).unwrap();
-    let fake = FakeLlm::with(|req: &Recorded| match req.tool_results().len() {
-        0 => Reply::tool(
-            "write_file",
-            json!({"file_path": "hello.txt", "content": "HELLO\n"}),
-        ),
-        _ => Reply::tool("finish", json!({"description": "Add a greeting"})),
-    })
-    .await;
+    let fake = greeting_model().await;
     let hub = ws.serve(&["--provider-url", &fake.base_url()]).unwrap();
     // No run yet: nothing to continue, and a clear error.
     let none = cli(&ws, &["run", "greet", "--model", "m1", "--session", "last"]);
@@ -650,12 +627,7 @@ async fn session_last_continues_the_newest_runs_session() {
         .unwrap()
         .body;
     assert_eq!(again["session_id"].as_str(), Some(session.as_str()));
-    let second: String = fake.requests()[before]
-        .messages()
-        .iter()
-        .filter_map(|m| m["content"].as_str().map(str::to_string))
-        .collect::<Vec<_>>()
-        .join("\n");
+    let second = context_of(&fake.requests()[before]);
     assert!(
         second.contains("rejected — comment: say it quietly"),
         "{second}"
@@ -669,6 +641,28 @@ async fn session_last_continues_the_newest_runs_session() {
         .unwrap()
         .body;
     assert_ne!(other["session_id"].as_str(), Some(session.as_str()));
-    let fresh = serde_json::to_string(&fake.requests()[before].messages()).unwrap();
+    let fresh = context_of(&fake.requests()[before]);
     assert!(!fresh.contains("say it quietly"), "{fresh}");
+}
+
+/// A model that writes hello.txt in its first turn and then finishes, each run.
+async fn greeting_model() -> hunkgate_tests::fake_llm::FakeLlm {
+    use hunkgate_tests::fake_llm::{FakeLlm, Recorded, Reply};
+    FakeLlm::with(|req: &Recorded| match req.tool_results().len() {
+        0 => Reply::tool(
+            "write_file",
+            json!({"file_path": "hello.txt", "content": "HELLO\n"}),
+        ),
+        _ => Reply::tool("finish", json!({"description": "Add a greeting"})),
+    })
+    .await
+}
+
+/// The text of every message a model request carried.
+fn context_of(req: &hunkgate_tests::fake_llm::Recorded) -> String {
+    req.messages()
+        .iter()
+        .filter_map(|m| m["content"].as_str().map(str::to_string))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
