@@ -198,7 +198,12 @@ impl Store {
             gix::open_opts(path, isolated_open_options()).map_err(|e| err(&e))?
         };
         make_fanout_dirs(&path.join("objects")).map_err(|e| err(&e))?;
-        Ok(Self {
+        Ok(Self::over(repo, path))
+    }
+
+    /// The store over the opened repository at `path`, with nothing read or written yet.
+    fn over(repo: gix::Repository, path: &Path) -> Self {
+        Self {
             repo: std::sync::RwLock::new(repo.into_sync()),
             opened: path.to_path_buf(),
             path: path.to_path_buf(),
@@ -208,7 +213,7 @@ impl Store {
             packs: true,
             read_bytes: Default::default(),
             recent: Default::default(),
-        })
+        }
     }
 
     /// A fresh non-bare repository whose work tree is `dir` (a sandbox's own `.git`).
@@ -590,17 +595,7 @@ impl Store {
             path: path.to_path_buf(),
             message: e.to_string(),
         })?;
-        Ok(Self {
-            repo: std::sync::RwLock::new(repo.into_sync()),
-            opened: path.to_path_buf(),
-            path: path.to_path_buf(),
-            present: Default::default(),
-            durable: true,
-            deflate: Default::default(),
-            packs: true,
-            read_bytes: Default::default(),
-            recent: Default::default(),
-        })
+        Ok(Self::over(repo, path))
     }
 
     /// Copy `commit` with its tree, blobs and ancestors into `dest`, skipping what `dest`
