@@ -946,10 +946,12 @@ pub fn require_root_for(test: &str, why: &str) -> bool {
 }
 
 /// A pause point of the hub's debug-build test seam (`HUNKGATE_TEST_PAUSE_DIR`): armed on
-/// creation; `reached` waits for a decision to stop there; `release` (or drop) lets it go on.
+/// creation; `reached` waits for a decision to stop there; `release` (or drop) lets it go on,
+/// `release_and_wait` also waits until it has.
 pub struct Pause {
     gate: PathBuf,
     reached: PathBuf,
+    left: PathBuf,
 }
 
 impl Pause {
@@ -957,9 +959,15 @@ impl Pause {
         std::fs::create_dir_all(dir).unwrap();
         let gate = dir.join(format!("{point}.pause"));
         let reached = dir.join(format!("{point}.reached"));
+        let left = dir.join(format!("{point}.left"));
         let _ = std::fs::remove_file(&reached);
+        let _ = std::fs::remove_file(&left);
         std::fs::write(&gate, b"").unwrap();
-        Self { gate, reached }
+        Self {
+            gate,
+            reached,
+            left,
+        }
     }
 
     pub fn reached(&self) {
@@ -973,6 +981,17 @@ impl Pause {
 
     pub fn release(&self) {
         let _ = std::fs::remove_file(&self.gate);
+    }
+
+    /// Release, and wait for the paused work to go on past the point.
+    pub fn release_and_wait(&self) {
+        self.release();
+        wait_until(
+            "the paused work to leave the pause point",
+            Duration::from_secs(10),
+            || self.left.exists(),
+        )
+        .unwrap();
     }
 }
 

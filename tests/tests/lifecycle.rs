@@ -287,6 +287,49 @@ async fn a_dry_run_changes_nothing_and_the_real_collection_removes() {
     );
 }
 
+/// A suggestion reviewed and collected in the moment between its announcement and the
+/// setting of its refs in the checkpoint store gets no refs: none outlive it for a later
+/// collection to find. (A race CI met: the collection after the real one found two refs.)
+#[tokio::test]
+async fn a_suggestion_collected_before_its_refs_are_set_leaves_no_refs() {
+    let ws = workspace(RETENTION_NOW);
+    let agent = agent(&ws);
+    let (pause_dir, env) = ws.pause_env();
+    let env = [(env[0].0, env[0].1.as_str())];
+    let hub = ws.serve_env(&[], &env).unwrap();
+    let mut c = hub.ws().await.unwrap();
+    let pause = Pause::arm(&pause_dir, "before-run-refs");
+    let s = run_agent(&hub, &mut c, &agent, "quick").await.unwrap();
+    let id = s["id"].as_str().unwrap();
+    let run_id = s["run_id"].as_str().unwrap();
+    pause.reached();
+    let r = c.decide(id, &hunk_of(&s), "reject").await.unwrap();
+    assert_eq!(r["success"], true, "{r}");
+    let real = gc(&ws, false);
+    assert_eq!(
+        (&real["runs"], &real["suggestions"]),
+        (&json!(1), &json!(1)),
+        "collected while its refs wait: {real}"
+    );
+    pause.release_and_wait();
+    let again = gc(&ws, false);
+    assert_eq!(again["refs"], json!(0), "{again}");
+    let refs = String::from_utf8(ws.checkpoint_git(&["for-each-ref"]).unwrap()).unwrap();
+    assert!(!refs.contains(run_id) && !refs.contains(id), "{refs}");
+    // Positive control: a suggestion still here when its refs are set gets them.
+    let kept = run_agent(&hub, &mut c, &agent, "pending-1").await.unwrap();
+    let kept_id = kept["id"].as_str().unwrap().to_string();
+    wait_until(
+        "the kept suggestion's refs",
+        Duration::from_secs(10),
+        || {
+            let refs = ws.checkpoint_git(&["for-each-ref"]).unwrap();
+            String::from_utf8_lossy(&refs).contains(&format!("suggestions/{kept_id}/run"))
+        },
+    )
+    .unwrap();
+}
+
 /// A hub killed at each step of a collection starts cleanly, the restarted hub finishes the
 /// collection, and the pending suggestion survives with its checkpoint and can be accepted.
 #[tokio::test]

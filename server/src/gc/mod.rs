@@ -264,6 +264,7 @@ impl Hub {
     /// refs once it is), and work leaves the state only here, so a ref whose owner is gone is
     /// garbage whenever it is looked at.
     fn drop_refs(&self, kept: &Kept, dry_run: bool) -> Result<usize, AppError> {
+        let _refs = self.refs_lock();
         let have = self
             .store()
             .refs_under("refs/hunkgate/")

@@ -75,6 +75,10 @@ pub struct Hub {
     unfinished: Mutex<Vec<(String, Vec<FeedbackRecord>)>>,
     /// When the hub was last busy, for giving freed memory back once it is quiet.
     quiet: Arc<quiet::Quiet>,
+    /// Held while the checkpoint store's refs are set for a suggestion announced before
+    /// (after checking it is still in the state), and while a collection drops refs: a
+    /// collection never misses refs set behind its back for work it just removed.
+    refs: Mutex<()>,
 }
 
 /// What [`Hub::new`] is made from: the state recovered from the state directory.
@@ -109,6 +113,7 @@ impl Hub {
             cfg: p.cfg,
             unfinished: Mutex::new(Vec::new()),
             quiet: Arc::default(),
+            refs: Mutex::new(()),
         }
     }
 
@@ -173,6 +178,14 @@ impl Hub {
     #[cfg(test)]
     pub(crate) fn set_journal_compact_min(&self, bytes: u64) {
         self.journal.lock().unwrap().set_compact_min(bytes);
+    }
+
+    /// The lock between setting a suggestion's refs after its announcement and a
+    /// collection dropping refs (see the field).
+    pub(crate) fn refs_lock(&self) -> MutexGuard<'_, ()> {
+        self.refs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Decisions written to the checkout whose feedback lines and commit are still owed.
@@ -487,7 +500,7 @@ impl NewSuggestion {
 
 /// Test seams, in debug builds only: with `HUNKGATE_TEST_PAUSE_DIR=<dir>` set, a decision that
 /// reaches a named point while `<dir>/<point>.pause` exists creates `<dir>/<point>.reached` and
-/// waits (at most a minute) until the `.pause` file is gone, so a test can bring about a real
+/// waits (at most a minute) until the `.pause` file is gone (then creates `<point>.left`), so a test can bring about a real
 /// fault (fill a disk, make a file immutable, edit a file) at exactly that moment. Points:
 /// `before-write` (after the `prepare` is fsynced, before the checkout is written) and
 /// `before-commit` (after the checkout is written, before the feedback line and `commit`);
@@ -495,7 +508,8 @@ impl NewSuggestion {
 /// right before it is put in place (the window a user's save used to be lost in);
 /// `suggestion-ready`, right after a new suggestion's `suggestion.ready` is sent;
 /// `before-suggestion-journal`, once a publish's run commit is written, before the suggestion
-/// and its run are journaled; `gc-after-state` and `gc-after-refs`, between a garbage
+/// and its run are journaled; `before-run-refs`, once a suggestion is announced, before its
+/// refs are set in the checkpoint store; `gc-after-state` and `gc-after-refs`, between a garbage
 /// collection's steps ([`crate::gc`]).
 pub mod test_hooks {
     #[cfg(debug_assertions)]
@@ -521,6 +535,7 @@ pub mod test_hooks {
             Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(wait),
             _ => wait(),
         }
+        let _ = std::fs::write(dir.join(format!("{point}.left")), b"");
     }
 
     #[cfg(not(debug_assertions))]

@@ -270,8 +270,20 @@ impl Hub {
     /// tools, not what the hub goes by: they are set after the announcement, off the publish's
     /// path (two new directories and two lock files, each a wait on the filesystem), and a
     /// hub that stopped in between sets them at its next start ([`restore_run_refs`]). A
-    /// failure is logged, for the same reason.
+    /// failure is logged, for the same reason. A suggestion collected meanwhile (reviewed and
+    /// past its retention within those milliseconds) gets no refs: they would outlive it.
     fn set_run_refs(&self, rid: &str, sid: &str, commit: ObjectId) {
+        crate::hub::test_hooks::pause("before-run-refs");
+        let _refs = self.refs_lock();
+        let still_here = self.lock().is_ok_and(|st| st.suggestions.contains_key(sid));
+        if !still_here {
+            tracing::debug!(
+                run = rid,
+                suggestion = sid,
+                "collected before its refs were set"
+            );
+            return;
+        }
         let names = [run_head_ref(rid), suggestion_run_ref(sid)];
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         if let Err(e) = self.store().set_refs(&names, commit) {
