@@ -4,7 +4,8 @@
 //! 0. leaves: `threads` (work shared among threads); `wire`, the hub↔helper contract; `accel`;
 //!    `odb::pack`, `odb::tree_edit`; `status::watch`; `supervise::os` (the system calls no
 //!    dependency wraps safely), `supervise::watchdog`, `supervise::limits`,
-//!    `supervise::agent_path`, `supervise::launch` (what a child does between fork and exec);
+//!    `supervise::agent_path`, `supervise::launch` (what a child does between fork and exec),
+//!    `supervise::init` (what both kinds of PID-namespace init are made of);
 //! 1. `fs::beneath`, then 2. `odb::store`: confined file access, the checkpoint store;
 //! 3. `status::statcache`, then 4. `status::snapshot` and `status::foreign`: stat data, reading
 //!    trees as data, what a slot holds beyond its base;
@@ -38,6 +39,7 @@ const LAYERS: &[&[&str]] = &[
         "supervise::limits",
         "supervise::agent_path",
         "supervise::launch",
+        "supervise::init",
     ],
     &["fs::beneath"],
     &["odb::store"],

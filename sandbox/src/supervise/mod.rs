@@ -1,6 +1,7 @@
 //! Process supervision, the one part of hunkgate that allows `unsafe`: command templates and
 //! agent processes — process groups, the PID-namespace init, the lifeline, timeouts and
-//! cancellation ([`agent`]); the agent's `PATH` under user isolation ([`agent_path`]); the
+//! cancellation ([`agent`]); what every agent's PID-namespace init is made of, in both isolation
+//! modes ([`init`]); the agent's `PATH` under user isolation ([`agent_path`]); the
 //! watchdog ([`watchdog`]); what one read-back may bring in ([`limits`]); the agent's process
 //! tree under user isolation, as the helper runs it, with its PID-namespace init ([`tree`]);
 //! what a child of the hub does between fork and exec ([`launch`]); and the few system calls
@@ -9,6 +10,7 @@
 
 pub mod agent;
 pub mod agent_path;
+pub mod init;
 pub mod launch;
 pub mod limits;
 pub mod os;

@@ -10,11 +10,14 @@
 //!   processes — never another run's agent, whose environment holds that run's token — and
 //!   covers every other slot ([`pidns::show_only_own_slot`]), so it reaches only its own.
 //!
-//! In both, the namespace's init ends it the same way once the agent exits
-//! ([`end_of_agent`]); under `--isolation user` the rest of that init, a fork of the helper,
-//! is `crate::supervise::tree`'s.
+//! In both, the namespace is entered the same way ([`crate::supervise::init::unshare_mapped`]),
+//! its init waits for the agent the same way ([`crate::supervise::init::wait_for_agent`]) and
+//! ends it the same way once the agent exits ([`end_of_agent`]); under `--isolation user` the
+//! rest of that init, a fork of the helper, is `crate::supervise::tree`'s.
 
 use nix::libc;
+
+use crate::supervise::init::{map_of_self, unshare_mapped, wait_for_agent, waitpid_flags};
 
 /// `HUNKGATE_SANDBOX_PIDNS=off`: no PID namespaces for agents, as machines without
 /// (unprivileged) user namespaces must run — so that fallback can be exercised anywhere.
@@ -43,8 +46,8 @@ impl Plan {
             // Root makes a PID namespace directly; anyone else through a user namespace
             // that maps only themselves (so files keep their owners).
             user: uid != 0,
-            uid_map: format!("{uid} {uid} 1\n").into_bytes(),
-            gid_map: format!("{gid} {gid} 1\n").into_bytes(),
+            uid_map: map_of_self(uid),
+            gid_map: map_of_self(gid),
             verdict: -1,
             roles: ROLE_PROGRAM.get().map(|p| p.as_c_str()),
         }
@@ -156,21 +159,6 @@ fn last() -> std::io::Error {
     std::io::Error::last_os_error()
 }
 
-/// Write `bytes` to a file under `/proc/self` (`path` NUL-terminated).
-unsafe fn write_proc(path: &[u8], bytes: &[u8]) -> std::io::Result<()> {
-    let fd = libc::open(path.as_ptr().cast(), libc::O_WRONLY | libc::O_CLOEXEC);
-    if fd < 0 {
-        return Err(last());
-    }
-    let n = libc::write(fd, bytes.as_ptr().cast(), bytes.len());
-    let err = last();
-    libc::close(fd);
-    if n != bytes.len() as isize {
-        return Err(err);
-    }
-    Ok(())
-}
-
 /// Close every descriptor except those in `keep` (which must be sorted).
 unsafe fn close_all_but(keep: &[libc::c_int]) {
     let mut from: libc::c_uint = 0;
@@ -181,24 +169,6 @@ unsafe fn close_all_but(keep: &[libc::c_int]) {
         from = k as libc::c_uint + 1;
     }
     libc::syscall(libc::SYS_close_range, from, libc::c_uint::MAX, 0);
-}
-
-unsafe fn waitpid_retry(pid: libc::pid_t, status: &mut libc::c_int) -> libc::pid_t {
-    waitpid_flags(pid, status, 0)
-}
-
-/// `waitpid` with `flags`, again when a signal interrupts it.
-unsafe fn waitpid_flags(
-    pid: libc::pid_t,
-    status: &mut libc::c_int,
-    flags: libc::c_int,
-) -> libc::pid_t {
-    loop {
-        let r = libc::waitpid(pid, status, flags);
-        if r >= 0 || *last().raw_os_error().as_ref().unwrap_or(&0) != libc::EINTR {
-            return r;
-        }
-    }
 }
 
 /// Die the way `status` says a child died: by the same signal, or with the same code.
@@ -237,18 +207,18 @@ unsafe fn exit_like(kind: u8, value: u8) -> ! {
 /// # Safety
 /// Only in a forked child before exec: it forks, and makes only async-signal-safe calls.
 pub unsafe fn enter_for_process_group(plan: &Plan) -> std::io::Result<bool> {
-    let flags = if plan.user {
-        libc::CLONE_NEWUSER | libc::CLONE_NEWPID
-    } else {
-        libc::CLONE_NEWPID
-    };
-    if libc::unshare(flags) != 0 {
-        return Ok(false);
-    }
     if plan.user {
-        write_proc(b"/proc/self/setgroups\0", b"deny")?;
-        write_proc(b"/proc/self/uid_map\0", &plan.uid_map)?;
-        write_proc(b"/proc/self/gid_map\0", &plan.gid_map)?;
+        match unshare_mapped(
+            libc::CLONE_NEWUSER | libc::CLONE_NEWPID,
+            &plan.uid_map,
+            &plan.gid_map,
+        ) {
+            Ok(()) => {}
+            Err(e) if !e.mapping => return Ok(false),
+            Err(e) => return Err(e.io()),
+        }
+    } else if libc::unshare(libc::CLONE_NEWPID) != 0 {
+        return Ok(false);
     }
     // status: init -> this process (how the agent ended); guard: EOF tells init we died.
     let mut status = [0 as libc::c_int; 2];
@@ -351,34 +321,26 @@ unsafe fn be_pid_1(
 /// Only in the init of an agent's namespace (forked or exec'd): it kills every process it
 /// can see when it is PID 1.
 unsafe fn be_init(agent: libc::pid_t, status: libc::c_int, verdict: libc::c_int) -> ! {
-    loop {
-        let mut st: libc::c_int = 0;
-        let r = waitpid_retry(-1, &mut st);
-        if r < 0 {
-            libc::_exit(127);
-        }
-        if r == agent {
-            let report: [u8; 2] = if libc::WIFSIGNALED(st) {
-                [1, libc::WTERMSIG(st) as u8]
-            } else {
-                [0, libc::WEXITSTATUS(st) as u8]
-            };
-            let tell = if verdict >= 0 {
-                Tell::Pipe(verdict)
-            } else {
-                Tell::Nobody
-            };
-            let heard = end_of_agent(report, tell);
-            // The leader learns how the agent ended, and whether the hub has heard it.
-            let told = [report[0], report[1], u8::from(heard)];
-            libc::write(status, told.as_ptr().cast(), told.len());
-            // Nobody waits for this exit, or the leader's, once the hub has heard.
-            if heard {
-                let _ = crate::supervise::os::idle_priority();
-            }
-            libc::_exit(report[1] as libc::c_int);
-        }
+    // Nothing to watch but the children: the hub's signals reach the agent's group
+    // directly, and this init dies with the leader.
+    let report = match wait_for_agent(agent, None) {
+        Ok(report) => report,
+        Err(code) => libc::_exit(code),
+    };
+    let tell = if verdict >= 0 {
+        Tell::Pipe(verdict)
+    } else {
+        Tell::Nobody
+    };
+    let heard = end_of_agent(report, tell);
+    // The leader learns how the agent ended, and whether the hub has heard it.
+    let told = [report[0], report[1], u8::from(heard)];
+    libc::write(status, told.as_ptr().cast(), told.len());
+    // Nobody waits for this exit, or the leader's, once the hub has heard.
+    if heard {
+        let _ = crate::supervise::os::idle_priority();
     }
+    libc::_exit(report[1] as libc::c_int)
 }
 
 /// Where an agent's namespace init tells the hub how the agent ended.
@@ -429,7 +391,7 @@ pub fn end_of_agent(report: [u8; 2], tell: Tell) -> bool {
 /// Only in the leader, forked or exec'd: it exits.
 unsafe fn be_leader(init: libc::pid_t, status: libc::c_int) -> ! {
     let mut st: libc::c_int = 0;
-    waitpid_retry(init, &mut st);
+    waitpid_flags(init, &mut st, 0);
     let mut report = [0u8; 3];
     let n = libc::read(status, report.as_mut_ptr().cast(), 3);
     if n >= 2 {
@@ -448,10 +410,15 @@ unsafe fn be_leader(init: libc::pid_t, status: libc::c_int) -> ! {
 /// keep mounts from propagating back, and mount a `/proc` that shows this PID namespace
 /// only.
 pub fn mount_private_proc() -> std::io::Result<()> {
-    let fail = |what: &str| {
+    mount_proc_of_this_namespace().map_err(|what| {
         let e = last();
         std::io::Error::new(e.kind(), format!("{what}: {e}"))
-    };
+    })
+}
+
+/// [`mount_private_proc`] without allocating (for a forked child of the hub): on failure,
+/// what failed, with the error in `errno`.
+fn mount_proc_of_this_namespace() -> Result<(), &'static str> {
     // SAFETY: mount(2) with constant NUL-terminated strings.
     unsafe {
         if libc::mount(
@@ -462,7 +429,7 @@ pub fn mount_private_proc() -> std::io::Result<()> {
             std::ptr::null(),
         ) != 0
         {
-            return Err(fail("making the agent's mounts private"));
+            return Err("making the agent's mounts private");
         }
         if libc::mount(
             c"proc".as_ptr(),
@@ -472,7 +439,7 @@ pub fn mount_private_proc() -> std::io::Result<()> {
             std::ptr::null(),
         ) != 0
         {
-            return Err(fail("mounting a private /proc for the agent"));
+            return Err("mounting a private /proc for the agent");
         }
     }
     Ok(())
@@ -611,11 +578,8 @@ pub fn can_make_private_proc() -> bool {
             return false;
         }
         if pid == 0 {
-            if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::CLONE_NEWNS) != 0
-                || write_proc(b"/proc/self/setgroups\0", b"deny").is_err()
-                || write_proc(b"/proc/self/uid_map\0", &plan.uid_map).is_err()
-                || write_proc(b"/proc/self/gid_map\0", &plan.gid_map).is_err()
-            {
+            let flags = libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::CLONE_NEWNS;
+            if unshare_mapped(flags, &plan.uid_map, &plan.gid_map).is_err() {
                 libc::_exit(1);
             }
             let init = libc::fork();
@@ -623,24 +587,11 @@ pub fn can_make_private_proc() -> bool {
                 libc::_exit(1);
             }
             if init == 0 {
-                let ok = libc::mount(
-                    std::ptr::null(),
-                    c"/".as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_REC | libc::MS_PRIVATE,
-                    std::ptr::null(),
-                ) == 0
-                    && libc::mount(
-                        c"proc".as_ptr(),
-                        c"/proc".as_ptr(),
-                        c"proc".as_ptr(),
-                        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                        std::ptr::null(),
-                    ) == 0;
+                let ok = mount_proc_of_this_namespace().is_ok();
                 libc::_exit(if ok { 0 } else { 1 });
             }
             let mut st = 0;
-            waitpid_retry(init, &mut st);
+            waitpid_flags(init, &mut st, 0);
             libc::_exit(if libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0 {
                 0
             } else {
@@ -648,7 +599,7 @@ pub fn can_make_private_proc() -> bool {
             });
         }
         let mut st = 0;
-        waitpid_retry(pid, &mut st);
+        waitpid_flags(pid, &mut st, 0);
         libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0
     }
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use nix::libc;
 use nix::sys::signal::{kill, Signal};
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
 
 use super::relay::{wait_readable, wake, AgentStdin, Readable};
@@ -39,10 +39,17 @@ pub(super) fn enter_namespaces(req: &Request) -> Result<bool, TreeError> {
     if req.private_proc {
         flags |= libc::CLONE_NEWNS;
     }
-    // SAFETY: unshare with integer flags; the helper is single-threaded, as a user namespace
-    // requires.
-    if unsafe { libc::unshare(flags) } != 0 {
-        let e = std::io::Error::last_os_error();
+    // Prepared before: nothing else is allocated in between.
+    let (uid_map, gid_map) = (
+        crate::supervise::init::map_of_self(uid),
+        crate::supervise::init::map_of_self(gid),
+    );
+    // The helper is single-threaded, as a user namespace requires.
+    if let Err(e) = crate::supervise::init::unshare_mapped(flags, &uid_map, &gid_map) {
+        if e.mapping {
+            return Err(sys("writing the user namespace map")(e.io()));
+        }
+        let e = e.io();
         if req.private_proc {
             return Err(sys("making the agent's PID namespace with a private /proc")(e));
         }
@@ -54,14 +61,6 @@ pub(super) fn enter_namespaces(req: &Request) -> Result<bool, TreeError> {
         );
         return Ok(false);
     }
-    // Map only ourselves, so files keep their owners; setgroups must be denied first.
-    let write = |file: &str, text: String| {
-        std::fs::write(format!("/proc/self/{file}"), text)
-            .map_err(sys("writing the user namespace map"))
-    };
-    write("setgroups", "deny".into())?;
-    write("uid_map", format!("{uid} {uid} 1\n"))?;
-    write("gid_map", format!("{gid} {gid} 1\n"))?;
     Ok(!req.no_pid_namespace)
 }
 
@@ -224,28 +223,20 @@ fn init_main(
             return SPAWN_FAILED;
         }
     };
+    // Between children: the helper's SIGTERM goes on to the whole namespace, once, and the
+    // lifeline is watched (the wake pipe cuts the wait short when a child ends).
     let mut forwarded = false;
-    loop {
-        loop {
-            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::Exited(pid, code)) if pid == agent => {
-                    return init_done(req, [0, code as u8], code)
-                }
-                Ok(WaitStatus::Signaled(pid, sig, _)) if pid == agent => {
-                    return init_done(req, [1, sig as u8], 128 + sig as i32)
-                }
-                Ok(WaitStatus::StillAlive) | Err(_) => break,
-                Ok(_) => continue,
-            }
-        }
+    let mut idle = || {
         if STOP.load(Ordering::SeqCst) && !forwarded {
             forwarded = true;
             // From the namespace's init, -1 means every other process in the namespace.
             let _ = kill(Pid::from_raw(-1), Signal::SIGTERM);
         }
-        if wait_readable(guard.as_raw_fd(), 50) == Readable::Closed {
-            return 128 + libc::SIGKILL;
-        }
+        (wait_readable(guard.as_raw_fd(), 50) == Readable::Closed).then_some(128 + libc::SIGKILL)
+    };
+    match crate::supervise::init::wait_for_agent(agent.as_raw(), Some(&mut idle)) {
+        Ok(report) => init_done(req, report),
+        Err(code) => code,
     }
 }
 
@@ -254,7 +245,7 @@ fn init_main(
 /// ([`crate::agent::pidns::end_of_agent`]: whatever the agent left killed and reaped, then the
 /// hub told on the lifeline, if it asked, that nothing the agent started is left). Returns the
 /// init's exit code.
-fn init_done(req: &Request, report: [u8; 2], code: i32) -> i32 {
+fn init_done(req: &Request, report: [u8; 2]) -> i32 {
     // PID namespaces, and so this init, exist only on Linux.
     #[cfg(target_os = "linux")]
     {
@@ -271,6 +262,6 @@ fn init_done(req: &Request, report: [u8; 2], code: i32) -> i32 {
         }
     }
     #[cfg(not(target_os = "linux"))]
-    let _ = (req, report);
-    code
+    let _ = req;
+    crate::supervise::init::exit_code(report)
 }
