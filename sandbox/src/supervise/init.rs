@@ -86,10 +86,10 @@ pub fn wait_for_agent(agent: libc::pid_t, mut idle: Option<Idle<'_>>) -> Result<
 
 /// Enter new namespaces (`flags`, which include `CLONE_NEWUSER`) with this process's user
 /// and group mapped to themselves in the new user namespace (`uid_map` and `gid_map` are
-/// `"<id> <id> 1\n"`, prepared before a fork; files keep their owners). `Err(Unshared(false))`
-/// when the kernel refuses the namespaces (nothing changed: the caller may fall back),
-/// `Err(Unshared(true))` when the maps could not be written (the namespaces exist but are
-/// unusable). No allocation: for a forked child of a multi-threaded process too.
+/// [`map_of_self`]'s, prepared before a fork; files keep their owners). An error's
+/// [`UnshareError::mapping`] is false when the kernel refused the namespaces (nothing changed:
+/// the caller may fall back), true when the maps could not be written (the namespaces exist
+/// but are unusable). No allocation: for a forked child of a multi-threaded process too.
 #[cfg(target_os = "linux")]
 pub fn unshare_mapped(
     flags: libc::c_int,
