@@ -5,7 +5,8 @@
 //!    `odb::pack`, `odb::tree_edit`; `status::watch`; `supervise::os` (the system calls no
 //!    dependency wraps safely), `supervise::watchdog`, `supervise::limits`,
 //!    `supervise::agent_path`, `supervise::launch` (what a child does between fork and exec),
-//!    `supervise::init` (what both kinds of PID-namespace init are made of);
+//!    `supervise::init` (what both kinds of PID-namespace init are made of), `supervise::procs`
+//!    (the processes `/proc` shows);
 //! 1. `fs::beneath`, then 2. `odb::store`: confined file access, the checkpoint store;
 //! 3. `status::statcache`, then 4. `status::snapshot` and `status::foreign`: stat data, reading
 //!    trees as data, what a slot holds beyond its base;
@@ -40,6 +41,7 @@ const LAYERS: &[&[&str]] = &[
         "supervise::agent_path",
         "supervise::launch",
         "supervise::init",
+        "supervise::procs",
     ],
     &["fs::beneath"],
     &["odb::store"],

@@ -1154,18 +1154,8 @@ pub mod isolation {
     /// Every process whose real uid is `uid`: (pid, command line).
     pub fn processes_of(uid: u32) -> Vec<(i32, String)> {
         let mut out = Vec::new();
-        let Ok(dir) = std::fs::read_dir("/proc") else {
-            return out;
-        };
-        for entry in dir.flatten() {
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|s| s.parse::<i32>().ok())
-            else {
-                continue;
-            };
-            let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
+        for (pid, path) in hunkgate_sandbox::supervise::procs::all() {
+            let Ok(status) = std::fs::read_to_string(path.join("status")) else {
                 continue;
             };
             let real = status
@@ -1177,7 +1167,7 @@ pub mod isolation {
                 .lines()
                 .any(|l| l.starts_with("State:") && l.contains('Z'));
             if real == Some(uid) && !zombie {
-                let cmd = std::fs::read(entry.path().join("cmdline"))
+                let cmd = std::fs::read(path.join("cmdline"))
                     .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
                     .unwrap_or_default();
                 out.push((pid, cmd.trim().to_string()));

@@ -85,19 +85,7 @@ fn decide(hub: &Hub, s: &Value, file: &str, action: &str, comment: Option<&str>)
 
 /// Processes whose working directory is in `dir` (read from /proc).
 fn processes_in(dir: &Path) -> Vec<i32> {
-    let Ok(dir) = dir.canonicalize() else {
-        return Vec::new();
-    };
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
-            let cwd = std::fs::read_link(e.path().join("cwd")).ok()?;
-            cwd.starts_with(&dir).then_some(pid)
-        })
-        .collect()
+    hunkgate_sandbox::supervise::procs::working_in(dir).collect()
 }
 
 /// The agent's process is gone, and nothing else works in the hub's sandboxes.

@@ -4,7 +4,8 @@
 //! modes ([`init`]); the agent's `PATH` under user isolation ([`agent_path`]); the
 //! watchdog ([`watchdog`]); what one read-back may bring in ([`limits`]); the agent's process
 //! tree under user isolation, as the helper runs it, with its PID-namespace init ([`tree`]);
-//! what a child of the hub does between fork and exec ([`launch`]); and the few system calls
+//! what a child of the hub does between fork and exec ([`launch`]); the processes `/proc`
+//! shows ([`procs`]); and the few system calls
 //! no dependency wraps safely, each behind a safe function ([`os`]). Every `unsafe` block says
 //! why it is sound.
 
@@ -14,5 +15,6 @@ pub mod init;
 pub mod launch;
 pub mod limits;
 pub mod os;
+pub mod procs;
 pub mod tree;
 pub mod watchdog;

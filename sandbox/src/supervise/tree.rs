@@ -396,26 +396,12 @@ fn reap_all() {
 /// pid -> (parent pid, is a zombie), for every process we can see.
 #[cfg(target_os = "linux")]
 fn process_table() -> BTreeMap<i32, (i32, bool)> {
-    let mut out = BTreeMap::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        if let Some((ppid, zombie)) = std::fs::read_to_string(entry.path().join("stat"))
-            .ok()
-            .and_then(|s| parse_stat(&s))
-        {
-            out.insert(pid, (ppid, zombie));
-        }
-    }
-    out
+    crate::supervise::procs::all()
+        .filter_map(|(pid, path)| {
+            let stat = std::fs::read_to_string(path.join("stat")).ok()?;
+            parse_stat(&stat).map(|parent| (pid, parent))
+        })
+        .collect()
 }
 
 /// `pid (comm) S ppid ...`; comm may itself contain ") ", so split at the last one.

@@ -264,13 +264,7 @@ impl Sessions {
 
 /// Some process whose working directory is `dir` or beneath it (Linux; elsewhere none is found).
 fn process_inside(dir: &std::path::Path) -> Option<i32> {
-    let dir = dir.canonicalize().ok()?;
-    let procs = std::fs::read_dir("/proc").ok()?;
-    procs.flatten().find_map(|entry| {
-        let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
-        let cwd = std::fs::read_link(entry.path().join("cwd")).ok()?;
-        cwd.starts_with(&dir).then_some(pid)
-    })
+    hunkgate_sandbox::supervise::procs::working_in(dir).next()
 }
 
 #[cfg(test)]

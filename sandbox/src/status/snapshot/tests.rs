@@ -83,14 +83,7 @@ fn a_walk_reports_a_path_too_long_to_carry() {
         "{s:?}"
     );
     let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
-    let snap = snapshot_sandbox(
-        &dir,
-        &FlatTree::new(),
-        &store,
-        DEFAULT_FILE_CAP,
-        Hints::default(),
-    )
-    .unwrap();
+    let snap = sandbox_from_nothing(&dir, &store);
     assert_eq!(snap.skipped, w.skipped);
     assert_eq!(
         Vec::from_iter(snap.changes.keys().map(String::as_str)),
@@ -385,6 +378,18 @@ fn capture_each_hands_over_in_order_whatever_thread_read_it() {
     }
 }
 
+/// What a sandbox holds against an empty base, with the default cap and no hints.
+fn sandbox_from_nothing(dir: &Path, store: &Store) -> ReadBack {
+    snapshot_sandbox(
+        dir,
+        &FlatTree::new(),
+        store,
+        DEFAULT_FILE_CAP,
+        Hints::default(),
+    )
+    .unwrap()
+}
+
 fn stat_of_was(record: &SyncRecord, path: &str) -> FileStat {
     record.files.iter().find(|(p, _)| p == path).unwrap().1
 }
@@ -401,14 +406,7 @@ fn sandbox_snapshot_ignores_sandbox_git_config() {
     std::fs::create_dir(dir.join("target")).unwrap();
     std::fs::write(dir.join("target/junk"), "x\n").unwrap();
     let store = Store::open_or_init(&tmp.path().join("store")).unwrap();
-    let snap = snapshot_sandbox(
-        &dir,
-        &FlatTree::new(),
-        &store,
-        DEFAULT_FILE_CAP,
-        Hints::default(),
-    )
-    .unwrap();
+    let snap = sandbox_from_nothing(&dir, &store);
     let paths: Vec<&str> = snap.changes.keys().map(|s| s.as_str()).collect();
     assert_eq!(paths, vec![".gitignore", "hidden.txt"]);
 }

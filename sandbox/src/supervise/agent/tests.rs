@@ -516,28 +516,21 @@ async fn an_interactive_agents_stdin_follows_the_request_on_the_lifeline() {
 async fn exit_codes_and_stderr_tail() {
     let tmp = tempfile::tempdir().unwrap();
     let sb = crate::workspace::LocalSandbox::new(tmp.path().to_path_buf());
-    let argv = vec!["sh".into(), "-c".into(), "echo oops >&2; exit 3".into()];
-    let out = run(
-        &sb,
-        &argv,
-        &[],
-        Duration::from_secs(10),
-        CancellationToken::new(),
-        |_, _| {},
-    )
+    let sb = &sb;
+    let run_to_end = |argv: Vec<String>| async move {
+        let no_lines = |_: Stream, _: &str| {};
+        let ten = Duration::from_secs(10);
+        run(sb, &argv, &[], ten, CancellationToken::new(), no_lines).await
+    };
+    let out = run_to_end(vec![
+        "sh".into(),
+        "-c".into(),
+        "echo oops >&2; exit 3".into(),
+    ])
     .await;
     assert_eq!(out.exit, Exit::Code(3));
     assert_eq!(out.stderr_tail, "oops");
-    let argv = vec!["/nonexistent/agent".into()];
-    let out = run(
-        &sb,
-        &argv,
-        &[],
-        Duration::from_secs(10),
-        CancellationToken::new(),
-        |_, _| {},
-    )
-    .await;
+    let out = run_to_end(vec!["/nonexistent/agent".into()]).await;
     assert!(matches!(out.exit, Exit::SpawnFailed(_)));
 }
 
