@@ -65,6 +65,11 @@ fn check_mode(cfg: &Config, m: &ModeFigures) {
     }
     assert_eq!(m.warm_big.hunk_count, m.first_run.hunk_count);
     assert_eq!(m.warm_big_more.len(), cfg.warm_big_samples - 1, "{m:#?}");
+    // One `git diff` for each warm big run, timed right after it.
+    assert_eq!(m.diff_big_warm.len(), cfg.warm_big_samples, "{m:#?}");
+    for d in &m.diff_big_warm {
+        positive("git diff (big, warm)", *d);
+    }
     for r in &m.warm_big_more {
         assert_eq!(r.hunk_count, m.first_run.hunk_count, "{m:#?}");
         assert!(r.ready.is_some_and(|d| !d.is_zero()), "{m:#?}");
@@ -104,7 +109,6 @@ fn check_mode(cfg: &Config, m: &ModeFigures) {
         ("git stash create (warm)", m.stash_warm),
         ("git status (warm)", m.status_warm),
         ("git diff (big)", m.diff_big),
-        ("git diff (big, warm)", m.diff_big_warm),
         ("git diff (small)", m.diff_small),
         // Zero if the stamp were read wrong (a stamp after the exit saturates to zero).
         ("the agent's own exit after its end stamp", m.agent_exit),
@@ -201,6 +205,8 @@ async fn the_hub_benchmark_produces_every_figure() {
         "hub RSS, idle",
         "hub RSS at rest after its work",
         "hunks, warm (median of 3 runs)",
+        "each right after its run",
+        "(paired: each run's own ",
         "of it, the agent's own exit after its end stamp",
         "hub RSS with 3 suggestions × 20 hunks",
         "fan-out to 5 WebSocket clients",
