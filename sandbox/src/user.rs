@@ -320,7 +320,7 @@ pub struct UserIsolation {
     /// Absolute directories put first on the agent's `PATH` (`agent_path` in the hub's config;
     /// see [`crate::agent_path`]).
     pub agent_path: Vec<String>,
-    /// The accelerators on (`[accel]`): the kept helper ([`Standby`]) only with
+    /// The accelerators on (`[accel]`): the kept helper ([`standby::Standby`]) only with
     /// `kept_helper`, `watch` and `untracked_cache` all on, since it is the one that watches
     /// the slot and holds its directory record.
     pub accel: Accel,
@@ -506,7 +506,7 @@ impl UserIsolation {
 
     /// Whether the agent always runs in a PID namespace of its own, where it can see no
     /// process outside its run, let alone signal or trace one: then a read-back helper may
-    /// wait beside it ([`Standby`]).
+    /// wait beside it ([`standby::Standby`]).
     fn agent_walled_off(&self) -> bool {
         cfg!(target_os = "linux")
             && !pid_namespace_disabled()

@@ -8,7 +8,7 @@
 //! 4. the default state dir's `hub.json` and `token`, for a hub of an older version that writes
 //!    no record.
 //!
-//! Never a port guessed: with none of these, "no hub is running for <repo>". Whatever was
+//! Never a port guessed: with none of these, "no hub is running for `<repo>`". Whatever was
 //! found, the hub's `/health` must name the repository before the token is sent to it (a hub of
 //! an older version names none: accepted only in step 4, where its own state dir vouches for it).
 

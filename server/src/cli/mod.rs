@@ -50,6 +50,9 @@ struct Cli {
     cmd: Cmd,
 }
 
+// Its doc comments are `--help` text (clap), written for people: `[retention]`, `[1]` and
+// `<id>` there are words, not rustdoc links or HTML.
+#[allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
 #[derive(Subcommand)]
 enum Cmd {
     /// Start the hub for a repository (defaults: the repository around the current directory,

@@ -18,6 +18,9 @@ enum VcsArg {
     Jj,
 }
 
+// Its doc comments are `--help` text (clap), written for people: `[retention]`, `[1]` and
+// `<id>` there are words, not rustdoc links or HTML.
+#[allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
 #[derive(Args)]
 pub struct ServeArgs {
     /// The repository to serve (default: the git repository containing the current directory).

@@ -13,6 +13,9 @@ use hunkgate_sandbox::user::{
 };
 
 /// `hunkgate setup`.
+// Its doc comments are `--help` text (clap), written for people: `[retention]`, `[1]` and
+// `<id>` there are words, not rustdoc links or HTML.
+#[allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
 #[derive(clap::Args, Debug)]
 pub struct SetupArgs {
     /// The sandbox user to create or check.

@@ -226,7 +226,7 @@ impl Default for Review {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderFile {
-    /// e.g. "http://127.0.0.1:11434/v1" (Ollama) or "https://api.openai.com/v1".
+    /// e.g. `http://127.0.0.1:11434/v1` (Ollama) or `https://api.openai.com/v1`.
     pub base_url: Option<String>,
     pub model: Option<String>,
     /// Name of the environment variable holding the API key (default HUNKGATE_API_KEY).

@@ -221,7 +221,7 @@ impl Default for Triggers {
 pub struct NamedProvider {
     pub name: String,
     pub cfg: ProviderConfig,
-    /// The config's models (the server's are added once read, see [`Routing::models`]).
+    /// The config's models (the server's are added once read, see [`merge_models`]).
     pub models: Vec<ModelMeta>,
     /// Ask the server's `GET /models` (default true).
     pub discover: bool,
