@@ -655,15 +655,36 @@ impl Beneath {
             .map_err(|e| FsError::io(path, e))
     }
 
-    /// Set or clear the executable bits of a regular file.
-    pub fn set_executable(&self, path: &str, executable: bool) -> Result<(), FsError> {
+    /// Set or clear the executable bits of the regular file at `path`, if `still` vouches for
+    /// it: the file is opened once, `still` is given what that open file holds (its bytes, up
+    /// to `cap`, and whether it is executable), and the bits are changed on that same open file
+    /// only when it answers yes. Then the path is looked at once more, as a write's is:
+    /// - a file put at the path meanwhile (a save by rename) keeps its mode, and the answer is
+    ///   [`FsError::Changed`];
+    /// - a file written in place meanwhile (its bytes no longer those `still` saw) gets its
+    ///   mode back, and the answer is [`FsError::Changed`] too.
+    ///
+    /// So a mode change lands only on the content it was checked against, never on a save
+    /// that came between the check and the change. Nothing at the path, or something other
+    /// than a regular file or symlink, is [`FsError::Changed`] as well (not what was checked);
+    /// a symlink is [`FsError::Symlink`], never followed.
+    pub fn set_executable_checked(
+        &self,
+        path: &str,
+        executable: bool,
+        cap: u64,
+        still: impl FnOnce(&[u8], bool) -> Result<bool, FsError>,
+    ) -> Result<(), FsError> {
+        let changed = || FsError::Changed {
+            path: path.to_string(),
+        };
+        let io = |e| FsError::io(path, e);
         let parts = components(path)?;
-        let dir = self
-            .parent_dir(path, &parts, false)?
-            .ok_or_else(|| FsError::io(path, Errno::ENOENT))?;
+        let dir = self.parent_dir(path, &parts, false)?.ok_or_else(changed)?;
+        let name = parts[parts.len() - 1];
         let fd = nix::fcntl::openat(
             dir.as_fd(),
-            parts[parts.len() - 1],
+            name,
             OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK,
             Mode::empty(),
         )
@@ -671,20 +692,64 @@ impl Beneath {
             Errno::ELOOP => FsError::Symlink {
                 path: path.to_string(),
             },
-            e => FsError::io(path, e),
+            Errno::ENOENT => changed(),
+            e => io(e),
         })?;
-        let st = nix::sys::stat::fstat(fd.as_fd()).map_err(|e| FsError::io(path, e))?;
-        if !matches!(kind_of(&st), Kind::File { .. }) {
-            return Err(FsError::NotRegular {
-                path: path.to_string(),
-                what: "not a file",
-            });
+        let st = nix::sys::stat::fstat(fd.as_fd()).map_err(io)?;
+        let Kind::File {
+            executable: was_executable,
+            ..
+        } = kind_of(&st)
+        else {
+            return Err(changed());
+        };
+        let mut file = std::fs::File::from(fd);
+        let seen = read_from_start(&mut file, path, cap)?;
+        if !still(&seen, was_executable)? {
+            return Err(changed());
         }
-        let mode = with_exec(mode_bits(&st) & 0o7777, executable);
-        nix::sys::stat::fchmod(fd.as_fd(), Mode::from_bits_truncate(mode as _))
-            .map_err(|e| FsError::io(path, e))?;
-        nix::unistd::fsync(fd.as_fd()).map_err(|e| FsError::io(path, e))
+        let before = mode_bits(&st) & 0o7777;
+        let chmod = |file: &std::fs::File, mode: u32| {
+            nix::sys::stat::fchmod(file.as_fd(), Mode::from_bits_truncate(mode as _))
+                .map_err(io)?;
+            nix::unistd::fsync(file.as_fd()).map_err(io)
+        };
+        chmod(&file, with_exec(before, executable))?;
+        // Still the file at the path, and still what was checked?
+        let here = nix::sys::stat::fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW);
+        let same_file = here.is_ok_and(|h| (h.st_dev, h.st_ino) == (st.st_dev, st.st_ino));
+        if !same_file {
+            // Replaced: the mode went to the file that is gone from the path; the one there
+            // now is the user's, untouched.
+            return Err(changed());
+        }
+        if read_from_start(&mut file, path, cap)? != seen {
+            chmod(&file, before)?;
+            return Err(changed());
+        }
+        Ok(())
     }
+}
+
+/// All of an open file's bytes from its start, up to `cap` (over it: [`FsError::TooLarge`]).
+fn read_from_start(file: &mut std::fs::File, path: &str, cap: u64) -> Result<Vec<u8>, FsError> {
+    use std::io::Seek;
+    let io = |e| FsError::Io {
+        path: path.to_string(),
+        source: e,
+    };
+    file.seek(std::io::SeekFrom::Start(0)).map_err(io)?;
+    let mut buf = Vec::new();
+    file.take(cap.saturating_add(1))
+        .read_to_end(&mut buf)
+        .map_err(io)?;
+    if buf.len() as u64 > cap {
+        return Err(FsError::TooLarge {
+            path: path.to_string(),
+            cap,
+        });
+    }
+    Ok(buf)
 }
 
 #[cfg(test)]

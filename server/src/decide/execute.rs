@@ -6,8 +6,8 @@ use std::os::fd::AsFd;
 use hunkgate_sandbox::beneath::{AtLink, Beneath, FsError, PendingWrite};
 use hunkgate_sandbox::store::Store;
 
-use crate::decide::apply::{conflict, read_cur, PlanError};
-use crate::model::fileop::{Cur, FileOp, Fp, Op};
+use crate::decide::apply::{conflict, read_cur, PlanError, CHECKOUT_FILE_CAP};
+use crate::model::fileop::{sha, Cur, FileOp, Fp, Op};
 use crate::model::suggestion::{oid, CONTEXT};
 
 /// Carry out planned operations in order, all or nothing: each is checked against the file as
@@ -147,14 +147,6 @@ fn changed(path: &str) -> PlanError {
     ))
 }
 
-/// The fingerprint of what is at `op.path` now.
-fn fp_now(root: &Beneath, path: &str) -> Result<Fp, PlanError> {
-    match read_cur(root, path) {
-        Err(e @ FsError::Symlink { .. }) => conflict(e.to_string()),
-        other => Ok(Fp::of(&other?)),
-    }
-}
-
 /// The content `hex` names, from the store.
 fn blob(store: &Store, hex: &str) -> Result<Vec<u8>, PlanError> {
     let id = oid(hex).ok_or_else(|| PlanError::Conflict(format!("corrupt object id {hex}")))?;
@@ -175,13 +167,6 @@ fn fs_outcome<T>(path: &str, result: Result<T, FsError>) -> Result<T, PlanError>
 fn execute_one(root: &Beneath, store: &Store, op: &FileOp) -> Result<(), PlanError> {
     let blob = |hex: &str| blob(store, hex);
     let path = op.path.as_str();
-    let check = || -> Result<(), PlanError> {
-        if fp_now(root, path)? == op.pre {
-            Ok(())
-        } else {
-            Err(changed(path))
-        }
-    };
     let result = match &op.op {
         Op::Write { oid, exec, perm } => {
             let bytes = blob(oid)?;
@@ -199,9 +184,16 @@ fn execute_one(root: &Beneath, store: &Store, op: &FileOp) -> Result<(), PlanErr
         // Like a write, a removal looks at the file once more after it is out of the way (and
         // puts it back if a save landed meanwhile): see `Beneath::remove_file_checked`.
         Op::Remove => root.remove_entry_checked(path, |at| still_pre(root, op, at)),
+        // Checked and changed on one open file, the path looked at once more after: a save
+        // made since the plan keeps its mode (see `Beneath::set_executable_checked`).
         Op::SetExec { exec } => {
-            check()?;
-            root.set_executable(path, *exec)
+            root.set_executable_checked(path, *exec, CHECKOUT_FILE_CAP, |bytes, was_exec| {
+                let now = Fp::File {
+                    sha256: sha(bytes),
+                    exec: was_exec,
+                };
+                Ok(now == op.pre)
+            })
         }
     };
     fs_outcome(path, result)

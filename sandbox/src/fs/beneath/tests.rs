@@ -389,3 +389,87 @@ fn fifos_are_not_read() {
     ));
     assert_eq!(b.kind("pipe").unwrap(), Some(Kind::Other("fifo")));
 }
+
+/// A mode change lands only on the content it was checked against: the check is given what
+/// the open file holds; a "no" changes nothing; a save by rename between the check and the
+/// change keeps its own mode, and a write in place there gets the file's old mode back, both
+/// answered `Changed`. The control: with nothing between, the bits are set and cleared.
+#[test]
+fn a_mode_change_lands_only_on_the_content_it_was_checked_against() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("d/run.sh");
+    std::fs::create_dir(tmp.path().join("d")).unwrap();
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let reset = |body: &[u8]| {
+        std::fs::write(&file, body).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    };
+    let root = Beneath::open(tmp.path()).unwrap();
+    let changed = |r: &Result<(), FsError>| matches!(r, Err(FsError::Changed { .. }));
+
+    // The control: the check sees the file's bytes and its bit; yes sets it, and clears it.
+    reset(b"echo hi\n");
+    let mut seen = None;
+    root.set_executable_checked("d/run.sh", true, 1 << 20, |bytes, exec| {
+        seen = Some((bytes.to_vec(), exec));
+        Ok(true)
+    })
+    .unwrap();
+    assert_eq!(seen, Some((b"echo hi\n".to_vec(), false)));
+    assert_eq!(mode(&file), 0o755);
+    root.set_executable_checked("d/run.sh", false, 1 << 20, |_, exec| Ok(exec))
+        .unwrap();
+    assert_eq!(mode(&file), 0o644);
+
+    // The check says no: nothing changes.
+    assert!(changed(&root.set_executable_checked(
+        "d/run.sh",
+        true,
+        1 << 20,
+        |_, _| Ok(false)
+    )));
+    assert_eq!(mode(&file), 0o644);
+
+    // A save by rename lands right after the check: it keeps its mode.
+    let saved = tmp.path().join("d/.run.sh.swp");
+    let r = root.set_executable_checked("d/run.sh", true, 1 << 20, |_, _| {
+        std::fs::write(&saved, b"echo saved\n").unwrap();
+        std::fs::set_permissions(&saved, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::rename(&saved, &file).unwrap();
+        Ok(true)
+    });
+    assert!(changed(&r), "{r:?}");
+    assert_eq!(std::fs::read(&file).unwrap(), b"echo saved\n");
+    assert_eq!(mode(&file), 0o600, "the user's file keeps its mode");
+
+    // A write in place lands right after the check: the file gets its old mode back.
+    reset(b"echo hi\n");
+    let r = root.set_executable_checked("d/run.sh", true, 1 << 20, |_, _| {
+        std::fs::write(&file, b"echo edited\n").unwrap();
+        Ok(true)
+    });
+    assert!(changed(&r), "{r:?}");
+    assert_eq!(std::fs::read(&file).unwrap(), b"echo edited\n");
+    assert_eq!(mode(&file), 0o644, "its mode put back");
+
+    // Nothing there, or not a file: not what was checked. A symlink is never followed.
+    assert!(changed(&root.set_executable_checked(
+        "d/gone.sh",
+        true,
+        1 << 20,
+        |_, _| Ok(true)
+    )));
+    assert!(changed(&root.set_executable_checked(
+        "d",
+        true,
+        1 << 20,
+        |_, _| Ok(true)
+    )));
+    symlink("run.sh", tmp.path().join("d/link.sh")).unwrap();
+    assert!(matches!(
+        root.set_executable_checked("d/link.sh", true, 1 << 20, |_, _| Ok(true)),
+        Err(FsError::Symlink { .. })
+    ));
+    assert_eq!(mode(&file), 0o644);
+}
