@@ -424,22 +424,8 @@ impl Beneath {
                 cap,
             });
         }
-        let mut file = std::fs::File::from(fd);
-        let mut buf = Vec::with_capacity(size as usize);
         // The file may grow after fstat; never read more than the cap.
-        (&mut file)
-            .take(cap.saturating_add(1))
-            .read_to_end(&mut buf)
-            .map_err(|e| FsError::Io {
-                path: path.to_string(),
-                source: e,
-            })?;
-        if buf.len() as u64 > cap {
-            return Err(FsError::TooLarge {
-                path: path.to_string(),
-                cap,
-            });
-        }
+        let buf = read_capped(std::fs::File::from(fd), path, cap, size)?;
         Ok(Some((buf, executable, st)))
     }
 
@@ -704,7 +690,7 @@ impl Beneath {
             return Err(changed());
         };
         let mut file = std::fs::File::from(fd);
-        let seen = read_from_start(&mut file, path, cap)?;
+        let seen = read_from_start(&mut file, path, cap, st.st_size as u64)?;
         if !still(&seen, was_executable)? {
             return Err(changed());
         }
@@ -723,7 +709,7 @@ impl Beneath {
             // now is the user's, untouched.
             return Err(changed());
         }
-        if read_from_start(&mut file, path, cap)? != seen {
+        if read_from_start(&mut file, path, cap, st.st_size as u64)? != seen {
             chmod(&file, before)?;
             return Err(changed());
         }
@@ -731,18 +717,17 @@ impl Beneath {
     }
 }
 
-/// All of an open file's bytes from its start, up to `cap` (over it: [`FsError::TooLarge`]).
-fn read_from_start(file: &mut std::fs::File, path: &str, cap: u64) -> Result<Vec<u8>, FsError> {
-    use std::io::Seek;
-    let io = |e| FsError::Io {
-        path: path.to_string(),
-        source: e,
-    };
-    file.seek(std::io::SeekFrom::Start(0)).map_err(io)?;
-    let mut buf = Vec::new();
-    file.take(cap.saturating_add(1))
+/// What `reader` holds from where it is, up to `cap` bytes (over it: [`FsError::TooLarge`]);
+/// `size` is about how many there are (a file's size as `fstat` saw it).
+fn read_capped(reader: impl Read, path: &str, cap: u64, size: u64) -> Result<Vec<u8>, FsError> {
+    let mut buf = Vec::with_capacity(size.min(cap) as usize);
+    reader
+        .take(cap.saturating_add(1))
         .read_to_end(&mut buf)
-        .map_err(io)?;
+        .map_err(|e| FsError::Io {
+            path: path.to_string(),
+            source: e,
+        })?;
     if buf.len() as u64 > cap {
         return Err(FsError::TooLarge {
             path: path.to_string(),
@@ -750,6 +735,22 @@ fn read_from_start(file: &mut std::fs::File, path: &str, cap: u64) -> Result<Vec
         });
     }
     Ok(buf)
+}
+
+/// All of an open file's bytes from its start, up to `cap` ([`read_capped`]; `size` as there).
+fn read_from_start(
+    file: &mut std::fs::File,
+    path: &str,
+    cap: u64,
+    size: u64,
+) -> Result<Vec<u8>, FsError> {
+    use std::io::Seek;
+    file.seek(std::io::SeekFrom::Start(0))
+        .map_err(|e| FsError::Io {
+            path: path.to_string(),
+            source: e,
+        })?;
+    read_capped(file, path, cap, size)
 }
 
 #[cfg(test)]

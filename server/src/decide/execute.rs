@@ -7,7 +7,7 @@ use hunkgate_sandbox::beneath::{AtLink, Beneath, FsError, PendingWrite};
 use hunkgate_sandbox::store::Store;
 
 use crate::decide::apply::{conflict, read_cur, PlanError, CHECKOUT_FILE_CAP};
-use crate::model::fileop::{sha, Cur, FileOp, Fp, Op};
+use crate::model::fileop::{Cur, FileOp, Fp, Op};
 use crate::model::suggestion::{oid, CONTEXT};
 
 /// Carry out planned operations in order, all or nothing: each is checked against the file as
@@ -188,11 +188,7 @@ fn execute_one(root: &Beneath, store: &Store, op: &FileOp) -> Result<(), PlanErr
         // made since the plan keeps its mode (see `Beneath::set_executable_checked`).
         Op::SetExec { exec } => {
             root.set_executable_checked(path, *exec, CHECKOUT_FILE_CAP, |bytes, was_exec| {
-                let now = Fp::File {
-                    sha256: sha(bytes),
-                    exec: was_exec,
-                };
-                Ok(now == op.pre)
+                Ok(Fp::of_file(bytes, was_exec) == op.pre)
             })
         }
     };

@@ -49,12 +49,17 @@ impl Fp {
     pub fn of(cur: &Cur) -> Fp {
         match cur {
             Cur::Absent => Fp::Absent,
-            Cur::File { bytes, exec } => Fp::File {
-                sha256: sha(bytes),
-                exec: *exec,
-            },
+            Cur::File { bytes, exec } => Fp::of_file(bytes, *exec),
             Cur::Link(t) => Fp::Link { sha256: sha(t) },
             Cur::Other(_) => Fp::Other,
+        }
+    }
+
+    /// [`Fp::of`] a regular file holding `bytes`, without owning them as a [`Cur`].
+    pub fn of_file(bytes: &[u8], exec: bool) -> Fp {
+        Fp::File {
+            sha256: sha(bytes),
+            exec,
         }
     }
 }
