@@ -24,12 +24,13 @@ pub enum Side {
 }
 
 /// An agent gets today's behaviour whenever it could mean it: a message or `--state` given, or
-/// the variables the hub sets for agents present. A message without the variables is still the
-/// agent's call, and fails with the missing variables named.
+/// one of the variables the hub sets for agents present (`agent_vars`, the names of those set).
+/// A message without the variables is still the agent's call, and fails with the missing
+/// variables named.
 pub fn side(
     message: Option<String>,
     state: Option<String>,
-    agent_env: bool,
+    agent_vars: &[&str],
 ) -> anyhow::Result<Side> {
     match (message, state) {
         (Some(message), state) => Ok(Side::Agent {
@@ -39,19 +40,27 @@ pub fn side(
         (None, Some(_)) => {
             bail!("`hunkgate status --state` is the agent's status: give it a MESSAGE")
         }
-        (None, None) if agent_env => bail!(
-            "inside an agent run (with {URL_VAR} and {TOKEN_VAR} set) `hunkgate status` sends \
-             the agent's status: give it a MESSAGE"
-        ),
+        (None, None) if !agent_vars.is_empty() => {
+            let (names, verb) = match agent_vars {
+                [one] => (one.to_string(), "is"),
+                many => (many.join(" and "), "are"),
+            };
+            bail!(
+                "{names} {verb} set, as inside an agent run, where `hunkgate status` sends the \
+                 agent's status: give it a MESSAGE (or, outside an agent run, unset {names} \
+                 to see the hub's status)"
+            )
+        }
         (None, None) => Ok(Side::User),
     }
 }
 
-/// Whether the variables the hub sets for an agent are present.
-pub fn agent_env() -> bool {
+/// Which of the variables the hub sets for an agent are present.
+pub fn agent_env() -> Vec<&'static str> {
     [URL_VAR, TOKEN_VAR]
-        .iter()
-        .any(|k| std::env::var_os(k).is_some_and(|v| !v.is_empty()))
+        .into_iter()
+        .filter(|k| std::env::var_os(k).is_some_and(|v| !v.is_empty()))
+        .collect()
 }
 
 pub async fn status(
@@ -59,7 +68,7 @@ pub async fn status(
     state: Option<String>,
     client: ClientArgs,
 ) -> anyhow::Result<ExitCode> {
-    match side(message, state, agent_env())? {
+    match side(message, state, &agent_env())? {
         Side::Agent { message, state } => crate::cli::agent::status(message, state).await,
         Side::User => user_status(client).await,
     }
@@ -153,17 +162,31 @@ mod tests {
             message: m.into(),
             state: s.into(),
         };
+        let both = [URL_VAR, TOKEN_VAR];
         assert_eq!(
-            side(Some("hi".into()), None, false).unwrap(),
+            side(Some("hi".into()), None, &[]).unwrap(),
             agent("hi", "working")
         );
         assert_eq!(
-            side(Some("hi".into()), Some("testing".into()), true).unwrap(),
+            side(Some("hi".into()), Some("testing".into()), &both).unwrap(),
             agent("hi", "testing")
         );
-        assert_eq!(side(None, None, false).unwrap(), Side::User);
-        let e = side(None, None, true).unwrap_err().to_string();
+        assert_eq!(side(None, None, &[]).unwrap(), Side::User);
+        let e = side(None, None, &both).unwrap_err().to_string();
         assert!(e.contains("MESSAGE") && e.contains(URL_VAR), "{e}");
-        assert!(side(None, Some("testing".into()), false).is_err());
+        assert!(
+            e.contains(&format!("{URL_VAR} and {TOKEN_VAR} are set")),
+            "{e}"
+        );
+        // One of them set (a user who pointed HUNKGATE_URL at a hub): the message names only
+        // that one, and says how to get the hub's status instead.
+        let e = side(None, None, &[URL_VAR]).unwrap_err().to_string();
+        assert!(e.starts_with(&format!("{URL_VAR} is set")), "{e}");
+        assert!(!e.contains(TOKEN_VAR), "{e}");
+        assert!(
+            e.contains(&format!("unset {URL_VAR} to see the hub's status")),
+            "{e}"
+        );
+        assert!(side(None, Some("testing".into()), &[]).is_err());
     }
 }
