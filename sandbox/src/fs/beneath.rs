@@ -99,10 +99,10 @@ pub enum FsError {
 }
 
 impl FsError {
-    fn io(path: &str, errno: Errno) -> Self {
+    fn io(path: &str, e: impl Into<std::io::Error>) -> Self {
         FsError::Io {
             path: path.to_string(),
-            source: std::io::Error::from(errno),
+            source: e.into(),
         }
     }
 }
@@ -690,7 +690,8 @@ impl Beneath {
             return Err(changed());
         };
         let mut file = std::fs::File::from(fd);
-        let seen = read_from_start(&mut file, path, cap, st.st_size as u64)?;
+        // Just opened: read from where it is, its start.
+        let seen = read_capped(&mut file, path, cap, st.st_size as u64)?;
         if !still(&seen, was_executable)? {
             return Err(changed());
         }
@@ -724,10 +725,7 @@ fn read_capped(reader: impl Read, path: &str, cap: u64, size: u64) -> Result<Vec
     reader
         .take(cap.saturating_add(1))
         .read_to_end(&mut buf)
-        .map_err(|e| FsError::Io {
-            path: path.to_string(),
-            source: e,
-        })?;
+        .map_err(|e| FsError::io(path, e))?;
     if buf.len() as u64 > cap {
         return Err(FsError::TooLarge {
             path: path.to_string(),
@@ -746,10 +744,7 @@ fn read_from_start(
 ) -> Result<Vec<u8>, FsError> {
     use std::io::Seek;
     file.seek(std::io::SeekFrom::Start(0))
-        .map_err(|e| FsError::Io {
-            path: path.to_string(),
-            source: e,
-        })?;
+        .map_err(|e| FsError::io(path, e))?;
     read_capped(file, path, cap, size)
 }
 

@@ -1,6 +1,7 @@
 //! Lifecycle and garbage collection (seed 000 §25): finished work is kept for
 //! `[retention] completed_ttl_hours` after it finished, within `max_sessions` and
-//! `max_runs_per_session`, then collected; live work never is ([`select::select`] says which is which).
+//! `max_runs_per_session`, then collected; live work never is ([`select::select`] says which
+//! is which).
 //!
 //! A collection runs when the hub starts, after each new run, every `gc_interval_minutes`, and
 //! on `POST /gc` (`hunkgate gc [--dry-run]`). Its steps are ordered so that a `kill -9` at any

@@ -12,8 +12,8 @@
 //!
 //! In both, the namespace is entered the same way ([`crate::supervise::init::unshare_mapped`]),
 //! its init waits for the agent the same way ([`crate::supervise::init::wait_for_agent`]) and
-//! ends it the same way once the agent exits ([`pidns::end_of_agent`]); under `--isolation user` the
-//! rest of that init, a fork of the helper, is `crate::supervise::tree`'s.
+//! ends it the same way once the agent exits ([`pidns::end_of_agent`]); under `--isolation user`
+//! the rest of that init, a fork of the helper, is `crate::supervise::tree`'s.
 
 use nix::libc;
 
